@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from attnviz.errors import UsageError
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 BUILTIN = "builtin"
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     SELF = "self"  # every token attends to every token
     MASKED = "masked"  # causal: a token attends to itself and the tokens before it
     CROSS = "cross"  # target tokens attend over source tokens
@@ -49,7 +49,9 @@ def extract(
     _check_text(text, "text")
     if mode is Mode.CROSS:
         if target is None:
-            raise UsageError("cross mode needs a target text (--target): its tokens are the queries")
+            raise UsageError(
+                "cross mode needs a target text (--target): its tokens are the queries"
+            )
         _check_text(target, "target")
     elif target is not None:
         raise UsageError(f"a target text only applies to cross mode, not {mode.value} mode")

@@ -27,8 +27,9 @@ def read_text_argument(text: str) -> str:
     try:
         return data.decode("utf-8").removesuffix("\n")
     except UnicodeDecodeError as error:
+        byte, offset = data[error.start], error.start
         raise UsageError(
-            f"standard input is not UTF-8 text: byte 0x{data[error.start]:02x} at offset {error.start}"
+            f"standard input is not UTF-8 text: byte 0x{byte:02x} at offset {offset}"
         ) from None
 
 

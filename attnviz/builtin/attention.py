@@ -19,7 +19,9 @@ from torch import nn
 PROJECTIONS = ("learned", "identity")
 
 
-def causal_mask(num_queries: int, num_keys: int, device: torch.device | None = None) -> torch.Tensor:
+def causal_mask(
+    num_queries: int, num_keys: int, device: torch.device | None = None
+) -> torch.Tensor:
     """True where a query may not look: every key after the query's own position."""
     if num_queries != num_keys:
         raise ValueError(
@@ -64,7 +66,9 @@ class MultiHeadAttention(nn.Module):
         self.projections = projections
         if projections == "learned":
             if d_model % num_heads:
-                raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+                raise ValueError(
+                    f"d_model ({d_model}) must be divisible by num_heads ({num_heads})"
+                )
             self.head_dim = d_model // num_heads
             self.q_proj = nn.Linear(d_model, d_model)
             self.k_proj = nn.Linear(d_model, d_model)
@@ -81,7 +85,9 @@ class MultiHeadAttention(nn.Module):
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """Copy the weights of a ``torch.nn.MultiheadAttention`` (inputs then batch first)."""
         if not module._qkv_same_embed_dim:
-            raise ValueError("only modules whose keys and values have the model width are supported")
+            raise ValueError(
+                "only modules whose keys and values have the model width are supported"
+            )
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn are not supported")
         if module.in_proj_bias is None:

@@ -112,7 +112,7 @@ class DecoderLayer(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T, D), memory (B, S, D) -> (B, T, D) and the cross-attention weights (B, H, T, S)."""
+        """x (B, T, D), memory (B, S, D) -> (B, T, D) and cross-attention weights (B, H, T, S)."""
         x, _ = self.self_block(x, causal=True)
         source = self.memory_norm(memory)
         attended, weights = self.cross_attention(self.cross_norm(x), source, source)

@@ -1,5 +1,6 @@
 """The command line: thin commands that parse, call the core and render."""
 
+import contextlib
 import os
 import sys
 
@@ -29,10 +30,8 @@ def main() -> None:
     # a small `show` runs. Every output is complete and flushed by now, and
     # attnviz registers no exit handlers, so the process ends here.
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # the reader is gone (| head)
             stream.flush()
-        except (OSError, ValueError):  # the reader is gone (| head) or the stream closed
-            pass
     os._exit(status)
 
 

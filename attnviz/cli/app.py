@@ -72,7 +72,9 @@ class AttnvizGroup(TyperGroup):
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
         except typer.TyperException as error:
-            hint = f" (see '{error.ctx.command_path} --help')" if getattr(error, "ctx", None) else ""
+            hint = (
+                f" (see '{error.ctx.command_path} --help')" if getattr(error, "ctx", None) else ""
+            )
             report(f"{error.format_message()}{hint}")
             result = error.exit_code
         except typer.Abort:
@@ -112,9 +114,10 @@ def root(
         ),
     ] = False,
     debug: Annotated[
-        bool, typer.Option(
+        bool,
+        typer.Option(
             "--debug", envvar="ATTNVIZ_DEBUG", help="Show the full traceback when something fails."
-        )
+        ),
     ] = False,
 ) -> None:
     """See what every attention head attends to, in the terminal."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -16,13 +17,13 @@ STACK_PANEL = "Built-in stack"
 OUTPUT_PANEL = "Output"
 
 
-class ColourChoice(str, Enum):
+class ColourChoice(StrEnum):
     AUTO = "auto"  # colour when stdout is a terminal, unless NO_COLOR is set
     ALWAYS = "always"
     NEVER = "never"
 
 
-class Projections(str, Enum):
+class Projections(StrEnum):
     LEARNED = "learned"
     IDENTITY = "identity"
 
@@ -62,9 +63,7 @@ HeadOption = Annotated[
 ]
 LayersOption = Annotated[
     int,
-    typer.Option(
-        "--layers", min=1, max=64, rich_help_panel=STACK_PANEL, help="Number of layers."
-    ),
+    typer.Option("--layers", min=1, max=64, rich_help_panel=STACK_PANEL, help="Number of layers."),
 ]
 HeadsOption = Annotated[
     int,
@@ -109,9 +108,7 @@ ProjectionsOption = Annotated[
 ]
 KeepCaseOption = Annotated[
     bool,
-    typer.Option(
-        "--keep-case", rich_help_panel=STACK_PANEL, help="Do not case-fold the tokens."
-    ),
+    typer.Option("--keep-case", rich_help_panel=STACK_PANEL, help="Do not case-fold the tokens."),
 ]
 ColourOption = Annotated[
     ColourChoice,
@@ -134,13 +131,25 @@ WidthOption = Annotated[
 ]
 
 
+def _forced_colour_system() -> str:
+    # rich's own detection gives up on pipes and TERM=dumb; "always" means colour regardless.
+    truecolor = os.environ.get("COLORTERM", "").lower() in ("truecolor", "24bit")
+    return "truecolor" if truecolor else "256"
+
+
 def stdout_console(colour: ColourChoice, width: int | None) -> Console:
     """The console pictures are drawn on: text is never read as markup or emoji codes."""
+    systems = {
+        ColourChoice.AUTO: "auto",
+        ColourChoice.ALWAYS: _forced_colour_system(),
+        ColourChoice.NEVER: None,
+    }
     return Console(
         file=sys.stdout,
         width=width,
+        height=25 if width else None,  # with both set, rich takes the width as given
         force_terminal=True if colour is ColourChoice.ALWAYS else None,
-        color_system=None if colour is ColourChoice.NEVER else "auto",
+        color_system=systems[colour],
         markup=False,
         emoji=False,
         highlight=False,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -11,7 +11,7 @@ from attnviz.cli import options
 from attnviz.core import Mode
 
 
-class ShowFormat(str, Enum):
+class ShowFormat(StrEnum):
     AUTO = "auto"  # the terminal picture
     TERMINAL = "terminal"
     JSON = "json"

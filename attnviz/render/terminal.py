@@ -51,7 +51,9 @@ class Layout:
     vertical_labels: bool  # key labels written top to bottom
 
     def panel_width(self, num_keys: int) -> int:
-        return _PANEL_FRAME + self.row_label + num_keys * (self.cell + 1)  # a space before each cell
+        return (
+            _PANEL_FRAME + self.row_label + num_keys * (self.cell + 1)
+        )  # a space before each cell
 
 
 def colour(weight: float) -> Color:
@@ -59,7 +61,7 @@ def colour(weight: float) -> Color:
     position = min(max(weight, 0.0), 1.0) * (len(_RAMP) - 1)
     low = min(int(position), len(_RAMP) - 2)
     mix = _RAMP[low] + (position - low) * (_RAMP[low + 1] - _RAMP[low])
-    red, green, blue = (int(round(channel)) for channel in mix)
+    red, green, blue = (round(channel) for channel in mix)
     return Color.from_rgb(red, green, blue)
 
 

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    # No terminal, no inherited colour settings: the output depends on the flags alone.
+    return CliRunner(
+        env={"NO_COLOR": None, "FORCE_COLOR": None, "COLUMNS": "120", "COLORTERM": "truecolor"}
+    )
+
+
+@pytest.fixture
+def snapshot():
+    """Compare text with tests/snapshots/NAME; ATTNVIZ_UPDATE_SNAPSHOTS=1 rewrites them."""
+
+    def check(name: str, text: str) -> None:
+        path = SNAPSHOTS / name
+        if os.environ.get("ATTNVIZ_UPDATE_SNAPSHOTS") == "1":
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        assert path.exists(), f"missing snapshot {path}: run with ATTNVIZ_UPDATE_SNAPSHOTS=1"
+        assert text == path.read_text(encoding="utf-8")
+
+    return check

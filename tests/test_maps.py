@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.maps import SCHEMA_VERSION, AttentionMaps, SchemaError
+
+KEYS = {
+    "schema_version",
+    "attnviz_version",
+    "model",
+    "mode",
+    "text",
+    "target",
+    "query_tokens",
+    "key_tokens",
+    "layers",
+    "heads",
+    "weights",
+}
+
+
+@pytest.mark.parametrize("mode", ["self", "masked", "cross"])
+def test_json_round_trip_is_exact(mode):
+    target = "je t'aime" if mode == "cross" else None
+    maps = attnviz.extract("Hello I love you", mode=mode, target=target, layers="-1", heads="1,3")
+    document = json.loads(json.dumps(maps.to_dict()))
+    assert set(document) == KEYS
+    assert document["schema_version"] == SCHEMA_VERSION
+    assert document["layers"] == [1] and document["heads"] == [1, 3]
+    assert np.asarray(document["weights"]).shape == (1, 2, len(maps.query_tokens), 4)
+    again = AttentionMaps.from_dict(document)
+    assert np.array_equal(again.weights, maps.weights)
+    assert again.weights.dtype == np.float32
+    for name in ("query_tokens", "key_tokens", "layers", "heads", "mode", "model", "text"):
+        assert getattr(again, name) == getattr(maps, name)
+    assert again.target == target
+
+
+def test_extract_public_api_shape_and_selection():
+    maps = attnviz.extract("The man walked the dog", layers=[0, 1], heads="0-2")
+    assert maps.weights.shape == (2, 3, 5, 5)
+    assert maps.query_tokens == maps.key_tokens == ["the", "man", "walked", "the", "dog"]
+    np.testing.assert_array_equal(maps.head(1, 2), maps.weights[1, 2])
+    only = maps.select(layers=[1], heads=[2])
+    np.testing.assert_array_equal(only.weights[0, 0], maps.head(1, 2))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"schema_version": 2}, "schema_version 2 is not supported"),
+        ({"weights": [[[[0.5]]]]}, "weights have shape"),
+        ({"weights": [[1, [2]]]}, "not a rectangular array"),
+        ({"layers": None}, ""),
+    ],
+)
+def test_bad_documents_are_refused(change, message):
+    document = attnviz.extract("a b").to_dict()
+    document.update(change)
+    if change.get("layers", 0) is None:
+        del document["layers"]
+        message = "missing layers"
+    with pytest.raises(SchemaError, match=message):
+        AttentionMaps.from_dict(document)
+
+
+def test_a_document_must_be_an_object():
+    with pytest.raises(SchemaError, match="JSON object"):
+        AttentionMaps.from_dict([1, 2])

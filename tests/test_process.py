@@ -1,0 +1,58 @@
+"""The real `attnviz` process: start-up imports, pipes, stdin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "transformers", "matplotlib")
+
+
+@pytest.mark.parametrize("arguments", [["--help"], ["--version"], ["show", "--help"]])
+def test_help_and_version_import_no_heavy_module(arguments):
+    probe = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from attnviz.cli import app\n"
+        f"result = CliRunner().invoke(app, {arguments!r})\n"
+        "assert result.exit_code == 0, result.output\n"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+
+
+def run_shell(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_picture_piped_to_head_exits_cleanly():
+    # ~1 MB of picture: far more than a pipe holds, so the writer meets a closed pipe.
+    result = run_shell(
+        f"{sys.executable} -m attnviz show - --layers 6 --heads 8 --width 300"
+        " < sample_texts/paragraph.txt | head -n 1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.startswith("builtin:")
+
+
+def test_json_from_stdin_through_a_pipe():
+    result = run_shell(
+        f"printf 'The man walked the dog\\n' | {sys.executable} -m attnviz show - --format json"
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["key_tokens"] == ["the", "man", "walked", "the", "dog"]
+
+
+def test_error_exit_code_reaches_the_shell():
+    result = run_shell(f"{sys.executable} -m attnviz show '' ")
+    assert result.returncode == 2
+    assert result.stderr == "attnviz: error: the text is empty: give some words to look at\n"
