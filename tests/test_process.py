@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+PARAGRAPH = Path(__file__).parent.parent / "sample_texts" / "paragraph.txt"
 
 HEAVY = ("torch", "transformers", "matplotlib")
 
@@ -36,7 +39,7 @@ def test_picture_piped_to_head_exits_cleanly():
     # ~1 MB of picture: far more than a pipe holds, so the writer meets a closed pipe.
     result = run_shell(
         f"{sys.executable} -m attnviz show - --layers 6 --heads 8 --width 300"
-        " < sample_texts/paragraph.txt | head -n 1"
+        f" < {PARAGRAPH} | head -n 1"
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
