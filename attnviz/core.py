@@ -13,6 +13,7 @@ from attnviz.tokens import tokenize
 
 if TYPE_CHECKING:
     from attnviz.builtin import BuiltinConfig
+    from attnviz.pretrained import LoadOptions
 
 BUILTIN = "builtin"
 
@@ -30,34 +31,60 @@ def extract(
     text: str,
     *,
     model: str = BUILTIN,
-    mode: Mode | str = Mode.SELF,
+    mode: Mode | str | None = None,
     target: str | None = None,
     layers: Selection = None,
     heads: Selection = None,
     config: BuiltinConfig | None = None,
     lowercase: bool = True,
+    special: bool = True,
+    words: bool = False,
+    load_options: LoadOptions | None = None,
 ) -> AttentionMaps:
     """Run ``text`` through a model and return the attention maps of the chosen layers and heads.
 
-    ``mode`` is ``"self"``, ``"masked"`` (causal) or ``"cross"``; cross mode
-    needs ``target``, whose tokens become the queries (rows) while the tokens of
-    ``text`` are the keys (columns). ``layers`` and ``heads`` take an index, a
-    list, a range string such as ``"0-2"``, ``"all"`` or ``None`` (all).
-    ``config`` sets the size and seed of the built-in stack.
+    ``model`` is ``"builtin"`` (the seeded stack), an alias such as ``"minilm"``,
+    a directory saved with ``save_pretrained`` or a Hugging Face id (used from
+    the local cache; ``load_options`` may allow a download). ``mode`` is
+    ``"self"``, ``"masked"`` (causal) or ``"cross"``, by default the model's
+    natural one; in cross mode the tokens of ``target`` are the queries (rows)
+    and the tokens of ``text`` the keys (columns). ``layers`` and ``heads``
+    take an index, a list, a range string such as ``"0-2"``, ``"all"`` or
+    ``None`` (all).
+
+    Built-in stack only: ``config`` (size and seed) and ``lowercase``.
+    Pretrained models only: ``special=False`` drops special tokens and
+    renormalises rows; ``words=True`` merges sub-word pieces into words.
     """
-    mode = _parse_mode(mode)
+    mode = None if mode is None else _parse_mode(mode)
     _check_text(text, "text")
-    if mode is Mode.CROSS:
-        if target is None:
+    if target is not None:
+        _check_text(target, "target")
+    if model == BUILTIN:
+        if words or not special:
+            raise UsageError("special tokens and sub-word pieces exist only in pretrained models")
+        mode = mode or Mode.SELF
+        if mode is Mode.CROSS and target is None:
             raise UsageError(
                 "cross mode needs a target text (--target): its tokens are the queries"
             )
-        _check_text(target, "target")
-    elif target is not None:
-        raise UsageError(f"a target text only applies to cross mode, not {mode.value} mode")
-    if model != BUILTIN:
-        raise UsageError(f"unknown model {model!r}: only the built-in stack ({BUILTIN!r}) is known")
-    return _extract_builtin(text, mode, target, layers, heads, config, lowercase)
+        if mode is not Mode.CROSS and target is not None:
+            raise UsageError(f"a target text only applies to cross mode, not {mode.value} mode")
+        return _extract_builtin(text, mode, target, layers, heads, config, lowercase)
+    if config is not None or not lowercase:
+        raise UsageError("the built-in stack's settings do not apply to a pretrained model")
+    from attnviz.pretrained import LoadOptions, extract_pretrained, load
+
+    return extract_pretrained(
+        load(model, load_options or LoadOptions()),
+        text,
+        mode=None if mode is None else mode.value,
+        target=target,
+        layers=layers,
+        heads=heads,
+        special=special,
+        words=words,
+    )
 
 
 def _parse_mode(mode: Mode | str) -> Mode:

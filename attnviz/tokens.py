@@ -26,6 +26,38 @@ _TOKEN = regex.compile(
 _KEPT_FORMAT_CHARACTERS = {"\u200c", "\u200d"}
 
 
+def _byte_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the character that spells each byte -> the byte.
+
+    Printable bytes spell themselves; the others (space, control bytes, …) are
+    moved to code points from 256 up, which is how a space becomes ``Ġ``.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    spelled = {byte: chr(byte) for byte in printable}
+    moved = (byte for byte in range(256) if byte not in spelled)
+    spelled.update({byte: chr(256 + offset) for offset, byte in enumerate(moved)})
+    return {character: byte for byte, character in spelled.items()}
+
+
+_BYTE_ALPHABET = _byte_alphabet()
+_PIECE_MARKERS = ("##", "▁", "Ġ")
+
+
+def clean_piece(piece: str, *, byte_level: bool = False) -> str:
+    """A sub-word piece as a person reads it: ``##ing`` -> ``ing``, ``▁the`` -> ``the``,
+    ``low</w>`` -> ``low``, and byte-level ``Ġlove`` -> ``love``.
+
+    A byte-level piece that holds only part of a character decodes to ``\ufffd``.
+    """
+    if byte_level and all(character in _BYTE_ALPHABET for character in piece):
+        raw = bytes(_BYTE_ALPHABET[character] for character in piece)
+        return raw.decode("utf-8", errors="replace").strip()
+    piece = piece.removesuffix("</w>")
+    for marker in _PIECE_MARKERS:
+        piece = piece.removeprefix(marker)
+    return piece
+
+
 @dataclass(frozen=True, slots=True)
 class Token:
     text: str

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from attnviz.core import Mode
+from attnviz.core import BUILTIN, Mode
+from attnviz.errors import UsageError
+
+if TYPE_CHECKING:
+    from attnviz.builtin import BuiltinConfig
+    from attnviz.pretrained import LoadOptions
 
 SELECTION_PANEL = "Layers and heads"
-STACK_PANEL = "Built-in stack"
+MODEL_PANEL = "Pretrained models"
+STACK_PANEL = "Built-in stack (without --model)"
 OUTPUT_PANEL = "Output"
 
 
@@ -23,7 +31,7 @@ class ColourChoice(StrEnum):
     NEVER = "never"
 
 
-class Projections(StrEnum):
+class Projections(StrEnum):  # a StrEnum: BuiltinConfig takes it as the plain string
     LEARNED = "learned"
     IDENTITY = "identity"
 
@@ -32,11 +40,13 @@ TextArgument = Annotated[
     str, typer.Argument(help="The text to look at, or - to read it from standard input.")
 ]
 ModeOption = Annotated[
-    Mode,
+    Mode | None,
     typer.Option(
         "--mode",
         "-m",
         case_sensitive=False,
+        show_default="the model's own: self; masked for a decoder; cross for an "
+        "encoder-decoder given --target",
         help="self: every token sees every token. masked: causal, a token sees itself and "
         "earlier tokens. cross: --target tokens (rows) attend over TEXT tokens (columns).",
     ),
@@ -61,46 +71,124 @@ HeadOption = Annotated[
         "--head", rich_help_panel=SELECTION_PANEL, help="Heads to show, written like --layer."
     ),
 ]
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        rich_help_panel=MODEL_PANEL,
+        help="builtin (the seeded stack), an alias (see attnviz models), a directory saved with "
+        "save_pretrained, or a Hugging Face id from the local cache.",
+    ),
+]
+DownloadOption = Annotated[
+    bool,
+    typer.Option(
+        "--download",
+        rich_help_panel=MODEL_PANEL,
+        help="Fetch a model missing from the local cache (needs network; HF_HUB_OFFLINE=1 wins).",
+    ),
+]
+TrustRemoteCodeOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-remote-code",
+        rich_help_panel=MODEL_PANEL,
+        help="Run Python code that comes with the model. Off unless you trust its author.",
+    ),
+]
+AllowPickleOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-pickle",
+        rich_help_panel=MODEL_PANEL,
+        help="Accept pickle (.bin) weights, which can run code when loaded; safetensors only "
+        "by default.",
+    ),
+]
+SpecialOption = Annotated[
+    bool,
+    typer.Option(
+        "--special/--no-special",
+        rich_help_panel=MODEL_PANEL,
+        help="Keep special tokens ([CLS], <s>, …). --no-special drops their rows and columns "
+        "and renormalises each row to sum to 1.",
+    ),
+]
+WordsOption = Annotated[
+    bool,
+    typer.Option(
+        "--words",
+        rich_help_panel=MODEL_PANEL,
+        help="Merge sub-word pieces into words: a word's row is the mean of its pieces' rows, "
+        "its column the sum of their columns, so rows still sum to 1.",
+    ),
+]
+VerboseOption = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        rich_help_panel=MODEL_PANEL,
+        help="Show transformers' own warnings and progress bars.",
+    ),
+]
 LayersOption = Annotated[
-    int,
-    typer.Option("--layers", min=1, max=64, rich_help_panel=STACK_PANEL, help="Number of layers."),
+    int | None,
+    typer.Option(
+        "--layers",
+        min=1,
+        max=64,
+        show_default="2",
+        rich_help_panel=STACK_PANEL,
+        help="Number of layers.",
+    ),
 ]
 HeadsOption = Annotated[
-    int,
+    int | None,
     typer.Option(
-        "--heads", min=1, max=64, rich_help_panel=STACK_PANEL, help="Attention heads per layer."
+        "--heads",
+        min=1,
+        max=64,
+        show_default="4",
+        rich_help_panel=STACK_PANEL,
+        help="Attention heads per layer.",
     ),
 ]
 DModelOption = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--d-model",
         min=1,
         max=4096,
+        show_default="64",
         rich_help_panel=STACK_PANEL,
         help="Width of the token vectors; a multiple of --heads with learned projections.",
     ),
 ]
 SeedOption = Annotated[
-    int,
+    int | None,
     typer.Option(
-        "--seed", rich_help_panel=STACK_PANEL, help="Seed of every weight and token embedding."
+        "--seed",
+        show_default="0",
+        rich_help_panel=STACK_PANEL,
+        help="Seed of every weight and token embedding.",
     ),
 ]
 PositionsOption = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--positions/--no-positions",
+        show_default="positions",
         rich_help_panel=STACK_PANEL,
         help="Add sinusoidal positions. Without them attention ignores word order: "
         "shuffling the words shuffles the maps the same way.",
     ),
 ]
 ProjectionsOption = Annotated[
-    Projections,
+    Projections | None,
     typer.Option(
         "--projections",
         case_sensitive=False,
+        show_default="learned",
         rich_help_panel=STACK_PANEL,
         help="learned: W_Q, W_K, W_V per head. identity: Q = K = V = X, the plain attention in "
         "which a word attends most to itself and its repeats.",
@@ -129,6 +217,52 @@ WidthOption = Annotated[
         help="Columns to draw in (default: the terminal's width, or $COLUMNS, or 80).",
     ),
 ]
+
+
+def builtin_config(**settings: Any) -> BuiltinConfig | None:
+    """The built-in stack's configuration from the options given; None when none was given."""
+    from attnviz.builtin import BuiltinConfig
+
+    given = {name: value for name, value in settings.items() if value is not None}
+    if not given:
+        return None
+    try:
+        return BuiltinConfig(**given)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def check_builtin_only(model: str, config: BuiltinConfig | None, keep_case: bool) -> None:
+    """Built-in stack options next to --model would silently do nothing: refuse them."""
+    if model != BUILTIN and (config is not None or keep_case):
+        raise UsageError(
+            "--layers, --heads, --d-model, --seed, --positions, --projections and --keep-case "
+            "configure the built-in stack; they do not apply to --model"
+        )
+
+
+def load_options(
+    download: bool, trust_remote_code: bool, allow_pickle: bool, verbose: bool
+) -> LoadOptions:
+    from attnviz.pretrained import LoadOptions
+
+    return LoadOptions(
+        download=download,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+        verbose=verbose,
+    )
+
+
+@contextlib.contextmanager
+def loading(model: str) -> Iterator[None]:
+    """A spinner on stderr while a pretrained model loads and runs, when stderr is a terminal."""
+    console = Console(stderr=True, markup=False, highlight=False)
+    if model == BUILTIN or not console.is_terminal:
+        yield
+        return
+    with console.status(f"loading {model} …"):
+        yield
 
 
 def _forced_colour_system() -> str:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import options
-from attnviz.core import Mode
+from attnviz.core import BUILTIN
 
 
 class ShowFormat(StrEnum):
@@ -19,16 +19,23 @@ class ShowFormat(StrEnum):
 
 def show(
     text: options.TextArgument,
-    mode: options.ModeOption = Mode.SELF,
+    mode: options.ModeOption = None,
     target: options.TargetOption = None,
+    model: options.ModelOption = BUILTIN,
     layer: options.LayerOption = "all",
     head: options.HeadOption = "all",
-    layers: options.LayersOption = 2,
-    heads: options.HeadsOption = 4,
-    d_model: options.DModelOption = 64,
-    seed: options.SeedOption = 0,
-    positions: options.PositionsOption = True,
-    projections: options.ProjectionsOption = options.Projections.LEARNED,
+    special: options.SpecialOption = True,
+    words: options.WordsOption = False,
+    download: options.DownloadOption = False,
+    trust_remote_code: options.TrustRemoteCodeOption = False,
+    allow_pickle: options.AllowPickleOption = False,
+    verbose: options.VerboseOption = False,
+    layers: options.LayersOption = None,
+    heads: options.HeadsOption = None,
+    d_model: options.DModelOption = None,
+    seed: options.SeedOption = None,
+    positions: options.PositionsOption = None,
+    projections: options.ProjectionsOption = None,
     keep_case: options.KeepCaseOption = False,
     values: Annotated[
         bool,
@@ -65,36 +72,39 @@ def show(
     and, when even those do not fit, with neighbouring tokens pooled into one
     cell; the picture says so. Data goes to stdout, messages to stderr.
     """
-    from attnviz.builtin import BuiltinConfig
     from attnviz.core import extract
     from attnviz.errors import UsageError
     from attnviz.io import dump_json, read_text_argument, write_text
 
-    try:
-        config = BuiltinConfig(
-            layers=layers,
-            heads=heads,
-            d_model=d_model,
-            seed=seed,
-            positions=positions,
-            projections=projections.value,
-        )
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    maps = extract(
-        read_text_argument(text),
-        mode=mode,
-        target=target,
-        layers=layer,
-        heads=head,
-        config=config,
-        lowercase=not keep_case,
+    if output_format is not ShowFormat.JSON and output != "-":
+        raise UsageError("--output goes with --format json; the terminal picture goes to stdout")
+    config = options.builtin_config(
+        layers=layers,
+        heads=heads,
+        d_model=d_model,
+        seed=seed,
+        positions=positions,
+        projections=projections,
     )
+    options.check_builtin_only(model, config, keep_case)
+    text = read_text_argument(text)
+    with options.loading(model):
+        maps = extract(
+            text,
+            model=model,
+            mode=mode,
+            target=target,
+            layers=layer,
+            heads=head,
+            config=config,
+            lowercase=not keep_case,
+            special=special,
+            words=words,
+            load_options=options.load_options(download, trust_remote_code, allow_pickle, verbose),
+        )
     if output_format is ShowFormat.JSON:
         write_text(dump_json(maps.to_dict()), output)
         return
-    if output != "-":
-        raise UsageError("--output goes with --format json; the terminal picture goes to stdout")
     from attnviz.render.terminal import render
 
     console = options.stdout_console(colour, width)

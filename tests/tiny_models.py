@@ -1,0 +1,219 @@
+"""Tiny random transformers models and tokenizers, built at test time; nothing is downloaded.
+
+Each builder saves a model and its tokenizer with ``save_pretrained`` into a
+folder, the way a user's own checkpoint would be, and returns the folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+
+CORPUS = [
+    "Hello I love you",
+    "The man walked the dog",
+    "Bonjour je t'aime",
+    "Der Mann ging mit dem Hund spazieren",
+    "Attention is all you need",
+    "The animal didn't cross the street because it was too tired",
+]
+
+
+def _byte_level_bpe(specials: list[str]) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    return tokenizer
+
+
+def _metaspace(model, trainer, specials: list[str]) -> Tokenizer:
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    return tokenizer
+
+
+def _wordpiece() -> Tokenizer:
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.train_from_iterator(
+        CORPUS, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials)
+    )
+    return tokenizer
+
+
+def _template(tokenizer: Tokenizer, single: str) -> None:
+    names = {piece for piece in single.split() if piece != "$A"}
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=single, special_tokens=[(name, tokenizer.token_to_id(name)) for name in names]
+    )
+
+
+def _save(model, tokenizer: Tokenizer, folder: Path, **special_tokens) -> Path:
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, **special_tokens)
+    model.eval()
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+def bert(folder: Path) -> Path:
+    torch.manual_seed(0)
+    tokenizer = _wordpiece()
+    _template(tokenizer, "[CLS] $A [SEP]")
+    config = transformers.BertConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return _save(
+        transformers.BertModel(config),
+        tokenizer,
+        folder,
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+    )
+
+
+def gpt2(folder: Path, n_positions: int = 64) -> Path:
+    torch.manual_seed(0)
+    tokenizer = _byte_level_bpe(["<|endoftext|>"])
+    end = tokenizer.token_to_id("<|endoftext|>")
+    config = transformers.GPT2Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        n_positions=n_positions,
+        n_embd=32,
+        n_layer=3,
+        n_head=4,
+        bos_token_id=end,
+        eos_token_id=end,
+    )
+    return _save(
+        transformers.GPT2Model(config),
+        tokenizer,
+        folder,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+    )
+
+
+def llama(folder: Path) -> Path:
+    """A Llama with grouped-query attention: 4 query heads share 2 key/value heads."""
+    torch.manual_seed(0)
+    specials = ["<unk>", "<s>", "</s>"]
+    tokenizer = _metaspace(
+        models.BPE(unk_token="<unk>"),
+        trainers.BpeTrainer(vocab_size=300, special_tokens=specials),
+        specials,
+    )
+    _template(tokenizer, "<s> $A")
+    config = transformers.LlamaConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return _save(
+        transformers.LlamaModel(config),
+        tokenizer,
+        folder,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+
+
+def bart(folder: Path) -> Path:
+    torch.manual_seed(0)
+    tokenizer = _byte_level_bpe(["<s>", "<pad>", "</s>", "<unk>"])
+    _template(tokenizer, "<s> $A </s>")
+    config = transformers.BartConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    return _save(
+        transformers.BartModel(config),
+        tokenizer,
+        folder,
+        bos_token="<s>",
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
+
+
+def t5(folder: Path) -> Path:
+    torch.manual_seed(0)
+    specials = ["<pad>", "</s>", "<unk>"]
+    tokenizer = _metaspace(
+        models.Unigram(),
+        trainers.UnigramTrainer(vocab_size=120, special_tokens=specials, unk_token="<unk>"),
+        specials,
+    )
+    _template(tokenizer, "$A </s>")
+    config = transformers.T5Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=3,
+        num_heads=4,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    return _save(
+        transformers.T5Model(config),
+        tokenizer,
+        folder,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
+
+
+BUILDERS = {"bert": bert, "gpt2": gpt2, "llama": llama, "bart": bart, "t5": t5}
