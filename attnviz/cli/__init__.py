@@ -5,9 +5,11 @@ import os
 import sys
 
 from attnviz.cli.app import app
+from attnviz.cli.models import models
 from attnviz.cli.show import show
 
 app.command()(show)
+app.command()(models)
 
 
 def _exit_status(code: object) -> int:
