@@ -29,6 +29,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/pretrained.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

