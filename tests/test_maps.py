@@ -54,7 +54,7 @@ def test_extract_public_api_shape_and_selection():
     [
         ({"schema_version": 2}, "schema_version 2 is not supported"),
         ({"weights": [[[[0.5]]]]}, "weights have shape"),
-        ({"weights": [[1, [2]]]}, "not a rectangular array"),
+        ({"weights": [[1, [2]]]}, "malformed document"),
         ({"layers": None}, ""),
     ],
 )

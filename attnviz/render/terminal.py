@@ -24,12 +24,9 @@ from rich.table import Table
 from rich.text import Text
 
 from attnviz.maps import AttentionMaps
+from attnviz.render import palette
 from attnviz.tokens import display_label
 
-# viridis sampled at 0, 1/4, 1/2, 3/4, 1: dark for little attention, bright for much.
-_RAMP = np.array(
-    [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)], dtype=float
-)
 _SHADES = " ·░▒▓█"  # blank only for exactly zero: masked keys stay visibly empty
 _MAX_ROW_LABEL = 12
 _MAX_COLUMN_CELL = 6
@@ -57,12 +54,8 @@ class Layout:
 
 
 def colour(weight: float) -> Color:
-    """The ramp colour of a weight in [0, 1]."""
-    position = min(max(weight, 0.0), 1.0) * (len(_RAMP) - 1)
-    low = min(int(position), len(_RAMP) - 2)
-    mix = _RAMP[low] + (position - low) * (_RAMP[low + 1] - _RAMP[low])
-    red, green, blue = (round(channel) for channel in mix)
-    return Color.from_rgb(red, green, blue)
+    """The palette colour of a weight in [0, 1], for rich."""
+    return Color.from_rgb(*palette.rgb(weight))
 
 
 def shade(weight: float) -> str:
@@ -161,9 +154,8 @@ def _cell(weight: float, scale: float, layout: Layout, use_colour: bool) -> Text
     content = format_weight(weight).center(layout.cell) if layout.values else None
     if not use_colour:
         return Text(content or shade(relative) * layout.cell)
-    background = colour(relative)
-    foreground = "black" if relative > 0.6 else "white"
-    return Text(content or " " * layout.cell, style=Style(bgcolor=background, color=foreground))
+    style = Style(bgcolor=colour(relative), color=palette.ink(relative))
+    return Text(content or " " * layout.cell, style=style)
 
 
 def heatmap_panel(
@@ -210,16 +202,15 @@ def render(
     pooled_keys = pool_labels(key_labels, layout.pool)
     panels = [
         heatmap_panel(
-            pool_map(maps.weights[i, j], layout.pool),
+            pool_map(matrix, layout.pool),
             pooled_queries,
             pooled_keys,
-            title=f"layer {layer} · head {head}",
+            title=title,
             layout=layout,
             scale=scale,
             use_colour=use_colour,
         )
-        for i, layer in enumerate(maps.layers)
-        for j, head in enumerate(maps.heads)
+        for title, matrix in maps.panels()
     ]
     per_row = max(1, width // layout.panel_width(len(pooled_keys)))
     grid = Table.grid(padding=(0, 0))
@@ -227,13 +218,12 @@ def render(
         grid.add_column()
     for start in range(0, len(panels), per_row):
         grid.add_row(*panels[start : start + per_row])
-    notes = [
-        Text(
-            f"{maps.model} · {maps.mode} attention · rows: {len(maps.query_tokens)} query tokens,"
-            f" columns: {len(maps.key_tokens)} key tokens",
-            style="bold",
-        )
-    ]
+    summary = f"{maps.model} · {maps.mode} attention"
+    if maps.aggregate:
+        summary += f" · {maps.aggregate}"
+    rows, columns = len(maps.query_tokens), len(maps.key_tokens)
+    summary += f" · rows: {rows} query tokens, columns: {columns} key tokens"
+    notes = [Text(summary, style="bold")]
     if layout.pool > 1:
         notes.append(
             Text(
