@@ -1,67 +1,264 @@
-"""Reading inputs and writing outputs, with nothing half-written on failure."""
+"""Reading inputs and saved maps; writing documents with nothing half-written on failure.
+
+Formats of saved maps:
+
+- ``json``: one AttentionMaps document (schema version 1).
+- ``ndjson``: one document per line, for streams of inputs.
+- ``npz``: numpy arrays (``weights``, ``layers``, ``heads``, ``query_tokens``,
+  ``key_tokens``) and a ``meta`` JSON string with the other fields.
+- ``csv``: long form, a row per weight: input, layer, head, query_index,
+  query_token, key_index, key_token, weight.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
 import json
 import os
 import sys
 import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import numpy as np
 
 from attnviz.errors import AttnvizError, UsageError
+from attnviz.maps import AttentionMaps, SchemaError
 
 STDIO = "-"
 
 
-def read_text_argument(text: str) -> str:
-    """The TEXT argument itself, or all of standard input when it is ``-``."""
-    if text != STDIO:
-        return text
-    if sys.stdin is None or sys.stdin.isatty():
-        raise UsageError("TEXT is '-' but standard input is a terminal: pipe some text in")
+class DataFormat(StrEnum):
+    JSON = "json"
+    NDJSON = "ndjson"
+    NPZ = "npz"
+    CSV = "csv"
+
+
+CSV_HEADER = (
+    "input",
+    "layer",
+    "head",
+    "query_index",
+    "query_token",
+    "key_index",
+    "key_token",
+    "weight",
+)
+
+
+def _decode(data: bytes, where: str) -> str:
     try:
-        data = sys.stdin.buffer.read()
-    except OSError as error:
-        raise AttnvizError(f"cannot read standard input: {error.strerror or error}") from None
-    try:
-        return data.decode("utf-8").removesuffix("\n")
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
         byte, offset = data[error.start], error.start
         raise UsageError(
-            f"standard input is not UTF-8 text: byte 0x{byte:02x} at offset {offset}"
+            f"{where} is not UTF-8 text: byte 0x{byte:02x} at offset {offset}"
         ) from None
 
 
-def write_text(content: str, destination: str | Path) -> None:
-    """Write ``content`` to stdout (``-``) or atomically to a file.
+def _stdin_bytes() -> IO[bytes]:
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UsageError("'-' reads standard input, but it is a terminal: pipe something in")
+    return sys.stdin.buffer
 
-    A file is written under a temporary name in its own folder and renamed
-    into place, so an interrupted write never leaves a truncated file.
+
+def read_texts(text: str) -> Iterator[str]:
+    """The inputs named by a TEXT argument: the text itself, or each line of stdin for ``-``.
+
+    Lines are read and yielded one at a time, so a stream is answered as it
+    arrives. Blank lines are skipped; a stdin with no text at all is an error.
+    """
+    if text != STDIO:
+        yield text
+        return
+    stream = _stdin_bytes()
+    seen = False
+    try:
+        for number, raw in enumerate(stream, start=1):
+            line = _decode(raw, f"standard input line {number}").rstrip("\r\n")
+            if line.strip():
+                seen = True
+                yield line
+    except OSError as error:
+        raise AttnvizError(f"cannot read standard input: {error.strerror or error}") from None
+    if not seen:
+        raise UsageError("standard input holds no text: give some words to look at")
+
+
+@contextlib.contextmanager
+def open_output(destination: str | Path, *, binary: bool = False) -> Iterator[IO[Any]]:
+    """A stream to write to: stdout for ``-``, else a file that appears only when complete.
+
+    A file is written under a temporary name in its own folder and renamed into
+    place on success; on any failure the temporary file is removed, so an
+    interrupted write never leaves a truncated file.
     """
     if str(destination) == STDIO:
-        sys.stdout.write(content)
-        sys.stdout.flush()
+        stream = sys.stdout.buffer if binary else sys.stdout
+        yield stream
+        stream.flush()
         return
     path = Path(destination)
     if path.is_dir():
         raise UsageError(f"cannot write {path}: it is a directory; give a file name")
-    folder = path.parent
-    if not folder.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {folder} does not exist")
+    if not path.parent.is_dir():
+        raise AttnvizError(f"cannot write {path}: folder {path.parent} does not exist")
     try:
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as error:
         raise AttnvizError(f"cannot write {path}: {error.strerror}") from None
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(content)
+        mode = "wb" if binary else "w"
+        encoding = None if binary else "utf-8"
+        with os.fdopen(descriptor, mode, encoding=encoding, newline=None if binary else "") as out:
+            yield out
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
 
 
-def dump_json(document: dict[str, Any]) -> str:
+def write_text(content: str, destination: str | Path) -> None:
+    with open_output(destination) as out:
+        out.write(content)
+
+
+def dump_json(document: Any) -> str:
     """The one JSON spelling of every document attnviz writes: compact, UTF-8, one line."""
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def npz_bytes(maps: AttentionMaps) -> bytes:
+    meta = {key: value for key, value in maps.to_dict().items() if key not in _NPZ_ARRAYS}
+    buffer = io.BytesIO()
+    np.savez_compressed(
+        buffer,
+        weights=maps.weights,
+        layers=np.asarray(maps.layers, dtype=np.int64),
+        heads=np.asarray(maps.heads, dtype=np.int64),
+        query_tokens=np.asarray(maps.query_tokens, dtype=str),
+        key_tokens=np.asarray(maps.key_tokens, dtype=str),
+        meta=np.asarray(json.dumps(meta, ensure_ascii=False)),
+    )
+    return buffer.getvalue()
+
+
+_NPZ_ARRAYS = ("weights", "layers", "heads", "query_tokens", "key_tokens")
+
+
+def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
+    """The long form of one input: a row per (layer, head, query, key)."""
+    writer = csv.writer(out, lineterminator="\n")
+    layers = maps.layers if maps.map_grid[0] == len(maps.layers) else [-1]
+    heads = maps.heads if maps.map_grid[1] == len(maps.heads) else [-1]  # -1: an aggregate
+    for i, layer in enumerate(layers):
+        for j, head in enumerate(heads):
+            matrix = maps.weights[i, j]
+            for q, query in enumerate(maps.query_tokens):
+                writer.writerows(
+                    (input_index, layer, head, q, query, k, key, f"{matrix[q, k]:.8g}")
+                    for k, key in enumerate(maps.key_tokens)
+                )
+
+
+def write_maps(
+    stream: Iterable[AttentionMaps], data_format: DataFormat, destination: str | Path
+) -> int:
+    """Write every input's maps in one format; return how many were written.
+
+    ``ndjson`` and ``csv`` write each record as soon as it is computed, each
+    record in one piece, so a reader (or an error mid-stream) only ever sees
+    whole records. ``json`` and ``npz`` hold exactly one input.
+    """
+    if data_format in (DataFormat.JSON, DataFormat.NPZ):
+        items = iter(stream)
+        first = next(items)
+        if next(items, None) is not None:
+            raise UsageError(
+                f"several inputs: {data_format.value} holds one; use --format ndjson or csv"
+            )
+        if data_format is DataFormat.JSON:
+            write_text(dump_json(first.to_dict()), destination)
+        else:
+            with open_output(destination, binary=True) as out:
+                out.write(npz_bytes(first))
+        return 1
+    count = 0
+    with open_output(destination) as out:
+        if data_format is DataFormat.CSV:
+            out.write(",".join(CSV_HEADER) + "\n")
+        for count, maps in enumerate(stream, start=1):
+            if data_format is DataFormat.NDJSON:
+                record = dump_json(maps.to_dict())
+            else:
+                buffer = io.StringIO()
+                write_csv_rows(buffer, maps, count - 1)
+                record = buffer.getvalue()
+            out.write(record)
+            out.flush()
+    return count
+
+
+def read_maps(source: str) -> Iterator[AttentionMaps]:
+    """Saved maps from a json, ndjson or npz file, or ``-`` for stdin; errors say where."""
+    name = "standard input" if source == STDIO else source
+    try:
+        data = _stdin_bytes().read() if source == STDIO else Path(source).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {source}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{source} is a directory, not a file of saved maps") from None
+    except OSError as error:
+        raise AttnvizError(f"cannot read {name}: {error.strerror or error}") from None
+    if data.startswith(b"PK"):
+        yield _read_npz(data, name)
+        return
+    text = _decode(data, name).strip()
+    if not text:
+        raise SchemaError(f"{name} is empty")
+    if "\n" not in text or text.startswith("["):
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SchemaError(f"{name} is not valid JSON ({error})") from None
+        for item in document if isinstance(document, list) else [document]:
+            yield _from_document(item, name)
+        return
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            document = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise SchemaError(f"{name} line {number} is not valid JSON ({error})") from None
+        yield _from_document(document, f"{name} line {number}")
+
+
+def _from_document(document: Any, where: str) -> AttentionMaps:
+    try:
+        return AttentionMaps.from_dict(document)
+    except SchemaError as error:
+        raise SchemaError(f"{where}: {error}") from None
+
+
+def _read_npz(data: bytes, name: str) -> AttentionMaps:
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            meta = json.loads(str(arrays["meta"]))
+            document = {
+                **meta,
+                "weights": arrays["weights"],
+                "layers": arrays["layers"].tolist(),
+                "heads": arrays["heads"].tolist(),
+                "query_tokens": arrays["query_tokens"].tolist(),
+                "key_tokens": arrays["key_tokens"].tolist(),
+            }
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as error:
+        raise SchemaError(f"{name} is not a valid attnviz npz file ({error})") from None
+    return _from_document(document, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,6 +34,13 @@ def index_span(indices: Sequence[int]) -> str:
     if len(indices) > 2 and list(indices) == list(range(indices[0], indices[-1] + 1)):
         return f"{indices[0]}–{indices[-1]}"
     return ",".join(map(str, indices))
+
+
+class MapPanel(NamedTuple):
+    layer: int | None  # None: combined over layers
+    head: int | None  # None: combined over heads
+    title: str
+    matrix: np.ndarray  # (query tokens, key tokens)
 
 
 @dataclass(eq=False)
@@ -82,19 +89,22 @@ class AttentionMaps:
             raise ValueError("aggregated maps have no single heads")
         return self.weights[self.layers.index(layer), self.heads.index(head)]
 
-    def panels(self) -> Iterator[tuple[str, np.ndarray]]:
+    def panels(self) -> Iterator[MapPanel]:
         """Every map with its title, in layer-major order."""
         heads = index_span(self.heads)
         for i in range(self.weights.shape[0]):
             for j in range(self.weights.shape[1]):
+                matrix = self.weights[i, j]
                 if self.aggregate is None:
-                    title = f"layer {self.layers[i]} · head {self.heads[j]}"
+                    layer, head = self.layers[i], self.heads[j]
+                    yield MapPanel(layer, head, f"layer {layer} · head {head}", matrix)
                 elif not AGGREGATES[self.aggregate]:
                     method = self.aggregate.split()[0]
                     title = f"layer {self.layers[i]} · {method} of heads {heads}"
+                    yield MapPanel(self.layers[i], None, title, matrix)
                 else:
                     title = f"{self.aggregate} · layers {index_span(self.layers)} · heads {heads}"
-                yield title, self.weights[i, j]
+                    yield MapPanel(None, None, title, matrix)
 
     def select(
         self, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
@@ -171,7 +181,7 @@ class AttentionMaps:
 
         scale = float(self.weights.max()) or 1.0
         parts = [f"<div><b>{html.escape(self.model)}</b> · {html.escape(self.mode)} attention"]
-        for title, matrix in self.panels():
+        for _, _, title, matrix in self.panels():
             rows = ["<tr><th></th>"]
             rows += [f"<th>{html.escape(token)}</th>" for token in self.key_tokens]
             rows.append("</tr>")

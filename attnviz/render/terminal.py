@@ -210,7 +210,7 @@ def render(
             scale=scale,
             use_colour=use_colour,
         )
-        for title, matrix in maps.panels()
+        for _, _, title, matrix in maps.panels()
     ]
     per_row = max(1, width // layout.panel_width(len(pooled_keys)))
     grid = Table.grid(padding=(0, 0))

@@ -1,0 +1,1 @@
+"""Analysis on top of AttentionMaps: aggregation and rollout, head statistics, diffs."""

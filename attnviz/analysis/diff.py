@@ -1,0 +1,64 @@
+"""Comparing two sets of maps of the same input: per-head Jensen–Shannon divergence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.errors import UsageError
+from attnviz.maps import AttentionMaps
+
+
+@dataclass(frozen=True)
+class HeadDivergence:
+    layer: int
+    head: int
+    divergence: float  # Jensen–Shannon, in nats, averaged over query rows; 0 = identical
+    worst_query: str  # the query token whose rows differ most
+    # layer and head are -1 where the maps were combined over them
+
+
+def jensen_shannon(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """JS divergence (nats) between matching rows of p and q, over the last axis; in [0, ln 2]."""
+    p, q = p.astype(np.float64), q.astype(np.float64)
+    m = 0.5 * (p + q)
+
+    def kl(a: np.ndarray) -> np.ndarray:
+        ratio = np.divide(a, m, out=np.ones_like(a), where=a > 0)
+        return (a * np.log(ratio)).sum(-1)
+
+    return np.clip(0.5 * kl(p) + 0.5 * kl(q), 0.0, None)
+
+
+def diff_maps(first: AttentionMaps, second: AttentionMaps) -> list[HeadDivergence]:
+    """Divergence of every head both hold, largest first. The inputs must have the same tokens."""
+    for side in ("query_tokens", "key_tokens"):
+        a, b = getattr(first, side), getattr(second, side)
+        if a != b:
+            pairs = enumerate(zip(a, b, strict=False))
+            where = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
+            raise UsageError(
+                f"the two inputs have different {side.replace('_', ' ')} ({len(a)} and {len(b)}; "
+                f"first difference at position {where}): a diff needs the same tokens, e.g. two "
+                "checkpoints of one model"
+            )
+    if first.aggregate != second.aggregate:
+        raise UsageError("one side is aggregated and the other is not")
+    if (first.layers, first.heads) != (second.layers, second.heads):
+        raise UsageError(
+            f"the two sides hold different layers and heads ({first.weights.shape[:2]} and "
+            f"{second.weights.shape[:2]}): select the same ones with --layer and --head"
+        )
+    rows = []
+    for panel, other in zip(first.panels(), second.panels(), strict=True):
+        per_row = jensen_shannon(panel.matrix, other.matrix)
+        rows.append(
+            HeadDivergence(
+                layer=-1 if panel.layer is None else panel.layer,
+                head=-1 if panel.head is None else panel.head,
+                divergence=float(per_row.mean()),
+                worst_query=first.query_tokens[int(per_row.argmax())],
+            )
+        )
+    return sorted(rows, key=lambda row: -row.divergence)
