@@ -118,10 +118,17 @@ def open_output(destination: str | Path, *, binary: bool = False) -> Iterator[IO
         encoding = None if binary else "utf-8"
         with os.fdopen(descriptor, mode, encoding=encoding, newline=None if binary else "") as out:
             yield out
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp made it private; give it the usual mode
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def write_text(content: str, destination: str | Path) -> None:

@@ -22,7 +22,7 @@ def test_version_reads_package_metadata(runner):
 
 
 def test_show_draws_every_head_labelled(runner):
-    result = runner.invoke(app, ["show", "Hello I love you", "--width", "120"])
+    result = runner.invoke(app, ["show", "Hello I love you", "-f", "terminal", "--width", "120"])
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     for layer in range(2):
@@ -98,7 +98,7 @@ def test_stack_options_change_the_stack(runner):
         (["show", "hi", "--d-model", "10"], 2, "must be a multiple of heads"),
         (["show", "hi", "--mode", "sideways"], 2, "Invalid value for '--mode'"),
         (["show", "hi", "--no-such-flag"], 2, "No such option: --no-such-flag"),
-        (["show", "hi", "-o", "x.json"], 2, "--output goes with --format json"),
+        (["show", "hi", "-f", "terminal", "-o", "x.json"], 2, "--output goes with a data --format"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr(runner, arguments, code, message):
@@ -112,11 +112,12 @@ def test_bad_input_is_one_line_on_stderr(runner, arguments, code, message):
 
 
 def test_stdin_that_is_not_utf8(runner):
-    result = runner.invoke(app, ["show", "-"], input=b"caf\xe9\n")
+    result = runner.invoke(app, ["show", "-", "-f", "ndjson"], input=b"good\ncaf\xe9\n")
     assert result.exit_code == 2
-    assert (
-        result.stderr == "attnviz: error: standard input is not UTF-8 text: byte 0xe9 at offset 3\n"
+    assert result.stderr == (
+        "attnviz: error: standard input line 2 is not UTF-8 text: byte 0xe9 at offset 3\n"
     )
+    assert json.loads(result.stdout)["text"] == "good"  # the whole record before the error
 
 
 def test_unwritable_output_is_a_runtime_error(runner, tmp_path):
@@ -154,7 +155,21 @@ def test_unexpected_errors_are_one_line_unless_debug(runner, monkeypatch):
 @pytest.mark.parametrize("colour", ["never", "always"])
 def test_text_is_data_never_markup_or_escapes(runner, text, colour):
     result = runner.invoke(
-        app, ["show", text, "--layer", "0", "--head", "0", "--color", colour, "--width", "200"]
+        app,
+        [
+            "show",
+            text,
+            "-l",
+            "0",
+            "--head",
+            "0",
+            "-f",
+            "terminal",
+            "--color",
+            colour,
+            "--width",
+            "200",
+        ],
     )
     assert result.exit_code == 0
     visible = ANSI.sub("", result.stdout)  # the only escapes allowed are our own colours

@@ -244,7 +244,8 @@ def test_minilm_hello_i_love_you():
 
 def test_show_minilm_through_the_cli(runner):
     result = runner.invoke(
-        app, ["show", "--model", "minilm", "The man walked the dog", "--width", "160"]
+        app,
+        ["show", "--model", "minilm", "The man walked the dog", "-f", "terminal", "--width", "160"],
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.count("layer 5 · head 11") == 1

@@ -29,13 +29,13 @@ from attnviz.render.terminal import choose_layout, pool_map, shade
     ],
 )
 def test_snapshots_at_120_columns(runner, snapshot, name, arguments):
-    result = runner.invoke(app, [*arguments, "--width", "120"])
+    result = runner.invoke(app, [*arguments, "-f", "terminal", "--width", "120"])
     assert result.exit_code == 0, result.stderr
     snapshot(name, result.stdout)
 
 
 def test_hello_fits_eight_heads_three_to_a_row_in_120_columns(runner):
-    result = runner.invoke(app, ["show", "Hello I love you", "--width", "120"])
+    result = runner.invoke(app, ["show", "Hello I love you", "-f", "terminal", "--width", "120"])
     lines = result.stdout.splitlines()
     title_rows = [line for line in lines if "╭" in line]
     assert [row.count("head") for row in title_rows] == [3, 3, 2]
@@ -56,7 +56,7 @@ def subprocess_free_render(text, width):
     from typer.testing import CliRunner
 
     result = CliRunner().invoke(
-        app, ["show", text, "--layer", "0", "--head", "0", "--width", str(width)]
+        app, ["show", text, "--layer", "0", "--head", "0", "-f", "terminal", "--width", str(width)]
     )
     assert result.exit_code == 0, result.stderr
     return result.stdout
@@ -116,7 +116,7 @@ def test_colour_follows_the_terminal_and_no_color(environment, coloured):
 
     env = {k: v for k, v in os.environ.items() if k not in {"FORCE_COLOR", "NO_COLOR"}}
     result = subprocess.run(
-        [sys.executable, "-m", "attnviz", "show", "hi there", "--layer", "0", "--head", "0"],
+        [sys.executable, "-m", "attnviz", "show", "hi there", "-l", "0", "-f", "terminal"],
         capture_output=True,
         text=True,
         env={**env, "TERM": "xterm-256color", **environment},

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,6 +17,7 @@ from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
     from attnviz.builtin import BuiltinConfig
+    from attnviz.maps import AttentionMaps
     from attnviz.pretrained import LoadOptions
 
 SELECTION_PANEL = "Layers and heads"
@@ -219,50 +220,103 @@ WidthOption = Annotated[
 ]
 
 
-def builtin_config(**settings: Any) -> BuiltinConfig | None:
-    """The built-in stack's configuration from the options given; None when none was given."""
+@dataclass(frozen=True)
+class Extraction:
+    """What every command that reads a text needs: the model, the mode, the selection."""
+
+    model: str
+    mode: Mode | None
+    layer: str
+    head: str
+    config: BuiltinConfig | None
+    lowercase: bool
+    special: bool
+    words: bool
+    load_options: LoadOptions
+
+    def prepare(self) -> None:
+        """Load a pretrained model now, under a spinner, before any output starts."""
+        if self.model == BUILTIN:
+            return
+        from attnviz.pretrained import load
+
+        console = Console(stderr=True, markup=False, highlight=False)
+        if not console.is_terminal:
+            load(self.model, self.load_options)
+            return
+        with console.status(f"loading {self.model} …"):
+            load(self.model, self.load_options)
+
+    def __call__(self, text: str, target: str | None = None) -> AttentionMaps:
+        from attnviz.core import extract
+
+        return extract(
+            text,
+            model=self.model,
+            mode=self.mode,
+            target=target,
+            layers=self.layer,
+            heads=self.head,
+            config=self.config,
+            lowercase=self.lowercase,
+            special=self.special,
+            words=self.words,
+            load_options=self.load_options,
+        )
+
+
+def extraction(
+    *,
+    model: str,
+    mode: Mode | None,
+    layer: str,
+    head: str,
+    special: bool,
+    words: bool,
+    download: bool,
+    trust_remote_code: bool,
+    allow_pickle: bool,
+    verbose: bool,
+    layers: int | None,
+    heads: int | None,
+    d_model: int | None,
+    seed: int | None,
+    positions: bool | None,
+    projections: Projections | None,
+    keep_case: bool,
+) -> Extraction:
+    """Check the model options together and bundle them."""
     from attnviz.builtin import BuiltinConfig
+    from attnviz.pretrained import LoadOptions
 
-    given = {name: value for name, value in settings.items() if value is not None}
-    if not given:
-        return None
-    try:
-        return BuiltinConfig(**given)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-
-
-def check_builtin_only(model: str, config: BuiltinConfig | None, keep_case: bool) -> None:
-    """Built-in stack options next to --model would silently do nothing: refuse them."""
-    if model != BUILTIN and (config is not None or keep_case):
+    stack = {"layers": layers, "heads": heads, "d_model": d_model, "seed": seed}
+    stack |= {"positions": positions, "projections": projections}
+    given = {name: value for name, value in stack.items() if value is not None}
+    if model != BUILTIN and (given or keep_case):
         raise UsageError(
             "--layers, --heads, --d-model, --seed, --positions, --projections and --keep-case "
             "configure the built-in stack; they do not apply to --model"
         )
-
-
-def load_options(
-    download: bool, trust_remote_code: bool, allow_pickle: bool, verbose: bool
-) -> LoadOptions:
-    from attnviz.pretrained import LoadOptions
-
-    return LoadOptions(
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
+    try:
+        config = BuiltinConfig(**given) if given else None
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return Extraction(
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        config=config,
+        lowercase=not keep_case,
+        special=special,
+        words=words,
+        load_options=LoadOptions(
+            download=download,
+            trust_remote_code=trust_remote_code,
+            allow_pickle=allow_pickle,
+            verbose=verbose,
+        ),
     )
-
-
-@contextlib.contextmanager
-def loading(model: str) -> Iterator[None]:
-    """A spinner on stderr while a pretrained model loads and runs, when stderr is a terminal."""
-    console = Console(stderr=True, markup=False, highlight=False)
-    if model == BUILTIN or not console.is_terminal:
-        yield
-        return
-    with console.status(f"loading {model} …"):
-        yield
 
 
 def _forced_colour_system() -> str:
@@ -292,3 +346,18 @@ def stdout_console(colour: ColourChoice, width: int | None) -> Console:
 
 def uses_colour(console: Console) -> bool:
     return console.color_system is not None and not console.no_color
+
+
+def draw(
+    stream: Iterable[AttentionMaps], *, colour: ColourChoice, width: int | None, values: bool
+) -> None:
+    """Each input's maps as terminal pictures, one after another, as they come."""
+    from attnviz.render.terminal import render
+
+    console = stdout_console(colour, width)
+    for number, maps in enumerate(stream):
+        if number:
+            console.print()
+        console.print(
+            render(maps, width=console.width, use_colour=uses_colour(console), values=values)
+        )

@@ -2,19 +2,67 @@
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
+from attnviz.analysis.aggregate import Aggregate
 from attnviz.cli import options
 from attnviz.core import BUILTIN
+from attnviz.io import STDIO
 
 
 class ShowFormat(StrEnum):
-    AUTO = "auto"  # the terminal picture
+    AUTO = "auto"  # a picture for a terminal, NDJSON for a pipe or file
     TERMINAL = "terminal"
     JSON = "json"
+    NDJSON = "ndjson"
+    NPZ = "npz"
+    CSV = "csv"
+
+
+FormatOption = Annotated[
+    ShowFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        case_sensitive=False,
+        rich_help_panel=options.OUTPUT_PANEL,
+        help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
+        "line, streamed. npz: numpy arrays. csv: a row per weight. auto: terminal when stdout "
+        "is a terminal, else ndjson.",
+    ),
+]
+OutputOption = Annotated[
+    str,
+    typer.Option(
+        "--output",
+        "-o",
+        rich_help_panel=options.OUTPUT_PANEL,
+        help="Where data formats go: a file (written whole or not at all), or - for stdout.",
+    ),
+]
+AggregateOption = Annotated[
+    Aggregate | None,
+    typer.Option(
+        "--aggregate",
+        "-a",
+        case_sensitive=False,
+        rich_help_panel=options.SELECTION_PANEL,
+        help="Combine the selected maps. mean, max: over heads, a map per layer. mean-all, "
+        "max-all: over layers and heads. rollout: attention rollout (Abnar & Zuidema 2020), the "
+        "product of head-mean maps with the residual folded in (0.5·A + 0.5·I). flow: "
+        "attention flow as maximum flow, up to 64 tokens.",
+    ),
+]
+ValuesOption = Annotated[
+    bool,
+    typer.Option(
+        "--values", rich_help_panel=options.OUTPUT_PANEL, help="Print the weights in the cells."
+    ),
+]
 
 
 def show(
@@ -24,6 +72,7 @@ def show(
     model: options.ModelOption = BUILTIN,
     layer: options.LayerOption = "all",
     head: options.HeadOption = "all",
+    aggregate: AggregateOption = None,
     special: options.SpecialOption = True,
     words: options.WordsOption = False,
     download: options.DownloadOption = False,
@@ -37,31 +86,9 @@ def show(
     positions: options.PositionsOption = None,
     projections: options.ProjectionsOption = None,
     keep_case: options.KeepCaseOption = False,
-    values: Annotated[
-        bool,
-        typer.Option(
-            "--values", rich_help_panel=options.OUTPUT_PANEL, help="Print the weights in the cells."
-        ),
-    ] = False,
-    output_format: Annotated[
-        ShowFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            case_sensitive=False,
-            rich_help_panel=options.OUTPUT_PANEL,
-            help="terminal: heatmaps. json: the AttentionMaps document (schema version 1).",
-        ),
-    ] = ShowFormat.AUTO,
-    output: Annotated[
-        str,
-        typer.Option(
-            "--output",
-            "-o",
-            rich_help_panel=options.OUTPUT_PANEL,
-            help="Where --format json goes: a file, or - for standard output.",
-        ),
-    ] = "-",
+    values: ValuesOption = False,
+    output_format: FormatOption = ShowFormat.AUTO,
+    output: OutputOption = STDIO,
     colour: options.ColourOption = options.ColourChoice.AUTO,
     width: options.WidthOption = None,
 ) -> None:
@@ -70,44 +97,41 @@ def show(
     Rows are query tokens, columns key tokens; each row sums to 1. Panels sit
     side by side as the width allows. A wide input is drawn with narrower cells
     and, when even those do not fit, with neighbouring tokens pooled into one
-    cell; the picture says so. Data goes to stdout, messages to stderr.
+    cell; the picture says so. With TEXT -, every line of stdin is one input,
+    answered as soon as it is read. Data goes to stdout, messages to stderr.
     """
-    from attnviz.core import extract
+    from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.errors import UsageError
-    from attnviz.io import dump_json, read_text_argument, write_text
+    from attnviz.io import DataFormat, read_texts, write_maps
 
-    if output_format is not ShowFormat.JSON and output != "-":
-        raise UsageError("--output goes with --format json; the terminal picture goes to stdout")
-    config = options.builtin_config(
+    if output_format is ShowFormat.AUTO:
+        output_format = ShowFormat.TERMINAL if sys.stdout.isatty() else ShowFormat.NDJSON
+    if output_format is ShowFormat.TERMINAL and output != STDIO:
+        raise UsageError("--output goes with a data --format; the terminal picture goes to stdout")
+    extract = options.extraction(
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        special=special,
+        words=words,
+        download=download,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+        verbose=verbose,
         layers=layers,
         heads=heads,
         d_model=d_model,
         seed=seed,
         positions=positions,
         projections=projections,
+        keep_case=keep_case,
     )
-    options.check_builtin_only(model, config, keep_case)
-    text = read_text_argument(text)
-    with options.loading(model):
-        maps = extract(
-            text,
-            model=model,
-            mode=mode,
-            target=target,
-            layers=layer,
-            heads=head,
-            config=config,
-            lowercase=not keep_case,
-            special=special,
-            words=words,
-            load_options=options.load_options(download, trust_remote_code, allow_pickle, verbose),
-        )
-    if output_format is ShowFormat.JSON:
-        write_text(dump_json(maps.to_dict()), output)
+    extract.prepare()
+    stream = (extract(line, target) for line in read_texts(text))
+    if aggregate is not None:
+        stream = (combine(maps, aggregate) for maps in stream)
+    if output_format is not ShowFormat.TERMINAL:
+        write_maps(stream, DataFormat(output_format.value), output)
         return
-    from attnviz.render.terminal import render
-
-    console = options.stdout_console(colour, width)
-    console.print(
-        render(maps, width=console.width, use_colour=options.uses_colour(console), values=values)
-    )
+    options.draw(stream, colour=colour, width=width, values=values)

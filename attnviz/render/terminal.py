@@ -34,6 +34,7 @@ _MIN_CELL = 2  # room for one wide character (CJK, emoji)
 _VALUE_CELL = 3  # ".42", "1.0"
 _MAX_VERTICAL_LABEL = 8
 _PANEL_FRAME = 4  # two borders and two padding columns
+_TITLE_FRAME = 6  # corners, the rules either side of a title, and its padding
 _GRAPHEME = regex.compile(r"\X")
 
 
@@ -179,14 +180,16 @@ def heatmap_panel(
     return Panel(Group(*lines), title=title, expand=False, padding=(0, 1))
 
 
-def legend(scale: float, use_colour: bool) -> Text:
+def legend(scale: float, use_colour: bool, rows_are_distributions: bool) -> Text:
     line = Text("0 ")
     if use_colour:
         for step in range(16):
             line.append(" ", style=Style(bgcolor=colour(step / 15)))
     else:
         line.append(_SHADES.strip())
-    line.append(f" {scale:.2f}   colour scale shared by all panels; each row sums to 1")
+    line.append(f" {scale:.2f}   colour scale shared by all panels")
+    if rows_are_distributions:
+        line.append("; each row sums to 1")
     return line
 
 
@@ -212,7 +215,9 @@ def render(
         )
         for _, _, title, matrix in maps.panels()
     ]
-    per_row = max(1, width // layout.panel_width(len(pooled_keys)))
+    widest_title = max(cell_len(title) for _, _, title, _ in maps.panels())
+    panel_width = max(layout.panel_width(len(pooled_keys)), widest_title + _TITLE_FRAME)
+    per_row = max(1, width // panel_width)
     grid = Table.grid(padding=(0, 0))
     for _ in range(per_row):
         grid.add_column()
@@ -234,4 +239,5 @@ def render(
         )
     if values and not layout.values:
         notes.append(Text("--values: cells too narrow for numbers at this width"))
-    return Group(*notes, grid, legend(scale, use_colour))
+    distributions = not (maps.aggregate or "").startswith("max")
+    return Group(*notes, grid, legend(scale, use_colour, distributions))
