@@ -5,11 +5,15 @@ import os
 import sys
 
 from attnviz.cli.app import app
+from attnviz.cli.diff import diff
+from attnviz.cli.heads import heads
 from attnviz.cli.models import models
+from attnviz.cli.render import render
 from attnviz.cli.show import show
+from attnviz.cli.top import top
 
-app.command()(show)
-app.command()(models)
+for command in (show, render, heads, top, diff, models):
+    app.command()(command)
 
 
 def _exit_status(code: object) -> int:

@@ -40,6 +40,12 @@ class Projections(StrEnum):  # a StrEnum: BuiltinConfig takes it as the plain st
 TextArgument = Annotated[
     str, typer.Argument(help="The text to look at, or - to read it from standard input.")
 ]
+SavedArgument = Annotated[
+    str,
+    typer.Argument(
+        help="Saved maps: a json, ndjson or npz file written by attnviz, or - for stdin."
+    ),
+]
 ModeOption = Annotated[
     Mode | None,
     typer.Option(
@@ -342,6 +348,21 @@ def stdout_console(colour: ColourChoice, width: int | None) -> Console:
         emoji=False,
         highlight=False,
     )
+
+
+def single_text(texts: Iterable[str]) -> str:
+    """The one text a command reads; several lines on stdin are a usage error."""
+    items = iter(texts)
+    first = next(items)
+    if next(items, None) is not None:
+        raise UsageError("this command reads one text, but standard input holds several lines")
+    return first
+
+
+def write_stdout(content: str) -> None:
+    from attnviz.io import write_text
+
+    write_text(content, "-")
 
 
 def uses_colour(console: Console) -> bool:

@@ -1,0 +1,26 @@
+"""The k most attended key tokens of every query token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attnviz.maps import AttentionMaps
+
+
+def top_keys(maps: AttentionMaps, k: int) -> list[dict[str, Any]]:
+    """Per map: each query token with its k heaviest keys, heaviest first (ties: earlier key)."""
+    blocks = []
+    for panel in maps.panels():
+        queries = []
+        for query, row in zip(maps.query_tokens, panel.matrix, strict=True):
+            order = np.argsort(-row, kind="stable")[:k]
+            top = [
+                {"token": maps.key_tokens[i], "index": int(i), "weight": float(row[i])}
+                for i in order
+            ]
+            queries.append({"token": query, "top": top})
+        block = {"title": panel.title, "layer": panel.layer, "head": panel.head}
+        blocks.append({**block, "queries": queries})
+    return blocks

@@ -1,0 +1,127 @@
+"""`attnviz diff`: how differently two models (or two saved runs) attend to the same input."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from attnviz.cli import options
+from attnviz.cli.heads import TableFormat
+from attnviz.core import BUILTIN
+
+
+def diff(
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            help="TEXT (then --against is needed), or two saved maps files (json, ndjson, npz)."
+        ),
+    ],
+    against: Annotated[
+        str | None,
+        typer.Option("--against", help="The second model, compared with --model on TEXT."),
+    ] = None,
+    mode: options.ModeOption = None,
+    target: options.TargetOption = None,
+    model: options.ModelOption = BUILTIN,
+    layer: options.LayerOption = "all",
+    head: options.HeadOption = "all",
+    fail_above: Annotated[
+        float | None,
+        typer.Option(
+            "--fail-above",
+            min=0.0,
+            help="Exit with code 1 when any head's divergence is above this (for CI).",
+        ),
+    ] = None,
+    output_format: Annotated[
+        TableFormat,
+        typer.Option("--format", "-f", case_sensitive=False, help="table or json."),
+    ] = TableFormat.TABLE,
+    special: options.SpecialOption = True,
+    words: options.WordsOption = False,
+    download: options.DownloadOption = False,
+    trust_remote_code: options.TrustRemoteCodeOption = False,
+    allow_pickle: options.AllowPickleOption = False,
+    verbose: options.VerboseOption = False,
+    layers: options.LayersOption = None,
+    heads: options.HeadsOption = None,
+    d_model: options.DModelOption = None,
+    seed: options.SeedOption = None,
+    positions: options.PositionsOption = None,
+    projections: options.ProjectionsOption = None,
+    keep_case: options.KeepCaseOption = False,
+) -> None:
+    """Per-head Jensen-Shannon divergence between two models on one input, largest first.
+
+    The divergence is in nats, averaged over query rows: 0 for identical maps,
+    at most ln 2 ≈ 0.693. Both sides must have the same tokens, as two
+    checkpoints of one model do. The built-in stack options apply to --model.
+    """
+    from attnviz.analysis.diff import diff_maps
+    from attnviz.errors import AttnvizError, UsageError
+    from attnviz.io import dump_json, read_maps, read_texts
+
+    if output_format is TableFormat.CSV:
+        raise UsageError("diff writes table or json")
+    if len(sources) == 2:
+        if against is not None:
+            raise UsageError("give TEXT with --against, or two saved files without it")
+        first, second = (next(read_maps(source)) for source in sources)
+    elif len(sources) == 1:
+        if against is None:
+            raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")
+        settings = {
+            "mode": mode,
+            "layer": layer,
+            "head": head,
+            "special": special,
+            "words": words,
+            "download": download,
+            "trust_remote_code": trust_remote_code,
+            "allow_pickle": allow_pickle,
+            "verbose": verbose,
+        }
+        stack = {"layers": layers, "heads": heads, "d_model": d_model, "seed": seed}
+        stack |= {"positions": positions, "projections": projections, "keep_case": keep_case}
+        text = options.single_text(read_texts(sources[0]))
+        defaults = {**dict.fromkeys(stack, None), "keep_case": False}
+        sides = [
+            options.extraction(model=model, **settings, **stack),
+            options.extraction(model=against, **settings, **defaults),
+        ]
+        for side in sides:
+            side.prepare()
+        first, second = (side(text, target) for side in sides)
+    else:
+        raise UsageError("give one TEXT with --against, or two saved files")
+    rows = diff_maps(first, second)
+    if output_format is TableFormat.JSON:
+        document = {
+            "schema_version": 1,
+            "first": first.model,
+            "second": second.model,
+            "heads": [row.__dict__ for row in rows],
+        }
+        options.write_stdout(dump_json(document))
+    else:
+        from rich.table import Table
+
+        from attnviz.tokens import display_label
+
+        table = Table(title=f"{first.model} vs {second.model} · {first.mode} attention")
+        for name in ("layer", "head", "divergence", "worst query"):
+            table.add_column(name, justify="left" if name == "worst query" else "right")
+        for row in rows:
+            layer_cell = "all" if row.layer < 0 else str(row.layer)
+            head_cell = "all" if row.head < 0 else str(row.head)
+            divergence = f"{row.divergence:.4f}"
+            table.add_row(layer_cell, head_cell, divergence, display_label(row.worst_query))
+        options.stdout_console(options.ColourChoice.AUTO, None).print(table)
+    if fail_above is not None and rows and rows[0].divergence > fail_above:
+        worst = rows[0]
+        raise AttnvizError(
+            f"layer {worst.layer} head {worst.head} diverges by {worst.divergence:.4f}, above "
+            f"--fail-above {fail_above}"
+        )

@@ -1,0 +1,161 @@
+"""Every data format round-trips; bad saved files say what is wrong; pipes stream."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.cli import app
+from attnviz.io import DataFormat, read_maps, write_maps
+from attnviz.maps import SchemaError
+
+SENTENCES = Path(__file__).parent.parent / "sample_texts" / "sentences.txt"
+
+
+def sample_maps():
+    return [
+        attnviz.extract("Hello I love you", layers=1),
+        attnviz.extract("The man walked", mode="cross", target="Der Mann", heads="0,2"),
+    ]
+
+
+@pytest.mark.parametrize("data_format", ["json", "npz"])
+def test_single_document_formats_round_trip(tmp_path, data_format):
+    original = sample_maps()[1]
+    path = tmp_path / f"maps.{data_format}"
+    write_maps([original], DataFormat(data_format), path)
+    (again,) = read_maps(str(path))
+    np.testing.assert_array_equal(again.weights, original.weights)
+    for name in ("query_tokens", "key_tokens", "layers", "heads", "mode", "model", "target"):
+        assert getattr(again, name) == getattr(original, name)
+
+
+def test_ndjson_round_trips_a_stream(tmp_path):
+    path = tmp_path / "maps.ndjson"
+    assert write_maps(sample_maps(), DataFormat.NDJSON, path) == 2
+    again = list(read_maps(str(path)))
+    assert [maps.text for maps in again] == ["Hello I love you", "The man walked"]
+    for before, after in zip(sample_maps(), again, strict=True):
+        np.testing.assert_array_equal(before.weights, after.weights)
+
+
+def test_csv_long_form_holds_every_weight(tmp_path):
+    path = tmp_path / "maps.csv"
+    write_maps(sample_maps(), DataFormat.CSV, path)
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0]) == [
+        "input", "layer", "head", "query_index", "query_token", "key_index", "key_token", "weight"
+    ]  # fmt: skip
+    for index, maps in enumerate(sample_maps()):
+        mine = [row for row in rows if int(row["input"]) == index]
+        assert len(mine) == maps.weights.size
+        rebuilt = np.zeros_like(maps.weights)
+        for row in mine:
+            i = maps.layers.index(int(row["layer"]))
+            j = maps.heads.index(int(row["head"]))
+            rebuilt[i, j, int(row["query_index"]), int(row["key_index"])] = float(row["weight"])
+            assert row["query_token"] == maps.query_tokens[int(row["query_index"])]
+        np.testing.assert_allclose(rebuilt, maps.weights, rtol=1e-7)
+
+
+def test_aggregates_survive_json(tmp_path):
+    from attnviz.analysis.aggregate import aggregate
+
+    rolled = aggregate(attnviz.extract("a b c"), "rollout")
+    path = tmp_path / "rolled.json"
+    write_maps([rolled], DataFormat.JSON, path)
+    (again,) = read_maps(str(path))
+    assert again.aggregate == "rollout" and again.weights.shape == (1, 1, 3, 3)
+
+
+def test_json_and_npz_hold_one_input():
+    from attnviz.errors import UsageError
+
+    with pytest.raises(UsageError, match="npz holds one; use --format ndjson or csv"):
+        write_maps(sample_maps(), DataFormat.NPZ, "-")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"schema_version": 2}', "schema_version 2 is not supported"),
+        (b"{not json", "is not valid JSON"),
+        (b'{"schema_version": 1}\n{broken\n', "line 1: document is missing"),
+        (b"PK\x03\x04garbage", "is not a valid attnviz npz file"),
+        (b"", "is empty"),
+        (b"\xff\xfe", "is not UTF-8 text"),
+    ],
+)
+def test_bad_saved_files_say_what_is_wrong(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(Exception, match=message) as caught:
+        list(read_maps(str(path)))
+    assert isinstance(caught.value, attnviz.AttnvizError)
+
+
+def test_a_corrupt_line_names_its_number(tmp_path):
+    good = json.dumps(attnviz.extract("a b").to_dict())
+    path = tmp_path / "stream.ndjson"
+    path.write_text(f"{good}\n{good}\n{{oops\n")
+    with pytest.raises(SchemaError, match="line 3 is not valid JSON"):
+        list(read_maps(str(path)))
+
+
+def test_show_writes_each_format_through_the_cli(runner, tmp_path):
+    for data_format in ("json", "ndjson", "npz", "csv"):
+        path = tmp_path / f"out.{data_format}"
+        result = runner.invoke(app, ["show", "a b c", "-f", data_format, "-o", str(path)])
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout == ""
+        if data_format != "csv":
+            assert next(read_maps(str(path))).key_tokens == ["a", "b", "c"]
+
+
+def test_render_draws_saved_maps(runner, tmp_path):
+    path = tmp_path / "maps.npz"
+    runner.invoke(app, ["show", "Hello I love you", "-f", "npz", "-o", str(path)])
+    result = runner.invoke(app, ["render", str(path), "--width", "120", "-a", "rollout"])
+    assert result.exit_code == 0, result.stderr
+    assert "rollout · layers 0,1 · heads 0–3" in result.stdout
+    assert runner.invoke(app, ["render", str(tmp_path / "nope.json")]).exit_code == 2
+
+
+def run(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_ndjson_from_a_file_of_sentences_piped_to_head():
+    result = run(f"{sys.executable} -m attnviz show - --format ndjson < {SENTENCES} | head -n 2")
+    assert result.returncode == 0 and result.stderr == ""
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [record["text"] for record in records] == SENTENCES.read_text().splitlines()[:2]
+
+
+def test_render_loads_no_model_library(tmp_path):
+    path = tmp_path / "maps.json"
+    path.write_text(json.dumps(attnviz.extract("a b").to_dict()))
+    probe = (
+        "import sys\nfrom typer.testing import CliRunner\nfrom attnviz.cli import app\n"
+        f"result = CliRunner().invoke(app, ['render', {str(path)!r}, '-a', 'rollout'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(','.join(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+
+
+def test_csv_streams_to_stdout(runner):
+    result = runner.invoke(app, ["show", "-", "-f", "csv"], input="a b\nc d e\n")
+    rows = list(csv.reader(io.StringIO(result.stdout)))
+    assert rows[0][0] == "input" and {row[0] for row in rows[1:]} == {"0", "1"}
