@@ -6,13 +6,14 @@ import sys
 
 from attnviz.cli.app import app
 from attnviz.cli.diff import diff
+from attnviz.cli.export import export
 from attnviz.cli.heads import heads
 from attnviz.cli.models import models
 from attnviz.cli.render import render
 from attnviz.cli.show import show
 from attnviz.cli.top import top
 
-for command in (show, render, heads, top, diff, models):
+for command in (show, export, render, heads, top, diff, models):
     app.command()(command)
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from attnviz.builtin import BuiltinConfig
     from attnviz.maps import AttentionMaps
     from attnviz.pretrained import LoadOptions
+    from attnviz.render.image import Style, View
 
 SELECTION_PANEL = "Layers and heads"
 MODEL_PANEL = "Pretrained models"
@@ -363,6 +364,26 @@ def write_stdout(content: str) -> None:
     from attnviz.io import write_text
 
     write_text(content, "-")
+
+
+def save_picture(maps: AttentionMaps, view: View, picture: str, style: Style, output: str) -> None:
+    """Write the one picture a view makes of ``maps``; a view that makes several is refused."""
+    from attnviz.io import open_output
+    from attnviz.render.image import View, picture_files
+
+    layer_count, head_count = maps.weights.shape[:2]
+    if view is View.HEAD and (layer_count, head_count) != (1, 1):
+        raise UsageError(
+            f"--view head draws one map, but {layer_count} layers × {head_count} heads are "
+            "selected: pick one with --layer and --head, or use --view layer or model"
+        )
+    if view is View.LAYER and layer_count != 1:
+        raise UsageError(
+            f"--view layer draws one layer, but {layer_count} are selected: pick one with --layer"
+        )
+    ((_, data),) = picture_files(maps, view, picture, style)
+    with open_output(output, binary=True) as out:
+        out.write(data)
 
 
 def uses_colour(console: Console) -> bool:

@@ -1,0 +1,115 @@
+"""`attnviz export`: attention maps as a PNG, SVG or PDF picture."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from attnviz.cli import options
+from attnviz.cli.show import AggregateOption
+from attnviz.core import BUILTIN
+from attnviz.render.image import View
+
+ViewOption = Annotated[
+    View,
+    typer.Option(
+        "--view",
+        case_sensitive=False,
+        rich_help_panel=options.OUTPUT_PANEL,
+        help="head: one map (pick it with --layer and --head). layer: the heads of one layer in a "
+        "grid. model: every selected layer × head as small multiples.",
+    ),
+]
+CmapOption = Annotated[
+    str,
+    typer.Option(
+        "--cmap", rich_help_panel=options.OUTPUT_PANEL, help="Any matplotlib colormap name."
+    ),
+]
+DpiOption = Annotated[
+    int,
+    typer.Option(
+        "--dpi", min=20, max=1200, rich_help_panel=options.OUTPUT_PANEL, help="Pixels per inch."
+    ),
+]
+PictureValuesOption = Annotated[
+    bool,
+    typer.Option(
+        "--values",
+        rich_help_panel=options.OUTPUT_PANEL,
+        help="Print the weights in the cells (maps up to 16 × 16).",
+    ),
+]
+
+
+def export(
+    text: options.TextArgument,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The picture file: its suffix, .png, .svg or .pdf, picks the format.",
+        ),
+    ],
+    view: ViewOption = View.MODEL,
+    mode: options.ModeOption = None,
+    target: options.TargetOption = None,
+    model: options.ModelOption = BUILTIN,
+    layer: options.LayerOption = "all",
+    head: options.HeadOption = "all",
+    aggregate: AggregateOption = None,
+    cmap: CmapOption = "viridis",
+    dpi: DpiOption = 100,
+    values: PictureValuesOption = False,
+    special: options.SpecialOption = True,
+    words: options.WordsOption = False,
+    download: options.DownloadOption = False,
+    trust_remote_code: options.TrustRemoteCodeOption = False,
+    allow_pickle: options.AllowPickleOption = False,
+    verbose: options.VerboseOption = False,
+    layers: options.LayersOption = None,
+    heads: options.HeadsOption = None,
+    d_model: options.DModelOption = None,
+    seed: options.SeedOption = None,
+    positions: options.PositionsOption = None,
+    projections: options.ProjectionsOption = None,
+    keep_case: options.KeepCaseOption = False,
+) -> None:
+    """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output.
+
+    Rows are query tokens, columns key tokens, with a colour bar from 0 to 1
+    and a title naming the model, the mode, the layer and the head. The same
+    input always gives a byte-identical file.
+    """
+    from attnviz.analysis.aggregate import aggregate as combine
+    from attnviz.io import read_texts
+    from attnviz.render.image import Style, check_colormap, picture_format
+
+    picture = picture_format(output)
+    check_colormap(cmap)
+    extract = options.extraction(
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        special=special,
+        words=words,
+        download=download,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+        verbose=verbose,
+        layers=layers,
+        heads=heads,
+        d_model=d_model,
+        seed=seed,
+        positions=positions,
+        projections=projections,
+        keep_case=keep_case,
+    )
+    extract.prepare()
+    maps = extract(options.single_text(read_texts(text)), target)
+    if aggregate is not None:
+        maps = combine(maps, aggregate)
+    options.save_picture(maps, view, picture, Style(cmap=cmap, dpi=dpi, values=values), output)

@@ -1,0 +1,365 @@
+"""Pictures of attention maps with matplotlib (Agg): PNG, SVG and PDF.
+
+Three views: one head (a heatmap with labelled rows and columns, a colour bar
+and a title), one layer (its heads in a grid) and the model (every layer ×
+head as small multiples).
+
+Single-head PNGs are what batches produce by the thousand, so they have a fast
+path: a :class:`HeadCanvas` is built once per map shape, with matplotlib
+drawing the frame and colour bar; for each map it restores that background,
+draws the token labels (once per input), paints the cells straight into the
+pixel buffer from a colour lookup table and draws the title. The picture is
+the one matplotlib would draw; only the work of re-laying it out is skipped.
+
+Colours run from 0 to 1 in every picture, so pictures can be compared.
+Output is reproducible: no timestamps in PNG, SVG or PDF metadata.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnviz.errors import UsageError
+from attnviz.maps import AttentionMaps, MapPanel
+from attnviz.tokens import display_label
+
+
+class View(StrEnum):
+    HEAD = "head"  # one map
+    LAYER = "layer"  # the heads of one layer in a grid
+    MODEL = "model"  # every layer x head as small multiples
+
+
+SUFFIXES = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+MAX_LABEL = 14  # characters of a token label before it is cut with an ellipsis
+VALUES_UP_TO = 16  # --values prints numbers in maps with at most this many rows and columns
+_INCH = 72  # points
+_MARGIN_LEFT = 1.15  # inches, room for query labels
+_MARGIN_BOTTOM = 1.15  # room for key labels, written upwards
+_MARGIN_TOP = 0.65  # the title
+_MARGIN_RIGHT = 1.0  # the colour bar
+_MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
+
+
+def picture_format(path: str | Path) -> str:
+    """png, svg or pdf from a file name; anything else is a usage error."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UsageError(f"cannot tell the picture format of {path}: name it .png, .svg or .pdf")
+    return SUFFIXES[suffix]
+
+
+def check_colormap(name: str) -> None:
+    import matplotlib
+
+    if name not in matplotlib.colormaps:
+        raise UsageError(
+            f"unknown colormap {name!r}: try viridis, magma, Blues, Greys (any matplotlib name)"
+        )
+
+
+def _label(token: str) -> str:
+    label = display_label(token)
+    return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
+
+
+@contextmanager
+def _glyph_check() -> Iterator[None]:
+    """Turn matplotlib's per-glyph warnings into one line on stderr: a missing glyph is
+    drawn as a box and the picture is still written."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    missing = sorted(
+        {
+            chr(int(match.group(1)))
+            for w in caught
+            if (match := _MISSING_GLYPH.search(str(w.message)))
+        }
+    )
+    if missing:
+        shown = "".join(missing[:20]) + ("…" if len(missing) > 20 else "")
+        print(
+            f"attnviz: warning: no installed font has {len(missing)} of the characters "
+            f"({shown}); they are drawn as boxes. Install a font that covers them, such as "
+            "Noto Sans CJK or Noto Color Emoji.",
+            file=sys.stderr,
+        )
+
+
+@dataclass(frozen=True)
+class Style:
+    cmap: str = "viridis"
+    dpi: int = 100
+    values: bool = False  # weights printed in the cells of small maps
+
+
+def _cell_inches(count: int) -> float:
+    """Cells shrink as maps grow, so that a picture stays within about ten inches."""
+    return float(np.clip(10.0 / max(count, 1), 0.06, 0.4))
+
+
+def _label_step(cell_points: float) -> tuple[float, int]:
+    """Font size for labels and how many labels to skip between two that are shown."""
+    size = min(9.0, cell_points * 0.8)
+    if size >= 5:
+        return size, 1
+    return 5.0, int(np.ceil(5.0 / max(size, 0.1)))
+
+
+def _metadata(picture: str) -> dict[str, Any]:
+    # Dates make two runs on the same input differ: leave them out.
+    return {"png": {}, "svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}[
+        picture
+    ]
+
+
+@cache
+def _matplotlib() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    matplotlib.rcParams["svg.hashsalt"] = "attnviz"  # stable ids inside SVG files
+    matplotlib.rcParams["pdf.compression"] = 6
+    import logging
+
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
+    return matplotlib
+
+
+class HeadCanvas:
+    """A reusable single-head figure for maps of one shape (query tokens × key tokens)."""
+
+    def __init__(self, queries: int, keys: int, style: Style) -> None:
+        matplotlib = _matplotlib()
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        self.queries, self.keys, self.style = queries, keys, style
+        cell = _cell_inches(max(queries, keys))
+        width = _MARGIN_LEFT + keys * cell + _MARGIN_RIGHT
+        height = _MARGIN_TOP + queries * cell + _MARGIN_BOTTOM
+        self.figure = Figure(figsize=(width, height), dpi=style.dpi)
+        self.canvas = FigureCanvasAgg(self.figure)
+        box = (
+            _MARGIN_LEFT / width,
+            _MARGIN_BOTTOM / height,
+            keys * cell / width,
+            queries * cell / height,
+        )
+        self.axes = self.figure.add_axes(box)
+        self.cmap = matplotlib.colormaps[style.cmap]
+        self.image = self.axes.imshow(
+            np.zeros((queries, keys)),
+            cmap=self.cmap,
+            vmin=0.0,
+            vmax=1.0,
+            interpolation="nearest",
+            aspect="auto",
+            animated=True,
+        )
+        self.axes.set_xticks([])
+        self.axes.set_yticks([])
+        colour_bar = self.figure.add_axes(
+            ((width - _MARGIN_RIGHT + 0.2) / width, box[1], 0.15 / width, box[3])
+        )
+        self.figure.colorbar(self.image, cax=colour_bar).set_label("attention weight", fontsize=8)
+        colour_bar.tick_params(labelsize=7)
+        self.figure.text(0.01, 0.01, "rows: query tokens · columns: key tokens", fontsize=7)
+        size, step = _label_step(cell * _INCH)
+        self.key_labels = [
+            self.axes.text(k, queries - 0.5 + 0.15, "", rotation=90, ha="center", va="top",
+                           fontsize=size, animated=True, transform=self.axes.transData)
+            for k in range(0, keys, step)
+        ]  # fmt: skip
+        self.query_labels = [
+            self.axes.text(-0.5 - 0.15, q, "", ha="right", va="center", fontsize=size,
+                           animated=True, transform=self.axes.transData)
+            for q in range(0, queries, step)
+        ]  # fmt: skip
+        self.label_step = step
+        self.title = self.axes.set_title("", fontsize=9, animated=True)
+        self.values: list[Any] = []
+        if style.values and max(queries, keys) <= VALUES_UP_TO:
+            self.values = [
+                self.axes.text(k, q, "", ha="center", va="center", fontsize=min(size, 7),
+                               animated=True)
+                for q in range(queries)
+                for k in range(keys)
+            ]  # fmt: skip
+        with _glyph_check():
+            self.canvas.draw()
+        self.blank = self.canvas.copy_from_bbox(self.figure.bbox)
+        self.labelled: Any = None
+        self.labels_drawn: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        pixels = np.asarray(self.canvas.buffer_rgba())
+        extent = self.axes.get_window_extent()
+        rows = pixels.shape[0]
+        self.x = np.rint(np.linspace(extent.x0, extent.x1, keys + 1)).astype(int)
+        self.y = np.rint(np.linspace(rows - extent.y1, rows - extent.y0, queries + 1)).astype(int)
+        self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
+
+    def _set_labels(self, query_labels: Sequence[str], key_labels: Sequence[str]) -> None:
+        step = self.label_step
+        for artist, label in zip(self.key_labels, key_labels[::step], strict=True):
+            artist.set_text(_label(label))
+        for artist, label in zip(self.query_labels, query_labels[::step], strict=True):
+            artist.set_text(_label(label))
+
+    def _set_cells(self, matrix: np.ndarray, title: str) -> None:
+        self.image.set_data(matrix)
+        self.title.set_text(title)
+        for artist, weight in zip(self.values, matrix.ravel(), strict=False):
+            artist.set_text(f"{weight:.2f}".lstrip("0") if weight < 1 else "1.0")
+            artist.set_color("black" if weight > 0.6 else "white")
+
+    def png(self, matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
+            title: str) -> bytes:  # fmt: skip
+        """The picture of one map as PNG bytes, by the fast path."""
+        from PIL import Image
+
+        labels = (tuple(query_labels), tuple(key_labels))
+        if labels != self.labels_drawn:
+            self.canvas.restore_region(self.blank)
+            self._set_labels(query_labels, key_labels)
+            with _glyph_check():
+                for artist in (*self.key_labels, *self.query_labels):
+                    self.figure.draw_artist(artist)
+            self.labelled = self.canvas.copy_from_bbox(self.figure.bbox)
+            self.labels_drawn = labels
+        else:
+            self.canvas.restore_region(self.labelled)
+        self._set_cells(matrix, title)
+        pixels = np.asarray(self.canvas.buffer_rgba())
+        shades = np.clip(np.rint(matrix * 255), 0, 255).astype(np.intp)
+        cells = self.lookup[shades]  # (Tq, Tk, 4)
+        block = np.repeat(np.repeat(cells, np.diff(self.y), axis=0), np.diff(self.x), axis=1)
+        pixels[self.y[0] : self.y[-1], self.x[0] : self.x[-1]] = block
+        with _glyph_check():
+            self.figure.draw_artist(self.title)
+            for artist in self.values:
+                self.figure.draw_artist(artist)
+        out = io.BytesIO()
+        Image.fromarray(pixels[..., :3]).save(out, "png", compress_level=1)
+        return out.getvalue()
+
+    def vector(self, matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
+               title: str, picture: str) -> bytes:  # fmt: skip
+        """The same picture drawn whole by matplotlib, for SVG and PDF."""
+        self._set_labels(query_labels, key_labels)
+        self._set_cells(matrix, title)
+        animated = [self.image, self.title, *self.key_labels, *self.query_labels, *self.values]
+        for artist in animated:
+            artist.set_animated(False)
+        try:
+            out = io.BytesIO()
+            with _glyph_check():
+                self.figure.savefig(out, format=picture, metadata=_metadata(picture))
+            return out.getvalue()
+        finally:
+            for artist in animated:
+                artist.set_animated(True)
+
+
+_canvases: dict[tuple[int, int, Style], HeadCanvas] = {}
+
+
+def head_canvas(queries: int, keys: int, style: Style) -> HeadCanvas:
+    """One canvas per shape and style, kept for the life of the process (a batch reuses it)."""
+    key = (queries, keys, style)
+    if key not in _canvases:
+        if len(_canvases) > 64:  # many shapes: forget the oldest rather than grow without end
+            _canvases.pop(next(iter(_canvases)))
+        _canvases[key] = HeadCanvas(queries, keys, style)
+    return _canvases[key]
+
+
+def head_picture(maps: AttentionMaps, panel: MapPanel, picture: str, style: Style) -> bytes:
+    """One map of ``maps`` as picture bytes."""
+    canvas = head_canvas(len(maps.query_tokens), len(maps.key_tokens), style)
+    title = f"{maps.model}\n{maps.mode} attention · {panel.title}"
+    if picture == "png":
+        return canvas.png(panel.matrix, maps.query_tokens, maps.key_tokens, title)
+    return canvas.vector(panel.matrix, maps.query_tokens, maps.key_tokens, title, picture)
+
+
+def grid_picture(maps: AttentionMaps, picture: str, style: Style) -> bytes:
+    """All maps held as small multiples: a row per layer, a column per head."""
+    matplotlib = _matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows, columns = maps.weights.shape[:2]
+    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
+    cell = float(np.clip(2.2 / max(queries, keys), 0.03, 0.25))
+    panel_width, panel_height = keys * cell + 0.9, queries * cell + 0.9
+    figure = Figure(figsize=(columns * panel_width + 1.2, rows * panel_height + 0.8), dpi=style.dpi)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(rows, columns, squeeze=False)
+    size, step = _label_step(cell * _INCH)
+    size = min(size, 6)
+    image = None
+    for n, panel in enumerate(maps.panels()):
+        ax = axes[divmod(n, columns)]
+        image = ax.imshow(panel.matrix, cmap=matplotlib.colormaps[style.cmap], vmin=0, vmax=1,
+                          interpolation="nearest", aspect="auto")  # fmt: skip
+        ax.set_title(panel.title, fontsize=7)
+        ax.set_xticks(range(0, keys, step), [_label(t) for t in maps.key_tokens[::step]],
+                      rotation=90, fontsize=size)  # fmt: skip
+        ax.set_yticks(range(0, queries, step), [_label(t) for t in maps.query_tokens[::step]],
+                      fontsize=size)  # fmt: skip
+        ax.tick_params(length=0, pad=1)
+    figure.suptitle(f"{maps.model} · {maps.mode} attention", fontsize=10)
+    figure.set_layout_engine("constrained")
+    if image is not None:
+        bar = figure.colorbar(image, ax=axes, shrink=0.6, aspect=30)
+        bar.set_label("attention weight", fontsize=8)
+    out = io.BytesIO()
+    with _glyph_check():
+        if picture == "png":
+            figure.savefig(
+                out, format="png", metadata=_metadata("png"), pil_kwargs={"compress_level": 6}
+            )
+        else:
+            figure.savefig(out, format=picture, metadata=_metadata(picture))
+    return out.getvalue()
+
+
+def picture_files(
+    maps: AttentionMaps, view: View, picture: str, style: Style
+) -> Iterator[tuple[str, bytes]]:
+    """The pictures of one input for a view: (name suffix, bytes) pairs.
+
+    head: one per map, suffix ``-L{layer}-H{head}``; layer: one per layer,
+    ``-L{layer}``; model: one in all, no suffix.
+    """
+    layer_count = maps.weights.shape[0]
+    if view is View.MODEL:
+        yield "", grid_picture(maps, picture, style)
+        return
+    if view is View.LAYER:
+        for i in range(layer_count):
+            layer = maps.layers[i] if layer_count == len(maps.layers) else None
+            part = maps.replace(weights=maps.weights[i : i + 1],
+                                layers=[layer] if layer is not None else maps.layers)  # fmt: skip
+            yield (f"-L{layer}" if layer is not None else ""), grid_picture(part, picture, style)
+        return
+    for panel in maps.panels():
+        suffix = "".join(
+            f"-{letter}{index}"
+            for letter, index in (("L", panel.layer), ("H", panel.head))
+            if index is not None
+        )
+        yield suffix, head_picture(maps, panel, picture, style)
