@@ -366,7 +366,7 @@ def _capture(
 
         def hook(_module, _args, output, layer=layer, index=index):
             weights = output[index] if isinstance(output, tuple) else output
-            captured[layer] = None if weights is None else weights.detach()[0].float()
+            captured[layer] = None if weights is None else weights.detach().float()  # (B, H, T, S)
             if len(captured) == len(wanted):
                 raise _Done
 
@@ -487,9 +487,59 @@ def extract_pretrained(
     words: bool = False,
 ) -> AttentionMaps:
     """Attention maps of ``text`` (and ``target``) under a loaded pretrained model."""
+    (maps,) = extract_batch(
+        loaded, [(text, target)], mode=mode, layers=layers, heads=heads, special=special,
+        words=words,
+    )  # fmt: skip
+    return maps
+
+
+@dataclass
+class _Side:
+    """The token ids of one input on one side (encoder or decoder), and how to read them."""
+
+    encoding: Any
+    text: str
+
+    @property
+    def length(self) -> int:
+        return len(self.encoding["input_ids"])
+
+
+def _padded(sides: list[_Side], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (B, T) and their attention mask: 1 for tokens, 0 for padding."""
     import torch
 
-    mode = resolve_mode(loaded, mode, target)
+    width = max(side.length for side in sides)
+    ids = torch.full((len(sides), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sides), width), dtype=torch.long)
+    for row, side in enumerate(sides):
+        ids[row, : side.length] = torch.tensor(side.encoding["input_ids"])
+        mask[row, : side.length] = 1
+    return ids, mask
+
+
+def extract_batch(
+    loaded: PretrainedModel,
+    items: Sequence[tuple[str, str | None]],
+    *,
+    mode: str | None = None,
+    layers: Any = None,
+    heads: Any = None,
+    special: bool = True,
+    words: bool = False,
+) -> list[AttentionMaps]:
+    """Several (text, target) inputs in one forward pass, right-padded to the longest.
+
+    Padding is masked, so it gets no attention; each input's maps are then
+    trimmed to its own tokens and equal what it gives on its own.
+    """
+    import torch
+
+    modes = {resolve_mode(loaded, mode, target) for _, target in items}
+    if len(modes) != 1:
+        raise UsageError("a batch mixes inputs with and without a target: give every input one")
+    (mode,) = modes
     stream = {"self": "self", "masked": "self", "cross": "cross"}[mode]
     if loaded.family is Family.ENCODER_DECODER and mode == "masked":
         stream = "decoder"
@@ -501,22 +551,24 @@ def extract_pretrained(
         )
     layer_indices = resolve(layers, len(modules), "layer")
     tokenizer = loaded.tokenizer
-    source = _encode(tokenizer, text, loaded.max_length, "text")
-    inputs = {
-        "input_ids": torch.tensor([source["input_ids"]]),
-        "attention_mask": torch.ones(1, len(source["input_ids"]), dtype=torch.long),
-    }
-    query_encoding = key_encoding = source
-    query_text = key_text = text
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    sources = [
+        _Side(_encode(tokenizer, text, loaded.max_length, "text"), text) for text, _ in items
+    ]
+    input_ids, attention_mask = _padded(sources, pad_id)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    queries = keys = sources
     if loaded.family is Family.ENCODER_DECODER:
-        if target is not None:
-            decoded = _encode(tokenizer, target, loaded.max_length, "target", target=True)
-            inputs["decoder_input_ids"] = torch.tensor([decoded["input_ids"]])
-            query_encoding, query_text = decoded, target
-            if mode == "masked":
-                key_encoding, key_text = decoded, target
-        else:  # self mode: only the encoder runs
-            inputs["decoder_input_ids"] = torch.zeros(1, 1, dtype=torch.long)
+        if mode == "self":  # only the encoder is read; the decoder gets one token and stops early
+            inputs["decoder_input_ids"] = torch.zeros(len(items), 1, dtype=torch.long)
+        else:
+            targets = [
+                _Side(_encode(tokenizer, target, loaded.max_length, "target", target=True), target)
+                for _, target in items
+            ]
+            inputs["decoder_input_ids"], inputs["decoder_attention_mask"] = _padded(targets, pad_id)
+            queries = targets
+            keys = targets if mode == "masked" else sources
     captured, handles = _capture(modules, layer_indices)
     try:
         with _quiet(loaded.verbose), torch.inference_mode(), contextlib.suppress(_Done):
@@ -529,15 +581,40 @@ def extract_pretrained(
             f"{loaded.name} returned no attention weights (its attention implementation "
             "computes none; it needs eager attention)"
         )
-    stacked = torch.stack([captured[layer] for layer in layer_indices])  # (L, H, T, S)
-    head_indices = resolve(heads, stacked.shape[1], "head")
-    weights = stacked[:, head_indices].numpy()
-    _check_weights(weights, causal=mode == "masked", name=loaded.name)
-    query_labels, query_special = _labels(tokenizer, query_encoding, query_text)
-    key_labels, key_special = _labels(tokenizer, key_encoding, key_text)
+    stacked = torch.stack([captured[layer] for layer in layer_indices])  # (L, B, H, T, S)
+    head_indices = resolve(heads, stacked.shape[2], "head")
+    batch = stacked[:, :, head_indices].numpy()
+    results = []
+    for row, (query, key) in enumerate(zip(queries, keys, strict=True)):
+        weights = batch[:, row, :, : query.length, : key.length]  # padding trimmed
+        _check_weights(weights, causal=mode == "masked", name=loaded.name)
+        maps = _readable(tokenizer, weights, query, key, special=special, words=words)
+        results.append(
+            AttentionMaps(
+                query_tokens=maps[1],
+                key_tokens=maps[2],
+                weights=maps[0],
+                layers=layer_indices,
+                heads=head_indices,
+                mode=mode,
+                model=loaded.name,
+                text=items[row][0],
+                target=items[row][1],
+            )
+        )
+    return results
+
+
+def _readable(
+    tokenizer: Any, weights: np.ndarray, query: _Side, key: _Side, *, special: bool, words: bool
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """Token labels a person reads, with pieces merged into words and special tokens dropped
+    when asked."""
+    query_labels, query_special = _labels(tokenizer, query.encoding, query.text)
+    key_labels, key_special = _labels(tokenizer, key.encoding, key.text)
     if words:
-        query_groups = _word_groups(query_encoding, query_special)
-        key_groups = _word_groups(key_encoding, key_special)
+        query_groups = _word_groups(query.encoding, query_special)
+        key_groups = _word_groups(key.encoding, key_special)
         weights = merge_words(weights, query_groups, key_groups)
         query_labels = _merge_labels(query_labels, query_groups)
         key_labels = _merge_labels(key_labels, key_groups)
@@ -551,17 +628,7 @@ def extract_pretrained(
         weights = _drop_special(weights, keep_queries, keep_keys)
         query_labels = [query_labels[i] for i in keep_queries]
         key_labels = [key_labels[i] for i in keep_keys]
-    return AttentionMaps(
-        query_tokens=query_labels,
-        key_tokens=key_labels,
-        weights=weights,
-        layers=layer_indices,
-        heads=head_indices,
-        mode=mode,
-        model=loaded.name,
-        text=text,
-        target=target,
-    )
+    return weights, query_labels, key_labels
 
 
 def _check_weights(weights: np.ndarray, *, causal: bool, name: str) -> None:

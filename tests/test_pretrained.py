@@ -364,3 +364,26 @@ def test_numbers_that_are_not_attention_are_refused():
         _check_weights(uniform, causal=True, name="m")
     with pytest.raises(AttnvizError, match="rows do not sum to 1"):
         _check_weights(np.full((1, 1, 2, 2), np.nan, dtype=np.float32), causal=False, name="m")
+
+
+@pytest.mark.parametrize(
+    ("family", "mode"),
+    [("bert", "self"), ("gpt2", "masked"), ("llama", "masked"), ("bart", "cross"),
+     ("t5", "masked"), ("t5", "self")],
+)  # fmt: skip
+def test_batched_maps_equal_one_at_a_time(tiny, family, mode):
+    from attnviz.pretrained import extract_batch
+
+    loaded = load(tiny[family])
+    needs_target = family in ("bart", "t5") and mode != "self"
+    items = [
+        ("Hello", "Bonjour" if needs_target else None),
+        ("The man walked the dog in the park", "Der Mann ging" if needs_target else None),
+        ("I love you", "je t'aime bien" if needs_target else None),
+    ]
+    batched = extract_batch(loaded, items, mode=mode)
+    for (text, target), together in zip(items, batched, strict=True):
+        alone = extract_pretrained(loaded, text, mode=mode, target=target)
+        assert together.query_tokens == alone.query_tokens
+        assert together.key_tokens == alone.key_tokens
+        np.testing.assert_allclose(together.weights, alone.weights, atol=1e-5, rtol=0)
