@@ -27,3 +27,21 @@ class UsageError(AttnvizError, ValueError):
     """The request itself is wrong: bad text, an index out of range, clashing options."""
 
     exit_code = ExitCode.USAGE_ERROR
+
+
+def describe(error: BaseException) -> tuple[ExitCode, str]:
+    """The exit code and the one-line message for any failure."""
+    if isinstance(error, AttnvizError):
+        return error.exit_code, str(error)
+    if isinstance(error, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED, "interrupted"
+    if isinstance(error, MemoryError):
+        return ExitCode.RUNTIME_ERROR, "out of memory: try a shorter text or fewer layers and heads"
+    if isinstance(error, OSError):
+        where = f": {error.filename}" if error.filename else ""
+        return ExitCode.RUNTIME_ERROR, f"{error.strerror or error}{where}"
+    return (
+        ExitCode.RUNTIME_ERROR,
+        f"unexpected {type(error).__name__}: {error} (a bug in attnviz; rerun with --debug "
+        "for the traceback and report it)",
+    )

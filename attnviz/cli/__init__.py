@@ -5,6 +5,7 @@ import os
 import sys
 
 from attnviz.cli.app import app
+from attnviz.cli.batch import batch
 from attnviz.cli.diff import diff
 from attnviz.cli.export import export
 from attnviz.cli.heads import heads
@@ -13,7 +14,7 @@ from attnviz.cli.render import render
 from attnviz.cli.show import show
 from attnviz.cli.top import top
 
-for command in (show, export, render, heads, top, diff, models):
+for command in (show, export, batch, render, heads, top, diff, models):
     app.command()(command)
 
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -253,6 +253,25 @@ class Extraction:
             return
         with console.status(f"loading {self.model} …"):
             load(self.model, self.load_options)
+
+    def many(self, items: list[Any]) -> list[AttentionMaps]:
+        """The maps of several inputs (anything with .text and .target); pretrained models
+        run them in one padded forward pass, the built-in stack one by one."""
+        if self.model == BUILTIN:
+            return [self(item.text, item.target) for item in items]
+        from attnviz.pretrained import extract_batch, load
+
+        if not items:
+            return []
+        return extract_batch(
+            load(self.model, self.load_options),
+            [(item.text, item.target) for item in items],
+            mode=None if self.mode is None else self.mode.value,
+            layers=self.layer,
+            heads=self.head,
+            special=self.special,
+            words=self.words,
+        )
 
     def __call__(self, text: str, target: str | None = None) -> AttentionMaps:
         from attnviz.core import extract

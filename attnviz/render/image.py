@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -48,7 +50,7 @@ VALUES_UP_TO = 16  # --values prints numbers in maps with at most this many rows
 _INCH = 72  # points
 _MARGIN_LEFT = 1.15  # inches, room for query labels
 _MARGIN_BOTTOM = 1.15  # room for key labels, written upwards
-_MARGIN_TOP = 0.65  # the title
+_MARGIN_TOP = 0.65  # the header (model and mode) and the title (layer and head)
 _MARGIN_RIGHT = 1.0  # the colour bar
 _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
 
@@ -100,10 +102,47 @@ def _glyph_check() -> Iterator[None]:
 
 
 @dataclass(frozen=True)
+class Frame:
+    """What all maps of one input share: the header line and the token labels."""
+
+    header: str
+    query_labels: tuple[str, ...]
+    key_labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Style:
     cmap: str = "viridis"
     dpi: int = 100
     values: bool = False  # weights printed in the cells of small maps
+
+
+def encode_png(rgba: np.ndarray) -> bytes:
+    """A truecolour PNG of an (H, W, 4) uint8 buffer, alpha dropped.
+
+    Written here rather than by Pillow, which tries all five row filters on
+    every row: a heatmap is flat colour, compresses as well unfiltered, and
+    this takes a third of the time (1 ms instead of 3.5 for a 400 × 400 map).
+    """
+    height, width = rgba.shape[:2]
+    rows = np.empty((height, 1 + 3 * width), dtype=np.uint8)
+    rows[:, 0] = 0  # filter type 0, "none", for every row
+    rows[:, 1:].reshape(height, width, 3)[:] = rgba[..., :3]  # one copy, straight into place
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return b"".join(
+        (
+            b"\x89PNG\r\n\x1a\n",
+            chunk(b"IHDR", header),
+            chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)),
+            chunk(b"IEND", b""),
+        )
+    )
 
 
 def _cell_inches(count: int) -> float:
@@ -149,8 +188,7 @@ class HeadCanvas:
 
         self.queries, self.keys, self.style = queries, keys, style
         cell = _cell_inches(max(queries, keys))
-        width = _MARGIN_LEFT + keys * cell + _MARGIN_RIGHT
-        height = _MARGIN_TOP + queries * cell + _MARGIN_BOTTOM
+        width, height = self.figure_size(queries, keys)
         self.figure = Figure(figsize=(width, height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
         box = (
@@ -190,6 +228,8 @@ class HeadCanvas:
             for q in range(0, queries, step)
         ]  # fmt: skip
         self.label_step = step
+        self.header = self.figure.text(0.5, 1 - 0.12 / height, "", ha="center", va="top",
+                                       fontsize=9, animated=True)  # fmt: skip
         self.title = self.axes.set_title("", fontsize=9, animated=True)
         self.values: list[Any] = []
         if style.values and max(queries, keys) <= VALUES_UP_TO:
@@ -202,8 +242,10 @@ class HeadCanvas:
         with _glyph_check():
             self.canvas.draw()
         self.blank = self.canvas.copy_from_bbox(self.figure.bbox)
-        self.labelled: Any = None
-        self.labels_drawn: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self.framed: Any = None  # the background with one input's frame drawn on it
+        self.frame_drawn: Frame | None = None
+        self.titles: dict[str, np.ndarray] = {}  # title -> its band of pixels, once drawn
+        self.title_rows: slice | None = None
         pixels = np.asarray(self.canvas.buffer_rgba())
         extent = self.axes.get_window_extent()
         rows = pixels.shape[0]
@@ -211,12 +253,24 @@ class HeadCanvas:
         self.y = np.rint(np.linspace(rows - extent.y1, rows - extent.y0, queries + 1)).astype(int)
         self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
 
-    def _set_labels(self, query_labels: Sequence[str], key_labels: Sequence[str]) -> None:
+    @staticmethod
+    def figure_size(queries: int, keys: int) -> tuple[float, float]:
+        """Width and height in inches: fixed margins around cells that shrink as maps grow."""
+        cell = _cell_inches(max(queries, keys))
+        return (
+            _MARGIN_LEFT + keys * cell + _MARGIN_RIGHT,
+            _MARGIN_TOP + queries * cell + _MARGIN_BOTTOM,
+        )
+
+    def _set_frame(self, frame: Frame) -> list[Any]:
+        """Put one input's header and labels on their artists; return those artists."""
         step = self.label_step
-        for artist, label in zip(self.key_labels, key_labels[::step], strict=True):
+        self.header.set_text(frame.header)
+        for artist, label in zip(self.key_labels, frame.key_labels[::step], strict=True):
             artist.set_text(_label(label))
-        for artist, label in zip(self.query_labels, query_labels[::step], strict=True):
+        for artist, label in zip(self.query_labels, frame.query_labels[::step], strict=True):
             artist.set_text(_label(label))
+        return [self.header, *self.key_labels, *self.query_labels]
 
     def _set_cells(self, matrix: np.ndarray, title: str) -> None:
         self.image.set_data(matrix)
@@ -225,22 +279,17 @@ class HeadCanvas:
             artist.set_text(f"{weight:.2f}".lstrip("0") if weight < 1 else "1.0")
             artist.set_color("black" if weight > 0.6 else "white")
 
-    def png(self, matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
-            title: str) -> bytes:  # fmt: skip
+    def png(self, matrix: np.ndarray, frame: Frame, title: str) -> bytes:
         """The picture of one map as PNG bytes, by the fast path."""
-        from PIL import Image
-
-        labels = (tuple(query_labels), tuple(key_labels))
-        if labels != self.labels_drawn:
+        if frame != self.frame_drawn:  # a new input: draw its frame once, for all its maps
             self.canvas.restore_region(self.blank)
-            self._set_labels(query_labels, key_labels)
             with _glyph_check():
-                for artist in (*self.key_labels, *self.query_labels):
+                for artist in self._set_frame(frame):
                     self.figure.draw_artist(artist)
-            self.labelled = self.canvas.copy_from_bbox(self.figure.bbox)
-            self.labels_drawn = labels
+            self.framed = self.canvas.copy_from_bbox(self.figure.bbox)
+            self.frame_drawn = frame
         else:
-            self.canvas.restore_region(self.labelled)
+            self.canvas.restore_region(self.framed)
         self._set_cells(matrix, title)
         pixels = np.asarray(self.canvas.buffer_rgba())
         shades = np.clip(np.rint(matrix * 255), 0, 255).astype(np.intp)
@@ -248,19 +297,32 @@ class HeadCanvas:
         block = np.repeat(np.repeat(cells, np.diff(self.y), axis=0), np.diff(self.x), axis=1)
         pixels[self.y[0] : self.y[-1], self.x[0] : self.x[-1]] = block
         with _glyph_check():
-            self.figure.draw_artist(self.title)
+            self._draw_title(title, pixels)
             for artist in self.values:
                 self.figure.draw_artist(artist)
-        out = io.BytesIO()
-        Image.fromarray(pixels[..., :3]).save(out, "png", compress_level=1)
-        return out.getvalue()
+        return encode_png(pixels)
 
-    def vector(self, matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
-               title: str, picture: str) -> bytes:  # fmt: skip
+    def _draw_title(self, title: str, pixels: np.ndarray) -> None:
+        """Draw the title, or paste it: a batch draws the same few titles thousands of times."""
+        if title in self.titles:
+            pixels[self.title_rows] = self.titles[title]
+            return
+        self.figure.draw_artist(self.title)
+        if self.title_rows is None:
+            rows = pixels.shape[0]
+            title = self.title.get_window_extent()
+            top, bottom = int(rows - title.y1) - 2, int(np.ceil(rows - title.y0)) + 2
+            header = self.header.get_window_extent()
+            if not (rows - header.y0 < top and bottom <= self.y[0]):
+                return  # the band is not the title's alone: draw every time
+            self.title_rows = slice(top, bottom)
+        self.titles[self.title.get_text()] = pixels[self.title_rows].copy()
+
+    def vector(self, matrix: np.ndarray, frame: Frame, title: str, picture: str) -> bytes:
         """The same picture drawn whole by matplotlib, for SVG and PDF."""
-        self._set_labels(query_labels, key_labels)
+        self.frame_drawn = None  # the raster background no longer matches the artists
+        animated = [self.image, self.title, *self._set_frame(frame), *self.values]
         self._set_cells(matrix, title)
-        animated = [self.image, self.title, *self.key_labels, *self.query_labels, *self.values]
         for artist in animated:
             artist.set_animated(False)
         try:
@@ -289,10 +351,14 @@ def head_canvas(queries: int, keys: int, style: Style) -> HeadCanvas:
 def head_picture(maps: AttentionMaps, panel: MapPanel, picture: str, style: Style) -> bytes:
     """One map of ``maps`` as picture bytes."""
     canvas = head_canvas(len(maps.query_tokens), len(maps.key_tokens), style)
-    title = f"{maps.model}\n{maps.mode} attention · {panel.title}"
+    frame = Frame(
+        header=f"{maps.model} · {maps.mode} attention",
+        query_labels=tuple(maps.query_tokens),
+        key_labels=tuple(maps.key_tokens),
+    )
     if picture == "png":
-        return canvas.png(panel.matrix, maps.query_tokens, maps.key_tokens, title)
-    return canvas.vector(panel.matrix, maps.query_tokens, maps.key_tokens, title, picture)
+        return canvas.png(panel.matrix, frame, panel.title)
+    return canvas.vector(panel.matrix, frame, panel.title, picture)
 
 
 def grid_picture(maps: AttentionMaps, picture: str, style: Style) -> bytes:

@@ -1,0 +1,458 @@
+"""Batches: many inputs in, a folder of pictures and data and a manifest out.
+
+Every input gets a deterministic, filesystem-safe name from its position in
+the whole input (so that shards never clash) and its text or id. Every file is
+written under a temporary name and renamed into place, so an interrupted run
+leaves only complete files; ``manifest.jsonl`` records each input with its
+files and status, and ``resume`` skips the inputs it records as done whose
+files are all there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import unicodedata
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
+from attnviz.io import STDIO, dump_json, npz_bytes, open_output
+from attnviz.maps import AttentionMaps
+from attnviz.render.image import Style, View, picture_files
+
+MANIFEST = "manifest.jsonl"
+_SLUG_LENGTH = 40
+
+
+class OutputFormat(StrEnum):
+    PNG = "png"
+    SVG = "svg"
+    PDF = "pdf"
+    JSON = "json"
+    NPZ = "npz"
+
+
+PICTURES = (OutputFormat.PNG, OutputFormat.SVG, OutputFormat.PDF)
+
+
+class PartialFailure(AttnvizError):
+    """Some inputs of a batch failed; the rest were written."""
+
+    exit_code = ExitCode.PARTIAL_FAILURE
+
+    def __init__(self, message: str, records: list[Record]) -> None:
+        super().__init__(message)
+        self.records = records
+
+
+@dataclass
+class BatchInput:
+    index: int  # position among all inputs, counted from 0; the same in every shard
+    line: int  # line number in the input file
+    text: str | None = None
+    target: str | None = None
+    id: str | None = None
+    error: str | None = None  # why this line could not be read as an input
+    name: str = ""  # the stem of its output files
+
+
+@dataclass
+class Record:
+    """A manifest line."""
+
+    index: int
+    line: int
+    id: str | None
+    text: str | None
+    target: str | None
+    status: str  # "ok" or "failed"
+    files: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def slug(text: str) -> str:
+    """Lowercase ASCII letters, digits and dashes; accents folded; at most 40 characters."""
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    cleaned = re.sub(r"[^a-z0-9]+", "-", folded.lower()).strip("-")
+    return cleaned[:_SLUG_LENGTH].rstrip("-")
+
+
+def _read_lines(source: str) -> list[bytes]:
+    if source == STDIO:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise UsageError("INPUT is '-' but standard input is a terminal: pipe the inputs in")
+        data = sys.stdin.buffer.read()
+    else:
+        path = Path(source)
+        if path.is_dir():
+            raise UsageError(f"{source} is a directory: give a text or JSONL file")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise UsageError(f"no such input file: {source}") from None
+        except OSError as error:
+            raise AttnvizError(f"cannot read {source}: {error.strerror}") from None
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line does not start another
+    return [line.removesuffix(b"\r") for line in lines]
+
+
+def read_inputs(source: str) -> list[BatchInput]:
+    """Inputs from a text file (a line each), a JSONL file (``text``, ``target``, ``id``) or stdin.
+
+    JSONL is recognised by a ``.jsonl`` or ``.ndjson`` suffix, or by a first
+    non-blank line that starts with ``{``. A line that cannot be read becomes
+    an input with an error, so the batch records it and goes on.
+    """
+    raw = _read_lines(source)
+    first = next((line.strip() for line in raw if line.strip()), b"")
+    jsonl = Path(source).suffix.lower() in (".jsonl", ".ndjson") or first.startswith(b"{")
+    inputs = []
+    for index, data in enumerate(raw):
+        item = BatchInput(index=index, line=index + 1)
+        try:
+            content = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            item.error = (
+                f"line {item.line} is not UTF-8 text: byte 0x{data[error.start]:02x} at offset "
+                f"{error.start}"
+            )
+            inputs.append(item)
+            continue
+        if jsonl:
+            _read_json_line(item, content)
+        else:
+            item.text = content
+        if item.error is None and (item.text is None or not item.text.strip()):
+            item.error = f"line {item.line} is empty"
+        inputs.append(item)
+    return inputs
+
+
+def _read_json_line(item: BatchInput, content: str) -> None:
+    if not content.strip():
+        item.error = f"line {item.line} is empty"
+        return
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError as error:
+        item.error = f"line {item.line} is not valid JSON ({error.msg})"
+        return
+    if not isinstance(value, dict):
+        item.error = f"line {item.line} is not a JSON object"
+        return
+    text, target, name = value.get("text"), value.get("target"), value.get("id")
+    if not isinstance(text, str):
+        item.error = f'line {item.line} has no "text" string'
+        return
+    if target is not None and not isinstance(target, str):
+        item.error = f'line {item.line}: "target" must be a string'
+        return
+    item.text, item.target = text, target
+    item.id = None if name is None else str(name)
+
+
+def assign_names(inputs: Sequence[BatchInput]) -> None:
+    """Give every input a distinct file stem: its id, or its index and a slug of its text.
+
+    Names are fixed over the whole input, before sharding; two inputs that
+    would share a name keep both, the later one with ``-2``, ``-3``… added.
+    """
+    taken: set[str] = set()
+    for item in inputs:
+        if item.id is not None:
+            base = slug(item.id) or f"{item.index:04d}"
+        else:
+            base = "-".join(part for part in (f"{item.index:04d}", slug(item.text or "")) if part)
+        name, count = base, 1
+        while name in taken:
+            count += 1
+            name = f"{base}-{count}"
+        taken.add(name)
+        item.name = name
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """``K/N`` -> (K, N), 1 <= K <= N."""
+    match = re.fullmatch(r"(\d+)/(\d+)", spec.strip())
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise UsageError(f"--shard {spec!r} is not K/N with 1 <= K <= N, e.g. 2/4")
+    return int(match[1]), int(match[2])
+
+
+def in_shard(inputs: Sequence[BatchInput], shard: tuple[int, int] | None) -> list[BatchInput]:
+    """The K-th of N interleaved slices: input i belongs to shard (i mod N) + 1."""
+    if shard is None:
+        return list(inputs)
+    number, count = shard
+    return [item for item in inputs if item.index % count == number - 1]
+
+
+def manifest_name(shard: tuple[int, int] | None) -> str:
+    return MANIFEST if shard is None else f"manifest-{shard[0]}-of-{shard[1]}.jsonl"
+
+
+def read_manifest(path: Path) -> dict[int, Record]:
+    """The records of an earlier run, the last word on each input; a cut-off line is ignored."""
+    records: dict[int, Record] = {}
+    if not path.exists():
+        return records
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = Record(**json.loads(line))
+        except (json.JSONDecodeError, TypeError):
+            continue  # the run was stopped while writing this line
+        records[record.index] = record
+    return records
+
+
+def is_complete(record: Record | None, folder: Path) -> bool:
+    return bool(
+        record and record.status == "ok" and all((folder / name).is_file() for name in record.files)
+    )
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What to write for every input."""
+
+    folder: Path
+    formats: tuple[OutputFormat, ...]
+    view: View
+    style: Style
+    aggregate: str | None = None  # an Aggregate name, applied before writing
+
+
+def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs) -> list[str]:
+    """Write every requested file of one input; return their names. Runs in worker processes."""
+    if outputs.aggregate is not None:
+        from attnviz.analysis.aggregate import aggregate
+
+        maps = aggregate(maps, outputs.aggregate)
+    written = []
+    for output_format in outputs.formats:
+        if output_format in PICTURES:
+            pieces: Iterable[tuple[str, bytes]] = picture_files(
+                maps, outputs.view, output_format.value, outputs.style
+            )
+        elif output_format is OutputFormat.JSON:
+            pieces = [("", dump_json(maps.to_dict()).encode("utf-8"))]
+        else:
+            pieces = [("", npz_bytes(maps))]
+        for suffix, data in pieces:
+            name = f"{stem}{suffix}.{output_format.value}"
+            with open_output(outputs.folder / name, binary=True) as out:
+                out.write(data)
+            written.append(name)
+    return written
+
+
+class Manifest:
+    """Appends a record per finished input, each line flushed whole; compacts at the end."""
+
+    def __init__(self, path: Path, earlier: dict[int, Record], append: bool) -> None:
+        self.path = path
+        self.records = dict(earlier)
+        self.handle = path.open("a" if append else "w", encoding="utf-8")
+
+    def add(self, record: Record) -> None:
+        self.records[record.index] = record
+        self.handle.write(dump_json(asdict(record)))
+        self.handle.flush()
+
+    def close(self, compact: bool) -> None:
+        self.handle.close()
+        if compact:  # one line per input, in input order, written whole
+            lines = (dump_json(asdict(self.records[index])) for index in sorted(self.records))
+            with open_output(self.path) as out:
+                out.writelines(lines)
+
+
+def run_batch(
+    inputs: Sequence[BatchInput],
+    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
+    outputs: Outputs,
+    *,
+    manifest_path: Path,
+    resume: bool,
+    batch_size: int,
+    jobs: int,
+    progress: Callable[[int, int], None],
+) -> list[Record]:
+    """Run every input; return the records of this run. Raises PartialFailure if some failed.
+
+    ``extract`` turns a chunk of readable inputs into their maps; when it fails
+    for a chunk, its inputs are retried one by one so that only the bad ones
+    fail. Rendering runs here (jobs 1) or in worker processes, while the next
+    chunk is extracted.
+    """
+    earlier = read_manifest(manifest_path) if resume else {}
+    pending = [item for item in inputs if not is_complete(earlier.get(item.index), outputs.folder)]
+    manifest = Manifest(manifest_path, earlier, append=resume)
+    done = len(inputs) - len(pending)
+    progress(done, len(inputs))
+    records: list[Record] = []
+    finished = False
+    try:
+        with Renderer(jobs) as renderer:
+            for chunk in _chunks(pending, batch_size):
+                for task in _tasks(chunk, extract, outputs):
+                    renderer.submit(task)
+                for item, written in renderer.completed(wait=False):
+                    done = _finish(item, written, manifest, records, done, len(inputs), progress)
+            for item, written in renderer.completed(wait=True):
+                done = _finish(item, written, manifest, records, done, len(inputs), progress)
+        finished = True
+    finally:
+        manifest.close(compact=finished)
+    failed = [record for record in records if record.status == "failed"]
+    if failed:
+        raise PartialFailure(
+            f"{len(failed)} of {len(inputs)} inputs failed (first: line {failed[0].line}: "
+            f"{failed[0].error}); see {manifest_path}",
+            records,
+        )
+    return records
+
+
+def _finish(
+    item: BatchInput,
+    written: list[str] | Exception,
+    manifest: Manifest,
+    records: list[Record],
+    done: int,
+    total: int,
+    progress: Callable[[int, int], None],
+) -> int:
+    record = _record(item, written)
+    manifest.add(record)
+    records.append(record)
+    progress(done + 1, total)
+    return done + 1
+
+
+Task = tuple[BatchInput, "AttentionMaps | Exception", Outputs]
+
+
+def _tasks(
+    chunk: list[BatchInput],
+    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
+    outputs: Outputs,
+) -> Iterator[Task]:
+    readable = [item for item in chunk if item.error is None]
+    try:
+        results: dict[int, AttentionMaps | Exception] = dict(
+            zip((item.index for item in readable), extract(readable), strict=True)
+        )
+    except (AttnvizError, ValueError):
+        results = {}
+        for item in readable:  # find the inputs that fail, keep the rest
+            try:
+                (results[item.index],) = extract([item])
+            except (AttnvizError, ValueError) as error:
+                results[item.index] = error
+    for item in chunk:
+        maps: AttentionMaps | Exception = (
+            UsageError(item.error) if item.error is not None else results[item.index]
+        )
+        yield item, maps, outputs
+
+
+def _chunks(items: Sequence[BatchInput], size: int) -> Iterator[list[BatchInput]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def _record(item: BatchInput, written: list[str] | Exception) -> Record:
+    base = {
+        "index": item.index,
+        "line": item.line,
+        "id": item.id,
+        "text": item.text,
+        "target": item.target,
+    }
+    if isinstance(written, Exception):
+        return Record(**base, status="failed", error=describe(written)[1])
+    return Record(**base, status="ok", files=written)
+
+
+def render_task(task: Task) -> tuple[BatchInput, list[str] | Exception]:
+    """One input's files, or the exception that stopped it: a worker's unit of work."""
+    item, maps, outputs = task
+    if isinstance(maps, Exception):
+        return item, maps
+    try:
+        return item, write_outputs(maps, item.name, outputs)
+    except (AttnvizError, OSError, ValueError) as error:
+        return item, error
+
+
+def _start_worker() -> None:
+    import signal
+
+    # Ctrl-C reaches every process of the group; the main process alone handles it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Import matplotlib now, while the main process is still importing torch.
+    from attnviz.render.image import _matplotlib
+
+    _matplotlib()
+
+
+class Renderer:
+    """Renders in this process (jobs 1) or in a pool of worker processes, in input order."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.pool: Any = None
+        self.queue: deque[Any] = deque()
+
+    def __enter__(self) -> Renderer:
+        if self.jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn, not fork: a fork of a process running torch's threads can deadlock.
+            self.pool = ProcessPoolExecutor(
+                max_workers=self.jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+            )
+            self.pool.submit(int)  # start the workers now, while the first inputs are extracted
+            self._quiet_torch()
+        return self
+
+    @staticmethod
+    def _quiet_torch() -> None:
+        # torch's threads spin while they wait for work; with render processes
+        # on every core they would take the CPU the renderers need.
+        import torch
+
+        torch.set_num_threads(1)
+
+    def submit(self, task: Task) -> None:
+        if self.pool is None:
+            self.queue.append(render_task(task))
+        else:
+            self.queue.append(self.pool.submit(render_task, task))
+
+    def completed(self, wait: bool) -> Iterator[tuple[BatchInput, list[str] | Exception]]:
+        """Finished results in input order; with ``wait``, all of them."""
+        while self.queue:
+            head = self.queue[0]
+            if self.pool is not None:
+                if not wait and not head.done() and len(self.queue) <= 4 * self.jobs:
+                    return  # keep the workers busy while the next chunk is extracted
+                head = head.result()
+            self.queue.popleft()
+            yield head
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,236 @@
+"""`attnviz batch`: pictures and data for every line of a file, with a manifest."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnviz.batch import OutputFormat
+from attnviz.cli import options
+from attnviz.cli.export import CmapOption, DpiOption, PictureValuesOption, ViewOption
+from attnviz.cli.show import AggregateOption
+from attnviz.core import BUILTIN
+from attnviz.render.image import View
+
+
+def batch(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="INPUT",
+            help="A text file (a sentence per line), a JSONL file (objects with text and "
+            "optional target and id), or - for stdin.",
+        ),
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The folder to write into (created if needed).")
+    ],
+    formats: Annotated[
+        list[OutputFormat] | None,
+        typer.Option(
+            "--format",
+            "-f",
+            case_sensitive=False,
+            help="png, svg, pdf, json or npz; repeat for several. Default: png.",
+        ),
+    ] = None,
+    view: ViewOption = View.HEAD,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="Skip inputs the manifest records as done, files intact."),
+    ] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=1, max=64, help="Worker processes for rendering.")
+    ] = 1,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            help="K/N: process only the K-th of N interleaved slices of the input (input i "
+            "belongs to slice i mod N + 1); the manifest is then manifest-K-of-N.jsonl.",
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option("--batch-size", min=1, max=1024, help="Inputs per forward pass of a model."),
+    ] = 16,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no summary.")] = False,
+    mode: options.ModeOption = None,
+    model: options.ModelOption = BUILTIN,
+    layer: options.LayerOption = "all",
+    head: options.HeadOption = "all",
+    aggregate: AggregateOption = None,
+    cmap: CmapOption = "viridis",
+    dpi: DpiOption = 100,
+    values: PictureValuesOption = False,
+    special: options.SpecialOption = True,
+    words: options.WordsOption = False,
+    download: options.DownloadOption = False,
+    trust_remote_code: options.TrustRemoteCodeOption = False,
+    allow_pickle: options.AllowPickleOption = False,
+    verbose: options.VerboseOption = False,
+    layers: options.LayersOption = None,
+    heads: options.HeadsOption = None,
+    d_model: options.DModelOption = None,
+    seed: options.SeedOption = None,
+    positions: options.PositionsOption = None,
+    projections: options.ProjectionsOption = None,
+    keep_case: options.KeepCaseOption = False,
+) -> None:
+    """Write pictures and data for every input, and a manifest of what was written.
+
+    Files are named by the input's position and a slug of its text (or its id),
+    e.g. 0003-the-man-walked-the-dog-L0-H1.png, and appear only when complete.
+    manifest.jsonl has a line per input: its files, or the error that stopped
+    it. A failing input does not stop the batch: the exit code is then 3.
+    """
+    from attnviz.batch import (
+        Outputs,
+        PartialFailure,
+        assign_names,
+        in_shard,
+        manifest_name,
+        parse_shard,
+        read_inputs,
+        run_batch,
+    )
+    from attnviz.errors import AttnvizError
+    from attnviz.render.image import Style, check_colormap
+
+    formats = tuple(dict.fromkeys(formats or [OutputFormat.PNG]))
+    check_colormap(cmap)
+    slice_ = parse_shard(shard) if shard else None
+    extract = options.extraction(
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        special=special,
+        words=words,
+        download=download,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+        verbose=verbose,
+        layers=layers,
+        heads=heads,
+        d_model=d_model,
+        seed=seed,
+        positions=positions,
+        projections=projections,
+        keep_case=keep_case,
+    )
+    inputs = read_inputs(source)
+    assign_names(inputs)
+    inputs = in_shard(inputs, slice_)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise AttnvizError(f"cannot create the folder {output}: {error.strerror}") from None
+    manifest = output / manifest_name(slice_)
+    try:
+        manifest.touch()
+    except OSError as error:
+        raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
+    extract.prepare()
+    started = time.monotonic()
+    with ProgressReport(quiet) as report:
+        records = []
+        try:
+            records = run_batch(
+                inputs,
+                extract.many,
+                Outputs(
+                    folder=output,
+                    formats=formats,
+                    view=view,
+                    style=Style(cmap=cmap, dpi=dpi, values=values),
+                    aggregate=None if aggregate is None else aggregate.value,
+                ),
+                manifest_path=manifest,
+                resume=resume,
+                batch_size=batch_size,
+                jobs=jobs,
+                progress=report,
+            )
+        except PartialFailure as failure:
+            records = failure.records
+            raise
+        finally:
+            if not quiet:
+                _summary(inputs, records, output, time.monotonic() - started)
+
+
+def _summary(inputs: list, records: list, output: Path, elapsed: float) -> None:
+    failed = sum(record.status == "failed" for record in records)
+    untouched = len(inputs) - len(records)
+    parts = [f"{len(records) - failed} written"]
+    if failed:
+        parts.append(f"{failed} failed")
+    if untouched:
+        parts.append(f"{untouched} skipped (already done) or not reached")
+    print(
+        f"attnviz: {len(inputs)} inputs: {', '.join(parts)}; {output} in {elapsed:.1f} s",
+        file=sys.stderr,
+    )
+
+
+class ProgressReport:
+    """A rich progress bar when stderr is a terminal, a line every few seconds when not."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar = None
+        self.task = None
+        self.last = 0.0
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        from rich.console import Console
+
+        console = Console(stderr=True, markup=False, highlight=False)
+        if not self.quiet and console.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                ProgressColumn,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+            from rich.text import Text
+
+            class RateColumn(ProgressColumn):
+                def render(self, task):
+                    return Text(f"{task.speed:.1f} inputs/s" if task.speed else "")
+
+            self.bar = Progress(
+                TextColumn("inputs"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                RateColumn(),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("batch", total=None)
+        return self.report
+
+    def report(self, done: int, total: int) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, total=total)
+            return
+        now = time.monotonic()
+        if done and (done == total or now - self.last >= 5):
+            self.last = now
+            print(f"attnviz: {done}/{total} inputs", file=sys.stderr)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
