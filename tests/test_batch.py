@@ -1,0 +1,193 @@
+"""batch: files, names, manifest, failures, resume after an interruption, shards, jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from attnviz.batch import assign_names, in_shard, parse_shard, read_inputs, slug
+from attnviz.cli import app
+from attnviz.errors import UsageError
+
+SAMPLES = Path(__file__).parent.parent / "sample_texts"
+
+
+def manifest(folder: Path, name: str = "manifest.jsonl") -> list[dict]:
+    return [json.loads(line) for line in (folder / name).read_text().splitlines()]
+
+
+def test_batch_writes_every_file_and_the_manifest(runner, tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["batch", str(SAMPLES / "sentences.txt"), "-o", str(out), "-f", "png", "-f", "json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    records = manifest(out)
+    lines = (SAMPLES / "sentences.txt").read_text().splitlines()
+    assert [record["text"] for record in records] == lines
+    assert all(record["status"] == "ok" for record in records)
+    first = records[0]
+    assert first["files"][0] == "0000-hello-i-love-you-L0-H0.png"
+    assert len(first["files"]) == 2 * 4 + 1  # a PNG per head of the 2 x 4 stack, and the JSON
+    written = {path.name for path in out.iterdir()} - {"manifest.jsonl"}
+    assert written == {name for record in records for name in record["files"]}
+    with Image.open(out / first["files"][0]) as image:
+        image.load()
+    assert json.loads((out / "0000-hello-i-love-you.json").read_text())["text"] == lines[0]
+    assert "6 inputs: 6 written" in result.stderr
+
+
+def test_jsonl_ids_targets_and_views(runner, tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["batch", str(SAMPLES / "pairs.jsonl"), "-o", str(out), "-m", "cross",
+              "--view", "model", "-f", "svg", "-f", "npz", "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""  # --quiet
+    assert sorted(path.name for path in out.glob("greeting-fr.*")) == [
+        "greeting-fr.npz",
+        "greeting-fr.svg",
+    ]
+    assert manifest(out)[0]["target"] == "Bonjour je t'aime"
+
+
+def test_bad_lines_fail_alone_and_the_exit_code_says_so(runner, tmp_path):
+    source = tmp_path / "inputs.jsonl"
+    source.write_bytes(
+        b'{"text": "good one"}\n'
+        b"[1, 2]\n"
+        b'{"target": "no text"}\n'
+        b"\n"
+        b'{"text": "caf\xe9"}\n'
+        b"{broken\n"
+        b'{"text": "good two", "id": "two"}\n'
+    )
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json"])
+    assert result.exit_code == 3
+    records = manifest(out)
+    assert [record["status"] for record in records] == [
+        "ok", "failed", "failed", "failed", "failed", "failed", "ok"
+    ]  # fmt: skip
+    errors = [record["error"] for record in records]
+    assert "line 2 is not a JSON object" in errors[1]
+    assert 'line 3 has no "text" string' in errors[2]
+    assert "line 4 is empty" in errors[3]
+    assert "line 5 is not UTF-8 text: byte 0xe9" in errors[4]
+    assert "line 6 is not valid JSON" in errors[5]
+    assert (out / "two.json").exists() and (out / "0000-good-one.json").exists()
+    assert "5 of 7 inputs failed" in result.stderr
+    assert "2 written, 5 failed" in result.stderr
+
+
+def test_names_are_safe_distinct_and_stable():
+    assert slug("Café crème, s'il vous plaît!") == "cafe-creme-s-il-vous-plait"
+    assert slug("我爱你") == ""
+    assert len(slug("word " * 40)) <= 40
+
+    class Item:
+        def __init__(self, index, text=None, id=None):
+            self.index, self.text, self.id, self.name = index, text, id, ""
+
+    items = [Item(0, "我爱你"), Item(1, id="a/b"), Item(2, id="a b"), Item(3, "x", id="../etc")]
+    assign_names(items)
+    assert [item.name for item in items] == ["0000", "a-b", "a-b-2", "etc"]
+
+
+def test_shards_cover_the_input_exactly_once(tmp_path):
+    source = tmp_path / "many.txt"
+    source.write_text("".join(f"sentence {i}\n" for i in range(23)))
+    inputs = read_inputs(str(source))
+    seen = []
+    for number in range(1, 5):
+        seen += [item.index for item in in_shard(inputs, parse_shard(f"{number}/4"))]
+    assert sorted(seen) == list(range(23))
+    with pytest.raises(UsageError, match="is not K/N"):
+        parse_shard("5/4")
+
+
+def test_sharded_runs_merge_without_clashes(runner, tmp_path):
+    out = tmp_path / "out"
+    for number in (1, 2):
+        result = runner.invoke(
+            app, ["batch", str(SAMPLES / "sentences.txt"), "-o", str(out), "-f", "json",
+                  "--shard", f"{number}/2", "-q"],
+        )  # fmt: skip
+        assert result.exit_code == 0
+    first, second = manifest(out, "manifest-1-of-2.jsonl"), manifest(out, "manifest-2-of-2.jsonl")
+    assert sorted(r["index"] for r in first + second) == list(range(6))
+    assert len(list(out.glob("*.json"))) == 6
+
+
+def test_jobs_give_the_same_files(runner, tmp_path):
+    for jobs in ("1", "2"):
+        result = runner.invoke(
+            app, ["batch", str(SAMPLES / "sentences.txt"), "-o", str(tmp_path / jobs), "-j", jobs,
+                  "-q", "-l", "0"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+    one = {path.name: path.read_bytes() for path in (tmp_path / "1").glob("*.png")}
+    two = {path.name: path.read_bytes() for path in (tmp_path / "2").glob("*.png")}
+    assert one == two and len(one) == 6 * 4
+
+
+def test_stdin_and_unwritable_folders(runner, tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["batch", "-", "-o", str(out), "-f", "json", "-q"], input="a b\n")
+    assert result.exit_code == 0
+    assert (out / "0000-a-b.json").exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = runner.invoke(app, ["batch", "-", "-o", str(blocker / "sub")], input="a\n")
+    assert result.exit_code == 1
+    assert "cannot create the folder" in result.stderr
+
+
+def test_an_interrupted_batch_resumes_to_the_same_files(tmp_path):
+    source = tmp_path / "inputs.txt"
+    sentences = (SAMPLES / "sentences.txt").read_text().splitlines()
+    source.write_text("\n".join(sentences * 12) + "\n")  # 72 inputs, 576 pictures
+    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-f", "png", "-f", "json"]
+    reference = tmp_path / "reference"
+    subprocess.run([*command, "-o", str(reference), "-q"], check=True, timeout=300)
+
+    out = tmp_path / "out"
+    process = subprocess.Popen([*command, "-o", str(out)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        records = out / "manifest.jsonl"
+        if records.exists() and len(records.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "attnviz: error: interrupted" in stderr and "Traceback" not in stderr
+    assert not [name for name in os.listdir(out) if name.startswith(".")]  # no partial files
+    done = manifest(out)
+    assert 5 <= len(done) < 72
+    for record in done:
+        for name in record["files"]:
+            assert (out / name).read_bytes() == (reference / name).read_bytes()
+
+    resumed = subprocess.run(
+        [*command, "-o", str(out), "--resume"], capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(done)} skipped" in resumed.stderr
+    files = sorted(path.name for path in out.iterdir())
+    assert files == sorted(path.name for path in reference.iterdir())
+    for name in files:
+        if name != "manifest.jsonl":
+            assert (out / name).read_bytes() == (reference / name).read_bytes()
+    assert manifest(out) == manifest(reference)
