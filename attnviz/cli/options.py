@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from attnviz.pretrained import LoadOptions
     from attnviz.render.image import Style, View
 
+T = TypeVar("T")
 SELECTION_PANEL = "Layers and heads"
 MODEL_PANEL = "Pretrained models"
 STACK_PANEL = "Built-in stack (without --model)"
@@ -370,12 +371,12 @@ def stdout_console(colour: ColourChoice, width: int | None) -> Console:
     )
 
 
-def single_text(texts: Iterable[str]) -> str:
-    """The one text a command reads; several lines on stdin are a usage error."""
-    items = iter(texts)
-    first = next(items)
-    if next(items, None) is not None:
-        raise UsageError("this command reads one text, but standard input holds several lines")
+def single_text(items: Iterable[T]) -> T:
+    """The one input a command reads; several (lines on stdin, records in a file) are refused."""
+    stream = iter(items)
+    first = next(stream)
+    if next(stream, None) is not None:
+        raise UsageError("this command reads one input, but several were given")
     return first
 
 
