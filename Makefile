@@ -30,6 +30,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/pretrained.py
+	$(BIN)/python benchmarks/batch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
