@@ -7,6 +7,7 @@ import sys
 from attnviz.cli.app import app
 from attnviz.cli.batch import batch
 from attnviz.cli.diff import diff
+from attnviz.cli.explain import explain
 from attnviz.cli.export import export
 from attnviz.cli.heads import heads
 from attnviz.cli.models import models
@@ -14,7 +15,7 @@ from attnviz.cli.render import render
 from attnviz.cli.show import show
 from attnviz.cli.top import top
 
-for command in (show, export, batch, render, heads, top, diff, models):
+for command in (show, export, batch, render, heads, top, diff, explain, models):
     app.command()(command)
 
 

@@ -1,0 +1,85 @@
+"""`attnviz explain`: the attention computation of one head, step by step."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from attnviz.cli import options
+from attnviz.cli.heads import TableFormat
+from attnviz.core import Mode
+
+
+def explain(
+    text: options.TextArgument,
+    mode: options.ModeOption = None,
+    target: options.TargetOption = None,
+    layer: Annotated[str, typer.Option("--layer", "-l", help="The layer to walk through.")] = "0",
+    head: Annotated[str, typer.Option("--head", help="The head to walk through.")] = "0",
+    output_format: Annotated[
+        TableFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            case_sensitive=False,
+            help="table: the walk-through. json: every intermediate matrix by name.",
+        ),
+    ] = TableFormat.TABLE,
+    layers: options.LayersOption = None,
+    heads: options.HeadsOption = None,
+    d_model: options.DModelOption = None,
+    seed: options.SeedOption = None,
+    positions: options.PositionsOption = None,
+    projections: options.ProjectionsOption = None,
+    keep_case: options.KeepCaseOption = False,
+    width: options.WidthOption = None,
+) -> None:
+    """Walk through one head's attention on your sentence, with the real numbers.
+
+    X, W_Q, W_K, W_V; Q, K, V; the scores Q·Kᵀ, scaled by √d_k; the mask; the
+    softmax row by row; each output row as a weighted sum of V's rows; the
+    heads concatenated and projected by W_O. Use a small --d-model (say 8) to
+    see every matrix whole.
+    """
+    from attnviz.errors import UsageError
+    from attnviz.explain import explain_builtin
+    from attnviz.io import dump_json, read_texts
+
+    if output_format is TableFormat.CSV:
+        raise UsageError("explain writes table or json")
+    settings = options.extraction(
+        model="builtin",
+        mode=mode,
+        layer=layer,
+        head=head,
+        special=True,
+        words=False,
+        download=False,
+        trust_remote_code=False,
+        allow_pickle=False,
+        verbose=False,
+        layers=layers,
+        heads=heads,
+        d_model=d_model,
+        seed=seed,
+        positions=positions,
+        projections=projections,
+        keep_case=keep_case,
+    )
+    explanation = explain_builtin(
+        options.single_text(read_texts(text)),
+        mode=(mode or Mode.SELF).value,
+        target=target,
+        layer=layer,
+        head=head,
+        config=settings.config,
+        lowercase=settings.lowercase,
+    )
+    if output_format is TableFormat.JSON:
+        options.write_stdout(dump_json(explanation.to_dict()))
+        return
+    from attnviz.render.explain import render
+
+    console = options.stdout_console(options.ColourChoice.AUTO, width)
+    console.print(render(explanation, console.width))
