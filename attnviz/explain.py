@@ -358,3 +358,173 @@ def _check_against(explanation: Explanation, weights: Any, output: Any) -> None:
         raise AttnvizError("the explained weights differ from the stack's own (a bug)")
     if not np.allclose(explanation.step("output").matrix, output.numpy(), atol=1e-4):
         raise AttnvizError("the explained output differs from the stack's own (a bug)")
+
+
+@dataclass
+class QueryExplanation:
+    """One query row of a pretrained model's head, from its dot products to its weights."""
+
+    model: str
+    mode: str
+    layer: int
+    head: int
+    query_index: int
+    query_token: str
+    key_tokens: list[str]
+    scale: float  # what the model multiplies the dot products by (1/√d_k for most)
+    dots: np.ndarray  # q · k for every key
+    scaled: np.ndarray  # dots · scale
+    mask: np.ndarray  # what the model adds before the softmax: 0, −∞ (hidden), or a bias
+    weights: np.ndarray  # softmax(scaled + mask), computed here
+    model_weights: np.ndarray  # the model's own attention row, for comparison
+
+    @property
+    def largest_difference(self) -> float:
+        return float(np.abs(self.weights - self.model_weights).max())
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(values: np.ndarray) -> list:
+            return [None if value == -math.inf else float(value) for value in values]
+
+        return {
+            "schema_version": 1,
+            "model": self.model,
+            "mode": self.mode,
+            "layer": self.layer,
+            "head": self.head,
+            "query_index": self.query_index,
+            "query_token": self.query_token,
+            "key_tokens": self.key_tokens,
+            "scale": self.scale,
+            "dots": plain(self.dots),
+            "scaled": plain(self.scaled),
+            "mask": plain(self.mask),
+            "weights": plain(self.weights),
+            "model_weights": plain(self.model_weights),
+            "largest_difference": self.largest_difference,
+        }
+
+
+_RECORDING = "attnviz_recording"
+
+
+def explain_pretrained(
+    loaded: Any,
+    text: str,
+    *,
+    mode: str | None = None,
+    target: str | None = None,
+    layer: int | str = 0,
+    head: int | str = 0,
+    query: int = 0,
+) -> QueryExplanation:
+    """The dot products of one query with every key, scaled, masked and softmaxed, for a
+    pretrained model, next to the model's own attention row.
+
+    The queries and keys are taken from inside the model: attnviz registers an
+    attention function (and its mask) with transformers that records what the
+    chosen module passes to attention (after rotary embeddings and the like)
+    and runs the model's own eager attention. The model's own row comes from a
+    separate, ordinary eager run, so a disagreement would show.
+    """
+    import torch
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    from attnviz.pretrained import Family, _encode, _labels, extract_pretrained, resolve_mode
+
+    mode = resolve_mode(loaded, mode, target)
+    stream = {"self": "self", "masked": "self", "cross": "cross"}[mode]
+    if loaded.family is Family.ENCODER_DECODER and mode == "masked":
+        stream = "decoder"
+    modules = loaded.streams.get(stream) or []
+    (layer_index,) = _one(layer, len(modules), "layer")
+    target_module = modules[layer_index][0]
+    inside = {id(module) for module in target_module.modules()}
+    seen: dict[str, Any] = {}
+
+    def recording(module, query_states, key_states, value, attention_mask, *args, **kwargs):
+        run = __import__(type(module).__module__, fromlist=["_"]).eager_attention_forward
+        output, weights = run(
+            module, query_states, key_states, value, attention_mask, *args, **kwargs
+        )
+        if id(module) in inside and "query" not in seen:
+            scaling = kwargs.get("scaling", args[0] if args else None)
+            additive = [
+                part for part in (attention_mask, kwargs.get("position_bias")) if part is not None
+            ]
+            seen.update(
+                query=query_states,
+                key=key_states,
+                mask=sum(additive) if additive else None,
+                scaling=scaling,
+            )
+        return output, weights
+
+    AttentionInterface.register(_RECORDING, recording)
+    # The same masks eager attention gets: causal and padding masks as additive −∞.
+    AttentionMaskInterface.register(_RECORDING, eager_mask)
+    tokenizer = loaded.tokenizer
+    source = _encode(tokenizer, text, loaded.max_length, "text")
+    inputs = {"input_ids": torch.tensor([source["input_ids"]])}
+    queries = keys = (source, text)
+    if loaded.family is Family.ENCODER_DECODER:
+        if mode == "self":
+            inputs["decoder_input_ids"] = torch.zeros(1, 1, dtype=torch.long)
+        else:
+            decoded = _encode(tokenizer, target, loaded.max_length, "target", target=True)
+            inputs["decoder_input_ids"] = torch.tensor([decoded["input_ids"]])
+            queries = (decoded, target)
+            keys = queries if mode == "masked" else keys
+    loaded.model.set_attn_implementation(_RECORDING)
+    try:
+        with torch.inference_mode():
+            loaded.model(**inputs)
+    except Exception as error:  # an architecture whose attention cannot be recorded this way
+        raise AttnvizError(f"cannot follow the attention of {loaded.name}: {error}") from None
+    finally:
+        loaded.model.set_attn_implementation("eager")
+    if "query" not in seen:
+        raise AttnvizError(
+            f"{type(target_module).__name__} of {loaded.name} computes its attention without "
+            "transformers' attention functions: explain cannot follow it"
+        )
+    query_states, key_states = seen["query"][0], seen["key"][0]  # (H, T, Dh), (H_kv, S, Dh)
+    own = extract_pretrained(loaded, text, mode=mode, target=target, layers=[layer_index])
+    heads = query_states.shape[0]
+    (head_index,) = _one(head, heads, "head")
+    query_labels, _ = _labels(tokenizer, *queries)
+    key_labels, _ = _labels(tokenizer, *keys)
+    if not -len(query_labels) <= query < len(query_labels):
+        raise UsageError(
+            f"--query {query} is out of range: there are {len(query_labels)} query tokens "
+            f"(0 to {len(query_labels) - 1})"
+        )
+    query = query % len(query_labels)
+    kv_head = head_index // (heads // key_states.shape[0])  # grouped-query attention shares keys
+    scale = seen["scaling"] if seen["scaling"] is not None else query_states.shape[-1] ** -0.5
+    q = query_states[head_index, query].double()
+    k = key_states[kv_head, : len(key_labels)].double()
+    dots = k @ q  # (S,)
+    scaled = dots * scale
+    mask = torch.zeros_like(scaled)
+    if seen["mask"] is not None:
+        row = seen["mask"][0, head_index if seen["mask"].shape[1] > 1 else 0, query]
+        mask = row[: len(key_labels)].double()
+        mask = torch.where(mask <= torch.finfo(seen["mask"].dtype).min / 2, -math.inf, mask)
+    weights = torch.softmax(scaled + mask, dim=-1)
+    return QueryExplanation(
+        model=loaded.name,
+        mode=mode,
+        layer=layer_index,
+        head=head_index,
+        query_index=query,
+        query_token=query_labels[query],
+        key_tokens=key_labels,
+        scale=float(scale),
+        dots=dots.numpy(),
+        scaled=scaled.numpy(),
+        mask=mask.numpy(),
+        weights=weights.numpy(),
+        model_weights=own.weights[0, head_index, query].astype(np.float64),
+    )

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from attnviz.explain import Explanation, Step
+from attnviz.explain import Explanation, QueryExplanation, Step
 from attnviz.tokens import display_label
 
 _CELL = 7  # "+12.34 " and the like
@@ -78,10 +78,53 @@ def render(explanation: Explanation, width: int) -> RenderableType:
             parts.append(Text(step.note, style="italic"))
         rows, columns = np.atleast_2d(step.matrix).shape
         if rows > _MAX_ROWS or columns > max(3, (width - _ROW_LABEL - 4) // (_CELL + 1)):
-            parts.append(Text(f"showing the first and last rows and columns of {step.shape}",
-                              style="dim"))  # fmt: skip
+            parts.append(
+                Text(f"showing the first and last rows and columns of {step.shape}", style="dim")
+            )
         parts.append(matrix_table(step, width))
         if step.name == "head_output":
             parts.append(Text("Each row as a weighted sum of V's rows:"))
             parts.extend(Text(f"  {sentence}") for sentence in e.sentences)
     return Group(*parts)
+
+
+def render_query(explanation: QueryExplanation) -> RenderableType:
+    """One query's scores against every key, step by step, beside the model's own weights."""
+    e = explanation
+    rows = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    rows.add_column("key token")
+    has_bias = bool(np.any(np.isfinite(e.mask) & (e.mask != 0)))
+    for name in (
+        "q · k",
+        f"× {e.scale:.4g}",
+        "+ bias / mask" if has_bias else "+ mask",
+        "softmax",
+        "model's own",
+    ):
+        rows.add_column(name, justify="right")
+    for index, key in enumerate(e.key_tokens):
+        rows.add_row(
+            display_label(key),
+            _number(float(e.dots[index]), ""),
+            _number(float(e.scaled[index]), ""),
+            _number(float(e.mask[index]), "" if has_bias else "mask"),
+            _number(float(e.weights[index]), "weights"),
+            _number(float(e.model_weights[index]), "weights"),
+        )
+    scale_note = (
+        "1/√d_k" if abs(e.scale - 1) > 1e-9 else "1 (this model folds the scaling into W_Q)"
+    )
+    return Group(
+        Text(
+            f"{e.model} · {e.mode} attention · layer {e.layer} · head {e.head} · query "
+            f"{e.query_index} ({display_label(e.query_token)})",
+            style="bold",
+        ),
+        Text(
+            f"The query vector q of {display_label(e.query_token)!r} meets every key vector k: "
+            f"the dot product q · k, times the model's scale {scale_note}, plus the mask (−∞ "
+            "hides a key; some models add a position bias here), then a softmax over the row."
+        ),
+        rows,
+        Text(f"largest difference from the model's own weights: {e.largest_difference:.2e}"),
+    )
