@@ -12,7 +12,7 @@ import typer
 
 from attnviz.batch import OutputFormat
 from attnviz.cli import options
-from attnviz.cli.export import CmapOption, DpiOption, PictureValuesOption, ViewOption
+from attnviz.cli.export import CmapOption, DpiOption, PictureValuesOption, ViewOption, VmaxOption
 from attnviz.cli.show import AggregateOption
 from attnviz.core import BUILTIN
 from attnviz.render.image import View
@@ -68,6 +68,7 @@ def batch(
     cmap: CmapOption = "viridis",
     dpi: DpiOption = 100,
     values: PictureValuesOption = False,
+    vmax: VmaxOption = 1.0,
     special: options.SpecialOption = True,
     words: options.WordsOption = False,
     download: options.DownloadOption = False,
@@ -148,7 +149,7 @@ def batch(
                     folder=output,
                     formats=formats,
                     view=view,
-                    style=Style(cmap=cmap, dpi=dpi, values=values),
+                    style=Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax),
                     aggregate=None if aggregate is None else aggregate.value,
                 ),
                 manifest_path=manifest,

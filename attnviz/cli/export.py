@@ -33,6 +33,17 @@ DpiOption = Annotated[
         "--dpi", min=20, max=1200, rich_help_panel=options.OUTPUT_PANEL, help="Pixels per inch."
     ),
 ]
+VmaxOption = Annotated[
+    float,
+    typer.Option(
+        "--vmax",
+        min=1e-6,
+        max=1.0,
+        rich_help_panel=options.OUTPUT_PANEL,
+        help="The weight at the top of the colour scale (default 1, the same in every picture). "
+        "Lower it for long inputs, whose weights are all small.",
+    ),
+]
 PictureValuesOption = Annotated[
     bool,
     typer.Option(
@@ -63,6 +74,7 @@ def export(
     cmap: CmapOption = "viridis",
     dpi: DpiOption = 100,
     values: PictureValuesOption = False,
+    vmax: VmaxOption = 1.0,
     special: options.SpecialOption = True,
     words: options.WordsOption = False,
     download: options.DownloadOption = False,
@@ -112,4 +124,6 @@ def export(
     maps = extract(options.single_text(read_texts(text)), target)
     if aggregate is not None:
         maps = combine(maps, aggregate)
-    options.save_picture(maps, view, picture, Style(cmap=cmap, dpi=dpi, values=values), output)
+    options.save_picture(
+        maps, view, picture, Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax), output
+    )

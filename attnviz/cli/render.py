@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import options
-from attnviz.cli.export import CmapOption, DpiOption, ViewOption
+from attnviz.cli.export import CmapOption, DpiOption, ViewOption, VmaxOption
 from attnviz.cli.show import AggregateOption, ValuesOption
 from attnviz.render.image import View
 
@@ -27,6 +27,7 @@ def render(
     values: ValuesOption = False,
     cmap: CmapOption = "viridis",
     dpi: DpiOption = 100,
+    vmax: VmaxOption = 1.0,
     colour: options.ColourOption = options.ColourChoice.AUTO,
     width: options.WidthOption = None,
 ) -> None:
@@ -48,5 +49,5 @@ def render(
     picture = picture_format(output)
     check_colormap(cmap)
     maps = options.single_text(stream)
-    style = Style(cmap=cmap, dpi=dpi, values=values)
+    style = Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax)
     options.save_picture(maps, view, picture, style, output)

@@ -11,7 +11,8 @@ draws the token labels (once per input), paints the cells straight into the
 pixel buffer from a colour lookup table and draws the title. The picture is
 the one matplotlib would draw; only the work of re-laying it out is skipped.
 
-Colours run from 0 to 1 in every picture, so pictures can be compared.
+Colours run from 0 to 1 in every picture, so pictures can be compared; for
+long inputs, where every weight is small, ``vmax`` lowers the top of the scale.
 Output is reproducible: no timestamps in PNG, SVG or PDF metadata.
 """
 
@@ -115,6 +116,7 @@ class Style:
     cmap: str = "viridis"
     dpi: int = 100
     values: bool = False  # weights printed in the cells of small maps
+    vmax: float = 1.0  # the weight at the top of the colour scale; lower it for long inputs
 
 
 def encode_png(rgba: np.ndarray) -> bytes:
@@ -147,7 +149,7 @@ def encode_png(rgba: np.ndarray) -> bytes:
 
 def _cell_inches(count: int) -> float:
     """Cells shrink as maps grow, so that a picture stays within about ten inches."""
-    return float(np.clip(10.0 / max(count, 1), 0.06, 0.4))
+    return float(np.clip(10.0 / max(count, 1), 0.01, 0.4))
 
 
 def _label_step(cell_points: float) -> tuple[float, int]:
@@ -203,7 +205,7 @@ class HeadCanvas:
             np.zeros((queries, keys)),
             cmap=self.cmap,
             vmin=0.0,
-            vmax=1.0,
+            vmax=style.vmax,
             interpolation="nearest",
             aspect="auto",
             animated=True,
@@ -218,27 +220,46 @@ class HeadCanvas:
         self.figure.text(0.01, 0.01, "rows: query tokens · columns: key tokens", fontsize=7)
         size, step = _label_step(cell * _INCH)
         self.key_labels = [
-            self.axes.text(k, queries - 0.5 + 0.15, "", rotation=90, ha="center", va="top",
-                           fontsize=size, animated=True, transform=self.axes.transData)
+            self.axes.text(
+                k,
+                queries - 0.5 + 0.15,
+                "",
+                rotation=90,
+                ha="center",
+                va="top",
+                fontsize=size,
+                animated=True,
+                transform=self.axes.transData,
+            )
             for k in range(0, keys, step)
-        ]  # fmt: skip
+        ]
         self.query_labels = [
-            self.axes.text(-0.5 - 0.15, q, "", ha="right", va="center", fontsize=size,
-                           animated=True, transform=self.axes.transData)
+            self.axes.text(
+                -0.5 - 0.15,
+                q,
+                "",
+                ha="right",
+                va="center",
+                fontsize=size,
+                animated=True,
+                transform=self.axes.transData,
+            )
             for q in range(0, queries, step)
-        ]  # fmt: skip
+        ]
         self.label_step = step
-        self.header = self.figure.text(0.5, 1 - 0.12 / height, "", ha="center", va="top",
-                                       fontsize=9, animated=True)  # fmt: skip
+        self.header = self.figure.text(
+            0.5, 1 - 0.12 / height, "", ha="center", va="top", fontsize=9, animated=True
+        )
         self.title = self.axes.set_title("", fontsize=9, animated=True)
         self.values: list[Any] = []
         if style.values and max(queries, keys) <= VALUES_UP_TO:
             self.values = [
-                self.axes.text(k, q, "", ha="center", va="center", fontsize=min(size, 7),
-                               animated=True)
+                self.axes.text(
+                    k, q, "", ha="center", va="center", fontsize=min(size, 7), animated=True
+                )
                 for q in range(queries)
                 for k in range(keys)
-            ]  # fmt: skip
+            ]
         with _glyph_check():
             self.canvas.draw()
         self.blank = self.canvas.copy_from_bbox(self.figure.bbox)
@@ -277,7 +298,7 @@ class HeadCanvas:
         self.title.set_text(title)
         for artist, weight in zip(self.values, matrix.ravel(), strict=False):
             artist.set_text(f"{weight:.2f}".lstrip("0") if weight < 1 else "1.0")
-            artist.set_color("black" if weight > 0.6 else "white")
+            artist.set_color("black" if weight / self.style.vmax > 0.6 else "white")
 
     def png(self, matrix: np.ndarray, frame: Frame, title: str) -> bytes:
         """The picture of one map as PNG bytes, by the fast path."""
@@ -292,7 +313,7 @@ class HeadCanvas:
             self.canvas.restore_region(self.framed)
         self._set_cells(matrix, title)
         pixels = np.asarray(self.canvas.buffer_rgba())
-        shades = np.clip(np.rint(matrix * 255), 0, 255).astype(np.intp)
+        shades = np.clip(np.rint(matrix * (255 / self.style.vmax)), 0, 255).astype(np.intp)
         cells = self.lookup[shades]  # (Tq, Tk, 4)
         block = np.repeat(np.repeat(cells, np.diff(self.y), axis=0), np.diff(self.x), axis=1)
         pixels[self.y[0] : self.y[-1], self.x[0] : self.x[-1]] = block
@@ -379,13 +400,24 @@ def grid_picture(maps: AttentionMaps, picture: str, style: Style) -> bytes:
     image = None
     for n, panel in enumerate(maps.panels()):
         ax = axes[divmod(n, columns)]
-        image = ax.imshow(panel.matrix, cmap=matplotlib.colormaps[style.cmap], vmin=0, vmax=1,
-                          interpolation="nearest", aspect="auto")  # fmt: skip
+        image = ax.imshow(
+            panel.matrix,
+            cmap=matplotlib.colormaps[style.cmap],
+            vmin=0,
+            vmax=style.vmax,
+            interpolation="nearest",
+            aspect="auto",
+        )
         ax.set_title(panel.title, fontsize=7)
-        ax.set_xticks(range(0, keys, step), [_label(t) for t in maps.key_tokens[::step]],
-                      rotation=90, fontsize=size)  # fmt: skip
-        ax.set_yticks(range(0, queries, step), [_label(t) for t in maps.query_tokens[::step]],
-                      fontsize=size)  # fmt: skip
+        ax.set_xticks(
+            range(0, keys, step),
+            [_label(t) for t in maps.key_tokens[::step]],
+            rotation=90,
+            fontsize=size,
+        )
+        ax.set_yticks(
+            range(0, queries, step), [_label(t) for t in maps.query_tokens[::step]], fontsize=size
+        )
         ax.tick_params(length=0, pad=1)
     figure.suptitle(f"{maps.model} · {maps.mode} attention", fontsize=10)
     figure.set_layout_engine("constrained")
@@ -418,8 +450,10 @@ def picture_files(
     if view is View.LAYER:
         for i in range(layer_count):
             layer = maps.layers[i] if layer_count == len(maps.layers) else None
-            part = maps.replace(weights=maps.weights[i : i + 1],
-                                layers=[layer] if layer is not None else maps.layers)  # fmt: skip
+            part = maps.replace(
+                weights=maps.weights[i : i + 1],
+                layers=[layer] if layer is not None else maps.layers,
+            )
             yield (f"-L{layer}" if layer is not None else ""), grid_picture(part, picture, style)
         return
     for panel in maps.panels():
