@@ -228,6 +228,7 @@ class Outputs:
     view: View
     style: Style
     aggregate: str | None = None  # an Aggregate name, applied before writing
+    dtype: str = "float32"  # how json and npz store the weights
 
 
 def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs) -> list[str]:
@@ -243,9 +244,9 @@ def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs) -> list[str]
                 maps, outputs.view, output_format.value, outputs.style
             )
         elif output_format is OutputFormat.JSON:
-            pieces = [("", dump_json(maps.to_dict()).encode("utf-8"))]
+            pieces = [("", dump_json(maps.astype(outputs.dtype).to_dict()).encode("utf-8"))]
         else:
-            pieces = [("", npz_bytes(maps))]
+            pieces = [("", npz_bytes(maps.astype(outputs.dtype)))]
         for suffix, data in pieces:
             name = f"{stem}{suffix}.{output_format.value}"
             with open_output(outputs.folder / name, binary=True) as out:

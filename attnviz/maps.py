@@ -56,7 +56,7 @@ class AttentionMaps:
 
     query_tokens: list[str]
     key_tokens: list[str]
-    weights: np.ndarray  # (layers, heads, len(query_tokens), len(key_tokens)), float32
+    weights: np.ndarray  # (layers, heads, len(query_tokens), len(key_tokens)), float32 or float16
     layers: list[int]
     heads: list[int]
     mode: str
@@ -66,7 +66,9 @@ class AttentionMaps:
     aggregate: str | None = None
 
     def __post_init__(self) -> None:
-        self.weights = np.asarray(self.weights, dtype=np.float32)
+        weights = np.asarray(self.weights)
+        keep = weights.dtype in (np.float32, np.float16)  # float16: maps stored at half size
+        self.weights = weights if keep else weights.astype(np.float32)
         if self.aggregate is not None and self.aggregate not in AGGREGATES:
             raise SchemaError(f"unknown aggregate {self.aggregate!r}")
         expected = (*self.map_grid, len(self.query_tokens), len(self.key_tokens))
@@ -119,6 +121,12 @@ class AttentionMaps:
         weights = self.weights[np.ix_(layer_rows, head_rows)]
         return self.replace(weights=weights, layers=layers, heads=heads)
 
+    def astype(self, dtype: str) -> AttentionMaps:
+        """The same maps with weights stored as ``float16`` or ``float32``."""
+        if dtype not in ("float16", "float32"):
+            raise ValueError(f"weights are stored as float16 or float32, not {dtype}")
+        return self.replace(weights=self.weights.astype(dtype))
+
     def replace(self, **changes: Any) -> AttentionMaps:
         fields = {**self.__dict__, **changes}
         return AttentionMaps(**fields)
@@ -159,7 +167,9 @@ class AttentionMaps:
         if missing:
             raise SchemaError(f"document is missing {', '.join(missing)}")
         try:
-            weights = np.asarray(document["weights"], dtype=np.float32)
+            weights = np.asarray(document["weights"])
+            if weights.dtype not in (np.float16, np.float32):
+                weights = weights.astype(np.float32)
             return cls(
                 query_tokens=[str(token) for token in document["query_tokens"]],
                 key_tokens=[str(token) for token in document["key_tokens"]],

@@ -34,6 +34,22 @@ class ColourChoice(StrEnum):
     NEVER = "never"
 
 
+class Dtype(StrEnum):
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+
+
+DtypeOption = Annotated[
+    Dtype,
+    typer.Option(
+        "--dtype",
+        case_sensitive=False,
+        rich_help_panel="Output",
+        help="How stored weights are written: float16 halves the size of json and npz data.",
+    ),
+]
+
+
 class Projections(StrEnum):  # a StrEnum: BuiltinConfig takes it as the plain string
     LEARNED = "learned"
     IDENTITY = "identity"

@@ -89,6 +89,7 @@ def show(
     values: ValuesOption = False,
     output_format: FormatOption = ShowFormat.AUTO,
     output: OutputOption = STDIO,
+    dtype: options.DtypeOption = options.Dtype.FLOAT32,
     colour: options.ColourOption = options.ColourChoice.AUTO,
     width: options.WidthOption = None,
 ) -> None:
@@ -132,6 +133,7 @@ def show(
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
     if output_format is not ShowFormat.TERMINAL:
+        stream = (maps.astype(dtype.value) for maps in stream)
         write_maps(stream, DataFormat(output_format.value), output)
         return
     options.draw(stream, colour=colour, width=width, values=values)
