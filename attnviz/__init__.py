@@ -7,7 +7,7 @@
 """
 
 from attnviz.core import Mode, extract
-from attnviz.errors import AttnvizError, ExitCode, UsageError
+from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, UsageError
 from attnviz.maps import SCHEMA_VERSION, AttentionMaps
 
 
@@ -27,6 +27,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AttentionMaps",
     "AttnvizError",
+    "AttnvizWarning",
     "ExitCode",
     "Mode",
     "UsageError",

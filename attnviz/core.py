@@ -6,16 +6,19 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, warn
 from attnviz.maps import AttentionMaps
 from attnviz.selection import resolve
-from attnviz.tokens import tokenize
+from attnviz.tokens import Token, tokenize
 
 if TYPE_CHECKING:
     from attnviz.builtin import BuiltinConfig
     from attnviz.pretrained import LoadOptions
 
 BUILTIN = "builtin"
+# The built-in stack keeps whole (tokens x tokens) maps in memory: 4,096 tokens
+# peak under 1 GB (benchmarks/memory.py); longer texts are cut, with a warning.
+BUILTIN_MAX_TOKENS = 4096
 
 
 class Mode(StrEnum):
@@ -100,6 +103,15 @@ def _check_text(text: str, what: str) -> None:
         raise UsageError(f"the {what} is empty: give some words to look at")
 
 
+def _truncated(tokens: list[Token], what: str) -> list[str]:
+    if len(tokens) > BUILTIN_MAX_TOKENS:
+        warn(
+            f"the {what} has {len(tokens)} tokens; the built-in stack reads at most "
+            f"{BUILTIN_MAX_TOKENS}: the last {len(tokens) - BUILTIN_MAX_TOKENS} were dropped"
+        )
+    return [token.text for token in tokens[:BUILTIN_MAX_TOKENS]]
+
+
 def _extract_builtin(
     text: str,
     mode: Mode,
@@ -116,11 +128,11 @@ def _extract_builtin(
     config = config or BuiltinConfig()
     layer_indices = resolve(layers, config.layers, "layer")
     head_indices = resolve(heads, config.heads, "head")
-    source = [token.text for token in tokenize(text, lowercase=lowercase)]
+    source = _truncated(tokenize(text, lowercase=lowercase), "text")
     queries = source
     target_tokens = None
     if mode is Mode.CROSS:
-        target_tokens = queries = [token.text for token in tokenize(target, lowercase=lowercase)]
+        target_tokens = queries = _truncated(tokenize(target, lowercase=lowercase), "target")
     stack = BuiltinTransformer(config)
     per_layer = stack.attention_maps(
         source, mode=mode.value, target_tokens=target_tokens, layers=layer_indices

@@ -23,6 +23,16 @@ class AttnvizError(Exception):
     exit_code: ExitCode = ExitCode.RUNTIME_ERROR
 
 
+class AttnvizWarning(UserWarning):
+    """Something the user should know that did not stop the work (the CLI shows one line)."""
+
+
+def warn(message: str) -> None:
+    import warnings
+
+    warnings.warn(message, AttnvizWarning, stacklevel=3)
+
+
 class UsageError(AttnvizError, ValueError):
     """The request itself is wrong: bad text, an index out of range, clashing options."""
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.errors import AttnvizError, UsageError
+from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.maps import AttentionMaps
 from attnviz.selection import resolve
 from attnviz.tokens import clean_piece
@@ -382,12 +382,9 @@ def _encode(tokenizer: Any, text: str, max_length: int, what: str, target: bool 
     ids = encoding["input_ids"]
     if len(ids) > max_length:
         dropped = len(ids) - max_length
-        import sys
-
-        print(
-            f"attnviz: warning: the {what} has {len(ids)} tokens; the model reads at most "
-            f"{max_length}: the last {dropped} were dropped",
-            file=sys.stderr,
+        warn(
+            f"the {what} has {len(ids)} tokens; the model reads at most {max_length}: "
+            f"the last {dropped} were dropped"
         )
         encoding = tokenizer(
             **call, return_offsets_mapping=True, truncation=True, max_length=max_length

@@ -5,17 +5,29 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import warnings
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from attnviz.errors import ExitCode, describe
+from attnviz.errors import AttnvizWarning, ExitCode, describe
 
 
 def report(message: str) -> None:
     """One line on stderr. Plain print, not rich: long messages must not be wrapped."""
     print(f"attnviz: error: {message}", file=sys.stderr)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """attnviz's own warnings as one line on stderr; any other warning as Python shows it."""
+    if issubclass(category, AttnvizWarning):
+        print(f"attnviz: warning: {message}", file=sys.stderr)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
 
 
 def _silence_stdout() -> None:
@@ -34,6 +46,7 @@ class AttnvizGroup(TyperGroup):
     """Maps every exception to a message and an exit code; ``--debug`` shows the traceback."""
 
     def invoke(self, ctx: typer.Context) -> Any:
+        warnings.showwarning = _show_warning
         try:
             return super().invoke(ctx)
         except (typer.TyperException, typer.Exit, typer.Abort):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import re
 import struct
-import sys
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, warn
 from attnviz.maps import AttentionMaps, MapPanel
 from attnviz.tokens import display_label
 
@@ -94,11 +93,9 @@ def _glyph_check() -> Iterator[None]:
     )
     if missing:
         shown = "".join(missing[:20]) + ("…" if len(missing) > 20 else "")
-        print(
-            f"attnviz: warning: no installed font has {len(missing)} of the characters "
-            f"({shown}); they are drawn as boxes. Install a font that covers them, such as "
-            "Noto Sans CJK or Noto Color Emoji.",
-            file=sys.stderr,
+        warn(
+            f"no installed font has {len(missing)} of the characters ({shown}); they are drawn "
+            "as boxes. Install a font that covers them, such as Noto Sans CJK or Noto Color Emoji."
         )
 
 
