@@ -1,0 +1,157 @@
+"""The bad-input suite, through the real `attnviz` process: one clear line on stderr, the
+documented exit code, no traceback, and nothing half-written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import tiny_models
+
+ATTNVIZ = [sys.executable, "-m", "attnviz"]
+
+
+def run(arguments, stdin: bytes | None = None, cwd: Path | None = None):
+    return subprocess.run(
+        [*ATTNVIZ, *arguments], input=stdin, capture_output=True, timeout=300, cwd=cwd
+    )
+
+
+def one_error_line(result, code: int, message: str) -> None:
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == code, stderr
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("attnviz: error: ")]
+    assert len(errors) == 1, stderr
+    assert message in errors[0], stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "stdin", "code", "message"),
+    [
+        (["show", ""], None, 2, "the text is empty"),
+        (["show", " \t\n "], None, 2, "the text is empty"),
+        (["show", "-"], b"", 2, "standard input holds no text"),
+        (["show", "-"], b"\n  \n", 2, "standard input holds no text"),
+        (["show", "-", "-f", "json"], b"caf\xe9\n", 2, "line 1 is not UTF-8 text: byte 0xe9"),
+        (["show", "hi", "--layer", "7"], None, 2, "layer 7 is out of range"),
+        (["show", "hi", "--layer", "-3"], None, 2, "layer -3 is out of range"),
+        (["show", "hi", "--head", "1-x"], None, 2, "is not an index, a list"),
+        (["show", "hi", "--head", "3-1"], None, 2, "runs backwards"),
+        (["show", "hi", "--layer", ",,"], None, 2, "is not an index"),
+        (["show", "hi", "--layers", "0"], None, 2, "Invalid value for '--layers'"),
+        (["show", "hi", "--format", "xml"], None, 2, "Invalid value for '--format'"),
+        (["render", "missing.json"], None, 2, "no such file: missing.json"),
+        (["batch", "missing.txt", "-o", "out"], None, 2, "no such input file"),
+        (["diff", "a", "b", "c"], None, 2, "give one TEXT with --against"),
+        (["explain", "a b", "--layer", "0-1"], None, 2, "explain walks through one layer"),
+    ],
+)
+def test_bad_requests(tmp_path, arguments, stdin, code, message):
+    one_error_line(run(arguments, stdin, cwd=tmp_path), code, message)
+
+
+def test_nul_bytes_and_escapes_are_data(tmp_path):
+    text = "a\x00b \x1b[2J\x1b[31mred [bold]x[/bold] \u202eevil"
+    result = run(["show", "-", "-f", "terminal", "--width", "200"], text.encode())
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.decode()
+    assert "\x1b" not in out and "\x00" not in out and "\u202e" not in out
+    assert "␀" in out and "␛" in out and "[" in out and "bold" in out
+
+
+def test_a_hundred_thousand_characters(tmp_path):
+    text = ("word " * 20_000).encode()  # 100,000 characters, 20,000 tokens
+    result = run(
+        ["show", "-", "--layer", "0", "--head", "0", "-f", "npz", "-o", "maps.npz"],
+        text,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"reads at most 4096: the last 15904 were dropped" in result.stderr
+    assert (tmp_path / "maps.npz").stat().st_size > 0
+
+
+def test_paths_that_cannot_be_used(tmp_path):
+    unreadable = tmp_path / "secret.json"
+    unreadable.write_text("{}")
+    unreadable.chmod(0)
+    if os.access(unreadable, os.R_OK):  # root reads anything: try a directory instead
+        one_error_line(run(["render", str(tmp_path)]), 2, "is a directory")
+    else:
+        one_error_line(run(["render", str(unreadable)]), 1, "cannot read")
+    one_error_line(run(["show", "hi", "-f", "json", "-o", str(tmp_path)]), 2, "it is a directory")
+    one_error_line(
+        run(["show", "hi", "-f", "json", "-o", str(tmp_path / "no" / "x.json")]),
+        1,
+        "does not exist",
+    )
+    one_error_line(run(["export", "hi", "-o", str(tmp_path / "x.gif")]), 2, "name it .png")
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+def test_a_folder_that_cannot_be_written(tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if os.access(folder, os.W_OK):  # root writes anywhere a mode allows: use /proc instead
+        folder = Path("/proc")
+    try:
+        one_error_line(
+            run(["show", "hi", "-f", "json", "-o", str(folder / "x.json")]), 1, "cannot write"
+        )
+        one_error_line(run(["batch", "-", "-o", str(folder / "out")], b"hi\n"), 1, "cannot")
+    finally:
+        (tmp_path / "locked").chmod(0o700)
+
+
+def test_a_model_folder_with_truncated_weights(tmp_path):
+    model = tiny_models.bert(tmp_path / "bert")
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    one_error_line(run(["show", "hi", "--model", str(model)]), 1, "cannot load the weights of")
+
+
+def test_a_model_folder_that_is_not_a_model(tmp_path):
+    one_error_line(run(["show", "hi", "--model", str(tmp_path)]), 1, "is not a transformers model")
+
+
+def test_a_batch_with_bad_lines_records_them(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b'{"text": "fine"}\n"just a string"\n{"text": 5}\n\xff\n')
+    result = run(["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"])
+    one_error_line(result, 3, "3 of 4 inputs failed")
+    manifest = (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()
+    assert len(manifest) == 4
+
+
+def test_broken_pipes_end_quietly(tmp_path):
+    source = tmp_path / "lines.txt"
+    source.write_text("The man walked the dog\n" * 300)
+    command = f"{' '.join(ATTNVIZ)} show - < {source} | head -c 10"
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command], capture_output=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b""
+    assert result.stdout == b'{"schema_v'
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = run(["--debug", "show", "hi", "--model", str(tmp_path)])
+    assert result.returncode != 0
+    assert b"Traceback" in result.stderr
+
+
+def test_copying_a_model_needs_a_tokenizer(tmp_path):
+    model = tiny_models.gpt2(tmp_path / "gpt2")
+    bare = tmp_path / "bare"
+    shutil.copytree(model, bare)
+    (bare / "tokenizer.json").unlink()
+    (bare / "tokenizer_config.json").unlink()
+    one_error_line(run(["show", "hi", "--model", str(bare)]), 1, "has no tokenizer")
