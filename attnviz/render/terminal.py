@@ -168,11 +168,17 @@ def heatmap_panel(
     layout: Layout,
     scale: float,
     use_colour: bool,
+    highlight_row: int | None = None,
 ) -> Panel:
-    """One labelled heatmap: ``matrix`` is (query tokens, key tokens), already pooled."""
+    """One labelled heatmap: ``matrix`` is (query tokens, key tokens), already pooled.
+
+    ``highlight_row`` marks one query row (an explorer's cursor) by its label.
+    """
     lines = _header(key_labels, layout)
-    for label, row in zip(query_labels, matrix, strict=True):
+    for number, (label, row) in enumerate(zip(query_labels, matrix, strict=True)):
         line = fit(label, layout.row_label)
+        if number == highlight_row:
+            line.stylize("reverse bold")
         for weight in row:
             line.append(" ")
             line.append_text(_cell(float(weight), scale, layout, use_colour))
@@ -194,9 +200,17 @@ def legend(scale: float, use_colour: bool, rows_are_distributions: bool) -> Text
 
 
 def render(
-    maps: AttentionMaps, *, width: int, use_colour: bool, values: bool = False
+    maps: AttentionMaps,
+    *,
+    width: int,
+    use_colour: bool,
+    values: bool = False,
+    highlight_query: int | None = None,
 ) -> RenderableType:
-    """Every selected head of ``maps`` as panels fitted to ``width`` columns, with a legend."""
+    """Every selected head of ``maps`` as panels fitted to ``width`` columns, with a legend.
+
+    ``highlight_query`` marks one query token's row in every panel.
+    """
     query_labels = [display_label(token) for token in maps.query_tokens]
     key_labels = [display_label(token) for token in maps.key_tokens]
     layout = choose_layout(query_labels, key_labels, width, values)
@@ -212,6 +226,7 @@ def render(
             layout=layout,
             scale=scale,
             use_colour=use_colour,
+            highlight_row=None if highlight_query is None else highlight_query // layout.pool,
         )
         for _, _, title, matrix in maps.panels()
     ]

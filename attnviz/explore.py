@@ -1,0 +1,267 @@
+"""`attnviz explore`: a full-screen explorer over layers, heads and tokens (Textual).
+
+The maps of every layer and head are computed once per sentence, so moving
+between heads and layers only redraws. The heatmap is the same rich picture
+`show` draws; the side panels reuse `top` and `heads`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+from rich.console import Group
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Footer, Header, Input, Static
+
+from attnviz.analysis.aggregate import aggregate
+from attnviz.analysis.heads import head_statistics
+from attnviz.maps import AttentionMaps
+from attnviz.render.terminal import render
+from attnviz.tokens import display_label
+
+MIN_WIDTH, MIN_HEIGHT = 60, 16
+SIDE_WIDTH = 38
+AGGREGATES = (None, "mean", "max", "rollout")  # what `m` cycles through
+KEYS_HELP = """\
+←/→  previous/next head        ↑/↓  previous/next layer
+g    all heads of the layer    m    aggregate: none, mean, max, rollout
+v    weights in the cells      Tab/Shift-Tab  move the query cursor
+/    type a new sentence       e    export the view as a PNG
+?    this help                 q    quit"""
+
+
+class ExploreApp(App[None]):
+    """Step through the heads of one input's attention maps with the keyboard."""
+
+    TITLE = "attnviz explore"
+    CSS = f"""
+    #body {{ height: 1fr; }}
+    #map {{ width: 1fr; }}
+    #side {{ width: {SIDE_WIDTH}; padding: 0 1; border-left: solid $primary; }}
+    #top {{ height: auto; margin-bottom: 1; }}
+    #sentence {{ display: none; dock: bottom; }}
+    #sentence.open {{ display: block; }}
+    #too-small {{ display: none; width: 100%; height: 100%; content-align: center middle; }}
+    .cramped #too-small {{ display: block; }}
+    .cramped #body {{ display: none; }}
+    """
+    BINDINGS: ClassVar = [
+        Binding("left", "head(-1)", "head -"),
+        Binding("right", "head(1)", "head +"),
+        Binding("up", "layer(-1)", "layer -"),
+        Binding("down", "layer(1)", "layer +"),
+        Binding("g", "grid", "grid"),
+        Binding("m", "aggregate", "aggregate"),
+        Binding("v", "values", "values"),
+        Binding("tab", "cursor(1)", "query +", priority=True),
+        Binding("shift+tab", "cursor(-1)", "query -", priority=True),
+        Binding("slash", "sentence", "new text"),
+        Binding("e", "export", "export PNG"),
+        Binding("question_mark", "help", "keys"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(
+        self,
+        maps: AttentionMaps,
+        compute: Callable[[str], AttentionMaps],
+        export_folder: Path = Path("."),
+    ) -> None:
+        super().__init__()
+        self.maps = maps
+        self.compute = compute  # text -> maps of every layer and head
+        self.export_folder = export_folder
+        self.layer = 0  # positions in maps.layers and maps.heads
+        self.head = 0
+        self.grid = False
+        self.aggregate_index = 0
+        self.values = False
+        self.cursor = 0  # the selected query token
+        self.exported: list[Path] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="body"):
+            with VerticalScroll(id="map", can_focus=False):
+                yield Static(id="heatmap")
+            with Vertical(id="side"):
+                yield Static(id="top")
+                yield Static(id="stats")
+        yield Static(
+            f"The terminal is too small: attnviz explore needs {MIN_WIDTH} × {MIN_HEIGHT}.",
+            id="too-small",
+        )
+        yield Input(
+            placeholder="a new sentence, then Enter (Esc to cancel)", id="sentence", disabled=True
+        )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.redraw()
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    # --- what is shown -------------------------------------------------------------------
+
+    @property
+    def aggregate_name(self) -> str | None:
+        return AGGREGATES[self.aggregate_index]
+
+    def view(self) -> AttentionMaps:
+        """The maps on screen: one head, a layer's heads, or an aggregate."""
+        layer = self.maps.layers[self.layer]
+        if self.aggregate_name == "rollout":
+            return aggregate(self.maps, "rollout")
+        if self.aggregate_name is not None:
+            return aggregate(self.maps.select(layers=[layer]), self.aggregate_name)
+        if self.grid:
+            return self.maps.select(layers=[layer])
+        return self.maps.select(layers=[layer], heads=[self.maps.heads[self.head]])
+
+    def redraw(self) -> None:
+        width, height = self.size
+        cramped = width < MIN_WIDTH or height < MIN_HEIGHT
+        self.set_class(cramped, "cramped")
+        if cramped:
+            return
+        view = self.view()
+        map_width = max(20, width - SIDE_WIDTH - 3)
+        picture = render(
+            view,
+            width=map_width,
+            use_colour=True,
+            values=self.values,
+            highlight_query=self.cursor,
+        )
+        self.query_one("#heatmap", Static).update(picture)
+        self.query_one("#top", Static).update(self._top_panel(view))
+        self.query_one("#stats", Static).update(self._stats_panel())
+        self.sub_title = self._position()
+
+    def _position(self) -> str:
+        layer = self.maps.layers[self.layer]
+        if self.aggregate_name == "rollout":
+            where = "rollout over all layers"
+        elif self.aggregate_name:
+            where = f"layer {layer} · {self.aggregate_name} of heads"
+        elif self.grid:
+            where = f"layer {layer} · all heads"
+        else:
+            where = f"layer {layer} · head {self.maps.heads[self.head]}"
+        return f"{self.maps.model} · {self.maps.mode} · {where}"
+
+    def _top_panel(self, view: AttentionMaps) -> Group:
+        query = self.maps.query_tokens[self.cursor]
+        if self.aggregate_name is None:  # the current head, in the grid too
+            matrix = self.maps.head(self.maps.layers[self.layer], self.maps.heads[self.head])
+        else:
+            matrix = next(view.panels()).matrix
+        row = matrix[self.cursor]
+        order = np.argsort(-row, kind="stable")[:8]
+        lines = [Text(f"where {display_label(query)!r} looks", style="bold")]
+        peak = float(row[order[0]]) or 1.0
+        for index in order:
+            bar = "█" * max(1, round(float(row[index]) / peak * 14))
+            label = display_label(self.maps.key_tokens[index])[:12]
+            lines.append(Text(f"{label:>12} {bar:<14} {row[index]:.2f}"))
+        return Group(*lines)
+
+    def _stats_panel(self) -> Group:
+        layer, head = self.maps.layers[self.layer], self.maps.heads[self.head]
+        stats = head_statistics(self.maps.select(layers=[layer], heads=[head]))[0]
+        lines = [Text(f"layer {layer} · head {head}", style="bold")]
+        for name in ("entropy", "distance", "sink", "previous", "self"):
+            value = getattr(stats, name)
+            lines.append(Text(f"{name:>9}  {'–' if value is None else f'{value:.3f}'}"))
+        lines.append(Text(f"{'top key':>9}  {display_label(stats.top_key)}"))
+        return Group(*lines)
+
+    # --- keys ----------------------------------------------------------------------------
+
+    def action_head(self, step: int) -> None:
+        self.head = (self.head + step) % len(self.maps.heads)
+        self.redraw()
+
+    def action_layer(self, step: int) -> None:
+        self.layer = (self.layer + step) % len(self.maps.layers)
+        self.redraw()
+
+    def action_grid(self) -> None:
+        self.grid = not self.grid
+        self.redraw()
+
+    def action_aggregate(self) -> None:
+        self.aggregate_index = (self.aggregate_index + 1) % len(AGGREGATES)
+        if self.aggregate_name == "rollout" and self.maps.mode == "cross":
+            self.aggregate_index = 0  # rollout needs self or masked attention
+        self.redraw()
+
+    def action_values(self) -> None:
+        self.values = not self.values
+        self.redraw()
+
+    def action_cursor(self, step: int) -> None:
+        self.cursor = (self.cursor + step) % len(self.maps.query_tokens)
+        self.redraw()
+
+    def action_help(self) -> None:
+        self.notify(KEYS_HELP, title="keys", timeout=10)
+
+    def action_sentence(self) -> None:
+        field = self.query_one("#sentence", Input)
+        field.disabled = False
+        field.add_class("open")
+        field.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value
+        self._close_sentence()
+        if text.strip():
+            self.query_one("#heatmap", Static).loading = True
+            self.run_worker(lambda: self._recompute(text), thread=True, exclusive=True)
+
+    def key_escape(self) -> None:
+        self._close_sentence()
+
+    def _close_sentence(self) -> None:
+        field = self.query_one("#sentence", Input)
+        field.value = ""
+        field.remove_class("open")
+        field.disabled = True
+        self.set_focus(None)
+
+    def _recompute(self, text: str) -> None:
+        try:
+            maps = self.compute(text)
+        except Exception as error:  # a bad sentence: say why, keep the current maps
+            self.call_from_thread(self.notify, str(error), severity="error")
+        else:
+            self.call_from_thread(self._show_new, maps)
+        finally:
+            self.call_from_thread(setattr, self.query_one("#heatmap", Static), "loading", False)
+
+    def _show_new(self, maps: AttentionMaps) -> None:
+        self.maps = maps
+        self.cursor = 0
+        self.redraw()
+
+    def action_export(self) -> None:
+        from attnviz.io import open_output
+        from attnviz.render.image import Style, View, picture_files
+
+        view = self.view()
+        kind = View.LAYER if view.weights.shape[1] > 1 else View.HEAD
+        suffix, data = next(iter(picture_files(view, kind, "png", Style())))
+        name = "attnviz" + (suffix or f"-{self.aggregate_name}") + ".png"
+        path = self.export_folder / name
+        with open_output(path, binary=True) as out:
+            out.write(data)
+        self.exported.append(path)
+        self.notify(f"saved {path}")

@@ -1,0 +1,115 @@
+"""explore: Textual's headless pilot presses the keys a person would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import attnviz
+from attnviz.explore import AGGREGATES, ExploreApp
+
+TEXT = "The man walked the dog"
+
+
+def explorer(tmp_path, model: str = "builtin") -> ExploreApp:
+    maps = attnviz.extract(TEXT, model=model)
+    return ExploreApp(maps, lambda text: attnviz.extract(text, model=model), tmp_path)
+
+
+def drive(app: ExploreApp, *keys: str, size=(120, 36)):
+    async def session():
+        async with app.run_test(size=size) as pilot:
+            for key in keys:
+                await pilot.press(key)
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return app.export_screenshot()
+
+    return asyncio.run(session())
+
+
+def test_arrows_move_between_heads_and_layers(tmp_path):
+    app = explorer(tmp_path)
+
+    async def session():
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("right", "right", "down", "left")
+            assert (app.layer, app.head) == (1, 1)
+            assert app.sub_title.endswith("layer 1 · head 1")
+            await pilot.press("up", "up", "left", "left")  # both wrap around
+            assert (app.layer, app.head) == (1, 3)
+
+    asyncio.run(session())
+
+
+def test_the_cursor_moves_over_query_tokens(tmp_path):
+    app = explorer(tmp_path)
+
+    async def session():
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("tab", "tab", "tab", "shift+tab")
+            assert app.cursor == 2
+            top = app.query_one("#top").content
+            assert "where 'walked' looks" in str(top.renderables[0])
+
+    asyncio.run(session())
+
+
+def test_grid_values_and_aggregates(tmp_path):
+    app = explorer(tmp_path)
+
+    async def session():
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("g", "v")
+            assert app.grid and app.values
+            assert app.sub_title.endswith("all heads")
+            for expected in AGGREGATES[1:]:
+                await pilot.press("m")
+                assert app.aggregate_name == expected
+            await pilot.press("m")
+            assert app.aggregate_name is None
+
+    asyncio.run(session())
+
+
+def test_export_writes_the_current_view(tmp_path):
+    app = explorer(tmp_path)
+    drive(app, "right", "e")
+    assert [path.name for path in app.exported] == ["attnviz-L0-H1.png"]
+    assert (tmp_path / "attnviz-L0-H1.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_new_sentence_is_computed_in_the_background(tmp_path):
+    app = explorer(tmp_path)
+    drive(app, "slash", *"I love you", "enter")
+    assert app.maps.query_tokens == ["i", "love", "you"]
+    assert app.cursor == 0
+
+
+def test_a_small_terminal_gets_a_message(tmp_path):
+    app = explorer(tmp_path)
+    drive(app, size=(40, 10))
+    assert app.has_class("cramped")
+
+
+def test_all_72_heads_of_minilm_are_reachable(tmp_path):
+    app = explorer(tmp_path, model="minilm")
+    seen = set()
+
+    async def session():
+        async with app.run_test(size=(140, 40)) as pilot:
+            for _ in range(6):
+                for _ in range(12):
+                    seen.add((app.layer, app.head))
+                    await pilot.press("right")
+                await pilot.press("down")
+
+    asyncio.run(session())
+    assert len(seen) == 72
+
+
+def test_screen_snapshot(tmp_path, snapshot):
+    pytest.importorskip("textual")
+    screen = drive(explorer(tmp_path), "right", "tab", size=(100, 30))
+    snapshot("explore_100x30.svg", screen)
