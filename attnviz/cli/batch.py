@@ -18,6 +18,7 @@ from attnviz.core import BUILTIN
 from attnviz.render.image import View
 
 
+@options.model_settings
 def batch(
     source: Annotated[
         str,
@@ -70,19 +71,7 @@ def batch(
     values: PictureValuesOption = False,
     vmax: VmaxOption = 1.0,
     dtype: options.DtypeOption = options.Dtype.FLOAT32,
-    special: options.SpecialOption = True,
-    words: options.WordsOption = False,
-    download: options.DownloadOption = False,
-    trust_remote_code: options.TrustRemoteCodeOption = False,
-    allow_pickle: options.AllowPickleOption = False,
-    verbose: options.VerboseOption = False,
-    layers: options.LayersOption = None,
-    heads: options.HeadsOption = None,
-    d_model: options.DModelOption = None,
-    seed: options.SeedOption = None,
-    positions: options.PositionsOption = None,
-    projections: options.ProjectionsOption = None,
-    keep_case: options.KeepCaseOption = False,
+    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
 ) -> None:
     """Write pictures and data for every input, and a manifest of what was written.
 
@@ -107,25 +96,7 @@ def batch(
     formats = tuple(dict.fromkeys(formats or [OutputFormat.PNG]))
     check_colormap(cmap)
     slice_ = parse_shard(shard) if shard else None
-    extract = options.extraction(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
-        special=special,
-        words=words,
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
-        layers=layers,
-        heads=heads,
-        d_model=d_model,
-        seed=seed,
-        positions=positions,
-        projections=projections,
-        keep_case=keep_case,
-    )
+    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
     inputs = read_inputs(source)
     assign_names(inputs)
     inputs = in_shard(inputs, slice_)

@@ -11,6 +11,7 @@ from attnviz.cli.heads import TableFormat
 from attnviz.core import BUILTIN
 
 
+@options.model_settings
 def diff(
     sources: Annotated[
         list[str],
@@ -39,19 +40,7 @@ def diff(
         TableFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table or json."),
     ] = TableFormat.TABLE,
-    special: options.SpecialOption = True,
-    words: options.WordsOption = False,
-    download: options.DownloadOption = False,
-    trust_remote_code: options.TrustRemoteCodeOption = False,
-    allow_pickle: options.AllowPickleOption = False,
-    verbose: options.VerboseOption = False,
-    layers: options.LayersOption = None,
-    heads: options.HeadsOption = None,
-    d_model: options.DModelOption = None,
-    seed: options.SeedOption = None,
-    positions: options.PositionsOption = None,
-    projections: options.ProjectionsOption = None,
-    keep_case: options.KeepCaseOption = False,
+    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
 ) -> None:
     """Per-head Jensen-Shannon divergence between two models on one input, largest first.
 
@@ -72,24 +61,11 @@ def diff(
     elif len(sources) == 1:
         if against is None:
             raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")
-        settings = {
-            "mode": mode,
-            "layer": layer,
-            "head": head,
-            "special": special,
-            "words": words,
-            "download": download,
-            "trust_remote_code": trust_remote_code,
-            "allow_pickle": allow_pickle,
-            "verbose": verbose,
-        }
-        stack = {"layers": layers, "heads": heads, "d_model": d_model, "seed": seed}
-        stack |= {"positions": positions, "projections": projections, "keep_case": keep_case}
         text = options.single_text(read_texts(sources[0]))
-        defaults = {**dict.fromkeys(stack, None), "keep_case": False}
-        sides = [
-            options.extraction(model=model, **settings, **stack),
-            options.extraction(model=against, **settings, **defaults),
+        selection = {"mode": mode, "layer": layer, "head": head}
+        sides = [  # the built-in stack options describe --model, not --against
+            options.extraction(model=model, **selection, settings=settings),
+            options.extraction(model=against, **selection, settings=settings.without_stack()),
         ]
         for side in sides:
             side.prepare()

@@ -11,6 +11,7 @@ from attnviz.cli.heads import TableFormat
 from attnviz.core import BUILTIN, Mode
 
 
+@options.model_settings
 def explain(
     text: options.TextArgument,
     mode: options.ModeOption = None,
@@ -36,19 +37,8 @@ def explain(
             "(0 for the first token; negative counts from the end).",
         ),
     ] = None,
-    special: options.SpecialOption = True,
-    download: options.DownloadOption = False,
-    trust_remote_code: options.TrustRemoteCodeOption = False,
-    allow_pickle: options.AllowPickleOption = False,
-    verbose: options.VerboseOption = False,
-    layers: options.LayersOption = None,
-    heads: options.HeadsOption = None,
-    d_model: options.DModelOption = None,
-    seed: options.SeedOption = None,
-    positions: options.PositionsOption = None,
-    projections: options.ProjectionsOption = None,
-    keep_case: options.KeepCaseOption = False,
     width: options.WidthOption = None,
+    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
 ) -> None:
     """Walk through one head's attention on your sentence, with the real numbers.
 
@@ -63,51 +53,25 @@ def explain(
 
     if output_format is TableFormat.CSV:
         raise UsageError("explain writes table or json")
-    if model != BUILTIN:
-        _explain_pretrained(
-            text,
-            model,
-            mode,
-            target,
-            layer,
-            head,
-            query,
-            download,
-            trust_remote_code,
-            allow_pickle,
-            verbose,
-            output_format,
+    if settings.words or not settings.special:
+        raise UsageError(
+            "explain works on the tokens as the model sees them: no --words or --no-special"
         )
+    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
+    text = options.single_text(read_texts(text))
+    if model != BUILTIN:
+        _explain_pretrained(extract, text, target, query, output_format)
         return
     if query is not None:
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")
-    settings = options.extraction(
-        model="builtin",
-        mode=mode,
-        layer=layer,
-        head=head,
-        special=special,
-        words=False,
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
-        layers=layers,
-        heads=heads,
-        d_model=d_model,
-        seed=seed,
-        positions=positions,
-        projections=projections,
-        keep_case=keep_case,
-    )
     explanation = explain_builtin(
-        options.single_text(read_texts(text)),
+        text,
         mode=(mode or Mode.SELF).value,
         target=target,
         layer=layer,
         head=head,
-        config=settings.config,
-        lowercase=settings.lowercase,
+        config=extract.config,
+        lowercase=extract.lowercase,
     )
     if output_format is TableFormat.JSON:
         options.write_stdout(dump_json(explanation.to_dict()))
@@ -119,50 +83,24 @@ def explain(
 
 
 def _explain_pretrained(
+    extract: options.Extraction,
     text: str,
-    model: str,
-    mode: Mode | None,
     target: str | None,
-    layer: str,
-    head: str,
     query: int | None,
-    download: bool,
-    trust_remote_code: bool,
-    allow_pickle: bool,
-    verbose: bool,
     output_format: TableFormat,
 ) -> None:
     from attnviz.explain import explain_pretrained
-    from attnviz.io import dump_json, read_texts
+    from attnviz.io import dump_json
     from attnviz.pretrained import load
 
-    extraction = options.extraction(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
-        special=True,
-        words=False,
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
-        layers=None,
-        heads=None,
-        d_model=None,
-        seed=None,
-        positions=None,
-        projections=None,
-        keep_case=False,
-    )
-    extraction.prepare()
+    extract.prepare()
     explanation = explain_pretrained(
-        load(model, extraction.load_options),
-        options.single_text(read_texts(text)),
-        mode=None if mode is None else mode.value,
+        load(extract.model, extract.load_options),
+        text,
+        mode=None if extract.mode is None else extract.mode.value,
         target=target,
-        layer=layer,
-        head=head,
+        layer=extract.layer,
+        head=extract.head,
         query=query or 0,
     )
     if output_format is TableFormat.JSON:

@@ -12,6 +12,7 @@ from attnviz.cli import options
 from attnviz.core import BUILTIN
 
 
+@options.model_settings
 def explore(
     text: options.TextArgument,
     mode: options.ModeOption = None,
@@ -20,19 +21,7 @@ def explore(
     export_folder: Annotated[
         Path, typer.Option("--export-dir", help="Where `e` saves PNG pictures.")
     ] = Path("."),
-    special: options.SpecialOption = True,
-    words: options.WordsOption = False,
-    download: options.DownloadOption = False,
-    trust_remote_code: options.TrustRemoteCodeOption = False,
-    allow_pickle: options.AllowPickleOption = False,
-    verbose: options.VerboseOption = False,
-    layers: options.LayersOption = None,
-    heads: options.HeadsOption = None,
-    d_model: options.DModelOption = None,
-    seed: options.SeedOption = None,
-    positions: options.PositionsOption = None,
-    projections: options.ProjectionsOption = None,
-    keep_case: options.KeepCaseOption = False,
+    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
 ) -> None:
     """Explore the attention of every layer and head with the keyboard.
 
@@ -45,25 +34,7 @@ def explore(
 
     if not sys.stdout.isatty():
         raise UsageError("explore is a full-screen app: run it in a terminal (show writes data)")
-    extract = options.extraction(
-        model=model,
-        mode=mode,
-        layer="all",
-        head="all",
-        special=special,
-        words=words,
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
-        layers=layers,
-        heads=heads,
-        d_model=d_model,
-        seed=seed,
-        positions=positions,
-        projections=projections,
-        keep_case=keep_case,
-    )
+    extract = options.extraction(model=model, mode=mode, layer="all", head="all", settings=settings)
     extract.prepare()
     maps = extract(options.single_text(read_texts(text)), target)
     from attnviz.explore import ExploreApp

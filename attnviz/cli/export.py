@@ -54,6 +54,7 @@ PictureValuesOption = Annotated[
 ]
 
 
+@options.model_settings
 def export(
     text: options.TextArgument,
     output: Annotated[
@@ -75,19 +76,7 @@ def export(
     dpi: DpiOption = 100,
     values: PictureValuesOption = False,
     vmax: VmaxOption = 1.0,
-    special: options.SpecialOption = True,
-    words: options.WordsOption = False,
-    download: options.DownloadOption = False,
-    trust_remote_code: options.TrustRemoteCodeOption = False,
-    allow_pickle: options.AllowPickleOption = False,
-    verbose: options.VerboseOption = False,
-    layers: options.LayersOption = None,
-    heads: options.HeadsOption = None,
-    d_model: options.DModelOption = None,
-    seed: options.SeedOption = None,
-    positions: options.PositionsOption = None,
-    projections: options.ProjectionsOption = None,
-    keep_case: options.KeepCaseOption = False,
+    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
 ) -> None:
     """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output.
 
@@ -101,25 +90,7 @@ def export(
 
     picture = picture_format(output)
     check_colormap(cmap)
-    extract = options.extraction(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
-        special=special,
-        words=words,
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
-        layers=layers,
-        heads=heads,
-        d_model=d_model,
-        seed=seed,
-        positions=positions,
-        projections=projections,
-        keep_case=keep_case,
-    )
+    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
     extract.prepare()
     maps = extract(options.single_text(read_texts(text)), target)
     if aggregate is not None:

@@ -18,6 +18,7 @@ class TableFormat(StrEnum):
     CSV = "csv"
 
 
+@options.model_settings
 def heads(
     text: options.TextArgument,
     mode: options.ModeOption = None,
@@ -41,19 +42,7 @@ def heads(
         TableFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table, json or csv."),
     ] = TableFormat.TABLE,
-    special: options.SpecialOption = True,
-    words: options.WordsOption = False,
-    download: options.DownloadOption = False,
-    trust_remote_code: options.TrustRemoteCodeOption = False,
-    allow_pickle: options.AllowPickleOption = False,
-    verbose: options.VerboseOption = False,
-    layers: options.LayersOption = None,
-    heads: options.HeadsOption = None,
-    d_model: options.DModelOption = None,
-    seed: options.SeedOption = None,
-    positions: options.PositionsOption = None,
-    projections: options.ProjectionsOption = None,
-    keep_case: options.KeepCaseOption = False,
+    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
 ) -> None:
     """Statistics per head: what kind of head is this?
 
@@ -66,25 +55,7 @@ def heads(
     from attnviz.analysis.heads import as_dicts, head_statistics, sort_rows
     from attnviz.io import dump_json, read_texts
 
-    extract = options.extraction(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
-        special=special,
-        words=words,
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
-        layers=layers,
-        heads=heads,
-        d_model=d_model,
-        seed=seed,
-        positions=positions,
-        projections=projections,
-        keep_case=keep_case,
-    )
+    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
     extract.prepare()
     maps = extract(options.single_text(read_texts(text)), target)
     rows = sort_rows(head_statistics(maps), sort, reverse)[:top]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -308,34 +310,83 @@ class Extraction:
         )
 
 
+@dataclass(frozen=True)
+class ModelSettings:
+    """The pretrained-model and built-in-stack options, as every model command takes them."""
+
+    special: bool = True
+    words: bool = False
+    download: bool = False
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    verbose: bool = False
+    layers: int | None = None
+    heads: int | None = None
+    d_model: int | None = None
+    seed: int | None = None
+    positions: bool | None = None
+    projections: Projections | None = None
+    keep_case: bool = False
+
+    def stack(self) -> dict[str, object]:
+        """The built-in stack options that were given."""
+        stack = {"layers": self.layers, "heads": self.heads, "d_model": self.d_model}
+        stack |= {"seed": self.seed, "positions": self.positions, "projections": self.projections}
+        return {name: value for name, value in stack.items() if value is not None}
+
+    def without_stack(self) -> ModelSettings:
+        return replace(self, **dict.fromkeys(self.stack(), None), keep_case=False)
+
+
+DEFAULT_SETTINGS = ModelSettings()
+
+# The command-line spelling of each ModelSettings field, in the order --help lists them.
+_SETTINGS_OPTIONS = {
+    "special": (SpecialOption, True),
+    "words": (WordsOption, False),
+    "download": (DownloadOption, False),
+    "trust_remote_code": (TrustRemoteCodeOption, False),
+    "allow_pickle": (AllowPickleOption, False),
+    "verbose": (VerboseOption, False),
+    "layers": (LayersOption, None),
+    "heads": (HeadsOption, None),
+    "d_model": (DModelOption, None),
+    "seed": (SeedOption, None),
+    "positions": (PositionsOption, None),
+    "projections": (ProjectionsOption, None),
+    "keep_case": (KeepCaseOption, False),
+}
+
+
+def model_settings(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the model and built-in-stack options, passed to it as one
+    ``settings: ModelSettings`` argument, so that each command lists only its own."""
+    own = inspect.signature(command, eval_str=True)
+    parameters = [p for p in own.parameters.values() if p.name != "settings"]
+    parameters += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
+        for name, (hint, default) in _SETTINGS_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def with_settings(**arguments: object) -> None:
+        given = {name: arguments.pop(name) for name in _SETTINGS_OPTIONS}
+        command(**arguments, settings=ModelSettings(**given))
+
+    with_settings.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+    with_settings.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_settings
+
+
 def extraction(
-    *,
-    model: str,
-    mode: Mode | None,
-    layer: str,
-    head: str,
-    special: bool,
-    words: bool,
-    download: bool,
-    trust_remote_code: bool,
-    allow_pickle: bool,
-    verbose: bool,
-    layers: int | None,
-    heads: int | None,
-    d_model: int | None,
-    seed: int | None,
-    positions: bool | None,
-    projections: Projections | None,
-    keep_case: bool,
+    *, model: str, mode: Mode | None, layer: str, head: str, settings: ModelSettings
 ) -> Extraction:
     """Check the model options together and bundle them."""
     from attnviz.builtin import BuiltinConfig
     from attnviz.pretrained import LoadOptions
 
-    stack = {"layers": layers, "heads": heads, "d_model": d_model, "seed": seed}
-    stack |= {"positions": positions, "projections": projections}
-    given = {name: value for name, value in stack.items() if value is not None}
-    if model != BUILTIN and (given or keep_case):
+    given = settings.stack()
+    if model != BUILTIN and (given or settings.keep_case):
         raise UsageError(
             "--layers, --heads, --d-model, --seed, --positions, --projections and --keep-case "
             "configure the built-in stack; they do not apply to --model"
@@ -350,14 +401,14 @@ def extraction(
         layer=layer,
         head=head,
         config=config,
-        lowercase=not keep_case,
-        special=special,
-        words=words,
+        lowercase=not settings.keep_case,
+        special=settings.special,
+        words=settings.words,
         load_options=LoadOptions(
-            download=download,
-            trust_remote_code=trust_remote_code,
-            allow_pickle=allow_pickle,
-            verbose=verbose,
+            download=settings.download,
+            trust_remote_code=settings.trust_remote_code,
+            allow_pickle=settings.allow_pickle,
+            verbose=settings.verbose,
         ),
     )
 

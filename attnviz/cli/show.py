@@ -65,6 +65,7 @@ ValuesOption = Annotated[
 ]
 
 
+@options.model_settings
 def show(
     text: options.TextArgument,
     mode: options.ModeOption = None,
@@ -73,25 +74,13 @@ def show(
     layer: options.LayerOption = "all",
     head: options.HeadOption = "all",
     aggregate: AggregateOption = None,
-    special: options.SpecialOption = True,
-    words: options.WordsOption = False,
-    download: options.DownloadOption = False,
-    trust_remote_code: options.TrustRemoteCodeOption = False,
-    allow_pickle: options.AllowPickleOption = False,
-    verbose: options.VerboseOption = False,
-    layers: options.LayersOption = None,
-    heads: options.HeadsOption = None,
-    d_model: options.DModelOption = None,
-    seed: options.SeedOption = None,
-    positions: options.PositionsOption = None,
-    projections: options.ProjectionsOption = None,
-    keep_case: options.KeepCaseOption = False,
     values: ValuesOption = False,
     output_format: FormatOption = ShowFormat.AUTO,
     output: OutputOption = STDIO,
     dtype: options.DtypeOption = options.Dtype.FLOAT32,
     colour: options.ColourOption = options.ColourChoice.AUTO,
     width: options.WidthOption = None,
+    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
 
@@ -109,25 +98,7 @@ def show(
         output_format = ShowFormat.TERMINAL if sys.stdout.isatty() else ShowFormat.NDJSON
     if output_format is ShowFormat.TERMINAL and output != STDIO:
         raise UsageError("--output goes with a data --format; the terminal picture goes to stdout")
-    extract = options.extraction(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
-        special=special,
-        words=words,
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
-        layers=layers,
-        heads=heads,
-        d_model=d_model,
-        seed=seed,
-        positions=positions,
-        projections=projections,
-        keep_case=keep_case,
-    )
+    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
     extract.prepare()
     stream = (extract(line, target) for line in read_texts(text))
     if aggregate is not None:

@@ -12,6 +12,7 @@ from attnviz.cli.show import AggregateOption
 from attnviz.core import BUILTIN
 
 
+@options.model_settings
 def top(
     text: options.TextArgument,
     mode: options.ModeOption = None,
@@ -25,19 +26,7 @@ def top(
         TableFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table (lines) or json."),
     ] = TableFormat.TABLE,
-    special: options.SpecialOption = True,
-    words: options.WordsOption = False,
-    download: options.DownloadOption = False,
-    trust_remote_code: options.TrustRemoteCodeOption = False,
-    allow_pickle: options.AllowPickleOption = False,
-    verbose: options.VerboseOption = False,
-    layers: options.LayersOption = None,
-    heads: options.HeadsOption = None,
-    d_model: options.DModelOption = None,
-    seed: options.SeedOption = None,
-    positions: options.PositionsOption = None,
-    projections: options.ProjectionsOption = None,
-    keep_case: options.KeepCaseOption = False,
+    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
 ) -> None:
     """For each query token, its k most attended key tokens: one line per token.
 
@@ -52,25 +41,7 @@ def top(
 
     if output_format is TableFormat.CSV:
         raise UsageError("top writes table or json")
-    extract = options.extraction(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
-        special=special,
-        words=words,
-        download=download,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        verbose=verbose,
-        layers=layers,
-        heads=heads,
-        d_model=d_model,
-        seed=seed,
-        positions=positions,
-        projections=projections,
-        keep_case=keep_case,
-    )
+    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
     extract.prepare()
     maps = extract(options.single_text(read_texts(text)), target)
     if aggregate is not None:
