@@ -20,6 +20,13 @@ from attnviz.errors import AttnvizError, UsageError
 from attnviz.selection import resolve
 
 
+def _plain(values: np.ndarray) -> list:
+    """Numbers for JSON, which has no −∞: a key hidden by the mask is written as null."""
+    if values.ndim > 1:
+        return [_plain(row) for row in values]
+    return [None if value == -math.inf else float(value) for value in values]
+
+
 @dataclass
 class Step:
     name: str  # a short key: "X", "W_Q", "Q", "scores", …
@@ -52,13 +59,6 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         """Every intermediate matrix by name; -∞ (hidden by the mask) is written as null."""
-
-        def plain(matrix: np.ndarray) -> list:
-            return [
-                [None if value == -math.inf else float(value) for value in row]
-                for row in np.atleast_2d(matrix)
-            ]
-
         return {
             "schema_version": 1,
             "model": self.model,
@@ -75,7 +75,7 @@ class Explanation:
                     "shape": list(step.matrix.shape),
                     "rows": step.rows,
                     "columns": step.columns,
-                    "matrix": plain(step.matrix),
+                    "matrix": _plain(np.atleast_2d(step.matrix)),
                     "note": step.note,
                 }
                 for step in self.steps
@@ -383,9 +383,6 @@ class QueryExplanation:
         return float(np.abs(self.weights - self.model_weights).max())
 
     def to_dict(self) -> dict[str, Any]:
-        def plain(values: np.ndarray) -> list:
-            return [None if value == -math.inf else float(value) for value in values]
-
         return {
             "schema_version": 1,
             "model": self.model,
@@ -396,11 +393,11 @@ class QueryExplanation:
             "query_token": self.query_token,
             "key_tokens": self.key_tokens,
             "scale": self.scale,
-            "dots": plain(self.dots),
-            "scaled": plain(self.scaled),
-            "mask": plain(self.mask),
-            "weights": plain(self.weights),
-            "model_weights": plain(self.model_weights),
+            "dots": _plain(self.dots),
+            "scaled": _plain(self.scaled),
+            "mask": _plain(self.mask),
+            "weights": _plain(self.weights),
+            "model_weights": _plain(self.model_weights),
             "largest_difference": self.largest_difference,
         }
 
