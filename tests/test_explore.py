@@ -121,7 +121,13 @@ def test_screen_snapshot(tmp_path, snapshot):
     async def session():
         async with app.run_test(size=(100, 30)) as pilot:
             await pilot.press("right", "tab")
-            console = Console(width=100, record=True, file=io.StringIO(), color_system="truecolor")
+            console = Console(
+                width=100,
+                record=True,
+                file=io.StringIO(),
+                color_system="truecolor",
+                highlight=False,
+            )
             console.print(app.sub_title)
             for name in ("#heatmap", "#top", "#stats"):
                 console.print(app.query_one(name).content)
