@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/pretrained.py
 	$(BIN)/python benchmarks/batch.py
+	$(BIN)/python benchmarks/memory.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

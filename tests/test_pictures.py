@@ -14,9 +14,13 @@ TEXT = "The man walked the dog"
 
 @pytest.mark.parametrize("suffix", ["png", "svg", "pdf"])
 @pytest.mark.parametrize(
-    "view", [["--view", "model"], ["--view", "layer", "-l", "1"], ["--view", "head", "-l", "0",
-                                                                   "--head", "2"]]
-)  # fmt: skip
+    "view",
+    [
+        ["--view", "model"],
+        ["--view", "layer", "-l", "1"],
+        ["--view", "head", "-l", "0", "--head", "2"],
+    ],
+)
 def test_export_writes_reproducible_pictures(runner, tmp_path, suffix, view):
     first, second = tmp_path / f"a.{suffix}", tmp_path / f"b.{suffix}"
     for path in (first, second):
@@ -33,9 +37,22 @@ def test_head_png_has_the_layout_size_at_the_dpi(runner, tmp_path):
     for dpi in (72, 150):
         path = tmp_path / f"head-{dpi}.png"
         result = runner.invoke(
-            app, ["export", TEXT, "--view", "head", "-l", "0", "--head", "0", "--dpi", str(dpi),
-                  "-o", str(path)],
-        )  # fmt: skip
+            app,
+            [
+                "export",
+                TEXT,
+                "--view",
+                "head",
+                "-l",
+                "0",
+                "--head",
+                "0",
+                "--dpi",
+                str(dpi),
+                "-o",
+                str(path),
+            ],
+        )
         assert result.exit_code == 0, result.stderr
         width, height = HeadCanvas.figure_size(5, 5)
         with Image.open(path) as image:
@@ -130,3 +147,29 @@ def test_export_an_aggregate(runner, tmp_path):
     )
     assert result.exit_code == 0, result.stderr
     assert "rollout" in path.read_text()
+
+
+def test_a_1024_token_map_makes_a_picture_of_bounded_size(runner, tmp_path):
+    text = " ".join(f"w{i % 50}" for i in range(1024))
+    path = tmp_path / "long.png"
+    result = runner.invoke(
+        app,
+        [
+            "export",
+            text,
+            "--view",
+            "head",
+            "-l",
+            "0",
+            "--head",
+            "0",
+            "--vmax",
+            "0.02",
+            "-o",
+            str(path),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    with Image.open(path) as image:
+        image.load()
+        assert max(image.size) < 1400  # cells shrink to a pixel; the picture stays ~10 inches
