@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/attnviz show "Hello I love you"
+	$(BIN)/attnviz show "Hello I love you" --format terminal  # the picture, even when piped
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
