@@ -111,32 +111,33 @@ def batch(
         raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
     extract.prepare()
     started = time.monotonic()
-    with ProgressReport(quiet) as report:
-        records = []
-        try:
+    records = []
+    outputs = Outputs(
+        folder=output,
+        formats=formats,
+        view=view,
+        style=Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax),
+        aggregate=None if aggregate is None else aggregate.value,
+        dtype=dtype.value,
+    )
+    try:
+        with ProgressReport(quiet) as report:
             records = run_batch(
                 inputs,
                 extract.many,
-                Outputs(
-                    folder=output,
-                    formats=formats,
-                    view=view,
-                    style=Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax),
-                    aggregate=None if aggregate is None else aggregate.value,
-                    dtype=dtype.value,
-                ),
+                outputs,
                 manifest_path=manifest,
                 resume=resume,
                 batch_size=batch_size,
                 jobs=jobs,
                 progress=report,
             )
-        except PartialFailure as failure:
-            records = failure.records
-            raise
-        finally:
-            if not quiet:
-                _summary(inputs, records, output, time.monotonic() - started)
+    except PartialFailure as failure:
+        records = failure.records
+        raise
+    finally:  # after the progress bar is gone, so that the summary stays on screen
+        if not quiet:
+            _summary(inputs, records, output, time.monotonic() - started)
 
 
 def _summary(inputs: list, records: list, output: Path, elapsed: float) -> None:
