@@ -70,3 +70,26 @@ def test_error_exit_code_reaches_the_shell():
     result = run_shell(f"{sys.executable} -m attnviz show '' ")
     assert result.returncode == 2
     assert result.stderr == "attnviz: error: the text is empty: give some words to look at\n"
+
+
+def test_stdin_lines_are_answered_as_they_arrive():
+    """The first record comes out before the second line has even been written."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnviz", "show", "-", "-f", "ndjson"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        process.stdin.write("The man walked the dog\n")
+        process.stdin.flush()
+        first = json.loads(process.stdout.readline())  # blocks until the record is written
+        assert first["text"] == "The man walked the dog"
+        process.stdin.write("Hello I love you\n")
+        process.stdin.close()
+        second = json.loads(process.stdout.readline())
+        assert second["text"] == "Hello I love you"
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
