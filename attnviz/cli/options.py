@@ -46,7 +46,7 @@ DtypeOption = Annotated[
     typer.Option(
         "--dtype",
         case_sensitive=False,
-        rich_help_panel="Output",
+        rich_help_panel=OUTPUT_PANEL,
         help="How stored weights are written: float16 halves the size of json and npz data.",
     ),
 ]
