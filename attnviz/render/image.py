@@ -52,6 +52,7 @@ _MARGIN_LEFT = 1.15  # inches, room for query labels
 _MARGIN_BOTTOM = 1.15  # room for key labels, written upwards
 _MARGIN_TOP = 0.65  # the header (model and mode) and the title (layer and head)
 _MARGIN_RIGHT = 1.0  # the colour bar
+_GRID_COLUMNS = 6  # heads per row when one layer's heads wrap
 _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
 
 
@@ -380,12 +381,18 @@ def head_picture(maps: AttentionMaps, panel: MapPanel, picture: str, style: Styl
 
 
 def grid_picture(maps: AttentionMaps, picture: str, style: Style) -> bytes:
-    """All maps held as small multiples: a row per layer, a column per head."""
+    """All maps held as small multiples: a row per layer, a column per head.
+
+    A single layer's heads wrap into rows of at most six, so that a layer of
+    twelve heads is a 6 × 2 grid rather than one long strip.
+    """
     matplotlib = _matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     rows, columns = maps.weights.shape[:2]
+    if rows == 1 and columns > _GRID_COLUMNS:
+        rows, columns = -(-columns // _GRID_COLUMNS), _GRID_COLUMNS
     queries, keys = len(maps.query_tokens), len(maps.key_tokens)
     cell = float(np.clip(2.2 / max(queries, keys), 0.03, 0.25))
     panel_width, panel_height = keys * cell + 0.9, queries * cell + 0.9
@@ -416,6 +423,8 @@ def grid_picture(maps: AttentionMaps, picture: str, style: Style) -> bytes:
             range(0, queries, step), [_label(t) for t in maps.query_tokens[::step]], fontsize=size
         )
         ax.tick_params(length=0, pad=1)
+    for ax in axes.flat[maps.weights.shape[0] * maps.weights.shape[1] :]:
+        ax.set_visible(False)  # the empty places of a wrapped last row
     figure.suptitle(f"{maps.model} · {maps.mode} attention", fontsize=10)
     figure.set_layout_engine("constrained")
     if image is not None:
