@@ -60,9 +60,9 @@ def extract(
     renormalises rows; ``words=True`` merges sub-word pieces into words.
     """
     mode = None if mode is None else _parse_mode(mode)
-    _check_text(text, "text")
+    check_text(text, "text")
     if target is not None:
-        _check_text(target, "target")
+        check_text(target, "target")
     if model == BUILTIN:
         if words or not special:
             raise UsageError("special tokens and sub-word pieces exist only in pretrained models")
@@ -98,7 +98,7 @@ def _parse_mode(mode: Mode | str) -> Mode:
         raise UsageError(f"unknown mode {mode!r}: choose one of {names}") from None
 
 
-def _check_text(text: str, what: str) -> None:
+def check_text(text: str, what: str) -> None:
     if not text or not text.strip():
         raise UsageError(f"the {what} is empty: give some words to look at")
 

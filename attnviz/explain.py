@@ -110,12 +110,12 @@ def explain_builtin(
     import torch
 
     from attnviz.builtin import BuiltinConfig, BuiltinTransformer
-    from attnviz.core import Mode, _check_text
+    from attnviz.core import Mode, check_text
     from attnviz.tokens import tokenize
 
     config = config or BuiltinConfig()
     mode = Mode(mode).value
-    _check_text(text, "text")
+    check_text(text, "text")
     if (mode == "cross") != (target is not None):
         raise UsageError("cross mode needs --target, and --target needs cross mode")
     (layer_index,) = _one(layer, config.layers, "layer")
@@ -124,7 +124,7 @@ def explain_builtin(
     queries = source
     targets = None
     if mode == "cross":
-        _check_text(target, "target")
+        check_text(target, "target")
         targets = queries = [token.text for token in tokenize(target, lowercase=lowercase)]
     stack = BuiltinTransformer(config)
     block = stack.encoder[layer_index] if mode != "cross" else stack.decoder[layer_index]

@@ -485,9 +485,14 @@ def extract_pretrained(
 ) -> AttentionMaps:
     """Attention maps of ``text`` (and ``target``) under a loaded pretrained model."""
     (maps,) = extract_batch(
-        loaded, [(text, target)], mode=mode, layers=layers, heads=heads, special=special,
+        loaded,
+        [(text, target)],
+        mode=mode,
+        layers=layers,
+        heads=heads,
+        special=special,
         words=words,
-    )  # fmt: skip
+    )
     return maps
 
 

@@ -61,7 +61,7 @@ def diff(
     elif len(sources) == 1:
         if against is None:
             raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")
-        text = options.single_text(read_texts(sources[0]))
+        text = options.only_one(read_texts(sources[0]))
         selection = {"mode": mode, "layer": layer, "head": head}
         sides = [  # the built-in stack options describe --model, not --against
             options.extraction(model=model, **selection, settings=settings),

@@ -58,7 +58,7 @@ def explain(
             "explain works on the tokens as the model sees them: no --words or --no-special"
         )
     extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
-    text = options.single_text(read_texts(text))
+    text = options.only_one(read_texts(text))
     if model != BUILTIN:
         _explain_pretrained(extract, text, target, query, output_format)
         return

@@ -36,7 +36,7 @@ def explore(
         raise UsageError("explore is a full-screen app: run it in a terminal (show writes data)")
     extract = options.extraction(model=model, mode=mode, layer="all", head="all", settings=settings)
     extract.prepare()
-    maps = extract(options.single_text(read_texts(text)), target)
+    maps = extract(options.only_one(read_texts(text)), target)
     from attnviz.explore import ExploreApp
 
     ExploreApp(maps, lambda sentence: extract(sentence, target), export_folder).run()

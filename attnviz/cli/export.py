@@ -92,7 +92,7 @@ def export(
     check_colormap(cmap)
     extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
     extract.prepare()
-    maps = extract(options.single_text(read_texts(text)), target)
+    maps = extract(options.only_one(read_texts(text)), target)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     options.save_picture(

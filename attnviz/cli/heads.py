@@ -57,7 +57,7 @@ def heads(
 
     extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
     extract.prepare()
-    maps = extract(options.single_text(read_texts(text)), target)
+    maps = extract(options.only_one(read_texts(text)), target)
     rows = sort_rows(head_statistics(maps), sort, reverse)[:top]
     if output_format is TableFormat.JSON:
         options.write_stdout(dump_json({"schema_version": 1, "heads": as_dicts(rows)}))

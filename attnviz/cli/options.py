@@ -438,7 +438,7 @@ def stdout_console(colour: ColourChoice, width: int | None) -> Console:
     )
 
 
-def single_text(items: Iterable[T]) -> T:
+def only_one(items: Iterable[T]) -> T:
     """The one input a command reads; several (lines on stdin, records in a file) are refused."""
     stream = iter(items)
     first = next(stream)

@@ -48,6 +48,6 @@ def render(
 
     picture = picture_format(output)
     check_colormap(cmap)
-    maps = options.single_text(stream)
+    maps = options.only_one(stream)
     style = Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax)
     options.save_picture(maps, view, picture, style, output)

@@ -43,7 +43,7 @@ def top(
         raise UsageError("top writes table or json")
     extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
     extract.prepare()
-    maps = extract(options.single_text(read_texts(text)), target)
+    maps = extract(options.only_one(read_texts(text)), target)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     blocks = top_keys(maps, k)
