@@ -1,36 +1,68 @@
 """attnviz: see what every attention head attends to.
 
 >>> import attnviz
->>> maps = attnviz.extract("Hello I love you", mode="masked", layers=0)
->>> maps.weights.shape    # (layers, heads, query tokens, key tokens)
+>>> extractor = attnviz.load()          # once: the built-in stack, or load("minilm")
+>>> maps = extractor.extract("Hello I love you", mode="masked", layers=0)
+>>> maps.weights.shape                   # (layers, heads, query tokens, key tokens)
 (1, 4, 4, 4)
+
+Names are imported when first used, so that ``import attnviz`` (and the
+command line's ``--help``) costs neither numpy nor torch.
 """
 
-from attnviz.core import Mode, extract
+from typing import TYPE_CHECKING, Any
+
+from attnviz.choices import Aggregate, DataFormat, Dtype, Mode, PictureFormat, View
 from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, UsageError
-from attnviz.maps import SCHEMA_VERSION, AttentionMaps
+from attnviz.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from attnviz.builtin.config import BuiltinConfig
+    from attnviz.extractor import Extractor, ExtractorSpec, extract, load
+    from attnviz.maps import AttentionMaps
+    from attnviz.pretrained.loading import LoadOptions
+
+_LAZY = {
+    "load": "attnviz.extractor",
+    "extract": "attnviz.extractor",
+    "Extractor": "attnviz.extractor",
+    "ExtractorSpec": "attnviz.extractor",
+    "AttentionMaps": "attnviz.maps",
+    "BuiltinConfig": "attnviz.builtin.config",
+    "LoadOptions": "attnviz.pretrained.loading",
+}
 
 
-def __getattr__(name: str) -> str:
-    # importlib.metadata costs ~25 ms; only --version and saved documents need it.
+def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+        from attnviz.schema import package_version
 
-        try:
-            return version("attnviz")
-        except PackageNotFoundError:  # a source tree that was never installed
-            return "0+unknown"
+        return package_version()
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
 
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Aggregate",
     "AttentionMaps",
     "AttnvizError",
     "AttnvizWarning",
+    "BuiltinConfig",
+    "DataFormat",
+    "Dtype",
     "ExitCode",
+    "Extractor",
+    "ExtractorSpec",
+    "LoadOptions",
     "Mode",
+    "PictureFormat",
     "UsageError",
+    "View",
     "__version__",
     "extract",
+    "load",
 ]

@@ -17,28 +17,17 @@ import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from attnviz.choices import Aggregate, BatchFormat, Dtype, View
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
 from attnviz.io import STDIO, dump_json, npz_bytes, open_output
 from attnviz.maps import AttentionMaps
-from attnviz.render.image import Style, View, picture_files
+from attnviz.render.image import Painter, Style
 
 MANIFEST = "manifest.jsonl"
 _SLUG_LENGTH = 40
-
-
-class OutputFormat(StrEnum):
-    PNG = "png"
-    SVG = "svg"
-    PDF = "pdf"
-    JSON = "json"
-    NPZ = "npz"
-
-
-PICTURES = (OutputFormat.PNG, OutputFormat.SVG, OutputFormat.PDF)
 
 
 class PartialFailure(AttnvizError):
@@ -224,14 +213,14 @@ class Outputs:
     """What to write for every input."""
 
     folder: Path
-    formats: tuple[OutputFormat, ...]
+    formats: tuple[BatchFormat, ...]
     view: View
     style: Style
-    aggregate: str | None = None  # an Aggregate name, applied before writing
-    dtype: str = "float32"  # how json and npz store the weights
+    aggregate: Aggregate | None = None  # applied before writing
+    dtype: Dtype = Dtype.FLOAT32  # how json and npz store the weights
 
 
-def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs) -> list[str]:
+def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Painter) -> list[str]:
     """Write every requested file of one input; return their names. Runs in worker processes."""
     if outputs.aggregate is not None:
         from attnviz.analysis.aggregate import aggregate
@@ -239,11 +228,11 @@ def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs) -> list[str]
         maps = aggregate(maps, outputs.aggregate)
     written = []
     for output_format in outputs.formats:
-        if output_format in PICTURES:
-            pieces: Iterable[tuple[str, bytes]] = picture_files(
-                maps, outputs.view, output_format.value, outputs.style
+        if output_format.picture is not None:
+            pieces: Iterable[tuple[str, bytes]] = painter.files(
+                maps, outputs.view, output_format.picture, outputs.style
             )
-        elif output_format is OutputFormat.JSON:
+        elif output_format is BatchFormat.JSON:
             pieces = [("", dump_json(maps.astype(outputs.dtype).to_dict()).encode("utf-8"))]
         else:
             pieces = [("", npz_bytes(maps.astype(outputs.dtype)))]
@@ -302,7 +291,7 @@ def run_batch(
     records: list[Record] = []
     finished = False
     try:
-        with Renderer(jobs) as renderer:
+        with RenderPool(jobs) as renderer:
             for chunk in _chunks(pending, batch_size):
                 for task in _tasks(chunk, extract, outputs):
                     renderer.submit(task)
@@ -384,37 +373,48 @@ def _record(item: BatchInput, written: list[str] | Exception) -> Record:
     return Record(**base, status="ok", files=written)
 
 
-def render_task(task: Task) -> tuple[BatchInput, list[str] | Exception]:
+def render_task(task: Task, painter: Painter) -> tuple[BatchInput, list[str] | Exception]:
     """One input's files, or the exception that stopped it: a worker's unit of work."""
     item, maps, outputs = task
     if isinstance(maps, Exception):
         return item, maps
     try:
-        return item, write_outputs(maps, item.name, outputs)
+        return item, write_outputs(maps, item.name, outputs, painter)
     except (AttnvizError, OSError, ValueError) as error:
         return item, error
+
+
+# A worker process's own painter: each worker renders with the canvases it built.
+_worker_painter: Painter | None = None
 
 
 def _start_worker() -> None:
     import signal
 
+    global _worker_painter
     # Ctrl-C reaches every process of the group; the main process alone handles it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_painter = Painter()
     # Import matplotlib now, while the main process is still importing torch.
-    from attnviz.render.image import _matplotlib
-
-    _matplotlib()
+    import matplotlib.figure  # noqa: F401
 
 
-class Renderer:
+def _render_in_worker(task: Task) -> tuple[BatchInput, list[str] | Exception]:
+    assert _worker_painter is not None, "the pool's initializer makes the painter"
+    return render_task(task, _worker_painter)
+
+
+class RenderPool:
     """Renders in this process (jobs 1) or in a pool of worker processes, in input order."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
+        self.painter = Painter()
         self.pool: Any = None
         self.queue: deque[Any] = deque()
+        self.torch_threads: int | None = None
 
-    def __enter__(self) -> Renderer:
+    def __enter__(self) -> RenderPool:
         if self.jobs > 1:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
@@ -426,22 +426,19 @@ class Renderer:
                 initializer=_start_worker,
             )
             self.pool.submit(int)  # start the workers now, while the first inputs are extracted
-            self._quiet_torch()
+            # torch's threads spin while they wait for work; with render processes on
+            # every core they would take the CPU the renderers need. Restored on exit.
+            import torch
+
+            self.torch_threads = torch.get_num_threads()
+            torch.set_num_threads(1)
         return self
-
-    @staticmethod
-    def _quiet_torch() -> None:
-        # torch's threads spin while they wait for work; with render processes
-        # on every core they would take the CPU the renderers need.
-        import torch
-
-        torch.set_num_threads(1)
 
     def submit(self, task: Task) -> None:
         if self.pool is None:
-            self.queue.append(render_task(task))
+            self.queue.append(render_task(task, self.painter))
         else:
-            self.queue.append(self.pool.submit(render_task, task))
+            self.queue.append(self.pool.submit(_render_in_worker, task))
 
     def completed(self, wait: bool) -> Iterator[tuple[BatchInput, list[str] | Exception]]:
         """Finished results in input order; with ``wait``, all of them."""
@@ -457,3 +454,7 @@ class Renderer:
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.torch_threads is not None:
+            import torch
+
+            torch.set_num_threads(self.torch_threads)

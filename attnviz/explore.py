@@ -21,13 +21,14 @@ from textual.widgets import Footer, Header, Input, Static
 
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import head_statistics
+from attnviz.choices import Aggregate, Mode, PictureFormat, View
 from attnviz.maps import AttentionMaps
 from attnviz.render.terminal import render
 from attnviz.tokens import display_label
 
 MIN_WIDTH, MIN_HEIGHT = 60, 16
 SIDE_WIDTH = 38
-AGGREGATES = (None, "mean", "max", "rollout")  # what `m` cycles through
+AGGREGATES = (None, Aggregate.MEAN, Aggregate.MAX, Aggregate.ROLLOUT)  # what `m` cycles through
 KEYS_HELP = """\
 ←/→  previous/next head        ↑/↓  previous/next layer
 g    all heads of the layer    m    aggregate: none, mean, max, rollout
@@ -111,16 +112,16 @@ class ExploreApp(App[None]):
     # --- what is shown -------------------------------------------------------------------
 
     @property
-    def aggregate_name(self) -> str | None:
+    def aggregate_method(self) -> Aggregate | None:
         return AGGREGATES[self.aggregate_index]
 
     def view(self) -> AttentionMaps:
         """The maps on screen: one head, a layer's heads, or an aggregate."""
         layer = self.maps.layers[self.layer]
-        if self.aggregate_name == "rollout":
-            return aggregate(self.maps, "rollout")
-        if self.aggregate_name is not None:
-            return aggregate(self.maps.select(layers=[layer]), self.aggregate_name)
+        if self.aggregate_method is Aggregate.ROLLOUT:
+            return aggregate(self.maps, Aggregate.ROLLOUT)
+        if self.aggregate_method is not None:
+            return aggregate(self.maps.select(layers=[layer]), self.aggregate_method)
         if self.grid:
             return self.maps.select(layers=[layer])
         return self.maps.select(layers=[layer], heads=[self.maps.heads[self.head]])
@@ -147,10 +148,10 @@ class ExploreApp(App[None]):
 
     def _position(self) -> str:
         layer = self.maps.layers[self.layer]
-        if self.aggregate_name == "rollout":
+        if self.aggregate_method is Aggregate.ROLLOUT:
             where = "rollout over all layers"
-        elif self.aggregate_name:
-            where = f"layer {layer} · {self.aggregate_name} of heads"
+        elif self.aggregate_method:
+            where = f"layer {layer} · {self.aggregate_method} of heads"
         elif self.grid:
             where = f"layer {layer} · all heads"
         else:
@@ -159,7 +160,7 @@ class ExploreApp(App[None]):
 
     def _top_panel(self, view: AttentionMaps) -> Group:
         query = self.maps.query_tokens[self.cursor]
-        if self.aggregate_name is None:  # the current head, in the grid too
+        if self.aggregate_method is None:  # the current head, in the grid too
             matrix = self.maps.head(self.maps.layers[self.layer], self.maps.heads[self.head])
         else:
             matrix = next(view.panels()).matrix
@@ -199,7 +200,7 @@ class ExploreApp(App[None]):
 
     def action_aggregate(self) -> None:
         self.aggregate_index = (self.aggregate_index + 1) % len(AGGREGATES)
-        if self.aggregate_name == "rollout" and self.maps.mode == "cross":
+        if self.aggregate_method is Aggregate.ROLLOUT and self.maps.mode is Mode.CROSS:
             self.aggregate_index = 0  # rollout needs self or masked attention
         self.redraw()
 
@@ -254,12 +255,12 @@ class ExploreApp(App[None]):
 
     def action_export(self) -> None:
         from attnviz.io import open_output
-        from attnviz.render.image import Style, View, picture_files
+        from attnviz.render.image import Painter, Style
 
         view = self.view()
         kind = View.LAYER if view.weights.shape[1] > 1 else View.HEAD
-        suffix, data = next(iter(picture_files(view, kind, "png", Style())))
-        name = "attnviz" + (suffix or f"-{self.aggregate_name}") + ".png"
+        suffix, data = next(Painter().files(view, kind, PictureFormat.PNG, Style()))
+        name = "attnviz" + (suffix or f"-{self.aggregate_method}") + ".png"
         path = self.export_folder / name
         with open_output(path, binary=True) as out:
             out.write(data)

@@ -21,23 +21,16 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
-from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from attnviz.choices import DataFormat
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.maps import AttentionMaps, SchemaError
 
 STDIO = "-"
-
-
-class DataFormat(StrEnum):
-    JSON = "json"
-    NDJSON = "ndjson"
-    NPZ = "npz"
-    CSV = "csv"
 
 
 CSV_HEADER = (
@@ -162,16 +155,14 @@ _NPZ_ARRAYS = ("weights", "layers", "heads", "query_tokens", "key_tokens")
 def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
     """The long form of one input: a row per (layer, head, query, key)."""
     writer = csv.writer(out, lineterminator="\n")
-    layers = maps.layers if maps.map_grid[0] == len(maps.layers) else [-1]
-    heads = maps.heads if maps.map_grid[1] == len(maps.heads) else [-1]  # -1: an aggregate
-    for i, layer in enumerate(layers):
-        for j, head in enumerate(heads):
-            matrix = maps.weights[i, j]
-            for q, query in enumerate(maps.query_tokens):
-                writer.writerows(
-                    (input_index, layer, head, q, query, k, key, f"{matrix[q, k]:.8g}")
-                    for k, key in enumerate(maps.key_tokens)
-                )
+    for panel in maps.panels():
+        # An empty layer or head cell: the map was combined over that axis (an aggregate).
+        layer, head = ("" if index is None else index for index in (panel.layer, panel.head))
+        for q, query in enumerate(maps.query_tokens):
+            writer.writerows(
+                (input_index, layer, head, q, query, k, key, f"{panel.matrix[q, k]:.8g}")
+                for k, key in enumerate(maps.key_tokens)
+            )
 
 
 def write_maps(

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from attnviz.choices import Aggregate, Mode
 from attnviz.errors import AttnvizError
+from attnviz.schema import READABLE_VERSIONS, envelope
 
-SCHEMA_VERSION = 1
-
-# An aggregate names how the maps were combined, and whether it folds the
-# layer axis (True) as well as the head axis.
-AGGREGATES = {
-    "mean over heads": False,
-    "max over heads": False,
-    "mean over layers and heads": True,
-    "max over layers and heads": True,
-    "rollout": True,
-    "flow": True,
-}
+# How schema-1 documents named their aggregates.
+_VERSION_1_AGGREGATES = {aggregate.description: aggregate for aggregate in Aggregate}
 
 
 class SchemaError(AttnvizError):
@@ -59,18 +50,28 @@ class AttentionMaps:
     weights: np.ndarray  # (layers, heads, len(query_tokens), len(key_tokens)), float32 or float16
     layers: list[int]
     heads: list[int]
-    mode: str
+    mode: Mode
     model: str
     text: str = ""
     target: str | None = None
-    aggregate: str | None = None
+    aggregate: Aggregate | None = None
+    # Which tokens are special ([CLS], <s>, …), where the tokenizer knows; None where not.
+    query_special: list[bool] | None = None
+    key_special: list[bool] | None = None
 
     def __post_init__(self) -> None:
         weights = np.asarray(self.weights)
         keep = weights.dtype in (np.float32, np.float16)  # float16: maps stored at half size
         self.weights = weights if keep else weights.astype(np.float32)
-        if self.aggregate is not None and self.aggregate not in AGGREGATES:
-            raise SchemaError(f"unknown aggregate {self.aggregate!r}")
+        try:
+            self.mode = Mode(self.mode)
+            self.aggregate = None if self.aggregate is None else Aggregate(self.aggregate)
+        except ValueError as error:
+            raise SchemaError(str(error)) from None
+        for name, tokens in (("query", self.query_tokens), ("key", self.key_tokens)):
+            flags = getattr(self, f"{name}_special")
+            if flags is not None and len(flags) != len(tokens):
+                raise SchemaError(f"{name}_special has {len(flags)} flags for {len(tokens)} tokens")
         expected = (*self.map_grid, len(self.query_tokens), len(self.key_tokens))
         if self.weights.shape != expected:
             raise SchemaError(
@@ -83,7 +84,7 @@ class AttentionMaps:
         """How many maps there are along the layer and the head axis."""
         if self.aggregate is None:
             return len(self.layers), len(self.heads)
-        return (1 if AGGREGATES[self.aggregate] else len(self.layers)), 1
+        return (1 if self.aggregate.folds_layers else len(self.layers)), 1
 
     def head(self, layer: int, head: int) -> np.ndarray:
         """The (query tokens, key tokens) map of one layer and head, by their model indices."""
@@ -100,12 +101,14 @@ class AttentionMaps:
                 if self.aggregate is None:
                     layer, head = self.layers[i], self.heads[j]
                     yield MapPanel(layer, head, f"layer {layer} · head {head}", matrix)
-                elif not AGGREGATES[self.aggregate]:
-                    method = self.aggregate.split()[0]
-                    title = f"layer {self.layers[i]} · {method} of heads {heads}"
+                elif not self.aggregate.folds_layers:
+                    title = f"layer {self.layers[i]} · {self.aggregate} of heads {heads}"
                     yield MapPanel(self.layers[i], None, title, matrix)
                 else:
-                    title = f"{self.aggregate} · layers {index_span(self.layers)} · heads {heads}"
+                    title = (
+                        f"{self.aggregate.description} · layers {index_span(self.layers)} · "
+                        f"heads {heads}"
+                    )
                     yield MapPanel(None, None, title, matrix)
 
     def select(
@@ -131,41 +134,52 @@ class AttentionMaps:
         fields = {**self.__dict__, **changes}
         return AttentionMaps(**fields)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The schema-version-1 document: plain Python types, ready for ``json.dumps``."""
-        from attnviz import __version__
+    def special_positions(self, side: str) -> list[int]:
+        """Positions of the special tokens among the ``"query"`` or ``"key"`` tokens (none
+        when unknown, as for the built-in stack, whose tokenizer has none)."""
+        flags = getattr(self, f"{side}_special") or []
+        return [position for position, flag in enumerate(flags) if flag]
 
-        document = {
-            "schema_version": SCHEMA_VERSION,
-            "attnviz_version": __version__,
-            "model": self.model,
-            "mode": self.mode,
-            "text": self.text,
-            "target": self.target,
-            "query_tokens": list(self.query_tokens),
-            "key_tokens": list(self.key_tokens),
-            "layers": list(self.layers),
-            "heads": list(self.heads),
-            "weights": self.weights.tolist(),
-        }
+    def to_dict(self) -> dict[str, Any]:
+        """The schema document: plain Python types, ready for ``json.dumps``."""
+        document = envelope(
+            {
+                "model": self.model,
+                "mode": self.mode.value,
+                "text": self.text,
+                "target": self.target,
+                "query_tokens": list(self.query_tokens),
+                "key_tokens": list(self.key_tokens),
+                "layers": list(self.layers),
+                "heads": list(self.heads),
+                "weights": self.weights.tolist(),
+            }
+        )
         if self.aggregate is not None:
-            document["aggregate"] = self.aggregate
+            document["aggregate"] = self.aggregate.value
+        for name in ("query_special", "key_special"):
+            if getattr(self, name) is not None:
+                document[name] = list(getattr(self, name))
         return document
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> AttentionMaps:
-        """Read a document written by :meth:`to_dict`, checking its version and shape."""
+        """Read a document written by :meth:`to_dict` (schema 1 or 2), checking it."""
         if not isinstance(document, dict):
             raise SchemaError("an AttentionMaps document must be a JSON object")
         version = document.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise SchemaError(
-                f"schema_version {version!r} is not supported (this attnviz reads {SCHEMA_VERSION})"
+                f"schema_version {version!r} is not supported (this attnviz reads "
+                f"{' and '.join(map(str, READABLE_VERSIONS))})"
             )
         required = ("model", "mode", "query_tokens", "key_tokens", "layers", "heads", "weights")
         missing = [name for name in required if name not in document]
         if missing:
             raise SchemaError(f"document is missing {', '.join(missing)}")
+        aggregate = document.get("aggregate")
+        if version == 1 and aggregate is not None:
+            aggregate = _VERSION_1_AGGREGATES.get(aggregate, aggregate)
         try:
             weights = np.asarray(document["weights"])
             if weights.dtype not in (np.float16, np.float32):
@@ -180,33 +194,23 @@ class AttentionMaps:
                 model=str(document["model"]),
                 text=str(document.get("text", "")),
                 target=document.get("target"),
-                aggregate=document.get("aggregate"),
+                aggregate=aggregate,
+                query_special=_flags(document.get("query_special")),
+                key_special=_flags(document.get("key_special")),
             )
         except (TypeError, ValueError) as error:
             raise SchemaError(f"malformed document: {error}") from None
 
     def _repr_html_(self) -> str:
         """A notebook picture: an HTML table per map, coloured inline, nothing fetched."""
-        from attnviz.render.palette import ink, rgb
+        from attnviz.render.notebook import maps_html
 
-        scale = float(self.weights.max()) or 1.0
-        parts = [f"<div><b>{html.escape(self.model)}</b> · {html.escape(self.mode)} attention"]
-        for _, _, title, matrix in self.panels():
-            rows = ["<tr><th></th>"]
-            rows += [f"<th>{html.escape(token)}</th>" for token in self.key_tokens]
-            rows.append("</tr>")
-            for token, row in zip(self.query_tokens, matrix, strict=True):
-                rows.append(f"<tr><th>{html.escape(token)}</th>")
-                for weight in row:
-                    relative = float(weight) / scale
-                    rows.append(
-                        f'<td style="background:rgb{rgb(relative)};color:{ink(relative)};'
-                        f'padding:2px 4px" title="{weight:.4f}">{weight:.2f}</td>'
-                    )
-                rows.append("</tr>")
-            parts.append(
-                f"<table style='display:inline-block;margin:4px;font-size:80%'>"
-                f"<caption>{html.escape(title)}</caption>{''.join(rows)}</table>"
-            )
-        parts.append("</div>")
-        return "".join(parts)
+        return maps_html(self)
+
+
+def _flags(values: Any) -> list[bool] | None:
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(isinstance(value, bool) for value in values):
+        raise SchemaError("query_special and key_special must be lists of true and false")
+    return values

@@ -42,13 +42,17 @@ def _expand(part: int | str, count: int, what: str) -> list[int]:
         return [_check(int(part), count, what)]
     match = _RANGE.match(part)
     if not match:
-        raise UsageError(
-            f"{what} selection {part!r} is not an index, a list (0,2), a range (0-2) or 'all'"
-        )
+        raise _not_a_selection(part, what)
     first, last = (_check(int(bound), count, what) for bound in match.groups())
     if first > last:
         raise UsageError(f"{what} range {part!r} runs backwards")
     return list(range(first, last + 1))
+
+
+def _not_a_selection(part: str, what: str) -> UsageError:
+    return UsageError(
+        f"{what} selection {part!r} is not an index, a list (0,2), a range (0-2) or 'all'"
+    )
 
 
 def _check(index: int, count: int, what: str) -> int:
@@ -59,3 +63,20 @@ def _check(index: int, count: int, what: str) -> int:
             f"{plural} (0 to {count - 1}, or -{count} to -1 from the end)"
         )
     return index % count
+
+
+def resolve_one(spec: str | int | Sequence[int] | None, count: int, what: str) -> int:
+    """A selection that must name exactly one layer or head (explain walks through one)."""
+    chosen = resolve(spec, count, what)
+    if len(chosen) != 1:
+        raise UsageError(f"explain walks through one {what}: give a single --{what} index")
+    return chosen[0]
+
+
+def check_syntax(spec: str | int | Sequence[int] | None, what: str) -> None:
+    """Refuse a selection that is not written like one, before the model that would
+    tell its range is loaded."""
+    if isinstance(spec, str):
+        for part in (part.strip() for part in spec.split(",")):
+            if not (part.lower() == "all" or re.fullmatch(r"-?\d+", part) or _RANGE.match(part)):
+                raise _not_a_selection(part, what)

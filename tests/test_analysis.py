@@ -10,8 +10,9 @@ import pytest
 import attnviz
 from attnviz.analysis.aggregate import FLOW_MAX_TOKENS, aggregate, with_residual
 from attnviz.analysis.diff import diff_maps, jensen_shannon
-from attnviz.analysis.heads import Column, head_statistics, sort_rows
+from attnviz.analysis.heads import head_statistics, sort_rows
 from attnviz.analysis.top import top_keys
+from attnviz.choices import HeadColumn as Column
 from attnviz.errors import UsageError
 from attnviz.maps import AttentionMaps
 
@@ -112,12 +113,15 @@ def test_previous_token_score_of_a_sub_diagonal_map_is_one():
     assert stats.distance == pytest.approx((n - 1) / n)
 
 
-def test_sink_counts_the_first_and_special_tokens():
+def test_sink_counts_the_first_and_the_special_tokens_the_maps_mark():
     tokens = ["[CLS]", "hi", "there", "[SEP]"]
     weights = np.tile([0.25, 0.0, 0.25, 0.5], (4, 1))[None, None]
-    stats = head_statistics(hand_made(weights, tokens))[0]
+    marked = hand_made(weights, tokens).replace(key_special=[True, False, False, True])
+    stats = head_statistics(marked)[0]
     assert stats.sink == pytest.approx(0.75)
     assert stats.top_key == "[SEP]"
+    # A word that only looks special (typed into the built-in stack) is not a sink.
+    assert head_statistics(hand_made(weights, tokens))[0].sink == pytest.approx(0.25)
 
 
 def test_cross_mode_has_no_positional_statistics():

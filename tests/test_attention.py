@@ -84,7 +84,7 @@ def test_rows_are_distributions(mode):
 
 
 def test_masked_upper_triangle_is_exactly_zero_and_lower_is_not():
-    for weights in stack_maps(SENTENCE, "masked", layers=3).values():
+    for weights in stack_maps(SENTENCE, "masked", num_layers=3).values():
         above = torch.ones(len(SENTENCE), len(SENTENCE), dtype=torch.bool).triu(1)
         assert (weights[:, above] == 0).all()
         assert (weights[:, ~above] > 0).all()
@@ -133,13 +133,13 @@ def test_identity_projections_attend_most_to_the_same_word():
 
 
 def test_only_requested_layers_are_returned():
-    stack = BuiltinTransformer(BuiltinConfig(layers=4))
+    stack = BuiltinTransformer(BuiltinConfig(num_layers=4))
     assert set(stack.attention_maps(SENTENCE, layers=[1, 3])) == {1, 3}
     full = stack.attention_maps(SENTENCE)
     torch.testing.assert_close(stack.attention_maps(SENTENCE, layers=[2])[2], full[2])
 
 
 def test_config_rejects_heads_that_do_not_divide_the_width():
-    with pytest.raises(ValueError, match="multiple of heads"):
-        BuiltinConfig(d_model=10, heads=4)
-    BuiltinConfig(d_model=10, heads=4, projections="identity")  # every head sees all of X
+    with pytest.raises(ValueError, match="multiple of num_heads"):
+        BuiltinConfig(d_model=10, num_heads=4)
+    BuiltinConfig(d_model=10, num_heads=4, projections="identity")  # every head sees all of X

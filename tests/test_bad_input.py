@@ -44,7 +44,7 @@ def one_error_line(result, code: int, message: str) -> None:
         (["show", "hi", "--head", "1-x"], None, 2, "is not an index, a list"),
         (["show", "hi", "--head", "3-1"], None, 2, "runs backwards"),
         (["show", "hi", "--layer", ",,"], None, 2, "is not an index"),
-        (["show", "hi", "--layers", "0"], None, 2, "Invalid value for '--layers'"),
+        (["show", "hi", "--num-layers", "0"], None, 2, "Invalid value for '--num-layers'"),
         (["show", "hi", "--format", "xml"], None, 2, "Invalid value for '--format'"),
         (["render", "missing.json"], None, 2, "no such file: missing.json"),
         (["batch", "missing.txt", "-o", "out"], None, 2, "no such input file"),

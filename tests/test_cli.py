@@ -75,7 +75,7 @@ def test_stack_options_change_the_stack(runner):
     result = runner.invoke(
         app,
         [
-            "show", "one two three", "--layers", "3", "--heads", "2", "--d-model", "8",
+            "show", "one two three", "--num-layers", "3", "--num-heads", "2", "--d-model", "8",
             "--seed", "5", "--no-positions", "--format", "json",
         ],
     )  # fmt: skip
@@ -95,7 +95,7 @@ def test_stack_options_change_the_stack(runner):
         (["show", "hi", "--mode", "cross"], 2, "cross mode needs a target text"),
         (["show", "hi", "--target", "yo"], 2, "only applies to cross mode"),
         (["show", "hi", "-m", "cross", "-t", " "], 2, "the target is empty"),
-        (["show", "hi", "--d-model", "10"], 2, "must be a multiple of heads"),
+        (["show", "hi", "--d-model", "10"], 2, "must be a multiple of num_heads"),
         (["show", "hi", "--mode", "sideways"], 2, "Invalid value for '--mode'"),
         (["show", "hi", "--no-such-flag"], 2, "No such option: --no-such-flag"),
         (["show", "hi", "-f", "terminal", "-o", "x.json"], 2, "--output goes with a data --format"),
@@ -135,7 +135,7 @@ def test_unexpected_errors_are_one_line_unless_debug(runner, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("attnviz.core._extract_builtin", broken)
+    monkeypatch.setattr("attnviz.builtin.extractor.BuiltinExtractor._extract", broken)
     result = runner.invoke(app, ["show", "hi"])
     assert result.exit_code == 1
     assert result.stderr.startswith("attnviz: error: unexpected RuntimeError: boom")

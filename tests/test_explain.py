@@ -11,11 +11,15 @@ import torch
 
 import attnviz
 from attnviz.builtin import BuiltinConfig, BuiltinTransformer
+from attnviz.builtin.explain import weighted_sum_sentence
 from attnviz.cli import app
 from attnviz.errors import UsageError
-from attnviz.explain import explain_builtin, weighted_sum_sentence
 
-SMALL = BuiltinConfig(d_model=8, heads=2)
+SMALL = BuiltinConfig(d_model=8, num_heads=2)
+
+
+def explain_builtin(text, config=None, **request):
+    return attnviz.load(config=config).explain(text, **request)
 
 
 @pytest.mark.parametrize(
@@ -30,7 +34,7 @@ def test_explained_weights_equal_the_stacks(mode, target, layer, head):
     np.testing.assert_allclose(
         explanation.step("weights").matrix, maps.head(layer, head), atol=1e-6
     )
-    scaled = explanation.step("scores").matrix / math.sqrt(explanation.d_k)
+    scaled = explanation.step("scores").matrix / math.sqrt(explanation.head_dim)
     np.testing.assert_allclose(explanation.step("scaled").matrix, scaled, rtol=1e-6)
 
 
@@ -79,7 +83,7 @@ def test_one_layer_and_one_head():
 
 def test_json_holds_every_step_and_matches_the_stack(runner):
     result = runner.invoke(
-        app, ["explain", "attention is cool", "-m", "masked", "--d-model", "8", "--heads", "2",
+        app, ["explain", "attention is cool", "-m", "masked", "--d-model", "8", "--num-heads", "2",
               "--head", "1", "-f", "json"],
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
@@ -95,8 +99,8 @@ def test_json_holds_every_step_and_matches_the_stack(runner):
 
 def test_walk_through_snapshot_at_100_columns(runner, snapshot):
     result = runner.invoke(
-        app, ["explain", "attention is cool", "--mode", "masked", "--d-model", "8", "--heads", "2",
-              "--width", "100"],
+        app, ["explain", "attention is cool", "--mode", "masked", "--d-model", "8",
+              "--num-heads", "2", "--width", "100"],
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
     assert max(len(line) for line in result.stdout.splitlines()) <= 100

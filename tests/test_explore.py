@@ -67,9 +67,9 @@ def test_grid_values_and_aggregates(tmp_path):
             assert app.sub_title.endswith("all heads")
             for expected in AGGREGATES[1:]:
                 await pilot.press("m")
-                assert app.aggregate_name == expected
+                assert app.aggregate_method == expected
             await pilot.press("m")
-            assert app.aggregate_name is None
+            assert app.aggregate_method is None
 
     asyncio.run(session())
 

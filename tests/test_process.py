@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from attnviz.schema import SCHEMA_VERSION
+
 PARAGRAPH = Path(__file__).parent.parent / "sample_texts" / "paragraph.txt"
 
-HEAVY = ("torch", "transformers", "matplotlib")
+HEAVY = ("torch", "transformers", "matplotlib", "numpy")
 
 
 @pytest.mark.parametrize("arguments", [["--help"], ["--version"], ["show", "--help"]])
@@ -38,7 +40,7 @@ def run_shell(command: str) -> subprocess.CompletedProcess:
 def test_picture_piped_to_head_exits_cleanly():
     # ~1 MB of picture: far more than a pipe holds, so the writer meets a closed pipe.
     result = run_shell(
-        f"{sys.executable} -m attnviz show - -f terminal --layers 6 --heads 8 --width 300"
+        f"{sys.executable} -m attnviz show - -f terminal --num-layers 6 --num-heads 8 --width 300"
         f" < {PARAGRAPH} | head -n 1"
     )
     assert result.returncode == 0, result.stderr
@@ -49,12 +51,13 @@ def test_picture_piped_to_head_exits_cleanly():
 def test_a_pipe_gets_ndjson_and_head_ends_the_stream_cleanly():
     lines = "\n".join(["The man walked the dog"] * 50)
     result = run_shell(
-        f"printf '{lines}\n' | {sys.executable} -m attnviz show - --layers 6 --heads 8 | head -n 2"
+        f"printf '{lines}\n' | {sys.executable} -m attnviz show - --num-layers 6 --num-heads 8"
+        " | head -n 2"
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     records = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(records) == 2 and records[0]["schema_version"] == 1
+    assert len(records) == 2 and records[0]["schema_version"] == SCHEMA_VERSION
 
 
 def test_json_from_stdin_through_a_pipe():

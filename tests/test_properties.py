@@ -22,7 +22,7 @@ from attnviz.render.terminal import render
 texts = st.text(st.characters(exclude_categories=("Cs",)), min_size=0, max_size=40)
 stacks = st.builds(
     lambda layers, heads, per_head, seed, positions: BuiltinConfig(
-        layers=layers, heads=heads, d_model=heads * per_head, seed=seed, positions=positions
+        num_layers=layers, num_heads=heads, d_model=heads * per_head, seed=seed, positions=positions
     ),
     layers=st.integers(1, 3),
     heads=st.integers(1, 4),
@@ -48,7 +48,7 @@ def test_any_text_gives_attention_or_a_usage_error(text, target, config, mode):
         assert not visible(text) or (cross and not visible(target))
         return
     queries, keys = len(maps.query_tokens), len(maps.key_tokens)
-    assert maps.weights.shape == (config.layers, config.heads, queries, keys)
+    assert maps.weights.shape == (config.num_layers, config.num_heads, queries, keys)
     assert np.isfinite(maps.weights).all() and (maps.weights >= 0).all()
     np.testing.assert_allclose(maps.weights.sum(-1), 1.0, atol=1e-5)
     if mode == "masked":
@@ -70,7 +70,7 @@ def _dangerous(character: str) -> bool:
 @SETTINGS
 @given(text=texts.filter(visible), colour=st.booleans(), width=st.integers(30, 160))
 def test_no_control_character_from_the_input_reaches_the_terminal(text, colour, width):
-    maps = attnviz.extract(text, layers=0, heads=0, config=BuiltinConfig(d_model=8, heads=1))
+    maps = attnviz.extract(text, layers=0, heads=0, config=BuiltinConfig(d_model=8, num_heads=1))
     out = io.StringIO()
     console = Console(
         file=out,

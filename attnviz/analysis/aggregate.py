@@ -10,10 +10,9 @@ maximum flow from the query at the top to the key at the bottom.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import numpy as np
 
+from attnviz.choices import Aggregate, Mode
 from attnviz.errors import UsageError
 from attnviz.maps import AttentionMaps
 
@@ -21,25 +20,6 @@ from attnviz.maps import AttentionMaps
 # (layers + 1) x tokens nodes: 64 tokens of a 6-layer model take seconds, and
 # the time grows with the fourth power of the length.
 FLOW_MAX_TOKENS = 64
-
-
-class Aggregate(StrEnum):
-    MEAN = "mean"  # mean over heads, per layer
-    MAX = "max"  # max over heads, per layer
-    MEAN_ALL = "mean-all"  # mean over layers and heads
-    MAX_ALL = "max-all"  # max over layers and heads
-    ROLLOUT = "rollout"
-    FLOW = "flow"
-
-
-_NAMES = {
-    Aggregate.MEAN: "mean over heads",
-    Aggregate.MAX: "max over heads",
-    Aggregate.MEAN_ALL: "mean over layers and heads",
-    Aggregate.MAX_ALL: "max over layers and heads",
-    Aggregate.ROLLOUT: "rollout",
-    Aggregate.FLOW: "flow",
-}
 
 
 def with_residual(attention: np.ndarray) -> np.ndarray:
@@ -90,7 +70,7 @@ def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
     """Combine the maps held: the result has one map per layer, or one in all."""
     method = Aggregate(method)
     if maps.aggregate is not None:
-        raise UsageError(f"these maps are already an aggregate ({maps.aggregate})")
+        raise UsageError(f"these maps are already an aggregate ({maps.aggregate.description})")
     weights = maps.weights.astype(np.float64)  # (L, H, T, S)
     if method is Aggregate.MEAN:
         combined = weights.mean(1, keepdims=True)
@@ -101,7 +81,7 @@ def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
     elif method is Aggregate.MAX_ALL:
         combined = weights.max((0, 1), keepdims=True)
     else:
-        if maps.mode == "cross":
+        if maps.mode is Mode.CROSS:
             raise UsageError(
                 f"{method.value} chains a layer's queries to the next layer's keys, so it needs "
                 "self or masked attention, not cross"
@@ -114,4 +94,4 @@ def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
             )
         per_layer = weights.mean(1)  # (L, T, T)
         combined = (rollout if method is Aggregate.ROLLOUT else flow)(per_layer)[None, None]
-    return maps.replace(weights=combined.astype(np.float32), aggregate=_NAMES[method])
+    return maps.replace(weights=combined.astype(np.float32), aggregate=method)

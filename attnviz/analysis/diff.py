@@ -12,11 +12,10 @@ from attnviz.maps import AttentionMaps
 
 @dataclass(frozen=True)
 class HeadDivergence:
-    layer: int
-    head: int
+    layer: int | None  # None: combined over layers (an aggregate)
+    head: int | None  # None: combined over heads
     divergence: float  # Jensen–Shannon, in nats, averaged over query rows; 0 = identical
     worst_query: str  # the query token whose rows differ most
-    # layer and head are -1 where the maps were combined over them
 
 
 def jensen_shannon(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -55,8 +54,8 @@ def diff_maps(first: AttentionMaps, second: AttentionMaps) -> list[HeadDivergenc
         per_row = jensen_shannon(panel.matrix, other.matrix)
         rows.append(
             HeadDivergence(
-                layer=-1 if panel.layer is None else panel.layer,
-                head=-1 if panel.head is None else panel.head,
+                layer=panel.layer,
+                head=panel.head,
                 divergence=float(per_row.mean()),
                 worst_query=first.query_tokens[int(per_row.argmax())],
             )

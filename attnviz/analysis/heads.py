@@ -2,39 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 
 import numpy as np
 
+from attnviz.choices import HeadColumn, Mode
 from attnviz.maps import AttentionMaps
 
-# Special tokens as pretrained tokenizers spell them: [CLS], <s>, <|endoftext|>.
-# The built-in tokenizer splits brackets off, so its tokens never look like this.
-_SPECIAL = re.compile(r"^(\[[A-Z]+\]|<\|?[^<>\s]+\|?>)$")
-
-
-class Column(StrEnum):
-    LAYER = "layer"
-    HEAD = "head"
-    ENTROPY = "entropy"
-    DISTANCE = "distance"
-    SINK = "sink"
-    PREVIOUS = "previous"
-    SELF = "self"
-    TOP_KEY = "top_key"
-
-
 COLUMN_HELP = {
-    Column.ENTROPY: "entropy of a query row in nats, averaged over rows (ln of the key count "
+    HeadColumn.ENTROPY: "entropy of a query row in nats, averaged over rows (ln of the key count "
     "when uniform, 0 when all weight is on one key)",
-    Column.DISTANCE: "mean |query position − key position| weighted by attention (self and "
+    HeadColumn.DISTANCE: "mean |query position − key position| weighted by attention (self and "
     "masked only)",
-    Column.SINK: "mean weight on the first token and on special tokens ([CLS], <s>, …)",
-    Column.PREVIOUS: "mean weight a token gives the token just before it",
-    Column.SELF: "mean weight a token gives itself",
-    Column.TOP_KEY: "the key token with the most weight, summed over query rows",
+    HeadColumn.SINK: "mean weight on the first token and on special tokens ([CLS], <s>, …) as the "
+    "tokenizer marks them",
+    HeadColumn.PREVIOUS: "mean weight a token gives the token just before it",
+    HeadColumn.SELF: "mean weight a token gives itself",
+    HeadColumn.TOP_KEY: "the key token with the most weight, summed over query rows",
 }
 
 
@@ -54,12 +38,9 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
     """A row of statistics per (layer, head) held in ``maps``."""
     if maps.aggregate is not None:
         raise ValueError("statistics are per head: give maps that are not aggregated")
-    aligned = maps.mode != "cross"  # queries and keys are the same tokens
+    aligned = maps.mode is not Mode.CROSS  # queries and keys are the same tokens
     queries, keys = len(maps.query_tokens), len(maps.key_tokens)
-    sink_columns = [
-        0,
-        *(k for k, token in enumerate(maps.key_tokens) if k and _SPECIAL.match(token)),
-    ]
+    sink_columns = sorted({0, *maps.special_positions("key")})
     distance = np.abs(np.arange(queries)[:, None] - np.arange(keys)[None, :])
     rows = []
     for i, layer in enumerate(maps.layers):
@@ -84,7 +65,7 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
 
 
 def sort_rows(
-    rows: list[HeadStatistics], column: Column, reverse: bool = False
+    rows: list[HeadStatistics], column: HeadColumn, reverse: bool = False
 ) -> list[HeadStatistics]:
     """Sorted by a column: statistics largest first, layer, head and top_key in order.
 
@@ -93,7 +74,7 @@ def sort_rows(
     name = column.value
     present = [row for row in rows if getattr(row, name) is not None]
     missing = [row for row in rows if getattr(row, name) is None]
-    descending = column not in (Column.LAYER, Column.HEAD, Column.TOP_KEY)
+    descending = column not in (HeadColumn.LAYER, HeadColumn.HEAD, HeadColumn.TOP_KEY)
     ordered = sorted(present, key=lambda row: getattr(row, name), reverse=descending != reverse)
     return ordered + missing
 

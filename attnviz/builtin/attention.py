@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-PROJECTIONS = ("learned", "identity")
+from attnviz.choices import Projections
 
 
 def causal_mask(
@@ -55,16 +55,17 @@ class MultiHeadAttention(nn.Module):
     the heads.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, projections: str = "learned") -> None:
+    def __init__(
+        self, d_model: int, num_heads: int, *, projections: Projections | str = "learned"
+    ) -> None:
         super().__init__()
-        if projections not in PROJECTIONS:
-            raise ValueError(f"projections must be one of {PROJECTIONS}, not {projections!r}")
+        projections = Projections(projections)
         if num_heads < 1:
             raise ValueError("num_heads must be at least 1")
         self.d_model = d_model
         self.num_heads = num_heads
         self.projections = projections
-        if projections == "learned":
+        if projections is Projections.LEARNED:
             if d_model % num_heads:
                 raise ValueError(
                     f"d_model ({d_model}) must be divisible by num_heads ({num_heads})"
@@ -108,7 +109,7 @@ class MultiHeadAttention(nn.Module):
 
     def head_projections(self, head: int) -> tuple[torch.Tensor, ...]:
         """W_Q, b_Q, W_K, b_K, W_V, b_V of one head, each W as (D, Dh) so that Q = X W + b."""
-        if self.projections == "identity":
+        if self.projections is Projections.IDENTITY:
             eye, zero = torch.eye(self.d_model), torch.zeros(self.d_model)
             return eye, zero, eye, zero, eye, zero
         rows = slice(head * self.head_dim, (head + 1) * self.head_dim)
@@ -120,7 +121,7 @@ class MultiHeadAttention(nn.Module):
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
-        if self.projections == "identity":
+        if self.projections is Projections.IDENTITY:
             return x.unsqueeze(1).expand(B, self.num_heads, T, D)  # (B, H, T, D)
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 

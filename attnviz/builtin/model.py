@@ -18,48 +18,13 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from attnviz.builtin.attention import PROJECTIONS, MultiHeadAttention
-
-
-@dataclass(frozen=True)
-class BuiltinConfig:
-    layers: int = 2  # transformer layers (encoder and decoder each, in cross mode)
-    heads: int = 4  # attention heads per layer
-    d_model: int = 64  # width of every token vector
-    seed: int = 0  # seeds every weight and every token embedding
-    positions: bool = True  # add sinusoidal position encodings to the embeddings
-    projections: str = "learned"  # "learned" W_Q, W_K, W_V, W_O; or "identity": Q = K = V = X
-
-    def __post_init__(self) -> None:
-        if self.layers < 1 or self.heads < 1 or self.d_model < 1:
-            raise ValueError("layers, heads and d_model must be at least 1")
-        if self.projections not in PROJECTIONS:
-            raise ValueError(f"projections must be one of {', '.join(PROJECTIONS)}")
-        if self.projections == "learned" and self.d_model % self.heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be a multiple of heads ({self.heads}), "
-                "so that every head gets d_model / heads dimensions"
-            )
-
-    @property
-    def d_ff(self) -> int:
-        return 4 * self.d_model
-
-    @property
-    def name(self) -> str:
-        """A model name that says how to rebuild exactly this stack."""
-        name = f"builtin:layers={self.layers},heads={self.heads},d_model={self.d_model}"
-        name += f",seed={self.seed}"
-        if not self.positions:
-            name += ",no-positions"
-        if self.projections != "learned":
-            name += f",projections={self.projections}"
-        return name
+from attnviz.builtin.attention import MultiHeadAttention
+from attnviz.builtin.config import BuiltinConfig
+from attnviz.choices import Mode, Projections
 
 
 def sinusoidal_positions(num_tokens: int, d_model: int) -> torch.Tensor:
@@ -86,7 +51,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.attention_norm = nn.LayerNorm(config.d_model)
         self.attention = MultiHeadAttention(
-            config.d_model, config.heads, projections=config.projections
+            config.d_model, config.num_heads, projections=config.projections
         )
         self.feed_forward_norm = nn.LayerNorm(config.d_model)
         self.feed_forward = FeedForward(config.d_model, config.d_ff)
@@ -100,23 +65,32 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention over the encoded source, feed-forward."""
+    """Causal self-attention, then cross-attention over the encoded source, then a
+    feed-forward network, each with a residual, as in the original Transformer."""
 
     def __init__(self, config: BuiltinConfig) -> None:
         super().__init__()
-        self.self_block = EncoderLayer(config)
+        self.attention_norm = nn.LayerNorm(config.d_model)
+        self.attention = MultiHeadAttention(
+            config.d_model, config.num_heads, projections=config.projections
+        )
         self.cross_norm = nn.LayerNorm(config.d_model)
         self.memory_norm = nn.LayerNorm(config.d_model)
         self.cross_attention = MultiHeadAttention(
-            config.d_model, config.heads, projections=config.projections
+            config.d_model, config.num_heads, projections=config.projections
         )
+        self.feed_forward_norm = nn.LayerNorm(config.d_model)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, D), memory (B, S, D) -> (B, T, D) and cross-attention weights (B, H, T, S)."""
-        x, _ = self.self_block(x, causal=True)
+        normed = self.attention_norm(x)
+        attended, _ = self.attention(normed, normed, normed, causal=True)
+        x = x + attended
         source = self.memory_norm(memory)
         attended, weights = self.cross_attention(self.cross_norm(x), source, source)
-        return x + attended, weights
+        x = x + attended
+        return x + self.feed_forward(self.feed_forward_norm(x)), weights
 
 
 class TokenEmbedding(nn.Module):
@@ -147,9 +121,9 @@ class BuiltinTransformer(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             self.embedding = TokenEmbedding(config.d_model, config.seed)
-            self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
-            self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
-            if config.projections == "learned":
+            self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+            self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+            if config.projections is Projections.LEARNED:
                 self._init_projections()
         self.eval()
 
@@ -174,7 +148,7 @@ class BuiltinTransformer(nn.Module):
         self,
         tokens: Sequence[str],
         *,
-        mode: str = "self",
+        mode: Mode = Mode.SELF,
         target_tokens: Sequence[str] | None = None,
         layers: Collection[int] | None = None,
     ) -> dict[int, torch.Tensor]:
@@ -185,18 +159,17 @@ class BuiltinTransformer(nn.Module):
         cross-attention of ``target_tokens`` over it. Work goes layer by layer,
         keeps only the maps asked for and stops after the last of them.
         """
-        wanted = set(range(self.config.layers) if layers is None else layers)
+        mode = Mode(mode)
+        wanted = set(range(self.config.num_layers) if layers is None else layers)
         last = max(wanted)
         maps: dict[int, torch.Tensor] = {}
         x = self.embed(tokens)  # (1, S, D)
-        if mode in ("self", "masked"):
+        if mode is not Mode.CROSS:
             for index, layer in enumerate(self.encoder[: last + 1]):
-                x, weights = layer(x, causal=mode == "masked")
+                x, weights = layer(x, causal=mode is Mode.MASKED)
                 if index in wanted:
                     maps[index] = weights[0]  # (H, T, T)
             return maps
-        if mode != "cross":
-            raise ValueError(f"unknown mode {mode!r}")
         if not target_tokens:
             raise ValueError("cross mode needs target tokens")
         for layer in self.encoder:

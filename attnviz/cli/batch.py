@@ -10,15 +10,12 @@ from typing import Annotated
 
 import typer
 
-from attnviz.batch import OutputFormat
-from attnviz.cli import options
-from attnviz.cli.export import CmapOption, DpiOption, PictureValuesOption, ViewOption, VmaxOption
-from attnviz.cli.show import AggregateOption
-from attnviz.core import BUILTIN
-from attnviz.render.image import View
+from attnviz.choices import BatchFormat, View
+from attnviz.cli import declarations as d
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
-@options.model_settings
+@model_settings
 def batch(
     source: Annotated[
         str,
@@ -32,7 +29,7 @@ def batch(
         Path, typer.Option("--output", "-o", help="The folder to write into (created if needed).")
     ],
     formats: Annotated[
-        list[OutputFormat] | None,
+        list[BatchFormat] | None,
         typer.Option(
             "--format",
             "-f",
@@ -40,7 +37,7 @@ def batch(
             help="png, svg, pdf, json or npz; repeat for several. Default: png.",
         ),
     ] = None,
-    view: ViewOption = View.HEAD,
+    view: d.ViewOption = View.HEAD,
     resume: Annotated[
         bool,
         typer.Option("--resume", help="Skip inputs the manifest records as done, files intact."),
@@ -61,17 +58,17 @@ def batch(
         typer.Option("--batch-size", min=1, max=1024, help="Inputs per forward pass of a model."),
     ] = 16,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no summary.")] = False,
-    mode: options.ModeOption = None,
-    model: options.ModelOption = BUILTIN,
-    layer: options.LayerOption = "all",
-    head: options.HeadOption = "all",
-    aggregate: AggregateOption = None,
-    cmap: CmapOption = "viridis",
-    dpi: DpiOption = 100,
-    values: PictureValuesOption = False,
-    vmax: VmaxOption = 1.0,
-    dtype: options.DtypeOption = options.Dtype.FLOAT32,
-    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
+    mode: d.ModeOption = None,
+    model: d.ModelOption = d.BUILTIN,
+    layer: d.LayerOption = "all",
+    head: d.HeadOption = "all",
+    aggregate: d.AggregateOption = None,
+    cmap: d.CmapOption = "viridis",
+    dpi: d.DpiOption = 100,
+    values: d.PictureValuesOption = False,
+    vmax: d.VmaxOption = 1.0,
+    dtype: d.DtypeOption = d.Dtype.FLOAT32,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Write pictures and data for every input, and a manifest of what was written.
 
@@ -90,13 +87,14 @@ def batch(
         read_inputs,
         run_batch,
     )
+    from attnviz.cli.settings import request
     from attnviz.errors import AttnvizError
     from attnviz.render.image import Style, check_colormap
 
-    formats = tuple(dict.fromkeys(formats or [OutputFormat.PNG]))
+    formats = tuple(dict.fromkeys(formats or [BatchFormat.PNG]))
     check_colormap(cmap)
     slice_ = parse_shard(shard) if shard else None
-    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
+    asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
     inputs = read_inputs(source)
     assign_names(inputs)
     inputs = in_shard(inputs, slice_)
@@ -109,7 +107,12 @@ def batch(
         manifest.touch()
     except OSError as error:
         raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
-    extract.prepare()
+    extractor = asked.open()
+
+    def extract(chunk: list) -> list:
+        pairs = [(item.text, item.target) for item in chunk]
+        return list(extractor.extract_many(pairs, batch_size=len(pairs), **asked.options))
+
     started = time.monotonic()
     records = []
     outputs = Outputs(
@@ -117,14 +120,14 @@ def batch(
         formats=formats,
         view=view,
         style=Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax),
-        aggregate=None if aggregate is None else aggregate.value,
-        dtype=dtype.value,
+        aggregate=aggregate,
+        dtype=dtype,
     )
     try:
         with ProgressReport(quiet) as report:
             records = run_batch(
                 inputs,
-                extract.many,
+                extract,
                 outputs,
                 manifest_path=manifest,
                 resume=resume,
@@ -166,8 +169,10 @@ class ProgressReport:
     def __enter__(self) -> Callable[[int, int], None]:
         from rich.console import Console
 
-        console = Console(stderr=True, markup=False, highlight=False)
-        if not self.quiet and console.is_terminal:
+        from attnviz.cli.output import environment
+
+        if not self.quiet and environment().stderr_is_terminal:
+            console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,

@@ -6,12 +6,11 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli import options
-from attnviz.cli.heads import TableFormat
-from attnviz.core import BUILTIN
+from attnviz.cli import declarations as d
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
-@options.model_settings
+@model_settings
 def diff(
     sources: Annotated[
         list[str],
@@ -23,11 +22,11 @@ def diff(
         str | None,
         typer.Option("--against", help="The second model, compared with --model on TEXT."),
     ] = None,
-    mode: options.ModeOption = None,
-    target: options.TargetOption = None,
-    model: options.ModelOption = BUILTIN,
-    layer: options.LayerOption = "all",
-    head: options.HeadOption = "all",
+    mode: d.ModeOption = None,
+    target: d.TargetOption = None,
+    model: d.ModelOption = d.BUILTIN,
+    layer: d.LayerOption = "all",
+    head: d.HeadOption = "all",
     fail_above: Annotated[
         float | None,
         typer.Option(
@@ -37,10 +36,10 @@ def diff(
         ),
     ] = None,
     output_format: Annotated[
-        TableFormat,
+        d.ReportFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table or json."),
-    ] = TableFormat.TABLE,
-    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
+    ] = d.ReportFormat.TABLE,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Per-head Jensen-Shannon divergence between two models on one input, largest first.
 
@@ -49,11 +48,12 @@ def diff(
     checkpoints of one model do. The built-in stack options apply to --model.
     """
     from attnviz.analysis.diff import diff_maps
+    from attnviz.cli import output as out
+    from attnviz.cli.settings import request
     from attnviz.errors import AttnvizError, UsageError
     from attnviz.io import dump_json, read_maps, read_texts
+    from attnviz.schema import envelope
 
-    if output_format is TableFormat.CSV:
-        raise UsageError("diff writes table or json")
     if len(sources) == 2:
         if against is not None:
             raise UsageError("give TEXT with --against, or two saved files without it")
@@ -61,26 +61,27 @@ def diff(
     elif len(sources) == 1:
         if against is None:
             raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")
-        text = options.only_one(read_texts(sources[0]))
-        selection = {"mode": mode, "layer": layer, "head": head}
+        selection = {"mode": mode, "layer": layer, "head": head, "target": target}
         sides = [  # the built-in stack options describe --model, not --against
-            options.extraction(model=model, **selection, settings=settings),
-            options.extraction(model=against, **selection, settings=settings.without_stack()),
+            request(model=model, **selection, settings=settings, text=sources[0]),
+            request(model=against, **selection, settings=settings.without_stack()),
         ]
-        for side in sides:
-            side.prepare()
-        first, second = (side(text, target) for side in sides)
+        extractors = [side.open() for side in sides]
+        text = out.only_one(read_texts(sources[0]))
+        first, second = (
+            extractor.extract(text, target=target, **side.options)
+            for side, extractor in zip(sides, extractors, strict=True)
+        )
     else:
         raise UsageError("give one TEXT with --against, or two saved files")
     rows = diff_maps(first, second)
-    if output_format is TableFormat.JSON:
+    if output_format is d.ReportFormat.JSON:
         document = {
-            "schema_version": 1,
             "first": first.model,
             "second": second.model,
             "heads": [row.__dict__ for row in rows],
         }
-        options.write_stdout(dump_json(document))
+        out.write_stdout(dump_json(envelope(document)))
     else:
         from rich.table import Table
 
@@ -90,11 +91,11 @@ def diff(
         for name in ("layer", "head", "divergence", "worst query"):
             table.add_column(name, justify="left" if name == "worst query" else "right")
         for row in rows:
-            layer_cell = "all" if row.layer < 0 else str(row.layer)
-            head_cell = "all" if row.head < 0 else str(row.head)
+            layer_cell = "all" if row.layer is None else str(row.layer)
+            head_cell = "all" if row.head is None else str(row.head)
             divergence = f"{row.divergence:.4f}"
             table.add_row(layer_cell, head_cell, divergence, display_label(row.worst_query))
-        options.stdout_console(options.ColourChoice.AUTO, None).print(table)
+        out.stdout_console(d.ColourChoice.AUTO, None).print(table)
     if fail_above is not None and rows and rows[0].divergence > fail_above:
         worst = rows[0]
         raise AttnvizError(

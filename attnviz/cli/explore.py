@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from attnviz.cli import options
-from attnviz.core import BUILTIN
+from attnviz.cli import declarations as d
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
-@options.model_settings
+@model_settings
 def explore(
-    text: options.TextArgument,
-    mode: options.ModeOption = None,
-    target: options.TargetOption = None,
-    model: options.ModelOption = BUILTIN,
+    text: d.TextArgument,
+    mode: d.ModeOption = None,
+    target: d.TargetOption = None,
+    model: d.ModelOption = d.BUILTIN,
     export_folder: Annotated[
         Path, typer.Option("--export-dir", help="Where `e` saves PNG pictures.")
     ] = Path("."),
-    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Explore the attention of every layer and head with the keyboard.
 
@@ -29,14 +28,22 @@ def explore(
     rollout), v values, Tab/Shift-Tab the query token, / a new sentence, e
     export a PNG, ? keys, q quit. The maps are computed once per sentence.
     """
+    from attnviz.cli import output as out
+    from attnviz.cli.settings import request
     from attnviz.errors import UsageError
     from attnviz.io import read_texts
 
-    if not sys.stdout.isatty():
+    if not out.environment().stdout_is_terminal:
         raise UsageError("explore is a full-screen app: run it in a terminal (show writes data)")
-    extract = options.extraction(model=model, mode=mode, layer="all", head="all", settings=settings)
-    extract.prepare()
-    maps = extract(options.only_one(read_texts(text)), target)
+    asked = request(
+        model=model, mode=mode, layer="all", head="all", settings=settings, text=text, target=target
+    )
+    extractor = asked.open()
+
+    def compute(sentence: str):
+        return extractor.extract(sentence, target=target, **asked.options)
+
+    maps = compute(out.only_one(read_texts(text)))
     from attnviz.explore import ExploreApp
 
-    ExploreApp(maps, lambda sentence: extract(sentence, target), export_folder).run()
+    ExploreApp(maps, compute, export_folder).run()

@@ -2,47 +2,40 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-from attnviz.analysis.heads import COLUMN_HELP, Column
-from attnviz.cli import options
-from attnviz.core import BUILTIN
+from attnviz.choices import HeadColumn
+from attnviz.cli import declarations as d
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
-class TableFormat(StrEnum):
-    TABLE = "table"
-    JSON = "json"
-    CSV = "csv"
-
-
-@options.model_settings
+@model_settings
 def heads(
-    text: options.TextArgument,
-    mode: options.ModeOption = None,
-    target: options.TargetOption = None,
-    model: options.ModelOption = BUILTIN,
-    layer: options.LayerOption = "all",
-    head: options.HeadOption = "all",
+    text: d.TextArgument,
+    mode: d.ModeOption = None,
+    target: d.TargetOption = None,
+    model: d.ModelOption = d.BUILTIN,
+    layer: d.LayerOption = "all",
+    head: d.HeadOption = "all",
     sort: Annotated[
-        Column,
+        HeadColumn,
         typer.Option(
             "--sort",
             case_sensitive=False,
             help="Column to sort by: statistics largest first; layer, head, top_key in order.",
         ),
-    ] = Column.LAYER,
+    ] = HeadColumn.LAYER,
     reverse: Annotated[bool, typer.Option("--reverse", help="Reverse the sort order.")] = False,
     top: Annotated[
         int | None, typer.Option("--top", min=1, help="Only the first N rows, after sorting.")
     ] = None,
     output_format: Annotated[
-        TableFormat,
+        d.TableFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table, json or csv."),
-    ] = TableFormat.TABLE,
-    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
+    ] = d.TableFormat.TABLE,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Statistics per head: what kind of head is this?
 
@@ -52,25 +45,30 @@ def heads(
     weight on the token just before. self: mean weight on itself. top_key: the
     key with the most weight over all rows.
     """
-    from attnviz.analysis.heads import as_dicts, head_statistics, sort_rows
+    from attnviz.analysis.heads import COLUMN_HELP, as_dicts, head_statistics, sort_rows
+    from attnviz.cli import output as out
+    from attnviz.cli.settings import request
     from attnviz.io import dump_json, read_texts
+    from attnviz.schema import envelope
 
-    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
-    extract.prepare()
-    maps = extract(options.only_one(read_texts(text)), target)
+    asked = request(
+        model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
+    )
+    extractor = asked.open()
+    maps = extractor.extract(out.only_one(read_texts(text)), target=target, **asked.options)
     rows = sort_rows(head_statistics(maps), sort, reverse)[:top]
-    if output_format is TableFormat.JSON:
-        options.write_stdout(dump_json({"schema_version": 1, "heads": as_dicts(rows)}))
+    if output_format is d.TableFormat.JSON:
+        out.write_stdout(dump_json(envelope({"heads": as_dicts(rows)})))
         return
-    if output_format is TableFormat.CSV:
+    if output_format is d.TableFormat.CSV:
         import csv
         import io
 
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=[column.value for column in Column])
+        writer = csv.DictWriter(buffer, fieldnames=[column.value for column in HeadColumn])
         writer.writeheader()
         writer.writerows(as_dicts(rows))
-        options.write_stdout(buffer.getvalue())
+        out.write_stdout(buffer.getvalue())
         return
     from rich.table import Table
 
@@ -81,10 +79,10 @@ def heads(
         caption=" · ".join(f"{column}: {text}" for column, text in COLUMN_HELP.items()),
         caption_justify="left",
     )
-    for column in Column:
-        table.add_column(column.value, justify="left" if column is Column.TOP_KEY else "right")
+    for column in HeadColumn:
+        table.add_column(column.value, justify="left" if column is HeadColumn.TOP_KEY else "right")
     for row in rows:
         numbers = (row.entropy, row.distance, row.sink, row.previous, row.self)
         cells = ["–" if value is None else f"{value:.3f}" for value in numbers]
         table.add_row(str(row.layer), str(row.head), *cells, display_label(row.top_key))
-    options.stdout_console(options.ColourChoice.AUTO, None).print(table)
+    out.stdout_console(d.ColourChoice.AUTO, None).print(table)

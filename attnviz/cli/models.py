@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-
-class ListFormat(StrEnum):
-    TABLE = "table"
-    JSON = "json"
+from attnviz.cli.declarations import ReportFormat
 
 
 def models(
     output_format: Annotated[
-        ListFormat,
+        ReportFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table, or json for scripts."),
-    ] = ListFormat.TABLE,
+    ] = ReportFormat.TABLE,
 ) -> None:
     """List the model aliases and the models usable offline right now.
 
@@ -25,9 +21,10 @@ def models(
     """
     from attnviz.io import dump_json, write_text
     from attnviz.pretrained import available_models
+    from attnviz.schema import envelope
 
     found = available_models()
-    if output_format is ListFormat.JSON:
+    if output_format is ReportFormat.JSON:
         rows = [
             {
                 "name": model.name,
@@ -37,7 +34,7 @@ def models(
             }
             for model in found
         ]
-        write_text(dump_json({"schema_version": 1, "models": rows}), "-")
+        write_text(dump_json(envelope({"models": rows})), "-")
         return
     from rich.console import Console
     from rich.table import Table

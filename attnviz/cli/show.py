@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-from attnviz.analysis.aggregate import Aggregate
-from attnviz.cli import options
-from attnviz.core import BUILTIN
-from attnviz.io import STDIO
+from attnviz.cli import declarations as d
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 class ShowFormat(StrEnum):
@@ -23,64 +20,41 @@ class ShowFormat(StrEnum):
     CSV = "csv"
 
 
-FormatOption = Annotated[
-    ShowFormat,
-    typer.Option(
-        "--format",
-        "-f",
-        case_sensitive=False,
-        rich_help_panel=options.OUTPUT_PANEL,
-        help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
-        "line, streamed. npz: numpy arrays. csv: a row per weight. auto: terminal when stdout "
-        "is a terminal, else ndjson.",
-    ),
-]
-OutputOption = Annotated[
-    str,
-    typer.Option(
-        "--output",
-        "-o",
-        rich_help_panel=options.OUTPUT_PANEL,
-        help="Where data formats go: a file (written whole or not at all), or - for stdout.",
-    ),
-]
-AggregateOption = Annotated[
-    Aggregate | None,
-    typer.Option(
-        "--aggregate",
-        "-a",
-        case_sensitive=False,
-        rich_help_panel=options.SELECTION_PANEL,
-        help="Combine the selected maps. mean, max: over heads, a map per layer. mean-all, "
-        "max-all: over layers and heads. rollout: attention rollout (Abnar & Zuidema 2020), the "
-        "product of head-mean maps with the residual folded in (0.5·A + 0.5·I). flow: "
-        "attention flow as maximum flow, up to 64 tokens.",
-    ),
-]
-ValuesOption = Annotated[
-    bool,
-    typer.Option(
-        "--values", rich_help_panel=options.OUTPUT_PANEL, help="Print the weights in the cells."
-    ),
-]
-
-
-@options.model_settings
+@model_settings
 def show(
-    text: options.TextArgument,
-    mode: options.ModeOption = None,
-    target: options.TargetOption = None,
-    model: options.ModelOption = BUILTIN,
-    layer: options.LayerOption = "all",
-    head: options.HeadOption = "all",
-    aggregate: AggregateOption = None,
-    values: ValuesOption = False,
-    output_format: FormatOption = ShowFormat.AUTO,
-    output: OutputOption = STDIO,
-    dtype: options.DtypeOption = options.Dtype.FLOAT32,
-    colour: options.ColourOption = options.ColourChoice.AUTO,
-    width: options.WidthOption = None,
-    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
+    text: d.TextArgument,
+    mode: d.ModeOption = None,
+    target: d.TargetOption = None,
+    model: d.ModelOption = d.BUILTIN,
+    layer: d.LayerOption = "all",
+    head: d.HeadOption = "all",
+    aggregate: d.AggregateOption = None,
+    values: d.ValuesOption = False,
+    output_format: Annotated[
+        ShowFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            case_sensitive=False,
+            rich_help_panel=d.OUTPUT_PANEL,
+            help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
+            "line, streamed. npz: numpy arrays. csv: a row per weight. auto: terminal when "
+            "stdout is a terminal, else ndjson.",
+        ),
+    ] = ShowFormat.AUTO,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            rich_help_panel=d.OUTPUT_PANEL,
+            help="Where data formats go: a file (written whole or not at all), or - for stdout.",
+        ),
+    ] = d.STDIO,
+    dtype: d.DtypeOption = d.Dtype.FLOAT32,
+    colour: d.ColourOption = d.ColourChoice.AUTO,
+    width: d.WidthOption = None,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
 
@@ -90,21 +64,28 @@ def show(
     cell; the picture says so. With TEXT -, every line of stdin is one input,
     answered as soon as it is read. Data goes to stdout, messages to stderr.
     """
-    from attnviz.analysis.aggregate import aggregate as combine
+    from attnviz.choices import DataFormat
+    from attnviz.cli import output as out
+    from attnviz.cli.settings import request
     from attnviz.errors import UsageError
-    from attnviz.io import DataFormat, read_texts, write_maps
 
     if output_format is ShowFormat.AUTO:
-        output_format = ShowFormat.TERMINAL if sys.stdout.isatty() else ShowFormat.NDJSON
-    if output_format is ShowFormat.TERMINAL and output != STDIO:
+        terminal = out.environment().stdout_is_terminal
+        output_format = ShowFormat.TERMINAL if terminal else ShowFormat.NDJSON
+    if output_format is ShowFormat.TERMINAL and output != d.STDIO:
         raise UsageError("--output goes with a data --format; the terminal picture goes to stdout")
-    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
-    extract.prepare()
-    stream = (extract(line, target) for line in read_texts(text))
+    asked = request(
+        model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
+    )
+    extractor = asked.open()
+    from attnviz.analysis.aggregate import aggregate as combine
+    from attnviz.io import read_texts, write_maps
+
+    stream = (extractor.extract(line, target=target, **asked.options) for line in read_texts(text))
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
     if output_format is not ShowFormat.TERMINAL:
-        stream = (maps.astype(dtype.value) for maps in stream)
+        stream = (maps.astype(dtype) for maps in stream)
         write_maps(stream, DataFormat(output_format.value), output)
         return
-    options.draw(stream, colour=colour, width=width, values=values)
+    out.draw(stream, colour=colour, width=width, values=values)

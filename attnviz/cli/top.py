@@ -6,27 +6,25 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli import options
-from attnviz.cli.heads import TableFormat
-from attnviz.cli.show import AggregateOption
-from attnviz.core import BUILTIN
+from attnviz.cli import declarations as d
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
-@options.model_settings
+@model_settings
 def top(
-    text: options.TextArgument,
-    mode: options.ModeOption = None,
-    target: options.TargetOption = None,
-    model: options.ModelOption = BUILTIN,
-    layer: options.LayerOption = "all",
-    head: options.HeadOption = "all",
-    aggregate: AggregateOption = None,
+    text: d.TextArgument,
+    mode: d.ModeOption = None,
+    target: d.TargetOption = None,
+    model: d.ModelOption = d.BUILTIN,
+    layer: d.LayerOption = "all",
+    head: d.HeadOption = "all",
+    aggregate: d.AggregateOption = None,
     k: Annotated[int, typer.Option("-k", min=1, help="Key tokens per query token.")] = 3,
     output_format: Annotated[
-        TableFormat,
+        d.ReportFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table (lines) or json."),
-    ] = TableFormat.TABLE,
-    settings: options.ModelSettings = options.DEFAULT_SETTINGS,
+    ] = d.ReportFormat.TABLE,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """For each query token, its k most attended key tokens: one line per token.
 
@@ -35,20 +33,22 @@ def top(
     """
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.analysis.top import top_keys
-    from attnviz.errors import UsageError
+    from attnviz.cli import output as out
+    from attnviz.cli.settings import request
     from attnviz.io import dump_json, read_texts
+    from attnviz.schema import envelope
     from attnviz.tokens import display_label
 
-    if output_format is TableFormat.CSV:
-        raise UsageError("top writes table or json")
-    extract = options.extraction(model=model, mode=mode, layer=layer, head=head, settings=settings)
-    extract.prepare()
-    maps = extract(options.only_one(read_texts(text)), target)
+    asked = request(
+        model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
+    )
+    extractor = asked.open()
+    maps = extractor.extract(out.only_one(read_texts(text)), target=target, **asked.options)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     blocks = top_keys(maps, k)
-    if output_format is TableFormat.JSON:
-        options.write_stdout(dump_json({"schema_version": 1, "maps": blocks}))
+    if output_format is d.ReportFormat.JSON:
+        out.write_stdout(dump_json(envelope({"maps": blocks})))
         return
     lines = []
     for block in blocks:
@@ -58,4 +58,4 @@ def top(
                 f"{display_label(pick['token'])} {pick['weight']:.2f}" for pick in row["top"]
             )
             lines.append(f"{display_label(row['token'])} → {picks}")
-    options.write_stdout("\n".join(lines) + "\n")
+    out.write_stdout("\n".join(lines) + "\n")

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from attnviz.explain import Explanation, QueryExplanation, Step
 from attnviz.tokens import display_label
+
+if TYPE_CHECKING:
+    from attnviz.builtin.explain import Explanation, Step
+    from attnviz.pretrained.explain import QueryExplanation
 
 _CELL = 7  # "+12.34 " and the like
 _MAX_ROWS = 10
@@ -64,7 +68,7 @@ def render(explanation: Explanation, width: int) -> RenderableType:
     parts: list[RenderableType] = [
         Text(
             f"{e.model} · {e.mode} attention · layer {e.layer} · head {e.head} · "
-            f"d_model {e.d_model} · d_k {e.d_k}",
+            f"d_model {e.d_model} · d_k {e.head_dim}",
             style="bold",
         ),
         Text(f"query tokens (rows): {' '.join(map(display_label, e.query_tokens))}"),

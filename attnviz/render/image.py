@@ -26,25 +26,17 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from attnviz.choices import PictureFormat, View
 from attnviz.errors import UsageError, warn
 from attnviz.maps import AttentionMaps, MapPanel
 from attnviz.tokens import display_label
 
-
-class View(StrEnum):
-    HEAD = "head"  # one map
-    LAYER = "layer"  # the heads of one layer in a grid
-    MODEL = "model"  # every layer x head as small multiples
-
-
-SUFFIXES = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+SUFFIXES = {f".{picture.value}": picture for picture in PictureFormat}
 MAX_LABEL = 14  # characters of a token label before it is cut with an ellipsis
 VALUES_UP_TO = 16  # --values prints numbers in maps with at most this many rows and columns
 _INCH = 72  # points
@@ -56,7 +48,7 @@ _GRID_COLUMNS = 6  # heads per row when one layer's heads wrap
 _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
 
 
-def picture_format(path: str | Path) -> str:
+def picture_format(path: str | Path) -> PictureFormat:
     """png, svg or pdf from a file name; anything else is a usage error."""
     suffix = Path(path).suffix.lower()
     if suffix not in SUFFIXES:
@@ -78,13 +70,32 @@ def _label(token: str) -> str:
     return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
 
 
+# Settings for every drawing, applied with rc_context so that no global state changes:
+# stable ids inside SVG files, and PDF streams compressed.
+_RC = {"svg.hashsalt": "attnviz", "pdf.compression": 6}
+
+
 @contextmanager
-def _glyph_check() -> Iterator[None]:
-    """Turn matplotlib's per-glyph warnings into one line on stderr: a missing glyph is
-    drawn as a box and the picture is still written."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
+def _drawing() -> Iterator[None]:
+    """Draw with attnviz's settings, and turn matplotlib's per-glyph warnings into one
+    line on stderr: a missing glyph is drawn as a box and the picture is still written.
+    The font manager's log (which fonts it tried) stays quiet meanwhile."""
+    import logging
+
+    import matplotlib
+
+    font_log = logging.getLogger("matplotlib.font_manager")
+    level = font_log.level
+    font_log.setLevel(logging.ERROR)
+    try:
+        with (
+            matplotlib.rc_context(_RC),
+            warnings.catch_warnings(record=True) as caught,
+        ):
+            warnings.simplefilter("always")
+            yield
+    finally:
+        font_log.setLevel(level)
     missing = sorted(
         {
             chr(int(match.group(1)))
@@ -158,31 +169,18 @@ def _label_step(cell_points: float) -> tuple[float, int]:
     return 5.0, int(np.ceil(5.0 / max(size, 0.1)))
 
 
-def _metadata(picture: str) -> dict[str, Any]:
+def _metadata(picture: PictureFormat) -> dict[str, Any]:
     # Dates make two runs on the same input differ: leave them out.
     return {"png": {}, "svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}[
         picture
     ]
 
 
-@cache
-def _matplotlib() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    matplotlib.rcParams["svg.hashsalt"] = "attnviz"  # stable ids inside SVG files
-    matplotlib.rcParams["pdf.compression"] = 6
-    import logging
-
-    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
-    return matplotlib
-
-
 class HeadCanvas:
     """A reusable single-head figure for maps of one shape (query tokens × key tokens)."""
 
     def __init__(self, queries: int, keys: int, style: Style) -> None:
-        matplotlib = _matplotlib()
+        import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -258,7 +256,7 @@ class HeadCanvas:
                 for q in range(queries)
                 for k in range(keys)
             ]
-        with _glyph_check():
+        with _drawing():
             self.canvas.draw()
         self.blank = self.canvas.copy_from_bbox(self.figure.bbox)
         self.framed: Any = None  # the background with one input's frame drawn on it
@@ -302,7 +300,7 @@ class HeadCanvas:
         """The picture of one map as PNG bytes, by the fast path."""
         if frame != self.frame_drawn:  # a new input: draw its frame once, for all its maps
             self.canvas.restore_region(self.blank)
-            with _glyph_check():
+            with _drawing():
                 for artist in self._set_frame(frame):
                     self.figure.draw_artist(artist)
             self.framed = self.canvas.copy_from_bbox(self.figure.bbox)
@@ -315,7 +313,7 @@ class HeadCanvas:
         cells = self.lookup[shades]  # (Tq, Tk, 4)
         block = np.repeat(np.repeat(cells, np.diff(self.y), axis=0), np.diff(self.x), axis=1)
         pixels[self.y[0] : self.y[-1], self.x[0] : self.x[-1]] = block
-        with _glyph_check():
+        with _drawing():
             self._draw_title(title, pixels)
             for artist in self.values:
                 self.figure.draw_artist(artist)
@@ -337,7 +335,7 @@ class HeadCanvas:
             self.title_rows = slice(top, bottom)
         self.titles[self.title.get_text()] = pixels[self.title_rows].copy()
 
-    def vector(self, matrix: np.ndarray, frame: Frame, title: str, picture: str) -> bytes:
+    def vector(self, matrix: np.ndarray, frame: Frame, title: str, picture: PictureFormat) -> bytes:
         """The same picture drawn whole by matplotlib, for SVG and PDF."""
         self.frame_drawn = None  # the raster background no longer matches the artists
         animated = [self.image, self.title, *self._set_frame(frame), *self.values]
@@ -346,47 +344,86 @@ class HeadCanvas:
             artist.set_animated(False)
         try:
             out = io.BytesIO()
-            with _glyph_check():
-                self.figure.savefig(out, format=picture, metadata=_metadata(picture))
+            with _drawing():
+                self.figure.savefig(out, format=picture.value, metadata=_metadata(picture))
             return out.getvalue()
         finally:
             for artist in animated:
                 artist.set_animated(True)
 
 
-_canvases: dict[tuple[int, int, Style], HeadCanvas] = {}
+class Painter:
+    """Draws pictures of maps, keeping a canvas per map shape and style: a batch draws
+    thousands of maps of a few shapes, and laying out a canvas is the slow part.
+
+    Whoever renders owns a painter (a command, a batch worker); nothing is kept
+    between painters.
+    """
+
+    def __init__(self, max_canvases: int = 64) -> None:
+        self.max_canvases = max_canvases
+        self.canvases: dict[tuple[int, int, Style], HeadCanvas] = {}
+
+    def head_canvas(self, queries: int, keys: int, style: Style) -> HeadCanvas:
+        key = (queries, keys, style)
+        if key not in self.canvases:
+            if len(self.canvases) >= self.max_canvases:  # forget the oldest, not grow
+                self.canvases.pop(next(iter(self.canvases)))
+            self.canvases[key] = HeadCanvas(queries, keys, style)
+        return self.canvases[key]
+
+    def head_picture(
+        self, maps: AttentionMaps, panel: MapPanel, picture: PictureFormat, style: Style
+    ) -> bytes:
+        """One map of ``maps`` as picture bytes."""
+        canvas = self.head_canvas(len(maps.query_tokens), len(maps.key_tokens), style)
+        frame = Frame(
+            header=f"{maps.model} · {maps.mode} attention",
+            query_labels=tuple(maps.query_tokens),
+            key_labels=tuple(maps.key_tokens),
+        )
+        if picture is PictureFormat.PNG:
+            return canvas.png(panel.matrix, frame, panel.title)
+        return canvas.vector(panel.matrix, frame, panel.title, picture)
+
+    def files(
+        self, maps: AttentionMaps, view: View, picture: PictureFormat, style: Style
+    ) -> Iterator[tuple[str, bytes]]:
+        """The pictures of one input for a view: (name suffix, bytes) pairs.
+
+        head: one per map, suffix ``-L{layer}-H{head}``; layer: one per layer,
+        ``-L{layer}``; model: one in all, no suffix.
+        """
+        layer_count = maps.weights.shape[0]
+        if view is View.MODEL:
+            yield "", grid_picture(maps, picture, style)
+            return
+        if view is View.LAYER:
+            for i in range(layer_count):
+                layer = maps.layers[i] if layer_count == len(maps.layers) else None
+                part = maps.replace(
+                    weights=maps.weights[i : i + 1],
+                    layers=[layer] if layer is not None else maps.layers,
+                )
+                suffix = f"-L{layer}" if layer is not None else ""
+                yield suffix, grid_picture(part, picture, style)
+            return
+        for panel in maps.panels():
+            suffix = "".join(
+                f"-{letter}{index}"
+                for letter, index in (("L", panel.layer), ("H", panel.head))
+                if index is not None
+            )
+            yield suffix, self.head_picture(maps, panel, picture, style)
 
 
-def head_canvas(queries: int, keys: int, style: Style) -> HeadCanvas:
-    """One canvas per shape and style, kept for the life of the process (a batch reuses it)."""
-    key = (queries, keys, style)
-    if key not in _canvases:
-        if len(_canvases) > 64:  # many shapes: forget the oldest rather than grow without end
-            _canvases.pop(next(iter(_canvases)))
-        _canvases[key] = HeadCanvas(queries, keys, style)
-    return _canvases[key]
-
-
-def head_picture(maps: AttentionMaps, panel: MapPanel, picture: str, style: Style) -> bytes:
-    """One map of ``maps`` as picture bytes."""
-    canvas = head_canvas(len(maps.query_tokens), len(maps.key_tokens), style)
-    frame = Frame(
-        header=f"{maps.model} · {maps.mode} attention",
-        query_labels=tuple(maps.query_tokens),
-        key_labels=tuple(maps.key_tokens),
-    )
-    if picture == "png":
-        return canvas.png(panel.matrix, frame, panel.title)
-    return canvas.vector(panel.matrix, frame, panel.title, picture)
-
-
-def grid_picture(maps: AttentionMaps, picture: str, style: Style) -> bytes:
+def grid_picture(maps: AttentionMaps, picture: PictureFormat, style: Style) -> bytes:
     """All maps held as small multiples: a row per layer, a column per head.
 
     A single layer's heads wrap into rows of at most six, so that a layer of
     twelve heads is a 6 × 2 grid rather than one long strip.
     """
-    matplotlib = _matplotlib()
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -431,41 +468,14 @@ def grid_picture(maps: AttentionMaps, picture: str, style: Style) -> bytes:
         bar = figure.colorbar(image, ax=axes, shrink=0.6, aspect=30)
         bar.set_label("attention weight", fontsize=8)
     out = io.BytesIO()
-    with _glyph_check():
-        if picture == "png":
+    with _drawing():
+        if picture is PictureFormat.PNG:
             figure.savefig(
-                out, format="png", metadata=_metadata("png"), pil_kwargs={"compress_level": 6}
+                out,
+                format="png",
+                metadata=_metadata(PictureFormat.PNG),
+                pil_kwargs={"compress_level": 6},
             )
         else:
-            figure.savefig(out, format=picture, metadata=_metadata(picture))
+            figure.savefig(out, format=picture.value, metadata=_metadata(picture))
     return out.getvalue()
-
-
-def picture_files(
-    maps: AttentionMaps, view: View, picture: str, style: Style
-) -> Iterator[tuple[str, bytes]]:
-    """The pictures of one input for a view: (name suffix, bytes) pairs.
-
-    head: one per map, suffix ``-L{layer}-H{head}``; layer: one per layer,
-    ``-L{layer}``; model: one in all, no suffix.
-    """
-    layer_count = maps.weights.shape[0]
-    if view is View.MODEL:
-        yield "", grid_picture(maps, picture, style)
-        return
-    if view is View.LAYER:
-        for i in range(layer_count):
-            layer = maps.layers[i] if layer_count == len(maps.layers) else None
-            part = maps.replace(
-                weights=maps.weights[i : i + 1],
-                layers=[layer] if layer is not None else maps.layers,
-            )
-            yield (f"-L{layer}" if layer is not None else ""), grid_picture(part, picture, style)
-        return
-    for panel in maps.panels():
-        suffix = "".join(
-            f"-{letter}{index}"
-            for letter, index in (("L", panel.layer), ("H", panel.head))
-            if index is not None
-        )
-        yield suffix, head_picture(maps, panel, picture, style)

@@ -1,0 +1,57 @@
+"""The size and seed of the built-in stack: plain data, importable without torch,
+so that a request can be checked against it before any model is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnviz.choices import Projections
+
+
+@dataclass(frozen=True)
+class BuiltinConfig:
+    num_layers: int = 2  # transformer layers (encoder and decoder each, in cross mode)
+    num_heads: int = 4  # attention heads per layer
+    d_model: int = 64  # width of every token vector
+    seed: int = 0  # seeds every weight and every token embedding
+    positions: bool = True  # add sinusoidal position encodings to the embeddings
+    projections: Projections = Projections.LEARNED  # or IDENTITY: Q = K = V = X
+    lowercase: bool = True  # case-fold tokens, so that "The" and "the" share an embedding
+
+    def __post_init__(self) -> None:
+        if self.num_layers < 1 or self.num_heads < 1 or self.d_model < 1:
+            raise ValueError("num_layers, num_heads and d_model must be at least 1")
+        try:
+            object.__setattr__(self, "projections", Projections(self.projections))
+        except ValueError:
+            names = ", ".join(member.value for member in Projections)
+            raise ValueError(f"projections must be one of {names}") from None
+        if self.projections is Projections.LEARNED and self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be a multiple of num_heads ({self.num_heads}), "
+                "so that every head gets d_model / num_heads dimensions"
+            )
+
+    @property
+    def d_ff(self) -> int:
+        return 4 * self.d_model
+
+    @property
+    def head_dim(self) -> int:
+        """The width of one head (Dh; d_k in the formulas)."""
+        if self.projections is Projections.IDENTITY:
+            return self.d_model  # every head sees the whole vector
+        return self.d_model // self.num_heads
+
+    @property
+    def name(self) -> str:
+        """A model name that says how to rebuild exactly this stack."""
+        name = f"builtin:layers={self.num_layers},heads={self.num_heads},d_model={self.d_model}"
+        name += f",seed={self.seed}"
+        if not self.positions:
+            name += ",no-positions"
+        if self.projections is not Projections.LEARNED:
+            name += f",projections={self.projections.value}"
+        if not self.lowercase:
+            name += ",keep-case"
+        return name

@@ -1,0 +1,141 @@
+"""The built-in stack behind the Extractor interface.
+
+The stack is built on first use and kept: building it (~40 ms) costs more
+than a forward pass over a sentence (~1 ms). torch is imported only then, so
+a request that is wrong fails before any heavy import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from attnviz.builtin.config import BuiltinConfig
+from attnviz.choices import Mode
+from attnviz.errors import UsageError, warn
+from attnviz.extractor import (
+    BUILTIN,
+    Extractor,
+    ExtractorSpec,
+    Item,
+    Selection,
+    as_pair,
+    parse_mode,
+)
+from attnviz.maps import AttentionMaps
+from attnviz.selection import resolve, resolve_one
+from attnviz.tokens import tokenize
+
+if TYPE_CHECKING:
+    from attnviz.builtin.explain import Explanation
+    from attnviz.builtin.model import BuiltinTransformer
+
+# The built-in stack keeps whole (tokens x tokens) maps in memory: 4,096 tokens
+# peak under 1 GB (benchmarks/memory.py); longer texts are cut, with a warning.
+MAX_TOKENS = 4096
+
+
+class BuiltinExtractor(Extractor):
+    def __init__(self, config: BuiltinConfig) -> None:
+        self.config = config
+        self.spec = ExtractorSpec(BUILTIN, config)
+        self._stack: BuiltinTransformer | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def stack(self) -> BuiltinTransformer:
+        """The seeded stack, built on first use and then kept."""
+        if self._stack is None:
+            from attnviz.builtin.model import BuiltinTransformer
+
+            self._stack = BuiltinTransformer(self.config)
+        return self._stack
+
+    def tokens(self, text: str, what: str) -> list[str]:
+        """The tokens the stack reads: at most MAX_TOKENS, with a warning when cut."""
+        tokens = tokenize(text, lowercase=self.config.lowercase)
+        if len(tokens) > MAX_TOKENS:
+            warn(
+                f"the {what} has {len(tokens)} tokens; the built-in stack reads at most "
+                f"{MAX_TOKENS}: the last {len(tokens) - MAX_TOKENS} were dropped"
+            )
+        return [token.text for token in tokens[:MAX_TOKENS]]
+
+    def extract_many(
+        self,
+        items: Iterable[Item],
+        *,
+        mode: Mode | str | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
+        special: bool = True,
+        words: bool = False,
+        batch_size: int = 16,
+    ) -> Iterator[AttentionMaps]:
+        if words or not special:
+            raise UsageError("special tokens and sub-word pieces exist only in pretrained models")
+        chosen = parse_mode(mode) or Mode.SELF
+        layer_indices = resolve(layers, self.config.num_layers, "layer")
+        head_indices = resolve(heads, self.config.num_heads, "head")
+        # The stack has no padding mask: inputs run one at a time, as they come.
+        return (
+            self._extract(*as_pair(item), chosen, layer_indices, head_indices) for item in items
+        )
+
+    def _extract(
+        self, text: str, target: str | None, mode: Mode, layers: list[int], heads: list[int]
+    ) -> AttentionMaps:
+        check_target(mode, target)
+        source = self.tokens(text, "text")
+        queries = self.tokens(target, "target") if target is not None else source
+        per_layer = self.stack.attention_maps(
+            source,
+            mode=mode,
+            target_tokens=queries if mode is Mode.CROSS else None,
+            layers=layers,
+        )
+        import torch
+
+        weights = torch.stack([per_layer[layer][heads] for layer in layers])  # (L, H, T, S)
+        return AttentionMaps(
+            query_tokens=queries,
+            key_tokens=source,
+            weights=weights.numpy(),
+            layers=layers,
+            heads=heads,
+            mode=mode,
+            model=self.name,
+            text=text,
+            target=target,
+        )
+
+    def explain(
+        self,
+        text: str,
+        *,
+        mode: Mode | str | None = None,
+        target: str | None = None,
+        layer: int | str = 0,
+        head: int | str = 0,
+        query: int | None = None,
+    ) -> Explanation:
+        from attnviz.builtin.explain import explain
+
+        if query is not None:
+            raise UsageError("--query goes with --model; the built-in walk-through shows every row")
+        text, target = as_pair((text, target))
+        chosen = parse_mode(mode) or Mode.SELF
+        check_target(chosen, target)
+        layer_index = resolve_one(layer, self.config.num_layers, "layer")
+        head_index = resolve_one(head, self.config.num_heads, "head")
+        return explain(self, text, mode=chosen, target=target, layer=layer_index, head=head_index)
+
+
+def check_target(mode: Mode, target: str | None) -> None:
+    if mode is Mode.CROSS and target is None:
+        raise UsageError("cross mode needs a target text (--target): its tokens are the queries")
+    if mode is not Mode.CROSS and target is not None:
+        raise UsageError(f"a target text only applies to cross mode, not {mode} mode")

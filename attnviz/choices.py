@@ -1,0 +1,104 @@
+"""The choices a user makes, as ``str`` enums: one name per concept, shared by the
+library and the command line.
+
+This module imports nothing but the standard library, so that the command line
+can declare its options (and answer ``--help``) without numpy, torch or
+matplotlib.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    SELF = "self"  # every token attends to every token
+    MASKED = "masked"  # causal: a token attends to itself and the tokens before it
+    CROSS = "cross"  # target tokens attend over source tokens
+
+
+class Aggregate(StrEnum):
+    """How maps are combined. The value is what documents store."""
+
+    MEAN = "mean"  # mean over heads, a map per layer
+    MAX = "max"  # max over heads, a map per layer
+    MEAN_ALL = "mean-all"  # mean over layers and heads
+    MAX_ALL = "max-all"  # max over layers and heads
+    ROLLOUT = "rollout"  # attention rollout (Abnar & Zuidema 2020), over layers and heads
+    FLOW = "flow"  # attention flow as maximum flow, over layers and heads
+
+    @property
+    def folds_layers(self) -> bool:
+        """True when the result is one map in all, False when it is one map per layer."""
+        return self not in (Aggregate.MEAN, Aggregate.MAX)
+
+    @property
+    def description(self) -> str:
+        return {
+            Aggregate.MEAN: "mean over heads",
+            Aggregate.MAX: "max over heads",
+            Aggregate.MEAN_ALL: "mean over layers and heads",
+            Aggregate.MAX_ALL: "max over layers and heads",
+            Aggregate.ROLLOUT: "rollout",
+            Aggregate.FLOW: "flow",
+        }[self]
+
+
+class View(StrEnum):
+    HEAD = "head"  # one map
+    LAYER = "layer"  # the heads of one layer in a grid
+    MODEL = "model"  # every layer x head as small multiples
+
+
+class PictureFormat(StrEnum):
+    PNG = "png"
+    SVG = "svg"
+    PDF = "pdf"
+
+
+class DataFormat(StrEnum):
+    JSON = "json"  # one AttentionMaps document
+    NDJSON = "ndjson"  # one document per line, for streams of inputs
+    NPZ = "npz"  # numpy arrays and a meta JSON string
+    CSV = "csv"  # long form, a row per weight
+
+
+class Dtype(StrEnum):
+    """How stored weights are written."""
+
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+
+
+class Projections(StrEnum):
+    LEARNED = "learned"  # W_Q, W_K, W_V, W_O per head
+    IDENTITY = "identity"  # Q = K = V = X: the plain attention of the textbook
+
+
+class BatchFormat(StrEnum):
+    """What ``batch`` writes for every input: pictures, or data."""
+
+    PNG = "png"
+    SVG = "svg"
+    PDF = "pdf"
+    JSON = "json"
+    NPZ = "npz"
+
+    @property
+    def picture(self) -> PictureFormat | None:
+        """The picture format, or None for data."""
+        pictures = (BatchFormat.PNG, BatchFormat.SVG, BatchFormat.PDF)
+        return PictureFormat(self.value) if self in pictures else None
+
+
+class HeadColumn(StrEnum):
+    """The columns of ``heads``: a head's place, and its statistics."""
+
+    LAYER = "layer"
+    HEAD = "head"
+    ENTROPY = "entropy"
+    DISTANCE = "distance"
+    SINK = "sink"
+    PREVIOUS = "previous"
+    SELF = "self"
+    TOP_KEY = "top_key"

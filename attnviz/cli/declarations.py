@@ -1,0 +1,297 @@
+"""The options and arguments the commands share, declared once.
+
+Only typer and the enums of :mod:`attnviz.choices` are imported here: every
+command module imports this one, and ``attnviz --help`` imports every command
+module.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from attnviz.choices import Aggregate, Dtype, Mode, Projections, View
+
+SELECTION_PANEL = "Layers and heads"
+MODEL_PANEL = "Pretrained models"
+STACK_PANEL = "Built-in stack (without --model)"
+OUTPUT_PANEL = "Output"
+STDIO = "-"
+BUILTIN = "builtin"
+
+
+class ColourChoice(StrEnum):
+    AUTO = "auto"  # colour when stdout is a terminal, unless NO_COLOR is set
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+class TableFormat(StrEnum):
+    """What heads writes."""
+
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+class ReportFormat(StrEnum):
+    """What explain, top, diff and models write."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+DtypeOption = Annotated[
+    Dtype,
+    typer.Option(
+        "--dtype",
+        case_sensitive=False,
+        rich_help_panel=OUTPUT_PANEL,
+        help="How stored weights are written: float16 halves the size of json and npz data.",
+    ),
+]
+
+
+TextArgument = Annotated[
+    str, typer.Argument(help="The text to look at, or - to read it from standard input.")
+]
+SavedArgument = Annotated[
+    str,
+    typer.Argument(
+        help="Saved maps: a json, ndjson or npz file written by attnviz, or - for stdin."
+    ),
+]
+ModeOption = Annotated[
+    Mode | None,
+    typer.Option(
+        "--mode",
+        "-m",
+        case_sensitive=False,
+        show_default="the model's own: self; masked for a decoder; cross for an "
+        "encoder-decoder given --target",
+        help="self: every token sees every token. masked: causal, a token sees itself and "
+        "earlier tokens. cross: --target tokens (rows) attend over TEXT tokens (columns).",
+    ),
+]
+TargetOption = Annotated[
+    str | None,
+    typer.Option("--target", "-t", help="Cross mode: the text whose tokens are the queries."),
+]
+LayerOption = Annotated[
+    str,
+    typer.Option(
+        "--layer",
+        "-l",
+        rich_help_panel=SELECTION_PANEL,
+        help="Layers to show: an index, a list (0,2), a range (0-2), all; negative counts from "
+        "the end.",
+    ),
+]
+HeadOption = Annotated[
+    str,
+    typer.Option(
+        "--head", rich_help_panel=SELECTION_PANEL, help="Heads to show, written like --layer."
+    ),
+]
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        rich_help_panel=MODEL_PANEL,
+        help="builtin (the seeded stack), an alias (see attnviz models), a directory saved with "
+        "save_pretrained, or a Hugging Face id from the local cache.",
+    ),
+]
+DownloadOption = Annotated[
+    bool,
+    typer.Option(
+        "--download",
+        rich_help_panel=MODEL_PANEL,
+        help="Fetch a model missing from the local cache (needs network; HF_HUB_OFFLINE=1 wins).",
+    ),
+]
+TrustRemoteCodeOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-remote-code",
+        rich_help_panel=MODEL_PANEL,
+        help="Run Python code that comes with the model. Off unless you trust its author.",
+    ),
+]
+AllowPickleOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-pickle",
+        rich_help_panel=MODEL_PANEL,
+        help="Accept pickle (.bin) weights, which can run code when loaded; safetensors only "
+        "by default.",
+    ),
+]
+SpecialOption = Annotated[
+    bool,
+    typer.Option(
+        "--special/--no-special",
+        rich_help_panel=MODEL_PANEL,
+        help="Keep special tokens ([CLS], <s>, …). --no-special drops their rows and columns "
+        "and renormalises each row to sum to 1.",
+    ),
+]
+WordsOption = Annotated[
+    bool,
+    typer.Option(
+        "--words",
+        rich_help_panel=MODEL_PANEL,
+        help="Merge sub-word pieces into words: a word's row is the mean of its pieces' rows, "
+        "its column the sum of their columns, so rows still sum to 1.",
+    ),
+]
+VerboseOption = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        rich_help_panel=MODEL_PANEL,
+        help="Show transformers' own warnings and progress bars.",
+    ),
+]
+NumLayersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--num-layers",
+        min=1,
+        max=64,
+        show_default="2",
+        rich_help_panel=STACK_PANEL,
+        help="Number of layers.",
+    ),
+]
+NumHeadsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--num-heads",
+        min=1,
+        max=64,
+        show_default="4",
+        rich_help_panel=STACK_PANEL,
+        help="Attention heads per layer.",
+    ),
+]
+DModelOption = Annotated[
+    int | None,
+    typer.Option(
+        "--d-model",
+        min=1,
+        max=4096,
+        show_default="64",
+        rich_help_panel=STACK_PANEL,
+        help="Width of the token vectors; a multiple of --num-heads with learned projections.",
+    ),
+]
+SeedOption = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        show_default="0",
+        rich_help_panel=STACK_PANEL,
+        help="Seed of every weight and token embedding.",
+    ),
+]
+PositionsOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--positions/--no-positions",
+        show_default="positions",
+        rich_help_panel=STACK_PANEL,
+        help="Add sinusoidal positions. Without them attention ignores word order: "
+        "shuffling the words shuffles the maps the same way.",
+    ),
+]
+ProjectionsOption = Annotated[
+    Projections | None,
+    typer.Option(
+        "--projections",
+        case_sensitive=False,
+        show_default="learned",
+        rich_help_panel=STACK_PANEL,
+        help="learned: W_Q, W_K, W_V per head. identity: Q = K = V = X, the plain attention in "
+        "which a word attends most to itself and its repeats.",
+    ),
+]
+KeepCaseOption = Annotated[
+    bool,
+    typer.Option("--keep-case", rich_help_panel=STACK_PANEL, help="Do not case-fold the tokens."),
+]
+ColourOption = Annotated[
+    ColourChoice,
+    typer.Option(
+        "--color",
+        case_sensitive=False,
+        rich_help_panel=OUTPUT_PANEL,
+        help="Colour in the terminal picture. auto honours NO_COLOR and never colours a pipe; "
+        "without colour, cells are shaded ·░▒▓█.",
+    ),
+]
+WidthOption = Annotated[
+    int | None,
+    typer.Option(
+        "--width",
+        min=20,
+        rich_help_panel=OUTPUT_PANEL,
+        help="Columns to draw in (default: the terminal's width, or $COLUMNS, or 80).",
+    ),
+]
+AggregateOption = Annotated[
+    Aggregate | None,
+    typer.Option(
+        "--aggregate",
+        "-a",
+        case_sensitive=False,
+        rich_help_panel=SELECTION_PANEL,
+        help="Combine the selected maps. mean, max: over heads, a map per layer. mean-all, "
+        "max-all: over layers and heads. rollout: attention rollout (Abnar & Zuidema 2020), the "
+        "product of head-mean maps with the residual folded in (0.5·A + 0.5·I). flow: "
+        "attention flow as maximum flow, up to 64 tokens.",
+    ),
+]
+ValuesOption = Annotated[
+    bool,
+    typer.Option("--values", rich_help_panel=OUTPUT_PANEL, help="Print the weights in the cells."),
+]
+ViewOption = Annotated[
+    View,
+    typer.Option(
+        "--view",
+        case_sensitive=False,
+        rich_help_panel=OUTPUT_PANEL,
+        help="head: one map (pick it with --layer and --head). layer: the heads of one layer in a "
+        "grid. model: every selected layer × head as small multiples.",
+    ),
+]
+CmapOption = Annotated[
+    str,
+    typer.Option("--cmap", rich_help_panel=OUTPUT_PANEL, help="Any matplotlib colormap name."),
+]
+DpiOption = Annotated[
+    int,
+    typer.Option("--dpi", min=20, max=1200, rich_help_panel=OUTPUT_PANEL, help="Pixels per inch."),
+]
+VmaxOption = Annotated[
+    float,
+    typer.Option(
+        "--vmax",
+        min=1e-6,
+        max=1.0,
+        rich_help_panel=OUTPUT_PANEL,
+        help="The weight at the top of the colour scale (default 1, the same in every picture). "
+        "Lower it for long inputs, whose weights are all small.",
+    ),
+]
+PictureValuesOption = Annotated[
+    bool,
+    typer.Option(
+        "--values",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Print the weights in the cells (maps up to 16 × 16).",
+    ),
+]

@@ -1,0 +1,140 @@
+"""Where output goes: the environment a command runs in, the console pictures are drawn
+on, and the helpers that write one picture or one document."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from rich.console import Console
+
+from attnviz.cli.declarations import ColourChoice
+from attnviz.errors import UsageError
+
+if TYPE_CHECKING:
+    from attnviz.choices import PictureFormat, View
+    from attnviz.maps import AttentionMaps
+    from attnviz.render.image import Style
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a command needs to know about the process it runs in. The real process is
+    read once per command; tests pass their own (``CliRunner.invoke(..., obj=...)``) to
+    reach the terminal-only branches in-process."""
+
+    stdout_is_terminal: bool
+    stderr_is_terminal: bool
+
+    @classmethod
+    def of_process(cls) -> Environment:
+        return cls(
+            stdout_is_terminal=_is_terminal(sys.stdout),
+            stderr_is_terminal=_is_terminal(sys.stderr),
+        )
+
+
+def _is_terminal(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def environment() -> Environment:
+    """The environment of the command running now."""
+    import click
+
+    context = click.get_current_context(silent=True)
+    given = context.find_root().obj if context is not None else None
+    return given if isinstance(given, Environment) else Environment.of_process()
+
+
+def _forced_colour_system() -> str:
+    # rich's own detection gives up on pipes and TERM=dumb; "always" means colour regardless.
+    truecolor = os.environ.get("COLORTERM", "").lower() in ("truecolor", "24bit")
+    return "truecolor" if truecolor else "256"
+
+
+def stdout_console(colour: ColourChoice, width: int | None) -> Console:
+    """The console pictures are drawn on: text is never read as markup or emoji codes."""
+    systems = {
+        ColourChoice.AUTO: "auto",
+        ColourChoice.ALWAYS: _forced_colour_system(),
+        ColourChoice.NEVER: None,
+    }
+    terminal = {
+        ColourChoice.AUTO: environment().stdout_is_terminal,
+        ColourChoice.ALWAYS: True,
+        ColourChoice.NEVER: None,
+    }
+    return Console(
+        file=sys.stdout,
+        width=width,
+        height=25 if width else None,  # with both set, rich takes the width as given
+        force_terminal=terminal[colour],
+        color_system=systems[colour],
+        markup=False,
+        emoji=False,
+        highlight=False,
+    )
+
+
+def only_one(items: Iterable[T]) -> T:
+    """The one input a command reads; several (lines on stdin, records in a file) are refused."""
+    stream = iter(items)
+    first = next(stream)
+    if next(stream, None) is not None:
+        raise UsageError("this command reads one input, but several were given")
+    return first
+
+
+def write_stdout(content: str) -> None:
+    from attnviz.io import write_text
+
+    write_text(content, "-")
+
+
+def save_picture(
+    maps: AttentionMaps, view: View, picture: PictureFormat, style: Style, output: str
+) -> None:
+    """Write the one picture a view makes of ``maps``; a view that makes several is refused."""
+    from attnviz.choices import View
+    from attnviz.io import open_output
+    from attnviz.render.image import Painter
+
+    layer_count, head_count = maps.weights.shape[:2]
+    if view is View.HEAD and (layer_count, head_count) != (1, 1):
+        raise UsageError(
+            f"--view head draws one map, but {layer_count} layers × {head_count} heads are "
+            "selected: pick one with --layer and --head, or use --view layer or model"
+        )
+    if view is View.LAYER and layer_count != 1:
+        raise UsageError(
+            f"--view layer draws one layer, but {layer_count} are selected: pick one with --layer"
+        )
+    ((_, data),) = Painter().files(maps, view, picture, style)
+    with open_output(output, binary=True) as out:
+        out.write(data)
+
+
+def uses_colour(console: Console) -> bool:
+    return console.color_system is not None and not console.no_color
+
+
+def draw(
+    stream: Iterable[AttentionMaps], *, colour: ColourChoice, width: int | None, values: bool
+) -> None:
+    """Each input's maps as terminal pictures, one after another, as they come."""
+    from attnviz.render.terminal import render
+
+    console = stdout_console(colour, width)
+    for number, maps in enumerate(stream):
+        if number:
+            console.print()
+        console.print(
+            render(maps, width=console.width, use_colour=uses_colour(console), values=values)
+        )

@@ -1,0 +1,176 @@
+"""From the model options of a command to an extractor and what to ask of it.
+
+Every model command takes the same pretrained-model and built-in-stack options
+through :func:`model_settings`, and turns them, with its selection, into a
+:class:`Request`: checked before anything heavy is imported, then opened into
+an :class:`~attnviz.extractor.Extractor` through ``attnviz.load``'s spec.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from attnviz.builtin.config import BuiltinConfig
+from attnviz.choices import Mode, Projections
+from attnviz.cli import declarations as d
+from attnviz.errors import UsageError
+from attnviz.extractor import BUILTIN, ExtractorSpec, check_text
+from attnviz.pretrained.loading import LoadOptions
+from attnviz.selection import check_syntax
+
+if TYPE_CHECKING:
+    from attnviz.extractor import Extractor
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The pretrained-model and built-in-stack options, as every model command takes them."""
+
+    special: bool = True
+    words: bool = False
+    download: bool = False
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    verbose: bool = False
+    num_layers: int | None = None
+    num_heads: int | None = None
+    d_model: int | None = None
+    seed: int | None = None
+    positions: bool | None = None
+    projections: Projections | None = None
+    keep_case: bool = False
+
+    def stack(self) -> dict[str, object]:
+        """The built-in stack options that were given, as BuiltinConfig fields."""
+        stack = {"num_layers": self.num_layers, "num_heads": self.num_heads}
+        stack |= {"d_model": self.d_model, "seed": self.seed, "positions": self.positions}
+        stack |= {"projections": self.projections, "lowercase": False if self.keep_case else None}
+        return {name: value for name, value in stack.items() if value is not None}
+
+    def without_stack(self) -> ModelSettings:
+        return replace(self, **dict.fromkeys(self.stack(), None), keep_case=False)
+
+    def load_options(self) -> LoadOptions:
+        return LoadOptions(
+            download=self.download,
+            trust_remote_code=self.trust_remote_code,
+            allow_pickle=self.allow_pickle,
+            verbose=self.verbose,
+        )
+
+
+DEFAULT_SETTINGS = ModelSettings()
+
+# The command-line spelling of each ModelSettings field, in the order --help lists them.
+_SETTINGS_OPTIONS = {
+    "special": (d.SpecialOption, True),
+    "words": (d.WordsOption, False),
+    "download": (d.DownloadOption, False),
+    "trust_remote_code": (d.TrustRemoteCodeOption, False),
+    "allow_pickle": (d.AllowPickleOption, False),
+    "verbose": (d.VerboseOption, False),
+    "num_layers": (d.NumLayersOption, None),
+    "num_heads": (d.NumHeadsOption, None),
+    "d_model": (d.DModelOption, None),
+    "seed": (d.SeedOption, None),
+    "positions": (d.PositionsOption, None),
+    "projections": (d.ProjectionsOption, None),
+    "keep_case": (d.KeepCaseOption, False),
+}
+
+
+def model_settings(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the model and built-in-stack options, passed to it as one
+    ``settings: ModelSettings`` argument, so that each command lists only its own."""
+    own = inspect.signature(command, eval_str=True)
+    parameters = [p for p in own.parameters.values() if p.name != "settings"]
+    parameters += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
+        for name, (hint, default) in _SETTINGS_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def with_settings(**arguments: object) -> None:
+        given = {name: arguments.pop(name) for name in _SETTINGS_OPTIONS}
+        command(**arguments, settings=ModelSettings(**given))
+
+    with_settings.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+    with_settings.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_settings
+
+
+@dataclass(frozen=True)
+class Request:
+    """Which model to load, and what to read from it for every input."""
+
+    spec: ExtractorSpec
+    mode: Mode | None
+    layers: str
+    heads: str
+    special: bool
+    words: bool
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of Extractor.extract and extract_many."""
+        return {
+            "mode": self.mode,
+            "layers": self.layers,
+            "heads": self.heads,
+            "special": self.special,
+            "words": self.words,
+        }
+
+    def open(self) -> Extractor:
+        """Load the model now, before any output starts; under a spinner on a terminal."""
+        from attnviz.cli.output import environment
+
+        if self.spec.model == BUILTIN or not environment().stderr_is_terminal:
+            return self.spec.load()
+        from rich.console import Console
+
+        console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
+        with console.status(f"loading {self.spec.model} …"):
+            return self.spec.load()
+
+
+def request(
+    *,
+    model: str,
+    mode: Mode | None,
+    layer: str,
+    head: str,
+    settings: ModelSettings,
+    text: str | None = None,
+    target: str | None = None,
+) -> Request:
+    """Check the model options together, and what can be checked without a model: the
+    text and target (unless read from stdin) and how the selection is written."""
+    given = settings.stack()
+    if model != BUILTIN and given:
+        raise UsageError(
+            "--num-layers, --num-heads, --d-model, --seed, --positions, --projections and "
+            "--keep-case configure the built-in stack; they do not apply to --model"
+        )
+    if text is not None and text != d.STDIO:
+        check_text(text, "text")
+    if target is not None:
+        check_text(target, "target")
+    check_syntax(layer, "layer")
+    check_syntax(head, "head")
+    try:
+        config = BuiltinConfig(**given) if given else None
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return Request(
+        spec=ExtractorSpec(model, config, settings.load_options() if model != BUILTIN else None),
+        mode=mode,
+        layers=layer,
+        heads=head,
+        special=settings.special,
+        words=settings.words,
+    )

@@ -1,0 +1,176 @@
+"""One door to models: :func:`load` gives an :class:`Extractor`, which holds one
+loaded model and turns texts into :class:`~attnviz.maps.AttentionMaps`.
+
+>>> import attnviz
+>>> extractor = attnviz.load()              # the built-in stack; or load("minilm")
+>>> maps = extractor.extract("Hello I love you", mode="masked", layers=0)
+>>> maps.weights.shape                       # (layers, heads, query tokens, key tokens)
+(1, 4, 4, 4)
+
+An extractor is described by an :class:`ExtractorSpec` (model name, built-in
+configuration, load options): small and picklable, so that a worker process
+can build its own extractor from it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.builtin.config import BuiltinConfig
+from attnviz.choices import Mode
+from attnviz.errors import UsageError
+from attnviz.pretrained.loading import LoadOptions
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
+
+BUILTIN = "builtin"
+
+Selection = str | int | Sequence[int] | None  # 2, "0,2", "0-2", [0, 2], "all" or None (all)
+Item = str | tuple[str, str | None]  # a text, or a (text, target) pair for cross mode
+
+
+@dataclass(frozen=True)
+class ExtractorSpec:
+    """What an extractor is built from."""
+
+    model: str = BUILTIN  # "builtin", an alias, a directory or a Hugging Face id
+    config: BuiltinConfig | None = None  # the built-in stack's size and seed
+    load_options: LoadOptions | None = None  # how a pretrained model may be loaded
+
+    def __post_init__(self) -> None:
+        if self.model != BUILTIN and self.config is not None:
+            raise UsageError("the built-in stack's settings do not apply to a pretrained model")
+
+    def load(self) -> Extractor:
+        """Build the extractor: the built-in stack, or the pretrained model loaded now."""
+        if self.model == BUILTIN:
+            from attnviz.builtin.extractor import BuiltinExtractor
+
+            return BuiltinExtractor(self.config or BuiltinConfig())
+        from attnviz.pretrained.extractor import PretrainedExtractor
+
+        return PretrainedExtractor.load(self.model, self.load_options or LoadOptions())
+
+
+class Extractor(ABC):
+    """One loaded model: any number of texts in, their attention maps out."""
+
+    spec: ExtractorSpec
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The model's name as the maps record it."""
+
+    def extract(
+        self,
+        text: str,
+        *,
+        mode: Mode | str | None = None,
+        target: str | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
+        special: bool = True,
+        words: bool = False,
+    ) -> AttentionMaps:
+        """The attention maps of ``text`` for the chosen layers and heads.
+
+        ``mode`` is ``"self"``, ``"masked"`` (causal) or ``"cross"``, by default
+        the model's own; in cross mode the tokens of ``target`` are the queries
+        (rows) and the tokens of ``text`` the keys (columns). ``layers`` and
+        ``heads`` take an index, a list, a range string such as ``"0-2"``,
+        ``"all"`` or ``None`` (all). Pretrained models only: ``special=False``
+        drops special tokens and renormalises rows; ``words=True`` merges
+        sub-word pieces into words.
+        """
+        (maps,) = self.extract_many(
+            [(text, target)], mode=mode, layers=layers, heads=heads, special=special, words=words
+        )
+        return maps
+
+    @abstractmethod
+    def extract_many(
+        self,
+        items: Iterable[Item],
+        *,
+        mode: Mode | str | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
+        special: bool = True,
+        words: bool = False,
+        batch_size: int = 16,
+    ) -> Iterator[AttentionMaps]:
+        """The maps of each item (a text, or a (text, target) pair), in order. Pretrained
+        models run ``batch_size`` items per padded forward pass; each result equals what
+        :meth:`extract` gives for that item alone. The request is checked before any work."""
+
+    @abstractmethod
+    def explain(
+        self,
+        text: str,
+        *,
+        mode: Mode | str | None = None,
+        target: str | None = None,
+        layer: int | str = 0,
+        head: int | str = 0,
+        query: int | None = None,
+    ) -> Any:
+        """One head's attention step by step: the built-in stack walks through every
+        matrix; a pretrained model explains one ``query`` row from its dot products."""
+
+
+def load(
+    model: str = BUILTIN,
+    *,
+    config: BuiltinConfig | None = None,
+    load_options: LoadOptions | None = None,
+) -> Extractor:
+    """Load a model once, to extract from as many texts as you like.
+
+    ``model`` is ``"builtin"`` (the seeded stack, sized by ``config``), an alias
+    such as ``"minilm"``, a directory saved with ``save_pretrained`` or a
+    Hugging Face id from the local cache (``load_options`` may allow a download,
+    pickle weights or remote code).
+    """
+    return ExtractorSpec(model, config, load_options).load()
+
+
+def extract(
+    text: str,
+    *,
+    model: str = BUILTIN,
+    config: BuiltinConfig | None = None,
+    load_options: LoadOptions | None = None,
+    **request: Any,
+) -> AttentionMaps:
+    """``load(model, ...).extract(text, ...)``: for one text. To read many, load once."""
+    return load(model, config=config, load_options=load_options).extract(text, **request)
+
+
+def parse_mode(mode: Mode | str | None) -> Mode | None:
+    if mode is None:
+        return None
+    try:
+        return Mode(mode)
+    except ValueError:
+        names = ", ".join(member.value for member in Mode)
+        raise UsageError(f"unknown mode {mode!r}: choose one of {names}") from None
+
+
+def check_text(text: str, what: str = "text") -> None:
+    """An empty or blank text is a usage error, checked before any model runs."""
+    if not text or not text.strip():
+        raise UsageError(f"the {what} is empty: give some words to look at")
+
+
+def as_pair(item: Item) -> tuple[str, str | None]:
+    """(text, target) of an item, the target checked like the text."""
+    text, target = (item, None) if isinstance(item, str) else item
+    check_text(text, "text")
+    if target is not None:
+        check_text(target, "target")
+    return text, target

