@@ -66,8 +66,8 @@ def stdout_console(colour: ColourChoice, width: int | None) -> Console:
         ColourChoice.ALWAYS: _forced_colour_system(),
         ColourChoice.NEVER: None,
     }
-    terminal = {
-        ColourChoice.AUTO: environment().stdout_is_terminal,
+    terminal = {  # None: rich decides (a pipe gets no colour unless FORCE_COLOR is set)
+        ColourChoice.AUTO: True if environment().stdout_is_terminal else None,
         ColourChoice.ALWAYS: True,
         ColourChoice.NEVER: None,
     }
