@@ -5,19 +5,6 @@ import os
 import sys
 
 from attnviz.cli.app import app
-from attnviz.cli.batch import batch
-from attnviz.cli.diff import diff
-from attnviz.cli.explain import explain
-from attnviz.cli.explore import explore
-from attnviz.cli.export import export
-from attnviz.cli.heads import heads
-from attnviz.cli.models import models
-from attnviz.cli.render import render
-from attnviz.cli.show import show
-from attnviz.cli.top import top
-
-for command in (show, export, batch, render, explore, heads, top, diff, explain, models):
-    app.command()(command)
 
 
 def _exit_status(code: object) -> int:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -42,13 +44,77 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+@dataclass(frozen=True)
+class CommandEntry:
+    module: str  # where the command's function (named like the command) lives
+    summary: str  # the line `attnviz --help` shows for it
+
+
+# Every command, in the order `attnviz --help` lists them. A command's module is
+# imported only when the command runs (or its own help is asked for), so that
+# `attnviz --help` imports none of them.
+COMMANDS = {
+    "show": CommandEntry(
+        "attnviz.cli.show", "A heatmap per head in the terminal, or the maps as data."
+    ),
+    "export": CommandEntry("attnviz.cli.export", "Save maps as a PNG, SVG or PDF picture."),
+    "batch": CommandEntry(
+        "attnviz.cli.batch", "Pictures and data for every input of a file, with a manifest."
+    ),
+    "render": CommandEntry(
+        "attnviz.cli.render", "Draw saved maps, in the terminal or as a picture."
+    ),
+    "explore": CommandEntry(
+        "attnviz.cli.explore", "Step through layers, heads and tokens in a full-screen app."
+    ),
+    "heads": CommandEntry(
+        "attnviz.cli.heads", "Statistics per head: entropy, distance, sink, previous, self."
+    ),
+    "top": CommandEntry(
+        "attnviz.cli.top", "For each query token, the key tokens it attends to most."
+    ),
+    "diff": CommandEntry(
+        "attnviz.cli.diff", "How differently two models (or two saved runs) attend."
+    ),
+    "explain": CommandEntry(
+        "attnviz.cli.explain", "One head's attention, step by step, with the real numbers."
+    ),
+    "models": CommandEntry(
+        "attnviz.cli.models", "The model aliases and the models usable offline now."
+    ),
+}
+
+
 class AttnvizGroup(TyperGroup):
-    """Maps every exception to a message and an exit code; ``--debug`` shows the traceback."""
+    """Finds commands in COMMANDS, loading each only when it runs; maps every exception
+    to a message and an exit code; ``--debug`` shows the traceback."""
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: typer.Context, name: str) -> Any:
+        entry = COMMANDS.get(name)
+        if entry is None:
+            return None
+        from typer.main import get_command_from_info
+        from typer.models import CommandInfo
+
+        function = getattr(importlib.import_module(entry.module), name)
+        return get_command_from_info(
+            CommandInfo(name=name, callback=function, short_help=entry.summary),
+            pretty_exceptions_short=True,
+            rich_markup_mode=None,
+        )
+
+    def format_commands(self, ctx: typer.Context, formatter: Any) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, entry.summary) for name, entry in COMMANDS.items()])
 
     def invoke(self, ctx: typer.Context) -> Any:
-        warnings.showwarning = _show_warning
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():  # puts Python's own warning printer back after
+                warnings.showwarning = _show_warning
+                return super().invoke(ctx)
         except (typer.TyperException, typer.Exit, typer.Abort):
             raise
         except BaseException as error:
@@ -88,6 +154,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: typer's rich help imports rich.markdown and markdown-it, which would
+    # double the time `attnviz --help` takes.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -14,16 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import Mode, Projections
 from attnviz.cli import declarations as d
-from attnviz.errors import UsageError
-from attnviz.extractor import BUILTIN, ExtractorSpec, check_text
-from attnviz.pretrained.loading import LoadOptions
-from attnviz.selection import check_syntax
 
-if TYPE_CHECKING:
-    from attnviz.extractor import Extractor
+if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
+    from attnviz.extractor import Extractor, ExtractorSpec
+    from attnviz.pretrained.loading import LoadOptions
 
 
 @dataclass(frozen=True)
@@ -55,6 +51,8 @@ class ModelSettings:
         return replace(self, **dict.fromkeys(self.stack(), None), keep_case=False)
 
     def load_options(self) -> LoadOptions:
+        from attnviz.pretrained.loading import LoadOptions
+
         return LoadOptions(
             download=self.download,
             trust_remote_code=self.trust_remote_code,
@@ -129,7 +127,7 @@ class Request:
         """Load the model now, before any output starts; under a spinner on a terminal."""
         from attnviz.cli.output import environment
 
-        if self.spec.model == BUILTIN or not environment().stderr_is_terminal:
+        if self.spec.model == d.BUILTIN or not environment().stderr_is_terminal:
             return self.spec.load()
         from rich.console import Console
 
@@ -150,8 +148,13 @@ def request(
 ) -> Request:
     """Check the model options together, and what can be checked without a model: the
     text and target (unless read from stdin) and how the selection is written."""
+    from attnviz.builtin.config import BuiltinConfig
+    from attnviz.errors import UsageError
+    from attnviz.extractor import ExtractorSpec, check_text
+    from attnviz.selection import check_syntax
+
     given = settings.stack()
-    if model != BUILTIN and given:
+    if model != d.BUILTIN and given:
         raise UsageError(
             "--num-layers, --num-heads, --d-model, --seed, --positions, --projections and "
             "--keep-case configure the built-in stack; they do not apply to --model"
@@ -167,7 +170,7 @@ def request(
     except ValueError as error:
         raise UsageError(str(error)) from None
     return Request(
-        spec=ExtractorSpec(model, config, settings.load_options() if model != BUILTIN else None),
+        spec=ExtractorSpec(model, config, settings.load_options() if model != d.BUILTIN else None),
         mode=mode,
         layers=layer,
         heads=head,
