@@ -9,6 +9,22 @@ from typer.testing import CliRunner
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
+@pytest.fixture(autouse=True)
+def offline_hub(tmp_path_factory, monkeypatch):
+    """No test reads the user's Hugging Face cache or reaches the Hub."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path_factory.getbasetemp() / "hf-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """Tiny random models of five families, saved once per session."""
+    from tests import tiny_models
+
+    root = tmp_path_factory.mktemp("models")
+    return {name: str(build(root / name)) for name, build in tiny_models.BUILDERS.items()}
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     # No terminal, no inherited colour settings: the output depends on the flags alone.

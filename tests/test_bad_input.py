@@ -1,5 +1,6 @@
-"""The bad-input suite, through the real `attnviz` process: one clear line on stderr, the
-documented exit code, no traceback, and nothing half-written."""
+"""The bad-input suite: one clear line on stderr, the documented exit code, no traceback,
+and nothing half-written. Usage errors run in-process (they import no model); what is
+about processes, files and streams runs through the real `attnviz` process."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from attnviz.cli import app
 from tests import tiny_models
 
 ATTNVIZ = [sys.executable, "-m", "attnviz"]
@@ -52,8 +54,14 @@ def one_error_line(result, code: int, message: str) -> None:
         (["explain", "a b", "--layer", "0-1"], None, 2, "explain walks through one layer"),
     ],
 )
-def test_bad_requests(tmp_path, arguments, stdin, code, message):
-    one_error_line(run(arguments, stdin, cwd=tmp_path), code, message)
+def test_bad_requests(runner, tmp_path, monkeypatch, arguments, stdin, code, message):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, arguments, input=stdin)
+    assert result.exit_code == code, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("attnviz: error: ")
+    assert message in result.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def test_nul_bytes_and_escapes_are_data(tmp_path):

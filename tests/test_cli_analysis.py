@@ -6,9 +6,12 @@ import csv
 import io
 import json
 
+import pytest
+
 from attnviz.cli import app
 
 
+@pytest.mark.minilm
 def test_heads_of_minilm_has_72_rows_sorted(runner):
     result = runner.invoke(
         app, ["heads", "--model", "minilm", "The man walked the dog", "--sort", "entropy",

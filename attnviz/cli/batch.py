@@ -12,10 +12,12 @@ import typer
 
 from attnviz.choices import BatchFormat, View
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 @model_settings
+@with_environment
 def batch(
     source: Annotated[
         str,
@@ -68,6 +70,7 @@ def batch(
     values: d.PictureValuesOption = False,
     vmax: d.VmaxOption = 1.0,
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
+    environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Write pictures and data for every input, and a manifest of what was written.
@@ -107,7 +110,7 @@ def batch(
         manifest.touch()
     except OSError as error:
         raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
-    extractor = asked.open()
+    extractor = asked.open(environment)
 
     def extract(chunk: list) -> list:
         pairs = [(item.text, item.target) for item in chunk]
@@ -124,7 +127,7 @@ def batch(
         dtype=dtype,
     )
     try:
-        with ProgressReport(quiet) as report:
+        with ProgressReport(quiet, environment) as report:
             records = run_batch(
                 inputs,
                 extract,
@@ -160,8 +163,9 @@ def _summary(inputs: list, records: list, output: Path, elapsed: float) -> None:
 class ProgressReport:
     """A rich progress bar when stderr is a terminal, a line every few seconds when not."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, environment: Environment) -> None:
         self.quiet = quiet
+        self.environment = environment
         self.bar = None
         self.task = None
         self.last = 0.0
@@ -169,9 +173,7 @@ class ProgressReport:
     def __enter__(self) -> Callable[[int, int], None]:
         from rich.console import Console
 
-        from attnviz.cli.output import environment
-
-        if not self.quiet and environment().stderr_is_terminal:
+        if not self.quiet and self.environment.stderr_is_terminal:
             console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
             from rich.progress import (
                 BarColumn,

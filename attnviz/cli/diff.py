@@ -7,10 +7,12 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 @model_settings
+@with_environment
 def diff(
     sources: Annotated[
         list[str],
@@ -39,6 +41,7 @@ def diff(
         d.ReportFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table or json."),
     ] = d.ReportFormat.TABLE,
+    environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Per-head Jensen-Shannon divergence between two models on one input, largest first.
@@ -66,7 +69,7 @@ def diff(
             request(model=model, **selection, settings=settings, text=sources[0]),
             request(model=against, **selection, settings=settings.without_stack()),
         ]
-        extractors = [side.open() for side in sides]
+        extractors = [side.open(environment) for side in sides]
         text = out.only_one(read_texts(sources[0]))
         first, second = (
             extractor.extract(text, target=target, **side.options)
@@ -95,7 +98,7 @@ def diff(
             head_cell = "all" if row.head is None else str(row.head)
             divergence = f"{row.divergence:.4f}"
             table.add_row(layer_cell, head_cell, divergence, display_label(row.worst_query))
-        out.stdout_console(d.ColourChoice.AUTO, None).print(table)
+        out.stdout_console(d.ColourChoice.AUTO, None, environment).print(table)
     if fail_above is not None and rows and rows[0].divergence > fail_above:
         worst = rows[0]
         raise AttnvizError(

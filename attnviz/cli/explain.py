@@ -7,10 +7,12 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 @model_settings
+@with_environment
 def explain(
     text: d.TextArgument,
     mode: d.ModeOption = None,
@@ -37,6 +39,7 @@ def explain(
         ),
     ] = None,
     width: d.WidthOption = None,
+    environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Walk through one head's attention on your sentence, with the real numbers.
@@ -60,7 +63,7 @@ def explain(
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
-    extractor = asked.open()
+    extractor = asked.open(environment)
     from attnviz.io import dump_json, read_texts
 
     explanation = extractor.explain(
@@ -74,7 +77,7 @@ def explain(
         return
     from attnviz.render.explain import render, render_query
 
-    console = out.stdout_console(d.ColourChoice.AUTO, width)
+    console = out.stdout_console(d.ColourChoice.AUTO, width, environment)
     if model == BUILTIN:
         console.print(render(explanation, console.width))
     else:

@@ -8,10 +8,12 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 @model_settings
+@with_environment
 def explore(
     text: d.TextArgument,
     mode: d.ModeOption = None,
@@ -20,6 +22,7 @@ def explore(
     export_folder: Annotated[
         Path, typer.Option("--export-dir", help="Where `e` saves PNG pictures.")
     ] = Path("."),
+    environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Explore the attention of every layer and head with the keyboard.
@@ -33,12 +36,12 @@ def explore(
     from attnviz.errors import UsageError
     from attnviz.io import read_texts
 
-    if not out.environment().stdout_is_terminal:
+    if not environment.stdout_is_terminal:
         raise UsageError("explore is a full-screen app: run it in a terminal (show writes data)")
     asked = request(
         model=model, mode=mode, layer="all", head="all", settings=settings, text=text, target=target
     )
-    extractor = asked.open()
+    extractor = asked.open(environment)
 
     def compute(sentence: str):
         return extractor.extract(sentence, target=target, **asked.options)

@@ -8,10 +8,12 @@ import typer
 
 from attnviz.choices import View
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 @model_settings
+@with_environment
 def export(
     text: d.TextArgument,
     output: Annotated[
@@ -33,6 +35,7 @@ def export(
     dpi: d.DpiOption = 100,
     values: d.PictureValuesOption = False,
     vmax: d.VmaxOption = 1.0,
+    environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output.
@@ -50,7 +53,7 @@ def export(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
     check_colormap(cmap)
-    extractor = asked.open()
+    extractor = asked.open(environment)
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.io import read_texts
 

@@ -8,10 +8,12 @@ import typer
 
 from attnviz.choices import HeadColumn
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 @model_settings
+@with_environment
 def heads(
     text: d.TextArgument,
     mode: d.ModeOption = None,
@@ -35,6 +37,7 @@ def heads(
         d.TableFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table, json or csv."),
     ] = d.TableFormat.TABLE,
+    environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Statistics per head: what kind of head is this?
@@ -54,7 +57,7 @@ def heads(
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
-    extractor = asked.open()
+    extractor = asked.open(environment)
     maps = extractor.extract(out.only_one(read_texts(text)), target=target, **asked.options)
     rows = sort_rows(head_statistics(maps), sort, reverse)[:top]
     if output_format is d.TableFormat.JSON:
@@ -85,4 +88,4 @@ def heads(
         numbers = (row.entropy, row.distance, row.sink, row.previous, row.self)
         cells = ["–" if value is None else f"{value:.3f}" for value in numbers]
         table.add_row(str(row.layer), str(row.head), *cells, display_label(row.top_key))
-    out.stdout_console(d.ColourChoice.AUTO, None).print(table)
+    out.stdout_console(d.ColourChoice.AUTO, None, environment).print(table)

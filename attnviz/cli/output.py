@@ -3,12 +3,15 @@ on, and the helpers that write one picture or one document."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+import typer
 from rich.console import Console
 
 from attnviz.cli.declarations import ColourChoice
@@ -39,18 +42,32 @@ class Environment:
         )
 
 
+# What a command function called directly, not through the command line, writes as.
+NO_TERMINAL = Environment(stdout_is_terminal=False, stderr_is_terminal=False)
+
+
 def _is_terminal(stream: object) -> bool:
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
 
 
-def environment() -> Environment:
-    """The environment of the command running now."""
-    import click
+def with_environment(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the environment it runs in as an ``environment`` argument: the one
+    passed to the root command as its ``obj``, else the real process's."""
+    own = inspect.signature(command, eval_str=True)
+    context = inspect.Parameter(
+        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+    )
+    parameters = [context, *(p for p in own.parameters.values() if p.name != "environment")]
 
-    context = click.get_current_context(silent=True)
-    given = context.find_root().obj if context is not None else None
-    return given if isinstance(given, Environment) else Environment.of_process()
+    @functools.wraps(command)
+    def with_it(ctx: typer.Context, **arguments: object) -> None:
+        given = ctx.find_root().obj
+        command(**arguments, environment=given or Environment.of_process())
+
+    with_it.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+    with_it.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_it
 
 
 def _forced_colour_system() -> str:
@@ -59,7 +76,7 @@ def _forced_colour_system() -> str:
     return "truecolor" if truecolor else "256"
 
 
-def stdout_console(colour: ColourChoice, width: int | None) -> Console:
+def stdout_console(colour: ColourChoice, width: int | None, environment: Environment) -> Console:
     """The console pictures are drawn on: text is never read as markup or emoji codes."""
     systems = {
         ColourChoice.AUTO: "auto",
@@ -67,7 +84,7 @@ def stdout_console(colour: ColourChoice, width: int | None) -> Console:
         ColourChoice.NEVER: None,
     }
     terminal = {  # None: rich decides (a pipe gets no colour unless FORCE_COLOR is set)
-        ColourChoice.AUTO: True if environment().stdout_is_terminal else None,
+        ColourChoice.AUTO: True if environment.stdout_is_terminal else None,
         ColourChoice.ALWAYS: True,
         ColourChoice.NEVER: None,
     }
@@ -126,12 +143,17 @@ def uses_colour(console: Console) -> bool:
 
 
 def draw(
-    stream: Iterable[AttentionMaps], *, colour: ColourChoice, width: int | None, values: bool
+    stream: Iterable[AttentionMaps],
+    *,
+    colour: ColourChoice,
+    width: int | None,
+    values: bool,
+    environment: Environment,
 ) -> None:
     """Each input's maps as terminal pictures, one after another, as they come."""
     from attnviz.render.terminal import render
 
-    console = stdout_console(colour, width)
+    console = stdout_console(colour, width, environment)
     for number, maps in enumerate(stream):
         if number:
             console.print()

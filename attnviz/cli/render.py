@@ -8,8 +8,10 @@ import typer
 
 from attnviz.choices import View
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 
 
+@with_environment
 def render(
     source: d.SavedArgument,
     output: Annotated[
@@ -28,6 +30,7 @@ def render(
     vmax: d.VmaxOption = 1.0,
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
+    environment: Environment = NO_TERMINAL,
 ) -> None:
     """Draw saved maps (json, ndjson or npz; - for stdin) in the terminal or as a picture.
 
@@ -41,7 +44,7 @@ def render(
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
     if output is None:
-        out.draw(stream, colour=colour, width=width, values=values)
+        out.draw(stream, colour=colour, width=width, values=values, environment=environment)
         return
     from attnviz.render.image import Style, check_colormap, picture_format
 

@@ -18,6 +18,7 @@ from attnviz.choices import Mode, Projections
 from attnviz.cli import declarations as d
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
+    from attnviz.cli.output import Environment
     from attnviz.extractor import Extractor, ExtractorSpec
     from attnviz.pretrained.loading import LoadOptions
 
@@ -123,11 +124,9 @@ class Request:
             "words": self.words,
         }
 
-    def open(self) -> Extractor:
+    def open(self, environment: Environment) -> Extractor:
         """Load the model now, before any output starts; under a spinner on a terminal."""
-        from attnviz.cli.output import environment
-
-        if self.spec.model == d.BUILTIN or not environment().stderr_is_terminal:
+        if self.spec.model == d.BUILTIN or not environment.stderr_is_terminal:
             return self.spec.load()
         from rich.console import Console
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
@@ -21,6 +22,7 @@ class ShowFormat(StrEnum):
 
 
 @model_settings
+@with_environment
 def show(
     text: d.TextArgument,
     mode: d.ModeOption = None,
@@ -54,6 +56,7 @@ def show(
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
+    environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
@@ -70,14 +73,14 @@ def show(
     from attnviz.errors import UsageError
 
     if output_format is ShowFormat.AUTO:
-        terminal = out.environment().stdout_is_terminal
+        terminal = environment.stdout_is_terminal
         output_format = ShowFormat.TERMINAL if terminal else ShowFormat.NDJSON
     if output_format is ShowFormat.TERMINAL and output != d.STDIO:
         raise UsageError("--output goes with a data --format; the terminal picture goes to stdout")
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
-    extractor = asked.open()
+    extractor = asked.open(environment)
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.io import read_texts, write_maps
 
@@ -88,4 +91,4 @@ def show(
         stream = (maps.astype(dtype) for maps in stream)
         write_maps(stream, DataFormat(output_format.value), output)
         return
-    out.draw(stream, colour=colour, width=width, values=values)
+    out.draw(stream, colour=colour, width=width, values=values, environment=environment)

@@ -7,10 +7,12 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 @model_settings
+@with_environment
 def top(
     text: d.TextArgument,
     mode: d.ModeOption = None,
@@ -24,6 +26,7 @@ def top(
         d.ReportFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table (lines) or json."),
     ] = d.ReportFormat.TABLE,
+    environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """For each query token, its k most attended key tokens: one line per token.
@@ -42,7 +45,7 @@ def top(
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
-    extractor = asked.open()
+    extractor = asked.open(environment)
     maps = extractor.extract(out.only_one(read_texts(text)), target=target, **asked.options)
     if aggregate is not None:
         maps = combine(maps, aggregate)

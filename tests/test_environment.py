@@ -1,0 +1,53 @@
+"""The terminal-only branches, reached in-process by handing a command its environment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnviz.cli import app
+from attnviz.cli.output import Environment
+
+TERMINAL = Environment(stdout_is_terminal=True, stderr_is_terminal=True)
+PIPES = Environment(stdout_is_terminal=False, stderr_is_terminal=False)
+
+
+def test_show_draws_for_a_terminal_and_writes_ndjson_to_a_pipe(runner):
+    drawn = runner.invoke(app, ["show", "a b", "-l", "0", "--width", "80"], obj=TERMINAL)
+    assert drawn.exit_code == 0, drawn.stderr
+    assert "layer 0 · head 0" in drawn.stdout and "\x1b[" in drawn.stdout  # coloured cells
+    piped = runner.invoke(app, ["show", "a b", "-l", "0"], obj=PIPES)
+    assert piped.exit_code == 0, piped.stderr
+    assert json.loads(piped.stdout)["key_tokens"] == ["a", "b"]
+
+
+def test_explore_needs_a_terminal(runner):
+    result = runner.invoke(app, ["explore", "a b"], obj=PIPES)
+    assert result.exit_code == 2
+    assert "explore is a full-screen app: run it in a terminal" in result.stderr
+
+
+@pytest.mark.parametrize(("environment", "bar"), [(TERMINAL, True), (PIPES, False)])
+def test_batch_progress_is_a_bar_on_a_terminal_and_lines_otherwise(
+    runner, tmp_path, environment, bar
+):
+    source = tmp_path / "in.txt"
+    source.write_text("a b\nc d\n")
+    result = runner.invoke(
+        app, ["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"], obj=environment
+    )
+    assert result.exit_code == 0, result.stderr
+    assert ("\x1b[" in result.stderr) == bar  # the bar is drawn with escape codes
+    assert ("attnviz: 2/2 inputs" in result.stderr) != bar
+    assert "2 inputs: 2 written" in result.stderr  # the summary, either way
+
+
+def test_loading_a_model_shows_a_spinner_on_a_terminal_only(runner, tiny):
+    arguments = ["show", "hi", "--model", tiny["bert"], "-f", "json"]
+    spun = runner.invoke(app, arguments, obj=TERMINAL)
+    assert spun.exit_code == 0, spun.stderr
+    assert "loading" in spun.stderr
+    quiet = runner.invoke(app, arguments, obj=PIPES)
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    assert json.loads(spun.stdout)["weights"] == json.loads(quiet.stdout)["weights"]

@@ -1,0 +1,107 @@
+"""One door to models: attnviz.load() gives an Extractor that loads once and extracts many."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.builtin import BuiltinConfig
+from attnviz.errors import UsageError
+from attnviz.extractor import ExtractorSpec
+
+TEXTS = ["Hello I love you", "The man walked the dog", "a b"]
+
+
+def test_the_builtin_stack_is_built_once_for_many_texts(monkeypatch):
+    from attnviz.builtin import model
+
+    built = []
+    original = model.BuiltinTransformer.__init__
+
+    def counting(self, config):
+        built.append(config)
+        original(self, config)
+
+    monkeypatch.setattr(model.BuiltinTransformer, "__init__", counting)
+    extractor = attnviz.load(config=BuiltinConfig(seed=3))
+    maps = [extractor.extract(text) for text in TEXTS]
+    maps += list(extractor.extract_many(TEXTS, mode="masked"))
+    assert len(built) == 1 and len(maps) == 6
+    assert maps[0].model == "builtin:layers=2,heads=4,d_model=64,seed=3"
+
+
+def test_extract_many_equals_extract_one_by_one_for_the_builtin_stack():
+    extractor = attnviz.load()
+    items = [("a b c", "x y"), ("the cat sat", "le chat")]
+    together = list(extractor.extract_many(items, mode="cross", layers=1, heads="0,2"))
+    for (text, target), maps in zip(items, together, strict=True):
+        alone = attnviz.extract(text, mode="cross", target=target, layers=1, heads="0,2")
+        np.testing.assert_array_equal(maps.weights, alone.weights)
+        assert maps.query_tokens == alone.query_tokens and maps.target == target
+
+
+def test_extract_many_batches_a_pretrained_model_and_equals_extract(tiny):
+    extractor = attnviz.load(tiny["bert"])
+    together = list(extractor.extract_many(TEXTS, layers="0-1", batch_size=2))
+    assert [maps.text for maps in together] == TEXTS
+    for text, maps in zip(TEXTS, together, strict=True):
+        alone = extractor.extract(text, layers="0-1")
+        np.testing.assert_allclose(maps.weights, alone.weights, atol=1e-6, rtol=0)
+        assert maps.query_special == alone.query_special
+
+
+def test_a_bad_request_is_refused_before_any_work():
+    extractor = attnviz.load()
+    with pytest.raises(UsageError, match="unknown mode 'sideways'"):
+        extractor.extract_many(TEXTS, mode="sideways")
+    with pytest.raises(UsageError, match="layer 9 is out of range"):
+        extractor.extract_many(TEXTS, layers=9)
+    with pytest.raises(UsageError, match="exist only in pretrained models"):
+        extractor.extract("a b", words=True)
+    with pytest.raises(UsageError, match="the target is empty"):
+        extractor.extract("a b", mode="cross", target=" ")
+    assert extractor._stack is None  # nothing was built for a request that was wrong
+
+
+def test_special_tokens_are_marked_where_the_tokenizer_knows_them(tiny):
+    maps = attnviz.load(tiny["bert"]).extract("Hello I love you")
+    assert maps.query_special[0] and maps.query_special[-1]
+    assert not any(maps.query_special[1:-1])
+    assert attnviz.extract("[CLS] hello").query_special is None  # the built-in stack has none
+
+
+def test_a_spec_is_small_picklable_and_rebuilds_the_same_extractor():
+    spec = attnviz.load(config=BuiltinConfig(num_heads=2, d_model=8, seed=7)).spec
+    again = pickle.loads(pickle.dumps(spec))
+    assert again == spec and len(pickle.dumps(spec)) < 1000
+    np.testing.assert_array_equal(
+        again.load().extract("a b c").weights, spec.load().extract("a b c").weights
+    )
+
+
+def _extract_in_worker(spec: ExtractorSpec) -> np.ndarray:
+    return spec.load().extract("Hello I love you", layers=0).weights
+
+
+def test_a_worker_process_builds_its_own_extractor_from_the_spec(tiny):
+    specs = [attnviz.load(config=BuiltinConfig(seed=5)).spec, ExtractorSpec(tiny["gpt2"])]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        results = pool.map(_extract_in_worker, specs)
+    for spec, weights in zip(specs, results, strict=True):
+        np.testing.assert_allclose(weights, _extract_in_worker(spec), atol=1e-6, rtol=0)
+
+
+def test_load_refuses_a_config_for_a_pretrained_model(tiny):
+    with pytest.raises(UsageError, match="do not apply to a pretrained model"):
+        attnviz.load(tiny["bert"], config=BuiltinConfig())
+
+
+def test_attnviz_extract_is_load_then_extract():
+    np.testing.assert_array_equal(
+        attnviz.extract("a b c", mode="masked", layers=1).weights,
+        attnviz.load().extract("a b c", mode="masked", layers=1).weights,
+    )
