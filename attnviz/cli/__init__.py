@@ -25,10 +25,13 @@ def main() -> None:
         status = _exit_status(exit_request.code)
     # Tearing down an interpreter that imported torch takes ~0.2 s, longer than
     # a small `show` runs. Every output is complete and flushed by now, and
-    # attnviz registers no exit handlers, so the process ends here.
+    # attnviz registers no exit handlers, so the process ends here; unless a
+    # measuring tool that reports at exit (coverage) runs inside it.
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # the reader is gone (| head)
             stream.flush()
+    if "coverage" in sys.modules:
+        sys.exit(status)
     os._exit(status)
 
 
