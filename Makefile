@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/attnviz show "Hello I love you" --format terminal  # the picture, even when piped
 
+# Line coverage, the lines run by the tests' own `attnviz` processes included.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --cov --cov-report=term --cov-fail-under=90
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -29,9 +30,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/suite.py
 	$(BIN)/python benchmarks/pretrained.py
 	$(BIN)/python benchmarks/batch.py
 	$(BIN)/python benchmarks/memory.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .coverage .coverage.*

@@ -18,10 +18,23 @@ from tests import tiny_models
 ATTNVIZ = [sys.executable, "-m", "attnviz"]
 
 
+def invoke(runner, arguments, stdin: bytes | None = None):
+    return runner.invoke(app, arguments, input=stdin)
+
+
 def run(arguments, stdin: bytes | None = None, cwd: Path | None = None):
     return subprocess.run(
         [*ATTNVIZ, *arguments], input=stdin, capture_output=True, timeout=300, cwd=cwd
     )
+
+
+def failed_in_process(result, code: int, message: str) -> None:
+    """A CliRunner result: the code, one error line on stderr, nothing on stdout."""
+    assert result.exit_code == code, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnviz: error: "), result.stderr
+    assert message in lines[0]
 
 
 def one_error_line(result, code: int, message: str) -> None:
@@ -85,55 +98,68 @@ def test_a_hundred_thousand_characters(tmp_path):
     assert (tmp_path / "maps.npz").stat().st_size > 0
 
 
-def test_paths_that_cannot_be_used(tmp_path):
+def test_paths_that_cannot_be_used(runner, tmp_path):
     unreadable = tmp_path / "secret.json"
     unreadable.write_text("{}")
     unreadable.chmod(0)
     if os.access(unreadable, os.R_OK):  # root reads anything: try a directory instead
-        one_error_line(run(["render", str(tmp_path)]), 2, "is a directory")
+        failed_in_process(invoke(runner, ["render", str(tmp_path)]), 2, "is a directory")
     else:
-        one_error_line(run(["render", str(unreadable)]), 1, "cannot read")
-    one_error_line(run(["show", "hi", "-f", "json", "-o", str(tmp_path)]), 2, "it is a directory")
-    one_error_line(
-        run(["show", "hi", "-f", "json", "-o", str(tmp_path / "no" / "x.json")]),
+        failed_in_process(invoke(runner, ["render", str(unreadable)]), 1, "cannot read")
+    failed_in_process(
+        invoke(runner, ["show", "hi", "-f", "json", "-o", str(tmp_path)]), 2, "it is a directory"
+    )
+    failed_in_process(
+        invoke(runner, ["show", "hi", "-f", "json", "-o", str(tmp_path / "no" / "x.json")]),
         1,
         "does not exist",
     )
-    one_error_line(run(["export", "hi", "-o", str(tmp_path / "x.gif")]), 2, "name it .png")
+    failed_in_process(
+        invoke(runner, ["export", "hi", "-o", str(tmp_path / "x.gif")]), 2, "name it .png"
+    )
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
 
 
-def test_a_folder_that_cannot_be_written(tmp_path):
+def test_a_folder_that_cannot_be_written(runner, tmp_path):
     folder = tmp_path / "locked"
     folder.mkdir()
     folder.chmod(0o500)
     if os.access(folder, os.W_OK):  # root writes anywhere a mode allows: use /proc instead
         folder = Path("/proc")
     try:
-        one_error_line(
-            run(["show", "hi", "-f", "json", "-o", str(folder / "x.json")]), 1, "cannot write"
+        failed_in_process(
+            invoke(runner, ["show", "hi", "-f", "json", "-o", str(folder / "x.json")]),
+            1,
+            "cannot write",
         )
-        one_error_line(run(["batch", "-", "-o", str(folder / "out")], b"hi\n"), 1, "cannot")
+        failed_in_process(
+            invoke(runner, ["batch", "-", "-o", str(folder / "out")], b"hi\n"), 1, "cannot"
+        )
     finally:
         (tmp_path / "locked").chmod(0o700)
 
 
-def test_a_model_folder_with_truncated_weights(tmp_path):
+def test_a_model_folder_with_truncated_weights(runner, tmp_path):
     model = tiny_models.bert(tmp_path / "bert")
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    one_error_line(run(["show", "hi", "--model", str(model)]), 1, "cannot load the weights of")
+    failed_in_process(
+        invoke(runner, ["show", "hi", "--model", str(model)]), 1, "cannot load the weights of"
+    )
 
 
-def test_a_model_folder_that_is_not_a_model(tmp_path):
-    one_error_line(run(["show", "hi", "--model", str(tmp_path)]), 1, "is not a transformers model")
+def test_a_model_folder_that_is_not_a_model(runner, tmp_path):
+    failed_in_process(
+        invoke(runner, ["show", "hi", "--model", str(tmp_path)]), 1, "is not a transformers model"
+    )
 
 
-def test_a_batch_with_bad_lines_records_them(tmp_path):
+def test_a_batch_with_bad_lines_records_them(runner, tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_bytes(b'{"text": "fine"}\n"just a string"\n{"text": 5}\n\xff\n')
-    result = run(["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"])
-    one_error_line(result, 3, "3 of 4 inputs failed")
+    result = invoke(runner, ["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"])
+    assert result.exit_code == 3
+    assert "attnviz: error: 3 of 4 inputs failed" in result.stderr
     manifest = (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()
     assert len(manifest) == 4
 
@@ -156,10 +182,10 @@ def test_debug_shows_the_traceback(tmp_path):
     assert b"Traceback" in result.stderr
 
 
-def test_copying_a_model_needs_a_tokenizer(tmp_path):
+def test_copying_a_model_needs_a_tokenizer(runner, tmp_path):
     model = tiny_models.gpt2(tmp_path / "gpt2")
     bare = tmp_path / "bare"
     shutil.copytree(model, bare)
     (bare / "tokenizer.json").unlink()
     (bare / "tokenizer_config.json").unlink()
-    one_error_line(run(["show", "hi", "--model", str(bare)]), 1, "has no tokenizer")
+    failed_in_process(invoke(runner, ["show", "hi", "--model", str(bare)]), 1, "has no tokenizer")

@@ -159,23 +159,28 @@ def _max_length(config: Any, tokenizer: Any) -> int:
 def load_model(name: str, options: LoadOptions | None = None) -> PretrainedModel:
     """Load a model by alias, local directory or Hugging Face id. Each call loads anew."""
     options = options or LoadOptions()
+    source = _source(name, options)  # checked before transformers is imported
     with quiet(options.verbose):
-        return _load(name, options)
+        return _load(name, source, options)
 
 
-def _load(name: str, options: LoadOptions) -> PretrainedModel:
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
+def _source(name: str, options: LoadOptions) -> Path | str:
+    """The folder a model loads from (checked), or the Hub id to look up in the cache."""
     if name in ALIASES:
         source = alias_path(ALIASES[name])
-        _check_directory(source, options.allow_pickle)
     elif Path(name).expanduser().is_dir():
         source = Path(name).expanduser()
-        _check_directory(source, options.allow_pickle)
     elif name.startswith((".", "/", "~")) or name.count("/") > 1:  # a path, not an org/name id
         raise AttnvizError(f"no such model directory: {name}")
     else:
-        source = name
+        return name
+    _check_directory(source, options.allow_pickle)
+    return source
+
+
+def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedModel:
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
     offline = not options.download or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
     common = {"trust_remote_code": options.trust_remote_code, "local_files_only": offline}
     try:
