@@ -310,7 +310,7 @@ class HeadCanvas:
         self._set_cells(matrix, title)
         pixels = np.asarray(self.canvas.buffer_rgba())
         shades = np.clip(np.rint(matrix * (255 / self.style.vmax)), 0, 255).astype(np.intp)
-        cells = self.lookup[shades]  # (Tq, Tk, 4)
+        cells = self.lookup[shades]  # (T, S, 4)
         block = np.repeat(np.repeat(cells, np.diff(self.y), axis=0), np.diff(self.x), axis=1)
         pixels[self.y[0] : self.y[-1], self.x[0] : self.x[-1]] = block
         with _drawing():
