@@ -65,6 +65,7 @@ def test_cross_mode_rows_are_target_tokens(runner):
         app,
         ["show", "Hello I love you", "-m", "cross", "-t", "je t'aime", "--format", "json"],
     )
+    assert result.exit_code == 0 and result.stderr == ""
     document = json.loads(result.stdout)
     assert document["query_tokens"] == ["je", "t", "'", "aime"]
     assert document["key_tokens"] == ["hello", "i", "love", "you"]
@@ -79,6 +80,7 @@ def test_stack_options_change_the_stack(runner):
             "--seed", "5", "--no-positions", "--format", "json",
         ],
     )  # fmt: skip
+    assert result.exit_code == 0 and result.stderr == ""
     document = json.loads(result.stdout)
     assert document["model"] == "builtin:layers=3,heads=2,d_model=8,seed=5,no-positions"
     assert np.asarray(document["weights"]).shape == (3, 2, 3, 3)

@@ -50,6 +50,7 @@ def test_top_prints_a_line_per_query_token(runner):
 
 def test_top_of_an_aggregate(runner):
     result = runner.invoke(app, ["top", "attention is cool", "-a", "rollout", "-f", "json"])
+    assert result.exit_code == 0 and result.stderr == ""
     block = json.loads(result.stdout)["maps"][0]
     assert block["title"].startswith("rollout") and block["layer"] is None
 

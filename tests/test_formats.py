@@ -157,13 +157,15 @@ def test_render_loads_no_model_library(tmp_path):
 
 def test_csv_streams_to_stdout(runner):
     result = runner.invoke(app, ["show", "-", "-f", "csv"], input="a b\nc d e\n")
+    assert result.exit_code == 0 and result.stderr == ""
     rows = list(csv.reader(io.StringIO(result.stdout)))
     assert rows[0][0] == "input" and {row[0] for row in rows[1:]} == {"0", "1"}
 
 
 def test_render_saves_a_picture_of_saved_maps(runner, tmp_path):
     saved, picture = tmp_path / "maps.json", tmp_path / "maps.pdf"
-    runner.invoke(app, ["show", "Hello I love you", "-f", "json", "-o", str(saved)])
+    written = runner.invoke(app, ["show", "Hello I love you", "-f", "json", "-o", str(saved)])
+    assert written.exit_code == 0
     result = runner.invoke(app, ["render", str(saved), "-o", str(picture), "-a", "mean"])
     assert result.exit_code == 0, result.stderr
     assert picture.read_bytes().startswith(b"%PDF")

@@ -36,6 +36,7 @@ def test_snapshots_at_120_columns(runner, snapshot, name, arguments):
 
 def test_hello_fits_eight_heads_three_to_a_row_in_120_columns(runner):
     result = runner.invoke(app, ["show", "Hello I love you", "-f", "terminal", "--width", "120"])
+    assert result.exit_code == 0 and result.stderr == ""
     lines = result.stdout.splitlines()
     title_rows = [line for line in lines if "╭" in line]
     assert [row.count("head") for row in title_rows] == [3, 3, 2]
