@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     RUNTIME_ERROR = 1
     USAGE_ERROR = 2
     PARTIAL_FAILURE = 3
+    THRESHOLD_EXCEEDED = 4  # diff --fail-above: the maps differ more than allowed
     INTERRUPTED = 130
 
 
@@ -31,6 +32,12 @@ def warn(message: str) -> None:
     import warnings
 
     warnings.warn(message, AttnvizWarning, stacklevel=3)
+
+
+class ThresholdExceeded(AttnvizError):
+    """A check asked for on the command line failed: not a crash, a finding."""
+
+    exit_code = ExitCode.THRESHOLD_EXCEEDED
 
 
 class UsageError(AttnvizError, ValueError):

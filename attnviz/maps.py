@@ -184,7 +184,7 @@ class AttentionMaps:
             weights = np.asarray(document["weights"])
             if weights.dtype not in (np.float16, np.float32):
                 weights = weights.astype(np.float32)
-            return cls(
+            maps = cls(
                 query_tokens=[str(token) for token in document["query_tokens"]],
                 key_tokens=[str(token) for token in document["key_tokens"]],
                 weights=weights,
@@ -200,12 +200,38 @@ class AttentionMaps:
             )
         except (TypeError, ValueError) as error:
             raise SchemaError(f"malformed document: {error}") from None
+        check_attention(maps)
+        return maps
 
     def _repr_html_(self) -> str:
         """A notebook picture: an HTML table per map, coloured inline, nothing fetched."""
         from attnviz.render.notebook import maps_html
 
         return maps_html(self)
+
+
+def check_attention(maps: AttentionMaps) -> None:
+    """Refuse weights that are not attention: a saved file is data, and drawing NaN, 5 or
+    −0.5 as if they were weights would lie. Weights must be finite and in [0, 1]; rows of
+    every map but a max must sum to 1; masked maps must not look ahead."""
+    weights = maps.weights.astype(np.float64)
+    if not np.all(np.isfinite(weights)):
+        raise SchemaError("weights hold NaN or infinite values: these are not attention")
+    if weights.size and (weights.min() < 0 or weights.max() > 1 + 1e-6):
+        raise SchemaError(
+            f"weights run from {weights.min():.3g} to {weights.max():.3g}; attention weights "
+            "lie between 0 and 1"
+        )
+    # float16 keeps about three digits: a row of a few hundred of them may be off by 1e-2.
+    tolerance = 1e-2 if maps.weights.dtype == np.float16 else 1e-3
+    if maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL) and weights.size:
+        worst = float(np.abs(weights.sum(-1) - 1).max())
+        if worst > tolerance:
+            raise SchemaError(f"rows of the weights do not sum to 1 (off by up to {worst:.3g})")
+    if maps.mode is Mode.MASKED and weights.shape[-1] == weights.shape[-2]:
+        above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
+        if weights.size and np.abs(weights[..., above]).max(initial=0) > 1e-6:
+            raise SchemaError("masked (causal) maps give weight to later tokens")
 
 
 def _flags(values: Any) -> list[bool] | None:

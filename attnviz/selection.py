@@ -80,3 +80,21 @@ def check_syntax(spec: str | int | Sequence[int] | None, what: str) -> None:
         for part in (part.strip() for part in spec.split(",")):
             if not (part.lower() == "all" or re.fullmatch(r"-?\d+", part) or _RANGE.match(part)):
                 raise _not_a_selection(part, what)
+
+
+def resolve_held(
+    spec: str | int | Sequence[int] | None, held: Sequence[int], what: str
+) -> list[int]:
+    """A selection among the layers or heads that saved maps hold, by model index;
+    negative indices count from the last one held."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
+        return list(held)
+    count = max(held) + 1
+    chosen = resolve(spec, count, what)
+    missing = [index for index in chosen if index not in held]
+    if missing:
+        raise UsageError(
+            f"{what} {missing[0]} is not in these saved maps: they hold {what}s "
+            f"{', '.join(map(str, held))}"
+        )
+    return chosen

@@ -92,6 +92,7 @@ def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
                 f"flow solves a maximum-flow problem for each of the {tokens}² token pairs; it is "
                 f"limited to {FLOW_MAX_TOKENS} tokens (this text has {tokens}): use rollout"
             )
-        per_layer = weights.mean(1)  # (L, T, T)
+        # Layers chain bottom to top: fold them in model order, whatever order was typed.
+        per_layer = weights.mean(1)[np.argsort(maps.layers, kind="stable")]  # (L, T, T)
         combined = (rollout if method is Aggregate.ROLLOUT else flow)(per_layer)[None, None]
     return maps.replace(weights=combined.astype(np.float32), aggregate=method)

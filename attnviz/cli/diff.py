@@ -53,14 +53,14 @@ def diff(
     from attnviz.analysis.diff import diff_maps
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
-    from attnviz.errors import AttnvizError, UsageError
-    from attnviz.io import dump_json, read_maps, read_texts
+    from attnviz.errors import ThresholdExceeded, UsageError
+    from attnviz.io import dump_json, read_texts
     from attnviz.schema import envelope
 
     if len(sources) == 2:
         if against is not None:
             raise UsageError("give TEXT with --against, or two saved files without it")
-        first, second = (next(read_maps(source)) for source in sources)
+        first, second = (_one_record(source) for source in sources)
     elif len(sources) == 1:
         if against is None:
             raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")
@@ -90,7 +90,8 @@ def diff(
 
         from attnviz.tokens import display_label
 
-        table = Table(title=f"{first.model} vs {second.model} · {first.mode} attention")
+        names = f"{display_label(first.model)} vs {display_label(second.model)}"
+        table = Table(title=f"{names} · {first.mode} attention")
         for name in ("layer", "head", "divergence", "worst query"):
             table.add_column(name, justify="left" if name == "worst query" else "right")
         for row in rows:
@@ -99,9 +100,25 @@ def diff(
             divergence = f"{row.divergence:.4f}"
             table.add_row(layer_cell, head_cell, divergence, display_label(row.worst_query))
         out.stdout_console(d.ColourChoice.AUTO, None, environment).print(table)
-    if fail_above is not None and rows and rows[0].divergence > fail_above:
-        worst = rows[0]
-        raise AttnvizError(
-            f"layer {worst.layer} head {worst.head} diverges by {worst.divergence:.4f}, above "
-            f"--fail-above {fail_above}"
+    above = [row for row in rows if fail_above is not None and row.divergence > fail_above]
+    if above:
+        worst = max(above, key=lambda row: row.divergence)
+        raise ThresholdExceeded(
+            f"{len(above)} of {len(rows)} maps diverge by more than --fail-above {fail_above}; "
+            f"the most: layer {worst.layer} head {worst.head}, {worst.divergence:.4f}"
         )
+
+
+def _one_record(source: str):
+    """The one input a saved file holds; a file of several inputs is refused, not cut."""
+    from attnviz.errors import UsageError
+    from attnviz.io import read_maps
+
+    records = read_maps(source)
+    first = next(records)
+    if next(records, None) is not None:
+        raise UsageError(
+            f"{source} holds several inputs; diff compares one with one: save each input "
+            "on its own (show --format json)"
+        )
+    return first

@@ -78,7 +78,8 @@ def heads(
     from attnviz.tokens import display_label
 
     table = Table(
-        title=f"{maps.model} · {maps.mode} attention · {len(maps.key_tokens)} key tokens",
+        title=f"{display_label(maps.model)} · {maps.mode} attention · "
+        f"{len(maps.key_tokens)} key tokens",
         caption=" · ".join(f"{column}: {text}" for column, text in COLUMN_HELP.items()),
         caption_justify="left",
     )

@@ -23,6 +23,8 @@ def render(
         ),
     ] = None,
     view: d.ViewOption = View.MODEL,
+    layer: d.LayerOption = "all",
+    head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
     values: d.ValuesOption = False,
     cmap: d.CmapOption = "viridis",
@@ -41,6 +43,8 @@ def render(
     from attnviz.io import read_maps
 
     stream = read_maps(source)
+    if (layer, head) != ("all", "all"):
+        stream = (_select(maps, layer, head) for maps in stream)
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
     if output is None:
@@ -53,3 +57,16 @@ def render(
     maps = out.only_one(stream)
     style = Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax)
     out.save_picture(maps, view, picture, style, output)
+
+
+def _select(maps, layer: str, head: str):
+    """The layers and heads asked for, among those the saved maps hold."""
+    from attnviz.errors import UsageError
+    from attnviz.selection import resolve_held
+
+    if maps.aggregate is not None:
+        raise UsageError("these saved maps are an aggregate: there are no layers or heads to pick")
+    return maps.select(
+        layers=resolve_held(layer, maps.layers, "layer"),
+        heads=resolve_held(head, maps.heads, "head"),
+    )

@@ -35,7 +35,9 @@ def piece_labels(tokenizer: Any, side: Side) -> Labels:
     """The tokenizer's pieces cleaned for reading (``##ing`` -> ``ing``, ``Ġthe`` -> ``the``)."""
     ids = side.encoding["input_ids"]
     pieces = tokenizer.convert_ids_to_tokens(ids)
-    special_ids = set(tokenizer.all_special_ids)
+    # An unknown-word token ([UNK]) stands for a real word the tokenizer could not
+    # spell: it is not special, so --no-special keeps it.
+    special_ids = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
     byte_level = _is_byte_level(tokenizer)
     labels = Labels([], [])
     offsets = side.encoding["offset_mapping"]

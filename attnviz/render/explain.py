@@ -67,7 +67,7 @@ def render(explanation: Explanation, width: int) -> RenderableType:
     e = explanation
     parts: list[RenderableType] = [
         Text(
-            f"{e.model} · {e.mode} attention · layer {e.layer} · head {e.head} · "
+            f"{display_label(e.model)} · {e.mode} attention · layer {e.layer} · head {e.head} · "
             f"d_model {e.d_model} · d_k {e.head_dim}",
             style="bold",
         ),
@@ -88,7 +88,7 @@ def render(explanation: Explanation, width: int) -> RenderableType:
         parts.append(matrix_table(step, width))
         if step.name == "head_output":
             parts.append(Text("Each row as a weighted sum of V's rows:"))
-            parts.extend(Text(f"  {sentence}") for sentence in e.sentences)
+            parts.extend(Text(f"  {display_label(sentence)}") for sentence in e.sentences)
     return Group(*parts)
 
 
@@ -120,8 +120,8 @@ def render_query(explanation: QueryExplanation) -> RenderableType:
     )
     return Group(
         Text(
-            f"{e.model} · {e.mode} attention · layer {e.layer} · head {e.head} · query "
-            f"{e.query_index} ({display_label(e.query_token)})",
+            f"{display_label(e.model)} · {e.mode} attention · layer {e.layer} · head {e.head} · "
+            f"query {e.query_index} ({display_label(e.query_token)})",
             style="bold",
         ),
         Text(

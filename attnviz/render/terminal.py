@@ -238,7 +238,7 @@ def render(
         grid.add_column()
     for start in range(0, len(panels), per_row):
         grid.add_row(*panels[start : start + per_row])
-    summary = f"{maps.model} · {maps.mode} attention"
+    summary = f"{display_label(maps.model)} · {maps.mode} attention"
     if maps.aggregate:
         summary += f" · {maps.aggregate}"
     rows, columns = len(maps.query_tokens), len(maps.key_tokens)

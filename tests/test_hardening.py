@@ -1,0 +1,128 @@
+"""Regression tests for the hardening round (issue 12): each failed before its fix."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.analysis.aggregate import aggregate
+from attnviz.choices import Aggregate, PictureFormat, View
+from attnviz.cli import app
+from attnviz.render.image import Painter, Style
+
+HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202e"
+
+
+def saved(tmp_path, name="maps.json", **changes):
+    document = attnviz.extract("Hello I love you", mode="masked", layers=0).to_dict()
+    document.update(changes)
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.mark.parametrize("colour", ["never", "always"])
+def test_a_saved_documents_strings_never_reach_the_terminal_raw(runner, tmp_path, colour):
+    path = saved(tmp_path, model=HOSTILE)
+    drawn = runner.invoke(app, ["render", str(path), "-l", "0", "--color", colour])
+    assert drawn.exit_code == 0, drawn.stderr
+    assert "\x07" not in drawn.stdout and "\u202e" not in drawn.stdout
+    assert "]0;PWNED" in drawn.stdout  # shown, as visible characters
+    if colour == "never":
+        assert "\x1b" not in drawn.stdout
+    else:  # colour escapes, but never the document's own
+        assert "\x1b]" not in drawn.stdout and "\x1b[2J" not in drawn.stdout
+    compared = runner.invoke(app, ["diff", str(path), str(path)])
+    assert compared.exit_code == 0 and "\x1b" not in compared.stdout
+
+
+def test_explain_shows_escapes_in_the_text_as_visible_characters(runner):
+    result = runner.invoke(app, ["explain", "a \x1b[2J b\u202e", "--d-model", "8"])
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ("nan", "NaN or infinite"),
+        ("inf", "NaN or infinite"),
+        (5.0, "lie between 0 and 1"),
+        (-0.5, "lie between 0 and 1"),
+        ("half", "do not sum to 1"),
+        ("ahead", "give weight to later tokens"),
+    ],
+)
+def test_saved_weights_that_are_not_attention_are_refused(runner, tmp_path, weights, message):
+    maps = attnviz.extract("Hello I love you", mode="masked", layers=0)
+    values = maps.weights.astype(np.float64)
+    if weights == "half":
+        values = values / 2
+    elif weights == "ahead":
+        values[..., 0, :] = 0.25  # the first token looks at all four
+    elif isinstance(weights, float):
+        values[0, 0, 1, 0] = weights
+    else:
+        values[0, 0, 1, 0] = float(weights)
+    document = maps.to_dict()
+    document["weights"] = values.tolist()
+    path = tmp_path / "maps.json"
+    path.write_text(json.dumps(document))  # NaN and Infinity as Python's json writes them
+    for command in (["render", str(path)], ["diff", str(path), str(path), "-f", "json"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 1, result.stdout
+        assert result.stdout == "" and message in result.stderr
+        assert result.stderr.count("\n") == 1
+
+
+def test_rollout_folds_layers_in_model_order_whatever_order_was_typed():
+    maps = attnviz.extract("the cat sat on the mat")
+    forwards = aggregate(maps.select(layers=[0, 1]), Aggregate.ROLLOUT)
+    backwards = aggregate(maps.select(layers=[1, 0]), Aggregate.ROLLOUT)
+    np.testing.assert_array_equal(forwards.weights, backwards.weights)
+
+
+def test_no_special_keeps_unknown_word_tokens(tiny):
+    maps = attnviz.load(tiny["bert"]).extract("hello ☃ dog", special=False)
+    assert maps.query_tokens == ["hello", "[UNK]", "dog"]
+    np.testing.assert_allclose(maps.weights.sum(-1), 1, rtol=1e-5)
+
+
+def test_pdfs_embed_truetype_fonts_not_type3():
+    maps = attnviz.extract("Hello I love you", layers=0, heads=0)
+    for view in (View.HEAD, View.MODEL):
+        (_, pdf), *_ = Painter().files(maps, view, PictureFormat.PDF, Style())
+        subtypes = set(re.findall(rb"/Subtype\s*/(\w+)", pdf))
+        assert b"Type3" not in subtypes and b"CIDFontType2" in subtypes  # TrueType glyphs
+
+
+def test_diff_refuses_files_of_several_inputs(runner, tmp_path):
+    stream = runner.invoke(app, ["show", "-", "-f", "ndjson"], input="a b\nc d\n")
+    assert stream.exit_code == 0
+    path = tmp_path / "two.ndjson"
+    path.write_text(stream.stdout)
+    result = runner.invoke(app, ["diff", str(path), str(path)])
+    assert result.exit_code == 2
+    assert "holds several inputs; diff compares one with one" in result.stderr
+
+
+def test_render_picks_layers_and_heads_of_saved_maps(runner, tmp_path):
+    path = tmp_path / "maps.json"
+    path.write_text(
+        json.dumps(attnviz.extract("Hello I love you", layers="1", heads="0-2").to_dict())
+    )
+    picture = tmp_path / "one.png"
+    result = runner.invoke(
+        app, ["render", str(path), "--view", "head", "-l", "1", "--head", "2", "-o", str(picture)]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    drawn = runner.invoke(app, ["render", str(path), "--head", "-1", "--color", "never"])
+    assert "layer 1 · head 2" in drawn.stdout and "head 0" not in drawn.stdout
+    missing = runner.invoke(app, ["render", str(path), "-l", "0"])
+    assert missing.exit_code == 2
+    assert "layer 0 is not in these saved maps: they hold layers 1" in missing.stderr
