@@ -48,6 +48,7 @@ class BatchInput:
     target: str | None = None
     id: str | None = None
     error: str | None = None  # why this line could not be read as an input
+    blank: bool = False  # a blank line: skipped, not an input that failed
     name: str = ""  # the stem of its output files
 
 
@@ -87,7 +88,7 @@ def _read_lines(source: str) -> list[bytes]:
             raise UsageError(f"no such input file: {source}") from None
         except OSError as error:
             raise AttnvizError(f"cannot read {source}: {error.strerror}") from None
-    lines = data.split(b"\n")
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a UTF-8 byte-order mark is not text
     if lines and lines[-1] == b"":
         lines.pop()  # the newline that ends the last line does not start another
     return [line.removesuffix(b"\r") for line in lines]
@@ -98,7 +99,8 @@ def read_inputs(source: str) -> list[BatchInput]:
 
     JSONL is recognised by a ``.jsonl`` or ``.ndjson`` suffix, or by a first
     non-blank line that starts with ``{``. A line that cannot be read becomes
-    an input with an error, so the batch records it and goes on.
+    an input with an error, so the batch records it and goes on; a blank line
+    is marked ``blank``, to be skipped.
     """
     raw = _read_lines(source)
     first = next((line.strip() for line in raw if line.strip()), b"")
@@ -120,15 +122,17 @@ def read_inputs(source: str) -> list[BatchInput]:
         else:
             item.text = content
         if item.error is None and (item.text is None or not item.text.strip()):
-            item.error = f"line {item.line} is empty"
+            if content.strip():
+                item.error = f"line {item.line} has an empty text"
+            else:
+                item.blank = True
         inputs.append(item)
     return inputs
 
 
 def _read_json_line(item: BatchInput, content: str) -> None:
     if not content.strip():
-        item.error = f"line {item.line} is empty"
-        return
+        return  # a blank line
     try:
         value = json.loads(content)
     except json.JSONDecodeError as error:

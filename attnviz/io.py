@@ -31,6 +31,7 @@ from attnviz.errors import AttnvizError, UsageError
 from attnviz.maps import AttentionMaps, SchemaError
 
 STDIO = "-"
+BOM = "\ufeff"  # a byte-order mark some editors put first: not text
 
 
 CSV_HEADER = (
@@ -75,6 +76,8 @@ def read_texts(text: str) -> Iterator[str]:
     try:
         for number, raw in enumerate(stream, start=1):
             line = _decode(raw, f"standard input line {number}").rstrip("\r\n")
+            if number == 1:
+                line = line.removeprefix(BOM)
             if line.strip():
                 seen = True
                 yield line
@@ -217,14 +220,15 @@ def read_maps(source: str) -> Iterator[AttentionMaps]:
     if data.startswith(b"PK"):
         yield _read_npz(data, name)
         return
-    text = _decode(data, name).strip()
+    text = _decode(data, name).removeprefix(BOM).strip()
     if not text:
         raise SchemaError(f"{name} is empty")
-    if "\n" not in text or text.startswith("["):
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError as error:
+    try:  # one document (pretty-printed or not), or a list of them
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        if "\n" not in text or text.startswith("["):
             raise SchemaError(f"{name} is not valid JSON ({error})") from None
+    else:
         for item in document if isinstance(document, list) else [document]:
             yield _from_document(item, name)
         return

@@ -77,17 +77,16 @@ def test_bad_lines_fail_alone_and_the_exit_code_says_so(runner, tmp_path):
     assert result.exit_code == 3
     records = manifest(out)
     assert [record["status"] for record in records] == [
-        "ok", "failed", "failed", "failed", "failed", "failed", "ok"
+        "ok", "failed", "failed", "failed", "failed", "ok"
     ]  # fmt: skip
     errors = [record["error"] for record in records]
     assert "line 2 is not a JSON object" in errors[1]
     assert 'line 3 has no "text" string' in errors[2]
-    assert "line 4 is empty" in errors[3]
-    assert "line 5 is not UTF-8 text: byte 0xe9" in errors[4]
-    assert "line 6 is not valid JSON" in errors[5]
+    assert "line 5 is not UTF-8 text: byte 0xe9" in errors[3]  # line 4 is blank: skipped
+    assert "line 6 is not valid JSON" in errors[4]
     assert (out / "two.json").exists() and (out / "0000-good-one.json").exists()
-    assert "5 of 7 inputs failed" in result.stderr
-    assert "2 written, 5 failed" in result.stderr
+    assert "4 of 6 inputs failed" in result.stderr
+    assert "2 written, 4 failed, 1 blank line skipped" in result.stderr
 
 
 def test_names_are_safe_distinct_and_stable():

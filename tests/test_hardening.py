@@ -126,3 +126,53 @@ def test_render_picks_layers_and_heads_of_saved_maps(runner, tmp_path):
     missing = runner.invoke(app, ["render", str(path), "-l", "0"])
     assert missing.exit_code == 2
     assert "layer 0 is not in these saved maps: they hold layers 1" in missing.stderr
+
+
+def test_pretty_printed_json_and_a_byte_order_mark_read(runner, tmp_path):
+    document = attnviz.extract("a b c", layers=0).to_dict()
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text("\ufeff" + json.dumps(document, indent=2), encoding="utf-8")
+    result = runner.invoke(app, ["render", str(pretty), "--color", "never"])
+    assert result.exit_code == 0, result.stderr
+    assert "layer 0 · head 0" in result.stdout
+    shown = runner.invoke(app, ["show", "-", "-f", "json"], input="\ufeffhello world\n")
+    assert json.loads(shown.stdout)["key_tokens"] == ["hello", "world"]
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b'\xef\xbb\xbf{"text": "a b"}\n')
+    batch = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"])
+    assert batch.exit_code == 0, batch.stderr
+
+
+def test_usage_errors_keep_their_code_under_debug_given_before_or_after_the_command(runner):
+    for arguments in (["--debug", "show", ""], ["show", "", "--debug"]):
+        result = runner.invoke(app, arguments)
+        assert result.exit_code == 2
+        assert "Traceback" in result.stderr
+        assert result.stderr.endswith(
+            "attnviz: error: the text is empty: give some words to look at\n"
+        )
+
+
+def test_bare_attnviz_prints_the_help_and_succeeds(runner):
+    result = runner.invoke(app, [])
+    assert result.exit_code == 0 and result.stderr == ""
+    assert result.stdout.startswith("Usage: attnviz") and "explain" in result.stdout
+
+
+def test_a_seed_out_of_range_is_a_usage_error(runner):
+    result = runner.invoke(app, ["show", "a", "--seed", str(2**64), "-f", "json"])
+    assert result.exit_code == 2 and "Invalid value for '--seed'" in result.stderr
+
+
+def test_a_model_path_with_markup_loads_under_the_spinner(runner, tiny, tmp_path):
+    import shutil
+
+    from attnviz.cli.output import Environment
+
+    marked = tmp_path / "d[/x]"
+    shutil.copytree(tiny["bert"], marked)
+    result = runner.invoke(
+        app, ["show", "hi", "--model", str(marked), "-f", "json"], obj=Environment(False, True)
+    )
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["model"] == str(marked)

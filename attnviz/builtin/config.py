@@ -21,6 +21,8 @@ class BuiltinConfig:
     def __post_init__(self) -> None:
         if self.num_layers < 1 or self.num_heads < 1 or self.d_model < 1:
             raise ValueError("num_layers, num_heads and d_model must be at least 1")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed {self.seed} is out of range: 0 to 2**63 - 1")
         try:
             object.__setattr__(self, "projections", Projections(self.projections))
         except ValueError:

@@ -6,6 +6,7 @@ import errno
 import importlib
 import os
 import sys
+import traceback
 import warnings
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -14,6 +15,9 @@ import typer
 from typer.core import TyperGroup
 
 from attnviz.errors import AttnvizWarning, ExitCode, describe
+
+# Set in the context's meta by `--debug` given after a command (`attnviz show --debug`).
+DEBUG = "attnviz.debug"
 
 
 def report(message: str) -> None:
@@ -118,7 +122,7 @@ class AttnvizGroup(TyperGroup):
         except (typer.TyperException, typer.Exit, typer.Abort):
             raise
         except BaseException as error:
-            if isinstance(error, SystemExit) or ctx.params.get("debug"):
+            if isinstance(error, SystemExit):
                 raise
             if isinstance(error, BrokenPipeError) or (
                 isinstance(error, OSError) and error.errno == errno.EPIPE
@@ -126,6 +130,8 @@ class AttnvizGroup(TyperGroup):
                 _silence_stdout()
                 raise typer.Exit(ExitCode.OK) from None
             code, message = describe(error)
+            if ctx.params.get("debug") or ctx.meta.get(DEBUG):
+                traceback.print_exception(error)  # the traceback, and still the documented code
             report(message)
             raise typer.Exit(code) from None
 
@@ -151,7 +157,7 @@ app = typer.Typer(
     cls=AttnvizGroup,
     name="attnviz",
     help="See what every attention head attends to, in the terminal.",
-    no_args_is_help=True,
+    invoke_without_command=True,  # bare `attnviz` prints the help (see root)
     add_completion=False,
     pretty_exceptions_enable=False,
     # Plain help: typer's rich help imports rich.markdown and markdown-it, which would
@@ -171,6 +177,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -185,3 +192,6 @@ def root(
     ] = False,
 ) -> None:
     """See what every attention head attends to, in the terminal."""
+    if ctx.invoked_subcommand is None:  # bare `attnviz`: the help, and success
+        typer.echo(ctx.get_help())
+        raise typer.Exit()

@@ -98,9 +98,11 @@ def batch(
     check_colormap(cmap)
     slice_ = parse_shard(shard) if shard else None
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
-    inputs = read_inputs(source)
-    assign_names(inputs)
-    inputs = in_shard(inputs, slice_)
+    lines = read_inputs(source)
+    assign_names(lines)
+    lines = in_shard(lines, slice_)
+    inputs = [item for item in lines if not item.blank]
+    blank_lines = len(lines) - len(inputs)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -143,10 +145,10 @@ def batch(
         raise
     finally:  # after the progress bar is gone, so that the summary stays on screen
         if not quiet:
-            _summary(inputs, records, output, time.monotonic() - started)
+            _summary(inputs, blank_lines, records, output, time.monotonic() - started)
 
 
-def _summary(inputs: list, records: list, output: Path, elapsed: float) -> None:
+def _summary(inputs: list, blank_lines: int, records: list, output: Path, elapsed: float) -> None:
     failed = sum(record.status == "failed" for record in records)
     untouched = len(inputs) - len(records)
     parts = [f"{len(records) - failed} written"]
@@ -154,6 +156,8 @@ def _summary(inputs: list, records: list, output: Path, elapsed: float) -> None:
         parts.append(f"{failed} failed")
     if untouched:
         parts.append(f"{untouched} skipped (already done) or not reached")
+    if blank_lines:
+        parts.append(f"{blank_lines} blank line{'s' if blank_lines > 1 else ''} skipped")
     print(
         f"attnviz: {len(inputs)} inputs: {', '.join(parts)}; {output} in {elapsed:.1f} s",
         file=sys.stderr,

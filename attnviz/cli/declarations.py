@@ -192,6 +192,8 @@ SeedOption = Annotated[
     int | None,
     typer.Option(
         "--seed",
+        min=0,
+        max=2**63 - 1,  # what torch.manual_seed takes
         show_default="0",
         rich_help_panel=STACK_PANEL,
         help="Seed of every weight and token embedding.",

@@ -6,14 +6,17 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.declarations import ReportFormat
+from attnviz.cli.declarations import ColourChoice, ReportFormat
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 
 
+@with_environment
 def models(
     output_format: Annotated[
         ReportFormat,
         typer.Option("--format", "-f", case_sensitive=False, help="table, or json for scripts."),
     ] = ReportFormat.TABLE,
+    environment: Environment = NO_TERMINAL,
 ) -> None:
     """List the model aliases and the models usable offline right now.
 
@@ -36,8 +39,10 @@ def models(
         ]
         write_text(dump_json(envelope({"models": rows})), "-")
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from attnviz.cli.output import stdout_console
+    from attnviz.tokens import display_label
 
     table = Table(box=None, pad_edge=False)
     table.add_column("model", no_wrap=True)
@@ -46,5 +51,5 @@ def models(
     table.add_row("builtin", "the built-in seeded stack, no download", "yes")
     for model in found:
         status = f"yes: {model.location}" if model.location else f"no: {model.hint}"
-        table.add_row(model.name, model.description, status)
-    Console(markup=False, highlight=False, emoji=False).print(table)
+        table.add_row(display_label(model.name), model.description, display_label(status))
+    stdout_console(ColourChoice.AUTO, None, environment).print(table)

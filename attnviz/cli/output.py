@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -51,6 +51,15 @@ def _is_terminal(stream: object) -> bool:
     return bool(isatty and isatty())
 
 
+def _debug(ctx: typer.Context, value: bool) -> bool:
+    """``--debug`` after a command: the root's error handler reads it from the shared meta."""
+    from attnviz.cli.app import DEBUG
+
+    if value:
+        ctx.meta[DEBUG] = True
+    return value
+
+
 def with_environment(command: Callable[..., None]) -> Callable[..., None]:
     """Give a command the environment it runs in as an ``environment`` argument: the one
     passed to the root command as its ``obj``, else the real process's."""
@@ -58,10 +67,20 @@ def with_environment(command: Callable[..., None]) -> Callable[..., None]:
     context = inspect.Parameter(
         "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
     )
-    parameters = [context, *(p for p in own.parameters.values() if p.name != "environment")]
+    debug = inspect.Parameter(
+        "debug",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[
+            bool,
+            typer.Option("--debug", hidden=True, callback=_debug, help="As attnviz --debug."),
+        ],
+    )
+    own_parameters = [p for p in own.parameters.values() if p.name != "environment"]
+    parameters = [context, *own_parameters, debug]
 
     @functools.wraps(command)
-    def with_it(ctx: typer.Context, **arguments: object) -> None:
+    def with_it(ctx: typer.Context, debug: bool = False, **arguments: object) -> None:
         given = ctx.find_root().obj
         command(**arguments, environment=given or Environment.of_process())
 

@@ -129,9 +129,10 @@ class Request:
         if self.spec.model == d.BUILTIN or not environment.stderr_is_terminal:
             return self.spec.load()
         from rich.console import Console
+        from rich.text import Text
 
         console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
-        with console.status(f"loading {self.spec.model} …"):
+        with console.status(Text(f"loading {self.spec.model} …")):  # a name, never markup
             return self.spec.load()
 
 
