@@ -11,6 +11,7 @@ files are all there.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import unicodedata
@@ -64,6 +65,9 @@ class Record:
     status: str  # "ok" or "failed"
     files: list[str] = field(default_factory=list)
     error: str | None = None
+    # What produced the files: model, mode, selection, formats and every option that
+    # changes them. --resume redoes an input whose request differs from today's.
+    request: dict[str, Any] | None = None
 
 
 def slug(text: str) -> str:
@@ -193,23 +197,53 @@ def manifest_name(shard: tuple[int, int] | None) -> str:
 
 
 def read_manifest(path: Path) -> dict[int, Record]:
-    """The records of an earlier run, the last word on each input; a cut-off line is ignored."""
+    """The records of an earlier run, the last word on each input. A line that does not
+    parse or does not hold a record (a run stopped mid-line, a hand-edited file) means
+    "not done"; a manifest that is a link is not read."""
     records: dict[int, Record] = {}
-    if not path.exists():
+    if path.is_symlink() or not path.is_file():
         return records
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = Record(**json.loads(line))
-        except (json.JSONDecodeError, TypeError):
-            continue  # the run was stopped while writing this line
-        records[record.index] = record
+        record = _parse_record(line)
+        if record is not None:
+            records[record.index] = record
     return records
 
 
-def is_complete(record: Record | None, folder: Path) -> bool:
-    return bool(
-        record and record.status == "ok" and all((folder / name).is_file() for name in record.files)
+def _parse_record(line: str) -> Record | None:
+    try:
+        value = json.loads(line)
+        record = Record(**value)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    well_formed = (
+        type(record.index) is int
+        and isinstance(record.files, list)
+        and all(_is_plain_name(name) for name in record.files)
+        and record.status in ("ok", "failed")
+        and (record.request is None or isinstance(record.request, dict))
     )
+    return record if well_formed else None
+
+
+def _is_plain_name(name: object) -> bool:
+    """A file name inside the folder: no folder part, no way out."""
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+
+
+def is_complete(record: Record | None, item: BatchInput, folder: Path, request: dict) -> bool:
+    """Done earlier, for the same text and the same request, with every file still there."""
+    return bool(
+        record
+        and record.status == "ok"
+        and (record.text, record.target) == (item.text, item.target)
+        and record.request == request
+        and all(_is_regular(folder / name) for name in record.files)
+    )
+
+
+def _is_regular(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 @dataclass(frozen=True)
@@ -222,6 +256,18 @@ class Outputs:
     style: Style
     aggregate: Aggregate | None = None  # applied before writing
     dtype: Dtype = Dtype.FLOAT32  # how json and npz store the weights
+    request: dict[str, Any] = field(default_factory=dict)  # the model side, for the manifest
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything that decides the files an input gets, as plain JSON values."""
+        return {
+            **self.request,
+            "formats": [output_format.value for output_format in self.formats],
+            "view": self.view.value,
+            "style": asdict(self.style),
+            "aggregate": None if self.aggregate is None else self.aggregate.value,
+            "dtype": self.dtype.value,
+        }
 
 
 def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Painter) -> list[str]:
@@ -242,7 +288,7 @@ def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Pai
             pieces = [("", npz_bytes(maps.astype(outputs.dtype)))]
         for suffix, data in pieces:
             name = f"{stem}{suffix}.{output_format.value}"
-            with open_output(outputs.folder / name, binary=True) as out:
+            with open_output(outputs.folder / name, binary=True, follow_links=False) as out:
                 out.write(data)
             written.append(name)
     return written
@@ -251,10 +297,15 @@ def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Pai
 class Manifest:
     """Appends a record per finished input, each line flushed whole; compacts at the end."""
 
-    def __init__(self, path: Path, earlier: dict[int, Record], append: bool) -> None:
+    def __init__(self, path: Path, earlier: dict[int, Record], append: bool, request: dict) -> None:
         self.path = path
         self.records = dict(earlier)
-        self.handle = path.open("a" if append else "w", encoding="utf-8")
+        self.request = request  # stamped on every record this run adds
+        if path.is_symlink():  # a link is replaced, never followed out of the folder
+            path.unlink()
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        descriptor = os.open(path, flags | os.O_NOFOLLOW, 0o666)
+        self.handle = os.fdopen(descriptor, "a" if append else "w", encoding="utf-8")
 
     def add(self, record: Record) -> None:
         self.records[record.index] = record
@@ -265,7 +316,7 @@ class Manifest:
         self.handle.close()
         if compact:  # one line per input, in input order, written whole
             lines = (dump_json(asdict(self.records[index])) for index in sorted(self.records))
-            with open_output(self.path) as out:
+            with open_output(self.path, follow_links=False) as out:
                 out.writelines(lines)
 
 
@@ -288,8 +339,13 @@ def run_batch(
     chunk is extracted.
     """
     earlier = read_manifest(manifest_path) if resume else {}
-    pending = [item for item in inputs if not is_complete(earlier.get(item.index), outputs.folder)]
-    manifest = Manifest(manifest_path, earlier, append=resume)
+    request = outputs.fingerprint()
+    pending = [
+        item
+        for item in inputs
+        if not is_complete(earlier.get(item.index), item, outputs.folder, request)
+    ]
+    manifest = Manifest(manifest_path, earlier, append=resume, request=request)
     done = len(inputs) - len(pending)
     progress(done, len(inputs))
     records: list[Record] = []
@@ -325,7 +381,7 @@ def _finish(
     total: int,
     progress: Callable[[int, int], None],
 ) -> int:
-    record = _record(item, written)
+    record = _record(item, written, manifest.request)
     manifest.add(record)
     records.append(record)
     progress(done + 1, total)
@@ -364,13 +420,14 @@ def _chunks(items: Sequence[BatchInput], size: int) -> Iterator[list[BatchInput]
         yield list(items[start : start + size])
 
 
-def _record(item: BatchInput, written: list[str] | Exception) -> Record:
+def _record(item: BatchInput, written: list[str] | Exception, request: dict) -> Record:
     base = {
         "index": item.index,
         "line": item.line,
         "id": item.id,
         "text": item.text,
         "target": item.target,
+        "request": request,
     }
     if isinstance(written, Exception):
         return Record(**base, status="failed", error=describe(written)[1])

@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import os
+import stat
 import sys
 import tempfile
 import zipfile
@@ -88,12 +89,19 @@ def read_texts(text: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def open_output(destination: str | Path, *, binary: bool = False) -> Iterator[IO[Any]]:
+def open_output(
+    destination: str | Path, *, binary: bool = False, follow_links: bool = True
+) -> Iterator[IO[Any]]:
     """A stream to write to: stdout for ``-``, else a file that appears only when complete.
 
-    A file is written under a temporary name in its own folder and renamed into
-    place on success; on any failure the temporary file is removed, so an
-    interrupted write never leaves a truncated file.
+    A regular file (or none yet) is written under a temporary name in its own
+    folder and renamed into place on success, keeping an existing file's
+    permission bits; on any failure the temporary file is removed, so an
+    interrupted write never leaves a truncated file. A character device, FIFO
+    or socket (``/dev/null``, ``/dev/stdout``, a named pipe) is written
+    through, never replaced. A symbolic link is followed to its target, which
+    is replaced atomically; with ``follow_links=False`` (a batch's own folder)
+    the link itself is replaced, so nothing lands outside the folder.
     """
     if str(destination) == STDIO:
         stream = sys.stdout.buffer if binary else sys.stdout
@@ -101,12 +109,23 @@ def open_output(destination: str | Path, *, binary: bool = False) -> Iterator[IO
         stream.flush()
         return
     path = Path(destination)
-    if path.is_dir():
+    if path.is_symlink() and not follow_links:
+        target = path
+    else:
+        if _is_special(path):
+            yield from _write_through(path, binary)
+            return
+        target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    if target.is_dir():
         raise UsageError(f"cannot write {path}: it is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {path.parent} does not exist")
+    if not target.parent.is_dir():
+        raise AttnvizError(f"cannot write {path}: folder {target.parent} does not exist")
     try:
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        mode_bits = stat.S_IMODE(target.lstat().st_mode) if target.is_file() else None
+    except OSError:
+        mode_bits = None
+    try:
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as error:
         raise AttnvizError(f"cannot write {path}: {error.strerror}") from None
     try:
@@ -114,11 +133,30 @@ def open_output(destination: str | Path, *, binary: bool = False) -> Iterator[IO
         encoding = None if binary else "utf-8"
         with os.fdopen(descriptor, mode, encoding=encoding, newline=None if binary else "") as out:
             yield out
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp made it private; give it the usual mode
-        os.replace(temporary, path)
+        # mkstemp made it private: give it the mode the file had, or the usual one.
+        os.chmod(temporary, mode_bits if mode_bits is not None else 0o666 & ~_umask())
+        os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _is_special(path: Path) -> bool:
+    """A device, FIFO or socket (following links): written through, never replaced."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # not there (or a dangling link): a file to create
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_through(path: Path, binary: bool) -> Iterator[IO[Any]]:
+    try:
+        out = path.open("wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+    except OSError as error:
+        raise AttnvizError(f"cannot write {path}: {error.strerror}") from None
+    with out:
+        yield out
 
 
 def _umask() -> int:

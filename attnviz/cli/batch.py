@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +44,17 @@ def batch(
     view: d.ViewOption = View.HEAD,
     resume: Annotated[
         bool,
-        typer.Option("--resume", help="Skip inputs the manifest records as done, files intact."),
+        typer.Option(
+            "--resume",
+            help="Finish an earlier batch in this folder: skip the inputs its manifest records "
+            "as done for the same request, files intact; redo the rest.",
+        ),
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Start again in a folder that holds an earlier batch's manifest."
+        ),
     ] = False,
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", min=1, max=64, help="Worker processes for rendering.")
@@ -91,7 +103,7 @@ def batch(
         run_batch,
     )
     from attnviz.cli.settings import request
-    from attnviz.errors import AttnvizError
+    from attnviz.errors import AttnvizError, UsageError
     from attnviz.render.image import Style, check_colormap
 
     formats = tuple(dict.fromkeys(formats or [BatchFormat.PNG]))
@@ -108,8 +120,15 @@ def batch(
     except OSError as error:
         raise AttnvizError(f"cannot create the folder {output}: {error.strerror}") from None
     manifest = output / manifest_name(slice_)
-    try:
-        manifest.touch()
+    if resume and overwrite:
+        raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
+    if os.path.lexists(manifest) and not (resume or overwrite):
+        raise UsageError(
+            f"{output} already holds a batch ({manifest.name}): add --resume to finish it, "
+            "or --overwrite to start again"
+        )
+    try:  # can files be written here? (without touching anything that is there)
+        tempfile.TemporaryFile(dir=output).close()
     except OSError as error:
         raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
     extractor = asked.open(environment)
@@ -127,6 +146,7 @@ def batch(
         style=Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax),
         aggregate=aggregate,
         dtype=dtype,
+        request=asked.fingerprint(),
     )
     try:
         with ProgressReport(quiet, environment) as report:

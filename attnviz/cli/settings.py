@@ -124,6 +124,19 @@ class Request:
             "words": self.words,
         }
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What decides the maps, as plain JSON values (a batch's manifest records it)."""
+        config = self.spec.config
+        return {
+            "model": self.spec.model,
+            "config": None if config is None else {k: str(v) for k, v in vars(config).items()},
+            "mode": None if self.mode is None else self.mode.value,
+            "layers": self.layers,
+            "heads": self.heads,
+            "special": self.special,
+            "words": self.words,
+        }
+
     def open(self, environment: Environment) -> Extractor:
         """Load the model now, before any output starts; under a spinner on a terminal."""
         if self.spec.model == d.BUILTIN or not environment.stderr_is_terminal:
