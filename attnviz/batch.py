@@ -152,8 +152,20 @@ def _read_json_line(item: BatchInput, content: str) -> None:
     if target is not None and not isinstance(target, str):
         item.error = f'line {item.line}: "target" must be a string'
         return
+    if not all(_is_text(part) for part in (text, target, name) if isinstance(part, str)):
+        item.error = f"line {item.line} holds a lone surrogate (a \\ud800-style escape): not text"
+        return
     item.text, item.target = text, target
     item.id = None if name is None else str(name)
+
+
+def _is_text(value: str) -> bool:
+    """JSON can spell half of a UTF-16 pair (\\ud800), which no UTF-8 file can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def assign_names(inputs: Sequence[BatchInput]) -> None:

@@ -165,6 +165,15 @@ def check_text(text: str, what: str = "text") -> None:
     """An empty or blank text is a usage error, checked before any model runs."""
     if not text or not text.strip():
         raise UsageError(f"the {what} is empty: give some words to look at")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # Python keeps a command line's bytes that are not UTF-8 as U+DC80..U+DCFF.
+        code = ord(text[error.start])
+        what_is_there = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a surrogate"
+        raise UsageError(
+            f"the {what} is not UTF-8 text: {what_is_there} at offset {error.start}"
+        ) from None
 
 
 def as_pair(item: Item) -> tuple[str, str | None]:

@@ -292,3 +292,63 @@ def test_a_manifest_line_of_the_wrong_shape_means_not_done(runner, tmp_path, lin
     result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "--resume"])
     assert result.exit_code == 0, result.stderr
     assert "1 written" in result.stderr
+
+
+def test_show_picks_the_format_from_the_suffix_of_output(runner, tmp_path):
+    npz, png = tmp_path / "maps.npz", tmp_path / "maps.png"
+    assert runner.invoke(app, ["show", "a b", "-o", str(npz)]).exit_code == 0
+    assert npz.read_bytes().startswith(b"PK")
+    assert runner.invoke(app, ["show", "a b", "-o", str(png)]).exit_code == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+    clash = runner.invoke(app, ["show", "a b", "-f", "json", "-o", str(tmp_path / "x.csv")])
+    assert clash.exit_code == 2 and "disagree" in clash.stderr
+
+
+@pytest.mark.parametrize(
+    ("shell", "message"),
+    [
+        ("show x -f json >&-", "standard output is closed"),
+        ("models >&-", "standard output is closed"),
+        ("--version >&-", "standard output is closed"),
+        ("--version > /dev/full", "No space left on device"),
+        ("--help > /dev/full", "No space left on device"),
+        ("show x -f json > /dev/full", "No space left on device"),
+    ],
+)
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(shell, message):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m attnviz {shell}"], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert result.stderr == f"attnviz: error: {message}\n"
+
+
+def test_text_that_is_not_utf8_and_an_ascii_locale(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    attnviz_command = [sys.executable, "-m", "attnviz"]
+    bad = subprocess.run([*attnviz_command, "show", b"caf\xe9", "-f", "json"], capture_output=True)
+    assert bad.returncode == 2
+    assert b"the text is not UTF-8 text: byte 0xe9 at offset 3" in bad.stderr
+    ascii_only = subprocess.run(
+        [*attnviz_command, "show", "café 我", "-f", "terminal", "--width", "60"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert ascii_only.returncode == 0, ascii_only.stderr
+    assert b"\\xb7" in ascii_only.stdout  # the middle dot, escaped
+
+
+def test_a_lone_surrogate_fails_its_input_alone_and_resume_does_not_crash(runner, tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "a \\ud800 b"}\n{"text": "fine"}\n')
+    command = ["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"]
+    for extra in ([], ["--resume"]):
+        result = runner.invoke(app, [*command, *extra])
+        assert result.exit_code == 3, result.stderr
+        assert "holds a lone surrogate" in result.stderr

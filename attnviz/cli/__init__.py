@@ -1,6 +1,8 @@
 """The command line: thin commands that parse, call the core and render."""
 
 import contextlib
+import errno
+import io
 import os
 import sys
 
@@ -16,8 +18,24 @@ def _exit_status(code: object) -> int:
     return 1
 
 
+class _ClosedStream(io.TextIOBase):
+    """Standard output when the process was started with it closed (``>&-``): writing
+    to it is an error with a message, like writing to any file that cannot be written."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
 def main() -> None:
     """The ``attnviz`` console script."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream()
+    for stream in (sys.stdout, sys.stderr):  # an ASCII or Latin-1 locale: escape, never crash
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         app()
         status = 0
@@ -28,7 +46,7 @@ def main() -> None:
     # attnviz registers no exit handlers, so the process ends here; unless a
     # measuring tool that reports at exit (coverage) runs inside it.
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # the reader is gone (| head)
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # gone (| head), or none
             stream.flush()
     if "coverage" in sys.modules:
         sys.exit(status)

@@ -89,6 +89,17 @@ COMMANDS = {
 }
 
 
+def _failed_output(error: OSError) -> ExitCode:
+    """A reader that went away (``| head``) ends the work quietly: success. Any other
+    failure to write (a full device, a closed stream) is one error line."""
+    if error.errno == errno.EPIPE:
+        _silence_stdout()
+        return ExitCode.OK
+    code, message = describe(error)
+    report(message)
+    return code
+
+
 class AttnvizGroup(TyperGroup):
     """Finds commands in COMMANDS, loading each only when it runs; maps every exception
     to a message and an exit code; ``--debug`` shows the traceback."""
@@ -124,11 +135,8 @@ class AttnvizGroup(TyperGroup):
         except BaseException as error:
             if isinstance(error, SystemExit):
                 raise
-            if isinstance(error, BrokenPipeError) or (
-                isinstance(error, OSError) and error.errno == errno.EPIPE
-            ):
-                _silence_stdout()
-                raise typer.Exit(ExitCode.OK) from None
+            if isinstance(error, OSError) and error.errno == errno.EPIPE:
+                raise typer.Exit(_failed_output(error)) from None
             code, message = describe(error)
             if ctx.params.get("debug") or ctx.meta.get(DEBUG):
                 traceback.print_exception(error)  # the traceback, and still the documented code
@@ -147,6 +155,8 @@ class AttnvizGroup(TyperGroup):
         except typer.Abort:
             report("interrupted")
             result = ExitCode.INTERRUPTED
+        except OSError as error:  # writing --help or --version: before any command runs
+            result = _failed_output(error)
         code = result if isinstance(result, int) else ExitCode.OK
         if standalone_mode:
             sys.exit(code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from typing import Annotated
 
@@ -13,12 +14,27 @@ from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 class ShowFormat(StrEnum):
-    AUTO = "auto"  # a picture for a terminal, NDJSON for a pipe or file
+    AUTO = "auto"  # the suffix of -o; else a picture for a terminal, NDJSON for a pipe
     TERMINAL = "terminal"
     JSON = "json"
     NDJSON = "ndjson"
     NPZ = "npz"
     CSV = "csv"
+    PNG = "png"  # the model view, as `export` draws it
+    SVG = "svg"
+    PDF = "pdf"
+
+
+_PICTURES = (ShowFormat.PNG, ShowFormat.SVG, ShowFormat.PDF)
+_SUFFIXES = {".jsonl": ShowFormat.NDJSON, **{f".{f.value}": f for f in ShowFormat}}
+
+
+def _format_of(output: str) -> ShowFormat | None:
+    """The format a file name says it holds (``maps.npz``: npz), if it says one."""
+    if output == d.STDIO:
+        return None
+    found = _SUFFIXES.get(os.path.splitext(output)[1].lower())
+    return None if found in (ShowFormat.AUTO, ShowFormat.TERMINAL) else found
 
 
 @model_settings
@@ -40,8 +56,9 @@ def show(
             case_sensitive=False,
             rich_help_panel=d.OUTPUT_PANEL,
             help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
-            "line, streamed. npz: numpy arrays. csv: a row per weight. auto: terminal when "
-            "stdout is a terminal, else ndjson.",
+            "line, streamed. npz: numpy arrays. csv: a row per weight. png, svg, pdf: the model "
+            "view as export draws it. auto: what the suffix of --output says, else terminal "
+            "when stdout is a terminal, else ndjson.",
         ),
     ] = ShowFormat.AUTO,
     output: Annotated[
@@ -72,11 +89,19 @@ def show(
     from attnviz.cli.settings import request
     from attnviz.errors import UsageError
 
+    if output_format is ShowFormat.TERMINAL and output != d.STDIO:
+        raise UsageError("--output goes with a data --format; the terminal picture goes to stdout")
+    by_suffix = _format_of(output)
+    if output_format is ShowFormat.AUTO and by_suffix is not None:
+        output_format = by_suffix  # -o maps.npz writes npz
+    elif by_suffix is not None and by_suffix is not output_format:
+        raise UsageError(
+            f"--format {output_format.value} and the suffix of {output} ({by_suffix.value}) "
+            "disagree: drop --format, or name the file for what it holds"
+        )
     if output_format is ShowFormat.AUTO:
         terminal = environment.stdout_is_terminal
         output_format = ShowFormat.TERMINAL if terminal else ShowFormat.NDJSON
-    if output_format is ShowFormat.TERMINAL and output != d.STDIO:
-        raise UsageError("--output goes with a data --format; the terminal picture goes to stdout")
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
@@ -87,6 +112,13 @@ def show(
     stream = (extractor.extract(line, target=target, **asked.options) for line in read_texts(text))
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
+    if output_format in _PICTURES:
+        from attnviz.choices import PictureFormat, View
+        from attnviz.render.image import Style
+
+        picture = PictureFormat(output_format.value)
+        out.save_picture(out.only_one(stream), View.MODEL, picture, Style(), output)
+        return
     if output_format is not ShowFormat.TERMINAL:
         stream = (maps.astype(dtype) for maps in stream)
         write_maps(stream, DataFormat(output_format.value), output)
