@@ -29,7 +29,7 @@ import numpy as np
 
 from attnviz.choices import DataFormat
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.maps import AttentionMaps, SchemaError
+from attnviz.maps import AttentionMaps, SchemaError, cell_texts
 
 STDIO = "-"
 BOM = "\ufeff"  # a byte-order mark some editors put first: not text
@@ -199,9 +199,10 @@ def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
     for panel in maps.panels():
         # An empty layer or head cell: the map was combined over that axis (an aggregate).
         layer, head = ("" if index is None else index for index in (panel.layer, panel.head))
+        cells = cell_texts(panel.matrix)
         for q, query in enumerate(maps.query_tokens):
             writer.writerows(
-                (input_index, layer, head, q, query, k, key, f"{panel.matrix[q, k]:.8g}")
+                (input_index, layer, head, q, query, k, key, cells[q, k])
                 for k, key in enumerate(maps.key_tokens)
             )
 

@@ -152,7 +152,7 @@ class AttentionMaps:
                 "key_tokens": list(self.key_tokens),
                 "layers": list(self.layers),
                 "heads": list(self.heads),
-                "weights": self.weights.tolist(),
+                "weights": plain_weights(self.weights),
             }
         )
         if self.aggregate is not None:
@@ -208,6 +208,21 @@ class AttentionMaps:
         from attnviz.render.notebook import maps_html
 
         return maps_html(self)
+
+
+def plain_weights(weights: np.ndarray) -> list:
+    """Nested lists of Python floats. float16 weights are written with the digits float16
+    has (0.1, not 0.0999755859375), so that float16 documents are half the size."""
+    if weights.dtype == np.float16:
+        return weights.astype(str).astype(np.float64).tolist()  # numpy's shortest repr
+    return weights.tolist()
+
+
+def cell_texts(matrix: np.ndarray) -> np.ndarray:
+    """Each weight as text: float16 with its own shortest digits, float32 with eight."""
+    if matrix.dtype == np.float16:
+        return matrix.astype(str)
+    return np.char.mod("%.8g", matrix)
 
 
 def check_attention(maps: AttentionMaps) -> None:

@@ -352,3 +352,69 @@ def test_a_lone_surrogate_fails_its_input_alone_and_resume_does_not_crash(runner
         result = runner.invoke(app, [*command, *extra])
         assert result.exit_code == 3, result.stderr
         assert "holds a lone surrogate" in result.stderr
+
+
+def test_float16_data_is_written_with_float16_digits(runner):
+    text = " ".join(f"w{i}" for i in range(40))
+    sizes = {}
+    for dtype in ("float32", "float16"):
+        result = runner.invoke(app, ["show", text, "-f", "json", "--dtype", dtype])
+        sizes[dtype] = len(result.stdout)
+    assert sizes["float16"] < 0.6 * sizes["float32"]
+    half = json.loads(runner.invoke(app, ["show", text, "-f", "json", "--dtype", "float16"]).stdout)
+    exact = attnviz.extract(text).weights.astype(np.float16)
+    np.testing.assert_array_equal(np.asarray(half["weights"], dtype=np.float16), exact)
+    rows = runner.invoke(app, ["show", text, "-f", "csv", "--dtype", "float16"]).stdout
+    first = rows.splitlines()[1].split(",")[-1]
+    assert np.float16(first) == exact[0, 0, 0, 0] and len(first) <= 8
+
+
+@pytest.mark.parametrize("text", ["Hello I love you", "a", "a " * 60])
+def test_a_pictures_header_and_title_lie_inside_the_canvas(text):
+    from attnviz.render.image import Frame, HeadCanvas
+
+    maps = attnviz.extract(text, layers=0, heads=0)
+    panel = next(maps.panels())
+    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
+    canvas = HeadCanvas(queries, keys, Style())
+    frame = Frame(
+        f"{maps.model} · self attention", tuple(maps.query_tokens), tuple(maps.key_tokens)
+    )
+    canvas.png(panel.matrix, frame, panel.title)
+    renderer = canvas.canvas.get_renderer()
+    figure = canvas.figure.bbox
+    for artist in (canvas.header, canvas.title):
+        extent = artist.get_window_extent(renderer)
+        assert figure.x0 <= extent.x0 and extent.x1 <= figure.x1, artist.get_text()
+        assert figure.y0 <= extent.y0 and extent.y1 <= figure.y1
+    assert canvas.header.get_text().startswith("builtin:")
+
+
+def test_long_inputs_in_the_terminal_are_not_solid(runner):
+    text = " ".join(f"w{i}" for i in range(300))
+    result = runner.invoke(
+        app,
+        [
+            "show",
+            text,
+            "-l",
+            "0",
+            "--head",
+            "0",
+            "-f",
+            "terminal",
+            "--width",
+            "80",
+            "--color",
+            "never",
+        ],
+    )
+    assert result.exit_code == 0 and "pooled to fit" in result.stdout
+    cells = [
+        c
+        for line in result.stdout.splitlines()
+        if line.startswith("│")
+        for c in line
+        if c in "·░▒▓█"
+    ]
+    assert cells and cells.count("█") < len(cells) / 4

@@ -285,11 +285,30 @@ class HeadCanvas:
         """Put one input's header and labels on their artists; return those artists."""
         step = self.label_step
         self.header.set_text(frame.header)
+        self._fit(self.header, largest=9.0)
         for artist, label in zip(self.key_labels, frame.key_labels[::step], strict=True):
             artist.set_text(_label(label))
         for artist, label in zip(self.query_labels, frame.query_labels[::step], strict=True):
             artist.set_text(_label(label))
         return [self.header, *self.key_labels, *self.query_labels]
+
+    def _fit(self, text: Any, largest: float, smallest: float = 5.0) -> None:
+        """Shrink ``text`` until it fits the figure's width, down to ``smallest`` points;
+        past that, cut it in the middle with an ellipsis. A short map's figure is narrow,
+        and a model name (builtin:layers=…) is long."""
+        renderer = self.canvas.get_renderer()
+        room = self.figure.bbox.width * 0.96
+        size = largest
+        text.set_fontsize(size)
+        while text.get_window_extent(renderer).width > room and size > smallest:
+            size -= 0.5
+            text.set_fontsize(size)
+        whole = text.get_text()
+        keep = len(whole)
+        while text.get_window_extent(renderer).width > room and keep > 8:
+            keep -= 2
+            head = keep // 2
+            text.set_text(whole[:head] + "…" + whole[len(whole) - (keep - head) :])
 
     def _set_cells(self, matrix: np.ndarray, title: str) -> None:
         self.image.set_data(matrix)

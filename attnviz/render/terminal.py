@@ -214,12 +214,16 @@ def render(
     query_labels = [display_label(token) for token in maps.query_tokens]
     key_labels = [display_label(token) for token in maps.key_tokens]
     layout = choose_layout(query_labels, key_labels, width, values)
-    scale = float(maps.weights.max()) if maps.weights.size else 1.0
+    pooled = [
+        (title, pool_map(matrix, layout.pool)) for _, _, title, matrix in maps.panels()
+    ]
+    # The scale of what is drawn: pooled cells hold sums of columns, larger than any weight.
+    scale = max((float(matrix.max()) for _, matrix in pooled if matrix.size), default=1.0)
     pooled_queries = pool_labels(query_labels, layout.pool)
     pooled_keys = pool_labels(key_labels, layout.pool)
     panels = [
         heatmap_panel(
-            pool_map(matrix, layout.pool),
+            matrix,
             pooled_queries,
             pooled_keys,
             title=title,
@@ -228,7 +232,7 @@ def render(
             use_colour=use_colour,
             highlight_row=None if highlight_query is None else highlight_query // layout.pool,
         )
-        for _, _, title, matrix in maps.panels()
+        for title, matrix in pooled
     ]
     widest_title = max(cell_len(title) for _, _, title, _ in maps.panels())
     panel_width = max(layout.panel_width(len(pooled_keys)), widest_title + _TITLE_FRAME)
