@@ -126,6 +126,17 @@ class ExploreApp(App[None]):
             return self.maps.select(layers=[layer])
         return self.maps.select(layers=[layer], heads=[self.maps.heads[self.head]])
 
+    def view_name(self) -> str:
+        """What is on screen, for a file name: views never share one."""
+        layer = self.maps.layers[self.layer]
+        if self.aggregate_method is Aggregate.ROLLOUT:
+            return "rollout"
+        if self.aggregate_method is not None:
+            return f"L{layer}-{self.aggregate_method.value}"
+        if self.grid:
+            return f"L{layer}-grid"
+        return f"L{layer}-H{self.maps.heads[self.head]}"
+
     def redraw(self) -> None:
         width, height = self.size
         cramped = width < MIN_WIDTH or height < MIN_HEIGHT
@@ -259,9 +270,8 @@ class ExploreApp(App[None]):
 
         view = self.view()
         kind = View.LAYER if view.weights.shape[1] > 1 else View.HEAD
-        suffix, data = next(Painter().files(view, kind, PictureFormat.PNG, Style()))
-        name = "attnviz" + (suffix or f"-{self.aggregate_method}") + ".png"
-        path = self.export_folder / name
+        _, data = next(Painter().files(view, kind, PictureFormat.PNG, Style()))
+        path = self.export_folder / f"attnviz-{self.view_name()}.png"
         with open_output(path, binary=True) as out:
             out.write(data)
         self.exported.append(path)

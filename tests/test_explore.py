@@ -77,9 +77,13 @@ def test_grid_values_and_aggregates(tmp_path):
 
 def test_export_writes_the_current_view(tmp_path):
     app = explorer(tmp_path)
-    drive(app, "right", "e")
-    assert [path.name for path in app.exported] == ["attnviz-L0-H1.png"]
-    assert (tmp_path / "attnviz-L0-H1.png").read_bytes().startswith(b"\x89PNG")
+    drive(app, "right", "e", "g", "e", "g", "m", "e", "m", "e", "m", "e")
+    assert [path.name for path in app.exported] == [
+        "attnviz-L0-H1.png", "attnviz-L0-grid.png", "attnviz-L0-mean.png", "attnviz-L0-max.png",
+        "attnviz-rollout.png",
+    ]  # fmt: skip
+    for path in app.exported:  # every view its own file: none overwrote another
+        assert path.read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_new_sentence_is_computed_in_the_background(tmp_path):

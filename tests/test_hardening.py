@@ -418,3 +418,25 @@ def test_long_inputs_in_the_terminal_are_not_solid(runner):
         if c in "·░▒▓█"
     ]
     assert cells and cells.count("█") < len(cells) / 4
+
+
+def test_notebook_html_is_bounded_and_says_what_it_left_out():
+    words = " ".join(f"w{i}" for i in range(300))
+    config = attnviz.BuiltinConfig(num_layers=4, num_heads=8)
+    page = attnviz.extract(words, config=config)._repr_html_()
+    assert len(page) < 2_000_000
+    assert "every 7 neighbouring tokens pooled" in page and "showing 10 of 32 maps" in page
+    small = attnviz.extract("a b c")._repr_html_()
+    assert "pooled" not in small and "showing" not in small and small.count("<table") == 8
+
+
+def test_explore_checks_its_export_folder_and_its_terminal_at_start(runner, tmp_path):
+    from attnviz.cli.output import Environment
+
+    terminal = Environment(True, True)
+    missing = runner.invoke(
+        app, ["explore", "a b", "--export-dir", str(tmp_path / "no")], obj=terminal
+    )
+    assert missing.exit_code == 2 and "is not a folder" in missing.stderr
+    logged = runner.invoke(app, ["explore", "a b"], obj=Environment(True, False))
+    assert logged.exit_code == 2 and "stdout and stderr on a terminal" in logged.stderr

@@ -36,8 +36,13 @@ def explore(
     from attnviz.errors import UsageError
     from attnviz.io import read_texts
 
-    if not environment.stdout_is_terminal:
-        raise UsageError("explore is a full-screen app: run it in a terminal (show writes data)")
+    if not (environment.stdout_is_terminal and environment.stderr_is_terminal):
+        raise UsageError(
+            "explore is a full-screen app: run it with stdout and stderr on a terminal "
+            "(show writes data)"
+        )
+    if not export_folder.is_dir():
+        raise UsageError(f"--export-dir {export_folder} is not a folder: create it first")
     asked = request(
         model=model, mode=mode, layer="all", head="all", settings=settings, text=text, target=target
     )
