@@ -440,3 +440,23 @@ def test_explore_checks_its_export_folder_and_its_terminal_at_start(runner, tmp_
     assert missing.exit_code == 2 and "is not a folder" in missing.stderr
     logged = runner.invoke(app, ["explore", "a b"], obj=Environment(True, False))
     assert logged.exit_code == 2 and "stdout and stderr on a terminal" in logged.stderr
+
+
+def test_each_warning_is_one_line_said_once(runner, tmp_path):
+    from tests import tiny_models
+
+    short = str(tiny_models.gpt2(tmp_path / "short", n_positions=8))
+    long_text = "a b " * 8
+    shown = runner.invoke(app, ["show", long_text, "--model", short, "-f", "json"])
+    assert shown.exit_code == 0
+    assert shown.stderr.count("\n") == 1 and shown.stderr.startswith("attnviz: warning:")
+    explained = runner.invoke(app, ["explain", long_text, "--model", short, "-q", "1"])
+    assert explained.exit_code == 0
+    assert (
+        explained.stderr.count("attnviz: warning:") == 1 and "Token indices" not in explained.stderr
+    )
+    source = tmp_path / "glyphs.txt"
+    source.write_text("𓀀 a\n𓀀 b\n𓀀 c\n")
+    batch = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out"), "-l", "0", "-q"])
+    assert batch.exit_code == 0
+    assert batch.stderr.count("no installed font has 1 of the characters (𓀀)") == 1

@@ -47,9 +47,10 @@ def encode(loaded: PretrainedModel, text: str, what: str, *, target: bool = Fals
     """Tokenise with the model's own special tokens; cut what the model cannot read, warning."""
     tokenizer = loaded.tokenizer
     call = {"text_target": text} if target else {"text": text}
-    encoding = tokenizer(
-        **call, return_offsets_mapping=True, truncation=False, add_special_tokens=True
-    )
+    with quiet(loaded.verbose):  # transformers warns of the length itself; attnviz says it once
+        encoding = tokenizer(
+            **call, return_offsets_mapping=True, truncation=False, add_special_tokens=True
+        )
     count = len(encoding["input_ids"])
     if count > loaded.max_length:
         warn(

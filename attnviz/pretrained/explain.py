@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Mode
-from attnviz.errors import AttnvizError, UsageError
+from attnviz.errors import AttnvizError, AttnvizWarning, UsageError
 from attnviz.pretrained.encoding import model_inputs
 from attnviz.pretrained.labels import piece_labels
 from attnviz.schema import json_numbers
@@ -146,7 +147,9 @@ def explain_query(
             "transformers' attention functions: explain cannot follow it"
         )
     query_states, key_states = seen["query"][0], seen["key"][0]  # (H, T, Dh), (H_kv, S, Dh)
-    own = extractor.extract(text, mode=mode, target=target, layers=[layer_index])
+    with warnings.catch_warnings():  # a cut text was said once, by model_inputs above
+        warnings.simplefilter("ignore", AttnvizWarning)
+        own = extractor.extract(text, mode=mode, target=target, layers=[layer_index])
     num_heads = query_states.shape[0]
     head_index = resolve_one(head, num_heads, "head")
     query_labels = piece_labels(loaded.tokenizer, inputs.queries[0]).text

@@ -78,10 +78,10 @@ _RC = {"svg.hashsalt": "attnviz", "pdf.compression": 6, "pdf.fonttype": 42}
 
 
 @contextmanager
-def _drawing() -> Iterator[None]:
-    """Draw with attnviz's settings, and turn matplotlib's per-glyph warnings into one
-    line on stderr: a missing glyph is drawn as a box and the picture is still written.
-    The font manager's log (which fonts it tried) stays quiet meanwhile."""
+def _drawing(missing_glyphs: set[str]) -> Iterator[None]:
+    """Draw with attnviz's settings, collecting into ``missing_glyphs`` the characters no
+    font has (matplotlib warns once per glyph; they are drawn as boxes and the picture
+    is still written). The font manager's log stays quiet meanwhile."""
     import logging
 
     import matplotlib
@@ -98,19 +98,19 @@ def _drawing() -> Iterator[None]:
             yield
     finally:
         font_log.setLevel(level)
-    missing = sorted(
-        {
-            chr(int(match.group(1)))
-            for w in caught
-            if (match := _MISSING_GLYPH.search(str(w.message)))
-        }
+    missing_glyphs.update(
+        chr(int(match.group(1)))
+        for caught_warning in caught
+        if (match := _MISSING_GLYPH.search(str(caught_warning.message)))
     )
-    if missing:
-        shown = "".join(missing[:20]) + ("…" if len(missing) > 20 else "")
-        warn(
-            f"no installed font has {len(missing)} of the characters ({shown}); they are drawn "
-            "as boxes. Install a font that covers them, such as Noto Sans CJK or Noto Color Emoji."
-        )
+
+
+def _warn_missing(missing: set[str]) -> None:
+    shown = "".join(sorted(missing)[:20]) + ("…" if len(missing) > 20 else "")
+    warn(
+        f"no installed font has {len(missing)} of the characters ({shown}); they are drawn "
+        "as boxes. Install a font that covers them, such as Noto Sans CJK or Noto Color Emoji."
+    )
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,7 @@ class HeadCanvas:
         from matplotlib.figure import Figure
 
         self.queries, self.keys, self.style = queries, keys, style
+        self.missing_glyphs: set[str] = set()  # characters no font had, in any drawing
         cell = _cell_inches(max(queries, keys))
         width, height = self.figure_size(queries, keys)
         self.figure = Figure(figsize=(width, height), dpi=style.dpi)
@@ -258,7 +259,7 @@ class HeadCanvas:
                 for q in range(queries)
                 for k in range(keys)
             ]
-        with _drawing():
+        with _drawing(self.missing_glyphs):
             self.canvas.draw()
         self.blank = self.canvas.copy_from_bbox(self.figure.bbox)
         self.framed: Any = None  # the background with one input's frame drawn on it
@@ -321,7 +322,7 @@ class HeadCanvas:
         """The picture of one map as PNG bytes, by the fast path."""
         if frame != self.frame_drawn:  # a new input: draw its frame once, for all its maps
             self.canvas.restore_region(self.blank)
-            with _drawing():
+            with _drawing(self.missing_glyphs):
                 for artist in self._set_frame(frame):
                     self.figure.draw_artist(artist)
             self.framed = self.canvas.copy_from_bbox(self.figure.bbox)
@@ -334,7 +335,7 @@ class HeadCanvas:
         cells = self.lookup[shades]  # (T, S, 4)
         block = np.repeat(np.repeat(cells, np.diff(self.y), axis=0), np.diff(self.x), axis=1)
         pixels[self.y[0] : self.y[-1], self.x[0] : self.x[-1]] = block
-        with _drawing():
+        with _drawing(self.missing_glyphs):
             self._draw_title(title, pixels)
             for artist in self.values:
                 self.figure.draw_artist(artist)
@@ -365,7 +366,7 @@ class HeadCanvas:
             artist.set_animated(False)
         try:
             out = io.BytesIO()
-            with _drawing():
+            with _drawing(self.missing_glyphs):
                 self.figure.savefig(out, format=picture.value, metadata=_metadata(picture))
             return out.getvalue()
         finally:
@@ -384,6 +385,8 @@ class Painter:
     def __init__(self, max_canvases: int = 64) -> None:
         self.max_canvases = max_canvases
         self.canvases: dict[tuple[int, int, Style], HeadCanvas] = {}
+        self.missing_glyphs: set[str] = set()  # drawn as boxes by the grid views
+        self.reported: set[str] = set()  # missing characters already warned about, once each
 
     def head_canvas(self, queries: int, keys: int, style: Style) -> HeadCanvas:
         key = (queries, keys, style)
@@ -415,9 +418,20 @@ class Painter:
         head: one per map, suffix ``-L{layer}-H{head}``; layer: one per layer,
         ``-L{layer}``; model: one in all, no suffix.
         """
+        yield from self._pictures(maps, view, picture, style)
+        missing = set(self.missing_glyphs).union(
+            *(canvas.missing_glyphs for canvas in self.canvases.values())
+        )
+        if missing - self.reported:  # one warning line per character, however many inputs
+            _warn_missing(missing - self.reported)
+            self.reported |= missing
+
+    def _pictures(
+        self, maps: AttentionMaps, view: View, picture: PictureFormat, style: Style
+    ) -> Iterator[tuple[str, bytes]]:
         layer_count = maps.weights.shape[0]
         if view is View.MODEL:
-            yield "", grid_picture(maps, picture, style)
+            yield "", grid_picture(maps, picture, style, self.missing_glyphs)
             return
         if view is View.LAYER:
             for i in range(layer_count):
@@ -427,7 +441,7 @@ class Painter:
                     layers=[layer] if layer is not None else maps.layers,
                 )
                 suffix = f"-L{layer}" if layer is not None else ""
-                yield suffix, grid_picture(part, picture, style)
+                yield suffix, grid_picture(part, picture, style, self.missing_glyphs)
             return
         for panel in maps.panels():
             suffix = "".join(
@@ -438,7 +452,9 @@ class Painter:
             yield suffix, self.head_picture(maps, panel, picture, style)
 
 
-def grid_picture(maps: AttentionMaps, picture: PictureFormat, style: Style) -> bytes:
+def grid_picture(
+    maps: AttentionMaps, picture: PictureFormat, style: Style, missing_glyphs: set[str]
+) -> bytes:
     """All maps held as small multiples: a row per layer, a column per head.
 
     A single layer's heads wrap into rows of at most six, so that a layer of
@@ -489,7 +505,7 @@ def grid_picture(maps: AttentionMaps, picture: PictureFormat, style: Style) -> b
         bar = figure.colorbar(image, ax=axes, shrink=0.6, aspect=30)
         bar.set_label("attention weight", fontsize=8)
     out = io.BytesIO()
-    with _drawing():
+    with _drawing(missing_glyphs):
         if picture is PictureFormat.PNG:
             figure.savefig(
                 out,
