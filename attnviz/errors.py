@@ -46,14 +46,28 @@ class UsageError(AttnvizError, ValueError):
     exit_code = ExitCode.USAGE_ERROR
 
 
+def _is_out_of_memory(error: BaseException) -> bool:
+    """Python's MemoryError, torch's OutOfMemoryError (GPU) and its CPU allocator's failure,
+    which torch raises as a plain RuntimeError."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and (
+        "can't allocate memory" in text or "out of memory" in text.lower()
+    )
+
+
 def describe(error: BaseException) -> tuple[ExitCode, str]:
     """The exit code and the one-line message for any failure."""
     if isinstance(error, AttnvizError):
         return error.exit_code, str(error)
     if isinstance(error, KeyboardInterrupt):
         return ExitCode.INTERRUPTED, "interrupted"
-    if isinstance(error, MemoryError):
-        return ExitCode.RUNTIME_ERROR, "out of memory: try a shorter text or fewer layers and heads"
+    if _is_out_of_memory(error):
+        return ExitCode.RUNTIME_ERROR, (
+            "out of memory: select fewer layers and heads (--layer, --head), a smaller "
+            "--batch-size, or a shorter text"
+        )
     if isinstance(error, OSError):
         where = f": {error.filename}" if error.filename else ""
         return ExitCode.RUNTIME_ERROR, f"{error.strerror or error}{where}"

@@ -460,3 +460,19 @@ def test_each_warning_is_one_line_said_once(runner, tmp_path):
     batch = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out"), "-l", "0", "-q"])
     assert batch.exit_code == 0
     assert batch.stderr.count("no installed font has 1 of the characters (𓀀)") == 1
+
+
+def test_running_out_of_memory_says_what_to_reduce(runner, monkeypatch):
+    def exhausted(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")
+
+    monkeypatch.setattr("attnviz.builtin.extractor.BuiltinExtractor._extract", exhausted)
+    result = runner.invoke(app, ["show", "a b", "-f", "json"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("attnviz: error: out of memory: select fewer layers and heads")
+
+
+def test_a_stack_too_big_for_the_machine_is_refused_with_an_estimate(runner):
+    result = runner.invoke(app, ["show", "a b", "--d-model", "4096", "--num-layers", "64"])
+    assert result.exit_code == 2
+    assert "needs about 112.0 GiB for its weights alone" in result.stderr

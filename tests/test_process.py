@@ -49,6 +49,7 @@ def test_usage_errors_import_no_heavy_module():
         ["explain", "a b", "--layer", "0-1"],
         ["explain", "a b", "--query", "1"],
         ["show", "a b", "-f", "terminal", "-o", "x.json"],
+        ["show", "a b", "--d-model", "4096", "--num-layers", "64"],  # ~112 GiB of weights
     ]
     probe = (
         "import sys\n"

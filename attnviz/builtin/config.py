@@ -35,6 +35,17 @@ class BuiltinConfig:
             )
 
     @property
+    def weight_bytes(self) -> int:
+        """What the stack's weights take in memory (float32): per layer, the encoder's
+        attention (4·D²) and feed-forward (2·D·d_ff), and the decoder's two attentions and
+        feed-forward; the estimate a request is checked against before anything is built."""
+        attention = 4 * self.d_model * self.d_model
+        if self.projections is Projections.IDENTITY:
+            attention = self.num_heads * self.d_model * self.d_model
+        feed_forward = 2 * self.d_model * self.d_ff
+        return 4 * self.num_layers * (3 * attention + 2 * feed_forward)
+
+    @property
     def d_ff(self) -> int:
         return 4 * self.d_model
 

@@ -49,6 +49,7 @@ class BuiltinExtractor(Extractor):
     def stack(self) -> BuiltinTransformer:
         """The seeded stack, built on first use and then kept."""
         if self._stack is None:
+            check_fits(self.config)
             from attnviz.builtin.model import BuiltinTransformer
 
             self._stack = BuiltinTransformer(self.config)
@@ -139,3 +140,19 @@ def check_target(mode: Mode, target: str | None) -> None:
         raise UsageError("cross mode needs a target text (--target): its tokens are the queries")
     if mode is not Mode.CROSS and target is not None:
         raise UsageError(f"a target text only applies to cross mode, not {mode} mode")
+
+
+def check_fits(config: BuiltinConfig) -> None:
+    """Refuse, before building it, a stack whose weights alone would not fit in memory."""
+    import os
+
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # a system that does not say
+        return
+    if config.weight_bytes > memory // 2:
+        raise UsageError(
+            f"a stack of {config.num_layers} layers with d_model {config.d_model} needs about "
+            f"{config.weight_bytes / 2**30:.1f} GiB for its weights alone; this machine has "
+            f"{memory / 2**30:.1f} GiB: choose a smaller --d-model or --num-layers"
+        )
