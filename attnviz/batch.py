@@ -36,9 +36,17 @@ class PartialFailure(AttnvizError):
 
     exit_code = ExitCode.PARTIAL_FAILURE
 
-    def __init__(self, message: str, records: list[Record]) -> None:
-        super().__init__(message)
-        self.records = records
+
+@dataclass
+class Tally:
+    """What a batch did, kept up to date as it goes, so that it is right after an abort."""
+
+    skipped: int = 0  # done by an earlier run, for the same request
+    records: list[Record] = field(default_factory=list)  # finished by this run
+
+    @property
+    def failed(self) -> int:
+        return sum(record.status == "failed" for record in self.records)
 
 
 @dataclass
@@ -342,8 +350,9 @@ def run_batch(
     batch_size: int,
     jobs: int,
     progress: Callable[[int, int], None],
-) -> list[Record]:
-    """Run every input; return the records of this run. Raises PartialFailure if some failed.
+    tally: Tally | None = None,
+) -> Tally:
+    """Run every input; return what was done. Raises PartialFailure if some failed.
 
     ``extract`` turns a chunk of readable inputs into their maps; when it fails
     for a chunk, its inputs are retried one by one so that only the bad ones
@@ -358,9 +367,10 @@ def run_batch(
         if not is_complete(earlier.get(item.index), item, outputs.folder, request)
     ]
     manifest = Manifest(manifest_path, earlier, append=resume, request=request)
-    done = len(inputs) - len(pending)
+    tally = tally if tally is not None else Tally()
+    tally.skipped = done = len(inputs) - len(pending)
     progress(done, len(inputs))
-    records: list[Record] = []
+    records = tally.records
     finished = False
     try:
         with RenderPool(jobs) as renderer:
@@ -378,10 +388,9 @@ def run_batch(
     if failed:
         raise PartialFailure(
             f"{len(failed)} of {len(inputs)} inputs failed (first: line {failed[0].line}: "
-            f"{failed[0].error}); see {manifest_path}",
-            records,
+            f"{failed[0].error}); see {manifest_path}"
         )
-    return records
+    return tally
 
 
 def _finish(
@@ -467,9 +476,31 @@ def _start_worker() -> None:
     global _worker_painter
     # Ctrl-C reaches every process of the group; the main process alone handles it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
     _worker_painter = Painter()
     # Import matplotlib now, while the main process is still importing torch.
     import matplotlib.figure  # noqa: F401
+
+
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to end this worker when the batch process ends, however
+    it ends (kill -9 included), rather than leave it rendering for nobody."""
+    import ctypes
+    import multiprocessing
+    import signal
+    import sys
+
+    parent_process = multiprocessing.parent_process()
+    if not sys.platform.startswith("linux") or parent_process is None:
+        return
+    parent = parent_process.pid
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG, from <linux/prctl.h>
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(set_parent_death_signal, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _render_in_worker(task: Task) -> tuple[BatchInput, list[str] | Exception]:
@@ -477,14 +508,22 @@ def _render_in_worker(task: Task) -> tuple[BatchInput, list[str] | Exception]:
     return render_task(task, _worker_painter)
 
 
+class WorkerDied(AttnvizError):
+    """The worker process rendering an input ended without an answer (killed, or out of
+    memory): that input fails, the batch goes on."""
+
+
 class RenderPool:
-    """Renders in this process (jobs 1) or in a pool of worker processes, in input order."""
+    """Renders in this process (jobs 1) or in a pool of worker processes, in input order.
+
+    If a worker dies, the inputs it held fail and the rest are rendered here.
+    """
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
         self.painter = Painter()
         self.pool: Any = None
-        self.queue: deque[Any] = deque()
+        self.queue: deque[tuple[BatchInput, Any]] = deque()  # (input, future or result)
         self.torch_threads: int | None = None
 
     def __enter__(self) -> RenderPool:
@@ -508,21 +547,40 @@ class RenderPool:
         return self
 
     def submit(self, task: Task) -> None:
-        if self.pool is None:
-            self.queue.append(render_task(task, self.painter))
-        else:
-            self.queue.append(self.pool.submit(_render_in_worker, task))
+        from concurrent.futures.process import BrokenProcessPool
+
+        item = task[0]
+        if self.pool is not None:
+            try:
+                self.queue.append((item, self.pool.submit(_render_in_worker, task)))
+                return
+            except BrokenProcessPool:
+                self._stop_pool()
+        self.queue.append((item, render_task(task, self.painter)))
 
     def completed(self, wait: bool) -> Iterator[tuple[BatchInput, list[str] | Exception]]:
         """Finished results in input order; with ``wait``, all of them."""
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
         while self.queue:
-            head = self.queue[0]
-            if self.pool is not None:
+            item, head = self.queue[0]
+            if isinstance(head, Future):
                 if not wait and not head.done() and len(self.queue) <= 4 * self.jobs:
                     return  # keep the workers busy while the next chunk is extracted
-                head = head.result()
+                try:
+                    head = head.result()
+                except BrokenProcessPool:
+                    self._stop_pool()
+                    head = (item, WorkerDied("the worker process rendering it died"))
             self.queue.popleft()
             yield head
+
+    def _stop_pool(self) -> None:
+        """A broken pool takes no more work: what comes next is rendered here."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:

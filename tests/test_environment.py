@@ -25,7 +25,9 @@ def test_show_draws_for_a_terminal_and_writes_ndjson_to_a_pipe(runner):
 def test_explore_needs_a_terminal(runner):
     result = runner.invoke(app, ["explore", "a b"], obj=PIPES)
     assert result.exit_code == 2
-    assert "explore is a full-screen app: run it in a terminal" in result.stderr
+    assert (
+        "explore is a full-screen app: run it with stdout and stderr on a terminal" in result.stderr
+    )
 
 
 @pytest.mark.parametrize(("environment", "bar"), [(TERMINAL, True), (PIPES, False)])

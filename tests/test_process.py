@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,96 @@ def test_stdin_lines_are_answered_as_they_arrive():
         assert process.wait(timeout=60) == 0
     finally:
         process.kill()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
+
+
+def _workers(pid: int) -> list[int]:
+    """The render workers of a batch: spawned interpreters, not the resource tracker."""
+    found = []
+    for child in _children(pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in command:
+            found.append(child)
+    return found
+
+
+def _start_batch(tmp_path, count: int) -> tuple[subprocess.Popen, Path]:
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(f"the man walked the dog number {i}" for i in range(count)))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-j", "2"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        manifest = out / "manifest.jsonl"
+        if manifest.exists() and len(manifest.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.02)
+    return process, out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def test_a_killed_worker_fails_its_inputs_and_the_batch_goes_on(tmp_path):
+    process, out = _start_batch(tmp_path, 60)
+    workers = _workers(process.pid)
+    assert workers, "the batch should have render workers by now"
+    os.kill(workers[0], signal.SIGKILL)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 3, stderr
+    assert "unexpected" not in stderr and "Traceback" not in stderr
+    records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert len(records) == 60
+    died = [record for record in records if record["status"] == "failed"]
+    assert died and all("worker process rendering it died" in r["error"] for r in died)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def test_workers_die_with_their_batch_and_sigterm_cleans_up(tmp_path):
+    process, out = _start_batch(tmp_path, 400)
+    workers = _workers(process.pid)
+    assert workers
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert not [name for name in os.listdir(out) if name.startswith(".")]  # no partial files
+    (tmp_path / "again").mkdir()
+    killed, _ = _start_batch(tmp_path / "again", 400)
+    workers = _workers(killed.pid)
+    assert workers
+    killed.kill()
+    killed.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.05)
+    alive = [w for w in workers if Path(f"/proc/{w}/status").exists()
+             and "zombie" not in Path(f"/proc/{w}/status").read_text()]  # fmt: skip
+    assert alive == []
+
+
+def test_sigterm_while_streaming_to_a_file_leaves_no_temporary(tmp_path):
+    target = tmp_path / "maps.ndjson"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnviz", "show", "-", "-f", "ndjson", "-o", str(target)],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    process.stdin.write(b"the first line\n")
+    process.stdin.flush()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(tmp_path.glob(".maps.ndjson.*")):
+        time.sleep(0.02)
+    time.sleep(0.5)  # the first record is being written
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+    assert process.returncode == 143
+    assert list(tmp_path.iterdir()) == []  # neither a partial file nor a temporary

@@ -4,6 +4,7 @@ import contextlib
 import errno
 import io
 import os
+import signal
 import sys
 
 from attnviz.cli.app import app
@@ -29,10 +30,16 @@ class _ClosedStream(io.TextIOBase):
         raise OSError(errno.EBADF, "standard output is closed")
 
 
+def _terminate(signal_number: int, _frame: object) -> None:
+    raise SystemExit(128 + signal_number)
+
+
 def main() -> None:
     """The ``attnviz`` console script."""
     if sys.stdout is None:
         sys.stdout = _ClosedStream()
+    # SIGTERM unwinds like Ctrl-C, so that no temporary file or worker is left behind.
+    signal.signal(signal.SIGTERM, _terminate)
     for stream in (sys.stdout, sys.stderr):  # an ASCII or Latin-1 locale: escape, never crash
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")

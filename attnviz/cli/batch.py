@@ -8,7 +8,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +16,9 @@ from attnviz.choices import BatchFormat, View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+
+if TYPE_CHECKING:
+    from attnviz.batch import Tally
 
 
 @model_settings
@@ -94,7 +97,7 @@ def batch(
     """
     from attnviz.batch import (
         Outputs,
-        PartialFailure,
+        Tally,
         assign_names,
         in_shard,
         manifest_name,
@@ -138,7 +141,7 @@ def batch(
         return list(extractor.extract_many(pairs, batch_size=len(pairs), **asked.options))
 
     started = time.monotonic()
-    records = []
+    tally = Tally()
     outputs = Outputs(
         folder=output,
         formats=formats,
@@ -150,7 +153,7 @@ def batch(
     )
     try:
         with ProgressReport(quiet, environment) as report:
-            records = run_batch(
+            run_batch(
                 inputs,
                 extract,
                 outputs,
@@ -159,23 +162,23 @@ def batch(
                 batch_size=batch_size,
                 jobs=jobs,
                 progress=report,
+                tally=tally,
             )
-    except PartialFailure as failure:
-        records = failure.records
-        raise
     finally:  # after the progress bar is gone, so that the summary stays on screen
         if not quiet:
-            _summary(inputs, blank_lines, records, output, time.monotonic() - started)
+            _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
 
 
-def _summary(inputs: list, blank_lines: int, records: list, output: Path, elapsed: float) -> None:
-    failed = sum(record.status == "failed" for record in records)
-    untouched = len(inputs) - len(records)
-    parts = [f"{len(records) - failed} written"]
-    if failed:
-        parts.append(f"{failed} failed")
-    if untouched:
-        parts.append(f"{untouched} skipped (already done) or not reached")
+def _summary(inputs: list, blank_lines: int, tally: Tally, output: Path, elapsed: float) -> None:
+    written = len(tally.records) - tally.failed
+    not_reached = len(inputs) - len(tally.records) - tally.skipped
+    parts = [f"{written} written"]
+    if tally.failed:
+        parts.append(f"{tally.failed} failed")
+    if tally.skipped:
+        parts.append(f"{tally.skipped} skipped (already done)")
+    if not_reached:
+        parts.append(f"{not_reached} not reached")
     if blank_lines:
         parts.append(f"{blank_lines} blank line{'s' if blank_lines > 1 else ''} skipped")
     print(
