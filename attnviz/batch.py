@@ -524,7 +524,6 @@ class RenderPool:
         self.painter = Painter()
         self.pool: Any = None
         self.queue: deque[tuple[BatchInput, Any]] = deque()  # (input, future or result)
-        self.torch_threads: int | None = None
 
     def __enter__(self) -> RenderPool:
         if self.jobs > 1:
@@ -538,12 +537,8 @@ class RenderPool:
                 initializer=_start_worker,
             )
             self.pool.submit(int)  # start the workers now, while the first inputs are extracted
-            # torch's threads spin while they wait for work; with render processes on
-            # every core they would take the CPU the renderers need. Restored on exit.
-            import torch
-
-            self.torch_threads = torch.get_num_threads()
-            torch.set_num_threads(1)
+            # torch's thread count is left alone: with fewer threads its sums run in
+            # another order, and the same text must give the same numbers whatever --jobs.
         return self
 
     def submit(self, task: Task) -> None:
@@ -585,7 +580,3 @@ class RenderPool:
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
-        if self.torch_threads is not None:
-            import torch
-
-            torch.set_num_threads(self.torch_threads)

@@ -476,3 +476,18 @@ def test_a_stack_too_big_for_the_machine_is_refused_with_an_estimate(runner):
     result = runner.invoke(app, ["show", "a b", "--d-model", "4096", "--num-layers", "64"])
     assert result.exit_code == 2
     assert "needs about 112.0 GiB for its weights alone" in result.stderr
+
+
+def test_jobs_give_the_very_numbers_show_gives(runner, tmp_path):
+    source = tmp_path / "in.txt"
+    text = " ".join(f"w{i}" for i in range(120))  # long enough for torch to use its threads
+    source.write_text(f"{text}\n{text} again\n")
+    shown = json.loads(runner.invoke(app, ["show", text, "-f", "json"]).stdout)
+    for jobs in ("1", "2"):
+        out = tmp_path / jobs
+        result = runner.invoke(
+            app, ["batch", str(source), "-o", str(out), "-f", "json", "-j", jobs, "-q"]
+        )
+        assert result.exit_code == 0, result.stderr
+        (first,) = [path for path in out.glob("0000-*.json")]
+        assert json.loads(first.read_text())["weights"] == shown["weights"]
