@@ -34,8 +34,7 @@ def maps_html(maps: AttentionMaps) -> str:
     notes = []
     if pool > 1:
         notes.append(
-            f"every {pool} neighbouring tokens pooled into one cell (rows averaged, columns "
-            "summed)"
+            f"every {pool} neighbouring tokens pooled into one cell (rows averaged, columns summed)"
         )
     if shown < len(panels):
         notes.append(

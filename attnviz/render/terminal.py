@@ -214,9 +214,7 @@ def render(
     query_labels = [display_label(token) for token in maps.query_tokens]
     key_labels = [display_label(token) for token in maps.key_tokens]
     layout = choose_layout(query_labels, key_labels, width, values)
-    pooled = [
-        (title, pool_map(matrix, layout.pool)) for _, _, title, matrix in maps.panels()
-    ]
+    pooled = [(title, pool_map(matrix, layout.pool)) for _, _, title, matrix in maps.panels()]
     # The scale of what is drawn: pooled cells hold sums of columns, larger than any weight.
     scale = max((float(matrix.max()) for _, matrix in pooled if matrix.size), default=1.0)
     pooled_queries = pool_labels(query_labels, layout.pool)
