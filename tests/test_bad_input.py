@@ -86,15 +86,14 @@ def test_nul_bytes_and_escapes_are_data(tmp_path):
     assert "␀" in out and "␛" in out and "[" in out and "bold" in out
 
 
-def test_a_hundred_thousand_characters(tmp_path):
-    text = ("word " * 20_000).encode()  # 100,000 characters, 20,000 tokens
-    result = run(
-        ["show", "-", "--layer", "0", "--head", "0", "-f", "npz", "-o", "maps.npz"],
-        text,
-        cwd=tmp_path,
+def test_a_hundred_thousand_characters(runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = "word " * 20_000  # 100,000 characters, 20,000 tokens
+    result = runner.invoke(
+        app, ["show", "-", "--layer", "0", "--head", "0", "-f", "npz", "-o", "maps.npz"], input=text
     )
-    assert result.returncode == 0, result.stderr
-    assert b"reads at most 4096: the last 15904 were dropped" in result.stderr
+    assert result.exit_code == 0, result.stderr
+    assert "reads at most 4096: the last 15904 were dropped" in result.stderr
     assert (tmp_path / "maps.npz").stat().st_size > 0
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from rich.cells import cell_len
@@ -111,18 +108,13 @@ def test_renderer_takes_plain_arrays():
     ("environment", "coloured"),
     [({"FORCE_COLOR": "1"}, True), ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False), ({}, False)],
 )
-def test_colour_follows_the_terminal_and_no_color(environment, coloured):
-    """A real process: colour for a terminal (forced here), never under NO_COLOR or in a pipe."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k not in {"FORCE_COLOR", "NO_COLOR"}}
-    result = subprocess.run(
-        [sys.executable, "-m", "attnviz", "show", "hi there", "-l", "0", "-f", "terminal"],
-        capture_output=True,
-        text=True,
-        env={**env, "TERM": "xterm-256color", **environment},
-        check=True,
+def test_colour_follows_the_terminal_and_no_color(runner, environment, coloured):
+    """Colour for a terminal (forced here), never under NO_COLOR or in a pipe."""
+    unset = {"FORCE_COLOR": None, "NO_COLOR": None, "TERM": "xterm-256color"}
+    result = runner.invoke(
+        app, ["show", "hi there", "-l", "0", "-f", "terminal"], env={**unset, **environment}
     )
+    assert result.exit_code == 0, result.stderr
     assert ("\x1b[48;" in result.stdout) == coloured  # cell backgrounds
     if not coloured:
         assert set(result.stdout) & set("·░▒▓█")
