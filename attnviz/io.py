@@ -30,6 +30,7 @@ import numpy as np
 from attnviz.choices import DataFormat
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.maps import AttentionMaps, SchemaError, cell_texts
+from attnviz.tokens import display_label
 
 STDIO = "-"
 BOM = "\ufeff"  # a byte-order mark some editors put first: not text
@@ -194,16 +195,20 @@ _NPZ_ARRAYS = ("weights", "layers", "heads", "query_tokens", "key_tokens")
 
 
 def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
-    """The long form of one input: a row per (layer, head, query, key)."""
+    """The long form of one input: a row per (layer, head, query, key). Tokens are
+    written as the terminal shows them, control characters made visible: CSV is read
+    on terminals, and a token is never an instruction to one."""
     writer = csv.writer(out, lineterminator="\n")
+    query_tokens = [display_label(token) for token in maps.query_tokens]
+    key_tokens = [display_label(token) for token in maps.key_tokens]
     for panel in maps.panels():
         # An empty layer or head cell: the map was combined over that axis (an aggregate).
         layer, head = ("" if index is None else index for index in (panel.layer, panel.head))
         cells = cell_texts(panel.matrix)
-        for q, query in enumerate(maps.query_tokens):
+        for q, query in enumerate(query_tokens):
             writer.writerows(
                 (input_index, layer, head, q, query, k, key, cells[q, k])
-                for k, key in enumerate(maps.key_tokens)
+                for k, key in enumerate(key_tokens)
             )
 
 

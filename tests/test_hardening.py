@@ -489,3 +489,10 @@ def test_jobs_give_the_very_numbers_show_gives(runner, tmp_path):
         assert result.exit_code == 0, result.stderr
         (first,) = [path for path in out.glob("0000-*.json")]
         assert json.loads(first.read_text())["weights"] == shown["weights"]
+
+
+def test_csv_tokens_carry_no_raw_control_characters(runner):
+    result = runner.invoke(app, ["show", "a \x1b[2J b\u202e", "-f", "csv"])
+    assert result.exit_code == 0
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    assert "␛" in result.stdout
