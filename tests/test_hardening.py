@@ -386,6 +386,10 @@ def test_a_pictures_header_and_title_lie_inside_the_canvas(text):
         assert figure.x0 <= extent.x0 and extent.x1 <= figure.x1, artist.get_text()
         assert figure.y0 <= extent.y0 and extent.y1 <= figure.y1
     assert canvas.header.get_text().startswith("builtin:")
+    # The rows/columns note sits just under the grid's corner, left of the key labels.
+    (note,) = [t for t in canvas.figure.texts if t.get_text().startswith("rows:")]
+    note_extent, grid = note.get_window_extent(renderer), canvas.axes.get_window_extent()
+    assert note_extent.x1 <= grid.x0 and grid.y0 - 0.3 * 100 <= note_extent.y1 <= grid.y0
 
 
 def test_long_inputs_in_the_terminal_are_not_solid(runner):

@@ -216,7 +216,16 @@ class HeadCanvas:
         )
         self.figure.colorbar(self.image, cax=colour_bar).set_label("attention weight", fontsize=8)
         colour_bar.tick_params(labelsize=7)
-        self.figure.text(0.01, 0.01, "rows: query tokens · columns: key tokens", fontsize=7)
+        # Just under the grid's corner, in the room the query labels leave: not adrift at
+        # the bottom of a figure whose margin is sized for the longest key labels.
+        self.figure.text(
+            0.05 / width,
+            (_MARGIN_BOTTOM - 0.08) / height,
+            "rows: query tokens\ncolumns: key tokens",
+            fontsize=6,
+            va="top",
+            ha="left",
+        )
         size, step = _label_step(cell * _INCH)
         self.key_labels = [
             self.axes.text(
