@@ -186,3 +186,48 @@ def test_text_is_data_never_markup_or_escapes(runner, text, colour):
         assert "␛" in visible
     if colour == "never":
         assert result.stdout == visible
+
+
+def _completion(env: dict[str, str]) -> str:
+    """What the installed `attnviz` script prints when a shell asks it for completion."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "attnviz"
+    result = subprocess.run(
+        [str(script)], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize(("shell", "marker"), [("bash", "complete -o default -F"),
+                                               ("zsh", "#compdef attnviz"),
+                                               ("fish", "complete --command attnviz")])  # fmt: skip
+def test_completion_scripts_for_each_shell(shell, marker):
+    script = _completion({"_ATTNVIZ_COMPLETE": f"source_{shell}"})
+    assert marker in script and f"complete_{shell}" in script
+
+
+def test_model_completion_offers_builtin_the_aliases_and_the_cache(runner):
+    from attnviz.cli.declarations import complete_model
+
+    assert complete_model("")[:2] == ["builtin", "minilm"]
+    assert complete_model("mi") == ["minilm"]
+    offered = _completion(
+        {"_ATTNVIZ_COMPLETE": "complete_bash", "COMP_WORDS": "attnviz show --model m",
+         "COMP_CWORD": "3"}
+    )  # fmt: skip
+    assert offered.split() == ["minilm"]
+    listed = runner.invoke(app, ["--help"]).stdout
+    assert "--install-completion" in listed and "--show-completion" in listed
+
+
+def test_help_names_arguments_in_capitals_and_shows_no_bool_metavar(runner):
+    for command, argument in (("show", "TEXT"), ("batch", "INPUT"), ("render", "SOURCE")):
+        result = runner.invoke(app, [command, "--help"])
+        assert result.exit_code == 0
+        assert f"{{{argument}}}" in result.stdout.splitlines()[0]
+        assert "<bool>" not in result.stdout and "<str>" not in result.stdout.split("Options:")[1]

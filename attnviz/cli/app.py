@@ -168,7 +168,7 @@ app = typer.Typer(
     name="attnviz",
     help="See what every attention head attends to, in the terminal.",
     invoke_without_command=True,  # bare `attnviz` prints the help (see root)
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
     # Plain help: typer's rich help imports rich.markdown and markdown-it, which would
     # double the time `attnviz --help` takes.

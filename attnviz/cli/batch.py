@@ -33,13 +33,17 @@ def batch(
         ),
     ],
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="The folder to write into (created if needed).")
+        Path,
+        typer.Option(
+            "--output", "-o", metavar="PATH", help="The folder to write into (created if needed)."
+        ),
     ],
     formats: Annotated[
         list[BatchFormat] | None,
         typer.Option(
             "--format",
             "-f",
+            metavar="FORMAT",
             case_sensitive=False,
             help="png, svg, pdf, json or npz; repeat for several. Default: png.",
         ),
@@ -60,19 +64,25 @@ def batch(
         ),
     ] = False,
     jobs: Annotated[
-        int, typer.Option("--jobs", "-j", min=1, max=64, help="Worker processes for rendering.")
+        int,
+        typer.Option(
+            "--jobs", "-j", metavar="N", min=1, max=64, help="Worker processes for rendering."
+        ),
     ] = 1,
     shard: Annotated[
         str | None,
         typer.Option(
             "--shard",
+            metavar="K/N",
             help="K/N: process only the K-th of N interleaved slices of the input (input i "
             "belongs to slice i mod N + 1); the manifest is then manifest-K-of-N.jsonl.",
         ),
     ] = None,
     batch_size: Annotated[
         int,
-        typer.Option("--batch-size", min=1, max=1024, help="Inputs per forward pass of a model."),
+        typer.Option(
+            "--batch-size", metavar="N", min=1, max=1024, help="Inputs per forward pass of a model."
+        ),
     ] = 16,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no summary.")] = False,
     mode: d.ModeOption = None,

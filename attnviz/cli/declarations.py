@@ -47,6 +47,7 @@ DtypeOption = Annotated[
     Dtype,
     typer.Option(
         "--dtype",
+        metavar="DTYPE",
         case_sensitive=False,
         rich_help_panel=OUTPUT_PANEL,
         help="How stored weights are written: float16 halves the size of json and npz data.",
@@ -55,12 +56,16 @@ DtypeOption = Annotated[
 
 
 TextArgument = Annotated[
-    str, typer.Argument(help="The text to look at, or - to read it from standard input.")
+    str,
+    typer.Argument(
+        metavar="TEXT", help="The text to look at, or - to read it from standard input."
+    ),
 ]
 SavedArgument = Annotated[
     str,
     typer.Argument(
-        help="Saved maps: a json, ndjson or npz file written by attnviz, or - for stdin."
+        metavar="SOURCE",
+        help="Saved maps: a json, ndjson or npz file written by attnviz, or - for stdin.",
     ),
 ]
 ModeOption = Annotated[
@@ -68,6 +73,7 @@ ModeOption = Annotated[
     typer.Option(
         "--mode",
         "-m",
+        metavar="MODE",
         case_sensitive=False,
         show_default="the model's own: self; masked for a decoder; cross for an "
         "encoder-decoder given --target",
@@ -77,13 +83,16 @@ ModeOption = Annotated[
 ]
 TargetOption = Annotated[
     str | None,
-    typer.Option("--target", "-t", help="Cross mode: the text whose tokens are the queries."),
+    typer.Option(
+        "--target", "-t", metavar="TEXT", help="Cross mode: the text whose tokens are the queries."
+    ),
 ]
 LayerOption = Annotated[
     str,
     typer.Option(
         "--layer",
         "-l",
+        metavar="LAYERS",
         rich_help_panel=SELECTION_PANEL,
         help="Layers to show: an index, a list (0,2), a range (0-2), all; negative counts from "
         "the end.",
@@ -92,13 +101,26 @@ LayerOption = Annotated[
 HeadOption = Annotated[
     str,
     typer.Option(
-        "--head", rich_help_panel=SELECTION_PANEL, help="Heads to show, written like --layer."
+        "--head",
+        metavar="HEADS",
+        rich_help_panel=SELECTION_PANEL,
+        help="Heads to show, written like --layer.",
     ),
 ]
+def complete_model(incomplete: str) -> list[str]:
+    """Shell completion of --model: builtin, the aliases, and the models in the local cache."""
+    from attnviz.pretrained import available_models
+
+    names = [BUILTIN, *(model.name for model in available_models())]
+    return [name for name in names if name.startswith(incomplete)]
+
+
 ModelOption = Annotated[
     str,
     typer.Option(
         "--model",
+        metavar="MODEL",
+        autocompletion=complete_model,
         rich_help_panel=MODEL_PANEL,
         help="builtin (the seeded stack), an alias (see attnviz models), a directory saved with "
         "save_pretrained, or a Hugging Face id from the local cache.",
@@ -159,6 +181,7 @@ NumLayersOption = Annotated[
     int | None,
     typer.Option(
         "--num-layers",
+        metavar="N",
         min=1,
         max=64,
         show_default="2",
@@ -170,6 +193,7 @@ NumHeadsOption = Annotated[
     int | None,
     typer.Option(
         "--num-heads",
+        metavar="N",
         min=1,
         max=64,
         show_default="4",
@@ -181,6 +205,7 @@ DModelOption = Annotated[
     int | None,
     typer.Option(
         "--d-model",
+        metavar="WIDTH",
         min=1,
         max=4096,
         show_default="64",
@@ -192,6 +217,7 @@ SeedOption = Annotated[
     int | None,
     typer.Option(
         "--seed",
+        metavar="SEED",
         min=0,
         max=2**63 - 1,  # what torch.manual_seed takes
         show_default="0",
@@ -213,6 +239,7 @@ ProjectionsOption = Annotated[
     Projections | None,
     typer.Option(
         "--projections",
+        metavar="KIND",
         case_sensitive=False,
         show_default="learned",
         rich_help_panel=STACK_PANEL,
@@ -228,6 +255,7 @@ ColourOption = Annotated[
     ColourChoice,
     typer.Option(
         "--color",
+        metavar="WHEN",
         case_sensitive=False,
         rich_help_panel=OUTPUT_PANEL,
         help="Colour in the terminal picture. auto honours NO_COLOR and never colours a pipe; "
@@ -238,6 +266,7 @@ WidthOption = Annotated[
     int | None,
     typer.Option(
         "--width",
+        metavar="COLUMNS",
         min=20,
         rich_help_panel=OUTPUT_PANEL,
         help="Columns to draw in (default: the terminal's width, or $COLUMNS, or 80).",
@@ -248,6 +277,7 @@ AggregateOption = Annotated[
     typer.Option(
         "--aggregate",
         "-a",
+        metavar="METHOD",
         case_sensitive=False,
         rich_help_panel=SELECTION_PANEL,
         help="Combine the selected maps. mean, max: over heads, a map per layer. mean-all, "
@@ -264,6 +294,7 @@ ViewOption = Annotated[
     View,
     typer.Option(
         "--view",
+        metavar="VIEW",
         case_sensitive=False,
         rich_help_panel=OUTPUT_PANEL,
         help="head: one map (pick it with --layer and --head). layer: the heads of one layer in a "
@@ -272,16 +303,26 @@ ViewOption = Annotated[
 ]
 CmapOption = Annotated[
     str,
-    typer.Option("--cmap", rich_help_panel=OUTPUT_PANEL, help="Any matplotlib colormap name."),
+    typer.Option(
+        "--cmap", metavar="NAME", rich_help_panel=OUTPUT_PANEL, help="Any matplotlib colormap name."
+    ),
 ]
 DpiOption = Annotated[
     int,
-    typer.Option("--dpi", min=20, max=1200, rich_help_panel=OUTPUT_PANEL, help="Pixels per inch."),
+    typer.Option(
+        "--dpi",
+        metavar="DPI",
+        min=20,
+        max=1200,
+        rich_help_panel=OUTPUT_PANEL,
+        help="Pixels per inch.",
+    ),
 ]
 VmaxOption = Annotated[
     float,
     typer.Option(
         "--vmax",
+        metavar="WEIGHT",
         min=1e-6,
         max=1.0,
         rich_help_panel=OUTPUT_PANEL,

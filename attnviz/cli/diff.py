@@ -17,12 +17,15 @@ def diff(
     sources: Annotated[
         list[str],
         typer.Argument(
-            help="TEXT (then --against is needed), or two saved maps files (json, ndjson, npz)."
+            metavar="TEXT | SOURCE SOURCE",
+            help="TEXT (then --against is needed), or two saved maps files (json, ndjson, npz).",
         ),
     ],
     against: Annotated[
         str | None,
-        typer.Option("--against", help="The second model, compared with --model on TEXT."),
+        typer.Option(
+            "--against", metavar="MODEL", help="The second model, compared with --model on TEXT."
+        ),
     ] = None,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
@@ -33,13 +36,16 @@ def diff(
         float | None,
         typer.Option(
             "--fail-above",
+            metavar="DIVERGENCE",
             min=0.0,
             help="Exit with code 1 when any head's divergence is above this (for CI).",
         ),
     ] = None,
     output_format: Annotated[
         d.ReportFormat,
-        typer.Option("--format", "-f", case_sensitive=False, help="table or json."),
+        typer.Option(
+            "--format", "-f", metavar="FORMAT", case_sensitive=False, help="table or json."
+        ),
     ] = d.ReportFormat.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,

@@ -17,13 +17,18 @@ def explain(
     text: d.TextArgument,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
-    layer: Annotated[str, typer.Option("--layer", "-l", help="The layer to walk through.")] = "0",
-    head: Annotated[str, typer.Option("--head", help="The head to walk through.")] = "0",
+    layer: Annotated[
+        str, typer.Option("--layer", "-l", metavar="LAYERS", help="The layer to walk through.")
+    ] = "0",
+    head: Annotated[
+        str, typer.Option("--head", metavar="HEADS", help="The head to walk through.")
+    ] = "0",
     output_format: Annotated[
         d.ReportFormat,
         typer.Option(
             "--format",
             "-f",
+            metavar="FORMAT",
             case_sensitive=False,
             help="table: the walk-through. json: every intermediate matrix by name.",
         ),
@@ -34,6 +39,7 @@ def explain(
         typer.Option(
             "--query",
             "-q",
+            metavar="INDEX",
             help="With --model: the index of the query token whose row is explained "
             "(0 for the first token; negative counts from the end).",
         ),

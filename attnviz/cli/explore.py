@@ -20,7 +20,7 @@ def explore(
     target: d.TargetOption = None,
     model: d.ModelOption = d.BUILTIN,
     export_folder: Annotated[
-        Path, typer.Option("--export-dir", help="Where `e` saves PNG pictures.")
+        Path, typer.Option("--export-dir", metavar="FOLDER", help="Where `e` saves PNG pictures.")
     ] = Path("."),
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,

@@ -21,6 +21,7 @@ def export(
         typer.Option(
             "--output",
             "-o",
+            metavar="PATH",
             help="The picture file: its suffix, .png, .svg or .pdf, picks the format.",
         ),
     ],

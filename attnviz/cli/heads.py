@@ -25,17 +25,21 @@ def heads(
         HeadColumn,
         typer.Option(
             "--sort",
+            metavar="COLUMN",
             case_sensitive=False,
             help="Column to sort by: statistics largest first; layer, head, top_key in order.",
         ),
     ] = HeadColumn.LAYER,
     reverse: Annotated[bool, typer.Option("--reverse", help="Reverse the sort order.")] = False,
     top: Annotated[
-        int | None, typer.Option("--top", min=1, help="Only the first N rows, after sorting.")
+        int | None,
+        typer.Option("--top", metavar="N", min=1, help="Only the first N rows, after sorting."),
     ] = None,
     output_format: Annotated[
         d.TableFormat,
-        typer.Option("--format", "-f", case_sensitive=False, help="table, json or csv."),
+        typer.Option(
+            "--format", "-f", metavar="FORMAT", case_sensitive=False, help="table, json or csv."
+        ),
     ] = d.TableFormat.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,

@@ -14,7 +14,13 @@ from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 def models(
     output_format: Annotated[
         ReportFormat,
-        typer.Option("--format", "-f", case_sensitive=False, help="table, or json for scripts."),
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            case_sensitive=False,
+            help="table, or json for scripts.",
+        ),
     ] = ReportFormat.TABLE,
     environment: Environment = NO_TERMINAL,
 ) -> None:

@@ -19,6 +19,7 @@ def render(
         typer.Option(
             "--output",
             "-o",
+            metavar="PATH",
             help="Save a picture instead (.png, .svg or .pdf); one input only.",
         ),
     ] = None,

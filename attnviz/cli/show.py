@@ -53,6 +53,7 @@ def show(
         typer.Option(
             "--format",
             "-f",
+            metavar="FORMAT",
             case_sensitive=False,
             rich_help_panel=d.OUTPUT_PANEL,
             help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
@@ -66,6 +67,7 @@ def show(
         typer.Option(
             "--output",
             "-o",
+            metavar="PATH",
             rich_help_panel=d.OUTPUT_PANEL,
             help="Where data formats go: a file (written whole or not at all), or - for stdout.",
         ),

@@ -21,10 +21,14 @@ def top(
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
-    k: Annotated[int, typer.Option("-k", min=1, help="Key tokens per query token.")] = 3,
+    k: Annotated[
+        int, typer.Option("-k", metavar="N", min=1, help="Key tokens per query token.")
+    ] = 3,
     output_format: Annotated[
         d.ReportFormat,
-        typer.Option("--format", "-f", case_sensitive=False, help="table (lines) or json."),
+        typer.Option(
+            "--format", "-f", metavar="FORMAT", case_sensitive=False, help="table (lines) or json."
+        ),
     ] = d.ReportFormat.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
