@@ -186,10 +186,8 @@ def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path):
         for name in record["files"]:
             assert (out / name).read_bytes() == (reference / name).read_bytes()
 
-    resumed = subprocess.run(
-        [*command, "-o", str(out), "--resume"], capture_output=True, text=True, timeout=300
-    )
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = runner.invoke(app, [*arguments, "-o", str(out), "--resume"])
+    assert resumed.exit_code == 0, resumed.stderr
     assert f"{len(done)} skipped" in resumed.stderr
     files = sorted(path.name for path in out.iterdir())
     assert files == sorted(path.name for path in reference.iterdir())
