@@ -88,6 +88,8 @@ def test_json_holds_every_step_and_matches_the_stack(runner):
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
+    assert document["schema_version"] == attnviz.SCHEMA_VERSION  # the one envelope
+    assert attnviz.load().explain("a b").to_dict()["schema_version"] == attnviz.SCHEMA_VERSION
     names = ["X", "W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scaled", "mask", "weights",
              "head_output", "concat", "W_O", "output"]  # fmt: skip
     assert list(document["steps"]) == names

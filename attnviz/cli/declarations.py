@@ -107,6 +107,8 @@ HeadOption = Annotated[
         help="Heads to show, written like --layer.",
     ),
 ]
+
+
 def complete_model(incomplete: str) -> list[str]:
     """Shell completion of --model: builtin, the aliases, and the models in the local cache."""
     from attnviz.pretrained import available_models

@@ -77,9 +77,7 @@ def explain(
         query=query,
     )  # fmt: skip
     if output_format is d.ReportFormat.JSON:
-        from attnviz.schema import envelope
-
-        out.write_stdout(dump_json(envelope(explanation.to_dict())))
+        out.write_stdout(dump_json(explanation.to_dict()))
         return
     from attnviz.render.explain import render, render_query
 
