@@ -10,6 +10,7 @@ files are all there.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -85,40 +86,62 @@ def slug(text: str) -> str:
     return cleaned[:_SLUG_LENGTH].rstrip("-")
 
 
-def _read_lines(source: str) -> list[bytes]:
+def _open_lines(source: str) -> Iterator[bytes]:
+    """The lines of a file or stdin, one at a time, without their line ends; a leading
+    UTF-8 byte-order mark is not text."""
     if source == STDIO:
         if sys.stdin is None or sys.stdin.isatty():
             raise UsageError("INPUT is '-' but standard input is a terminal: pipe the inputs in")
-        data = sys.stdin.buffer.read()
+        stream = sys.stdin.buffer
     else:
         path = Path(source)
         if path.is_dir():
             raise UsageError(f"{source} is a directory: give a text or JSONL file")
         try:
-            data = path.read_bytes()
+            stream = path.open("rb")
         except FileNotFoundError:
             raise UsageError(f"no such input file: {source}") from None
         except OSError as error:
             raise AttnvizError(f"cannot read {source}: {error.strerror}") from None
-    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a UTF-8 byte-order mark is not text
-    if lines and lines[-1] == b"":
-        lines.pop()  # the newline that ends the last line does not start another
-    return [line.removesuffix(b"\r") for line in lines]
+    return _lines_of(stream, close=source != STDIO)
+
+
+def _lines_of(stream: Any, close: bool) -> Iterator[bytes]:
+    try:
+        for number, line in enumerate(stream):
+            line = line.removesuffix(b"\n").removesuffix(b"\r")
+            yield line.removeprefix(b"\xef\xbb\xbf") if number == 0 else line
+    except OSError as error:
+        raise AttnvizError(f"cannot read the input: {error.strerror}") from None
+    finally:
+        if close:
+            stream.close()
 
 
 def read_inputs(source: str) -> list[BatchInput]:
-    """Inputs from a text file (a line each), a JSONL file (``text``, ``target``, ``id``) or stdin.
+    """Every input of a file or stdin; see :func:`iter_inputs`."""
+    return list(iter_inputs(source))
+
+
+def iter_inputs(source: str) -> Iterator[BatchInput]:
+    """Inputs from a text file (a line each), a JSONL file (``text``, ``target``, ``id``) or
+    stdin, read one line at a time.
 
     JSONL is recognised by a ``.jsonl`` or ``.ndjson`` suffix, or by a first
     non-blank line that starts with ``{``. A line that cannot be read becomes
     an input with an error, so the batch records it and goes on; a blank line
     is marked ``blank``, to be skipped.
     """
-    raw = _read_lines(source)
-    first = next((line.strip() for line in raw if line.strip()), b"")
+    lines = _open_lines(source)
+    leading: list[bytes] = []  # the blank lines before the first that says what the file is
+    first = b""
+    for line in lines:
+        leading.append(line)
+        if line.strip():
+            first = line.strip()
+            break
     jsonl = Path(source).suffix.lower() in (".jsonl", ".ndjson") or first.startswith(b"{")
-    inputs = []
-    for index, data in enumerate(raw):
+    for index, data in enumerate(itertools.chain(leading, lines)):
         item = BatchInput(index=index, line=index + 1)
         try:
             content = data.decode("utf-8")
@@ -127,7 +150,7 @@ def read_inputs(source: str) -> list[BatchInput]:
                 f"line {item.line} is not UTF-8 text: byte 0x{data[error.start]:02x} at offset "
                 f"{error.start}"
             )
-            inputs.append(item)
+            yield item
             continue
         if jsonl:
             _read_json_line(item, content)
@@ -138,8 +161,7 @@ def read_inputs(source: str) -> list[BatchInput]:
                 item.error = f"line {item.line} has an empty text"
             else:
                 item.blank = True
-        inputs.append(item)
-    return inputs
+        yield item
 
 
 def _read_json_line(item: BatchInput, content: str) -> None:

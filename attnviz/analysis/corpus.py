@@ -1,0 +1,140 @@
+"""Per-head statistics over a whole corpus, in bounded memory.
+
+For every (layer, head) and every statistic of ``heads`` (entropy, distance,
+sink, previous, self, and the position of the top key) a running mean and
+variance (Welford's update, merged with Chan's formula) and a DDSketch, a
+mergeable quantile sketch whose quantiles are within a relative accuracy.
+Memory grows with the number of heads, never with the number of inputs; two
+partial results (from shards, or workers) merge into the result of the whole.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnviz.analysis.heads import head_statistics
+from attnviz.maps import AttentionMaps
+
+STATISTICS = ("entropy", "distance", "sink", "previous", "self", "top_key_position")
+QUANTILES = (0.05, 0.5, 0.95)
+RELATIVE_ACCURACY = 0.01  # of the sketch's quantiles
+
+
+@dataclass
+class Running:
+    """Count, mean and sum of squared deviations, updated one value at a time."""
+
+    count: int = 0
+    mean: float = 0.0
+    squares: float = 0.0  # Σ (x − mean)²
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self.squares += delta * (value - self.mean)
+
+    def merge(self, other: Running) -> None:
+        if not other.count:
+            return
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        self.squares += other.squares + delta * delta * self.count * other.count / total
+        self.mean += delta * other.count / total
+        self.count = total
+
+    @property
+    def std(self) -> float:
+        """The population standard deviation."""
+        return math.sqrt(self.squares / self.count) if self.count else math.nan
+
+
+def _sketch() -> Any:
+    from ddsketch import DDSketch
+
+    return DDSketch(relative_accuracy=RELATIVE_ACCURACY)
+
+
+@dataclass
+class Cell:
+    running: Running = field(default_factory=Running)
+    sketch: Any = field(default_factory=_sketch)
+
+    def add(self, value: float) -> None:
+        self.running.add(value)
+        self.sketch.add(value)
+
+    def merge(self, other: Cell) -> None:
+        self.running.merge(other.running)
+        self.sketch.merge(other.sketch)
+
+
+@dataclass
+class CorpusStatistics:
+    """The statistics of every head seen so far; ``add`` one input's maps at a time."""
+
+    inputs: int = 0
+    cells: dict[tuple[int, int, str], Cell] = field(default_factory=dict)
+
+    def add(self, maps: AttentionMaps) -> None:
+        rows = head_statistics(maps)
+        positions = maps.weights.astype("float64").sum(-2).argmax(-1)  # (L, H): top key
+        for row in rows:
+            i, j = maps.layers.index(row.layer), maps.heads.index(row.head)
+            values = {name: getattr(row, name) for name in STATISTICS[:-1]}
+            values["top_key_position"] = float(positions[i, j])
+            for name, value in values.items():
+                if value is not None:  # distance and the like have none in cross mode
+                    self.cells.setdefault((row.layer, row.head, name), Cell()).add(value)
+        self.inputs += 1
+
+    def add_all(self, stream: Iterable[AttentionMaps]) -> CorpusStatistics:
+        for maps in stream:
+            self.add(maps)
+        return self
+
+    def merge(self, other: CorpusStatistics) -> None:
+        """Fold in the statistics of other inputs (another shard, another worker)."""
+        for key, cell in other.cells.items():
+            self.cells.setdefault(key, Cell()).merge(cell)
+        self.inputs += other.inputs
+
+    def rows(self) -> list[dict[str, Any]]:
+        """A row per (layer, head, statistic): count, mean, std and quantiles."""
+        rows = []
+        for (layer, head, name), cell in sorted(
+            self.cells.items(),
+            key=lambda item: (item[0][0], item[0][1], STATISTICS.index(item[0][2])),
+        ):
+            row: dict[str, Any] = {
+                "layer": layer,
+                "head": head,
+                "statistic": name,
+                "count": cell.running.count,
+                "mean": cell.running.mean,
+                "std": cell.running.std,
+            }
+            for quantile in QUANTILES:
+                row[f"p{round(quantile * 100):02d}"] = float(
+                    cell.sketch.get_quantile_value(quantile)
+                )
+            rows.append(row)
+        return rows
+
+    def means(self, name: str) -> tuple[list[int], list[int], list[list[float]]]:
+        """One statistic's corpus means as a layers × heads grid (NaN where none)."""
+        layers = sorted({layer for layer, _, _ in self.cells})
+        heads = sorted({head for _, head, _ in self.cells})
+        grid = [
+            [
+                self.cells[(layer, head, name)].running.mean
+                if (layer, head, name) in self.cells
+                else math.nan
+                for head in heads
+            ]
+            for layer in layers
+        ]
+        return layers, heads, grid
