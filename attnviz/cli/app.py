@@ -80,6 +80,9 @@ COMMANDS = {
     "diff": CommandEntry(
         "attnviz.cli.diff", "How differently two models (or two saved runs) attend."
     ),
+    "stats": CommandEntry(
+        "attnviz.cli.stats", "Per-head statistics over a whole corpus, in bounded memory."
+    ),
     "explain": CommandEntry(
         "attnviz.cli.explain", "One head's attention, step by step, with the real numbers."
     ),

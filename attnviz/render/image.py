@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from attnviz.choices import PictureFormat, View
 from attnviz.errors import UsageError, warn
 from attnviz.maps import AttentionMaps, MapPanel
 from attnviz.tokens import display_label
+
+if TYPE_CHECKING:
+    from attnviz.analysis.corpus import CorpusStatistics
 
 SUFFIXES = {f".{picture.value}": picture for picture in PictureFormat}
 MAX_LABEL = 14  # characters of a token label before it is cut with an ellipsis
@@ -524,4 +527,39 @@ def grid_picture(
             )
         else:
             figure.savefig(out, format=picture.value, metadata=_metadata(picture))
+    return out.getvalue()
+
+
+def statistics_picture(corpus: CorpusStatistics, picture: PictureFormat, model: str) -> bytes:
+    """A layers × heads heatmap of each statistic's corpus mean, side by side."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from attnviz.analysis.corpus import STATISTICS
+
+    layers, heads, _ = corpus.means(STATISTICS[0])
+    panel = (max(2.2, 0.35 * len(heads) + 1.2), max(1.8, 0.3 * len(layers) + 1.0))
+    figure = Figure(figsize=(panel[0] * 3, panel[1] * 2 + 0.6), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(2, 3, squeeze=False)
+    for ax, name in zip(axes.flat, STATISTICS, strict=True):
+        _, _, grid = corpus.means(name)
+        image = ax.imshow(
+            np.asarray(grid, dtype=float),
+            cmap=matplotlib.colormaps["viridis"],
+            interpolation="nearest",
+            aspect="auto",
+        )
+        ax.set_title(name.replace("_", " "), fontsize=9)
+        ax.set_xticks(range(len(heads)), [str(head) for head in heads], fontsize=6)
+        ax.set_yticks(range(len(layers)), [str(layer) for layer in layers], fontsize=6)
+        ax.set_xlabel("head", fontsize=7)
+        ax.set_ylabel("layer", fontsize=7)
+        figure.colorbar(image, ax=ax).ax.tick_params(labelsize=6)
+    figure.suptitle(f"{model} · corpus means over {corpus.inputs} inputs", fontsize=10)
+    figure.subplots_adjust(left=0.06, right=0.97, bottom=0.1, top=0.86, wspace=0.45, hspace=0.6)
+    out = io.BytesIO()
+    with _drawing(set()):
+        figure.savefig(out, format=picture.value, metadata=_metadata(picture))
     return out.getvalue()

@@ -1,0 +1,160 @@
+"""`attnviz stats`: per-head statistics over a whole corpus, in bounded memory."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+
+
+@model_settings
+@with_environment
+def stats(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="INPUT",
+            help="A text file (a sentence per line), a JSONL file (objects with text and "
+            "optional target), or - for stdin: as batch reads them.",
+        ),
+    ],
+    mode: d.ModeOption = None,
+    model: d.ModelOption = d.BUILTIN,
+    layer: d.LayerOption = "all",
+    head: d.HeadOption = "all",
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", metavar="N", min=1, help="Only the first N inputs."),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option("--batch-size", metavar="N", min=1, max=1024, help="Inputs per forward pass."),
+    ] = 16,
+    output_format: Annotated[
+        d.TableFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            case_sensitive=False,
+            help="table: corpus means per head. json, csv: a row per (layer, head, "
+            "statistic) with count, mean, std and the 5th, 50th and 95th percentiles.",
+        ),
+    ] = d.TableFormat.TABLE,
+    picture: Annotated[
+        str | None,
+        typer.Option(
+            "--picture",
+            metavar="PATH",
+            help="Also draw a layers × heads heatmap of each statistic's corpus mean "
+            "(.png, .svg or .pdf).",
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")] = False,
+    environment: Environment = NO_TERMINAL,
+    settings: ModelSettings = DEFAULT_SETTINGS,
+) -> None:
+    """Per-head statistics over a whole corpus: entropy, distance, sink, previous, self
+    and the position of the top key, as `heads` computes them for one input.
+
+    Inputs stream through; memory holds a running mean and variance and a
+    quantile sketch (1% relative accuracy) per head and statistic, whatever the
+    corpus size. Blank lines and lines that cannot be read are skipped and
+    counted.
+    """
+    from attnviz.cli.settings import request
+
+    if picture is not None:
+        from attnviz.render.image import picture_format
+
+        picture_format(picture)
+    asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
+    extractor = asked.open(environment)
+    from itertools import islice
+
+    from attnviz.analysis.corpus import CorpusStatistics
+    from attnviz.batch import iter_inputs
+
+    skipped = 0
+
+    def readable():
+        nonlocal skipped
+        for item in iter_inputs(source):
+            if item.blank or item.error is not None:
+                skipped += 1
+                continue
+            yield item.text, item.target
+
+    pairs = islice(readable(), limit)
+    corpus = CorpusStatistics()
+    started = last = time.monotonic()
+    for maps in extractor.extract_many(pairs, batch_size=batch_size, **asked.options):
+        corpus.add(maps)
+        now = time.monotonic()
+        if not quiet and now - last >= 5:
+            last = now
+            print(f"attnviz: {corpus.inputs} inputs", file=sys.stderr)
+    if not quiet:
+        elapsed = time.monotonic() - started
+        note = f", {skipped} line{'s' if skipped > 1 else ''} skipped" if skipped else ""
+        print(f"attnviz: {corpus.inputs} inputs{note} in {elapsed:.1f} s", file=sys.stderr)
+    if not corpus.inputs:
+        from attnviz.errors import UsageError
+
+        raise UsageError(f"{source} holds no input to compute statistics over")
+    _write(corpus, output_format, environment, model=extractor.name)
+    if picture is not None:
+        from attnviz.io import open_output
+        from attnviz.render.image import statistics_picture
+
+        with open_output(picture, binary=True) as stream:
+            stream.write(statistics_picture(corpus, picture_format(picture), extractor.name))
+
+
+def _write(corpus, output_format: d.TableFormat, environment: Environment, model: str) -> None:
+    from attnviz.cli import output as out
+    from attnviz.io import dump_json
+    from attnviz.schema import envelope
+
+    rows = corpus.rows()
+    if output_format is d.TableFormat.JSON:
+        out.write_stdout(
+            dump_json(envelope({"model": model, "inputs": corpus.inputs, "heads": rows}))
+        )
+        return
+    if output_format is d.TableFormat.CSV:
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        out.write_stdout(buffer.getvalue())
+        return
+    from rich.table import Table
+
+    from attnviz.analysis.corpus import STATISTICS
+    from attnviz.tokens import display_label
+
+    table = Table(
+        title=f"{display_label(model)} · {corpus.inputs} inputs · corpus mean (± std) per head"
+    )
+    table.add_column("layer", justify="right")
+    table.add_column("head", justify="right")
+    for name in STATISTICS:
+        table.add_column(name.replace("_", " "), justify="right")
+    keyed = {(row["layer"], row["head"], row["statistic"]): row for row in rows}
+    for layer, head in sorted({(row["layer"], row["head"]) for row in rows}):
+        cells = []
+        for name in STATISTICS:
+            row = keyed.get((layer, head, name))
+            cells.append("–" if row is None else f"{row['mean']:.3f} ± {row['std']:.3f}")
+        table.add_row(str(layer), str(head), *cells)
+    out.stdout_console(d.ColourChoice.AUTO, None, environment).print(table)

@@ -1,0 +1,104 @@
+"""attnviz stats: corpus statistics equal the per-input ones, merge exactly, stay bounded."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.analysis.corpus import STATISTICS, CorpusStatistics, Running
+from attnviz.analysis.heads import head_statistics
+from attnviz.cli import app
+
+TEXTS = [
+    "The man walked the dog",
+    "Hello I love you",
+    "attention is all you need",
+    "the cat sat on the mat because it was warm",
+    "a b",
+]
+
+
+def test_corpus_means_equal_the_mean_of_heads_over_the_same_inputs():
+    extractor = attnviz.load()
+    corpus = CorpusStatistics().add_all(extractor.extract_many(TEXTS))
+    per_input = [head_statistics(extractor.extract(text)) for text in TEXTS]
+    rows = {(row["layer"], row["head"], row["statistic"]): row for row in corpus.rows()}
+    for name in STATISTICS[:-1]:
+        for position in range(len(per_input[0])):
+            values = [getattr(stats[position], name) for stats in per_input]
+            layer, head = per_input[0][position].layer, per_input[0][position].head
+            row = rows[(layer, head, name)]
+            assert row["count"] == len(TEXTS)
+            assert row["mean"] == pytest.approx(np.mean(values), abs=1e-12)
+            assert row["std"] == pytest.approx(np.std(values), abs=1e-12)
+            for quantile in ("p05", "p50", "p95"):  # a value near one of the data, 1% accurate
+                assert min(abs(row[quantile] - v) / max(abs(v), 1e-12) for v in values) <= 0.011
+
+
+def test_halves_merge_into_the_whole():
+    extractor = attnviz.load()
+    whole = CorpusStatistics().add_all(extractor.extract_many(TEXTS))
+    first = CorpusStatistics().add_all(extractor.extract_many(TEXTS[:2]))
+    second = CorpusStatistics().add_all(extractor.extract_many(TEXTS[2:]))
+    first.merge(second)
+    assert first.inputs == whole.inputs
+    for merged, alone in zip(first.rows(), whole.rows(), strict=True):
+        assert merged["count"] == alone["count"]
+        assert merged["mean"] == pytest.approx(alone["mean"], abs=1e-12)
+        assert merged["std"] == pytest.approx(alone["std"], abs=1e-12)
+
+
+def test_running_merge_is_chan_s_formula():
+    values = np.random.default_rng(0).normal(size=101)
+    left, right, whole = Running(), Running(), Running()
+    for value in values[:40]:
+        left.add(value)
+    for value in values[40:]:
+        right.add(value)
+    for value in values:
+        whole.add(value)
+    left.merge(right)
+    assert left.count == 101
+    assert left.mean == pytest.approx(values.mean(), abs=1e-12)
+    assert left.std == pytest.approx(values.std(), abs=1e-12) == pytest.approx(whole.std)
+
+
+def test_memory_is_bounded_by_the_heads_not_the_inputs():
+    corpus = CorpusStatistics()
+    extractor = attnviz.load()
+    for maps in extractor.extract_many(TEXTS * 20):
+        corpus.add(maps)
+    assert corpus.inputs == 100
+    assert len(corpus.cells) == 2 * 4 * len(STATISTICS)
+    assert all(cell.running.count == 100 for cell in corpus.cells.values())
+
+
+def test_stats_through_the_cli(runner, tmp_path):
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n".join(TEXTS[:3]) + "\n\nmore words here\n")
+    picture = tmp_path / "stats.png"
+    result = runner.invoke(
+        app, ["stats", str(source), "-f", "json", "--limit", "3", "--picture", str(picture)]
+    )
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["inputs"] == 3 and document["schema_version"] == attnviz.SCHEMA_VERSION
+    assert {row["statistic"] for row in document["heads"]} == set(STATISTICS)
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    everything = runner.invoke(app, ["stats", str(source), "-f", "csv"])
+    assert everything.exit_code == 0
+    assert "attnviz: 4 inputs, 1 line skipped" in everything.stderr
+    assert everything.stdout.startswith("layer,head,statistic,count,mean,std,p05,p50,p95")
+    table = runner.invoke(app, ["stats", str(source), "--layer", "1", "-q"])
+    assert table.exit_code == 0 and table.stderr == ""
+    assert "entropy" in table.stdout and "top key" in table.stdout
+
+
+def test_stats_of_nothing_is_a_usage_error(runner, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    result = runner.invoke(app, ["stats", str(empty), "-q"])
+    assert result.exit_code == 2 and "holds no input" in result.stderr
