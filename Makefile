@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/attnviz show "Hello I love you" --format terminal  # the picture, even when piped
 
-# Line coverage, the lines run by the tests' own `attnviz` processes included.
+# Line coverage, the lines run by the tests' own `attnviz` processes included;
+# tests spread over every core (pytest-xdist).
 test: $(STAMP)
-	$(BIN)/python -m pytest --cov --cov-report=term --cov-fail-under=90
+	$(BIN)/python -m pytest -n auto --cov --cov-report=term --cov-fail-under=90
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

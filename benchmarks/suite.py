@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    command = [sys.executable, "-m", "pytest", "-q", "--cov", "--cov-fail-under=90"]
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "auto", "--cov", "--cov-fail-under=90"]
     start = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
