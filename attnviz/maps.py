@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -225,6 +226,19 @@ def cell_texts(matrix: np.ndarray) -> np.ndarray:
     return np.char.mod("%.8g", matrix)
 
 
+def row_error(weights: np.ndarray) -> float:
+    """How far the rows of (…, T, S) weights are from summing to 1 (NaN-proof: inf)."""
+    if not np.all(np.isfinite(weights)):
+        return math.inf
+    return float(np.abs(weights.sum(-1) - 1).max(initial=0))
+
+
+def lookahead(weights: np.ndarray) -> float:
+    """The largest weight a query gives a later token, in square (…, T, T) maps."""
+    above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
+    return float(np.abs(weights[..., above]).max(initial=0))
+
+
 def check_attention(maps: AttentionMaps) -> None:
     """Refuse weights that are not attention: a saved file is data, and drawing NaN, 5 or
     −0.5 as if they were weights would lie. Weights must be finite and in [0, 1]; rows of
@@ -239,14 +253,13 @@ def check_attention(maps: AttentionMaps) -> None:
         )
     # float16 keeps about three digits: a row of a few hundred of them may be off by 1e-2.
     tolerance = 1e-2 if maps.weights.dtype == np.float16 else 1e-3
-    if maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL) and weights.size:
-        worst = float(np.abs(weights.sum(-1) - 1).max())
+    if maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL):
+        worst = row_error(weights)
         if worst > tolerance:
             raise SchemaError(f"rows of the weights do not sum to 1 (off by up to {worst:.3g})")
-    if maps.mode is Mode.MASKED and weights.shape[-1] == weights.shape[-2]:
-        above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
-        if weights.size and np.abs(weights[..., above]).max(initial=0) > 1e-6:
-            raise SchemaError("masked (causal) maps give weight to later tokens")
+    square = weights.shape[-1] == weights.shape[-2]
+    if maps.mode is Mode.MASKED and square and lookahead(weights) > 1e-6:
+        raise SchemaError("masked (causal) maps give weight to later tokens")
 
 
 def _flags(values: Any) -> list[bool] | None:

@@ -70,10 +70,11 @@ def stats(
     """
     from attnviz.cli.settings import request
 
+    chosen_picture = None
     if picture is not None:
         from attnviz.render.image import picture_format
 
-        picture_format(picture)
+        chosen_picture = picture_format(picture)  # a bad name is refused before any work
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
     extractor = asked.open(environment)
     from itertools import islice
@@ -109,12 +110,12 @@ def stats(
 
         raise UsageError(f"{source} holds no input to compute statistics over")
     _write(corpus, output_format, environment, model=extractor.name)
-    if picture is not None:
+    if picture is not None and chosen_picture is not None:
         from attnviz.io import open_output
         from attnviz.render.image import statistics_picture
 
         with open_output(picture, binary=True) as stream:
-            stream.write(statistics_picture(corpus, picture_format(picture), extractor.name))
+            stream.write(statistics_picture(corpus, chosen_picture, extractor.name))
 
 
 def _write(corpus, output_format: d.TableFormat, environment: Environment, model: str) -> None:

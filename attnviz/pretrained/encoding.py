@@ -12,7 +12,6 @@ has run.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ import numpy as np
 
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, warn
+from attnviz.maps import lookahead, row_error
 from attnviz.pretrained.loading import PretrainedModel, quiet
 from attnviz.pretrained.streams import Family
 
@@ -153,14 +153,11 @@ def attention_of(
 
 def check_weights(weights: np.ndarray, *, causal: bool, name: str) -> None:
     """Refuse numbers that are not attention: rows must be distributions, causal maps lower."""
-    rows = weights.sum(-1)
-    if not np.all(np.isfinite(weights)) or np.abs(rows - 1).max(initial=0) > TOLERANCE:
-        worst = float(np.abs(rows - 1).max(initial=math.inf))
+    worst = row_error(weights)
+    if worst > TOLERANCE:
         raise AttnvizError(
             f"{name} returned attention whose rows do not sum to 1 (off by up to {worst:.3g}): "
             "these are not softmax weights"
         )
-    if causal:
-        above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
-        if np.abs(weights[..., above]).max(initial=0) > TOLERANCE:
-            raise AttnvizError(f"{name} returned causal attention that looks ahead")
+    if causal and lookahead(weights) > TOLERANCE:
+        raise AttnvizError(f"{name} returned causal attention that looks ahead")
