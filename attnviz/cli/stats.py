@@ -110,7 +110,7 @@ def stats(
 
         raise UsageError(f"{source} holds no input to compute statistics over")
     _write(corpus, output_format, environment, model=extractor.name)
-    if picture is not None and chosen_picture is not None:
+    if chosen_picture is not None:
         from attnviz.io import open_output
         from attnviz.render.image import statistics_picture
 
