@@ -495,6 +495,30 @@ def test_jobs_give_the_very_numbers_show_gives(runner, tmp_path):
         assert json.loads(first.read_text())["weights"] == shown["weights"]
 
 
+def test_batch_runs_the_model_with_torchs_own_thread_count(runner, tmp_path, monkeypatch):
+    # Fewer threads sum in another order (1.5e-7 apart on a many-core machine); on a
+    # machine too small to show that, the thread count itself is the evidence.
+    import torch
+
+    from attnviz.builtin.extractor import BuiltinExtractor
+
+    seen: list[int] = []
+    original = BuiltinExtractor.extract_many
+
+    def counting(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BuiltinExtractor, "extract_many", counting)
+    source = tmp_path / "in.txt"
+    source.write_text("a b\nc d\n")
+    before = torch.get_num_threads()
+    result = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "o"), "-j", "2", "-q"])
+    assert result.exit_code == 0, result.stderr
+    assert seen and set(seen) == {before}
+    assert torch.get_num_threads() == before
+
+
 def test_csv_tokens_carry_no_raw_control_characters(runner):
     result = runner.invoke(app, ["show", "a \x1b[2J b\u202e", "-f", "csv"])
     assert result.exit_code == 0
