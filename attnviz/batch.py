@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnviz.analysis.heads import TopHeads
 from attnviz.choices import Aggregate, BatchFormat, Dtype, View
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
 from attnviz.io import STDIO, dump_json, npz_bytes, open_output
@@ -297,19 +298,25 @@ class Outputs:
     view: View
     style: Style
     aggregate: Aggregate | None = None  # applied before writing
+    top: TopHeads | None = None  # the heads pictures show, chosen per input
+    label_positions: bool = False  # repeated labels in pictures told apart
     dtype: Dtype = Dtype.FLOAT32  # how json and npz store the weights
     request: dict[str, Any] = field(default_factory=dict)  # the model side, for the manifest
 
     def fingerprint(self) -> dict[str, Any]:
-        """Everything that decides the files an input gets, as plain JSON values."""
-        return {
+        """Everything that decides the files an input gets, as plain JSON values: as the
+        manifest reads them back (a tuple is a list there)."""
+        fingerprint = {
             **self.request,
             "formats": [output_format.value for output_format in self.formats],
             "view": self.view.value,
             "style": asdict(self.style),
             "aggregate": None if self.aggregate is None else self.aggregate.value,
+            "top": None if self.top is None else asdict(self.top),
+            "label_positions": self.label_positions,
             "dtype": self.dtype.value,
         }
+        return json.loads(json.dumps(fingerprint))
 
 
 def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Painter) -> list[str]:
@@ -319,10 +326,12 @@ def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Pai
 
         maps = aggregate(maps, outputs.aggregate)
     written = []
+    panels = None if outputs.top is None else outputs.top.panels(maps)
+    labelled = maps.with_positions() if outputs.label_positions else maps
     for output_format in outputs.formats:
         if output_format.picture is not None:
             pieces: Iterable[tuple[str, bytes]] = painter.files(
-                maps, outputs.view, output_format.picture, outputs.style
+                labelled, outputs.view, output_format.picture, outputs.style, panels
             )
         elif output_format is BatchFormat.JSON:
             pieces = [("", dump_json(maps.astype(outputs.dtype).to_dict()).encode("utf-8"))]

@@ -50,6 +50,12 @@ class View(StrEnum):
     MODEL = "model"  # every layer x head as small multiples
 
 
+class TerminalView(StrEnum):
+    AUTO = "auto"  # panels when they fit the terminal's height, else the grid
+    PANELS = "panels"  # a labelled heatmap per head
+    GRID = "grid"  # every layer x head as a small thumbnail: a whole model on one screen
+
+
 class PictureFormat(StrEnum):
     PNG = "png"
     SVG = "svg"
@@ -102,3 +108,13 @@ class HeadColumn(StrEnum):
     PREVIOUS = "previous"
     SELF = "self"
     TOP_KEY = "top_key"
+
+
+class RankBy(StrEnum):
+    """The statistics heads can be ranked by (``--top-heads N --by``)."""
+
+    ENTROPY = "entropy"
+    DISTANCE = "distance"
+    SINK = "sink"
+    PREVIOUS = "previous"
+    SELF = "self"

@@ -2,7 +2,8 @@
 
 The maps of every layer and head are computed once per sentence, so moving
 between heads and layers only redraws. The heatmap is the same rich picture
-`show` draws; the side panels reuse `top` and `heads`.
+`show` draws, and `g` the same grid of thumbnails as `show --view grid`; the
+side panels reuse `top` and `heads`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import head_statistics
 from attnviz.choices import Aggregate, Mode, PictureFormat, View
 from attnviz.maps import AttentionMaps
-from attnviz.render.terminal import render
+from attnviz.render.terminal import render, render_grid
 from attnviz.tokens import display_label
 
 MIN_WIDTH, MIN_HEIGHT = 60, 16
@@ -31,7 +32,7 @@ SIDE_WIDTH = 38
 AGGREGATES = (None, Aggregate.MEAN, Aggregate.MAX, Aggregate.ROLLOUT)  # what `m` cycles through
 KEYS_HELP = """\
 ←/→  previous/next head        ↑/↓  previous/next layer
-g    all heads of the layer    m    aggregate: none, mean, max, rollout
+g    every layer × head        m    aggregate: none, mean, max, rollout
 v    weights in the cells      Tab/Shift-Tab  move the query cursor
 /    type a new sentence       e    export the view as a PNG
 ?    this help                 q    quit"""
@@ -123,7 +124,7 @@ class ExploreApp(App[None]):
         if self.aggregate_method is not None:
             return aggregate(self.maps.select(layers=[layer]), self.aggregate_method)
         if self.grid:
-            return self.maps.select(layers=[layer])
+            return self.maps
         return self.maps.select(layers=[layer], heads=[self.maps.heads[self.head]])
 
     def view_name(self) -> str:
@@ -134,7 +135,7 @@ class ExploreApp(App[None]):
         if self.aggregate_method is not None:
             return f"L{layer}-{self.aggregate_method.value}"
         if self.grid:
-            return f"L{layer}-grid"
+            return "grid"
         return f"L{layer}-H{self.maps.heads[self.head]}"
 
     def redraw(self) -> None:
@@ -145,13 +146,19 @@ class ExploreApp(App[None]):
             return
         view = self.view()
         map_width = max(20, width - SIDE_WIDTH - 3)
-        picture = render(
-            view,
-            width=map_width,
-            use_colour=True,
-            values=self.values,
-            highlight_query=self.cursor,
-        )
+        if self.grid and self.aggregate_method is None:  # the same overview as show --view grid
+            highlight = (self.maps.layers[self.layer], self.maps.heads[self.head])
+            picture = render_grid(
+                view, width=map_width, height=height - 2, use_colour=True, highlight=highlight
+            )
+        else:
+            picture = render(
+                view,
+                width=map_width,
+                use_colour=True,
+                values=self.values,
+                highlight_query=self.cursor,
+            )
         self.query_one("#heatmap", Static).update(picture)
         self.query_one("#top", Static).update(self._top_panel(view))
         self.query_one("#stats", Static).update(self._stats_panel())
@@ -164,7 +171,7 @@ class ExploreApp(App[None]):
         elif self.aggregate_method:
             where = f"layer {layer} · {self.aggregate_method} of heads"
         elif self.grid:
-            where = f"layer {layer} · all heads"
+            where = f"every layer × head · layer {layer} · head {self.maps.heads[self.head]} marked"
         else:
             where = f"layer {layer} · head {self.maps.heads[self.head]}"
         return f"{self.maps.model} · {self.maps.mode} · {where}"
@@ -269,7 +276,11 @@ class ExploreApp(App[None]):
         from attnviz.render.image import Painter, Style
 
         view = self.view()
-        kind = View.LAYER if view.weights.shape[1] > 1 else View.HEAD
+        kind = View.HEAD
+        if self.grid and self.aggregate_method is None:
+            kind = View.MODEL
+        elif view.weights.shape[1] > 1:
+            kind = View.LAYER
         _, data = next(Painter().files(view, kind, PictureFormat.PNG, Style()))
         path = self.export_folder / f"attnviz-{self.view_name()}.png"
         with open_output(path, binary=True) as out:

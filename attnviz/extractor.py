@@ -76,6 +76,7 @@ class Extractor(ABC):
         heads: Selection = None,
         special: bool = True,
         words: bool = False,
+        raw_pieces: bool = False,
     ) -> AttentionMaps:
         """The attention maps of ``text`` for the chosen layers and heads.
 
@@ -85,10 +86,17 @@ class Extractor(ABC):
         ``heads`` take an index, a list, a range string such as ``"0-2"``,
         ``"all"`` or ``None`` (all). Pretrained models only: ``special=False``
         drops special tokens and renormalises rows; ``words=True`` merges
-        sub-word pieces into words.
+        sub-word pieces into words; ``raw_pieces=True`` labels tokens with the
+        tokenizer's own pieces (``##ing``, ``Ġthe``) instead of cleaned text.
         """
         (maps,) = self.extract_many(
-            [(text, target)], mode=mode, layers=layers, heads=heads, special=special, words=words
+            [(text, target)],
+            mode=mode,
+            layers=layers,
+            heads=heads,
+            special=special,
+            words=words,
+            raw_pieces=raw_pieces,
         )
         return maps
 
@@ -102,6 +110,7 @@ class Extractor(ABC):
         heads: Selection = None,
         special: bool = True,
         words: bool = False,
+        raw_pieces: bool = False,
         batch_size: int = 16,
     ) -> Iterator[AttentionMaps]:
         """The maps of each item (a text, or a (text, target) pair), in order. Pretrained

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -26,6 +27,12 @@ def index_span(indices: Sequence[int]) -> str:
     if len(indices) > 2 and list(indices) == list(range(indices[0], indices[-1] + 1)):
         return f"{indices[0]}–{indices[-1]}"
     return ",".join(map(str, indices))
+
+
+def numbered(tokens: Sequence[str]) -> list[str]:
+    """Each label that occurs more than once, followed by ``·`` and its position."""
+    counts = Counter(tokens)
+    return [f"{token}·{i}" if counts[token] > 1 else token for i, token in enumerate(tokens)]
 
 
 class MapPanel(NamedTuple):
@@ -130,6 +137,13 @@ class AttentionMaps:
         if dtype not in ("float16", "float32"):
             raise ValueError(f"weights are stored as float16 or float32, not {dtype}")
         return self.replace(weights=self.weights.astype(dtype))
+
+    def with_positions(self) -> AttentionMaps:
+        """The same maps with repeated token labels told apart by their positions:
+        ``the`` twice becomes ``the·0`` and ``the·3``; a label seen once stays as it is."""
+        return self.replace(
+            query_tokens=numbered(self.query_tokens), key_tokens=numbered(self.key_tokens)
+        )
 
     def replace(self, **changes: Any) -> AttentionMaps:
         fields = {**self.__dict__, **changes}

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 import attnviz
-from attnviz.explore import AGGREGATES, ExploreApp
+from attnviz.explore import AGGREGATES, SIDE_WIDTH, ExploreApp
 
 TEXT = "The man walked the dog"
 
@@ -65,7 +65,7 @@ def test_grid_values_and_aggregates(tmp_path):
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.press("g", "v")
             assert app.grid and app.values
-            assert app.sub_title.endswith("all heads")
+            assert app.sub_title.endswith("head 0 marked")
             for expected in AGGREGATES[1:]:
                 await pilot.press("m")
                 assert app.aggregate_method == expected
@@ -75,11 +75,37 @@ def test_grid_values_and_aggregates(tmp_path):
     asyncio.run(session())
 
 
+def test_g_shows_the_grid_show_draws_with_the_current_head_marked(tmp_path):
+    from textual.widgets import Static
+
+    from attnviz.render.terminal import render_grid
+
+    app = explorer(tmp_path)
+
+    def text(renderable) -> str:
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(renderable)
+        return console.export_text()
+
+    async def session():
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("down", "right", "g")
+            shown = app.query_one("#heatmap", Static).content
+            width = 120 - SIDE_WIDTH - 3
+            expected = render_grid(
+                app.maps, width=width, height=34, use_colour=True, highlight=(1, 1)
+            )
+            assert text(shown) == text(expected)
+            assert "L0" in text(shown) and f"H{len(app.maps.heads) - 1}" in text(shown)
+
+    asyncio.run(session())
+
+
 def test_export_writes_the_current_view(tmp_path):
     app = explorer(tmp_path)
     drive(app, "right", "e", "g", "e", "g", "m", "e", "m", "e", "m", "e")
     assert [path.name for path in app.exported] == [
-        "attnviz-L0-H1.png", "attnviz-L0-grid.png", "attnviz-L0-mean.png", "attnviz-L0-max.png",
+        "attnviz-L0-H1.png", "attnviz-grid.png", "attnviz-L0-mean.png", "attnviz-L0-max.png",
         "attnviz-rollout.png",
     ]  # fmt: skip
     for path in app.exported:  # every view its own file: none overwrote another

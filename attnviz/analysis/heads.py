@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from attnviz.choices import HeadColumn, Mode
-from attnviz.maps import AttentionMaps
+from attnviz.choices import HeadColumn, Mode, RankBy
+from attnviz.maps import AttentionMaps, MapPanel
 
 COLUMN_HELP = {
     HeadColumn.ENTROPY: "entropy of a query row in nats, averaged over rows (ln of the key count "
@@ -81,3 +81,35 @@ def sort_rows(
 
 def as_dicts(rows: list[HeadStatistics]) -> list[dict[str, object]]:
     return [asdict(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class TopHeads:
+    """The ``count`` heads ``heads --sort by`` lists first: largest values first, or
+    smallest with ``lowest`` (``--by entropy --lowest``: the most focused heads)."""
+
+    count: int
+    by: RankBy
+    lowest: bool = False
+
+    def panels(self, maps: AttentionMaps) -> list[MapPanel]:
+        """The chosen maps in rank order, each titled with its value."""
+        if maps.aggregate is not None:
+            raise ValueError("heads are ranked one by one: give maps that are not aggregated")
+        if maps.mode is Mode.CROSS and self.by in (RankBy.DISTANCE, RankBy.PREVIOUS, RankBy.SELF):
+            raise ValueError(
+                f"{self.by} compares query and key positions, which cross attention does not "
+                "share: rank by entropy or sink"
+            )
+        rows = sort_rows(head_statistics(maps), HeadColumn(self.by.value), self.lowest)
+        panels = []
+        for row in rows[: self.count]:
+            value = getattr(row, self.by.value)  # None: one token has no previous token
+            shown = "–" if value is None else f"{value:.3f}"
+            title = f"layer {row.layer} · head {row.head} · {self.by} {shown}"
+            panels.append(MapPanel(row.layer, row.head, title, maps.head(row.layer, row.head)))
+        return panels
+
+    def describe(self) -> str:
+        order = "lowest" if self.lowest else "highest"
+        return f"the {self.count} heads of {order} {self.by}"

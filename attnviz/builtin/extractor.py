@@ -74,9 +74,10 @@ class BuiltinExtractor(Extractor):
         heads: Selection = None,
         special: bool = True,
         words: bool = False,
+        raw_pieces: bool = False,
         batch_size: int = 16,
     ) -> Iterator[AttentionMaps]:
-        if words or not special:
+        if words or raw_pieces or not special:
             raise UsageError("special tokens and sub-word pieces exist only in pretrained models")
         chosen = parse_mode(mode) or Mode.SELF
         layer_indices = resolve(layers, self.config.num_layers, "layer")

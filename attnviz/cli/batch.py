@@ -15,6 +15,14 @@ import typer
 from attnviz.choices import BatchFormat, View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.pictures import (
+    ALL_HEADS,
+    DEFAULT_PICTURE,
+    HeadChoice,
+    PictureSettings,
+    head_choice,
+    picture_settings,
+)
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 if TYPE_CHECKING:
@@ -22,6 +30,8 @@ if TYPE_CHECKING:
 
 
 @model_settings
+@picture_settings
+@head_choice
 @with_environment
 def batch(
     source: Annotated[
@@ -90,13 +100,12 @@ def batch(
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
-    cmap: d.CmapOption = "viridis",
-    dpi: d.DpiOption = 100,
-    values: d.PictureValuesOption = False,
-    vmax: d.VmaxOption = 1.0,
+    label_positions: d.LabelPositionsOption = False,
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
+    picture: PictureSettings = DEFAULT_PICTURE,
+    choice: HeadChoice = ALL_HEADS,
 ) -> None:
     """Write pictures and data for every input, and a manifest of what was written.
 
@@ -115,12 +124,18 @@ def batch(
         read_inputs,
         run_batch,
     )
+    from attnviz.cli.output import top_heads_for
     from attnviz.cli.settings import request
     from attnviz.errors import AttnvizError, UsageError
-    from attnviz.render.image import Style, check_colormap
 
     formats = tuple(dict.fromkeys(formats or [BatchFormat.PNG]))
-    check_colormap(cmap)
+    style = picture.style()
+    top = top_heads_for(choice, aggregate)
+    if top is not None and any(output_format.picture is None for output_format in formats):
+        raise UsageError(
+            "--top-heads chooses heads to draw; json and npz hold the selected layers × heads "
+            "whole: pick them with --layer and --head"
+        )
     slice_ = parse_shard(shard) if shard else None
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
     lines = read_inputs(source)
@@ -156,7 +171,9 @@ def batch(
         folder=output,
         formats=formats,
         view=view,
-        style=Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax),
+        style=style,
+        top=top,
+        label_positions=label_positions,
         aggregate=aggregate,
         dtype=dtype,
         request=asked.fingerprint(),

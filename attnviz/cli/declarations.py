@@ -7,17 +7,21 @@ module.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from attnviz.choices import Aggregate, Dtype, Mode, Projections, View
+from attnviz.choices import Aggregate, Dtype, Mode, Projections, RankBy, TerminalView, View
 
 SELECTION_PANEL = "Layers and heads"
 MODEL_PANEL = "Pretrained models"
 STACK_PANEL = "Built-in stack (without --model)"
 OUTPUT_PANEL = "Output"
+PICTURE_PANEL = "Pictures"
 STDIO = "-"
 BUILTIN = "builtin"
 
@@ -171,6 +175,24 @@ WordsOption = Annotated[
         "its column the sum of their columns, so rows still sum to 1.",
     ),
 ]
+RawPiecesOption = Annotated[
+    bool,
+    typer.Option(
+        "--raw-pieces",
+        rich_help_panel=MODEL_PANEL,
+        help="Label tokens with the tokenizer's own pieces (##ization, Ġthe, ▁the) instead of "
+        "the cleaned text.",
+    ),
+]
+LabelPositionsOption = Annotated[
+    bool,
+    typer.Option(
+        "--label-positions",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Tell repeated tokens apart: a label that occurs more than once gets its position "
+        "in the map (the·0 … the·3; 0 is the first token, as in csv's query_index).",
+    ),
+]
 VerboseOption = Annotated[
     bool,
     typer.Option(
@@ -306,7 +328,10 @@ ViewOption = Annotated[
 CmapOption = Annotated[
     str,
     typer.Option(
-        "--cmap", metavar="NAME", rich_help_panel=OUTPUT_PANEL, help="Any matplotlib colormap name."
+        "--cmap",
+        metavar="NAME",
+        rich_help_panel=PICTURE_PANEL,
+        help="Any matplotlib colormap name.",
     ),
 ]
 DpiOption = Annotated[
@@ -316,7 +341,7 @@ DpiOption = Annotated[
         metavar="DPI",
         min=20,
         max=1200,
-        rich_help_panel=OUTPUT_PANEL,
+        rich_help_panel=PICTURE_PANEL,
         help="Pixels per inch.",
     ),
 ]
@@ -327,7 +352,7 @@ VmaxOption = Annotated[
         metavar="WEIGHT",
         min=1e-6,
         max=1.0,
-        rich_help_panel=OUTPUT_PANEL,
+        rich_help_panel=PICTURE_PANEL,
         help="The weight at the top of the colour scale (default 1, the same in every picture). "
         "Lower it for long inputs, whose weights are all small.",
     ),
@@ -336,7 +361,117 @@ PictureValuesOption = Annotated[
     bool,
     typer.Option(
         "--values",
-        rich_help_panel=OUTPUT_PANEL,
+        rich_help_panel=PICTURE_PANEL,
         help="Print the weights in the cells (maps up to 16 × 16).",
     ),
 ]
+TerminalViewOption = Annotated[
+    TerminalView,
+    typer.Option(
+        "--view",
+        metavar="VIEW",
+        case_sensitive=False,
+        rich_help_panel=OUTPUT_PANEL,
+        help="panels: a labelled heatmap per head. grid: every layer × head as a small "
+        "thumbnail, layers as rows and heads as columns (a whole model on one screen). auto: "
+        "panels when they fit the terminal's height, else the grid.",
+    ),
+]
+FigsizeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--figsize",
+        metavar="W,H",
+        rich_help_panel=PICTURE_PANEL,
+        help="Figure size in inches, e.g. 3.5,3 for a paper's column (default: sized by the map).",
+    ),
+]
+FontSizeOption = Annotated[
+    float | None,
+    typer.Option(
+        "--font-size",
+        metavar="POINTS",
+        min=4.0,
+        max=72.0,
+        rich_help_panel=PICTURE_PANEL,
+        help="Size of labels and titles. Token labels never go below 6 points: where the cells "
+        "are too small for them, every n-th label is shown and the picture says so.",
+    ),
+]
+TitleOption = Annotated[
+    str | None,
+    typer.Option(
+        "--title",
+        metavar="TEXT",
+        rich_help_panel=PICTURE_PANEL,
+        help="The figure's title (default: the model and the mode).",
+    ),
+]
+NoTitleOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-title",
+        rich_help_panel=PICTURE_PANEL,
+        help="No figure title (the layer and head of each panel of a grid stay).",
+    ),
+]
+TopHeadsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--top-heads",
+        metavar="N",
+        min=1,
+        rich_help_panel=SELECTION_PANEL,
+        help="Only the N heads `attnviz heads --sort STAT` lists first (of those selected), in "
+        "that order: the heads worth looking at first.",
+    ),
+]
+ByOption = Annotated[
+    RankBy,
+    typer.Option(
+        "--by",
+        metavar="STAT",
+        case_sensitive=False,
+        rich_help_panel=SELECTION_PANEL,
+        help="The statistic --top-heads ranks by: entropy, distance, sink, previous or self "
+        "(see attnviz heads). Largest first, as heads --sort lists them.",
+    ),
+]
+LowestOption = Annotated[
+    bool,
+    typer.Option(
+        "--lowest",
+        rich_help_panel=SELECTION_PANEL,
+        help="--top-heads takes the smallest values instead (--by entropy --lowest: the most "
+        "focused heads), as heads --sort STAT --reverse lists them.",
+    ),
+]
+
+
+def bundle_options(
+    argument: str, options: dict[str, tuple[Any, Any]], make: Callable[..., Any]
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A decorator giving a command the ``options`` (name: (annotation, default)) as one
+    argument, ``make(**values)``, so that options several commands share are declared
+    once and each command's signature lists only its own."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True)
+        parameters = [p for p in own.parameters.values() if p.name != argument]
+        parameters += [
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint
+            )
+            for name, (hint, default) in options.items()
+        ]
+
+        @functools.wraps(command)
+        def with_bundle(**arguments: object) -> None:
+            given = {name: arguments.pop(name) for name in options}
+            command(**arguments, **{argument: make(**given)})
+
+        with_bundle.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+        with_bundle.__annotations__ = {p.name: p.annotation for p in parameters}
+        return with_bundle
+
+    return decorate

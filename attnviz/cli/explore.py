@@ -22,12 +22,13 @@ def explore(
     export_folder: Annotated[
         Path, typer.Option("--export-dir", metavar="FOLDER", help="Where `e` saves PNG pictures.")
     ] = Path("."),
+    label_positions: d.LabelPositionsOption = False,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Explore the attention of every layer and head with the keyboard.
 
-    ←/→ heads, ↑/↓ layers, g the layer's grid, m aggregates (mean, max,
+    ←/→ heads, ↑/↓ layers, g every layer × head, m aggregates (mean, max,
     rollout), v values, Tab/Shift-Tab the query token, / a new sentence, e
     export a PNG, ? keys, q quit. The maps are computed once per sentence.
     """
@@ -49,7 +50,8 @@ def explore(
     extractor = asked.open(environment)
 
     def compute(sentence: str):
-        return extractor.extract(sentence, target=target, **asked.options)
+        maps = extractor.extract(sentence, target=target, **asked.options)
+        return maps.with_positions() if label_positions else maps
 
     maps = compute(out.only_one(read_texts(text)))
     from attnviz.explore import ExploreApp

@@ -9,10 +9,20 @@ import typer
 from attnviz.choices import View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.pictures import (
+    ALL_HEADS,
+    DEFAULT_PICTURE,
+    HeadChoice,
+    PictureSettings,
+    head_choice,
+    picture_settings,
+)
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
 @model_settings
+@picture_settings
+@head_choice
 @with_environment
 def export(
     text: d.TextArgument,
@@ -32,12 +42,11 @@ def export(
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
-    cmap: d.CmapOption = "viridis",
-    dpi: d.DpiOption = 100,
-    values: d.PictureValuesOption = False,
-    vmax: d.VmaxOption = 1.0,
+    label_positions: d.LabelPositionsOption = False,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
+    picture: PictureSettings = DEFAULT_PICTURE,
+    choice: HeadChoice = ALL_HEADS,
 ) -> None:
     """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output.
 
@@ -47,13 +56,14 @@ def export(
     """
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
-    from attnviz.render.image import Style, check_colormap, picture_format
+    from attnviz.render.image import picture_format
 
-    picture = picture_format(output)
+    picture_kind = picture_format(output)
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
-    check_colormap(cmap)
+    style = picture.style()
+    top = out.top_heads_for(choice, aggregate)
     extractor = asked.open(environment)
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.io import read_texts
@@ -61,6 +71,6 @@ def export(
     maps = extractor.extract(out.only_one(read_texts(text)), target=target, **asked.options)
     if aggregate is not None:
         maps = combine(maps, aggregate)
-    out.save_picture(
-        maps, view, picture, Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax), output
-    )
+    if label_positions:
+        maps = maps.with_positions()
+    out.save_picture(maps, view, picture_kind, style, output, top)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,8 +19,10 @@ from attnviz.cli.declarations import ColourChoice
 from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
-    from attnviz.choices import PictureFormat, View
-    from attnviz.maps import AttentionMaps
+    from attnviz.analysis.heads import TopHeads
+    from attnviz.choices import Aggregate, PictureFormat, TerminalView, View
+    from attnviz.cli.pictures import HeadChoice
+    from attnviz.maps import AttentionMaps, MapPanel
     from attnviz.render.image import Style
 
 T = TypeVar("T")
@@ -110,7 +113,9 @@ def stdout_console(colour: ColourChoice, width: int | None, environment: Environ
     return Console(
         file=sys.stdout,
         width=width,
-        height=25 if width else None,  # with both set, rich takes the width as given
+        # With both set, rich takes the width as given; the height is the terminal's
+        # (or $LINES), which decides whether panels fit or the grid is drawn.
+        height=shutil.get_terminal_size((80, 25)).lines if width else None,
         force_terminal=terminal[colour],
         color_system=systems[colour],
         markup=False,
@@ -134,25 +139,53 @@ def write_stdout(content: str) -> None:
     write_text(content, "-")
 
 
+def top_heads_for(choice: HeadChoice, aggregate: Aggregate | None) -> TopHeads | None:
+    """The --top-heads choice, refused with an aggregate (whose maps are no heads)."""
+    top = choice.top()
+    if top is not None and aggregate is not None:
+        raise UsageError(
+            "--top-heads picks heads, --aggregate combines them: use one (or rank heads by "
+            "--by first and aggregate with --layer/--head)"
+        )
+    return top
+
+
+def chosen_panels(maps: AttentionMaps, top: TopHeads) -> list[MapPanel]:
+    """The maps ``top`` picks, with a ranking that does not apply as a usage error."""
+    try:
+        return top.panels(maps)
+    except ValueError as error:
+        raise UsageError(f"--top-heads: {error}") from None
+
+
 def save_picture(
-    maps: AttentionMaps, view: View, picture: PictureFormat, style: Style, output: str
+    maps: AttentionMaps,
+    view: View,
+    picture: PictureFormat,
+    style: Style,
+    output: str,
+    top: TopHeads | None = None,
 ) -> None:
     """Write the one picture a view makes of ``maps``; a view that makes several is refused."""
     from attnviz.choices import View
     from attnviz.io import open_output
     from attnviz.render.image import Painter
 
+    panels = None if top is None else chosen_panels(maps, top)
     layer_count, head_count = maps.weights.shape[:2]
-    if view is View.HEAD and (layer_count, head_count) != (1, 1):
+    map_count = layer_count * head_count
+    if panels is not None:
+        layer_count, map_count = len({panel.layer for panel in panels}), len(panels)
+    if view is View.HEAD and map_count != 1:
         raise UsageError(
-            f"--view head draws one map, but {layer_count} layers × {head_count} heads are "
-            "selected: pick one with --layer and --head, or use --view layer or model"
+            f"--view head draws one map, but {map_count} are selected: pick one with --layer "
+            "and --head (or --top-heads 1), or use --view layer or model"
         )
     if view is View.LAYER and layer_count != 1:
         raise UsageError(
             f"--view layer draws one layer, but {layer_count} are selected: pick one with --layer"
         )
-    ((_, data),) = Painter().files(maps, view, picture, style)
+    ((_, data),) = Painter().files(maps, view, picture, style, panels)
     with open_output(output, binary=True) as out:
         out.write(data)
 
@@ -168,14 +201,33 @@ def draw(
     width: int | None,
     values: bool,
     environment: Environment,
+    view: TerminalView,
+    top: TopHeads | None = None,
 ) -> None:
-    """Each input's maps as terminal pictures, one after another, as they come."""
-    from attnviz.render.terminal import render
+    """Each input's maps as terminal pictures, one after another, as they come.
+
+    ``view`` auto draws panels when they fit the terminal's height and the grid
+    when they do not; output that is not a terminal has no height and gets panels.
+    ``top`` picks the maps to draw of each input (the heads worth looking at first).
+    """
+    from attnviz.choices import TerminalView
+    from attnviz.render.terminal import render, render_grid
 
     console = stdout_console(colour, width, environment)
+    use_colour = uses_colour(console)
     for number, maps in enumerate(stream):
         if number:
             console.print()
-        console.print(
-            render(maps, width=console.width, use_colour=uses_colour(console), values=values)
-        )
+        chosen = None if top is None else chosen_panels(maps, top)
+        picture = None
+        if view is not TerminalView.GRID or chosen is not None:
+            picture = render(
+                maps, width=console.width, use_colour=use_colour, values=values, panels=chosen
+            )
+        fits_auto = view is TerminalView.AUTO and environment.stdout_is_terminal and chosen is None
+        if fits_auto and len(console.render_lines(picture, pad=False)) > console.height:
+            picture = None
+        if picture is None:
+            height = console.height if environment.stdout_is_terminal else None
+            picture = render_grid(maps, width=console.width, height=height, use_colour=use_colour)
+        console.print(picture)

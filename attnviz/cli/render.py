@@ -9,8 +9,10 @@ import typer
 from attnviz.choices import View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.pictures import DEFAULT_PICTURE, PictureSettings, picture_settings
 
 
+@picture_settings
 @with_environment
 def render(
     source: d.SavedArgument,
@@ -27,13 +29,11 @@ def render(
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
-    values: d.ValuesOption = False,
-    cmap: d.CmapOption = "viridis",
-    dpi: d.DpiOption = 100,
-    vmax: d.VmaxOption = 1.0,
+    label_positions: d.LabelPositionsOption = False,
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
     environment: Environment = NO_TERMINAL,
+    picture: PictureSettings = DEFAULT_PICTURE,
 ) -> None:
     """Draw saved maps (json, ndjson or npz; - for stdin) in the terminal or as a picture.
 
@@ -48,16 +48,23 @@ def render(
         stream = (_select(maps, layer, head) for maps in stream)
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
+    if label_positions:
+        stream = (maps.with_positions() for maps in stream)
     if output is None:
-        out.draw(stream, colour=colour, width=width, values=values, environment=environment)
+        out.draw(
+            stream,
+            colour=colour,
+            width=width,
+            values=picture.values,
+            environment=environment,
+            view=d.TerminalView.AUTO,
+        )
         return
-    from attnviz.render.image import Style, check_colormap, picture_format
+    from attnviz.render.image import picture_format
 
-    picture = picture_format(output)
-    check_colormap(cmap)
-    maps = out.only_one(stream)
-    style = Style(cmap=cmap, dpi=dpi, values=values, vmax=vmax)
-    out.save_picture(maps, view, picture, style, output)
+    picture_kind = picture_format(output)
+    style = picture.style()
+    out.save_picture(out.only_one(stream), view, picture_kind, style, output)
 
 
 def _select(maps, layer: str, head: str):

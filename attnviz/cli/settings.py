@@ -8,9 +8,6 @@ an :class:`~attnviz.extractor.Extractor` through ``attnviz.load``'s spec.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +26,7 @@ class ModelSettings:
 
     special: bool = True
     words: bool = False
+    raw_pieces: bool = False
     download: bool = False
     trust_remote_code: bool = False
     allow_pickle: bool = False
@@ -68,6 +66,7 @@ DEFAULT_SETTINGS = ModelSettings()
 _SETTINGS_OPTIONS = {
     "special": (d.SpecialOption, True),
     "words": (d.WordsOption, False),
+    "raw_pieces": (d.RawPiecesOption, False),
     "download": (d.DownloadOption, False),
     "trust_remote_code": (d.TrustRemoteCodeOption, False),
     "allow_pickle": (d.AllowPickleOption, False),
@@ -82,24 +81,8 @@ _SETTINGS_OPTIONS = {
 }
 
 
-def model_settings(command: Callable[..., None]) -> Callable[..., None]:
-    """Give a command the model and built-in-stack options, passed to it as one
-    ``settings: ModelSettings`` argument, so that each command lists only its own."""
-    own = inspect.signature(command, eval_str=True)
-    parameters = [p for p in own.parameters.values() if p.name != "settings"]
-    parameters += [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
-        for name, (hint, default) in _SETTINGS_OPTIONS.items()
-    ]
-
-    @functools.wraps(command)
-    def with_settings(**arguments: object) -> None:
-        given = {name: arguments.pop(name) for name in _SETTINGS_OPTIONS}
-        command(**arguments, settings=ModelSettings(**given))
-
-    with_settings.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
-    with_settings.__annotations__ = {p.name: p.annotation for p in parameters}
-    return with_settings
+# Gives a command the model and built-in-stack options as one ``settings`` argument.
+model_settings = d.bundle_options("settings", _SETTINGS_OPTIONS, ModelSettings)
 
 
 @dataclass(frozen=True)
@@ -112,6 +95,7 @@ class Request:
     heads: str
     special: bool
     words: bool
+    raw_pieces: bool
 
     @property
     def options(self) -> dict[str, Any]:
@@ -122,6 +106,7 @@ class Request:
             "heads": self.heads,
             "special": self.special,
             "words": self.words,
+            "raw_pieces": self.raw_pieces,
         }
 
     def fingerprint(self) -> dict[str, Any]:
@@ -135,6 +120,7 @@ class Request:
             "heads": self.heads,
             "special": self.special,
             "words": self.words,
+            "raw_pieces": self.raw_pieces,
         }
 
     def open(self, environment: Environment) -> Extractor:
@@ -189,4 +175,5 @@ def request(
         heads=head,
         special=settings.special,
         words=settings.words,
+        raw_pieces=settings.raw_pieces,
     )

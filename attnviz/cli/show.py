@@ -10,6 +10,7 @@ import typer
 
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 
@@ -38,6 +39,7 @@ def _format_of(output: str) -> ShowFormat | None:
 
 
 @model_settings
+@head_choice
 @with_environment
 def show(
     text: d.TextArgument,
@@ -48,6 +50,8 @@ def show(
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
     values: d.ValuesOption = False,
+    terminal_view: d.TerminalViewOption = d.TerminalView.AUTO,
+    label_positions: d.LabelPositionsOption = False,
     output_format: Annotated[
         ShowFormat,
         typer.Option(
@@ -59,7 +63,8 @@ def show(
             help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
             "line, streamed. npz: numpy arrays. csv: a row per weight. png, svg, pdf: the model "
             "view as export draws it. auto: what the suffix of --output says, else terminal "
-            "when stdout is a terminal, else ndjson.",
+            "when stdout is a terminal or --view, --top-heads or --label-positions asks for a "
+            "picture, else ndjson.",
         ),
     ] = ShowFormat.AUTO,
     output: Annotated[
@@ -77,13 +82,16 @@ def show(
     width: d.WidthOption = None,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
+    choice: HeadChoice = ALL_HEADS,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
 
     Rows are query tokens, columns key tokens; each row sums to 1. Panels sit
     side by side as the width allows. A wide input is drawn with narrower cells
     and, when even those do not fit, with neighbouring tokens pooled into one
-    cell; the picture says so. With TEXT -, every line of stdin is one input,
+    cell; the picture says so. When the panels would not fit the terminal's
+    height, every head is drawn as a small thumbnail instead (--view grid), a
+    whole model on one screen. With TEXT -, every line of stdin is one input,
     answered as soon as it is read. Data goes to stdout, messages to stderr.
     """
     from attnviz.choices import DataFormat
@@ -101,9 +109,23 @@ def show(
             f"--format {output_format.value} and the suffix of {output} ({by_suffix.value}) "
             "disagree: drop --format, or name the file for what it holds"
         )
-    if output_format is ShowFormat.AUTO:
-        terminal = environment.stdout_is_terminal
+    top = out.top_heads_for(choice, aggregate)
+    if output_format is ShowFormat.AUTO:  # a picture was asked for, even into a pipe
+        picture = terminal_view is not d.TerminalView.AUTO or top is not None or label_positions
+        terminal = environment.stdout_is_terminal or picture
         output_format = ShowFormat.TERMINAL if terminal else ShowFormat.NDJSON
+    if terminal_view is not d.TerminalView.AUTO and output_format is not ShowFormat.TERMINAL:
+        raise UsageError(f"--view {terminal_view.value} is a terminal picture; drop --format")
+    if top is not None and output_format not in (ShowFormat.TERMINAL, *_PICTURES):
+        raise UsageError(
+            "--top-heads chooses heads to draw; data holds the selected layers × heads whole: "
+            "pick them with --layer and --head (attnviz heads --sort ranks them)"
+        )
+    if label_positions and output_format in (ShowFormat.JSON, ShowFormat.NDJSON, ShowFormat.NPZ):
+        raise UsageError(
+            f"--label-positions labels pictures and csv; {output_format.value} keeps the tokens "
+            "as they are (a token's position is its index)"
+        )
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
@@ -114,15 +136,25 @@ def show(
     stream = (extractor.extract(line, target=target, **asked.options) for line in read_texts(text))
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
+    if label_positions:
+        stream = (maps.with_positions() for maps in stream)
     if output_format in _PICTURES:
         from attnviz.choices import PictureFormat, View
         from attnviz.render.image import Style
 
         picture = PictureFormat(output_format.value)
-        out.save_picture(out.only_one(stream), View.MODEL, picture, Style(), output)
+        out.save_picture(out.only_one(stream), View.MODEL, picture, Style(), output, top)
         return
     if output_format is not ShowFormat.TERMINAL:
         stream = (maps.astype(dtype) for maps in stream)
         write_maps(stream, DataFormat(output_format.value), output)
         return
-    out.draw(stream, colour=colour, width=width, values=values, environment=environment)
+    out.draw(
+        stream,
+        colour=colour,
+        width=width,
+        values=values,
+        environment=environment,
+        view=terminal_view,
+        top=top,
+    )

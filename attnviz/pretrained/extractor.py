@@ -11,7 +11,7 @@ from attnviz.errors import AttnvizError, UsageError
 from attnviz.extractor import Extractor, ExtractorSpec, Item, Selection, as_pair, parse_mode
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.encoding import attention_of, check_weights, model_inputs
-from attnviz.pretrained.labels import readable
+from attnviz.pretrained.labels import Labelling, readable
 from attnviz.pretrained.loading import LoadOptions, PretrainedModel, load_model
 from attnviz.pretrained.streams import resolve_mode, stream_for
 from attnviz.selection import check_syntax, resolve
@@ -53,17 +53,19 @@ class PretrainedExtractor(Extractor):
         heads: Selection = None,
         special: bool = True,
         words: bool = False,
+        raw_pieces: bool = False,
         batch_size: int = 16,
     ) -> Iterator[AttentionMaps]:
         asked = parse_mode(mode)
         check_syntax(layers, "layer")  # before any work
         check_syntax(heads, "head")
         pairs = (as_pair(item) for item in items)
-        return self._batches(pairs, asked, layers, heads, special, words, batch_size)
+        labelling = Labelling(special=special, words=words, raw_pieces=raw_pieces)
+        return self._batches(pairs, asked, layers, heads, labelling, batch_size)
 
-    def _batches(self, pairs, mode, layers, heads, special, words, batch_size):
+    def _batches(self, pairs, mode, layers, heads, labelling, batch_size):
         while chunk := list(islice(pairs, batch_size)):
-            yield from self._batch(chunk, mode, layers, heads, special, words)
+            yield from self._batch(chunk, mode, layers, heads, labelling)
 
     def _batch(
         self,
@@ -71,8 +73,7 @@ class PretrainedExtractor(Extractor):
         asked: Mode | None,
         layers: Selection,
         heads: Selection,
-        special: bool,
-        words: bool,
+        labelling: Labelling,
     ) -> list[AttentionMaps]:
         """Several inputs in one forward pass, right-padded to the longest.
 
@@ -97,7 +98,7 @@ class PretrainedExtractor(Extractor):
             weights = batch[:, row, :, : query.length, : key.length]  # padding trimmed
             check_weights(weights, causal=mode is Mode.MASKED, name=self.name)
             weights, query_labels, key_labels = readable(
-                loaded.tokenizer, weights, query, key, special=special, words=words
+                loaded.tokenizer, weights, query, key, labelling
             )
             results.append(
                 AttentionMaps(

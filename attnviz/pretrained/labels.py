@@ -31,8 +31,19 @@ class Labels:
     special: list[bool]
 
 
-def piece_labels(tokenizer: Any, side: Side) -> Labels:
-    """The tokenizer's pieces cleaned for reading (``##ing`` -> ``ing``, ``Ġthe`` -> ``the``)."""
+@dataclass(frozen=True)
+class Labelling:
+    """How tokens are shown: special tokens kept, pieces merged into words, the
+    tokenizer's raw pieces instead of cleaned ones."""
+
+    special: bool = True
+    words: bool = False
+    raw_pieces: bool = False
+
+
+def piece_labels(tokenizer: Any, side: Side, raw: bool = False) -> Labels:
+    """The tokenizer's pieces cleaned for reading (``##ing`` -> ``ing``, ``Ġthe`` -> ``the``),
+    or as the tokenizer spells them when ``raw``."""
     ids = side.encoding["input_ids"]
     pieces = tokenizer.convert_ids_to_tokens(ids)
     # An unknown-word token ([UNK]) stands for a real word the tokenizer could not
@@ -43,7 +54,7 @@ def piece_labels(tokenizer: Any, side: Side) -> Labels:
     offsets = side.encoding["offset_mapping"]
     for token_id, piece, (start, end) in zip(ids, pieces, offsets, strict=True):
         is_special = token_id in special_ids
-        label = piece if is_special else clean_piece(piece, byte_level=byte_level)
+        label = piece if is_special or raw else clean_piece(piece, byte_level=byte_level)
         if not label:  # a piece that is only a space (a lone ▁ or Ġ)
             label = VISIBLE_SPACE
         elif "\ufffd" in label:  # one byte of a longer character: show the character
@@ -92,12 +103,16 @@ def drop_special(weights: np.ndarray, keep_queries: list[int], keep_keys: list[i
 
 
 def readable(
-    tokenizer: Any, weights: np.ndarray, query: Side, key: Side, *, special: bool, words: bool
+    tokenizer: Any, weights: np.ndarray, query: Side, key: Side, labelling: Labelling
 ) -> tuple[np.ndarray, Labels, Labels]:
     """Weights (…, T, S) with their labels, pieces merged into words and special tokens
     dropped when asked."""
-    query_labels, key_labels = piece_labels(tokenizer, query), piece_labels(tokenizer, key)
-    if words:
+    raw = labelling.raw_pieces
+    query_labels, key_labels = (
+        piece_labels(tokenizer, query, raw),
+        piece_labels(tokenizer, key, raw),
+    )
+    if labelling.words:
         query_groups = word_groups(query, query_labels.special)
         key_groups = word_groups(key, key_labels.special)
         weights = merge_words(weights, query_groups, key_groups)
@@ -105,7 +120,7 @@ def readable(
             _merged(query_labels, query_groups),
             _merged(key_labels, key_groups),
         )
-    if not special:
+    if not labelling.special:
         keep_queries = [i for i, flag in enumerate(query_labels.special) if not flag]
         keep_keys = [i for i, flag in enumerate(key_labels.special) if not flag]
         if not keep_queries or not keep_keys:

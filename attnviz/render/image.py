@@ -23,7 +23,7 @@ import re
 import struct
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,8 @@ from attnviz.maps import AttentionMaps, MapPanel
 from attnviz.tokens import display_label
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from attnviz.analysis.corpus import CorpusStatistics
 
 SUFFIXES = {f".{picture.value}": picture for picture in PictureFormat}
@@ -47,7 +49,8 @@ _MARGIN_LEFT = 1.15  # inches, room for query labels
 _MARGIN_BOTTOM = 1.15  # room for key labels, written upwards
 _MARGIN_TOP = 0.65  # the header (model and mode) and the title (layer and head)
 _MARGIN_RIGHT = 1.0  # the colour bar
-_GRID_COLUMNS = 6  # heads per row when one layer's heads wrap
+_GRID_COLUMNS = 6  # heads per row when one layer's heads (or chosen heads) wrap
+MIN_LABEL_POINTS = 6.0  # token labels are never smaller: they are thinned instead
 _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
 
 
@@ -131,6 +134,17 @@ class Style:
     dpi: int = 100
     values: bool = False  # weights printed in the cells of small maps
     vmax: float = 1.0  # the weight at the top of the colour scale; lower it for long inputs
+    figsize: tuple[float, float] | None = None  # inches; None: sized by the map
+    font_size: float | None = None  # points for labels and titles; None: as the cells allow
+    title: str | None = None  # the figure's title; None: the model and mode; "": no titles
+
+    def titles(self, default: str) -> str:
+        return default if self.title is None else self.title
+
+    @property
+    def clips(self) -> bool:
+        """Weights above vmax are drawn in the top colour: the colour bar says so."""
+        return self.vmax < 1.0
 
 
 def encode_png(rgba: np.ndarray) -> bytes:
@@ -166,12 +180,22 @@ def _cell_inches(count: int) -> float:
     return float(np.clip(10.0 / max(count, 1), 0.01, 0.4))
 
 
-def _label_step(cell_points: float) -> tuple[float, int]:
-    """Font size for labels and how many labels to skip between two that are shown."""
-    size = min(9.0, cell_points * 0.8)
-    if size >= 5:
-        return size, 1
-    return 5.0, int(np.ceil(5.0 / max(size, 0.1)))
+def _label_step(
+    cell_points: float, wanted: float | None = None, largest: float = 9.0
+) -> tuple[float, int]:
+    """Font size for token labels and the step between labels shown: every label when
+    the cells are tall enough for the size, else every ``step``-th. Never below
+    MIN_LABEL_POINTS."""
+    room = cell_points * 0.8
+    size = max(MIN_LABEL_POINTS, wanted if wanted is not None else min(largest, room))
+    return size, max(1, int(np.ceil(size / max(room, 0.1) - 1e-9)))
+
+
+def _axes_note(step: int) -> str:
+    note = "rows: query tokens\ncolumns: key tokens"
+    if step > 1:
+        note += f"\nlabels: one token in {step}"
+    return note
 
 
 def _metadata(picture: PictureFormat) -> dict[str, Any]:
@@ -191,8 +215,9 @@ class HeadCanvas:
 
         self.queries, self.keys, self.style = queries, keys, style
         self.missing_glyphs: set[str] = set()  # characters no font had, in any drawing
-        cell = _cell_inches(max(queries, keys))
-        width, height = self.figure_size(queries, keys)
+        width, height = style.figsize or self.figure_size(queries, keys)
+        cell = self.cell_inches(queries, keys, style)
+        text_size = style.font_size or 9.0
         self.figure = Figure(figsize=(width, height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
         box = (
@@ -214,22 +239,26 @@ class HeadCanvas:
         )
         self.axes.set_xticks([])
         self.axes.set_yticks([])
+        # Beside the grid and as tall as it, whatever the figure's size.
         colour_bar = self.figure.add_axes(
-            ((width - _MARGIN_RIGHT + 0.2) / width, box[1], 0.15 / width, box[3])
+            ((_MARGIN_LEFT + keys * cell + 0.2) / width, box[1], 0.15 / width, box[3])
         )
-        self.figure.colorbar(self.image, cax=colour_bar).set_label("attention weight", fontsize=8)
-        colour_bar.tick_params(labelsize=7)
+        bar = self.figure.colorbar(
+            self.image, cax=colour_bar, extend="max" if style.clips else "neither"
+        )
+        bar.set_label(_bar_label(style), fontsize=max(MIN_LABEL_POINTS, text_size - 1))
+        colour_bar.tick_params(labelsize=max(MIN_LABEL_POINTS, text_size - 2))
+        size, step = _label_step(cell * _INCH, style.font_size)
         # Just under the grid's corner, in the room the query labels leave: not adrift at
         # the bottom of a figure whose margin is sized for the longest key labels.
         self.figure.text(
             0.05 / width,
             (_MARGIN_BOTTOM - 0.08) / height,
-            "rows: query tokens\ncolumns: key tokens",
-            fontsize=6,
+            _axes_note(step),
+            fontsize=MIN_LABEL_POINTS,
             va="top",
             ha="left",
         )
-        size, step = _label_step(cell * _INCH)
         self.key_labels = [
             self.axes.text(
                 k,
@@ -259,9 +288,9 @@ class HeadCanvas:
         ]
         self.label_step = step
         self.header = self.figure.text(
-            0.5, 1 - 0.12 / height, "", ha="center", va="top", fontsize=9, animated=True
+            0.5, 1 - 0.12 / height, "", ha="center", va="top", fontsize=text_size, animated=True
         )
-        self.title = self.axes.set_title("", fontsize=9, animated=True)
+        self.title = self.axes.set_title("", fontsize=text_size, animated=True)
         self.values: list[Any] = []
         if style.values and max(queries, keys) <= VALUES_UP_TO:
             self.values = [
@@ -286,6 +315,24 @@ class HeadCanvas:
         self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
 
     @staticmethod
+    def cell_inches(queries: int, keys: int, style: Style) -> float:
+        """The side of a cell: by the map's size, or what a given figure size leaves."""
+        if style.figsize is None:
+            return _cell_inches(max(queries, keys))
+        width, height = style.figsize
+        cell = min(
+            (width - _MARGIN_LEFT - _MARGIN_RIGHT) / keys,
+            (height - _MARGIN_TOP - _MARGIN_BOTTOM) / queries,
+        )
+        if cell <= 0:
+            smallest = (_MARGIN_LEFT + _MARGIN_RIGHT + 1, _MARGIN_TOP + _MARGIN_BOTTOM + 1)
+            raise UsageError(
+                f"--figsize {width:g},{height:g} leaves no room for the map after its labels "
+                f"and colour bar: give at least {smallest[0]:g},{smallest[1]:g}"
+            )
+        return cell
+
+    @staticmethod
     def figure_size(queries: int, keys: int) -> tuple[float, float]:
         """Width and height in inches: fixed margins around cells that shrink as maps grow."""
         cell = _cell_inches(max(queries, keys))
@@ -298,14 +345,14 @@ class HeadCanvas:
         """Put one input's header and labels on their artists; return those artists."""
         step = self.label_step
         self.header.set_text(frame.header)
-        self._fit(self.header, largest=9.0)
+        self._fit(self.header, largest=self.style.font_size or 9.0)
         for artist, label in zip(self.key_labels, frame.key_labels[::step], strict=True):
             artist.set_text(_label(label))
         for artist, label in zip(self.query_labels, frame.query_labels[::step], strict=True):
             artist.set_text(_label(label))
         return [self.header, *self.key_labels, *self.query_labels]
 
-    def _fit(self, text: Any, largest: float, smallest: float = 5.0) -> None:
+    def _fit(self, text: Any, largest: float, smallest: float = MIN_LABEL_POINTS) -> None:
         """Shrink ``text`` until it fits the figure's width, down to ``smallest`` points;
         past that, cut it in the middle with an ellipsis. A short map's figure is narrow,
         and a model name (builtin:layers=…) is long."""
@@ -414,29 +461,58 @@ class Painter:
         """One map of ``maps`` as picture bytes."""
         canvas = self.head_canvas(len(maps.query_tokens), len(maps.key_tokens), style)
         frame = Frame(
-            header=f"{maps.model} · {maps.mode} attention",
+            header=style.titles(f"{maps.model} · {maps.mode} attention"),
             query_labels=tuple(maps.query_tokens),
             key_labels=tuple(maps.key_tokens),
         )
+        title = "" if style.title == "" else panel.title
         if picture is PictureFormat.PNG:
-            return canvas.png(panel.matrix, frame, panel.title)
-        return canvas.vector(panel.matrix, frame, panel.title, picture)
+            return canvas.png(panel.matrix, frame, title)
+        return canvas.vector(panel.matrix, frame, title, picture)
 
     def files(
-        self, maps: AttentionMaps, view: View, picture: PictureFormat, style: Style
+        self,
+        maps: AttentionMaps,
+        view: View,
+        picture: PictureFormat,
+        style: Style,
+        panels: Sequence[MapPanel] | None = None,
     ) -> Iterator[tuple[str, bytes]]:
         """The pictures of one input for a view: (name suffix, bytes) pairs.
 
         head: one per map, suffix ``-L{layer}-H{head}``; layer: one per layer,
-        ``-L{layer}``; model: one in all, no suffix.
+        ``-L{layer}``; model: one in all, no suffix. ``panels`` draws only those
+        maps, in that order (the heads worth looking at first).
         """
-        yield from self._pictures(maps, view, picture, style)
+        if panels is None:
+            yield from self._pictures(maps, view, picture, style)
+        else:
+            yield from self._chosen(maps, view, picture, style, panels)
         missing = set(self.missing_glyphs).union(
             *(canvas.missing_glyphs for canvas in self.canvases.values())
         )
         if missing - self.reported:  # one warning line per character, however many inputs
             _warn_missing(missing - self.reported)
             self.reported |= missing
+
+    def _chosen(
+        self,
+        maps: AttentionMaps,
+        view: View,
+        picture: PictureFormat,
+        style: Style,
+        panels: Sequence[MapPanel],
+    ) -> Iterator[tuple[str, bytes]]:
+        if view is View.MODEL:
+            yield "", grid_picture(maps, picture, style, self.missing_glyphs, panels)
+        elif view is View.LAYER:
+            for layer in dict.fromkeys(panel.layer for panel in panels):
+                own = [panel for panel in panels if panel.layer == layer]
+                yield f"-L{layer}", grid_picture(maps, picture, style, self.missing_glyphs, own)
+        else:
+            for panel in panels:
+                suffix = f"-L{panel.layer}-H{panel.head}"
+                yield suffix, self.head_picture(maps, panel, picture, style)
 
     def _pictures(
         self, maps: AttentionMaps, view: View, picture: PictureFormat, style: Style
@@ -465,57 +541,14 @@ class Painter:
 
 
 def grid_picture(
-    maps: AttentionMaps, picture: PictureFormat, style: Style, missing_glyphs: set[str]
+    maps: AttentionMaps,
+    picture: PictureFormat,
+    style: Style,
+    missing_glyphs: set[str],
+    panels: Sequence[MapPanel] | None = None,
 ) -> bytes:
-    """All maps held as small multiples: a row per layer, a column per head.
-
-    A single layer's heads wrap into rows of at most six, so that a layer of
-    twelve heads is a 6 × 2 grid rather than one long strip.
-    """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    rows, columns = maps.weights.shape[:2]
-    if rows == 1 and columns > _GRID_COLUMNS:
-        rows, columns = -(-columns // _GRID_COLUMNS), _GRID_COLUMNS
-    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
-    cell = float(np.clip(2.2 / max(queries, keys), 0.03, 0.25))
-    panel_width, panel_height = keys * cell + 0.9, queries * cell + 0.9
-    figure = Figure(figsize=(columns * panel_width + 1.2, rows * panel_height + 0.8), dpi=style.dpi)
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(rows, columns, squeeze=False)
-    size, step = _label_step(cell * _INCH)
-    size = min(size, 6)
-    image = None
-    for n, panel in enumerate(maps.panels()):
-        ax = axes[divmod(n, columns)]
-        image = ax.imshow(
-            panel.matrix,
-            cmap=matplotlib.colormaps[style.cmap],
-            vmin=0,
-            vmax=style.vmax,
-            interpolation="nearest",
-            aspect="auto",
-        )
-        ax.set_title(panel.title, fontsize=7)
-        ax.set_xticks(
-            range(0, keys, step),
-            [_label(t) for t in maps.key_tokens[::step]],
-            rotation=90,
-            fontsize=size,
-        )
-        ax.set_yticks(
-            range(0, queries, step), [_label(t) for t in maps.query_tokens[::step]], fontsize=size
-        )
-        ax.tick_params(length=0, pad=1)
-    for ax in axes.flat[maps.weights.shape[0] * maps.weights.shape[1] :]:
-        ax.set_visible(False)  # the empty places of a wrapped last row
-    figure.suptitle(f"{maps.model} · {maps.mode} attention", fontsize=10)
-    figure.set_layout_engine("constrained")
-    if image is not None:
-        bar = figure.colorbar(image, ax=axes, shrink=0.6, aspect=30)
-        bar.set_label("attention weight", fontsize=8)
+    """The maps as small multiples (see :func:`grid_figure`), as picture bytes."""
+    figure = grid_figure(maps, style, panels)
     out = io.BytesIO()
     with _drawing(missing_glyphs):
         if picture is PictureFormat.PNG:
@@ -528,6 +561,85 @@ def grid_picture(
         else:
             figure.savefig(out, format=picture.value, metadata=_metadata(picture))
     return out.getvalue()
+
+
+def grid_figure(
+    maps: AttentionMaps, style: Style, panels: Sequence[MapPanel] | None = None
+) -> Figure:
+    """All maps held as small multiples: a row per layer, a column per head.
+
+    A single layer's heads, and chosen ``panels``, wrap into rows of at most six,
+    so that twelve heads make a 6 × 2 grid rather than one long strip.
+    """
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    shown = list(maps.panels()) if panels is None else list(panels)
+    rows, columns = maps.weights.shape[:2] if panels is None else (1, len(shown))
+    if rows == 1 and columns > _GRID_COLUMNS:
+        rows, columns = -(-columns // _GRID_COLUMNS), _GRID_COLUMNS
+    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
+    cell = float(np.clip(2.2 / max(queries, keys), 0.03, 0.25))
+    panel_width, panel_height = keys * cell + 0.9, queries * cell + 0.9
+    size = style.figsize or (columns * panel_width + 1.2, rows * panel_height + 0.8)
+    figure = Figure(figsize=size, dpi=style.dpi)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(rows, columns, squeeze=False)
+    if style.figsize is not None:  # the cells are what the given size leaves
+        cell = min((size[0] - 1.2) / columns - 0.9, (size[1] - 0.8) / rows - 0.9) / max(
+            queries, keys
+        )
+    label_size, step = _label_step(cell * _INCH, style.font_size, largest=7.0)
+    title_size = style.font_size or 7.0
+    image = None
+    for n, panel in enumerate(shown):
+        ax = axes[divmod(n, columns)]
+        image = ax.imshow(
+            panel.matrix,
+            cmap=matplotlib.colormaps[style.cmap],
+            vmin=0,
+            vmax=style.vmax,
+            interpolation="nearest",
+            aspect="auto",
+        )
+        if style.title != "" or len(shown) > 1:  # titles tell the panels of a grid apart
+            ax.set_title(panel.title, fontsize=title_size)
+        ax.set_xticks(
+            range(0, keys, step),
+            [_label(t) for t in maps.key_tokens[::step]],
+            rotation=90,
+            fontsize=label_size,
+        )
+        ax.set_yticks(
+            range(0, queries, step),
+            [_label(t) for t in maps.query_tokens[::step]],
+            fontsize=label_size,
+        )
+        ax.tick_params(length=0, pad=1)
+    for ax in axes.flat[len(shown) :]:
+        ax.set_visible(False)  # the empty places of a wrapped last row
+    if style.title != "":
+        figure.suptitle(
+            style.titles(f"{maps.model} · {maps.mode} attention"),
+            fontsize=(style.font_size or 9.0) + 1,
+        )
+    if step > 1:
+        figure.text(0.005, 0.005, _axes_note(step).splitlines()[-1], fontsize=MIN_LABEL_POINTS)
+    figure.set_layout_engine("constrained")
+    if image is not None:  # as tall as the grid, arrowed when vmax clips weights
+        bar = figure.colorbar(
+            image, ax=axes, shrink=1.0, aspect=40, extend="max" if style.clips else "neither"
+        )
+        bar.set_label(_bar_label(style), fontsize=max(MIN_LABEL_POINTS, title_size))
+        bar.ax.tick_params(labelsize=max(MIN_LABEL_POINTS, title_size - 1))
+    return figure
+
+
+def _bar_label(style: Style) -> str:
+    if style.clips:
+        return f"attention weight (≥ {style.vmax:g} drawn as {style.vmax:g})"
+    return "attention weight"
 
 
 def statistics_picture(corpus: CorpusStatistics, picture: PictureFormat, model: str) -> bytes:

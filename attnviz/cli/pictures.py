@@ -1,0 +1,99 @@
+"""The picture options export, render and batch share, and the choice of heads worth
+looking at first that show, export and batch share; each bundled into one argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from attnviz.choices import RankBy
+from attnviz.cli import declarations as d
+from attnviz.errors import UsageError
+
+if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
+    from attnviz.analysis.heads import TopHeads
+    from attnviz.render.image import Style
+
+
+@dataclass(frozen=True)
+class PictureSettings:
+    """How pictures look, as the command line gives it."""
+
+    cmap: str = "viridis"
+    dpi: int = 100
+    values: bool = False
+    vmax: float = 1.0
+    figsize: str | None = None
+    font_size: float | None = None
+    title: str | None = None
+    no_title: bool = False
+
+    def style(self) -> Style:
+        """The checked style: a known colormap, a size of two positive numbers."""
+        from attnviz.render.image import Style, check_colormap
+
+        check_colormap(self.cmap)
+        if self.title is not None and self.no_title:
+            raise UsageError("--title and --no-title contradict each other: pick one")
+        return Style(
+            cmap=self.cmap,
+            dpi=self.dpi,
+            values=self.values,
+            vmax=self.vmax,
+            figsize=None if self.figsize is None else parse_figsize(self.figsize),
+            font_size=self.font_size,
+            title="" if self.no_title else self.title,
+        )
+
+
+def parse_figsize(text: str) -> tuple[float, float]:
+    """``3.5,3`` -> (3.5, 3.0): two positive sizes in inches, at most 100."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        width, height = (float(part) for part in parts)
+    except ValueError:
+        raise UsageError(f"--figsize {text!r}: give width and height in inches, as 3.5,3") from None
+    if not (0 < width <= 100 and 0 < height <= 100):
+        raise UsageError(f"--figsize {text!r}: width and height are inches between 0 and 100")
+    return width, height
+
+
+_PICTURE_OPTIONS = {
+    "cmap": (d.CmapOption, "viridis"),
+    "dpi": (d.DpiOption, 100),
+    "values": (d.PictureValuesOption, False),
+    "vmax": (d.VmaxOption, 1.0),
+    "figsize": (d.FigsizeOption, None),
+    "font_size": (d.FontSizeOption, None),
+    "title": (d.TitleOption, None),
+    "no_title": (d.NoTitleOption, False),
+}
+# Gives a command the picture options as one ``picture: PictureSettings`` argument.
+picture_settings = d.bundle_options("picture", _PICTURE_OPTIONS, PictureSettings)
+DEFAULT_PICTURE = PictureSettings()
+
+
+@dataclass(frozen=True)
+class HeadChoice:
+    """--top-heads N --by STAT [--lowest], as the command line gives it."""
+
+    top_heads: int | None = None
+    by: RankBy = RankBy.ENTROPY
+    lowest: bool = False
+
+    def top(self) -> TopHeads | None:
+        if self.top_heads is None:
+            return None
+        from attnviz.analysis.heads import TopHeads
+
+        return TopHeads(self.top_heads, self.by, self.lowest)
+
+
+_CHOICE_OPTIONS = {
+    "top_heads": (d.TopHeadsOption, None),
+    "by": (d.ByOption, RankBy.ENTROPY),
+    "lowest": (d.LowestOption, False),
+}
+# Gives a command --top-heads, --by and --lowest as one ``choice: HeadChoice`` argument.
+head_choice = d.bundle_options("choice", _CHOICE_OPTIONS, HeadChoice)
+ALL_HEADS = HeadChoice()

@@ -1,0 +1,256 @@
+"""Everyday use (issue 16): every head on one screen, the heads worth looking at first,
+figures ready for a paper, labels that tell tokens apart."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from rich.cells import cell_len
+
+import attnviz
+from attnviz.analysis.heads import TopHeads, head_statistics, sort_rows
+from attnviz.choices import HeadColumn, RankBy
+from attnviz.cli import app
+from attnviz.cli.output import Environment
+from attnviz.render.image import MIN_LABEL_POINTS, Style, grid_figure
+from attnviz.render.terminal import choose_thumbnails, render_grid
+
+TERMINAL = Environment(stdout_is_terminal=True, stderr_is_terminal=False)
+SENTENCE = "The cat sat on the mat because the mat was warm"
+
+
+@pytest.mark.minilm
+def test_all_72_minilm_heads_fit_one_120_by_40_terminal(runner, snapshot, monkeypatch):
+    monkeypatch.setenv("LINES", "40")
+    arguments = ["show", "--model", "minilm", SENTENCE, "--width", "120", "--color", "never"]
+    result = runner.invoke(app, arguments, obj=TERMINAL)  # --view auto: panels do not fit
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) <= 40 and max(cell_len(line) for line in lines) <= 120
+    assert all(f"L{layer}" in result.stdout for layer in range(6))
+    assert all(f"H{head}" in lines[1] for head in range(12))
+    snapshot("show_minilm_grid_120x40.txt", result.stdout)
+    panels = runner.invoke(app, [*arguments, "--view", "panels"], obj=TERMINAL)
+    assert len(panels.stdout.splitlines()) > 40  # why the grid was chosen
+    assert panels.stdout.count("╭") >= 72
+
+
+def test_auto_keeps_panels_that_fit_and_pipes_get_panels(runner, monkeypatch):
+    monkeypatch.setenv("LINES", "200")
+    arguments = ["show", "Hello I love you", "--width", "120", "--color", "never"]
+    on_screen = runner.invoke(app, arguments, obj=TERMINAL)
+    assert on_screen.stdout.count("╭") == 8  # 2 layers × 4 heads, all full panels
+    monkeypatch.setenv("LINES", "10")
+    piped = runner.invoke(app, [*arguments, "-f", "terminal"])  # no screen: no height
+    assert piped.stdout.count("╭") == 8
+    gridded = runner.invoke(app, arguments, obj=TERMINAL)
+    assert "╭" not in gridded.stdout and "L1" in gridded.stdout
+
+
+@pytest.mark.parametrize("colour", [True, False])
+@pytest.mark.parametrize("tokens", [3, 12, 40, 300])
+def test_grid_fits_any_length_in_the_width_and_height(colour, tokens):
+    from rich.console import Console
+
+    text = " ".join(f"w{i}" for i in range(tokens))
+    maps = attnviz.extract(
+        text, config=attnviz.BuiltinConfig(num_layers=6, num_heads=12, d_model=96)
+    )
+    console = Console(width=120, record=True, color_system="truecolor" if colour else None)
+    console.print(render_grid(maps, width=120, height=40, use_colour=colour))
+    lines = console.export_text().splitlines()
+    assert len(lines) <= 40 and max(cell_len(line) for line in lines) <= 120
+
+
+def test_thumbnails_pool_what_does_not_fit_and_grow_what_is_small():
+    small = choose_thumbnails(3, 3, width=8, lines=5, colour=True)
+    assert (small.pool, small.grow) == (1, 2)  # 3 tokens drawn 2 pixels each
+    assert small.size(3, 3) == (6, 3)
+    large = choose_thumbnails(100, 100, width=8, lines=5, colour=True)
+    assert large.pool == 13 and large.size(100, 100)[0] <= 8
+    shaded = choose_thumbnails(100, 100, width=8, lines=5, colour=False)
+    assert shaded.size(100, 100)[0] <= 8 and shaded.size(100, 100)[1] <= 5
+
+
+def test_grid_thumbnail_shades_follow_the_weights():
+    weights = np.zeros((1, 2, 2, 2), dtype=np.float32)
+    weights[0, 0] = [[1, 0], [1, 0]]  # head 0: everything on the first key
+    weights[0, 1] = [[0, 1], [0, 1]]  # head 1: everything on the second
+    maps = attnviz.AttentionMaps(["a", "b"], ["a", "b"], weights, [0], [0, 1], "self", "m")
+    from rich.console import Console
+
+    console = Console(width=40, record=True, color_system=None)
+    console.print(render_grid(maps, width=40, height=None, use_colour=False))
+    lines = console.export_text().splitlines()
+    (header,) = [line for line in lines if "H0" in line]
+    (first_row,) = [line for line in lines if line.startswith("L0")]
+    start, step = header.index("H0"), header.index("H1") - header.index("H0")
+    first_row = first_row.ljust(start + 2 * step)
+    head0, head1 = (
+        first_row[start : start + step - 1],
+        first_row[start + step : start + 2 * step - 1],
+    )
+    half = len(head0) // 2
+    assert set(head0[:half]) == {"█"} and set(head0[half:]) == {" "}  # blank: exactly zero
+    assert set(head1[:half]) == {" "} and set(head1[half:]) == {"█"}
+
+
+@pytest.mark.parametrize("by", list(RankBy))
+@pytest.mark.parametrize("lowest", [False, True])
+def test_top_heads_agree_with_heads_sort(runner, by, lowest):
+    arguments = ["Hello I love you", "--num-layers", "3", "--num-heads", "4"]
+    listed = runner.invoke(
+        app,
+        ["heads", *arguments, "--sort", by.value, "-f", "json", *(["--reverse"] if lowest else [])],
+    )
+    expected = [(row["layer"], row["head"]) for row in json.loads(listed.stdout)["heads"][:3]]
+    drawn = runner.invoke(
+        app,
+        ["show", *arguments, "--top-heads", "3", "--by", by.value, "--color", "never"]
+        + (["--lowest"] if lowest else []),
+    )
+    assert drawn.exit_code == 0, drawn.stderr
+    titles = [line for line in drawn.stdout.splitlines() if "╭" in line]
+    shown = [(int(layer), int(head)) for line in titles for layer, head in _layer_heads(line)]
+    assert shown == expected
+
+
+def _layer_heads(line: str):
+    import re
+
+    return re.findall(r"layer (\d+) · head (\d+)", line)
+
+
+def test_top_heads_panels_are_the_ranked_maps_themselves():
+    maps = attnviz.extract("the cat sat on the mat", mode="masked")
+    ranked = sort_rows(head_statistics(maps), HeadColumn.SINK)
+    panels = TopHeads(2, RankBy.SINK).panels(maps)
+    assert [(p.layer, p.head) for p in panels] == [(r.layer, r.head) for r in ranked[:2]]
+    for panel in panels:
+        np.testing.assert_array_equal(panel.matrix, maps.head(panel.layer, panel.head))
+        assert f"sink {ranked[0].sink:.3f}" in panels[0].title
+
+
+def test_top_heads_in_export_and_batch_draw_only_those(runner, tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("Hello I love you\nthe cat sat\n")
+    result = runner.invoke(
+        app,
+        ["batch", str(text), "-o", str(tmp_path / "b"), "--top-heads", "2", "--by", "self", "-q"],
+    )
+    assert result.exit_code == 0, result.stderr
+    for stem in ("0000-hello-i-love-you", "0001-the-cat-sat"):
+        files = sorted(path.name for path in (tmp_path / "b").glob(f"{stem}-L*.png"))
+        maps = attnviz.extract(stem.split("-", 1)[1].replace("-", " "))
+        expected = [
+            f"{stem}-L{p.layer}-H{p.head}.png" for p in TopHeads(2, RankBy.SELF).panels(maps)
+        ]
+        assert files == sorted(expected)
+    picture = runner.invoke(
+        app, ["export", "Hello I love you", "-o", str(tmp_path / "x.png"), "--top-heads", "1",
+              "--view", "head"],
+    )  # fmt: skip
+    assert picture.exit_code == 0, picture.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["show", "a b", "--top-heads", "2", "-f", "json"], "--top-heads chooses heads to draw"),
+        (["show", "a b", "--top-heads", "2", "-a", "mean"], "--top-heads picks heads"),
+        (["show", "a b", "-m", "cross", "-t", "c d", "--top-heads", "1", "--by", "self"], "cross"),
+        (["show", "a b", "--view", "grid", "-f", "csv"], "--view grid is a terminal picture"),
+        (["show", "a b", "--label-positions", "-f", "json"], "keeps the tokens as they are"),
+        (["export", "a b", "-o", "x.png", "--figsize", "3"], "give width and height"),
+        (["export", "a b", "-o", "x.png", "--figsize", "-1,2"], "between 0 and 100"),
+        (["export", "a b", "-o", "x.png", "--figsize", "1,1", "--view", "head", "-l", "0",
+          "--head", "0"], "leaves no room for the map"),
+        (["export", "a b", "-o", "x.png", "--title", "T", "--no-title"], "pick one"),
+        (["export", "a b", "-o", "x.png", "--top-heads", "2", "--view", "head"], "draws one map"),
+    ],
+)  # fmt: skip
+def test_bad_choices_are_usage_errors(runner, tmp_path, monkeypatch, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "x.png").exists()
+
+
+def _texts(figure):
+    from matplotlib.text import Text
+
+    return [t for t in figure.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+@pytest.mark.parametrize("tokens", [4, 30, 120])
+@pytest.mark.parametrize("figsize", [None, (3.5, 3.0)])
+def test_model_view_labels_never_go_below_the_minimum(tokens, figsize):
+    text = " ".join(f"w{i}" for i in range(tokens))
+    maps = attnviz.extract(text)
+    figure = grid_figure(maps, Style(figsize=figsize))
+    figure.canvas.draw()
+    sizes = [t.get_fontsize() for t in _texts(figure)]
+    assert min(sizes) >= MIN_LABEL_POINTS
+    ticks = figure.axes[0].get_xticklabels()
+    shown = [t.get_text() for t in ticks if t.get_text()]
+    if len(shown) < tokens:  # thinned: the picture says so
+        assert any("labels: one token in" in t.get_text() for t in _texts(figure))
+
+
+def test_paper_options_reach_the_figure():
+    maps = attnviz.extract("Hello I love you")
+    figure = grid_figure(maps, Style(figsize=(7, 4), font_size=11, title="Figure 2", vmax=0.5))
+    assert tuple(figure.get_size_inches()) == (7, 4)
+    assert figure.get_suptitle() == "Figure 2"
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert titles and all(ax.title.get_fontsize() == 11 for ax in figure.axes if ax.get_title())
+    bar = figure.axes[-1]
+    assert "0.5" in bar.get_ylabel()  # the bar says weights above vmax are clipped
+    untitled = grid_figure(maps, Style(title=""))
+    assert untitled.get_suptitle() == ""
+
+
+def test_head_picture_with_figsize_has_that_size_and_fits_its_title(runner, tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "h.png"
+    result = runner.invoke(
+        app, ["export", "Hello I love you", "-o", str(out), "--view", "head", "-l", "0",
+              "--head", "0", "--figsize", "3.5,3", "--dpi", "100", "--title", "A long title " * 3],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert Image.open(out).size == (350, 300)
+
+
+def test_label_positions_tell_repeated_tokens_apart(runner):
+    maps = attnviz.extract("the man saw the dog").with_positions()
+    assert maps.query_tokens == ["the·0", "man", "saw", "the·3", "dog"]
+    shown = runner.invoke(app, ["show", "the man saw the dog", "--label-positions", "-l", "0",
+                                "--head", "0", "--color", "never"])  # fmt: skip
+    assert "the·0" in shown.stdout and "the·3" in shown.stdout
+    table = runner.invoke(app, ["show", "the man saw the dog", "--label-positions", "-f", "csv"])
+    assert ",the·3," in table.stdout
+
+
+def test_raw_pieces_keep_the_tokenizers_spelling(tiny):
+    extractor = attnviz.load(str(tiny["bert"]))
+    cleaned = extractor.extract("unbelievable tokenization", layers=0)
+    raw = extractor.extract("unbelievable tokenization", layers=0, raw_pieces=True)
+    assert any(token.startswith("##") for token in raw.query_tokens)
+    assert not any(token.startswith("##") for token in cleaned.query_tokens)
+    np.testing.assert_array_equal(raw.weights, cleaned.weights)
+
+
+@pytest.mark.parametrize("tokens", [4, 300])
+def test_single_head_labels_never_go_below_the_minimum(tokens):
+    from attnviz.render.image import HeadCanvas
+
+    canvas = HeadCanvas(tokens, tokens, Style())
+    labels = [*canvas.key_labels, *canvas.query_labels]
+    assert min(label.get_fontsize() for label in labels) >= MIN_LABEL_POINTS
+    thinned = len(canvas.key_labels) < tokens
+    notes = [t.get_text() for t in canvas.figure.texts]
+    assert thinned == any("labels: one token in" in note for note in notes)
