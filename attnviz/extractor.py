@@ -127,9 +127,11 @@ class Extractor(ABC):
         layer: int | str = 0,
         head: int | str = 0,
         query: int | None = None,
+        raw_pieces: bool = False,
     ) -> Any:
         """One head's attention step by step: the built-in stack walks through every
-        matrix; a pretrained model explains one ``query`` row from its dot products."""
+        matrix; a pretrained model explains one ``query`` row from its dot products
+        (tokens labelled with the tokenizer's own pieces when ``raw_pieces``)."""
 
 
 def load(

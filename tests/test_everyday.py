@@ -254,3 +254,10 @@ def test_single_head_labels_never_go_below_the_minimum(tokens):
     thinned = len(canvas.key_labels) < tokens
     notes = [t.get_text() for t in canvas.figure.texts]
     assert thinned == any("labels: one token in" in note for note in notes)
+
+
+def test_explain_labels_raw_pieces_too(tiny):
+    extractor = attnviz.load(str(tiny["bert"]))
+    raw = json.dumps(extractor.explain("unbelievable tokenization", raw_pieces=True).to_dict())
+    cleaned = json.dumps(extractor.explain("unbelievable tokenization").to_dict())
+    assert "##" in raw and "##" not in cleaned

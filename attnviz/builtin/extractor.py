@@ -123,11 +123,14 @@ class BuiltinExtractor(Extractor):
         layer: int | str = 0,
         head: int | str = 0,
         query: int | None = None,
+        raw_pieces: bool = False,
     ) -> Explanation:
         from attnviz.builtin.explain import explain
 
         if query is not None:
             raise UsageError("--query goes with --model; the built-in walk-through shows every row")
+        if raw_pieces:
+            raise UsageError("sub-word pieces exist only in pretrained models")
         text, target = as_pair((text, target))
         chosen = parse_mode(mode) or Mode.SELF
         check_target(chosen, target)

@@ -74,7 +74,7 @@ def explain(
 
     explanation = extractor.explain(
         out.only_one(read_texts(text)), mode=mode, target=target, layer=layer, head=head,
-        query=query,
+        query=query, raw_pieces=settings.raw_pieces,
     )  # fmt: skip
     if output_format is d.ReportFormat.JSON:
         out.write_stdout(dump_json(explanation.to_dict()))

@@ -126,11 +126,19 @@ class PretrainedExtractor(Extractor):
         layer: int | str = 0,
         head: int | str = 0,
         query: int | None = None,
+        raw_pieces: bool = False,
     ) -> QueryExplanation:
         from attnviz.pretrained.explain import explain_query
 
         text, target = as_pair((text, target))
         chosen = resolve_mode(self.loaded.family, self.name, parse_mode(mode), target is not None)
         return explain_query(
-            self, text, mode=chosen, target=target, layer=layer, head=head, query=query or 0
+            self,
+            text,
+            mode=chosen,
+            target=target,
+            layer=layer,
+            head=head,
+            query=query or 0,
+            raw_pieces=raw_pieces,
         )
