@@ -26,6 +26,7 @@ from attnviz.pretrained.loading import LoadOptions
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
+    from attnviz.pretrained.generation import Generation
 
 BUILTIN = "builtin"
 
@@ -65,6 +66,15 @@ class Extractor(ABC):
     @abstractmethod
     def name(self) -> str:
         """The model's name as the maps record it."""
+
+    @staticmethod
+    def from_model(model: Any, tokenizer: Any, name: str | None = None) -> Extractor:
+        """An extractor around a transformers model already loaded (a notebook's), which
+        must use eager attention; ``name`` is what maps record (default: its
+        ``name_or_path``)."""
+        from attnviz.pretrained.extractor import PretrainedExtractor
+
+        return PretrainedExtractor.wrap(model, tokenizer, name)
 
     def extract(
         self,
@@ -117,6 +127,30 @@ class Extractor(ABC):
         models run ``batch_size`` items per padded forward pass; each result equals what
         :meth:`extract` gives for that item alone. The request is checked before any work."""
 
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int = 20,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop: bool = True,
+        mode: Mode | str | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
+        special: bool = True,
+        raw_pieces: bool = False,
+    ) -> Generation:
+        """Let the model write up to ``max_new_tokens`` tokens after ``prompt`` (greedy, or
+        sampled with ``sample``, reproducibly by ``seed``; ending at the end-of-sequence
+        token unless ``stop=False``) and return the text with the maps of the whole
+        sequence, ``maps.prompt_length`` marking where the generated rows begin.
+        Decoders give masked attention; encoder-decoders the cross-attention of each
+        written token over the prompt (``mode`` may ask for masked or self)."""
+        raise UsageError(f"{self.name} does not generate text: give a pretrained language model")
+
     @abstractmethod
     def explain(
         self,
@@ -135,8 +169,9 @@ class Extractor(ABC):
 
 
 def load(
-    model: str = BUILTIN,
+    model: str | Any = BUILTIN,
     *,
+    tokenizer: Any = None,
     config: BuiltinConfig | None = None,
     load_options: LoadOptions | None = None,
 ) -> Extractor:
@@ -145,8 +180,14 @@ def load(
     ``model`` is ``"builtin"`` (the seeded stack, sized by ``config``), an alias
     such as ``"minilm"``, a directory saved with ``save_pretrained`` or a
     Hugging Face id from the local cache (``load_options`` may allow a download,
-    pickle weights or remote code).
+    pickle weights or remote code). It may also be a transformers model already
+    loaded (with eager attention), given with its ``tokenizer``: it is used as it
+    is, on its own device and in its own dtype.
     """
+    if not isinstance(model, str):
+        return Extractor.from_model(model, tokenizer)
+    if tokenizer is not None:
+        raise UsageError("tokenizer= goes with a loaded model=; a named model brings its own")
     return ExtractorSpec(model, config, load_options).load()
 
 

@@ -29,6 +29,9 @@ def index_span(indices: Sequence[int]) -> str:
     return ",".join(map(str, indices))
 
 
+GENERATED = "▸"  # marks the labels of generated tokens in pictures
+
+
 def numbered(tokens: Sequence[str]) -> list[str]:
     """Each label that occurs more than once, followed by ``·`` and its position."""
     counts = Counter(tokens)
@@ -66,6 +69,9 @@ class AttentionMaps:
     # Which tokens are special ([CLS], <s>, …), where the tokenizer knows; None where not.
     query_special: list[bool] | None = None
     key_special: list[bool] | None = None
+    # Generated text: the first prompt_length query tokens were given, the rest written by
+    # the model (``generate``). None for maps of a given text.
+    prompt_length: int | None = None
 
     def __post_init__(self) -> None:
         weights = np.asarray(self.weights)
@@ -80,6 +86,11 @@ class AttentionMaps:
             flags = getattr(self, f"{name}_special")
             if flags is not None and len(flags) != len(tokens):
                 raise SchemaError(f"{name}_special has {len(flags)} flags for {len(tokens)} tokens")
+        if self.prompt_length is not None and not 0 <= self.prompt_length <= len(self.query_tokens):
+            raise SchemaError(
+                f"prompt_length {self.prompt_length} is outside 0 to {len(self.query_tokens)}, "
+                "the number of query tokens"
+            )
         expected = (*self.map_grid, len(self.query_tokens), len(self.key_tokens))
         if self.weights.shape != expected:
             raise SchemaError(
@@ -175,7 +186,18 @@ class AttentionMaps:
         for name in ("query_special", "key_special"):
             if getattr(self, name) is not None:
                 document[name] = list(getattr(self, name))
+        if self.prompt_length is not None:  # an optional field: older readers ignore it
+            document["prompt_length"] = self.prompt_length
         return document
+
+    def query_labels(self) -> list[str]:
+        """The query tokens as pictures label them: generated tokens marked with ``▸``."""
+        if self.prompt_length is None:
+            return list(self.query_tokens)
+        return [
+            f"{GENERATED}{token}" if position >= self.prompt_length else token
+            for position, token in enumerate(self.query_tokens)
+        ]
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> AttentionMaps:
@@ -212,6 +234,7 @@ class AttentionMaps:
                 aggregate=aggregate,
                 query_special=_flags(document.get("query_special")),
                 key_special=_flags(document.get("key_special")),
+                prompt_length=_optional_int(document.get("prompt_length")),
             )
         except (TypeError, ValueError) as error:
             raise SchemaError(f"malformed document: {error}") from None
@@ -274,6 +297,14 @@ def check_attention(maps: AttentionMaps) -> None:
     square = weights.shape[-1] == weights.shape[-2]
     if maps.mode is Mode.MASKED and square and lookahead(weights) > 1e-6:
         raise SchemaError("masked (causal) maps give weight to later tokens")
+
+
+def _optional_int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SchemaError(f"prompt_length must be a whole number, not {value!r}")
+    return value
 
 
 def _flags(values: Any) -> list[bool] | None:

@@ -102,7 +102,7 @@ def bert(folder: Path) -> Path:
     )
 
 
-def gpt2(folder: Path, n_positions: int = 64) -> Path:
+def gpt2(folder: Path, n_positions: int = 64, lm: bool = False) -> Path:
     torch.manual_seed(0)
     tokenizer = _byte_level_bpe(["<|endoftext|>"])
     end = tokenizer.token_to_id("<|endoftext|>")
@@ -116,7 +116,7 @@ def gpt2(folder: Path, n_positions: int = 64) -> Path:
         eos_token_id=end,
     )
     return _save(
-        transformers.GPT2Model(config),
+        (transformers.GPT2LMHeadModel if lm else transformers.GPT2Model)(config),
         tokenizer,
         folder,
         bos_token="<|endoftext|>",
@@ -124,7 +124,7 @@ def gpt2(folder: Path, n_positions: int = 64) -> Path:
     )
 
 
-def llama(folder: Path) -> Path:
+def llama(folder: Path, lm: bool = False) -> Path:
     """A Llama with grouped-query attention: 4 query heads share 2 key/value heads."""
     torch.manual_seed(0)
     specials = ["<unk>", "<s>", "</s>"]
@@ -146,7 +146,7 @@ def llama(folder: Path) -> Path:
         eos_token_id=2,
     )
     return _save(
-        transformers.LlamaModel(config),
+        (transformers.LlamaForCausalLM if lm else transformers.LlamaModel)(config),
         tokenizer,
         folder,
         unk_token="<unk>",
@@ -155,7 +155,7 @@ def llama(folder: Path) -> Path:
     )
 
 
-def bart(folder: Path) -> Path:
+def bart(folder: Path, lm: bool = False) -> Path:
     torch.manual_seed(0)
     tokenizer = _byte_level_bpe(["<s>", "<pad>", "</s>", "<unk>"])
     _template(tokenizer, "<s> $A </s>")
@@ -175,7 +175,7 @@ def bart(folder: Path) -> Path:
         decoder_start_token_id=2,
     )
     return _save(
-        transformers.BartModel(config),
+        (transformers.BartForConditionalGeneration if lm else transformers.BartModel)(config),
         tokenizer,
         folder,
         bos_token="<s>",
@@ -217,3 +217,9 @@ def t5(folder: Path) -> Path:
 
 
 BUILDERS = {"bert": bert, "gpt2": gpt2, "llama": llama, "bart": bart, "t5": t5}
+# The same models with their language-model heads: they generate text.
+GENERATORS = {
+    "gpt2-lm": lambda folder: gpt2(folder, lm=True),
+    "llama-lm": lambda folder: llama(folder, lm=True),
+    "bart-lm": lambda folder: bart(folder, lm=True),
+}

@@ -61,6 +61,9 @@ COMMANDS = {
     "show": CommandEntry(
         "attnviz.cli.show", "A heatmap per head in the terminal, or the maps as data."
     ),
+    "generate": CommandEntry(
+        "attnviz.cli.generate", "Let a language model write, and see what it attended to."
+    ),
     "export": CommandEntry("attnviz.cli.export", "Save maps as a PNG, SVG or PDF picture."),
     "batch": CommandEntry(
         "attnviz.cli.batch", "Pictures and data for every input of a file, with a manifest."

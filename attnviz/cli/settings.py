@@ -83,6 +83,17 @@ _SETTINGS_OPTIONS = {
 
 # Gives a command the model and built-in-stack options as one ``settings`` argument.
 model_settings = d.bundle_options("settings", _SETTINGS_OPTIONS, ModelSettings)
+_STACK_OPTIONS = ("num_layers", "num_heads", "d_model", "seed", "positions", "projections")
+# The same without the built-in stack's, for commands only pretrained models can serve.
+pretrained_settings = d.bundle_options(
+    "settings",
+    {
+        name: option
+        for name, option in _SETTINGS_OPTIONS.items()
+        if name not in (*_STACK_OPTIONS, "keep_case")
+    },
+    ModelSettings,
+)
 
 
 @dataclass(frozen=True)

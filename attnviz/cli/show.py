@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +14,11 @@ from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+
+if TYPE_CHECKING:
+    from attnviz.analysis.heads import TopHeads
+    from attnviz.choices import Aggregate, Dtype
+    from attnviz.maps import AttentionMaps
 
 
 class ShowFormat(StrEnum):
@@ -38,6 +45,143 @@ def _format_of(output: str) -> ShowFormat | None:
     return None if found in (ShowFormat.AUTO, ShowFormat.TERMINAL) else found
 
 
+FormatOption = Annotated[
+    ShowFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        case_sensitive=False,
+        rich_help_panel=d.OUTPUT_PANEL,
+        help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
+        "line, streamed. npz: numpy arrays. csv: a row per weight. png, svg, pdf: the model "
+        "view as export draws it. auto: what the suffix of --output says, else terminal "
+        "when stdout is a terminal or --view, --top-heads or --label-positions asks for a "
+        "picture, else ndjson.",
+    ),
+]
+OutputOption = Annotated[
+    str,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="PATH",
+        rich_help_panel=d.OUTPUT_PANEL,
+        help="Where data formats go: a file (written whole or not at all), or - for stdout.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """How show (and generate) present maps: the output options, checked together before
+    any model is loaded."""
+
+    output_format: ShowFormat
+    output: str
+    dtype: Dtype
+    colour: d.ColourChoice
+    width: int | None
+    values: bool
+    terminal_view: d.TerminalView
+    label_positions: bool
+    aggregate: Aggregate | None
+    top: TopHeads | None
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        output_format: ShowFormat,
+        output: str,
+        aggregate: Aggregate | None,
+        choice: HeadChoice,
+        terminal_view: d.TerminalView,
+        label_positions: bool,
+        environment: Environment,
+        **rest: object,
+    ) -> Presentation:
+        from attnviz.cli import output as out
+        from attnviz.errors import UsageError
+
+        if output_format is ShowFormat.TERMINAL and output != d.STDIO:
+            raise UsageError(
+                "--output goes with a data --format; the terminal picture goes to stdout"
+            )
+        by_suffix = _format_of(output)
+        if output_format is ShowFormat.AUTO and by_suffix is not None:
+            output_format = by_suffix  # -o maps.npz writes npz
+        elif by_suffix is not None and by_suffix is not output_format:
+            raise UsageError(
+                f"--format {output_format.value} and the suffix of {output} ({by_suffix.value}) "
+                "disagree: drop --format, or name the file for what it holds"
+            )
+        top = out.top_heads_for(choice, aggregate)
+        if output_format is ShowFormat.AUTO:  # a picture was asked for, even into a pipe
+            picture = terminal_view is not d.TerminalView.AUTO or top is not None
+            terminal = environment.stdout_is_terminal or picture or label_positions
+            output_format = ShowFormat.TERMINAL if terminal else ShowFormat.NDJSON
+        if terminal_view is not d.TerminalView.AUTO and output_format is not ShowFormat.TERMINAL:
+            raise UsageError(f"--view {terminal_view.value} is a terminal picture; drop --format")
+        if top is not None and output_format not in (ShowFormat.TERMINAL, *_PICTURES):
+            raise UsageError(
+                "--top-heads chooses heads to draw; data holds the selected layers × heads "
+                "whole: pick them with --layer and --head (attnviz heads --sort ranks them)"
+            )
+        data = (ShowFormat.JSON, ShowFormat.NDJSON, ShowFormat.NPZ)
+        if label_positions and output_format in data:
+            raise UsageError(
+                f"--label-positions labels pictures and csv; {output_format.value} keeps the "
+                "tokens as they are (a token's position is its index)"
+            )
+        return cls(
+            output_format=output_format,
+            output=output,
+            terminal_view=terminal_view,
+            label_positions=label_positions,
+            aggregate=aggregate,
+            top=top,
+            **rest,  # type: ignore[arg-type]
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.output_format is ShowFormat.TERMINAL
+
+    def present(self, stream: Iterable[AttentionMaps], environment: Environment) -> None:
+        """Each input's maps, as they come: pictures to the terminal, data, or one picture."""
+        from attnviz.analysis.aggregate import aggregate as combine
+        from attnviz.choices import DataFormat
+        from attnviz.cli import output as out
+        from attnviz.io import write_maps
+
+        if self.aggregate is not None:
+            stream = (combine(maps, self.aggregate) for maps in stream)
+        if self.label_positions:
+            stream = (maps.with_positions() for maps in stream)
+        if self.output_format in _PICTURES:
+            from attnviz.choices import PictureFormat, View
+            from attnviz.render.image import Style
+
+            picture = PictureFormat(self.output_format.value)
+            maps = out.only_one(stream)
+            out.save_picture(maps, View.MODEL, picture, Style(), self.output, self.top)
+            return
+        if self.output_format is not ShowFormat.TERMINAL:
+            stream = (maps.astype(self.dtype) for maps in stream)
+            write_maps(stream, DataFormat(self.output_format.value), self.output)
+            return
+        out.draw(
+            stream,
+            colour=self.colour,
+            width=self.width,
+            values=self.values,
+            environment=environment,
+            view=self.terminal_view,
+            top=self.top,
+        )
+
+
 @model_settings
 @head_choice
 @with_environment
@@ -52,31 +196,8 @@ def show(
     values: d.ValuesOption = False,
     terminal_view: d.TerminalViewOption = d.TerminalView.AUTO,
     label_positions: d.LabelPositionsOption = False,
-    output_format: Annotated[
-        ShowFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            case_sensitive=False,
-            rich_help_panel=d.OUTPUT_PANEL,
-            help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
-            "line, streamed. npz: numpy arrays. csv: a row per weight. png, svg, pdf: the model "
-            "view as export draws it. auto: what the suffix of --output says, else terminal "
-            "when stdout is a terminal or --view, --top-heads or --label-positions asks for a "
-            "picture, else ndjson.",
-        ),
-    ] = ShowFormat.AUTO,
-    output: Annotated[
-        str,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="PATH",
-            rich_help_panel=d.OUTPUT_PANEL,
-            help="Where data formats go: a file (written whole or not at all), or - for stdout.",
-        ),
-    ] = d.STDIO,
+    output_format: FormatOption = ShowFormat.AUTO,
+    output: OutputOption = d.STDIO,
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
@@ -94,67 +215,26 @@ def show(
     whole model on one screen. With TEXT -, every line of stdin is one input,
     answered as soon as it is read. Data goes to stdout, messages to stderr.
     """
-    from attnviz.choices import DataFormat
-    from attnviz.cli import output as out
     from attnviz.cli.settings import request
-    from attnviz.errors import UsageError
 
-    if output_format is ShowFormat.TERMINAL and output != d.STDIO:
-        raise UsageError("--output goes with a data --format; the terminal picture goes to stdout")
-    by_suffix = _format_of(output)
-    if output_format is ShowFormat.AUTO and by_suffix is not None:
-        output_format = by_suffix  # -o maps.npz writes npz
-    elif by_suffix is not None and by_suffix is not output_format:
-        raise UsageError(
-            f"--format {output_format.value} and the suffix of {output} ({by_suffix.value}) "
-            "disagree: drop --format, or name the file for what it holds"
-        )
-    top = out.top_heads_for(choice, aggregate)
-    if output_format is ShowFormat.AUTO:  # a picture was asked for, even into a pipe
-        picture = terminal_view is not d.TerminalView.AUTO or top is not None or label_positions
-        terminal = environment.stdout_is_terminal or picture
-        output_format = ShowFormat.TERMINAL if terminal else ShowFormat.NDJSON
-    if terminal_view is not d.TerminalView.AUTO and output_format is not ShowFormat.TERMINAL:
-        raise UsageError(f"--view {terminal_view.value} is a terminal picture; drop --format")
-    if top is not None and output_format not in (ShowFormat.TERMINAL, *_PICTURES):
-        raise UsageError(
-            "--top-heads chooses heads to draw; data holds the selected layers × heads whole: "
-            "pick them with --layer and --head (attnviz heads --sort ranks them)"
-        )
-    if label_positions and output_format in (ShowFormat.JSON, ShowFormat.NDJSON, ShowFormat.NPZ):
-        raise UsageError(
-            f"--label-positions labels pictures and csv; {output_format.value} keeps the tokens "
-            "as they are (a token's position is its index)"
-        )
+    presentation = Presentation.checked(
+        output_format=output_format,
+        output=output,
+        aggregate=aggregate,
+        choice=choice,
+        terminal_view=terminal_view,
+        label_positions=label_positions,
+        environment=environment,
+        dtype=dtype,
+        colour=colour,
+        width=width,
+        values=values,
+    )
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
     extractor = asked.open(environment)
-    from attnviz.analysis.aggregate import aggregate as combine
-    from attnviz.io import read_texts, write_maps
+    from attnviz.io import read_texts
 
     stream = (extractor.extract(line, target=target, **asked.options) for line in read_texts(text))
-    if aggregate is not None:
-        stream = (combine(maps, aggregate) for maps in stream)
-    if label_positions:
-        stream = (maps.with_positions() for maps in stream)
-    if output_format in _PICTURES:
-        from attnviz.choices import PictureFormat, View
-        from attnviz.render.image import Style
-
-        picture = PictureFormat(output_format.value)
-        out.save_picture(out.only_one(stream), View.MODEL, picture, Style(), output, top)
-        return
-    if output_format is not ShowFormat.TERMINAL:
-        stream = (maps.astype(dtype) for maps in stream)
-        write_maps(stream, DataFormat(output_format.value), output)
-        return
-    out.draw(
-        stream,
-        colour=colour,
-        width=width,
-        values=values,
-        environment=environment,
-        view=terminal_view,
-        top=top,
-    )
+    presentation.present(stream, environment)

@@ -43,8 +43,11 @@ class Side:
         return len(self.encoding["input_ids"])
 
 
-def encode(loaded: PretrainedModel, text: str, what: str, *, target: bool = False) -> Side:
-    """Tokenise with the model's own special tokens; cut what the model cannot read, warning."""
+def encode(
+    loaded: PretrainedModel, text: str, what: str, *, target: bool = False, reserve: int = 0
+) -> Side:
+    """Tokenise with the model's own special tokens; cut what the model cannot read (less
+    ``reserve`` tokens kept free for generation), warning."""
     tokenizer = loaded.tokenizer
     call = {"text_target": text} if target else {"text": text}
     with quiet(loaded.verbose):  # transformers warns of the length itself; attnviz says it once
@@ -52,14 +55,14 @@ def encode(loaded: PretrainedModel, text: str, what: str, *, target: bool = Fals
             **call, return_offsets_mapping=True, truncation=False, add_special_tokens=True
         )
     count = len(encoding["input_ids"])
-    if count > loaded.max_length:
+    limit = loaded.max_length - reserve
+    if count > limit:
+        kept_free = f" ({reserve} of them for new tokens)" if reserve else ""
         warn(
-            f"the {what} has {count} tokens; the model reads at most {loaded.max_length}: "
-            f"the last {count - loaded.max_length} were dropped"
+            f"the {what} has {count} tokens; the model reads at most {loaded.max_length}"
+            f"{kept_free}: the last {count - limit} were dropped"
         )
-        encoding = tokenizer(
-            **call, return_offsets_mapping=True, truncation=True, max_length=loaded.max_length
-        )
+        encoding = tokenizer(**call, return_offsets_mapping=True, truncation=True, max_length=limit)
     return Side(encoding, text)
 
 
@@ -132,11 +135,17 @@ def attention_of(
 
         def hook(_module, _args, output, layer=layer, index=index):
             weights = output[index] if isinstance(output, tuple) else output
-            captured[layer] = None if weights is None else weights.detach().float()  # (B, H, T, S)
+            # (B, H, T, S), to the CPU in float32 whatever the model's device and dtype
+            captured[layer] = None if weights is None else weights.detach().float().cpu()
             if len(captured) == len(wanted):
                 raise _Done
 
         handles.append(module.register_forward_hook(hook))
+    device = loaded.model.device
+    arguments = {
+        name: value.to(device) if isinstance(value, torch.Tensor) else value
+        for name, value in arguments.items()
+    }
     try:
         with quiet(loaded.verbose), torch.inference_mode(), contextlib.suppress(_Done):
             loaded.model(**arguments)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError
@@ -12,12 +12,13 @@ from attnviz.extractor import Extractor, ExtractorSpec, Item, Selection, as_pair
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.encoding import attention_of, check_weights, model_inputs
 from attnviz.pretrained.labels import Labelling, readable
-from attnviz.pretrained.loading import LoadOptions, PretrainedModel, load_model
+from attnviz.pretrained.loading import LoadOptions, PretrainedModel, load_model, wrap_model
 from attnviz.pretrained.streams import resolve_mode, stream_for
 from attnviz.selection import check_syntax, resolve
 
 if TYPE_CHECKING:
     from attnviz.pretrained.explain import QueryExplanation
+    from attnviz.pretrained.generation import Generation
 
 
 class PretrainedExtractor(Extractor):
@@ -28,6 +29,12 @@ class PretrainedExtractor(Extractor):
     @classmethod
     def load(cls, name: str, options: LoadOptions) -> PretrainedExtractor:
         return cls(load_model(name, options), ExtractorSpec(name, None, options))
+
+    @classmethod
+    def wrap(cls, model: Any, tokenizer: Any, name: str | None = None) -> PretrainedExtractor:
+        """An already-loaded model; its spec names it (by its ``name_or_path``)."""
+        loaded = wrap_model(model, tokenizer, name)
+        return cls(loaded, ExtractorSpec(loaded.name, None, None))
 
     @property
     def name(self) -> str:
@@ -116,6 +123,39 @@ class PretrainedExtractor(Extractor):
                 )
             )
         return results
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int = 20,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop: bool = True,
+        mode: Mode | str | None = None,
+        layers: Selection = None,
+        heads: Selection = None,
+        special: bool = True,
+        raw_pieces: bool = False,
+    ) -> Generation:
+        from attnviz.extractor import check_text
+        from attnviz.pretrained.generation import Sampling, generate
+
+        check_text(prompt, "prompt")
+        check_syntax(layers, "layer")
+        check_syntax(heads, "head")
+        sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
+        return generate(
+            self,
+            prompt,
+            sampling,
+            mode=parse_mode(mode),
+            layers=layers,
+            heads=heads,
+            labelling=Labelling(special=special, raw_pieces=raw_pieces),
+        )
 
     def explain(
         self,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnviz.errors import AttnvizError
+from attnviz.errors import AttnvizError, UsageError
 from attnviz.pretrained.streams import Family, Stream, attention_streams, family_of
 
 
@@ -178,8 +178,31 @@ def _source(name: str, options: LoadOptions) -> Path | str:
     return source
 
 
+def _model_class(config: Any) -> Any:
+    """The class a checkpoint was saved as, by kind: a language-model head where it has one
+    (so that it can generate text), else the bare model."""
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
+
+    def class_names(mapping: dict[str, Any]) -> set[str]:
+        names: set[str] = set()
+        for value in mapping.values():
+            names.update(value if isinstance(value, (list, tuple)) else [value])
+        return names
+
+    saved_as = set(getattr(config, "architectures", None) or [])
+    if saved_as & class_names(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES):
+        return AutoModelForSeq2SeqLM
+    if saved_as & class_names(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        return AutoModelForCausalLM
+    return AutoModel
+
+
 def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedModel:
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     offline = not options.download or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
     common = {"trust_remote_code": options.trust_remote_code, "local_files_only": offline}
@@ -213,7 +236,7 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
             "model with tokenizer.save_pretrained"
         )
     try:
-        model = AutoModel.from_pretrained(
+        model = _model_class(config).from_pretrained(
             source,
             config=config,
             attn_implementation="eager",
@@ -223,14 +246,45 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
     except Exception as error:
         raise AttnvizError(f"cannot load the weights of {name}: {_first_line(error)}") from None
     model.eval()
-    family = family_of(config)
+    return _prepared(name, model, tokenizer, options.verbose)
+
+
+def _prepared(name: str, model: Any, tokenizer: Any, verbose: bool) -> PretrainedModel:
+    family = family_of(model.config)
     loaded = PretrainedModel(
         name=name,
         family=family,
         model=model,
         tokenizer=tokenizer,
-        max_length=_max_length(config, tokenizer),
-        verbose=options.verbose,
+        max_length=_max_length(model.config, tokenizer),
+        verbose=verbose,
     )
     loaded.streams = attention_streams(model, family)
     return loaded
+
+
+def wrap_model(model: Any, tokenizer: Any, name: str | None = None) -> PretrainedModel:
+    """An already-loaded transformers model and its tokenizer, as attnviz reads them: a
+    notebook's model need not be saved first. It must compute attention weights (eager
+    attention) and have a fast tokenizer; it is used as it is (device, dtype, mode)."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        raise UsageError(
+            f"model= takes a transformers model (a PreTrainedModel), not {type(model).__name__}; "
+            "or give a name or folder as a string"
+        )
+    if tokenizer is None or not getattr(tokenizer, "is_fast", False):
+        raise UsageError(
+            "a loaded model needs its fast tokenizer: attnviz.load(model=model, "
+            "tokenizer=AutoTokenizer.from_pretrained(...))"
+        )
+    implementation = getattr(model.config, "_attn_implementation", None)
+    if implementation not in (None, "eager"):
+        raise UsageError(
+            f"this model computes attention with {implementation!r}, which returns no weights: "
+            "load it with from_pretrained(..., attn_implementation='eager'), or call "
+            "model.set_attn_implementation('eager') first"
+        )
+    name = name or getattr(model, "name_or_path", "") or type(model).__name__
+    return _prepared(str(name), model, tokenizer, verbose=False)

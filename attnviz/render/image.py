@@ -462,7 +462,7 @@ class Painter:
         canvas = self.head_canvas(len(maps.query_tokens), len(maps.key_tokens), style)
         frame = Frame(
             header=style.titles(f"{maps.model} · {maps.mode} attention"),
-            query_labels=tuple(maps.query_tokens),
+            query_labels=tuple(maps.query_labels()),
             key_labels=tuple(maps.key_tokens),
         )
         title = "" if style.title == "" else panel.title
@@ -613,7 +613,7 @@ def grid_figure(
         )
         ax.set_yticks(
             range(0, queries, step),
-            [_label(t) for t in maps.query_tokens[::step]],
+            [_label(t) for t in maps.query_labels()[::step]],
             fontsize=label_size,
         )
         ax.tick_params(length=0, pad=1)

@@ -23,7 +23,7 @@ MAX_CELLS = 20_000  # over all maps shown: about 1.5 MB of HTML
 def maps_html(maps: AttentionMaps) -> str:
     tokens = max(len(maps.query_tokens), len(maps.key_tokens))
     pool = math.ceil(tokens / MAX_TOKENS) if tokens > MAX_TOKENS else 1
-    queries = pool_labels(maps.query_tokens, pool)
+    queries = pool_labels(maps.query_labels(), pool)
     keys = pool_labels(maps.key_tokens, pool)
     panels = list(maps.panels())
     shown = max(1, min(len(panels), MAX_CELLS // max(1, len(queries) * len(keys))))

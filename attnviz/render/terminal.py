@@ -214,7 +214,7 @@ def render(
     draws only those maps, in that order (the heads worth looking at first).
     """
     shown = list(maps.panels()) if panels is None else list(panels)
-    query_labels = [display_label(token) for token in maps.query_tokens]
+    query_labels = [display_label(token) for token in maps.query_labels()]
     key_labels = [display_label(token) for token in maps.key_tokens]
     layout = choose_layout(query_labels, key_labels, width, values)
     pooled = [(title, pool_map(matrix, layout.pool)) for _, _, title, matrix in shown]
@@ -262,7 +262,11 @@ def _summary(maps: AttentionMaps) -> str:
     if maps.aggregate:
         summary += f" · {maps.aggregate}"
     rows, columns = len(maps.query_tokens), len(maps.key_tokens)
-    return summary + f" · rows: {rows} query tokens, columns: {columns} key tokens"
+    summary += f" · rows: {rows} query tokens, columns: {columns} key tokens"
+    if maps.prompt_length is not None:
+        generated = rows - maps.prompt_length
+        summary += f" · {generated} generated (▸) after a {maps.prompt_length}-token prompt"
+    return summary
 
 
 def _rows_sum_to_one(maps: AttentionMaps) -> bool:

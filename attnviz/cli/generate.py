@@ -1,0 +1,178 @@
+"""`attnviz generate`: let a language model write, and see what it looked at."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from attnviz.cli import declarations as d
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, pretrained_settings
+from attnviz.cli.show import FormatOption, OutputOption, ShowFormat
+
+GENERATION_PANEL = "Generation"
+
+
+@pretrained_settings
+@head_choice
+@with_environment
+def generate(
+    prompt: Annotated[
+        str,
+        typer.Argument(metavar="PROMPT", help="What the model reads first, or - for stdin."),
+    ],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            metavar="NAME",
+            autocompletion=d.complete_model,
+            help="A language model: a decoder (GPT-2, Llama, Qwen) or an encoder-decoder "
+            "(BART, T5, Marian), as --model of show takes it.",
+        ),
+    ],
+    max_new_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-new-tokens",
+            "-n",
+            metavar="N",
+            min=1,
+            max=100_000,
+            rich_help_panel=GENERATION_PANEL,
+            help="Tokens to write at most.",
+        ),
+    ] = 20,
+    sample: Annotated[
+        bool,
+        typer.Option(
+            "--sample",
+            rich_help_panel=GENERATION_PANEL,
+            help="Sample the next token (with --temperature and --top-p) instead of taking the "
+            "likeliest; reproducible with --seed.",
+        ),
+    ] = False,
+    temperature: Annotated[
+        float,
+        typer.Option(
+            "--temperature",
+            metavar="T",
+            min=1e-6,
+            rich_help_panel=GENERATION_PANEL,
+            help="With --sample: below 1 sharper, above 1 flatter.",
+        ),
+    ] = 1.0,
+    top_p: Annotated[
+        float,
+        typer.Option(
+            "--top-p",
+            metavar="P",
+            min=1e-6,
+            max=1.0,
+            rich_help_panel=GENERATION_PANEL,
+            help="With --sample: sample among the likeliest tokens whose probabilities sum to P.",
+        ),
+    ] = 1.0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed",
+            metavar="N",
+            min=0,
+            max=2**63 - 1,
+            rich_help_panel=GENERATION_PANEL,
+            help="The seed of --sample: the same seed writes the same text.",
+        ),
+    ] = 0,
+    stop: Annotated[
+        bool,
+        typer.Option(
+            "--stop/--no-stop",
+            rich_help_panel=GENERATION_PANEL,
+            help="Stop at the model's end-of-sequence token, or write all --max-new-tokens.",
+        ),
+    ] = True,
+    mode: d.ModeOption = None,
+    layer: d.LayerOption = "all",
+    head: d.HeadOption = "all",
+    aggregate: d.AggregateOption = None,
+    values: d.ValuesOption = False,
+    terminal_view: d.TerminalViewOption = d.TerminalView.AUTO,
+    label_positions: d.LabelPositionsOption = False,
+    output_format: FormatOption = ShowFormat.AUTO,
+    output: OutputOption = d.STDIO,
+    dtype: d.DtypeOption = d.Dtype.FLOAT32,
+    colour: d.ColourOption = d.ColourChoice.AUTO,
+    width: d.WidthOption = None,
+    environment: Environment = NO_TERMINAL,
+    settings: ModelSettings = DEFAULT_SETTINGS,
+    choice: HeadChoice = ALL_HEADS,
+) -> None:
+    """Let a language model write after PROMPT, and show what it attended to.
+
+    The written text goes first (to stderr when stdout carries data); then the
+    maps of the whole sequence, as show draws or writes them: rows are every
+    token read and written, generated rows marked ▸, and the data records where
+    the prompt ends (prompt_length). An encoder-decoder shows the
+    cross-attention of each written token over the prompt: a translation's
+    alignment. Greedy unless --sample. Ctrl-C prints what was written so far.
+    """
+    import sys
+
+    from attnviz.cli.settings import request
+    from attnviz.cli.show import Presentation
+    from attnviz.io import read_texts
+
+    presentation = Presentation.checked(
+        output_format=output_format,
+        output=output,
+        aggregate=aggregate,
+        choice=choice,
+        terminal_view=terminal_view,
+        label_positions=label_positions,
+        environment=environment,
+        dtype=dtype,
+        colour=colour,
+        width=width,
+        values=values,
+    )
+    if settings.words:
+        from attnviz.errors import UsageError
+
+        raise UsageError("--words merges pieces of given text; generated tokens have no words")
+    asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings, text=prompt)
+    extractor = asked.open(environment)
+    from attnviz.cli import output as out
+    from attnviz.pretrained.generation import GenerationInterrupted
+
+    text = out.only_one(read_texts(prompt))
+    try:
+        generation = extractor.generate(
+            text,
+            max_new_tokens=max_new_tokens,
+            sample=sample,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            stop=stop,
+            mode=mode,
+            layers=layer,
+            heads=head,
+            special=settings.special,
+            raw_pieces=settings.raw_pieces,
+        )
+    except GenerationInterrupted as interrupted:  # what was written is the user's: keep it
+        from attnviz.tokens import display_label
+
+        print(display_label(text + interrupted.text), flush=True)
+        raise
+    from attnviz.tokens import display_label
+
+    written = display_label(f"{text}{generation.text}") + f"  [{generation.finished}]"
+    if presentation.is_terminal:
+        out.write_stdout(written + "\n\n")
+    else:  # stdout carries data
+        print(written, file=sys.stderr)
+    presentation.present([generation.maps], environment)

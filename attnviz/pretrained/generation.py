@@ -1,0 +1,257 @@
+"""Text generation, and the attention of everything the model read and wrote.
+
+The model generates with its key/value cache and without collecting any
+attention (transformers' own ``generate``); then one forward pass over the
+prompt and the generated tokens reads the maps, with the same hooks as
+``extract``. Under causal masking the row of a token in that pass is exactly the
+attention the model gave when it wrote the next token, so the maps equal what
+``generate(output_attentions=True)`` returns step by step, at the cost of one
+pass instead of a cache of every step's weights.
+
+Shape letters: L layers, H heads, T query tokens, S key tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.choices import Mode
+from attnviz.errors import AttnvizError, ExitCode, UsageError
+from attnviz.maps import AttentionMaps
+from attnviz.pretrained.encoding import Side, attention_of, check_weights, encode
+from attnviz.pretrained.labels import Labelling, readable
+from attnviz.pretrained.loading import PretrainedModel, quiet
+from attnviz.pretrained.streams import Family
+from attnviz.selection import resolve
+
+if TYPE_CHECKING:
+    from attnviz.extractor import Selection
+    from attnviz.pretrained.extractor import PretrainedExtractor
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How tokens are chosen: greedy by default; sampled (reproducibly, by ``seed``)
+    with ``sample``."""
+
+    max_new_tokens: int = 20
+    sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop: bool = True  # at the end-of-sequence token
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise UsageError("max_new_tokens must be at least 1")
+        if self.temperature <= 0:
+            raise UsageError("temperature must be above 0 (greedy decoding is sample=False)")
+        if not 0 < self.top_p <= 1:
+            raise UsageError("top_p must be above 0 and at most 1")
+
+
+@dataclass
+class Generation:
+    """What a model wrote after a prompt, and the attention of the whole sequence."""
+
+    prompt: str
+    text: str  # the generated continuation, decoded without special tokens
+    maps: AttentionMaps  # prompt_length marks where the generated rows begin
+    finished: str  # "end of sequence" or "length"
+
+
+class GenerationInterrupted(AttnvizError):
+    """Ctrl-C while generating: what was written so far comes with it."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+    def __init__(self, text: str) -> None:
+        super().__init__("interrupted while generating")
+        self.text = text
+
+
+class _Collector:
+    """A streamer for ``generate``: keeps the ids as they come, so that an interrupted
+    generation still has what it wrote."""
+
+    def __init__(self) -> None:
+        self.chunks: list[list[int]] = []
+
+    def put(self, value: Any) -> None:
+        self.chunks.append(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        pass
+
+    def written(self) -> list[int]:
+        return [token for chunk in self.chunks[1:] for token in chunk]  # the first: the prompt
+
+
+def generate(
+    extractor: PretrainedExtractor,
+    prompt: str,
+    sampling: Sampling,
+    *,
+    mode: Mode | None,
+    layers: Selection,
+    heads: Selection,
+    labelling: Labelling,
+) -> Generation:
+    """Generate after ``prompt``; return the text and the maps of prompt + generated tokens
+    (decoders: masked attention; encoder-decoders: the decoder's cross-attention over the
+    prompt by default, the alignment of a translation)."""
+    import torch
+
+    loaded = extractor.loaded
+    name = loaded.name
+    if loaded.family is Family.ENCODER:
+        raise UsageError(
+            f"{name} is an encoder: it reads text but does not write any. generate needs a "
+            "decoder (GPT-2, Llama, Qwen) or an encoder-decoder (BART, T5, Marian)"
+        )
+    if not loaded.model.can_generate():
+        raise UsageError(
+            f"{name} has no language-model head ({type(loaded.model).__name__}): save it as "
+            "AutoModelForCausalLM (or AutoModelForSeq2SeqLM) to generate with it"
+        )
+    if labelling.words:
+        raise UsageError("--words merges pieces of given text; generated tokens have no words")
+    mode = _mode(loaded.family, name, mode)
+    decoder_only = loaded.family is Family.DECODER
+    new_tokens = sampling.max_new_tokens
+    if decoder_only and new_tokens >= loaded.max_length:
+        raise UsageError(
+            f"{name} reads at most {loaded.max_length} tokens, prompt and new ones together: "
+            f"ask for fewer than {loaded.max_length} new tokens"
+        )
+    source = encode(loaded, prompt, "prompt", reserve=new_tokens if decoder_only else 0)
+    device = loaded.model.device
+    prompt_ids = torch.tensor([source.encoding["input_ids"]], device=device)
+    config = _generation_config(loaded, sampling, new_tokens)
+    collector = _Collector()
+    try:
+        devices = [device] if device.type == "cuda" else []
+        with (
+            torch.random.fork_rng(devices=devices),
+            torch.inference_mode(),
+            quiet(loaded.verbose),
+        ):
+            torch.manual_seed(sampling.seed)  # inside fork_rng: the caller's RNG is untouched
+            sequences = loaded.model.generate(
+                input_ids=prompt_ids,
+                attention_mask=torch.ones_like(prompt_ids),
+                generation_config=config,
+                streamer=collector,
+            )
+    except KeyboardInterrupt:
+        written = loaded.tokenizer.decode(collector.written(), skip_special_tokens=True)
+        raise GenerationInterrupted(written) from None
+    sequence = sequences[0].tolist()  # decoders: prompt + new; encoder-decoders: start + new
+    new = sequence[source.length :] if decoder_only else sequence[1:]
+    finished = "length"
+    if sampling.stop and new and new[-1] in _end_ids(config):
+        finished = "end of sequence"
+    text = loaded.tokenizer.decode(new, skip_special_tokens=True)
+    maps = _maps(extractor, source, sequence, mode, layers, heads, labelling)
+    if not decoder_only and mode is not Mode.SELF:  # the decoder's side: what was written
+        maps.target = text
+    return Generation(prompt=prompt, text=text, maps=maps, finished=finished)
+
+
+def _generation_config(loaded: PretrainedModel, sampling: Sampling, new_tokens: int) -> Any:
+    """The model's own generation settings with what was asked: a checkpoint's sampling
+    settings do not apply to greedy decoding."""
+    config = copy.deepcopy(loaded.model.generation_config)
+    config.max_new_tokens = new_tokens
+    config.max_length = None
+    config.do_sample = sampling.sample
+    config.temperature = sampling.temperature if sampling.sample else None
+    config.top_p = sampling.top_p if sampling.sample else None
+    config.top_k = None
+    if not sampling.stop:  # no end token: None would fall back to the model's own
+        config.eos_token_id = []
+    if config.pad_token_id is None:  # one input needs no padding; this keeps generate quiet
+        tokenizer = loaded.tokenizer
+        config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id or 0
+    return config
+
+
+def _mode(family: Family, name: str, mode: Mode | None) -> Mode:
+    if family is Family.DECODER:
+        if mode not in (None, Mode.MASKED):
+            raise UsageError(f"{name} is a decoder: its attention is masked (causal) only")
+        return Mode.MASKED
+    return mode or Mode.CROSS  # the alignment of what was written with the source
+
+
+def _end_ids(config: Any) -> set[int]:
+    ids = config.eos_token_id
+    return set(ids if isinstance(ids, list) else [] if ids is None else [ids])
+
+
+def _maps(
+    extractor: PretrainedExtractor,
+    source: Side,
+    sequence: list[int],
+    mode: Mode,
+    layers: Selection,
+    heads: Selection,
+    labelling: Labelling,
+) -> AttentionMaps:
+    """One forward pass over everything read and written, read by the same hooks as extract."""
+    import torch
+
+    loaded = extractor.loaded
+    modules = extractor.modules(mode)
+    layer_indices = resolve(layers, len(modules), "layer")
+    if loaded.family is Family.DECODER:
+        written = _written(source, sequence, source.length)
+        arguments = {"input_ids": torch.tensor([sequence])}
+        queries = keys = written
+        prompt_length = source.length
+    else:
+        written = _written(Side({"input_ids": [], "offset_mapping": []}, ""), sequence, 1)
+        arguments = {
+            "input_ids": torch.tensor([source.encoding["input_ids"]]),
+            "decoder_input_ids": torch.tensor([sequence]),
+        }
+        queries = source if mode is Mode.SELF else written
+        keys = written if mode is Mode.MASKED else source
+        prompt_length = None if mode is Mode.SELF else 1  # the decoder starts from one token
+    arguments["attention_mask"] = torch.ones_like(arguments["input_ids"])
+    stacked = attention_of(loaded, modules, layer_indices, arguments)  # (L, 1, H, T, S)
+    head_indices = resolve(heads, stacked.shape[2], "head")
+    weights = stacked[:, 0, head_indices].numpy()  # (L, H, T, S)
+    check_weights(weights, causal=mode is Mode.MASKED, name=loaded.name)
+    weights, query_labels, key_labels = readable(
+        loaded.tokenizer, weights, queries, keys, labelling
+    )
+    if prompt_length is not None and not labelling.special:  # dropped specials leave fewer
+        from attnviz.pretrained.labels import piece_labels
+
+        flags = piece_labels(loaded.tokenizer, queries).special[:prompt_length]
+        prompt_length = flags.count(False)
+    return AttentionMaps(
+        query_tokens=query_labels.text,
+        key_tokens=key_labels.text,
+        weights=weights,
+        layers=layer_indices,
+        heads=head_indices,
+        mode=mode,
+        model=loaded.name,
+        text=source.text,
+        target=None,
+        query_special=query_labels.special,
+        key_special=key_labels.special,
+        prompt_length=prompt_length,
+    )
+
+
+def _written(given: Side, sequence: list[int], given_length: int) -> Side:
+    """The tokens of the whole sequence as a Side: the given ones keep their offsets in the
+    prompt (for labels of partial characters), the generated ones have none."""
+    offsets = list(given.encoding["offset_mapping"][:given_length])
+    offsets += [(0, 0)] * (len(sequence) - len(offsets))
+    return Side({"input_ids": sequence, "offset_mapping": offsets}, given.text)

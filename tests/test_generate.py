@@ -1,0 +1,232 @@
+"""generate (issue 13): what a language model wrote, and the attention of every token read
+and written, held to the model's own step-by-step attention; models loaded in Python."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz.cli import app
+from attnviz.errors import UsageError
+from attnviz.pretrained.generation import GenerationInterrupted, Sampling, _generation_config
+from tests import tiny_models
+
+PROMPT = "Hello I love you"
+
+
+@pytest.fixture(scope="session")
+def generators(tmp_path_factory):
+    """Tiny random language models (GPT-2, Llama with grouped-query attention, BART)."""
+    root = tmp_path_factory.mktemp("generators")
+    return {name: str(build(root / name)) for name, build in tiny_models.GENERATORS.items()}
+
+
+def step_by_step(extractor, sampling: Sampling, prompt: str = PROMPT):
+    """transformers' own generate(output_attentions=True), with the same settings and seed."""
+    loaded = extractor.loaded
+    ids = torch.tensor([loaded.tokenizer(prompt)["input_ids"]])
+    config = _generation_config(loaded, sampling, sampling.max_new_tokens)
+    config.output_attentions = config.return_dict_in_generate = True
+    with torch.random.fork_rng():
+        torch.manual_seed(sampling.seed)
+        return loaded.model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
+        )
+
+
+def stitched(steps, layer: int) -> np.ndarray:
+    """The rows every step added, (H, rows, keys), padded with zeros on the right."""
+    rows = [step[layer][0].float().numpy() for step in steps]  # each (H, new rows, keys so far)
+    width = rows[-1].shape[-1]
+    padded = [np.pad(r, ((0, 0), (0, 0), (0, width - r.shape[-1]))) for r in rows]
+    return np.concatenate(padded, axis=1)
+
+
+@pytest.mark.parametrize("name", ["gpt2-lm", "llama-lm"])
+@pytest.mark.parametrize("sample", [False, True])
+def test_decoder_maps_equal_the_models_own_step_by_step_attention(generators, name, sample):
+    extractor = attnviz.load(generators[name])
+    sampling = Sampling(max_new_tokens=6, sample=sample, seed=3, stop=False)
+    generation = extractor.generate(PROMPT, max_new_tokens=6, sample=sample, seed=3, stop=False)
+    reference = step_by_step(extractor, sampling)
+    maps = generation.maps
+    sequence = reference.sequences[0].tolist()
+    assert len(maps.query_tokens) == len(sequence)  # the tokens the model itself wrote
+    assert maps.prompt_length == len(extractor.loaded.tokenizer(PROMPT)["input_ids"])
+    new = sequence[maps.prompt_length :]
+    assert generation.text == extractor.loaded.tokenizer.decode(new, skip_special_tokens=True)
+    for i, layer in enumerate(maps.layers):
+        expected = stitched(reference.attentions, layer)  # every row but the last written token's
+        np.testing.assert_allclose(
+            maps.weights[i, :, : expected.shape[1], : expected.shape[2]], expected, atol=1e-5
+        )
+    # and one forward pass over the same sequence, as output_attentions gives it
+    with torch.inference_mode():
+        own = extractor.loaded.model(torch.tensor([sequence]), output_attentions=True).attentions
+    for i, layer in enumerate(maps.layers):
+        np.testing.assert_allclose(maps.weights[i], own[layer][0].numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["cross", "masked"])
+def test_encoder_decoder_cross_attention_is_the_alignment_step_by_step(generators, mode):
+    extractor = attnviz.load(generators["bart-lm"])
+    sampling = Sampling(max_new_tokens=5, sample=True, seed=1, stop=False)
+    generation = extractor.generate(
+        PROMPT, max_new_tokens=5, sample=True, seed=1, stop=False, mode=mode
+    )
+    reference = step_by_step(extractor, sampling)
+    maps = generation.maps
+    assert maps.mode == mode and maps.prompt_length == 1  # the decoder's start token
+    steps = reference.cross_attentions if mode == "cross" else reference.decoder_attentions
+    source = extractor.loaded.tokenizer(PROMPT)["input_ids"]
+    assert len(maps.key_tokens) == (len(source) if mode == "cross" else len(maps.query_tokens))
+    for i, layer in enumerate(maps.layers):
+        expected = stitched(steps, layer)
+        np.testing.assert_allclose(
+            maps.weights[i, :, : expected.shape[1], : expected.shape[2]], expected, atol=1e-5
+        )
+
+
+def test_sampling_is_reproducible_and_leaves_the_callers_random_state_alone(generators):
+    extractor = attnviz.load(generators["gpt2-lm"])
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    first = extractor.generate(PROMPT, max_new_tokens=8, sample=True, seed=7, stop=False)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    again = extractor.generate(PROMPT, max_new_tokens=8, sample=True, seed=7, stop=False)
+    assert first.text == again.text
+    texts = {
+        extractor.generate(PROMPT, max_new_tokens=8, sample=True, seed=s, stop=False).text
+        for s in range(4)
+    }
+    assert len(texts) > 1  # the seed matters
+
+
+def test_generated_maps_survive_json_and_older_readers_ignore_the_new_field(generators):
+    generation = attnviz.load(generators["llama-lm"]).generate(PROMPT, max_new_tokens=3)
+    document = generation.maps.to_dict()
+    assert document["prompt_length"] == generation.maps.prompt_length
+    back = attnviz.AttentionMaps.from_dict(json.loads(json.dumps(document)))
+    assert back.prompt_length == generation.maps.prompt_length
+    document.pop("prompt_length")  # what a reader that knows no prompt_length sees
+    assert attnviz.AttentionMaps.from_dict(document).prompt_length is None
+    with pytest.raises(attnviz.errors.AttnvizError, match="prompt_length"):
+        attnviz.AttentionMaps.from_dict({**generation.maps.to_dict(), "prompt_length": 99})
+
+
+def test_a_prompt_longer_than_the_model_reads_is_cut_with_a_warning(generators):
+    extractor = attnviz.load(generators["gpt2-lm"])  # reads 64 tokens
+    prompt = " ".join(["Hello"] * 80)
+    with pytest.warns(attnviz.errors.AttnvizWarning) as warned:
+        generation = extractor.generate(prompt, max_new_tokens=4, stop=False)
+    assert len(warned) == 1 and "(4 of them for new tokens)" in str(warned[0].message)
+    assert len(generation.maps.query_tokens) == 64
+    with pytest.raises(UsageError, match="fewer than 64 new tokens"):
+        extractor.generate(prompt, max_new_tokens=64)
+
+
+@pytest.mark.parametrize(
+    ("which", "message"),
+    [("bert", "is an encoder"), ("gpt2", "no language-model head")],
+)
+def test_models_that_cannot_write_are_refused(tiny, which, message):
+    with pytest.raises(UsageError, match=message):
+        attnviz.load(tiny[which]).generate(PROMPT)
+
+
+def test_builtin_stack_does_not_generate():
+    with pytest.raises(UsageError, match="does not generate"):
+        attnviz.load().generate(PROMPT)
+
+
+def test_interrupting_keeps_what_was_written(generators, monkeypatch):
+    from attnviz.pretrained import generation as module
+
+    calls = []
+    original = module._Collector.put
+
+    def put(self, value):
+        original(self, value)
+        calls.append(1)
+        if len(calls) == 3:  # the prompt, then two tokens
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(module._Collector, "put", put)
+    extractor = attnviz.load(generators["gpt2-lm"])
+    with pytest.raises(GenerationInterrupted) as caught:
+        extractor.generate(PROMPT, max_new_tokens=10, stop=False)
+    monkeypatch.undo()
+    whole = extractor.generate(PROMPT, max_new_tokens=2, stop=False).text
+    assert caught.value.text == whole and caught.value.exit_code == 130
+
+
+def test_a_loaded_model_is_read_as_the_same_model_loaded_by_name(generators):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = generators["llama-lm"]
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    wrapped = attnviz.load(model=model, tokenizer=tokenizer)
+    by_name = attnviz.load(folder)
+    np.testing.assert_array_equal(wrapped.extract(PROMPT).weights, by_name.extract(PROMPT).weights)
+    assert wrapped.name == folder
+    assert (
+        wrapped.generate(PROMPT, max_new_tokens=3).text
+        == by_name.generate(PROMPT, max_new_tokens=3).text
+    )
+
+
+def test_a_loaded_model_without_eager_attention_is_refused_with_how_to_reload(generators):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = generators["gpt2-lm"]
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
+    with pytest.raises(UsageError, match="attn_implementation='eager'"):
+        attnviz.load(model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
+    with pytest.raises(UsageError, match="fast tokenizer"):
+        attnviz.Extractor.from_model(model, None)
+    with pytest.raises(UsageError, match="not dict"):
+        attnviz.load(model={}, tokenizer=None)
+
+
+def test_generate_command_writes_the_text_and_the_maps(runner, generators, tmp_path):
+    folder = generators["gpt2-lm"]
+    data = runner.invoke(
+        app, ["generate", "--model", folder, PROMPT, "-n", "3", "--no-stop", "-f", "json"]
+    )
+    assert data.exit_code == 0, data.stderr
+    document = json.loads(data.stdout)
+    assert document["prompt_length"] == 4 and len(document["query_tokens"]) == 7
+    assert data.stderr.startswith(PROMPT) and "[length]" in data.stderr  # the text: stderr
+    drawn = runner.invoke(
+        app, ["generate", "--model", folder, PROMPT, "-n", "3", "--no-stop", "-f", "terminal",
+              "-l", "0", "--head", "0", "--color", "never"],
+    )  # fmt: skip
+    assert drawn.exit_code == 0, drawn.stderr
+    assert drawn.stdout.startswith(PROMPT) and drawn.stdout.count("▸") >= 3
+    assert "3 generated (▸) after a 4-token prompt" in " ".join(drawn.stdout.split())
+    picture = tmp_path / "g.png"
+    saved = runner.invoke(
+        app, ["generate", "--model", folder, PROMPT, "-n", "2", "-o", str(picture)]
+    )
+    assert saved.exit_code == 0 and picture.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["generate", "--model", "{bert}", PROMPT], "is an encoder"),
+        (["generate", "--model", "{gpt2}", PROMPT, "--words"], "no words"),
+        (["generate", "--model", "{gpt2}", PROMPT, "-m", "self"], "masked (causal) only"),
+        (["generate", "--model", "{gpt2}", "  "], "the text is empty"),
+    ],
+)
+def test_generate_refuses_what_it_cannot_do(runner, tiny, generators, arguments, message):
+    names = {"bert": tiny["bert"], "gpt2": generators["gpt2-lm"]}
+    result = runner.invoke(app, [argument.format(**names) for argument in arguments])
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
