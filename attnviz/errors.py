@@ -46,7 +46,7 @@ class UsageError(AttnvizError, ValueError):
     exit_code = ExitCode.USAGE_ERROR
 
 
-def _is_out_of_memory(error: BaseException) -> bool:
+def is_out_of_memory(error: BaseException) -> bool:
     """Python's MemoryError, torch's OutOfMemoryError (GPU) and its CPU allocator's failure,
     which torch raises as a plain RuntimeError."""
     if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
@@ -63,7 +63,7 @@ def describe(error: BaseException) -> tuple[ExitCode, str]:
         return error.exit_code, str(error)
     if isinstance(error, KeyboardInterrupt):
         return ExitCode.INTERRUPTED, "interrupted"
-    if _is_out_of_memory(error):
+    if is_out_of_memory(error):
         return ExitCode.RUNTIME_ERROR, (
             "out of memory: select fewer layers and heads (--layer, --head), a smaller "
             "--batch-size, or a shorter text"

@@ -157,6 +157,37 @@ AllowPickleOption = Annotated[
         "by default.",
     ),
 ]
+DeviceOption = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        metavar="DEVICE",
+        rich_help_panel=MODEL_PANEL,
+        help="Where the model runs: auto (the first GPU if there is one, else the CPU), cpu, "
+        "cuda, cuda:N or mps. Only the selected maps come back to the CPU.",
+    ),
+]
+ModelDtypeOption = Annotated[
+    str,
+    typer.Option(
+        "--model-dtype",
+        metavar="DTYPE",
+        rich_help_panel=MODEL_PANEL,
+        help="The precision of the weights: auto (the checkpoint's own on a GPU, float32 on "
+        "the CPU), float32, bfloat16 or float16. Maps are always written as float32 (or "
+        "--dtype).",
+    ),
+]
+DeviceMapOption = Annotated[
+    str | None,
+    typer.Option(
+        "--device-map",
+        metavar="MAP",
+        rich_help_panel=MODEL_PANEL,
+        help="Spread a model too big for one device over several GPUs and the CPU (auto, "
+        "balanced, sequential; accelerate's placement). Needs attnviz[big].",
+    ),
+]
 SpecialOption = Annotated[
     bool,
     typer.Option(

@@ -31,6 +31,9 @@ class ModelSettings:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     verbose: bool = False
+    device: str = "auto"
+    model_dtype: str = "auto"
+    device_map: str | None = None
     num_layers: int | None = None
     num_heads: int | None = None
     d_model: int | None = None
@@ -57,6 +60,9 @@ class ModelSettings:
             trust_remote_code=self.trust_remote_code,
             allow_pickle=self.allow_pickle,
             verbose=self.verbose,
+            device=self.device,
+            dtype=self.model_dtype,
+            device_map=self.device_map,
         )
 
 
@@ -71,6 +77,9 @@ _SETTINGS_OPTIONS = {
     "trust_remote_code": (d.TrustRemoteCodeOption, False),
     "allow_pickle": (d.AllowPickleOption, False),
     "verbose": (d.VerboseOption, False),
+    "device": (d.DeviceOption, "auto"),
+    "model_dtype": (d.ModelDtypeOption, "auto"),
+    "device_map": (d.DeviceMapOption, None),
     "num_layers": (d.NumLayersOption, None),
     "num_heads": (d.NumHeadsOption, None),
     "d_model": (d.DModelOption, None),
@@ -125,6 +134,7 @@ class Request:
         config = self.spec.config
         return {
             "model": self.spec.model,
+            "model_dtype": None if self.spec.load_options is None else self.spec.load_options.dtype,
             "config": None if config is None else {k: str(v) for k, v in vars(config).items()},
             "mode": None if self.mode is None else self.mode.value,
             "layers": self.layers,
@@ -164,6 +174,16 @@ def request(
     from attnviz.selection import check_syntax
 
     given = settings.stack()
+    placed = (settings.device, settings.model_dtype, settings.device_map) != ("auto", "auto", None)
+    if model == d.BUILTIN and placed:
+        raise UsageError(
+            "--device, --model-dtype and --device-map place a pretrained model; the built-in "
+            "stack runs on the CPU in float32"
+        )
+    if placed:
+        from attnviz.pretrained.placement import check_placement
+
+        check_placement(settings.device, settings.model_dtype)
     if model != d.BUILTIN and given:
         raise UsageError(
             "--num-layers, --num-heads, --d-model, --seed, --positions, --projections and "

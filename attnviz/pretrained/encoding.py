@@ -19,16 +19,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Mode
-from attnviz.errors import AttnvizError, warn
+from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.maps import lookahead, row_error
 from attnviz.pretrained.loading import PretrainedModel, quiet
+from attnviz.pretrained.placement import check_maps_fit
 from attnviz.pretrained.streams import Family
+from attnviz.selection import resolve
 
 if TYPE_CHECKING:
     import torch
 
+    from attnviz.extractor import Selection
+
 # Numerical slack for checking that what a model returned is attention.
 TOLERANCE = 1e-4
+HALF_TOLERANCE = 2e-2  # for models run in bfloat16 or float16
 
 
 @dataclass
@@ -118,25 +123,55 @@ class _Done(Exception):
     """Raised from a hook once every wanted layer has been seen: the rest need not run."""
 
 
+def head_count(config: Any) -> int | None:
+    """How many query heads the model's attention layers have, as its configuration says."""
+    for name in ("num_attention_heads", "n_head", "num_heads", "decoder_attention_heads"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def attention_of(
     loaded: PretrainedModel,
     modules: list[tuple[Any, int]],
     wanted: Sequence[int],
     arguments: dict[str, Any],
-) -> torch.Tensor:
-    """Run the model once and return the weights of the ``wanted`` layers: (L, B, H, T, S)."""
+    heads: Selection = None,
+) -> tuple[torch.Tensor, list[int]]:
+    """Run the model once; return the weights of the ``wanted`` layers and chosen ``heads``,
+    (L, B, H, T, S) in float32 on the CPU, and the head indices. Only those leave the
+    model's device. Refuses, before running, maps that cannot fit in memory."""
     import torch
 
+    first = arguments.get("decoder_input_ids", arguments["input_ids"])
+    total_heads = head_count(loaded.model.config)
+    if total_heads is not None:
+        queries = first.shape[1]
+        keys = arguments["input_ids"].shape[1] if "decoder_input_ids" in arguments else queries
+        check_maps_fit(
+            loaded.model,
+            layers=len(wanted),
+            heads=len(resolve(heads, total_heads, "head")),
+            all_heads=total_heads,
+            inputs=first.shape[0],
+            queries=max(queries, keys),
+            keys=max(queries, keys),
+        )
     captured: dict[int, torch.Tensor | None] = {}
+    chosen: list[int] = []
     handles = []
     for layer, (module, index) in enumerate(modules):
         if layer not in wanted:
             continue
 
         def hook(_module, _args, output, layer=layer, index=index):
-            weights = output[index] if isinstance(output, tuple) else output
-            # (B, H, T, S), to the CPU in float32 whatever the model's device and dtype
-            captured[layer] = None if weights is None else weights.detach().float().cpu()
+            weights = output[index] if isinstance(output, tuple) else output  # (B, H, T, S)
+            if weights is None:
+                captured[layer] = None
+            else:
+                chosen[:] = resolve(heads, weights.shape[1], "head")
+                captured[layer] = weights.detach()[:, chosen].float().cpu()
             if len(captured) == len(wanted):
                 raise _Done
 
@@ -149,6 +184,14 @@ def attention_of(
     try:
         with quiet(loaded.verbose), torch.inference_mode(), contextlib.suppress(_Done):
             loaded.model(**arguments)
+    except RuntimeError as error:
+        if "not implemented for" in str(error) and loaded.model.dtype != torch.float32:
+            dtype = str(loaded.model.dtype).removeprefix("torch.")
+            raise UsageError(
+                f"{loaded.name} cannot run in {dtype} on {device}: an operation it uses has no "
+                f"{dtype} version there; use --model-dtype float32 (or bfloat16)"
+            ) from None
+        raise
     finally:
         for handle in handles:
             handle.remove()
@@ -157,16 +200,24 @@ def attention_of(
             f"{loaded.name} returned no attention weights (its attention implementation "
             "computes none; it needs eager attention)"
         )
-    return torch.stack([captured[layer] for layer in wanted])
+    return torch.stack([captured[layer] for layer in wanted]), chosen
 
 
-def check_weights(weights: np.ndarray, *, causal: bool, name: str) -> None:
+def row_tolerance(model: Any) -> float:
+    """How far from 1 a row may sum in the model's precision: softmax rows computed in
+    bfloat16 (8 bits of mantissa) or float16 are off by more than float32 rows."""
+    import torch
+
+    return TOLERANCE if model.dtype == torch.float32 else HALF_TOLERANCE
+
+
+def check_weights(weights: np.ndarray, *, causal: bool, name: str, tolerance: float = 1e-4) -> None:
     """Refuse numbers that are not attention: rows must be distributions, causal maps lower."""
     worst = row_error(weights)
-    if worst > TOLERANCE:
+    if worst > tolerance:
         raise AttnvizError(
             f"{name} returned attention whose rows do not sum to 1 (off by up to {worst:.3g}): "
             "these are not softmax weights"
         )
-    if causal and lookahead(weights) > TOLERANCE:
+    if causal and lookahead(weights) > tolerance:
         raise AttnvizError(f"{name} returned causal attention that looks ahead")

@@ -10,7 +10,7 @@ from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.extractor import Extractor, ExtractorSpec, Item, Selection, as_pair, parse_mode
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.encoding import attention_of, check_weights, model_inputs
+from attnviz.pretrained.encoding import attention_of, check_weights, model_inputs, row_tolerance
 from attnviz.pretrained.labels import Labelling, readable
 from attnviz.pretrained.loading import LoadOptions, PretrainedModel, load_model, wrap_model
 from attnviz.pretrained.streams import resolve_mode, stream_for
@@ -97,13 +97,15 @@ class PretrainedExtractor(Extractor):
         modules = self.modules(mode)
         layer_indices = resolve(layers, len(modules), "layer")
         inputs = model_inputs(loaded, items, mode)
-        stacked = attention_of(loaded, modules, layer_indices, inputs.arguments)  # (L, B, H, T, S)
-        head_indices = resolve(heads, stacked.shape[2], "head")
-        batch = stacked[:, :, head_indices].numpy()
+        stacked, head_indices = attention_of(
+            loaded, modules, layer_indices, inputs.arguments, heads
+        )  # (L, B, H, T, S)
+        batch = stacked.numpy()
+        tolerance = row_tolerance(loaded.model)
         results = []
         for row, (query, key) in enumerate(zip(inputs.queries, inputs.keys, strict=True)):
             weights = batch[:, row, :, : query.length, : key.length]  # padding trimmed
-            check_weights(weights, causal=mode is Mode.MASKED, name=self.name)
+            check_weights(weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance)
             weights, query_labels, key_labels = readable(
                 loaded.tokenizer, weights, query, key, labelling
             )

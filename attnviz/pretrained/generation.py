@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, ExitCode, UsageError
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.encoding import Side, attention_of, check_weights, encode
+from attnviz.pretrained.encoding import Side, attention_of, check_weights, encode, row_tolerance
 from attnviz.pretrained.labels import Labelling, readable
 from attnviz.pretrained.loading import PretrainedModel, quiet
 from attnviz.pretrained.streams import Family
@@ -221,10 +221,14 @@ def _maps(
         keys = written if mode is Mode.MASKED else source
         prompt_length = None if mode is Mode.SELF else 1  # the decoder starts from one token
     arguments["attention_mask"] = torch.ones_like(arguments["input_ids"])
-    stacked = attention_of(loaded, modules, layer_indices, arguments)  # (L, 1, H, T, S)
-    head_indices = resolve(heads, stacked.shape[2], "head")
-    weights = stacked[:, 0, head_indices].numpy()  # (L, H, T, S)
-    check_weights(weights, causal=mode is Mode.MASKED, name=loaded.name)
+    stacked, head_indices = attention_of(loaded, modules, layer_indices, arguments, heads)
+    weights = stacked[:, 0].numpy()  # (L, 1, H, T, S) -> (L, H, T, S)
+    check_weights(
+        weights,
+        causal=mode is Mode.MASKED,
+        name=loaded.name,
+        tolerance=row_tolerance(loaded.model),
+    )
     weights, query_labels, key_labels = readable(
         loaded.tokenizer, weights, queries, keys, labelling
     )

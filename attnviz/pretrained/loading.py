@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnviz.errors import AttnvizError, UsageError
+from attnviz.errors import AttnvizError, UsageError, is_out_of_memory
 from attnviz.pretrained.streams import Family, Stream, attention_streams, family_of
 
 
@@ -41,6 +41,9 @@ class LoadOptions:
     trust_remote_code: bool = False  # run Python code shipped with the model
     allow_pickle: bool = False  # accept pickle (.bin) weights, which can run code when loaded
     verbose: bool = False  # let transformers print its own warnings and progress bars
+    device: str = "auto"  # auto (a GPU if there is one), cpu, cuda, cuda:N or mps
+    dtype: str = "auto"  # of the weights: auto (the checkpoint's own on a GPU), float32, …
+    device_map: str | None = None  # accelerate's placement over GPUs and CPU ("auto")
 
 
 @dataclass
@@ -235,18 +238,46 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
             f"{name} has no tokenizer (only special tokens were found): save it next to the "
             "model with tokenizer.save_pretrained"
         )
+    placement, device = _placement(options, config)
     try:
         model = _model_class(config).from_pretrained(
             source,
             config=config,
             attn_implementation="eager",
             use_safetensors=None if options.allow_pickle else True,
+            **placement,
             **common,
         )
     except Exception as error:
+        if is_out_of_memory(error):
+            raise AttnvizError(
+                f"{name} does not fit in the memory of {options.device_map or 'the device'}: "
+                "try --model-dtype bfloat16, --device-map auto (GPUs and CPU together), or a "
+                "smaller model"
+            ) from None
         raise AttnvizError(f"cannot load the weights of {name}: {_first_line(error)}") from None
+    if device is not None:
+        model.to(device)
     model.eval()
     return _prepared(name, model, tokenizer, options.verbose)
+
+
+def _placement(options: LoadOptions, config: Any) -> tuple[dict[str, Any], str | None]:
+    """from_pretrained's dtype (and device_map) arguments for what was asked, and the device
+    to move the model to afterwards (None: accelerate placed it)."""
+    import torch
+
+    from attnviz.pretrained.placement import Machine, choose_device, choose_dtype
+
+    device = choose_device(options.device, Machine.here())
+    dtype = getattr(torch, choose_dtype(options.dtype, config, device.split(":")[0]))
+    if options.device_map is None:
+        return {"dtype": dtype}, device
+    try:
+        import accelerate  # noqa: F401  (device_map needs it; checked here to say so plainly)
+    except ImportError:
+        raise UsageError("--device-map needs accelerate: pip install 'attnviz[big]'") from None
+    return {"dtype": dtype, "device_map": options.device_map}, None
 
 
 def _prepared(name: str, model: Any, tokenizer: Any, verbose: bool) -> PretrainedModel:
