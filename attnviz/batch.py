@@ -58,6 +58,7 @@ class BatchInput:
     text: str | None = None
     target: str | None = None
     id: str | None = None
+    pair: str | None = None  # sentence B of a sentence pair (JSONL "pair")
     error: str | None = None  # why this line could not be read as an input
     blank: bool = False  # a blank line: skipped, not an input that failed
     name: str = ""  # the stem of its output files
@@ -73,6 +74,7 @@ class Record:
     text: str | None
     target: str | None
     status: str  # "ok" or "failed"
+    pair: str | None = None
     files: list[str] = field(default_factory=list)
     error: str | None = None
     # What produced the files: model, mode, selection, formats and every option that
@@ -177,16 +179,18 @@ def _read_json_line(item: BatchInput, content: str) -> None:
         item.error = f"line {item.line} is not a JSON object"
         return
     text, target, name = value.get("text"), value.get("target"), value.get("id")
+    pair = value.get("pair")
     if not isinstance(text, str):
         item.error = f'line {item.line} has no "text" string'
         return
-    if target is not None and not isinstance(target, str):
-        item.error = f'line {item.line}: "target" must be a string'
-        return
-    if not all(_is_text(part) for part in (text, target, name) if isinstance(part, str)):
+    for field_name, part in (("target", target), ("pair", pair)):
+        if part is not None and not isinstance(part, str):
+            item.error = f'line {item.line}: "{field_name}" must be a string'
+            return
+    if not all(_is_text(part) for part in (text, target, pair, name) if isinstance(part, str)):
         item.error = f"line {item.line} holds a lone surrogate (a \\ud800-style escape): not text"
         return
-    item.text, item.target = text, target
+    item.text, item.target, item.pair = text, target, pair
     item.id = None if name is None else str(name)
 
 
@@ -279,7 +283,7 @@ def is_complete(record: Record | None, item: BatchInput, folder: Path, request: 
     return bool(
         record
         and record.status == "ok"
-        and (record.text, record.target) == (item.text, item.target)
+        and (record.text, record.target, record.pair) == (item.text, item.target, item.pair)
         and record.request == request
         and all(_is_regular(folder / name) for name in record.files)
     )
@@ -479,6 +483,7 @@ def _record(item: BatchInput, written: list[str] | Exception, request: dict) -> 
         "id": item.id,
         "text": item.text,
         "target": item.target,
+        "pair": item.pair,
         "request": request,
     }
     if isinstance(written, Exception):

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 BUILTIN = "builtin"
 
 Selection = str | int | Sequence[int] | None  # 2, "0,2", "0-2", [0, 2], "all" or None (all)
-Item = str | tuple[str, str | None]  # a text, or a (text, target) pair for cross mode
+# A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
+Item = str | tuple[str, str | None] | tuple[str, str | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class Extractor(ABC):
         special: bool = True,
         words: bool = False,
         raw_pieces: bool = False,
+        pair: str | None = None,
+        chat: bool = False,
+        system: str | None = None,
     ) -> AttentionMaps:
         """The attention maps of ``text`` for the chosen layers and heads.
 
@@ -98,15 +102,21 @@ class Extractor(ABC):
         drops special tokens and renormalises rows; ``words=True`` merges
         sub-word pieces into words; ``raw_pieces=True`` labels tokens with the
         tokenizer's own pieces (``##ing``, ``Ġthe``) instead of cleaned text.
+        ``pair`` is sentence B of a sentence pair for an encoder (``[CLS] A [SEP] B
+        [SEP]``, with token types); ``chat`` renders the text as one user message
+        through the tokenizer's chat template (after a ``system`` message), its
+        tokens labelled special.
         """
         (maps,) = self.extract_many(
-            [(text, target)],
+            [(text, target, pair)],
             mode=mode,
             layers=layers,
             heads=heads,
             special=special,
             words=words,
             raw_pieces=raw_pieces,
+            chat=chat,
+            system=system,
         )
         return maps
 
@@ -122,6 +132,8 @@ class Extractor(ABC):
         words: bool = False,
         raw_pieces: bool = False,
         batch_size: int = 16,
+        chat: bool = False,
+        system: str | None = None,
     ) -> Iterator[AttentionMaps]:
         """The maps of each item (a text, or a (text, target) pair), in order. Pretrained
         models run ``batch_size`` items per padded forward pass; each result equals what
@@ -142,13 +154,16 @@ class Extractor(ABC):
         heads: Selection = None,
         special: bool = True,
         raw_pieces: bool = False,
+        chat: bool = False,
+        system: str | None = None,
     ) -> Generation:
         """Let the model write up to ``max_new_tokens`` tokens after ``prompt`` (greedy, or
         sampled with ``sample``, reproducibly by ``seed``; ending at the end-of-sequence
         token unless ``stop=False``) and return the text with the maps of the whole
         sequence, ``maps.prompt_length`` marking where the generated rows begin.
         Decoders give masked attention; encoder-decoders the cross-attention of each
-        written token over the prompt (``mode`` may ask for masked or self)."""
+        written token over the prompt (``mode`` may ask for masked or self). ``chat``
+        renders the prompt through the tokenizer's chat template (after ``system``)."""
         raise UsageError(f"{self.name} does not generate text: give a pretrained language model")
 
     @abstractmethod
@@ -228,10 +243,22 @@ def check_text(text: str, what: str = "text") -> None:
         ) from None
 
 
-def as_pair(item: Item) -> tuple[str, str | None]:
-    """(text, target) of an item, the target checked like the text."""
-    text, target = (item, None) if isinstance(item, str) else item
+def as_item(item: Item) -> tuple[str, str | None, str | None]:
+    """(text, target, pair) of an item, each given part checked like the text."""
+    if isinstance(item, str):
+        item = (item,)
+    text, target, pair = (*item, None, None)[:3]
     check_text(text, "text")
     if target is not None:
         check_text(target, "target")
+    if pair is not None:
+        check_text(pair, "pair")
+    return text, target, pair
+
+
+def as_pair(item: Item) -> tuple[str, str | None]:
+    """(text, target) of an item, for models that read no sentence pairs."""
+    text, target, pair = as_item(item)
+    if pair is not None:
+        raise UsageError("sentence pairs (--pair) are read by pretrained encoders such as BERT")
     return text, target

@@ -30,6 +30,7 @@ def index_span(indices: Sequence[int]) -> str:
 
 
 GENERATED = "▸"  # marks the labels of generated tokens in pictures
+BETWEEN = ("a-b", "b-a", "a-a", "b-b")  # rows of one sentence of a pair, columns of the other
 
 
 def numbered(tokens: Sequence[str]) -> list[str]:
@@ -72,6 +73,12 @@ class AttentionMaps:
     # Generated text: the first prompt_length query tokens were given, the rest written by
     # the model (``generate``). None for maps of a given text.
     prompt_length: int | None = None
+    # A sentence pair: sentence B, and the token where it begins (rows and columns alike).
+    pair: str | None = None
+    pair_start: int | None = None
+    # Only the rows of one sentence and the columns of the other ("a-b": A's rows over B's
+    # columns), each row renormalised to sum to 1 over the columns kept.
+    between: str | None = None
 
     def __post_init__(self) -> None:
         weights = np.asarray(self.weights)
@@ -86,6 +93,10 @@ class AttentionMaps:
             flags = getattr(self, f"{name}_special")
             if flags is not None and len(flags) != len(tokens):
                 raise SchemaError(f"{name}_special has {len(flags)} flags for {len(tokens)} tokens")
+        if self.pair_start is not None and not 0 < self.pair_start < len(self.key_tokens):
+            raise SchemaError(f"pair_start {self.pair_start} is not a token inside the maps")
+        if self.between is not None and self.between not in BETWEEN:
+            raise SchemaError(f"between must be one of {', '.join(BETWEEN)}")
         if self.prompt_length is not None and not 0 <= self.prompt_length <= len(self.query_tokens):
             raise SchemaError(
                 f"prompt_length {self.prompt_length} is outside 0 to {len(self.query_tokens)}, "
@@ -149,6 +160,37 @@ class AttentionMaps:
             raise ValueError(f"weights are stored as float16 or float32, not {dtype}")
         return self.replace(weights=self.weights.astype(dtype))
 
+    def between_sentences(self, which: str) -> AttentionMaps:
+        """Of a sentence pair's maps, only the rows of one sentence and the columns of the
+        other (``"a-b"``: A's tokens as queries over B's as keys), each row renormalised to
+        sum to 1 over the columns kept, as bertviz's sentence filter shows them. Sentence A
+        runs up to ``pair_start`` (its [CLS] and [SEP] included)."""
+        if which not in BETWEEN:
+            raise ValueError(f"between takes {', '.join(BETWEEN)}, not {which!r}")
+        if self.pair_start is None or self.between is not None:
+            raise ValueError("between needs the maps of a sentence pair (--pair)")
+        if self.aggregate in (Aggregate.MAX, Aggregate.MAX_ALL):
+            raise ValueError("max maps are not distributions: pick the sentences first")
+        start = self.pair_start
+        rows_of, columns_of = which.split("-")
+        rows = slice(0, start) if rows_of == "a" else slice(start, len(self.query_tokens))
+        columns = slice(0, start) if columns_of == "a" else slice(start, len(self.key_tokens))
+        kept = self.weights[..., rows, columns].astype(np.float32)
+        totals = kept.sum(-1, keepdims=True)
+        weights = np.divide(kept, totals, out=np.zeros_like(kept), where=totals > 0)
+        flags = {
+            name: None if getattr(self, name) is None else getattr(self, name)[part]
+            for name, part in (("query_special", rows), ("key_special", columns))
+        }
+        return self.replace(
+            query_tokens=self.query_tokens[rows],
+            key_tokens=self.key_tokens[columns],
+            weights=weights.astype(self.weights.dtype),
+            pair_start=None,
+            between=which,
+            **flags,
+        )
+
     def with_positions(self) -> AttentionMaps:
         """The same maps with repeated token labels told apart by their positions:
         ``the`` twice becomes ``the·0`` and ``the·3``; a label seen once stays as it is."""
@@ -186,9 +228,26 @@ class AttentionMaps:
         for name in ("query_special", "key_special"):
             if getattr(self, name) is not None:
                 document[name] = list(getattr(self, name))
-        if self.prompt_length is not None:  # an optional field: older readers ignore it
-            document["prompt_length"] = self.prompt_length
+        for name in ("prompt_length", "pair", "pair_start", "between"):
+            if getattr(self, name) is not None:  # optional fields: older readers ignore them
+                document[name] = getattr(self, name)
         return document
+
+    def context(self) -> str:
+        """What else a picture of these maps must say: where a pair's sentence B begins,
+        which sentences are kept, how many tokens were generated."""
+        notes = []
+        if self.pair_start is not None:
+            notes.append(f"sentence B from token {self.pair_start}")
+        if self.between is not None:
+            rows, columns = self.between.upper().split("-")
+            notes.append(
+                f"rows: sentence {rows}, columns: sentence {columns}, each row renormalised"
+            )
+        if self.prompt_length is not None:
+            generated = len(self.query_tokens) - self.prompt_length
+            notes.append(f"{generated} generated (▸) after a {self.prompt_length}-token prompt")
+        return "".join(f" · {note}" for note in notes)
 
     def query_labels(self) -> list[str]:
         """The query tokens as pictures label them: generated tokens marked with ``▸``."""
@@ -234,7 +293,10 @@ class AttentionMaps:
                 aggregate=aggregate,
                 query_special=_flags(document.get("query_special")),
                 key_special=_flags(document.get("key_special")),
-                prompt_length=_optional_int(document.get("prompt_length")),
+                prompt_length=_optional_int(document.get("prompt_length"), "prompt_length"),
+                pair=_optional_str(document.get("pair"), "pair"),
+                pair_start=_optional_int(document.get("pair_start"), "pair_start"),
+                between=_optional_str(document.get("between"), "between"),
             )
         except (TypeError, ValueError) as error:
             raise SchemaError(f"malformed document: {error}") from None
@@ -300,11 +362,17 @@ def check_attention(maps: AttentionMaps) -> None:
         raise SchemaError("masked (causal) maps give weight to later tokens")
 
 
-def _optional_int(value: Any) -> int | None:
+def _optional_int(value: Any, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SchemaError(f"prompt_length must be a whole number, not {value!r}")
+        raise SchemaError(f"{name} must be a whole number, not {value!r}")
+    return value
+
+
+def _optional_str(value: Any, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise SchemaError(f"{name} must be a string, not {value!r}")
     return value
 
 

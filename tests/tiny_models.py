@@ -63,10 +63,12 @@ def _wordpiece() -> Tokenizer:
     return tokenizer
 
 
-def _template(tokenizer: Tokenizer, single: str) -> None:
+def _template(tokenizer: Tokenizer, single: str, pair: str | None = None) -> None:
     names = {piece for piece in single.split() if piece != "$A"}
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=single, special_tokens=[(name, tokenizer.token_to_id(name)) for name in names]
+        single=single,
+        pair=pair,
+        special_tokens=[(name, tokenizer.token_to_id(name)) for name in names],
     )
 
 
@@ -81,7 +83,7 @@ def _save(model, tokenizer: Tokenizer, folder: Path, **special_tokens) -> Path:
 def bert(folder: Path) -> Path:
     torch.manual_seed(0)
     tokenizer = _wordpiece()
-    _template(tokenizer, "[CLS] $A [SEP]")
+    _template(tokenizer, "[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1")
     config = transformers.BertConfig(
         vocab_size=tokenizer.get_vocab_size(),
         hidden_size=32,

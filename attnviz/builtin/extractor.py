@@ -76,7 +76,11 @@ class BuiltinExtractor(Extractor):
         words: bool = False,
         raw_pieces: bool = False,
         batch_size: int = 16,
+        chat: bool = False,
+        system: str | None = None,
     ) -> Iterator[AttentionMaps]:
+        if chat or system is not None:
+            raise UsageError("chat templates belong to pretrained instruct models")
         if words or raw_pieces or not special:
             raise UsageError("special tokens and sub-word pieces exist only in pretrained models")
         chosen = parse_mode(mode) or Mode.SELF

@@ -162,7 +162,7 @@ def batch(
     extractor = asked.open(environment)
 
     def extract(chunk: list) -> list:
-        pairs = [(item.text, item.target) for item in chunk]
+        pairs = [(item.text, item.target, item.pair) for item in chunk]
         return list(extractor.extract_many(pairs, batch_size=len(pairs), **asked.options))
 
     started = time.monotonic()

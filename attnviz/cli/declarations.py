@@ -206,6 +206,45 @@ WordsOption = Annotated[
         "its column the sum of their columns, so rows still sum to 1.",
     ),
 ]
+ChatOption = Annotated[
+    bool,
+    typer.Option(
+        "--chat",
+        rich_help_panel=MODEL_PANEL,
+        help="Read the text as one user message through the tokenizer's chat template, as an "
+        "instruct model was trained to; the template's own tokens count as special.",
+    ),
+]
+SystemOption = Annotated[
+    str | None,
+    typer.Option(
+        "--system",
+        metavar="TEXT",
+        rich_help_panel=MODEL_PANEL,
+        help="With --chat: a system message before the user's.",
+    ),
+]
+PairOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pair",
+        metavar="TEXT_B",
+        rich_help_panel=MODEL_PANEL,
+        help="Sentence B of a sentence pair for an encoder such as BERT: [CLS] TEXT [SEP] "
+        "TEXT_B [SEP], with the tokenizer's own pair encoding and token types.",
+    ),
+]
+BetweenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--between",
+        metavar="A-B",
+        rich_help_panel=SELECTION_PANEL,
+        help="With --pair: only the rows of one sentence and the columns of the other (a-b: "
+        "sentence A's tokens attending to B's; b-a, a-a, b-b), each row renormalised to sum to "
+        "1 over the columns kept.",
+    ),
+]
 RawPiecesOption = Annotated[
     bool,
     typer.Option(

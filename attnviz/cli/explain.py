@@ -60,9 +60,9 @@ def explain(
     from attnviz.errors import UsageError
     from attnviz.extractor import BUILTIN
 
-    if settings.words or not settings.special:
+    if settings.words or not settings.special or settings.chat:
         raise UsageError(
-            "explain works on the tokens as the model sees them: no --words or --no-special"
+            "explain works on the text as given, token by token: no --words, --no-special or --chat"
         )
     if query is not None and model == BUILTIN:
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")

@@ -43,6 +43,8 @@ def export(
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
     label_positions: d.LabelPositionsOption = False,
+    pair: d.PairOption = None,
+    between: d.BetweenOption = None,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
     picture: PictureSettings = DEFAULT_PICTURE,
@@ -64,11 +66,15 @@ def export(
     )
     style = picture.style()
     top = out.top_heads_for(choice, aggregate)
+    between = out.checked_between(between, pair)
     extractor = asked.open(environment)
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.io import read_texts
 
-    maps = extractor.extract(out.only_one(read_texts(text)), target=target, **asked.options)
+    text = out.only_one(read_texts(text))
+    maps = extractor.extract(text, target=target, pair=pair, **asked.options)
+    if between is not None:
+        maps = out.between_sentences(maps, between)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     if label_positions:

@@ -162,6 +162,8 @@ def generate(
             heads=head,
             special=settings.special,
             raw_pieces=settings.raw_pieces,
+            chat=settings.chat,
+            system=settings.system,
         )
     except GenerationInterrupted as interrupted:  # what was written is the user's: keep it
         from attnviz.tokens import display_label

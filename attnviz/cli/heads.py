@@ -18,6 +18,7 @@ def heads(
     text: d.TextArgument,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
+    pair: d.PairOption = None,
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
@@ -62,7 +63,9 @@ def heads(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
     extractor = asked.open(environment)
-    maps = extractor.extract(out.only_one(read_texts(text)), target=target, **asked.options)
+    maps = extractor.extract(
+        out.only_one(read_texts(text)), target=target, pair=pair, **asked.options
+    )
     rows = sort_rows(head_statistics(maps), sort, reverse)[:top]
     if output_format is d.TableFormat.JSON:
         out.write_stdout(dump_json(envelope({"heads": as_dicts(rows)})))

@@ -150,6 +150,29 @@ def top_heads_for(choice: HeadChoice, aggregate: Aggregate | None) -> TopHeads |
     return top
 
 
+def checked_between(between: str | None, pair: str | None) -> str | None:
+    """--between, written as it must be and given with --pair."""
+    from attnviz.maps import BETWEEN
+
+    if between is None:
+        return None
+    between = between.lower()
+    if between not in BETWEEN:
+        raise UsageError(f"--between {between!r}: give {', '.join(BETWEEN)}")
+    if pair is None:
+        raise UsageError("--between picks the sentences of a pair: give sentence B with --pair")
+    if pair is not None and not pair.strip():
+        raise UsageError("the pair is empty: give some words to look at")
+    return between
+
+
+def between_sentences(maps: AttentionMaps, which: str) -> AttentionMaps:
+    try:
+        return maps.between_sentences(which)
+    except ValueError as error:
+        raise UsageError(f"--between: {error}") from None
+
+
 def chosen_panels(maps: AttentionMaps, top: TopHeads) -> list[MapPanel]:
     """The maps ``top`` picks, with a ranking that does not apply as a usage error."""
     try:

@@ -27,6 +27,8 @@ class ModelSettings:
     special: bool = True
     words: bool = False
     raw_pieces: bool = False
+    chat: bool = False
+    system: str | None = None
     download: bool = False
     trust_remote_code: bool = False
     allow_pickle: bool = False
@@ -73,6 +75,8 @@ _SETTINGS_OPTIONS = {
     "special": (d.SpecialOption, True),
     "words": (d.WordsOption, False),
     "raw_pieces": (d.RawPiecesOption, False),
+    "chat": (d.ChatOption, False),
+    "system": (d.SystemOption, None),
     "download": (d.DownloadOption, False),
     "trust_remote_code": (d.TrustRemoteCodeOption, False),
     "allow_pickle": (d.AllowPickleOption, False),
@@ -116,6 +120,8 @@ class Request:
     special: bool
     words: bool
     raw_pieces: bool
+    chat: bool = False
+    system: str | None = None
 
     @property
     def options(self) -> dict[str, Any]:
@@ -127,6 +133,8 @@ class Request:
             "special": self.special,
             "words": self.words,
             "raw_pieces": self.raw_pieces,
+            "chat": self.chat,
+            "system": self.system,
         }
 
     def fingerprint(self) -> dict[str, Any]:
@@ -142,6 +150,8 @@ class Request:
             "special": self.special,
             "words": self.words,
             "raw_pieces": self.raw_pieces,
+            "chat": self.chat,
+            "system": self.system,
         }
 
     def open(self, environment: Environment) -> Extractor:
@@ -184,6 +194,10 @@ def request(
         from attnviz.pretrained.placement import check_placement
 
         check_placement(settings.device, settings.model_dtype)
+    if settings.system is not None and not settings.chat:
+        raise UsageError("--system is the first message of a chat: add --chat")
+    if model == d.BUILTIN and settings.chat:
+        raise UsageError("--chat renders the text with a pretrained instruct model's template")
     if model != d.BUILTIN and given:
         raise UsageError(
             "--num-layers, --num-heads, --d-model, --seed, --positions, --projections and "
@@ -207,4 +221,6 @@ def request(
         special=settings.special,
         words=settings.words,
         raw_pieces=settings.raw_pieces,
+        chat=settings.chat,
+        system=settings.system,
     )

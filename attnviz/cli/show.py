@@ -87,6 +87,7 @@ class Presentation:
     label_positions: bool
     aggregate: Aggregate | None
     top: TopHeads | None
+    between: str | None = None
 
     @classmethod
     def checked(
@@ -153,8 +154,11 @@ class Presentation:
         from attnviz.analysis.aggregate import aggregate as combine
         from attnviz.choices import DataFormat
         from attnviz.cli import output as out
+        from attnviz.cli.output import between_sentences
         from attnviz.io import write_maps
 
+        if self.between is not None:
+            stream = (between_sentences(maps, self.between) for maps in stream)
         if self.aggregate is not None:
             stream = (combine(maps, self.aggregate) for maps in stream)
         if self.label_positions:
@@ -196,6 +200,8 @@ def show(
     values: d.ValuesOption = False,
     terminal_view: d.TerminalViewOption = d.TerminalView.AUTO,
     label_positions: d.LabelPositionsOption = False,
+    pair: d.PairOption = None,
+    between: d.BetweenOption = None,
     output_format: FormatOption = ShowFormat.AUTO,
     output: OutputOption = d.STDIO,
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
@@ -215,6 +221,7 @@ def show(
     whole model on one screen. With TEXT -, every line of stdin is one input,
     answered as soon as it is read. Data goes to stdout, messages to stderr.
     """
+    from attnviz.cli import output as out
     from attnviz.cli.settings import request
 
     presentation = Presentation.checked(
@@ -229,6 +236,7 @@ def show(
         colour=colour,
         width=width,
         values=values,
+        between=out.checked_between(between, pair),
     )
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
@@ -236,5 +244,8 @@ def show(
     extractor = asked.open(environment)
     from attnviz.io import read_texts
 
-    stream = (extractor.extract(line, target=target, **asked.options) for line in read_texts(text))
+    stream = (
+        extractor.extract(line, target=target, pair=pair, **asked.options)
+        for line in read_texts(text)
+    )
     presentation.present(stream, environment)

@@ -90,7 +90,7 @@ def stats(
             if item.blank or item.error is not None:
                 skipped += 1
                 continue
-            yield item.text, item.target
+            yield item.text, item.target, item.pair
 
     pairs = islice(readable(), limit)
     corpus = CorpusStatistics()

@@ -17,6 +17,7 @@ def top(
     text: d.TextArgument,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
+    pair: d.PairOption = None,
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
@@ -50,7 +51,9 @@ def top(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
     extractor = asked.open(environment)
-    maps = extractor.extract(out.only_one(read_texts(text)), target=target, **asked.options)
+    maps = extractor.extract(
+        out.only_one(read_texts(text)), target=target, pair=pair, **asked.options
+    )
     if aggregate is not None:
         maps = combine(maps, aggregate)
     blocks = top_keys(maps, k)

@@ -42,23 +42,84 @@ class Side:
 
     encoding: Any  # the tokenizer's BatchEncoding, with offsets
     text: str
+    pair: str | None = None  # sentence B of a sentence pair
+    template: list[bool] | None = None  # tokens a chat template added around the text
 
     @property
     def length(self) -> int:
         return len(self.encoding["input_ids"])
 
+    def segments(self) -> list[int]:
+        """0 for each token of the text (sentence A), 1 for sentence B of a pair."""
+        if self.pair is None:
+            return [0] * self.length
+        types = self.encoding.get("token_type_ids")
+        if types is not None and any(types):
+            return list(types)
+        segments, current = [], 0  # tokenizers without token types: by sequence ids
+        for sequence in self.encoding.sequence_ids():
+            current = current if sequence is None else sequence
+            segments.append(current)
+        return segments
+
+
+@dataclass(frozen=True)
+class Prompting:
+    """How a text becomes the model's input: as one user message of a chat, with an
+    optional system message, through the tokenizer's chat template."""
+
+    chat: bool = False
+    system: str | None = None
+
+
+PLAIN = Prompting()  # the text as it is
+
+
+def chat_text(loaded: PretrainedModel, text: str, system: str | None) -> tuple[str, list[tuple]]:
+    """The text as the model's chat template renders one user message (after ``system``),
+    ready for the reply; and the character spans that are the user's and system's own."""
+    tokenizer = loaded.tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        raise UsageError(
+            f"the tokenizer of {loaded.name} has no chat template: drop --chat (a base model "
+            "reads plain text), or use an instruct model"
+        )
+    messages = [{"role": "user", "content": text}]
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    spans = []
+    for part in [system, text] if system is not None else [text]:
+        start = rendered.find(part, spans[-1][1] if spans else 0)
+        if start >= 0:
+            spans.append((start, start + len(part)))
+    return rendered, spans
+
 
 def encode(
-    loaded: PretrainedModel, text: str, what: str, *, target: bool = False, reserve: int = 0
+    loaded: PretrainedModel,
+    text: str,
+    what: str,
+    *,
+    target: bool = False,
+    reserve: int = 0,
+    pair: str | None = None,
+    prompting: Prompting = PLAIN,
 ) -> Side:
-    """Tokenise with the model's own special tokens; cut what the model cannot read (less
+    """Tokenise with the model's own special tokens (a sentence pair as the tokenizer joins
+    two sentences; a chat through its template); cut what the model cannot read (less
     ``reserve`` tokens kept free for generation), warning."""
     tokenizer = loaded.tokenizer
-    call = {"text_target": text} if target else {"text": text}
+    spans = None
+    if prompting.chat:
+        text, spans = chat_text(loaded, text, prompting.system)
+    call: dict[str, Any] = {"text_target": text} if target else {"text": text}
+    if pair is not None:  # with the token types that tell the model which sentence is which
+        call |= {"text_pair": pair, "return_token_type_ids": True}
+    # A chat template writes the special tokens itself.
+    special = {"add_special_tokens": not prompting.chat}
     with quiet(loaded.verbose):  # transformers warns of the length itself; attnviz says it once
-        encoding = tokenizer(
-            **call, return_offsets_mapping=True, truncation=False, add_special_tokens=True
-        )
+        encoding = tokenizer(**call, return_offsets_mapping=True, truncation=False, **special)
     count = len(encoding["input_ids"])
     limit = loaded.max_length - reserve
     if count > limit:
@@ -67,8 +128,16 @@ def encode(
             f"the {what} has {count} tokens; the model reads at most {loaded.max_length}"
             f"{kept_free}: the last {count - limit} were dropped"
         )
-        encoding = tokenizer(**call, return_offsets_mapping=True, truncation=True, max_length=limit)
-    return Side(encoding, text)
+        encoding = tokenizer(
+            **call, return_offsets_mapping=True, truncation=True, max_length=limit, **special
+        )
+    template = None
+    if spans is not None:  # a token outside the user's and system's words is the template's
+        template = [
+            begin == finish or not any(start <= begin and finish <= end for start, end in spans)
+            for begin, finish in encoding["offset_mapping"]
+        ]
+    return Side(encoding, text, pair, template)
 
 
 def padded(sides: Sequence[Side], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,23 +163,37 @@ class ModelInputs:
 
 
 def model_inputs(
-    loaded: PretrainedModel, items: Sequence[tuple[str, str | None]], mode: Mode
+    loaded: PretrainedModel,
+    items: Sequence[tuple[str, str | None, str | None]],
+    mode: Mode,
+    prompting: Prompting = PLAIN,
 ) -> ModelInputs:
-    """Encode (text, target) pairs for ``mode``: the text feeds the encoder (or the only
-    stack), the target the decoder of an encoder-decoder."""
+    """Encode (text, target, pair) items for ``mode``: the text (with sentence B of a pair)
+    feeds the encoder (or the only stack), the target the decoder of an encoder-decoder."""
     import torch
 
     tokenizer = loaded.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    sources = [encode(loaded, text, "text") for text, _ in items]
+    sources = [
+        encode(loaded, text, "text", pair=pair, prompting=prompting) for text, _, pair in items
+    ]
     input_ids, attention_mask = padded(sources, pad_id)
     arguments: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+    typed = getattr(loaded.model.config, "type_vocab_size", 0) > 1  # RoBERTa has one type
+    if typed and any(side.pair is not None for side in sources):
+        types = torch.zeros_like(input_ids)  # which sentence each token belongs to
+        for row, side in enumerate(sources):
+            if side.pair is not None:
+                types[row, : side.length] = torch.tensor(side.encoding["token_type_ids"])
+        arguments["token_type_ids"] = types
     queries = keys = sources
     if loaded.family is Family.ENCODER_DECODER:
         if mode is Mode.SELF:  # only the encoder is read; the decoder gets one token
             arguments["decoder_input_ids"] = torch.zeros(len(items), 1, dtype=torch.long)
         else:
-            targets = [encode(loaded, target or "", "target", target=True) for _, target in items]
+            targets = [
+                encode(loaded, target or "", "target", target=True) for _, target, _ in items
+            ]
             decoder_ids, decoder_mask = padded(targets, pad_id)
             arguments["decoder_input_ids"] = decoder_ids
             arguments["decoder_attention_mask"] = decoder_mask

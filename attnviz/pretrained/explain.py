@@ -139,7 +139,7 @@ def explain_query(
                 scaling=kwargs.get("scaling", args[0] if args else None),
             )
 
-    inputs = model_inputs(loaded, [(text, target)], mode)
+    inputs = model_inputs(loaded, [(text, target, None)], mode)
     try:
         with _recording_attention(loaded.model, record), torch.inference_mode():
             loaded.model(**inputs.arguments)

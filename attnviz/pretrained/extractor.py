@@ -8,12 +8,26 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.extractor import Extractor, ExtractorSpec, Item, Selection, as_pair, parse_mode
+from attnviz.extractor import (
+    Extractor,
+    ExtractorSpec,
+    Item,
+    Selection,
+    as_item,
+    as_pair,
+    parse_mode,
+)
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.encoding import attention_of, check_weights, model_inputs, row_tolerance
+from attnviz.pretrained.encoding import (
+    Prompting,
+    attention_of,
+    check_weights,
+    model_inputs,
+    row_tolerance,
+)
 from attnviz.pretrained.labels import Labelling, readable
 from attnviz.pretrained.loading import LoadOptions, PretrainedModel, load_model, wrap_model
-from attnviz.pretrained.streams import resolve_mode, stream_for
+from attnviz.pretrained.streams import Family, resolve_mode, stream_for
 from attnviz.selection import check_syntax, resolve
 
 if TYPE_CHECKING:
@@ -62,25 +76,31 @@ class PretrainedExtractor(Extractor):
         words: bool = False,
         raw_pieces: bool = False,
         batch_size: int = 16,
+        chat: bool = False,
+        system: str | None = None,
     ) -> Iterator[AttentionMaps]:
         asked = parse_mode(mode)
         check_syntax(layers, "layer")  # before any work
         check_syntax(heads, "head")
-        pairs = (as_pair(item) for item in items)
+        if system is not None and not chat:
+            raise UsageError("--system is the first message of a chat: add --chat")
+        checked = (as_item(item) for item in items)
         labelling = Labelling(special=special, words=words, raw_pieces=raw_pieces)
-        return self._batches(pairs, asked, layers, heads, labelling, batch_size)
+        prompting = Prompting(chat=chat, system=system)
+        return self._batches(checked, asked, layers, heads, labelling, prompting, batch_size)
 
-    def _batches(self, pairs, mode, layers, heads, labelling, batch_size):
-        while chunk := list(islice(pairs, batch_size)):
-            yield from self._batch(chunk, mode, layers, heads, labelling)
+    def _batches(self, items, mode, layers, heads, labelling, prompting, batch_size):
+        while chunk := list(islice(items, batch_size)):
+            yield from self._batch(chunk, mode, layers, heads, labelling, prompting)
 
     def _batch(
         self,
-        items: list[tuple[str, str | None]],
+        items: list[tuple[str, str | None, str | None]],
         asked: Mode | None,
         layers: Selection,
         heads: Selection,
         labelling: Labelling,
+        prompting: Prompting,
     ) -> list[AttentionMaps]:
         """Several inputs in one forward pass, right-padded to the longest.
 
@@ -89,14 +109,20 @@ class PretrainedExtractor(Extractor):
         """
         loaded = self.loaded
         modes = {
-            resolve_mode(loaded.family, self.name, asked, target is not None) for _, target in items
+            resolve_mode(loaded.family, self.name, asked, target is not None)
+            for _, target, _ in items
         }
         if len(modes) != 1:
             raise UsageError("a batch mixes inputs with and without a target: give every input one")
         (mode,) = modes
+        if any(pair is not None for _, _, pair in items) and loaded.family is not Family.ENCODER:
+            raise UsageError(
+                f"{self.name} is a {loaded.family.value} model: sentence pairs (--pair) are "
+                "read by encoders such as BERT; give a decoder both sentences as one text"
+            )
         modules = self.modules(mode)
         layer_indices = resolve(layers, len(modules), "layer")
-        inputs = model_inputs(loaded, items, mode)
+        inputs = model_inputs(loaded, items, mode, prompting)
         stacked, head_indices = attention_of(
             loaded, modules, layer_indices, inputs.arguments, heads
         )  # (L, B, H, T, S)
@@ -122,6 +148,8 @@ class PretrainedExtractor(Extractor):
                     target=items[row][1],
                     query_special=query_labels.special,
                     key_special=key_labels.special,
+                    pair=items[row][2],
+                    pair_start=key_labels.pair_start(),
                 )
             )
         return results
@@ -141,11 +169,15 @@ class PretrainedExtractor(Extractor):
         heads: Selection = None,
         special: bool = True,
         raw_pieces: bool = False,
+        chat: bool = False,
+        system: str | None = None,
     ) -> Generation:
         from attnviz.extractor import check_text
         from attnviz.pretrained.generation import Sampling, generate
 
         check_text(prompt, "prompt")
+        if system is not None and not chat:
+            raise UsageError("--system is the first message of a chat: add --chat")
         check_syntax(layers, "layer")
         check_syntax(heads, "head")
         sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
@@ -157,6 +189,7 @@ class PretrainedExtractor(Extractor):
             layers=layers,
             heads=heads,
             labelling=Labelling(special=special, raw_pieces=raw_pieces),
+            prompting=Prompting(chat=chat, system=system),
         )
 
     def explain(

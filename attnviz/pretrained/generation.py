@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, ExitCode, UsageError
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.encoding import Side, attention_of, check_weights, encode, row_tolerance
+from attnviz.pretrained.encoding import (
+    PLAIN,
+    Prompting,
+    Side,
+    attention_of,
+    check_weights,
+    encode,
+    row_tolerance,
+)
 from attnviz.pretrained.labels import Labelling, readable
 from attnviz.pretrained.loading import PretrainedModel, quiet
 from attnviz.pretrained.streams import Family
@@ -98,6 +106,7 @@ def generate(
     layers: Selection,
     heads: Selection,
     labelling: Labelling,
+    prompting: Prompting = PLAIN,
 ) -> Generation:
     """Generate after ``prompt``; return the text and the maps of prompt + generated tokens
     (decoders: masked attention; encoder-decoders: the decoder's cross-attention over the
@@ -126,7 +135,8 @@ def generate(
             f"{name} reads at most {loaded.max_length} tokens, prompt and new ones together: "
             f"ask for fewer than {loaded.max_length} new tokens"
         )
-    source = encode(loaded, prompt, "prompt", reserve=new_tokens if decoder_only else 0)
+    reserve = new_tokens if decoder_only else 0
+    source = encode(loaded, prompt, "prompt", reserve=reserve, prompting=prompting)
     device = loaded.model.device
     prompt_ids = torch.tensor([source.encoding["input_ids"]], device=device)
     config = _generation_config(loaded, sampling, new_tokens)
@@ -258,4 +268,7 @@ def _written(given: Side, sequence: list[int], given_length: int) -> Side:
     prompt (for labels of partial characters), the generated ones have none."""
     offsets = list(given.encoding["offset_mapping"][:given_length])
     offsets += [(0, 0)] * (len(sequence) - len(offsets))
-    return Side({"input_ids": sequence, "offset_mapping": offsets}, given.text)
+    template = None
+    if given.template is not None:  # a chat template's tokens stay special; new ones are not
+        template = given.template[:given_length] + [False] * (len(sequence) - given_length)
+    return Side({"input_ids": sequence, "offset_mapping": offsets}, given.text, None, template)

@@ -29,6 +29,11 @@ class Labels:
 
     text: list[str]
     special: list[bool]
+    segment: list[int]  # 0: the text (sentence A); 1: sentence B of a pair
+
+    def pair_start(self) -> int | None:
+        """Where sentence B begins, if there is one."""
+        return self.segment.index(1) if 1 in self.segment else None
 
 
 @dataclass(frozen=True)
@@ -50,15 +55,18 @@ def piece_labels(tokenizer: Any, side: Side, raw: bool = False) -> Labels:
     # spell: it is not special, so --no-special keeps it.
     special_ids = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
     byte_level = _is_byte_level(tokenizer)
-    labels = Labels([], [])
+    segments = side.segments()
+    labels = Labels([], [], segments)
     offsets = side.encoding["offset_mapping"]
-    for token_id, piece, (start, end) in zip(ids, pieces, offsets, strict=True):
-        is_special = token_id in special_ids
+    template = side.template or [False] * len(ids)  # a chat template's own tokens are special
+    for token_id, piece, (start, end), added in zip(ids, pieces, offsets, template, strict=True):
+        is_special = token_id in special_ids or added
         label = piece if is_special or raw else clean_piece(piece, byte_level=byte_level)
         if not label:  # a piece that is only a space (a lone ▁ or Ġ)
             label = VISIBLE_SPACE
         elif "\ufffd" in label:  # one byte of a longer character: show the character
-            label = side.text[start:end].strip() or label
+            source = side.pair if segments[len(labels.text)] and side.pair else side.text
+            label = source[start:end].strip() or label
         labels.text.append(label)
         labels.special.append(is_special)
     return labels
@@ -92,6 +100,7 @@ def _merged(labels: Labels, groups: list[list[int]]) -> Labels:
     return Labels(
         ["".join(labels.text[position] for position in group) for group in groups],
         [labels.special[group[0]] for group in groups],
+        [labels.segment[group[0]] for group in groups],
     )
 
 
@@ -127,7 +136,13 @@ def readable(
             raise UsageError("--no-special leaves no tokens: the text has only special tokens")
         weights = drop_special(weights, keep_queries, keep_keys)
         query_labels = Labels(
-            [query_labels.text[i] for i in keep_queries], [False] * len(keep_queries)
+            [query_labels.text[i] for i in keep_queries],
+            [False] * len(keep_queries),
+            [query_labels.segment[i] for i in keep_queries],
         )
-        key_labels = Labels([key_labels.text[i] for i in keep_keys], [False] * len(keep_keys))
+        key_labels = Labels(
+            [key_labels.text[i] for i in keep_keys],
+            [False] * len(keep_keys),
+            [key_labels.segment[i] for i in keep_keys],
+        )
     return weights, query_labels, key_labels

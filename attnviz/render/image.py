@@ -461,7 +461,7 @@ class Painter:
         """One map of ``maps`` as picture bytes."""
         canvas = self.head_canvas(len(maps.query_tokens), len(maps.key_tokens), style)
         frame = Frame(
-            header=style.titles(f"{maps.model} · {maps.mode} attention"),
+            header=style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"),
             query_labels=tuple(maps.query_labels()),
             key_labels=tuple(maps.key_tokens),
         )
@@ -621,7 +621,7 @@ def grid_figure(
         ax.set_visible(False)  # the empty places of a wrapped last row
     if style.title != "":
         figure.suptitle(
-            style.titles(f"{maps.model} · {maps.mode} attention"),
+            style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"),
             fontsize=(style.font_size or 9.0) + 1,
         )
     if step > 1:

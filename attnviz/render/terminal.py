@@ -263,10 +263,7 @@ def _summary(maps: AttentionMaps) -> str:
         summary += f" · {maps.aggregate}"
     rows, columns = len(maps.query_tokens), len(maps.key_tokens)
     summary += f" · rows: {rows} query tokens, columns: {columns} key tokens"
-    if maps.prompt_length is not None:
-        generated = rows - maps.prompt_length
-        summary += f" · {generated} generated (▸) after a {maps.prompt_length}-token prompt"
-    return summary
+    return summary + maps.context()
 
 
 def _rows_sum_to_one(maps: AttentionMaps) -> bool:
