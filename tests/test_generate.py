@@ -230,3 +230,47 @@ def test_generate_refuses_what_it_cannot_do(runner, tiny, generators, arguments,
     result = runner.invoke(app, [argument.format(**names) for argument in arguments])
     assert result.exit_code == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_in_the_generate_command_prints_what_was_written_and_exits_130(
+    runner, generators, monkeypatch
+):
+    from attnviz.pretrained import generation as module
+
+    calls = []
+    original = module._Collector.put
+
+    def put(self, value):
+        original(self, value)
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(module._Collector, "put", put)
+    result = runner.invoke(
+        app, ["generate", "--model", generators["gpt2-lm"], PROMPT, "-n", "9", "--no-stop"]
+    )
+    assert result.exit_code == 130
+    assert result.stdout.startswith(PROMPT) and len(result.stdout.strip()) > len(PROMPT)
+    assert result.stderr.strip() == "attnviz: error: interrupted while generating"
+
+
+def test_heads_and_top_read_what_generate_saved(runner, generators, tmp_path):
+    from attnviz.analysis.heads import head_statistics
+
+    saved = tmp_path / "gen.json"
+    made = runner.invoke(
+        app, ["generate", "--model", generators["gpt2-lm"], PROMPT, "-n", "3", "-o", str(saved)]
+    )
+    assert made.exit_code == 0, made.stderr
+    maps = attnviz.AttentionMaps.from_dict(json.loads(saved.read_text()))
+    listed = runner.invoke(app, ["heads", "--from", str(saved), "-f", "json"])
+    assert listed.exit_code == 0, listed.stderr
+    rows = json.loads(listed.stdout)["heads"]
+    expected = head_statistics(maps)
+    assert [(r["layer"], r["head"]) for r in rows] == [(s.layer, s.head) for s in expected]
+    assert [r["entropy"] for r in rows] == pytest.approx([s.entropy for s in expected])
+    top = runner.invoke(app, ["top", "--from", str(saved), "-l", "1", "--head", "2", "-f", "json"])
+    assert top.exit_code == 0 and json.loads(top.stdout)["maps"][0]["title"] == "layer 1 · head 2"
+    both = runner.invoke(app, ["heads", PROMPT, "--from", str(saved)])
+    assert both.exit_code == 2 and "one of them" in both.stderr

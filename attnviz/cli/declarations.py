@@ -65,6 +65,23 @@ TextArgument = Annotated[
         metavar="TEXT", help="The text to look at, or - to read it from standard input."
     ),
 ]
+OptionalTextArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[TEXT]",
+        show_default=False,
+        help="The text to look at, or - to read it from standard input (or give --from).",
+    ),
+]
+FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        metavar="SOURCE",
+        help="Saved maps instead of TEXT: a json, ndjson or npz file that show or generate "
+        "wrote (- for stdin); no model is loaded.",
+    ),
+]
 SavedArgument = Annotated[
     str,
     typer.Argument(

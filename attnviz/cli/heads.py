@@ -15,7 +15,8 @@ from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 @model_settings
 @with_environment
 def heads(
-    text: d.TextArgument,
+    text: d.OptionalTextArgument = None,
+    saved: d.FromOption = None,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
     pair: d.PairOption = None,
@@ -56,16 +57,18 @@ def heads(
     from attnviz.analysis.heads import COLUMN_HELP, as_dicts, head_statistics, sort_rows
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
-    from attnviz.io import dump_json, read_texts
+    from attnviz.io import dump_json
     from attnviz.schema import envelope
 
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
-    extractor = asked.open(environment)
-    maps = extractor.extract(
-        out.only_one(read_texts(text)), target=target, pair=pair, **asked.options
-    )
+
+    def extract(line: str):
+        extractor = asked.open(environment)
+        return extractor.extract(line, target=target, pair=pair, **asked.options)
+
+    maps = out.text_or_saved(text, saved, extract, layer, head, model)
     rows = sort_rows(head_statistics(maps), sort, reverse)[:top]
     if output_format is d.TableFormat.JSON:
         out.write_stdout(dump_json(envelope({"heads": as_dicts(rows)})))

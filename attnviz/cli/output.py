@@ -150,6 +150,43 @@ def top_heads_for(choice: HeadChoice, aggregate: Aggregate | None) -> TopHeads |
     return top
 
 
+def select_held(maps: AttentionMaps, layer: str, head: str) -> AttentionMaps:
+    """The layers and heads asked for, among those saved maps hold."""
+    from attnviz.selection import resolve_held
+
+    if (layer, head) == ("all", "all"):
+        return maps
+    if maps.aggregate is not None:
+        raise UsageError("these saved maps are an aggregate: there are no layers or heads to pick")
+    return maps.select(
+        layers=resolve_held(layer, maps.layers, "layer"),
+        heads=resolve_held(head, maps.heads, "head"),
+    )
+
+
+def text_or_saved(
+    text: str | None,
+    saved: str | None,
+    extract: Callable[[str], AttentionMaps],
+    layer: str,
+    head: str,
+    model: str,
+) -> AttentionMaps:
+    """The maps of TEXT, run through the model by ``extract``; or of --from, saved maps
+    (what show or generate wrote), narrowed to --layer and --head."""
+    from attnviz.cli.declarations import BUILTIN
+    from attnviz.io import read_maps, read_texts
+
+    if (text is None) == (saved is None):
+        raise UsageError("give TEXT to run a model on, or --from FILE with saved maps: one of them")
+    if saved is not None and model != BUILTIN:
+        raise UsageError("--from reads maps a model already made: drop --model")
+    if saved is not None:
+        return select_held(only_one(read_maps(saved)), layer, head)
+    assert text is not None
+    return extract(only_one(read_texts(text)))
+
+
 def checked_between(between: str | None, pair: str | None) -> str | None:
     """--between, written as it must be and given with --pair."""
     from attnviz.maps import BETWEEN

@@ -45,7 +45,7 @@ def render(
 
     stream = read_maps(source)
     if (layer, head) != ("all", "all"):
-        stream = (_select(maps, layer, head) for maps in stream)
+        stream = (out.select_held(maps, layer, head) for maps in stream)
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
     if label_positions:
@@ -65,16 +65,3 @@ def render(
     picture_kind = picture_format(output)
     style = picture.style()
     out.save_picture(out.only_one(stream), view, picture_kind, style, output)
-
-
-def _select(maps, layer: str, head: str):
-    """The layers and heads asked for, among those the saved maps hold."""
-    from attnviz.errors import UsageError
-    from attnviz.selection import resolve_held
-
-    if maps.aggregate is not None:
-        raise UsageError("these saved maps are an aggregate: there are no layers or heads to pick")
-    return maps.select(
-        layers=resolve_held(layer, maps.layers, "layer"),
-        heads=resolve_held(head, maps.heads, "head"),
-    )

@@ -14,7 +14,8 @@ from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 @model_settings
 @with_environment
 def top(
-    text: d.TextArgument,
+    text: d.OptionalTextArgument = None,
+    saved: d.FromOption = None,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
     pair: d.PairOption = None,
@@ -43,17 +44,19 @@ def top(
     from attnviz.analysis.top import top_keys
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
-    from attnviz.io import dump_json, read_texts
+    from attnviz.io import dump_json
     from attnviz.schema import envelope
     from attnviz.tokens import display_label
 
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
-    extractor = asked.open(environment)
-    maps = extractor.extract(
-        out.only_one(read_texts(text)), target=target, pair=pair, **asked.options
-    )
+
+    def extract(line: str):
+        extractor = asked.open(environment)
+        return extractor.extract(line, target=target, pair=pair, **asked.options)
+
+    maps = out.text_or_saved(text, saved, extract, layer, head, model)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     blocks = top_keys(maps, k)
