@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/suite.py
 	$(BIN)/python benchmarks/pretrained.py
+	$(BIN)/python benchmarks/generate.py
 	$(BIN)/python benchmarks/batch.py
 	$(BIN)/python benchmarks/memory.py
 

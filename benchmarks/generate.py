@@ -19,20 +19,20 @@ from pathlib import Path
 from common import medians
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests import tiny_models  # noqa: E402  (the repository's own model builders)
+from tests import tiny_models
 
 PROMPT = "The animal didn't cross the street because it was too tired"
-PLAIN = """
+PLAIN = f"""
 import sys
 from transformers import AutoModelForCausalLM, AutoTokenizer
 path, new = sys.argv[1], int(sys.argv[2])
 tokenizer = AutoTokenizer.from_pretrained(path)
 model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
-ids = tokenizer({prompt!r}, return_tensors="pt")
+ids = tokenizer({PROMPT!r}, return_tensors="pt")
 out = model.generate(**ids, max_new_tokens=new, do_sample=False, output_attentions=True,
                      return_dict_in_generate=True, pad_token_id=tokenizer.eos_token_id)
 print(tokenizer.decode(out.sequences[0]))
-""".format(prompt=PROMPT)
+"""
 
 
 def main() -> None:
