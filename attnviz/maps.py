@@ -303,11 +303,20 @@ class AttentionMaps:
         check_attention(maps)
         return maps
 
-    def _repr_html_(self) -> str:
-        """A notebook picture: an HTML table per map, coloured inline, nothing fetched."""
-        from attnviz.render.notebook import maps_html
+    def to_html(self, view: str = "model") -> str:
+        """The interactive page (head, model and map views) as one self-contained HTML
+        string: save it, share it, open it offline."""
+        from attnviz.choices import View
+        from attnviz.render.page import page_html
 
-        return maps_html(self)
+        return page_html(self, view={"head": View.LAYER, "map": View.HEAD}.get(view, View.MODEL))
+
+    def _repr_html_(self) -> str:
+        """A notebook output: the interactive page in an iframe (no require.js, nothing
+        fetched), bounded in size."""
+        from attnviz.render.page import notebook_html
+
+        return notebook_html(self)
 
 
 def plain_weights(weights: np.ndarray) -> list:

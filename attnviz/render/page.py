@@ -1,0 +1,163 @@
+"""An interactive attention page: one self-contained HTML file, nothing fetched.
+
+Three views of the same maps, switched in the page: the head view (query tokens
+left, key tokens right, a line per pair whose opacity is the weight, a colour
+per head), the model view (every layer × head as a small heatmap) and the map
+view (one heatmap with its labels). Weights travel as 8-bit levels in base64
+(a weight is ``level / 255``, within 0.002 of the exact number) and are decoded
+in the browser; the script and the style are inlined from this package; a
+Content-Security-Policy forbids the page to load anything at all.
+
+Token text is data: it travels inside a JSON block in which ``<``, ``>`` and
+``&`` are escaped, and the script only ever sets it as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.choices import Aggregate, Mode, View
+from attnviz.render import palette
+from attnviz.render.terminal import pool_labels, pool_map
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
+
+MAX_CELLS = 12_000_000  # all maps' cells together: about 16 MB of base64; more are pooled
+NOTEBOOK_CELLS = 1_500_000  # a notebook output stays small: about 2 MB
+_VIEWS = {View.HEAD: "map", View.LAYER: "head", View.MODEL: "model"}
+_POLICY = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+
+
+def _asset(name: str) -> str:
+    return resources.files("attnviz.render").joinpath("page_assets", name).read_text("utf-8")
+
+
+def _extra_maps(maps: AttentionMaps) -> list[tuple[str, int | None, np.ndarray]]:
+    """The aggregations attnviz computes, as extra "heads": the mean and the max of each
+    layer's heads, and the rollout over the layers (self and masked attention)."""
+    from attnviz.analysis.aggregate import aggregate
+
+    if maps.aggregate is not None:
+        return []
+    extra: list[tuple[str, int | None, np.ndarray]] = []
+    for method in (Aggregate.MEAN, Aggregate.MAX) if len(maps.heads) > 1 else ():
+        combined = aggregate(maps, method)
+        extra += [
+            (method.value, layer, combined.weights[i, 0]) for i, layer in enumerate(maps.layers)
+        ]
+    if maps.mode is not Mode.CROSS and len(maps.layers) > 1:
+        extra.append(
+            (Aggregate.ROLLOUT.value, None, aggregate(maps, Aggregate.ROLLOUT).weights[0, 0])
+        )
+    return extra
+
+
+def _pool_for(panels: int, queries: int, keys: int, budget: int) -> int:
+    """The smallest pooling that keeps every map's cells within the budget."""
+    pool = 1
+    while panels * math.ceil(queries / pool) * math.ceil(keys / pool) > budget:
+        pool += 1
+    return pool
+
+
+def page_data(maps: AttentionMaps, *, budget: int = MAX_CELLS, view: str = "model") -> dict:
+    """What the page's script reads: tokens, flags and every map as 8-bit levels."""
+    panels: list[dict[str, Any]] = []
+    matrices: list[np.ndarray] = []
+    for panel in maps.panels():
+        kind = "head" if maps.aggregate is None else maps.aggregate.value
+        panels.append(
+            {"layer": panel.layer, "head": panel.head, "kind": kind, "title": panel.title}
+        )
+        matrices.append(panel.matrix)
+    for method, layer, matrix in _extra_maps(maps):
+        where = "all layers" if layer is None else f"layer {layer}"
+        title = f"{where} · {method} of heads" if method != "rollout" else "rollout over layers"
+        panels.append({"layer": layer, "head": None, "kind": method, "title": title})
+        matrices.append(matrix)
+    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
+    pool = _pool_for(len(matrices), queries, keys, budget)
+    scale = 1.0
+    if pool > 1:  # pooled cells hold sums of columns: scale by what is drawn
+        matrices = [pool_map(matrix.astype(np.float32), pool) for matrix in matrices]
+        scale = max(float(matrix.max()) for matrix in matrices) or 1.0
+    levels = np.clip(np.rint(np.stack(matrices) / scale * 255), 0, 255).astype(np.uint8)
+    query_labels = pool_labels(maps.query_labels(), pool)
+    key_labels = pool_labels(maps.key_tokens, pool)
+
+    def flags(values: list[bool] | None, count: int) -> list[bool]:
+        if values is None or pool > 1:
+            return [False] * count
+        return list(values)
+
+    notes = []
+    if pool > 1:
+        notes.append(
+            f"{queries} × {keys} tokens are pooled by {pool} to keep the page small: a cell "
+            "is a group of neighbouring tokens (rows averaged, columns summed)"
+        )
+    context = maps.context().removeprefix(" · ")
+    if context:
+        notes.append(context)
+    return {
+        "model": maps.model,
+        "mode": maps.mode.value,
+        "text": maps.text,
+        "target": maps.target,
+        "queryTokens": query_labels,
+        "keyTokens": key_labels,
+        "querySpecial": flags(maps.query_special, len(query_labels)),
+        "keySpecial": flags(maps.key_special, len(key_labels)),
+        "maps": panels,
+        "shape": list(levels.shape),
+        "scale": scale,
+        "levels": base64.b64encode(levels.tobytes()).decode("ascii"),
+        "pool": pool,
+        "notes": notes,
+        "view": view,
+        "rowsAreDistributions": maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL),
+        "palette": [list(palette.rgb(level / 255)) for level in range(256)],
+    }
+
+
+def _script_json(data: dict) -> str:
+    """JSON that cannot end the script element it sits in, whatever the tokens hold."""
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def page_html(
+    maps: AttentionMaps, *, budget: int = MAX_CELLS, view: View = View.MODEL, title: str = ""
+) -> str:
+    """The whole page for ``maps`` as one string."""
+    data = page_data(maps, budget=budget, view=_VIEWS[view])
+    heading = title or f"{maps.model} · {maps.mode.value} attention"
+    return (
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{_POLICY}\">"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(heading)}</title><style>{_asset('page.css')}</style></head>"
+        f"<body><h1 id='heading'>{html.escape(heading)}</h1>"
+        f"{_asset('page.html')}"
+        f"<script type='application/json' id='attnviz-data'>{_script_json(data)}</script>"
+        f"<script>{_asset('page.js')}</script></body></html>\n"
+    )
+
+
+def notebook_html(maps: AttentionMaps) -> str:
+    """The page in an iframe's ``srcdoc``: no require.js, the same in JupyterLab, the
+    classic Notebook, VS Code and Colab; bounded in size."""
+    page = page_html(maps, budget=NOTEBOOK_CELLS)
+    return (
+        f'<iframe srcdoc="{html.escape(page, quote=True)}" '
+        "style='width:100%;height:720px;border:1px solid #8884' "
+        "sandbox='allow-scripts'></iframe>"
+    )
