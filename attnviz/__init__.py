@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from attnviz.extractor import Extractor, ExtractorSpec, extract, load
     from attnviz.maps import AttentionMaps
     from attnviz.pretrained.loading import LoadOptions
+    from attnviz.render.page import show_html
 
 _LAZY = {
     "load": "attnviz.extractor",
@@ -30,6 +31,7 @@ _LAZY = {
     "AttentionMaps": "attnviz.maps",
     "BuiltinConfig": "attnviz.builtin.config",
     "LoadOptions": "attnviz.pretrained.loading",
+    "show_html": "attnviz.render.page",
 }
 
 
@@ -65,4 +67,5 @@ __all__ = [
     "__version__",
     "extract",
     "load",
+    "show_html",
 ]

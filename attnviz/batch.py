@@ -339,6 +339,10 @@ def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Pai
             )
         elif output_format is BatchFormat.JSON:
             pieces = [("", dump_json(maps.astype(outputs.dtype).to_dict()).encode("utf-8"))]
+        elif output_format is BatchFormat.HTML:
+            from attnviz.render.page import page_html
+
+            pieces = [("", page_html(labelled, view=outputs.view).encode("utf-8"))]
         else:
             pieces = [("", npz_bytes(maps.astype(outputs.dtype)))]
         for suffix, data in pieces:

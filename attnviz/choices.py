@@ -89,6 +89,7 @@ class BatchFormat(StrEnum):
     PDF = "pdf"
     JSON = "json"
     NPZ = "npz"
+    HTML = "html"  # the interactive page
 
     @property
     def picture(self) -> PictureFormat | None:

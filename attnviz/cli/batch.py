@@ -55,7 +55,8 @@ def batch(
             "-f",
             metavar="FORMAT",
             case_sensitive=False,
-            help="png, svg, pdf, json or npz; repeat for several. Default: png.",
+            help="png, svg, pdf, json, npz or html (the interactive page); repeat for several. "
+            "Default: png.",
         ),
     ] = None,
     view: d.ViewOption = View.HEAD,

@@ -32,7 +32,8 @@ def export(
             "--output",
             "-o",
             metavar="PATH",
-            help="The picture file: its suffix, .png, .svg or .pdf, picks the format.",
+            help="The picture file: its suffix, .png, .svg or .pdf, picks the format; .html "
+            "writes the interactive page.",
         ),
     ],
     view: d.ViewOption = View.MODEL,
@@ -50,17 +51,23 @@ def export(
     picture: PictureSettings = DEFAULT_PICTURE,
     choice: HeadChoice = ALL_HEADS,
 ) -> None:
-    """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output.
+    """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output;
+    or .html: the interactive page.
 
     Rows are query tokens, columns key tokens, with a colour bar from 0 to 1
     and a title naming the model, the mode, the layer and the head. The same
-    input always gives a byte-identical file.
+    input always gives a byte-identical file. The page (one offline file) has a
+    head view, a model view and a map view; --view picks the one it opens on.
     """
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
+    from attnviz.errors import UsageError
     from attnviz.render.image import picture_format
 
-    picture_kind = picture_format(output)
+    page = out.is_page(output)
+    if page and choice.top_heads is not None:
+        raise UsageError("--top-heads draws chosen pictures; the page shows every head")
+    picture_kind = None if page else picture_format(output)
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
@@ -79,4 +86,7 @@ def export(
         maps = combine(maps, aggregate)
     if label_positions:
         maps = maps.with_positions()
+    if picture_kind is None:
+        out.save_page(maps, view, output, picture.title)
+        return
     out.save_picture(maps, view, picture_kind, style, output, top)

@@ -218,6 +218,19 @@ def chosen_panels(maps: AttentionMaps, top: TopHeads) -> list[MapPanel]:
         raise UsageError(f"--top-heads: {error}") from None
 
 
+def is_page(output: str) -> bool:
+    """Does the file name ask for the interactive page?"""
+    return output.lower().endswith((".html", ".htm"))
+
+
+def save_page(maps: AttentionMaps, view: View, output: str, title: str | None = None) -> None:
+    """The interactive page of ``maps``, opening on ``view``, written whole or not at all."""
+    from attnviz.io import write_text
+    from attnviz.render.page import page_html
+
+    write_text(page_html(maps, view=view, title=title or ""), output)
+
+
 def save_picture(
     maps: AttentionMaps,
     view: View,

@@ -22,7 +22,8 @@ def render(
             "--output",
             "-o",
             metavar="PATH",
-            help="Save a picture instead (.png, .svg or .pdf); one input only.",
+            help="Save a picture instead (.png, .svg or .pdf), or the interactive page (.html); "
+            "one input only.",
         ),
     ] = None,
     view: d.ViewOption = View.MODEL,
@@ -59,6 +60,9 @@ def render(
             environment=environment,
             view=d.TerminalView.AUTO,
         )
+        return
+    if out.is_page(output):
+        out.save_page(out.only_one(stream), view, output, picture.title)
         return
     from attnviz.render.image import picture_format
 

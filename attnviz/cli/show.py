@@ -28,6 +28,7 @@ class ShowFormat(StrEnum):
     NDJSON = "ndjson"
     NPZ = "npz"
     CSV = "csv"
+    HTML = "html"  # the interactive page
     PNG = "png"  # the model view, as `export` draws it
     SVG = "svg"
     PDF = "pdf"
@@ -54,10 +55,10 @@ FormatOption = Annotated[
         case_sensitive=False,
         rich_help_panel=d.OUTPUT_PANEL,
         help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
-        "line, streamed. npz: numpy arrays. csv: a row per weight. png, svg, pdf: the model "
-        "view as export draws it. auto: what the suffix of --output says, else terminal "
-        "when stdout is a terminal or --view, --top-heads or --label-positions asks for a "
-        "picture, else ndjson.",
+        "line, streamed. npz: numpy arrays. csv: a row per weight. html: the interactive page. "
+        "png, svg, pdf: the model view as export draws it. auto: what the suffix of --output "
+        "says, else terminal when stdout is a terminal or --view, --top-heads or "
+        "--label-positions asks for a picture, else ndjson.",
     ),
 ]
 OutputOption = Annotated[
@@ -163,6 +164,11 @@ class Presentation:
             stream = (combine(maps, self.aggregate) for maps in stream)
         if self.label_positions:
             stream = (maps.with_positions() for maps in stream)
+        if self.output_format is ShowFormat.HTML:
+            from attnviz.choices import View
+
+            out.save_page(out.only_one(stream), View.MODEL, self.output)
+            return
         if self.output_format in _PICTURES:
             from attnviz.choices import PictureFormat, View
             from attnviz.render.image import Style

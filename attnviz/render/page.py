@@ -18,7 +18,9 @@ import base64
 import html
 import json
 import math
+import os
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -161,3 +163,22 @@ def notebook_html(maps: AttentionMaps) -> str:
         "style='width:100%;height:720px;border:1px solid #8884' "
         "sandbox='allow-scripts'></iframe>"
     )
+
+
+def show_html(
+    maps: AttentionMaps, path: str | Path | None = None, *, open_browser: bool = True
+) -> Path:
+    """Write the page of ``maps`` (to ``path``, or a new file in the temporary folder) and
+    open it in the default browser, for scripts; return where it is."""
+    import tempfile
+    import webbrowser
+
+    if path is None:
+        handle, name = tempfile.mkstemp(prefix="attnviz-", suffix=".html")
+        os.close(handle)
+        path = name
+    target = Path(path)
+    target.write_text(page_html(maps), encoding="utf-8")
+    if open_browser:
+        webbrowser.open(target.resolve().as_uri())
+    return target
