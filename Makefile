@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean browser
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,18 @@ demo: $(STAMP)
 
 # Line coverage, the lines run by the tests' own `attnviz` processes included;
 # tests spread over every core (pytest-xdist).
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -n auto --cov --cov-report=term --cov-fail-under=90
+
+# The interactive page's tests drive a real headless Chromium (Selenium, the system's
+# chromedriver; no browser download). Installed from Debian's packages where we are root.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium chromium-driver >/dev/null; \
+	else echo "attnviz: the browser tests need chromium and chromium-driver" \
+	  "(apt-get install chromium chromium-driver); without them they are skipped"; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -36,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/generate.py
 	$(BIN)/python benchmarks/batch.py
 	$(BIN)/python benchmarks/memory.py
+	$(BIN)/python benchmarks/page.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .coverage .coverage.*
