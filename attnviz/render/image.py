@@ -19,6 +19,7 @@ Output is reproducible: no timestamps in PNG, SVG or PDF metadata.
 from __future__ import annotations
 
 import io
+import math
 import re
 import struct
 import warnings
@@ -37,8 +38,6 @@ from attnviz.maps import AttentionMaps, MapPanel
 from attnviz.tokens import display_label
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
     from attnviz.analysis.corpus import CorpusStatistics
 
 SUFFIXES = {f".{picture.value}": picture for picture in PictureFormat}
@@ -444,6 +443,7 @@ class Painter:
     def __init__(self, max_canvases: int = 64) -> None:
         self.max_canvases = max_canvases
         self.canvases: dict[tuple[int, int, Style], HeadCanvas] = {}
+        self.grids: dict[tuple[GridShape, Style], GridCanvas] = {}
         self.missing_glyphs: set[str] = set()  # drawn as boxes by the grid views
         self.reported: set[str] = set()  # missing characters already warned about, once each
 
@@ -454,6 +454,26 @@ class Painter:
                 self.canvases.pop(next(iter(self.canvases)))
             self.canvases[key] = HeadCanvas(queries, keys, style)
         return self.canvases[key]
+
+    def grid_picture(
+        self,
+        maps: AttentionMaps,
+        picture: PictureFormat,
+        style: Style,
+        panels: Sequence[MapPanel] | None = None,
+    ) -> bytes:
+        """The maps (or the chosen ``panels``) as small multiples: a row per layer, a column
+        per head; a single layer's heads, and chosen panels, wrap into rows of six."""
+        shown = list(maps.panels()) if panels is None else list(panels)
+        key = (grid_shape(maps, panels), style)
+        if key not in self.grids:
+            if len(self.grids) >= self.max_canvases:
+                self.grids.pop(next(iter(self.grids)))
+            self.grids[key] = GridCanvas(*key)
+        canvas = self.grids[key]
+        if picture is PictureFormat.PNG:
+            return canvas.png(maps, shown)
+        return canvas.vector(maps, shown, picture)
 
     def head_picture(
         self, maps: AttentionMaps, panel: MapPanel, picture: PictureFormat, style: Style
@@ -489,7 +509,8 @@ class Painter:
         else:
             yield from self._chosen(maps, view, picture, style, panels)
         missing = set(self.missing_glyphs).union(
-            *(canvas.missing_glyphs for canvas in self.canvases.values())
+            *(canvas.missing_glyphs for canvas in self.canvases.values()),
+            *(canvas.missing_glyphs for canvas in self.grids.values()),
         )
         if missing - self.reported:  # one warning line per character, however many inputs
             _warn_missing(missing - self.reported)
@@ -504,11 +525,11 @@ class Painter:
         panels: Sequence[MapPanel],
     ) -> Iterator[tuple[str, bytes]]:
         if view is View.MODEL:
-            yield "", grid_picture(maps, picture, style, self.missing_glyphs, panels)
+            yield "", self.grid_picture(maps, picture, style, panels)
         elif view is View.LAYER:
             for layer in dict.fromkeys(panel.layer for panel in panels):
                 own = [panel for panel in panels if panel.layer == layer]
-                yield f"-L{layer}", grid_picture(maps, picture, style, self.missing_glyphs, own)
+                yield f"-L{layer}", self.grid_picture(maps, picture, style, own)
         else:
             for panel in panels:
                 suffix = f"-L{panel.layer}-H{panel.head}"
@@ -519,7 +540,7 @@ class Painter:
     ) -> Iterator[tuple[str, bytes]]:
         layer_count = maps.weights.shape[0]
         if view is View.MODEL:
-            yield "", grid_picture(maps, picture, style, self.missing_glyphs)
+            yield "", self.grid_picture(maps, picture, style)
             return
         if view is View.LAYER:
             for i in range(layer_count):
@@ -529,7 +550,7 @@ class Painter:
                     layers=[layer] if layer is not None else maps.layers,
                 )
                 suffix = f"-L{layer}" if layer is not None else ""
-                yield suffix, grid_picture(part, picture, style, self.missing_glyphs)
+                yield suffix, self.grid_picture(part, picture, style)
             return
         for panel in maps.panels():
             suffix = "".join(
@@ -540,100 +561,260 @@ class Painter:
             yield suffix, self.head_picture(maps, panel, picture, style)
 
 
-def grid_picture(
-    maps: AttentionMaps,
-    picture: PictureFormat,
-    style: Style,
-    missing_glyphs: set[str],
-    panels: Sequence[MapPanel] | None = None,
-) -> bytes:
-    """The maps as small multiples (see :func:`grid_figure`), as picture bytes."""
-    figure = grid_figure(maps, style, panels)
-    out = io.BytesIO()
-    with _drawing(missing_glyphs):
-        if picture is PictureFormat.PNG:
-            figure.savefig(
-                out,
-                format="png",
-                metadata=_metadata(PictureFormat.PNG),
-                pil_kwargs={"compress_level": 6},
-            )
-        else:
-            figure.savefig(out, format=picture.value, metadata=_metadata(picture))
-    return out.getvalue()
+@dataclass(frozen=True)
+class GridShape:
+    """What a grid picture's layout depends on: one canvas serves every input alike."""
+
+    rows: int  # panels down
+    columns: int  # panels across
+    queries: int
+    keys: int
+    label_chars: int  # the longest label, capped: the room kept for labels
 
 
-def grid_figure(
-    maps: AttentionMaps, style: Style, panels: Sequence[MapPanel] | None = None
-) -> Figure:
-    """All maps held as small multiples: a row per layer, a column per head.
-
-    A single layer's heads, and chosen ``panels``, wrap into rows of at most six,
-    so that twelve heads make a 6 × 2 grid rather than one long strip.
-    """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    shown = list(maps.panels()) if panels is None else list(panels)
-    rows, columns = maps.weights.shape[:2] if panels is None else (1, len(shown))
+def grid_shape(maps: AttentionMaps, panels: Sequence[MapPanel] | None) -> GridShape:
+    count = len(panels) if panels is not None else maps.weights.shape[0] * maps.weights.shape[1]
+    rows, columns = maps.weights.shape[:2] if panels is None else (1, count)
     if rows == 1 and columns > _GRID_COLUMNS:
         rows, columns = -(-columns // _GRID_COLUMNS), _GRID_COLUMNS
-    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
-    cell = float(np.clip(2.2 / max(queries, keys), 0.03, 0.25))
-    panel_width, panel_height = keys * cell + 0.9, queries * cell + 0.9
-    size = style.figsize or (columns * panel_width + 1.2, rows * panel_height + 0.8)
-    figure = Figure(figsize=size, dpi=style.dpi)
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(rows, columns, squeeze=False)
-    if style.figsize is not None:  # the cells are what the given size leaves
-        cell = min((size[0] - 1.2) / columns - 0.9, (size[1] - 0.8) / rows - 0.9) / max(
-            queries, keys
+    labels = [*maps.query_labels(), *maps.key_tokens]
+    longest = max((len(_label(token)) for token in labels), default=1)
+    return GridShape(rows, columns, len(maps.query_tokens), len(maps.key_tokens), longest)
+
+
+class GridCanvas:
+    """Small multiples, laid out once per shape and style: every panel is a rectangle of
+    cells on one borderless board (no Axes, ticks or layout engine per panel, which is
+    what made matplotlib's own grid slow).
+
+    PNGs take the fast path: the frame (colour bar, panel borders) is drawn once; per
+    input the labels and titles are drawn; per picture each panel's cells are painted
+    into the pixel buffer from the colormap's lookup table. SVG and PDF are the same
+    figure drawn whole by matplotlib, which a test holds the fast path to.
+    """
+
+    def __init__(self, shape: GridShape, style: Style) -> None:
+        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import Normalize
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Rectangle
+
+        self.shape, self.style = shape, style
+        self.missing_glyphs: set[str] = set()
+        queries, keys = shape.queries, shape.keys
+        cell = float(np.clip(2.2 / max(queries, keys), 0.03, 0.25))
+        label_size, _ = _label_step(cell * _INCH, style.font_size, largest=7.0)
+        label_room = 0.08 + min(shape.label_chars, MAX_LABEL) * label_size * 0.62 / _INCH
+        title_room = 0.1 + (style.font_size or 7.0) * 1.5 / _INCH
+        gap, top, right = 0.15, 0.5, 1.1
+        if style.figsize is not None:  # the cells take what the given size leaves
+            width, height = style.figsize
+            across = (width - 0.2 - right) / shape.columns - label_room - gap
+            down = (height - top - 0.3) / shape.rows - title_room - label_room - gap
+            cell = min(across / keys, down / queries)
+            if cell <= 0:
+                raise UsageError(
+                    f"--figsize {width:g},{height:g} is too small for {shape.rows} × "
+                    f"{shape.columns} maps and their labels: give a larger size"
+                )
+        self.cell = cell
+        label_size, step = _label_step(cell * _INCH, style.font_size, largest=7.0)
+        self.step = step
+        # Panels a whole number of pixels apart: one panel's labels, drawn once, are then
+        # pixel for pixel what matplotlib would draw at every other panel.
+        dpi = style.dpi
+        panel_width = math.ceil((label_room + keys * cell + gap) * dpi) / dpi
+        panel_height = math.ceil((title_room + queries * cell + label_room + gap) * dpi) / dpi
+        self.panel_pixels = (round(panel_width * dpi), round(panel_height * dpi))
+        width, height = style.figsize or (
+            0.2 + shape.columns * panel_width + right,
+            top + shape.rows * panel_height + 0.3,
         )
-    label_size, step = _label_step(cell * _INCH, style.font_size, largest=7.0)
-    title_size = style.font_size or 7.0
-    image = None
-    for n, panel in enumerate(shown):
-        ax = axes[divmod(n, columns)]
-        image = ax.imshow(
-            panel.matrix,
-            cmap=matplotlib.colormaps[style.cmap],
-            vmin=0,
-            vmax=style.vmax,
-            interpolation="nearest",
-            aspect="auto",
+        height = math.ceil(height * dpi) / dpi  # the top edge on a pixel: panels from there
+        self.label_room = label_room
+        self.figure = Figure(figsize=(width, height), dpi=style.dpi)
+        self.canvas = FigureCanvasAgg(self.figure)
+        board = self.figure.add_axes((0, 0, 1, 1))
+        board.set_axis_off()
+        board.set_xlim(0, width)
+        board.set_ylim(0, height)
+        board.set_autoscale_on(False)
+        self.board = board
+        self.cmap = matplotlib.colormaps[style.cmap]
+        self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
+        title_size = style.font_size or 7.0
+        self.boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 (inches)
+        self.images, self.titles, self.labels = [], [], []
+        left_edge = round((0.2 + label_room) * dpi) / dpi
+        top_edge = round((height - top - title_room) * dpi) / dpi
+        for n in range(shape.rows * shape.columns):
+            row, column = divmod(n, shape.columns)
+            x0 = left_edge + column * panel_width
+            y1 = top_edge - row * panel_height
+            x1, y0 = x0 + keys * cell, y1 - queries * cell
+            self.boxes.append((x0, x1, y0, y1))
+            image = board.imshow(
+                np.zeros((queries, keys)),
+                cmap=self.cmap,
+                vmin=0.0,
+                vmax=style.vmax,
+                interpolation="nearest",
+                aspect="auto",
+                extent=(x0, x1, y0, y1),
+                animated=True,
+            )
+            self.images.append(image)
+            board.add_patch(
+                Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, linewidth=0.5, color="0.6")
+            )
+            self.titles.append(
+                board.text((x0 + x1) / 2, y1 + 0.04, "", ha="center", va="bottom",
+                           fontsize=title_size, animated=True)
+            )  # fmt: skip
+            rows_ = [
+                board.text(x0 - 0.03, y1 - (q + 0.5) * cell, "", ha="right", va="center",
+                           fontsize=label_size, animated=True)
+                for q in range(0, queries, step)
+            ]  # fmt: skip
+            columns_ = [
+                board.text(x0 + (k + 0.5) * cell, y0 - 0.03, "", ha="center", va="top",
+                           rotation=90, fontsize=label_size, animated=True)
+                for k in range(0, keys, step)
+            ]  # fmt: skip
+            self.labels.append((rows_, columns_))
+        self.header = self.figure.text(
+            0.5, 1 - 0.1 / height, "", ha="center", va="top",
+            fontsize=(style.font_size or 9.0) + 1, animated=True,
+        )  # fmt: skip
+        if step > 1:
+            self.figure.text(
+                0.005, 0.005, _axes_note(step).splitlines()[-1], fontsize=MIN_LABEL_POINTS
+            )
+        bar_axes = self.figure.add_axes(
+            (
+                (width - right + 0.25) / width,
+                0.3 / height,
+                0.15 / width,
+                (height - top - 0.3) / height,
+            )
         )
-        if style.title != "" or len(shown) > 1:  # titles tell the panels of a grid apart
-            ax.set_title(panel.title, fontsize=title_size)
-        ax.set_xticks(
-            range(0, keys, step),
-            [_label(t) for t in maps.key_tokens[::step]],
-            rotation=90,
-            fontsize=label_size,
-        )
-        ax.set_yticks(
-            range(0, queries, step),
-            [_label(t) for t in maps.query_labels()[::step]],
-            fontsize=label_size,
-        )
-        ax.tick_params(length=0, pad=1)
-    for ax in axes.flat[len(shown) :]:
-        ax.set_visible(False)  # the empty places of a wrapped last row
-    if style.title != "":
-        figure.suptitle(
-            style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"),
-            fontsize=(style.font_size or 9.0) + 1,
-        )
-    if step > 1:
-        figure.text(0.005, 0.005, _axes_note(step).splitlines()[-1], fontsize=MIN_LABEL_POINTS)
-    figure.set_layout_engine("constrained")
-    if image is not None:  # as tall as the grid, arrowed when vmax clips weights
-        bar = figure.colorbar(
-            image, ax=axes, shrink=1.0, aspect=40, extend="max" if style.clips else "neither"
+        mappable = ScalarMappable(Normalize(0.0, style.vmax), self.cmap)
+        bar = self.figure.colorbar(
+            mappable, cax=bar_axes, extend="max" if style.clips else "neither"
         )
         bar.set_label(_bar_label(style), fontsize=max(MIN_LABEL_POINTS, title_size))
-        bar.ax.tick_params(labelsize=max(MIN_LABEL_POINTS, title_size - 1))
-    return figure
+        bar_axes.tick_params(labelsize=max(MIN_LABEL_POINTS, title_size - 1))
+        with _drawing(self.missing_glyphs):
+            self.canvas.draw()
+        self.blank = self.canvas.copy_from_bbox(self.figure.bbox)
+        self.framed: Any = None
+        self.frame_drawn: tuple | None = None
+        rows = int(self.figure.bbox.height)
+        transform = board.transData
+        self.pixels_of: list[tuple[np.ndarray, np.ndarray]] = []
+        for x0, x1, y0, y1 in self.boxes:
+            (left, bottom), (right_, top_) = transform.transform([(x0, y0), (x1, y1)])
+            xs = np.rint(np.linspace(left, right_, keys + 1)).astype(int)
+            ys = np.rint(np.linspace(rows - top_, rows - bottom, queries + 1)).astype(int)
+            self.pixels_of.append((xs, ys))
+
+    def _set_frame(self, maps: AttentionMaps, panels: Sequence[MapPanel]) -> list[Any]:
+        """Put one input's header, titles and labels on their artists; return them all."""
+        style = self.style
+        self.header.set_text(style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"))
+        queries = [_label(token) for token in maps.query_labels()][:: self.step]
+        keys = [_label(token) for token in maps.key_tokens][:: self.step]
+        shown = len(panels) > 1 or style.title != ""
+        drawn: list[Any] = [self.header]
+        for n, (title, (rows, columns)) in enumerate(zip(self.titles, self.labels, strict=True)):
+            used = n < len(panels)
+            title.set_text(panels[n].title if used and shown else "")
+            for artist, label in zip(rows, queries, strict=True):
+                artist.set_text(label if used else "")
+            for artist, label in zip(columns, keys, strict=True):
+                artist.set_text(label if used else "")
+            drawn += [title, *rows, *columns]
+        return drawn
+
+    def png(self, maps: AttentionMaps, panels: Sequence[MapPanel]) -> bytes:
+        frame = (
+            maps.model, maps.mode, maps.context(), tuple(maps.query_labels()),
+            tuple(maps.key_tokens), tuple(panel.title for panel in panels),
+        )  # fmt: skip
+        if frame != self.frame_drawn:  # a new input: its labels and titles, drawn once
+            self.canvas.restore_region(self.blank)
+            self._set_frame(maps, panels)
+            with _drawing(self.missing_glyphs):
+                for artist in [self.header, *self.titles]:
+                    self.figure.draw_artist(artist)
+                self._draw_labels(len(panels))
+            self.framed = self.canvas.copy_from_bbox(self.figure.bbox)
+            self.frame_drawn = frame
+        else:
+            self.canvas.restore_region(self.framed)
+        pixels = np.asarray(self.canvas.buffer_rgba())
+        for panel, (xs, ys) in zip(panels, self.pixels_of, strict=False):
+            shades = np.clip(np.rint(panel.matrix * (255 / self.style.vmax)), 0, 255)
+            cells = self.lookup[shades.astype(np.intp)]  # (T, S, 4)
+            block = np.repeat(np.repeat(cells, np.diff(ys), axis=0), np.diff(xs), axis=1)
+            pixels[ys[0] : ys[-1], xs[0] : xs[-1]] = block
+        return encode_png(pixels)
+
+    def _draw_labels(self, used: int) -> None:
+        """Draw the first panel's token labels, and paste them beside every other panel
+        in use: the panels are a whole number of pixels apart, so the pixels are those
+        matplotlib would draw there (a test holds them to it)."""
+        rows_, columns_ = self.labels[0]
+        for artist in [*rows_, *columns_]:
+            self.figure.draw_artist(artist)
+        pixels = np.asarray(self.canvas.buffer_rgba())
+        height = pixels.shape[0]
+        xs, ys = self.pixels_of[0]
+        room = int(np.ceil(self.label_room * self.style.dpi))
+        # The row labels' strip left of the cells, the column labels' strip below them.
+        strips = [
+            (slice(ys[0] - 2, ys[-1] + 2), slice(max(xs[0] - room, 0), xs[0])),
+            (slice(ys[-1], min(ys[-1] + room, height)), slice(xs[0] - 2, xs[-1] + 2)),
+        ]
+        copies = [pixels[rows, columns].copy() for rows, columns in strips]
+        across, down = self.panel_pixels
+        for n in range(1, used):
+            row, column = divmod(n, self.shape.columns)
+            for (rows, columns), strip in zip(strips, copies, strict=True):
+                target = pixels[
+                    rows.start + row * down : rows.stop + row * down,
+                    columns.start + column * across : columns.stop + column * across,
+                ]
+                target[...] = strip[: target.shape[0], : target.shape[1]]
+
+    def whole(self, maps: AttentionMaps, panels: Sequence[MapPanel]) -> Any:
+        """The figure with every artist set for ``maps``, to be drawn whole by matplotlib."""
+        self.frame_drawn = None  # the raster background no longer matches the artists
+        artists = [*self._set_frame(maps, panels), *self.images]
+        for n, image in enumerate(self.images):
+            if n < len(panels):
+                image.set_data(panels[n].matrix)
+            image.set_visible(n < len(panels))
+        for artist in artists:
+            artist.set_animated(False)
+        return self.figure
+
+    def vector(
+        self, maps: AttentionMaps, panels: Sequence[MapPanel], picture: PictureFormat
+    ) -> bytes:
+        figure = self.whole(maps, panels)
+        try:
+            out = io.BytesIO()
+            with _drawing(self.missing_glyphs):
+                figure.savefig(out, format=picture.value, metadata=_metadata(picture))
+            return out.getvalue()
+        finally:
+            for artist in [*self._set_frame(maps, panels), *self.images]:
+                artist.set_animated(True)
+            for image in self.images:
+                image.set_visible(True)
 
 
 def _bar_label(style: Style) -> str:
