@@ -79,7 +79,13 @@ def _label(token: str) -> str:
 # stable ids inside SVG files; PDF streams compressed, with TrueType (Type 42)
 # fonts, since the Type 3 fonts matplotlib embeds by default fail the checks of
 # IEEE and ACM submission systems.
-_RC = {"svg.hashsalt": "attnviz", "pdf.compression": 6, "pdf.fonttype": 42}
+# Each map is its own image in SVG and PDF, not all resampled into one.
+_RC = {
+    "svg.hashsalt": "attnviz",
+    "pdf.compression": 6,
+    "pdf.fonttype": 42,
+    "image.composite_image": False,
+}
 
 
 @contextmanager
@@ -570,6 +576,7 @@ class GridShape:
     queries: int
     keys: int
     label_chars: int  # the longest label, capped: the room kept for labels
+    count: int  # the panels drawn (a last row may be short)
 
 
 def grid_shape(maps: AttentionMaps, panels: Sequence[MapPanel] | None) -> GridShape:
@@ -579,7 +586,7 @@ def grid_shape(maps: AttentionMaps, panels: Sequence[MapPanel] | None) -> GridSh
         rows, columns = -(-columns // _GRID_COLUMNS), _GRID_COLUMNS
     labels = [*maps.query_labels(), *maps.key_tokens]
     longest = max((len(_label(token)) for token in labels), default=1)
-    return GridShape(rows, columns, len(maps.query_tokens), len(maps.key_tokens), longest)
+    return GridShape(rows, columns, len(maps.query_tokens), len(maps.key_tokens), longest, count)
 
 
 class GridCanvas:
@@ -604,15 +611,16 @@ class GridCanvas:
         self.shape, self.style = shape, style
         self.missing_glyphs: set[str] = set()
         queries, keys = shape.queries, shape.keys
-        cell = float(np.clip(2.2 / max(queries, keys), 0.03, 0.25))
+        # Down to a pixel or so per token: a 300-token model view stays a few megapixels.
+        cell = float(np.clip(2.2 / max(queries, keys), 0.01, 0.25))
         label_size, _ = _label_step(cell * _INCH, style.font_size, largest=7.0)
         label_room = 0.08 + min(shape.label_chars, MAX_LABEL) * label_size * 0.62 / _INCH
         title_room = 0.1 + (style.font_size or 7.0) * 1.5 / _INCH
         gap, top, right = 0.15, 0.5, 1.1
         if style.figsize is not None:  # the cells take what the given size leaves
             width, height = style.figsize
-            across = (width - 0.2 - right) / shape.columns - label_room - gap
-            down = (height - top - 0.3) / shape.rows - title_room - label_room - gap
+            across = (width - 0.2 - label_room - right) / shape.columns - gap
+            down = (height - top - 0.3 - label_room) / shape.rows - title_room - gap
             cell = min(across / keys, down / queries)
             if cell <= 0:
                 raise UsageError(
@@ -623,14 +631,15 @@ class GridCanvas:
         label_size, step = _label_step(cell * _INCH, style.font_size, largest=7.0)
         self.step = step
         # Panels a whole number of pixels apart: one panel's labels, drawn once, are then
-        # pixel for pixel what matplotlib would draw at every other panel.
+        # pixel for pixel what matplotlib would draw at every other panel. Labels take
+        # room only left of the first column and under the last row, as shared axes do.
         dpi = style.dpi
-        panel_width = math.ceil((label_room + keys * cell + gap) * dpi) / dpi
-        panel_height = math.ceil((title_room + queries * cell + label_room + gap) * dpi) / dpi
+        panel_width = math.ceil((keys * cell + gap) * dpi) / dpi
+        panel_height = math.ceil((title_room + queries * cell + gap) * dpi) / dpi
         self.panel_pixels = (round(panel_width * dpi), round(panel_height * dpi))
         width, height = style.figsize or (
-            0.2 + shape.columns * panel_width + right,
-            top + shape.rows * panel_height + 0.3,
+            0.2 + label_room + shape.columns * panel_width + right,
+            top + shape.rows * panel_height + label_room + 0.3,
         )
         height = math.ceil(height * dpi) / dpi  # the top edge on a pixel: panels from there
         self.label_room = label_room
@@ -660,7 +669,7 @@ class GridCanvas:
                 cmap=self.cmap,
                 vmin=0.0,
                 vmax=style.vmax,
-                interpolation="nearest",
+                interpolation="none",  # SVG and PDF embed the cells, not a resampling
                 aspect="auto",
                 extent=(x0, x1, y0, y1),
                 animated=True,
@@ -673,16 +682,18 @@ class GridCanvas:
                 board.text((x0 + x1) / 2, y1 + 0.04, "", ha="center", va="bottom",
                            fontsize=title_size, animated=True)
             )  # fmt: skip
+            # As in a grid of shared axes: query labels left of each row of panels, key
+            # labels under the bottom panel of each column.
             rows_ = [
                 board.text(x0 - 0.03, y1 - (q + 0.5) * cell, "", ha="right", va="center",
                            fontsize=label_size, animated=True)
                 for q in range(0, queries, step)
-            ]  # fmt: skip
+            ] if self._labels_rows(n) else []  # fmt: skip
             columns_ = [
                 board.text(x0 + (k + 0.5) * cell, y0 - 0.03, "", ha="center", va="top",
                            rotation=90, fontsize=label_size, animated=True)
                 for k in range(0, keys, step)
-            ]  # fmt: skip
+            ] if self._labels_columns(n) else []  # fmt: skip
             self.labels.append((rows_, columns_))
         self.header = self.figure.text(
             0.5, 1 - 0.1 / height, "", ha="center", va="top",
@@ -731,12 +742,18 @@ class GridCanvas:
         for n, (title, (rows, columns)) in enumerate(zip(self.titles, self.labels, strict=True)):
             used = n < len(panels)
             title.set_text(panels[n].title if used and shown else "")
-            for artist, label in zip(rows, queries, strict=True):
+            for artist, label in zip(rows, queries if rows else [], strict=True):
                 artist.set_text(label if used else "")
-            for artist, label in zip(columns, keys, strict=True):
+            for artist, label in zip(columns, keys if columns else [], strict=True):
                 artist.set_text(label if used else "")
             drawn += [title, *rows, *columns]
         return drawn
+
+    def _labels_rows(self, n: int) -> bool:
+        return n % self.shape.columns == 0 and n < self.shape.count
+
+    def _labels_columns(self, n: int) -> bool:
+        return self.shape.count - self.shape.columns <= n < self.shape.count
 
     def png(self, maps: AttentionMaps, panels: Sequence[MapPanel]) -> bytes:
         frame = (
@@ -763,29 +780,31 @@ class GridCanvas:
         return encode_png(pixels)
 
     def _draw_labels(self, used: int) -> None:
-        """Draw the first panel's token labels, and paste them beside every other panel
-        in use: the panels are a whole number of pixels apart, so the pixels are those
-        matplotlib would draw there (a test holds them to it)."""
-        rows_, columns_ = self.labels[0]
-        for artist in [*rows_, *columns_]:
-            self.figure.draw_artist(artist)
+        """Draw one panel's query labels and one panel's key labels, and paste them beside
+        every other panel that shows them: the panels are a whole number of pixels apart,
+        so the pixels are those matplotlib would draw there (a test holds them to it)."""
         pixels = np.asarray(self.canvas.buffer_rgba())
         height = pixels.shape[0]
-        xs, ys = self.pixels_of[0]
         room = int(np.ceil(self.label_room * self.style.dpi))
-        # The row labels' strip left of the cells, the column labels' strip below them.
-        strips = [
-            (slice(ys[0] - 2, ys[-1] + 2), slice(max(xs[0] - room, 0), xs[0])),
-            (slice(ys[-1], min(ys[-1] + room, height)), slice(xs[0] - 2, xs[-1] + 2)),
-        ]
-        copies = [pixels[rows, columns].copy() for rows, columns in strips]
         across, down = self.panel_pixels
-        for n in range(1, used):
-            row, column = divmod(n, self.shape.columns)
-            for (rows, columns), strip in zip(strips, copies, strict=True):
+        bottoms = [n for n in range(used) if self._labels_columns(n)]
+        for side, panels in ((0, range(0, used, self.shape.columns)), (1, bottoms)):
+            first, *others = panels
+            for artist in self.labels[first][side]:
+                self.figure.draw_artist(artist)
+            xs, ys = self.pixels_of[first]
+            if side == 0:  # the query labels' strip left of the cells
+                rows, columns = slice(ys[0] - 2, ys[-1] + 2), slice(max(xs[0] - room, 0), xs[0])
+            else:  # the key labels' strip below them
+                rows = slice(ys[-1], min(ys[-1] + room, height))
+                columns = slice(xs[0] - 2, xs[-1] + 2)
+            strip = pixels[rows, columns].copy()
+            row0, column0 = divmod(first, self.shape.columns)
+            for n in others:
+                row, column = divmod(n, self.shape.columns)
+                dy, dx = (row - row0) * down, (column - column0) * across
                 target = pixels[
-                    rows.start + row * down : rows.stop + row * down,
-                    columns.start + column * across : columns.stop + column * across,
+                    rows.start + dy : rows.stop + dy, columns.start + dx : columns.stop + dx
                 ]
                 target[...] = strip[: target.shape[0], : target.shape[1]]
 
