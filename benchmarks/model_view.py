@@ -44,7 +44,9 @@ def main() -> None:
         ratio = extra / (png - median[show])
         print(f"{suffix} picture / png picture (model work subtracted) = {ratio:.2f}x (target <= 2x)")
 
-    lines = [line for line in SENTENCES.read_text().splitlines() if line.strip()][:40]
+    # 40 different sentences: the sample sentences, each with a numbered ending
+    base = [line for line in SENTENCES.read_text().splitlines() if line.strip()]
+    lines = [f"{base[i % len(base)]} number {i}" for i in range(40)]
     source = folder / "inputs.txt"
     source.write_text("\n".join(lines) + "\n")
     start = time.perf_counter()
