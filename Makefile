@@ -23,7 +23,7 @@ demo: $(STAMP)
 # Line coverage, the lines run by the tests' own `attnviz` processes included;
 # tests spread over every core (pytest-xdist).
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -n auto --cov --cov-report=term --cov-fail-under=90
+	$(BIN)/python -m pytest -n auto --dist loadgroup --cov --cov-report=term --cov-fail-under=90
 
 # The interactive page's tests drive a real headless Chromium (Selenium, the system's
 # chromedriver; no browser download). Installed from Debian's packages where we are root.

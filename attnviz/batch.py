@@ -398,16 +398,9 @@ def run_batch(
     fail. Rendering runs here (jobs 1) or in worker processes, while the next
     chunk is extracted.
     """
-    earlier = read_manifest(manifest_path) if resume else {}
-    request = outputs.fingerprint()
-    pending = [
-        item
-        for item in inputs
-        if not is_complete(earlier.get(item.index), item, outputs.folder, request)
-    ]
-    manifest = Manifest(manifest_path, earlier, append=resume, request=request)
     tally = tally if tally is not None else Tally()
-    tally.skipped = done = len(inputs) - len(pending)
+    pending, manifest = start_batch(inputs, outputs, manifest_path, resume, tally)
+    done = tally.skipped
     progress(done, len(inputs))
     records = tally.records
     finished = False
@@ -423,13 +416,33 @@ def run_batch(
         finished = True
     finally:
         manifest.close(compact=finished)
+    check_failures(records, len(inputs), manifest_path)
+    return tally
+
+
+def start_batch(
+    inputs: Sequence[BatchInput], outputs: Outputs, manifest_path: Path, resume: bool, tally: Tally
+) -> tuple[list[BatchInput], Manifest]:
+    """The inputs still to do (with --resume, those the manifest does not record as done
+    for today's request, files intact), and the manifest to record them in."""
+    earlier = read_manifest(manifest_path) if resume else {}
+    request = outputs.fingerprint()
+    pending = [
+        item
+        for item in inputs
+        if not is_complete(earlier.get(item.index), item, outputs.folder, request)
+    ]
+    tally.skipped = len(inputs) - len(pending)
+    return pending, Manifest(manifest_path, earlier, append=resume, request=request)
+
+
+def check_failures(records: Sequence[Record], total: int, manifest_path: Path) -> None:
     failed = [record for record in records if record.status == "failed"]
     if failed:
         raise PartialFailure(
-            f"{len(failed)} of {len(inputs)} inputs failed (first: line {failed[0].line}: "
+            f"{len(failed)} of {total} inputs failed (first: line {failed[0].line}: "
             f"{failed[0].error}); see {manifest_path}"
         )
-    return tally
 
 
 def _finish(

@@ -42,7 +42,9 @@ def main() -> None:
     for suffix in ("svg", "pdf"):
         extra = median[f"export --view model -o x.{suffix}"] - median[show]
         ratio = extra / (png - median[show])
-        print(f"{suffix} picture / png picture (model work subtracted) = {ratio:.2f}x (target <= 2x)")
+        print(
+            f"{suffix} picture / png picture (model work subtracted) = {ratio:.2f}x (target <= 2x)"
+        )
 
     # 40 different sentences: the sample sentences, each with a numbered ending
     base = [line for line in SENTENCES.read_text().splitlines() if line.strip()]
@@ -56,8 +58,10 @@ def main() -> None:
         check=True,
     )  # fmt: skip
     rate = len(lines) / (time.perf_counter() - start)
-    print(f"batch --view model -f png --jobs 2: {rate:.2f} inputs/s over {len(lines)} "
-          "MiniLM sentences, start-up included (target >= 2)")
+    print(
+        f"batch --view model -f png --jobs 2: {rate:.2f} inputs/s over {len(lines)} "
+        "MiniLM sentences, start-up included (target >= 2)"
+    )
 
     long_text = " ".join(["word"] * 298)
     subprocess.run(
@@ -65,8 +69,10 @@ def main() -> None:
         check=True,
     )
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"largest peak RSS of these processes (300-token model view among them): {peak:.0f} MiB"
-          " (target < 1024)")
+    print(
+        f"largest peak RSS of these processes (300-token model view among them): {peak:.0f} MiB"
+        " (target < 1024)"
+    )
 
 
 if __name__ == "__main__":

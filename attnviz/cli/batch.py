@@ -77,7 +77,13 @@ def batch(
     jobs: Annotated[
         int,
         typer.Option(
-            "--jobs", "-j", metavar="N", min=1, max=64, help="Worker processes for rendering."
+            "--jobs",
+            "-j",
+            metavar="N",
+            min=1,
+            max=64,
+            help="Worker processes for rendering; with --engine ray, Ray workers, each holding "
+            "the model.",
         ),
     ] = 1,
     shard: Annotated[
@@ -96,6 +102,9 @@ def batch(
         ),
     ] = 16,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no summary.")] = False,
+    engine: d.EngineOption = d.Engine.LOCAL,
+    ray_address: d.RayAddressOption = None,
+    gpus_per_worker: d.GpusPerWorkerOption = 0.0,
     mode: d.ModeOption = None,
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
@@ -144,6 +153,10 @@ def batch(
     lines = in_shard(lines, slice_)
     inputs = [item for item in lines if not item.blank]
     blank_lines = len(lines) - len(inputs)
+    if engine is d.Engine.RAY:  # before anything is written: an unreachable cluster stops here
+        from attnviz.distributed import connect
+
+        connect(ray_address)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -160,9 +173,10 @@ def batch(
         tempfile.TemporaryFile(dir=output).close()
     except OSError as error:
         raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
-    extractor = asked.open(environment)
+    extractor = asked.open(environment) if engine is d.Engine.LOCAL else None
 
     def extract(chunk: list) -> list:
+        assert extractor is not None, "the local engine loads the model here"
         pairs = [(item.text, item.target, item.pair) for item in chunk]
         return list(extractor.extract_many(pairs, batch_size=len(pairs), **asked.options))
 
@@ -181,17 +195,34 @@ def batch(
     )
     try:
         with ProgressReport(quiet, environment) as report:
-            run_batch(
-                inputs,
-                extract,
-                outputs,
-                manifest_path=manifest,
-                resume=resume,
-                batch_size=batch_size,
-                jobs=jobs,
-                progress=report,
-                tally=tally,
-            )
+            if engine is d.Engine.RAY:
+                from attnviz import distributed
+
+                distributed.run_batch(
+                    inputs,
+                    asked.spec,
+                    asked.options,
+                    outputs,
+                    manifest_path=manifest,
+                    resume=resume,
+                    batch_size=batch_size,
+                    workers=jobs,
+                    gpus_per_worker=gpus_per_worker,
+                    progress=report,
+                    tally=tally,
+                )
+            else:
+                run_batch(
+                    inputs,
+                    extract,
+                    outputs,
+                    manifest_path=manifest,
+                    resume=resume,
+                    batch_size=batch_size,
+                    jobs=jobs,
+                    progress=report,
+                    tally=tally,
+                )
     finally:  # after the progress bar is gone, so that the summary stays on screen
         if not quiet:
             _summary(inputs, blank_lines, tally, output, time.monotonic() - started)

@@ -22,6 +22,7 @@ MODEL_PANEL = "Pretrained models"
 STACK_PANEL = "Built-in stack (without --model)"
 OUTPUT_PANEL = "Output"
 PICTURE_PANEL = "Pictures"
+SCALE_PANEL = "Scale"
 STDIO = "-"
 BUILTIN = "builtin"
 
@@ -30,6 +31,11 @@ class ColourChoice(StrEnum):
     AUTO = "auto"  # colour when stdout is a terminal, unless NO_COLOR is set
     ALWAYS = "always"
     NEVER = "never"
+
+
+class Engine(StrEnum):
+    LOCAL = "local"  # this machine: worker processes for rendering (--jobs)
+    RAY = "ray"  # a Ray cluster, or a local Ray: one model per worker
 
 
 class TableFormat(StrEnum):
@@ -562,3 +568,35 @@ def bundle_options(
         return with_bundle
 
     return decorate
+
+
+EngineOption = Annotated[
+    Engine,
+    typer.Option(
+        "--engine",
+        metavar="ENGINE",
+        case_sensitive=False,
+        rich_help_panel=SCALE_PANEL,
+        help="local: this machine. ray: Ray workers, each holding the model (--jobs of them), "
+        "on the cluster at --ray-address or on a local Ray. Needs attnviz[ray].",
+    ),
+]
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        metavar="ADDRESS",
+        rich_help_panel=SCALE_PANEL,
+        help="A running Ray cluster to join (host:port, or auto); without it a local Ray starts.",
+    ),
+]
+GpusPerWorkerOption = Annotated[
+    float,
+    typer.Option(
+        "--num-gpus-per-worker",
+        metavar="N",
+        min=0.0,
+        rich_help_panel=SCALE_PANEL,
+        help="GPUs each Ray worker holds (0.5: two workers share one GPU).",
+    ),
+]

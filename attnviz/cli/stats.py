@@ -36,6 +36,20 @@ def stats(
         int,
         typer.Option("--batch-size", metavar="N", min=1, max=1024, help="Inputs per forward pass."),
     ] = 16,
+    engine: d.EngineOption = d.Engine.LOCAL,
+    ray_address: d.RayAddressOption = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            metavar="N",
+            min=1,
+            max=1024,
+            help="With --engine ray: Ray workers, each holding the model.",
+        ),
+    ] = 2,
+    gpus_per_worker: d.GpusPerWorkerOption = 0.0,
     output_format: Annotated[
         d.TableFormat,
         typer.Option(
@@ -76,7 +90,12 @@ def stats(
 
         chosen_picture = picture_format(picture)  # a bad name is refused before any work
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
-    extractor = asked.open(environment)
+    if engine is d.Engine.RAY:
+        from attnviz.distributed import connect
+
+        connect(ray_address)
+    else:
+        extractor = asked.open(environment)
     from itertools import islice
 
     from attnviz.analysis.corpus import CorpusStatistics
@@ -95,12 +114,26 @@ def stats(
     pairs = islice(readable(), limit)
     corpus = CorpusStatistics()
     started = last = time.monotonic()
-    for maps in extractor.extract_many(pairs, batch_size=batch_size, **asked.options):
-        corpus.add(maps)
-        now = time.monotonic()
-        if not quiet and now - last >= 5:
-            last = now
-            print(f"attnviz: {corpus.inputs} inputs", file=sys.stderr)
+    if engine is d.Engine.RAY:
+        from attnviz.distributed import corpus_statistics
+
+        corpus = corpus_statistics(
+            pairs,
+            asked.spec,
+            asked.options,
+            batch_size=batch_size,
+            workers=jobs,
+            gpus_per_worker=gpus_per_worker,
+        )
+        model_name = asked.spec.model
+    else:
+        model_name = extractor.name
+        for maps in extractor.extract_many(pairs, batch_size=batch_size, **asked.options):
+            corpus.add(maps)
+            now = time.monotonic()
+            if not quiet and now - last >= 5:
+                last = now
+                print(f"attnviz: {corpus.inputs} inputs", file=sys.stderr)
     if not quiet:
         elapsed = time.monotonic() - started
         note = f", {skipped} line{'s' if skipped > 1 else ''} skipped" if skipped else ""
@@ -109,13 +142,13 @@ def stats(
         from attnviz.errors import UsageError
 
         raise UsageError(f"{source} holds no input to compute statistics over")
-    _write(corpus, output_format, environment, model=extractor.name)
+    _write(corpus, output_format, environment, model=model_name)
     if chosen_picture is not None:
         from attnviz.io import open_output
         from attnviz.render.image import statistics_picture
 
         with open_output(picture, binary=True) as stream:
-            stream.write(statistics_picture(corpus, chosen_picture, extractor.name))
+            stream.write(statistics_picture(corpus, chosen_picture, model_name))
 
 
 def _write(corpus, output_format: d.TableFormat, environment: Environment, model: str) -> None:

@@ -1,0 +1,239 @@
+"""The same batch and corpus statistics on a Ray cluster (``--engine ray``).
+
+Ray Data carries the inputs; an actor pool holds one model per worker, built
+from the Extractor spec (a worker loads the model once); batches of inputs flow
+through ``map_batches``. For ``batch`` the workers write the files into the
+shared output folder with the names and atomic writes of the local engine, and
+return the manifest records, which the driver writes: an input whose task is
+retried (a worker died) is written again with the same bytes and recorded once.
+For ``stats`` each batch returns its partial statistics, merged by the driver.
+
+Ray is an optional extra (``attnviz[ray]``), imported only here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pickle
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import AttnvizError, UsageError
+
+if TYPE_CHECKING:
+    from attnviz.analysis.corpus import CorpusStatistics
+    from attnviz.batch import BatchInput, Outputs, Tally
+    from attnviz.extractor import ExtractorSpec
+
+
+def connect(address: str | None) -> None:
+    """Join the cluster at ``address``, or start a local Ray (all this machine's CPUs);
+    a Ray already started in this process is used as it is."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--engine ray needs Ray: pip install 'attnviz[ray]'") from None
+    if address:
+        _check_reachable(address)
+    if ray.is_initialized():
+        return
+    # Ray's own C++ logs and notices go to stderr, where attnviz keeps one line per event.
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
+    except Exception as error:  # Ray raises ConnectionError, RuntimeError, ValueError, …
+        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise AttnvizError(f"cannot reach {where}: {first}") from None
+
+
+def _check_reachable(address: str) -> None:
+    """A cluster address (host:port) that takes no connection is refused at once: Ray
+    itself retries for minutes."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as error:
+        raise AttnvizError(
+            f"cannot reach the Ray cluster at {address}: {error.strerror or error}"
+        ) from None
+
+
+def _quiet_progress() -> None:
+    """Ray Data's own progress bars and notices would interleave with attnviz's progress."""
+    import logging
+
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+class BatchWorker:
+    """One worker of a batch: a model and a painter, kept for every batch it is given."""
+
+    def __init__(
+        self, spec: ExtractorSpec, options: dict[str, Any], outputs: Outputs, threads: int
+    ) -> None:
+        from attnviz.render.image import Painter
+
+        _use_threads(threads)
+        self.extractor = spec.load()
+        self.options = options
+        self.outputs = outputs
+        self.request = outputs.fingerprint()
+        self.painter = Painter()
+
+    def extract(self, chunk: list[BatchInput]) -> list:
+        items = [(item.text, item.target, item.pair) for item in chunk]
+        return list(self.extractor.extract_many(items, batch_size=len(items), **self.options))
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
+        from attnviz.batch import BatchInput, _record, _tasks, render_task
+
+        chunk = [BatchInput(**json.loads(text)) for text in batch["item"]]
+        records = []
+        for task in _tasks(chunk, self.extract, self.outputs):
+            item, written = render_task(task, self.painter)
+            records.append(json.dumps(asdict(_record(item, written, self.request))))
+        return {"record": records}
+
+
+def _use_threads(threads: int) -> None:
+    """Ray starts workers with one thread for torch; with fewer threads torch sums in
+    another order, and the same input must give the same bytes on either engine. This
+    is a worker process of attnviz's own."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _threads_here() -> int:
+    """The thread count torch chooses in a process of its own on this machine."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _map_options(workers: int, gpus: float) -> dict[str, Any]:
+    from ray.data import ActorPoolStrategy
+
+    # Ray Data starts a worker that dies again and retries its batch: nothing is lost.
+    return {"compute": ActorPoolStrategy(size=workers), "num_gpus": gpus}
+
+
+def run_batch(
+    inputs: Sequence[BatchInput],
+    spec: ExtractorSpec,
+    options: dict[str, Any],
+    outputs: Outputs,
+    *,
+    manifest_path: Path,
+    resume: bool,
+    batch_size: int,
+    workers: int,
+    gpus_per_worker: float,
+    progress: Callable[[int, int], None],
+    tally: Tally,
+) -> Tally:
+    """As :func:`attnviz.batch.run_batch`, with the work done by Ray workers."""
+    import ray.data
+
+    from attnviz.batch import Record, check_failures, start_batch
+
+    _quiet_progress()
+    pending, manifest = start_batch(inputs, outputs, manifest_path, resume, tally)
+    done = tally.skipped
+    progress(done, len(inputs))
+    finished = False
+    try:
+        if pending:
+            dataset = ray.data.from_items([{"item": json.dumps(asdict(item))} for item in pending])
+            arguments = {"spec": spec, "options": options, "outputs": outputs}
+            results = dataset.map_batches(
+                BatchWorker,
+                fn_constructor_kwargs=arguments | {"threads": _threads_here()},
+                batch_size=batch_size,
+                **_map_options(workers, gpus_per_worker),
+            )
+            seen: set[int] = set()
+            for row in results.iter_rows():
+                record = Record(**json.loads(row["record"]))
+                if record.index in seen:  # a retried batch: recorded once
+                    continue
+                seen.add(record.index)
+                manifest.add(record)
+                tally.records.append(record)
+                done += 1
+                progress(done, len(inputs))
+        finished = True
+    finally:
+        manifest.close(compact=finished)
+    check_failures(tally.records, len(inputs), manifest_path)
+    return tally
+
+
+class StatisticsWorker:
+    """One worker of ``stats``: a model; each batch gives back its partial statistics."""
+
+    def __init__(self, spec: ExtractorSpec, options: dict[str, Any], threads: int) -> None:
+        _use_threads(threads)
+        self.extractor = spec.load()
+        self.options = options
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
+        from attnviz.analysis.corpus import CorpusStatistics
+
+        items = [tuple(json.loads(text)) for text in batch["item"]]
+        partial = CorpusStatistics()
+        partial.add_all(self.extractor.extract_many(items, batch_size=len(items), **self.options))
+        return {"partial": [pickle.dumps(partial)]}  # between attnviz's own processes
+
+
+def corpus_statistics(
+    items: Iterable[tuple[str, str | None, str | None]],
+    spec: ExtractorSpec,
+    options: dict[str, Any],
+    *,
+    batch_size: int,
+    workers: int,
+    gpus_per_worker: float,
+) -> CorpusStatistics:
+    """Per-head statistics of every item, computed by Ray workers and merged here."""
+    import ray.data
+
+    from attnviz.analysis.corpus import CorpusStatistics
+
+    _quiet_progress()
+    corpus = CorpusStatistics()
+    rows = [{"item": json.dumps(list(item))} for item in items]
+    if not rows:
+        return corpus
+    results = ray.data.from_items(rows).map_batches(
+        StatisticsWorker,
+        fn_constructor_kwargs={"spec": spec, "options": options, "threads": _threads_here()},
+        batch_size=batch_size,
+        **_map_options(workers, gpus_per_worker),
+    )
+    for row in results.iter_rows():
+        corpus.merge(pickle.loads(row["partial"]))
+    return corpus

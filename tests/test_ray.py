@@ -1,0 +1,167 @@
+"""The Ray engine (issue 15): the same files, statistics and manifest as the local
+engine, on a local Ray with two CPUs. One Ray for the whole module, on one test
+worker (the xdist group), started in this process: the commands join it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from attnviz.cli import app
+
+pytestmark = pytest.mark.xdist_group("ray")
+SENTENCES = [
+    "Hello I love you",
+    "The man walked the dog",
+    "Attention is all you need",
+    "The animal didn't cross the street because it was too tired",
+    "a b c d",
+    "Bonjour je t'aime",
+]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(SENTENCES) + "\n")
+    return path
+
+
+def run(runner, *arguments):
+    result = runner.invoke(app, [str(argument) for argument in arguments])
+    return result
+
+
+def test_ray_writes_the_very_files_and_manifest_the_local_engine_writes(
+    runner, local_ray, corpus, tmp_path
+):
+    common = ["-f", "json", "-f", "png", "--view", "layer", "--batch-size", "2", "-q"]
+    local = run(runner, "batch", corpus, "-o", tmp_path / "local", *common)
+    assert local.exit_code == 0, local.stderr
+    remote = run(runner, "batch", corpus, "-o", tmp_path / "ray", *common, "--engine", "ray")
+    assert remote.exit_code == 0, remote.stderr
+    names = sorted(path.name for path in (tmp_path / "local").iterdir())
+    assert names == sorted(path.name for path in (tmp_path / "ray").iterdir())
+    for name in names:
+        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "ray" / name).read_bytes(), (
+            name
+        )
+
+
+def test_ray_statistics_equal_the_local_ones(runner, local_ray, corpus):
+    local = run(runner, "stats", corpus, "-f", "json", "-q")
+    remote = run(
+        runner, "stats", corpus, "-f", "json", "-q", "--engine", "ray", "--batch-size", "2"
+    )
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.stderr
+    mine, theirs = json.loads(local.stdout), json.loads(remote.stdout)
+    assert mine["inputs"] == theirs["inputs"] == len(SENTENCES)
+    for a, b in zip(mine["heads"], theirs["heads"], strict=True):
+        assert (a["layer"], a["head"], a["statistic"]) == (b["layer"], b["head"], b["statistic"])
+        for key in ("mean", "std"):
+            assert a[key] == pytest.approx(b[key], abs=1e-9)
+        assert (a["p05"], a["p50"], a["p95"]) == (b["p05"], b["p50"], b["p95"])
+
+
+def test_resume_works_across_engines(runner, local_ray, corpus, tmp_path):
+    out = tmp_path / "out"
+    first = run(runner, "batch", corpus, "-o", out, "-f", "json", "-q")
+    assert first.exit_code == 0
+    (out / "0002-attention-is-all-you-need.json").unlink()
+    again = run(runner, "batch", corpus, "-o", out, "-f", "json", "--resume", "--engine", "ray")
+    assert again.exit_code == 0, again.stderr
+    assert f"1 written, {len(SENTENCES) - 1} skipped" in again.stderr
+    manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [record["index"] for record in manifest] == list(range(len(SENTENCES)))
+
+
+def test_a_line_that_fails_on_a_worker_is_recorded_and_exits_3(runner, local_ray, tmp_path):
+    source = tmp_path / "lines.jsonl"
+    lines = [
+        {"text": "fine words"},
+        {"text": "self mode", "target": "has no target"},
+        {"text": "ok"},
+    ]
+    source.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = run(runner, "batch", source, "-o", tmp_path / "o", "-f", "json", "--engine", "ray")
+    assert result.exit_code == 3, result.stderr
+    records = [json.loads(x) for x in (tmp_path / "o" / "manifest.jsonl").read_text().splitlines()]
+    assert [record["status"] for record in records] == ["ok", "failed", "ok"]
+
+
+def test_an_unreachable_cluster_is_one_line_exit_1_and_nothing_written(runner, corpus, tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "never"
+    result = run(
+        runner, "batch", corpus, "-o", out, "--engine", "ray", "--ray-address", "127.0.0.1:1"
+    )
+    assert result.exit_code == 1 and "cannot reach the Ray cluster" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_ray_missing_is_a_usage_error_naming_the_extra(runner, corpus, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    result = run(runner, "stats", corpus, "--engine", "ray")
+    assert result.exit_code == 2 and "pip install 'attnviz[ray]'" in result.stderr
+
+
+def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
+    local_ray, tmp_path
+):
+    """A Ray worker process killed (SIGKILL) while it works: Ray starts another and retries
+    its batch; the batch ends whole, each input recorded once."""
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    source = tmp_path / "many.txt"
+    source.write_text("\n".join(f"sentence number {i} of many" for i in range(24)) + "\n")
+    out = tmp_path / "out"
+    address = local_ray.get_runtime_context().gcs_address
+    command = [
+        *(sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"),
+        *("--engine", "ray", "--ray-address", address, "--batch-size", "1", "-q"),
+    ]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    killed = []
+
+    def kill_a_worker():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            found = subprocess.run(
+                ["pgrep", "-f", "MapBatches\\(BatchWorker\\)"], capture_output=True, text=True
+            ).stdout.split()
+            manifest = out / "manifest.jsonl"
+            started = manifest.exists() and manifest.read_text().count("\n") >= 2
+            if found and started:
+                os.kill(int(found[0]), signal.SIGKILL)
+                killed.append(found[0])
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_a_worker)
+    killer.start()
+    _, errors = process.communicate(timeout=300)
+    killer.join()
+    assert killed, "no worker was seen working"
+    assert process.returncode == 0, errors
+    records = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [record["index"] for record in records] == list(range(24))
+    assert all(record["status"] == "ok" for record in records)
+    assert len(list(out.glob("*.json"))) == 24
