@@ -28,6 +28,8 @@ from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 if TYPE_CHECKING:
     from attnviz.batch import Tally
 
+DATA_ONLY = (BatchFormat.JSON, BatchFormat.NPZ)
+
 
 @model_settings
 @picture_settings
@@ -219,7 +221,8 @@ def batch(
                     manifest_path=manifest,
                     resume=resume,
                     batch_size=batch_size,
-                    jobs=jobs,
+                    # json and npz cost less to write than to send to another process
+                    jobs=jobs if any(f not in DATA_ONLY for f in formats) else 1,
                     progress=report,
                     tally=tally,
                 )

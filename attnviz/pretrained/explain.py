@@ -156,8 +156,8 @@ def explain_query(
         own = extractor.extract(text, mode=mode, target=target, layers=[layer_index])
     num_heads = query_states.shape[0]
     head_index = resolve_one(head, num_heads, "head")
-    query_labels = piece_labels(loaded.tokenizer, inputs.queries[0], raw_pieces).text
-    key_labels = piece_labels(loaded.tokenizer, inputs.keys[0], raw_pieces).text
+    query_labels = piece_labels(loaded, inputs.queries[0], raw_pieces).text
+    key_labels = piece_labels(loaded, inputs.keys[0], raw_pieces).text
     if not -len(query_labels) <= query < len(query_labels):
         raise UsageError(
             f"--query {query} is out of range: there are {len(query_labels)} query tokens "

@@ -132,9 +132,7 @@ class PretrainedExtractor(Extractor):
         for row, (query, key) in enumerate(zip(inputs.queries, inputs.keys, strict=True)):
             weights = batch[:, row, :, : query.length, : key.length]  # padding trimmed
             check_weights(weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance)
-            weights, query_labels, key_labels = readable(
-                loaded.tokenizer, weights, query, key, labelling
-            )
+            weights, query_labels, key_labels = readable(loaded, weights, query, key, labelling)
             results.append(
                 AttentionMaps(
                     query_tokens=query_labels.text,

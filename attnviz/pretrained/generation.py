@@ -239,13 +239,11 @@ def _maps(
         name=loaded.name,
         tolerance=row_tolerance(loaded.model),
     )
-    weights, query_labels, key_labels = readable(
-        loaded.tokenizer, weights, queries, keys, labelling
-    )
+    weights, query_labels, key_labels = readable(loaded, weights, queries, keys, labelling)
     if prompt_length is not None and not labelling.special:  # dropped specials leave fewer
         from attnviz.pretrained.labels import piece_labels
 
-        flags = piece_labels(loaded.tokenizer, queries).special[:prompt_length]
+        flags = piece_labels(loaded, queries).special[:prompt_length]
         prompt_length = flags.count(False)
     return AttentionMaps(
         query_tokens=query_labels.text,

@@ -13,13 +13,15 @@ import numpy as np
 
 from attnviz.errors import UsageError
 from attnviz.pretrained.encoding import Side
+from attnviz.pretrained.loading import PretrainedModel
 from attnviz.tokens import clean_piece
 
 VISIBLE_SPACE = "␣"
 
 
-def _is_byte_level(tokenizer: Any) -> bool:
-    """GPT-2-style tokenizers spell bytes as characters (Ġ for a space) and need decoding."""
+def is_byte_level(tokenizer: Any) -> bool:
+    """GPT-2-style tokenizers spell bytes as characters (Ġ for a space) and need decoding.
+    (Serialises the whole tokenizer: asked once, when a model is loaded.)"""
     return '"ByteLevel"' in tokenizer.backend_tokenizer.to_str()
 
 
@@ -46,15 +48,16 @@ class Labelling:
     raw_pieces: bool = False
 
 
-def piece_labels(tokenizer: Any, side: Side, raw: bool = False) -> Labels:
+def piece_labels(loaded: PretrainedModel, side: Side, raw: bool = False) -> Labels:
     """The tokenizer's pieces cleaned for reading (``##ing`` -> ``ing``, ``Ġthe`` -> ``the``),
     or as the tokenizer spells them when ``raw``."""
+    tokenizer = loaded.tokenizer
     ids = side.encoding["input_ids"]
     pieces = tokenizer.convert_ids_to_tokens(ids)
     # An unknown-word token ([UNK]) stands for a real word the tokenizer could not
     # spell: it is not special, so --no-special keeps it.
     special_ids = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
-    byte_level = _is_byte_level(tokenizer)
+    byte_level = loaded.byte_level
     segments = side.segments()
     labels = Labels([], [], segments)
     offsets = side.encoding["offset_mapping"]
@@ -112,14 +115,14 @@ def drop_special(weights: np.ndarray, keep_queries: list[int], keep_keys: list[i
 
 
 def readable(
-    tokenizer: Any, weights: np.ndarray, query: Side, key: Side, labelling: Labelling
+    loaded: PretrainedModel, weights: np.ndarray, query: Side, key: Side, labelling: Labelling
 ) -> tuple[np.ndarray, Labels, Labels]:
     """Weights (…, T, S) with their labels, pieces merged into words and special tokens
     dropped when asked."""
     raw = labelling.raw_pieces
     query_labels, key_labels = (
-        piece_labels(tokenizer, query, raw),
-        piece_labels(tokenizer, key, raw),
+        piece_labels(loaded, query, raw),
+        piece_labels(loaded, key, raw),
     )
     if labelling.words:
         query_groups = word_groups(query, query_labels.special)

@@ -59,6 +59,7 @@ class PretrainedModel:
     # the weights in each module's output.
     streams: dict[Stream, list[tuple[Any, int]]] = field(default_factory=dict)
     verbose: bool = False
+    byte_level: bool = False  # the tokenizer spells bytes as characters (Ġ for a space)
 
 
 @dataclass(frozen=True)
@@ -291,6 +292,9 @@ def _prepared(name: str, model: Any, tokenizer: Any, verbose: bool) -> Pretraine
         verbose=verbose,
     )
     loaded.streams = attention_streams(model, family)
+    from attnviz.pretrained.labels import is_byte_level
+
+    loaded.byte_level = is_byte_level(tokenizer)
     return loaded
 
 
