@@ -177,17 +177,29 @@ def dump_json(document: Any) -> str:
 
 
 def npz_bytes(maps: AttentionMaps) -> bytes:
-    meta = {key: value for key, value in maps.to_dict().items() if key not in _NPZ_ARRAYS}
+    """An npz archive as numpy.load reads it, compressed at zlib's fastest level (batches
+    write thousands; level 6, numpy's, took a sixth of a batch's time for a few percent
+    smaller files) and with fixed member dates, so that the same maps give the same bytes."""
+    meta = {
+        key: value for key, value in maps.to_dict(weights=False).items() if key not in _NPZ_ARRAYS
+    }
+    arrays = {
+        "weights": maps.weights,
+        "layers": np.asarray(maps.layers, dtype=np.int64),
+        "heads": np.asarray(maps.heads, dtype=np.int64),
+        "query_tokens": np.asarray(maps.query_tokens, dtype=str),
+        "key_tokens": np.asarray(maps.key_tokens, dtype=str),
+        "meta": np.asarray(json.dumps(meta, ensure_ascii=False)),
+    }
     buffer = io.BytesIO()
-    np.savez_compressed(
-        buffer,
-        weights=maps.weights,
-        layers=np.asarray(maps.layers, dtype=np.int64),
-        heads=np.asarray(maps.heads, dtype=np.int64),
-        query_tokens=np.asarray(maps.query_tokens, dtype=str),
-        key_tokens=np.asarray(maps.key_tokens, dtype=str),
-        meta=np.asarray(json.dumps(meta, ensure_ascii=False)),
-    )
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, array in arrays.items():
+            data = io.BytesIO()
+            np.lib.format.write_array(data, array, allow_pickle=False)
+            member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            archive.writestr(
+                member, data.getvalue(), compress_type=zipfile.ZIP_DEFLATED, compresslevel=1
+            )
     return buffer.getvalue()
 
 

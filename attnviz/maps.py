@@ -208,8 +208,9 @@ class AttentionMaps:
         flags = getattr(self, f"{side}_special") or []
         return [position for position, flag in enumerate(flags) if flag]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The schema document: plain Python types, ready for ``json.dumps``."""
+    def to_dict(self, *, weights: bool = True) -> dict[str, Any]:
+        """The schema document: plain Python types, ready for ``json.dumps``. Without
+        ``weights`` (the npz format keeps them as an array), every other field."""
         document = envelope(
             {
                 "model": self.model,
@@ -220,9 +221,10 @@ class AttentionMaps:
                 "key_tokens": list(self.key_tokens),
                 "layers": list(self.layers),
                 "heads": list(self.heads),
-                "weights": plain_weights(self.weights),
             }
         )
+        if weights:
+            document["weights"] = plain_weights(self.weights)
         if self.aggregate is not None:
             document["aggregate"] = self.aggregate.value
         for name in ("query_special", "key_special"):
