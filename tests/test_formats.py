@@ -169,3 +169,22 @@ def test_render_saves_a_picture_of_saved_maps(runner, tmp_path):
     result = runner.invoke(app, ["render", str(saved), "-o", str(picture), "-a", "mean"])
     assert result.exit_code == 0, result.stderr
     assert picture.read_bytes().startswith(b"%PDF")
+
+
+def test_npz_bytes_are_the_same_for_the_same_maps_and_read_back_whole(tmp_path):
+    import time
+
+    from attnviz.io import npz_bytes
+
+    maps = attnviz.extract("The man walked the dog", mode="masked")
+    first = npz_bytes(maps)
+    time.sleep(2.1)  # zip member dates have a 2-second step: a later write must not differ
+    assert npz_bytes(maps) == first
+    assert sorted(np.load(io.BytesIO(first)).files) == sorted(
+        ["weights", "layers", "heads", "query_tokens", "key_tokens", "meta"]
+    )
+    path = tmp_path / "m.npz"
+    path.write_bytes(first)
+    (back,) = read_maps(str(path))
+    np.testing.assert_array_equal(back.weights, maps.weights)
+    assert (back.query_tokens, back.mode, back.model) == (maps.query_tokens, maps.mode, maps.model)
