@@ -627,7 +627,6 @@ class GridCanvas:
                     f"--figsize {width:g},{height:g} is too small for {shape.rows} × "
                     f"{shape.columns} maps and their labels: give a larger size"
                 )
-        self.cell = cell
         label_size, step = _label_step(cell * _INCH, style.font_size, largest=7.0)
         self.step = step
         # Panels a whole number of pixels apart: one panel's labels, drawn once, are then
@@ -650,7 +649,6 @@ class GridCanvas:
         board.set_xlim(0, width)
         board.set_ylim(0, height)
         board.set_autoscale_on(False)
-        self.board = board
         self.cmap = matplotlib.colormaps[style.cmap]
         self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
         title_size = style.font_size or 7.0
