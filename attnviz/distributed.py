@@ -19,7 +19,7 @@ import json
 import os
 import pickle
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,25 @@ if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
     from attnviz.batch import BatchInput, Outputs, Tally
     from attnviz.extractor import ExtractorSpec
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How many Ray workers hold the model, and what each one reserves: ``cpus`` CPUs, on
+    which torch runs that many threads (so that Ray never puts more threads on a node
+    than it has CPUs), and ``gpus`` GPUs."""
+
+    count: int = 1
+    cpus: int = 1
+    gpus: float = 0.0
+
+    def map_options(self) -> dict[str, Any]:
+        from ray.data import ActorPoolStrategy
+
+        # As many workers as the cluster has room for, up to ``count``; Ray Data starts a
+        # worker that dies again and retries its batch: nothing is lost.
+        pool = ActorPoolStrategy(min_size=1, max_size=self.count, initial_size=self.count)
+        return {"compute": pool, "num_cpus": self.cpus, "num_gpus": self.gpus}
 
 
 def connect(address: str | None) -> None:
@@ -114,31 +133,25 @@ class BatchWorker:
         records = []
         for task in _tasks(chunk, self.extract, self.outputs):
             item, written = render_task(task, self.painter)
-            records.append(json.dumps(asdict(_record(item, written, self.request))))
+            records.append(json.dumps(_record(item, written, self.request).to_dict()))
         return {"record": records}
 
 
 def _use_threads(threads: int) -> None:
-    """Ray starts workers with one thread for torch; with fewer threads torch sums in
-    another order, and the same input must give the same bytes on either engine. This
-    is a worker process of attnviz's own."""
+    """Torch runs as many threads as the worker holds CPUs. (A worker process is
+    attnviz's own.) Torch sums in another order with another thread count: a worker's
+    files equal, byte for byte, a local run's with the same count of torch threads."""
     import torch
 
     torch.set_num_threads(threads)
 
 
-def _threads_here() -> int:
-    """The thread count torch chooses in a process of its own on this machine."""
-    import torch
+def _blocks(rows: list[dict[str, Any]], batch_size: int) -> Any:
+    """The rows as a Ray dataset of one block per batch: Ray Data's own split (hundreds
+    of blocks) cut every batch short."""
+    import ray.data
 
-    return torch.get_num_threads()
-
-
-def _map_options(workers: int, gpus: float) -> dict[str, Any]:
-    from ray.data import ActorPoolStrategy
-
-    # Ray Data starts a worker that dies again and retries its batch: nothing is lost.
-    return {"compute": ActorPoolStrategy(size=workers), "num_gpus": gpus}
+    return ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
 
 
 def run_batch(
@@ -150,14 +163,11 @@ def run_batch(
     manifest_path: Path,
     resume: bool,
     batch_size: int,
-    workers: int,
-    gpus_per_worker: float,
+    workers: Workers,
     progress: Callable[[int, int], None],
     tally: Tally,
 ) -> Tally:
     """As :func:`attnviz.batch.run_batch`, with the work done by Ray workers."""
-    import ray.data
-
     from attnviz.batch import Record, check_failures, start_batch
 
     _quiet_progress()
@@ -167,13 +177,13 @@ def run_batch(
     finished = False
     try:
         if pending:
-            dataset = ray.data.from_items([{"item": json.dumps(asdict(item))} for item in pending])
+            rows = [{"item": json.dumps(asdict(item))} for item in pending]
             arguments = {"spec": spec, "options": options, "outputs": outputs}
-            results = dataset.map_batches(
+            results = _blocks(rows, batch_size).map_batches(
                 BatchWorker,
-                fn_constructor_kwargs=arguments | {"threads": _threads_here()},
+                fn_constructor_kwargs=arguments | {"threads": workers.cpus},
                 batch_size=batch_size,
-                **_map_options(workers, gpus_per_worker),
+                **workers.map_options(),
             )
             seen: set[int] = set()
             for row in results.iter_rows():
@@ -215,12 +225,9 @@ def corpus_statistics(
     options: dict[str, Any],
     *,
     batch_size: int,
-    workers: int,
-    gpus_per_worker: float,
+    workers: Workers,
 ) -> CorpusStatistics:
     """Per-head statistics of every item, computed by Ray workers and merged here."""
-    import ray.data
-
     from attnviz.analysis.corpus import CorpusStatistics
 
     _quiet_progress()
@@ -228,11 +235,11 @@ def corpus_statistics(
     rows = [{"item": json.dumps(list(item))} for item in items]
     if not rows:
         return corpus
-    results = ray.data.from_items(rows).map_batches(
+    results = _blocks(rows, batch_size).map_batches(
         StatisticsWorker,
-        fn_constructor_kwargs={"spec": spec, "options": options, "threads": _threads_here()},
+        fn_constructor_kwargs={"spec": spec, "options": options, "threads": workers.cpus},
         batch_size=batch_size,
-        **_map_options(workers, gpus_per_worker),
+        **workers.map_options(),
     )
     for row in results.iter_rows():
         corpus.merge(pickle.loads(row["partial"]))

@@ -4,6 +4,7 @@ worker (the xdist group), started in this process: the commands join it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -25,7 +26,6 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray")
-    import contextlib
     import io
 
     with contextlib.redirect_stderr(io.StringIO()):
@@ -41,18 +41,35 @@ def corpus(tmp_path):
     return path
 
 
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """The local engine runs torch with as many threads as a Ray worker holds CPUs: torch
+    sums in another order with another count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run(runner, *arguments):
     result = runner.invoke(app, [str(argument) for argument in arguments])
     return result
 
 
+@pytest.mark.parametrize("cpus", [1, 2])
 def test_ray_writes_the_very_files_and_manifest_the_local_engine_writes(
-    runner, local_ray, corpus, tmp_path
+    runner, local_ray, corpus, tmp_path, cpus
 ):
     common = ["-f", "json", "-f", "png", "--view", "layer", "--batch-size", "2", "-q"]
-    local = run(runner, "batch", corpus, "-o", tmp_path / "local", *common)
+    with torch_threads(cpus):
+        local = run(runner, "batch", corpus, "-o", tmp_path / "local", *common)
     assert local.exit_code == 0, local.stderr
-    remote = run(runner, "batch", corpus, "-o", tmp_path / "ray", *common, "--engine", "ray")
+    ray_options = ["--engine", "ray", "--num-cpus-per-worker", cpus]
+    remote = run(runner, "batch", corpus, "-o", tmp_path / "ray", *common, *ray_options)
     assert remote.exit_code == 0, remote.stderr
     names = sorted(path.name for path in (tmp_path / "local").iterdir())
     assert names == sorted(path.name for path in (tmp_path / "ray").iterdir())
@@ -63,7 +80,8 @@ def test_ray_writes_the_very_files_and_manifest_the_local_engine_writes(
 
 
 def test_ray_statistics_equal_the_local_ones(runner, local_ray, corpus):
-    local = run(runner, "stats", corpus, "-f", "json", "-q")
+    with torch_threads(1):  # a worker's one CPU
+        local = run(runner, "stats", corpus, "-f", "json", "-q")
     remote = run(
         runner, "stats", corpus, "-f", "json", "-q", "--engine", "ray", "--batch-size", "2"
     )

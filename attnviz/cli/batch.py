@@ -106,6 +106,7 @@ def batch(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no summary.")] = False,
     engine: d.EngineOption = d.Engine.LOCAL,
     ray_address: d.RayAddressOption = None,
+    cpus_per_worker: d.CpusPerWorkerOption = 1,
     gpus_per_worker: d.GpusPerWorkerOption = 0.0,
     mode: d.ModeOption = None,
     model: d.ModelOption = d.BUILTIN,
@@ -208,8 +209,7 @@ def batch(
                     manifest_path=manifest,
                     resume=resume,
                     batch_size=batch_size,
-                    workers=jobs,
-                    gpus_per_worker=gpus_per_worker,
+                    workers=distributed.Workers(jobs, cpus_per_worker, gpus_per_worker),
                     progress=report,
                     tally=tally,
                 )

@@ -590,6 +590,17 @@ RayAddressOption = Annotated[
         help="A running Ray cluster to join (host:port, or auto); without it a local Ray starts.",
     ),
 ]
+CpusPerWorkerOption = Annotated[
+    int,
+    typer.Option(
+        "--num-cpus-per-worker",
+        metavar="N",
+        min=1,
+        rich_help_panel=SCALE_PANEL,
+        help="CPUs each Ray worker holds; torch runs that many threads in it. Files equal a "
+        "local run's with as many torch threads (OMP_NUM_THREADS=N).",
+    ),
+]
 GpusPerWorkerOption = Annotated[
     float,
     typer.Option(

@@ -49,6 +49,7 @@ def stats(
             help="With --engine ray: Ray workers, each holding the model.",
         ),
     ] = 2,
+    cpus_per_worker: d.CpusPerWorkerOption = 1,
     gpus_per_worker: d.GpusPerWorkerOption = 0.0,
     output_format: Annotated[
         d.TableFormat,
@@ -115,15 +116,14 @@ def stats(
     corpus = CorpusStatistics()
     started = last = time.monotonic()
     if engine is d.Engine.RAY:
-        from attnviz.distributed import corpus_statistics
+        from attnviz.distributed import Workers, corpus_statistics
 
         corpus = corpus_statistics(
             pairs,
             asked.spec,
             asked.options,
             batch_size=batch_size,
-            workers=jobs,
-            gpus_per_worker=gpus_per_worker,
+            workers=Workers(jobs, cpus_per_worker, gpus_per_worker),
         )
         model_name = asked.spec.model
     else:
