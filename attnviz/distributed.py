@@ -111,7 +111,12 @@ class BatchWorker:
     """One worker of a batch: a model and a painter, kept for every batch it is given."""
 
     def __init__(
-        self, spec: ExtractorSpec, options: dict[str, Any], outputs: Outputs, threads: int
+        self,
+        spec: ExtractorSpec,
+        options: dict[str, Any],
+        outputs: Outputs,
+        threads: int,
+        batch_size: int,
     ) -> None:
         from attnviz.render.image import Painter
 
@@ -119,6 +124,7 @@ class BatchWorker:
         self.extractor = spec.load()
         self.options = options
         self.outputs = outputs
+        self.batch_size = batch_size
         self.request = outputs.fingerprint()
         self.painter = Painter()
 
@@ -127,13 +133,15 @@ class BatchWorker:
         return list(self.extractor.extract_many(items, batch_size=len(items), **self.options))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
-        from attnviz.batch import BatchInput, _record, _tasks, render_task
+        from attnviz.batch import BatchInput, _chunks, _record, _tasks, render_task
 
-        chunk = [BatchInput(**json.loads(text)) for text in batch["item"]]
+        (listed,) = batch["task"]  # one task: a JSON list of inputs
+        inputs = [BatchInput(**fields) for fields in json.loads(listed)]
         records = []
-        for task in _tasks(chunk, self.extract, self.outputs):
-            item, written = render_task(task, self.painter)
-            records.append(json.dumps(_record(item, written, self.request).to_dict()))
+        for chunk in _chunks(inputs, self.batch_size):  # the local engine's model batches
+            for task in _tasks(chunk, self.extract, self.outputs):
+                item, written = render_task(task, self.painter)
+                records.append(json.dumps(_record(item, written, self.request).to_dict()))
         return {"record": records}
 
 
@@ -146,12 +154,22 @@ def _use_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _blocks(rows: list[dict[str, Any]], batch_size: int) -> Any:
-    """The rows as a Ray dataset of one block per batch: Ray Data's own split (hundreds
-    of blocks) cut every batch short."""
+def _tasks_of(items: Sequence[Any], batch_size: int, workers: Workers) -> Any:
+    """The items as a Ray dataset of one row per task, each a JSON list of inputs: a task
+    is several of the local engine's model batches, cut the same way (a task costs Ray
+    tens of milliseconds), yet there are at least four tasks per worker, so that the
+    work spreads and the progress moves."""
     import ray.data
 
-    return ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
+    batches = min(_TASK_INPUTS // batch_size, len(items) // (batch_size * workers.count * 4))
+    size = batch_size * max(1, batches)
+    rows = [
+        {"task": json.dumps(items[start : start + size])} for start in range(0, len(items), size)
+    ]
+    return ray.data.from_items(rows, override_num_blocks=len(rows))
+
+
+_TASK_INPUTS = 64
 
 
 def run_batch(
@@ -177,12 +195,13 @@ def run_batch(
     finished = False
     try:
         if pending:
-            rows = [{"item": json.dumps(asdict(item))} for item in pending]
+            tasks = _tasks_of([asdict(item) for item in pending], batch_size, workers)
             arguments = {"spec": spec, "options": options, "outputs": outputs}
-            results = _blocks(rows, batch_size).map_batches(
+            results = tasks.map_batches(
                 BatchWorker,
-                fn_constructor_kwargs=arguments | {"threads": workers.cpus},
-                batch_size=batch_size,
+                fn_constructor_kwargs=arguments
+                | {"threads": workers.cpus, "batch_size": batch_size},
+                batch_size=1,
                 **workers.map_options(),
             )
             seen: set[int] = set()
@@ -205,17 +224,22 @@ def run_batch(
 class StatisticsWorker:
     """One worker of ``stats``: a model; each batch gives back its partial statistics."""
 
-    def __init__(self, spec: ExtractorSpec, options: dict[str, Any], threads: int) -> None:
+    def __init__(
+        self, spec: ExtractorSpec, options: dict[str, Any], threads: int, batch_size: int
+    ) -> None:
         _use_threads(threads)
         self.extractor = spec.load()
         self.options = options
+        self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
         from attnviz.analysis.corpus import CorpusStatistics
 
-        items = [tuple(json.loads(text)) for text in batch["item"]]
+        (listed,) = batch["task"]  # one task: a JSON list of items
+        items = [tuple(item) for item in json.loads(listed)]
         partial = CorpusStatistics()
-        partial.add_all(self.extractor.extract_many(items, batch_size=len(items), **self.options))
+        maps = self.extractor.extract_many(items, batch_size=self.batch_size, **self.options)
+        partial.add_all(maps)
         return {"partial": [pickle.dumps(partial)]}  # between attnviz's own processes
 
 
@@ -232,13 +256,14 @@ def corpus_statistics(
 
     _quiet_progress()
     corpus = CorpusStatistics()
-    rows = [{"item": json.dumps(list(item))} for item in items]
-    if not rows:
+    listed = [list(item) for item in items]
+    if not listed:
         return corpus
-    results = _blocks(rows, batch_size).map_batches(
+    constructor = {"spec": spec, "options": options, "threads": workers.cpus}
+    results = _tasks_of(listed, batch_size, workers).map_batches(
         StatisticsWorker,
-        fn_constructor_kwargs={"spec": spec, "options": options, "threads": workers.cpus},
-        batch_size=batch_size,
+        fn_constructor_kwargs=constructor | {"batch_size": batch_size},
+        batch_size=1,
         **workers.map_options(),
     )
     for row in results.iter_rows():
