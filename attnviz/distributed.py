@@ -18,7 +18,8 @@ import io
 import json
 import os
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,7 @@ def connect(address: str | None) -> None:
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     try:
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        with _silenced():
             ray.init(
                 address=address,
                 include_dashboard=False,
@@ -76,6 +77,35 @@ def connect(address: str | None) -> None:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise AttnvizError(f"cannot reach {where}: {first}") from None
+
+
+@contextlib.contextmanager
+def _silenced() -> Iterator[None]:
+    """Nothing reaches stdout or stderr meanwhile: neither Python's writes nor those of
+    Ray's C++ core on the process's own descriptors (it names the log level it read from
+    the environment, a line on every run)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {descriptor: os.dup(descriptor) for descriptor in (1, 2)}
+    python_streams = (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    )
+    with open(os.devnull, "w") as sink, python_streams[0], python_streams[1]:
+        try:
+            for descriptor in saved:
+                os.dup2(sink.fileno(), descriptor)
+            yield
+        finally:
+            for descriptor, copy in saved.items():
+                os.dup2(copy, descriptor)
+                os.close(copy)
+
+
+def _notices_to_stderr() -> contextlib.AbstractContextManager:
+    """Ray's driver prints its notices (a worker died; its task will be retried) to
+    stdout, which carries attnviz's data: while Ray works they go to stderr."""
+    return contextlib.redirect_stdout(sys.stderr)
 
 
 def _check_reachable(address: str) -> None:
@@ -205,15 +235,16 @@ def run_batch(
                 **workers.map_options(),
             )
             seen: set[int] = set()
-            for row in results.iter_rows():
-                record = Record(**json.loads(row["record"]))
-                if record.index in seen:  # a retried batch: recorded once
-                    continue
-                seen.add(record.index)
-                manifest.add(record)
-                tally.records.append(record)
-                done += 1
-                progress(done, len(inputs))
+            with _notices_to_stderr():
+                for row in results.iter_rows():
+                    record = Record(**json.loads(row["record"]))
+                    if record.index in seen:  # a retried batch: recorded once
+                        continue
+                    seen.add(record.index)
+                    manifest.add(record)
+                    tally.records.append(record)
+                    done += 1
+                    progress(done, len(inputs))
         finished = True
     finally:
         manifest.close(compact=finished)
@@ -266,6 +297,7 @@ def corpus_statistics(
         batch_size=1,
         **workers.map_options(),
     )
-    for row in results.iter_rows():
-        corpus.merge(pickle.loads(row["partial"]))
+    with _notices_to_stderr():
+        for row in results.iter_rows():
+            corpus.merge(pickle.loads(row["partial"]))
     return corpus

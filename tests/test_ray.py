@@ -167,7 +167,7 @@ def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
         *(sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"),
         *("--engine", "ray", "--ray-address", address, "--batch-size", "1", "-q"),
     ]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = []
 
     def kill_a_worker():
@@ -186,10 +186,12 @@ def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
 
     killer = threading.Thread(target=kill_a_worker)
     killer.start()
-    _, errors = process.communicate(timeout=300)
+    written, errors = process.communicate(timeout=300)
     killer.join()
     assert killed, "no worker was seen working"
     assert process.returncode == 0, errors
+    assert written == ""  # Ray's notice of the dead worker is not data: stderr has it
+    assert all("(raylet)" in line for line in errors.splitlines()), errors  # and nothing else
     records = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
     assert [record["index"] for record in records] == list(range(24))
     assert all(record["status"] == "ok" for record in records)
