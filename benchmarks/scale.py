@@ -102,6 +102,11 @@ def main() -> None:
     print(f"batch -f npz / raw forward = {local / raw:.2f}x (target >= 0.9x)")
     ray = figures["batch -f npz --engine ray (2 workers)"]
     print(f"ray time / local time = {local / ray:.2f}x (target <= 1.3x)")
+    print("Ray's start-up is paid once: ray time / local time by corpus size (single runs):")
+    for size in (largest, 4 * largest):
+        text = corpus(folder / f"corpus-ray-{size}.txt", size, (8, 20))
+        ratio = rate(batch("--jobs", "1"), size) / rate(batch("--engine", "ray", "-j", "2"), size)
+        print(f"  {size:5} sentences: {ratio:.2f}x")
     print("growth with corpus size (batch -f npz --jobs 1):")
     for size in sizes:
         text = corpus(folder / f"corpus-{size}.txt", size, (8, 20))
