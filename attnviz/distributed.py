@@ -51,17 +51,35 @@ class Workers:
         return {"compute": pool, "num_cpus": self.cpus, "num_gpus": self.gpus}
 
 
-def connect(address: str | None) -> None:
-    """Join the cluster at ``address``, or start a local Ray (all this machine's CPUs);
-    a Ray already started in this process is used as it is."""
+@contextlib.contextmanager
+def ray_session(address: str | None) -> Iterator[None]:
+    """Ray for the work inside: joins the cluster at ``address`` or starts a local Ray
+    (all this machine's CPUs), and afterwards disconnects (a local Ray stops). A Ray
+    already started in this process (a notebook's, a test's) is used and left running.
+
+    Meanwhile stdout goes to stderr: Ray's driver prints its notices (a worker died,
+    its task will be retried) to stdout, which carries attnviz's data, and one can come
+    after the work is done, so the session ends, and Ray's listener with it, before
+    stdout is stdout again."""
     try:
         import ray
     except ImportError:
         raise UsageError("--engine ray needs Ray: pip install 'attnviz[ray]'") from None
     if address:
         _check_reachable(address)
-    if ray.is_initialized():
-        return
+    ours = not ray.is_initialized()
+    if ours:
+        _start(ray, address)
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            yield
+        finally:
+            if ours:
+                with _silenced():
+                    ray.shutdown()
+
+
+def _start(ray: Any, address: str | None) -> None:
     # Ray's own C++ logs and notices go to stderr, where attnviz keeps one line per event.
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -100,12 +118,6 @@ def _silenced() -> Iterator[None]:
             for descriptor, copy in saved.items():
                 os.dup2(copy, descriptor)
                 os.close(copy)
-
-
-def _notices_to_stderr() -> contextlib.AbstractContextManager:
-    """Ray's driver prints its notices (a worker died; its task will be retried) to
-    stdout, which carries attnviz's data: while Ray works they go to stderr."""
-    return contextlib.redirect_stdout(sys.stderr)
 
 
 def _check_reachable(address: str) -> None:
@@ -235,16 +247,15 @@ def run_batch(
                 **workers.map_options(),
             )
             seen: set[int] = set()
-            with _notices_to_stderr():
-                for row in results.iter_rows():
-                    record = Record(**json.loads(row["record"]))
-                    if record.index in seen:  # a retried batch: recorded once
-                        continue
-                    seen.add(record.index)
-                    manifest.add(record)
-                    tally.records.append(record)
-                    done += 1
-                    progress(done, len(inputs))
+            for row in results.iter_rows():
+                record = Record(**json.loads(row["record"]))
+                if record.index in seen:  # a retried batch: recorded once
+                    continue
+                seen.add(record.index)
+                manifest.add(record)
+                tally.records.append(record)
+                done += 1
+                progress(done, len(inputs))
         finished = True
     finally:
         manifest.close(compact=finished)
@@ -297,7 +308,6 @@ def corpus_statistics(
         batch_size=1,
         **workers.map_options(),
     )
-    with _notices_to_stderr():
-        for row in results.iter_rows():
-            corpus.merge(pickle.loads(row["partial"]))
+    for row in results.iter_rows():
+        corpus.merge(pickle.loads(row["partial"]))
     return corpus

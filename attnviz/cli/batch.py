@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -156,79 +157,85 @@ def batch(
     lines = in_shard(lines, slice_)
     inputs = [item for item in lines if not item.blank]
     blank_lines = len(lines) - len(inputs)
-    if engine is d.Engine.RAY:  # before anything is written: an unreachable cluster stops here
-        from attnviz.distributed import connect
+    # Ray, joined or started now: an unreachable cluster stops here, before anything is
+    # written; it is left when the batch ends.
+    session: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if engine is d.Engine.RAY:
+        from attnviz.distributed import ray_session
 
-        connect(ray_address)
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise AttnvizError(f"cannot create the folder {output}: {error.strerror}") from None
-    manifest = output / manifest_name(slice_)
-    if resume and overwrite:
-        raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
-    if os.path.lexists(manifest) and not (resume or overwrite):
-        raise UsageError(
-            f"{output} already holds a batch ({manifest.name}): add --resume to finish it, "
-            "or --overwrite to start again"
+        session = ray_session(ray_address)
+    with session:
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise AttnvizError(f"cannot create the folder {output}: {error.strerror}") from None
+        manifest = output / manifest_name(slice_)
+        if resume and overwrite:
+            raise UsageError(
+                "--resume finishes an earlier batch, --overwrite starts again: pick one"
+            )
+        if os.path.lexists(manifest) and not (resume or overwrite):
+            raise UsageError(
+                f"{output} already holds a batch ({manifest.name}): add --resume to finish it, "
+                "or --overwrite to start again"
+            )
+        try:  # can files be written here? (without touching anything that is there)
+            tempfile.TemporaryFile(dir=output).close()
+        except OSError as error:
+            raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
+        extractor = asked.open(environment) if engine is d.Engine.LOCAL else None
+
+        def extract(chunk: list) -> list:
+            assert extractor is not None, "the local engine loads the model here"
+            pairs = [(item.text, item.target, item.pair) for item in chunk]
+            return list(extractor.extract_many(pairs, batch_size=len(pairs), **asked.options))
+
+        started = time.monotonic()
+        tally = Tally()
+        outputs = Outputs(
+            folder=output,
+            formats=formats,
+            view=view,
+            style=style,
+            top=top,
+            label_positions=label_positions,
+            aggregate=aggregate,
+            dtype=dtype,
+            request=asked.fingerprint(),
         )
-    try:  # can files be written here? (without touching anything that is there)
-        tempfile.TemporaryFile(dir=output).close()
-    except OSError as error:
-        raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
-    extractor = asked.open(environment) if engine is d.Engine.LOCAL else None
+        try:
+            with ProgressReport(quiet, environment) as report:
+                if engine is d.Engine.RAY:
+                    from attnviz import distributed
 
-    def extract(chunk: list) -> list:
-        assert extractor is not None, "the local engine loads the model here"
-        pairs = [(item.text, item.target, item.pair) for item in chunk]
-        return list(extractor.extract_many(pairs, batch_size=len(pairs), **asked.options))
-
-    started = time.monotonic()
-    tally = Tally()
-    outputs = Outputs(
-        folder=output,
-        formats=formats,
-        view=view,
-        style=style,
-        top=top,
-        label_positions=label_positions,
-        aggregate=aggregate,
-        dtype=dtype,
-        request=asked.fingerprint(),
-    )
-    try:
-        with ProgressReport(quiet, environment) as report:
-            if engine is d.Engine.RAY:
-                from attnviz import distributed
-
-                distributed.run_batch(
-                    inputs,
-                    asked.spec,
-                    asked.options,
-                    outputs,
-                    manifest_path=manifest,
-                    resume=resume,
-                    batch_size=batch_size,
-                    workers=distributed.Workers(jobs, cpus_per_worker, gpus_per_worker),
-                    progress=report,
-                    tally=tally,
-                )
-            else:
-                run_batch(
-                    inputs,
-                    extract,
-                    outputs,
-                    manifest_path=manifest,
-                    resume=resume,
-                    batch_size=batch_size,
-                    # json and npz cost less to write than to send to another process
-                    jobs=jobs if any(f not in DATA_ONLY for f in formats) else 1,
-                    progress=report,
-                    tally=tally,
-                )
-    finally:  # after the progress bar is gone, so that the summary stays on screen
-        if not quiet:
-            _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
+                    distributed.run_batch(
+                        inputs,
+                        asked.spec,
+                        asked.options,
+                        outputs,
+                        manifest_path=manifest,
+                        resume=resume,
+                        batch_size=batch_size,
+                        workers=distributed.Workers(jobs, cpus_per_worker, gpus_per_worker),
+                        progress=report,
+                        tally=tally,
+                    )
+                else:
+                    run_batch(
+                        inputs,
+                        extract,
+                        outputs,
+                        manifest_path=manifest,
+                        resume=resume,
+                        batch_size=batch_size,
+                        # json and npz cost less to write than to send to another process
+                        jobs=jobs if any(f not in DATA_ONLY for f in formats) else 1,
+                        progress=report,
+                        tally=tally,
+                    )
+        finally:  # after the progress bar is gone, so that the summary stays on screen
+            if not quiet:
+                _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
 
 
 def _summary(inputs: list, blank_lines: int, tally: Tally, output: Path, elapsed: float) -> None:

@@ -91,11 +91,7 @@ def stats(
 
         chosen_picture = picture_format(picture)  # a bad name is refused before any work
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
-    if engine is d.Engine.RAY:
-        from attnviz.distributed import connect
-
-        connect(ray_address)
-    else:
+    if engine is d.Engine.LOCAL:
         extractor = asked.open(environment)
     from itertools import islice
 
@@ -116,15 +112,16 @@ def stats(
     corpus = CorpusStatistics()
     started = last = time.monotonic()
     if engine is d.Engine.RAY:
-        from attnviz.distributed import Workers, corpus_statistics
+        from attnviz.distributed import Workers, corpus_statistics, ray_session
 
-        corpus = corpus_statistics(
-            pairs,
-            asked.spec,
-            asked.options,
-            batch_size=batch_size,
-            workers=Workers(jobs, cpus_per_worker, gpus_per_worker),
-        )
+        with ray_session(ray_address):  # left before the statistics are written
+            corpus = corpus_statistics(
+                pairs,
+                asked.spec,
+                asked.options,
+                batch_size=batch_size,
+                workers=Workers(jobs, cpus_per_worker, gpus_per_worker),
+            )
         model_name = asked.spec.model
     else:
         model_name = extractor.name
