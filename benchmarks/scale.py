@@ -103,10 +103,20 @@ def main() -> None:
     ray = figures["batch -f npz --engine ray (2 workers)"]
     print(f"ray time / local time = {local / ray:.2f}x (target <= 1.3x)")
     print("Ray's start-up is paid once: ray time / local time by corpus size (single runs):")
-    for size in (largest, 4 * largest):
+    engines = {"local": ("--jobs", "1"), "ray": ("--engine", "ray", "-j", "2")}
+    seconds: dict[str, list[float]] = {engine: [] for engine in engines}
+    sizes_on_ray = (largest, 4 * largest)
+    for size in sizes_on_ray:
         text = corpus(folder / f"corpus-ray-{size}.txt", size, (8, 20))
-        ratio = rate(batch("--jobs", "1"), size) / rate(batch("--engine", "ray", "-j", "2"), size)
-        print(f"  {size:5} sentences: {ratio:.2f}x")
+        for engine, extra in engines.items():
+            seconds[engine].append(size / rate(batch(*extra), size))
+        print(f"  {size:5} sentences: {seconds['ray'][-1] / seconds['local'][-1]:.2f}x")
+    # Two sizes fit time = fixed + size * per input: what each engine pays once, and per input.
+    added = sizes_on_ray[1] - sizes_on_ray[0]
+    for engine, (small, large) in seconds.items():
+        per_input = (large - small) / added
+        fixed = small - sizes_on_ray[0] * per_input
+        print(f"  {engine:5}: {fixed:5.1f} s once, then {1 / per_input:6.1f} inputs/s")
     print("growth with corpus size (batch -f npz --jobs 1):")
     for size in sizes:
         text = corpus(folder / f"corpus-{size}.txt", size, (8, 20))
