@@ -95,7 +95,11 @@ def test_stack_options_change_the_stack(runner):
         (["show", "hi", "--head", "-5"], 2, "head -5 is out of range: there are 4 heads"),
         (["show", "hi", "--head", "1-x"], 2, "is not an index, a list"),
         (["show", "hi", "--mode", "cross"], 2, "cross mode needs a target text"),
-        (["show", "hi", "--target", "yo"], 2, "only applies to cross mode"),
+        (
+            ["show", "hi", "--target", "yo"],
+            2,
+            "only applies to cross mode, not self mode: add --mode cross",
+        ),
         (["show", "hi", "-m", "cross", "-t", " "], 2, "the target is empty"),
         (["show", "hi", "--d-model", "10"], 2, "must be a multiple of num_heads"),
         (["show", "hi", "--mode", "sideways"], 2, "Invalid value for '--mode'"),

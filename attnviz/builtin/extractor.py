@@ -147,7 +147,9 @@ def check_target(mode: Mode, target: str | None) -> None:
     if mode is Mode.CROSS and target is None:
         raise UsageError("cross mode needs a target text (--target): its tokens are the queries")
     if mode is not Mode.CROSS and target is not None:
-        raise UsageError(f"a target text only applies to cross mode, not {mode} mode")
+        raise UsageError(
+            f"a target text only applies to cross mode, not {mode} mode: add --mode cross"
+        )
 
 
 def check_fits(config: BuiltinConfig) -> None:
