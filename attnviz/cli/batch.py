@@ -157,6 +157,14 @@ def batch(
     lines = in_shard(lines, slice_)
     inputs = [item for item in lines if not item.blank]
     blank_lines = len(lines) - len(inputs)
+    manifest = output / manifest_name(slice_)
+    if resume and overwrite:
+        raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
+    if os.path.lexists(manifest) and not (resume or overwrite):
+        raise UsageError(
+            f"{output} already holds a batch ({manifest.name}): add --resume to finish it, "
+            "or --overwrite to start again"
+        )
     # Ray, joined or started now: an unreachable cluster stops here, before anything is
     # written; it is left when the batch ends.
     session: contextlib.AbstractContextManager = contextlib.nullcontext()
@@ -169,16 +177,6 @@ def batch(
             output.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise AttnvizError(f"cannot create the folder {output}: {error.strerror}") from None
-        manifest = output / manifest_name(slice_)
-        if resume and overwrite:
-            raise UsageError(
-                "--resume finishes an earlier batch, --overwrite starts again: pick one"
-            )
-        if os.path.lexists(manifest) and not (resume or overwrite):
-            raise UsageError(
-                f"{output} already holds a batch ({manifest.name}): add --resume to finish it, "
-                "or --overwrite to start again"
-            )
         try:  # can files be written here? (without touching anything that is there)
             tempfile.TemporaryFile(dir=output).close()
         except OSError as error:
