@@ -10,6 +10,7 @@ files are all there.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -459,11 +460,38 @@ def _finish(
     total: int,
     progress: Callable[[int, int], None],
 ) -> int:
-    record = _record(item, written, manifest.request)
-    manifest.add(record)
-    records.append(record)
+    record_done(_record(item, written, manifest.request), manifest, records)
     progress(done + 1, total)
     return done + 1
+
+
+def record_done(record: Record, manifest: Manifest, records: list[Record]) -> None:
+    """An input recorded in the manifest and among this run's records as one step: a
+    Ctrl-C in between waits until both are done, so that the summary of an interrupted
+    batch counts what its manifest holds."""
+    with _interrupt_deferred():
+        manifest.add(record)
+        records.append(record)
+
+
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[None]:
+    import signal
+    import threading
+
+    caught: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    # Signals are the main thread's; a handler Python did not set could not be put back.
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:  # delivered now, to the handler there was
+            signal.raise_signal(signal.SIGINT)
 
 
 Task = tuple[BatchInput, "AttentionMaps | Exception", Outputs]

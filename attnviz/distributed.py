@@ -228,7 +228,7 @@ def run_batch(
     tally: Tally,
 ) -> Tally:
     """As :func:`attnviz.batch.run_batch`, with the work done by Ray workers."""
-    from attnviz.batch import Record, check_failures, start_batch
+    from attnviz.batch import Record, check_failures, record_done, start_batch
 
     _quiet_progress()
     pending, manifest = start_batch(inputs, outputs, manifest_path, resume, tally)
@@ -252,8 +252,7 @@ def run_batch(
                 if record.index in seen:  # a retried batch: recorded once
                     continue
                 seen.add(record.index)
-                manifest.add(record)
-                tally.records.append(record)
+                record_done(record, manifest, tally.records)
                 done += 1
                 progress(done, len(inputs))
         finished = True

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from attnviz.batch import assign_names, in_shard, parse_shard, read_inputs, slug
+from attnviz.batch import assign_names, in_shard, parse_shard, read_inputs, record_done, slug
 from attnviz.cli import app
 from attnviz.errors import UsageError
 
@@ -154,6 +154,22 @@ def test_stdin_and_unwritable_folders(runner, tmp_path):
     result = runner.invoke(app, ["batch", "-", "-o", str(blocker / "sub")], input="a\n")
     assert result.exit_code == 1
     assert "cannot create the folder" in result.stderr
+
+
+def test_a_ctrl_c_while_an_input_is_recorded_waits_until_it_is_recorded_whole():
+    class Manifest:  # interrupted while writing its line
+        def __init__(self):
+            self.lines = []
+
+        def add(self, record):
+            signal.raise_signal(signal.SIGINT)
+            self.lines.append(record)
+
+    manifest, records = Manifest(), []
+    with pytest.raises(KeyboardInterrupt):
+        record_done("record", manifest, records)
+    assert manifest.lines == records == ["record"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path):
