@@ -60,7 +60,7 @@ def one_error_line(result, code: int, message: str) -> None:
         (["show", "hi", "--head", "3-1"], None, 2, "runs backwards"),
         (["show", "hi", "--layer", ",,"], None, 2, "is not an index"),
         (["show", "hi", "--num-layers", "0"], None, 2, "Invalid value for '--num-layers'"),
-        (["show", "hi", "--format", "xml"], None, 2, "Invalid value for '--format'"),
+        (["show", "hi", "--format", "xml"], None, 2, "for '--format' / '-f': 'xml' is not one of"),
         (["render", "missing.json"], None, 2, "no such file: missing.json"),
         (["batch", "missing.txt", "-o", "out"], None, 2, "no such input file"),
         (["diff", "a", "b", "c"], None, 2, "give one TEXT with --against"),

@@ -156,7 +156,9 @@ class AttnvizGroup(TyperGroup):
             hint = (
                 f" (see '{error.ctx.command_path} --help')" if getattr(error, "ctx", None) else ""
             )
-            report(f"{error.format_message()}{hint}")
+            # typer checks choices with pydantic, whose message begins "Value error, ".
+            message = error.format_message().replace(": Value error, ", ": ", 1)
+            report(f"{message}{hint}")
             result = error.exit_code
         except typer.Abort:
             report("interrupted")
