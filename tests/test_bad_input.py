@@ -77,6 +77,17 @@ def test_bad_requests(runner, tmp_path, monkeypatch, arguments, stdin, code, mes
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_several_inputs_where_one_is_read_say_what_to_do_instead(runner, tmp_path):
+    two_lines = b"one two\nthree four\n"
+    picture = tmp_path / "x.png"
+    failed_in_process(invoke(runner, ["export", "-", "-o", str(picture)], two_lines), 2, "batch")
+    saved = invoke(runner, ["show", "-", "-f", "ndjson"], two_lines)
+    assert saved.exit_code == 0 and saved.stdout.count("\n") == 2
+    render = ["render", "-", "-o", str(picture)]
+    failed_in_process(invoke(runner, render, saved.stdout.encode()), 2, "pick one line")
+    assert not picture.exists()
+
+
 def test_nul_bytes_and_escapes_are_data(tmp_path):
     text = "a\x00b \x1b[2J\x1b[31mred [bold]x[/bold] \u202eevil"
     result = run(["show", "-", "-f", "terminal", "--width", "200"], text.encode())

@@ -124,12 +124,17 @@ def stdout_console(colour: ColourChoice, width: int | None, environment: Environ
     )
 
 
-def only_one(items: Iterable[T]) -> T:
-    """The one input a command reads; several (lines on stdin, records in a file) are refused."""
+ONE_TEXT = "attnviz batch makes one output per line"
+ONE_MAPS = "pick one line of the ndjson first (e.g. sed -n 1p)"
+
+
+def only_one(items: Iterable[T], hint: str = ONE_TEXT) -> T:
+    """The one input a command reads; several (lines on stdin, records in a file) are
+    refused, with ``hint``: what to do instead."""
     stream = iter(items)
     first = next(stream)
     if next(stream, None) is not None:
-        raise UsageError("this command reads one input, but several were given")
+        raise UsageError(f"this command reads one input, but several were given: {hint}")
     return first
 
 
@@ -182,7 +187,7 @@ def text_or_saved(
     if saved is not None and model != BUILTIN:
         raise UsageError("--from reads maps a model already made: drop --model")
     if saved is not None:
-        return select_held(only_one(read_maps(saved)), layer, head)
+        return select_held(only_one(read_maps(saved), ONE_MAPS), layer, head)
     assert text is not None
     return extract(only_one(read_texts(text)))
 

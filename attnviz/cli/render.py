@@ -62,10 +62,10 @@ def render(
         )
         return
     if out.is_page(output):
-        out.save_page(out.only_one(stream), view, output, picture.title)
+        out.save_page(out.only_one(stream, out.ONE_MAPS), view, output, picture.title)
         return
     from attnviz.render.image import picture_format
 
     picture_kind = picture_format(output)
     style = picture.style()
-    out.save_picture(out.only_one(stream), view, picture_kind, style, output)
+    out.save_picture(out.only_one(stream, out.ONE_MAPS), view, picture_kind, style, output)
