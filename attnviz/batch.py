@@ -445,9 +445,11 @@ def start_batch(
 def check_failures(records: Sequence[Record], total: int, manifest_path: Path) -> None:
     failed = [record for record in records if record.status == "failed"]
     if failed:
+        first = failed[0]
+        error = str(first.error)  # a reading error names its line already
+        where = "" if error.startswith(f"line {first.line} ") else f"line {first.line}: "
         raise PartialFailure(
-            f"{len(failed)} of {total} inputs failed (first: line {failed[0].line}: "
-            f"{failed[0].error}); see {manifest_path}"
+            f"{len(failed)} of {total} inputs failed (first: {where}{error}); see {manifest_path}"
         )
 
 

@@ -169,7 +169,10 @@ def test_a_batch_with_bad_lines_records_them(runner, tmp_path):
     source.write_bytes(b'{"text": "fine"}\n"just a string"\n{"text": 5}\n\xff\n')
     result = invoke(runner, ["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"])
     assert result.exit_code == 3
-    assert "attnviz: error: 3 of 4 inputs failed" in result.stderr
+    assert (
+        "attnviz: error: 3 of 4 inputs failed (first: line 2 is not a JSON object);"
+        in result.stderr
+    )
     manifest = (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()
     assert len(manifest) == 4
 
