@@ -94,7 +94,24 @@ def _start(ray: Any, address: str | None) -> None:
     except Exception as error:  # Ray raises ConnectionError, RuntimeError, ValueError, …
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if _refused_for_token(error):
+            first = (
+                "it asks for a token: set RAY_AUTH_MODE=token, with the cluster's token in"
+                " ~/.ray/auth_token or RAY_AUTH_TOKEN (ray get-auth-token on the head node)"
+            )
         raise AttnvizError(f"cannot reach {where}: {first}") from None
+
+
+def _refused_for_token(error: BaseException | None) -> bool:
+    """Whether the cluster turned the driver away for want of its token. Ray (2.59 on)
+    starts a cluster with token authentication, yet a driver given an address sends no
+    token unless RAY_AUTH_MODE=token; the reason is only in the text of the error that
+    Ray's "Failed to connect" wraps."""
+    while error is not None:
+        if "InvalidAuthToken" in str(error) or type(error).__name__ == "AuthenticationError":
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 @contextlib.contextmanager

@@ -9,18 +9,24 @@ grows with corpus size and with text length is printed too.
     python benchmarks/scale.py [--sizes 500,1000,2000] [--repeat 3]
 
 Each comparison figure is the best of --repeat runs (a shared two-core machine
-varies by a tenth from run to run); the growth tables are single runs.
+varies by a tenth from run to run); the growth tables are single runs. Ray is
+measured twice: a Ray that attnviz starts and stops in each run (no --ray-address),
+and a Ray already running on this machine (`ray start --head --num-cpus 2`) that
+each run joins with --ray-address, as on a cluster.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ATTNVIZ = [sys.executable, "-m", "attnviz"]
@@ -60,6 +66,30 @@ def rate(command: Callable[[], list[str]], inputs: int, repeat: int = 1) -> floa
         subprocess.run(arguments, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times.append(time.perf_counter() - start)
     return inputs / min(times)
+
+
+@contextlib.contextmanager
+def running_ray(cpus: int) -> Iterator[str]:
+    """A local Ray started once with ``ray start --head`` (token authentication, as Ray
+    2.59 on starts one; the runs that join it get RAY_AUTH_MODE=token); its address."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ray = str(Path(sys.executable).with_name("ray"))
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    start = [ray, "start", "--head", f"--num-cpus={cpus}", f"--port={port}",
+             "--node-ip-address=127.0.0.1", "--include-dashboard=false"]  # fmt: skip
+    before = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    try:
+        subprocess.run(start, check=True, **quiet)
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([ray, "stop"], check=False, **quiet)
+        if before is None:
+            del os.environ["RAY_AUTH_MODE"]
+        else:
+            os.environ["RAY_AUTH_MODE"] = before
 
 
 def main() -> None:
@@ -102,6 +132,13 @@ def main() -> None:
     print(f"batch -f npz / raw forward = {local / raw:.2f}x (target >= 0.9x)")
     ray = figures["batch -f npz --engine ray (2 workers)"]
     print(f"ray time / local time = {local / ray:.2f}x (target <= 1.3x)")
+    print("joining a Ray already running here (ray start --head --num-cpus 2):")
+    with running_ray(cpus=2) as address:
+        joined = batch("--engine", "ray", "-j", "2", "--ray-address", address)
+        first = rate(joined, largest)  # the first job on the new Ray
+        best = rate(joined, largest, repeat)
+    print(f"  first run: {first:7.1f} inputs/s, ray time / local time = {local / first:.2f}x")
+    print(f"  best of {repeat}: {best:7.1f} inputs/s, ray time / local time = {local / best:.2f}x")
     print("Ray's start-up is paid once: ray time / local time by corpus size (single runs):")
     engines = {"local": ("--jobs", "1"), "ray": ("--engine", "ray", "-j", "2")}
     seconds: dict[str, list[float]] = {engine: [] for engine in engines}

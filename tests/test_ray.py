@@ -142,6 +142,30 @@ def test_an_unreachable_cluster_is_one_line_exit_1_and_nothing_written(runner, c
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
+def test_a_cluster_that_asks_for_a_token_says_how_to_give_it(runner, corpus, tmp_path, monkeypatch):
+    """Ray 2.59 on starts clusters with token authentication, yet a driver given an
+    address sends no token unless RAY_AUTH_MODE=token: Ray retries, then raises
+    "Failed to connect" around the reason, as text (here as Ray 2.60 raises it)."""
+    ray = pytest.importorskip("ray")
+
+    def refused(*args, **kwargs):
+        reason = RuntimeError(
+            "Failed to connect to GCS. Last connection error: Traceback (most recent call"
+            " last): ray.exceptions.AuthenticationError: RPC error: InvalidAuthToken"
+        )
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379") from reason
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # even beside local_ray
+    monkeypatch.setattr(ray, "init", refused)
+    monkeypatch.setattr("attnviz.distributed._check_reachable", lambda address: None)
+    out = tmp_path / "never"
+    result = run(runner, "batch", corpus, "-o", out, "--engine", "ray", "--ray-address", "h:1")
+    assert result.exit_code == 1 and not out.exists()
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("attnviz: error: cannot reach the Ray cluster at h:1: it asks for")
+    assert "RAY_AUTH_MODE=token" in line
+
+
 def test_ray_missing_is_a_usage_error_naming_the_extra(runner, corpus, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
     result = run(runner, "stats", corpus, "--engine", "ray")
