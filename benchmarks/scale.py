@@ -9,7 +9,8 @@ grows with corpus size and with text length is printed too.
     python benchmarks/scale.py [--sizes 500,1000,2000] [--repeat 3]
 
 Each comparison figure is the best of --repeat runs (a shared two-core machine
-varies by a tenth from run to run); the growth tables are single runs. Ray is
+varies by a tenth from run to run, at times by a third), the growth tables too; the
+runs at 2,000 and 8,000 sentences that compare the engines are single runs. Ray is
 measured twice: a Ray that attnviz starts and stops in each run (no --ray-address),
 and a Ray already running on this machine (`ray start --head --num-cpus 2`) that
 each run joins with --ray-address, as on a cluster.
@@ -154,14 +155,15 @@ def main() -> None:
         per_input = (large - small) / added
         fixed = small - sizes_on_ray[0] * per_input
         print(f"  {engine:5}: {fixed:5.1f} s once, then {1 / per_input:6.1f} inputs/s")
-    print("growth with corpus size (batch -f npz --jobs 1):")
+    print(f"growth with corpus size (batch -f npz --jobs 1, best of {repeat}):")
     for size in sizes:
         text = corpus(folder / f"corpus-{size}.txt", size, (8, 20))
-        print(f"  {size:5} sentences: {rate(batch('--jobs', '1'), size):7.1f} inputs/s")
-    print("growth with text length (batch -f npz --jobs 1, 500 sentences):")
+        print(f"  {size:5} sentences: {rate(batch('--jobs', '1'), size, repeat):7.1f} inputs/s")
+    print(f"growth with text length (batch -f npz --jobs 1, 500 sentences, best of {repeat}):")
     for words in ((5, 10), (20, 40), (60, 100)):
         text = corpus(folder / f"corpus-{words[0]}.txt", 500, words)
-        print(f"  {words[0]:3}-{words[1]:3} words: {rate(batch('--jobs', '1'), 500):7.1f} inputs/s")
+        figure = rate(batch("--jobs", "1"), 500, repeat)
+        print(f"  {words[0]:3}-{words[1]:3} words: {figure:7.1f} inputs/s")
 
 
 if __name__ == "__main__":
