@@ -156,7 +156,16 @@ def test_stdin_and_unwritable_folders(runner, tmp_path):
     assert "cannot create the folder" in result.stderr
 
 
-def test_a_ctrl_c_while_an_input_is_recorded_waits_until_it_is_recorded_whole():
+@pytest.fixture
+def interruptible():
+    """Ctrl-C delivered as in a terminal, here and to the processes started from here: a
+    test run started in the background of a script inherits SIGINT ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_ctrl_c_while_an_input_is_recorded_waits_until_it_is_recorded_whole(interruptible):
     class Manifest:  # interrupted while writing its line
         def __init__(self):
             self.lines = []
@@ -172,7 +181,7 @@ def test_a_ctrl_c_while_an_input_is_recorded_waits_until_it_is_recorded_whole():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path):
+def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path, interruptible):
     source = tmp_path / "inputs.txt"
     sentences = (SAMPLES / "sentences.txt").read_text().splitlines()
     source.write_text("\n".join(sentences * 6) + "\n")  # 36 inputs, 288 pictures

@@ -587,7 +587,11 @@ RayAddressOption = Annotated[
         "--ray-address",
         metavar="ADDRESS",
         rich_help_panel=SCALE_PANEL,
-        help="A running Ray cluster to join (host:port, or auto); without it a local Ray starts.",
+        help=(
+            "A running Ray cluster to join (host:port, or auto: the one on this machine);"
+            " without it a local Ray starts and stops with the command. A cluster with token"
+            " authentication (Ray 2.59 on) also needs RAY_AUTH_MODE=token."
+        ),
     ),
 ]
 CpusPerWorkerOption = Annotated[
