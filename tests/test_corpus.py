@@ -90,7 +90,7 @@ def test_stats_through_the_cli(runner, tmp_path):
     assert picture.read_bytes().startswith(b"\x89PNG")
     everything = runner.invoke(app, ["stats", str(source), "-f", "csv"])
     assert everything.exit_code == 0
-    assert "attnviz: 4 inputs, 1 line skipped" in everything.stderr
+    assert "attnviz: 4 inputs, 1 blank line skipped in" in everything.stderr
     assert everything.stdout.startswith("layer,head,statistic,count,mean,std,p05,p50,p95")
     table = runner.invoke(app, ["stats", str(source), "--layer", "1", "-q"])
     assert table.exit_code == 0 and table.stderr == ""
@@ -100,5 +100,25 @@ def test_stats_through_the_cli(runner, tmp_path):
 def test_stats_of_nothing_is_a_usage_error(runner, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
-    result = runner.invoke(app, ["stats", str(empty), "-q"])
-    assert result.exit_code == 2 and "holds no input" in result.stderr
+    result = runner.invoke(app, ["stats", str(empty)])
+    assert result.exit_code == 2
+    assert result.stderr == f"attnviz: error: {empty} holds no input to compute statistics over\n"
+    unreadable = tmp_path / "bad.jsonl"
+    unreadable.write_text('{"text": 5}\nnot json\n')
+    result = runner.invoke(app, ["stats", str(unreadable)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert 'over: line 1 has no "text" string (and 1 more line)' in result.stderr
+
+
+def test_unreadable_lines_are_skipped_with_a_warning_that_says_why(runner, tmp_path):
+    source = tmp_path / "mixed.jsonl"
+    source.write_text('{"text": "a b"}\n{"text": 5}\n\nnot json\n{"text": "c d"}\n')
+    result = runner.invoke(app, ["stats", str(source), "-f", "json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["inputs"] == 2
+    warning, summary = result.stderr.splitlines()
+    assert warning == (
+        'attnviz: warning: skipped what could not be read: line 2 has no "text" string'
+        " (and 1 more line)"
+    )
+    assert summary.startswith("attnviz: 2 inputs, 1 blank line skipped, 2 unreadable skipped in")

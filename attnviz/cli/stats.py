@@ -98,15 +98,19 @@ def stats(
     from attnviz.analysis.corpus import CorpusStatistics
     from attnviz.batch import iter_inputs
 
-    skipped = 0
+    blank = unreadable = 0
+    first_error = ""  # why the first unreadable line could not be read
 
     def readable():
-        nonlocal skipped
+        nonlocal blank, unreadable, first_error
         for item in iter_inputs(source):
-            if item.blank or item.error is not None:
-                skipped += 1
-                continue
-            yield item.text, item.target, item.pair
+            if item.blank:
+                blank += 1
+            elif item.error is not None:
+                unreadable += 1
+                first_error = first_error or str(item.error)
+            else:
+                yield item.text, item.target, item.pair
 
     pairs = islice(readable(), limit)
     corpus = CorpusStatistics()
@@ -131,14 +135,24 @@ def stats(
             if not quiet and now - last >= 5:
                 last = now
                 print(f"attnviz: {corpus.inputs} inputs", file=sys.stderr)
-    if not quiet:
-        elapsed = time.monotonic() - started
-        note = f", {skipped} line{'s' if skipped > 1 else ''} skipped" if skipped else ""
-        print(f"attnviz: {corpus.inputs} inputs{note} in {elapsed:.1f} s", file=sys.stderr)
+    more = unreadable - 1
+    why = first_error + (f" (and {more} more line{'s' if more > 1 else ''})" if more > 0 else "")
     if not corpus.inputs:
         from attnviz.errors import UsageError
 
-        raise UsageError(f"{source} holds no input to compute statistics over")
+        detail = f": {why}" if unreadable else ""
+        raise UsageError(f"{source} holds no input to compute statistics over{detail}")
+    if unreadable:
+        from attnviz.errors import warn
+
+        warn(f"skipped what could not be read: {why}")
+    if not quiet:
+        elapsed = time.monotonic() - started
+        notes = [f"{blank} blank line{'s' if blank > 1 else ''} skipped"] if blank else []
+        if unreadable:
+            notes.append(f"{unreadable} unreadable skipped")
+        note = "".join(f", {text}" for text in notes)
+        print(f"attnviz: {corpus.inputs} inputs{note} in {elapsed:.1f} s", file=sys.stderr)
     _write(corpus, output_format, environment, model=model_name)
     if chosen_picture is not None:
         from attnviz.io import open_output
