@@ -99,6 +99,11 @@ def _start(ray: Any, address: str | None) -> None:
                 "it asks for a token: set RAY_AUTH_MODE=token, with the cluster's token in"
                 " ~/.ray/auth_token or RAY_AUTH_TOKEN (ray get-auth-token on the head node)"
             )
+        elif address == "auto" and "Could not find any running Ray" in first:
+            first = (  # Ray's own words name its --address flag, not attnviz's
+                "no Ray is running on this machine: start one (ray start --head), give a"
+                " cluster's host:port, or leave out --ray-address for a Ray of this command's own"
+            )
         raise AttnvizError(f"cannot reach {where}: {first}") from None
 
 

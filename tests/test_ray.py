@@ -60,6 +60,30 @@ def run(runner, *arguments):
     return result
 
 
+def test_auto_without_a_ray_running_here_says_what_to_do(corpus):
+    """A process of its own (this one's Ray, local_ray, would be used), before local_ray
+    starts: "auto" finds any Ray running on this machine."""
+    import os
+    import subprocess
+
+    pytest.importorskip("ray")
+    if subprocess.run(["pgrep", "-f", "gcs_server"], capture_output=True).returncode == 0:
+        pytest.skip("a Ray is running on this machine")
+    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    command = [sys.executable, "-m", "attnviz", "stats", str(corpus), "--engine", "ray"]
+    result = subprocess.run(
+        [*command, "--ray-address", "auto"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("attnviz: error: cannot reach the Ray cluster at auto: no Ray is")
+    assert "--address" not in line.replace("--ray-address", "")
+
+
 @pytest.mark.parametrize(("cpus", "model"), [(1, "builtin"), (2, "bert")])
 def test_ray_writes_the_very_files_and_manifest_the_local_engine_writes(
     runner, local_ray, tmp_path, cpus, model
