@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,14 @@ def local_ray():
     import io
 
     with contextlib.redirect_stderr(io.StringIO()):
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        # "local": a Ray of its own, never one found running on this machine
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
     yield ray
     ray.shutdown()
 
@@ -60,28 +68,63 @@ def run(runner, *arguments):
     return result
 
 
-def test_auto_without_a_ray_running_here_says_what_to_do(corpus):
-    """A process of its own (this one's Ray, local_ray, would be used), before local_ray
-    starts: "auto" finds any Ray running on this machine."""
+def test_a_cluster_started_with_ray_start_is_joined_by_its_address(corpus):
+    """The README's cluster recipe, on one machine: `ray start --head` with token
+    authentication, then a command given the cluster's address and its token. The
+    cluster's files (sessions, the address "auto" would read) go to a folder of its own,
+    short for Ray's socket paths."""
     import os
+    import secrets
+    import shutil
+    import signal
+    import socket
     import subprocess
+    import tempfile
+    import time
 
     pytest.importorskip("ray")
-    if subprocess.run(["pgrep", "-f", "gcs_server"], capture_output=True).returncode == 0:
-        pytest.skip("a Ray is running on this machine")
-    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    command = [sys.executable, "-m", "attnviz", "stats", str(corpus), "--engine", "ray"]
-    result = subprocess.run(
-        [*command, "--ray-address", "auto"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    files = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    environment = os.environ | token | {"RAY_TMPDIR": files}
+    head = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+            f"--port={port}", "--num-cpus=1", "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false"]  # fmt: skip
+    cluster = subprocess.Popen(
+        head, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    assert result.returncode == 1 and result.stdout == ""
-    (line,) = result.stderr.splitlines()
-    assert line.startswith("attnviz: error: cannot reach the Ray cluster at auto: no Ray is")
-    assert "--address" not in line.replace("--ray-address", "")
+    try:
+        deadline = time.monotonic() + 60
+        while cluster.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            time.sleep(0.1)
+        command = [sys.executable, "-m", "attnviz", "stats", str(corpus), "--engine", "ray"]
+        result = subprocess.run(
+            [*command, "--ray-address", f"127.0.0.1:{port}", "-f", "json", "-q"],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        cluster.send_signal(signal.SIGINT)  # `ray start --block` stops its cluster so
+        cluster.wait(timeout=60)
+        deadline = time.monotonic() + 30  # and its processes end a moment later
+        while (
+            time.monotonic() < deadline
+            and subprocess.run(
+                ["pgrep", "-f", f"gcs_server.*{port}"], capture_output=True
+            ).returncode
+            == 0
+        ):
+            time.sleep(0.1)
+        shutil.rmtree(files, ignore_errors=True)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert json.loads(result.stdout)["inputs"] == len(SENTENCES)
 
 
 @pytest.mark.parametrize(("cpus", "model"), [(1, "builtin"), (2, "bert")])
@@ -188,6 +231,25 @@ def test_a_cluster_that_asks_for_a_token_says_how_to_give_it(runner, corpus, tmp
     (line,) = result.stderr.splitlines()
     assert line.startswith("attnviz: error: cannot reach the Ray cluster at h:1: it asks for")
     assert "RAY_AUTH_MODE=token" in line
+
+
+def test_auto_without_a_ray_running_here_says_what_to_do(runner, corpus, monkeypatch):
+    """Ray's own words (here as Ray 2.60 raises them) name its --address flag."""
+    ray = pytest.importorskip("ray")
+
+    def nothing_running(*args, **kwargs):
+        raise ConnectionError(
+            "Could not find any running Ray instance. Please specify the one to connect to by"
+            " setting `--address` flag or `RAY_ADDRESS` environment variable."
+        )
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # even beside local_ray
+    monkeypatch.setattr(ray, "init", nothing_running)
+    result = run(runner, "stats", corpus, "--engine", "ray", "--ray-address", "auto")
+    assert result.exit_code == 1 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("attnviz: error: cannot reach the Ray cluster at auto: no Ray is")
+    assert "--address" not in line.replace("--ray-address", "")
 
 
 def test_ray_missing_is_a_usage_error_naming_the_extra(runner, corpus, tmp_path, monkeypatch):
