@@ -53,9 +53,10 @@ class Workers:
 
 @contextlib.contextmanager
 def ray_session(address: str | None) -> Iterator[None]:
-    """Ray for the work inside: joins the cluster at ``address`` or starts a local Ray
-    (all this machine's CPUs), and afterwards disconnects (a local Ray stops). A Ray
-    already started in this process (a notebook's, a test's) is used and left running.
+    """Ray for the work inside: joins the cluster at ``address`` (by default Ray's
+    RAY_ADDRESS, which a Ray job's command gets) or starts a local Ray of its own (all
+    this machine's CPUs), and afterwards disconnects (a local Ray stops). A Ray already
+    started in this process (a notebook's, a test's) is used and left running.
 
     Meanwhile stdout goes to stderr: Ray's driver prints its notices (a worker died,
     its task will be retried) to stdout, which carries attnviz's data, and one can come
@@ -65,6 +66,7 @@ def ray_session(address: str | None) -> Iterator[None]:
         import ray
     except ImportError:
         raise UsageError("--engine ray needs Ray: pip install 'attnviz[ray]'") from None
+    address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         _check_reachable(address)
     ours = not ray.is_initialized()
@@ -86,7 +88,9 @@ def _start(ray: Any, address: str | None) -> None:
     try:
         with _silenced():
             ray.init(
-                address=address,
+                # "local": a new Ray, as documented, never the one that the last `ray start`
+                # here recorded in /tmp/ray, which Ray would try for minutes if it has ended.
+                address=address or "local",
                 include_dashboard=False,
                 log_to_driver=False,
                 logging_level="ERROR",

@@ -127,6 +127,38 @@ def test_a_cluster_started_with_ray_start_is_joined_by_its_address(corpus):
     assert json.loads(result.stdout)["inputs"] == len(SENTENCES)
 
 
+def test_without_an_address_a_ray_of_its_own_starts_whatever_an_ended_ray_left(corpus):
+    """An ended Ray (killed, or a process that never shut it down) leaves its address in
+    the Ray folder; Ray's default would try that address for minutes."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    pytest.importorskip("ray")
+    files = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        ended = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there now
+    (Path(files) / "ray").mkdir()
+    (Path(files) / "ray" / "ray_current_cluster").write_text(ended)
+    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    command = [sys.executable, "-m", "attnviz", "stats", str(corpus), "--engine", "ray"]
+    try:
+        result = subprocess.run(
+            [*command, "-f", "json", "-q"],
+            env=environment | {"RAY_TMPDIR": files},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        shutil.rmtree(files, ignore_errors=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["inputs"] == len(SENTENCES)
+
+
 @pytest.mark.parametrize(("cpus", "model"), [(1, "builtin"), (2, "bert")])
 def test_ray_writes_the_very_files_and_manifest_the_local_engine_writes(
     runner, local_ray, tmp_path, cpus, model
@@ -207,6 +239,15 @@ def test_an_unreachable_cluster_is_one_line_exit_1_and_nothing_written(runner, c
     )
     assert result.exit_code == 1 and "cannot reach the Ray cluster" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_ray_address_in_the_environment_is_the_cluster_joined(runner, corpus, monkeypatch):
+    """RAY_ADDRESS, as a Ray job's command gets it, stands for --ray-address."""
+    pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing listens on port 1
+    result = run(runner, "stats", corpus, "--engine", "ray")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("attnviz: error: cannot reach the Ray cluster at 127.0.0.1:1")
 
 
 def test_a_cluster_that_asks_for_a_token_says_how_to_give_it(runner, corpus, tmp_path, monkeypatch):

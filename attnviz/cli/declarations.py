@@ -589,8 +589,9 @@ RayAddressOption = Annotated[
         rich_help_panel=SCALE_PANEL,
         help=(
             "A running Ray cluster to join (host:port, or auto: the one on this machine);"
-            " without it a local Ray starts and stops with the command. A cluster with token"
-            " authentication (Ray 2.59 on) also needs RAY_AUTH_MODE=token."
+            " without it (or RAY_ADDRESS) a local Ray starts and stops with the command."
+            " A cluster with token authentication (Ray 2.59 on) also needs"
+            " RAY_AUTH_MODE=token."
         ),
     ),
 ]
