@@ -317,8 +317,10 @@ def corpus_statistics(
     *,
     batch_size: int,
     workers: Workers,
+    progress: Callable[[int], None],
 ) -> CorpusStatistics:
-    """Per-head statistics of every item, computed by Ray workers and merged here."""
+    """Per-head statistics of every item, computed by Ray workers and merged here;
+    ``progress`` is told how many inputs are merged, after each task."""
     from attnviz.analysis.corpus import CorpusStatistics
 
     _quiet_progress()
@@ -335,4 +337,5 @@ def corpus_statistics(
     )
     for row in results.iter_rows():
         corpus.merge(pickle.loads(row["partial"]))
+        progress(corpus.inputs)
     return corpus

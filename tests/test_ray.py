@@ -205,6 +205,20 @@ def test_ray_statistics_equal_the_local_ones(runner, local_ray, corpus):
         assert (a["p05"], a["p50"], a["p95"]) == (b["p05"], b["p50"], b["p95"])
 
 
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_stats_tells_its_progress_as_inputs_are_merged(
+    runner, local_ray, corpus, engine, monkeypatch
+):
+    monkeypatch.setattr("attnviz.cli.stats.PROGRESS_SECONDS", 0)  # a line at every step
+    arguments = ["stats", corpus, "--engine", engine, "--batch-size", "1", "-f", "json"]
+    result = run(runner, *arguments)
+    assert result.exit_code == 0, result.stderr
+    *steps, summary = result.stderr.splitlines()
+    counts = [int(line.removeprefix("attnviz: ").removesuffix(" inputs")) for line in steps]
+    assert counts == sorted(counts) and counts[-1] == len(SENTENCES) and len(counts) >= 2
+    assert summary.startswith(f"attnviz: {len(SENTENCES)} inputs in ")
+
+
 def test_resume_works_across_engines(runner, local_ray, corpus, tmp_path):
     out = tmp_path / "out"
     first = run(runner, "batch", corpus, "-o", out, "-f", "json", "-q")

@@ -12,6 +12,8 @@ from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
+PROGRESS_SECONDS = 5  # between progress lines on stderr
+
 
 @model_settings
 @with_environment
@@ -115,6 +117,14 @@ def stats(
     pairs = islice(readable(), limit)
     corpus = CorpusStatistics()
     started = last = time.monotonic()
+
+    def progress(inputs: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if not quiet and now - last >= PROGRESS_SECONDS:
+            last = now
+            print(f"attnviz: {inputs} inputs", file=sys.stderr)
+
     if engine is d.Engine.RAY:
         from attnviz.distributed import Workers, corpus_statistics, ray_session
 
@@ -125,16 +135,14 @@ def stats(
                 asked.options,
                 batch_size=batch_size,
                 workers=Workers(jobs, cpus_per_worker, gpus_per_worker),
+                progress=progress,
             )
         model_name = asked.spec.model
     else:
         model_name = extractor.name
         for maps in extractor.extract_many(pairs, batch_size=batch_size, **asked.options):
             corpus.add(maps)
-            now = time.monotonic()
-            if not quiet and now - last >= 5:
-                last = now
-                print(f"attnviz: {corpus.inputs} inputs", file=sys.stderr)
+            progress(corpus.inputs)
     more = unreadable - 1
     why = first_error + (f" (and {more} more line{'s' if more > 1 else ''})" if more > 0 else "")
     if not corpus.inputs:
