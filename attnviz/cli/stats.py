@@ -83,7 +83,7 @@ def stats(
     Inputs stream through; memory holds a running mean and variance and a
     quantile sketch (1% relative accuracy) per head and statistic, whatever the
     corpus size. Blank lines and lines that cannot be read are skipped and
-    counted.
+    counted; a warning says why the first unreadable line could not be read.
     """
     from attnviz.cli.settings import request
 
