@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -68,27 +76,40 @@ def run(runner, *arguments):
     return result
 
 
-def test_a_cluster_started_with_ray_start_is_joined_by_its_address(corpus):
-    """The README's cluster recipe, on one machine: `ray start --head` with token
-    authentication, then a command given the cluster's address and its token. The
-    cluster's files (sessions, the address "auto" would read) go to a folder of its own,
-    short for Ray's socket paths."""
-    import os
-    import secrets
-    import shutil
-    import signal
-    import socket
-    import subprocess
-    import tempfile
-    import time
-
-    pytest.importorskip("ray")
+def free_port() -> int:
+    """A port nothing listens on now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    files = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def ray_folder():
+    """A Ray folder of a test's own (RAY_TMPDIR): sessions, and the address that "auto"
+    and Ray's default read; short, for Ray's socket paths."""
+    folder = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def stats_in_a_process(corpus, *extra: str, environment: dict[str, str]):
+    command = [sys.executable, "-m", "attnviz", "stats", str(corpus), "--engine", "ray"]
+    return subprocess.run(
+        [*command, *extra, "-f", "json", "-q"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_a_cluster_started_with_ray_start_is_joined_by_its_address(corpus, ray_folder):
+    """The README's cluster recipe, on one machine: `ray start --head` with token
+    authentication, then a command given the cluster's address and its token."""
+    pytest.importorskip("ray")
+    port = free_port()
     token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    environment = os.environ | token | {"RAY_TMPDIR": files}
+    environment = os.environ | token | {"RAY_TMPDIR": ray_folder}
     head = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
             f"--port={port}", "--num-cpus=1", "--node-ip-address=127.0.0.1",
             "--include-dashboard=false"]  # fmt: skip
@@ -102,59 +123,32 @@ def test_a_cluster_started_with_ray_start_is_joined_by_its_address(corpus):
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             time.sleep(0.1)
-        command = [sys.executable, "-m", "attnviz", "stats", str(corpus), "--engine", "ray"]
-        result = subprocess.run(
-            [*command, "--ray-address", f"127.0.0.1:{port}", "-f", "json", "-q"],
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=180,
+        result = stats_in_a_process(
+            corpus, "--ray-address", f"127.0.0.1:{port}", environment=environment
         )
     finally:
         cluster.send_signal(signal.SIGINT)  # `ray start --block` stops its cluster so
         cluster.wait(timeout=60)
         deadline = time.monotonic() + 30  # and its processes end a moment later
+        running = ["pgrep", "-f", f"gcs_server.*{port}"]
         while (
             time.monotonic() < deadline
-            and subprocess.run(
-                ["pgrep", "-f", f"gcs_server.*{port}"], capture_output=True
-            ).returncode
-            == 0
+            and subprocess.run(running, capture_output=True).returncode == 0
         ):
             time.sleep(0.1)
-        shutil.rmtree(files, ignore_errors=True)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert json.loads(result.stdout)["inputs"] == len(SENTENCES)
 
 
-def test_without_an_address_a_ray_of_its_own_starts_whatever_an_ended_ray_left(corpus):
+def test_without_an_address_a_ray_of_its_own_starts_whatever_an_ended_ray_left(corpus, ray_folder):
     """An ended Ray (killed, or a process that never shut it down) leaves its address in
     the Ray folder; Ray's default would try that address for minutes."""
-    import os
-    import shutil
-    import socket
-    import subprocess
-    import tempfile
-
     pytest.importorskip("ray")
-    files = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        ended = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there now
-    (Path(files) / "ray").mkdir()
-    (Path(files) / "ray" / "ray_current_cluster").write_text(ended)
+    (Path(ray_folder) / "ray").mkdir()
+    ended = f"127.0.0.1:{free_port()}"
+    (Path(ray_folder) / "ray" / "ray_current_cluster").write_text(ended)
     environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    command = [sys.executable, "-m", "attnviz", "stats", str(corpus), "--engine", "ray"]
-    try:
-        result = subprocess.run(
-            [*command, "-f", "json", "-q"],
-            env=environment | {"RAY_TMPDIR": files},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        shutil.rmtree(files, ignore_errors=True)
+    result = stats_in_a_process(corpus, environment=environment | {"RAY_TMPDIR": ray_folder})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["inputs"] == len(SENTENCES)
 
@@ -318,11 +312,7 @@ def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
 ):
     """A Ray worker process killed (SIGKILL) while it works: Ray starts another and retries
     its batch; the batch ends whole, each input recorded once."""
-    import os
-    import signal
-    import subprocess
     import threading
-    import time
 
     source = tmp_path / "many.txt"
     source.write_text("\n".join(f"sentence number {i} of many" for i in range(24)) + "\n")
