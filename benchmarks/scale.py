@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 ATTNVIZ = [sys.executable, "-m", "attnviz"]
 WORDS = (
@@ -72,25 +74,27 @@ def rate(command: Callable[[], list[str]], inputs: int, repeat: int = 1) -> floa
 @contextlib.contextmanager
 def running_ray(cpus: int) -> Iterator[str]:
     """A local Ray started once with ``ray start --head`` (token authentication, as Ray
-    2.59 on starts one; the runs that join it get RAY_AUTH_MODE=token); its address."""
+    2.59 on starts one; the runs that join it get RAY_AUTH_MODE=token); its address.
+    It runs in the foreground (--block) so that it alone is stopped after, not every
+    Ray on the machine as ``ray stop`` would."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    ray = str(Path(sys.executable).with_name("ray"))
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    start = [ray, "start", "--head", f"--num-cpus={cpus}", f"--port={port}",
-             "--node-ip-address=127.0.0.1", "--include-dashboard=false"]  # fmt: skip
-    before = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "token"
-    try:
-        subprocess.run(start, check=True, **quiet)
-        yield f"127.0.0.1:{port}"
-    finally:
-        subprocess.run([ray, "stop"], check=False, **quiet)
-        if before is None:
-            del os.environ["RAY_AUTH_MODE"]
-        else:
-            os.environ["RAY_AUTH_MODE"] = before
+    start = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+             f"--num-cpus={cpus}", f"--port={port}", "--node-ip-address=127.0.0.1",
+             "--include-dashboard=false"]  # fmt: skip
+    with mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "token"}):
+        # Off a terminal, `ray start` writes its log to stdout.
+        head = subprocess.Popen(start, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert head.stdout is not None
+            for line in head.stdout:  # as `ray start` without --block returns: all started
+                if "Ray runtime started" in line:
+                    break
+            yield f"127.0.0.1:{port}"
+        finally:
+            head.send_signal(signal.SIGINT)  # `ray start --block` stops its Ray so
+            head.wait()
 
 
 def main() -> None:
