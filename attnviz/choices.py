@@ -9,6 +9,20 @@ matplotlib.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
+
+from attnviz.errors import UsageError
+
+Choice = TypeVar("Choice", bound=StrEnum)
+
+
+def chosen(choices: type[Choice], value: Choice | str, what: str) -> Choice:
+    """``value`` as one of ``choices``; anything else is a usage error that lists them."""
+    try:
+        return choices(value)
+    except ValueError:
+        names = ", ".join(member.value for member in choices)
+        raise UsageError(f"unknown {what} {value!r}: choose one of {names}") from None
 
 
 class Mode(StrEnum):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.builtin.config import BuiltinConfig
-from attnviz.choices import Mode
+from attnviz.choices import Mode, chosen
 from attnviz.errors import UsageError
 from attnviz.pretrained.loading import LoadOptions
 
@@ -67,6 +67,9 @@ class Extractor(ABC):
     @abstractmethod
     def name(self) -> str:
         """The model's name as the maps record it."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
 
     @staticmethod
     def from_model(model: Any, tokenizer: Any, name: str | None = None) -> Extractor:
@@ -219,13 +222,7 @@ def extract(
 
 
 def parse_mode(mode: Mode | str | None) -> Mode | None:
-    if mode is None:
-        return None
-    try:
-        return Mode(mode)
-    except ValueError:
-        names = ", ".join(member.value for member in Mode)
-        raise UsageError(f"unknown mode {mode!r}: choose one of {names}") from None
+    return None if mode is None else chosen(Mode, mode, "mode")
 
 
 def check_text(text: str, what: str = "text") -> None:

@@ -6,13 +6,18 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from attnviz.choices import Aggregate, Mode
-from attnviz.errors import AttnvizError
+from attnviz.choices import Aggregate, Mode, PictureFormat, View, chosen
+from attnviz.errors import AttnvizError, UsageError
 from attnviz.schema import READABLE_VERSIONS, envelope
+
+if TYPE_CHECKING:
+    from attnviz.analysis.heads import HeadStatistics
+    from attnviz.render.image import Picture
 
 # How schema-1 documents named their aggregates.
 _VERSION_1_AGGREGATES = {aggregate.description: aggregate for aggregate in Aggregate}
@@ -29,6 +34,7 @@ def index_span(indices: Sequence[int]) -> str:
     return ",".join(map(str, indices))
 
 
+_REPR_TEXT = 40  # characters of the text that repr shows
 GENERATED = "▸"  # marks the labels of generated tokens in pictures
 BETWEEN = ("a-b", "b-a", "a-a", "b-b")  # rows of one sentence of a pair, columns of the other
 
@@ -108,6 +114,17 @@ class AttentionMaps:
                 f"weights have shape {self.weights.shape}, expected {expected} "
                 "(layers, heads, query tokens, key tokens)"
             )
+
+    def __repr__(self) -> str:  # what the maps are, not every weight and token
+        grid = f"layers {index_span(self.layers)} × heads {index_span(self.heads)}"
+        if self.aggregate is not None:
+            grid = f"{self.aggregate.value} of {grid}"
+        text = self.text if len(self.text) <= _REPR_TEXT else self.text[: _REPR_TEXT - 1] + "…"
+        return (
+            f"AttentionMaps({self.model!r}, {self.mode.value}, {grid}, "
+            f"{len(self.query_tokens)} query × {len(self.key_tokens)} key tokens, "
+            f"{self.weights.dtype}, text={text!r})"
+        )
 
     @property
     def map_grid(self) -> tuple[int, int]:
@@ -312,6 +329,69 @@ class AttentionMaps:
         from attnviz.render.page import page_html
 
         return page_html(self, view={"head": View.LAYER, "map": View.HEAD}.get(view, View.MODEL))
+
+    def aggregated(self, method: Aggregate | str) -> AttentionMaps:
+        """The maps combined, as ``--aggregate`` combines them: ``"mean"`` or ``"max"`` of
+        each layer's heads, ``"mean-all"``, ``"max-all"``, ``"rollout"`` or ``"flow"``
+        over the layers held."""
+        from attnviz.analysis.aggregate import aggregate
+
+        return aggregate(self, method)
+
+    def head_statistics(self) -> list[HeadStatistics]:
+        """A row per head, as ``attnviz heads`` lists them: entropy, distance, sink,
+        previous, self and the top key token."""
+        from attnviz.analysis.heads import head_statistics
+
+        return head_statistics(self)
+
+    def picture(
+        self,
+        view: View | str = "model",
+        format: PictureFormat | str = "png",
+        *,
+        layer: int | None = None,
+        head: int | None = None,
+        **style: Any,
+    ) -> Picture:
+        """The picture ``attnviz export`` draws: ``view`` ``"model"`` (every map held),
+        ``"layer"`` (one layer's heads) or ``"head"`` (one map); ``layer`` and ``head``
+        pick maps by model index. ``style``: ``cmap``, ``dpi``, ``values``, ``vmax``,
+        ``figsize``, ``font_size``, ``title``, as the options of the same names.
+        ``.data`` holds the bytes; a notebook shows PNG and SVG inline."""
+        from attnviz.render.image import Picture, Style, check_colormap, one_picture
+
+        drawn = Style(**style)
+        check_colormap(drawn.cmap)
+        for name, index, held in (("layer", layer, self.layers), ("head", head, self.heads)):
+            if index is not None and index not in held:
+                raise UsageError(f"{name} {index} is not held: these maps hold {name}s {held}")
+        selected = self
+        if layer is not None or head is not None:
+            selected = self.select(
+                None if layer is None else [layer], None if head is None else [head]
+            )
+        kind = chosen(PictureFormat, format, "picture format")
+        return Picture(one_picture(selected, chosen(View, view, "view"), kind, drawn), kind)
+
+    def save(
+        self,
+        path: str | Path,
+        view: View | str = "model",
+        *,
+        layer: int | None = None,
+        head: int | None = None,
+        **style: Any,
+    ) -> None:
+        """Write :meth:`picture` to ``path``, its format by the suffix (.png, .svg,
+        .pdf), as ``attnviz export -o`` writes it: complete or not at all."""
+        from attnviz.io import open_output
+        from attnviz.render.image import picture_format
+
+        kind = picture_format(path)
+        drawn = self.picture(view, kind, layer=layer, head=head, **style)
+        with open_output(path, binary=True) as out:
+            out.write(drawn.data)
 
     def _repr_html_(self) -> str:
         """A notebook output: the interactive page in an iframe (no require.js, nothing

@@ -96,3 +96,31 @@ def test_special_flags_round_trip():
     assert document["query_special"] == [True, False]
     again = AttentionMaps.from_dict(document)
     assert again.special_positions("query") == [0] and again.special_positions("key") == [1]
+
+
+def test_repr_says_what_the_maps_are_in_one_short_line():
+    text = "The animal did not cross the street because it was too tired " * 20
+    maps = attnviz.extract(text, mode="masked", layers="-1")
+    shown = repr(maps)
+    tokens = len(maps.query_tokens)
+    assert shown.startswith(f"AttentionMaps('{maps.model}', masked, layers 1 × heads 0–3, ")
+    assert f"{tokens} query × {tokens} key tokens, float32" in shown
+    assert "\n" not in shown and len(shown) < 200  # not the weights, not every token
+    assert "rollout of layers 0,1" in repr(attnviz.extract("a b c").aggregated("rollout"))
+
+
+def test_aggregated_and_head_statistics_equal_the_commands(runner):
+    from attnviz.cli import app
+
+    text = "The man walked the dog"
+    maps = attnviz.extract(text)
+    shown = runner.invoke(app, ["show", text, "-a", "rollout", "-f", "json"])
+    assert shown.exit_code == 0, shown.stderr
+    rollout = AttentionMaps.from_dict(json.loads(shown.stdout))
+    np.testing.assert_array_equal(maps.aggregated("rollout").weights, rollout.weights)
+    listed = runner.invoke(app, ["heads", text, "-f", "json"])
+    assert listed.exit_code == 0, listed.stderr
+    rows = [vars(row) for row in maps.head_statistics()]
+    assert rows == json.loads(listed.stdout)["heads"]
+    with pytest.raises(attnviz.UsageError, match="unknown aggregate 'median'"):
+        maps.aggregated("median")

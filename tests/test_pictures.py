@@ -173,3 +173,59 @@ def test_a_1024_token_map_makes_a_picture_of_bounded_size(runner, tmp_path):
     with Image.open(path) as image:
         image.load()
         assert max(image.size) < 1400  # cells shrink to a pixel; the picture stays ~10 inches
+
+
+@pytest.mark.parametrize("suffix", ["png", "svg", "pdf"])
+@pytest.mark.parametrize(
+    ("options", "view", "choice", "style"),
+    [
+        ([], "model", {}, {}),
+        (["-l", "1"], "layer", {"layer": 1}, {"cmap": "magma", "title": "Figure 2"}),
+        (["-l", "0", "--head", "2"], "head", {"layer": 0, "head": 2}, {"values": True}),
+    ],
+)
+def test_a_notebook_draws_the_picture_export_draws(
+    runner, tmp_path, suffix, options, view, choice, style
+):
+    flags = {"cmap": "--cmap", "title": "--title"}
+    styled = [part for name, value in style.items() for part in (flags.get(name), value)]
+    styled = ["--values"] if style.get("values") else styled
+    exported = tmp_path / f"cli.{suffix}"
+    arguments = ["export", TEXT, "--view", view, *options, *styled, "-o", str(exported)]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 0, result.stderr
+    maps = attnviz.extract(TEXT)  # every layer and head: the picture selects
+    picture = maps.picture(view, suffix, **choice, **style)
+    assert picture.data == exported.read_bytes()
+    saved = tmp_path / f"saved.{suffix}"
+    maps.save(saved, view, **choice, **style)
+    assert saved.read_bytes() == exported.read_bytes()
+    # A notebook shows PNG and SVG inline; PDF only as a file.
+    assert picture._repr_png_() == (picture.data if suffix == "png" else None)
+    assert picture._repr_svg_() == (picture.data.decode() if suffix == "svg" else None)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ({"view": "head"}, "the head view draws one map, but these maps hold 8"),
+        ({"view": "layer"}, "the layer view draws one layer, but these maps hold 2"),
+        ({"view": "layer", "layer": 2}, "layer 2 is not held: these maps hold layers [0, 1]"),
+        ({"view": "grid"}, "unknown view 'grid': choose one of head, layer, model"),
+        ({"format": "gif"}, "unknown picture format 'gif': choose one of png, svg, pdf"),
+        ({"vmax": 0}, "vmax 0 is outside the weights' range"),
+        ({"figsize": (3, 0)}, "figsize (3, 0)"),
+        ({"cmap": "nope"}, "unknown colormap 'nope'"),
+    ],
+)
+def test_a_picture_request_that_cannot_be_drawn_is_a_usage_error(call, message):
+    maps = attnviz.extract(TEXT)
+    with pytest.raises(attnviz.UsageError) as raised:
+        maps.picture(**call)
+    assert message in str(raised.value)
+
+
+def test_saving_to_a_name_with_no_picture_format_writes_nothing(tmp_path):
+    with pytest.raises(attnviz.UsageError, match=r"name it \.png, \.svg or \.pdf"):
+        attnviz.extract(TEXT).save(tmp_path / "maps.gif")
+    assert not list(tmp_path.iterdir())

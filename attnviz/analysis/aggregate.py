@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnviz.choices import Aggregate, Mode
+from attnviz.choices import Aggregate, Mode, chosen
 from attnviz.errors import UsageError
 from attnviz.maps import AttentionMaps
 
@@ -68,7 +68,7 @@ def flow(per_layer: np.ndarray) -> np.ndarray:
 
 def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
     """Combine the maps held: the result has one map per layer, or one in all."""
-    method = Aggregate(method)
+    method = chosen(Aggregate, method, "aggregate")
     if maps.aggregate is not None:
         raise UsageError(f"these maps are already an aggregate ({maps.aggregate.description})")
     weights = maps.weights.astype(np.float64)  # (L, H, T, S)

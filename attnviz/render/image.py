@@ -143,6 +143,14 @@ class Style:
     font_size: float | None = None  # points for labels and titles; None: as the cells allow
     title: str | None = None  # the figure's title; None: the model and mode; "": no titles
 
+    def __post_init__(self) -> None:  # what the command line's options hold to as well
+        if not 0 < self.vmax <= 1:
+            raise UsageError(f"vmax {self.vmax} is outside the weights' range: give 0 < vmax <= 1")
+        if self.dpi <= 0 or (self.font_size is not None and self.font_size <= 0):
+            raise UsageError("dpi and font_size are positive numbers")
+        if self.figsize is not None and not all(0 < size <= 100 for size in self.figsize):
+            raise UsageError(f"figsize {self.figsize}: two sizes in inches, each up to 100")
+
     def titles(self, default: str) -> str:
         return default if self.title is None else self.title
 
@@ -565,6 +573,35 @@ class Painter:
                 if index is not None
             )
             yield suffix, self.head_picture(maps, panel, picture, style)
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A picture's bytes: a notebook shows a PNG or an SVG picture inline."""
+
+    data: bytes
+    format: PictureFormat
+
+    def _repr_png_(self) -> bytes | None:
+        return self.data if self.format is PictureFormat.PNG else None
+
+    def _repr_svg_(self) -> str | None:
+        return self.data.decode() if self.format is PictureFormat.SVG else None
+
+
+def one_picture(maps: AttentionMaps, view: View, picture: PictureFormat, style: Style) -> bytes:
+    """The one picture of ``maps`` that ``view`` draws: the model view of any maps, the
+    layer view of one layer's, the head view of one map."""
+    layers, heads = maps.map_grid
+    if view is View.HEAD and layers * heads != 1:
+        raise UsageError(
+            f"the head view draws one map, but these maps hold {layers * heads}: "
+            "give a layer and a head"
+        )
+    if view is View.LAYER and layers != 1:
+        raise UsageError(f"the layer view draws one layer, but these maps hold {layers}")
+    ((_, data),) = Painter().files(maps, view, picture, style)
+    return data
 
 
 @dataclass(frozen=True)
