@@ -64,6 +64,9 @@ def _stdin_bytes() -> IO[bytes]:
     return sys.stdin.buffer
 
 
+_SAVED_MAPS = '{"schema_version"'  # how every document attnviz writes begins
+
+
 def read_texts(text: str) -> Iterator[str]:
     """The inputs named by a TEXT argument: the text itself, or each line of stdin for ``-``.
 
@@ -81,6 +84,11 @@ def read_texts(text: str) -> Iterator[str]:
             if number == 1:
                 line = line.removeprefix(BOM)
             if line.strip():
+                if not seen and line.startswith(_SAVED_MAPS):
+                    raise UsageError(
+                        "standard input holds attention maps that attnviz wrote, not text: "
+                        "render - draws them, heads --from - and top --from - analyse them"
+                    )
                 seen = True
                 yield line
     except OSError as error:

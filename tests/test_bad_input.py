@@ -4,6 +4,7 @@ about processes, files and streams runs through the real `attnviz` process."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -44,6 +45,18 @@ def one_error_line(result, code: int, message: str) -> None:
     errors = [line for line in stderr.splitlines() if line.startswith("attnviz: error: ")]
     assert len(errors) == 1, stderr
     assert message in errors[0], stderr
+
+
+def test_saved_maps_piped_in_as_text_are_refused_with_the_command_that_reads_them(runner):
+    saved = runner.invoke(app, ["show", "Hello I love you", "-f", "ndjson"])
+    assert saved.exit_code == 0, saved.stderr
+    for command in (["heads", "-"], ["top", "-"], ["show", "-"], ["export", "-", "-o", "x.png"]):
+        result = runner.invoke(app, command, input=saved.stdout)
+        failed_in_process(result, 2, "standard input holds attention maps that attnviz wrote")
+        assert "heads --from -" in result.stderr
+    analysed = runner.invoke(app, ["heads", "--from", "-", "-f", "json"], input=saved.stdout)
+    assert analysed.exit_code == 0, analysed.stderr
+    assert len(json.loads(analysed.stdout)["heads"]) == 8
 
 
 @pytest.mark.parametrize(
