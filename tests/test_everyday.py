@@ -3,6 +3,7 @@ figures ready for a paper, labels that tell tokens apart."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -11,10 +12,10 @@ from rich.cells import cell_len
 
 import attnviz
 from attnviz.analysis.heads import TopHeads, head_statistics, sort_rows
-from attnviz.choices import HeadColumn, RankBy
+from attnviz.choices import HeadColumn, PictureFormat, RankBy
 from attnviz.cli import app
 from attnviz.cli.output import Environment
-from attnviz.render.image import MIN_LABEL_POINTS, GridCanvas, Style, grid_shape
+from attnviz.render.image import MIN_LABEL_POINTS, GridCanvas, HeadCanvas, Style, grid_shape
 from attnviz.render.terminal import choose_thumbnails, render_grid
 
 TERMINAL = Environment(stdout_is_terminal=True, stderr_is_terminal=False)
@@ -207,12 +208,29 @@ def test_paper_options_reach_the_figure():
     figure = canvas.whole(maps, list(maps.panels()))
     assert tuple(figure.get_size_inches()) == (7, 4)
     assert canvas.header.get_text() == "Figure 2"
-    assert all(t.get_fontsize() == 11 and t.get_text() for t in canvas.titles)
+    assert all(MIN_LABEL_POINTS <= t.get_fontsize() <= 11 and t.get_text() for t in canvas.titles)
     bar = figure.axes[-1]
     assert "0.5" in bar.get_ylabel()  # the bar says weights above vmax are clipped
     untitled = GridCanvas(grid_shape(maps, None), Style(title=""))
     untitled.whole(maps, list(maps.panels()))
     assert untitled.header.get_text() == "" and untitled.titles[0].get_text()  # panels keep theirs
+
+
+@pytest.mark.parametrize(
+    ("figsize", "short"), [(None, False), ((14, 4), False), ((9, 4), True), ((7, 4), True)]
+)
+def test_panel_titles_fit_their_panels_in_one_size_and_form(figsize, short):
+    config = attnviz.BuiltinConfig(num_layers=2, num_heads=12, d_model=96)
+    maps = attnviz.extract("The man walked the dog", config=config)
+    canvas = GridCanvas(grid_shape(maps, None), Style(figsize=figsize, font_size=9))
+    figure = canvas.whole(maps, list(maps.panels()))
+    renderer = figure.canvas.get_renderer()
+    titles = [title.get_text() for title in canvas.titles]
+    assert titles[11] == ("L0 H11" if short else "layer 0 · head 11")  # never cut
+    assert len({title.get_fontsize() for title in canvas.titles}) == 1
+    for row in range(2):  # no title runs into its neighbour's
+        boxes = [title.get_window_extent(renderer) for title in canvas.titles[row * 12 :][:12]]
+        assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes))
 
 
 @pytest.mark.parametrize("panels", ["all", "chosen"])
@@ -249,6 +267,36 @@ def test_head_picture_with_figsize_has_that_size_and_fits_its_title(runner, tmp_
     assert Image.open(out).size == (350, 300)
 
 
+@pytest.mark.parametrize("words", [["a", "b", "c"], ["representations"] * 3])
+def test_a_given_figure_size_gives_the_cells_what_this_inputs_labels_leave(words):
+    from attnviz.render.image import Frame, Painter
+
+    maps = attnviz.extract(" ".join(words * 4), layers=0, heads=0)
+    style = Style(figsize=(3.5, 3.0), font_size=8)
+    painter = Painter()
+    painter.head_picture(maps, next(maps.panels()), PictureFormat.PNG, style)
+    ((_, canvas),) = painter.canvases.items()
+    labels = (*maps.query_tokens, *maps.key_tokens)
+    canvas._set_frame(Frame("header", tuple(maps.query_tokens), tuple(maps.key_tokens)))
+    canvas.canvas.draw()
+    renderer = canvas.canvas.get_renderer()
+    cells = canvas.axes.get_window_extent(renderer)
+    figure = canvas.figure.bbox
+    note = next(t for t in canvas.figure.texts if "rows: query tokens" in t.get_text())
+    for label in [*canvas.query_labels, *canvas.key_labels]:  # inside, apart from the note
+        box = label.get_window_extent(renderer)
+        assert box.x0 >= figure.x0 and box.y0 >= note.get_window_extent(renderer).y1
+    assert cells.y0 > box.y1  # the key labels under the cells
+    tokens = len(maps.query_tokens)
+    for_any_label = HeadCanvas(tokens, tokens, style)  # room for the longest label there is
+
+    def cells_height(canvas: HeadCanvas) -> float:
+        return canvas.axes.get_position().height * canvas.figure.get_figheight()
+
+    short = max(map(len, labels)) < 10
+    assert (cells_height(canvas) > 1.2 * cells_height(for_any_label)) == short
+
+
 def test_label_positions_tell_repeated_tokens_apart(runner):
     maps = attnviz.extract("the man saw the dog").with_positions()
     assert maps.query_tokens == ["the·0", "man", "saw", "the·3", "dog"]
@@ -270,7 +318,6 @@ def test_raw_pieces_keep_the_tokenizers_spelling(tiny):
 
 @pytest.mark.parametrize("tokens", [4, 300])
 def test_single_head_labels_never_go_below_the_minimum(tokens):
-    from attnviz.render.image import HeadCanvas
 
     canvas = HeadCanvas(tokens, tokens, Style())
     labels = [*canvas.key_labels, *canvas.query_labels]

@@ -48,6 +48,7 @@ _MARGIN_LEFT = 1.15  # inches, room for query labels
 _MARGIN_BOTTOM = 1.15  # room for key labels, written upwards
 _MARGIN_TOP = 0.65  # the header (model and mode) and the title (layer and head)
 _MARGIN_RIGHT = 1.0  # the colour bar
+_NOTE_ROOM = 0.35  # under the key labels, for the note of a picture in a given size
 _GRID_COLUMNS = 6  # heads per row when one layer's heads (or chosen heads) wrap
 MIN_LABEL_POINTS = 6.0  # token labels are never smaller: they are thinned instead
 _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
@@ -204,6 +205,43 @@ def _label_step(
     return size, max(1, int(np.ceil(size / max(room, 0.1) - 1e-9)))
 
 
+def _fit_text(text: Any, renderer: Any, room: float, largest: float, cut: bool = True) -> bool:
+    """Shrink ``text`` until it is at most ``room`` pixels wide, down to the smallest
+    size labels take; past that, cut it in the middle with an ellipsis (if ``cut``).
+    Whether it fitted whole."""
+    size = largest
+    text.set_fontsize(size)
+    while text.get_window_extent(renderer).width > room and size > MIN_LABEL_POINTS:
+        size -= 0.5
+        text.set_fontsize(size)
+    if text.get_window_extent(renderer).width <= room:
+        return True
+    whole = text.get_text()
+    keep = len(whole)
+    while text.get_window_extent(renderer).width > room and keep > 8:
+        keep -= 2
+        head = keep // 2
+        text.set_text(whole[:head] + "…" + whole[len(whole) - (keep - head) :])
+    return False
+
+
+def _short_title(title: str) -> str:
+    """``layer 2 · head 0`` -> ``L2 H0``: the title of a panel too narrow for the long one."""
+    title = re.sub(r"\blayers? (?=-?\d)", "L", title)
+    return re.sub(r"\bheads? (?=-?\d)", "H", title).replace(" · ", " ")
+
+
+def _head_margins(style: Style, label_chars: int) -> tuple[float, float]:
+    """Inches left of and below a map's cells, for its token labels (and under them the
+    note). By default room for the longest label any input may have, so that one canvas
+    serves every input of a shape; in a given figure size (a paper's), room for the
+    labels of this input, so that the cells get the rest."""
+    if style.figsize is None:
+        return _MARGIN_LEFT, _MARGIN_BOTTOM
+    labels = 0.12 + min(label_chars, MAX_LABEL) * (style.font_size or 9.0) * 0.62 / _INCH
+    return labels, labels + _NOTE_ROOM
+
+
 def _axes_note(step: int) -> str:
     note = "rows: query tokens\ncolumns: key tokens"
     if step > 1:
@@ -221,7 +259,7 @@ def _metadata(picture: PictureFormat) -> dict[str, Any]:
 class HeadCanvas:
     """A reusable single-head figure for maps of one shape (query tokens × key tokens)."""
 
-    def __init__(self, queries: int, keys: int, style: Style) -> None:
+    def __init__(self, queries: int, keys: int, style: Style, label_chars: int = MAX_LABEL):
         import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -229,16 +267,15 @@ class HeadCanvas:
         self.queries, self.keys, self.style = queries, keys, style
         self.missing_glyphs: set[str] = set()  # characters no font had, in any drawing
         width, height = style.figsize or self.figure_size(queries, keys)
-        cell = self.cell_inches(queries, keys, style)
+        left, bottom = _head_margins(style, label_chars)
+        cell = self.cell_inches(queries, keys, style, (left, bottom))
+        # A given size that the cells cannot fill at their aspect: the map in the middle.
+        left += max(0.0, width - left - keys * cell - _MARGIN_RIGHT) / 2
+        bottom += max(0.0, height - bottom - queries * cell - _MARGIN_TOP) / 2
         text_size = style.font_size or 9.0
         self.figure = Figure(figsize=(width, height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
-        box = (
-            _MARGIN_LEFT / width,
-            _MARGIN_BOTTOM / height,
-            keys * cell / width,
-            queries * cell / height,
-        )
+        box = (left / width, bottom / height, keys * cell / width, queries * cell / height)
         self.axes = self.figure.add_axes(box)
         self.cmap = matplotlib.colormaps[style.cmap]
         self.image = self.axes.imshow(
@@ -254,7 +291,7 @@ class HeadCanvas:
         self.axes.set_yticks([])
         # Beside the grid and as tall as it, whatever the figure's size.
         colour_bar = self.figure.add_axes(
-            ((_MARGIN_LEFT + keys * cell + 0.2) / width, box[1], 0.15 / width, box[3])
+            ((left + keys * cell + 0.2) / width, box[1], 0.15 / width, box[3])
         )
         bar = self.figure.colorbar(
             self.image, cax=colour_bar, extend="max" if style.clips else "neither"
@@ -263,10 +300,12 @@ class HeadCanvas:
         colour_bar.tick_params(labelsize=max(MIN_LABEL_POINTS, text_size - 2))
         size, step = _label_step(cell * _INCH, style.font_size)
         # Just under the grid's corner, in the room the query labels leave: not adrift at
-        # the bottom of a figure whose margin is sized for the longest key labels.
+        # the bottom of a figure whose margin is sized for the longest key labels. Margins
+        # sized for this input's labels leave no such room: then under the key labels.
+        corner = bottom - 0.08 if style.figsize is None else _NOTE_ROOM - 0.03
         self.figure.text(
             0.05 / width,
-            (_MARGIN_BOTTOM - 0.08) / height,
+            corner / height,
             _axes_note(step),
             fontsize=MIN_LABEL_POINTS,
             va="top",
@@ -328,20 +367,22 @@ class HeadCanvas:
         self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
 
     @staticmethod
-    def cell_inches(queries: int, keys: int, style: Style) -> float:
-        """The side of a cell: by the map's size, or what a given figure size leaves."""
+    def cell_inches(queries: int, keys: int, style: Style, margins: tuple[float, float]) -> float:
+        """The side of a cell: by the map's size, or what a given figure size leaves
+        beside the ``margins`` for the labels (left, bottom)."""
         if style.figsize is None:
             return _cell_inches(max(queries, keys))
         width, height = style.figsize
+        left, bottom = margins
         cell = min(
-            (width - _MARGIN_LEFT - _MARGIN_RIGHT) / keys,
-            (height - _MARGIN_TOP - _MARGIN_BOTTOM) / queries,
+            (width - left - _MARGIN_RIGHT) / keys,
+            (height - _MARGIN_TOP - bottom) / queries,
         )
         if cell <= 0:
-            smallest = (_MARGIN_LEFT + _MARGIN_RIGHT + 1, _MARGIN_TOP + _MARGIN_BOTTOM + 1)
+            smallest = (left + _MARGIN_RIGHT + 1, _MARGIN_TOP + bottom + 1)
             raise UsageError(
                 f"--figsize {width:g},{height:g} leaves no room for the map after its labels "
-                f"and colour bar: give at least {smallest[0]:g},{smallest[1]:g}"
+                f"and colour bar: give at least {smallest[0]:.1f},{smallest[1]:.1f}"
             )
         return cell
 
@@ -358,30 +399,14 @@ class HeadCanvas:
         """Put one input's header and labels on their artists; return those artists."""
         step = self.label_step
         self.header.set_text(frame.header)
-        self._fit(self.header, largest=self.style.font_size or 9.0)
+        # A short map's figure is narrow, and a model name (builtin:layers=…) is long.
+        room = self.figure.bbox.width * 0.96
+        _fit_text(self.header, self.canvas.get_renderer(), room, self.style.font_size or 9.0)
         for artist, label in zip(self.key_labels, frame.key_labels[::step], strict=True):
             artist.set_text(_label(label))
         for artist, label in zip(self.query_labels, frame.query_labels[::step], strict=True):
             artist.set_text(_label(label))
         return [self.header, *self.key_labels, *self.query_labels]
-
-    def _fit(self, text: Any, largest: float, smallest: float = MIN_LABEL_POINTS) -> None:
-        """Shrink ``text`` until it fits the figure's width, down to ``smallest`` points;
-        past that, cut it in the middle with an ellipsis. A short map's figure is narrow,
-        and a model name (builtin:layers=…) is long."""
-        renderer = self.canvas.get_renderer()
-        room = self.figure.bbox.width * 0.96
-        size = largest
-        text.set_fontsize(size)
-        while text.get_window_extent(renderer).width > room and size > smallest:
-            size -= 0.5
-            text.set_fontsize(size)
-        whole = text.get_text()
-        keep = len(whole)
-        while text.get_window_extent(renderer).width > room and keep > 8:
-            keep -= 2
-            head = keep // 2
-            text.set_text(whole[:head] + "…" + whole[len(whole) - (keep - head) :])
 
     def _set_cells(self, matrix: np.ndarray, title: str) -> None:
         self.image.set_data(matrix)
@@ -456,17 +481,19 @@ class Painter:
 
     def __init__(self, max_canvases: int = 64) -> None:
         self.max_canvases = max_canvases
-        self.canvases: dict[tuple[int, int, Style], HeadCanvas] = {}
+        self.canvases: dict[tuple[int, int, Style, int], HeadCanvas] = {}
         self.grids: dict[tuple[GridShape, Style], GridCanvas] = {}
         self.missing_glyphs: set[str] = set()  # drawn as boxes by the grid views
         self.reported: set[str] = set()  # missing characters already warned about, once each
 
-    def head_canvas(self, queries: int, keys: int, style: Style) -> HeadCanvas:
-        key = (queries, keys, style)
+    def head_canvas(
+        self, queries: int, keys: int, style: Style, label_chars: int = MAX_LABEL
+    ) -> HeadCanvas:
+        key = (queries, keys, style, label_chars)
         if key not in self.canvases:
             if len(self.canvases) >= self.max_canvases:  # forget the oldest, not grow
                 self.canvases.pop(next(iter(self.canvases)))
-            self.canvases[key] = HeadCanvas(queries, keys, style)
+            self.canvases[key] = HeadCanvas(queries, keys, style, label_chars)
         return self.canvases[key]
 
     def grid_picture(
@@ -493,11 +520,17 @@ class Painter:
         self, maps: AttentionMaps, panel: MapPanel, picture: PictureFormat, style: Style
     ) -> bytes:
         """One map of ``maps`` as picture bytes."""
-        canvas = self.head_canvas(len(maps.query_tokens), len(maps.key_tokens), style)
         frame = Frame(
             header=style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"),
             query_labels=tuple(maps.query_labels()),
             key_labels=tuple(maps.key_tokens),
+        )
+        label_chars = MAX_LABEL  # the margins of a given size fit this input's labels
+        if style.figsize is not None:
+            labels = (*frame.query_labels, *frame.key_labels)
+            label_chars = max((len(_label(label)) for label in labels), default=1)
+        canvas = self.head_canvas(
+            len(frame.query_labels), len(frame.key_labels), style, label_chars
         )
         title = "" if style.title == "" else panel.title
         if picture is PictureFormat.PNG:
@@ -653,11 +686,14 @@ class GridCanvas:
         label_size, _ = _label_step(cell * _INCH, style.font_size, largest=7.0)
         label_room = 0.08 + min(shape.label_chars, MAX_LABEL) * label_size * 0.62 / _INCH
         title_room = 0.1 + (style.font_size or 7.0) * 1.5 / _INCH
-        gap, top, right = 0.15, 0.5, 1.1
+        # Inches: between panels, above them for the header, right for the colour bar, and
+        # below the key labels for the note.
+        header_size = (style.font_size or 9.0) + 1
+        gap, top, right, bottom = 0.15, 0.2 + header_size * 1.4 / _INCH, 1.1, 0.2
         if style.figsize is not None:  # the cells take what the given size leaves
             width, height = style.figsize
             across = (width - 0.2 - label_room - right) / shape.columns - gap
-            down = (height - top - 0.3 - label_room) / shape.rows - title_room - gap
+            down = (height - top - bottom - label_room) / shape.rows - title_room - gap
             cell = min(across / keys, down / queries)
             if cell <= 0:
                 raise UsageError(
@@ -675,9 +711,13 @@ class GridCanvas:
         self.panel_pixels = (round(panel_width * dpi), round(panel_height * dpi))
         width, height = style.figsize or (
             0.2 + label_room + shape.columns * panel_width + right,
-            top + shape.rows * panel_height + label_room + 0.3,
+            top + shape.rows * panel_height + label_room + bottom,
         )
         height = math.ceil(height * dpi) / dpi  # the top edge on a pixel: panels from there
+        # A given size that the cells cannot fill at their aspect: the grid in the middle.
+        grid_width, grid_height = shape.columns * panel_width, shape.rows * panel_height
+        spare_x = max(0.0, width - (0.2 + label_room + grid_width + right)) / 2
+        spare_y = max(0.0, height - (top + grid_height + label_room + bottom)) / 2
         self.label_room = label_room
         self.figure = Figure(figsize=(width, height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
@@ -691,8 +731,10 @@ class GridCanvas:
         title_size = style.font_size or 7.0
         self.boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 (inches)
         self.images, self.titles, self.labels = [], [], []
-        left_edge = round((0.2 + label_room) * dpi) / dpi
-        top_edge = round((height - top - title_room) * dpi) / dpi
+        left_edge = round((0.2 + label_room + spare_x) * dpi) / dpi
+        top_edge = round((height - top - spare_y - title_room) * dpi) / dpi
+        self.title_fits = self.panel_pixels[0] - 4  # pixels: a title over its own panel only
+        self.fitted: dict[tuple[str, ...], tuple[list[str], float]] = {}  # titles as they fit
         for n in range(shape.rows * shape.columns):
             row, column = divmod(n, shape.columns)
             x0 = left_edge + column * panel_width
@@ -732,18 +774,23 @@ class GridCanvas:
             self.labels.append((rows_, columns_))
         self.header = self.figure.text(
             0.5, 1 - 0.1 / height, "", ha="center", va="top",
-            fontsize=(style.font_size or 9.0) + 1, animated=True,
+            fontsize=header_size, animated=True,
         )  # fmt: skip
         if step > 1:
             self.figure.text(
                 0.005, 0.005, _axes_note(step).splitlines()[-1], fontsize=MIN_LABEL_POINTS
             )
+        # Beside the grid and as tall as its cells, or as its label if that is longer.
+        cells_bottom = top_edge - (shape.rows - 1) * panel_height - queries * cell
+        label_length = len(_bar_label(style)) * max(MIN_LABEL_POINTS, title_size) * 0.62 / _INCH
+        bar_height = max(top_edge - cells_bottom, label_length)
+        bar_bottom = (top_edge + cells_bottom - bar_height) / 2
         bar_axes = self.figure.add_axes(
             (
-                (width - right + 0.25) / width,
-                0.3 / height,
+                (left_edge + grid_width + 0.1) / width,
+                bar_bottom / height,
                 0.15 / width,
-                (height - top - 0.3) / height,
+                bar_height / height,
             )
         )
         mappable = ScalarMappable(Normalize(0.0, style.vmax), self.cmap)
@@ -773,16 +820,40 @@ class GridCanvas:
         queries = [_label(token) for token in maps.query_labels()][:: self.step]
         keys = [_label(token) for token in maps.key_tokens][:: self.step]
         shown = len(panels) > 1 or style.title != ""
+        titles, size = self._fitted_titles(tuple(panel.title for panel in panels) if shown else ())
         drawn: list[Any] = [self.header]
         for n, (title, (rows, columns)) in enumerate(zip(self.titles, self.labels, strict=True)):
-            used = n < len(panels)
-            title.set_text(panels[n].title if used and shown else "")
+            used = n < len(titles)
+            title.set_text(titles[n] if used else "")
+            title.set_fontsize(size)
             for artist, label in zip(rows, queries if rows else [], strict=True):
                 artist.set_text(label if used else "")
             for artist, label in zip(columns, keys if columns else [], strict=True):
                 artist.set_text(label if used else "")
             drawn += [title, *rows, *columns]
         return drawn
+
+    def _fitted_titles(self, titles: tuple[str, ...]) -> tuple[list[str], float]:
+        """The panels' titles as they fit over panels narrower than them: all in one
+        smaller size, or all in their short form (L2 H0), cut only past that."""
+        if titles not in self.fitted:
+            artist, renderer = self.titles[0], self.canvas.get_renderer()
+            largest = self.style.font_size or 7.0
+            widest = max(titles, key=len, default="")
+            for form in (widest, _short_title(widest)):
+                artist.set_text(form)
+                if _fit_text(artist, renderer, self.title_fits, largest, cut=False):
+                    break
+            size, short = artist.get_fontsize(), form != widest
+            fitted = []
+            for title in titles:  # each cut on its own, where even the short form is wide
+                artist.set_text(_short_title(title) if short else title)
+                _fit_text(artist, renderer, self.title_fits, size)
+                fitted.append(artist.get_text())
+            if len(self.fitted) >= 16:  # titles with values (--top-heads) vary by input
+                self.fitted.pop(next(iter(self.fitted)))
+            self.fitted[titles] = (fitted, size)
+        return self.fitted[titles]
 
     def _labels_rows(self, n: int) -> bool:
         return n % self.shape.columns == 0 and n < self.shape.count
