@@ -255,6 +255,28 @@ def test_the_grids_fast_path_is_what_matplotlib_draws(panels):
     assert (np.abs(fast - full).max(-1) > 8).mean() < 0.01
 
 
+def test_labels_taller_than_their_cells_are_pasted_whole():
+    """In a small grid the labels reach past their cells: each row's pasted labels are
+    what matplotlib draws there, not cut at the cells' ends."""
+    import io
+
+    from PIL import Image
+
+    config = attnviz.BuiltinConfig(num_layers=6, num_heads=12, d_model=96)
+    maps = attnviz.extract("The cat sat on the mat", config=config)
+    panels = list(maps.panels())
+    canvas = GridCanvas(grid_shape(maps, None), Style(figsize=(7, 4.5), font_size=7))
+    fast = np.asarray(Image.open(io.BytesIO(canvas.png(maps, panels))).convert("RGB"), int)
+    whole = io.BytesIO()
+    canvas.whole(maps, panels).savefig(whole, format="png")
+    full = np.asarray(Image.open(whole).convert("RGB"), int)
+    room = int(np.ceil(canvas.label_room * 100))
+    for row in range(6):  # the query labels left of each row, and around them
+        xs, ys = canvas.pixels_of[row * 12]
+        strip = (slice(ys[0] - 12, ys[-1] + 12), slice(xs[0] - room, xs[0]))
+        assert (np.abs(fast[strip] - full[strip]).max(-1) > 40).sum() == 0, row
+
+
 def test_head_picture_with_figsize_has_that_size_and_fits_its_title(runner, tmp_path):
     from PIL import Image
 

@@ -719,6 +719,10 @@ class GridCanvas:
         spare_x = max(0.0, width - (0.2 + label_room + grid_width + right)) / 2
         spare_y = max(0.0, height - (top + grid_height + label_room + bottom)) / 2
         self.label_room = label_room
+        # Labels taller than their cells reach past the cells' ends by about half their
+        # size: pasted labels carry that much more, never more than half the gap.
+        half_label = math.ceil(label_size / _INCH * dpi * 0.6) + 2
+        self.label_overhang = min(half_label, int(gap * dpi / 2) - 1)
         self.figure = Figure(figsize=(width, height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
         board = self.figure.add_axes((0, 0, 1, 1))
@@ -870,9 +874,9 @@ class GridCanvas:
             self.canvas.restore_region(self.blank)
             self._set_frame(maps, panels)
             with _drawing(self.missing_glyphs):
+                self._draw_labels(len(panels))  # first: a pasted strip never covers a title
                 for artist in [self.header, *self.titles]:
                     self.figure.draw_artist(artist)
-                self._draw_labels(len(panels))
             self.framed = self.canvas.copy_from_bbox(self.figure.bbox)
             self.frame_drawn = frame
         else:
@@ -899,11 +903,13 @@ class GridCanvas:
             for artist in self.labels[first][side]:
                 self.figure.draw_artist(artist)
             xs, ys = self.pixels_of[first]
+            over = self.label_overhang
             if side == 0:  # the query labels' strip left of the cells
-                rows, columns = slice(ys[0] - 2, ys[-1] + 2), slice(max(xs[0] - room, 0), xs[0])
+                rows = slice(max(ys[0] - over, 0), ys[-1] + over)
+                columns = slice(max(xs[0] - room, 0), xs[0])
             else:  # the key labels' strip below them
                 rows = slice(ys[-1], min(ys[-1] + room, height))
-                columns = slice(xs[0] - 2, xs[-1] + 2)
+                columns = slice(xs[0] - over, xs[-1] + over)
             strip = pixels[rows, columns].copy()
             row0, column0 = divmod(first, self.shape.columns)
             for n in others:
