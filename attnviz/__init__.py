@@ -19,6 +19,7 @@ from attnviz.schema import SCHEMA_VERSION
 if TYPE_CHECKING:
     from attnviz.builtin.config import BuiltinConfig
     from attnviz.extractor import Extractor, ExtractorSpec, extract, load
+    from attnviz.io import read_maps
     from attnviz.maps import AttentionMaps
     from attnviz.pretrained.loading import LoadOptions
     from attnviz.render.page import show_html
@@ -32,6 +33,7 @@ _LAZY = {
     "BuiltinConfig": "attnviz.builtin.config",
     "LoadOptions": "attnviz.pretrained.loading",
     "show_html": "attnviz.render.page",
+    "read_maps": "attnviz.io",
 }
 
 
@@ -67,5 +69,6 @@ __all__ = [
     "__version__",
     "extract",
     "load",
+    "read_maps",
     "show_html",
 ]

@@ -34,6 +34,7 @@ from attnviz.tokens import display_label
 
 STDIO = "-"
 BOM = "\ufeff"  # a byte-order mark some editors put first: not text
+DATA_SUFFIXES = {".jsonl": DataFormat.NDJSON, **{f".{kind.value}": kind for kind in DataFormat}}
 
 
 CSV_HEADER = (

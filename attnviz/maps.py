@@ -363,14 +363,7 @@ class AttentionMaps:
 
         drawn = Style(**style)
         check_colormap(drawn.cmap)
-        for name, index, held in (("layer", layer, self.layers), ("head", head, self.heads)):
-            if index is not None and index not in held:
-                raise UsageError(f"{name} {index} is not held: these maps hold {name}s {held}")
-        selected = self
-        if layer is not None or head is not None:
-            selected = self.select(
-                None if layer is None else [layer], None if head is None else [head]
-            )
+        selected = self._picked(layer, head)
         kind = chosen(PictureFormat, format, "picture format")
         return Picture(one_picture(selected, chosen(View, view, "view"), kind, drawn), kind)
 
@@ -383,15 +376,54 @@ class AttentionMaps:
         head: int | None = None,
         **style: Any,
     ) -> None:
-        """Write :meth:`picture` to ``path``, its format by the suffix (.png, .svg,
-        .pdf), as ``attnviz export -o`` writes it: complete or not at all."""
-        from attnviz.io import open_output
-        from attnviz.render.image import picture_format
+        """Write the maps to ``path`` in the format of its suffix, as ``-o`` does: a
+        picture (.png, .svg, .pdf: :meth:`picture`), the interactive page (.html) or
+        data (.json, .ndjson, .npz, .csv), complete or not at all. ``layer`` and
+        ``head`` pick maps by model index."""
+        from attnviz.io import DATA_SUFFIXES, open_output, write_maps, write_text
+        from attnviz.render.image import SUFFIXES
 
-        kind = picture_format(path)
-        drawn = self.picture(view, kind, layer=layer, head=head, **style)
-        with open_output(path, binary=True) as out:
-            out.write(drawn.data)
+        suffix = Path(path).suffix.lower()
+        if suffix in SUFFIXES:
+            drawn = self.picture(view, SUFFIXES[suffix], layer=layer, head=head, **style)
+            with open_output(path, binary=True) as out:
+                out.write(drawn.data)
+            return
+        if suffix not in (*DATA_SUFFIXES, ".html"):
+            raise UsageError(
+                f"cannot tell the format of {path}: name it .png, .svg or .pdf (a picture), "
+                ".html (the interactive page), or .json, .ndjson, .npz or .csv (data)"
+            )
+        if style:
+            raise UsageError(f"{', '.join(style)}: style options are for pictures, not {suffix}")
+        selected = self._picked(layer, head)
+        if suffix == ".html":
+            from attnviz.render.page import page_html
+
+            write_text(page_html(selected, view=chosen(View, view, "view")), path)
+        else:
+            write_maps([selected], DATA_SUFFIXES[suffix], path)
+
+    def _picked(self, layer: int | None, head: int | None) -> AttentionMaps:
+        """The maps of one layer, one head or both, by model index, or all of them."""
+        for name, index, held in (("layer", layer, self.layers), ("head", head, self.heads)):
+            if index is not None and index not in held:
+                raise UsageError(f"{name} {index} is not held: these maps hold {name}s {held}")
+        if layer is None and head is None:
+            return self
+        return self.select(None if layer is None else [layer], None if head is None else [head])
+
+    @classmethod
+    def read(cls, path: str | Path) -> AttentionMaps:
+        """The maps saved in a .json or .npz file (or a one-line .ndjson file) by
+        :meth:`save` or ``attnviz show -o``; ``attnviz.read_maps`` reads every line."""
+        from attnviz.io import read_maps
+
+        found = read_maps(str(path))
+        first = next(found)
+        if next(found, None) is not None:
+            raise UsageError(f"{path} holds the maps of several inputs: use attnviz.read_maps")
+        return first
 
     def _repr_html_(self) -> str:
         """A notebook output: the interactive page in an iframe (no require.js, nothing

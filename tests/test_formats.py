@@ -188,3 +188,38 @@ def test_npz_bytes_are_the_same_for_the_same_maps_and_read_back_whole(tmp_path):
     (back,) = read_maps(str(path))
     np.testing.assert_array_equal(back.weights, maps.weights)
     assert (back.query_tokens, back.mode, back.model) == (maps.query_tokens, maps.mode, maps.model)
+
+
+@pytest.mark.parametrize("suffix", ["json", "ndjson", "npz", "csv", "html"])
+def test_maps_save_writes_what_the_command_writes_and_read_gives_them_back(
+    runner, tmp_path, suffix
+):
+    text = "Hello I love you"
+    command = ["export", text, "--view", "head"] if suffix == "html" else ["show", text]
+    written = tmp_path / f"cli.{suffix}"
+    result = runner.invoke(app, [*command, "-l", "1", "--head", "2", "-o", str(written)])
+    assert result.exit_code == 0, result.stderr
+    saved = tmp_path / f"saved.{suffix}"
+    maps = attnviz.extract(text)
+    maps.save(saved, "head", layer=1, head=2)
+    assert saved.read_bytes() == written.read_bytes()
+    if suffix in ("json", "ndjson", "npz"):
+        again = attnviz.AttentionMaps.read(saved)
+        assert (again.layers, again.heads) == ([1], [2])
+        np.testing.assert_array_equal(again.weights[0, 0], maps.head(1, 2))
+
+
+def test_maps_save_and_read_refuse_what_they_cannot_do(tmp_path):
+    maps = attnviz.extract("Hello I love you")
+    with pytest.raises(attnviz.UsageError, match=r"cannot tell the format of .*maps\.txt"):
+        maps.save(tmp_path / "maps.txt")
+    with pytest.raises(attnviz.UsageError, match="cmap: style options are for pictures"):
+        maps.save(tmp_path / "maps.json", cmap="magma")
+    with pytest.raises(attnviz.UsageError, match=r"head 9 is not held: these maps hold heads"):
+        maps.save(tmp_path / "maps.npz", head=9)
+    assert not list(tmp_path.iterdir())
+    several = tmp_path / "two.ndjson"
+    write_maps([maps, maps], DataFormat.NDJSON, several)
+    with pytest.raises(attnviz.UsageError, match=r"several inputs: use attnviz\.read_maps"):
+        attnviz.AttentionMaps.read(several)
+    assert len(list(attnviz.read_maps(str(several)))) == 2
