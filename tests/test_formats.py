@@ -129,6 +129,34 @@ def test_render_draws_saved_maps(runner, tmp_path):
     assert runner.invoke(app, ["render", str(tmp_path / "nope.json")]).exit_code == 2
 
 
+@pytest.mark.parametrize("view", ["panels", "grid"])
+def test_render_draws_saved_maps_in_the_terminal_view_show_draws(runner, tmp_path, view):
+    path = tmp_path / "maps.json"
+    runner.invoke(app, ["show", "Hello I love you", "-f", "json", "-o", str(path)])
+    terminal = ["--view", view, "--color", "never", "--width", "100"]
+    shown = runner.invoke(app, ["show", "Hello I love you", *terminal])
+    rendered = runner.invoke(app, ["render", str(path), *terminal])
+    assert rendered.exit_code == 0, rendered.stderr
+    assert rendered.stdout == shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--view", "head"], "--view head is a picture's view: give -o FILE"),
+        (["--view", "grid", "-o", "x.png"], "--view grid draws in the terminal: leave out -o"),
+    ],
+)
+def test_render_refuses_a_view_of_the_other_kind(runner, tmp_path, monkeypatch, arguments, message):
+    path = tmp_path / "maps.json"
+    path.write_text(json.dumps(attnviz.extract("a b").to_dict()))
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["render", str(path), *arguments])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert message in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "x.png").exists()
+
+
 def run(command: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
                           text=True, timeout=120)  # fmt: skip

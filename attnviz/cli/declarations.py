@@ -33,6 +33,17 @@ class ColourChoice(StrEnum):
     NEVER = "never"
 
 
+class RenderView(StrEnum):
+    """render draws in the terminal or a picture: the views of both."""
+
+    AUTO = "auto"
+    PANELS = "panels"
+    GRID = "grid"
+    HEAD = "head"
+    LAYER = "layer"
+    MODEL = "model"
+
+
 class Engine(StrEnum):
     LOCAL = "local"  # this machine: worker processes for rendering (--jobs)
     RAY = "ray"  # a Ray cluster, or a local Ray: one model per worker
@@ -456,6 +467,20 @@ PictureValuesOption = Annotated[
         "--values",
         rich_help_panel=PICTURE_PANEL,
         help="Print the weights in the cells (maps up to 16 × 16).",
+    ),
+]
+RenderViewOption = Annotated[
+    RenderView | None,
+    typer.Option(
+        "--view",
+        metavar="VIEW",
+        case_sensitive=False,
+        rich_help_panel=OUTPUT_PANEL,
+        help="In the terminal (as show): panels, grid, or auto (panels when they fit the "
+        "terminal's height, else the grid). In a picture (-o, as export): head (one map), "
+        "layer (one layer's heads) or model (every selected map).  [default: auto in the "
+        "terminal, model in a picture]",
+        show_default=False,
     ),
 ]
 TerminalViewOption = Annotated[

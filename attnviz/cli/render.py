@@ -10,6 +10,7 @@ from attnviz.choices import View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import DEFAULT_PICTURE, PictureSettings, picture_settings
+from attnviz.errors import UsageError
 
 
 @picture_settings
@@ -26,7 +27,7 @@ def render(
             "one input only.",
         ),
     ] = None,
-    view: d.ViewOption = View.MODEL,
+    view: d.RenderViewOption = None,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
@@ -44,6 +45,17 @@ def render(
     from attnviz.cli import output as out
     from attnviz.io import read_maps
 
+    in_terminal = {member.value for member in d.TerminalView}
+    if output is None and view is not None and view.value not in in_terminal:
+        raise UsageError(
+            f"--view {view.value} is a picture's view: give -o FILE (.png, .svg, .pdf or "
+            ".html), or use --view panels or grid in the terminal"
+        )
+    if output is not None and view is not None and view.value in in_terminal:
+        raise UsageError(
+            f"--view {view.value} draws in the terminal: leave out -o, or use --view head, "
+            "layer or model for a picture"
+        )
     stream = read_maps(source)
     if (layer, head) != ("all", "all"):
         stream = (out.select_held(maps, layer, head) for maps in stream)
@@ -58,14 +70,15 @@ def render(
             width=width,
             values=picture.values,
             environment=environment,
-            view=d.TerminalView.AUTO,
+            view=d.TerminalView(view or d.TerminalView.AUTO),
         )
         return
+    drawn = View(view or View.MODEL)
     if out.is_page(output):
-        out.save_page(out.only_one(stream, out.ONE_MAPS), view, output, picture.title)
+        out.save_page(out.only_one(stream, out.ONE_MAPS), drawn, output, picture.title)
         return
     from attnviz.render.image import picture_format
 
     picture_kind = picture_format(output)
     style = picture.style()
-    out.save_picture(out.only_one(stream, out.ONE_MAPS), view, picture_kind, style, output)
+    out.save_picture(out.only_one(stream, out.ONE_MAPS), drawn, picture_kind, style, output)
