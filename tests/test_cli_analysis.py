@@ -79,6 +79,16 @@ def test_diff_of_two_models_with_a_ci_threshold(runner):
     assert len(rows) == 8 and rows[0]["divergence"] >= rows[-1]["divergence"] > 0
 
 
+def test_diff_names_both_models_on_one_line_above_its_table(runner):
+    result = runner.invoke(app, ["diff", "The man walked", "--seed", "3", "--against", "builtin"])
+    assert result.exit_code == 0, result.stderr
+    first_line = result.stdout.splitlines()[0]
+    assert first_line == (
+        "builtin:layers=2,heads=4,d_model=64,seed=3 vs builtin:layers=2,heads=4,d_model=64,seed=0"
+        " · self attention"
+    )
+
+
 def test_diff_of_saved_files(runner, tmp_path):
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     runner.invoke(app, ["show", "The man walked", "-f", "json", "-o", str(first)])

@@ -97,7 +97,13 @@ def diff(
         from attnviz.tokens import display_label
 
         names = f"{display_label(first.model)} vs {display_label(second.model)}"
-        table = Table(title=f"{names} · {first.mode} attention")
+        # A line of its own: two model names are wider than the table, whose title would
+        # wrap them a word per line.
+        console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
+        console.print(
+            f"{names} · {first.mode} attention", markup=False, highlight=False, soft_wrap=True
+        )
+        table = Table()
         for name in ("layer", "head", "divergence", "worst query"):
             table.add_column(name, justify="left" if name == "worst query" else "right")
         for row in rows:
@@ -105,7 +111,7 @@ def diff(
             head_cell = "all" if row.head is None else str(row.head)
             divergence = f"{row.divergence:.4f}"
             table.add_row(layer_cell, head_cell, divergence, display_label(row.worst_query))
-        out.stdout_console(d.ColourChoice.AUTO, None, environment).print(table)
+        console.print(table)
     above = [row for row in rows if fail_above is not None and row.divergence > fail_above]
     if above:
         worst = max(above, key=lambda row: row.divergence)
