@@ -524,3 +524,22 @@ def test_csv_tokens_carry_no_raw_control_characters(runner):
     assert result.exit_code == 0
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
     assert "␛" in result.stdout
+
+
+def test_a_termination_that_a_library_turned_into_another_error_still_exits_143(
+    runner, monkeypatch
+):
+    """SIGTERM raises in whatever code runs; an extension module being imported can turn
+    that into an error of its own. The exit is still the signal's, with no error line."""
+    from attnviz.cli.app import Terminated
+
+    def terminated_inside_a_library(text):
+        try:
+            raise Terminated(143)
+        except Terminated as signal:
+            raise RuntimeError("initialization of _C raised unreported exception") from signal
+
+    monkeypatch.setattr("attnviz.io.read_texts", terminated_inside_a_library)
+    result = runner.invoke(app, ["show", "Hello"])
+    assert result.exit_code == 143
+    assert result.stderr == "" and result.stdout == ""

@@ -224,5 +224,5 @@ def test_sigterm_while_streaming_to_a_file_leaves_no_temporary(tmp_path):
     time.sleep(0.5)  # the first record is being written
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=60)
-    assert process.returncode == 143
+    assert process.returncode == 143, process.stderr.read().decode()
     assert list(tmp_path.iterdir()) == []  # neither a partial file nor a temporary

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from attnviz.cli.app import app
+from attnviz.cli.app import Terminated, app
 
 
 def _exit_status(code: object) -> int:
@@ -31,7 +31,7 @@ class _ClosedStream(io.TextIOBase):
 
 
 def _terminate(signal_number: int, _frame: object) -> None:
-    raise SystemExit(128 + signal_number)
+    raise Terminated(128 + signal_number)
 
 
 def main() -> None:

@@ -95,6 +95,23 @@ COMMANDS = {
 }
 
 
+class Terminated(SystemExit):
+    """A termination signal (SIGTERM), unwinding the work like Ctrl-C; exit 128 + signal."""
+
+
+def _terminated_in(error: BaseException) -> Terminated | None:
+    """The termination that ``error`` came from, if any: a signal that lands inside
+    library code (an extension module being imported) can come out as another error."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, Terminated):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _failed_output(error: OSError) -> ExitCode:
     """A reader that went away (``| head``) ends the work quietly: success. Any other
     failure to write (a full device, a closed stream) is one error line."""
@@ -141,6 +158,9 @@ class AttnvizGroup(TyperGroup):
         except BaseException as error:
             if isinstance(error, SystemExit):
                 raise
+            terminated = _terminated_in(error)
+            if terminated is not None:  # the signal's exit, not an error message
+                raise Terminated(terminated.code) from None
             if isinstance(error, OSError) and error.errno == errno.EPIPE:
                 raise typer.Exit(_failed_output(error)) from None
             code, message = describe(error)
