@@ -543,3 +543,18 @@ def test_a_termination_that_a_library_turned_into_another_error_still_exits_143(
     result = runner.invoke(app, ["show", "Hello"])
     assert result.exit_code == 143
     assert result.stderr == "" and result.stdout == ""
+
+
+def test_ctrl_c_that_a_library_turned_into_another_error_is_still_an_interruption(
+    runner, monkeypatch
+):
+    def interrupted_inside_a_library(text):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as signal:
+            raise RuntimeError("initialization of _C raised unreported exception") from signal
+
+    monkeypatch.setattr("attnviz.io.read_texts", interrupted_inside_a_library)
+    result = runner.invoke(app, ["show", "Hello"])
+    assert result.exit_code == 130
+    assert result.stderr == "attnviz: error: interrupted\n"  # as a Ctrl-C anywhere else

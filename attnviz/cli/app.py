@@ -99,13 +99,14 @@ class Terminated(SystemExit):
     """A termination signal (SIGTERM), unwinding the work like Ctrl-C; exit 128 + signal."""
 
 
-def _terminated_in(error: BaseException) -> Terminated | None:
-    """The termination that ``error`` came from, if any: a signal that lands inside
-    library code (an extension module being imported) can come out as another error."""
+def _signal_in(error: BaseException) -> BaseException | None:
+    """The signal (SIGTERM, Ctrl-C) that ``error`` came from, if any: a signal that
+    lands inside library code (an extension module being imported) can come out as
+    another error."""
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, Terminated):
+        if isinstance(cause, Terminated | KeyboardInterrupt):
             return cause
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
@@ -158,9 +159,10 @@ class AttnvizGroup(TyperGroup):
         except BaseException as error:
             if isinstance(error, SystemExit):
                 raise
-            terminated = _terminated_in(error)
-            if terminated is not None:  # the signal's exit, not an error message
-                raise Terminated(terminated.code) from None
+            signal = _signal_in(error)
+            if isinstance(signal, Terminated):  # the signal's exit, not an error message
+                raise Terminated(signal.code) from None
+            error = signal or error  # Ctrl-C: interrupted, 130
             if isinstance(error, OSError) and error.errno == errno.EPIPE:
                 raise typer.Exit(_failed_output(error)) from None
             code, message = describe(error)
