@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from attnviz.errors import AttnvizWarning, ExitCode, describe
+from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, describe
 
 # Set in the context's meta by `--debug` given after a command (`attnviz show --debug`).
 DEBUG = "attnviz.debug"
@@ -162,7 +162,8 @@ class AttnvizGroup(TyperGroup):
             signal = _signal_in(error)
             if isinstance(signal, Terminated):  # the signal's exit, not an error message
                 raise Terminated(signal.code) from None
-            error = signal or error  # Ctrl-C: interrupted, 130
+            if signal is not None and not isinstance(error, AttnvizError):
+                error = signal  # Ctrl-C: interrupted, 130 (attnviz's own errors say more)
             if isinstance(error, OSError) and error.errno == errno.EPIPE:
                 raise typer.Exit(_failed_output(error)) from None
             code, message = describe(error)
