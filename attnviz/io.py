@@ -151,6 +151,20 @@ def open_output(
         raise
 
 
+class _Probe(Exception):
+    pass
+
+
+def check_writable(destination: str | Path) -> None:
+    """Refuse now, before long work, a file that :func:`open_output` could not write:
+    it is opened and abandoned, which removes its temporary file and leaves whatever
+    the name held untouched."""
+    if str(destination) == STDIO or _is_special(Path(destination)):
+        return
+    with contextlib.suppress(_Probe), open_output(destination, binary=True):
+        raise _Probe
+
+
 def _is_special(path: Path) -> bool:
     """A device, FIFO or socket (following links): written through, never replaced."""
     try:

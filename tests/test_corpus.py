@@ -97,6 +97,47 @@ def test_stats_through_the_cli(runner, tmp_path):
     assert "entropy" in table.stdout and "top key" in table.stdout
 
 
+@pytest.mark.parametrize(("name", "extra"), [("stats.json", []), ("stats.txt", ["-f", "csv"])])
+def test_stats_writes_to_a_file_what_it_writes_to_stdout(runner, tmp_path, name, extra):
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n".join(TEXTS[:3]) + "\n")
+    target = tmp_path / name
+    kind = extra or ["-f", "json"]
+    written = runner.invoke(app, ["stats", str(source), "-q", "-o", str(target), *extra])
+    assert written.exit_code == 0, written.stderr
+    assert written.stdout == ""
+    shown = runner.invoke(app, ["stats", str(source), "-q", *kind])
+    assert target.read_text() == shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "message"),
+    [
+        (["-o", "{tmp}/missing/stats.json"], 1, "folder {tmp}/missing does not exist"),
+        (["--picture", "{tmp}/missing/stats.png"], 1, "folder {tmp}/missing does not exist"),
+        (["-o", "{tmp}/stats.png"], 2, "draw the heatmaps with --picture"),
+        (["-o", "{tmp}/stats.txt"], 2, "name it .json or .csv"),
+        (["-o", "{tmp}/stats.csv", "-f", "json"], 2, "disagree: pick one"),
+    ],
+)
+def test_stats_refuses_an_output_it_cannot_write_before_any_work(
+    runner, tmp_path, monkeypatch, arguments, code, message
+):
+    from attnviz.cli.settings import Request
+
+    def no_model(*_arguments, **_keywords):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(Request, "open", no_model)
+    source = tmp_path / "corpus.txt"
+    source.write_text("a few words\n")
+    arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in arguments]
+    result = runner.invoke(app, ["stats", str(source), *arguments])
+    assert result.exit_code == code, result.stderr
+    assert message.replace("{tmp}", str(tmp_path)) in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt"]
+
+
 def test_stats_of_nothing_is_a_usage_error(runner, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Annotated
@@ -64,6 +65,16 @@ def stats(
             "statistic) with count, mean, std and the 5th, 50th and 95th percentiles.",
         ),
     ] = d.TableFormat.TABLE,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Write the statistics to PATH instead of stdout, whole or not at all; .json "
+            "or .csv picks the format.",
+        ),
+    ] = None,
     picture: Annotated[
         str | None,
         typer.Option(
@@ -86,12 +97,18 @@ def stats(
     counted; a warning says why the first unreadable line could not be read.
     """
     from attnviz.cli.settings import request
+    from attnviz.io import check_writable
 
+    # A name that cannot be written is refused before any work, not after hours of it.
+    if output is not None:
+        output_format = _file_format(output, output_format)
+        check_writable(output)
     chosen_picture = None
     if picture is not None:
         from attnviz.render.image import picture_format
 
-        chosen_picture = picture_format(picture)  # a bad name is refused before any work
+        chosen_picture = picture_format(picture)
+        check_writable(picture)
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
     if engine is d.Engine.LOCAL:
         extractor = asked.open(environment)
@@ -161,7 +178,7 @@ def stats(
             notes.append(f"{unreadable} unreadable skipped")
         note = "".join(f", {text}" for text in notes)
         print(f"attnviz: {corpus.inputs} inputs{note} in {elapsed:.1f} s", file=sys.stderr)
-    _write(corpus, output_format, environment, model=model_name)
+    _write(corpus, output_format, environment, model=model_name, destination=output or "-")
     if chosen_picture is not None:
         from attnviz.io import open_output
         from attnviz.render.image import statistics_picture
@@ -170,16 +187,39 @@ def stats(
             stream.write(statistics_picture(corpus, chosen_picture, model_name))
 
 
-def _write(corpus, output_format: d.TableFormat, environment: Environment, model: str) -> None:
+def _file_format(output: str, asked: d.TableFormat) -> d.TableFormat:
+    """The format of the statistics written to ``output``: its suffix's, json or csv."""
+    from attnviz.errors import UsageError
+
+    suffix = os.path.splitext(output)[1].lower().lstrip(".")
+    by_suffix = {"json": d.TableFormat.JSON, "csv": d.TableFormat.CSV}.get(suffix)
+    if suffix in ("png", "svg", "pdf"):
+        raise UsageError(
+            f"-o writes the statistics as data: draw the heatmaps with --picture {output}"
+        )
+    if by_suffix is None:
+        found = asked if asked is not d.TableFormat.TABLE else None
+        if found is None:
+            raise UsageError(f"cannot tell the format of {output}: name it .json or .csv")
+        return found
+    if asked is not d.TableFormat.TABLE and asked is not by_suffix:
+        raise UsageError(
+            f"--format {asked.value} and the suffix of {output} ({suffix}) disagree: pick one"
+        )
+    return by_suffix
+
+
+def _write(
+    corpus, output_format: d.TableFormat, environment: Environment, model: str, destination: str
+) -> None:
     from attnviz.cli import output as out
-    from attnviz.io import dump_json
+    from attnviz.io import dump_json, write_text
     from attnviz.schema import envelope
 
     rows = corpus.rows()
     if output_format is d.TableFormat.JSON:
-        out.write_stdout(
-            dump_json(envelope({"model": model, "inputs": corpus.inputs, "heads": rows}))
-        )
+        document = envelope({"model": model, "inputs": corpus.inputs, "heads": rows})
+        write_text(dump_json(document), destination)
         return
     if output_format is d.TableFormat.CSV:
         import csv
@@ -189,7 +229,7 @@ def _write(corpus, output_format: d.TableFormat, environment: Environment, model
         writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-        out.write_stdout(buffer.getvalue())
+        write_text(buffer.getvalue(), destination)
         return
     from rich.table import Table
 
