@@ -558,3 +558,26 @@ def test_ctrl_c_that_a_library_turned_into_another_error_is_still_an_interruptio
     result = runner.invoke(app, ["show", "Hello"])
     assert result.exit_code == 130
     assert result.stderr == "attnviz: error: interrupted\n"  # as a Ctrl-C anywhere else
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["show", "Hello", "-o", "{tmp}/missing/maps.json"],
+        ["export", "Hello", "-o", "{tmp}/missing/maps.png"],
+        ["generate", "--model", "some-model", "Hello", "-o", "{tmp}/missing/maps.npz"],
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_a_model_loads(
+    runner, tmp_path, monkeypatch, command
+):
+    from attnviz.cli.settings import Request
+
+    def no_model(*_arguments, **_keywords):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(Request, "open", no_model)
+    command = [part.replace("{tmp}", str(tmp_path)) for part in command]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 1, result.stderr
+    assert f"folder {tmp_path}/missing does not exist" in result.stderr

@@ -62,6 +62,7 @@ def export(
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
     from attnviz.errors import UsageError
+    from attnviz.io import check_writable
     from attnviz.render.image import picture_format
 
     page = out.is_page(output)
@@ -74,6 +75,7 @@ def export(
     style = picture.style()
     top = out.top_heads_for(choice, aggregate)
     between = out.checked_between(between, pair)
+    check_writable(output)  # before the model loads
     extractor = asked.open(environment)
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.io import read_texts

@@ -105,6 +105,7 @@ class Presentation:
     ) -> Presentation:
         from attnviz.cli import output as out
         from attnviz.errors import UsageError
+        from attnviz.io import check_writable
 
         if output_format is ShowFormat.TERMINAL and output != d.STDIO:
             raise UsageError(
@@ -136,6 +137,7 @@ class Presentation:
                 f"--label-positions labels pictures and csv; {output_format.value} keeps the "
                 "tokens as they are (a token's position is its index)"
             )
+        check_writable(output)  # before a model loads, or a generation runs for minutes
         return cls(
             output_format=output_format,
             output=output,
