@@ -259,7 +259,7 @@ def _metadata(picture: PictureFormat) -> dict[str, Any]:
 class HeadCanvas:
     """A reusable single-head figure for maps of one shape (query tokens × key tokens)."""
 
-    def __init__(self, queries: int, keys: int, style: Style, label_chars: int = MAX_LABEL):
+    def __init__(self, queries: int, keys: int, style: Style, label_chars: int = MAX_LABEL) -> None:
         import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
