@@ -411,6 +411,11 @@ class AttentionMaps:
                 raise UsageError(f"{name} {index} is not held: these maps hold {name}s {held}")
         if layer is None and head is None:
             return self
+        if self.aggregate is not None:
+            raise UsageError(
+                f"these maps are an aggregate ({self.aggregate.description}): pick layers and "
+                "heads before aggregating"
+            )
         return self.select(None if layer is None else [layer], None if head is None else [head])
 
     @classmethod

@@ -225,6 +225,13 @@ def test_a_picture_request_that_cannot_be_drawn_is_a_usage_error(call, message):
     assert message in str(raised.value)
 
 
+def test_an_aggregate_is_drawn_whole_not_picked_from():
+    rollout = attnviz.extract(TEXT).aggregated("rollout")
+    assert rollout.picture("head").data.startswith(b"\x89PNG")  # one map: the head view
+    with pytest.raises(attnviz.UsageError, match="pick layers and heads before aggregating"):
+        rollout.picture("head", layer=0)
+
+
 def test_saving_to_a_name_with_no_picture_format_writes_nothing(tmp_path):
     with pytest.raises(attnviz.UsageError, match=r"name it \.png, \.svg or \.pdf"):
         attnviz.extract(TEXT).save(tmp_path / "maps.gif")
