@@ -208,7 +208,8 @@ def test_paper_options_reach_the_figure():
     figure = canvas.whole(maps, list(maps.panels()))
     assert tuple(figure.get_size_inches()) == (7, 4)
     assert canvas.header.get_text() == "Figure 2"
-    assert all(MIN_LABEL_POINTS <= t.get_fontsize() <= 11 and t.get_text() for t in canvas.titles)
+    headers = [*canvas.titles[:4], *canvas.row_headers]  # the heads' and the layers' names
+    assert all(MIN_LABEL_POINTS <= t.get_fontsize() <= 11 and t.get_text() for t in headers)
     bar = figure.axes[-1]
     assert "0.5" in bar.get_ylabel()  # the bar says weights above vmax are clipped
     untitled = GridCanvas(grid_shape(maps, None), Style(title=""))
@@ -217,11 +218,11 @@ def test_paper_options_reach_the_figure():
 
 
 @pytest.mark.parametrize(
-    ("figsize", "short"), [(None, False), ((14, 4), False), ((9, 4), True), ((7, 4), True)]
+    ("figsize", "short"), [(None, False), ((9, 5), False), ((5, 4), True), ((4.5, 3), True)]
 )
 def test_panel_titles_fit_their_panels_in_one_size_and_form(figsize, short):
-    config = attnviz.BuiltinConfig(num_layers=2, num_heads=12, d_model=96)
-    maps = attnviz.extract("The man walked the dog", config=config)
+    config = attnviz.BuiltinConfig(num_layers=1, num_heads=12, d_model=96)
+    maps = attnviz.extract("The man walked the dog", config=config)  # two rows of 6 heads
     canvas = GridCanvas(grid_shape(maps, None), Style(figsize=figsize, font_size=9))
     figure = canvas.whole(maps, list(maps.panels()))
     renderer = figure.canvas.get_renderer()
@@ -229,8 +230,39 @@ def test_panel_titles_fit_their_panels_in_one_size_and_form(figsize, short):
     assert titles[11] == ("L0 H11" if short else "layer 0 · head 11")  # never cut
     assert len({title.get_fontsize() for title in canvas.titles}) == 1
     for row in range(2):  # no title runs into its neighbour's
-        boxes = [title.get_window_extent(renderer) for title in canvas.titles[row * 12 :][:12]]
+        boxes = [title.get_window_extent(renderer) for title in canvas.titles[row * 6 :][:6]]
         assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes))
+
+
+def test_a_model_view_names_heads_over_its_columns_and_layers_beside_its_rows():
+    config = attnviz.BuiltinConfig(num_layers=3, num_heads=4)
+    maps = attnviz.extract("The man walked the dog", config=config, layers="1-2")
+    canvas = GridCanvas(grid_shape(maps, None), Style())
+    figure = canvas.whole(maps, list(maps.panels()))
+    renderer = figure.canvas.get_renderer()
+    assert [title.get_text() for title in canvas.titles] == [
+        *(f"head {head}" for head in range(4)),
+        *[""] * 4,  # the second row's heads are the first row's
+    ]
+    assert [header.get_text() for header in canvas.row_headers] == ["layer 1", "layer 2"]
+    for header, n in zip(canvas.row_headers, (0, 4), strict=True):  # beside its row's labels
+        box, labels = header.get_window_extent(renderer), canvas.labels[n][0]
+        assert box.x1 < min(label.get_window_extent(renderer).x0 for label in labels)
+        _, _, y0, y1 = canvas.boxes[n]
+        assert y0 < (box.y0 + box.y1) / 2 / canvas.style.dpi < y1
+    one_layer = GridCanvas(grid_shape(maps.select(layers=[1]), None), Style())
+    assert not one_layer.row_headers  # one layer's heads keep their titles
+
+
+def test_a_single_untitled_panel_keeps_its_labels():
+    maps = attnviz.extract("The man walked the dog")
+    chosen = TopHeads(1, RankBy.SINK).panels(maps)
+    canvas = GridCanvas(grid_shape(maps, chosen), Style(title=""))
+    canvas.whole(maps, chosen)
+    rows, columns = canvas.labels[0]
+    assert [label.get_text() for label in rows] == maps.query_tokens
+    assert [label.get_text() for label in columns] == maps.key_tokens
+    assert canvas.titles[0].get_text() == ""
 
 
 @pytest.mark.parametrize("panels", ["all", "chosen"])

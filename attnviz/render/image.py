@@ -647,16 +647,21 @@ class GridShape:
     keys: int
     label_chars: int  # the longest label, capped: the room kept for labels
     count: int  # the panels drawn (a last row may be short)
+    # Every layer × head of several layers: "head H" over the columns and "layer L"
+    # beside the rows, as a paper's figure is labelled, not a title on every panel.
+    headers: bool = False
 
 
 def grid_shape(maps: AttentionMaps, panels: Sequence[MapPanel] | None) -> GridShape:
     count = len(panels) if panels is not None else maps.weights.shape[0] * maps.weights.shape[1]
     rows, columns = maps.weights.shape[:2] if panels is None else (1, count)
+    headers = panels is None and maps.aggregate is None and rows > 1  # a row per layer
     if rows == 1 and columns > _GRID_COLUMNS:
         rows, columns = -(-columns // _GRID_COLUMNS), _GRID_COLUMNS
     labels = [*maps.query_labels(), *maps.key_tokens]
     longest = max((len(_label(token)) for token in labels), default=1)
-    return GridShape(rows, columns, len(maps.query_tokens), len(maps.key_tokens), longest, count)
+    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
+    return GridShape(rows, columns, queries, keys, longest, count, headers)
 
 
 class GridCanvas:
@@ -686,14 +691,18 @@ class GridCanvas:
         label_size, _ = _label_step(cell * _INCH, style.font_size, largest=7.0)
         label_room = 0.08 + min(shape.label_chars, MAX_LABEL) * label_size * 0.62 / _INCH
         title_room = 0.1 + (style.font_size or 7.0) * 1.5 / _INCH
+        # Titles over every row of panels, or column headers once and row headers left.
+        row_titles = 0.0 if shape.headers else title_room
+        once = title_room - row_titles
+        left = 0.2 + (0.05 + (style.font_size or 7.0) * 1.5 / _INCH if shape.headers else 0.0)
         # Inches: between panels, above them for the header, right for the colour bar, and
         # below the key labels for the note.
         header_size = (style.font_size or 9.0) + 1
         gap, top, right, bottom = 0.15, 0.2 + header_size * 1.4 / _INCH, 1.1, 0.2
         if style.figsize is not None:  # the cells take what the given size leaves
             width, height = style.figsize
-            across = (width - 0.2 - label_room - right) / shape.columns - gap
-            down = (height - top - bottom - label_room) / shape.rows - title_room - gap
+            across = (width - left - label_room - right) / shape.columns - gap
+            down = (height - top - once - bottom - label_room) / shape.rows - row_titles - gap
             cell = min(across / keys, down / queries)
             if cell <= 0:
                 raise UsageError(
@@ -707,17 +716,17 @@ class GridCanvas:
         # room only left of the first column and under the last row, as shared axes do.
         dpi = style.dpi
         panel_width = math.ceil((keys * cell + gap) * dpi) / dpi
-        panel_height = math.ceil((title_room + queries * cell + gap) * dpi) / dpi
+        panel_height = math.ceil((row_titles + queries * cell + gap) * dpi) / dpi
         self.panel_pixels = (round(panel_width * dpi), round(panel_height * dpi))
         width, height = style.figsize or (
-            0.2 + label_room + shape.columns * panel_width + right,
-            top + shape.rows * panel_height + label_room + bottom,
+            left + label_room + shape.columns * panel_width + right,
+            top + once + shape.rows * panel_height + label_room + bottom,
         )
         height = math.ceil(height * dpi) / dpi  # the top edge on a pixel: panels from there
         # A given size that the cells cannot fill at their aspect: the grid in the middle.
         grid_width, grid_height = shape.columns * panel_width, shape.rows * panel_height
-        spare_x = max(0.0, width - (0.2 + label_room + grid_width + right)) / 2
-        spare_y = max(0.0, height - (top + grid_height + label_room + bottom)) / 2
+        spare_x = max(0.0, width - (left + label_room + grid_width + right)) / 2
+        spare_y = max(0.0, height - (top + once + grid_height + label_room + bottom)) / 2
         self.label_room = label_room
         # Labels taller than their cells reach past the cells' ends by about half their
         # size: pasted labels carry that much more, never more than half the gap.
@@ -735,7 +744,7 @@ class GridCanvas:
         title_size = style.font_size or 7.0
         self.boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 (inches)
         self.images, self.titles, self.labels = [], [], []
-        left_edge = round((0.2 + label_room + spare_x) * dpi) / dpi
+        left_edge = round((left + label_room + spare_x) * dpi) / dpi
         top_edge = round((height - top - spare_y - title_room) * dpi) / dpi
         self.title_fits = self.panel_pixels[0] - 4  # pixels: a title over its own panel only
         self.fitted: dict[tuple[str, ...], tuple[list[str], float]] = {}  # titles as they fit
@@ -776,6 +785,13 @@ class GridCanvas:
                 for k in range(0, keys, step)
             ] if self._labels_columns(n) else []  # fmt: skip
             self.labels.append((rows_, columns_))
+        self.row_headers = [
+            board.text(left_edge - label_room - 0.05, top_edge - row * panel_height
+                       - queries * cell / 2, "", ha="right", va="center", rotation=90,
+                       fontsize=title_size, animated=True)
+            for row in range(shape.rows if shape.headers else 0)
+        ]  # fmt: skip
+        self.row_fits = queries * cell * dpi  # pixels: a row header beside its own row
         self.header = self.figure.text(
             0.5, 1 - 0.1 / height, "", ha="center", va="top",
             fontsize=header_size, animated=True,
@@ -824,11 +840,25 @@ class GridCanvas:
         queries = [_label(token) for token in maps.query_labels()][:: self.step]
         keys = [_label(token) for token in maps.key_tokens][:: self.step]
         shown = len(panels) > 1 or style.title != ""
-        titles, size = self._fitted_titles(tuple(panel.title for panel in panels) if shown else ())
-        drawn: list[Any] = [self.header]
+        if self.shape.headers:  # "head H" over the first row; "layer L" beside each row
+            columns = self.shape.columns
+            titles, size = self._fitted_titles(
+                tuple(f"head {panel.head}" for panel in panels[:columns])
+            )
+            for artist, panel in zip(self.row_headers, panels[::columns], strict=False):
+                row_header = f"layer {panel.layer}"
+                artist.set_text(row_header)
+                artist.set_fontsize(size)
+                if artist.get_window_extent(self.canvas.get_renderer()).height > self.row_fits:
+                    artist.set_text(_short_title(row_header))
+        else:
+            titles, size = self._fitted_titles(
+                tuple(panel.title for panel in panels) if shown else ()
+            )
+        drawn: list[Any] = [self.header, *self.row_headers]
         for n, (title, (rows, columns)) in enumerate(zip(self.titles, self.labels, strict=True)):
-            used = n < len(titles)
-            title.set_text(titles[n] if used else "")
+            used = n < len(panels)
+            title.set_text(titles[n] if n < len(titles) else "")
             title.set_fontsize(size)
             for artist, label in zip(rows, queries if rows else [], strict=True):
                 artist.set_text(label if used else "")
@@ -875,7 +905,7 @@ class GridCanvas:
             self._set_frame(maps, panels)
             with _drawing(self.missing_glyphs):
                 self._draw_labels(len(panels))  # first: a pasted strip never covers a title
-                for artist in [self.header, *self.titles]:
+                for artist in [self.header, *self.row_headers, *self.titles]:
                     self.figure.draw_artist(artist)
             self.framed = self.canvas.copy_from_bbox(self.figure.bbox)
             self.frame_drawn = frame
