@@ -10,7 +10,6 @@ files are all there.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnviz import signals
 from attnviz.analysis.heads import TopHeads
 from attnviz.choices import Aggregate, BatchFormat, Dtype, View
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
@@ -469,31 +469,11 @@ def _finish(
 
 def record_done(record: Record, manifest: Manifest, records: list[Record]) -> None:
     """An input recorded in the manifest and among this run's records as one step: a
-    Ctrl-C in between waits until both are done, so that the summary of an interrupted
+    Ctrl-C (or SIGTERM) in between waits until both are done, so that the summary of an interrupted
     batch counts what its manifest holds."""
-    with _interrupt_deferred():
+    with signals.deferred():
         manifest.add(record)
         records.append(record)
-
-
-@contextlib.contextmanager
-def _interrupt_deferred() -> Iterator[None]:
-    import signal
-    import threading
-
-    caught: list[int] = []
-    previous = signal.getsignal(signal.SIGINT)
-    # Signals are the main thread's; a handler Python did not set could not be put back.
-    if previous is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:  # delivered now, to the handler there was
-            signal.raise_signal(signal.SIGINT)
 
 
 Task = tuple[BatchInput, "AttentionMaps | Exception", Outputs]

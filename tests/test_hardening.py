@@ -581,3 +581,24 @@ def test_an_output_that_cannot_be_written_is_refused_before_a_model_loads(
     result = runner.invoke(app, command)
     assert result.exit_code == 1, result.stderr
     assert f"folder {tmp_path}/missing does not exist" in result.stderr
+
+
+def test_signals_wait_while_torch_is_imported_then_arrive():
+    """Torch's import calls back into Python from C++, where a signal's exception aborts
+    the process; Ctrl-C and SIGTERM are held meanwhile and delivered right after."""
+    import os
+    import signal
+
+    from attnviz import signals
+
+    arrived: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: arrived.append(number))
+    try:
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # bytecodes, where a handler would run
+                pass
+            assert arrived == []
+        assert arrived == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

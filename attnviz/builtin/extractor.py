@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from attnviz import signals
 from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import Mode
 from attnviz.errors import UsageError, warn
@@ -50,7 +51,8 @@ class BuiltinExtractor(Extractor):
         """The seeded stack, built on first use and then kept."""
         if self._stack is None:
             check_fits(self.config)
-            from attnviz.builtin.model import BuiltinTransformer
+            with signals.deferred():  # imports torch: see why there
+                from attnviz.builtin.model import BuiltinTransformer
 
             self._stack = BuiltinTransformer(self.config)
         return self._stack

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnviz import signals
 from attnviz.errors import AttnvizError, UsageError, is_out_of_memory
 from attnviz.pretrained.streams import Family, Stream, attention_streams, family_of
 
@@ -164,6 +165,8 @@ def load_model(name: str, options: LoadOptions | None = None) -> PretrainedModel
     """Load a model by alias, local directory or Hugging Face id. Each call loads anew."""
     options = options or LoadOptions()
     source = _source(name, options)  # checked before transformers is imported
+    with signals.deferred():  # see why there
+        import torch  # noqa: F401
     with quiet(options.verbose):
         return _load(name, source, options)
 
