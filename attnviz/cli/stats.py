@@ -198,10 +198,9 @@ def _file_format(output: str, asked: d.TableFormat) -> d.TableFormat:
             f"-o writes the statistics as data: draw the heatmaps with --picture {output}"
         )
     if by_suffix is None:
-        found = asked if asked is not d.TableFormat.TABLE else None
-        if found is None:
+        if asked is d.TableFormat.TABLE:
             raise UsageError(f"cannot tell the format of {output}: name it .json or .csv")
-        return found
+        return asked
     if asked is not d.TableFormat.TABLE and asked is not by_suffix:
         raise UsageError(
             f"--format {asked.value} and the suffix of {output} ({suffix}) disagree: pick one"

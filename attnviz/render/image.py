@@ -692,8 +692,7 @@ class GridCanvas:
         label_room = 0.08 + min(shape.label_chars, MAX_LABEL) * label_size * 0.62 / _INCH
         title_room = 0.1 + (style.font_size or 7.0) * 1.5 / _INCH
         # Titles over every row of panels, or column headers once and row headers left.
-        row_titles = 0.0 if shape.headers else title_room
-        once = title_room - row_titles
+        row_titles, once = (0.0, title_room) if shape.headers else (title_room, 0.0)
         left = 0.2 + (0.05 + (style.font_size or 7.0) * 1.5 / _INCH if shape.headers else 0.0)
         # Inches: between panels, above them for the header, right for the colour bar, and
         # below the key labels for the note.
