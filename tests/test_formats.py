@@ -145,9 +145,10 @@ def test_render_draws_saved_maps_in_the_terminal_view_show_draws(runner, tmp_pat
     [
         (["--view", "head"], "--view head is a picture's view: give -o FILE"),
         (["--view", "grid", "-o", "x.png"], "--view grid draws in the terminal: leave out -o"),
+        (["-o", "x.txt"], "name it .png, .svg or .pdf for a picture, .html for the interactive"),
     ],
 )
-def test_render_refuses_a_view_of_the_other_kind(runner, tmp_path, monkeypatch, arguments, message):
+def test_render_refuses_what_it_cannot_draw(runner, tmp_path, monkeypatch, arguments, message):
     path = tmp_path / "maps.json"
     path.write_text(json.dumps(attnviz.extract("a b").to_dict()))
     monkeypatch.chdir(tmp_path)

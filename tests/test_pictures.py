@@ -123,7 +123,7 @@ def test_a_missing_glyph_is_a_warning_not_a_crash(runner, tmp_path):
 @pytest.mark.parametrize(
     ("arguments", "code", "message"),
     [
-        (["-o", "{tmp}/x.gif"], 2, "name it .png, .svg or .pdf"),
+        (["-o", "{tmp}/x.gif"], 2, "name it .png, .svg or .pdf for a picture, .html for the"),
         (["-o", "{tmp}/x.png", "--cmap", "nope"], 2, "unknown colormap 'nope'"),
         (["-o", "{tmp}/x.png", "--view", "head"], 2, "--view head draws one map"),
         (["-o", "{tmp}/x.png", "--view", "layer"], 2, "--view layer draws one layer"),

@@ -63,12 +63,10 @@ def export(
     from attnviz.cli.settings import request
     from attnviz.errors import UsageError
     from attnviz.io import check_writable
-    from attnviz.render.image import picture_format
 
-    page = out.is_page(output)
-    if page and choice.top_heads is not None:
+    picture_kind = out.picture_or_page(output)
+    if picture_kind is None and choice.top_heads is not None:
         raise UsageError("--top-heads draws chosen pictures; the page shows every head")
-    picture_kind = None if page else picture_format(output)
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )

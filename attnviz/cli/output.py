@@ -10,6 +10,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
@@ -223,9 +224,20 @@ def chosen_panels(maps: AttentionMaps, top: TopHeads) -> list[MapPanel]:
         raise UsageError(f"--top-heads: {error}") from None
 
 
-def is_page(output: str) -> bool:
-    """Does the file name ask for the interactive page?"""
-    return output.lower().endswith((".html", ".htm"))
+def picture_or_page(output: str) -> PictureFormat | None:
+    """The picture format that the suffix of ``output`` names, or None for the
+    interactive page (.html)."""
+    from attnviz.render.image import SUFFIXES
+
+    suffix = Path(output).suffix.lower()
+    if suffix in (".html", ".htm"):
+        return None
+    if suffix not in SUFFIXES:
+        raise UsageError(
+            f"cannot tell the format of {output}: name it .png, .svg or .pdf for a picture,"
+            " .html for the interactive page"
+        )
+    return SUFFIXES[suffix]
 
 
 def save_page(maps: AttentionMaps, view: View, output: str, title: str | None = None) -> None:

@@ -74,11 +74,9 @@ def render(
         )
         return
     drawn = View(view or View.MODEL)
-    if out.is_page(output):
+    picture_kind = out.picture_or_page(output)
+    if picture_kind is None:
         out.save_page(out.only_one(stream, out.ONE_MAPS), drawn, output, picture.title)
         return
-    from attnviz.render.image import picture_format
-
-    picture_kind = picture_format(output)
     style = picture.style()
     out.save_picture(out.only_one(stream, out.ONE_MAPS), drawn, picture_kind, style, output)
