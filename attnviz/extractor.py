@@ -44,6 +44,14 @@ class ExtractorSpec:
     load_options: LoadOptions | None = None  # how a pretrained model may be loaded
 
     def __post_init__(self) -> None:
+        named = builtin_named(self.model)
+        if named is not None:  # "builtin:seed=1": the stack that the name describes
+            if self.config is not None:
+                raise UsageError(
+                    f"{self.model} names the built-in stack's settings: leave out config"
+                )
+            object.__setattr__(self, "model", BUILTIN)
+            object.__setattr__(self, "config", named)
         if self.model != BUILTIN and self.config is not None:
             raise UsageError("the built-in stack's settings do not apply to a pretrained model")
 
@@ -56,6 +64,17 @@ class ExtractorSpec:
         from attnviz.pretrained.extractor import PretrainedExtractor
 
         return PretrainedExtractor.load(self.model, self.load_options or LoadOptions())
+
+
+def builtin_named(model: str) -> BuiltinConfig | None:
+    """The built-in stack that a model name such as ``builtin:seed=1`` describes (the
+    name that its maps record), or None for any other name."""
+    if not model.startswith(f"{BUILTIN}:"):
+        return None
+    try:
+        return BuiltinConfig.from_name(model)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 class Extractor(ABC):

@@ -89,6 +89,48 @@ def test_diff_names_both_models_on_one_line_above_its_table(runner):
     )
 
 
+def test_a_run_is_repeated_from_the_model_name_it_recorded(runner):
+    """The model name in every output of the built-in stack is a --model that rebuilds it,
+    and the stack options refine it; so diff compares two stacks by --against."""
+    options = ["--num-layers", "3", "--num-heads", "2", "--seed", "5", "--no-positions"]
+    first = runner.invoke(app, ["show", "The man walked", "-f", "json", *options])
+    recorded = json.loads(first.stdout)
+    again = runner.invoke(
+        app, ["show", "The man walked", "-f", "json", "--model", recorded["model"]]
+    )
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout) == recorded
+    refined = runner.invoke(
+        app, ["show", "x", "-f", "json", "--model", "builtin:seed=5", "--seed", "6"]
+    )
+    assert json.loads(refined.stdout)["model"] == "builtin:layers=2,heads=4,d_model=64,seed=6"
+    compared = runner.invoke(app, ["diff", "The man walked", "--against", "builtin:seed=3"])
+    assert compared.exit_code == 0, compared.stderr
+    assert compared.stdout.splitlines()[0].endswith(
+        " vs builtin:layers=2,heads=4,d_model=64,seed=3 · self attention"
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["show", "x", "--model", "builtin:layers=two"], "layers takes a whole number, not 'two'"),
+        (
+            ["explain", "x", "--model", "builtin:seed=1", "--query", "0"],
+            "--query goes with --model",
+        ),
+        (
+            ["show", "x", "--model", "builtin:seed=1", "--device", "cpu"],
+            "the built-in stack runs on",
+        ),
+    ],
+)
+def test_a_builtin_model_name_is_checked_as_the_stack_options_are(runner, arguments, message):
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert message in result.stderr and result.stderr.count("\n") == 1
+
+
 def test_diff_of_saved_files(runner, tmp_path):
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     runner.invoke(app, ["show", "The man walked", "-f", "json", "-o", str(first)])

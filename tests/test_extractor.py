@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -98,6 +99,32 @@ def test_a_worker_process_builds_its_own_extractor_from_the_spec(tiny):
 def test_load_refuses_a_config_for_a_pretrained_model(tiny):
     with pytest.raises(UsageError, match="do not apply to a pretrained model"):
         attnviz.load(tiny["bert"], config=BuiltinConfig())
+
+
+def test_the_name_that_maps_record_loads_the_same_stack():
+    config = BuiltinConfig(num_layers=3, num_heads=2, d_model=8, seed=7, positions=False)
+    recorded = attnviz.extract("a b c", config=config)
+    again = attnviz.load(recorded.model).extract("a b c")
+    assert again.model == recorded.model
+    np.testing.assert_array_equal(again.weights, recorded.weights)
+    seeded = attnviz.load("builtin:seed=7").extract("a b c")
+    assert seeded.model == BuiltinConfig(seed=7).name
+    with pytest.raises(UsageError, match="builtin:seed=7 names the built-in stack's settings"):
+        attnviz.load("builtin:seed=7", config=config)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("builtin:size=3", "has no setting 'size=3'; it takes layers=, heads="),
+        ("builtin:seed=-1", "seed takes a whole number, not '-1'"),
+        ("builtin:projections=random", "projections must be one of learned, identity"),
+        ("builtin:heads=3", "d_model (64) must be a multiple of num_heads (3)"),
+    ],
+)
+def test_a_builtin_name_that_describes_no_stack_is_refused(name, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        attnviz.load(name)
 
 
 def test_attnviz_extract_is_load_then_extract():

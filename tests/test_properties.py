@@ -6,6 +6,7 @@ import io
 import json
 import re
 import unicodedata
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,7 @@ from rich.console import Console
 
 import attnviz
 from attnviz.builtin import BuiltinConfig
+from attnviz.choices import Projections
 from attnviz.errors import UsageError
 from attnviz.maps import AttentionMaps
 from attnviz.render.terminal import render
@@ -36,6 +38,12 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 def visible(text: str) -> bool:
     return bool(text.strip()) and bool(attnviz.tokens.tokenize(text))
+
+
+@given(config=stacks, projections=st.sampled_from(list(Projections)), lowercase=st.booleans())
+def test_a_stack_is_rebuilt_from_its_name(config, projections, lowercase):
+    config = replace(config, projections=projections, lowercase=lowercase)
+    assert BuiltinConfig.from_name(config.name) == config
 
 
 @SETTINGS

@@ -59,7 +59,7 @@ class BuiltinConfig:
     @property
     def name(self) -> str:
         """A model name that says how to rebuild exactly this stack."""
-        name = f"builtin:layers={self.num_layers},heads={self.num_heads},d_model={self.d_model}"
+        name = f"{PREFIX}:layers={self.num_layers},heads={self.num_heads},d_model={self.d_model}"
         name += f",seed={self.seed}"
         if not self.positions:
             name += ",no-positions"
@@ -68,3 +68,34 @@ class BuiltinConfig:
         if not self.lowercase:
             name += ",keep-case"
         return name
+
+    @classmethod
+    def from_name(cls, name: str) -> BuiltinConfig:
+        """The stack that a :attr:`name` describes: ``builtin:`` and any of its settings
+        (``builtin:seed=1``), the rest as by default. Raises ValueError."""
+        fields: dict[str, object] = {}
+        for setting in filter(None, name.removeprefix(f"{PREFIX}:").split(",")):
+            key, equals, value = setting.partition("=")
+            if not equals and key in _FLAGS:
+                fields.update([_FLAGS[key]])
+            elif equals and key in _NUMBERS:
+                if not value.isdigit():
+                    raise ValueError(f"{name}: {key} takes a whole number, not {value!r}")
+                fields[_NUMBERS[key]] = int(value)
+            elif equals and key == "projections":
+                fields["projections"] = value
+            else:
+                raise ValueError(
+                    f"{name}: the built-in stack has no setting {setting!r}; it takes layers=, "
+                    "heads=, d_model=, seed=, projections=, no-positions and keep-case"
+                )
+        return cls(**fields)
+
+
+PREFIX = "builtin"
+_NUMBERS = {"layers": "num_layers", "heads": "num_heads", "d_model": "d_model", "seed": "seed"}
+_FLAGS = {
+    "no-positions": ("positions", False),
+    "positions": ("positions", True),
+    "keep-case": ("lowercase", False),
+}

@@ -162,7 +162,8 @@ ModelOption = Annotated[
         metavar="MODEL",
         autocompletion=complete_model,
         rich_help_panel=MODEL_PANEL,
-        help="builtin (the seeded stack), an alias (see attnviz models), a directory saved with "
+        help="builtin (the seeded stack; builtin:seed=1 and the rest of the name its maps "
+        "record pick its settings), an alias (see attnviz models), a directory saved with "
         "save_pretrained, or a Hugging Face id from the local cache.",
     ),
 ]

@@ -64,11 +64,11 @@ def explain(
         raise UsageError(
             "explain works on the text as given, token by token: no --words, --no-special or --chat"
         )
-    if query is not None and model == BUILTIN:
-        raise UsageError("--query goes with --model; the built-in walk-through shows every row")
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
+    if query is not None and asked.spec.model == BUILTIN:
+        raise UsageError("--query goes with --model; the built-in walk-through shows every row")
     extractor = asked.open(environment)
     from attnviz.io import dump_json, read_texts
 

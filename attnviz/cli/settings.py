@@ -180,9 +180,12 @@ def request(
     text and target (unless read from stdin) and how the selection is written."""
     from attnviz.builtin.config import BuiltinConfig
     from attnviz.errors import UsageError
-    from attnviz.extractor import ExtractorSpec, check_text
+    from attnviz.extractor import ExtractorSpec, builtin_named, check_text
     from attnviz.selection import check_syntax
 
+    named = builtin_named(model)  # builtin:seed=1, the name that the stack's maps record
+    if named is not None:
+        model = d.BUILTIN
     given = settings.stack()
     placed = (settings.device, settings.model_dtype, settings.device_map) != ("auto", "auto", None)
     if model == d.BUILTIN and placed:
@@ -210,7 +213,7 @@ def request(
     check_syntax(layer, "layer")
     check_syntax(head, "head")
     try:
-        config = BuiltinConfig(**given) if given else None
+        config = replace(named, **given) if named else BuiltinConfig(**given) if given else None
     except ValueError as error:
         raise UsageError(str(error)) from None
     return Request(
