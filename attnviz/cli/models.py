@@ -54,7 +54,7 @@ def models(
     table.add_column("model", no_wrap=True)
     table.add_column("what")
     table.add_column("usable offline", overflow="fold")
-    table.add_row("builtin", "the built-in seeded stack, no download", "yes")
+    table.add_row("builtin", "the built-in seeded stack, no download (builtin:seed=1, …)", "yes")
     for model in found:
         status = f"yes: {model.location}" if model.location else f"no: {model.hint}"
         table.add_row(display_label(model.name), model.description, display_label(status))
