@@ -94,6 +94,7 @@ def test_several_inputs_where_one_is_read_say_what_to_do_instead(runner, tmp_pat
     two_lines = b"one two\nthree four\n"
     picture = tmp_path / "x.png"
     failed_in_process(invoke(runner, ["export", "-", "-o", str(picture)], two_lines), 2, "batch")
+    failed_in_process(invoke(runner, ["heads", "-"], two_lines), 2, "attnviz stats gives these")
     saved = invoke(runner, ["show", "-", "-f", "ndjson"], two_lines)
     assert saved.exit_code == 0 and saved.stdout.count("\n") == 2
     render = ["render", "-", "-o", str(picture)]

@@ -68,7 +68,8 @@ def heads(
         extractor = asked.open(environment)
         return extractor.extract(line, target=target, pair=pair, **asked.options)
 
-    maps = out.text_or_saved(text, saved, extract, layer, head, model)
+    several = "attnviz stats gives these statistics over many inputs"
+    maps = out.text_or_saved(text, saved, extract, layer, head, model, several)
     rows = sort_rows(head_statistics(maps), sort, reverse)[:top]
     if output_format is d.TableFormat.JSON:
         out.write_stdout(dump_json(envelope({"heads": as_dicts(rows)})))

@@ -177,9 +177,11 @@ def text_or_saved(
     layer: str,
     head: str,
     model: str,
+    several: str = ONE_TEXT,
 ) -> AttentionMaps:
     """The maps of TEXT, run through the model by ``extract``; or of --from, saved maps
-    (what show or generate wrote), narrowed to --layer and --head."""
+    (what show or generate wrote), narrowed to --layer and --head. Several texts are
+    refused with ``several``: what to do instead."""
     from attnviz.cli.declarations import BUILTIN
     from attnviz.io import read_maps, read_texts
 
@@ -190,7 +192,7 @@ def text_or_saved(
     if saved is not None:
         return select_held(only_one(read_maps(saved), ONE_MAPS), layer, head)
     assert text is not None
-    return extract(only_one(read_texts(text)))
+    return extract(only_one(read_texts(text), several))
 
 
 def checked_between(between: str | None, pair: str | None) -> str | None:
