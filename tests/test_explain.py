@@ -109,6 +109,14 @@ def test_walk_through_snapshot_at_100_columns(runner, snapshot):
     snapshot("explain_masked_100.txt", result.stdout)
 
 
+def test_the_walk_through_of_a_stack_named_by_its_settings(runner):
+    arguments = ["explain", "attention is cool", "--mode", "masked", "--width", "100"]
+    named = runner.invoke(app, [*arguments, "--model", "builtin:d_model=8,heads=2"])
+    assert named.exit_code == 0, named.stderr
+    optioned = runner.invoke(app, [*arguments, "--d-model", "8", "--num-heads", "2"])
+    assert named.stdout == optioned.stdout
+
+
 def test_large_matrices_are_cut_with_their_shape_stated(runner):
     result = runner.invoke(app, ["explain", "the man walked the dog", "--width", "80"])
     assert result.exit_code == 0

@@ -67,7 +67,8 @@ def explain(
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
-    if query is not None and asked.spec.model == BUILTIN:
+    builtin = asked.spec.model == BUILTIN  # also for --model builtin:seed=1
+    if query is not None and builtin:
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")
     extractor = asked.open(environment)
     from attnviz.io import dump_json, read_texts
@@ -82,7 +83,7 @@ def explain(
     from attnviz.render.explain import render, render_query
 
     console = out.stdout_console(d.ColourChoice.AUTO, width, environment)
-    if model == BUILTIN:
+    if builtin:
         console.print(render(explanation, console.width))
     else:
         console.print(render_query(explanation))
