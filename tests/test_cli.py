@@ -104,7 +104,8 @@ def test_stack_options_change_the_stack(runner):
         (["show", "hi", "--d-model", "10"], 2, "must be a multiple of num_heads"),
         (["show", "hi", "--mode", "sideways"], 2, "Invalid value for '--mode'"),
         (["show", "hi", "--no-such-flag"], 2, "No such option: --no-such-flag"),
-        (["show", "hi", "-f", "terminal", "-o", "x.json"], 2, "--output goes with a data --format"),
+        (["show", "hi", "-f", "terminal", "-o", "x.txt"], 2, "--output goes with a data --format"),
+        (["show", "hi", "-f", "terminal", "-o", "x.json"], 2, "--format terminal and the suffix"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr(runner, arguments, code, message):

@@ -22,6 +22,23 @@ def test_show_draws_for_a_terminal_and_writes_ndjson_to_a_pipe(runner):
     assert json.loads(piped.stdout)["key_tokens"] == ["a", "b"]
 
 
+def test_a_file_gets_data_whatever_stdout_is(runner, tmp_path):
+    """-o with a suffix that names no format: on a terminal the picture went to stdout and
+    the file was never written."""
+    for environment in (TERMINAL, PIPES):
+        saved = tmp_path / "maps.txt"
+        result = runner.invoke(app, ["show", "a b", "-o", str(saved)], obj=environment)
+        assert result.exit_code == 0 and result.stdout == "", result.stderr
+        assert json.loads(saved.read_text())["key_tokens"] == ["a", "b"]
+        saved.unlink()
+    pictured = runner.invoke(
+        app, ["show", "a b", "--label-positions", "-o", str(tmp_path / "x")], obj=PIPES
+    )
+    assert pictured.exit_code == 2 and pictured.stdout == ""
+    assert "--output goes with a data --format" in pictured.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_explore_needs_a_terminal(runner):
     result = runner.invoke(app, ["explore", "a b"], obj=PIPES)
     assert result.exit_code == 2

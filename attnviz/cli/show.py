@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class ShowFormat(StrEnum):
-    AUTO = "auto"  # the suffix of -o; else a picture for a terminal, NDJSON for a pipe
+    AUTO = "auto"  # the suffix of -o; else a picture for a terminal, NDJSON for a pipe or file
     TERMINAL = "terminal"
     JSON = "json"
     NDJSON = "ndjson"
@@ -57,8 +57,8 @@ FormatOption = Annotated[
         help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
         "line, streamed. npz: numpy arrays. csv: a row per weight. html: the interactive page. "
         "png, svg, pdf: the model view as export draws it. auto: what the suffix of --output "
-        "says, else terminal when stdout is a terminal or --view, --top-heads or "
-        "--label-positions asks for a picture, else ndjson.",
+        "says, else terminal when stdout is a terminal (and no --output) or --view, --top-heads "
+        "or --label-positions asks for a picture, else ndjson.",
     ),
 ]
 OutputOption = Annotated[
@@ -107,10 +107,6 @@ class Presentation:
         from attnviz.errors import UsageError
         from attnviz.io import check_writable
 
-        if output_format is ShowFormat.TERMINAL and output != d.STDIO:
-            raise UsageError(
-                "--output goes with a data --format; the terminal picture goes to stdout"
-            )
         by_suffix = _format_of(output)
         if output_format is ShowFormat.AUTO and by_suffix is not None:
             output_format = by_suffix  # -o maps.npz writes npz
@@ -122,8 +118,15 @@ class Presentation:
         top = out.top_heads_for(choice, aggregate)
         if output_format is ShowFormat.AUTO:  # a picture was asked for, even into a pipe
             picture = terminal_view is not d.TerminalView.AUTO or top is not None
-            terminal = environment.stdout_is_terminal or picture or label_positions
+            # A file is no terminal, whatever stdout is: one that its suffix names no
+            # format of gets data.
+            onto_terminal = environment.stdout_is_terminal and output == d.STDIO
+            terminal = onto_terminal or picture or label_positions
             output_format = ShowFormat.TERMINAL if terminal else ShowFormat.NDJSON
+        if output_format is ShowFormat.TERMINAL and output != d.STDIO:
+            raise UsageError(
+                "--output goes with a data --format; the terminal picture goes to stdout"
+            )
         if terminal_view is not d.TerminalView.AUTO and output_format is not ShowFormat.TERMINAL:
             raise UsageError(f"--view {terminal_view.value} is a terminal picture; drop --format")
         if top is not None and output_format not in (ShowFormat.TERMINAL, *_PICTURES):
