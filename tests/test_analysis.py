@@ -148,6 +148,15 @@ def test_top_keys_are_the_heaviest_in_order():
     assert [pick["index"] for pick in rows[2]["top"]] == [2, 0]  # a tie keeps the earlier key
 
 
+def test_top_keys_leave_out_what_a_query_cannot_see():
+    maps = attnviz.extract("the man walked the dog", mode="masked", layers=0, heads=0)
+    rows = top_keys(maps, 3)[0]["queries"]
+    assert [len(row["top"]) for row in rows] == [1, 2, 3, 3, 3]
+    assert all(
+        pick["index"] <= position for position, row in enumerate(rows) for pick in row["top"]
+    )
+
+
 def test_diff_of_identical_maps_is_zero_and_of_others_positive():
     maps = attnviz.extract("the man walked the dog")
     assert all(row.divergence == 0 for row in diff_maps(maps, maps))

@@ -10,12 +10,14 @@ from attnviz.maps import AttentionMaps
 
 
 def top_keys(maps: AttentionMaps, k: int) -> list[dict[str, Any]]:
-    """Per map: each query token with its k heaviest keys, heaviest first (ties: earlier key)."""
+    """Per map: each query token with its k heaviest keys, heaviest first (ties: earlier
+    key). A key the query gives no weight (masked: a later token) is not one it attends
+    to, so a query may have fewer than k."""
     blocks = []
     for panel in maps.panels():
         queries = []
         for query, row in zip(maps.query_tokens, panel.matrix, strict=True):
-            order = np.argsort(-row, kind="stable")[:k]
+            order = [i for i in np.argsort(-row, kind="stable")[:k] if row[i] > 0]
             top = [
                 {"token": maps.key_tokens[i], "index": int(i), "weight": float(row[i])}
                 for i in order

@@ -39,6 +39,7 @@ def top(
 
     `is → attention 0.60, is 0.40`. A block per selected map, headed by its
     title; pick one head with --layer and --head, or combine with --aggregate.
+    Keys a query gives no weight (masked: later tokens) are not listed.
     """
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.analysis.top import top_keys
