@@ -9,6 +9,7 @@ import unicodedata
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -44,6 +45,15 @@ def visible(text: str) -> bool:
 def test_a_stack_is_rebuilt_from_its_name(config, projections, lowercase):
     config = replace(config, projections=projections, lowercase=lowercase)
     assert BuiltinConfig.from_name(config.name) == config
+
+
+def test_a_name_without_settings_is_the_default_stack_and_others_are_refused():
+    assert (
+        BuiltinConfig.from_name("builtin") == BuiltinConfig.from_name("builtin:") == BuiltinConfig()
+    )
+    for name in ("seed=1", "minilm", "builtins:seed=1"):
+        with pytest.raises(ValueError, match="does not name the built-in stack"):
+            BuiltinConfig.from_name(name)
 
 
 @SETTINGS

@@ -73,8 +73,11 @@ class BuiltinConfig:
     def from_name(cls, name: str) -> BuiltinConfig:
         """The stack that a :attr:`name` describes: ``builtin:`` and any of its settings
         (``builtin:seed=1``), the rest as by default. Raises ValueError."""
+        kind, _, settings = name.partition(":")
+        if kind != PREFIX:
+            raise ValueError(f"{name} does not name the built-in stack: it starts with {PREFIX}")
         fields: dict[str, object] = {}
-        for setting in filter(None, name.removeprefix(f"{PREFIX}:").split(",")):
+        for setting in filter(None, settings.split(",")):
             key, equals, value = setting.partition("=")
             if not equals and key in _FLAGS:
                 fields.update([_FLAGS[key]])
