@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import attnviz
 from attnviz.cli import app
 from attnviz.cli.output import Environment
 
@@ -37,6 +38,15 @@ def test_a_file_gets_data_whatever_stdout_is(runner, tmp_path):
     assert pictured.exit_code == 2 and pictured.stdout == ""
     assert "--output goes with a data --format" in pictured.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_values_ask_for_the_picture_even_into_a_pipe(runner):
+    """As --view does: the weights in the cells were silently dropped for ndjson."""
+    result = runner.invoke(app, ["show", "a b", "--values", "-l", "0", "--head", "0"], obj=PIPES)
+    assert result.exit_code == 0, result.stderr
+    weights = attnviz.extract("a b", layers=0, heads=0).weights[0, 0]
+    assert "layer 0 · head 0" in result.stdout
+    assert f"{weights[0, 0]:.2f}".lstrip("0") in result.stdout
 
 
 def test_explore_needs_a_terminal(runner):

@@ -57,8 +57,8 @@ FormatOption = Annotated[
         help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
         "line, streamed. npz: numpy arrays. csv: a row per weight. html: the interactive page. "
         "png, svg, pdf: the model view as export draws it. auto: what the suffix of --output "
-        "says, else terminal when stdout is a terminal (and no --output) or --view, --top-heads "
-        "or --label-positions asks for a picture, else ndjson.",
+        "says, else terminal when stdout is a terminal (and no --output) or --view, --values, "
+        "--top-heads or --label-positions asks for a picture, else ndjson.",
     ),
 ]
 OutputOption = Annotated[
@@ -100,6 +100,7 @@ class Presentation:
         choice: HeadChoice,
         terminal_view: d.TerminalView,
         label_positions: bool,
+        values: bool,
         environment: Environment,
         **rest: object,
     ) -> Presentation:
@@ -117,7 +118,7 @@ class Presentation:
             )
         top = out.top_heads_for(choice, aggregate)
         if output_format is ShowFormat.AUTO:  # a picture was asked for, even into a pipe
-            picture = terminal_view is not d.TerminalView.AUTO or top is not None
+            picture = terminal_view is not d.TerminalView.AUTO or top is not None or values
             # A file is no terminal, whatever stdout is: one that its suffix names no
             # format of gets data.
             onto_terminal = environment.stdout_is_terminal and output == d.STDIO
@@ -127,8 +128,12 @@ class Presentation:
             raise UsageError(
                 "--output goes with a data --format; the terminal picture goes to stdout"
             )
-        if terminal_view is not d.TerminalView.AUTO and output_format is not ShowFormat.TERMINAL:
-            raise UsageError(f"--view {terminal_view.value} is a terminal picture; drop --format")
+        viewed = terminal_view is not d.TerminalView.AUTO
+        for option, given in ((f"--view {terminal_view.value}", viewed), ("--values", values)):
+            if given and output_format is not ShowFormat.TERMINAL:
+                raise UsageError(
+                    f"{option} is for the terminal picture, not {output_format.value} output"
+                )
         if top is not None and output_format not in (ShowFormat.TERMINAL, *_PICTURES):
             raise UsageError(
                 "--top-heads chooses heads to draw; data holds the selected layers × heads "
@@ -146,6 +151,7 @@ class Presentation:
             output=output,
             terminal_view=terminal_view,
             label_positions=label_positions,
+            values=values,
             aggregate=aggregate,
             top=top,
             **rest,  # type: ignore[arg-type]
