@@ -165,6 +165,8 @@ def test_top_heads_in_export_and_batch_draw_only_those(runner, tmp_path):
         (["show", "a b", "--view", "grid", "-f", "csv"], "--view grid is for the terminal picture"),
         (["show", "a b", "--values", "-o", "x.npz"], "--values is for the terminal picture, not"),
         (["show", "a b", "--label-positions", "-f", "json"], "keeps the tokens as they are"),
+        (["show", "a b", "--dtype", "float16", "-f", "terminal"], "--dtype float16 is for data"),
+        (["show", "a b", "--dtype", "float16", "-o", "x.png"], "not png output"),
         (["export", "a b", "-o", "x.png", "--figsize", "3"], "give width and height"),
         (["export", "a b", "-o", "x.png", "--figsize", "-1,2"], "between 0 and 100"),
         (["export", "a b", "-o", "x.png", "--figsize", "1,1", "--view", "head", "-l", "0",

@@ -35,6 +35,7 @@ class ShowFormat(StrEnum):
 
 
 _PICTURES = (ShowFormat.PNG, ShowFormat.SVG, ShowFormat.PDF)
+_STORED = (ShowFormat.JSON, ShowFormat.NDJSON, ShowFormat.NPZ)  # the maps' own documents
 _SUFFIXES = {".jsonl": ShowFormat.NDJSON, **{f".{f.value}": f for f in ShowFormat}}
 
 
@@ -101,6 +102,7 @@ class Presentation:
         terminal_view: d.TerminalView,
         label_positions: bool,
         values: bool,
+        dtype: Dtype,
         environment: Environment,
         **rest: object,
     ) -> Presentation:
@@ -139,8 +141,12 @@ class Presentation:
                 "--top-heads chooses heads to draw; data holds the selected layers × heads "
                 "whole: pick them with --layer and --head (attnviz heads --sort ranks them)"
             )
-        data = (ShowFormat.JSON, ShowFormat.NDJSON, ShowFormat.NPZ)
-        if label_positions and output_format in data:
+        if dtype is not d.Dtype.FLOAT32 and output_format not in (*_STORED, ShowFormat.CSV):
+            raise UsageError(
+                f"--dtype {dtype.value} is for data (json, ndjson, npz, csv), not "
+                f"{output_format.value} output"
+            )
+        if label_positions and output_format in _STORED:
             raise UsageError(
                 f"--label-positions labels pictures and csv; {output_format.value} keeps the "
                 "tokens as they are (a token's position is its index)"
@@ -152,6 +158,7 @@ class Presentation:
             terminal_view=terminal_view,
             label_positions=label_positions,
             values=values,
+            dtype=dtype,
             aggregate=aggregate,
             top=top,
             **rest,  # type: ignore[arg-type]
