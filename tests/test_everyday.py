@@ -183,6 +183,33 @@ def test_bad_choices_are_usage_errors(runner, tmp_path, monkeypatch, arguments, 
     assert not (tmp_path / "x.png").exists()
 
 
+def test_picture_styling_where_no_picture_file_is_drawn_is_refused(runner, tmp_path):
+    """--cmap, --dpi, --figsize, --font-size, --vmax and (but in the terminal) --values
+    were dropped unsaid for the page, the terminal and data."""
+    saved, source = tmp_path / "maps.json", tmp_path / "in.txt"
+    saved.write_text(json.dumps(attnviz.extract("a b").to_dict()))
+    source.write_text("a b\n")
+    page = str(tmp_path / "x.html")
+    cases = [
+        (["export", "a b", "-o", page, "--cmap", "magma"], "--cmap is for png, svg and pdf"
+         " pictures, not the interactive page"),
+        (["render", saved, "-o", page, "--figsize", "4x3", "--dpi", "200"], "--dpi, --figsize are"),
+        (["render", saved, "--font-size", "9", "--values"], "--font-size is for png, svg and pdf"
+         " pictures, not the terminal picture"),
+        (["batch", source, "-o", tmp_path / "out", "-f", "json", "-f", "html", "--vmax", "0.5"],
+         "--vmax is for png, svg and pdf pictures, not -f json -f html"),
+    ]  # fmt: skip
+    for arguments, message in cases:
+        result = runner.invoke(app, [str(argument) for argument in arguments])
+        assert result.exit_code == 2 and result.stdout == "", result.stderr
+        assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "maps.json"]
+    titled = runner.invoke(app, ["export", "a b", "-o", page, "--title", "T"])
+    assert titled.exit_code == 0 and "T" in (tmp_path / "x.html").read_text()
+    valued = runner.invoke(app, ["render", str(saved), "--values", "-l", "0", "--head", "0"])
+    assert valued.exit_code == 0 and "layer 0 · head 0" in valued.stdout
+
+
 def _texts(figure):
     from matplotlib.text import Text
 

@@ -143,6 +143,8 @@ def batch(
     from attnviz.errors import AttnvizError, UsageError
 
     formats = tuple(dict.fromkeys(formats or [BatchFormat.PNG]))
+    if not any(output_format.picture for output_format in formats):
+        picture.check_drawn("-f " + " -f ".join(output_format.value for output_format in formats))
     style = picture.style()
     top = top_heads_for(choice, aggregate)
     if top is not None and any(output_format.picture is None for output_format in formats):

@@ -67,6 +67,8 @@ def export(
     picture_kind = out.picture_or_page(output)
     if picture_kind is None and choice.top_heads is not None:
         raise UsageError("--top-heads draws chosen pictures; the page shows every head")
+    if picture_kind is None:
+        picture.check_drawn("the interactive page (.html)")
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )

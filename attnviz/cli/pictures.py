@@ -45,6 +45,25 @@ class PictureSettings:
             title="" if self.no_title else self.title,
         )
 
+    def check_drawn(self, where: str, *, values_drawn: bool = False) -> None:
+        """Refuses styling options given for output that draws no picture file (``where``),
+        rather than dropping them unsaid. --title also names the interactive page; the
+        terminal picture has --values too (``values_drawn``)."""
+        given = [
+            flag
+            for field, flag in _STYLING.items()
+            if getattr(self, field) != _DEFAULT[field] and not (field == "values" and values_drawn)
+        ]
+        if given:
+            verb = "is" if len(given) == 1 else "are"
+            raise UsageError(
+                f"{', '.join(given)} {verb} for png, svg and pdf pictures, not {where}"
+            )
+
+
+_STYLING = {"cmap": "--cmap", "dpi": "--dpi", "values": "--values", "vmax": "--vmax"}
+_STYLING |= {"figsize": "--figsize", "font_size": "--font-size"}
+
 
 def parse_figsize(text: str) -> tuple[float, float]:
     """``3.5,3`` -> (3.5, 3.0): two positive sizes in inches, at most 100."""
@@ -71,6 +90,7 @@ _PICTURE_OPTIONS = {
 # Gives a command the picture options as one ``picture: PictureSettings`` argument.
 picture_settings = d.bundle_options("picture", _PICTURE_OPTIONS, PictureSettings)
 DEFAULT_PICTURE = PictureSettings()
+_DEFAULT = {field: default for field, (_, default) in _PICTURE_OPTIONS.items()}
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,10 @@ def render(
             f"--view {view.value} draws in the terminal: leave out -o, or use --view head, "
             "layer or model for a picture"
         )
+    if output is None:
+        picture.check_drawn("the terminal picture", values_drawn=True)
+    elif out.picture_or_page(output) is None:
+        picture.check_drawn("the interactive page (.html)")
     stream = read_maps(source)
     if (layer, head) != ("all", "all"):
         stream = (out.select_held(maps, layer, head) for maps in stream)
