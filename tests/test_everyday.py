@@ -185,7 +185,8 @@ def test_bad_choices_are_usage_errors(runner, tmp_path, monkeypatch, arguments, 
 
 def test_picture_styling_where_no_picture_file_is_drawn_is_refused(runner, tmp_path):
     """--cmap, --dpi, --figsize, --font-size, --vmax and (but in the terminal) --values
-    were dropped unsaid for the page, the terminal and data."""
+    were dropped unsaid for the page, the terminal and data; so were batch's
+    --label-positions for data only and --dtype for pictures only."""
     saved, source = tmp_path / "maps.json", tmp_path / "in.txt"
     saved.write_text(json.dumps(attnviz.extract("a b").to_dict()))
     source.write_text("a b\n")
@@ -198,6 +199,10 @@ def test_picture_styling_where_no_picture_file_is_drawn_is_refused(runner, tmp_p
          " pictures, not the terminal picture"),
         (["batch", source, "-o", tmp_path / "out", "-f", "json", "-f", "html", "--vmax", "0.5"],
          "--vmax is for png, svg and pdf pictures, not -f json -f html"),
+        (["batch", source, "-o", tmp_path / "out", "-f", "npz", "--label-positions"],
+         "--label-positions labels pictures and pages, not -f npz"),
+        (["batch", source, "-o", tmp_path / "out", "-f", "svg", "--dtype", "float16"],
+         "--dtype float16 is for json and npz, not -f svg"),
     ]  # fmt: skip
     for arguments, message in cases:
         result = runner.invoke(app, [str(argument) for argument in arguments])
