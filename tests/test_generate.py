@@ -138,6 +138,14 @@ def test_models_that_cannot_write_are_refused(tiny, which, message):
         attnviz.load(tiny[which]).generate(PROMPT)
 
 
+def test_temperature_or_top_p_without_sampling_are_refused(generators):
+    extractor = attnviz.load(generators["gpt2-lm"])
+    with pytest.raises(UsageError, match="top_p shape sampling, which is off"):
+        extractor.generate(PROMPT, top_p=0.9)
+    greedy = extractor.generate(PROMPT, max_new_tokens=3, seed=5)  # a seed changes nothing
+    assert greedy.text == extractor.generate(PROMPT, max_new_tokens=3).text
+
+
 def test_builtin_stack_does_not_generate():
     with pytest.raises(UsageError, match="does not generate"):
         attnviz.load().generate(PROMPT)
@@ -223,8 +231,10 @@ def test_generate_command_writes_the_text_and_the_maps(runner, generators, tmp_p
         (["generate", "--model", "{gpt2}", PROMPT, "--words"], "no words"),
         (["generate", "--model", "{gpt2}", PROMPT, "-m", "self"], "masked (causal) only"),
         (["generate", "--model", "{gpt2}", "  "], "the text is empty"),
+        (["generate", "--model", "./absent", PROMPT, "--temperature", "0.7", "--top-p", "0.9"],
+         "temperature and top_p shape sampling, which is off: add --sample"),  # before loading
     ],
-)
+)  # fmt: skip
 def test_generate_refuses_what_it_cannot_do(runner, tiny, generators, arguments, message):
     names = {"bert": tiny["bert"], "gpt2": generators["gpt2-lm"]}
     result = runner.invoke(app, [argument.format(**names) for argument in arguments])

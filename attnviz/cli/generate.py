@@ -142,6 +142,9 @@ def generate(
         from attnviz.errors import UsageError
 
         raise UsageError("--words merges pieces of given text; generated tokens have no words")
+    from attnviz.pretrained.generation import Sampling
+
+    Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)  # checked before loading
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings, text=prompt)
     extractor = asked.open(environment)
     from attnviz.cli import output as out

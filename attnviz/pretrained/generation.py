@@ -58,6 +58,13 @@ class Sampling:
             raise UsageError("temperature must be above 0 (greedy decoding is sample=False)")
         if not 0 < self.top_p <= 1:
             raise UsageError("top_p must be above 0 and at most 1")
+        # (a seed without sampling is harmless: greedy decoding is the same with any)
+        shaping = [name for name in ("temperature", "top_p") if getattr(self, name) != 1.0]
+        if shaping and not self.sample:
+            raise UsageError(
+                f"{' and '.join(shaping)} shape sampling, which is off: add --sample "
+                "(sample=True); without it the likeliest token is taken"
+            )
 
 
 @dataclass
