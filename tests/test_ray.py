@@ -311,6 +311,25 @@ def test_auto_without_a_ray_running_here_says_what_to_do(runner, corpus, monkeyp
     assert "--address" not in line.replace("--ray-address", "")
 
 
+@pytest.mark.parametrize(
+    ("command", "options", "message"),
+    [
+        ("stats", ["--num-cpus-per-worker", "2"], "--num-cpus-per-worker applies to --engine ray"),
+        ("batch", ["--ray-address", "127.0.0.1:1", "--num-gpus-per-worker", "1"],
+         "--ray-address, --num-gpus-per-worker apply to --engine ray only: add --engine ray"),
+    ],
+)  # fmt: skip
+def test_ray_options_without_the_ray_engine_are_refused(
+    runner, corpus, tmp_path, command, options, message
+):
+    """They were dropped unsaid: the local engine ran."""
+    target = ["-o", tmp_path / "out"] if command == "batch" else []
+    result = run(runner, command, corpus, *target, *options)
+    assert result.exit_code == 2 and result.stdout == "", result.stderr
+    assert message in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
 def test_ray_missing_is_a_usage_error_naming_the_extra(runner, corpus, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
     result = run(runner, "stats", corpus, "--engine", "ray")

@@ -142,6 +142,7 @@ def batch(
     from attnviz.cli.settings import request
     from attnviz.errors import AttnvizError, UsageError
 
+    d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
     formats = tuple(dict.fromkeys(formats or [BatchFormat.PNG]))
     asked_for = "-f " + " -f ".join(output_format.value for output_format in formats)
     if not any(output_format.picture for output_format in formats):

@@ -642,3 +642,17 @@ GpusPerWorkerOption = Annotated[
         help="GPUs each Ray worker holds (0.5: two workers share one GPU).",
     ),
 ]
+
+
+def check_engine(engine: Engine, ray_address: str | None, cpus: int, gpus: float) -> None:
+    """The Ray options are refused with the local engine, rather than dropped unsaid."""
+    from attnviz.errors import UsageError
+
+    given = {"--ray-address": ray_address is not None, "--num-cpus-per-worker": cpus != 1}
+    given["--num-gpus-per-worker"] = gpus != 0
+    named = [flag for flag, was_given in given.items() if was_given]
+    if engine is Engine.LOCAL and named:
+        verb, them = ("applies", "it") if len(named) == 1 else ("apply", "them")
+        raise UsageError(
+            f"{', '.join(named)} {verb} to --engine ray only: add --engine ray, or leave {them} out"
+        )

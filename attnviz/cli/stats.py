@@ -99,6 +99,7 @@ def stats(
     from attnviz.cli.settings import request
     from attnviz.io import check_writable
 
+    d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
     # A name that cannot be written is refused before any work, not after hours of it.
     if output is not None:
         output_format = _file_format(output, output_format)
