@@ -24,7 +24,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds() -> dict[int, tuple[str, float]]:
-    """Every process's name (its command line, shortened) and CPU seconds so far."""
+    """Every process's command line and CPU seconds so far."""
     seen = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -147,13 +147,13 @@ def batch(
     asked_for = "-f " + " -f ".join(output_format.value for output_format in formats)
     if not any(output_format.picture for output_format in formats):
         picture.check_drawn(asked_for)
-    drawn = [f for f in formats if f.picture is not None or f is BatchFormat.HTML]
+    drawn = any(f.picture is not None or f is BatchFormat.HTML for f in formats)
     if label_positions and not drawn:
         raise UsageError(
             f"--label-positions labels pictures and pages, not {asked_for}: the data keeps the "
             "tokens as they are (a token's position is its index)"
         )
-    stored = [f for f in formats if f in (BatchFormat.JSON, BatchFormat.NPZ)]
+    stored = any(f in (BatchFormat.JSON, BatchFormat.NPZ) for f in formats)
     if dtype is not d.Dtype.FLOAT32 and not stored:
         raise UsageError(f"--dtype {dtype.value} is for json and npz, not {asked_for}")
     style = picture.style()

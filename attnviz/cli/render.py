@@ -56,9 +56,10 @@ def render(
             f"--view {view.value} draws in the terminal: leave out -o, or use --view head, "
             "layer or model for a picture"
         )
+    picture_kind = None if output is None else out.picture_or_page(output)  # None: the page
     if output is None:
         picture.check_drawn("the terminal picture", values_drawn=True)
-    elif out.picture_or_page(output) is None:
+    elif picture_kind is None:
         picture.check_drawn("the interactive page (.html)")
     stream = read_maps(source)
     if (layer, head) != ("all", "all"):
@@ -78,7 +79,6 @@ def render(
         )
         return
     drawn = View(view or View.MODEL)
-    picture_kind = out.picture_or_page(output)
     if picture_kind is None:
         out.save_page(out.only_one(stream, out.ONE_MAPS), drawn, output, picture.title)
         return
