@@ -18,22 +18,24 @@ from attnviz.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from attnviz.builtin.config import BuiltinConfig
-    from attnviz.extractor import Extractor, ExtractorSpec, extract, load
-    from attnviz.io import read_maps
-    from attnviz.maps import AttentionMaps
+    from attnviz.extractor import Extractor
+    from attnviz.loading import ExtractorSpec, extract, load
+    from attnviz.maps import AttentionMaps, read_maps
     from attnviz.pretrained.loading import LoadOptions
     from attnviz.render.page import show_html
+    from attnviz.request import Request
 
 _LAZY = {
-    "load": "attnviz.extractor",
-    "extract": "attnviz.extractor",
+    "load": "attnviz.loading",
+    "extract": "attnviz.loading",
     "Extractor": "attnviz.extractor",
-    "ExtractorSpec": "attnviz.extractor",
+    "ExtractorSpec": "attnviz.loading",
+    "Request": "attnviz.request",
     "AttentionMaps": "attnviz.maps",
     "BuiltinConfig": "attnviz.builtin.config",
     "LoadOptions": "attnviz.pretrained.loading",
     "show_html": "attnviz.render.page",
-    "read_maps": "attnviz.io",
+    "read_maps": "attnviz.maps",
 }
 
 
@@ -64,6 +66,7 @@ __all__ = [
     "LoadOptions",
     "Mode",
     "PictureFormat",
+    "Request",
     "UsageError",
     "View",
     "__version__",

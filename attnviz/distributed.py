@@ -29,7 +29,8 @@ from attnviz.errors import AttnvizError, UsageError
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
     from attnviz.batch import BatchInput, Outputs, Tally
-    from attnviz.extractor import ExtractorSpec
+    from attnviz.loading import ExtractorSpec
+    from attnviz.request import Request
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ class BatchWorker:
     def __init__(
         self,
         spec: ExtractorSpec,
-        options: dict[str, Any],
+        request: Request,
         outputs: Outputs,
         threads: int,
         batch_size: int,
@@ -190,15 +191,15 @@ class BatchWorker:
 
         _use_threads(threads)
         self.extractor = spec.load()
-        self.options = options
+        self.request = request
         self.outputs = outputs
         self.batch_size = batch_size
-        self.request = outputs.fingerprint()
+        self.fingerprint = outputs.fingerprint()
         self.painter = Painter()
 
     def extract(self, chunk: list[BatchInput]) -> list:
         items = [(item.text, item.target, item.pair) for item in chunk]
-        return list(self.extractor.extract_many(items, batch_size=len(items), **self.options))
+        return list(self.extractor.extract_many(items, self.request, batch_size=len(items)))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
         from attnviz.batch import BatchInput, _chunks, _record, _tasks, render_task
@@ -209,7 +210,7 @@ class BatchWorker:
         for chunk in _chunks(inputs, self.batch_size):  # the local engine's model batches
             for task in _tasks(chunk, self.extract, self.outputs):
                 item, written = render_task(task, self.painter)
-                records.append(json.dumps(_record(item, written, self.request).to_dict()))
+                records.append(json.dumps(_record(item, written, self.fingerprint).to_dict()))
         return {"record": records}
 
 
@@ -243,7 +244,7 @@ _TASK_INPUTS = 64
 def run_batch(
     inputs: Sequence[BatchInput],
     spec: ExtractorSpec,
-    options: dict[str, Any],
+    request: Request,
     outputs: Outputs,
     *,
     manifest_path: Path,
@@ -264,7 +265,7 @@ def run_batch(
     try:
         if pending:
             tasks = _tasks_of([asdict(item) for item in pending], batch_size, workers)
-            arguments = {"spec": spec, "options": options, "outputs": outputs}
+            arguments = {"spec": spec, "request": request, "outputs": outputs}
             results = tasks.map_batches(
                 BatchWorker,
                 fn_constructor_kwargs=arguments
@@ -292,11 +293,11 @@ class StatisticsWorker:
     """One worker of ``stats``: a model; each batch gives back its partial statistics."""
 
     def __init__(
-        self, spec: ExtractorSpec, options: dict[str, Any], threads: int, batch_size: int
+        self, spec: ExtractorSpec, request: Request, threads: int, batch_size: int
     ) -> None:
         _use_threads(threads)
         self.extractor = spec.load()
-        self.options = options
+        self.request = request
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
@@ -305,7 +306,7 @@ class StatisticsWorker:
         (listed,) = batch["task"]  # one task: a JSON list of items
         items = [tuple(item) for item in json.loads(listed)]
         partial = CorpusStatistics()
-        maps = self.extractor.extract_many(items, batch_size=self.batch_size, **self.options)
+        maps = self.extractor.extract_many(items, self.request, batch_size=self.batch_size)
         partial.add_all(maps)
         return {"partial": [pickle.dumps(partial)]}  # between attnviz's own processes
 
@@ -313,7 +314,7 @@ class StatisticsWorker:
 def corpus_statistics(
     items: Iterable[tuple[str, str | None, str | None]],
     spec: ExtractorSpec,
-    options: dict[str, Any],
+    request: Request,
     *,
     batch_size: int,
     workers: Workers,
@@ -328,7 +329,7 @@ def corpus_statistics(
     listed = [list(item) for item in items]
     if not listed:
         return corpus
-    constructor = {"spec": spec, "options": options, "threads": workers.cpus}
+    constructor = {"spec": spec, "request": request, "threads": workers.cpus}
     results = _tasks_of(listed, batch_size, workers).map_batches(
         StatisticsWorker,
         fn_constructor_kwargs=constructor | {"batch_size": batch_size},

@@ -40,6 +40,10 @@ class ThresholdExceeded(AttnvizError):
     exit_code = ExitCode.THRESHOLD_EXCEEDED
 
 
+class SchemaError(AttnvizError):
+    """A saved document that is not a valid AttentionMaps document."""
+
+
 class UsageError(AttnvizError, ValueError):
     """The request itself is wrong: bad text, an index out of range, clashing options."""
 

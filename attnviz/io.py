@@ -2,7 +2,7 @@
 
 Formats of saved maps:
 
-- ``json``: one AttentionMaps document (schema version 1).
+- ``json``: one AttentionMaps document (its ``schema_version`` says which schema).
 - ``ndjson``: one document per line, for streams of inputs.
 - ``npz``: numpy arrays (``weights``, ``layers``, ``heads``, ``query_tokens``,
   ``key_tokens``) and a ``meta`` JSON string with the other fields.
@@ -23,14 +23,16 @@ import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnviz.choices import DataFormat
-from attnviz.errors import AttnvizError, UsageError
-from attnviz.maps import AttentionMaps, SchemaError, cell_texts
+from attnviz.errors import AttnvizError, SchemaError, UsageError
 from attnviz.tokens import display_label
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
 
 STDIO = "-"
 BOM = "\ufeff"  # a byte-order mark some editors put first: not text
@@ -284,8 +286,10 @@ def write_maps(
     return count
 
 
-def read_maps(source: str) -> Iterator[AttentionMaps]:
-    """Saved maps from a json, ndjson or npz file, or ``-`` for stdin; errors say where."""
+def read_documents(source: str) -> Iterator[tuple[Any, str]]:
+    """The documents saved in a json, ndjson or npz file, or ``-`` for stdin, each with
+    where it was read (the file, and its line in ndjson), for errors to say where.
+    (:func:`attnviz.maps.read_maps` makes them maps.)"""
     name = "standard input" if source == STDIO else source
     try:
         data = _stdin_bytes().read() if source == STDIO else Path(source).read_bytes()
@@ -296,7 +300,7 @@ def read_maps(source: str) -> Iterator[AttentionMaps]:
     except OSError as error:
         raise AttnvizError(f"cannot read {name}: {error.strerror or error}") from None
     if data.startswith(b"PK"):
-        yield _read_npz(data, name)
+        yield _read_npz(data, name), name
         return
     text = _decode(data, name).removeprefix(BOM).strip()
     if not text:
@@ -308,7 +312,7 @@ def read_maps(source: str) -> Iterator[AttentionMaps]:
             raise SchemaError(f"{name} is not valid JSON ({error})") from None
     else:
         for item in document if isinstance(document, list) else [document]:
-            yield _from_document(item, name)
+            yield item, name
         return
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -317,17 +321,10 @@ def read_maps(source: str) -> Iterator[AttentionMaps]:
             document = json.loads(line)
         except json.JSONDecodeError as error:
             raise SchemaError(f"{name} line {number} is not valid JSON ({error})") from None
-        yield _from_document(document, f"{name} line {number}")
+        yield document, f"{name} line {number}"
 
 
-def _from_document(document: Any, where: str) -> AttentionMaps:
-    try:
-        return AttentionMaps.from_dict(document)
-    except SchemaError as error:
-        raise SchemaError(f"{where}: {error}") from None
-
-
-def _read_npz(data: bytes, name: str) -> AttentionMaps:
+def _read_npz(data: bytes, name: str) -> dict[str, Any]:
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
             meta = json.loads(str(arrays["meta"]))
@@ -341,4 +338,11 @@ def _read_npz(data: bytes, name: str) -> AttentionMaps:
             }
     except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as error:
         raise SchemaError(f"{name} is not a valid attnviz npz file ({error})") from None
-    return _from_document(document, name)
+    return document
+
+
+def cell_texts(matrix: np.ndarray) -> np.ndarray:
+    """Each weight as text: float16 with its own shortest digits, float32 with eight."""
+    if matrix.dtype == np.float16:
+        return matrix.astype(str)
+    return np.char.mod("%.8g", matrix)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -11,8 +10,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from attnviz.analysis.grid import attention_problem, keep
 from attnviz.choices import Aggregate, Mode, PictureFormat, View, chosen
-from attnviz.errors import AttnvizError, UsageError
+from attnviz.errors import SchemaError, UsageError
 from attnviz.schema import READABLE_VERSIONS, envelope
 
 if TYPE_CHECKING:
@@ -21,10 +21,6 @@ if TYPE_CHECKING:
 
 # How schema-1 documents named their aggregates.
 _VERSION_1_AGGREGATES = {aggregate.description: aggregate for aggregate in Aggregate}
-
-
-class SchemaError(AttnvizError):
-    """A saved document that is not a valid AttentionMaps document."""
 
 
 def index_span(indices: Sequence[int]) -> str:
@@ -192,9 +188,7 @@ class AttentionMaps:
         rows_of, columns_of = which.split("-")
         rows = slice(0, start) if rows_of == "a" else slice(start, len(self.query_tokens))
         columns = slice(0, start) if columns_of == "a" else slice(start, len(self.key_tokens))
-        kept = self.weights[..., rows, columns].astype(np.float32)
-        totals = kept.sum(-1, keepdims=True)
-        weights = np.divide(kept, totals, out=np.zeros_like(kept), where=totals > 0)
+        weights = keep(self.weights.astype(np.float32), rows, columns)
         flags = {
             name: None if getattr(self, name) is None else getattr(self, name)[part]
             for name, part in (("query_special", rows), ("key_special", columns))
@@ -422,8 +416,6 @@ class AttentionMaps:
     def read(cls, path: str | Path) -> AttentionMaps:
         """The maps saved in a .json or .npz file (or a one-line .ndjson file) by
         :meth:`save` or ``attnviz show -o``; ``attnviz.read_maps`` reads every line."""
-        from attnviz.io import read_maps
-
         found = read_maps(str(path))
         first = next(found)
         if next(found, None) is not None:
@@ -446,48 +438,31 @@ def plain_weights(weights: np.ndarray) -> list:
     return weights.tolist()
 
 
-def cell_texts(matrix: np.ndarray) -> np.ndarray:
-    """Each weight as text: float16 with its own shortest digits, float32 with eight."""
-    if matrix.dtype == np.float16:
-        return matrix.astype(str)
-    return np.char.mod("%.8g", matrix)
+def read_maps(source: str) -> Iterator[AttentionMaps]:
+    """Saved maps from a json, ndjson or npz file, or ``-`` for stdin; errors say where."""
+    from attnviz.io import read_documents
 
-
-def row_error(weights: np.ndarray) -> float:
-    """How far the rows of (…, T, S) weights are from summing to 1 (NaN-proof: inf)."""
-    if not np.all(np.isfinite(weights)):
-        return math.inf
-    return float(np.abs(weights.sum(-1) - 1).max(initial=0))
-
-
-def lookahead(weights: np.ndarray) -> float:
-    """The largest weight a query gives a later token, in square (…, T, T) maps."""
-    above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
-    return float(np.abs(weights[..., above]).max(initial=0))
+    for document, where in read_documents(source):
+        try:
+            yield AttentionMaps.from_dict(document)
+        except SchemaError as error:
+            raise SchemaError(f"{where}: {error}") from None
 
 
 def check_attention(maps: AttentionMaps) -> None:
     """Refuse weights that are not attention: a saved file is data, and drawing NaN, 5 or
     −0.5 as if they were weights would lie. Weights must be finite and in [0, 1]; rows of
     every map but a max must sum to 1; masked maps must not look ahead."""
-    weights = maps.weights.astype(np.float64)
-    if not np.all(np.isfinite(weights)):
-        raise SchemaError("weights hold NaN or infinite values: these are not attention")
-    if weights.size and (weights.min() < 0 or weights.max() > 1 + 1e-6):
-        raise SchemaError(
-            f"weights run from {weights.min():.3g} to {weights.max():.3g}; attention weights "
-            "lie between 0 and 1"
-        )
     # float16 keeps about three digits: a row of a few hundred of them may be off by 1e-2;
     # so may the rows of a model run in bfloat16, even when stored in float32.
-    tolerance = 1e-2
-    if maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL):
-        worst = row_error(weights)
-        if worst > tolerance:
-            raise SchemaError(f"rows of the weights do not sum to 1 (off by up to {worst:.3g})")
-    square = weights.shape[-1] == weights.shape[-2]
-    if maps.mode is Mode.MASKED and square and lookahead(weights) > 1e-6:
-        raise SchemaError("masked (causal) maps give weight to later tokens")
+    problem = attention_problem(
+        maps.weights.astype(np.float64),
+        causal=maps.mode is Mode.MASKED,
+        tolerance=1e-2,
+        distributions=maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL),
+    )
+    if problem is not None:
+        raise SchemaError(problem)
 
 
 def _optional_int(value: Any, name: str) -> int | None:

@@ -25,6 +25,15 @@ def tiny(tmp_path_factory):
     return {name: str(build(root / name)) for name, build in tiny_models.BUILDERS.items()}
 
 
+@pytest.fixture(scope="session")
+def generators(tmp_path_factory):
+    """Tiny random language models (GPT-2, Llama with grouped-query attention, BART)."""
+    from tests import tiny_models
+
+    root = tmp_path_factory.mktemp("generators")
+    return {name: str(build(root / name)) for name, build in tiny_models.GENERATORS.items()}
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     # No terminal, no inherited colour settings: the output depends on the flags alone.

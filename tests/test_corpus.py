@@ -123,12 +123,12 @@ def test_stats_writes_to_a_file_what_it_writes_to_stdout(runner, tmp_path, name,
 def test_stats_refuses_an_output_it_cannot_write_before_any_work(
     runner, tmp_path, monkeypatch, arguments, code, message
 ):
-    from attnviz.cli.settings import Request
+    from attnviz.cli.settings import Job
 
     def no_model(*_arguments, **_keywords):
         raise AssertionError("the model was loaded before the output was checked")
 
-    monkeypatch.setattr(Request, "open", no_model)
+    monkeypatch.setattr(Job, "open", no_model)
     source = tmp_path / "corpus.txt"
     source.write_text("a few words\n")
     arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in arguments]

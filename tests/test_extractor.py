@@ -12,7 +12,7 @@ import pytest
 import attnviz
 from attnviz.builtin import BuiltinConfig
 from attnviz.errors import UsageError
-from attnviz.extractor import ExtractorSpec
+from attnviz.loading import ExtractorSpec
 
 TEXTS = ["Hello I love you", "The man walked the dog", "a b"]
 

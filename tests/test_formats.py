@@ -14,8 +14,9 @@ import pytest
 
 import attnviz
 from attnviz.cli import app
-from attnviz.io import DataFormat, read_maps, write_maps
-from attnviz.maps import SchemaError
+from attnviz.errors import SchemaError
+from attnviz.io import DataFormat, write_maps
+from attnviz.maps import read_maps
 
 SENTENCES = Path(__file__).parent.parent / "sample_texts" / "sentences.txt"
 

@@ -13,16 +13,8 @@ import attnviz
 from attnviz.cli import app
 from attnviz.errors import UsageError
 from attnviz.pretrained.generation import GenerationInterrupted, Sampling, _generation_config
-from tests import tiny_models
 
 PROMPT = "Hello I love you"
-
-
-@pytest.fixture(scope="session")
-def generators(tmp_path_factory):
-    """Tiny random language models (GPT-2, Llama with grouped-query attention, BART)."""
-    root = tmp_path_factory.mktemp("generators")
-    return {name: str(build(root / name)) for name, build in tiny_models.GENERATORS.items()}
 
 
 def step_by_step(extractor, sampling: Sampling, prompt: str = PROMPT):
@@ -196,7 +188,7 @@ def test_a_loaded_model_without_eager_attention_is_refused_with_how_to_reload(ge
     with pytest.raises(UsageError, match="attn_implementation='eager'"):
         attnviz.load(model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
     with pytest.raises(UsageError, match="fast tokenizer"):
-        attnviz.Extractor.from_model(model, None)
+        attnviz.load(model=model, tokenizer=None)
     with pytest.raises(UsageError, match="not dict"):
         attnviz.load(model={}, tokenizer=None)
 

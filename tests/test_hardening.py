@@ -571,12 +571,12 @@ def test_ctrl_c_that_a_library_turned_into_another_error_is_still_an_interruptio
 def test_an_output_that_cannot_be_written_is_refused_before_a_model_loads(
     runner, tmp_path, monkeypatch, command
 ):
-    from attnviz.cli.settings import Request
+    from attnviz.cli.settings import Job
 
     def no_model(*_arguments, **_keywords):
         raise AssertionError("the model was loaded before the output was checked")
 
-    monkeypatch.setattr(Request, "open", no_model)
+    monkeypatch.setattr(Job, "open", no_model)
     command = [part.replace("{tmp}", str(tmp_path)) for part in command]
     result = runner.invoke(app, command)
     assert result.exit_code == 1, result.stderr

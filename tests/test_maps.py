@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import attnviz
-from attnviz.maps import AttentionMaps, SchemaError
+from attnviz.errors import SchemaError
+from attnviz.maps import AttentionMaps
 from attnviz.schema import SCHEMA_VERSION
 
 KEYS = {

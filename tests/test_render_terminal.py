@@ -7,9 +7,10 @@ import pytest
 from rich.cells import cell_len
 
 import attnviz
+from attnviz.analysis.grid import pool_map
 from attnviz.cli import app
 from attnviz.maps import AttentionMaps
-from attnviz.render.terminal import choose_layout, pool_map, shade
+from attnviz.render.terminal import choose_layout, shade
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,15 @@ maximum flow from the query at the top to the key at the bottom.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from attnviz.choices import Aggregate, Mode, chosen
 from attnviz.errors import UsageError
-from attnviz.maps import AttentionMaps
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
 
 # Flow solves one maximum-flow problem per (query, key) pair on a graph of
 # (layers + 1) x tokens nodes: 64 tokens of a 6-layer model take seconds, and

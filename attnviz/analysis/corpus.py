@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import head_statistics
-from attnviz.maps import AttentionMaps
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
 
 STATISTICS = ("entropy", "distance", "sink", "previous", "self", "top_key_position")
 QUANTILES = (0.05, 0.5, 0.95)

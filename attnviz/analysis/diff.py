@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnviz.errors import UsageError
-from attnviz.maps import AttentionMaps
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
 
 
 @dataclass(frozen=True)

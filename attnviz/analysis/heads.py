@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnviz.choices import HeadColumn, Mode, RankBy
-from attnviz.maps import AttentionMaps, MapPanel
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps, MapPanel
 
 COLUMN_HELP = {
     HeadColumn.ENTROPY: "entropy of a query row in nats, averaged over rows (ln of the key count "
@@ -102,12 +105,13 @@ class TopHeads:
                 "share: rank by entropy or sink"
             )
         rows = sort_rows(head_statistics(maps), HeadColumn(self.by.value), self.lowest)
+        held = {(panel.layer, panel.head): panel for panel in maps.panels()}
         panels = []
         for row in rows[: self.count]:
             value = getattr(row, self.by.value)  # None: one token has no previous token
             shown = "–" if value is None else f"{value:.3f}"
             title = f"layer {row.layer} · head {row.head} · {self.by} {shown}"
-            panels.append(MapPanel(row.layer, row.head, title, maps.head(row.layer, row.head)))
+            panels.append(held[row.layer, row.head]._replace(title=title))
         return panels
 
     def describe(self) -> str:

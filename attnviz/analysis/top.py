@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.maps import AttentionMaps
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
 
 
 def top_keys(maps: AttentionMaps, k: int) -> list[dict[str, Any]]:

@@ -7,29 +7,23 @@ a request that is wrong fails before any heavy import.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from attnviz import signals
 from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import Mode
 from attnviz.errors import UsageError, warn
-from attnviz.extractor import (
-    BUILTIN,
-    Extractor,
-    ExtractorSpec,
-    Item,
-    Selection,
-    as_pair,
-    parse_mode,
-)
+from attnviz.extractor import Checked, Extractor, as_item, parse_mode, without_pair
 from attnviz.maps import AttentionMaps
+from attnviz.request import Request
 from attnviz.selection import resolve, resolve_one
 from attnviz.tokens import tokenize
 
 if TYPE_CHECKING:
     from attnviz.builtin.explain import Explanation
     from attnviz.builtin.model import BuiltinTransformer
+    from attnviz.loading import ExtractorSpec
 
 # The built-in stack keeps whole (tokens x tokens) maps in memory: 4,096 tokens
 # peak under 1 GB (benchmarks/memory.py); longer texts are cut, with a warning.
@@ -37,9 +31,9 @@ MAX_TOKENS = 4096
 
 
 class BuiltinExtractor(Extractor):
-    def __init__(self, config: BuiltinConfig) -> None:
+    def __init__(self, config: BuiltinConfig, spec: ExtractorSpec) -> None:
         self.config = config
-        self.spec = ExtractorSpec(BUILTIN, config)
+        self.spec = spec
         self._stack: BuiltinTransformer | None = None
 
     @property
@@ -67,30 +61,20 @@ class BuiltinExtractor(Extractor):
             )
         return [token.text for token in tokens[:MAX_TOKENS]]
 
-    def extract_many(
-        self,
-        items: Iterable[Item],
-        *,
-        mode: Mode | str | None = None,
-        layers: Selection = None,
-        heads: Selection = None,
-        special: bool = True,
-        words: bool = False,
-        raw_pieces: bool = False,
-        batch_size: int = 16,
-        chat: bool = False,
-        system: str | None = None,
+    def _extract_many(
+        self, items: Iterator[Checked], request: Request, batch_size: int
     ) -> Iterator[AttentionMaps]:
-        if chat or system is not None:
+        if request.chat:
             raise UsageError("chat templates belong to pretrained instruct models")
-        if words or raw_pieces or not special:
+        if request.words or request.raw_pieces or not request.special:
             raise UsageError("special tokens and sub-word pieces exist only in pretrained models")
-        chosen = parse_mode(mode) or Mode.SELF
-        layer_indices = resolve(layers, self.config.num_layers, "layer")
-        head_indices = resolve(heads, self.config.num_heads, "head")
+        chosen = request.mode or Mode.SELF
+        layer_indices = resolve(request.layers, self.config.num_layers, "layer")
+        head_indices = resolve(request.heads, self.config.num_heads, "head")
         # The stack has no padding mask: inputs run one at a time, as they come.
         return (
-            self._extract(*as_pair(item), chosen, layer_indices, head_indices) for item in items
+            self._extract(*without_pair(item), chosen, layer_indices, head_indices)
+            for item in items
         )
 
     def _extract(
@@ -137,7 +121,7 @@ class BuiltinExtractor(Extractor):
             raise UsageError("--query goes with --model; the built-in walk-through shows every row")
         if raw_pieces:
             raise UsageError("sub-word pieces exist only in pretrained models")
-        text, target = as_pair((text, target))
+        text, target = without_pair(as_item((text, target)))
         chosen = parse_mode(mode) or Mode.SELF
         check_target(chosen, target)
         layer_index = resolve_one(layer, self.config.num_layers, "layer")

@@ -199,7 +199,7 @@ def batch(
         def extract(chunk: list) -> list:
             assert extractor is not None, "the local engine loads the model here"
             pairs = [(item.text, item.target, item.pair) for item in chunk]
-            return list(extractor.extract_many(pairs, batch_size=len(pairs), **asked.options))
+            return list(extractor.extract_many(pairs, asked.request, batch_size=len(pairs)))
 
         started = time.monotonic()
         tally = Tally()
@@ -222,7 +222,7 @@ def batch(
                     distributed.run_batch(
                         inputs,
                         asked.spec,
-                        asked.options,
+                        asked.request,
                         outputs,
                         manifest_path=manifest,
                         resume=resume,

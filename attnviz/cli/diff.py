@@ -78,7 +78,7 @@ def diff(
         extractors = [side.open(environment) for side in sides]
         text = out.only_one(read_texts(sources[0]))
         first, second = (
-            extractor.extract(text, target=target, **side.options)
+            extractor.extract(text, side.request, target=target)
             for side, extractor in zip(sides, extractors, strict=True)
         )
     else:
@@ -124,7 +124,7 @@ def diff(
 def _one_record(source: str):
     """The one input a saved file holds; a file of several inputs is refused, not cut."""
     from attnviz.errors import UsageError
-    from attnviz.io import read_maps
+    from attnviz.maps import read_maps
 
     records = read_maps(source)
     first = next(records)

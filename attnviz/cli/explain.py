@@ -58,7 +58,7 @@ def explain(
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
     from attnviz.errors import UsageError
-    from attnviz.extractor import BUILTIN
+    from attnviz.loading import BUILTIN
 
     if settings.words or not settings.special or settings.chat:
         raise UsageError(

@@ -50,7 +50,7 @@ def explore(
     extractor = asked.open(environment)
 
     def compute(sentence: str):
-        maps = extractor.extract(sentence, target=target, **asked.options)
+        maps = extractor.extract(sentence, asked.request, target=target)
         return maps.with_positions() if label_positions else maps
 
     maps = compute(out.only_one(read_texts(text)))

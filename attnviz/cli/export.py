@@ -81,7 +81,7 @@ def export(
     from attnviz.io import read_texts
 
     text = out.only_one(read_texts(text))
-    maps = extractor.extract(text, target=target, pair=pair, **asked.options)
+    maps = extractor.extract(text, asked.request, target=target, pair=pair)
     if between is not None:
         maps = out.between_sentences(maps, between)
     if aggregate is not None:

@@ -154,19 +154,13 @@ def generate(
     try:
         generation = extractor.generate(
             text,
+            asked.request,
             max_new_tokens=max_new_tokens,
             sample=sample,
             temperature=temperature,
             top_p=top_p,
             seed=seed,
             stop=stop,
-            mode=mode,
-            layers=layer,
-            heads=head,
-            special=settings.special,
-            raw_pieces=settings.raw_pieces,
-            chat=settings.chat,
-            system=settings.system,
         )
     except GenerationInterrupted as interrupted:  # what was written is the user's: keep it
         from attnviz.tokens import display_label

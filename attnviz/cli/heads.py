@@ -66,7 +66,7 @@ def heads(
 
     def extract(line: str):
         extractor = asked.open(environment)
-        return extractor.extract(line, target=target, pair=pair, **asked.options)
+        return extractor.extract(line, asked.request, target=target, pair=pair)
 
     several = "attnviz stats gives these statistics over many inputs"
     maps = out.text_or_saved(text, saved, extract, layer, head, model, several)

@@ -183,7 +183,8 @@ def text_or_saved(
     (what show or generate wrote), narrowed to --layer and --head. Several texts are
     refused with ``several``: what to do instead."""
     from attnviz.cli.declarations import BUILTIN
-    from attnviz.io import read_maps, read_texts
+    from attnviz.io import read_texts
+    from attnviz.maps import read_maps
 
     if (text is None) == (saved is None):
         raise UsageError("give TEXT to run a model on, or --from FILE with saved maps: one of them")

@@ -43,7 +43,7 @@ def render(
     """
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.cli import output as out
-    from attnviz.io import read_maps
+    from attnviz.maps import read_maps
 
     in_terminal = {member.value for member in d.TerminalView}
     if output is None and view is not None and view.value not in in_terminal:

@@ -2,8 +2,9 @@
 
 Every model command takes the same pretrained-model and built-in-stack options
 through :func:`model_settings`, and turns them, with its selection, into a
-:class:`Request`: checked before anything heavy is imported, then opened into
-an :class:`~attnviz.extractor.Extractor` through ``attnviz.load``'s spec.
+:class:`Job`: the model's spec and the :class:`~attnviz.request.Request` of what
+to read, checked before anything heavy is imported; the spec is then opened into
+an :class:`~attnviz.extractor.Extractor`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from attnviz.cli import declarations as d
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.cli.output import Environment
-    from attnviz.extractor import Extractor, ExtractorSpec
+    from attnviz.extractor import Extractor
+    from attnviz.loading import ExtractorSpec
     from attnviz.pretrained.loading import LoadOptions
+    from attnviz.request import Request
 
 
 @dataclass(frozen=True)
@@ -110,49 +113,15 @@ pretrained_settings = d.bundle_options(
 
 
 @dataclass(frozen=True)
-class Request:
+class Job:
     """Which model to load, and what to read from it for every input."""
 
     spec: ExtractorSpec
-    mode: Mode | None
-    layers: str
-    heads: str
-    special: bool
-    words: bool
-    raw_pieces: bool
-    chat: bool = False
-    system: str | None = None
-
-    @property
-    def options(self) -> dict[str, Any]:
-        """The keyword arguments of Extractor.extract and extract_many."""
-        return {
-            "mode": self.mode,
-            "layers": self.layers,
-            "heads": self.heads,
-            "special": self.special,
-            "words": self.words,
-            "raw_pieces": self.raw_pieces,
-            "chat": self.chat,
-            "system": self.system,
-        }
+    request: Request
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides the maps, as plain JSON values (a batch's manifest records it)."""
-        config = self.spec.config
-        return {
-            "model": self.spec.model,
-            "model_dtype": None if self.spec.load_options is None else self.spec.load_options.dtype,
-            "config": None if config is None else {k: str(v) for k, v in vars(config).items()},
-            "mode": None if self.mode is None else self.mode.value,
-            "layers": self.layers,
-            "heads": self.heads,
-            "special": self.special,
-            "words": self.words,
-            "raw_pieces": self.raw_pieces,
-            "chat": self.chat,
-            "system": self.system,
-        }
+        return {**self.spec.fingerprint(), **self.request.fingerprint()}
 
     def open(self, environment: Environment) -> Extractor:
         """Load the model now, before any output starts; under a spinner on a terminal."""
@@ -175,13 +144,14 @@ def request(
     settings: ModelSettings,
     text: str | None = None,
     target: str | None = None,
-) -> Request:
+) -> Job:
     """Check the model options together, and what can be checked without a model: the
     text and target (unless read from stdin) and how the selection is written."""
     from attnviz.builtin.config import BuiltinConfig
     from attnviz.errors import UsageError
-    from attnviz.extractor import ExtractorSpec, builtin_named, check_text
-    from attnviz.selection import check_syntax
+    from attnviz.extractor import check_text
+    from attnviz.loading import ExtractorSpec, builtin_named
+    from attnviz.request import Request
 
     named = builtin_named(model)  # builtin:seed=1, the name that the stack's maps record
     if named is not None:
@@ -197,8 +167,6 @@ def request(
         from attnviz.pretrained.placement import check_placement
 
         check_placement(settings.device, settings.model_dtype)
-    if settings.system is not None and not settings.chat:
-        raise UsageError("--system is the first message of a chat: add --chat")
     if model == d.BUILTIN and settings.chat:
         raise UsageError("--chat renders the text with a pretrained instruct model's template")
     if model != d.BUILTIN and given:
@@ -210,20 +178,20 @@ def request(
         check_text(text, "text")
     if target is not None:
         check_text(target, "target")
-    check_syntax(layer, "layer")
-    check_syntax(head, "head")
     try:
         config = replace(named, **given) if named else BuiltinConfig(**given) if given else None
     except ValueError as error:
         raise UsageError(str(error)) from None
-    return Request(
+    return Job(
         spec=ExtractorSpec(model, config, settings.load_options() if model != d.BUILTIN else None),
-        mode=mode,
-        layers=layer,
-        heads=head,
-        special=settings.special,
-        words=settings.words,
-        raw_pieces=settings.raw_pieces,
-        chat=settings.chat,
-        system=settings.system,
+        request=Request(
+            mode=mode,
+            layers=layer,
+            heads=head,
+            special=settings.special,
+            words=settings.words,
+            raw_pieces=settings.raw_pieces,
+            chat=settings.chat,
+            system=settings.system,
+        ),
     )

@@ -269,7 +269,7 @@ def show(
     from attnviz.io import read_texts
 
     stream = (
-        extractor.extract(line, target=target, pair=pair, **asked.options)
+        extractor.extract(line, asked.request, target=target, pair=pair)
         for line in read_texts(text)
     )
     presentation.present(stream, environment)

@@ -150,7 +150,7 @@ def stats(
             corpus = corpus_statistics(
                 pairs,
                 asked.spec,
-                asked.options,
+                asked.request,
                 batch_size=batch_size,
                 workers=Workers(jobs, cpus_per_worker, gpus_per_worker),
                 progress=progress,
@@ -158,7 +158,7 @@ def stats(
         model_name = asked.spec.model
     else:
         model_name = extractor.name
-        for maps in extractor.extract_many(pairs, batch_size=batch_size, **asked.options):
+        for maps in extractor.extract_many(pairs, asked.request, batch_size=batch_size):
             corpus.add(maps)
             progress(corpus.inputs)
     more = unreadable - 1

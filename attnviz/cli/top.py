@@ -55,7 +55,7 @@ def top(
 
     def extract(line: str):
         extractor = asked.open(environment)
-        return extractor.extract(line, target=target, pair=pair, **asked.options)
+        return extractor.extract(line, asked.request, target=target, pair=pair)
 
     maps = out.text_or_saved(text, saved, extract, layer, head, model)
     if aggregate is not None:

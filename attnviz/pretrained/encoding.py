@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnviz.analysis.grid import lookahead, row_error
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, warn
-from attnviz.maps import lookahead, row_error
 from attnviz.pretrained.loading import PretrainedModel, quiet
 from attnviz.pretrained.placement import check_maps_fit
 from attnviz.pretrained.streams import Family
+from attnviz.request import Request, Selection
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
     import torch
 
-    from attnviz.extractor import Selection
 
 # Numerical slack for checking that what a model returned is attention.
 TOLERANCE = 1e-4
@@ -63,16 +63,7 @@ class Side:
         return segments
 
 
-@dataclass(frozen=True)
-class Prompting:
-    """How a text becomes the model's input: as one user message of a chat, with an
-    optional system message, through the tokenizer's chat template."""
-
-    chat: bool = False
-    system: str | None = None
-
-
-PLAIN = Prompting()  # the text as it is
+PLAIN = Request()
 
 
 def chat_text(loaded: PretrainedModel, text: str, system: str | None) -> tuple[str, list[tuple]]:
@@ -104,20 +95,20 @@ def encode(
     target: bool = False,
     reserve: int = 0,
     pair: str | None = None,
-    prompting: Prompting = PLAIN,
+    request: Request = PLAIN,  # the text as it is, no chat template
 ) -> Side:
     """Tokenise with the model's own special tokens (a sentence pair as the tokenizer joins
     two sentences; a chat through its template); cut what the model cannot read (less
     ``reserve`` tokens kept free for generation), warning."""
     tokenizer = loaded.tokenizer
     spans = None
-    if prompting.chat:
-        text, spans = chat_text(loaded, text, prompting.system)
+    if request.chat:
+        text, spans = chat_text(loaded, text, request.system)
     call: dict[str, Any] = {"text_target": text} if target else {"text": text}
     if pair is not None:  # with the token types that tell the model which sentence is which
         call |= {"text_pair": pair, "return_token_type_ids": True}
     # A chat template writes the special tokens itself.
-    special = {"add_special_tokens": not prompting.chat}
+    special = {"add_special_tokens": not request.chat}
     # verbose=False: transformers would warn of the length itself; attnviz says it once.
     # (Not quiet(): its logging levels cost a tenth of a batch's time, once per input.)
     encoding = tokenizer(
@@ -169,7 +160,7 @@ def model_inputs(
     loaded: PretrainedModel,
     items: Sequence[tuple[str, str | None, str | None]],
     mode: Mode,
-    prompting: Prompting = PLAIN,
+    request: Request = PLAIN,  # the text as it is, no chat template
 ) -> ModelInputs:
     """Encode (text, target, pair) items for ``mode``: the text (with sentence B of a pair)
     feeds the encoder (or the only stack), the target the decoder of an encoder-decoder."""
@@ -177,9 +168,7 @@ def model_inputs(
 
     tokenizer = loaded.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    sources = [
-        encode(loaded, text, "text", pair=pair, prompting=prompting) for text, _, pair in items
-    ]
+    sources = [encode(loaded, text, "text", pair=pair, request=request) for text, _, pair in items]
     input_ids, attention_mask = padded(sources, pad_id)
     arguments: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
     typed = getattr(loaded.model.config, "type_vocab_size", 0) > 1  # RoBERTa has one type

@@ -2,35 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.extractor import (
-    Extractor,
-    ExtractorSpec,
-    Item,
-    Selection,
-    as_item,
-    as_pair,
-    parse_mode,
-)
+from attnviz.extractor import Checked, Extractor, as_item, check_text, parse_mode, without_pair
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.encoding import (
-    Prompting,
-    attention_of,
-    check_weights,
-    model_inputs,
-    row_tolerance,
-)
-from attnviz.pretrained.labels import Labelling, readable
-from attnviz.pretrained.loading import LoadOptions, PretrainedModel, load_model, wrap_model
+from attnviz.pretrained.encoding import attention_of, check_weights, model_inputs, row_tolerance
+from attnviz.pretrained.labels import readable
+from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.streams import Family, resolve_mode, stream_for
-from attnviz.selection import check_syntax, resolve
+from attnviz.request import Request
+from attnviz.selection import resolve
 
 if TYPE_CHECKING:
+    from attnviz.loading import ExtractorSpec
     from attnviz.pretrained.explain import QueryExplanation
     from attnviz.pretrained.generation import Generation
 
@@ -39,16 +27,6 @@ class PretrainedExtractor(Extractor):
     def __init__(self, loaded: PretrainedModel, spec: ExtractorSpec) -> None:
         self.loaded = loaded
         self.spec = spec
-
-    @classmethod
-    def load(cls, name: str, options: LoadOptions) -> PretrainedExtractor:
-        return cls(load_model(name, options), ExtractorSpec(name, None, options))
-
-    @classmethod
-    def wrap(cls, model: Any, tokenizer: Any, name: str | None = None) -> PretrainedExtractor:
-        """An already-loaded model; its spec names it (by its ``name_or_path``)."""
-        loaded = wrap_model(model, tokenizer, name)
-        return cls(loaded, ExtractorSpec(loaded.name, None, None))
 
     @property
     def name(self) -> str:
@@ -65,43 +43,13 @@ class PretrainedExtractor(Extractor):
             )
         return modules
 
-    def extract_many(
-        self,
-        items: Iterable[Item],
-        *,
-        mode: Mode | str | None = None,
-        layers: Selection = None,
-        heads: Selection = None,
-        special: bool = True,
-        words: bool = False,
-        raw_pieces: bool = False,
-        batch_size: int = 16,
-        chat: bool = False,
-        system: str | None = None,
+    def _extract_many(
+        self, items: Iterator[Checked], request: Request, batch_size: int
     ) -> Iterator[AttentionMaps]:
-        asked = parse_mode(mode)
-        check_syntax(layers, "layer")  # before any work
-        check_syntax(heads, "head")
-        if system is not None and not chat:
-            raise UsageError("--system is the first message of a chat: add --chat")
-        checked = (as_item(item) for item in items)
-        labelling = Labelling(special=special, words=words, raw_pieces=raw_pieces)
-        prompting = Prompting(chat=chat, system=system)
-        return self._batches(checked, asked, layers, heads, labelling, prompting, batch_size)
-
-    def _batches(self, items, mode, layers, heads, labelling, prompting, batch_size):
         while chunk := list(islice(items, batch_size)):
-            yield from self._batch(chunk, mode, layers, heads, labelling, prompting)
+            yield from self._batch(chunk, request)
 
-    def _batch(
-        self,
-        items: list[tuple[str, str | None, str | None]],
-        asked: Mode | None,
-        layers: Selection,
-        heads: Selection,
-        labelling: Labelling,
-        prompting: Prompting,
-    ) -> list[AttentionMaps]:
+    def _batch(self, items: list[Checked], request: Request) -> list[AttentionMaps]:
         """Several inputs in one forward pass, right-padded to the longest.
 
         Padding is masked, so it gets no attention; each input's maps are then
@@ -109,7 +57,7 @@ class PretrainedExtractor(Extractor):
         """
         loaded = self.loaded
         modes = {
-            resolve_mode(loaded.family, self.name, asked, target is not None)
+            resolve_mode(loaded.family, self.name, request.mode, target is not None)
             for _, target, _ in items
         }
         if len(modes) != 1:
@@ -121,10 +69,10 @@ class PretrainedExtractor(Extractor):
                 "read by encoders such as BERT; give a decoder both sentences as one text"
             )
         modules = self.modules(mode)
-        layer_indices = resolve(layers, len(modules), "layer")
-        inputs = model_inputs(loaded, items, mode, prompting)
+        layer_indices = resolve(request.layers, len(modules), "layer")
+        inputs = model_inputs(loaded, items, mode, request)
         stacked, head_indices = attention_of(
-            loaded, modules, layer_indices, inputs.arguments, heads
+            loaded, modules, layer_indices, inputs.arguments, request.heads
         )  # (L, B, H, T, S)
         batch = stacked.numpy()
         tolerance = row_tolerance(loaded.model)
@@ -132,7 +80,7 @@ class PretrainedExtractor(Extractor):
         for row, (query, key) in enumerate(zip(inputs.queries, inputs.keys, strict=True)):
             weights = batch[:, row, :, : query.length, : key.length]  # padding trimmed
             check_weights(weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance)
-            weights, query_labels, key_labels = readable(loaded, weights, query, key, labelling)
+            weights, query_labels, key_labels = readable(loaded, weights, query, key, request)
             results.append(
                 AttentionMaps(
                     query_tokens=query_labels.text,
@@ -155,6 +103,7 @@ class PretrainedExtractor(Extractor):
     def generate(
         self,
         prompt: str,
+        request: Request | None = None,
         *,
         max_new_tokens: int = 20,
         sample: bool = False,
@@ -162,33 +111,14 @@ class PretrainedExtractor(Extractor):
         top_p: float = 1.0,
         seed: int = 0,
         stop: bool = True,
-        mode: Mode | str | None = None,
-        layers: Selection = None,
-        heads: Selection = None,
-        special: bool = True,
-        raw_pieces: bool = False,
-        chat: bool = False,
-        system: str | None = None,
+        **options: Any,
     ) -> Generation:
-        from attnviz.extractor import check_text
         from attnviz.pretrained.generation import Sampling, generate
 
+        request = Request.of(request, options)
         check_text(prompt, "prompt")
-        if system is not None and not chat:
-            raise UsageError("--system is the first message of a chat: add --chat")
-        check_syntax(layers, "layer")
-        check_syntax(heads, "head")
         sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
-        return generate(
-            self,
-            prompt,
-            sampling,
-            mode=parse_mode(mode),
-            layers=layers,
-            heads=heads,
-            labelling=Labelling(special=special, raw_pieces=raw_pieces),
-            prompting=Prompting(chat=chat, system=system),
-        )
+        return generate(self, prompt, sampling, request)
 
     def explain(
         self,
@@ -203,7 +133,7 @@ class PretrainedExtractor(Extractor):
     ) -> QueryExplanation:
         from attnviz.pretrained.explain import explain_query
 
-        text, target = as_pair((text, target))
+        text, target = without_pair(as_item((text, target)))
         chosen = resolve_mode(self.loaded.family, self.name, parse_mode(mode), target is not None)
         return explain_query(
             self,

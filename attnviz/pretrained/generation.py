@@ -14,28 +14,21 @@ Shape letters: L layers, H heads, T query tokens, S key tokens.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, ExitCode, UsageError
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.encoding import (
-    PLAIN,
-    Prompting,
-    Side,
-    attention_of,
-    check_weights,
-    encode,
-    row_tolerance,
-)
-from attnviz.pretrained.labels import Labelling, readable
+from attnviz.pretrained.encoding import Side, attention_of, check_weights, encode, row_tolerance
+from attnviz.pretrained.labels import readable
 from attnviz.pretrained.loading import PretrainedModel, quiet
 from attnviz.pretrained.streams import Family
+from attnviz.request import Request
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
-    from attnviz.extractor import Selection
     from attnviz.pretrained.extractor import PretrainedExtractor
 
 
@@ -52,6 +45,19 @@ class Sampling:
     stop: bool = True  # at the end-of-sequence token
 
     def __post_init__(self) -> None:
+        for name in ("sample", "stop"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} is True or False, not {getattr(self, name)!r}")
+        for name in ("max_new_tokens", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"{name} is a whole number, not {value!r}")
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise UsageError(f"{name} is a number, not {value!r}")
+            if not math.isfinite(value):
+                raise UsageError(f"{name} must be a finite number, not {value}")
         if self.max_new_tokens < 1:
             raise UsageError("max_new_tokens must be at least 1")
         if self.temperature <= 0:
@@ -108,12 +114,7 @@ def generate(
     extractor: PretrainedExtractor,
     prompt: str,
     sampling: Sampling,
-    *,
-    mode: Mode | None,
-    layers: Selection,
-    heads: Selection,
-    labelling: Labelling,
-    prompting: Prompting = PLAIN,
+    request: Request,
 ) -> Generation:
     """Generate after ``prompt``; return the text and the maps of prompt + generated tokens
     (decoders: masked attention; encoder-decoders: the decoder's cross-attention over the
@@ -132,9 +133,9 @@ def generate(
             f"{name} has no language-model head ({type(loaded.model).__name__}): save it as "
             "AutoModelForCausalLM (or AutoModelForSeq2SeqLM) to generate with it"
         )
-    if labelling.words:
+    if request.words:
         raise UsageError("--words merges pieces of given text; generated tokens have no words")
-    mode = _mode(loaded.family, name, mode)
+    mode = _mode(loaded.family, name, request.mode)
     decoder_only = loaded.family is Family.DECODER
     new_tokens = sampling.max_new_tokens
     if decoder_only and new_tokens >= loaded.max_length:
@@ -143,7 +144,7 @@ def generate(
             f"ask for fewer than {loaded.max_length} new tokens"
         )
     reserve = new_tokens if decoder_only else 0
-    source = encode(loaded, prompt, "prompt", reserve=reserve, prompting=prompting)
+    source = encode(loaded, prompt, "prompt", reserve=reserve, request=request)
     device = loaded.model.device
     prompt_ids = torch.tensor([source.encoding["input_ids"]], device=device)
     config = _generation_config(loaded, sampling, new_tokens)
@@ -171,7 +172,7 @@ def generate(
     if sampling.stop and new and new[-1] in _end_ids(config):
         finished = "end of sequence"
     text = loaded.tokenizer.decode(new, skip_special_tokens=True)
-    maps = _maps(extractor, source, sequence, mode, layers, heads, labelling)
+    maps = _maps(extractor, source, sequence, mode, request)
     if not decoder_only and mode is not Mode.SELF:  # the decoder's side: what was written
         maps.target = text
     return Generation(prompt=prompt, text=text, maps=maps, finished=finished)
@@ -213,16 +214,14 @@ def _maps(
     source: Side,
     sequence: list[int],
     mode: Mode,
-    layers: Selection,
-    heads: Selection,
-    labelling: Labelling,
+    request: Request,
 ) -> AttentionMaps:
     """One forward pass over everything read and written, read by the same hooks as extract."""
     import torch
 
     loaded = extractor.loaded
     modules = extractor.modules(mode)
-    layer_indices = resolve(layers, len(modules), "layer")
+    layer_indices = resolve(request.layers, len(modules), "layer")
     if loaded.family is Family.DECODER:
         written = _written(source, sequence, source.length)
         arguments = {"input_ids": torch.tensor([sequence])}
@@ -238,7 +237,7 @@ def _maps(
         keys = written if mode is Mode.MASKED else source
         prompt_length = None if mode is Mode.SELF else 1  # the decoder starts from one token
     arguments["attention_mask"] = torch.ones_like(arguments["input_ids"])
-    stacked, head_indices = attention_of(loaded, modules, layer_indices, arguments, heads)
+    stacked, head_indices = attention_of(loaded, modules, layer_indices, arguments, request.heads)
     weights = stacked[:, 0].numpy()  # (L, 1, H, T, S) -> (L, H, T, S)
     check_weights(
         weights,
@@ -246,8 +245,8 @@ def _maps(
         name=loaded.name,
         tolerance=row_tolerance(loaded.model),
     )
-    weights, query_labels, key_labels = readable(loaded, weights, queries, keys, labelling)
-    if prompt_length is not None and not labelling.special:  # dropped specials leave fewer
+    weights, query_labels, key_labels = readable(loaded, weights, queries, keys, request)
+    if prompt_length is not None and not request.special:  # dropped specials leave fewer
         from attnviz.pretrained.labels import piece_labels
 
         flags = piece_labels(loaded, queries).special[:prompt_length]

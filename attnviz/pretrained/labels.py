@@ -7,22 +7,17 @@ Shape letters: T query tokens, S key tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from attnviz.analysis.grid import group, keep
 from attnviz.errors import UsageError
 from attnviz.pretrained.encoding import Side
 from attnviz.pretrained.loading import PretrainedModel
+from attnviz.request import Request
 from attnviz.tokens import clean_piece
 
 VISIBLE_SPACE = "␣"
-
-
-def is_byte_level(tokenizer: Any) -> bool:
-    """GPT-2-style tokenizers spell bytes as characters (Ġ for a space) and need decoding.
-    (Serialises the whole tokenizer: asked once, when a model is loaded.)"""
-    return '"ByteLevel"' in tokenizer.backend_tokenizer.to_str()
 
 
 @dataclass
@@ -36,16 +31,6 @@ class Labels:
     def pair_start(self) -> int | None:
         """Where sentence B begins, if there is one."""
         return self.segment.index(1) if 1 in self.segment else None
-
-
-@dataclass(frozen=True)
-class Labelling:
-    """How tokens are shown: special tokens kept, pieces merged into words, the
-    tokenizer's raw pieces instead of cleaned ones."""
-
-    special: bool = True
-    words: bool = False
-    raw_pieces: bool = False
 
 
 def piece_labels(loaded: PretrainedModel, side: Side, raw: bool = False) -> Labels:
@@ -88,17 +73,6 @@ def word_groups(side: Side, special: list[bool]) -> list[list[int]]:
     return groups
 
 
-def merge_words(
-    weights: np.ndarray,
-    query_groups: list[list[int]],
-    key_groups: list[list[int]],
-) -> np.ndarray:
-    """(…, T, S) pieces -> (…, words_T, words_S): mean over a word's query pieces, sum over
-    its key pieces, so every row still sums to 1."""
-    summed = np.stack([weights[..., group].sum(-1) for group in key_groups], axis=-1)
-    return np.stack([summed[..., group, :].mean(-2) for group in query_groups], axis=-2)
-
-
 def _merged(labels: Labels, groups: list[list[int]]) -> Labels:
     return Labels(
         ["".join(labels.text[position] for position in group) for group in groups],
@@ -107,37 +81,30 @@ def _merged(labels: Labels, groups: list[list[int]]) -> Labels:
     )
 
 
-def drop_special(weights: np.ndarray, keep_queries: list[int], keep_keys: list[int]) -> np.ndarray:
-    """Only the kept rows and columns, each row renormalised to sum to 1."""
-    kept = weights[..., keep_queries, :][..., keep_keys]
-    totals = kept.sum(-1, keepdims=True)
-    return np.divide(kept, totals, out=np.zeros_like(kept), where=totals > 0)
-
-
 def readable(
-    loaded: PretrainedModel, weights: np.ndarray, query: Side, key: Side, labelling: Labelling
+    loaded: PretrainedModel, weights: np.ndarray, query: Side, key: Side, request: Request
 ) -> tuple[np.ndarray, Labels, Labels]:
     """Weights (…, T, S) with their labels, pieces merged into words and special tokens
     dropped when asked."""
-    raw = labelling.raw_pieces
+    raw = request.raw_pieces
     query_labels, key_labels = (
         piece_labels(loaded, query, raw),
         piece_labels(loaded, key, raw),
     )
-    if labelling.words:
+    if request.words:
         query_groups = word_groups(query, query_labels.special)
         key_groups = word_groups(key, key_labels.special)
-        weights = merge_words(weights, query_groups, key_groups)
+        weights = group(weights, query_groups, key_groups)
         query_labels, key_labels = (
             _merged(query_labels, query_groups),
             _merged(key_labels, key_groups),
         )
-    if not labelling.special:
+    if not request.special:
         keep_queries = [i for i, flag in enumerate(query_labels.special) if not flag]
         keep_keys = [i for i, flag in enumerate(key_labels.special) if not flag]
         if not keep_queries or not keep_keys:
             raise UsageError("--no-special leaves no tokens: the text has only special tokens")
-        weights = drop_special(weights, keep_queries, keep_keys)
+        weights = keep(weights, keep_queries, keep_keys)
         query_labels = Labels(
             [query_labels.text[i] for i in keep_queries],
             [False] * len(keep_queries),

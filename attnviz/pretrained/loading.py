@@ -295,7 +295,6 @@ def _prepared(name: str, model: Any, tokenizer: Any, verbose: bool) -> Pretraine
         verbose=verbose,
     )
     loaded.streams = attention_streams(model, family)
-    from attnviz.pretrained.labels import is_byte_level
 
     loaded.byte_level = is_byte_level(tokenizer)
     return loaded
@@ -326,3 +325,9 @@ def wrap_model(model: Any, tokenizer: Any, name: str | None = None) -> Pretraine
         )
     name = name or getattr(model, "name_or_path", "") or type(model).__name__
     return _prepared(str(name), model, tokenizer, verbose=False)
+
+
+def is_byte_level(tokenizer: Any) -> bool:
+    """GPT-2-style tokenizers spell bytes as characters (Ġ for a space) and need decoding.
+    (Serialises the whole tokenizer: asked once, when a model is loaded.)"""
+    return '"ByteLevel"' in tokenizer.backend_tokenizer.to_str()

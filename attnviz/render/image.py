@@ -34,11 +34,11 @@ import numpy as np
 
 from attnviz.choices import PictureFormat, View
 from attnviz.errors import UsageError, warn
-from attnviz.maps import AttentionMaps, MapPanel
 from attnviz.tokens import display_label
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
+    from attnviz.maps import AttentionMaps, MapPanel
 
 SUFFIXES = {f".{picture.value}": picture for picture in PictureFormat}
 MAX_LABEL = 14  # characters of a token label before it is cut with an ellipsis

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnviz.analysis.grid import pool_labels, pool_map
 from attnviz.choices import Aggregate, Mode, View
 from attnviz.render import palette
-from attnviz.render.terminal import pool_labels, pool_map
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps

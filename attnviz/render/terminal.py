@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import regex
@@ -23,9 +24,12 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from attnviz.maps import AttentionMaps, MapPanel
+from attnviz.analysis.grid import pool_labels, pool_map
 from attnviz.render import palette
 from attnviz.tokens import display_label
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps, MapPanel
 
 _SHADES = " ·░▒▓█"  # blank only for exactly zero: masked keys stay visibly empty
 _MAX_ROW_LABEL = 12
@@ -78,28 +82,6 @@ def fit(label: str, width: int) -> Text:
     text = Text(label, no_wrap=True)
     text.truncate(width, overflow="ellipsis", pad=True)
     return text
-
-
-def pool_map(matrix: np.ndarray, factor: int) -> np.ndarray:
-    """Pool ``factor`` neighbouring tokens: rows by mean, columns by sum, so rows still sum to 1."""
-    if factor == 1:
-        return matrix
-    rows, columns = matrix.shape
-    row_groups = np.arange(0, rows, factor)
-    column_groups = np.arange(0, columns, factor)
-    summed = np.add.reduceat(np.add.reduceat(matrix, row_groups, axis=0), column_groups, axis=1)
-    counts = np.diff(np.append(row_groups, rows)).reshape(-1, 1)
-    return summed / counts
-
-
-def pool_labels(labels: Sequence[str], factor: int) -> list[str]:
-    """The label of a pooled group is its first token's, marked with ``+`` for the rest."""
-    if factor == 1:
-        return list(labels)
-    return [
-        labels[start] + ("+" if start + 1 < len(labels) else "")
-        for start in range(0, len(labels), factor)
-    ]
 
 
 def choose_layout(

@@ -1,0 +1,93 @@
+"""Operations on the token grid of attention maps, on plain arrays: pool neighbouring
+tokens, group pieces into words, keep some rows and columns, and tell whether
+numbers are attention at all.
+
+Every operation keeps what makes a map attention: each row still sums to 1
+(rows are averaged, columns summed; kept columns are renormalised). This module
+imports numpy alone, so that the data types, the extractors and the renderers
+can all build on it.
+
+Shape letters: T query tokens (rows), S key tokens (columns); ``…`` any leading axes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def pool_map(matrix: np.ndarray, factor: int) -> np.ndarray:
+    """(T, S) -> (⌈T/factor⌉, ⌈S/factor⌉): ``factor`` neighbouring tokens pooled, rows by
+    mean, columns by sum, so rows still sum to 1."""
+    if factor == 1:
+        return matrix
+    rows, columns = matrix.shape
+    row_groups = np.arange(0, rows, factor)
+    column_groups = np.arange(0, columns, factor)
+    summed = np.add.reduceat(np.add.reduceat(matrix, row_groups, axis=0), column_groups, axis=1)
+    counts = np.diff(np.append(row_groups, rows)).reshape(-1, 1)
+    return summed / counts
+
+
+def pool_labels(labels: Sequence[str], factor: int) -> list[str]:
+    """The label of a pooled group is its first token's, marked with ``+`` for the rest."""
+    if factor == 1:
+        return list(labels)
+    return [
+        labels[start] + ("+" if start + 1 < len(labels) else "")
+        for start in range(0, len(labels), factor)
+    ]
+
+
+def group(
+    weights: np.ndarray, query_groups: list[list[int]], key_groups: list[list[int]]
+) -> np.ndarray:
+    """(…, T, S) -> (…, groups_T, groups_S): the mean over a group's rows, the sum over
+    its columns (sub-word pieces merged into words), so every row still sums to 1."""
+    summed = np.stack([weights[..., members].sum(-1) for members in key_groups], axis=-1)
+    return np.stack([summed[..., members, :].mean(-2) for members in query_groups], axis=-2)
+
+
+def keep(weights: np.ndarray, rows: Sequence[int] | slice, columns: Sequence[int] | slice):
+    """(…, T, S) -> only the kept rows and columns, each row renormalised to sum to 1 over
+    the columns kept (a row that kept no weight stays 0)."""
+    kept = weights[..., rows, :][..., columns]
+    totals = kept.sum(-1, keepdims=True)
+    return np.divide(kept, totals, out=np.zeros_like(kept), where=totals > 0)
+
+
+def row_error(weights: np.ndarray) -> float:
+    """How far the rows of (…, T, S) weights are from summing to 1 (NaN-proof: inf)."""
+    if not np.all(np.isfinite(weights)):
+        return math.inf
+    return float(np.abs(weights.sum(-1) - 1).max(initial=0))
+
+
+def lookahead(weights: np.ndarray) -> float:
+    """The largest weight a query gives a later token, in square (…, T, T) maps."""
+    above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
+    return float(np.abs(weights[..., above]).max(initial=0))
+
+
+def attention_problem(
+    weights: np.ndarray, *, causal: bool, tolerance: float, distributions: bool = True
+) -> str | None:
+    """What makes (…, T, S) numbers not attention, in words, or None when they are:
+    finite, in [0, 1], rows summing to 1 (``distributions``; a max over heads is not)
+    within ``tolerance``, and no weight on a later token when ``causal`` and square
+    (within 1e-6: a masked weight is exactly 0 in any precision)."""
+    if not np.all(np.isfinite(weights)):
+        return "weights hold NaN or infinite values: these are not attention"
+    if weights.size and (weights.min() < 0 or weights.max() > 1 + 1e-6):
+        return (
+            f"weights run from {weights.min():.3g} to {weights.max():.3g}; attention weights "
+            "lie between 0 and 1"
+        )
+    if distributions and (worst := row_error(weights)) > tolerance:
+        return f"rows of the weights do not sum to 1 (off by up to {worst:.3g})"
+    square = weights.shape[-1] == weights.shape[-2]
+    if causal and square and lookahead(weights) > 1e-6:
+        return "masked (causal) maps give weight to later tokens"
+    return None

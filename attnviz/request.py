@@ -1,0 +1,108 @@
+"""What to read from a model for every input: one :class:`Request`, from the command
+line (or a notebook) to the extractors.
+
+An option of extraction is spelled in its declaration (``attnviz.cli``), here, and
+where it is used: the request is built and checked once, then read as it is by the
+built-in stack, a pretrained model, generation, the Ray workers and the manifest of
+a batch. The long-context products (chosen rows, pooled maps, span scores) are
+further fields of this object.
+
+Only the standard library and attnviz's lowest modules are imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from attnviz.choices import Mode, chosen
+from attnviz.errors import UsageError
+from attnviz.selection import check_syntax
+
+Selection = str | int | Sequence[int] | None  # 2, "0,2", "0-2", [0, 2], "all" or None (all)
+
+
+@dataclass(frozen=True)
+class Request:
+    """Which attention to read and how to label its tokens; checked when made.
+
+    ``mode`` is self, masked (causal) or cross, by default the model's own.
+    ``layers`` and ``heads`` take an index, a list, a range such as ``"0-2"``,
+    ``"all"`` or None (all). Pretrained models only: ``special=False`` drops
+    special tokens and renormalises rows; ``words`` merges sub-word pieces into
+    words; ``raw_pieces`` labels tokens with the tokenizer's own pieces; ``chat``
+    renders the text as one user message through the chat template, after a
+    ``system`` message if one is given.
+    """
+
+    mode: Mode | None = None
+    layers: Selection = None
+    heads: Selection = None
+    special: bool = True
+    words: bool = False
+    raw_pieces: bool = False
+    chat: bool = False
+    system: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode is not None:
+            object.__setattr__(self, "mode", chosen(Mode, self.mode, "mode"))
+        object.__setattr__(self, "layers", _selection(self.layers, "layer"))
+        object.__setattr__(self, "heads", _selection(self.heads, "head"))
+        for name in ("special", "words", "raw_pieces", "chat"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} is True or False, not {getattr(self, name)!r}")
+        if self.system is not None and not isinstance(self.system, str):
+            raise UsageError(f"system is a text, not {type(self.system).__name__}")
+        if self.system is not None and not self.chat:
+            raise UsageError("--system is the first message of a chat: add --chat")
+
+    @classmethod
+    def of(cls, request: Request | None, options: Mapping[str, Any]) -> Request:
+        """``request``, or one made of keyword ``options`` (a notebook's ``mode="masked"``);
+        not both, and no option that a request does not have."""
+        if request is not None and not isinstance(request, Request):
+            raise UsageError(f"request is an attnviz Request, not {type(request).__name__}")
+        if request is not None and options:
+            raise UsageError(
+                f"give the request or its options ({', '.join(options)}), not both: "
+                "dataclasses.replace(request, ...) changes a request"
+            )
+        unknown = [name for name in options if name not in _FIELDS]
+        if unknown:
+            raise UsageError(f"unknown option {unknown[0]!r}: a request has {', '.join(_FIELDS)}")
+        return request if request is not None else cls(**options)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the request decides, as plain JSON values (a batch's manifest records it)."""
+        values = {field.name: getattr(self, field.name) for field in fields(self)}
+        values["mode"] = None if self.mode is None else self.mode.value
+        for name in ("layers", "heads"):
+            if isinstance(values[name], tuple):
+                values[name] = list(values[name])
+        return values
+
+
+_FIELDS = tuple(field.name for field in fields(Request))
+
+
+def _selection(value: object, what: str) -> Selection:
+    """A selection as a request keeps it: a list becomes a tuple (a request is frozen);
+    anything that is not written like a selection is a usage error."""
+    if value is None or isinstance(value, str):
+        check_syntax(value, what)
+        return value
+    if isinstance(value, bool | float):
+        raise UsageError(f"{what}s are chosen by index, a list, a range or 'all', not {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Sequence) and not isinstance(value, bytes):
+        if not value:
+            raise UsageError(f"the {what} list is empty: give at least one index, or 'all'")
+        if not all(isinstance(index, int) and not isinstance(index, bool) for index in value):
+            raise UsageError(f"a {what} list holds integer indexes, not {list(value)!r}")
+        return tuple(value)
+    raise UsageError(
+        f"{what}s are chosen by index, a list, a range or 'all', not {type(value).__name__}"
+    )

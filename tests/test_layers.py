@@ -1,0 +1,115 @@
+"""Layers one way: attnviz's modules import each other without cycles, the lazy
+imports inside functions included (only imports for type checkers are left out)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).parent.parent / "attnviz"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imported(module: str, path: Path, tree: ast.Module, known: set[str]) -> set[str]:
+    """The attnviz modules that ``module`` imports anywhere in its code, at run time."""
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if is_type_checking_block(node)
+        for inner in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the module's package, up level - 1
+                package = module.split(".")
+                if path.name != "__init__.py":
+                    package = package[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                source = ".".join([*package, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            found.add(source)
+            found |= {f"{source}.{alias.name}" for alias in node.names}  # a submodule?
+    return {name for name in found if name in known and name != module}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    known = set(paths)
+    return {
+        module: imported(module, path, ast.parse(path.read_text()), known)
+        for module, path in paths.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = lowest[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                lowest[module] = min(lowest[module], lowest[other])
+            elif other in stack:
+                lowest[module] = min(lowest[module], index[other])
+        if lowest[module] == index[module]:
+            component = []
+            while (member := stack.pop()) != module:
+                component.append(member)
+            if component:
+                found.append(sorted([module, *component]))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_walker_sees_a_cycle_through_a_lazy_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    source = "def f():\n    from attnviz.maps import AttentionMaps\n"
+    tree = ast.parse(source)
+    assert imported("attnviz.io", PACKAGE / "io.py", tree, {"attnviz.maps"}) == {"attnviz.maps"}
+    hidden = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import attnviz.maps\n"
+    assert imported("attnviz.io", PACKAGE / "io.py", ast.parse(hidden), {"attnviz.maps"}) == set()
+
+
+def test_attnviz_has_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_maps_build_only_on_the_lowest_modules():
+    """AttentionMaps is data: at import it needs the choices, the errors, the schema and
+    the token-grid operations; the notebook conveniences reach above it lazily."""
+    tree = ast.parse((PACKAGE / "maps.py").read_text())
+    at_import = {
+        node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnviz")
+    }
+    assert at_import <= {
+        "attnviz.choices",
+        "attnviz.errors",
+        "attnviz.schema",
+        "attnviz.analysis.grid",
+    }
