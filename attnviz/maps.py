@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from attnviz.analysis.grid import attention_problem, keep
-from attnviz.choices import Aggregate, Mode, PictureFormat, View, chosen
+from attnviz.choices import Aggregate, Mode, PictureFormat, View
 from attnviz.errors import SchemaError, UsageError
 from attnviz.schema import READABLE_VERSIONS, envelope
 
@@ -316,28 +316,29 @@ class AttentionMaps:
         check_attention(maps)
         return maps
 
-    def to_html(self, view: str = "model") -> str:
-        """The interactive page (head, model and map views) as one self-contained HTML
-        string: save it, share it, open it offline."""
-        from attnviz.choices import View
-        from attnviz.render.page import page_html
+    # Notebook conveniences: each delegates to attnviz.notebook, which sits above the data.
 
-        return page_html(self, view={"head": View.LAYER, "map": View.HEAD}.get(view, View.MODEL))
+    def to_html(self, view: View | str = "model") -> str:
+        """The interactive page as one self-contained HTML string, opening on ``view`` as
+        ``export --view VIEW -o page.html`` does: save it, share it, open it offline."""
+        from attnviz import notebook
+
+        return notebook.page(self, view)
 
     def aggregated(self, method: Aggregate | str) -> AttentionMaps:
         """The maps combined, as ``--aggregate`` combines them: ``"mean"`` or ``"max"`` of
         each layer's heads, ``"mean-all"``, ``"max-all"``, ``"rollout"`` or ``"flow"``
         over the layers held."""
-        from attnviz.analysis.aggregate import aggregate
+        from attnviz import notebook
 
-        return aggregate(self, method)
+        return notebook.aggregated(self, method)
 
     def head_statistics(self) -> list[HeadStatistics]:
         """A row per head, as ``attnviz heads`` lists them: entropy, distance, sink,
         previous, self and the top key token."""
-        from attnviz.analysis.heads import head_statistics
+        from attnviz import notebook
 
-        return head_statistics(self)
+        return notebook.head_statistics(self)
 
     def picture(
         self,
@@ -353,13 +354,9 @@ class AttentionMaps:
         pick maps by model index. ``style``: ``cmap``, ``dpi``, ``values``, ``vmax``,
         ``figsize``, ``font_size``, ``title``, as the options of the same names.
         ``.data`` holds the bytes; a notebook shows PNG and SVG inline."""
-        from attnviz.render.image import Picture, Style, check_colormap, one_picture
+        from attnviz import notebook
 
-        drawn = Style(**style)
-        check_colormap(drawn.cmap)
-        selected = self._picked(layer, head)
-        kind = chosen(PictureFormat, format, "picture format")
-        return Picture(one_picture(selected, chosen(View, view, "view"), kind, drawn), kind)
+        return notebook.picture(self, view, format, layer, head, style)
 
     def save(
         self,
@@ -374,29 +371,9 @@ class AttentionMaps:
         picture (.png, .svg, .pdf: :meth:`picture`), the interactive page (.html) or
         data (.json, .ndjson, .npz, .csv), complete or not at all. ``layer`` and
         ``head`` pick maps by model index."""
-        from attnviz.io import DATA_SUFFIXES, open_output, write_maps, write_text
-        from attnviz.render.image import SUFFIXES
+        from attnviz import notebook
 
-        suffix = Path(path).suffix.lower()
-        if suffix in SUFFIXES:
-            drawn = self.picture(view, SUFFIXES[suffix], layer=layer, head=head, **style)
-            with open_output(path, binary=True) as out:
-                out.write(drawn.data)
-            return
-        if suffix not in (*DATA_SUFFIXES, ".html"):
-            raise UsageError(
-                f"cannot tell the format of {path}: name it .png, .svg or .pdf (a picture), "
-                ".html (the interactive page), or .json, .ndjson, .npz or .csv (data)"
-            )
-        if style:
-            raise UsageError(f"{', '.join(style)}: style options are for pictures, not {suffix}")
-        selected = self._picked(layer, head)
-        if suffix == ".html":
-            from attnviz.render.page import page_html
-
-            write_text(page_html(selected, view=chosen(View, view, "view")), path)
-        else:
-            write_maps([selected], DATA_SUFFIXES[suffix], path)
+        notebook.save(self, path, view, layer, head, style)
 
     def _picked(self, layer: int | None, head: int | None) -> AttentionMaps:
         """The maps of one layer, one head or both, by model index, or all of them."""
@@ -425,9 +402,9 @@ class AttentionMaps:
     def _repr_html_(self) -> str:
         """A notebook output: the interactive page in an iframe (no require.js, nothing
         fetched), bounded in size."""
-        from attnviz.render.page import notebook_html
+        from attnviz import notebook
 
-        return notebook_html(self)
+        return notebook.framed_page(self)
 
 
 def plain_weights(weights: np.ndarray) -> list:

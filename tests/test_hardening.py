@@ -485,13 +485,12 @@ def test_jobs_give_the_very_numbers_show_gives(runner, tmp_path):
     text = " ".join(f"w{i}" for i in range(120))  # long enough for torch to use its threads
     source.write_text(f"{text}\n{text} again\n")
     shown = json.loads(runner.invoke(app, ["show", text, "-f", "json"]).stdout)
-    for jobs in ("1", "2"):
+    for jobs in ("1", "2"):  # 2: pages drawn in worker processes beside the model
         out = tmp_path / jobs
-        result = runner.invoke(
-            app, ["batch", str(source), "-o", str(out), "-f", "json", "-j", jobs, "-q"]
-        )
+        formats = ["-f", "json", "-f", "html"]
+        result = runner.invoke(app, ["batch", str(source), "-o", str(out), *formats, "-j", jobs])
         assert result.exit_code == 0, result.stderr
-        (first,) = [path for path in out.glob("0000-*.json")]
+        (first,) = list(out.glob("0000-*.json"))
         assert json.loads(first.read_text())["weights"] == shown["weights"]
 
 

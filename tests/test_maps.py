@@ -125,3 +125,20 @@ def test_aggregated_and_head_statistics_equal_the_commands(runner):
     assert rows == json.loads(listed.stdout)["heads"]
     with pytest.raises(attnviz.UsageError, match="unknown aggregate 'median'"):
         maps.aggregated("median")
+
+
+@pytest.mark.parametrize("view", ["head", "layer", "model"])
+def test_to_html_opens_the_view_that_export_opens(runner, tmp_path, view):
+    from attnviz.cli import app
+
+    path = tmp_path / "page.html"
+    arguments = ["export", "a b c", "--layer", "1", "--head", "2", "--view", view, "-o", str(path)]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 0, result.stderr
+    maps = attnviz.extract("a b c", layers=1, heads=2)
+    assert maps.to_html(view) == path.read_text()
+
+
+def test_to_html_refuses_a_view_it_does_not_know():
+    with pytest.raises(attnviz.UsageError, match="unknown view 'map': choose one of head"):
+        attnviz.extract("a b").to_html("map")

@@ -157,7 +157,7 @@ def test_hiding_special_tokens_renormalises_rows(browser, tiny, tmp_path):
 
     maps = attnviz.load(tiny["bert"]).extract("The man walked the dog", layers=0)
     path = tmp_path / "bert.html"
-    path.write_text(maps.to_html(view="head"))
+    path.write_text(maps.to_html(view="layer"))  # the page's head view: a layer's heads
     open_page(browser, path)
     browser.find_element("id", "hide-special").click()
     tokens = [t.text for t in browser.find_elements("css selector", "#queries .token")]
@@ -175,7 +175,7 @@ def test_hostile_token_text_is_shown_never_run(browser, tmp_path):
     weights = np.full((1, 1, count, count), 1 / count, dtype=np.float32)
     maps = attnviz.AttentionMaps(HOSTILE, HOSTILE, weights, [0], [0], "self", "<b>model</b>")
     path = tmp_path / "hostile.html"
-    path.write_text(maps.to_html(view="head"))
+    path.write_text(maps.to_html(view="layer"))  # the page's head view: a layer's heads
     open_page(browser, path)
     assert browser.execute_script("return window.pwned === undefined")
     shown = [
@@ -190,7 +190,7 @@ def test_hostile_token_text_is_shown_never_run(browser, tmp_path):
 def test_the_map_view_looks_as_it_did(browser, tmp_path, snapshot_image):
     maps = attnviz.extract("Hello I love you", layers=0, heads=1)
     path = tmp_path / "map.html"
-    path.write_text(maps.to_html(view="map"))
+    path.write_text(maps.to_html(view="head"))  # the page's map view: one map
     open_page(browser, path)
     picture = browser.find_element("id", "map-box").screenshot_as_png
     snapshot_image("page_map_view.png", picture)

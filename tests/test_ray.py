@@ -319,7 +319,11 @@ def test_auto_without_a_ray_running_here_says_what_to_do(runner, corpus, monkeyp
     [
         ("stats", ["--num-cpus-per-worker", "2"], "--num-cpus-per-worker applies to --engine ray"),
         ("batch", ["--ray-address", "127.0.0.1:1", "--num-gpus-per-worker", "1"],
-         "--ray-address, --num-gpus-per-worker apply to --engine ray only: add --engine ray"),
+         "--ray-address, --num-gpus-per-worker apply to --engine ray only, not the local "
+         "engine: add --engine ray"),
+        ("stats", ["--jobs", "3"], "--jobs applies to --engine ray, not the local engine here"),
+        ("batch", ["-f", "json", "--jobs", "2"],
+         "--jobs applies to pictures and pages"),
     ],
 )  # fmt: skip
 def test_ray_options_without_the_ray_engine_are_refused(

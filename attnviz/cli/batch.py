@@ -142,9 +142,17 @@ def batch(
     from attnviz.cli.settings import request
     from attnviz.errors import AttnvizError, UsageError
 
-    d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
     formats = tuple(dict.fromkeys(formats or [BatchFormat.PNG]))
     asked_for = "-f " + " -f ".join(output_format.value for output_format in formats)
+    rendered = any(f not in DATA_ONLY for f in formats)
+    d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
+    if engine is d.Engine.LOCAL and jobs != 1 and not rendered:
+        d.refuse_unused(
+            ["--jobs"],
+            "pictures and pages (drawn in worker processes) or --engine ray",
+            asked_for,
+            "leave it out: data is written as the model reads",
+        )
     if not any(output_format.picture for output_format in formats):
         picture.check_drawn(asked_for)
     drawn = any(f.picture is not None or f is BatchFormat.HTML for f in formats)
@@ -240,7 +248,7 @@ def batch(
                         resume=resume,
                         batch_size=batch_size,
                         # json and npz cost less to write than to send to another process
-                        jobs=jobs if any(f not in DATA_ONLY for f in formats) else 1,
+                        jobs=jobs,
                         progress=report,
                         tally=tally,
                     )

@@ -38,7 +38,7 @@ def diff(
             "--fail-above",
             metavar="DIVERGENCE",
             min=0.0,
-            help="Exit with code 1 when any head's divergence is above this (for CI).",
+            help="Exit with code 4 when any head's divergence is above this (for CI).",
         ),
     ] = None,
     output_format: Annotated[
@@ -58,7 +58,7 @@ def diff(
     """
     from attnviz.analysis.diff import diff_maps
     from attnviz.cli import output as out
-    from attnviz.cli.settings import request
+    from attnviz.cli.settings import model_options_given, request
     from attnviz.errors import ThresholdExceeded, UsageError
     from attnviz.io import dump_json, read_texts
     from attnviz.schema import envelope
@@ -66,7 +66,9 @@ def diff(
     if len(sources) == 2:
         if against is not None:
             raise UsageError("give TEXT with --against, or two saved files without it")
-        first, second = (_one_record(source) for source in sources)
+        given = model_options_given(settings, model, mode, target, None)
+        d.refuse_unused(given, "a model run on TEXT", "two saved files")
+        first, second = (out.select_held(_one_record(s), layer, head) for s in sources)
     elif len(sources) == 1:
         if against is None:
             raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")

@@ -56,7 +56,7 @@ def heads(
     """
     from attnviz.analysis.heads import COLUMN_HELP, as_dicts, head_statistics, sort_rows
     from attnviz.cli import output as out
-    from attnviz.cli.settings import request
+    from attnviz.cli.settings import model_options_given, request
     from attnviz.io import dump_json
     from attnviz.schema import envelope
 
@@ -69,7 +69,8 @@ def heads(
         return extractor.extract(line, asked.request, target=target, pair=pair)
 
     several = "attnviz stats gives these statistics over many inputs"
-    maps = out.text_or_saved(text, saved, extract, layer, head, model, several)
+    given = model_options_given(settings, model, mode, target, pair)
+    maps = out.text_or_saved(text, saved, extract, layer, head, given, several)
     rows = sort_rows(head_statistics(maps), sort, reverse)[:top]
     if output_format is d.TableFormat.JSON:
         out.write_stdout(dump_json(envelope({"heads": as_dicts(rows)})))

@@ -176,21 +176,21 @@ def text_or_saved(
     extract: Callable[[str], AttentionMaps],
     layer: str,
     head: str,
-    model: str,
+    model_options: list[str],
     several: str = ONE_TEXT,
 ) -> AttentionMaps:
     """The maps of TEXT, run through the model by ``extract``; or of --from, saved maps
-    (what show or generate wrote), narrowed to --layer and --head. Several texts are
-    refused with ``several``: what to do instead."""
-    from attnviz.cli.declarations import BUILTIN
+    (what show or generate wrote), narrowed to --layer and --head, with no
+    ``model_options`` given (a model run's). Several texts are refused with ``several``:
+    what to do instead."""
+    from attnviz.cli.declarations import refuse_unused
     from attnviz.io import read_texts
     from attnviz.maps import read_maps
 
     if (text is None) == (saved is None):
         raise UsageError("give TEXT to run a model on, or --from FILE with saved maps: one of them")
-    if saved is not None and model != BUILTIN:
-        raise UsageError("--from reads maps a model already made: drop --model")
     if saved is not None:
+        refuse_unused(model_options, "a model run on TEXT", "saved maps (--from)")
         return select_held(only_one(read_maps(saved), ONE_MAPS), layer, head)
     assert text is not None
     return extract(only_one(read_texts(text), several))

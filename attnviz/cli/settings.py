@@ -9,6 +9,7 @@ an :class:`~attnviz.extractor.Extractor`.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,14 @@ class ModelSettings:
         stack |= {"projections": self.projections, "lowercase": False if self.keep_case else None}
         return {name: value for name, value in stack.items() if value is not None}
 
+    def given(self) -> list[str]:
+        """The options given, not left at their defaults, as the command line spells them."""
+        return [
+            _spelling(hint, getattr(self, name))
+            for name, (hint, default) in _SETTINGS_OPTIONS.items()
+            if getattr(self, name) != default
+        ]
+
     def without_stack(self) -> ModelSettings:
         return replace(self, **dict.fromkeys(self.stack(), None), keep_case=False)
 
@@ -95,6 +104,24 @@ _SETTINGS_OPTIONS = {
     "projections": (d.ProjectionsOption, None),
     "keep_case": (d.KeepCaseOption, False),
 }
+
+
+def _spelling(hint: object, value: object) -> str:
+    """How an option declared by ``hint`` was written: ``--no-special`` for False."""
+    option = typing.get_args(hint)[1]
+    # In Annotated, typer takes Option's first argument (its `default`) as the first name.
+    on, _, off = str(option.default).partition("/")
+    return off if off and value is False else on
+
+
+def model_options_given(
+    settings: ModelSettings, model: str, mode: Mode | None, target: str | None, pair: str | None
+) -> list[str]:
+    """The options of a model run given to a command: saved maps (--from) have no use for
+    them."""
+    given = ["--model"] if model != d.BUILTIN else []
+    named = (("--mode", mode), ("--target", target), ("--pair", pair))
+    return given + [flag for flag, value in named if value is not None] + settings.given()
 
 
 # Gives a command the model and built-in-stack options as one ``settings`` argument.

@@ -103,6 +103,8 @@ class Presentation:
         label_positions: bool,
         values: bool,
         dtype: Dtype,
+        colour: d.ColourChoice,
+        width: int | None,
         environment: Environment,
         **rest: object,
     ) -> Presentation:
@@ -130,6 +132,10 @@ class Presentation:
             raise UsageError(
                 "--output goes with a data --format; the terminal picture goes to stdout"
             )
+        drawn_only = [f"--color {colour.value}"] if colour is not d.ColourChoice.AUTO else []
+        drawn_only += ["--width"] if width is not None else []
+        if output_format is not ShowFormat.TERMINAL:
+            d.refuse_unused(drawn_only, "the terminal picture", f"{output_format.value} output")
         viewed = terminal_view is not d.TerminalView.AUTO
         for option, given in ((f"--view {terminal_view.value}", viewed), ("--values", values)):
             if given and output_format is not ShowFormat.TERMINAL:
@@ -159,6 +165,8 @@ class Presentation:
             label_positions=label_positions,
             values=values,
             dtype=dtype,
+            colour=colour,
+            width=width,
             aggregate=aggregate,
             top=top,
             **rest,  # type: ignore[arg-type]

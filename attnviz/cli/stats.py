@@ -42,16 +42,17 @@ def stats(
     engine: d.EngineOption = d.Engine.LOCAL,
     ray_address: d.RayAddressOption = None,
     jobs: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--jobs",
             "-j",
             metavar="N",
             min=1,
             max=1024,
+            show_default="2",
             help="With --engine ray: Ray workers, each holding the model.",
         ),
-    ] = 2,
+    ] = None,
     cpus_per_worker: d.CpusPerWorkerOption = 1,
     gpus_per_worker: d.GpusPerWorkerOption = 0.0,
     output_format: Annotated[
@@ -99,7 +100,7 @@ def stats(
     from attnviz.cli.settings import request
     from attnviz.io import check_writable
 
-    d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
+    d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker, jobs)
     # A name that cannot be written is refused before any work, not after hours of it.
     if output is not None:
         output_format = _file_format(output, output_format)
@@ -152,7 +153,7 @@ def stats(
                 asked.spec,
                 asked.request,
                 batch_size=batch_size,
-                workers=Workers(jobs, cpus_per_worker, gpus_per_worker),
+                workers=Workers(jobs or 2, cpus_per_worker, gpus_per_worker),
                 progress=progress,
             )
         model_name = asked.spec.model

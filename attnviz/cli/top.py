@@ -44,7 +44,7 @@ def top(
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.analysis.top import top_keys
     from attnviz.cli import output as out
-    from attnviz.cli.settings import request
+    from attnviz.cli.settings import model_options_given, request
     from attnviz.io import dump_json
     from attnviz.schema import envelope
     from attnviz.tokens import display_label
@@ -57,7 +57,8 @@ def top(
         extractor = asked.open(environment)
         return extractor.extract(line, asked.request, target=target, pair=pair)
 
-    maps = out.text_or_saved(text, saved, extract, layer, head, model)
+    given = model_options_given(settings, model, mode, target, pair)
+    maps = out.text_or_saved(text, saved, extract, layer, head, given)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     blocks = top_keys(maps, k)

@@ -1,0 +1,96 @@
+"""What :class:`~attnviz.maps.AttentionMaps` offers a notebook, drawn and written by the
+modules above the data: the page, pictures, files, aggregates and head statistics.
+
+The methods of ``AttentionMaps`` reach this module lazily, from this one place;
+the data type itself imports nothing above it. The results are byte for byte what
+the commands make (``export``, ``-o``, ``--aggregate``, ``heads``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.choices import Aggregate, PictureFormat, View, chosen
+from attnviz.errors import UsageError
+
+if TYPE_CHECKING:
+    from attnviz.analysis.heads import HeadStatistics
+    from attnviz.maps import AttentionMaps
+    from attnviz.render.image import Picture
+
+
+def page(maps: AttentionMaps, view: View | str) -> str:
+    """The interactive page, opening on ``view`` (head, layer or model) as export's."""
+    from attnviz.render.page import page_html
+
+    return page_html(maps, view=chosen(View, view, "view"))
+
+
+def framed_page(maps: AttentionMaps) -> str:
+    """The page in an iframe, bounded in size: a notebook cell's output."""
+    from attnviz.render.page import notebook_html
+
+    return notebook_html(maps)
+
+
+def aggregated(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
+    from attnviz.analysis.aggregate import aggregate
+
+    return aggregate(maps, method)
+
+
+def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
+    from attnviz.analysis.heads import head_statistics as statistics
+
+    return statistics(maps)
+
+
+def picture(
+    maps: AttentionMaps,
+    view: View | str,
+    format: PictureFormat | str,
+    layer: int | None,
+    head: int | None,
+    style: dict[str, Any],
+) -> Picture:
+    """What ``export`` draws of the maps of ``layer`` and ``head`` (None: all held)."""
+    from attnviz.render.image import Picture, Style, check_colormap, one_picture
+
+    drawn = Style(**style)
+    check_colormap(drawn.cmap)
+    selected = maps._picked(layer, head)
+    kind = chosen(PictureFormat, format, "picture format")
+    return Picture(one_picture(selected, chosen(View, view, "view"), kind, drawn), kind)
+
+
+def save(
+    maps: AttentionMaps,
+    path: str | Path,
+    view: View | str,
+    layer: int | None,
+    head: int | None,
+    style: dict[str, Any],
+) -> None:
+    """The maps written in the format of the suffix of ``path``, as ``-o`` writes it."""
+    from attnviz.io import DATA_SUFFIXES, open_output, write_maps, write_text
+    from attnviz.render.image import SUFFIXES
+
+    suffix = Path(path).suffix.lower()
+    if suffix in SUFFIXES:
+        drawn = picture(maps, view, SUFFIXES[suffix], layer, head, style)
+        with open_output(path, binary=True) as out:
+            out.write(drawn.data)
+        return
+    if suffix not in (*DATA_SUFFIXES, ".html"):
+        raise UsageError(
+            f"cannot tell the format of {path}: name it .png, .svg or .pdf (a picture), "
+            ".html (the interactive page), or .json, .ndjson, .npz or .csv (data)"
+        )
+    if style:
+        raise UsageError(f"{', '.join(style)}: style options are for pictures, not {suffix}")
+    selected = maps._picked(layer, head)
+    if suffix == ".html":
+        write_text(page(selected, view), path)
+    else:
+        write_maps([selected], DATA_SUFFIXES[suffix], path)
