@@ -9,9 +9,8 @@ an :class:`~attnviz.extractor.Extractor`.
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from attnviz.choices import Mode, Projections
 from attnviz.cli import declarations as d
@@ -108,7 +107,7 @@ _SETTINGS_OPTIONS = {
 
 def _spelling(hint: object, value: object) -> str:
     """How an option declared by ``hint`` was written: ``--no-special`` for False."""
-    option = typing.get_args(hint)[1]
+    option = get_args(hint)[1]
     # In Annotated, typer takes Option's first argument (its `default`) as the first name.
     on, _, off = str(option.default).partition("/")
     return off if off and value is False else on
