@@ -300,7 +300,7 @@ def _prepared(name: str, model: Any, tokenizer: Any, verbose: bool) -> Pretraine
     return loaded
 
 
-def wrap_model(model: Any, tokenizer: Any, name: str | None = None) -> PretrainedModel:
+def wrap_model(model: Any, tokenizer: Any) -> PretrainedModel:
     """An already-loaded transformers model and its tokenizer, as attnviz reads them: a
     notebook's model need not be saved first. It must compute attention weights (eager
     attention) and have a fast tokenizer; it is used as it is (device, dtype, mode)."""
@@ -323,7 +323,7 @@ def wrap_model(model: Any, tokenizer: Any, name: str | None = None) -> Pretraine
             "load it with from_pretrained(..., attn_implementation='eager'), or call "
             "model.set_attn_implementation('eager') first"
         )
-    name = name or getattr(model, "name_or_path", "") or type(model).__name__
+    name = getattr(model, "name_or_path", "") or type(model).__name__
     return _prepared(str(name), model, tokenizer, verbose=False)
 
 
