@@ -31,6 +31,14 @@ class Mode(StrEnum):
     CROSS = "cross"  # target tokens attend over source tokens
 
 
+class Attention(StrEnum):
+    """How a pretrained model computes its attention while attnviz reads it."""
+
+    AUTO = "auto"  # fused where attnviz can record it, else eager (said once)
+    FUSED = "fused"  # the model's own fast kernel; weights computed by attnviz, block by block
+    EAGER = "eager"  # the model's eager attention, which builds every head's whole maps
+
+
 class Aggregate(StrEnum):
     """How maps are combined. The value is what documents store."""
 

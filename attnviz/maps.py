@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from attnviz.analysis.grid import attention_problem, keep
+from attnviz.analysis.products import of_whole, product_for, product_tokens
 from attnviz.choices import Aggregate, Mode, PictureFormat, View
 from attnviz.errors import SchemaError, UsageError
 from attnviz.schema import READABLE_VERSIONS, envelope
@@ -18,6 +19,7 @@ from attnviz.schema import READABLE_VERSIONS, envelope
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadStatistics
     from attnviz.render.image import Picture
+    from attnviz.selection import Selection
 
 # How schema-1 documents named their aggregates.
 _VERSION_1_AGGREGATES = {aggregate.description: aggregate for aggregate in Aggregate}
@@ -81,6 +83,11 @@ class AttentionMaps:
     # Only the rows of one sentence and the columns of the other ("a-b": A's rows over B's
     # columns), each row renormalised to sum to 1 over the columns kept.
     between: str | None = None
+    # Long inputs. Chosen rows: the position of each query row among the input's tokens
+    # (None: every token in order). Pooled maps: how many neighbouring tokens each bin
+    # holds (rows averaged, columns summed), the tokens labelled by each bin's first.
+    query_positions: list[int] | None = None
+    pooled: int | None = None
 
     def __post_init__(self) -> None:
         weights = np.asarray(self.weights)
@@ -104,6 +111,16 @@ class AttentionMaps:
                 f"prompt_length {self.prompt_length} is outside 0 to {len(self.query_tokens)}, "
                 "the number of query tokens"
             )
+        if self.query_positions is not None:
+            if len(self.query_positions) != len(self.query_tokens):
+                raise SchemaError(
+                    f"query_positions has {len(self.query_positions)} positions for "
+                    f"{len(self.query_tokens)} query tokens"
+                )
+            if any(position < 0 for position in self.query_positions):
+                raise SchemaError("query_positions are token positions, 0 or more")
+        if self.pooled is not None and self.pooled < 1:
+            raise SchemaError(f"pooled is a number of tokens per bin, not {self.pooled}")
         expected = (*self.map_grid, len(self.query_tokens), len(self.key_tokens))
         if self.weights.shape != expected:
             raise SchemaError(
@@ -202,6 +219,40 @@ class AttentionMaps:
             **flags,
         )
 
+    def reduced(self, rows: Selection = None, pool: int | None = None) -> AttentionMaps:
+        """Of these whole maps, only some query rows over every key (``rows``: ``"last"``,
+        ``-1``, ``"100-120"``, a list), or the maps pooled into at most ``pool`` × ``pool``
+        bins: what ``--rows`` and ``--pool`` keep, as a long input's blocks make them."""
+        if rows is None and pool is None:
+            return self
+        if self.query_positions is not None or self.pooled is not None:
+            raise ValueError("these maps hold chosen rows or pooled bins already, not whole maps")
+        queries, keys = len(self.query_tokens), len(self.key_tokens)
+        weights = np.stack(
+            [
+                of_whole(product_for(rows, pool, len(grid), queries, keys), grid)
+                for grid in self.weights.astype(np.float32)
+            ]
+        )
+        query_tokens, key_tokens, fields = product_tokens(
+            rows, pool, self.query_tokens, self.key_tokens
+        )
+        flags = {
+            name: None
+            if getattr(self, name) is None
+            else product_tokens(rows, pool, getattr(self, name), getattr(self, name))[index]
+            for index, name in enumerate(("query_special", "key_special"))
+        }
+        return self.replace(
+            query_tokens=query_tokens,
+            key_tokens=key_tokens,
+            weights=weights.astype(self.weights.dtype),
+            prompt_length=None,
+            pair_start=None,
+            **flags,
+            **fields,
+        )
+
     def with_positions(self) -> AttentionMaps:
         """The same maps with repeated token labels told apart by their positions:
         ``the`` twice becomes ``the·0`` and ``the·3``; a label seen once stays as it is."""
@@ -241,9 +292,10 @@ class AttentionMaps:
         for name in ("query_special", "key_special"):
             if getattr(self, name) is not None:
                 document[name] = list(getattr(self, name))
-        for name in ("prompt_length", "pair", "pair_start", "between"):
+        for name in ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled"):
             if getattr(self, name) is not None:  # optional fields: older readers ignore them
-                document[name] = getattr(self, name)
+                value = getattr(self, name)
+                document[name] = list(value) if isinstance(value, list) else value
         return document
 
     def context(self) -> str:
@@ -260,6 +312,10 @@ class AttentionMaps:
         if self.prompt_length is not None:
             generated = len(self.query_tokens) - self.prompt_length
             notes.append(f"{generated} generated (▸) after a {self.prompt_length}-token prompt")
+        if self.query_positions is not None:
+            notes.append(f"rows: query tokens {index_span(self.query_positions)}")
+        if self.pooled is not None:
+            notes.append(f"{self.pooled} tokens per bin (rows averaged, columns summed)")
         return "".join(f" · {note}" for note in notes)
 
     def query_labels(self) -> list[str]:
@@ -310,6 +366,8 @@ class AttentionMaps:
                 pair=_optional_str(document.get("pair"), "pair"),
                 pair_start=_optional_int(document.get("pair_start"), "pair_start"),
                 between=_optional_str(document.get("between"), "between"),
+                query_positions=_positions(document.get("query_positions")),
+                pooled=_optional_int(document.get("pooled"), "pooled"),
             )
         except (TypeError, ValueError) as error:
             raise SchemaError(f"malformed document: {error}") from None
@@ -437,9 +495,20 @@ def check_attention(maps: AttentionMaps) -> None:
         causal=maps.mode is Mode.MASKED,
         tolerance=1e-2,
         distributions=maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL),
+        positions=maps.query_positions,
     )
     if problem is not None:
         raise SchemaError(problem)
+
+
+def _positions(values: Any) -> list[int] | None:
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(
+        isinstance(value, int) and not isinstance(value, bool) for value in values
+    ):
+        raise SchemaError("query_positions must be a list of token positions")
+    return values
 
 
 def _optional_int(value: Any, name: str) -> int | None:

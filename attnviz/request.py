@@ -18,9 +18,7 @@ from typing import Any
 
 from attnviz.choices import Mode, chosen
 from attnviz.errors import UsageError
-from attnviz.selection import check_syntax
-
-Selection = str | int | Sequence[int] | None  # 2, "0,2", "0-2", [0, 2], "all" or None (all)
+from attnviz.selection import Selection, check_syntax
 
 
 @dataclass(frozen=True)
@@ -34,6 +32,10 @@ class Request:
     words; ``raw_pieces`` labels tokens with the tokenizer's own pieces; ``chat``
     renders the text as one user message through the chat template, after a
     ``system`` message if one is given.
+
+    Long inputs: ``rows`` keeps only some query rows, over every key (``"last"``,
+    ``-1``, ``"100-120"``, a list); ``pool`` pools neighbouring tokens so that each
+    map has at most ``pool`` × ``pool`` bins (rows averaged, columns summed).
     """
 
     mode: Mode | None = None
@@ -44,6 +46,8 @@ class Request:
     raw_pieces: bool = False
     chat: bool = False
     system: str | None = None
+    rows: Selection = None
+    pool: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode is not None:
@@ -57,6 +61,30 @@ class Request:
             raise UsageError(f"system is a text, not {type(self.system).__name__}")
         if self.system is not None and not self.chat:
             raise UsageError("--system is the first message of a chat: add --chat")
+        self._check_products()
+
+    def _check_products(self) -> None:
+        if self.rows is not None:
+            object.__setattr__(self, "rows", _selection(self.rows, "row"))
+        if self.pool is not None and (
+            isinstance(self.pool, bool) or not isinstance(self.pool, int) or self.pool < 2
+        ):
+            raise UsageError(f"--pool takes a number of bins of at least 2, not {self.pool!r}")
+        if self.rows is not None and self.pool is not None:
+            raise UsageError("--rows and --pool are two views of long maps: give one of them")
+        reshaped = [
+            name for name, on in (("--words", self.words), ("--no-special", not self.special)) if on
+        ]
+        if reshaped and (self.rows is not None or self.pool is not None):
+            raise UsageError(
+                f"{reshaped[0]} reshapes whole maps: with --rows or --pool, the tokens are read "
+                "as the tokenizer gives them"
+            )
+
+    @property
+    def whole(self) -> bool:
+        """True when every query row of every map is asked for, unpooled."""
+        return self.rows is None and self.pool is None
 
     @classmethod
     def of(cls, request: Request | None, options: Mapping[str, Any]) -> Request:
@@ -78,8 +106,11 @@ class Request:
         """What the request decides, as plain JSON values (a batch's manifest records it)."""
         values = {field.name: getattr(self, field.name) for field in fields(self)}
         values["mode"] = None if self.mode is None else self.mode.value
-        for name in ("layers", "heads"):
-            if isinstance(values[name], tuple):
+        for name in ("rows", "pool"):  # absent from the fingerprints of earlier releases
+            if values[name] is None:
+                del values[name]
+        for name in ("layers", "heads", "rows"):
+            if name in values and isinstance(values[name], tuple):
                 values[name] = list(values[name])
         return values
 

@@ -1,4 +1,4 @@
-"""Parsing layer and head selections: ``2``, ``0,2``, ``0-2``, ``all``, ``-1``."""
+"""Parsing layer, head and row selections: ``2``, ``0,2``, ``0-2``, ``all``, ``-1``, ``last``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import re
 from collections.abc import Sequence
 
 from attnviz.errors import UsageError
+
+Selection = str | int | Sequence[int] | None  # 2, "0,2", "0-2", [0, 2], "all" or None (all)
 
 _RANGE = re.compile(r"^(-?\d+)-(-?\d+)$")
 
@@ -38,6 +40,8 @@ def _expand(part: int | str, count: int, what: str) -> list[int]:
         return [_check(part, count, what)]
     if part.lower() == "all":
         return list(range(count))
+    if part.lower() == "last":
+        return [count - 1]
     if re.fullmatch(r"-?\d+", part):
         return [_check(int(part), count, what)]
     match = _RANGE.match(part)
@@ -51,7 +55,7 @@ def _expand(part: int | str, count: int, what: str) -> list[int]:
 
 def _not_a_selection(part: str, what: str) -> UsageError:
     return UsageError(
-        f"{what} selection {part!r} is not an index, a list (0,2), a range (0-2) or 'all'"
+        f"{what} selection {part!r} is not an index, a list (0,2), a range (0-2), 'last' or 'all'"
     )
 
 
@@ -78,7 +82,11 @@ def check_syntax(spec: str | int | Sequence[int] | None, what: str) -> None:
     tell its range is loaded."""
     if isinstance(spec, str):
         for part in (part.strip() for part in spec.split(",")):
-            if not (part.lower() == "all" or re.fullmatch(r"-?\d+", part) or _RANGE.match(part)):
+            if not (
+                part.lower() in ("all", "last")
+                or re.fullmatch(r"-?\d+", part)
+                or _RANGE.match(part)
+            ):
                 raise _not_a_selection(part, what)
 
 

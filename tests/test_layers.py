@@ -100,7 +100,8 @@ def test_attnviz_has_no_import_cycles():
 
 def test_the_maps_build_only_on_the_lowest_modules():
     """AttentionMaps is data: at import it needs the choices, the errors, the schema and
-    the token-grid operations; the notebook conveniences reach above it lazily."""
+    the token-grid operations and products; the notebook conveniences reach above it
+    lazily."""
     tree = ast.parse((PACKAGE / "maps.py").read_text())
     at_import = {
         node.module
@@ -112,4 +113,5 @@ def test_the_maps_build_only_on_the_lowest_modules():
         "attnviz.errors",
         "attnviz.schema",
         "attnviz.analysis.grid",
+        "attnviz.analysis.products",
     }

@@ -218,7 +218,69 @@ def t5(folder: Path) -> Path:
     )
 
 
-BUILDERS = {"bert": bert, "gpt2": gpt2, "llama": llama, "bart": bart, "t5": t5}
+def _metaspace_decoder(model_class, config_class, folder: Path, **settings) -> Path:
+    """A Llama-like decoder (<s> first) with a Metaspace BPE tokenizer."""
+    torch.manual_seed(0)
+    specials = ["<pad>", "<unk>", "<s>", "</s>"]
+    tokenizer = _metaspace(
+        models.BPE(unk_token="<unk>"),
+        trainers.BpeTrainer(vocab_size=300, special_tokens=specials),
+        specials,
+    )
+    _template(tokenizer, "<s> $A")
+    config = config_class(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        **settings,
+    )
+    return _save(
+        model_class(config),
+        tokenizer,
+        folder,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+
+
+def mistral(folder: Path) -> Path:
+    """Sliding-window attention: a token sees only the 4 tokens up to itself."""
+    return _metaspace_decoder(
+        transformers.MistralModel, transformers.MistralConfig, folder, sliding_window=4
+    )
+
+
+def gemma2(folder: Path) -> Path:
+    """Logit soft-capping (scores squashed to ±1 here, so that it bites), and sliding-window
+    layers between global ones."""
+    return _metaspace_decoder(
+        transformers.Gemma2Model,
+        transformers.Gemma2Config,
+        folder,
+        attn_logit_softcapping=1.0,
+        sliding_window=4,
+    )
+
+
+BUILDERS = {
+    "bert": bert,
+    "gpt2": gpt2,
+    "llama": llama,
+    "bart": bart,
+    "t5": t5,
+    "mistral": mistral,
+    "gemma2": gemma2,
+}
 # The same models with their language-model heads: they generate text.
 GENERATORS = {
     "gpt2-lm": lambda folder: gpt2(folder, lm=True),

@@ -65,19 +65,29 @@ def row_error(weights: np.ndarray) -> float:
     return float(np.abs(weights.sum(-1) - 1).max(initial=0))
 
 
-def lookahead(weights: np.ndarray) -> float:
-    """The largest weight a query gives a later token, in square (…, T, T) maps."""
-    above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
+def lookahead(weights: np.ndarray, positions: Sequence[int] | None = None) -> float:
+    """The largest weight a query gives a later token: in square (…, T, T) maps, or in
+    chosen rows (…, R, S) whose query ``positions`` are given."""
+    if positions is None:
+        above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
+    else:
+        above = np.arange(weights.shape[-1])[None, :] > np.asarray(positions)[:, None]
     return float(np.abs(weights[..., above]).max(initial=0))
 
 
 def attention_problem(
-    weights: np.ndarray, *, causal: bool, tolerance: float, distributions: bool = True
+    weights: np.ndarray,
+    *,
+    causal: bool,
+    tolerance: float,
+    distributions: bool = True,
+    positions: Sequence[int] | None = None,
 ) -> str | None:
     """What makes (…, T, S) numbers not attention, in words, or None when they are:
     finite, in [0, 1], rows summing to 1 (``distributions``; a max over heads is not)
-    within ``tolerance``, and no weight on a later token when ``causal`` and square
-    (within 1e-6: a masked weight is exactly 0 in any precision)."""
+    within ``tolerance``, and no weight on a later token when ``causal`` and square or
+    of rows at known query ``positions`` (within 1e-6: a masked weight is exactly 0 in
+    any precision)."""
     if not np.all(np.isfinite(weights)):
         return "weights hold NaN or infinite values: these are not attention"
     if weights.size and (weights.min() < 0 or weights.max() > 1 + 1e-6):
@@ -88,6 +98,6 @@ def attention_problem(
     if distributions and (worst := row_error(weights)) > tolerance:
         return f"rows of the weights do not sum to 1 (off by up to {worst:.3g})"
     square = weights.shape[-1] == weights.shape[-2]
-    if causal and square and lookahead(weights) > 1e-6:
+    if causal and (square or positions is not None) and lookahead(weights, positions) > 1e-6:
         return "masked (causal) maps give weight to later tokens"
     return None

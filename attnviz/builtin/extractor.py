@@ -73,7 +73,9 @@ class BuiltinExtractor(Extractor):
         head_indices = resolve(request.heads, self.config.num_heads, "head")
         # The stack has no padding mask: inputs run one at a time, as they come.
         return (
-            self._extract(*without_pair(item), chosen, layer_indices, head_indices)
+            self._extract(*without_pair(item), chosen, layer_indices, head_indices).reduced(
+                request.rows, request.pool
+            )
             for item in items
         )
 

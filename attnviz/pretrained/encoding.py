@@ -12,7 +12,7 @@ has run.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +24,8 @@ from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.pretrained.loading import PretrainedModel, quiet
 from attnviz.pretrained.placement import check_maps_fit
 from attnviz.pretrained.streams import Family
-from attnviz.request import Request, Selection
-from attnviz.selection import resolve
+from attnviz.request import Request
+from attnviz.selection import Selection, resolve
 
 if TYPE_CHECKING:
     import torch
@@ -219,20 +219,7 @@ def attention_of(
     model's device. Refuses, before running, maps that cannot fit in memory."""
     import torch
 
-    first = arguments.get("decoder_input_ids", arguments["input_ids"])
-    total_heads = head_count(loaded.model.config)
-    if total_heads is not None:
-        queries = first.shape[1]
-        keys = arguments["input_ids"].shape[1] if "decoder_input_ids" in arguments else queries
-        check_maps_fit(
-            loaded.model,
-            layers=len(wanted),
-            heads=len(resolve(heads, total_heads, "head")),
-            all_heads=total_heads,
-            inputs=first.shape[0],
-            queries=max(queries, keys),
-            keys=max(queries, keys),
-        )
+    check_whole_maps_fit(loaded, wanted, heads, arguments)
     captured: dict[int, torch.Tensor | None] = {}
     chosen: list[int] = []
     handles = []
@@ -251,22 +238,9 @@ def attention_of(
                 raise _Done
 
         handles.append(module.register_forward_hook(hook))
-    device = loaded.model.device
-    arguments = {
-        name: value.to(device) if isinstance(value, torch.Tensor) else value
-        for name, value in arguments.items()
-    }
     try:
-        with quiet(loaded.verbose), torch.inference_mode(), contextlib.suppress(_Done):
-            loaded.model(**arguments)
-    except RuntimeError as error:
-        if "not implemented for" in str(error) and loaded.model.dtype != torch.float32:
-            dtype = str(loaded.model.dtype).removeprefix("torch.")
-            raise UsageError(
-                f"{loaded.name} cannot run in {dtype} on {device}: an operation it uses has no "
-                f"{dtype} version there; use --model-dtype float32 (or bfloat16)"
-            ) from None
-        raise
+        with forward(loaded), torch.inference_mode(), contextlib.suppress(_Done):
+            loaded.model(**on_device(loaded, arguments))
     finally:
         for handle in handles:
             handle.remove()
@@ -278,6 +252,64 @@ def attention_of(
     return torch.stack([captured[layer] for layer in wanted]), chosen
 
 
+def on_device(loaded: PretrainedModel, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The forward pass's tensors moved to the model's device."""
+    import torch
+
+    device = loaded.model.device
+    return {
+        name: value.to(device) if isinstance(value, torch.Tensor) else value
+        for name, value in arguments.items()
+    }
+
+
+@contextlib.contextmanager
+def forward(loaded: PretrainedModel) -> Iterator[None]:
+    """Around a forward pass: transformers kept quiet, and a dtype the device cannot run
+    said plainly."""
+    import torch
+
+    try:
+        with quiet(loaded.verbose):
+            yield
+    except RuntimeError as error:
+        if "not implemented for" in str(error) and loaded.model.dtype != torch.float32:
+            dtype = str(loaded.model.dtype).removeprefix("torch.")
+            raise UsageError(
+                f"{loaded.name} cannot run in {dtype} on {loaded.model.device}: an operation it "
+                f"uses has no {dtype} version there; use --model-dtype float32 (or bfloat16)"
+            ) from None
+        raise
+
+
+def check_whole_maps_fit(
+    loaded: PretrainedModel,
+    wanted: Sequence[int],
+    heads: Selection,
+    arguments: dict[str, Any],
+    *,
+    eager: bool = True,
+) -> None:
+    """Refuse, before the model runs, whole maps of the ``wanted`` layers and chosen heads
+    that cannot fit in memory (and, with ``eager`` attention, each layer's whole attention
+    on a GPU)."""
+    first = arguments.get("decoder_input_ids", arguments["input_ids"])
+    total_heads = head_count(loaded.model.config)
+    if total_heads is not None:
+        queries = first.shape[1]
+        keys = arguments["input_ids"].shape[1] if "decoder_input_ids" in arguments else queries
+        check_maps_fit(
+            loaded.model,
+            layers=len(wanted),
+            heads=len(resolve(heads, total_heads, "head")),
+            all_heads=total_heads,
+            inputs=first.shape[0],
+            queries=max(queries, keys),
+            keys=max(queries, keys),
+            eager=eager,
+        )
+
+
 def row_tolerance(model: Any) -> float:
     """How far from 1 a row may sum in the model's precision: softmax rows computed in
     bfloat16 (8 bits of mantissa) or float16 are off by more than float32 rows."""
@@ -286,13 +318,21 @@ def row_tolerance(model: Any) -> float:
     return TOLERANCE if model.dtype == torch.float32 else HALF_TOLERANCE
 
 
-def check_weights(weights: np.ndarray, *, causal: bool, name: str, tolerance: float = 1e-4) -> None:
-    """Refuse numbers that are not attention: rows must be distributions, causal maps lower."""
+def check_weights(
+    weights: np.ndarray,
+    *,
+    causal: bool,
+    name: str,
+    tolerance: float = 1e-4,
+    positions: Sequence[int] | None = None,
+) -> None:
+    """Refuse numbers that are not attention: rows must be distributions, causal maps must
+    not look ahead (of rows at known query ``positions``, or square maps)."""
     worst = row_error(weights)
     if worst > tolerance:
         raise AttnvizError(
             f"{name} returned attention whose rows do not sum to 1 (off by up to {worst:.3g}): "
             "these are not softmax weights"
         )
-    if causal and lookahead(weights) > tolerance:
+    if causal and lookahead(weights, positions) > tolerance:
         raise AttnvizError(f"{name} returned causal attention that looks ahead")

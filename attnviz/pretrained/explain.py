@@ -9,10 +9,8 @@ comes from a separate, ordinary eager run, so a disagreement would show.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +19,7 @@ import numpy as np
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError
 from attnviz.pretrained.encoding import model_inputs
+from attnviz.pretrained.fused import recording
 from attnviz.pretrained.labels import piece_labels
 from attnviz.schema import envelope, json_numbers
 from attnviz.selection import resolve_one
@@ -73,38 +72,6 @@ class QueryExplanation:
         )
 
 
-_RECORDING = "attnviz_recording"
-
-
-@contextlib.contextmanager
-def _recording_attention(model: Any, record: Callable[..., None]) -> Iterator[None]:
-    """Run ``model`` with an attention function that calls ``record`` with what each
-    attention module computes from; leave transformers' registries as they were."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-    def recording(module, query_states, key_states, value, attention_mask, *args, **kwargs):
-        run = __import__(type(module).__module__, fromlist=["_"]).eager_attention_forward
-        record(module, query_states, key_states, attention_mask, args, kwargs)
-        return run(module, query_states, key_states, value, attention_mask, *args, **kwargs)
-
-    registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
-    before = [registry.get(_RECORDING) for registry in registries]
-    AttentionInterface.register(_RECORDING, recording)
-    # The same masks eager attention gets: causal and padding masks as additive −∞.
-    AttentionMaskInterface.register(_RECORDING, eager_mask)
-    model.set_attn_implementation(_RECORDING)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation("eager")
-        for registry, previous in zip(registries, before, strict=True):
-            if previous is None:
-                registry.pop(_RECORDING, None)
-            else:
-                registry[_RECORDING] = previous
-
-
 def explain_query(
     extractor: PretrainedExtractor,
     text: str,
@@ -141,7 +108,7 @@ def explain_query(
 
     inputs = model_inputs(loaded, [(text, target, None)], mode)
     try:
-        with _recording_attention(loaded.model, record), torch.inference_mode():
+        with recording(loaded.model, record, fused=False), torch.inference_mode():
             loaded.model(**inputs.arguments)
     except Exception as error:  # an architecture whose attention cannot be recorded this way
         raise AttnvizError(f"cannot follow the attention of {loaded.name}: {error}") from None

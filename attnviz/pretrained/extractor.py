@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from attnviz.choices import Mode
-from attnviz.errors import AttnvizError, UsageError
+import numpy as np
+
+from attnviz.analysis.products import product_for, product_tokens
+from attnviz.choices import Attention, Mode
+from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import Checked, Extractor, as_item, check_text, parse_mode, without_pair
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.encoding import attention_of, check_weights, model_inputs, row_tolerance
-from attnviz.pretrained.labels import readable
+from attnviz.pretrained.encoding import (
+    ModelInputs,
+    Side,
+    attention_of,
+    check_weights,
+    check_whole_maps_fit,
+    forward,
+    model_inputs,
+    on_device,
+    row_tolerance,
+)
+from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.streams import Family, resolve_mode, stream_for
 from attnviz.request import Request
@@ -71,34 +85,126 @@ class PretrainedExtractor(Extractor):
         modules = self.modules(mode)
         layer_indices = resolve(request.layers, len(modules), "layer")
         inputs = model_inputs(loaded, items, mode, request)
-        stacked, head_indices = attention_of(
-            loaded, modules, layer_indices, inputs.arguments, request.heads
-        )  # (L, B, H, T, S)
-        batch = stacked.numpy()
+        sides = list(zip(inputs.queries, inputs.keys, strict=True))
+        fused = self._fused(modules, layer_indices, inputs, request, sides)
+        if fused is None:
+            stacked, head_indices = attention_of(
+                loaded, modules, layer_indices, inputs.arguments, request.heads
+            )  # (L, B, H, T, S)
+            batch = stacked.numpy()
+            per_input = [  # padding trimmed
+                batch[:, row, :, : query.length, : key.length]
+                for row, (query, key) in enumerate(sides)
+            ]
+        else:
+            per_input, head_indices = fused
         tolerance = row_tolerance(loaded.model)
         results = []
-        for row, (query, key) in enumerate(zip(inputs.queries, inputs.keys, strict=True)):
-            weights = batch[:, row, :, : query.length, : key.length]  # padding trimmed
-            check_weights(weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance)
-            weights, query_labels, key_labels = readable(loaded, weights, query, key, request)
-            results.append(
-                AttentionMaps(
+        for row, (query, key) in enumerate(sides):
+            text, target, pair = items[row]
+            known = {
+                "layers": layer_indices,
+                "heads": head_indices,
+                "mode": mode,
+                "model": self.name,
+                "text": text,
+                "target": target,
+                "pair": pair,
+            }
+            weights = per_input[row]  # (L, H, T, S), or the product asked for
+            if fused is not None and not request.whole:  # a product made block by block
+                maps = self._product_maps(weights, query, key, request, known)
+            else:
+                check_weights(
+                    weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance
+                )
+                weights, query_labels, key_labels = readable(loaded, weights, query, key, request)
+                maps = AttentionMaps(
                     query_tokens=query_labels.text,
                     key_tokens=key_labels.text,
                     weights=weights,
-                    layers=layer_indices,
-                    heads=head_indices,
-                    mode=mode,
-                    model=self.name,
-                    text=items[row][0],
-                    target=items[row][1],
                     query_special=query_labels.special,
                     key_special=key_labels.special,
-                    pair=items[row][2],
                     pair_start=key_labels.pair_start(),
-                )
-            )
+                    **known,
+                ).reduced(request.rows, request.pool)
+            results.append(maps)
         return results
+
+    def _product_maps(
+        self, weights: np.ndarray, query: Side, key: Side, request: Request, known: dict
+    ) -> AttentionMaps:
+        """Maps of the rows or bins that were computed block by block, labelled."""
+        query_labels = piece_labels(self.loaded, query, request.raw_pieces)
+        key_labels = piece_labels(self.loaded, key, request.raw_pieces)
+        rows, pool = request.rows, request.pool
+        query_tokens, key_tokens, fields = product_tokens(
+            rows, pool, query_labels.text, key_labels.text
+        )
+        query_special, key_special, _ = product_tokens(
+            rows, pool, query_labels.special, key_labels.special
+        )
+        check_weights(
+            weights,
+            causal=known["mode"] is Mode.MASKED,
+            name=self.name,
+            tolerance=row_tolerance(self.loaded.model),
+            positions=fields.get("query_positions"),
+        )
+        return AttentionMaps(
+            query_tokens=query_tokens,
+            key_tokens=key_tokens,
+            weights=weights,
+            query_special=query_special,
+            key_special=key_special,
+            **fields,
+            **known,
+        )
+
+    def _fused(
+        self,
+        modules: list,
+        layers: list[int],
+        inputs: ModelInputs,
+        request: Request,
+        sides: list[tuple[Side, Side]],
+    ) -> tuple[list[np.ndarray], list[int]] | None:
+        """Each input's weights (or the product asked for), computed block by block while the
+        model runs its fused attention; None where it runs eager attention instead."""
+        from attnviz.pretrained.fused import Layout, Unrecordable, fused_attention
+
+        loaded = self.loaded
+        if loaded.attention is Attention.EAGER:
+            return None
+        layouts = [
+            Layout(
+                query.length,
+                key.length,
+                partial(
+                    product_for, request.rows, request.pool, queries=query.length, keys=key.length
+                ),
+            )
+            for query, key in sides
+        ]
+        if request.whole:
+            check_whole_maps_fit(loaded, layers, request.heads, inputs.arguments, eager=False)
+        arguments = on_device(loaded, inputs.arguments)
+        try:
+            with forward(loaded):
+                per_input, heads = fused_attention(
+                    loaded.model, modules, layers, arguments, request.heads, layouts, loaded.memory
+                )
+        except Unrecordable as error:
+            if loaded.attention is Attention.FUSED:
+                raise UsageError(
+                    f"--attention fused cannot read {self.name}: {error}; use --attention eager"
+                ) from None
+            warn(
+                f"{self.name}: {error}, which attnviz cannot compute block by block: reading "
+                "it with eager attention"
+            )
+            return None
+        return [np.stack(layers_of) for layers_of in per_input], heads
 
     def generate(
         self,

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from attnviz import signals
+from attnviz.choices import Attention
 from attnviz.errors import AttnvizError, UsageError, is_out_of_memory
+from attnviz.pretrained.fused import DEFAULT_MEMORY
 from attnviz.pretrained.streams import Family, Stream, attention_streams, family_of
 
 
@@ -45,6 +47,8 @@ class LoadOptions:
     device: str = "auto"  # auto (a GPU if there is one), cpu, cuda, cuda:N or mps
     dtype: str = "auto"  # of the weights: auto (the checkpoint's own on a GPU), float32, …
     device_map: str | None = None  # accelerate's placement over GPUs and CPU ("auto")
+    attention: Attention = Attention.AUTO  # fused (weights computed block by block) or eager
+    memory: int = DEFAULT_MEMORY  # bytes a block of one head's weights may take (fused)
 
 
 @dataclass
@@ -61,6 +65,8 @@ class PretrainedModel:
     streams: dict[Stream, list[tuple[Any, int]]] = field(default_factory=dict)
     verbose: bool = False
     byte_level: bool = False  # the tokenizer spells bytes as characters (Ġ for a space)
+    attention: Attention = Attention.AUTO
+    memory: int = DEFAULT_MEMORY
 
 
 @dataclass(frozen=True)
@@ -263,7 +269,9 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
     if device is not None:
         model.to(device)
     model.eval()
-    return _prepared(name, model, tokenizer, options.verbose)
+    loaded = _prepared(name, model, tokenizer, options.verbose)
+    loaded.attention, loaded.memory = Attention(options.attention), options.memory
+    return loaded
 
 
 def _placement(options: LoadOptions, config: Any) -> tuple[dict[str, Any], str | None]:

@@ -96,21 +96,30 @@ def free_memory() -> int | None:
 
 
 def check_maps_fit(
-    model: Any, *, layers: int, heads: int, all_heads: int, inputs: int, queries: int, keys: int
+    model: Any,
+    *,
+    layers: int,
+    heads: int,
+    all_heads: int,
+    inputs: int,
+    queries: int,
+    keys: int,
+    eager: bool = True,
 ) -> None:
     """Refuse, before the forward pass, maps that cannot fit: the selected ones are kept on the
-    CPU in float32; each layer's whole attention is built on the model's device in its dtype."""
+    CPU in float32; with ``eager`` attention each layer's whole attention is also built on the
+    model's device in its dtype."""
     kept = layers * heads * inputs * queries * keys * 4
     free = free_memory()
     if free is not None and kept > free:
         raise UsageError(
             f"the maps asked for need about {_gib(kept)} ({layers} layers × {heads} heads × "
             f"{queries} × {keys} tokens × {inputs} inputs, float32) but {_gib(free)} of memory is "
-            "free: select fewer layers (--layer) or heads (--head), a shorter text, or a "
-            "smaller --batch-size"
+            "free: keep some rows (--rows last) or pool the maps (--pool 256), select fewer "
+            "layers (--layer) or heads (--head), or a smaller --batch-size"
         )
     device = getattr(model, "device", None)
-    if device is None or device.type != "cuda":
+    if not eager or device is None or device.type != "cuda":
         return
     import torch
 

@@ -1,0 +1,261 @@
+"""Exact attention weights from a model that runs its own fused attention.
+
+Fused kernels (PyTorch's scaled_dot_product_attention, flash attention) return
+no weights, and a long input's whole T×T maps would not fit in memory anyway.
+So, for one forward pass, attnviz registers an attention function with
+transformers: every attention module calls it with the queries and keys it
+computes from (after rotary embeddings), its mask and its score adjustments
+(scaling, a position bias, logit soft-capping), and it returns the model's own
+fused attention unchanged. In the modules asked for, it first hands those
+inputs to attnviz, which computes the weights one block of query rows at a
+time, in float32, and keeps only what was asked for of each block.
+
+Shape letters: B inputs, H query heads, K key/value heads, T query tokens,
+S key tokens, D head size, R query rows of a block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.analysis.products import Product
+from attnviz.selection import Selection, resolve
+
+if TYPE_CHECKING:
+    import torch
+
+FUSED = "attnviz_fused"  # the attention implementation's name while attnviz records
+EAGER_RECORDING = "attnviz_eager"  # the same, passing through to eager attention (explain)
+
+# The block's scores, their exponentials and the softmax exist at once, in float32.
+_COPIES_PER_BLOCK = 3
+DEFAULT_MEMORY = 256 * 2**20  # bytes a block of one head's weights may take
+
+
+@dataclass
+class Scores:
+    """What one attention module computes its weights from, as its eager function would."""
+
+    query: torch.Tensor  # (B, H, T, D), after rotary embeddings
+    key: torch.Tensor  # (B, K, S, D)
+    mask: torch.Tensor | None  # (B, 1 or H, T, S): bool (True: may attend) or added to scores
+    causal: bool  # no mask was given and the module is causal: a later key is hidden
+    scaling: float  # what the dot products are multiplied by
+    softcap: float | None = None  # scores squashed to ±softcap by tanh (Gemma 2)
+    position_bias: torch.Tensor | None = None  # (1 or B, H, T, S), added to the scores (T5)
+
+    @property
+    def heads(self) -> int:
+        return self.query.shape[1]
+
+    def rows_per_block(self, memory: int) -> int:
+        """How many query rows of one head fit in ``memory`` bytes of float32 blocks."""
+        per_row = self.key.shape[2] * 4 * _COPIES_PER_BLOCK
+        return max(1, min(self.query.shape[2], memory // per_row))
+
+    def block(self, item: int, head: int, start: int, stop: int) -> torch.Tensor:
+        """The exact weights of query rows ``start:stop`` of ``head`` for input ``item``:
+        (R, S) float32, each row a softmax over every key."""
+        import torch
+
+        group = self.heads // self.key.shape[1]  # query heads per key/value head
+        query = self.query[item, head, start:stop].float()  # (R, D)
+        key = self.key[item, head // group].float()  # (S, D)
+        scores = (query @ key.T) * self.scaling  # (R, S)
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        if self.position_bias is not None:
+            bias = self.position_bias[min(item, self.position_bias.shape[0] - 1)]
+            scores = scores + bias[head if bias.shape[0] > 1 else 0, start:stop].float()
+        if self.mask is not None:
+            mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, start:stop]
+            if mask.dtype == torch.bool:
+                scores = scores.masked_fill(~mask, -math.inf)
+            else:
+                scores = scores + mask.float()
+        elif self.causal:
+            rows = torch.arange(start, stop, device=scores.device)[:, None]
+            later = torch.arange(scores.shape[1], device=scores.device)[None, :] > rows
+            scores = scores.masked_fill(later, -math.inf)
+        return torch.softmax(scores, dim=-1)
+
+
+class Unrecordable(Exception):
+    """An attention module computes its scores in a way attnviz does not reproduce."""
+
+
+def scores_of(module: Any, query, key, mask, args: tuple, kwargs: dict) -> Scores:
+    """The inputs of one call of an attention function, as :class:`Scores`."""
+    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
+        raise Unrecordable("learned attention sinks")
+    scaling = kwargs.get("scaling")
+    if scaling is None and args:
+        raise Unrecordable("its attention function is given its settings by position")
+    is_causal = kwargs.get("is_causal")
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    return Scores(
+        query=query,
+        key=key,
+        mask=mask,
+        # As PyTorch's fused attention decides: causal only over several queries, unmasked.
+        causal=mask is None and bool(is_causal) and query.shape[2] > 1,
+        scaling=scaling if scaling is not None else query.shape[-1] ** -0.5,
+        softcap=kwargs.get("softcap"),
+        position_bias=kwargs.get("position_bias"),
+    )
+
+
+def _additive(mask, query, key, module: Any, kwargs: dict):
+    """The mask as eager attention adds it: 0 or the dtype's lowest (or None), whatever form
+    the fused mask came in."""
+    import torch
+
+    lowest = torch.finfo(query.dtype).min
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            return mask
+        return torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~mask, lowest
+        )
+    is_causal = kwargs.get("is_causal")
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if not is_causal or query.shape[2] == 1:
+        return None
+    later = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool, device=query.device)
+    return torch.zeros(later.shape, dtype=query.dtype, device=query.device).masked_fill(
+        later.triu(1), lowest
+    )[None, None]
+
+
+def _eager_function(module: Any) -> Callable[..., Any]:
+    return __import__(type(module).__module__, fromlist=["_"]).eager_attention_forward
+
+
+def _fused(module, query, key, value, mask, *args, **kwargs):
+    """The model's own fast attention: PyTorch's fused kernel, or, for what that kernel does
+    not do (logit soft-capping), the module's eager function."""
+    if kwargs.get("softcap") is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, mask, *args, **kwargs)
+    additive = _additive(mask, query, key, module, kwargs)
+    return _eager_function(module)(module, query, key, value, additive, *args, **kwargs)
+
+
+def _eager(module, query, key, value, mask, *args, **kwargs):
+    return _eager_function(module)(module, query, key, value, mask, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def recording(model: Any, record: Callable[..., None], *, fused: bool = True) -> Iterator[None]:
+    """Run ``model`` with an attention function that first calls ``record(module, query, key,
+    mask, args, kwargs)`` and then runs the model's own attention: fused (with the masks
+    PyTorch's fused kernel takes) or eager (with additive masks). The model's attention
+    implementation and transformers' registries are left as they were."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+
+    name, run, masks = (
+        (FUSED, _fused, sdpa_mask) if fused else (EAGER_RECORDING, _eager, eager_mask)
+    )
+
+    def attention(module, query, key, value, mask, *args, **kwargs):
+        record(module, query, key, mask, args, kwargs)
+        return run(module, query, key, value, mask, *args, **kwargs)
+
+    registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
+    before = [registry.get(name) for registry in registries]
+    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
+    AttentionInterface.register(name, attention)
+    AttentionMaskInterface.register(name, masks)
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(implementation)
+        for registry, previous in zip(registries, before, strict=True):
+            if previous is None:
+                registry.pop(name, None)
+            else:
+                registry[name] = previous
+
+
+class _Done(Exception):
+    """Raised once every layer asked for has been reduced: the rest of the model need not run."""
+
+
+@dataclass
+class Layout:
+    """One input of a batch: its query and key tokens (padding after them), and what to keep."""
+
+    queries: int
+    keys: int
+    product: Callable[[int], Product]  # heads -> a fresh product for this input
+
+
+def fused_attention(
+    model: Any,
+    modules: list[tuple[Any, int]],
+    wanted: list[int],
+    arguments: dict[str, Any],
+    heads: Selection,
+    layouts: list[Layout],
+    memory: int = DEFAULT_MEMORY,
+) -> tuple[list[list[np.ndarray]], list[int]]:
+    """Run ``model`` once with its fused attention; for each input, the product of each wanted
+    layer's chosen heads, computed block by block, and the head indices.
+
+    Raises :class:`Unrecordable` when a wanted layer computes its attention in a way this
+    does not reproduce (or outside transformers' attention functions)."""
+    import torch
+
+    owner = {
+        id(part): layer
+        for layer, (module, _) in enumerate(modules)
+        if layer in wanted
+        for part in module.modules()
+    }
+    products: dict[int, list[Product]] = {}
+    chosen: list[int] = []
+
+    def record(module, query, key, mask, args, kwargs) -> None:
+        layer = owner.get(id(module))
+        if layer is None or layer in products:
+            return
+        scores = scores_of(module, query, key, mask, args, kwargs)
+        chosen[:] = resolve(heads, scores.heads, "head")
+        products[layer] = [
+            _reduce(scores, item, layout, chosen, memory) for item, layout in enumerate(layouts)
+        ]
+        if len(products) == len(wanted):
+            raise _Done
+
+    with recording(model, record, fused=True), torch.inference_mode(), contextlib.suppress(_Done):
+        model(**arguments)
+    missing = [layer for layer in wanted if layer not in products]
+    if missing:
+        raise Unrecordable(
+            f"layer {missing[0]} computes its attention outside transformers' attention functions"
+        )
+    per_input = [
+        [products[layer][item].result() for layer in wanted] for item in range(len(layouts))
+    ]
+    return per_input, list(chosen)
+
+
+def _reduce(scores: Scores, item: int, layout: Layout, heads: list[int], memory: int) -> Product:
+    product = layout.product(len(heads))
+    step = scores.rows_per_block(memory)
+    for slot, head in enumerate(heads):
+        for start in range(0, layout.queries, step):
+            stop = min(start + step, layout.queries)
+            if product.wanted(start, stop):
+                block = scores.block(item, head, start, stop)[:, : layout.keys]  # (R, S)
+                product.add(slot, start, block.cpu().numpy())
+    return product

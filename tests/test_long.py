@@ -1,0 +1,171 @@
+"""Long inputs: the model runs its own fused attention and attnviz computes the weights
+asked for from its queries and keys, block by block. Every product equals the same
+product of the model's own eager ``output_attentions``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import attnviz
+from attnviz.analysis.grid import pool_map
+from attnviz.errors import UsageError
+from attnviz.pretrained import LoadOptions
+from attnviz.pretrained import fused as fused_module
+
+TEXT = "The man walked the dog and the animal didn't cross the street"
+TARGET = "Bonjour je t'aime le chien"
+
+CASES = [
+    ("bert", "self", "attentions"),
+    ("gpt2", "masked", "attentions"),
+    ("llama", "masked", "attentions"),  # grouped-query heads
+    ("bart", "self", "encoder_attentions"),
+    ("bart", "masked", "decoder_attentions"),
+    ("bart", "cross", "cross_attentions"),
+    ("t5", "self", "encoder_attentions"),  # relative position bias
+    ("t5", "masked", "decoder_attentions"),
+    ("t5", "cross", "cross_attentions"),
+    ("mistral", "masked", "attentions"),  # a sliding window of 4
+    ("gemma2", "masked", "attentions"),  # logit soft-capping, sliding and global layers
+]
+
+
+def eager_attentions(path: str, family: str, field: str) -> np.ndarray:
+    """(L, H, T, S) from the model's own eager attention, through transformers' public API."""
+    model = transformers.AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    inputs = {"input_ids": torch.tensor([tokenizer(TEXT)["input_ids"]])}
+    if model.config.is_encoder_decoder:
+        inputs["decoder_input_ids"] = torch.tensor([tokenizer(text_target=TARGET)["input_ids"]])
+    with torch.no_grad():
+        output = model(**inputs, output_attentions=True)
+    return torch.stack([layer[0] for layer in getattr(output, field)]).numpy()
+
+
+@pytest.fixture(scope="module")
+def references(tiny):
+    return {
+        (family, field): eager_attentions(tiny[family], family, field) for family, _, field in CASES
+    }
+
+
+def block_memory(rows: int | None, keys: int) -> int:
+    """The memory budget that makes blocks of ``rows`` query rows (None: every row at once)."""
+    return 10**9 if rows is None else rows * keys * 4 * fused_module._COPIES_PER_BLOCK
+
+
+@pytest.fixture
+def blocks(monkeypatch):
+    """Counts the blocks computed, so that a test knows the fused path ran."""
+    seen: list[tuple[int, int]] = []
+    block = fused_module.Scores.block
+
+    def counted(self, item, head, start, stop):
+        seen.append((start, stop))
+        return block(self, item, head, start, stop)
+
+    monkeypatch.setattr(fused_module.Scores, "block", counted)
+    return seen
+
+
+@pytest.mark.parametrize("rows_per_block", [1, 7, None])
+@pytest.mark.parametrize(("family", "mode", "field"), CASES)
+def test_every_product_equals_the_same_product_of_eager_attention(
+    tiny, references, blocks, family, mode, field, rows_per_block
+):
+    expected = references[(family, field)]  # (L, H, T, S)
+    keys = expected.shape[-1]
+    options = LoadOptions(memory=block_memory(rows_per_block, keys))
+    extractor = attnviz.load(tiny[family], load_options=options)
+    target = TARGET if family in ("bart", "t5") and mode != "self" else None
+
+    whole = extractor.extract(TEXT, mode=mode, target=target)
+    np.testing.assert_allclose(whole.weights, expected, atol=1e-6, rtol=0)
+    sizes = {stop - start for start, stop in blocks}
+    assert max(sizes) == min(rows_per_block or expected.shape[-2], expected.shape[-2])
+
+    last = extractor.extract(TEXT, mode=mode, target=target, rows="last")
+    np.testing.assert_allclose(last.weights, expected[:, :, -1:], atol=1e-6, rtol=0)
+    assert last.query_positions == [expected.shape[-2] - 1]
+
+    some = extractor.extract(TEXT, mode=mode, target=target, rows="1-3,0")
+    np.testing.assert_allclose(some.weights, expected[:, :, [0, 1, 2, 3]], atol=1e-6, rtol=0)
+    assert some.query_tokens == [whole.query_tokens[i] for i in range(4)]
+
+    pooled = extractor.extract(TEXT, mode=mode, target=target, pool=4)
+    factor = pooled.pooled
+    assert factor == -(-max(expected.shape[-2:]) // 4)
+    reference = np.array([[pool_map(m, factor) for m in layer] for layer in expected])
+    np.testing.assert_allclose(pooled.weights, reference, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(pooled.weights.sum(-1), 1, atol=1e-5)
+    assert pooled.query_tokens == whole.query_tokens[::factor]
+
+
+def test_only_the_heads_and_layers_asked_for_are_computed(tiny, blocks):
+    maps = attnviz.extract(TEXT, model=tiny["llama"], layers=1, heads="0,3")
+    assert maps.weights.shape[:2] == (1, 2)
+    assert len(blocks) == 2  # one block per head, of one layer
+
+
+def test_chosen_rows_of_a_batch_are_each_inputs_own(tiny):
+    extractor = attnviz.load(tiny["gpt2"])
+    texts = ["Hello I love you", TEXT]
+    batch = list(extractor.extract_many(texts, rows="last", batch_size=2))
+    for text, maps in zip(texts, batch, strict=True):
+        alone = extractor.extract(text)
+        np.testing.assert_allclose(maps.weights, alone.weights[:, :, -1:], atol=1e-6)
+        assert maps.query_positions == [len(alone.query_tokens) - 1]
+
+
+def test_eager_attention_gives_the_same_products(tiny):
+    fused = attnviz.load(tiny["llama"]).extract(TEXT, pool=3)
+    eager = attnviz.load(tiny["llama"], load_options=LoadOptions(attention="eager"))
+    np.testing.assert_allclose(eager.extract(TEXT, pool=3).weights, fused.weights, atol=1e-6)
+
+
+def test_the_builtin_stack_makes_the_same_products_from_its_whole_maps():
+    extractor = attnviz.load()
+    whole = extractor.extract(TEXT, mode="masked")
+    last = extractor.extract(TEXT, mode="masked", rows="last")
+    np.testing.assert_array_equal(last.weights, whole.weights[:, :, -1:])
+    pooled = extractor.extract(TEXT, mode="masked", pool=2)
+    np.testing.assert_allclose(
+        pooled.weights[0, 0], pool_map(whole.weights[0, 0], pooled.pooled), atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "message"),
+    [
+        ({"rows": "last", "pool": 8}, "give one of them"),
+        ({"pool": 1}, "at least 2"),
+        ({"pool": "8"}, "at least 2"),
+        ({"rows": "the end"}, "row selection 'the end' is not an index"),
+        ({"rows": "last", "words": True}, "--words reshapes whole maps"),
+        ({"pool": 8, "special": False}, "--no-special reshapes whole maps"),
+    ],
+)
+def test_malformed_products_are_usage_errors(request_fields, message):
+    with pytest.raises(UsageError, match=message):
+        attnviz.Request(**request_fields)
+
+
+def test_rows_outside_the_text_are_usage_errors(tiny):
+    with pytest.raises(UsageError, match="row 99 is out of range"):
+        attnviz.extract(TEXT, model=tiny["gpt2"], rows=99)
+
+
+def test_products_round_trip_through_saved_documents(tiny, tmp_path):
+    maps = attnviz.extract(TEXT, model=tiny["gpt2"], rows="0,-1")
+    for suffix in ("json", "npz"):
+        path = tmp_path / f"maps.{suffix}"
+        maps.save(path)
+        again = attnviz.AttentionMaps.read(path)
+        assert again.query_positions == maps.query_positions
+        np.testing.assert_allclose(again.weights, maps.weights)
+    pooled = attnviz.extract(TEXT, model=tiny["gpt2"], pool=4)
+    pooled.save(tmp_path / "pooled.json")
+    assert attnviz.AttentionMaps.read(tmp_path / "pooled.json").pooled == pooled.pooled
