@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from attnviz.analysis.grid import attention_problem, keep
-from attnviz.analysis.products import of_whole, product_for, product_tokens
+from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_tokens
 from attnviz.choices import Aggregate, Mode, PictureFormat, View
 from attnviz.errors import SchemaError, UsageError
 from attnviz.schema import READABLE_VERSIONS, envelope
@@ -223,11 +223,11 @@ class AttentionMaps:
         """Of these whole maps, only some query rows over every key (``rows``: ``"last"``,
         ``-1``, ``"100-120"``, a list), or the maps pooled into at most ``pool`` × ``pool``
         bins: what ``--rows`` and ``--pool`` keep, as a long input's blocks make them."""
-        if rows is None and pool is None:
+        queries, keys = len(self.query_tokens), len(self.key_tokens)
+        if keeps_everything(rows, pool, queries, keys):
             return self
         if self.query_positions is not None or self.pooled is not None:
             raise ValueError("these maps hold chosen rows or pooled bins already, not whole maps")
-        queries, keys = len(self.query_tokens), len(self.key_tokens)
         weights = np.stack(
             [
                 of_whole(product_for(rows, pool, len(grid), queries, keys), grid)

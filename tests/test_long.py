@@ -4,6 +4,8 @@ product of the model's own eager ``output_attentions``."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,10 @@ import transformers
 
 import attnviz
 from attnviz.analysis.grid import pool_map
-from attnviz.errors import UsageError
+from attnviz.cli import app
+from attnviz.cli.declarations import AUTO_POOL
+from attnviz.cli.settings import MapProducts, ModelSettings
+from attnviz.errors import AttnvizWarning, UsageError
 from attnviz.pretrained import LoadOptions
 from attnviz.pretrained import fused as fused_module
 
@@ -60,12 +65,12 @@ def block_memory(rows: int | None, keys: int) -> int:
 @pytest.fixture
 def blocks(monkeypatch):
     """Counts the blocks computed, so that a test knows the fused path ran."""
-    seen: list[tuple[int, int]] = []
+    seen: list[int] = []  # how many rows each block held
     block = fused_module.Scores.block
 
-    def counted(self, item, head, start, stop):
-        seen.append((start, stop))
-        return block(self, item, head, start, stop)
+    def counted(self, item, head, rows):
+        seen.append(len(rows))
+        return block(self, item, head, rows)
 
     monkeypatch.setattr(fused_module.Scores, "block", counted)
     return seen
@@ -84,8 +89,7 @@ def test_every_product_equals_the_same_product_of_eager_attention(
 
     whole = extractor.extract(TEXT, mode=mode, target=target)
     np.testing.assert_allclose(whole.weights, expected, atol=1e-6, rtol=0)
-    sizes = {stop - start for start, stop in blocks}
-    assert max(sizes) == min(rows_per_block or expected.shape[-2], expected.shape[-2])
+    assert max(blocks) == min(rows_per_block or expected.shape[-2], expected.shape[-2])
 
     last = extractor.extract(TEXT, mode=mode, target=target, rows="last")
     np.testing.assert_allclose(last.weights, expected[:, :, -1:], atol=1e-6, rtol=0)
@@ -169,3 +173,96 @@ def test_products_round_trip_through_saved_documents(tiny, tmp_path):
     pooled = attnviz.extract(TEXT, model=tiny["gpt2"], pool=4)
     pooled.save(tmp_path / "pooled.json")
     assert attnviz.AttentionMaps.read(tmp_path / "pooled.json").pooled == pooled.pooled
+
+
+# The command line.
+
+
+def test_show_writes_the_last_row_of_a_pretrained_model(runner, tiny):
+    arguments = ["show", TEXT, "--model", tiny["llama"], "--rows", "last", "-f", "json"]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    whole = attnviz.extract(TEXT, model=tiny["llama"])
+    assert document["query_positions"] == [len(whole.query_tokens) - 1]
+    np.testing.assert_allclose(document["weights"], whole.weights[:, :, -1:], atol=1e-6)
+
+
+def test_show_draws_pooled_maps_and_says_so(runner, tiny):
+    result = runner.invoke(
+        app,
+        [
+            "show",
+            TEXT,
+            "--model",
+            tiny["gpt2"],
+            "--pool",
+            "4",
+            "--layer",
+            "0",
+            "--head",
+            "0",
+            "--view",
+            "panels",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "4 tokens per bin (rows averaged, columns summed)" in " ".join(result.stdout.split())
+
+
+def test_eager_and_fused_attention_agree_on_the_command_line(runner, tiny):
+    outputs = []
+    for attention in ("eager", "fused"):
+        arguments = ["show", TEXT, "--model", tiny["bert"], "--attention", attention, "-f", "json"]
+        result = runner.invoke(app, [*arguments, "--memory", "1M"])
+        assert result.exit_code == 0, result.stderr
+        outputs.append(np.array(json.loads(result.stdout)["weights"]))
+    np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["--attention", "eager"],
+            "--attention applies to pretrained models (--model), not the built-in stack",
+        ),
+        (["--memory", "1G"], "--memory applies to pretrained models"),
+        (["--rows", "last", "--pool", "8"], "give one of them"),
+        (["--rows", "end"], "row selection 'end' is not an index"),
+        (["--pool", "1"], "--pool takes a number of bins of at least 2"),
+    ],
+)
+def test_bad_long_input_options_are_one_line_usage_errors(runner, arguments, message):
+    result = runner.invoke(app, ["show", TEXT, *arguments])
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("size", ["lots", "10", "0.5K"])
+def test_a_memory_budget_must_be_a_size(runner, tiny, size):
+    result = runner.invoke(app, ["show", TEXT, "--model", tiny["bert"], "--memory", size])
+    assert result.exit_code == 2
+    assert "--memory takes a size of at least 1M" in result.stderr
+
+
+def test_pictures_pool_long_inputs_by_themselves_unless_told():
+    settings = ModelSettings()
+    assert MapProducts().drawn(settings).pool == AUTO_POOL
+    assert MapProducts(rows="last").drawn(settings) == MapProducts(rows="last")
+    assert MapProducts().drawn(ModelSettings(words=True)) == MapProducts()
+
+
+def test_attention_that_cannot_be_followed_falls_back_to_eager_with_a_warning(tiny, monkeypatch):
+    def unrecordable(*args):
+        raise fused_module.Unrecordable("learned attention sinks")
+
+    monkeypatch.setattr(fused_module, "scores_of", unrecordable)
+    extractor = attnviz.load(tiny["llama"])
+    with pytest.warns(AttnvizWarning, match="learned attention sinks.*eager attention"):
+        maps = extractor.extract(TEXT)
+    np.testing.assert_allclose(maps.weights.sum(-1), 1, atol=1e-5)
+    explicit = attnviz.load(tiny["llama"], load_options=LoadOptions(attention="fused"))
+    with pytest.raises(UsageError, match="--attention fused cannot read"):
+        explicit.extract(TEXT)

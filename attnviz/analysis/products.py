@@ -16,7 +16,7 @@ Shape letters: H heads, T query tokens, S key tokens, R rows of a block.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,47 +25,50 @@ from attnviz.selection import Selection, resolve
 
 
 class Product(Protocol):
-    """Takes blocks of rows of each head's weights; ``result()`` is (H, rows kept, columns)."""
+    """Takes blocks of query rows of each head's weights, in the order ``blocks`` gives
+    them; ``result()`` is (H, rows kept, columns kept)."""
 
-    def add(self, head: int, start: int, block: np.ndarray) -> None: ...
+    def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]: ...
 
-    def wanted(self, start: int, stop: int) -> bool: ...
+    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None: ...
 
     def result(self) -> np.ndarray: ...
+
+
+def _runs(queries: int, step: int) -> Iterator[np.ndarray]:
+    """Every query position, ``step`` at a time."""
+    for start in range(0, queries, step):
+        yield np.arange(start, min(start + step, queries))
 
 
 class WholeMaps:
     def __init__(self, heads: int, queries: int, keys: int) -> None:
         self.weights = np.zeros((heads, queries, keys), dtype=np.float32)  # (H, T, S)
 
-    def wanted(self, start: int, stop: int) -> bool:
-        return True
+    def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
+        return _runs(queries, step)
 
-    def add(self, head: int, start: int, block: np.ndarray) -> None:
-        self.weights[head, start : start + len(block)] = block
+    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
+        self.weights[head, rows] = block
 
     def result(self) -> np.ndarray:
         return self.weights
 
 
 class ChosenRows:
+    """Only the rows at ``positions`` are computed at all."""
+
     def __init__(self, heads: int, positions: Sequence[int], keys: int) -> None:
         self.positions = np.asarray(positions, dtype=np.int64)  # ascending
         self.weights = np.zeros((heads, len(positions), keys), dtype=np.float32)  # (H, P, S)
+        self._slot = {int(position): slot for slot, position in enumerate(self.positions)}
 
-    def _inside(self, start: int, stop: int) -> tuple[int, int]:
-        return (
-            int(np.searchsorted(self.positions, start)),
-            int(np.searchsorted(self.positions, stop)),
-        )
+    def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
+        for start in range(0, len(self.positions), step):
+            yield self.positions[start : start + step]
 
-    def wanted(self, start: int, stop: int) -> bool:
-        first, last = self._inside(start, stop)
-        return last > first
-
-    def add(self, head: int, start: int, block: np.ndarray) -> None:
-        first, last = self._inside(start, start + len(block))
-        self.weights[head, first:last] = block[self.positions[first:last] - start]
+    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
+        self.weights[head, [self._slot[int(row)] for row in rows]] = block
 
     def result(self) -> np.ndarray:
         return self.weights
@@ -78,17 +81,22 @@ class PooledMaps:
     def __init__(self, heads: int, queries: int, keys: int, factor: int) -> None:
         self.factor = factor
         self.queries = queries
-        self.column_starts = np.arange(0, keys, factor)
-        bins = math.ceil(queries / factor), len(self.column_starts)
-        self.sums = np.zeros((heads, *bins), dtype=np.float64)  # (H, T/factor, S/factor)
+        self.keys = keys
+        shape = (heads, math.ceil(queries / factor), math.ceil(keys / factor))
+        self.sums = np.zeros(shape, dtype=np.float64)  # (H, T/factor, S/factor)
 
-    def wanted(self, start: int, stop: int) -> bool:
-        return True
+    def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
+        # Whole bins to a block (where a block holds one), so that each bin is summed once.
+        return _runs(queries, max(self.factor, step - step % self.factor))
 
-    def add(self, head: int, start: int, block: np.ndarray) -> None:
-        columns = np.add.reduceat(block.astype(np.float64), self.column_starts, axis=1)
-        bins = (start + np.arange(len(block))) // self.factor
-        np.add.at(self.sums[head], bins, columns)
+    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
+        factor, whole = self.factor, self.keys - self.keys % self.factor
+        columns = block[:, :whole].reshape(len(block), -1, factor).sum(-1)  # (R, S // factor)
+        if whole < self.keys:  # the last bin holds the columns left over
+            columns = np.concatenate([columns, block[:, whole:].sum(-1, keepdims=True)], axis=1)
+        bins = rows // factor
+        starts = np.flatnonzero(np.diff(bins, prepend=-1))
+        self.sums[head, bins[starts]] += np.add.reduceat(columns, starts, axis=0)
 
     def result(self) -> np.ndarray:
         starts = np.arange(0, self.queries, self.factor)
@@ -101,10 +109,18 @@ def pool_factor(queries: int, keys: int, bins: int) -> int:
     return max(1, math.ceil(max(queries, keys) / bins))
 
 
+def keeps_everything(rows: Selection, pool: int | None, queries: int, keys: int) -> bool:
+    """True when the product asked for is the whole maps (no rows chosen, and bins of one
+    token: an input shorter than the bins asked for)."""
+    return rows is None and (pool is None or pool_factor(queries, keys, pool) == 1)
+
+
 def of_whole(product: Product, weights: np.ndarray) -> np.ndarray:
     """A product of whole (H, T, S) maps: the reference the block-wise products equal."""
+    queries = weights.shape[1]
     for head, matrix in enumerate(weights):
-        product.add(head, 0, matrix)
+        for rows in product.blocks(queries, queries):
+            product.add(head, rows, matrix[rows])
     return product.result()
 
 

@@ -15,15 +15,26 @@ from typing import Annotated, Any
 
 import typer
 
-from attnviz.choices import Aggregate, Dtype, Mode, Projections, RankBy, TerminalView, View
+from attnviz.choices import (
+    Aggregate,
+    Attention,
+    Dtype,
+    Mode,
+    Projections,
+    RankBy,
+    TerminalView,
+    View,
+)
 
 SELECTION_PANEL = "Layers and heads"
+LONG_PANEL = "Long inputs"
 MODEL_PANEL = "Pretrained models"
 STACK_PANEL = "Built-in stack (without --model)"
 OUTPUT_PANEL = "Output"
 PICTURE_PANEL = "Pictures"
 SCALE_PANEL = "Scale"
 STDIO = "-"
+AUTO_POOL = 1024  # pictures pool longer inputs into this many bins unless --rows or --pool
 BUILTIN = "builtin"
 
 
@@ -200,6 +211,49 @@ DeviceOption = Annotated[
         rich_help_panel=MODEL_PANEL,
         help="Where the model runs: auto (the first GPU if there is one, else the CPU), cpu, "
         "cuda, cuda:N or mps. Only the selected maps come back to the CPU.",
+    ),
+]
+AttentionOption = Annotated[
+    Attention,
+    typer.Option(
+        "--attention",
+        case_sensitive=False,
+        rich_help_panel=MODEL_PANEL,
+        help="How the model computes attention: fused (its own fast kernel; attnviz computes "
+        "the weights asked for from the queries and keys, block by block, at any length), "
+        "eager (every head's whole maps, as output_attentions), or auto: fused where attnviz "
+        "can follow the model's attention, else eager, said on stderr.",
+    ),
+]
+MemoryOption = Annotated[
+    str,
+    typer.Option(
+        "--memory",
+        metavar="SIZE",
+        rich_help_panel=MODEL_PANEL,
+        help="How much memory a block of one head's weights may take with fused attention: "
+        "256M, 1G, or bytes. Larger blocks are faster; the numbers are the same.",
+    ),
+]
+RowsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--rows",
+        metavar="ROWS",
+        rich_help_panel=LONG_PANEL,
+        help="Keep only these query rows, each over every key: last, -1, 100-120, 0,5. What "
+        "the last token reads before it answers, at any length.",
+    ),
+]
+PoolOption = Annotated[
+    int | None,
+    typer.Option(
+        "--pool",
+        metavar="BINS",
+        rich_help_panel=LONG_PANEL,
+        help="Pool neighbouring tokens so that each map has at most BINS × BINS cells (rows "
+        "averaged, columns summed: rows still sum to 1). Pictures, the page and the terminal "
+        f"pool inputs longer than {AUTO_POOL} tokens by themselves.",
     ),
 ]
 ModelDtypeOption = Annotated[

@@ -17,10 +17,18 @@ from attnviz.cli.pictures import (
     head_choice,
     picture_settings,
 )
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    NO_PRODUCTS,
+    MapProducts,
+    ModelSettings,
+    map_products,
+    model_settings,
+)
 
 
 @model_settings
+@map_products
 @picture_settings
 @head_choice
 @with_environment
@@ -50,6 +58,7 @@ def export(
     settings: ModelSettings = DEFAULT_SETTINGS,
     picture: PictureSettings = DEFAULT_PICTURE,
     choice: HeadChoice = ALL_HEADS,
+    products: MapProducts = NO_PRODUCTS,
 ) -> None:
     """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output;
     or .html: the interactive page.
@@ -70,7 +79,14 @@ def export(
     if picture_kind is None:
         picture.check_drawn("the interactive page (.html)")
     asked = request(
-        model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        settings=settings,
+        text=text,
+        target=target,
+        products=products.drawn(settings),
     )
     style = picture.style()
     top = out.top_heads_for(choice, aggregate)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, get_args
 
-from attnviz.choices import Mode, Projections
+from attnviz.choices import Attention, Mode, Projections
 from attnviz.cli import declarations as d
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
@@ -39,6 +39,8 @@ class ModelSettings:
     device: str = "auto"
     model_dtype: str = "auto"
     device_map: str | None = None
+    attention: Attention = Attention.AUTO
+    memory: str | None = None  # the library's default block budget
     num_layers: int | None = None
     num_heads: int | None = None
     d_model: int | None = None
@@ -76,7 +78,48 @@ class ModelSettings:
             device=self.device,
             dtype=self.model_dtype,
             device_map=self.device_map,
+            attention=self.attention,
+            **({} if self.memory is None else {"memory": memory_size(self.memory)}),
         )
+
+    def run_options(self) -> list[str]:
+        """The options of how a pretrained model runs its attention that were given."""
+        given = {"--attention": self.attention is not Attention.AUTO, "--memory": self.memory}
+        return [flag for flag, was_given in given.items() if was_given]
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def memory_size(text: str) -> int:
+    """Bytes from ``256M``, ``1G``, ``512K`` or a plain number of bytes."""
+    from attnviz.errors import UsageError
+
+    number, unit = text.strip().upper().rstrip("B").rstrip("I"), ""
+    if number[-1:] in _UNITS:
+        number, unit = number[:-1], number[-1]
+    try:
+        size = int(float(number) * _UNITS[unit])
+    except ValueError:
+        size = 0
+    if size < 2**20:
+        raise UsageError(f"--memory takes a size of at least 1M, such as 256M or 1G, not {text!r}")
+    return size
+
+
+@dataclass(frozen=True)
+class MapProducts:
+    """What a command that writes maps keeps of a long input: chosen rows or pooled bins."""
+
+    rows: str | None = None
+    pool: int | None = None
+
+    def drawn(self, settings: ModelSettings) -> MapProducts:
+        """For a picture, the page or the terminal: a long input pooled by itself (unless
+        rows or bins were chosen, or tokens regrouped), so that it can be drawn at all."""
+        if self.rows is not None or self.pool is not None or settings.words or not settings.special:
+            return self
+        return MapProducts(pool=d.AUTO_POOL)
 
 
 DEFAULT_SETTINGS = ModelSettings()
@@ -95,6 +138,8 @@ _SETTINGS_OPTIONS = {
     "device": (d.DeviceOption, "auto"),
     "model_dtype": (d.ModelDtypeOption, "auto"),
     "device_map": (d.DeviceMapOption, None),
+    "attention": (d.AttentionOption, Attention.AUTO),
+    "memory": (d.MemoryOption, None),
     "num_layers": (d.NumLayersOption, None),
     "num_heads": (d.NumHeadsOption, None),
     "d_model": (d.DModelOption, None),
@@ -122,6 +167,12 @@ def model_options_given(
     named = (("--mode", mode), ("--target", target), ("--pair", pair))
     return given + [flag for flag, value in named if value is not None] + settings.given()
 
+
+# Gives a command that writes maps the long-input options as one ``products`` argument.
+map_products = d.bundle_options(
+    "products", {"rows": (d.RowsOption, None), "pool": (d.PoolOption, None)}, MapProducts
+)
+NO_PRODUCTS = MapProducts()
 
 # Gives a command the model and built-in-stack options as one ``settings`` argument.
 model_settings = d.bundle_options("settings", _SETTINGS_OPTIONS, ModelSettings)
@@ -170,6 +221,7 @@ def request(
     settings: ModelSettings,
     text: str | None = None,
     target: str | None = None,
+    products: MapProducts = NO_PRODUCTS,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
     text and target (unless read from stdin) and how the selection is written."""
@@ -193,6 +245,8 @@ def request(
         from attnviz.pretrained.placement import check_placement
 
         check_placement(settings.device, settings.model_dtype)
+    if model == d.BUILTIN:
+        d.refuse_unused(settings.run_options(), "pretrained models (--model)", "the built-in stack")
     if model == d.BUILTIN and settings.chat:
         raise UsageError("--chat renders the text with a pretrained instruct model's template")
     if model != d.BUILTIN and given:
@@ -219,5 +273,7 @@ def request(
             raw_pieces=settings.raw_pieces,
             chat=settings.chat,
             system=settings.system,
+            rows=products.rows,
+            pool=products.pool,
         ),
     )

@@ -13,7 +13,14 @@ import typer
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    NO_PRODUCTS,
+    MapProducts,
+    ModelSettings,
+    map_products,
+    model_settings,
+)
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
@@ -176,6 +183,11 @@ class Presentation:
     def is_terminal(self) -> bool:
         return self.output_format is ShowFormat.TERMINAL
 
+    @property
+    def drawn(self) -> bool:
+        """A picture of the maps (the terminal's, a file's or the page), not their data."""
+        return self.output_format in (ShowFormat.TERMINAL, ShowFormat.HTML, *_PICTURES)
+
     def present(self, stream: Iterable[AttentionMaps], environment: Environment) -> None:
         """Each input's maps, as they come: pictures to the terminal, data, or one picture."""
         from attnviz.analysis.aggregate import aggregate as combine
@@ -219,6 +231,7 @@ class Presentation:
 
 
 @model_settings
+@map_products
 @head_choice
 @with_environment
 def show(
@@ -242,6 +255,7 @@ def show(
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
     choice: HeadChoice = ALL_HEADS,
+    products: MapProducts = NO_PRODUCTS,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
 
@@ -271,7 +285,14 @@ def show(
         between=out.checked_between(between, pair),
     )
     asked = request(
-        model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        settings=settings,
+        text=text,
+        target=target,
+        products=products.drawn(settings) if presentation.drawn else products,
     )
     extractor = asked.open(environment)
     from attnviz.io import read_texts

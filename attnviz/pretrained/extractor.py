@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.products import product_for, product_tokens
+from attnviz.analysis.products import keeps_everything, product_for, product_tokens
 from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import Checked, Extractor, as_item, check_text, parse_mode, without_pair
@@ -112,7 +112,8 @@ class PretrainedExtractor(Extractor):
                 "pair": pair,
             }
             weights = per_input[row]  # (L, H, T, S), or the product asked for
-            if fused is not None and not request.whole:  # a product made block by block
+            whole = keeps_everything(request.rows, request.pool, query.length, key.length)
+            if fused is not None and not whole:  # a product made block by block
                 maps = self._product_maps(weights, query, key, request, known)
             else:
                 check_weights(

@@ -59,31 +59,39 @@ class Scores:
         per_row = self.key.shape[2] * 4 * _COPIES_PER_BLOCK
         return max(1, min(self.query.shape[2], memory // per_row))
 
-    def block(self, item: int, head: int, start: int, stop: int) -> torch.Tensor:
-        """The exact weights of query rows ``start:stop`` of ``head`` for input ``item``:
+    def block(self, item: int, head: int, rows: np.ndarray) -> torch.Tensor:
+        """The exact weights of query ``rows`` (positions) of ``head`` for input ``item``:
         (R, S) float32, each row a softmax over every key."""
         import torch
 
         group = self.heads // self.key.shape[1]  # query heads per key/value head
-        query = self.query[item, head, start:stop].float()  # (R, D)
+        picked = _picker(rows)
+        query = self.query[item, head, picked].float()  # (R, D)
         key = self.key[item, head // group].float()  # (S, D)
         scores = (query @ key.T) * self.scaling  # (R, S)
         if self.softcap is not None:
             scores = torch.tanh(scores / self.softcap) * self.softcap
         if self.position_bias is not None:
             bias = self.position_bias[min(item, self.position_bias.shape[0] - 1)]
-            scores = scores + bias[head if bias.shape[0] > 1 else 0, start:stop].float()
+            scores = scores + bias[head if bias.shape[0] > 1 else 0, picked].float()
         if self.mask is not None:
-            mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, start:stop]
+            mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, picked]
             if mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, -math.inf)
             else:
                 scores = scores + mask.float()
         elif self.causal:
-            rows = torch.arange(start, stop, device=scores.device)[:, None]
-            later = torch.arange(scores.shape[1], device=scores.device)[None, :] > rows
+            positions = torch.as_tensor(rows, device=scores.device)[:, None]
+            later = torch.arange(scores.shape[1], device=scores.device)[None, :] > positions
             scores = scores.masked_fill(later, -math.inf)
         return torch.softmax(scores, dim=-1)
+
+
+def _picker(rows: np.ndarray) -> slice | list[int]:
+    """Index query rows by a slice when they are a run (a view, no copy)."""
+    if len(rows) and rows[-1] - rows[0] == len(rows) - 1:
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows.tolist()
 
 
 class Unrecordable(Exception):
@@ -253,9 +261,7 @@ def _reduce(scores: Scores, item: int, layout: Layout, heads: list[int], memory:
     product = layout.product(len(heads))
     step = scores.rows_per_block(memory)
     for slot, head in enumerate(heads):
-        for start in range(0, layout.queries, step):
-            stop = min(start + step, layout.queries)
-            if product.wanted(start, stop):
-                block = scores.block(item, head, start, stop)[:, : layout.keys]  # (R, S)
-                product.add(slot, start, block.cpu().numpy())
+        for rows in product.blocks(layout.queries, step):
+            block = scores.block(item, head, rows)[:, : layout.keys]  # (R, S)
+            product.add(slot, rows, block.cpu().numpy())
     return product

@@ -1,0 +1,194 @@
+"""Long inputs: attnviz against the model's own fused forward pass, side by side.
+
+A random 4-layer Llama (8 query heads over 2 key/value heads, head size 32) is
+built here; each length runs, in fresh processes, one after the other:
+
+- ``forward``: a plain transformers script, the model's own fused (sdpa) forward;
+- ``pool``: ``attnviz show - --layer -1 --pool 256 -f npz`` (every head of one layer);
+- ``rows``: ``attnviz show - --rows last -f json`` (every head of every layer);
+- ``heads``: ``attnviz heads - -f json`` (statistics of every head of every layer);
+- with ``--eager``, at lengths up to 12k: ``attnviz show - --attention eager
+  --layer -1 --head 0 -f npz``, the path every earlier release took.
+
+Targets (issue 26): each attnviz command within 2.5x the forward's time and
+within its peak memory + 600 MB, at every length.
+
+    python benchmarks/long.py [--lengths 2048 4096 8192 16384 32768] [--eager]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIME_TARGET = 2.5
+MEMORY_TARGET_MIB = 600
+EAGER_UP_TO = 12_288
+
+MEASURE = """
+import json, resource, subprocess, sys, time
+started = time.perf_counter()
+with open(sys.argv[1], "rb") as text:
+    subprocess.run(sys.argv[2:], stdin=text, stdout=subprocess.DEVNULL, check=True)
+elapsed = time.perf_counter() - started
+peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(json.dumps({"seconds": elapsed, "peak_mib": peak_kib / 1024}))
+"""
+
+FORWARD = """
+import sys, torch, transformers
+folder = sys.argv[1]
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
+tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+ids = torch.tensor([tokenizer(sys.stdin.read().rstrip("\\n"))["input_ids"]])
+with torch.inference_mode():
+    model.model(input_ids=ids)
+"""
+
+
+def build_model(folder: Path, positions: int) -> None:
+    """The Llama of issue 26 with a byte-level BPE tokenizer trained on the sample texts."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    torch.manual_seed(0)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(corpus_lines(), trainer)
+    config = transformers.LlamaConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=positions,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", model_max_length=positions
+    )
+    fast.save_pretrained(folder)
+
+
+def corpus_lines() -> list[str]:
+    return [
+        line
+        for name in ("paragraph.txt", "sentences.txt")
+        for line in (ROOT / "sample_texts" / name).read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def text_of(tokens: int, folder: Path) -> Path:
+    """A one-line text that the model's tokenizer reads as exactly ``tokens`` tokens."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    lines = " ".join(corpus_lines())
+    text = lines
+    while len(tokenizer(text)["input_ids"]) < tokens:
+        text += " " + lines
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    cut = text[: encoding["offset_mapping"][tokens - 1][1]]
+    path = folder.parent / f"text-{tokens}.txt"
+    path.write_text(cut + "\n")
+    return path
+
+
+def measure(text: Path, command: list[str]) -> dict[str, float]:
+    result = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(text), *command],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+def commands(model: Path, scratch: Path, tokens: int, eager: bool) -> dict[str, list[str]]:
+    shown = [sys.executable, "-m", "attnviz", "show", "-", "--model", str(model)]
+    found = {
+        "forward": [sys.executable, "-c", FORWARD, str(model)],
+        "pool": [
+            *shown,
+            "--layer",
+            "-1",
+            "--pool",
+            "256",
+            "-f",
+            "npz",
+            "-o",
+            str(scratch / "p.npz"),
+        ],
+        "rows": [*shown, "--rows", "last", "-f", "json"],
+        "heads": [
+            sys.executable,
+            "-m",
+            "attnviz",
+            "heads",
+            "-",
+            "--model",
+            str(model),
+            "-f",
+            "json",
+        ],
+    }
+    if eager and tokens <= EAGER_UP_TO:
+        one_head = ["--layer", "-1", "--head", "0", "-f", "npz", "-o", str(scratch / "e.npz")]
+        found["eager head"] = [*shown, "--attention", "eager", *one_head]
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384, 32768])
+    parser.add_argument("--eager", action="store_true", help="time the eager path up to 12k")
+    parser.add_argument("--only", nargs="+", help="run only these commands (and the forward)")
+    arguments = parser.parse_args()
+    failed = False
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        model = scratch / "llama"
+        build_model(model, positions=max(arguments.lengths) + 16)
+        print(
+            f"{'tokens':>7} {'command':12} {'seconds':>8} {'peak MiB':>9} {'time ×':>7} {'+MiB':>6}"
+        )
+        for tokens in arguments.lengths:
+            text = text_of(tokens, model)
+            runs = commands(model, scratch, tokens, arguments.eager)
+            if arguments.only:
+                runs = {name: runs[name] for name in runs if name in ("forward", *arguments.only)}
+            figures = {name: measure(text, command) for name, command in runs.items()}
+            base = figures["forward"]
+            for name, figure in figures.items():
+                ratio = figure["seconds"] / base["seconds"]
+                extra = figure["peak_mib"] - base["peak_mib"]
+                within = ratio <= TIME_TARGET and extra <= MEMORY_TARGET_MIB
+                mark = "" if name in ("forward", "eager head") else ("ok" if within else "MISSED")
+                failed |= mark == "MISSED"
+                print(
+                    f"{tokens:7} {name:12} {figure['seconds']:8.1f} {figure['peak_mib']:9.0f} "
+                    f"{ratio:7.2f} {extra:6.0f} {mark}",
+                    flush=True,
+                )
+    print(f"targets: time <= {TIME_TARGET}x the forward, peak <= forward + {MEMORY_TARGET_MIB} MiB")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
