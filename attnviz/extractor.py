@@ -17,6 +17,7 @@ from attnviz.errors import UsageError
 from attnviz.request import Request
 
 if TYPE_CHECKING:
+    from attnviz.analysis.heads import HeadTable
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
     from attnviz.pretrained.generation import Generation
@@ -85,6 +86,23 @@ class Extractor(ABC):
         self, items: Iterator[Checked], request: Request, batch_size: int
     ) -> Iterator[AttentionMaps]:
         """The maps of checked items, in order."""
+
+    def head_statistics(
+        self,
+        text: str,
+        request: Request | None = None,
+        *,
+        target: str | None = None,
+        pair: str | None = None,
+        **options: Any,
+    ) -> HeadTable:
+        """Each head's statistics for one text, as ``attnviz heads`` lists them. A pretrained
+        model running fused attention sums them block by block, so that a long input's
+        whole maps never exist; the numbers are those of the whole maps."""
+        from attnviz.analysis.heads import HeadTable
+
+        maps = self.extract(text, Request.of(request, options), target=target, pair=pair)
+        return HeadTable.of(maps)
 
     def generate(
         self,

@@ -13,6 +13,8 @@ import transformers
 
 import attnviz
 from attnviz.analysis.grid import pool_map
+from attnviz.analysis.heads import head_statistics, statistics_rows
+from attnviz.analysis.products import HeadStatisticsProduct
 from attnviz.cli import app
 from attnviz.cli.declarations import AUTO_POOL
 from attnviz.cli.settings import MapProducts, ModelSettings
@@ -266,3 +268,77 @@ def test_attention_that_cannot_be_followed_falls_back_to_eager_with_a_warning(ti
     explicit = attnviz.load(tiny["llama"], load_options=LoadOptions(attention="fused"))
     with pytest.raises(UsageError, match="--attention fused cannot read"):
         explicit.extract(TEXT)
+
+
+def independent_statistics(matrix: np.ndarray, sink_columns: list[int], aligned: bool) -> dict:
+    """The statistics of one (T, S) map, written out directly from their definitions."""
+    queries, keys = matrix.shape
+    matrix = matrix.astype(np.float64)
+    logs = np.log(matrix, out=np.zeros_like(matrix), where=matrix > 0)
+    distance = np.abs(np.arange(queries)[:, None] - np.arange(keys)[None, :])
+    return {
+        "entropy": -(matrix * logs).sum(-1).mean(),
+        "sink": matrix[:, sink_columns].sum(-1).mean(),
+        "distance": (matrix * distance).sum(-1).mean() if aligned else None,
+        "previous": np.diagonal(matrix, -1).mean() if aligned else None,
+        "self": np.diagonal(matrix).mean() if aligned else None,
+        "top": int(matrix.sum(0).argmax()),
+    }
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000])
+@pytest.mark.parametrize(("aligned", "causal"), [(True, False), (True, True), (False, False)])
+def test_head_statistics_summed_block_by_block_equal_their_definitions(step, aligned, causal):
+    rng = np.random.default_rng(step)
+    weights = rng.random((3, 20, 20 if aligned else 13)).astype(np.float32)
+    if causal:
+        weights = np.tril(weights)
+    weights /= weights.sum(-1, keepdims=True)
+    product = HeadStatisticsProduct(3, 20, weights.shape[-1], [0, 5], aligned, causal)
+    for head, matrix in enumerate(weights):
+        for rows in product.blocks(20, step):
+            width = rows[-1] + 1 if causal else matrix.shape[1]  # as causal blocks come
+            product.add(head, rows, matrix[rows, :width])
+    tokens = [f"t{i}" for i in range(weights.shape[-1])]
+    rows = statistics_rows(product.result()[None], [4], [0, 1, 2], tokens)
+    for row, matrix in zip(rows, weights, strict=True):
+        expected = independent_statistics(matrix, [0, 5], aligned)
+        for name in ("entropy", "sink", "distance", "previous", "self"):
+            got, want = getattr(row, name), expected[name]
+            assert (got is None) == (want is None)
+            if want is not None:
+                assert got == pytest.approx(want, rel=1e-6, abs=1e-9)
+        assert row.top_key == tokens[expected["top"]]
+
+
+@pytest.mark.parametrize(
+    ("family", "mode"), [("llama", "masked"), ("bert", "self"), ("t5", "cross")]
+)
+def test_statistics_of_fused_attention_equal_those_of_the_whole_maps(tiny, blocks, family, mode):
+    target = TARGET if mode == "cross" else None
+    small = LoadOptions(memory=1)  # one row to a block
+    fused = attnviz.load(tiny[family], load_options=small).head_statistics(
+        TEXT, mode=mode, target=target
+    )
+    assert blocks and max(blocks) == 1  # summed row by row
+    eager = attnviz.load(tiny[family], load_options=LoadOptions(attention="eager"))
+    maps = eager.extract(TEXT, mode=mode, target=target)
+    assert fused.key_count == len(maps.key_tokens)
+    for got, want in zip(fused.rows, head_statistics(maps), strict=True):
+        assert (got.layer, got.head, got.top_key) == (want.layer, want.head, want.top_key)
+        for name in ("entropy", "distance", "sink", "previous", "self"):
+            if getattr(want, name) is None:
+                assert getattr(got, name) is None
+            else:
+                assert getattr(got, name) == pytest.approx(getattr(want, name), abs=1e-5)
+
+
+def test_heads_on_the_command_line_reads_fused_statistics(runner, tiny):
+    result = runner.invoke(app, ["heads", TEXT, "--model", tiny["llama"], "-f", "json"])
+    assert result.exit_code == 0, result.stderr
+    listed = json.loads(result.stdout)["heads"]
+    maps = attnviz.load(tiny["llama"], load_options=LoadOptions(attention="eager")).extract(TEXT)
+    expected = {(row.layer, row.head): row.entropy for row in head_statistics(maps)}
+    assert len(listed) == len(expected)
+    for row in listed:
+        assert row["entropy"] == pytest.approx(expected[row["layer"], row["head"]], abs=1e-5)

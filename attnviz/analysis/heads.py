@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from attnviz.analysis.products import HeadStatisticsProduct, of_whole
 from attnviz.choices import HeadColumn, Mode, RankBy
 
 if TYPE_CHECKING:
@@ -37,33 +39,58 @@ class HeadStatistics:
     top_key: str
 
 
+@dataclass(frozen=True)
+class HeadTable:
+    """Each head's statistics for one input, and what they were read from."""
+
+    model: str
+    mode: Mode
+    key_count: int
+    rows: list[HeadStatistics]
+
+    @classmethod
+    def of(cls, maps: AttentionMaps) -> HeadTable:
+        return cls(maps.model, maps.mode, len(maps.key_tokens), head_statistics(maps))
+
+
 def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
     """A row of statistics per (layer, head) held in ``maps``."""
     if maps.aggregate is not None:
         raise ValueError("statistics are per head: give maps that are not aggregated")
-    aligned = maps.mode is not Mode.CROSS  # queries and keys are the same tokens
+    if maps.query_positions is not None or maps.pooled is not None:
+        raise ValueError("statistics are of whole maps, not of chosen rows or pooled bins")
     queries, keys = len(maps.query_tokens), len(maps.key_tokens)
-    sink_columns = sorted({0, *maps.special_positions("key")})
-    distance = np.abs(np.arange(queries)[:, None] - np.arange(keys)[None, :])
+    sink_columns = sink_columns_of(maps.key_special)
+    aligned = maps.mode is not Mode.CROSS  # queries and keys are the same tokens
+    causal = maps.mode is Mode.MASKED
+    heads = len(maps.heads)
+    summed = [
+        of_whole(HeadStatisticsProduct(heads, queries, keys, sink_columns, aligned, causal), grid)
+        for grid in maps.weights
+    ]
+    return statistics_rows(np.stack(summed), maps.layers, maps.heads, maps.key_tokens)
+
+
+def sink_columns_of(key_special: Sequence[bool] | None) -> list[int]:
+    """The keys a sink is measured on: the first token, and the special tokens."""
+    return sorted({0, *(position for position, flag in enumerate(key_special or []) if flag)})
+
+
+def statistics_rows(
+    summed: np.ndarray, layers: Sequence[int], heads: Sequence[int], key_tokens: Sequence[str]
+) -> list[HeadStatistics]:
+    """Rows of :class:`HeadStatistics` from the (L, H, 5 + S) results of
+    :class:`~attnviz.analysis.products.HeadStatisticsProduct`."""
+    fields = HeadStatisticsProduct.FIELDS
     rows = []
-    for i, layer in enumerate(maps.layers):
-        for j, head in enumerate(maps.heads):
-            matrix = maps.weights[i, j].astype(np.float64)
-            logs = np.log(matrix, out=np.zeros_like(matrix), where=matrix > 0)
-            rows.append(
-                HeadStatistics(
-                    layer=layer,
-                    head=head,
-                    entropy=float(-(matrix * logs).sum(-1).mean()),
-                    distance=float((matrix * distance).sum(-1).mean()) if aligned else None,
-                    sink=float(matrix[:, sink_columns].sum(-1).mean()),
-                    previous=(
-                        float(np.diagonal(matrix, -1).mean()) if aligned and queries > 1 else None
-                    ),
-                    self=float(np.diagonal(matrix).mean()) if aligned else None,
-                    top_key=maps.key_tokens[int(matrix.sum(0).argmax())],
-                )
-            )
+    for layer, per_head in zip(layers, summed, strict=True):
+        for head, values in zip(heads, per_head, strict=True):
+            means = {
+                name: None if np.isnan(value) else float(value)
+                for name, value in zip(fields, values[: len(fields)], strict=True)
+            }
+            top = int(values[len(fields) :].argmax())
+            rows.append(HeadStatistics(layer=layer, head=head, top_key=key_tokens[top], **means))
     return rows
 
 

@@ -26,7 +26,8 @@ from attnviz.selection import Selection, resolve
 
 class Product(Protocol):
     """Takes blocks of query rows of each head's weights, in the order ``blocks`` gives
-    them; ``result()`` is (H, rows kept, columns kept)."""
+    them; ``result()`` is (H, rows kept, columns kept). A block may hold only the first
+    W ≤ S columns: the weights of the rest are 0 (causal rows, before a later key)."""
 
     def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]: ...
 
@@ -49,7 +50,7 @@ class WholeMaps:
         return _runs(queries, step)
 
     def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
-        self.weights[head, rows] = block
+        self.weights[head, rows, : block.shape[1]] = block
 
     def result(self) -> np.ndarray:
         return self.weights
@@ -68,7 +69,8 @@ class ChosenRows:
             yield self.positions[start : start + step]
 
     def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
-        self.weights[head, [self._slot[int(row)] for row in rows]] = block
+        slots = [self._slot[int(row)] for row in rows]
+        self.weights[head, slots, : block.shape[1]] = block
 
     def result(self) -> np.ndarray:
         return self.weights
@@ -90,13 +92,15 @@ class PooledMaps:
         return _runs(queries, max(self.factor, step - step % self.factor))
 
     def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
-        factor, whole = self.factor, self.keys - self.keys % self.factor
-        columns = block[:, :whole].reshape(len(block), -1, factor).sum(-1)  # (R, S // factor)
-        if whole < self.keys:  # the last bin holds the columns left over
+        factor, width = self.factor, block.shape[1]
+        whole = width - width % factor
+        columns = block[:, :whole].reshape(len(block), -1, factor).sum(-1)  # (R, W // factor)
+        if whole < width:  # a last bin, of the columns left over
             columns = np.concatenate([columns, block[:, whole:].sum(-1, keepdims=True)], axis=1)
         bins = rows // factor
         starts = np.flatnonzero(np.diff(bins, prepend=-1))
-        self.sums[head, bins[starts]] += np.add.reduceat(columns, starts, axis=0)
+        summed = np.add.reduceat(columns, starts, axis=0)
+        self.sums[head, bins[starts], : summed.shape[1]] += summed
 
     def result(self) -> np.ndarray:
         starts = np.arange(0, self.queries, self.factor)
@@ -152,3 +156,64 @@ def product_tokens(
         if factor > 1:
             return list(queries[::factor]), list(keys[::factor]), {"pooled": factor}
     return list(queries), list(keys), {}
+
+
+class HeadStatisticsProduct:
+    """Each head's statistics, summed row by row as the blocks pass: the one definition of
+    what ``heads`` lists. ``result()`` is (H, 5 + S): the means of entropy, distance, sink,
+    previous and self over the rows (NaN where a statistic does not apply), then the
+    weight each key received, summed over the rows."""
+
+    FIELDS = ("entropy", "distance", "sink", "previous", "self")
+
+    def __init__(
+        self,
+        heads: int,
+        queries: int,
+        keys: int,
+        sink_columns: Sequence[int],
+        aligned: bool,
+        causal: bool = False,
+    ) -> None:
+        self.queries = queries
+        self.sink_columns = np.asarray(sink_columns, dtype=np.int64)
+        self.aligned = aligned  # queries and keys are the same tokens (self and masked)
+        self.causal = causal  # no weight on a key after the query (masked)
+        self.sums = np.zeros((heads, len(self.FIELDS)), dtype=np.float64)
+        self.columns = np.zeros((heads, keys), dtype=np.float64)
+
+    def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
+        return _runs(queries, step)
+
+    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
+        # Whole-block reductions run in the block's precision (float32 products, summed by
+        # BLAS); only the per-block totals are added up in float64.
+        matrix = np.ascontiguousarray(block)
+        logs = np.log(matrix, out=np.zeros_like(matrix), where=matrix > 0)
+        sums = self.sums[head]
+        sums[0] -= float(np.vdot(matrix, logs))
+        del logs
+        width = matrix.shape[1]
+        sums[2] += matrix[:, self.sink_columns[self.sink_columns < width]].sum(dtype=np.float64)
+        if self.aligned:
+            keys = np.arange(width, dtype=matrix.dtype)
+            # Σ_j p_ij |i − j| = Σ_j p_ij (i − j) + 2 Σ_{j > i} p_ij (j − i); the second sum
+            # is over the keys after the query, which causal rows give no weight.
+            signed = rows @ matrix.sum(1, dtype=np.float64) - float(np.sum(matrix @ keys))
+            if not self.causal:
+                ahead = np.maximum(keys[None, :] - rows[:, None].astype(matrix.dtype), 0)
+                signed += 2 * float(np.vdot(matrix, ahead))
+            sums[1] += signed
+            inside = rows < matrix.shape[1]
+            sums[4] += matrix[inside.nonzero()[0], rows[inside]].sum()
+            earlier = (rows >= 1) & (rows - 1 < matrix.shape[1])
+            sums[3] += matrix[earlier.nonzero()[0], rows[earlier] - 1].sum()
+        self.columns[head, :width] += matrix.sum(0)
+
+    def result(self) -> np.ndarray:
+        means = self.sums / self.queries
+        if self.aligned:
+            means[:, 3] = self.sums[:, 3] / (self.queries - 1) if self.queries > 1 else np.nan
+        else:
+            means[:, [1, 3, 4]] = np.nan
+        return np.concatenate([means, self.columns], axis=1)

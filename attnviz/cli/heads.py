@@ -54,7 +54,7 @@ def heads(
     weight on the token just before. self: mean weight on itself. top_key: the
     key with the most weight over all rows.
     """
-    from attnviz.analysis.heads import COLUMN_HELP, as_dicts, head_statistics, sort_rows
+    from attnviz.analysis.heads import COLUMN_HELP, HeadTable, as_dicts, sort_rows
     from attnviz.cli import output as out
     from attnviz.cli.settings import model_options_given, request
     from attnviz.io import dump_json
@@ -64,14 +64,14 @@ def heads(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
     )
 
-    def extract(line: str):
+    def statistics(line: str) -> HeadTable:
         extractor = asked.open(environment)
-        return extractor.extract(line, asked.request, target=target, pair=pair)
+        return extractor.head_statistics(line, asked.request, target=target, pair=pair)
 
     several = "attnviz stats gives these statistics over many inputs"
     given = model_options_given(settings, model, mode, target, pair)
-    maps = out.text_or_saved(text, saved, extract, layer, head, given, several)
-    rows = sort_rows(head_statistics(maps), sort, reverse)[:top]
+    table = out.text_or_saved(text, saved, statistics, layer, head, given, several, HeadTable.of)
+    rows = sort_rows(table.rows, sort, reverse)[:top]
     if output_format is d.TableFormat.JSON:
         out.write_stdout(dump_json(envelope({"heads": as_dicts(rows)})))
         return
@@ -90,8 +90,8 @@ def heads(
     from attnviz.tokens import display_label
 
     table = Table(
-        title=f"{display_label(maps.model)} · {maps.mode} attention · "
-        f"{len(maps.key_tokens)} key tokens",
+        title=f"{display_label(table.model)} · {table.mode} attention · "
+        f"{table.key_count} key tokens",
         caption=" · ".join(f"{column}: {text}" for column, text in COLUMN_HELP.items()),
         caption_justify="left",
     )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from attnviz.render.image import Style
 
 T = TypeVar("T")
+Read = TypeVar("Read")  # what a command reads of a text or of saved maps
 
 
 @dataclass(frozen=True)
@@ -173,14 +174,15 @@ def select_held(maps: AttentionMaps, layer: str, head: str) -> AttentionMaps:
 def text_or_saved(
     text: str | None,
     saved: str | None,
-    extract: Callable[[str], AttentionMaps],
+    extract: Callable[[str], Read],
     layer: str,
     head: str,
     model_options: list[str],
     several: str = ONE_TEXT,
-) -> AttentionMaps:
-    """The maps of TEXT, run through the model by ``extract``; or of --from, saved maps
-    (what show or generate wrote), narrowed to --layer and --head, with no
+    of_maps: Callable[[AttentionMaps], Read] = lambda maps: maps,
+) -> Read:
+    """What ``extract`` reads of TEXT through the model; or ``of_maps`` of --from, saved
+    maps (what show or generate wrote), narrowed to --layer and --head, with no
     ``model_options`` given (a model run's). Several texts are refused with ``several``:
     what to do instead."""
     from attnviz.cli.declarations import refuse_unused
@@ -191,7 +193,7 @@ def text_or_saved(
         raise UsageError("give TEXT to run a model on, or --from FILE with saved maps: one of them")
     if saved is not None:
         refuse_unused(model_options, "a model run on TEXT", "saved maps (--from)")
-        return select_held(only_one(read_maps(saved), ONE_MAPS), layer, head)
+        return of_maps(select_held(only_one(read_maps(saved), ONE_MAPS), layer, head))
     assert text is not None
     return extract(only_one(read_texts(text), several))
 

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.products import keeps_everything, product_for, product_tokens
+from attnviz.analysis.heads import HeadTable, sink_columns_of, statistics_rows
+from attnviz.analysis.products import (
+    HeadStatisticsProduct,
+    keeps_everything,
+    product_for,
+    product_tokens,
+)
 from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import Checked, Extractor, as_item, check_text, parse_mode, without_pair
@@ -25,11 +31,12 @@ from attnviz.pretrained.encoding import (
     on_device,
     row_tolerance,
 )
+from attnviz.pretrained.fused import Layout
 from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.streams import Family, resolve_mode, stream_for
 from attnviz.request import Request
-from attnviz.selection import resolve
+from attnviz.selection import Selection, resolve
 
 if TYPE_CHECKING:
     from attnviz.loading import ExtractorSpec
@@ -70,23 +77,23 @@ class PretrainedExtractor(Extractor):
         trimmed to its own tokens and equal what it gives on its own.
         """
         loaded = self.loaded
-        modes = {
-            resolve_mode(loaded.family, self.name, request.mode, target is not None)
-            for _, target, _ in items
-        }
-        if len(modes) != 1:
-            raise UsageError("a batch mixes inputs with and without a target: give every input one")
-        (mode,) = modes
-        if any(pair is not None for _, _, pair in items) and loaded.family is not Family.ENCODER:
-            raise UsageError(
-                f"{self.name} is a {loaded.family.value} model: sentence pairs (--pair) are "
-                "read by encoders such as BERT; give a decoder both sentences as one text"
-            )
-        modules = self.modules(mode)
-        layer_indices = resolve(request.layers, len(modules), "layer")
-        inputs = model_inputs(loaded, items, mode, request)
+        mode, modules, layer_indices, inputs = self._prepared(items, request)
         sides = list(zip(inputs.queries, inputs.keys, strict=True))
-        fused = self._fused(modules, layer_indices, inputs, request, sides)
+        layouts = [
+            Layout(
+                query.length,
+                key.length,
+                partial(
+                    product_for, request.rows, request.pool, queries=query.length, keys=key.length
+                ),
+            )
+            for query, key in sides
+        ]
+        if request.whole and loaded.attention is not Attention.EAGER:
+            check_whole_maps_fit(
+                loaded, layer_indices, request.heads, inputs.arguments, eager=False
+            )
+        fused = self._fused(modules, layer_indices, inputs, request.heads, layouts)
         if fused is None:
             stacked, head_indices = attention_of(
                 loaded, modules, layer_indices, inputs.arguments, request.heads
@@ -132,6 +139,28 @@ class PretrainedExtractor(Extractor):
             results.append(maps)
         return results
 
+    def _prepared(
+        self, items: list[Checked], request: Request
+    ) -> tuple[Mode, list, list[int], ModelInputs]:
+        """The mode the items are read in, its attention modules, the layers asked for and
+        the forward pass's inputs."""
+        loaded = self.loaded
+        modes = {
+            resolve_mode(loaded.family, self.name, request.mode, target is not None)
+            for _, target, _ in items
+        }
+        if len(modes) != 1:
+            raise UsageError("a batch mixes inputs with and without a target: give every input one")
+        (mode,) = modes
+        if any(pair is not None for _, _, pair in items) and loaded.family is not Family.ENCODER:
+            raise UsageError(
+                f"{self.name} is a {loaded.family.value} model: sentence pairs (--pair) are "
+                "read by encoders such as BERT; give a decoder both sentences as one text"
+            )
+        modules = self.modules(mode)
+        layer_indices = resolve(request.layers, len(modules), "layer")
+        return mode, modules, layer_indices, model_inputs(loaded, items, mode, request)
+
     def _product_maps(
         self, weights: np.ndarray, query: Side, key: Side, request: Request, known: dict
     ) -> AttentionMaps:
@@ -163,37 +192,20 @@ class PretrainedExtractor(Extractor):
         )
 
     def _fused(
-        self,
-        modules: list,
-        layers: list[int],
-        inputs: ModelInputs,
-        request: Request,
-        sides: list[tuple[Side, Side]],
+        self, modules: list, layers: list[int], inputs: ModelInputs, heads: Selection, layouts: list
     ) -> tuple[list[np.ndarray], list[int]] | None:
-        """Each input's weights (or the product asked for), computed block by block while the
-        model runs its fused attention; None where it runs eager attention instead."""
-        from attnviz.pretrained.fused import Layout, Unrecordable, fused_attention
+        """Each input's product of each layer, computed block by block while the model runs its
+        fused attention, and the head indices; None where it runs eager attention instead."""
+        from attnviz.pretrained.fused import Unrecordable, fused_attention
 
         loaded = self.loaded
         if loaded.attention is Attention.EAGER:
             return None
-        layouts = [
-            Layout(
-                query.length,
-                key.length,
-                partial(
-                    product_for, request.rows, request.pool, queries=query.length, keys=key.length
-                ),
-            )
-            for query, key in sides
-        ]
-        if request.whole:
-            check_whole_maps_fit(loaded, layers, request.heads, inputs.arguments, eager=False)
         arguments = on_device(loaded, inputs.arguments)
         try:
             with forward(loaded):
-                per_input, heads = fused_attention(
-                    loaded.model, modules, layers, arguments, request.heads, layouts, loaded.memory
+                per_input, chosen = fused_attention(
+                    loaded.model, modules, layers, arguments, heads, layouts, loaded.memory
                 )
         except Unrecordable as error:
             if loaded.attention is Attention.FUSED:
@@ -205,7 +217,42 @@ class PretrainedExtractor(Extractor):
                 "it with eager attention"
             )
             return None
-        return [np.stack(layers_of) for layers_of in per_input], heads
+        return [np.stack(layers_of) for layers_of in per_input], chosen
+
+    def head_statistics(
+        self,
+        text: str,
+        request: Request | None = None,
+        *,
+        target: str | None = None,
+        pair: str | None = None,
+        **options: Any,
+    ) -> HeadTable:
+        request = Request.of(request, options)
+        reshaped = request.words or not request.special or not request.whole
+        if reshaped or self.loaded.attention is Attention.EAGER:
+            return super().head_statistics(text, request, target=target, pair=pair)
+        item = as_item((text, target, pair))
+        mode, modules, layers, inputs = self._prepared([item], request)
+        query, key = inputs.queries[0], inputs.keys[0]
+        key_labels = piece_labels(self.loaded, key, request.raw_pieces)
+        product = partial(
+            HeadStatisticsProduct,
+            queries=query.length,
+            keys=key.length,
+            sink_columns=sink_columns_of(key_labels.special),
+            aligned=mode is not Mode.CROSS,
+            causal=mode is Mode.MASKED,
+        )
+        fused = self._fused(
+            modules, layers, inputs, request.heads, [Layout(query.length, key.length, product)]
+        )
+        if fused is None:
+            return super().head_statistics(text, request, target=target, pair=pair)
+        (summed,), heads = fused
+        return HeadTable(
+            self.name, mode, key.length, statistics_rows(summed, layers, heads, key_labels.text)
+        )
 
     def generate(
         self,

@@ -61,21 +61,23 @@ class Scores:
 
     def block(self, item: int, head: int, rows: np.ndarray) -> torch.Tensor:
         """The exact weights of query ``rows`` (positions) of ``head`` for input ``item``:
-        (R, S) float32, each row a softmax over every key."""
+        (R, W) float32, each row a softmax over every key. Causal rows give no weight to
+        keys after the last of them: those are left out (W ≤ S), not computed as zeros."""
         import torch
 
         group = self.heads // self.key.shape[1]  # query heads per key/value head
         picked = _picker(rows)
+        width = int(rows[-1]) + 1 if self.causal else self.key.shape[2]
         query = self.query[item, head, picked].float()  # (R, D)
-        key = self.key[item, head // group].float()  # (S, D)
+        key = self.key[item, head // group, :width].float()  # (W, D)
         scores = (query @ key.T) * self.scaling  # (R, S)
         if self.softcap is not None:
             scores = torch.tanh(scores / self.softcap) * self.softcap
         if self.position_bias is not None:
             bias = self.position_bias[min(item, self.position_bias.shape[0] - 1)]
-            scores = scores + bias[head if bias.shape[0] > 1 else 0, picked].float()
+            scores = scores + bias[head if bias.shape[0] > 1 else 0, picked, :width].float()
         if self.mask is not None:
-            mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, picked]
+            mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, picked, :width]
             if mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, -math.inf)
             else:
