@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from attnviz.analysis.grid import attention_problem, keep
-from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_tokens
+from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Aggregate, Mode, PictureFormat, View
 from attnviz.errors import SchemaError, UsageError
 from attnviz.schema import READABLE_VERSIONS, envelope
@@ -234,23 +234,14 @@ class AttentionMaps:
                 for grid in self.weights.astype(np.float32)
             ]
         )
-        query_tokens, key_tokens, fields = product_tokens(
-            rows, pool, self.query_tokens, self.key_tokens
+        labels = product_labels(
+            rows, pool, self.query_tokens, self.key_tokens, self.query_special, self.key_special
         )
-        flags = {
-            name: None
-            if getattr(self, name) is None
-            else product_tokens(rows, pool, getattr(self, name), getattr(self, name))[index]
-            for index, name in enumerate(("query_special", "key_special"))
-        }
         return self.replace(
-            query_tokens=query_tokens,
-            key_tokens=key_tokens,
             weights=weights.astype(self.weights.dtype),
             prompt_length=None,
             pair_start=None,
-            **flags,
-            **fields,
+            **labels,
         )
 
     def with_positions(self) -> AttentionMaps:

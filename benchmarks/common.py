@@ -1,10 +1,36 @@
-"""Timing whole commands side by side: alternating runs, medians, ratios."""
+"""Timing whole commands side by side: alternating runs, medians, ratios; the time and peak
+memory of one command in a fresh process."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
+import sys
 import time
+from pathlib import Path
+
+# Runs a command with a file on stdin; prints its time and its peak RSS (the only child).
+_MEASURE = """
+import json, resource, subprocess, sys, time
+started = time.perf_counter()
+with open(sys.argv[1], "rb") as text:
+    subprocess.run(sys.argv[2:], stdin=text, stdout=subprocess.DEVNULL, check=True)
+elapsed = time.perf_counter() - started
+peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(json.dumps({"seconds": elapsed, "peak_mib": peak_kib / 1024}))
+"""
+
+
+def time_and_peak(stdin: Path, command: list[str]) -> dict[str, float]:
+    """Wall time and peak RSS (MiB) of ``command`` reading ``stdin``, in a fresh process."""
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(stdin), *command],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout)
 
 
 def time_once(command: list[str], check: bool = True) -> float:

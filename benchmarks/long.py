@@ -19,26 +19,17 @@ within its peak memory + 600 MB, at every length.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from common import time_and_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_TARGET = 2.5
 MEMORY_TARGET_MIB = 600
 EAGER_UP_TO = 12_288
 
-MEASURE = """
-import json, resource, subprocess, sys, time
-started = time.perf_counter()
-with open(sys.argv[1], "rb") as text:
-    subprocess.run(sys.argv[2:], stdin=text, stdout=subprocess.DEVNULL, check=True)
-elapsed = time.perf_counter() - started
-peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"seconds": elapsed, "peak_mib": peak_kib / 1024}))
-"""
 
 FORWARD = """
 import sys, torch, transformers
@@ -110,16 +101,6 @@ def text_of(tokens: int, folder: Path) -> Path:
     return path
 
 
-def measure(text: Path, command: list[str]) -> dict[str, float]:
-    result = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(text), *command],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(result.stdout)
-
-
 def commands(model: Path, scratch: Path, tokens: int, eager: bool) -> dict[str, list[str]]:
     shown = [sys.executable, "-m", "attnviz", "show", "-", "--model", str(model)]
     found = {
@@ -173,7 +154,7 @@ def main() -> None:
             runs = commands(model, scratch, tokens, arguments.eager)
             if arguments.only:
                 runs = {name: runs[name] for name in runs if name in ("forward", *arguments.only)}
-            figures = {name: measure(text, command) for name, command in runs.items()}
+            figures = {name: time_and_peak(text, command) for name, command in runs.items()}
             base = figures["forward"]
             for name, figure in figures.items():
                 ratio = figure["seconds"] / base["seconds"]

@@ -12,12 +12,12 @@ Each size runs in a fresh process whose children's peak RSS is read back.
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from common import time_and_peak
 
 WORDS = [
     word.strip(".,").lower()
@@ -26,15 +26,6 @@ WORDS = [
     .split()
     if word.strip(".,").isalpha()
 ]
-MEASURE = """
-import json, resource, subprocess, sys, time
-started = time.perf_counter()
-with open(sys.argv[1], "rb") as text:
-    subprocess.run(sys.argv[2:], stdin=text, check=True)
-elapsed = time.perf_counter() - started
-peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"seconds": elapsed, "peak_mib": peak_kib / 1024}))
-"""
 
 
 def measure(tokens: int, folder: Path) -> dict[str, float]:
@@ -55,13 +46,7 @@ def measure(tokens: int, folder: Path) -> dict[str, float]:
         "-o",
         str(folder / "maps.npz"),
     ]
-    result = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(text), *command],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(result.stdout)
+    return time_and_peak(text, command)
 
 
 def main() -> None:

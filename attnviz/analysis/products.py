@@ -143,19 +143,33 @@ def product_for(rows: Selection, pool: int | None, heads: int, queries: int, key
     return WholeMaps(heads, queries, keys)
 
 
-def product_tokens(
-    rows: Selection, pool: int | None, queries: Sequence[Any], keys: Sequence[Any]
-) -> tuple[list[Any], list[Any], dict[str, Any]]:
-    """What labels the rows and columns of a product (tokens or special flags alike: a bin
-    takes its first token's), and the fields that tell maps which product they hold."""
+def product_labels(
+    rows: Selection,
+    pool: int | None,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    query_special: Sequence[bool] | None,
+    key_special: Sequence[bool] | None,
+) -> dict[str, Any]:
+    """The AttentionMaps fields that label a product's rows and columns (a bin takes its
+    first token's label and flag), and the field that tells which product they hold."""
+    queries, keys = len(query_tokens), len(key_tokens)
     if rows is not None:
-        positions = row_positions(rows, len(queries))
-        return [queries[p] for p in positions], list(keys), {"query_positions": positions}
-    if pool is not None:
-        factor = pool_factor(len(queries), len(keys), pool)
-        if factor > 1:
-            return list(queries[::factor]), list(keys[::factor]), {"pooled": factor}
-    return list(queries), list(keys), {}
+        positions = row_positions(rows, queries)
+        pick_rows, pick_columns = positions, range(keys)
+        fields: dict[str, Any] = {"query_positions": positions}
+    elif pool is not None and (factor := pool_factor(queries, keys, pool)) > 1:
+        pick_rows, pick_columns = range(0, queries, factor), range(0, keys, factor)
+        fields = {"pooled": factor}
+    else:
+        pick_rows, pick_columns, fields = range(queries), range(keys), {}
+    for side, picked, tokens, special in (
+        ("query", pick_rows, query_tokens, query_special),
+        ("key", pick_columns, key_tokens, key_special),
+    ):
+        fields[f"{side}_tokens"] = [tokens[i] for i in picked]
+        fields[f"{side}_special"] = None if special is None else [special[i] for i in picked]
+    return fields
 
 
 class HeadStatisticsProduct:

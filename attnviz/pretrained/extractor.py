@@ -14,7 +14,7 @@ from attnviz.analysis.products import (
     HeadStatisticsProduct,
     keeps_everything,
     product_for,
-    product_tokens,
+    product_labels,
 )
 from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
@@ -167,29 +167,22 @@ class PretrainedExtractor(Extractor):
         """Maps of the rows or bins that were computed block by block, labelled."""
         query_labels = piece_labels(self.loaded, query, request.raw_pieces)
         key_labels = piece_labels(self.loaded, key, request.raw_pieces)
-        rows, pool = request.rows, request.pool
-        query_tokens, key_tokens, fields = product_tokens(
-            rows, pool, query_labels.text, key_labels.text
-        )
-        query_special, key_special, _ = product_tokens(
-            rows, pool, query_labels.special, key_labels.special
+        labels = product_labels(
+            request.rows,
+            request.pool,
+            query_labels.text,
+            key_labels.text,
+            query_labels.special,
+            key_labels.special,
         )
         check_weights(
             weights,
             causal=known["mode"] is Mode.MASKED,
             name=self.name,
             tolerance=row_tolerance(self.loaded.model),
-            positions=fields.get("query_positions"),
+            positions=labels.get("query_positions"),
         )
-        return AttentionMaps(
-            query_tokens=query_tokens,
-            key_tokens=key_tokens,
-            weights=weights,
-            query_special=query_special,
-            key_special=key_special,
-            **fields,
-            **known,
-        )
+        return AttentionMaps(weights=weights, **labels, **known)
 
     def _fused(
         self, modules: list, layers: list[int], inputs: ModelInputs, heads: Selection, layouts: list

@@ -70,7 +70,7 @@ class Scores:
         width = int(rows[-1]) + 1 if self.causal else self.key.shape[2]
         query = self.query[item, head, picked].float()  # (R, D)
         key = self.key[item, head // group, :width].float()  # (W, D)
-        scores = (query @ key.T) * self.scaling  # (R, S)
+        scores = (query @ key.T) * self.scaling  # (R, W)
         if self.softcap is not None:
             scores = torch.tanh(scores / self.softcap) * self.softcap
         if self.position_bias is not None:
@@ -107,18 +107,23 @@ def scores_of(module: Any, query, key, mask, args: tuple, kwargs: dict) -> Score
     scaling = kwargs.get("scaling")
     if scaling is None and args:
         raise Unrecordable("its attention function is given its settings by position")
-    is_causal = kwargs.get("is_causal")
-    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     return Scores(
         query=query,
         key=key,
         mask=mask,
         # As PyTorch's fused attention decides: causal only over several queries, unmasked.
-        causal=mask is None and bool(is_causal) and query.shape[2] > 1,
+        causal=mask is None and _is_causal(module, kwargs) and query.shape[2] > 1,
         scaling=scaling if scaling is not None else query.shape[-1] ** -0.5,
         softcap=kwargs.get("softcap"),
         position_bias=kwargs.get("position_bias"),
     )
+
+
+def _is_causal(module: Any, kwargs: dict) -> bool:
+    """Whether the module's attention is causal, as transformers' fused function decides: the
+    call's ``is_causal`` where given, else the module's own."""
+    given = kwargs.get("is_causal")
+    return bool(given if given is not None else getattr(module, "is_causal", True))
 
 
 def _additive(mask, query, key, module: Any, kwargs: dict):
@@ -133,9 +138,7 @@ def _additive(mask, query, key, module: Any, kwargs: dict):
         return torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
             ~mask, lowest
         )
-    is_causal = kwargs.get("is_causal")
-    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    if not is_causal or query.shape[2] == 1:
+    if not _is_causal(module, kwargs) or query.shape[2] == 1:
         return None
     later = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool, device=query.device)
     return torch.zeros(later.shape, dtype=query.dtype, device=query.device).masked_fill(
