@@ -14,7 +14,7 @@ import transformers
 import attnviz
 from attnviz.analysis.grid import pool_map
 from attnviz.analysis.heads import head_statistics, statistics_rows
-from attnviz.analysis.products import HeadStatisticsProduct
+from attnviz.analysis.products import Block, HeadStatisticsProduct
 from attnviz.cli import app
 from attnviz.cli.declarations import AUTO_POOL
 from attnviz.cli.settings import MapProducts, ModelSettings
@@ -70,9 +70,9 @@ def blocks(monkeypatch):
     seen: list[int] = []  # how many rows each block held
     block = fused_module.Scores.block
 
-    def counted(self, item, head, rows):
+    def counted(self, item, head, rows, keys):
         seen.append(len(rows))
-        return block(self, item, head, rows)
+        return block(self, item, head, rows, keys)
 
     monkeypatch.setattr(fused_module.Scores, "block", counted)
     return seen
@@ -298,7 +298,7 @@ def test_head_statistics_summed_block_by_block_equal_their_definitions(step, ali
     for head, matrix in enumerate(weights):
         for rows in product.blocks(20, step):
             width = rows[-1] + 1 if causal else matrix.shape[1]  # as causal blocks come
-            product.add(head, rows, matrix[rows, :width])
+            product.add(head, Block(rows, matrix[rows, :width]))
     tokens = [f"t{i}" for i in range(weights.shape[-1])]
     rows = statistics_rows(product.result()[None], [4], [0, 1, 2], tokens)
     for row, matrix in zip(rows, weights, strict=True):

@@ -10,28 +10,74 @@ every row) give the same numbers, which is how they are tested.
 - :class:`PooledMaps`: neighbouring tokens pooled into bins, rows averaged and
   columns summed, so that every row still sums to 1 (as :func:`grid.pool_map`).
 
-Shape letters: H heads, T query tokens, S key tokens, R rows of a block.
+- :class:`HeadStatisticsProduct`: each head's statistics, summed row by row.
+
+Blocks are PyTorch tensors on the model's device where a model makes them, or
+NumPy arrays where whole maps are cut into blocks; each product takes its
+block in the form it computes with (statistics in PyTorch, on the device).
+
+Shape letters: H heads, T query tokens, S key tokens, R rows of a block, W the
+keys a block holds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from attnviz.selection import Selection, resolve
 
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class Block:
+    """The exact weights of some query rows of one head. ``weights`` may hold only the
+    first W ≤ S keys: the weights of the rest are 0 (causal rows, before a later key).
+    ``logs``, where the maker has them, are the log weights, finite everywhere (a
+    weight of 0 has a log far below any other), so that ``weights · logs`` is exact."""
+
+    rows: np.ndarray  # (R,) query positions, ascending
+    weights: Any  # (R, W): a torch.Tensor or an np.ndarray
+    logs: Any = None  # (R, W) torch.Tensor, or None
+
+    @property
+    def width(self) -> int:
+        return self.weights.shape[1]
+
+    def array(self) -> np.ndarray:
+        """The weights as a NumPy array, on the CPU."""
+        if isinstance(self.weights, np.ndarray):
+            return self.weights
+        return self.weights.cpu().numpy()
+
+    def tensor(self) -> torch.Tensor:
+        """The weights as a PyTorch tensor, where they were made."""
+        import torch
+
+        return torch.as_tensor(self.weights)
+
+    def log_tensor(self) -> torch.Tensor:
+        import torch
+
+        if self.logs is not None:
+            return self.logs
+        weights = self.tensor()
+        return torch.log(weights).clamp_(min=torch.finfo(weights.dtype).min)
+
 
 class Product(Protocol):
     """Takes blocks of query rows of each head's weights, in the order ``blocks`` gives
-    them; ``result()`` is (H, rows kept, columns kept). A block may hold only the first
-    W ≤ S columns: the weights of the rest are 0 (causal rows, before a later key)."""
+    them; ``result()`` is (H, rows kept, columns kept)."""
 
     def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]: ...
 
-    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None: ...
+    def add(self, head: int, block: Block) -> None: ...
 
     def result(self) -> np.ndarray: ...
 
@@ -49,8 +95,8 @@ class WholeMaps:
     def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
         return _runs(queries, step)
 
-    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
-        self.weights[head, rows, : block.shape[1]] = block
+    def add(self, head: int, block: Block) -> None:
+        self.weights[head, block.rows, : block.width] = block.array()
 
     def result(self) -> np.ndarray:
         return self.weights
@@ -68,9 +114,9 @@ class ChosenRows:
         for start in range(0, len(self.positions), step):
             yield self.positions[start : start + step]
 
-    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
-        slots = [self._slot[int(row)] for row in rows]
-        self.weights[head, slots, : block.shape[1]] = block
+    def add(self, head: int, block: Block) -> None:
+        slots = [self._slot[int(row)] for row in block.rows]
+        self.weights[head, slots, : block.width] = block.array()
 
     def result(self) -> np.ndarray:
         return self.weights
@@ -91,13 +137,13 @@ class PooledMaps:
         # Whole bins to a block (where a block holds one), so that each bin is summed once.
         return _runs(queries, max(self.factor, step - step % self.factor))
 
-    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
-        factor, width = self.factor, block.shape[1]
+    def add(self, head: int, block: Block) -> None:
+        factor, width, weights = self.factor, block.width, block.array()
         whole = width - width % factor
-        columns = block[:, :whole].reshape(len(block), -1, factor).sum(-1)  # (R, W // factor)
+        columns = weights[:, :whole].reshape(len(weights), -1, factor).sum(-1)  # (R, W/factor)
         if whole < width:  # a last bin, of the columns left over
-            columns = np.concatenate([columns, block[:, whole:].sum(-1, keepdims=True)], axis=1)
-        bins = rows // factor
+            columns = np.concatenate([columns, weights[:, whole:].sum(-1, keepdims=True)], axis=1)
+        bins = block.rows // factor
         starts = np.flatnonzero(np.diff(bins, prepend=-1))
         summed = np.add.reduceat(columns, starts, axis=0)
         self.sums[head, bins[starts], : summed.shape[1]] += summed
@@ -124,7 +170,7 @@ def of_whole(product: Product, weights: np.ndarray) -> np.ndarray:
     queries = weights.shape[1]
     for head, matrix in enumerate(weights):
         for rows in product.blocks(queries, queries):
-            product.add(head, rows, matrix[rows])
+            product.add(head, Block(rows, matrix[rows]))
     return product.result()
 
 
@@ -174,9 +220,12 @@ def product_labels(
 
 class HeadStatisticsProduct:
     """Each head's statistics, summed row by row as the blocks pass: the one definition of
-    what ``heads`` lists. ``result()`` is (H, 5 + S): the means of entropy, distance, sink,
-    previous and self over the rows (NaN where a statistic does not apply), then the
-    weight each key received, summed over the rows."""
+    what ``heads`` and ``stats`` list. ``result()`` is (H, 5 + S): the means of entropy,
+    distance, sink, previous and self over the rows (NaN where a statistic does not
+    apply), then the weight each key received, summed over the rows.
+
+    Computed in PyTorch where the block was made (the model's device), from the block's
+    log weights: a row's entropy is −Σ p·log p without a logarithm per weight."""
 
     FIELDS = ("entropy", "distance", "sink", "previous", "self")
 
@@ -189,45 +238,57 @@ class HeadStatisticsProduct:
         aligned: bool,
         causal: bool = False,
     ) -> None:
+        self.heads = heads
         self.queries = queries
+        self.keys = keys
         self.sink_columns = np.asarray(sink_columns, dtype=np.int64)
         self.aligned = aligned  # queries and keys are the same tokens (self and masked)
         self.causal = causal  # no weight on a key after the query (masked)
-        self.sums = np.zeros((heads, len(self.FIELDS)), dtype=np.float64)
-        self.columns = np.zeros((heads, keys), dtype=np.float64)
+        self._sums: torch.Tensor | None = None  # (H, 5), made on the first block's device
+        self._columns: torch.Tensor | None = None  # (H, S)
 
     def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
         return _runs(queries, step)
 
-    def add(self, head: int, rows: np.ndarray, block: np.ndarray) -> None:
-        # Whole-block reductions run in the block's precision (float32 products, summed by
-        # BLAS); only the per-block totals are added up in float64.
-        matrix = np.ascontiguousarray(block)
-        logs = np.log(matrix, out=np.zeros_like(matrix), where=matrix > 0)
-        sums = self.sums[head]
-        sums[0] -= float(np.vdot(matrix, logs))
-        del logs
-        width = matrix.shape[1]
-        sums[2] += matrix[:, self.sink_columns[self.sink_columns < width]].sum(dtype=np.float64)
+    def add(self, head: int, block: Block) -> None:
+        import torch
+
+        weights, logs = block.tensor().float(), block.log_tensor().float()  # (R, W)
+        device, width = weights.device, block.width
+        if self._sums is None:
+            # Totals over every block in float64 (float32 where the device has no float64).
+            total = torch.float32 if device.type == "mps" else torch.float64
+            self._sums = torch.zeros(self.heads, len(self.FIELDS), dtype=total, device=device)
+            self._columns = torch.zeros(self.heads, self.keys, dtype=total, device=device)
+        sums = self._sums[head]
+        sums[0] -= torch.vdot(weights.reshape(-1), logs.reshape(-1))
+        sinks = self.sink_columns[self.sink_columns < width]
+        sums[2] += weights[:, torch.as_tensor(sinks, device=device)].sum()
         if self.aligned:
-            keys = np.arange(width, dtype=matrix.dtype)
+            rows = torch.as_tensor(block.rows, device=device)
+            keys = torch.arange(width, dtype=weights.dtype, device=device)
             # Σ_j p_ij |i − j| = Σ_j p_ij (i − j) + 2 Σ_{j > i} p_ij (j − i); the second sum
             # is over the keys after the query, which causal rows give no weight.
-            signed = rows @ matrix.sum(1, dtype=np.float64) - float(np.sum(matrix @ keys))
+            signed = weights.sum(1) @ rows.to(weights.dtype) - (weights @ keys).sum()
             if not self.causal:
-                ahead = np.maximum(keys[None, :] - rows[:, None].astype(matrix.dtype), 0)
-                signed += 2 * float(np.vdot(matrix, ahead))
+                ahead = (keys[None, :] - rows[:, None].to(weights.dtype)).clamp_(min=0)
+                signed = signed + 2 * torch.vdot(weights.reshape(-1), ahead.reshape(-1))
             sums[1] += signed
-            inside = rows < matrix.shape[1]
-            sums[4] += matrix[inside.nonzero()[0], rows[inside]].sum()
-            earlier = (rows >= 1) & (rows - 1 < matrix.shape[1])
-            sums[3] += matrix[earlier.nonzero()[0], rows[earlier] - 1].sum()
-        self.columns[head, :width] += matrix.sum(0)
+            slots = torch.arange(len(rows), device=device)
+            inside = rows < width
+            sums[4] += weights[slots[inside], rows[inside]].sum()
+            earlier = (rows >= 1) & (rows - 1 < width)
+            sums[3] += weights[slots[earlier], rows[earlier] - 1].sum()
+        self._columns[head, :width] += weights.sum(0)
 
     def result(self) -> np.ndarray:
-        means = self.sums / self.queries
+        if self._sums is None or self._columns is None:
+            raise ValueError("statistics of no rows: no block was added")
+        sums = self._sums.cpu().double().numpy()
+        columns = self._columns.cpu().double().numpy()
+        means = sums / self.queries
         if self.aligned:
-            means[:, 3] = self.sums[:, 3] / (self.queries - 1) if self.queries > 1 else np.nan
+            means[:, 3] = sums[:, 3] / (self.queries - 1) if self.queries > 1 else np.nan
         else:
             means[:, [1, 3, 4]] = np.nan
-        return np.concatenate([means, self.columns], axis=1)
+        return np.concatenate([means, columns], axis=1)
