@@ -130,6 +130,7 @@ class HeadColumn(StrEnum):
     SINK = "sink"
     PREVIOUS = "previous"
     SELF = "self"
+    TOP_KEY_POSITION = "top_key_position"
     TOP_KEY = "top_key"
 
 

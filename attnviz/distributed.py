@@ -305,9 +305,8 @@ class StatisticsWorker:
 
         (listed,) = batch["task"]  # one task: a JSON list of items
         items = [tuple(item) for item in json.loads(listed)]
-        partial = CorpusStatistics()
-        maps = self.extractor.extract_many(items, self.request, batch_size=self.batch_size)
-        partial.add_all(maps)
+        tables = self.extractor.head_tables(items, self.request, batch_size=self.batch_size)
+        partial = CorpusStatistics().add_all(tables)
         return {"partial": [pickle.dumps(partial)]}  # between attnviz's own processes
 
 

@@ -75,10 +75,7 @@ class Extractor(ABC):
         each result equals what :meth:`extract` gives for that item alone. The request
         is checked before any work; each item as it is reached."""
         request = Request.of(request, options)
-        if isinstance(items, str | bytes):
-            raise UsageError("extract_many reads a list of texts; for one text use extract")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise UsageError(f"batch_size is a whole number of at least 1, not {batch_size!r}")
+        _check_batch(items, batch_size, "extract_many", "extract")
         return self._extract_many((as_item(item) for item in items), request, batch_size)
 
     @abstractmethod
@@ -99,10 +96,29 @@ class Extractor(ABC):
         """Each head's statistics for one text, as ``attnviz heads`` lists them. A pretrained
         model running fused attention sums them block by block, so that a long input's
         whole maps never exist; the numbers are those of the whole maps."""
+        (table,) = self.head_tables([(text, target, pair)], request, **options)
+        return table
+
+    def head_tables(
+        self,
+        items: Iterable[Item],
+        request: Request | None = None,
+        *,
+        batch_size: int = 16,
+        **options: Any,
+    ) -> Iterator[HeadTable]:
+        """:meth:`head_statistics` of each item, in order, ``batch_size`` items per forward
+        pass (as :meth:`extract_many` reads them): what ``attnviz stats`` sums up."""
+        request = Request.of(request, options)
+        _check_batch(items, batch_size, "head_tables", "head_statistics")
+        return self._head_tables((as_item(item) for item in items), request, batch_size)
+
+    def _head_tables(
+        self, items: Iterator[Checked], request: Request, batch_size: int
+    ) -> Iterator[HeadTable]:
         from attnviz.analysis.heads import HeadTable
 
-        maps = self.extract(text, Request.of(request, options), target=target, pair=pair)
-        return HeadTable.of(maps)
+        return map(HeadTable.of, self._extract_many(items, request, batch_size))
 
     def generate(
         self,
@@ -161,6 +177,13 @@ def check_text(text: str, what: str = "text") -> None:
         raise UsageError(
             f"the {what} is not UTF-8 text: {what_is_there} at offset {error.start}"
         ) from None
+
+
+def _check_batch(items: Iterable[Item], batch_size: int, method: str, single: str) -> None:
+    if isinstance(items, str | bytes):
+        raise UsageError(f"{method} reads a list of texts; for one text use {single}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UsageError(f"batch_size is a whole number of at least 1, not {batch_size!r}")
 
 
 def as_item(item: Item) -> Checked:

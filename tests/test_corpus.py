@@ -23,10 +23,10 @@ TEXTS = [
 
 def test_corpus_means_equal_the_mean_of_heads_over_the_same_inputs():
     extractor = attnviz.load()
-    corpus = CorpusStatistics().add_all(extractor.extract_many(TEXTS))
+    corpus = CorpusStatistics().add_all(extractor.head_tables(TEXTS))
     per_input = [head_statistics(extractor.extract(text)) for text in TEXTS]
     rows = {(row["layer"], row["head"], row["statistic"]): row for row in corpus.rows()}
-    for name in STATISTICS[:-1]:
+    for name in STATISTICS:
         for position in range(len(per_input[0])):
             values = [getattr(stats[position], name) for stats in per_input]
             layer, head = per_input[0][position].layer, per_input[0][position].head
@@ -40,9 +40,9 @@ def test_corpus_means_equal_the_mean_of_heads_over_the_same_inputs():
 
 def test_halves_merge_into_the_whole():
     extractor = attnviz.load()
-    whole = CorpusStatistics().add_all(extractor.extract_many(TEXTS))
-    first = CorpusStatistics().add_all(extractor.extract_many(TEXTS[:2]))
-    second = CorpusStatistics().add_all(extractor.extract_many(TEXTS[2:]))
+    whole = CorpusStatistics().add_all(extractor.head_tables(TEXTS))
+    first = CorpusStatistics().add_all(extractor.head_tables(TEXTS[:2]))
+    second = CorpusStatistics().add_all(extractor.head_tables(TEXTS[2:]))
     first.merge(second)
     assert first.inputs == whole.inputs
     for merged, alone in zip(first.rows(), whole.rows(), strict=True):
@@ -69,8 +69,8 @@ def test_running_merge_is_chan_s_formula():
 def test_memory_is_bounded_by_the_heads_not_the_inputs():
     corpus = CorpusStatistics()
     extractor = attnviz.load()
-    for maps in extractor.extract_many(TEXTS * 20):
-        corpus.add(maps)
+    for table in extractor.head_tables(TEXTS * 20):
+        corpus.add(table)
     assert corpus.inputs == 100
     assert len(corpus.cells) == 2 * 4 * len(STATISTICS)
     assert all(cell.running.count == 100 for cell in corpus.cells.values())

@@ -265,6 +265,15 @@ def test_attention_that_cannot_be_followed_falls_back_to_eager_with_a_warning(ti
     with pytest.warns(AttnvizWarning, match="learned attention sinks.*eager attention"):
         maps = extractor.extract(TEXT)
     np.testing.assert_allclose(maps.weights.sum(-1), 1, atol=1e-5)
+    with pytest.warns(AttnvizWarning, match="eager attention"):  # products of the eager maps
+        last = extractor.extract(TEXT, rows="last")
+        pooled = extractor.extract(TEXT, pool=3)
+        table = extractor.head_statistics(TEXT)
+    np.testing.assert_allclose(last.weights, maps.weights[:, :, -1:], atol=1e-6)
+    assert pooled.pooled and pooled.weights.shape[-1] == 3
+    assert [row.entropy for row in table.rows] == pytest.approx(
+        [row.entropy for row in head_statistics(maps)], abs=1e-6
+    )
     explicit = attnviz.load(tiny["llama"], load_options=LoadOptions(attention="fused"))
     with pytest.raises(UsageError, match="--attention fused cannot read"):
         explicit.extract(TEXT)
@@ -342,3 +351,40 @@ def test_heads_on_the_command_line_reads_fused_statistics(runner, tiny):
     assert len(listed) == len(expected)
     for row in listed:
         assert row["entropy"] == pytest.approx(expected[row["layer"], row["head"]], abs=1e-5)
+
+
+@pytest.mark.parametrize(("family", "mode"), [("llama", "masked"), ("bart", "cross")])
+def test_statistics_of_a_padded_batch_equal_each_input_alone(tiny, blocks, family, mode):
+    texts = [TEXT, "a short one", TEXT + " and then some more words"]
+    items = [(text, TARGET if mode == "cross" else None) for text in texts]
+    extractor = attnviz.load(tiny[family])
+    batched = list(extractor.head_tables(items, mode=mode, batch_size=3))
+    assert blocks  # computed block by block
+    eager = attnviz.load(tiny[family], load_options=LoadOptions(attention="eager"))
+    for table, (text, target) in zip(batched, items, strict=True):
+        alone = eager.head_statistics(text, mode=mode, target=target)
+        assert table.key_count == alone.key_count
+        for got, want in zip(table.rows, alone.rows, strict=True):
+            assert (got.top_key_position, got.top_key) == (want.top_key_position, want.top_key)
+            for name in ("entropy", "distance", "sink", "previous", "self"):
+                expected = getattr(want, name)
+                assert getattr(got, name) == (
+                    None if expected is None else pytest.approx(expected, abs=1e-5)
+                )
+
+
+def test_stats_of_a_pretrained_model_reads_fused_statistics(runner, tiny, blocks, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(f"{TEXT}\na short one\n")
+    arguments = ["stats", str(corpus), "--model", tiny["llama"], "-f", "json", "-q"]
+    fused = runner.invoke(app, arguments)
+    assert fused.exit_code == 0, fused.stderr
+    assert blocks
+    eager = runner.invoke(app, [*arguments, "--attention", "eager"])
+    assert eager.exit_code == 0, eager.stderr
+    got, want = json.loads(fused.stdout)["heads"], json.loads(eager.stdout)["heads"]
+    assert [(r["layer"], r["head"], r["statistic"]) for r in got] == [
+        (r["layer"], r["head"], r["statistic"]) for r in want
+    ]
+    for row, expected in zip(got, want, strict=True):
+        assert row["mean"] == pytest.approx(expected["mean"], abs=1e-5)

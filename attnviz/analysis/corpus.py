@@ -15,10 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.heads import head_statistics
-
 if TYPE_CHECKING:
-    from attnviz.maps import AttentionMaps
+    from attnviz.analysis.heads import HeadTable
 
 STATISTICS = ("entropy", "distance", "sink", "previous", "self", "top_key_position")
 QUANTILES = (0.05, 0.5, 0.95)
@@ -76,26 +74,22 @@ class Cell:
 
 @dataclass
 class CorpusStatistics:
-    """The statistics of every head seen so far; ``add`` one input's maps at a time."""
+    """The statistics of every head seen so far; ``add`` one input's table at a time."""
 
     inputs: int = 0
     cells: dict[tuple[int, int, str], Cell] = field(default_factory=dict)
 
-    def add(self, maps: AttentionMaps) -> None:
-        rows = head_statistics(maps)
-        positions = maps.weights.astype("float64").sum(-2).argmax(-1)  # (L, H): top key
-        for row in rows:
-            i, j = maps.layers.index(row.layer), maps.heads.index(row.head)
-            values = {name: getattr(row, name) for name in STATISTICS[:-1]}
-            values["top_key_position"] = float(positions[i, j])
-            for name, value in values.items():
+    def add(self, table: HeadTable) -> None:
+        for row in table.rows:
+            for name in STATISTICS:
+                value = getattr(row, name)
                 if value is not None:  # distance and the like have none in cross mode
-                    self.cells.setdefault((row.layer, row.head, name), Cell()).add(value)
+                    self.cells.setdefault((row.layer, row.head, name), Cell()).add(float(value))
         self.inputs += 1
 
-    def add_all(self, stream: Iterable[AttentionMaps]) -> CorpusStatistics:
-        for maps in stream:
-            self.add(maps)
+    def add_all(self, tables: Iterable[HeadTable]) -> CorpusStatistics:
+        for table in tables:
+            self.add(table)
         return self
 
     def merge(self, other: CorpusStatistics) -> None:

@@ -23,6 +23,7 @@ COLUMN_HELP = {
     "tokenizer marks them",
     HeadColumn.PREVIOUS: "mean weight a token gives the token just before it",
     HeadColumn.SELF: "mean weight a token gives itself",
+    HeadColumn.TOP_KEY_POSITION: "the position of that key (0: the first token)",
     HeadColumn.TOP_KEY: "the key token with the most weight, summed over query rows",
 }
 
@@ -36,6 +37,7 @@ class HeadStatistics:
     sink: float
     previous: float | None
     self: float | None
+    top_key_position: int
     top_key: str
 
 
@@ -90,7 +92,11 @@ def statistics_rows(
                 for name, value in zip(fields, values[: len(fields)], strict=True)
             }
             top = int(values[len(fields) :].argmax())
-            rows.append(HeadStatistics(layer=layer, head=head, top_key=key_tokens[top], **means))
+            rows.append(
+                HeadStatistics(
+                    layer=layer, head=head, top_key_position=top, top_key=key_tokens[top], **means
+                )
+            )
     return rows
 
 
@@ -104,7 +110,12 @@ def sort_rows(
     name = column.value
     present = [row for row in rows if getattr(row, name) is not None]
     missing = [row for row in rows if getattr(row, name) is None]
-    descending = column not in (HeadColumn.LAYER, HeadColumn.HEAD, HeadColumn.TOP_KEY)
+    descending = column not in (
+        HeadColumn.LAYER,
+        HeadColumn.HEAD,
+        HeadColumn.TOP_KEY_POSITION,
+        HeadColumn.TOP_KEY,
+    )
     ordered = sorted(present, key=lambda row: getattr(row, name), reverse=descending != reverse)
     return ordered + missing
 

@@ -29,7 +29,8 @@ def heads(
             "--sort",
             metavar="COLUMN",
             case_sensitive=False,
-            help="Column to sort by: statistics largest first; layer, head, top_key in order.",
+            help="Column to sort by: statistics largest first; layer, head, top_key_position "
+            "and top_key in order.",
         ),
     ] = HeadColumn.LAYER,
     reverse: Annotated[bool, typer.Option("--reverse", help="Reverse the sort order.")] = False,
@@ -52,7 +53,7 @@ def heads(
     distance: mean |query position - key position|, attention-weighted.
     sink: mean weight on the first token and special tokens. previous: mean
     weight on the token just before. self: mean weight on itself. top_key: the
-    key with the most weight over all rows.
+    key with the most weight over all rows, and top_key_position its position.
     """
     from attnviz.analysis.heads import COLUMN_HELP, HeadTable, as_dicts, sort_rows
     from attnviz.cli import output as out
@@ -100,5 +101,6 @@ def heads(
     for row in rows:
         numbers = (row.entropy, row.distance, row.sink, row.previous, row.self)
         cells = ["–" if value is None else f"{value:.3f}" for value in numbers]
-        table.add_row(str(row.layer), str(row.head), *cells, display_label(row.top_key))
+        place = (str(row.layer), str(row.head))
+        table.add_row(*place, *cells, str(row.top_key_position), display_label(row.top_key))
     out.stdout_console(d.ColourChoice.AUTO, None, environment).print(table)

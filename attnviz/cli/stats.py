@@ -159,8 +159,8 @@ def stats(
         model_name = asked.spec.model
     else:
         model_name = extractor.name
-        for maps in extractor.extract_many(pairs, asked.request, batch_size=batch_size):
-            corpus.add(maps)
+        for table in extractor.head_tables(pairs, asked.request, batch_size=batch_size):
+            corpus.add(table)
             progress(corpus.inputs)
     more = unreadable - 1
     why = first_error + (f" (and {more} more line{'s' if more > 1 else ''})" if more > 0 else "")
