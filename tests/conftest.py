@@ -35,6 +35,23 @@ def generators(tmp_path_factory):
 
 
 @pytest.fixture
+def blocks(monkeypatch):
+    """Counts the blocks of weights computed from a model's fused attention, so that a test
+    knows that path ran: how many query rows each block held."""
+    from attnviz.pretrained import fused
+
+    seen: list[int] = []
+    block = fused.Scores.block
+
+    def counted(self, item, head, rows, keys):
+        seen.append(len(rows))
+        return block(self, item, head, rows, keys)
+
+    monkeypatch.setattr(fused.Scores, "block", counted)
+    return seen
+
+
+@pytest.fixture
 def runner() -> CliRunner:
     # No terminal, no inherited colour settings: the output depends on the flags alone.
     return CliRunner(

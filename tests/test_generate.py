@@ -63,6 +63,26 @@ def test_decoder_maps_equal_the_models_own_step_by_step_attention(generators, na
         np.testing.assert_allclose(maps.weights[i], own[layer][0].numpy(), atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["llama-lm", "bart-lm"])
+def test_generated_rows_and_bins_are_those_of_the_whole_maps(generators, blocks, name):
+    """What the written tokens read, computed block by block: a long prompt's whole maps
+    need not exist."""
+    from attnviz.analysis.grid import pool_map
+
+    extractor = attnviz.load(generators[name])
+    options = {"max_new_tokens": 5, "stop": False}
+    whole = extractor.generate(PROMPT, **options).maps
+    last = extractor.generate(PROMPT, rows="-3--1", **options).maps
+    pooled = extractor.generate(PROMPT, pool=3, **options).maps
+    assert blocks  # read from the model's fused attention
+    rows = len(whole.query_tokens)
+    assert last.query_positions == [rows - 3, rows - 2, rows - 1]
+    np.testing.assert_allclose(last.weights, whole.weights[:, :, -3:], atol=1e-6)
+    reference = [[pool_map(grid, pooled.pooled) for grid in layer] for layer in whole.weights]
+    np.testing.assert_allclose(pooled.weights, np.array(reference), atol=1e-6)
+    assert last.prompt_length is None and pooled.prompt_length is None
+
+
 @pytest.mark.parametrize("mode", ["cross", "masked"])
 def test_encoder_decoder_cross_attention_is_the_alignment_step_by_step(generators, mode):
     extractor = attnviz.load(generators["bart-lm"])
@@ -276,3 +296,15 @@ def test_heads_and_top_read_what_generate_saved(runner, generators, tmp_path):
     assert top.exit_code == 0 and json.loads(top.stdout)["maps"][0]["title"] == "layer 1 · head 2"
     both = runner.invoke(app, ["heads", PROMPT, "--from", str(saved)])
     assert both.exit_code == 2 and "one of them" in both.stderr
+
+
+def test_generate_command_keeps_the_rows_asked_for(runner, generators):
+    arguments = ["generate", PROMPT, "--model", generators["llama-lm"], "-n", "3", "--no-stop"]
+    result = runner.invoke(app, [*arguments, "--rows", "last", "-f", "json"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    written = len(attnviz.load(generators["llama-lm"]).loaded.tokenizer(PROMPT)["input_ids"]) + 3
+    assert document["query_positions"] == [written - 1]
+    assert np.asarray(document["weights"]).shape[-2:] == (1, written)
+    refused = runner.invoke(app, [*arguments, "--rows", "last", "--pool", "4", "-f", "json"])
+    assert refused.exit_code == 2 and "--rows" in refused.stderr and not refused.stdout

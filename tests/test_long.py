@@ -64,20 +64,6 @@ def block_memory(rows: int | None, keys: int) -> int:
     return 10**9 if rows is None else rows * keys * 4 * fused_module._COPIES_PER_BLOCK
 
 
-@pytest.fixture
-def blocks(monkeypatch):
-    """Counts the blocks computed, so that a test knows the fused path ran."""
-    seen: list[int] = []  # how many rows each block held
-    block = fused_module.Scores.block
-
-    def counted(self, item, head, rows, keys):
-        seen.append(len(rows))
-        return block(self, item, head, rows, keys)
-
-    monkeypatch.setattr(fused_module.Scores, "block", counted)
-    return seen
-
-
 @pytest.mark.parametrize("rows_per_block", [1, 7, None])
 @pytest.mark.parametrize(("family", "mode", "field"), CASES)
 def test_every_product_equals_the_same_product_of_eager_attention(

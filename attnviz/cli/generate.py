@@ -9,13 +9,21 @@ import typer
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, pretrained_settings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    NO_PRODUCTS,
+    MapProducts,
+    ModelSettings,
+    map_products,
+    pretrained_settings,
+)
 from attnviz.cli.show import FormatOption, OutputOption, ShowFormat
 
 GENERATION_PANEL = "Generation"
 
 
 @pretrained_settings
+@map_products
 @head_choice
 @with_environment
 def generate(
@@ -109,6 +117,7 @@ def generate(
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
     choice: HeadChoice = ALL_HEADS,
+    products: MapProducts = NO_PRODUCTS,
 ) -> None:
     """Let a language model write after PROMPT, and show what it attended to.
 
@@ -145,7 +154,15 @@ def generate(
     from attnviz.pretrained.generation import Sampling
 
     Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)  # checked before loading
-    asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings, text=prompt)
+    asked = request(
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        settings=settings,
+        text=prompt,
+        products=products.drawn(settings) if presentation.drawn else products,
+    )
     extractor = asked.open(environment)
     from attnviz.cli import output as out
     from attnviz.pretrained.generation import GenerationInterrupted

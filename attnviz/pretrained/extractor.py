@@ -13,6 +13,7 @@ from attnviz.analysis.heads import HeadTable, sink_columns_of, statistics_rows
 from attnviz.analysis.products import (
     HeadStatisticsProduct,
     keeps_everything,
+    of_whole,
     product_for,
     product_labels,
 )
@@ -76,35 +77,40 @@ class PretrainedExtractor(Extractor):
         Padding is masked, so it gets no attention; each input's maps are then
         trimmed to its own tokens and equal what it gives on its own.
         """
-        loaded = self.loaded
         mode, modules, layer_indices, inputs = self._prepared(items, request)
+        return self.maps_of(mode, modules, layer_indices, inputs, request, items)
+
+    def maps_of(
+        self,
+        mode: Mode,
+        modules: list,
+        layer_indices: list[int],
+        inputs: ModelInputs,
+        request: Request,
+        items: list[Checked],
+    ) -> list[AttentionMaps]:
+        """The maps of encoded ``inputs`` (one forward pass), each of the (text, target,
+        pair) it was encoded from: whole, or the rows or bins the request asks for."""
+        loaded = self.loaded
         sides = list(zip(inputs.queries, inputs.keys, strict=True))
+        wholes = [
+            keeps_everything(request.rows, request.pool, q.length, k.length) for q, k in sides
+        ]
         layouts = [
-            Layout(
-                query.length,
-                key.length,
-                partial(
-                    product_for, request.rows, request.pool, queries=query.length, keys=key.length
-                ),
+            Layout(q.length, k.length)
+            if whole
+            else Layout(
+                q.length,
+                k.length,
+                partial(product_for, request.rows, request.pool, queries=q.length, keys=k.length),
             )
-            for query, key in sides
+            for whole, (q, k) in zip(wholes, sides, strict=True)
         ]
         if request.whole and loaded.attention is not Attention.EAGER:
             check_whole_maps_fit(
                 loaded, layer_indices, request.heads, inputs.arguments, eager=False
             )
-        fused = self._fused(modules, layer_indices, inputs, request.heads, layouts)
-        if fused is None:
-            stacked, head_indices = attention_of(
-                loaded, modules, layer_indices, inputs.arguments, request.heads
-            )  # (L, B, H, T, S)
-            batch = stacked.numpy()
-            per_input = [  # padding trimmed
-                batch[:, row, :, : query.length, : key.length]
-                for row, (query, key) in enumerate(sides)
-            ]
-        else:
-            per_input, head_indices = fused
+        per_input, head_indices = self._computed(modules, layer_indices, inputs, request, layouts)
         tolerance = row_tolerance(loaded.model)
         results = []
         for row, (query, key) in enumerate(sides):
@@ -119,15 +125,13 @@ class PretrainedExtractor(Extractor):
                 "pair": pair,
             }
             weights = per_input[row]  # (L, H, T, S), or the product asked for
-            whole = keeps_everything(request.rows, request.pool, query.length, key.length)
-            if fused is not None and not whole:  # a product made block by block
-                maps = self._product_maps(weights, query, key, request, known)
-            else:
-                check_weights(
-                    weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance
-                )
-                weights, query_labels, key_labels = readable(loaded, weights, query, key, request)
-                maps = AttentionMaps(
+            if not wholes[row]:
+                results.append(self._product_maps(weights, query, key, request, known))
+                continue
+            check_weights(weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance)
+            weights, query_labels, key_labels = readable(loaded, weights, query, key, request)
+            results.append(
+                AttentionMaps(
                     query_tokens=query_labels.text,
                     key_tokens=key_labels.text,
                     weights=weights,
@@ -135,9 +139,35 @@ class PretrainedExtractor(Extractor):
                     key_special=key_labels.special,
                     pair_start=key_labels.pair_start(),
                     **known,
-                ).reduced(request.rows, request.pool)
-            results.append(maps)
+                )
+            )
         return results
+
+    def _computed(
+        self,
+        modules: list,
+        layers: list[int],
+        inputs: ModelInputs,
+        request: Request,
+        layouts: list[Layout],
+    ) -> tuple[list[np.ndarray], list[int]]:
+        """Each input's product of each layer's chosen heads, (L, ...), and the head indices:
+        made block by block while the model runs its fused attention, or, where it runs
+        eager attention, from the whole maps it returns."""
+        fused = self._fused(modules, layers, inputs, request.heads, layouts)
+        if fused is not None:
+            return fused
+        stacked, heads = attention_of(
+            self.loaded, modules, layers, inputs.arguments, request.heads
+        )  # (L, B, H, T, S)
+        batch = stacked.numpy()
+        per_input = []
+        for row, layout in enumerate(layouts):
+            whole = batch[:, row, :, : layout.queries, : layout.keys]  # padding trimmed
+            if layout.product is not None:
+                whole = np.stack([of_whole(layout.made(len(heads)), grid) for grid in whole])
+            per_input.append(whole)
+        return per_input, heads
 
     def _prepared(
         self, items: list[Checked], request: Request
@@ -212,40 +242,34 @@ class PretrainedExtractor(Extractor):
             return None
         return [np.stack(layers_of) for layers_of in per_input], chosen
 
-    def head_statistics(
-        self,
-        text: str,
-        request: Request | None = None,
-        *,
-        target: str | None = None,
-        pair: str | None = None,
-        **options: Any,
-    ) -> HeadTable:
-        request = Request.of(request, options)
-        reshaped = request.words or not request.special or not request.whole
-        if reshaped or self.loaded.attention is Attention.EAGER:
-            return super().head_statistics(text, request, target=target, pair=pair)
-        item = as_item((text, target, pair))
-        mode, modules, layers, inputs = self._prepared([item], request)
-        query, key = inputs.queries[0], inputs.keys[0]
-        key_labels = piece_labels(self.loaded, key, request.raw_pieces)
-        product = partial(
-            HeadStatisticsProduct,
-            queries=query.length,
-            keys=key.length,
-            sink_columns=sink_columns_of(key_labels.special),
-            aligned=mode is not Mode.CROSS,
-            causal=mode is Mode.MASKED,
-        )
-        fused = self._fused(
-            modules, layers, inputs, request.heads, [Layout(query.length, key.length, product)]
-        )
-        if fused is None:
-            return super().head_statistics(text, request, target=target, pair=pair)
-        (summed,), heads = fused
-        return HeadTable(
-            self.name, mode, key.length, statistics_rows(summed, layers, heads, key_labels.text)
-        )
+    def _head_tables(
+        self, items: Iterator[Checked], request: Request, batch_size: int
+    ) -> Iterator[HeadTable]:
+        if request.words or not request.special or not request.whole:  # maps reshaped first
+            yield from super()._head_tables(items, request, batch_size)
+            return
+        while chunk := list(islice(items, batch_size)):
+            mode, modules, layers, inputs = self._prepared(chunk, request)
+            key_labels = [piece_labels(self.loaded, key, request.raw_pieces) for key in inputs.keys]
+            layouts = [
+                Layout(
+                    query.length,
+                    key.length,
+                    partial(
+                        HeadStatisticsProduct,
+                        queries=query.length,
+                        keys=key.length,
+                        sink_columns=sink_columns_of(labels.special),
+                        aligned=mode is not Mode.CROSS,
+                        causal=mode is Mode.MASKED,
+                    ),
+                )
+                for query, key, labels in zip(inputs.queries, inputs.keys, key_labels, strict=True)
+            ]
+            per_input, heads = self._computed(modules, layers, inputs, request, layouts)
+            for summed, key, labels in zip(per_input, inputs.keys, key_labels, strict=True):
+                rows = statistics_rows(summed, layers, heads, labels.text)
+                yield HeadTable(self.name, mode, key.length, rows)
 
     def generate(
         self,

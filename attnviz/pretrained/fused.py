@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.products import Block, Product
+from attnviz.analysis.products import Block, Product, WholeMaps
 from attnviz.selection import Selection, resolve
 
 if TYPE_CHECKING:
@@ -222,7 +222,12 @@ class Layout:
 
     queries: int
     keys: int
-    product: Callable[[int], Product]  # heads -> a fresh product for this input
+    product: Callable[[int], Product] | None = None  # heads -> a fresh product; None: whole maps
+
+    def made(self, heads: int) -> Product:
+        if self.product is None:
+            return WholeMaps(heads, self.queries, self.keys)
+        return self.product(heads)
 
 
 def fused_attention(
@@ -276,7 +281,7 @@ def fused_attention(
 
 
 def _reduce(scores: Scores, item: int, layout: Layout, heads: list[int], memory: int) -> Product:
-    product = layout.product(len(heads))
+    product = layout.made(len(heads))
     step = scores.rows_per_block(memory)
     for slot, head in enumerate(heads):
         for rows in product.blocks(layout.queries, step):

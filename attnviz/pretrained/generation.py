@@ -2,11 +2,13 @@
 
 The model generates with its key/value cache and without collecting any
 attention (transformers' own ``generate``); then one forward pass over the
-prompt and the generated tokens reads the maps, with the same hooks as
-``extract``. Under causal masking the row of a token in that pass is exactly the
-attention the model gave when it wrote the next token, so the maps equal what
+prompt and the generated tokens reads the maps as ``extract`` reads any input
+(the model's fused attention, the weights asked for computed block by block).
+Under causal masking the row of a token in that pass is exactly the attention
+the model gave when it wrote the next token, so the maps equal what
 ``generate(output_attentions=True)`` returns step by step, at the cost of one
-pass instead of a cache of every step's weights.
+pass instead of a cache of every step's weights (T×T per layer, which a long
+prompt could not hold).
 
 Shape letters: L layers, H heads, T query tokens, S key tokens.
 """
@@ -21,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, ExitCode, UsageError
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.encoding import Side, attention_of, check_weights, encode, row_tolerance
-from attnviz.pretrained.labels import readable
+from attnviz.pretrained.encoding import ModelInputs, Side, encode
 from attnviz.pretrained.loading import PretrainedModel, quiet
 from attnviz.pretrained.streams import Family
 from attnviz.request import Request
@@ -216,7 +217,7 @@ def _maps(
     mode: Mode,
     request: Request,
 ) -> AttentionMaps:
-    """One forward pass over everything read and written, read by the same hooks as extract."""
+    """One forward pass over everything read and written, read as extract reads its inputs."""
     import torch
 
     loaded = extractor.loaded
@@ -237,34 +238,18 @@ def _maps(
         keys = written if mode is Mode.MASKED else source
         prompt_length = None if mode is Mode.SELF else 1  # the decoder starts from one token
     arguments["attention_mask"] = torch.ones_like(arguments["input_ids"])
-    stacked, head_indices = attention_of(loaded, modules, layer_indices, arguments, request.heads)
-    weights = stacked[:, 0].numpy()  # (L, 1, H, T, S) -> (L, H, T, S)
-    check_weights(
-        weights,
-        causal=mode is Mode.MASKED,
-        name=loaded.name,
-        tolerance=row_tolerance(loaded.model),
+    inputs = ModelInputs(arguments, [queries], [keys])
+    (maps,) = extractor.maps_of(
+        mode, modules, layer_indices, inputs, request, [(source.text, None, None)]
     )
-    weights, query_labels, key_labels = readable(loaded, weights, queries, keys, request)
+    if maps.query_positions is not None or maps.pooled is not None:
+        return maps  # rows or bins: the positions say where the prompt ends
     if prompt_length is not None and not request.special:  # dropped specials leave fewer
         from attnviz.pretrained.labels import piece_labels
 
         flags = piece_labels(loaded, queries).special[:prompt_length]
         prompt_length = flags.count(False)
-    return AttentionMaps(
-        query_tokens=query_labels.text,
-        key_tokens=key_labels.text,
-        weights=weights,
-        layers=layer_indices,
-        heads=head_indices,
-        mode=mode,
-        model=loaded.name,
-        text=source.text,
-        target=None,
-        query_special=query_labels.special,
-        key_special=key_labels.special,
-        prompt_length=prompt_length,
-    )
+    return maps.replace(prompt_length=prompt_length)
 
 
 def _written(given: Side, sequence: list[int], given_length: int) -> Side:
