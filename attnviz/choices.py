@@ -130,6 +130,7 @@ class HeadColumn(StrEnum):
     SINK = "sink"
     PREVIOUS = "previous"
     SELF = "self"
+    SPAN = "span"
     TOP_KEY_POSITION = "top_key_position"
     TOP_KEY = "top_key"
 
@@ -142,3 +143,4 @@ class RankBy(StrEnum):
     SINK = "sink"
     PREVIOUS = "previous"
     SELF = "self"
+    SPAN = "span"

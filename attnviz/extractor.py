@@ -9,12 +9,13 @@ that both can build on it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Mode, chosen
 from attnviz.errors import UsageError
 from attnviz.request import Request
+from attnviz.selection import token_positions
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
@@ -111,6 +112,8 @@ class Extractor(ABC):
         pass (as :meth:`extract_many` reads them): what ``attnviz stats`` sums up."""
         request = Request.of(request, options)
         _check_batch(items, batch_size, "head_tables", "head_statistics")
+        if request.pool is not None:
+            raise UsageError("statistics are read from exact rows: --pool does not apply to them")
         return self._head_tables((as_item(item) for item in items), request, batch_size)
 
     def _head_tables(
@@ -177,6 +180,21 @@ def check_text(text: str, what: str = "text") -> None:
         raise UsageError(
             f"the {what} is not UTF-8 text: {what_is_there} at offset {error.start}"
         ) from None
+
+
+Finder = Callable[[str], list[int]]  # a text -> the positions of the tokens that cover it
+
+
+def positions_asked(
+    request: Request, queries: int, keys: int, find_query: Finder, find_key: Finder
+) -> tuple[list[int] | None, list[int] | None]:
+    """The query rows (``--rows``) and the keys of the span (``--span``) of one input, as
+    positions: given as indices, or as a text that the finders look for."""
+    rows = (
+        None if request.rows is None else token_positions(request.rows, queries, "row", find_query)
+    )
+    span = None if request.span is None else token_positions(request.span, keys, "span", find_key)
+    return rows, span
 
 
 def _check_batch(items: Iterable[Item], batch_size: int, method: str, single: str) -> None:

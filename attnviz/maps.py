@@ -88,6 +88,8 @@ class AttentionMaps:
     # holds (rows averaged, columns summed), the tokens labelled by each bin's first.
     query_positions: list[int] | None = None
     pooled: int | None = None
+    # Key tokens whose weight the heads' span statistic sums (--span), by key position.
+    span: list[int] | None = None
 
     def __post_init__(self) -> None:
         weights = np.asarray(self.weights)
@@ -119,6 +121,8 @@ class AttentionMaps:
                 )
             if any(position < 0 for position in self.query_positions):
                 raise SchemaError("query_positions are token positions, 0 or more")
+        if self.span is not None and not all(0 <= key < len(self.key_tokens) for key in self.span):
+            raise SchemaError(f"span names key positions 0 to {len(self.key_tokens) - 1}")
         if self.pooled is not None and self.pooled < 1:
             raise SchemaError(f"pooled is a number of tokens per bin, not {self.pooled}")
         expected = (*self.map_grid, len(self.query_tokens), len(self.key_tokens))
@@ -215,6 +219,7 @@ class AttentionMaps:
             key_tokens=self.key_tokens[columns],
             weights=weights.astype(self.weights.dtype),
             pair_start=None,
+            span=None,  # its columns are gone or moved
             between=which,
             **flags,
         )
@@ -241,6 +246,7 @@ class AttentionMaps:
             weights=weights.astype(self.weights.dtype),
             prompt_length=None,
             pair_start=None,
+            span=self.span if rows is not None else None,
             **labels,
         )
 
@@ -283,7 +289,8 @@ class AttentionMaps:
         for name in ("query_special", "key_special"):
             if getattr(self, name) is not None:
                 document[name] = list(getattr(self, name))
-        for name in ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled"):
+        optional = ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled")
+        for name in (*optional, "span"):
             if getattr(self, name) is not None:  # optional fields: older readers ignore them
                 value = getattr(self, name)
                 document[name] = list(value) if isinstance(value, list) else value
@@ -307,6 +314,8 @@ class AttentionMaps:
             notes.append(f"rows: query tokens {index_span(self.query_positions)}")
         if self.pooled is not None:
             notes.append(f"{self.pooled} tokens per bin (rows averaged, columns summed)")
+        if self.span is not None:
+            notes.append(f"span: key tokens {index_span(self.span)}")
         return "".join(f" · {note}" for note in notes)
 
     def query_labels(self) -> list[str]:
@@ -357,8 +366,9 @@ class AttentionMaps:
                 pair=_optional_str(document.get("pair"), "pair"),
                 pair_start=_optional_int(document.get("pair_start"), "pair_start"),
                 between=_optional_str(document.get("between"), "between"),
-                query_positions=_positions(document.get("query_positions")),
+                query_positions=_positions(document.get("query_positions"), "query_positions"),
                 pooled=_optional_int(document.get("pooled"), "pooled"),
+                span=_positions(document.get("span"), "span"),
             )
         except (TypeError, ValueError) as error:
             raise SchemaError(f"malformed document: {error}") from None
@@ -492,13 +502,13 @@ def check_attention(maps: AttentionMaps) -> None:
         raise SchemaError(problem)
 
 
-def _positions(values: Any) -> list[int] | None:
+def _positions(values: Any, name: str) -> list[int] | None:
     if values is None:
         return None
     if not isinstance(values, list) or not all(
         isinstance(value, int) and not isinstance(value, bool) for value in values
     ):
-        raise SchemaError("query_positions must be a list of token positions")
+        raise SchemaError(f"{name} must be a list of token positions")
     return values
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from attnviz.choices import Mode, chosen
 from attnviz.errors import UsageError
-from attnviz.selection import Selection, check_syntax
+from attnviz.selection import Selection, check_syntax, text_of
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,11 @@ class Request:
     ``system`` message if one is given.
 
     Long inputs: ``rows`` keeps only some query rows, over every key (``"last"``,
-    ``-1``, ``"100-120"``, a list); ``pool`` pools neighbouring tokens so that each
-    map has at most ``pool`` × ``pool`` bins (rows averaged, columns summed).
+    ``-1``, ``"100-120"``, a list, or the tokens of a text such as ``"What is"``);
+    ``pool`` pools neighbouring tokens so that each map has at most ``pool`` ×
+    ``pool`` bins (rows averaged, columns summed); ``span`` names key tokens (as
+    ``rows`` names query tokens) whose weight each head's ``span`` statistic sums:
+    how much a head reads of a passage, a retrieval score.
     """
 
     mode: Mode | None = None
@@ -48,6 +51,7 @@ class Request:
     system: str | None = None
     rows: Selection = None
     pool: int | None = None
+    span: Selection = None
 
     def __post_init__(self) -> None:
         if self.mode is not None:
@@ -64,20 +68,25 @@ class Request:
         self._check_products()
 
     def _check_products(self) -> None:
-        if self.rows is not None:
-            object.__setattr__(self, "rows", _selection(self.rows, "row"))
+        for name, what in (("rows", "row"), ("span", "span")):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _positions(value, name, what))
         if self.pool is not None and (
             isinstance(self.pool, bool) or not isinstance(self.pool, int) or self.pool < 2
         ):
             raise UsageError(f"--pool takes a number of bins of at least 2, not {self.pool!r}")
         if self.rows is not None and self.pool is not None:
             raise UsageError("--rows and --pool are two views of long maps: give one of them")
+        if self.span is not None and self.pool is not None:
+            raise UsageError("--span is scored on exact rows, not pooled bins: use --rows with it")
         reshaped = [
             name for name, on in (("--words", self.words), ("--no-special", not self.special)) if on
         ]
-        if reshaped and (self.rows is not None or self.pool is not None):
+        positioned = [name for name in ("rows", "pool", "span") if getattr(self, name) is not None]
+        if reshaped and positioned:
             raise UsageError(
-                f"{reshaped[0]} reshapes whole maps: with --rows or --pool, the tokens are read "
+                f"{reshaped[0]} reshapes whole maps: with --{positioned[0]}, the tokens are read "
                 "as the tokenizer gives them"
             )
 
@@ -106,16 +115,26 @@ class Request:
         """What the request decides, as plain JSON values (a batch's manifest records it)."""
         values = {field.name: getattr(self, field.name) for field in fields(self)}
         values["mode"] = None if self.mode is None else self.mode.value
-        for name in ("rows", "pool"):  # absent from the fingerprints of earlier releases
+        for name in ("rows", "pool", "span"):  # absent from the fingerprints of earlier releases
             if values[name] is None:
                 del values[name]
-        for name in ("layers", "heads", "rows"):
+        for name in ("layers", "heads", "rows", "span"):
             if name in values and isinstance(values[name], tuple):
                 values[name] = list(values[name])
         return values
 
 
 _FIELDS = tuple(field.name for field in fields(Request))
+
+
+def _positions(value: object, option: str, what: str) -> Selection:
+    """Token positions as a request keeps them: a selection, or a text to look for."""
+    text = text_of(value) if isinstance(value, str) else None
+    if text is None:
+        return _selection(value, what)
+    if not text.strip():
+        raise UsageError(f"--{option} names tokens by position or by a text, not an empty one")
+    return value
 
 
 def _selection(value: object, what: str) -> Selection:

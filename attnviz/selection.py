@@ -1,9 +1,10 @@
-"""Parsing layer, head and row selections: ``2``, ``0,2``, ``0-2``, ``all``, ``-1``, ``last``."""
+"""Parsing layer, head and row selections: ``2``, ``0,2``, ``0-2``, ``all``, ``-1``, ``last``;
+and token positions, which may also be given by text (``--rows``, ``--span``)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from attnviz.errors import UsageError
 
@@ -82,12 +83,59 @@ def check_syntax(spec: str | int | Sequence[int] | None, what: str) -> None:
     tell its range is loaded."""
     if isinstance(spec, str):
         for part in (part.strip() for part in spec.split(",")):
-            if not (
-                part.lower() in ("all", "last")
-                or re.fullmatch(r"-?\d+", part)
-                or _RANGE.match(part)
-            ):
+            if not _is_part(part):
                 raise _not_a_selection(part, what)
+
+
+def _is_part(part: str) -> bool:
+    return part.lower() in ("all", "last") or bool(
+        re.fullmatch(r"-?\d+", part) or _RANGE.match(part)
+    )
+
+
+TEXT_PREFIX = "text:"  # what makes a selection of tokens text, even when it reads like indices
+
+
+def text_of(spec: Selection) -> str | None:
+    """The text a selection of token positions names (``--span "the key"``): a string
+    that is not written like indices, or anything after ``text:``; None for indices."""
+    if not isinstance(spec, str):
+        return None
+    if spec.startswith(TEXT_PREFIX):
+        return spec[len(TEXT_PREFIX) :]
+    if all(_is_part(part.strip()) for part in spec.split(",")):
+        return None
+    return spec
+
+
+def token_positions(
+    spec: Selection, count: int, what: str, find: Callable[[str], list[int]]
+) -> list[int]:
+    """Ascending token positions: of indices, or, of text, the tokens ``find`` says cover
+    its first occurrence."""
+    text = text_of(spec)
+    if text is None:
+        return sorted(resolve(spec, count, what))
+    return find(text)
+
+
+def covering(
+    text: str, wanted: str, spans: Sequence[tuple[int, int] | None], what: str
+) -> list[int]:
+    """The tokens that cover the first occurrence of ``wanted`` in ``text``: token ``i``
+    spans the characters ``spans[i]`` of ``text`` (None: a token not of the text)."""
+    start = text.find(wanted) if wanted else -1
+    end = start + len(wanted)
+    found = [
+        position
+        for position, span in enumerate(spans)
+        if span is not None and span[0] < end and span[1] > start and span[1] > span[0]
+    ]
+    if start < 0 or not found:
+        shown = wanted if len(wanted) <= 40 else wanted[:39] + "…"
+        where = "" if start < 0 else " (it lies in the part that was cut)"
+        raise UsageError(f"{what} {shown!r} is not in the text{where}")
+    return found
 
 
 def resolve_held(

@@ -102,6 +102,7 @@ def test_grid_thumbnail_shades_follow_the_weights():
 @pytest.mark.parametrize("lowest", [False, True])
 def test_top_heads_agree_with_heads_sort(runner, by, lowest):
     arguments = ["Hello I love you", "--num-layers", "3", "--num-heads", "4"]
+    arguments += ["--span", "love"] if by is RankBy.SPAN else []
     listed = runner.invoke(
         app,
         ["heads", *arguments, "--sort", by.value, "-f", "json", *(["--reverse"] if lowest else [])],

@@ -135,7 +135,12 @@ def test_the_builtin_stack_makes_the_same_products_from_its_whole_maps():
         ({"rows": "last", "pool": 8}, "give one of them"),
         ({"pool": 1}, "at least 2"),
         ({"pool": "8"}, "at least 2"),
-        ({"rows": "the end"}, "row selection 'the end' is not an index"),
+        ({"rows": "text: "}, "--rows names tokens by position or by a text, not an empty one"),
+        ({"rows": 1.5}, "rows are chosen by index"),
+        ({"span": ""}, "--span names tokens by position or by a text, not an empty one"),
+        ({"span": [0, True]}, "a span list holds integer indexes"),
+        ({"span": "3", "pool": 8}, "--span is scored on exact rows"),
+        ({"span": "the dog", "special": False}, "--no-special reshapes whole maps"),
         ({"rows": "last", "words": True}, "--words reshapes whole maps"),
         ({"pool": 8, "special": False}, "--no-special reshapes whole maps"),
     ],
@@ -148,6 +153,70 @@ def test_malformed_products_are_usage_errors(request_fields, message):
 def test_rows_outside_the_text_are_usage_errors(tiny):
     with pytest.raises(UsageError, match="row 99 is out of range"):
         attnviz.extract(TEXT, model=tiny["gpt2"], rows=99)
+    with pytest.raises(UsageError, match="--span 'a cat' is not in the text"):
+        attnviz.extract(TEXT, model=tiny["gpt2"], span="a cat")
+
+
+@pytest.mark.parametrize("model", ["gpt2", "bert", None])
+def test_rows_and_span_given_as_text_are_the_tokens_that_cover_it(tiny, model):
+    extractor = attnviz.load(tiny[model]) if model else attnviz.load()
+    whole = extractor.extract(TEXT)
+    found = extractor.extract(TEXT, rows="the animal", span="walked the dog")
+    tokens = "".join(whole.query_tokens).lower()
+    assert "".join(found.query_tokens).replace(" ", "").lower() in ("theanimal", "animal")
+    assert "walked" in "".join(whole.key_tokens[i] for i in found.span).lower()
+    assert "dog" in "".join(whole.key_tokens[i] for i in found.span).lower()
+    assert found.span == list(range(found.span[0], found.span[-1] + 1))  # one run of keys
+    positions = found.query_positions
+    np.testing.assert_allclose(found.weights, whole.weights[:, :, positions], atol=1e-6)
+    assert tokens  # the text was read
+    again = extractor.extract(TEXT, rows=positions, span=found.span)  # the same, as indices
+    assert (again.query_positions, again.span) == (positions, found.span)
+    forced = extractor.extract("a 2024 b 2024", rows="text:2024")  # reads like an index
+    assert len(forced.query_positions) >= 1
+
+
+@pytest.mark.parametrize(("family", "mode"), [("llama", "masked"), ("bert", "self")])
+def test_span_statistic_is_the_weight_on_the_span_from_the_rows_read(tiny, blocks, family, mode):
+    extractor = attnviz.load(tiny[family])
+    whole = extractor.extract(TEXT, mode=mode)
+    table = extractor.head_statistics(TEXT, mode=mode, rows="-3--1", span="walked the dog")
+    assert blocks  # read from the model's fused attention
+    span, rows = table.span, table.query_positions
+    assert rows == [len(whole.query_tokens) - i for i in (3, 2, 1)]
+    expected = whole.weights[:, :, rows][..., span].sum(-1).mean(-1)  # (L, H)
+    got = np.array([row.span for row in table.rows]).reshape(expected.shape)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    entropy = -(whole.weights[:, :, rows] * np.log(whole.weights[:, :, rows] + 1e-30)).sum(-1)
+    np.testing.assert_allclose(
+        [row.entropy for row in table.rows], entropy.mean(-1).reshape(-1), atol=1e-5
+    )
+    # the same numbers from maps that hold those rows and the span, as heads --from reads them
+    kept = extractor.extract(TEXT, mode=mode, rows="-3--1", span="walked the dog")
+    assert [row.span for row in head_statistics(kept)] == pytest.approx(got.reshape(-1), abs=1e-6)
+
+
+def test_heads_lists_and_ranks_a_span_and_show_draws_the_top_heads_by_it(runner, tiny):
+    arguments = ["--model", tiny["llama"], "--rows", "last", "--span", "the dog"]
+    listed = runner.invoke(app, ["heads", TEXT, *arguments, "--sort", "span", "-f", "csv"])
+    assert listed.exit_code == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split(",")[:8] == [
+        "layer", "head", "entropy", "distance", "sink", "previous", "self", "span"
+    ]  # fmt: skip
+    spans = [float(line.split(",")[7]) for line in lines[1:]]
+    assert spans == sorted(spans, reverse=True) and len(spans) == 2 * 4  # layers × heads
+    plain = runner.invoke(app, ["heads", TEXT, "--model", tiny["llama"], "-f", "csv"])
+    assert "span" not in plain.stdout.splitlines()[0]
+    shown = runner.invoke(
+        app, ["show", TEXT, *arguments, "--top-heads", "2", "--by", "span", "--color", "never"]
+    )
+    assert shown.exit_code == 0, shown.stderr
+    titles = [line for line in shown.stdout.splitlines() if "╭" in line]
+    assert len(titles) == 2 and f"span {spans[0]:.3f}" in titles[0], shown.stdout
+    unranked = ["show", TEXT, "--model", tiny["llama"], "--top-heads", "2", "--by", "span"]
+    refused = runner.invoke(app, unranked)
+    assert refused.exit_code == 2 and "give --span" in refused.stderr
 
 
 def test_products_round_trip_through_saved_documents(tiny, tmp_path):
@@ -217,7 +286,9 @@ def test_eager_and_fused_attention_agree_on_the_command_line(runner, tiny):
         ),
         (["--memory", "1G"], "--memory applies to pretrained models"),
         (["--rows", "last", "--pool", "8"], "give one of them"),
-        (["--rows", "end"], "row selection 'end' is not an index"),
+        (["--rows", "the end"], "--rows 'the end' is not in the text"),
+        (["--span", "cat"], "--span 'cat' is not in the text"),
+        (["--span", "dog", "--pool", "4"], "--span is scored on exact rows"),
         (["--pool", "1"], "--pool takes a number of bins of at least 2"),
     ],
 )

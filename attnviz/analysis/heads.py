@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz.analysis.products import HeadStatisticsProduct, of_whole
+from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
 from attnviz.choices import HeadColumn, Mode, RankBy
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ COLUMN_HELP = {
     "tokenizer marks them",
     HeadColumn.PREVIOUS: "mean weight a token gives the token just before it",
     HeadColumn.SELF: "mean weight a token gives itself",
+    HeadColumn.SPAN: "mean weight on the keys of --span: how much a head reads of a passage",
     HeadColumn.TOP_KEY_POSITION: "the position of that key (0: the first token)",
     HeadColumn.TOP_KEY: "the key token with the most weight, summed over query rows",
 }
@@ -37,40 +39,71 @@ class HeadStatistics:
     sink: float
     previous: float | None
     self: float | None
+    span: float | None
     top_key_position: int
     top_key: str
 
 
 @dataclass(frozen=True)
 class HeadTable:
-    """Each head's statistics for one input, and what they were read from."""
+    """Each head's statistics for one input, and what they were read from: the query rows
+    (None: every one) and the keys of the span statistic (None: no span)."""
 
     model: str
     mode: Mode
     key_count: int
     rows: list[HeadStatistics]
+    query_positions: list[int] | None = None
+    span: list[int] | None = None
 
     @classmethod
     def of(cls, maps: AttentionMaps) -> HeadTable:
-        return cls(maps.model, maps.mode, len(maps.key_tokens), head_statistics(maps))
+        return cls(
+            maps.model,
+            maps.mode,
+            len(maps.key_tokens),
+            head_statistics(maps),
+            maps.query_positions,
+            maps.span,
+        )
+
+    def columns(self) -> list[HeadColumn]:
+        """The columns that apply: span only where a span was given."""
+        return [column for column in HeadColumn if column is not HeadColumn.SPAN or self.span]
 
 
 def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
-    """A row of statistics per (layer, head) held in ``maps``."""
+    """A row of statistics per (layer, head) held in ``maps``: over the rows they hold."""
     if maps.aggregate is not None:
         raise ValueError("statistics are per head: give maps that are not aggregated")
-    if maps.query_positions is not None or maps.pooled is not None:
-        raise ValueError("statistics are of whole maps, not of chosen rows or pooled bins")
-    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
-    sink_columns = sink_columns_of(maps.key_special)
-    aligned = maps.mode is not Mode.CROSS  # queries and keys are the same tokens
-    causal = maps.mode is Mode.MASKED
-    heads = len(maps.heads)
-    summed = [
-        of_whole(HeadStatisticsProduct(heads, queries, keys, sink_columns, aligned, causal), grid)
-        for grid in maps.weights
-    ]
+    if maps.pooled is not None:
+        raise ValueError("statistics are of exact rows, not of pooled bins")
+    rows = maps.query_positions
+    queries = len(maps.query_tokens) if rows is None else max(rows) + 1
+    product = partial(
+        HeadStatisticsProduct,
+        len(maps.heads),
+        queries,
+        len(maps.key_tokens),
+        sink_columns_of(maps.key_special),
+        aligned=maps.mode is not Mode.CROSS,  # queries and keys are the same tokens
+        causal=maps.mode is Mode.MASKED,
+        rows=rows,
+        span=maps.span,
+    )
+    summed = [_of_held_rows(product(), grid, rows) for grid in maps.weights]
     return statistics_rows(np.stack(summed), maps.layers, maps.heads, maps.key_tokens)
+
+
+def _of_held_rows(
+    product: HeadStatisticsProduct, weights: np.ndarray, rows: list[int] | None
+) -> np.ndarray:
+    """Statistics of (H, rows held, S) maps: every row, or the rows at positions ``rows``."""
+    if rows is None:
+        return of_whole(product, weights)
+    for head, matrix in enumerate(weights):
+        product.add(head, Block(np.asarray(rows), matrix))
+    return product.result()
 
 
 def sink_columns_of(key_special: Sequence[bool] | None) -> list[int]:
@@ -81,7 +114,7 @@ def sink_columns_of(key_special: Sequence[bool] | None) -> list[int]:
 def statistics_rows(
     summed: np.ndarray, layers: Sequence[int], heads: Sequence[int], key_tokens: Sequence[str]
 ) -> list[HeadStatistics]:
-    """Rows of :class:`HeadStatistics` from the (L, H, 5 + S) results of
+    """Rows of :class:`HeadStatistics` from the (L, H, 6 + S) results of
     :class:`~attnviz.analysis.products.HeadStatisticsProduct`."""
     fields = HeadStatisticsProduct.FIELDS
     rows = []
@@ -120,8 +153,8 @@ def sort_rows(
     return ordered + missing
 
 
-def as_dicts(rows: list[HeadStatistics]) -> list[dict[str, object]]:
-    return [asdict(row) for row in rows]
+def as_dicts(rows: list[HeadStatistics], columns: Sequence[HeadColumn]) -> list[dict[str, object]]:
+    return [{column.value: asdict(row)[column.value] for column in columns} for row in rows]
 
 
 @dataclass(frozen=True)
@@ -142,6 +175,8 @@ class TopHeads:
                 f"{self.by} compares query and key positions, which cross attention does not "
                 "share: rank by entropy or sink"
             )
+        if self.by is RankBy.SPAN and maps.span is None:
+            raise ValueError("--by span ranks heads by their weight on a span: give --span")
         rows = sort_rows(head_statistics(maps), HeadColumn(self.by.value), self.lowest)
         held = {(panel.layer, panel.head): panel for panel in maps.panels()}
         panels = []

@@ -220,14 +220,16 @@ def product_labels(
 
 class HeadStatisticsProduct:
     """Each head's statistics, summed row by row as the blocks pass: the one definition of
-    what ``heads`` and ``stats`` list. ``result()`` is (H, 5 + S): the means of entropy,
-    distance, sink, previous and self over the rows (NaN where a statistic does not
+    what ``heads`` and ``stats`` list. ``result()`` is (H, 6 + S): the means of entropy,
+    distance, sink, previous, self and span over the rows (NaN where a statistic does not
     apply), then the weight each key received, summed over the rows.
 
-    Computed in PyTorch where the block was made (the model's device), from the block's
-    log weights: a row's entropy is −Σ p·log p without a logarithm per weight."""
+    ``rows`` are the query positions read (None: every one); ``span`` the keys whose
+    weight the span statistic sums (None: no span). Computed in PyTorch where the block
+    was made (the model's device), from the block's log weights: a row's entropy is
+    −Σ p·log p without a logarithm per weight."""
 
-    FIELDS = ("entropy", "distance", "sink", "previous", "self")
+    FIELDS = ("entropy", "distance", "sink", "previous", "self", "span")
 
     def __init__(
         self,
@@ -237,18 +239,24 @@ class HeadStatisticsProduct:
         sink_columns: Sequence[int],
         aligned: bool,
         causal: bool = False,
+        rows: Sequence[int] | None = None,
+        span: Sequence[int] | None = None,
     ) -> None:
         self.heads = heads
         self.queries = queries
         self.keys = keys
+        self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)  # ascending
         self.sink_columns = np.asarray(sink_columns, dtype=np.int64)
+        self.span = None if span is None else np.asarray(span, dtype=np.int64)
         self.aligned = aligned  # queries and keys are the same tokens (self and masked)
         self.causal = causal  # no weight on a key after the query (masked)
-        self._sums: torch.Tensor | None = None  # (H, 5), made on the first block's device
+        self._sums: torch.Tensor | None = None  # (H, 6), made on the first block's device
         self._columns: torch.Tensor | None = None  # (H, S)
 
     def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
-        return _runs(queries, step)
+        if self.rows is None:
+            return _runs(queries, step)
+        return (self.rows[start : start + step] for start in range(0, len(self.rows), step))
 
     def add(self, head: int, block: Block) -> None:
         import torch
@@ -262,8 +270,9 @@ class HeadStatisticsProduct:
             self._columns = torch.zeros(self.heads, self.keys, dtype=total, device=device)
         sums = self._sums[head]
         sums[0] -= torch.vdot(weights.reshape(-1), logs.reshape(-1))
-        sinks = self.sink_columns[self.sink_columns < width]
-        sums[2] += weights[:, torch.as_tensor(sinks, device=device)].sum()
+        sums[2] += self._mass(weights, self.sink_columns)
+        if self.span is not None:
+            sums[5] += self._mass(weights, self.span)
         if self.aligned:
             rows = torch.as_tensor(block.rows, device=device)
             keys = torch.arange(width, dtype=weights.dtype, device=device)
@@ -281,14 +290,26 @@ class HeadStatisticsProduct:
             sums[3] += weights[slots[earlier], rows[earlier] - 1].sum()
         self._columns[head, :width] += weights.sum(0)
 
+    @staticmethod
+    def _mass(weights: torch.Tensor, columns: np.ndarray) -> torch.Tensor:
+        """The weight of the rows on some keys (those the block holds), summed."""
+        import torch
+
+        held = columns[columns < weights.shape[1]]
+        return weights[:, torch.as_tensor(held, device=weights.device)].sum()
+
     def result(self) -> np.ndarray:
         if self._sums is None or self._columns is None:
             raise ValueError("statistics of no rows: no block was added")
         sums = self._sums.cpu().double().numpy()
         columns = self._columns.cpu().double().numpy()
-        means = sums / self.queries
+        rows = np.arange(self.queries) if self.rows is None else self.rows
+        means = sums / len(rows)
         if self.aligned:
-            means[:, 3] = sums[:, 3] / (self.queries - 1) if self.queries > 1 else np.nan
+            following = int(np.count_nonzero(rows >= 1))  # rows with a token before them
+            means[:, 3] = sums[:, 3] / following if following else np.nan
         else:
             means[:, [1, 3, 4]] = np.nan
+        if self.span is None:
+            means[:, 5] = np.nan
         return np.concatenate([means, columns], axis=1)

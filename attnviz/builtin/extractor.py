@@ -14,10 +14,18 @@ from attnviz import signals
 from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import Mode
 from attnviz.errors import UsageError, warn
-from attnviz.extractor import Checked, Extractor, as_item, parse_mode, without_pair
+from attnviz.extractor import (
+    Checked,
+    Extractor,
+    Finder,
+    as_item,
+    parse_mode,
+    positions_asked,
+    without_pair,
+)
 from attnviz.maps import AttentionMaps
 from attnviz.request import Request
-from attnviz.selection import resolve, resolve_one
+from attnviz.selection import covering, resolve, resolve_one
 from attnviz.tokens import tokenize
 
 if TYPE_CHECKING:
@@ -73,11 +81,27 @@ class BuiltinExtractor(Extractor):
         head_indices = resolve(request.heads, self.config.num_heads, "head")
         # The stack has no padding mask: inputs run one at a time, as they come.
         return (
-            self._extract(*without_pair(item), chosen, layer_indices, head_indices).reduced(
-                request.rows, request.pool
+            self._positioned(
+                self._extract(*without_pair(item), chosen, layer_indices, head_indices), request
             )
             for item in items
         )
+
+    def _positioned(self, maps: AttentionMaps, request: Request) -> AttentionMaps:
+        """The rows, bins and span the request asks for, of whole maps."""
+        rows, span = positions_asked(
+            request,
+            len(maps.query_tokens),
+            len(maps.key_tokens),
+            self._finder(maps.target if maps.mode is Mode.CROSS else maps.text, "--rows"),
+            self._finder(maps.text, "--span"),
+        )
+        return maps.replace(span=span).reduced(rows, request.pool)
+
+    def _finder(self, text: str | None, option: str) -> Finder:
+        """Where a text lies among the tokens of ``text`` (as the stack reads it)."""
+        spans = [(token.start, token.end) for token in tokenize(text or "")[:MAX_TOKENS]]
+        return lambda wanted: covering(text or "", wanted, spans, option)
 
     def _extract(
         self, text: str, target: str | None, mode: Mode, layers: list[int], heads: list[int]

@@ -241,8 +241,20 @@ RowsOption = Annotated[
         "--rows",
         metavar="ROWS",
         rich_help_panel=LONG_PANEL,
-        help="Keep only these query rows, each over every key: last, -1, 100-120, 0,5. What "
-        "the last token reads before it answers, at any length.",
+        help="Keep only these query rows, each over every key: last, -1, 100-120, 0,5, or "
+        "the tokens of a text ('What is', or text:2024 for text that reads like indices). "
+        "What the last token reads before it answers, at any length.",
+    ),
+]
+SpanOption = Annotated[
+    str | None,
+    typer.Option(
+        "--span",
+        metavar="KEYS",
+        rich_help_panel=LONG_PANEL,
+        help="Key tokens, as --rows names rows (positions, or a text such as a needle's), "
+        "whose weight each head's span statistic sums over the rows: a retrieval score, "
+        "listed by heads and ranked by --top-heads N --by span.",
     ),
 ]
 PoolOption = Annotated[
@@ -606,8 +618,8 @@ ByOption = Annotated[
         metavar="STAT",
         case_sensitive=False,
         rich_help_panel=SELECTION_PANEL,
-        help="The statistic --top-heads ranks by: entropy, distance, sink, previous or self "
-        "(see attnviz heads). Largest first, as heads --sort lists them.",
+        help="The statistic --top-heads ranks by: entropy, distance, sink, previous, self or "
+        "span (with --span; see attnviz heads). Largest first, as heads --sort lists them.",
     ),
 ]
 LowestOption = Annotated[

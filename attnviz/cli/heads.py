@@ -9,10 +9,18 @@ import typer
 from attnviz.choices import HeadColumn
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    NO_PRODUCTS,
+    MapProducts,
+    ModelSettings,
+    model_settings,
+    row_products,
+)
 
 
 @model_settings
+@row_products
 @with_environment
 def heads(
     text: d.OptionalTextArgument = None,
@@ -46,6 +54,7 @@ def heads(
     ] = d.TableFormat.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
+    products: MapProducts = NO_PRODUCTS,
 ) -> None:
     """Statistics per head: what kind of head is this?
 
@@ -54,6 +63,8 @@ def heads(
     sink: mean weight on the first token and special tokens. previous: mean
     weight on the token just before. self: mean weight on itself. top_key: the
     key with the most weight over all rows, and top_key_position its position.
+    span (with --span): mean weight on the span's keys. With --rows, every
+    statistic is read from those query rows only (what the last token reads).
     """
     from attnviz.analysis.heads import COLUMN_HELP, HeadTable, as_dicts, sort_rows
     from attnviz.cli import output as out
@@ -62,7 +73,14 @@ def heads(
     from attnviz.schema import envelope
 
     asked = request(
-        model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        settings=settings,
+        text=text,
+        target=target,
+        products=products,
     )
 
     def statistics(line: str) -> HeadTable:
@@ -70,37 +88,49 @@ def heads(
         return extractor.head_statistics(line, asked.request, target=target, pair=pair)
 
     several = "attnviz stats gives these statistics over many inputs"
-    given = model_options_given(settings, model, mode, target, pair)
+    given = model_options_given(settings, model, mode, target, pair) + products.given()
     table = out.text_or_saved(text, saved, statistics, layer, head, given, several, HeadTable.of)
     rows = sort_rows(table.rows, sort, reverse)[:top]
+    columns = table.columns()
     if output_format is d.TableFormat.JSON:
-        out.write_stdout(dump_json(envelope({"heads": as_dicts(rows)})))
+        out.write_stdout(dump_json(envelope({"heads": as_dicts(rows, columns)})))
         return
     if output_format is d.TableFormat.CSV:
         import csv
         import io
 
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=[column.value for column in HeadColumn])
+        writer = csv.DictWriter(buffer, fieldnames=[column.value for column in columns])
         writer.writeheader()
-        writer.writerows(as_dicts(rows))
+        writer.writerows(as_dicts(rows, columns))
         out.write_stdout(buffer.getvalue())
         return
     from rich.table import Table
 
+    from attnviz.maps import index_span
     from attnviz.tokens import display_label
 
-    table = Table(
+    read = "" if table.query_positions is None else f" · rows {index_span(table.query_positions)}"
+    drawn = Table(
         title=f"{display_label(table.model)} · {table.mode} attention · "
-        f"{table.key_count} key tokens",
-        caption=" · ".join(f"{column}: {text}" for column, text in COLUMN_HELP.items()),
+        f"{table.key_count} key tokens{read}",
+        caption=" · ".join(
+            f"{column}: {COLUMN_HELP[column]}" for column in columns if column in COLUMN_HELP
+        ),
         caption_justify="left",
     )
-    for column in HeadColumn:
-        table.add_column(column.value, justify="left" if column is HeadColumn.TOP_KEY else "right")
+    for column in columns:
+        drawn.add_column(column.value, justify="left" if column is HeadColumn.TOP_KEY else "right")
     for row in rows:
-        numbers = (row.entropy, row.distance, row.sink, row.previous, row.self)
-        cells = ["–" if value is None else f"{value:.3f}" for value in numbers]
-        place = (str(row.layer), str(row.head))
-        table.add_row(*place, *cells, str(row.top_key_position), display_label(row.top_key))
-    out.stdout_console(d.ColourChoice.AUTO, None, environment).print(table)
+        drawn.add_row(*(_cell(getattr(row, column.value), column) for column in columns))
+    out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
+
+
+def _cell(value: object, column: HeadColumn) -> str:
+    from attnviz.tokens import display_label
+
+    if column is HeadColumn.TOP_KEY:
+        return display_label(str(value))
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "–" if value is None else str(value)

@@ -113,11 +113,16 @@ class MapProducts:
 
     rows: str | None = None
     pool: int | None = None
+    span: str | None = None
+
+    def given(self) -> list[str]:
+        """The options given, as typed: saved maps (--from) have no use for them."""
+        return [f"--{name}" for name in ("rows", "pool", "span") if getattr(self, name) is not None]
 
     def drawn(self, settings: ModelSettings) -> MapProducts:
         """For a picture, the page or the terminal: a long input pooled by itself (unless
-        rows or bins were chosen, or tokens regrouped), so that it can be drawn at all."""
-        if self.rows is not None or self.pool is not None or settings.words or not settings.special:
+        rows, bins or a span were chosen, or tokens regrouped), so that it can be drawn."""
+        if self.given() or settings.words or not settings.special:
             return self
         return MapProducts(pool=d.AUTO_POOL)
 
@@ -169,8 +174,15 @@ def model_options_given(
 
 
 # Gives a command that writes maps the long-input options as one ``products`` argument.
-map_products = d.bundle_options(
-    "products", {"rows": (d.RowsOption, None), "pool": (d.PoolOption, None)}, MapProducts
+_PRODUCT_OPTIONS = {
+    "rows": (d.RowsOption, None),
+    "pool": (d.PoolOption, None),
+    "span": (d.SpanOption, None),
+}
+map_products = d.bundle_options("products", _PRODUCT_OPTIONS, MapProducts)
+# The same without --pool, for statistics, which are read from exact rows.
+row_products = d.bundle_options(
+    "products", {name: _PRODUCT_OPTIONS[name] for name in ("rows", "span")}, MapProducts
 )
 NO_PRODUCTS = MapProducts()
 
@@ -275,5 +287,6 @@ def request(
             system=settings.system,
             rows=products.rows,
             pool=products.pool,
+            span=products.span,
         ),
     )

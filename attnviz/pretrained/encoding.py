@@ -12,7 +12,7 @@ has run.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,21 @@ class Side:
     @property
     def length(self) -> int:
         return len(self.encoding["input_ids"])
+
+    def finder(self, option: str) -> Callable[[str], list[int]]:
+        """Where a text lies among these tokens: the tokens of the text (sentence A; not the
+        specials, not a chat template's) that cover its first occurrence."""
+        from attnviz.selection import covering
+
+        segments = self.segments()
+        template = self.template or [False] * self.length
+        spans = [
+            None if segment or added else (int(start), int(end))
+            for (start, end), segment, added in zip(
+                self.encoding["offset_mapping"], segments, template, strict=True
+            )
+        ]
+        return lambda wanted: covering(self.text, wanted, spans, option)
 
     def segments(self) -> list[int]:
         """0 for each token of the text (sentence A), 1 for sentence B of a pair."""

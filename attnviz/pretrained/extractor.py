@@ -19,7 +19,15 @@ from attnviz.analysis.products import (
 )
 from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
-from attnviz.extractor import Checked, Extractor, as_item, check_text, parse_mode, without_pair
+from attnviz.extractor import (
+    Checked,
+    Extractor,
+    as_item,
+    check_text,
+    parse_mode,
+    positions_asked,
+    without_pair,
+)
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.encoding import (
     ModelInputs,
@@ -93,8 +101,10 @@ class PretrainedExtractor(Extractor):
         pair) it was encoded from: whole, or the rows or bins the request asks for."""
         loaded = self.loaded
         sides = list(zip(inputs.queries, inputs.keys, strict=True))
+        positions = [self._positions(request, q, k) for q, k in sides]  # (rows, span)
         wholes = [
-            keeps_everything(request.rows, request.pool, q.length, k.length) for q, k in sides
+            keeps_everything(rows, request.pool, q.length, k.length)
+            for (rows, _), (q, k) in zip(positions, sides, strict=True)
         ]
         layouts = [
             Layout(q.length, k.length)
@@ -102,9 +112,9 @@ class PretrainedExtractor(Extractor):
             else Layout(
                 q.length,
                 k.length,
-                partial(product_for, request.rows, request.pool, queries=q.length, keys=k.length),
+                partial(product_for, rows, request.pool, queries=q.length, keys=k.length),
             )
-            for whole, (q, k) in zip(wholes, sides, strict=True)
+            for whole, (rows, _), (q, k) in zip(wholes, positions, sides, strict=True)
         ]
         if request.whole and loaded.attention is not Attention.EAGER:
             check_whole_maps_fit(
@@ -124,9 +134,10 @@ class PretrainedExtractor(Extractor):
                 "target": target,
                 "pair": pair,
             }
+            rows, known["span"] = positions[row]
             weights = per_input[row]  # (L, H, T, S), or the product asked for
             if not wholes[row]:
-                results.append(self._product_maps(weights, query, key, request, known))
+                results.append(self._product_maps(weights, query, key, rows, request, known))
                 continue
             check_weights(weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance)
             weights, query_labels, key_labels = readable(loaded, weights, query, key, request)
@@ -191,14 +202,27 @@ class PretrainedExtractor(Extractor):
         layer_indices = resolve(request.layers, len(modules), "layer")
         return mode, modules, layer_indices, model_inputs(loaded, items, mode, request)
 
+    def _positions(
+        self, request: Request, query: Side, key: Side
+    ) -> tuple[list[int] | None, list[int] | None]:
+        return positions_asked(
+            request, query.length, key.length, query.finder("--rows"), key.finder("--span")
+        )
+
     def _product_maps(
-        self, weights: np.ndarray, query: Side, key: Side, request: Request, known: dict
+        self,
+        weights: np.ndarray,
+        query: Side,
+        key: Side,
+        rows: list[int] | None,
+        request: Request,
+        known: dict,
     ) -> AttentionMaps:
         """Maps of the rows or bins that were computed block by block, labelled."""
         query_labels = piece_labels(self.loaded, query, request.raw_pieces)
         key_labels = piece_labels(self.loaded, key, request.raw_pieces)
         labels = product_labels(
-            request.rows,
+            rows,
             request.pool,
             query_labels.text,
             key_labels.text,
@@ -245,11 +269,13 @@ class PretrainedExtractor(Extractor):
     def _head_tables(
         self, items: Iterator[Checked], request: Request, batch_size: int
     ) -> Iterator[HeadTable]:
-        if request.words or not request.special or not request.whole:  # maps reshaped first
+        if request.words or not request.special:  # statistics of the maps reshaped first
             yield from super()._head_tables(items, request, batch_size)
             return
         while chunk := list(islice(items, batch_size)):
             mode, modules, layers, inputs = self._prepared(chunk, request)
+            sides = list(zip(inputs.queries, inputs.keys, strict=True))
+            positions = [self._positions(request, query, key) for query, key in sides]
             key_labels = [piece_labels(self.loaded, key, request.raw_pieces) for key in inputs.keys]
             layouts = [
                 Layout(
@@ -262,14 +288,20 @@ class PretrainedExtractor(Extractor):
                         sink_columns=sink_columns_of(labels.special),
                         aligned=mode is not Mode.CROSS,
                         causal=mode is Mode.MASKED,
+                        rows=rows,
+                        span=span,
                     ),
                 )
-                for query, key, labels in zip(inputs.queries, inputs.keys, key_labels, strict=True)
+                for (query, key), labels, (rows, span) in zip(
+                    sides, key_labels, positions, strict=True
+                )
             ]
             per_input, heads = self._computed(modules, layers, inputs, request, layouts)
-            for summed, key, labels in zip(per_input, inputs.keys, key_labels, strict=True):
-                rows = statistics_rows(summed, layers, heads, labels.text)
-                yield HeadTable(self.name, mode, key.length, rows)
+            for summed, key, labels, (rows, span) in zip(
+                per_input, inputs.keys, key_labels, positions, strict=True
+            ):
+                table = statistics_rows(summed, layers, heads, labels.text)
+                yield HeadTable(self.name, mode, key.length, table, rows, span)
 
     def generate(
         self,
