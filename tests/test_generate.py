@@ -4,6 +4,7 @@ and written, held to the model's own step-by-step attention; models loaded in Py
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -23,11 +24,16 @@ def step_by_step(extractor, sampling: Sampling, prompt: str = PROMPT):
     ids = torch.tensor([loaded.tokenizer(prompt)["input_ids"]])
     config = _generation_config(loaded, sampling, sampling.max_new_tokens)
     config.output_attentions = config.return_dict_in_generate = True
-    with torch.random.fork_rng():
-        torch.manual_seed(sampling.seed)
-        return loaded.model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
-        )
+    own = loaded.model.config._attn_implementation
+    loaded.model.set_attn_implementation("eager")  # the implementation that returns weights
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(sampling.seed)
+            return loaded.model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
+            )
+    finally:
+        loaded.model.set_attn_implementation(own)
 
 
 def stitched(steps, layer: int) -> np.ndarray:
@@ -57,6 +63,7 @@ def test_decoder_maps_equal_the_models_own_step_by_step_attention(generators, na
             maps.weights[i, :, : expected.shape[1], : expected.shape[2]], expected, atol=1e-5
         )
     # and one forward pass over the same sequence, as output_attentions gives it
+    extractor.loaded.model.set_attn_implementation("eager")
     with torch.inference_mode():
         own = extractor.loaded.model(torch.tensor([sequence]), output_attentions=True).attentions
     for i, layer in enumerate(maps.layers):
@@ -200,13 +207,40 @@ def test_a_loaded_model_is_read_as_the_same_model_loaded_by_name(generators):
     )
 
 
-def test_a_loaded_model_without_eager_attention_is_refused_with_how_to_reload(generators):
+@pytest.mark.parametrize("recordable", [True, False])
+def test_a_loaded_fused_model_is_read_exactly_and_left_as_it_was(
+    generators, monkeypatch, recordable
+):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from attnviz.errors import AttnvizWarning
+    from attnviz.pretrained import fused
+
+    if not recordable:  # read through eager attention instead, switched on for the pass
+
+        def unrecordable(*args):
+            raise fused.Unrecordable("learned attention sinks")
+
+        monkeypatch.setattr(fused, "scores_of", unrecordable)
     folder = generators["gpt2-lm"]
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
-    with pytest.raises(UsageError, match="attn_implementation='eager'"):
-        attnviz.load(model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    extractor = attnviz.load(model=model, tokenizer=tokenizer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        maps = extractor.extract(PROMPT)
+    assert any(w.category is AttnvizWarning for w in caught) is not recordable
+    assert model.config._attn_implementation == "sdpa"  # switched for the pass, then back
+    model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        own = model(torch.tensor([tokenizer(PROMPT)["input_ids"]]), output_attentions=True)
+    np.testing.assert_allclose(maps.weights, torch.cat(own.attentions).numpy(), atol=1e-6)
+
+
+def test_a_loaded_model_needs_its_fast_tokenizer(generators):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(generators["gpt2-lm"])
     with pytest.raises(UsageError, match="fast tokenizer"):
         attnviz.load(model=model, tokenizer=None)
     with pytest.raises(UsageError, match="not dict"):

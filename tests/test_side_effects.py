@@ -32,16 +32,19 @@ def test_a_painter_owns_its_canvases():
     assert len(first.canvases) == 1 and second.canvases == {}
 
 
-def test_explaining_a_model_leaves_transformers_registries_as_they_were(tiny):
+def test_reading_a_model_leaves_transformers_registries_and_its_attention_as_they_were(tiny):
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
     before = [dict(registry) for registry in registries]
     extractor = attnviz.load(tiny["gpt2"])
+    own = extractor.loaded.model.config._attn_implementation
+    assert own == "sdpa"  # loaded with its own fast attention
     extractor.explain("Hello I love you", layer=1, head=0, query=2)
+    extractor.extract("Hello I love you")
     assert [dict(registry) for registry in registries] == before
-    assert extractor.loaded.model.config._attn_implementation == "eager"
+    assert extractor.loaded.model.config._attn_implementation == own
 
 
 @pytest.mark.parametrize("bars_on", [True, False])

@@ -253,8 +253,15 @@ def attention_of(
                 raise _Done
 
         handles.append(module.register_forward_hook(hook))
+    from attnviz.pretrained.fused import attention_implementation
+
     try:
-        with forward(loaded), torch.inference_mode(), contextlib.suppress(_Done):
+        with (
+            attention_implementation(loaded.model, "eager"),  # the one that returns weights
+            forward(loaded),
+            torch.inference_mode(),
+            contextlib.suppress(_Done),
+        ):
             loaded.model(**on_device(loaded, arguments))
     finally:
         for handle in handles:

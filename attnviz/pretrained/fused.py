@@ -179,6 +179,20 @@ def _eager(module, query, key, value, mask, *args, **kwargs):
 
 
 @contextlib.contextmanager
+def attention_implementation(model: Any, name: str) -> Iterator[None]:
+    """Run ``model`` with the attention implementation ``name``; its own afterwards."""
+    own = getattr(model.config, "_attn_implementation", None) or "eager"
+    if own == name:
+        yield
+        return
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(own)
+
+
+@contextlib.contextmanager
 def recording(model: Any, record: Callable[..., None], *, fused: bool = True) -> Iterator[None]:
     """Run ``model`` with an attention function that first calls ``record(module, query, key,
     mask, args, kwargs)`` and then runs the model's own attention: fused (with the masks
@@ -197,14 +211,12 @@ def recording(model: Any, record: Callable[..., None], *, fused: bool = True) ->
 
     registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
     before = [registry.get(name) for registry in registries]
-    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
     AttentionInterface.register(name, attention)
     AttentionMaskInterface.register(name, masks)
-    model.set_attn_implementation(name)
     try:
-        yield
+        with attention_implementation(model, name):
+            yield
     finally:
-        model.set_attn_implementation(implementation)
         for registry, previous in zip(registries, before, strict=True):
             if previous is None:
                 registry.pop(name, None)

@@ -1,8 +1,11 @@
 """Loading pretrained transformers models safely: aliases, local folders and the
 Hugging Face cache; safetensors only and no remote code unless asked; quiet.
 
-Models are loaded with eager attention, since the fused kernels return no
-weights. Nothing here is cached: whoever loads a model keeps it (an Extractor).
+Models are loaded with their own fast attention (transformers' default: PyTorch's
+fused kernel where the architecture has it), as they generate with it; attnviz
+switches a model to its own recording function, or to eager attention, only for
+the forward pass that reads weights. Nothing here is cached: whoever loads a
+model keeps it (an Extractor).
 """
 
 from __future__ import annotations
@@ -249,11 +252,12 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
             "model with tokenizer.save_pretrained"
         )
     placement, device = _placement(options, config)
+    eager = Attention(options.attention) is Attention.EAGER  # else the model's own default
     try:
         model = _model_class(config).from_pretrained(
             source,
             config=config,
-            attn_implementation="eager",
+            **({"attn_implementation": "eager"} if eager else {}),
             use_safetensors=None if options.allow_pickle else True,
             **placement,
             **common,
@@ -310,8 +314,9 @@ def _prepared(name: str, model: Any, tokenizer: Any, verbose: bool) -> Pretraine
 
 def wrap_model(model: Any, tokenizer: Any) -> PretrainedModel:
     """An already-loaded transformers model and its tokenizer, as attnviz reads them: a
-    notebook's model need not be saved first. It must compute attention weights (eager
-    attention) and have a fast tokenizer; it is used as it is (device, dtype, mode)."""
+    notebook's model need not be saved first, and may run any attention implementation
+    transformers has (switched for attnviz's passes, then restored). It must have a fast
+    tokenizer; it is used as it is (device, dtype, mode)."""
     from transformers import PreTrainedModel
 
     if not isinstance(model, PreTrainedModel):
@@ -323,13 +328,6 @@ def wrap_model(model: Any, tokenizer: Any) -> PretrainedModel:
         raise UsageError(
             "a loaded model needs its fast tokenizer: attnviz.load(model=model, "
             "tokenizer=AutoTokenizer.from_pretrained(...))"
-        )
-    implementation = getattr(model.config, "_attn_implementation", None)
-    if implementation not in (None, "eager"):
-        raise UsageError(
-            f"this model computes attention with {implementation!r}, which returns no weights: "
-            "load it with from_pretrained(..., attn_implementation='eager'), or call "
-            "model.set_attn_implementation('eager') first"
         )
     name = getattr(model, "name_or_path", "") or type(model).__name__
     return _prepared(str(name), model, tokenizer, verbose=False)
