@@ -202,10 +202,24 @@ def dump_json(document: Any) -> str:
 
 
 def npz_bytes(maps: AttentionMaps) -> bytes:
+    """:func:`write_npz` into bytes."""
+    buffer = io.BytesIO()
+    write_npz(maps, buffer)
+    return buffer.getvalue()
+
+
+def write_npz(maps: AttentionMaps, out: IO[bytes]) -> None:
     """An npz archive as numpy.load reads it, stored uncompressed as numpy.savez does
     (attention weights are float32 noise to zlib: even its fastest level saved 7% of a
     MiniLM batch's bytes for a fifth of its time; ``--dtype float16`` halves them) and
-    with fixed member dates, so that the same maps give the same bytes."""
+    with fixed member dates, so that the same maps give the same bytes. Each array is
+    written straight into its member: a long input's weights are not copied first
+    (an unseekable stream, a pipe, gets the archive made in memory)."""
+    if not out.seekable():
+        buffer = io.BytesIO()
+        write_npz(maps, buffer)
+        out.write(buffer.getbuffer())
+        return
     meta = {
         key: value for key, value in maps.to_dict(weights=False).items() if key not in _NPZ_ARRAYS
     }
@@ -217,14 +231,12 @@ def npz_bytes(maps: AttentionMaps) -> bytes:
         "key_tokens": np.asarray(maps.key_tokens, dtype=str),
         "meta": np.asarray(json.dumps(meta, ensure_ascii=False)),
     }
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
+    with zipfile.ZipFile(out, "w") as archive:
         for name, array in arrays.items():
-            data = io.BytesIO()
-            np.lib.format.write_array(data, array, allow_pickle=False)
             member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            archive.writestr(member, data.getbuffer(), compress_type=zipfile.ZIP_STORED)
-    return buffer.getvalue()
+            member.compress_type = zipfile.ZIP_STORED
+            with archive.open(member, "w", force_zip64=array.nbytes > 2**30) as stream:
+                np.lib.format.write_array(stream, array, allow_pickle=False)
 
 
 _NPZ_ARRAYS = ("weights", "layers", "heads", "query_tokens", "key_tokens")
@@ -268,7 +280,7 @@ def write_maps(
             write_text(dump_json(first.to_dict()), destination)
         else:
             with open_output(destination, binary=True) as out:
-                out.write(npz_bytes(first))
+                write_npz(first, out)
         return 1
     count = 0
     with open_output(destination) as out:

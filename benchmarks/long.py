@@ -8,7 +8,9 @@ built here; each length runs, in fresh processes, one after the other:
 - ``rows``: ``attnviz show - --rows last -f json`` (every head of every layer);
 - ``heads``: ``attnviz heads - -f json`` (statistics of every head of every layer);
 - with ``--eager``, at lengths up to 12k: ``attnviz show - --attention eager
-  --layer -1 --head 0 -f npz``, the path every earlier release took;
+  --layer -1 --head 0 -f npz``, the path every earlier release took, beside
+  the same command on the fused path (``head``); the target at 12k: the fused
+  head at least 10x faster, with at least 8x less memory;
 - with ``--every``, the other commands a long input must get through (no time
   target; they must finish): ``show -f terminal`` of one layer (pooled by
   itself), ``export`` of one layer to a PNG and to the page, ``stats``, and
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TIME_TARGET = 2.5
 MEMORY_TARGET_MIB = 600
 EAGER_UP_TO = 12_288
+HEAD_FASTER, HEAD_SMALLER = 10, 8  # the fused head against the eager one, at 12k
 
 
 FORWARD = """
@@ -150,6 +153,7 @@ def commands(
     if eager and tokens <= EAGER_UP_TO:
         one_head = ["--layer", "-1", "--head", "0", "-f", "npz", "-o", str(scratch / "e.npz")]
         found["eager head"] = [*shown, "--attention", "eager", *one_head]
+        found["head"] = [*shown, *one_head]
     if every:
         exported = [*attnviz, "export", "-", "--model", str(model), "--layer", "-1", "-o"]
         found |= {
@@ -197,6 +201,17 @@ def main() -> None:
                 print(
                     f"{tokens:7} {name:12} {figure['seconds']:8.1f} {figure['peak_mib']:9.0f} "
                     f"{ratio:7.2f} {extra:6.0f} {mark}",
+                    flush=True,
+                )
+            if "eager head" in figures:
+                eager, fused = figures["eager head"], figures["head"]
+                faster = eager["seconds"] / fused["seconds"]
+                smaller = eager["peak_mib"] / fused["peak_mib"]
+                within = faster >= HEAD_FASTER and smaller >= HEAD_SMALLER
+                failed |= not within and tokens >= EAGER_UP_TO
+                print(
+                    f"{tokens:7} one head: fused {faster:.1f}x faster, {smaller:.1f}x less "
+                    f"memory than eager{' ok' if within else ''}",
                     flush=True,
                 )
     print(f"targets: time <= {TIME_TARGET}x the forward, peak <= forward + {MEMORY_TARGET_MIB} MiB")

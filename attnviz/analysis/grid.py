@@ -60,19 +60,27 @@ def keep(weights: np.ndarray, rows: Sequence[int] | slice, columns: Sequence[int
 
 def row_error(weights: np.ndarray) -> float:
     """How far the rows of (…, T, S) weights are from summing to 1 (NaN-proof: inf)."""
-    if not np.all(np.isfinite(weights)):
+    sums = weights.sum(-1, dtype=np.float64)  # NaN or inf anywhere makes its row's sum so
+    if not np.all(np.isfinite(sums)):
         return math.inf
-    return float(np.abs(weights.sum(-1) - 1).max(initial=0))
+    return float(np.abs(sums - 1).max(initial=0))
+
+
+_LOOKAHEAD_ROWS = 256  # rows checked at a time: no mask the size of a long input's maps
 
 
 def lookahead(weights: np.ndarray, positions: Sequence[int] | None = None) -> float:
     """The largest weight a query gives a later token: in square (…, T, T) maps, or in
     chosen rows (…, R, S) whose query ``positions`` are given."""
-    if positions is None:
-        above = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
-    else:
-        above = np.arange(weights.shape[-1])[None, :] > np.asarray(positions)[:, None]
-    return float(np.abs(weights[..., above]).max(initial=0))
+    rows = np.arange(weights.shape[-2]) if positions is None else np.asarray(positions)
+    worst = 0.0
+    for start in range(0, len(rows), _LOOKAHEAD_ROWS):
+        chosen = rows[start : start + _LOOKAHEAD_ROWS]
+        first = int(chosen.min(initial=0)) + 1  # no earlier key can be later than a row
+        block = weights[..., start : start + len(chosen), first:]
+        later = np.arange(first, weights.shape[-1])[None, :] > chosen[:, None]
+        worst = max(worst, float(np.abs(block[..., later]).max(initial=0)))
+    return worst
 
 
 def attention_problem(
@@ -88,7 +96,7 @@ def attention_problem(
     within ``tolerance``, and no weight on a later token when ``causal`` and square or
     of rows at known query ``positions`` (within 1e-6: a masked weight is exactly 0 in
     any precision)."""
-    if not np.all(np.isfinite(weights)):
+    if not math.isfinite(float(weights.sum(dtype=np.float64))):  # NaN and inf make it so
         return "weights hold NaN or infinite values: these are not attention"
     if weights.size and (weights.min() < 0 or weights.max() > 1 + 1e-6):
         return (

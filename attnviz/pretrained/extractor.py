@@ -264,7 +264,9 @@ class PretrainedExtractor(Extractor):
                 "it with eager attention"
             )
             return None
-        return [np.stack(layers_of) for layers_of in per_input], chosen
+        # One layer's maps become (1, …) as a view: a long input's are not copied.
+        stacked = [_stacked(layers_of) for layers_of in per_input]
+        return stacked, chosen
 
     def _head_tables(
         self, items: Iterator[Checked], request: Request, batch_size: int
@@ -348,3 +350,7 @@ class PretrainedExtractor(Extractor):
             query=query or 0,
             raw_pieces=raw_pieces,
         )
+
+
+def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0][None] if len(arrays) == 1 else np.stack(arrays)
