@@ -192,7 +192,7 @@ class AttentionMaps:
         """The same maps with weights stored as ``float16`` or ``float32``."""
         if dtype not in ("float16", "float32"):
             raise ValueError(f"weights are stored as float16 or float32, not {dtype}")
-        return self.replace(weights=self.weights.astype(dtype))
+        return self.replace(weights=self.weights.astype(dtype, copy=False))
 
     def between_sentences(self, which: str) -> AttentionMaps:
         """Of a sentence pair's maps, only the rows of one sentence and the columns of the
