@@ -20,6 +20,7 @@ Targets (issue 26): each attnviz command within 2.5x the forward's time and
 within its peak memory + 600 MB, at every length.
 
     python benchmarks/long.py [--lengths 2048 4096 8192 16384 32768] [--eager] [--every]
+    python benchmarks/long.py --model ./smollm2 --lengths 2048 8192   # a real language model
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def corpus_lines() -> list[str]:
     ]
 
 
-def text_of(tokens: int, folder: Path) -> Path:
+def text_of(tokens: int, folder: Path, scratch: Path) -> Path:
     """A one-line text that the model's tokenizer reads as exactly ``tokens`` tokens."""
     import transformers
 
@@ -105,7 +106,7 @@ def text_of(tokens: int, folder: Path) -> Path:
         text += " " + lines
     encoding = tokenizer(text, return_offsets_mapping=True)
     cut = text[: encoding["offset_mapping"][tokens - 1][1]]
-    path = folder.parent / f"text-{tokens}.txt"
+    path = scratch / f"text-{tokens}.txt"
     path.write_text(cut + "\n")
     return path
 
@@ -197,17 +198,23 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="time the eager path up to 12k")
     parser.add_argument("--every", action="store_true", help="run every command a long input needs")
     parser.add_argument("--only", nargs="+", help="run only these commands (and the forward)")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="a saved language model (a folder) to run instead of the random Llama",
+    )
     arguments = parser.parse_args()
     failed = False
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
-        model = scratch / "llama"
-        build_model(model, positions=max(arguments.lengths) + 16)
+        model = arguments.model or scratch / "llama"
+        if arguments.model is None:
+            build_model(model, positions=max(arguments.lengths) + 16)
         print(
             f"{'tokens':>7} {'command':12} {'seconds':>8} {'peak MiB':>9} {'time ×':>7} {'+MiB':>6}"
         )
         for tokens in arguments.lengths:
-            text = text_of(tokens, model)
+            text = text_of(tokens, model, scratch)
             runs = commands(model, scratch, tokens, arguments.eager, arguments.every)
             if arguments.only:
                 runs = {name: runs[name] for name in runs if name in ("forward", *arguments.only)}
