@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -80,19 +80,33 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
         raise ValueError("statistics are of exact rows, not of pooled bins")
     rows = maps.query_positions
     queries = len(maps.query_tokens) if rows is None else max(rows) + 1
-    product = partial(
-        HeadStatisticsProduct,
-        len(maps.heads),
-        queries,
-        len(maps.key_tokens),
-        sink_columns_of(maps.key_special),
-        aligned=maps.mode is not Mode.CROSS,  # queries and keys are the same tokens
-        causal=maps.mode is Mode.MASKED,
-        rows=rows,
-        span=maps.span,
+    product = statistics_product(
+        maps.mode, queries, len(maps.key_tokens), maps.key_special, rows, maps.span
     )
-    summed = [_of_held_rows(product(), grid, rows) for grid in maps.weights]
+    summed = [_of_held_rows(product(len(maps.heads)), grid, rows) for grid in maps.weights]
     return statistics_rows(np.stack(summed), maps.layers, maps.heads, maps.key_tokens)
+
+
+def statistics_product(
+    mode: Mode,
+    queries: int,
+    keys: int,
+    key_special: Sequence[bool] | None,
+    rows: Sequence[int] | None = None,
+    span: Sequence[int] | None = None,
+) -> Callable[[int], HeadStatisticsProduct]:
+    """heads -> the statistics product of one input read in ``mode``: the one place that
+    says which statistics a mode has (cross attention: no positions shared)."""
+    return partial(
+        HeadStatisticsProduct,
+        queries=queries,
+        keys=keys,
+        sink_columns=sink_columns_of(key_special),
+        aligned=mode is not Mode.CROSS,  # queries and keys are the same tokens
+        causal=mode is Mode.MASKED,
+        rows=rows,
+        span=span,
+    )
 
 
 def _of_held_rows(

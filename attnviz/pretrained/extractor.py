@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import HeadTable, sink_columns_of, statistics_rows
+from attnviz.analysis.heads import HeadTable, statistics_product, statistics_rows
 from attnviz.analysis.products import (
-    HeadStatisticsProduct,
     keeps_everything,
     of_whole,
     product_for,
@@ -107,12 +106,12 @@ class PretrainedExtractor(Extractor):
             for (rows, _), (q, k) in zip(positions, sides, strict=True)
         ]
         layouts = [
-            Layout(q.length, k.length)
-            if whole
-            else Layout(
+            Layout(
                 q.length,
                 k.length,
-                partial(product_for, rows, request.pool, queries=q.length, keys=k.length),
+                None  # whole maps
+                if whole
+                else partial(product_for, rows, request.pool, queries=q.length, keys=k.length),
             )
             for whole, (rows, _), (q, k) in zip(wholes, positions, sides, strict=True)
         ]
@@ -283,20 +282,9 @@ class PretrainedExtractor(Extractor):
                 Layout(
                     query.length,
                     key.length,
-                    partial(
-                        HeadStatisticsProduct,
-                        queries=query.length,
-                        keys=key.length,
-                        sink_columns=sink_columns_of(labels.special),
-                        aligned=mode is not Mode.CROSS,
-                        causal=mode is Mode.MASKED,
-                        rows=rows,
-                        span=span,
-                    ),
+                    statistics_product(mode, query.length, key.length, labels.special, *asked),
                 )
-                for (query, key), labels, (rows, span) in zip(
-                    sides, key_labels, positions, strict=True
-                )
+                for (query, key), labels, asked in zip(sides, key_labels, positions, strict=True)
             ]
             per_input, heads = self._computed(modules, layers, inputs, request, layouts)
             for summed, key, labels, (rows, span) in zip(
