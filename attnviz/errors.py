@@ -61,6 +61,12 @@ def is_out_of_memory(error: BaseException) -> bool:
     )
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
 def describe(error: BaseException) -> tuple[ExitCode, str]:
     """The exit code and the one-line message for any failure."""
     if isinstance(error, AttnvizError):

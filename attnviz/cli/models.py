@@ -40,6 +40,7 @@ def models(
                 "description": model.description,
                 "offline": model.location is not None,
                 "location": model.location,
+                "converted": model.converted,
             }
             for model in found
         ]
@@ -57,5 +58,7 @@ def models(
     table.add_row("builtin", "the built-in seeded stack, no download (builtin:seed=1, …)", "yes")
     for model in found:
         status = f"yes: {model.location}" if model.location else f"no: {model.hint}"
+        if model.location and model.hint:  # where it will be
+            status += f" ({model.hint})"
         table.add_row(display_label(model.name), model.description, display_label(status))
     stdout_console(ColourChoice.AUTO, None, environment).print(table)

@@ -21,8 +21,9 @@ import numpy as np
 from attnviz.analysis.grid import lookahead, row_error
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, warn
-from attnviz.pretrained.loading import PretrainedModel, quiet
+from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.placement import check_maps_fit
+from attnviz.pretrained.quiet import quiet
 from attnviz.pretrained.streams import Family
 from attnviz.request import Request
 from attnviz.selection import Selection, resolve

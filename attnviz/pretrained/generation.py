@@ -24,7 +24,8 @@ from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, ExitCode, UsageError
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.encoding import ModelInputs, Side, encode
-from attnviz.pretrained.loading import PretrainedModel, quiet
+from attnviz.pretrained.loading import PretrainedModel
+from attnviz.pretrained.quiet import quiet
 from attnviz.pretrained.streams import Family
 from attnviz.request import Request
 from attnviz.selection import resolve

