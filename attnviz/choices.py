@@ -131,8 +131,19 @@ class HeadColumn(StrEnum):
     PREVIOUS = "previous"
     SELF = "self"
     SPAN = "span"
+    PREVIOUS_TOKEN = "previous_token"
+    DUPLICATE_TOKEN = "duplicate_token"
+    INDUCTION = "induction"
     TOP_KEY_POSITION = "top_key_position"
     TOP_KEY = "top_key"
+
+
+class Detector(StrEnum):
+    """The head detectors (TransformerLens's), named as their ``heads`` columns."""
+
+    PREVIOUS_TOKEN = "previous_token"
+    DUPLICATE_TOKEN = "duplicate_token"
+    INDUCTION = "induction"
 
 
 class RankBy(StrEnum):
@@ -144,3 +155,6 @@ class RankBy(StrEnum):
     PREVIOUS = "previous"
     SELF = "self"
     SPAN = "span"
+    PREVIOUS_TOKEN = "previous_token"
+    DUPLICATE_TOKEN = "duplicate_token"
+    INDUCTION = "induction"

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 Item = str | tuple[str, str | None] | tuple[str, str | None, str | None]
 Checked = tuple[str, str | None, str | None]  # (text, target, pair), each part checked
 
+PROBE_LENGTH = 20  # random tokens in each half of the detectors' probe (TransformerLens's)
+
 
 class Extractor(ABC):
     """One loaded model: any number of texts in, their attention maps out.
@@ -122,6 +124,13 @@ class Extractor(ABC):
         from attnviz.analysis.heads import HeadTable
 
         return map(HeadTable.of, self._extract_many(items, request, batch_size))
+
+    def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
+        """The head detectors' probe: ``length`` random tokens (drawn with ``seed``), then
+        the same tokens again, after the model's first token where it has one (as
+        TransformerLens's induction probe). An induction head reads, from each token of
+        the second half, the token that followed it in the first."""
+        raise NotImplementedError
 
     def generate(
         self,

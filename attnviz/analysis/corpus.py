@@ -1,7 +1,8 @@
 """Per-head statistics over a whole corpus, in bounded memory.
 
 For every (layer, head) and every statistic of ``heads`` (entropy, distance,
-sink, previous, self, and the position of the top key) a running mean and
+sink, previous, self, the position of the top key and the three detector
+scores) a running mean and
 variance (Welford's update, merged with Chan's formula) and a DDSketch, a
 mergeable quantile sketch whose quantiles are within a relative accuracy.
 Memory grows with the number of heads, never with the number of inputs; two
@@ -18,7 +19,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
 
-STATISTICS = ("entropy", "distance", "sink", "previous", "self", "top_key_position")
+STATISTICS = (
+    "entropy",
+    "distance",
+    "sink",
+    "previous",
+    "self",
+    "top_key_position",
+    "previous_token",
+    "duplicate_token",
+    "induction",
+)
 QUANTILES = (0.05, 0.5, 0.95)
 RELATIVE_ACCURACY = 0.01  # of the sketch's quantiles
 

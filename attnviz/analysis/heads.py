@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -10,10 +10,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
-from attnviz.choices import HeadColumn, Mode, RankBy
+from attnviz.choices import Detector, HeadColumn, Mode, RankBy
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps, MapPanel
+
+DETECTOR_COLUMNS = frozenset(HeadColumn(detector.value) for detector in Detector)
+# A table in a terminal has room for one set or the other: the statistics, or the
+# detectors' scores with what explains them (the weight on the first token, left out).
+STATISTICS_TABLE = frozenset(HeadColumn) - DETECTOR_COLUMNS
+DETECTORS_TABLE = DETECTOR_COLUMNS | {
+    HeadColumn.LAYER,
+    HeadColumn.HEAD,
+    HeadColumn.SINK,
+    HeadColumn.SPAN,
+    HeadColumn.TOP_KEY,
+}
 
 COLUMN_HELP = {
     HeadColumn.ENTROPY: "entropy of a query row in nats, averaged over rows (ln of the key count "
@@ -25,6 +37,12 @@ COLUMN_HELP = {
     HeadColumn.PREVIOUS: "mean weight a token gives the token just before it",
     HeadColumn.SELF: "mean weight a token gives itself",
     HeadColumn.SPAN: "mean weight on the keys of --span: how much a head reads of a passage",
+    HeadColumn.PREVIOUS_TOKEN: "TransformerLens's previous-token score: weight on the token "
+    "just before, over all weight off the first token",
+    HeadColumn.DUPLICATE_TOKEN: "TransformerLens's duplicate-token score: weight on earlier "
+    "copies of the token, over all weight off the first token",
+    HeadColumn.INDUCTION: "TransformerLens's induction score: weight on the token after an "
+    "earlier copy of the token, over all weight off the first token",
     HeadColumn.TOP_KEY_POSITION: "the position of that key (0: the first token)",
     HeadColumn.TOP_KEY: "the key token with the most weight, summed over query rows",
 }
@@ -40,6 +58,9 @@ class HeadStatistics:
     previous: float | None
     self: float | None
     span: float | None
+    previous_token: float | None
+    duplicate_token: float | None
+    induction: float | None
     top_key_position: int
     top_key: str
 
@@ -67,9 +88,13 @@ class HeadTable:
             maps.span,
         )
 
-    def columns(self) -> list[HeadColumn]:
-        """The columns that apply: span only where a span was given."""
-        return [column for column in HeadColumn if column is not HeadColumn.SPAN or self.span]
+    def columns(self, shown: Collection[HeadColumn] = tuple(HeadColumn)) -> list[HeadColumn]:
+        """Those of the ``shown`` columns that apply: span only where a span was given."""
+        return [
+            column
+            for column in HeadColumn
+            if column in shown and (column is not HeadColumn.SPAN or self.span)
+        ]
 
 
 def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
@@ -81,7 +106,7 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
     rows = maps.query_positions
     queries = len(maps.query_tokens) if rows is None else max(rows) + 1
     product = statistics_product(
-        maps.mode, queries, len(maps.key_tokens), maps.key_special, rows, maps.span
+        maps.mode, queries, maps.key_tokens, maps.key_special, rows, maps.span
     )
     summed = [_of_held_rows(product(len(maps.heads)), grid, rows) for grid in maps.weights]
     return statistics_rows(np.stack(summed), maps.layers, maps.heads, maps.key_tokens)
@@ -90,22 +115,24 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
 def statistics_product(
     mode: Mode,
     queries: int,
-    keys: int,
+    key_tokens: Sequence[str],
     key_special: Sequence[bool] | None,
     rows: Sequence[int] | None = None,
     span: Sequence[int] | None = None,
 ) -> Callable[[int], HeadStatisticsProduct]:
     """heads -> the statistics product of one input read in ``mode``: the one place that
-    says which statistics a mode has (cross attention: no positions shared)."""
+    says which statistics a mode has (cross attention: no positions or tokens shared)."""
+    aligned = mode is not Mode.CROSS  # queries and keys are the same tokens
     return partial(
         HeadStatisticsProduct,
         queries=queries,
-        keys=keys,
+        keys=len(key_tokens),
         sink_columns=sink_columns_of(key_special),
-        aligned=mode is not Mode.CROSS,  # queries and keys are the same tokens
+        aligned=aligned,
         causal=mode is Mode.MASKED,
         rows=rows,
         span=span,
+        tokens=key_tokens if aligned else None,
     )
 
 
@@ -128,7 +155,7 @@ def sink_columns_of(key_special: Sequence[bool] | None) -> list[int]:
 def statistics_rows(
     summed: np.ndarray, layers: Sequence[int], heads: Sequence[int], key_tokens: Sequence[str]
 ) -> list[HeadStatistics]:
-    """Rows of :class:`HeadStatistics` from the (L, H, 6 + S) results of
+    """Rows of :class:`HeadStatistics` from the (L, H, 9 + S) results of
     :class:`~attnviz.analysis.products.HeadStatisticsProduct`."""
     fields = HeadStatisticsProduct.FIELDS
     rows = []
@@ -171,6 +198,19 @@ def as_dicts(rows: list[HeadStatistics], columns: Sequence[HeadColumn]) -> list[
     return [{column.value: asdict(row)[column.value] for column in columns} for row in rows]
 
 
+# What compares query and key positions or tokens, which cross attention does not share.
+ALIGNED_ONLY = frozenset(
+    {
+        RankBy.DISTANCE,
+        RankBy.PREVIOUS,
+        RankBy.SELF,
+        RankBy.PREVIOUS_TOKEN,
+        RankBy.DUPLICATE_TOKEN,
+        RankBy.INDUCTION,
+    }
+)
+
+
 @dataclass(frozen=True)
 class TopHeads:
     """The ``count`` heads ``heads --sort by`` lists first: largest values first, or
@@ -184,7 +224,7 @@ class TopHeads:
         """The chosen maps in rank order, each titled with its value."""
         if maps.aggregate is not None:
             raise ValueError("heads are ranked one by one: give maps that are not aggregated")
-        if maps.mode is Mode.CROSS and self.by in (RankBy.DISTANCE, RankBy.PREVIOUS, RankBy.SELF):
+        if maps.mode is Mode.CROSS and self.by in ALIGNED_ONLY:
             raise ValueError(
                 f"{self.by} compares query and key positions, which cross attention does not "
                 "share: rank by entropy or sink"

@@ -220,16 +220,34 @@ def product_labels(
 
 class HeadStatisticsProduct:
     """Each head's statistics, summed row by row as the blocks pass: the one definition of
-    what ``heads`` and ``stats`` list. ``result()`` is (H, 6 + S): the means of entropy,
-    distance, sink, previous, self and span over the rows (NaN where a statistic does not
-    apply), then the weight each key received, summed over the rows.
+    what ``heads`` and ``stats`` list. ``result()`` is (H, 9 + S): the means of entropy,
+    distance, sink, previous, self and span over the rows, the three detector scores
+    (NaN where a statistic does not apply), then the weight each key received, summed
+    over the rows.
 
     ``rows`` are the query positions read (None: every one); ``span`` the keys whose
-    weight the span statistic sums (None: no span). Computed in PyTorch where the block
-    was made (the model's device), from the block's log weights: a row's entropy is
-    −Σ p·log p without a logarithm per weight."""
+    weight the span statistic sums (None: no span); ``tokens`` the keys' tokens, which
+    say which tokens repeat (the detectors' patterns; None: no detectors). Computed in
+    PyTorch where the block was made (the model's device), from the block's log weights:
+    a row's entropy is −Σ p·log p without a logarithm per weight.
 
-    FIELDS = ("entropy", "distance", "sink", "previous", "self", "span")
+    The detector scores are TransformerLens's ``detect_head`` scores (error measure
+    "mul", ``exclude_bos=True``): the weight the rows put where the detector's pattern
+    is 1, over all the weight they put on keys after the first. Patterns: previous_token,
+    key i−1 of row i; duplicate_token, an earlier key with row i's token; induction, a
+    key j ≤ i whose previous token (j−1) is row i's token."""
+
+    FIELDS = (
+        "entropy",
+        "distance",
+        "sink",
+        "previous",
+        "self",
+        "span",
+        "previous_token",
+        "duplicate_token",
+        "induction",
+    )
 
     def __init__(
         self,
@@ -241,6 +259,7 @@ class HeadStatisticsProduct:
         causal: bool = False,
         rows: Sequence[int] | None = None,
         span: Sequence[int] | None = None,
+        tokens: Sequence[str] | None = None,
     ) -> None:
         self.heads = heads
         self.queries = queries
@@ -250,7 +269,10 @@ class HeadStatisticsProduct:
         self.span = None if span is None else np.asarray(span, dtype=np.int64)
         self.aligned = aligned  # queries and keys are the same tokens (self and masked)
         self.causal = causal  # no weight on a key after the query (masked)
-        self._sums: torch.Tensor | None = None  # (H, 6), made on the first block's device
+        # Equal tokens, equal codes; None where the detectors do not apply.
+        self.codes = np.unique(list(tokens), return_inverse=True)[1] if tokens else None
+        self._codes: torch.Tensor | None = None  # (S,) the codes on the blocks' device
+        self._sums: torch.Tensor | None = None  # (H, 9), made on the first block's device
         self._columns: torch.Tensor | None = None  # (H, S)
 
     def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
@@ -287,8 +309,36 @@ class HeadStatisticsProduct:
             inside = rows < width
             sums[4] += weights[slots[inside], rows[inside]].sum()
             earlier = (rows >= 1) & (rows - 1 < width)
-            sums[3] += weights[slots[earlier], rows[earlier] - 1].sum()
+            before = weights[slots[earlier], rows[earlier] - 1]  # (rows with a previous key,)
+            sums[3] += before.sum()
+            if self.codes is not None:
+                sums[6] += before[rows[earlier] >= 2].sum()  # the first key's weight left out
+                sums[7:9] += self._detected(weights, rows)
         self._columns[head, :width] += weights.sum(0)
+
+    def _detected(self, weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The weight of a block's rows on the keys of the duplicate-token and induction
+        patterns, (2,)."""
+        import torch
+
+        device, width = weights.device, weights.shape[1]
+        if self._codes is None:
+            self._codes = torch.as_tensor(self.codes, device=device)
+        codes = self._codes
+        row_codes = codes[rows][:, None]  # (R, 1)
+        keys = torch.arange(width, device=device)[None, :]  # (1, W)
+        # duplicate: an earlier key (not the first) with the row's token
+        duplicate = (codes[None, :width] == row_codes) & (keys < rows[:, None]) & (keys >= 1)
+        # induction: a key up to the row whose previous key has the row's token
+        previous = torch.cat([codes.new_full((1,), -1), codes[: width - 1]])  # (W,) codes of j−1
+        induction = (previous[None, :] == row_codes) & (keys <= rows[:, None])
+        flat = weights.reshape(-1)
+        return torch.stack(
+            [
+                torch.vdot(flat, mask.reshape(-1).to(weights.dtype))
+                for mask in (duplicate, induction)
+            ]
+        ).to(self._sums.dtype)
 
     @staticmethod
     def _mass(weights: torch.Tensor, columns: np.ndarray) -> torch.Tensor:
@@ -312,4 +362,11 @@ class HeadStatisticsProduct:
             means[:, [1, 3, 4]] = np.nan
         if self.span is None:
             means[:, 5] = np.nan
+        if self.aligned and self.codes is not None:
+            # Over the weight on every key but the first (TransformerLens's exclude_bos).
+            after_first = len(rows) - columns[:, :1]  # (H, 1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means[:, 6:9] = np.where(after_first > 0, sums[:, 6:9] / after_first, np.nan)
+        else:
+            means[:, 6:9] = np.nan
         return np.concatenate([means, columns], axis=1)

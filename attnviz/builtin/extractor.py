@@ -15,6 +15,7 @@ from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import Mode
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import (
+    PROBE_LENGTH,
     Checked,
     Extractor,
     Finder,
@@ -102,6 +103,17 @@ class BuiltinExtractor(Extractor):
         """Where a text lies among the tokens of ``text`` (as the stack reads it)."""
         spans = [(token.start, token.end) for token in tokenize(text or "")[:MAX_TOKENS]]
         return lambda wanted: covering(text or "", wanted, spans, option)
+
+    def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
+        """Made-up words (the stack has no vocabulary and no first token of its own)."""
+        import numpy as np
+
+        random = np.random.default_rng(seed)
+        words: dict[str, None] = {}
+        while len(words) < length:
+            letters = random.choice(list("abcdefghijklmnopqrstuvwxyz"), size=random.integers(3, 8))
+            words["".join(letters)] = None
+        return " ".join([*words, *words])
 
     def _extract(
         self, text: str, target: str | None, mode: Mode, layers: list[int], heads: list[int]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnviz.choices import HeadColumn
+from attnviz.choices import Detector, HeadColumn
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
@@ -17,6 +18,10 @@ from attnviz.cli.settings import (
     model_settings,
     row_products,
 )
+
+if TYPE_CHECKING:
+    from attnviz.analysis.heads import HeadTable
+    from attnviz.extractor import Extractor
 
 
 @model_settings
@@ -31,16 +36,28 @@ def heads(
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
+    detect: Annotated[
+        Detector | None,
+        typer.Option(
+            "--detect",
+            metavar="DETECTOR",
+            case_sensitive=False,
+            help="Find the heads of one kind (previous_token, duplicate_token, induction): "
+            "read the detectors' probe, random tokens repeated (seeded), instead of a text, "
+            "and sort by that score.",
+        ),
+    ] = None,
     sort: Annotated[
-        HeadColumn,
+        HeadColumn | None,
         typer.Option(
             "--sort",
             metavar="COLUMN",
             case_sensitive=False,
             help="Column to sort by: statistics largest first; layer, head, top_key_position "
-            "and top_key in order.",
+            "and top_key in order. [default: layer, or the --detect score]",
+            show_default=False,
         ),
-    ] = HeadColumn.LAYER,
+    ] = None,
     reverse: Annotated[bool, typer.Option("--reverse", help="Reverse the sort order.")] = False,
     top: Annotated[
         int | None,
@@ -66,7 +83,15 @@ def heads(
     span (with --span): mean weight on the span's keys. With --rows, every
     statistic is read from those query rows only (what the last token reads).
     """
-    from attnviz.analysis.heads import COLUMN_HELP, HeadTable, as_dicts, sort_rows
+    from attnviz.analysis.heads import (
+        COLUMN_HELP,
+        DETECTOR_COLUMNS,
+        DETECTORS_TABLE,
+        STATISTICS_TABLE,
+        HeadTable,
+        as_dicts,
+        sort_rows,
+    )
     from attnviz.cli import output as out
     from attnviz.cli.settings import model_options_given, request
     from attnviz.io import dump_json
@@ -87,13 +112,28 @@ def heads(
         extractor = asked.open(environment)
         return extractor.head_statistics(line, asked.request, target=target, pair=pair)
 
-    several = "attnviz stats gives these statistics over many inputs"
     given = model_options_given(settings, model, mode, target, pair) + products.given()
-    table = out.text_or_saved(text, saved, statistics, layer, head, given, several, HeadTable.of)
+    probe = None
+    if detect is None:
+        several = "attnviz stats gives these statistics over many inputs"
+        table = out.text_or_saved(
+            text, saved, statistics, layer, head, given, several, HeadTable.of
+        )
+    else:
+        probe, table = _of_probe(
+            text, saved, target, pair, lambda: asked.open(environment), statistics
+        )
+    sort = sort or (HeadColumn.LAYER if detect is None else HeadColumn(detect.value))
     rows = sort_rows(table.rows, sort, reverse)[:top]
-    columns = table.columns()
+    if output_format is not d.TableFormat.TABLE:
+        columns = table.columns()
+    elif detect is not None or sort in DETECTOR_COLUMNS:
+        columns = table.columns(DETECTORS_TABLE)
+    else:
+        columns = table.columns(STATISTICS_TABLE)
     if output_format is d.TableFormat.JSON:
-        out.write_stdout(dump_json(envelope({"heads": as_dicts(rows, columns)})))
+        probed = {} if probe is None else {"probe": probe}
+        out.write_stdout(dump_json(envelope({**probed, "heads": as_dicts(rows, columns)})))
         return
     if output_format is d.TableFormat.CSV:
         import csv
@@ -111,6 +151,10 @@ def heads(
     from attnviz.tokens import display_label
 
     read = "" if table.query_positions is None else f" · rows {index_span(table.query_positions)}"
+    if detect is not None:
+        from attnviz.extractor import PROBE_LENGTH
+
+        read += f" · the detectors' probe: {PROBE_LENGTH} random tokens, repeated"
     drawn = Table(
         title=f"{display_label(table.model)} · {table.mode} attention · "
         f"{table.key_count} key tokens{read}",
@@ -120,10 +164,38 @@ def heads(
         caption_justify="left",
     )
     for column in columns:
-        drawn.add_column(column.value, justify="left" if column is HeadColumn.TOP_KEY else "right")
+        drawn.add_column(
+            _header(column), justify="left" if column is HeadColumn.TOP_KEY else "right"
+        )
     for row in rows:
         drawn.add_row(*(_cell(getattr(row, column.value), column) for column in columns))
     out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
+
+
+def _of_probe(
+    text: str | None,
+    saved: str | None,
+    target: str | None,
+    pair: str | None,
+    extractor: Callable[[], Extractor],
+    statistics: Callable[[str], HeadTable],
+) -> tuple[str, HeadTable]:
+    """The detectors' probe, the input (no other is taken), and its statistics."""
+    from attnviz.cli.declarations import refuse_unused
+    from attnviz.errors import UsageError
+
+    if text is not None or saved is not None:
+        raise UsageError("--detect reads the detectors' own probe: give no TEXT or --from")
+    named = (("--target", target), ("--pair", pair))
+    refuse_unused([flag for flag, value in named if value is not None], "a text", "the probe")
+    probe = extractor().detection_probe()
+    return probe, statistics(probe)
+
+
+def _header(column: HeadColumn) -> str:
+    """A long name on two lines (previous_ / token), so that the columns fit 80 characters."""
+    head, _, tail = column.value.rpartition("_")
+    return f"{head}_\n{tail}" if len(column.value) > 8 and head else column.value
 
 
 def _cell(value: object, column: HeadColumn) -> str:

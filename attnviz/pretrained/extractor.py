@@ -19,6 +19,7 @@ from attnviz.analysis.products import (
 from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import (
+    PROBE_LENGTH,
     Checked,
     Extractor,
     as_item,
@@ -282,7 +283,7 @@ class PretrainedExtractor(Extractor):
                 Layout(
                     query.length,
                     key.length,
-                    statistics_product(mode, query.length, key.length, labels.special, *asked),
+                    statistics_product(mode, query.length, labels.text, labels.special, *asked),
                 )
                 for (query, key), labels, asked in zip(sides, key_labels, positions, strict=True)
             ]
@@ -292,6 +293,13 @@ class PretrainedExtractor(Extractor):
             ):
                 table = statistics_rows(summed, layers, heads, labels.text)
                 yield HeadTable(self.name, mode, key.length, table, rows, span)
+
+    def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
+        """Random whole-word tokens of the model's vocabulary, each read back as one token
+        (TransformerLens draws from the whole vocabulary; a text needs words)."""
+        from attnviz.pretrained.probe import probe_text
+
+        return probe_text(self.loaded, length, seed)
 
     def generate(
         self,

@@ -993,9 +993,10 @@ def statistics_picture(corpus: CorpusStatistics, picture: PictureFormat, model: 
 
     layers, heads, _ = corpus.means(STATISTICS[0])
     panel = (max(2.2, 0.35 * len(heads) + 1.2), max(1.8, 0.3 * len(layers) + 1.0))
-    figure = Figure(figsize=(panel[0] * 3, panel[1] * 2 + 0.6), dpi=100)
+    grid_rows = math.ceil(len(STATISTICS) / 3)
+    figure = Figure(figsize=(panel[0] * 3, panel[1] * grid_rows + 0.6), dpi=100)
     FigureCanvasAgg(figure)
-    axes = figure.subplots(2, 3, squeeze=False)
+    axes = figure.subplots(grid_rows, 3, squeeze=False)
     for ax, name in zip(axes.flat, STATISTICS, strict=True):
         _, _, grid = corpus.means(name)
         image = ax.imshow(
