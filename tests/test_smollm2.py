@@ -1,0 +1,130 @@
+"""SmolLM2-135M-Instruct, a real language model, offline: attnviz's maps equal a plain
+transformers script's on the same GGUF file, and its induction heads are found.
+
+One worker runs them all (one conversion and one plain load per session).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz.cli import app
+from tests.test_detectors import transformer_lens_score
+
+pytestmark = [
+    pytest.mark.smollm2,
+    pytest.mark.xdist_group("smollm2"),
+    pytest.mark.filterwarnings("ignore:converting:attnviz.errors.AttnvizWarning"),
+]
+
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """The model and tokenizer as a plain script loads the GGUF file, eager attention."""
+    import transformers
+
+    from attnviz.pretrained.loading import ALIASES
+
+    gguf = ALIASES["smollm2"].packaged.gguf()
+    options = {"gguf_file": gguf.name}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, **options)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        gguf.parent, attn_implementation="eager", dtype=torch.float32, **options
+    ).eval()
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    """Converted into the tests' Hugging Face home (the one conftest's offline_hub names),
+    so that the CLI's tests load the same conversion."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HOME", str(tmp_path_factory.getbasetemp() / "hf-home"))
+        yield attnviz.load("smollm2")
+
+
+def plain_attentions(plain, ids):
+    model, _ = plain
+    with torch.no_grad():
+        output = model(torch.tensor([ids]), output_attentions=True)
+    return torch.stack([layer[0] for layer in output.attentions]).numpy()  # (L, H, T, T)
+
+
+def test_maps_equal_the_plain_scripts(smollm2, plain):
+    maps = smollm2.extract(PROMPT)
+    ids = plain[1](PROMPT)["input_ids"]
+    expected = plain_attentions(plain, ids)
+    assert maps.weights.shape == (30, 9, len(ids), len(ids)) == expected.shape
+    np.testing.assert_allclose(maps.weights, expected, atol=1e-5)
+
+
+def test_a_generated_continuation_equals_the_plain_scripts(smollm2, plain):
+    model, tokenizer = plain
+    generation = smollm2.generate(PROMPT, max_new_tokens=6, layers=[0, 18])
+    ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        written = model.generate(ids, max_new_tokens=6, do_sample=False)[0].tolist()
+    assert generation.maps.prompt_length == ids.shape[1]
+    assert generation.text == tokenizer.decode(written[ids.shape[1] :], skip_special_tokens=True)
+    assert "Paris" in generation.text
+    expected = plain_attentions(plain, written)[[0, 18]]
+    np.testing.assert_allclose(generation.maps.weights, expected, atol=1e-5)
+
+
+def test_an_induction_head_is_found_on_the_probe(smollm2, plain):
+    probe = smollm2.detection_probe()
+    table = smollm2.head_statistics(probe)
+    best = max(table.rows, key=lambda row: row.induction)
+    assert best.induction > 0.5
+    ids = plain[1](probe)["input_ids"]
+    assert len(ids) == 41  # the first token, then 20 tokens twice
+    attention = plain_attentions(plain, ids)[best.layer, best.head].astype(np.float64)
+    tokens = np.asarray(ids)
+    assert best.induction == pytest.approx(
+        transformer_lens_score(attention, tokens, "induction"), abs=1e-5
+    )
+    # The first token's column kept, the sink's weight drowns the score.
+    kept = float((attention * _induction_pattern(tokens)).sum() / attention.sum())
+    assert kept < best.induction
+
+
+def _induction_pattern(tokens):
+    same = np.equal.outer(tokens, tokens).astype(float)
+    np.fill_diagonal(same, 0)
+    duplicate = np.tril(same)
+    return np.tril(np.concatenate([np.zeros((len(tokens), 1)), duplicate[:, :-1]], axis=1))
+
+
+def test_heads_detect_induction_through_the_cli(runner):
+    result = runner.invoke(
+        app, ["heads", "--model", "smollm2", "--detect", "induction", "--top", "5", "-f", "json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["heads"]
+    assert len(rows) == 5 and rows[0]["induction"] > 0.5
+    assert [row["induction"] for row in rows] == sorted((row["induction"] for row in rows),
+                                                        reverse=True)  # fmt: skip
+
+
+def test_chat_prompts_use_its_own_template(smollm2, plain):
+    maps = smollm2.extract("What is attention?", chat=True, layers=0)
+    tokenizer = plain[1]
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is attention?"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    expected = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    assert len(maps.key_tokens) == len(expected)
+    assert rendered.startswith("<|im_start|>system\n") and rendered.endswith("assistant\n")
+    assert maps.key_tokens[0] == "<|im_start|>" and maps.key_special[0]
+    assert (
+        "attention" in maps.key_tokens and not maps.key_special[maps.key_tokens.index("attention")]
+    )
