@@ -231,8 +231,9 @@ def test_model_completion_offers_builtin_the_aliases_and_the_cache(runner):
 
 
 def test_help_names_arguments_in_capitals_and_shows_no_bool_metavar(runner):
-    for command, argument in (("show", "TEXT"), ("batch", "INPUT"), ("render", "SOURCE")):
+    for command, argument in (("show", "[TEXT]"), ("heads", "[TEXT]"), ("batch", "{INPUT}"),
+                              ("render", "{SOURCE}")):  # fmt: skip
         result = runner.invoke(app, [command, "--help"])
         assert result.exit_code == 0
-        assert f"{{{argument}}}" in result.stdout.splitlines()[0]
+        assert result.stdout.splitlines()[0].endswith(f"[OPTIONS] {argument}")
         assert "<bool>" not in result.stdout and "<str>" not in result.stdout.split("Options:")[1]

@@ -185,3 +185,32 @@ def test_show_ranks_heads_by_a_detector(runner):
     assert f"layer {best.layer} · head {best.head} · induction {best.induction:.3f}" in (
         result.stdout
     )
+
+
+def test_show_and_export_draw_the_best_heads_on_the_probe(runner, tmp_path):
+    shown = runner.invoke(app, ["show", "--detect", "induction", "--top-heads", "1",
+                                "--color", "never"])  # fmt: skip
+    assert shown.exit_code == 0, shown.stderr
+    maps = attnviz.extract(attnviz.load().detection_probe())
+    best = sorted(head_statistics(maps), key=lambda row: -row.induction)[0]
+    assert f"layer {best.layer} · head {best.head} · induction {best.induction:.3f}" in (
+        shown.stdout
+    )
+    picture = tmp_path / "induction.png"
+    exported = runner.invoke(app, ["export", "--detect", "induction", "--top-heads", "1",
+                                   "-o", str(picture)])  # fmt: skip
+    assert exported.exit_code == 0, exported.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("command", [["show"], ["export", "-o", "x.png"]])
+def test_show_and_export_take_a_text_or_the_probe(runner, command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    neither = runner.invoke(app, command)
+    assert neither.exit_code == 2
+    assert neither.stderr == (
+        "attnviz: error: give TEXT to look at, or --detect for the detectors' probe\n"
+    )
+    both = runner.invoke(app, [*command, "some text", "--detect", "induction"])
+    assert both.exit_code == 2 and "--detect reads the detectors' own probe" in both.stderr
+    assert list(tmp_path.iterdir()) == []

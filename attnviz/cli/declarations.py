@@ -18,6 +18,7 @@ import typer
 from attnviz.choices import (
     Aggregate,
     Attention,
+    Detector,
     Dtype,
     Mode,
     Projections,
@@ -96,9 +97,28 @@ TextArgument = Annotated[
 OptionalTextArgument = Annotated[
     str | None,
     typer.Argument(
-        metavar="[TEXT]",
+        metavar="TEXT",
         show_default=False,
         help="The text to look at, or - to read it from standard input (or give --from).",
+    ),
+]
+TextOrProbeArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="TEXT",
+        show_default=False,
+        help="The text to look at, or - to read it from standard input (or give --detect).",
+    ),
+]
+DetectOption = Annotated[
+    Detector | None,
+    typer.Option(
+        "--detect",
+        metavar="DETECTOR",
+        case_sensitive=False,
+        help="Look for heads of one kind (previous_token, duplicate_token, induction) on the "
+        "detectors' probe, random tokens repeated (seeded), instead of a text; heads are "
+        "ranked by that score.",
     ),
 ]
 FromOption = Annotated[
@@ -612,14 +632,17 @@ TopHeadsOption = Annotated[
     ),
 ]
 ByOption = Annotated[
-    RankBy,
+    RankBy | None,
     typer.Option(
         "--by",
         metavar="STAT",
         case_sensitive=False,
         rich_help_panel=SELECTION_PANEL,
-        help="The statistic --top-heads ranks by: entropy, distance, sink, previous, self or "
-        "span (with --span; see attnviz heads). Largest first, as heads --sort lists them.",
+        help="The statistic --top-heads ranks by: entropy, distance, sink, previous, self, "
+        "span (with --span), previous_token, duplicate_token or induction (see attnviz "
+        "heads). Largest first, as heads --sort lists them. [default: entropy, or the "
+        "--detect score]",
+        show_default=False,
     ),
 ]
 LowestOption = Annotated[

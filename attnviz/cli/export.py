@@ -33,7 +33,6 @@ from attnviz.cli.settings import (
 @head_choice
 @with_environment
 def export(
-    text: d.TextArgument,
     output: Annotated[
         str,
         typer.Option(
@@ -44,6 +43,8 @@ def export(
             "writes the interactive page.",
         ),
     ],
+    text: d.TextOrProbeArgument = None,
+    detect: d.DetectOption = None,
     view: d.ViewOption = View.MODEL,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
@@ -73,6 +74,7 @@ def export(
     from attnviz.errors import UsageError
     from attnviz.io import check_writable
 
+    out.check_probe(detect, text, target, pair)
     picture_kind = out.picture_or_page(output)
     if picture_kind is None and choice.top_heads is not None:
         raise UsageError("--top-heads draws chosen pictures; the page shows every head")
@@ -89,15 +91,14 @@ def export(
         products=products.drawn(settings),
     )
     style = picture.style()
-    top = out.top_heads_for(choice, aggregate)
+    top = out.top_heads_for(choice, aggregate, detect)
     between = out.checked_between(between, pair)
     check_writable(output)  # before the model loads
     extractor = asked.open(environment)
     from attnviz.analysis.aggregate import aggregate as combine
-    from attnviz.io import read_texts
 
-    text = out.only_one(read_texts(text))
-    maps = extractor.extract(text, asked.request, target=target, pair=pair)
+    line = out.only_one(out.inputs(text, extractor))
+    maps = extractor.extract(line, asked.request, target=target, pair=pair)
     if between is not None:
         maps = out.between_sentences(maps, between)
     if aggregate is not None:

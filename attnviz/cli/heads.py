@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from attnviz.choices import Detector, HeadColumn
+from attnviz.choices import HeadColumn
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
@@ -18,10 +17,6 @@ from attnviz.cli.settings import (
     model_settings,
     row_products,
 )
-
-if TYPE_CHECKING:
-    from attnviz.analysis.heads import HeadTable
-    from attnviz.extractor import Extractor
 
 
 @model_settings
@@ -36,17 +31,7 @@ def heads(
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
-    detect: Annotated[
-        Detector | None,
-        typer.Option(
-            "--detect",
-            metavar="DETECTOR",
-            case_sensitive=False,
-            help="Find the heads of one kind (previous_token, duplicate_token, induction): "
-            "read the detectors' probe, random tokens repeated (seeded), instead of a text, "
-            "and sort by that score.",
-        ),
-    ] = None,
+    detect: d.DetectOption = None,
     sort: Annotated[
         HeadColumn | None,
         typer.Option(
@@ -120,9 +105,9 @@ def heads(
             text, saved, statistics, layer, head, given, several, HeadTable.of
         )
     else:
-        probe, table = _of_probe(
-            text, saved, target, pair, lambda: asked.open(environment), statistics
-        )
+        out.check_probe(detect, text, target, pair, saved)
+        probe = asked.open(environment).detection_probe()
+        table = statistics(probe)
     sort = sort or (HeadColumn.LAYER if detect is None else HeadColumn(detect.value))
     rows = sort_rows(table.rows, sort, reverse)[:top]
     if output_format is not d.TableFormat.TABLE:
@@ -170,26 +155,6 @@ def heads(
     for row in rows:
         drawn.add_row(*(_cell(getattr(row, column.value), column) for column in columns))
     out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
-
-
-def _of_probe(
-    text: str | None,
-    saved: str | None,
-    target: str | None,
-    pair: str | None,
-    extractor: Callable[[], Extractor],
-    statistics: Callable[[str], HeadTable],
-) -> tuple[str, HeadTable]:
-    """The detectors' probe, the input (no other is taken), and its statistics."""
-    from attnviz.cli.declarations import refuse_unused
-    from attnviz.errors import UsageError
-
-    if text is not None or saved is not None:
-        raise UsageError("--detect reads the detectors' own probe: give no TEXT or --from")
-    named = (("--target", target), ("--pair", pair))
-    refuse_unused([flag for flag, value in named if value is not None], "a text", "the probe")
-    probe = extractor().detection_probe()
-    return probe, statistics(probe)
 
 
 def _header(column: HeadColumn) -> str:

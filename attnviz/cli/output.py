@@ -8,7 +8,7 @@ import inspect
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -21,8 +21,9 @@ from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
-    from attnviz.choices import Aggregate, PictureFormat, TerminalView, View
+    from attnviz.choices import Aggregate, Detector, PictureFormat, TerminalView, View
     from attnviz.cli.pictures import HeadChoice
+    from attnviz.extractor import Extractor
     from attnviz.maps import AttentionMaps, MapPanel
     from attnviz.render.image import Style
 
@@ -146,15 +147,45 @@ def write_stdout(content: str) -> None:
     write_text(content, "-")
 
 
-def top_heads_for(choice: HeadChoice, aggregate: Aggregate | None) -> TopHeads | None:
+def top_heads_for(
+    choice: HeadChoice, aggregate: Aggregate | None, detect: Detector | None = None
+) -> TopHeads | None:
     """The --top-heads choice, refused with an aggregate (whose maps are no heads)."""
-    top = choice.top()
+    top = choice.top(detect)
     if top is not None and aggregate is not None:
         raise UsageError(
             "--top-heads picks heads, --aggregate combines them: use one (or rank heads by "
             "--by first and aggregate with --layer/--head)"
         )
     return top
+
+
+def check_probe(
+    detect: Detector | None,
+    text: str | None,
+    target: str | None,
+    pair: str | None,
+    saved: str | None = None,
+) -> None:
+    """The input is TEXT (or --from), or the detectors' probe of --detect: one of them, and
+    the probe takes no target or sentence B."""
+    from attnviz.cli.declarations import refuse_unused
+
+    if detect is None:
+        if text is None and saved is None:
+            raise UsageError("give TEXT to look at, or --detect for the detectors' probe")
+        return
+    if text is not None or saved is not None:
+        raise UsageError("--detect reads the detectors' own probe: give no TEXT or --from")
+    named = (("--target", target), ("--pair", pair))
+    refuse_unused([flag for flag, value in named if value is not None], "a text", "the probe")
+
+
+def inputs(text: str | None, extractor: Extractor) -> Iterator[str]:
+    """The lines of TEXT; without one (--detect, checked by check_probe), the probe."""
+    from attnviz.io import read_texts
+
+    return iter([extractor.detection_probe()]) if text is None else read_texts(text)
 
 
 def select_held(maps: AttentionMaps, layer: str, head: str) -> AttentionMaps:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnviz.choices import RankBy
+from attnviz.choices import Detector, RankBy
 from attnviz.cli import declarations as d
 from attnviz.errors import UsageError
 
@@ -98,20 +98,21 @@ class HeadChoice:
     """--top-heads N --by STAT [--lowest], as the command line gives it."""
 
     top_heads: int | None = None
-    by: RankBy = RankBy.ENTROPY
+    by: RankBy | None = None  # not given: entropy, or the score of --detect
     lowest: bool = False
 
-    def top(self) -> TopHeads | None:
+    def top(self, detect: Detector | None = None) -> TopHeads | None:
         if self.top_heads is None:
             return None
         from attnviz.analysis.heads import TopHeads
 
-        return TopHeads(self.top_heads, self.by, self.lowest)
+        by = self.by or (RankBy.ENTROPY if detect is None else RankBy(detect.value))
+        return TopHeads(self.top_heads, by, self.lowest)
 
 
 _CHOICE_OPTIONS = {
     "top_heads": (d.TopHeadsOption, None),
-    "by": (d.ByOption, RankBy.ENTROPY),
+    "by": (d.ByOption, None),
     "lowest": (d.LowestOption, False),
 }
 # Gives a command --top-heads, --by and --lowest as one ``choice: HeadChoice`` argument.

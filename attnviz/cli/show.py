@@ -24,7 +24,7 @@ from attnviz.cli.settings import (
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
-    from attnviz.choices import Aggregate, Dtype
+    from attnviz.choices import Aggregate, Detector, Dtype
     from attnviz.maps import AttentionMaps
 
 
@@ -113,6 +113,7 @@ class Presentation:
         colour: d.ColourChoice,
         width: int | None,
         environment: Environment,
+        detect: Detector | None = None,
         **rest: object,
     ) -> Presentation:
         from attnviz.cli import output as out
@@ -127,7 +128,7 @@ class Presentation:
                 f"--format {output_format.value} and the suffix of {output} ({by_suffix.value}) "
                 "disagree: drop --format, or name the file for what it holds"
             )
-        top = out.top_heads_for(choice, aggregate)
+        top = out.top_heads_for(choice, aggregate, detect)
         if output_format is ShowFormat.AUTO:  # a picture was asked for, even into a pipe
             picture = terminal_view is not d.TerminalView.AUTO or top is not None or values
             # A file is no terminal, whatever stdout is: one that its suffix names no
@@ -235,7 +236,8 @@ class Presentation:
 @head_choice
 @with_environment
 def show(
-    text: d.TextArgument,
+    text: d.TextOrProbeArgument = None,
+    detect: d.DetectOption = None,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
     model: d.ModelOption = d.BUILTIN,
@@ -270,6 +272,7 @@ def show(
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
 
+    out.check_probe(detect, text, target, pair)
     presentation = Presentation.checked(
         output_format=output_format,
         output=output,
@@ -283,6 +286,7 @@ def show(
         width=width,
         values=values,
         between=out.checked_between(between, pair),
+        detect=detect,
     )
     asked = request(
         model=model,
@@ -295,10 +299,8 @@ def show(
         products=products.drawn(settings) if presentation.drawn else products,
     )
     extractor = asked.open(environment)
-    from attnviz.io import read_texts
-
     stream = (
         extractor.extract(line, asked.request, target=target, pair=pair)
-        for line in read_texts(text)
+        for line in out.inputs(text, extractor)
     )
     presentation.present(stream, environment)

@@ -48,8 +48,11 @@ def piece_labels(loaded: PretrainedModel, side: Side, raw: bool = False) -> Labe
     offsets = side.encoding["offset_mapping"]
     template = side.template or [False] * len(ids)  # a chat template's own tokens are special
     for token_id, piece, (start, end), added in zip(ids, pieces, offsets, template, strict=True):
+        # A template's words (its system prompt, role names) are special, but words: read
+        # cleaned as the text's are; a special token (<|im_start|>) keeps its spelling.
+        keep_spelling = token_id in special_ids or raw
         is_special = token_id in special_ids or added
-        label = piece if is_special or raw else clean_piece(piece, byte_level=byte_level)
+        label = piece if keep_spelling else clean_piece(piece, byte_level=byte_level)
         if not label:  # a piece that is only a space (a lone ▁ or Ġ)
             label = VISIBLE_SPACE
         elif "\ufffd" in label:  # one byte of a longer character: show the character
