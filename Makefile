@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/batch.py
 	$(BIN)/python benchmarks/memory.py
 	$(BIN)/python benchmarks/page.py
+	$(BIN)/python benchmarks/smollm2.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .coverage .coverage.*

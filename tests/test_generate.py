@@ -90,6 +90,23 @@ def test_generated_rows_and_bins_are_those_of_the_whole_maps(generators, blocks,
     assert last.prompt_length is None and pooled.prompt_length is None
 
 
+@pytest.mark.parametrize("name", ["gpt2-lm", "llama-lm", "bart-lm"])
+def test_rows_given_as_text_find_a_written_word(generators, name):
+    """Each written token spans the characters it added after the prompt: --rows finds a
+    word the model wrote as it finds one of the prompt."""
+    extractor = attnviz.load(generators[name])
+    options = {"max_new_tokens": 6, "stop": False}
+    whole = extractor.generate(PROMPT, **options)
+    words = [word for word in whole.text.split() if word not in PROMPT]
+    assert words, whole.text
+    found = extractor.generate(PROMPT, rows=words[-1], **options).maps
+    assert found.query_positions and min(found.query_positions) >= whole.maps.prompt_length
+    covering = "".join(whole.maps.query_tokens[position] for position in found.query_positions)
+    assert words[-1] in covering
+    written = whole.maps.weights[:, :, found.query_positions]
+    np.testing.assert_allclose(found.weights, written, atol=1e-6)
+
+
 @pytest.mark.parametrize("mode", ["cross", "masked"])
 def test_encoder_decoder_cross_attention_is_the_alignment_step_by_step(generators, mode):
     extractor = attnviz.load(generators["bart-lm"])

@@ -225,12 +225,13 @@ def _maps(
     modules = extractor.modules(mode)
     layer_indices = resolve(request.layers, len(modules), "layer")
     if loaded.family is Family.DECODER:
-        written = _written(source, sequence, source.length)
+        written = _written(loaded.tokenizer, source, sequence, source.length)
         arguments = {"input_ids": torch.tensor([sequence])}
         queries = keys = written
         prompt_length = source.length
     else:
-        written = _written(Side({"input_ids": [], "offset_mapping": []}, ""), sequence, 1)
+        empty = Side({"input_ids": [], "offset_mapping": []}, "")
+        written = _written(loaded.tokenizer, empty, sequence, 1)
         arguments = {
             "input_ids": torch.tensor([source.encoding["input_ids"]]),
             "decoder_input_ids": torch.tensor([sequence]),
@@ -253,12 +254,20 @@ def _maps(
     return maps.replace(prompt_length=prompt_length)
 
 
-def _written(given: Side, sequence: list[int], given_length: int) -> Side:
-    """The tokens of the whole sequence as a Side: the given ones keep their offsets in the
-    prompt (for labels of partial characters), the generated ones have none."""
+def _written(tokenizer: Any, given: Side, sequence: list[int], given_length: int) -> Side:
+    """The tokens of the whole sequence as a Side over the prompt's text followed by the
+    text written: the given tokens keep their offsets in the prompt, each written token
+    spans the characters it added, so that --rows finds a written word too."""
     offsets = list(given.encoding["offset_mapping"][:given_length])
-    offsets += [(0, 0)] * (len(sequence) - len(offsets))
+    offsets += [(0, 0)] * (given_length - len(offsets))  # a decoder's start token: no text
+    new = sequence[given_length:]
+    end = 0
+    for count in range(1, len(new) + 1):
+        # A token that ends inside a character adds nothing until the character is whole.
+        start, end = end, max(end, len(tokenizer.decode(new[:count])))
+        offsets.append((len(given.text) + start, len(given.text) + end))
+    text = given.text + tokenizer.decode(new)
     template = None
     if given.template is not None:  # a chat template's tokens stay special; new ones are not
         template = given.template[:given_length] + [False] * (len(sequence) - given_length)
-    return Side({"input_ids": sequence, "offset_mapping": offsets}, given.text, None, template)
+    return Side({"input_ids": sequence, "offset_mapping": offsets}, text, None, template)
