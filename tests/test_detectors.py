@@ -214,3 +214,16 @@ def test_show_and_export_take_a_text_or_the_probe(runner, command, tmp_path, mon
     both = runner.invoke(app, [*command, "some text", "--detect", "induction"])
     assert both.exit_code == 2 and "--detect reads the detectors' own probe" in both.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("share", [0, 10**9])  # the pairs always, the dense masks always
+@pytest.mark.parametrize("text", [REPEATED, "la la la la la la la la la la"])
+def test_the_pairs_and_the_dense_masks_give_the_same_scores(tiny, monkeypatch, share, text):
+    from attnviz.analysis.products import Repeats
+
+    monkeypatch.setattr(Repeats, "DENSE_SHARE", share)
+    for mode in ("self", "masked"):
+        maps = attnviz.extract(text, mode=mode)
+        check_scores(maps, head_statistics(maps))
+    extractor = attnviz.load(tiny["gpt2"])
+    check_scores(extractor.extract(text), extractor.head_statistics(text).rows)

@@ -218,6 +218,84 @@ def product_labels(
     return fields
 
 
+class Repeats:
+    """Where each token of an input occurred before: the duplicate-token and induction
+    patterns of the head detectors, summed over a block's weights.
+
+    For row i the pattern keys are the earlier positions p < i holding i's token
+    (duplicate: key p; induction: key p + 1, the token that followed it). They are
+    found through the positions sorted by token, so a block costs as many steps as it
+    has such pairs; where a block has many (a text of few distinct tokens), two dense
+    masks over the block cost less."""
+
+    DENSE_SHARE = 8  # dense masks once the pairs exceed 1/8 of a block's weights
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        codes = np.unique(list(tokens), return_inverse=True)[1].reshape(-1)  # (S,)
+        order = np.lexsort((np.arange(len(codes)), codes))  # by token, then position
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        start = np.searchsorted(codes[order], codes)  # where i's token begins in ``order``
+        self._arrays = {"codes": codes, "order": order, "start": start, "earlier": rank - start}
+        self._on: dict[str, torch.Tensor] = {}  # the arrays on the blocks' device
+        self._pairs: tuple[tuple[int, int, int], Any] | None = None  # the last block's
+
+    def detected(self, weights: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        """The weight of a block's rows (R, W) on the keys of the duplicate-token pattern
+        (leaving out the first key) and of the induction pattern, (2,)."""
+        import torch
+
+        if not self._on:
+            self._on = {name: torch.as_tensor(array, device=weights.device)
+                        for name, array in self._arrays.items()}  # fmt: skip
+        rows_on = torch.as_tensor(rows, device=weights.device)
+        pairs = self._pairs_of(rows_on, weights.shape[1])
+        if pairs is None:
+            return self._dense(weights, rows_on)
+        indices, duplicates = pairs
+        picked = weights.reshape(-1).take(indices)  # one gather for both patterns
+        return torch.stack([picked[:duplicates].sum(), picked[duplicates:].sum()])
+
+    def _pairs_of(self, rows: torch.Tensor, width: int) -> Any:
+        """The flat indices, in a block of ``width`` keys, of the duplicate-token pattern's
+        weights (first) and the induction pattern's, and how many are the first; the same
+        for every head of the block (kept); None when dense masks cost less."""
+        import torch
+
+        key = (int(rows[0]), int(rows[-1]), len(rows), width)
+        if self._pairs is not None and self._pairs[0] == key:
+            return self._pairs[1]
+        counts = self._on["earlier"][rows]  # (R,)
+        total = int(counts.sum())
+        pairs = None
+        if total * self.DENSE_SHARE <= len(rows) * width:
+            device = rows.device
+            slots = torch.repeat_interleave(torch.arange(len(rows), device=device), counts)
+            within = torch.arange(total, device=device) - torch.repeat_interleave(
+                torch.cumsum(counts, 0) - counts, counts
+            )
+            keys = self._on["order"][self._on["start"][rows][slots] + within]  # p < i
+            flat = slots * width + keys
+            duplicate = flat[keys >= 1]  # the first key left out
+            pairs = (torch.cat([duplicate, flat + 1]), len(duplicate))  # induction: key p + 1
+        self._pairs = (key, pairs)
+        return pairs
+
+    def _dense(self, weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        codes, width = self._on["codes"], weights.shape[1]
+        row_codes = codes[rows][:, None]  # (R, 1)
+        keys = torch.arange(width, device=weights.device)[None, :]  # (1, W)
+        earlier = keys < rows[:, None]
+        duplicate = (codes[None, :width] == row_codes) & earlier & (keys >= 1)
+        previous = torch.cat([codes.new_full((1,), -1), codes[: width - 1]])  # codes of j − 1
+        induction = (previous[None, :] == row_codes) & (keys <= rows[:, None])
+        flat = weights.reshape(-1)
+        masks = (duplicate, induction)
+        return torch.stack([torch.vdot(flat, mask.reshape(-1).to(flat.dtype)) for mask in masks])
+
+
 class HeadStatisticsProduct:
     """Each head's statistics, summed row by row as the blocks pass: the one definition of
     what ``heads`` and ``stats`` list. ``result()`` is (H, 9 + S): the means of entropy,
@@ -269,9 +347,8 @@ class HeadStatisticsProduct:
         self.span = None if span is None else np.asarray(span, dtype=np.int64)
         self.aligned = aligned  # queries and keys are the same tokens (self and masked)
         self.causal = causal  # no weight on a key after the query (masked)
-        # Equal tokens, equal codes; None where the detectors do not apply.
-        self.codes = np.unique(list(tokens), return_inverse=True)[1] if tokens else None
-        self._codes: torch.Tensor | None = None  # (S,) the codes on the blocks' device
+        # Where each token occurred before; None where the detectors do not apply.
+        self.repeats = Repeats(tokens) if tokens else None
         self._sums: torch.Tensor | None = None  # (H, 9), made on the first block's device
         self._columns: torch.Tensor | None = None  # (H, S)
 
@@ -311,34 +388,10 @@ class HeadStatisticsProduct:
             earlier = (rows >= 1) & (rows - 1 < width)
             before = weights[slots[earlier], rows[earlier] - 1]  # (rows with a previous key,)
             sums[3] += before.sum()
-            if self.codes is not None:
+            if self.repeats is not None:
                 sums[6] += before[rows[earlier] >= 2].sum()  # the first key's weight left out
-                sums[7:9] += self._detected(weights, rows)
+                sums[7:9] += self.repeats.detected(weights, block.rows).to(sums.dtype)
         self._columns[head, :width] += weights.sum(0)
-
-    def _detected(self, weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """The weight of a block's rows on the keys of the duplicate-token and induction
-        patterns, (2,)."""
-        import torch
-
-        device, width = weights.device, weights.shape[1]
-        if self._codes is None:
-            self._codes = torch.as_tensor(self.codes, device=device)
-        codes = self._codes
-        row_codes = codes[rows][:, None]  # (R, 1)
-        keys = torch.arange(width, device=device)[None, :]  # (1, W)
-        # duplicate: an earlier key (not the first) with the row's token
-        duplicate = (codes[None, :width] == row_codes) & (keys < rows[:, None]) & (keys >= 1)
-        # induction: a key up to the row whose previous key has the row's token
-        previous = torch.cat([codes.new_full((1,), -1), codes[: width - 1]])  # (W,) codes of j−1
-        induction = (previous[None, :] == row_codes) & (keys <= rows[:, None])
-        flat = weights.reshape(-1)
-        return torch.stack(
-            [
-                torch.vdot(flat, mask.reshape(-1).to(weights.dtype))
-                for mask in (duplicate, induction)
-            ]
-        ).to(self._sums.dtype)
 
     @staticmethod
     def _mass(weights: torch.Tensor, columns: np.ndarray) -> torch.Tensor:
@@ -362,7 +415,7 @@ class HeadStatisticsProduct:
             means[:, [1, 3, 4]] = np.nan
         if self.span is None:
             means[:, 5] = np.nan
-        if self.aligned and self.codes is not None:
+        if self.aligned and self.repeats is not None:
             # Over the weight on every key but the first (TransformerLens's exclude_bos).
             after_first = len(rows) - columns[:, :1]  # (H, 1)
             with np.errstate(invalid="ignore", divide="ignore"):

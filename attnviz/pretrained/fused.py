@@ -295,7 +295,9 @@ def fused_attention(
 def _reduce(scores: Scores, item: int, layout: Layout, heads: list[int], memory: int) -> Product:
     product = layout.made(len(heads))
     step = scores.rows_per_block(memory)
-    for slot, head in enumerate(heads):
-        for rows in product.blocks(layout.queries, step):
+    # Every head of a block of rows before the next block: what a product works out about
+    # the rows themselves (the detectors' pairs of repeated tokens) serves all the heads.
+    for rows in product.blocks(layout.queries, step):
+        for slot, head in enumerate(heads):
             product.add(slot, scores.block(item, head, rows, layout.keys))
     return product
