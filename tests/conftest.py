@@ -10,8 +10,12 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
 def pytest_runtest_setup(item):
-    """SmolLM2's tests skip, saying why, where its package is absent; never in CI, where
-    make installs it."""
+    """A group's tests must share a worker (Ray's cluster, SmolLM2's loads): fail loudly
+    where pytest-xdist stopped grouping them. SmolLM2's tests skip, saying why, where its
+    package is absent; never in CI, where make installs it."""
+    group = item.get_closest_marker("xdist_group")
+    if group is not None and getattr(item.config.option, "loadgroup", False):
+        assert item.nodeid.endswith(f"@{group.args[0]}"), "--dist loadgroup does not group"
     if item.get_closest_marker("smollm2") is None:
         return
     import importlib.util

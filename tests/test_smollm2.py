@@ -25,7 +25,7 @@ pytestmark = [
 PROMPT = "The capital of France is"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def plain():
     """The model and tokenizer as a plain script loads the GGUF file, eager attention."""
     import transformers
@@ -41,7 +41,7 @@ def plain():
     return model, tokenizer
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def smollm2(tmp_path_factory):
     """Converted into the tests' Hugging Face home (the one conftest's offline_hub names),
     so that the CLI's tests load the same conversion."""
