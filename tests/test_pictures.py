@@ -203,6 +203,8 @@ def test_a_notebook_draws_the_picture_export_draws(
     # A notebook shows PNG and SVG inline; PDF only as a file.
     assert picture._repr_png_() == (picture.data if suffix == "png" else None)
     assert picture._repr_svg_() == (picture.data.decode() if suffix == "svg" else None)
+    # Its text is what it is, not its bytes (a model view's PNG is megabytes).
+    assert repr(picture) == f"<Picture {suffix}, {len(picture.data):,} bytes>"
 
 
 @pytest.mark.parametrize(

@@ -615,6 +615,10 @@ class Picture:
     data: bytes
     format: PictureFormat
 
+    def __repr__(self) -> str:
+        """Its kind and size: a notebook prints this beside the picture, not its bytes."""
+        return f"<Picture {self.format.value}, {len(self.data):,} bytes>"
+
     def _repr_png_(self) -> bytes | None:
         return self.data if self.format is PictureFormat.PNG else None
 
