@@ -238,7 +238,7 @@ class Repeats:
         start = np.searchsorted(codes[order], codes)  # where i's token begins in ``order``
         self._arrays = {"codes": codes, "order": order, "start": start, "earlier": rank - start}
         self._on: dict[str, torch.Tensor] = {}  # the arrays on the blocks' device
-        self._pairs: tuple[tuple[int, int, int], Any] | None = None  # the last block's
+        self._pairs: tuple[tuple[int, ...], Any] | None = None  # the last block's
 
     def detected(self, weights: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         """The weight of a block's rows (R, W) on the keys of the duplicate-token pattern
@@ -348,7 +348,7 @@ class HeadStatisticsProduct:
         self.aligned = aligned  # queries and keys are the same tokens (self and masked)
         self.causal = causal  # no weight on a key after the query (masked)
         # Where each token occurred before; None where the detectors do not apply.
-        self.repeats = Repeats(tokens) if tokens else None
+        self.repeats = Repeats(tokens) if tokens and aligned else None
         self._sums: torch.Tensor | None = None  # (H, 9), made on the first block's device
         self._columns: torch.Tensor | None = None  # (H, S)
 
@@ -415,7 +415,7 @@ class HeadStatisticsProduct:
             means[:, [1, 3, 4]] = np.nan
         if self.span is None:
             means[:, 5] = np.nan
-        if self.aligned and self.repeats is not None:
+        if self.repeats is not None:
             # Over the weight on every key but the first (TransformerLens's exclude_bos).
             after_first = len(rows) - columns[:, :1]  # (H, 1)
             with np.errstate(invalid="ignore", divide="ignore"):

@@ -50,9 +50,9 @@ def piece_labels(loaded: PretrainedModel, side: Side, raw: bool = False) -> Labe
     for token_id, piece, (start, end), added in zip(ids, pieces, offsets, template, strict=True):
         # A template's words (its system prompt, role names) are special, but words: read
         # cleaned as the text's are; a special token (<|im_start|>) keeps its spelling.
-        keep_spelling = token_id in special_ids or raw
-        is_special = token_id in special_ids or added
-        label = piece if keep_spelling else clean_piece(piece, byte_level=byte_level)
+        special_token = token_id in special_ids
+        is_special = special_token or added
+        label = piece if special_token or raw else clean_piece(piece, byte_level=byte_level)
         if not label:  # a piece that is only a space (a lone ▁ or Ġ)
             label = VISIBLE_SPACE
         elif "\ufffd" in label:  # one byte of a longer character: show the character
