@@ -4,16 +4,23 @@ Every input gets a deterministic, filesystem-safe name from its position in
 the whole input (so that shards never clash) and its text or id. Every file is
 written under a temporary name and renamed into place, so an interrupted run
 leaves only complete files; ``manifest.jsonl`` records each input with its
-files and status, and ``resume`` skips the inputs it records as done whose
-files are all there.
+files (each with its size and digest) and status, and ``resume`` skips the
+inputs it records as done whose files are all there and whole. A folder has one
+writer at a time (:class:`FolderLock`), and every run honours every manifest in
+it (:func:`plan_folder`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
+import hashlib
 import itertools
 import json
 import os
 import re
+import stat
 import sys
 import unicodedata
 from collections import deque
@@ -81,6 +88,9 @@ class Record:
     # What produced the files: model, mode, selection, formats and every option that
     # changes them. --resume redoes an input whose request differs from today's.
     request: dict[str, Any] | None = None
+    # Each file's size and digest when written: --resume trusts a file only if both
+    # still hold (a record without them, from an older release, is redone).
+    digests: dict[str, FileDigest] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest line's fields; shallow (``dataclasses.asdict`` deep-copies the request
@@ -249,6 +259,185 @@ def manifest_name(shard: tuple[int, int] | None) -> str:
     return MANIFEST if shard is None else f"manifest-{shard[0]}-of-{shard[1]}.jsonl"
 
 
+_MANIFEST_NAME = re.compile(r"manifest(?:-([1-9][0-9]*)-of-([1-9][0-9]*))?\.jsonl")
+
+
+def folder_manifests(folder: Path) -> dict[str, tuple[int, int] | None]:
+    """The manifests in a folder by name, each with the slice it records (None: all)."""
+    try:
+        names = sorted(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):  # not made yet: nothing there
+        return {}
+    except OSError as error:
+        raise AttnvizError(f"cannot read the folder {folder}: {error.strerror}") from None
+    found: dict[str, tuple[int, int] | None] = {}
+    for name in names:
+        if match := _MANIFEST_NAME.fullmatch(name):
+            found[name] = None if match[1] is None else (int(match[1]), int(match[2]))
+    return found
+
+
+@dataclass(frozen=True)
+class FolderPlan:
+    """How a run honours the manifests already in its folder."""
+
+    manifest: Path  # this run's
+    earlier: dict[int, Record] = field(default_factory=dict)  # what --resume may skip
+    append: bool = False  # --resume: this run's manifest goes on
+    absorbed: tuple[Path, ...] = ()  # their records are taken over; removed at the end
+    replaced: tuple[Path, ...] = ()  # --overwrite: removed first, with the files they record
+
+
+def plan_folder(
+    folder: Path,
+    shard: tuple[int, int] | None,
+    *,
+    resume: bool,
+    overwrite: bool,
+    request: dict[str, Any],
+) -> FolderPlan:
+    """What this run may do in ``folder``, given every manifest there; refuses (one line,
+    exit 2) a run that would mix its files with another batch's.
+
+    A whole batch's files may be any input's, so it honours every manifest: --resume
+    takes their records over (finishing a sharded batch as one), --overwrite removes
+    them and their files. A shard's files are its slice's: the other slices of the
+    same N are its siblings, left alone but held to the same request; a whole batch
+    or another N covers its files, as its own manifest does.
+    """
+    own = manifest_name(shard)
+    found = folder_manifests(folder)
+    siblings = [
+        name
+        for name, piece in found.items()
+        if name != own and shard is not None and piece is not None and piece[1] == shard[1]
+    ]
+    held = [name for name in found if name not in siblings]  # this run's files among theirs
+    for sibling in siblings:
+        if any(record.request != request for record in read_manifest(folder / sibling).values()):
+            raise UsageError(
+                f"{folder} holds {sibling}, written with other options: every shard of a "
+                "batch takes the same ones (to change them, run the whole batch again "
+                "without --shard, with --overwrite)"
+            )
+    plan = FolderPlan(manifest=folder / own)
+    if overwrite:
+        return dataclasses.replace(plan, replaced=tuple(folder / name for name in held))
+    if not resume:
+        if held:
+            raise UsageError(
+                f"{folder} already holds a batch ({', '.join(held)}): add --resume to finish "
+                "it, or --overwrite to start again"
+            )
+        return plan
+    others = [name for name in held if name != own]
+    if shard is not None and others:
+        raise UsageError(
+            f"--shard {shard[0]}/{shard[1]} --resume: {folder} holds {others[0]}, another "
+            "slicing of the inputs: resume it as it was run, or add --overwrite to start again"
+        )
+    earlier: dict[int, Record] = {}
+    for name in [*others, own]:  # this run's own manifest has the last word
+        earlier.update(read_manifest(folder / name))
+    return dataclasses.replace(
+        plan, earlier=earlier, append=True, absorbed=tuple(folder / name for name in others)
+    )
+
+
+def remove_replaced(plan: FolderPlan) -> None:
+    """--overwrite: the earlier batches' files and manifests go, so that none is left
+    beside the new ones (only the names their manifests record: nothing else is touched)."""
+    for manifest in plan.replaced:
+        for record in read_manifest(manifest).values():
+            for name in record.files:
+                path = manifest.parent / name
+                if path.is_symlink() or path.is_file():
+                    path.unlink(missing_ok=True)
+        manifest.unlink(missing_ok=True)
+
+
+class FolderLock:
+    """One writer per folder: a whole batch holds it alone; the shards of a batch share
+    it, each slice alone. POSIX record locks on a lock file in the folder: the system
+    drops them when a process ends however it ends, and they hold on network file
+    systems too. The last writer out removes the file."""
+
+    NAME = ".attnviz-batch.lock"
+
+    def __init__(self, folder: Path, shard: tuple[int, int] | None) -> None:
+        self.folder = folder
+        self.shard = shard
+        self.path = folder / self.NAME
+        self.descriptor: int | None = None
+
+    def __enter__(self) -> FolderLock:
+        try:
+            import fcntl
+        except ImportError:  # no POSIX locks (Windows): one writer per folder is up to you
+            return self
+        while self.descriptor is None:
+            try:
+                descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+            except OSError as error:
+                raise AttnvizError(f"cannot lock {self.folder}: {error.strerror}") from None
+            try:
+                self._lock(fcntl, descriptor)
+            except BaseException:
+                os.close(descriptor)
+                raise
+            if _same_file(descriptor, self.path):
+                self.descriptor = descriptor
+            else:  # locked as the last writer removed it: lock the new one
+                os.close(descriptor)
+        return self
+
+    def _lock(self, fcntl: Any, descriptor: int) -> None:
+        # Byte 0 is the folder, shared by the shards; byte 1 + n is the n-th slice
+        # counted over every K/N, 1/1, 1/2, 2/2, 1/3...
+        try:
+            if self.shard is None:
+                fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # every byte
+                return
+            fcntl.lockf(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, 0)
+        except OSError as error:
+            raise self._busy(error, "a batch") from None
+        number, count = self.shard
+        try:
+            fcntl.lockf(
+                descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, count * (count - 1) // 2 + number
+            )
+        except OSError as error:
+            raise self._busy(error, f"shard {number}/{count}") from None
+
+    def _busy(self, error: OSError, what: str) -> AttnvizError:
+        if error.errno not in (errno.EAGAIN, errno.EACCES):
+            return AttnvizError(f"cannot lock {self.folder}: {error.strerror}")
+        return AttnvizError(
+            f"another attnviz run is writing {what} into {self.folder}: wait until it ends, "
+            "or write elsewhere"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self.descriptor is None:
+            return
+        import fcntl
+
+        with contextlib.suppress(OSError):  # held by another writer still: it stays
+            fcntl.lockf(self.descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.path.unlink()
+        os.close(self.descriptor)
+        self.descriptor = None
+
+
+def _same_file(descriptor: int, path: Path) -> bool:
+    try:
+        named = path.lstat()
+    except OSError:
+        return False
+    held = os.fstat(descriptor)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
 def read_manifest(path: Path) -> dict[int, Record]:
     """The records of an earlier run, the last word on each input. A line that does not
     parse or does not hold a record (a run stopped mid-line, a hand-edited file) means
@@ -285,18 +474,39 @@ def _is_plain_name(name: object) -> bool:
 
 
 def is_complete(record: Record | None, item: BatchInput, folder: Path, request: dict) -> bool:
-    """Done earlier, for the same text and the same request, with every file still there."""
+    """Done earlier, for the same text and the same request, with every file still there
+    and whole: as long as it was written, with the same digest."""
     return bool(
         record
         and record.status == "ok"
         and (record.text, record.target, record.pair) == (item.text, item.target, item.pair)
         and record.request == request
-        and all(_is_regular(folder / name) for name in record.files)
+        and isinstance(record.digests, dict)
+        and all(_is_whole(folder / name, record.digests.get(name)) for name in record.files)
     )
 
 
-def _is_regular(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
+FileDigest = dict[str, Any]  # {"size": bytes, "blake2b": hex}; JSON in the manifest
+
+
+def file_digest(data: bytes | memoryview) -> FileDigest:
+    return {"size": len(data), "blake2b": hashlib.blake2b(data, digest_size=16).hexdigest()}
+
+
+def _is_whole(path: Path, expected: object) -> bool:
+    if not isinstance(expected, dict):
+        return False
+    try:
+        status = path.lstat()
+        if not stat.S_ISREG(status.st_mode) or status.st_size != expected.get("size"):
+            return False
+        digest = hashlib.blake2b(digest_size=16)
+        with path.open("rb") as stream:
+            while piece := stream.read(1 << 20):
+                digest.update(piece)
+    except OSError:
+        return False
+    return digest.hexdigest() == expected.get("blake2b")
 
 
 @dataclass(frozen=True)
@@ -329,13 +539,16 @@ class Outputs:
         return json.loads(json.dumps(fingerprint))
 
 
-def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Painter) -> list[str]:
-    """Write every requested file of one input; return their names. Runs in worker processes."""
+def write_outputs(
+    maps: AttentionMaps, stem: str, outputs: Outputs, painter: Painter
+) -> dict[str, FileDigest]:
+    """Write every requested file of one input; return their names and digests. Runs in
+    worker processes."""
     if outputs.aggregate is not None:
         from attnviz.analysis.aggregate import aggregate
 
         maps = aggregate(maps, outputs.aggregate)
-    written = []
+    written = {}
     panels = None if outputs.top is None else outputs.top.panels(maps)
     labelled = maps.with_positions() if outputs.label_positions else maps
     for output_format in outputs.formats:
@@ -355,34 +568,38 @@ def write_outputs(maps: AttentionMaps, stem: str, outputs: Outputs, painter: Pai
             name = f"{stem}{suffix}.{output_format.value}"
             with open_output(outputs.folder / name, binary=True, follow_links=False) as out:
                 out.write(data)
-            written.append(name)
+            written[name] = file_digest(data)
     return written
 
 
 class Manifest:
-    """Appends a record per finished input, each line flushed whole; compacts at the end."""
+    """Appends a record per finished input, each line flushed whole; at the end, compacts
+    and removes the manifests whose records it took over."""
 
-    def __init__(self, path: Path, earlier: dict[int, Record], append: bool, request: dict) -> None:
-        self.path = path
-        self.records = dict(earlier)
+    def __init__(self, plan: FolderPlan, request: dict) -> None:
+        self.path = plan.manifest
+        self.absorbed = plan.absorbed
+        self.records = dict(plan.earlier)
         self.request = request  # stamped on every record this run adds
-        if path.is_symlink():  # a link is replaced, never followed out of the folder
-            path.unlink()
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        descriptor = os.open(path, flags | os.O_NOFOLLOW, 0o666)
-        self.handle = os.fdopen(descriptor, "a" if append else "w", encoding="utf-8")
+        if self.path.is_symlink():  # a link is replaced, never followed out of the folder
+            self.path.unlink()
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if plan.append else os.O_TRUNC)
+        descriptor = os.open(self.path, flags | os.O_NOFOLLOW, 0o666)
+        self.handle = os.fdopen(descriptor, "a" if plan.append else "w", encoding="utf-8")
 
     def add(self, record: Record) -> None:
         self.records[record.index] = record
         self.handle.write(dump_json(record.to_dict()))
         self.handle.flush()
 
-    def close(self, compact: bool) -> None:
+    def close(self, finished: bool) -> None:
         self.handle.close()
-        if compact:  # one line per input, in input order, written whole
+        if finished:  # one line per input, in input order, written whole
             lines = (dump_json(self.records[index].to_dict()) for index in sorted(self.records))
             with open_output(self.path, follow_links=False) as out:
                 out.writelines(lines)
+            for manifest in self.absorbed:
+                manifest.unlink(missing_ok=True)
 
 
 def run_batch(
@@ -390,8 +607,7 @@ def run_batch(
     extract: Callable[[list[BatchInput]], list[AttentionMaps]],
     outputs: Outputs,
     *,
-    manifest_path: Path,
-    resume: bool,
+    plan: FolderPlan,
     batch_size: int,
     jobs: int,
     progress: Callable[[int, int], None],
@@ -405,7 +621,7 @@ def run_batch(
     chunk is extracted.
     """
     tally = tally if tally is not None else Tally()
-    pending, manifest = start_batch(inputs, outputs, manifest_path, resume, tally)
+    pending, manifest = start_batch(inputs, outputs, plan, tally)
     done = tally.skipped
     progress(done, len(inputs))
     records = tally.records
@@ -421,25 +637,25 @@ def run_batch(
                 done = _finish(item, written, manifest, records, done, len(inputs), progress)
         finished = True
     finally:
-        manifest.close(compact=finished)
-    check_failures(records, len(inputs), manifest_path)
+        manifest.close(finished=finished)
+    check_failures(records, len(inputs), plan.manifest)
     return tally
 
 
 def start_batch(
-    inputs: Sequence[BatchInput], outputs: Outputs, manifest_path: Path, resume: bool, tally: Tally
+    inputs: Sequence[BatchInput], outputs: Outputs, plan: FolderPlan, tally: Tally
 ) -> tuple[list[BatchInput], Manifest]:
-    """The inputs still to do (with --resume, those the manifest does not record as done
-    for today's request, files intact), and the manifest to record them in."""
-    earlier = read_manifest(manifest_path) if resume else {}
+    """The inputs still to do (with --resume, those the folder's manifests do not record
+    as done for today's request, files whole), and the manifest to record them in."""
     request = outputs.fingerprint()
     pending = [
         item
         for item in inputs
-        if not is_complete(earlier.get(item.index), item, outputs.folder, request)
+        if not is_complete(plan.earlier.get(item.index), item, outputs.folder, request)
     ]
     tally.skipped = len(inputs) - len(pending)
-    return pending, Manifest(manifest_path, earlier, append=resume, request=request)
+    remove_replaced(plan)
+    return pending, Manifest(plan, request=request)
 
 
 def check_failures(records: Sequence[Record], total: int, manifest_path: Path) -> None:
@@ -455,7 +671,7 @@ def check_failures(records: Sequence[Record], total: int, manifest_path: Path) -
 
 def _finish(
     item: BatchInput,
-    written: list[str] | Exception,
+    written: dict[str, FileDigest] | Exception,
     manifest: Manifest,
     records: list[Record],
     done: int,
@@ -508,7 +724,7 @@ def _chunks(items: Sequence[BatchInput], size: int) -> Iterator[list[BatchInput]
         yield list(items[start : start + size])
 
 
-def _record(item: BatchInput, written: list[str] | Exception, request: dict) -> Record:
+def _record(item: BatchInput, written: dict[str, FileDigest] | Exception, request: dict) -> Record:
     base = {
         "index": item.index,
         "line": item.line,
@@ -520,10 +736,12 @@ def _record(item: BatchInput, written: list[str] | Exception, request: dict) -> 
     }
     if isinstance(written, Exception):
         return Record(**base, status="failed", error=describe(written)[1])
-    return Record(**base, status="ok", files=written)
+    return Record(**base, status="ok", files=list(written), digests=written)
 
 
-def render_task(task: Task, painter: Painter) -> tuple[BatchInput, list[str] | Exception]:
+def render_task(
+    task: Task, painter: Painter
+) -> tuple[BatchInput, dict[str, FileDigest] | Exception]:
     """One input's files, or the exception that stopped it: a worker's unit of work."""
     item, maps, outputs = task
     if isinstance(maps, Exception):
@@ -571,7 +789,7 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _render_in_worker(task: Task) -> tuple[BatchInput, list[str] | Exception]:
+def _render_in_worker(task: Task) -> tuple[BatchInput, dict[str, FileDigest] | Exception]:
     assert _worker_painter is not None, "the pool's initializer makes the painter"
     return render_task(task, _worker_painter)
 
@@ -621,7 +839,9 @@ class RenderPool:
                 self._stop_pool()
         self.queue.append((item, render_task(task, self.painter)))
 
-    def completed(self, wait: bool) -> Iterator[tuple[BatchInput, list[str] | Exception]]:
+    def completed(
+        self, wait: bool
+    ) -> Iterator[tuple[BatchInput, dict[str, FileDigest] | Exception]]:
         """Finished results in input order; with ``wait``, all of them."""
         from concurrent.futures import Future
         from concurrent.futures.process import BrokenProcessPool

@@ -21,14 +21,13 @@ import pickle
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import AttnvizError, UsageError
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
-    from attnviz.batch import BatchInput, Outputs, Tally
+    from attnviz.batch import BatchInput, FolderPlan, Outputs, Tally
     from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
 
@@ -247,8 +246,7 @@ def run_batch(
     request: Request,
     outputs: Outputs,
     *,
-    manifest_path: Path,
-    resume: bool,
+    plan: FolderPlan,
     batch_size: int,
     workers: Workers,
     progress: Callable[[int, int], None],
@@ -258,7 +256,7 @@ def run_batch(
     from attnviz.batch import Record, check_failures, record_done, start_batch
 
     _quiet_progress()
-    pending, manifest = start_batch(inputs, outputs, manifest_path, resume, tally)
+    pending, manifest = start_batch(inputs, outputs, plan, tally)
     done = tally.skipped
     progress(done, len(inputs))
     finished = False
@@ -284,8 +282,8 @@ def run_batch(
                 progress(done, len(inputs))
         finished = True
     finally:
-        manifest.close(compact=finished)
-    check_failures(tally.records, len(inputs), manifest_path)
+        manifest.close(finished=finished)
+    check_failures(tally.records, len(inputs), plan.manifest)
     return tally
 
 

@@ -117,7 +117,7 @@ def open_output(
     """
     if str(destination) == STDIO:
         stream = sys.stdout.buffer if binary else sys.stdout
-        yield stream
+        yield WholeWrites(stream)
         stream.flush()
         return
     path = Path(destination)
@@ -132,10 +132,7 @@ def open_output(
         raise UsageError(f"cannot write {path}: it is a directory; give a file name")
     if not target.parent.is_dir():
         raise AttnvizError(f"cannot write {path}: folder {target.parent} does not exist")
-    try:
-        mode_bits = stat.S_IMODE(target.lstat().st_mode) if target.is_file() else None
-    except OSError:
-        mode_bits = None
+    mode_bits = _regular_file_mode(target)
     try:
         descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as error:
@@ -182,7 +179,48 @@ def _write_through(path: Path, binary: bool) -> Iterator[IO[Any]]:
     except OSError as error:
         raise AttnvizError(f"cannot write {path}: {error.strerror}") from None
     with out:
-        yield out
+        yield WholeWrites(out)
+
+
+class WholeWrites:
+    """A stream whose every write is whole. Python's writers hand a pipe one write(2),
+    which Linux caps at 2 GiB - 4 KiB; the rest is dropped, silently in text mode (an
+    npz of 2.2 GB into a pipe arrived cut at 2,147,479,552 bytes). Writes are made in
+    pieces under that cap, each repeated until the stream took all of it."""
+
+    BYTES = 1 << 30  # a piece of bytes
+    CHARACTERS = 1 << 28  # a piece of text: at most 4 bytes a character in UTF-8
+
+    def __init__(self, stream: IO[Any]) -> None:
+        self.stream = stream
+
+    def write(self, data: Any) -> int:
+        if isinstance(data, str):
+            for start in range(0, len(data), self.CHARACTERS):
+                self.stream.write(data[start : start + self.CHARACTERS])
+            return len(data)
+        view = memoryview(data).cast("B")
+        while view:
+            written = self.stream.write(view[: self.BYTES])
+            view = view[len(view[: self.BYTES]) if written is None else written :]
+        return len(memoryview(data).cast("B"))
+
+    def writelines(self, lines: Iterable[Any]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _regular_file_mode(path: Path) -> int | None:
+    """The permission bits of the regular file at ``path`` itself (a link's own 0777 is
+    no file's mode), or None for anything else."""
+    try:
+        status = path.lstat()
+    except OSError:
+        return None
+    return stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None
 
 
 def _umask() -> int:

@@ -253,3 +253,39 @@ def test_maps_save_and_read_refuse_what_they_cannot_do(tmp_path):
     with pytest.raises(attnviz.UsageError, match=r"several inputs: use attnviz\.read_maps"):
         attnviz.AttentionMaps.read(several)
     assert len(list(attnviz.read_maps(str(several)))) == 2
+
+
+class _CappedPipe:
+    """stdout as Linux's pipe and Python's writers make it: one write(2) per call, which
+    takes at most ``CAP`` bytes; bytes report the count taken, text claims it all."""
+
+    CAP = 1500
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+        self.buffer = self
+
+    def write(self, data):
+        piece = data.encode() if isinstance(data, str) else bytes(data)
+        self.received += piece[: self.CAP]
+        return len(data) if isinstance(data, str) else min(len(piece), self.CAP)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_every_write_to_stdout_arrives_whole(monkeypatch, binary):
+    from attnviz.io import WholeWrites, open_output
+
+    # The real caps are 2 GiB - 4 KiB a write and pieces of 1 GiB: the same, scaled down.
+    monkeypatch.setattr(WholeWrites, "BYTES", 1000)
+    monkeypatch.setattr(WholeWrites, "CHARACTERS", 250)
+    pipe = _CappedPipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    document = bytes(range(256)) * 40 if binary else "é" * 4000
+    with open_output("-", binary=binary) as out:
+        out.write(document)
+        out.writelines([document[:3], document[3:7]])
+    expected = document + document[:7]
+    assert bytes(pipe.received) == (expected if binary else expected.encode())

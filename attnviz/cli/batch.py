@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
 if TYPE_CHECKING:
     from attnviz.batch import Tally
+    from attnviz.cli.settings import Job
 
 DATA_ONLY = (BatchFormat.JSON, BatchFormat.NPZ)
 
@@ -74,7 +74,9 @@ def batch(
     overwrite: Annotated[
         bool,
         typer.Option(
-            "--overwrite", help="Start again in a folder that holds an earlier batch's manifest."
+            "--overwrite",
+            help="Start again in a folder that holds an earlier batch: the files its "
+            "manifests record are removed first.",
         ),
     ] = False,
     jobs: Annotated[
@@ -129,12 +131,14 @@ def batch(
     it. A failing input does not stop the batch: the exit code is then 3.
     """
     from attnviz.batch import (
+        FolderLock,
+        FolderPlan,
         Outputs,
         Tally,
         assign_names,
         in_shard,
-        manifest_name,
         parse_shard,
+        plan_folder,
         read_inputs,
         run_batch,
     )
@@ -172,20 +176,34 @@ def batch(
             "whole: pick them with --layer and --head"
         )
     slice_ = parse_shard(shard) if shard else None
+    if resume and overwrite:
+        raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
+    outputs = Outputs(
+        folder=output,
+        formats=formats,
+        view=view,
+        style=style,
+        top=top,
+        label_positions=label_positions,
+        aggregate=aggregate,
+        dtype=dtype,
+        request=asked.fingerprint(),
+    )
     lines = read_inputs(source)
     assign_names(lines)
     lines = in_shard(lines, slice_)
     inputs = [item for item in lines if not item.blank]
     blank_lines = len(lines) - len(inputs)
-    manifest = output / manifest_name(slice_)
-    if resume and overwrite:
-        raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
-    if os.path.lexists(manifest) and not (resume or overwrite):
-        raise UsageError(
-            f"{output} already holds a batch ({manifest.name}): add --resume to finish it, "
-            "or --overwrite to start again"
-        )
+
+    def plan() -> FolderPlan:
+        fingerprint = outputs.fingerprint()
+        return plan_folder(output, slice_, resume=resume, overwrite=overwrite, request=fingerprint)
+
+    # Refused now, before Ray starts (a folder being written first); decided again once
+    # the folder is locked for this run.
+    with FolderLock(output, slice_) if output.is_dir() else contextlib.nullcontext():
+        plan()
     # Ray, joined or started now: an unreachable cluster stops here, before anything is
     # written; it is left when the batch ends.
     session: contextlib.AbstractContextManager = contextlib.nullcontext()
@@ -202,59 +220,43 @@ def batch(
             tempfile.TemporaryFile(dir=output).close()
         except OSError as error:
             raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
-        extractor = asked.open(environment) if engine is d.Engine.LOCAL else None
+        with FolderLock(output, slice_):
+            folder = plan()
+            started = time.monotonic()
+            tally = Tally()
+            try:
+                with ProgressReport(quiet, environment) as report:
+                    common = {"plan": folder, "batch_size": batch_size, "progress": report}
+                    if engine is d.Engine.RAY:
+                        from attnviz import distributed
 
-        def extract(chunk: list) -> list:
-            assert extractor is not None, "the local engine loads the model here"
-            pairs = [(item.text, item.target, item.pair) for item in chunk]
-            return list(extractor.extract_many(pairs, asked.request, batch_size=len(pairs)))
+                        workers = distributed.Workers(jobs, cpus_per_worker, gpus_per_worker)
+                        distributed.run_batch(
+                            inputs,
+                            asked.spec,
+                            asked.request,
+                            outputs,
+                            workers=workers,
+                            tally=tally,
+                            **common,
+                        )
+                    else:
+                        extract = _extractor(asked, environment)
+                        run_batch(inputs, extract, outputs, jobs=jobs, tally=tally, **common)
+            finally:  # after the progress bar is gone, so that the summary stays on screen
+                if not quiet:
+                    _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
 
-        started = time.monotonic()
-        tally = Tally()
-        outputs = Outputs(
-            folder=output,
-            formats=formats,
-            view=view,
-            style=style,
-            top=top,
-            label_positions=label_positions,
-            aggregate=aggregate,
-            dtype=dtype,
-            request=asked.fingerprint(),
-        )
-        try:
-            with ProgressReport(quiet, environment) as report:
-                if engine is d.Engine.RAY:
-                    from attnviz import distributed
 
-                    distributed.run_batch(
-                        inputs,
-                        asked.spec,
-                        asked.request,
-                        outputs,
-                        manifest_path=manifest,
-                        resume=resume,
-                        batch_size=batch_size,
-                        workers=distributed.Workers(jobs, cpus_per_worker, gpus_per_worker),
-                        progress=report,
-                        tally=tally,
-                    )
-                else:
-                    run_batch(
-                        inputs,
-                        extract,
-                        outputs,
-                        manifest_path=manifest,
-                        resume=resume,
-                        batch_size=batch_size,
-                        # json and npz cost less to write than to send to another process
-                        jobs=jobs,
-                        progress=report,
-                        tally=tally,
-                    )
-        finally:  # after the progress bar is gone, so that the summary stays on screen
-            if not quiet:
-                _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
+def _extractor(asked: Job, environment: Environment) -> Callable[[list], list]:
+    """The local engine's model, loaded now, as a function of a chunk of inputs."""
+    extractor = asked.open(environment)
+
+    def extract(chunk: list) -> list:
+        pairs = [(item.text, item.target, item.pair) for item in chunk]
+        return list(extractor.extract_many(pairs, asked.request, batch_size=len(pairs)))
+
+    return extract
 
 
 def _summary(inputs: list, blank_lines: int, tally: Tally, output: Path, elapsed: float) -> None:

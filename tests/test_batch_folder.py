@@ -1,0 +1,208 @@
+"""A batch's folder: one writer at a time, every manifest honoured, done means whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from attnviz.batch import FolderLock
+from attnviz.cli import app
+
+
+def _inputs(tmp_path, count=4):
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"the cat sat on mat {i}\n" for i in range(count)))
+    return source
+
+
+def _batch(runner, source, out, *options):
+    return runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "-q", *options])
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _files(folder):
+    return sorted(path.name for path in folder.iterdir())
+
+
+def _contents(folder):
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+def _started(command, manifest):
+    """A batch process, once its manifest records two inputs."""
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if manifest.exists() and len(manifest.read_text().splitlines()) >= 2:
+            return process
+        time.sleep(0.02)
+    process.kill()
+    raise AssertionError(f"the batch did not start: {process.communicate()[1]}")
+
+
+def test_a_second_writer_is_refused_while_the_first_runs(runner, tmp_path):
+    source = _inputs(tmp_path, 3000)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out)]
+    first = _started([*command, "-f", "json", "--layer", "0", "-q"], out / "manifest.jsonl")
+    assert (out / FolderLock.NAME).exists(), "the first batch holds its folder"
+    for options in ([], ["--resume"], ["--overwrite"], ["--shard", "1/2"]):
+        second = _batch(runner, source, out, "--layer", "1", *options)
+        assert second.exit_code == 1, (options, second.stderr)
+        assert second.stderr.startswith("attnviz: error: another attnviz run is writing")
+        assert len(second.stderr.splitlines()) == 1
+    first.send_signal(signal.SIGTERM)
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 143, stderr
+    # every file there is the first run's (layer 0), recorded in its manifest
+    records = _records(out / "manifest.jsonl")
+    assert {record["request"]["layers"] for record in records} == {"0"}
+    files = {name for record in records for name in record["files"]}
+    assert set(_files(out)) == files | {"manifest.jsonl"}  # the lock went with its writer
+    for name in files:
+        assert json.loads((out / name).read_text())["layers"] == [0]
+
+
+def test_the_same_shard_twice_at_once_is_refused_other_shards_share(runner, tmp_path):
+    source = _inputs(tmp_path, 3000)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"]
+    first = _started([*command, "--shard", "1/2", "-q"], out / "manifest-1-of-2.jsonl")
+    same = _batch(runner, source, out, "--shard", "1/2", "--resume")
+    assert same.exit_code == 1
+    assert "another attnviz run is writing shard 1/2 into" in same.stderr
+    whole = _batch(runner, source, out, "--resume")
+    assert whole.exit_code == 1 and "writing a batch into" in whole.stderr
+    (tmp_path / "small").mkdir()
+    small = _inputs(tmp_path / "small", 4)
+    other = _batch(runner, small, out, "--shard", "2/2")  # the sibling slice runs beside it
+    assert other.exit_code == 0, other.stderr
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=120)
+    assert not (out / FolderLock.NAME).exists()
+
+
+def test_a_killed_writer_leaves_its_folder_free(runner, tmp_path):
+    source = _inputs(tmp_path, 3000)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"]
+    first = _started(command, out / "manifest.jsonl")
+    first.kill()
+    first.wait(timeout=60)
+    assert (
+        out / FolderLock.NAME
+    ).exists()  # kill -9 runs no clean-up; the lock is gone all the same
+    (tmp_path / "small").mkdir()
+    small = _inputs(tmp_path / "small", 4)
+    again = _batch(runner, small, out, "--overwrite")
+    assert again.exit_code == 0, again.stderr
+    assert not (out / FolderLock.NAME).exists()
+
+
+def test_a_run_honours_every_manifest_in_the_folder(runner, tmp_path):
+    source = _inputs(tmp_path)
+    whole = tmp_path / "whole"
+    assert _batch(runner, source, whole).exit_code == 0
+    before = _contents(whole)
+    for options in (["--shard", "1/2"], ["--shard", "2/3"]):
+        result = _batch(runner, source, whole, "--layer", "1", *options)
+        assert result.exit_code == 2, result.stderr
+        assert "already holds a batch (manifest.jsonl)" in result.stderr
+    result = _batch(runner, source, whole, "--shard", "1/2", "--resume")
+    assert result.exit_code == 2
+    assert "holds manifest.jsonl, another slicing of the inputs" in result.stderr
+    assert _contents(whole) == before
+
+    sharded = tmp_path / "sharded"
+    assert _batch(runner, source, sharded, "--shard", "1/2").exit_code == 0
+    before = _contents(sharded)
+    for options in ([], ["--shard", "1/3"]):
+        result = _batch(runner, source, sharded, *options)
+        assert result.exit_code == 2
+        assert "already holds a batch (manifest-1-of-2.jsonl)" in result.stderr
+    result = _batch(runner, source, sharded, "--shard", "2/2", "--layer", "0")
+    assert result.exit_code == 2
+    assert "holds manifest-1-of-2.jsonl, written with other options" in result.stderr
+    assert _contents(sharded) == before
+
+
+def test_resume_after_shards_finishes_them_as_one_batch(runner, tmp_path):
+    source = _inputs(tmp_path, 5)
+    out = tmp_path / "out"
+    for shard in ("1/2", "2/2"):
+        assert _batch(runner, source, out, "--shard", shard).exit_code == 0
+    files = set(_files(out))
+    result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "--resume"])
+    assert result.exit_code == 0, result.stderr
+    assert "5 skipped (already done)" in result.stderr
+    assert set(_files(out)) == files - {"manifest-1-of-2.jsonl", "manifest-2-of-2.jsonl"} | {
+        "manifest.jsonl"
+    }
+    assert [record["index"] for record in _records(out / "manifest.jsonl")] == list(range(5))
+
+
+def test_overwrite_removes_what_the_earlier_batches_wrote(runner, tmp_path):
+    source = _inputs(tmp_path)
+    out = tmp_path / "out"
+    assert _batch(runner, source, out, "--shard", "1/2").exit_code == 0
+    assert _batch(runner, source, out, "--shard", "2/2").exit_code == 0
+    mine = out / "notes.txt"
+    mine.write_text("not attnviz's")
+    result = runner.invoke(
+        app, ["batch", str(source), "-o", str(out), "-f", "npz", "--overwrite", "-q"]
+    )
+    assert result.exit_code == 0, result.stderr
+    records = _records(out / "manifest.jsonl")
+    written = {name for record in records for name in record["files"]}
+    assert written and all(name.endswith(".npz") for name in written)
+    assert set(_files(out)) == written | {"manifest.jsonl", "notes.txt"}
+
+
+@pytest.mark.parametrize("damage", ["empty", "same size", "missing digest"])
+def test_resume_redoes_a_file_that_is_not_whole(runner, tmp_path, damage):
+    source = _inputs(tmp_path, 2)
+    out = tmp_path / "out"
+    assert _batch(runner, source, out).exit_code == 0
+    manifest = out / "manifest.jsonl"
+    records = _records(manifest)
+    damaged = out / records[0]["files"][0]
+    whole = damaged.read_bytes()
+    if damage == "empty":
+        damaged.write_bytes(b"")
+    elif damage == "same size":
+        damaged.write_bytes(whole.replace(b"0.", b"1.", 1))
+    else:  # as an older release recorded it
+        del records[0]["digests"]
+        manifest.write_text("".join(json.dumps(record) + "\n" for record in records))
+    result = _batch(runner, source, out, "--resume")
+    assert result.exit_code == 0
+    assert damaged.read_bytes() == whole
+    assert _records(manifest)[0]["digests"][damaged.name]["size"] == len(whole)
+
+
+def test_a_file_written_over_a_link_gets_the_users_mode(runner, tmp_path):
+    source = _inputs(tmp_path, 1)
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("{}")
+    (out / "0000-the-cat-sat-on-mat-0.json").symlink_to(elsewhere)
+    previous = os.umask(0o027)
+    try:
+        assert _batch(runner, source, out).exit_code == 0
+    finally:
+        os.umask(previous)
+    written = out / "0000-the-cat-sat-on-mat-0.json"
+    assert not written.is_symlink() and elsewhere.read_text() == "{}"
+    assert stat.S_IMODE(written.stat().st_mode) == 0o640
+    assert stat.S_IMODE((out / "manifest.jsonl").stat().st_mode) == 0o640
