@@ -143,7 +143,7 @@ def open_output(
         with os.fdopen(descriptor, mode, encoding=encoding, newline=None if binary else "") as out:
             yield out
         # mkstemp made it private: give it the mode the file had, or the usual one.
-        os.chmod(temporary, mode_bits if mode_bits is not None else 0o666 & ~_umask())
+        os.chmod(temporary, mode_bits if mode_bits is not None else usual_mode())
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -223,10 +223,12 @@ def _regular_file_mode(path: Path) -> int | None:
     return stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None
 
 
-def _umask() -> int:
+def usual_mode(folder: bool = False) -> int:
+    """The permission bits a new file (or folder) gets from the user's umask: what a
+    file made by a private temporary name is given when it takes its place."""
     current = os.umask(0)
     os.umask(current)
-    return current
+    return (0o777 if folder else 0o666) & ~current
 
 
 def write_text(content: str, destination: str | Path) -> None:

@@ -69,6 +69,25 @@ def test_converted_once_then_loaded_from_the_cache(packaged, runner):
     assert sorted(path.name for path in _folder().parent.iterdir()) == ["smollm2-unknown"]
 
 
+def test_the_converted_folder_gets_the_users_modes(packaged, monkeypatch, tmp_path):
+    def private(gguf, folder):  # as safetensors writes its weights
+        (folder / "model.safetensors").write_bytes(b"weights")
+        (folder / "model.safetensors").chmod(0o600)
+        (folder / "config.json").write_text("{}")
+
+    monkeypatch.setattr(converted, "_write", private)
+    previous = os.umask(0o022)
+    try:
+        gguf = tmp_path / "model.gguf"
+        gguf.write_bytes(b"GGUF placeholder")
+        converted._convert_into(gguf, _folder())
+    finally:
+        os.umask(previous)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in _folder().iterdir()}
+    assert modes == {"model.safetensors": 0o644, "config.json": 0o644, converted.RECORD: 0o644}
+    assert _folder().stat().st_mode & 0o777 == 0o755
+
+
 def test_the_cache_is_beside_hugging_faces(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     assert converted.cache_root() == tmp_path / "hf" / "attnviz"

@@ -141,6 +141,7 @@ def _convert_into(gguf: Path, folder: Path) -> None:
     )
     try:
         _write(gguf, scratch)
+        _give_usual_modes(scratch)
         files = {
             path.name: {
                 "size": path.stat().st_size,
@@ -158,6 +159,16 @@ def _convert_into(gguf: Path, folder: Path) -> None:
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _give_usual_modes(scratch: Path) -> None:
+    """The folder and its files get the modes the user's umask gives, as any file they
+    make would (the scratch folder is made private, and safetensors writes 0600)."""
+    from attnviz.io import usual_mode
+
+    scratch.chmod(usual_mode(folder=True))
+    for path in scratch.iterdir():
+        path.chmod(usual_mode())
 
 
 def _remove_abandoned(folder: Path) -> None:
