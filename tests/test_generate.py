@@ -176,7 +176,7 @@ def test_models_that_cannot_write_are_refused(tiny, which, message):
 
 def test_temperature_or_top_p_without_sampling_are_refused(generators):
     extractor = attnviz.load(generators["gpt2-lm"])
-    with pytest.raises(UsageError, match="top_p shape sampling, which is off"):
+    with pytest.raises(UsageError, match="top_p applies only when sampling, which is off"):
         extractor.generate(PROMPT, top_p=0.9)
     greedy = extractor.generate(PROMPT, max_new_tokens=3, seed=5)  # a seed changes nothing
     assert greedy.text == extractor.generate(PROMPT, max_new_tokens=3).text
@@ -291,11 +291,13 @@ def test_generate_command_writes_the_text_and_the_maps(runner, generators, tmp_p
     ("arguments", "message"),
     [
         (["generate", "--model", "{bert}", PROMPT], "is an encoder"),
-        (["generate", "--model", "{gpt2}", PROMPT, "--words"], "no words"),
+        (["generate", "--model", "{gpt2}", PROMPT, "--words"], "No such option: --words"),
         (["generate", "--model", "{gpt2}", PROMPT, "-m", "self"], "masked (causal) only"),
         (["generate", "--model", "{gpt2}", "  "], "the text is empty"),
         (["generate", "--model", "./absent", PROMPT, "--temperature", "0.7", "--top-p", "0.9"],
-         "temperature and top_p shape sampling, which is off: add --sample"),  # before loading
+         "temperature and top_p apply only when sampling, which is off: add --sample"),
+        (["generate", "--model", "./absent", PROMPT, "--temperature", "0.7"],
+         "temperature applies only when sampling, which is off"),  # both before loading
     ],
 )  # fmt: skip
 def test_generate_refuses_what_it_cannot_do(runner, tiny, generators, arguments, message):
@@ -320,12 +322,34 @@ def test_ctrl_c_in_the_generate_command_prints_what_was_written_and_exits_130(
             raise KeyboardInterrupt
 
     monkeypatch.setattr(module._Collector, "put", put)
-    result = runner.invoke(
-        app, ["generate", "--model", generators["gpt2-lm"], PROMPT, "-n", "9", "--no-stop"]
-    )
+    command = ["generate", "--model", generators["gpt2-lm"], PROMPT, "-n", "9", "--no-stop"]
+    result = runner.invoke(app, [*command, "-f", "terminal"])
     assert result.exit_code == 130
     assert result.stdout.startswith(PROMPT) and len(result.stdout.strip()) > len(PROMPT)
     assert result.stderr.strip() == "attnviz: error: interrupted while generating"
+    calls.clear()
+    into_data = runner.invoke(app, command)  # into a pipe: ndjson
+    assert into_data.exit_code == 130
+    assert into_data.stdout == ""  # stdout carries data: the written text is not data
+    written, error = into_data.stderr.strip().splitlines()
+    assert written.startswith(PROMPT) and len(written) > len(PROMPT)
+    assert error == "attnviz: error: interrupted while generating"
+
+
+def test_a_prompt_cut_to_the_models_length_is_shown_as_cut(runner, generators):
+    words = [f"w{i}" for i in range(80)]  # more tokens than the tiny GPT-2's 64 positions
+    prompt = " ".join(words)
+    result = runner.invoke(
+        app, ["generate", "--model", generators["gpt2-lm"], prompt, "-n", "4", "-f", "json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    warning, written = result.stderr.splitlines()
+    assert "were dropped" in warning
+    maps = json.loads(result.stdout)
+    read = maps["query_tokens"][: maps["prompt_length"]]
+    kept = prompt[: len("".join(read).replace("Ġ", " "))]
+    assert written.startswith(kept + " ") or written.startswith(kept)
+    assert not written.startswith(prompt)
 
 
 def test_heads_and_top_read_what_generate_saved(runner, generators, tmp_path):

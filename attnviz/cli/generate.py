@@ -14,15 +14,30 @@ from attnviz.cli.settings import (
     NO_PRODUCTS,
     MapProducts,
     ModelSettings,
+    generation_settings,
     map_products,
-    pretrained_settings,
 )
-from attnviz.cli.show import FormatOption, OutputOption, ShowFormat
+from attnviz.cli.show import FormatOption, OutputOption, Presentation, ShowFormat
 
 GENERATION_PANEL = "Generation"
 
 
-@pretrained_settings
+GenerationModeOption = Annotated[
+    d.Mode | None,
+    typer.Option(
+        "--mode",
+        "-m",
+        metavar="MODE",
+        case_sensitive=False,
+        show_default="the model's own: masked for a decoder, cross for an encoder-decoder",
+        help="A decoder's attention is masked (causal). An encoder-decoder's: cross (each "
+        "written token over the prompt), masked (the decoder's over what it wrote) or self "
+        "(the encoder's over the prompt).",
+    ),
+]
+
+
+@generation_settings
 @map_products
 @head_choice
 @with_environment
@@ -102,7 +117,7 @@ def generate(
             help="Stop at the model's end-of-sequence token, or write all --max-new-tokens.",
         ),
     ] = True,
-    mode: d.ModeOption = None,
+    mode: GenerationModeOption = None,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
@@ -128,10 +143,8 @@ def generate(
     cross-attention of each written token over the prompt: a translation's
     alignment. Greedy unless --sample. Ctrl-C prints what was written so far.
     """
-    import sys
 
     from attnviz.cli.settings import request
-    from attnviz.cli.show import Presentation
     from attnviz.io import read_texts
 
     presentation = Presentation.checked(
@@ -147,10 +160,6 @@ def generate(
         width=width,
         values=values,
     )
-    if settings.words:
-        from attnviz.errors import UsageError
-
-        raise UsageError("--words merges pieces of given text; generated tokens have no words")
     from attnviz.pretrained.generation import Sampling
 
     Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)  # checked before loading
@@ -180,15 +189,21 @@ def generate(
             stop=stop,
         )
     except GenerationInterrupted as interrupted:  # what was written is the user's: keep it
-        from attnviz.tokens import display_label
-
-        print(display_label(text + interrupted.text), flush=True)
+        _show_written(f"{interrupted.prompt}{interrupted.text}", presentation)
         raise
+    _show_written(f"{generation.prompt}{generation.text}  [{generation.finished}]", presentation)
+    presentation.present([generation.maps], environment)
+
+
+def _show_written(text: str, presentation: Presentation) -> None:
+    """The prompt and what was written after it: on stdout above a picture, on stderr
+    when stdout carries data (never mixed into it)."""
+    import sys
+
+    from attnviz.cli import output as out
     from attnviz.tokens import display_label
 
-    written = display_label(f"{text}{generation.text}") + f"  [{generation.finished}]"
     if presentation.is_terminal:
-        out.write_stdout(written + "\n\n")
-    else:  # stdout carries data
-        print(written, file=sys.stderr)
-    presentation.present([generation.maps], environment)
+        out.write_stdout(display_label(text) + "\n\n")
+    else:
+        print(display_label(text), file=sys.stderr, flush=True)

@@ -190,13 +190,16 @@ NO_PRODUCTS = MapProducts()
 model_settings = d.bundle_options("settings", _SETTINGS_OPTIONS, ModelSettings)
 _STACK_OPTIONS = ("num_layers", "num_heads", "d_model", "seed", "positions", "projections")
 # The same without the built-in stack's, for commands only pretrained models can serve.
-pretrained_settings = d.bundle_options(
+_PRETRAINED_OPTIONS = {
+    name: option
+    for name, option in _SETTINGS_OPTIONS.items()
+    if name not in (*_STACK_OPTIONS, "keep_case")
+}
+pretrained_settings = d.bundle_options("settings", _PRETRAINED_OPTIONS, ModelSettings)
+# generate writes tokens that are no word of a given text: --words has nothing to merge.
+generation_settings = d.bundle_options(
     "settings",
-    {
-        name: option
-        for name, option in _SETTINGS_OPTIONS.items()
-        if name not in (*_STACK_OPTIONS, "keep_case")
-    },
+    {name: option for name, option in _PRETRAINED_OPTIONS.items() if name != "words"},
     ModelSettings,
 )
 

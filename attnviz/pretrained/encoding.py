@@ -45,10 +45,17 @@ class Side:
     text: str
     pair: str | None = None  # sentence B of a sentence pair
     template: list[bool] | None = None  # tokens a chat template added around the text
+    cut: bool = False  # the model cannot read it all: its last tokens were dropped
 
     @property
     def length(self) -> int:
         return len(self.encoding["input_ids"])
+
+    def read(self) -> str:
+        """The text as far as the model reads it: all of it, or up to the last token kept."""
+        if not self.cut:
+            return self.text
+        return self.text[: max((end for _, end in self.encoding["offset_mapping"]), default=0)]
 
     def finder(self, option: str) -> Callable[[str], list[int]]:
         """Where a text lies among these tokens: the tokens of the text (sentence A; not the
@@ -132,7 +139,8 @@ def encode(
     )
     count = len(encoding["input_ids"])
     limit = loaded.max_length - reserve
-    if count > limit:
+    cut = count > limit
+    if cut:
         kept_free = f" ({reserve} of them for new tokens)" if reserve else ""
         warn(
             f"the {what} has {count} tokens; the model reads at most {loaded.max_length}"
@@ -147,7 +155,7 @@ def encode(
             begin == finish or not any(start <= begin and finish <= end for start, end in spans)
             for begin, finish in encoding["offset_mapping"]
         ]
-    return Side(encoding, text, pair, template)
+    return Side(encoding, text, pair, template, cut)
 
 
 def padded(sides: Sequence[Side], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -70,8 +70,9 @@ class Sampling:
         shaping = [name for name in ("temperature", "top_p") if getattr(self, name) != 1.0]
         if shaping and not self.sample:
             raise UsageError(
-                f"{' and '.join(shaping)} shape sampling, which is off: add --sample "
-                "(sample=True); without it the likeliest token is taken"
+                f"{' and '.join(shaping)} {'apply' if len(shaping) > 1 else 'applies'} only "
+                "when sampling, which is off: add --sample (sample=True); without it the "
+                "likeliest token is taken"
             )
 
 
@@ -79,7 +80,7 @@ class Sampling:
 class Generation:
     """What a model wrote after a prompt, and the attention of the whole sequence."""
 
-    prompt: str
+    prompt: str  # as far as the model read it (a prompt too long for it is cut)
     text: str  # the generated continuation, decoded without special tokens
     maps: AttentionMaps  # prompt_length marks where the generated rows begin
     finished: str  # "end of sequence" or "length"
@@ -90,8 +91,9 @@ class GenerationInterrupted(AttnvizError):
 
     exit_code = ExitCode.INTERRUPTED
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, prompt: str, text: str) -> None:
         super().__init__("interrupted while generating")
+        self.prompt = prompt  # as far as the model read it
         self.text = text
 
 
@@ -167,7 +169,7 @@ def generate(
             )
     except KeyboardInterrupt:
         written = loaded.tokenizer.decode(collector.written(), skip_special_tokens=True)
-        raise GenerationInterrupted(written) from None
+        raise GenerationInterrupted(source.read() if decoder_only else prompt, written) from None
     sequence = sequences[0].tolist()  # decoders: prompt + new; encoder-decoders: start + new
     new = sequence[source.length :] if decoder_only else sequence[1:]
     finished = "length"
@@ -177,7 +179,9 @@ def generate(
     maps = _maps(extractor, source, sequence, mode, request)
     if not decoder_only and mode is not Mode.SELF:  # the decoder's side: what was written
         maps.target = text
-    return Generation(prompt=prompt, text=text, maps=maps, finished=finished)
+    # A decoder writes after what it read; an encoder-decoder's prompt is its source.
+    read = source.read() if decoder_only else prompt
+    return Generation(prompt=read, text=text, maps=maps, finished=finished)
 
 
 def _generation_config(loaded: PretrainedModel, sampling: Sampling, new_tokens: int) -> Any:
