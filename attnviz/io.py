@@ -68,6 +68,11 @@ def _stdin_bytes() -> IO[bytes]:
 
 
 _SAVED_MAPS = '{"schema_version"'  # how every document attnviz writes begins
+_ZIP = b"PK\x03\x04"  # how every zip archive (an npz) begins
+_NOT_TEXT = (
+    "standard input holds {}, not text: render - draws saved maps, heads --from - and "
+    "top --from - analyse them"
+)
 
 
 def read_texts(text: str) -> Iterator[str]:
@@ -83,15 +88,14 @@ def read_texts(text: str) -> Iterator[str]:
     seen = False
     try:
         for number, raw in enumerate(stream, start=1):
+            if number == 1 and raw.startswith(_ZIP):
+                raise UsageError(_NOT_TEXT.format("an npz archive (attention maps?)"))
             line = _decode(raw, f"standard input line {number}").rstrip("\r\n")
             if number == 1:
                 line = line.removeprefix(BOM)
             if line.strip():
                 if not seen and line.startswith(_SAVED_MAPS):
-                    raise UsageError(
-                        "standard input holds attention maps that attnviz wrote, not text: "
-                        "render - draws them, heads --from - and top --from - analyse them"
-                    )
+                    raise UsageError(_NOT_TEXT.format("attention maps that attnviz wrote"))
                 seen = True
                 yield line
     except OSError as error:
@@ -358,39 +362,98 @@ def read_documents(source: str) -> Iterator[tuple[Any, str]]:
     if not text:
         raise SchemaError(f"{name} is empty")
     try:  # one document (pretty-printed or not), or a list of them
-        document = json.loads(text)
+        document = _json(text, name)
     except json.JSONDecodeError as error:
         if "\n" not in text or text.startswith("["):
             raise SchemaError(f"{name} is not valid JSON ({error})") from None
     else:
+        if document == []:
+            raise SchemaError(f"{name} is an empty list: it holds no maps")
         for item in document if isinstance(document, list) else [document]:
             yield item, name
         return
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"{name} line {number}"
         try:
-            document = json.loads(line)
+            document = _json(line, where)
         except json.JSONDecodeError as error:
-            raise SchemaError(f"{name} line {number} is not valid JSON ({error})") from None
-        yield document, f"{name} line {number}"
+            raise SchemaError(f"{where} is not valid JSON ({error})") from None
+        yield document, where
+
+
+def _json(text: str, where: str) -> Any:
+    """A JSON value; one nested deeper than Python can read is no document attnviz wrote
+    (its maps nest four lists deep)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise SchemaError(f"{where} nests its JSON too deep to be attention maps") from None
+
+
+_NPZ_MEMBERS = (*_NPZ_ARRAYS, "meta")
 
 
 def _read_npz(data: bytes, name: str) -> dict[str, Any]:
+    """The document in an npz archive, each member checked before it is read: an array
+    as long as its header says, of numbers or text (never pickled objects)."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            meta = json.loads(str(arrays["meta"]))
-            document = {
-                **meta,
-                "weights": arrays["weights"],
-                "layers": arrays["layers"].tolist(),
-                "heads": arrays["heads"].tolist(),
-                "query_tokens": arrays["query_tokens"].tolist(),
-                "key_tokens": arrays["key_tokens"].tolist(),
-            }
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as error:
-        raise SchemaError(f"{name} is not a valid attnviz npz file ({error})") from None
-    return document
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise SchemaError(
+            f"{name} is not a whole npz archive (cut short or damaged: {error})"
+        ) from None
+    with archive:
+        present = set(archive.namelist())
+        missing = [member for member in _NPZ_MEMBERS if f"{member}.npy" not in present]
+        if missing:
+            raise SchemaError(
+                f"{name} is an npz archive without {', '.join(missing)}: not maps attnviz wrote"
+            )
+        arrays = {member: _npy_member(archive, member, name) for member in _NPZ_MEMBERS}
+    try:
+        meta = _json(str(arrays["meta"]), name)
+    except json.JSONDecodeError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise SchemaError(f"{name}: its meta member is not a JSON object")
+    return {
+        **meta,
+        "weights": arrays["weights"],
+        **{member: arrays[member].tolist() for member in _NPZ_ARRAYS if member != "weights"},
+    }
+
+
+def _npy_member(archive: zipfile.ZipFile, member: str, name: str) -> np.ndarray:
+    info = archive.getinfo(f"{member}.npy")
+    where = f"{name}: {member}.npy"
+    try:
+        with archive.open(info) as stream:
+            version = np.lib.format.read_magic(stream)
+            if version not in ((1, 0), (2, 0)):
+                raise SchemaError(f"{where} is an .npy array of version {version}, not 1 or 2")
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran_order, dtype = read_header(stream)
+            if dtype.hasobject:
+                raise SchemaError(f"{where} holds Python objects, which attnviz never writes")
+            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            held = info.file_size - stream.tell()
+            if held != size:
+                raise SchemaError(
+                    f"{where} holds {held} bytes for a {dtype} array of shape {shape} "
+                    f"({size} bytes): cut short or damaged"
+                )
+            buffer = bytearray(size)
+            stream.readinto(buffer)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+        raise SchemaError(f"{where} cannot be read ({error})") from None
+    order = "F" if fortran_order else "C"
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape, order=order)
 
 
 def cell_texts(matrix: np.ndarray) -> np.ndarray:

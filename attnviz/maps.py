@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from attnviz.analysis.grid import attention_problem, keep
+from attnviz.analysis.grid import attention_problem, keep, one_sequence
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Aggregate, Mode, PictureFormat, View
 from attnviz.errors import SchemaError, UsageError
@@ -125,12 +126,23 @@ class AttentionMaps:
             raise SchemaError(f"span names key positions 0 to {len(self.key_tokens) - 1}")
         if self.pooled is not None and self.pooled < 1:
             raise SchemaError(f"pooled is a number of tokens per bin, not {self.pooled}")
+        square = len(self.query_tokens) == len(self.key_tokens)
+        if self.one_sequence and self.query_positions is None and not square:
+            raise SchemaError(
+                f"{self.mode.value} attention maps a text onto itself, but these maps have "
+                f"{len(self.query_tokens)} query and {len(self.key_tokens)} key tokens"
+            )
         expected = (*self.map_grid, len(self.query_tokens), len(self.key_tokens))
         if self.weights.shape != expected:
             raise SchemaError(
                 f"weights have shape {self.weights.shape}, expected {expected} "
                 "(layers, heads, query tokens, key tokens)"
             )
+
+    @property
+    def one_sequence(self) -> bool:
+        """Queries and keys are one sequence of tokens (see :func:`one_sequence`)."""
+        return one_sequence(self.mode, self.between)
 
     def __repr__(self) -> str:  # what the maps are, not every weight and token
         grid = f"layers {index_span(self.layers)} × heads {index_span(self.heads)}"
@@ -333,9 +345,9 @@ class AttentionMaps:
         if not isinstance(document, dict):
             raise SchemaError("an AttentionMaps document must be a JSON object")
         version = document.get("schema_version")
-        if version not in READABLE_VERSIONS:
+        if type(version) is not int or version not in READABLE_VERSIONS:  # true is no 1
             raise SchemaError(
-                f"schema_version {version!r} is not supported (this attnviz reads "
+                f"schema_version {json.dumps(version)} is not supported (this attnviz reads "
                 f"{' and '.join(map(str, READABLE_VERSIONS))})"
             )
         required = ("model", "mode", "query_tokens", "key_tokens", "layers", "heads", "weights")
@@ -353,8 +365,8 @@ class AttentionMaps:
                 query_tokens=[str(token) for token in document["query_tokens"]],
                 key_tokens=[str(token) for token in document["key_tokens"]],
                 weights=weights,
-                layers=[int(layer) for layer in document["layers"]],
-                heads=[int(head) for head in document["heads"]],
+                layers=_indexes(document["layers"], "layers"),
+                heads=_indexes(document["heads"], "heads"),
                 mode=str(document["mode"]),
                 model=str(document["model"]),
                 text=str(document.get("text", "")),
@@ -509,6 +521,18 @@ def _positions(values: Any, name: str) -> list[int] | None:
         isinstance(value, int) and not isinstance(value, bool) for value in values
     ):
         raise SchemaError(f"{name} must be a list of token positions")
+    return values
+
+
+def _indexes(values: Any, name: str) -> list[int]:
+    """Layer or head indexes: whole numbers, 0 or more, each once (1.5 is no layer, and
+    a layer held twice would be counted twice)."""
+    if not isinstance(values, list) or not all(
+        isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in values
+    ):
+        raise SchemaError(f"{name} must be a list of indexes (whole numbers, 0 or more)")
+    if len(set(values)) != len(values):
+        raise SchemaError(f"{name} lists an index twice: {values}")
     return values
 
 

@@ -90,8 +90,10 @@ def test_json_and_npz_hold_one_input():
         (b'{"schema_version": 3}', "schema_version 3 is not supported"),
         (b"{not json", "is not valid JSON"),
         (b'{"schema_version": 1}\n{broken\n', "line 1: document is missing"),
-        (b"PK\x03\x04garbage", "is not a valid attnviz npz file"),
+        (b"PK\x03\x04garbage", "is not a whole npz archive"),
         (b"", "is empty"),
+        (b"[]", "is an empty list: it holds no maps"),
+        (b'{"weights":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nests its JSON too deep"),
         (b"\xff\xfe", "is not UTF-8 text"),
     ],
 )
@@ -101,6 +103,108 @@ def test_bad_saved_files_say_what_is_wrong(tmp_path, content, message):
     with pytest.raises(Exception, match=message) as caught:
         list(read_maps(str(path)))
     assert isinstance(caught.value, attnviz.AttnvizError)
+
+
+def _square_grown(document):
+    document["key_tokens"].append("x")
+    for layer in document["weights"]:
+        for head in layer:
+            for row in head:
+                row.append(0.0)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: d.update(schema_version=True), "schema_version true is not supported"),
+        (lambda d: d.update(layers=[0, 0]), "layers lists an index twice"),
+        (lambda d: d.update(layers=[0.5]), "layers must be a list of indexes"),
+        (lambda d: d.update(heads=[True, 1]), "heads must be a list of indexes"),
+        (_square_grown, "self attention maps a text onto itself, but these maps have 2 query "
+         "and 3 key tokens"),
+    ],
+)  # fmt: skip
+def test_documents_that_cannot_be_maps_are_refused(runner, tmp_path, damage, message):
+    document = attnviz.extract("a b", layers=0, heads=[0, 1]).to_dict()
+    damage(document)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document))
+    result = runner.invoke(app, ["heads", "--from", str(path)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"attnviz: error: {path}: {message}")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def _npz_members(maps):
+    import zipfile
+
+    from attnviz.io import npz_bytes
+
+    with zipfile.ZipFile(io.BytesIO(npz_bytes(maps))) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def _npz(members):
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _npy(array_or_header, tail=b""):
+    buffer = io.BytesIO()
+    if isinstance(array_or_header, dict):
+        np.lib.format.write_array_header_1_0(buffer, array_or_header)
+    else:
+        np.save(buffer, array_or_header, allow_pickle=True)
+    return buffer.getvalue() + tail
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m.pop("layers.npy"), "is an npz archive without layers: not maps attnviz wrote"),
+        (lambda m: m.update({"meta.npy": _npy(np.asarray("[1, 2]"))}),
+         "meta member is not a JSON object"),
+        (lambda m: m.update({"weights.npy": _npy(
+            {"descr": "<f4", "fortran_order": False, "shape": (10**6, 10**6)}, bytes(600))}),
+         "weights.npy holds 600 bytes for a float32 array of shape (1000000, 1000000) "
+         "(4000000000000 bytes): cut short or damaged"),
+        (lambda m: m.update({"layers.npy": m["layers.npy"][:-3]}), "layers.npy holds"),
+        (lambda m: m.update({"heads.npy": b"\x80\x04 pickle"}), "heads.npy cannot be read"),
+        (lambda m: m.update({"layers.npy": _npy(np.asarray([None], dtype=object))}),
+         "layers.npy holds Python objects, which attnviz never writes"),
+    ],
+)  # fmt: skip
+def test_damaged_npz_archives_say_what_is_wrong(runner, tmp_path, change, message):
+    members = _npz_members(attnviz.extract("a b", layers=0))
+    change(members)
+    path = tmp_path / "bad.npz"
+    path.write_bytes(_npz(members))
+    result = runner.invoke(app, ["heads", "--from", str(path)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"attnviz: error: {path}") and message in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_an_npz_cut_short_says_so(runner, tmp_path):
+    path = tmp_path / "cut.npz"
+    attnviz.extract("a b").save(path)
+    path.write_bytes(path.read_bytes()[:-100])
+    result = runner.invoke(app, ["render", str(path)])
+    assert result.exit_code == 1
+    assert "is not a whole npz archive (cut short or damaged" in result.stderr
+
+
+def test_an_npz_piped_where_text_is_read_is_named(runner, tmp_path):
+    path = tmp_path / "maps.npz"
+    attnviz.extract("a b").save(path)
+    result = runner.invoke(app, ["show", "-"], input=path.read_bytes())
+    assert result.exit_code == 2
+    assert result.stderr.startswith("attnviz: error: standard input holds an npz archive")
 
 
 def test_a_corrupt_line_names_its_number(tmp_path):

@@ -166,3 +166,26 @@ def test_chat_needs_a_template_and_system_needs_chat(runner, tiny, chat_model):
 def test_chat_model_folder_is_kept_apart(chat_model, tiny):
     # the fixture wrote into its own folder, not the shared tiny models
     assert not shutil.os.path.samefile(chat_model, tiny["llama"])
+
+
+@pytest.mark.parametrize("which", ["a-b", "b-a", "a-a", "b-b"])
+def test_between_maps_get_only_the_statistics_that_apply(tiny, which):
+    from attnviz.analysis.aggregate import aggregate
+    from attnviz.analysis.heads import TopHeads, head_statistics
+    from attnviz.choices import RankBy
+
+    maps = attnviz.load(tiny["bert"]).extract(A, pair=B).between_sentences(which)
+    rows = head_statistics(maps)
+    positional = ("distance", "previous", "self", "previous_token", "duplicate_token", "induction")
+    crossing = which in ("a-b", "b-a")
+    for row in rows:
+        assert row.entropy > 0 and 0 <= row.sink <= 1
+        assert all((getattr(row, name) is None) == crossing for name in positional[:3])
+    if crossing:
+        with pytest.raises(ValueError, match="which maps between two sentences do not share"):
+            TopHeads(2, RankBy.SELF).panels(maps)
+        with pytest.raises(UsageError, match="these maps hold one sentence's rows over the other"):
+            aggregate(maps, "rollout")
+    else:  # one sentence over itself: one sequence still
+        assert len(TopHeads(2, RankBy.SELF).panels(maps)) == 2
+        np.testing.assert_allclose(aggregate(maps, "rollout").weights.sum(-1), 1, rtol=1e-5)

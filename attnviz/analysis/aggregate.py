@@ -90,6 +90,12 @@ def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
                 f"{method.value} chains a layer's queries to the next layer's keys, so it needs "
                 "self or masked attention, not cross"
             )
+        if not maps.one_sequence or maps.query_positions is not None:
+            held = "chosen rows" if maps.one_sequence else "one sentence's rows over the other's"
+            raise UsageError(
+                f"{method.value} chains a layer's queries to the next layer's keys, so it needs "
+                f"every token's row over every token; these maps hold {held}"
+            )
         tokens = len(maps.key_tokens)
         if method is Aggregate.FLOW and tokens > FLOW_MAX_TOKENS:
             raise UsageError(

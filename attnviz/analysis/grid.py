@@ -4,8 +4,8 @@ numbers are attention at all.
 
 Every operation keeps what makes a map attention: each row still sums to 1
 (rows are averaged, columns summed; kept columns are renormalised). This module
-imports numpy alone, so that the data types, the extractors and the renderers
-can all build on it.
+imports numpy and the vocabulary alone, so that the data types, the extractors
+and the renderers can all build on it.
 
 Shape letters: T query tokens (rows), S key tokens (columns); ``…`` any leading axes.
 """
@@ -16,6 +16,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from attnviz.choices import Mode
 
 
 def pool_map(matrix: np.ndarray, factor: int) -> np.ndarray:
@@ -109,3 +111,10 @@ def attention_problem(
     if causal and (square or positions is not None) and lookahead(weights, positions) > 1e-6:
         return "masked (causal) maps give weight to later tokens"
     return None
+
+
+def one_sequence(mode: Mode, between: str | None) -> bool:
+    """Queries and keys are one sequence of tokens, a query's position a key's: not cross
+    attention, nor one sentence's rows over the other's columns (a-b, b-a). Distance,
+    previous, self and the detectors mean something only then."""
+    return mode is not Mode.CROSS and (between is None or between[0] == between[-1])

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
 from attnviz.choices import Detector, HeadColumn, Mode, RankBy
 
@@ -106,7 +107,7 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
     rows = maps.query_positions
     queries = len(maps.query_tokens) if rows is None else max(rows) + 1
     product = statistics_product(
-        maps.mode, queries, maps.key_tokens, maps.key_special, rows, maps.span
+        maps.mode, queries, maps.key_tokens, maps.key_special, rows, maps.span, maps.between
     )
     summed = [_of_held_rows(product(len(maps.heads)), grid, rows) for grid in maps.weights]
     return statistics_rows(np.stack(summed), maps.layers, maps.heads, maps.key_tokens)
@@ -119,10 +120,12 @@ def statistics_product(
     key_special: Sequence[bool] | None,
     rows: Sequence[int] | None = None,
     span: Sequence[int] | None = None,
+    between: str | None = None,
 ) -> Callable[[int], HeadStatisticsProduct]:
     """heads -> the statistics product of one input read in ``mode``: the one place that
-    says which statistics a mode has (cross attention: no positions or tokens shared)."""
-    aligned = mode is not Mode.CROSS  # queries and keys are the same tokens
+    says which statistics maps have (cross attention, or one sentence's rows over the
+    other's columns: no positions or tokens shared)."""
+    aligned = one_sequence(mode, between)
     return partial(
         HeadStatisticsProduct,
         queries=queries,
@@ -224,10 +227,13 @@ class TopHeads:
         """The chosen maps in rank order, each titled with its value."""
         if maps.aggregate is not None:
             raise ValueError("heads are ranked one by one: give maps that are not aggregated")
-        if maps.mode is Mode.CROSS and self.by in ALIGNED_ONLY:
+        if not maps.one_sequence and self.by in ALIGNED_ONLY:
+            which = (
+                "cross attention does" if maps.between is None else "maps between two sentences do"
+            )
             raise ValueError(
-                f"{self.by} compares query and key positions, which cross attention does not "
-                "share: rank by entropy or sink"
+                f"{self.by} compares query and key positions, which {which} not share: "
+                "rank by entropy or sink"
             )
         if self.by is RankBy.SPAN and maps.span is None:
             raise ValueError("--by span ranks heads by their weight on a span: give --span")
