@@ -191,6 +191,9 @@ def _read_json_line(item: BatchInput, content: str) -> None:
     except json.JSONDecodeError as error:
         item.error = f"line {item.line} is not valid JSON ({error.msg})"
         return
+    except RecursionError:  # deeper than Python reads: no input is nested at all
+        item.error = f"line {item.line} nests its JSON too deep to be an input"
+        return
     if not isinstance(value, dict):
         item.error = f"line {item.line} is not a JSON object"
         return

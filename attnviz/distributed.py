@@ -301,15 +301,16 @@ class StatisticsWorker:
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
         from attnviz.analysis.corpus import CorpusStatistics
 
-        (listed,) = batch["task"]  # one task: a JSON list of items
-        items = [tuple(item) for item in json.loads(listed)]
-        tables = self.extractor.head_tables(items, self.request, batch_size=self.batch_size)
-        partial = CorpusStatistics().add_all(tables)
+        (listed,) = batch["task"]  # one task: a JSON list of [line, item]
+        items = [(line, tuple(item)) for line, item in json.loads(listed)]
+        partial = CorpusStatistics()
+        for _ in partial.add_corpus(self.extractor, items, self.request, self.batch_size):
+            pass
         return {"partial": [pickle.dumps(partial)]}  # between attnviz's own processes
 
 
 def corpus_statistics(
-    items: Iterable[tuple[str, str | None, str | None]],
+    lines: Iterable[tuple[int, tuple[str, str | None, str | None]]],
     spec: ExtractorSpec,
     request: Request,
     *,
@@ -323,7 +324,7 @@ def corpus_statistics(
 
     _quiet_progress()
     corpus = CorpusStatistics()
-    listed = [list(item) for item in items]
+    listed = [[line, list(item)] for line, item in lines]
     if not listed:
         return corpus
     constructor = {"spec": spec, "request": request, "threads": workers.cpus}

@@ -220,3 +220,15 @@ def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path, interr
         if name != "manifest.jsonl":
             assert (out / name).read_bytes() == (reference / name).read_bytes()
     assert manifest(out) == manifest(reference)
+
+
+def test_a_line_nested_deeper_than_python_reads_is_recorded_and_the_batch_goes_on(runner, tmp_path):
+    source = tmp_path / "in.jsonl"
+    deep = '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    source.write_text(f'{{"text": "a b"}}\n{deep}\n{{"text": "c d"}}\n')
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "-q"])
+    assert result.exit_code == 3
+    assert "1 of 3 inputs failed (first: line 2 nests its JSON too deep" in result.stderr
+    records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [record["status"] for record in records] == ["ok", "failed", "ok"]

@@ -163,3 +163,27 @@ def test_unreadable_lines_are_skipped_with_a_warning_that_says_why(runner, tmp_p
         " (and 1 more line)"
     )
     assert summary.startswith("attnviz: 2 inputs, 1 blank line skipped, 2 unreadable skipped in")
+
+
+def test_inputs_the_model_cannot_read_are_left_out_and_the_rest_go_on(runner, tiny, tmp_path):
+    source = tmp_path / "corpus.jsonl"
+    good = [json.dumps({"text": f"the cat sat {i}"}) for i in range(5)]
+    bad = [
+        json.dumps({"text": "a b", "pair": ""}),  # an empty sentence B
+        json.dumps({"text": "a b", "target": "c d"}),  # a target an encoder has no use for
+        '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}",  # deeper than Python reads
+    ]
+    source.write_text("\n".join([*good[:2], *bad, *good[2:]]) + "\n")
+    command = ["stats", str(source), "--model", tiny["bert"], "-f", "json", "--batch-size", "4"]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["inputs"] == 5
+    warning, summary = result.stderr.splitlines()
+    assert warning.startswith("attnviz: warning: skipped what could not be read: line 5 nests")
+    assert warning.endswith("(and 2 more lines)")
+    assert "5 inputs, 3 unreadable skipped" in summary
+    alone = runner.invoke(app, [*command, "--batch-size", "1"])  # no pass fails whole
+    rows, rows_alone = (json.loads(out.stdout)["heads"] for out in (result, alone))
+    assert [row["count"] for row in rows] == [row["count"] for row in rows_alone]
+    means, means_alone = ([row["mean"] for row in table] for table in (rows, rows_alone))
+    np.testing.assert_allclose(means, means_alone, rtol=1e-5, atol=1e-7)

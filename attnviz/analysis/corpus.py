@@ -11,13 +11,16 @@ partial results (from shards, or workers) merge into the result of the whole.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
+    from attnviz.extractor import Extractor, Item
+    from attnviz.request import Request
 
 STATISTICS = (
     "entropy",
@@ -89,6 +92,8 @@ class CorpusStatistics:
 
     inputs: int = 0
     cells: dict[tuple[int, int, str], Cell] = field(default_factory=dict)
+    failed: int = 0  # inputs the model could not read, left out
+    first_failure: str = ""  # why the first of them failed
 
     def add(self, table: HeadTable) -> None:
         for row in table.rows:
@@ -103,11 +108,45 @@ class CorpusStatistics:
             self.add(table)
         return self
 
+    def add_corpus(
+        self,
+        extractor: Extractor,
+        lines: Iterable[tuple[int, Item]],
+        request: Request,
+        batch_size: int,
+    ) -> Iterator[int]:
+        """Add the statistics of every (line number, item), ``batch_size`` items per
+        forward pass; yields the inputs counted after each pass. A pass that fails is
+        read again one item at a time: an item the model cannot read (an empty sentence
+        B, a target an encoder has no use for) is counted as failed, with its line, and
+        the rest go on."""
+        from attnviz.errors import AttnvizError, describe
+
+        def tables(items: list[Item]) -> list[HeadTable]:
+            return list(extractor.head_tables(items, request, batch_size=len(items)))
+
+        stream = iter(lines)
+        while chunk := list(itertools.islice(stream, batch_size)):
+            try:
+                self.add_all(tables([item for _, item in chunk]))
+            except (AttnvizError, ValueError):
+                for line, item in chunk:
+                    try:
+                        self.add_all(tables([item]))
+                    except (AttnvizError, ValueError) as error:
+                        self.failed += 1
+                        self.first_failure = self.first_failure or (
+                            f"line {line}: {describe(error)[1]}"
+                        )
+            yield self.inputs
+
     def merge(self, other: CorpusStatistics) -> None:
         """Fold in the statistics of other inputs (another shard, another worker)."""
         for key, cell in other.cells.items():
             self.cells.setdefault(key, Cell()).merge(cell)
         self.inputs += other.inputs
+        self.failed += other.failed
+        self.first_failure = self.first_failure or other.first_failure
 
     def rows(self) -> list[dict[str, Any]]:
         """A row per (layer, head, statistic): count, mean, std and quantiles."""

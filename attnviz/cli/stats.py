@@ -131,7 +131,7 @@ def stats(
                 unreadable += 1
                 first_error = first_error or str(item.error)
             else:
-                yield item.text, item.target, item.pair
+                yield item.line, (item.text, item.target, item.pair)
 
     pairs = islice(readable(), limit)
     corpus = CorpusStatistics()
@@ -159,9 +159,10 @@ def stats(
         model_name = asked.spec.model
     else:
         model_name = extractor.name
-        for table in extractor.head_tables(pairs, asked.request, batch_size=batch_size):
-            corpus.add(table)
-            progress(corpus.inputs)
+        for inputs in corpus.add_corpus(extractor, pairs, asked.request, batch_size):
+            progress(inputs)
+    unreadable += corpus.failed
+    first_error = first_error or corpus.first_failure
     more = unreadable - 1
     why = first_error + (f" (and {more} more line{'s' if more > 1 else ''})" if more > 0 else "")
     if not corpus.inputs:
