@@ -91,6 +91,10 @@ class AttentionMaps:
     pooled: int | None = None
     # Key tokens whose weight the heads' span statistic sums (--span), by key position.
     span: list[int] | None = None
+    # The text was read as a chat: one user message in the model's chat template, after
+    # the system prompt ``system`` if one was given.
+    chat: bool = False
+    system: str | None = None
 
     def __post_init__(self) -> None:
         weights = np.asarray(self.weights)
@@ -124,6 +128,8 @@ class AttentionMaps:
                 raise SchemaError("query_positions are token positions, 0 or more")
         if self.span is not None and not all(0 <= key < len(self.key_tokens) for key in self.span):
             raise SchemaError(f"span names key positions 0 to {len(self.key_tokens) - 1}")
+        if self.system is not None and not self.chat:
+            raise SchemaError("system is the system prompt of a chat: it needs chat true")
         if self.pooled is not None and self.pooled < 1:
             raise SchemaError(f"pooled is a number of tokens per bin, not {self.pooled}")
         square = len(self.query_tokens) == len(self.key_tokens)
@@ -301,8 +307,10 @@ class AttentionMaps:
         for name in ("query_special", "key_special"):
             if getattr(self, name) is not None:
                 document[name] = list(getattr(self, name))
+        if self.chat:
+            document["chat"] = True
         optional = ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled")
-        for name in (*optional, "span"):
+        for name in (*optional, "span", "system"):
             if getattr(self, name) is not None:  # optional fields: older readers ignore them
                 value = getattr(self, name)
                 document[name] = list(value) if isinstance(value, list) else value
@@ -328,6 +336,8 @@ class AttentionMaps:
             notes.append(f"{self.pooled} tokens per bin (rows averaged, columns summed)")
         if self.span is not None:
             notes.append(f"span: key tokens {index_span(self.span)}")
+        if self.chat:
+            notes.append("read as a chat" + (" with a system prompt" if self.system else ""))
         return "".join(f" · {note}" for note in notes)
 
     def query_labels(self) -> list[str]:
@@ -381,6 +391,8 @@ class AttentionMaps:
                 query_positions=_positions(document.get("query_positions"), "query_positions"),
                 pooled=_optional_int(document.get("pooled"), "pooled"),
                 span=_positions(document.get("span"), "span"),
+                chat=_optional_bool(document.get("chat", False), "chat"),
+                system=_optional_str(document.get("system"), "system"),
             )
         except (TypeError, ValueError) as error:
             raise SchemaError(f"malformed document: {error}") from None
@@ -541,6 +553,12 @@ def _optional_int(value: Any, name: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise SchemaError(f"{name} must be a whole number, not {value!r}")
+    return value
+
+
+def _optional_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise SchemaError(f"{name} must be true or false, not {json.dumps(value)}")
     return value
 
 

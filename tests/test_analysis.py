@@ -180,6 +180,13 @@ def test_diff_refuses_different_tokens():
         diff_maps(attnviz.extract("a b c"), attnviz.extract("a b d"))
 
 
+def test_diff_of_different_layers_says_which_each_side_holds():
+    first = attnviz.extract("a b c", layers=[0, 1], heads=[0, 1])
+    second = attnviz.extract("a b c", layers=[1, 0], heads=[0, 1])  # the same shape
+    with pytest.raises(UsageError, match=r"\(layers 0-1 × heads 0-1 and layers 1,0 × heads 0-1\)"):
+        diff_maps(first, second)
+
+
 def test_notebook_html_needs_no_network():
     page = attnviz.extract("a <b> c", layers=0, heads=0)._repr_html_()
     assert page.startswith("<iframe srcdoc=") and "://" not in page

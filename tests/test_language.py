@@ -163,6 +163,44 @@ def test_chat_needs_a_template_and_system_needs_chat(runner, tiny, chat_model):
     assert json.loads(generated.stdout)["prompt_length"] > len(A.split())
 
 
+def test_a_saved_chat_records_its_template_and_system_prompt(chat_model, tmp_path):
+    maps = attnviz.load(chat_model).extract(A, chat=True, system="Be brief")
+    document = maps.to_dict()
+    assert (document["chat"], document["system"]) == (True, "Be brief")
+    for name in ("chat.json", "chat.npz"):
+        maps.save(tmp_path / name)
+        (again,) = attnviz.read_maps(str(tmp_path / name))
+        assert (again.chat, again.system) == (True, "Be brief")
+    assert "read as a chat with a system prompt" in maps.context()
+    plain = attnviz.load(chat_model).extract(A).to_dict()
+    assert "chat" not in plain and "system" not in plain
+
+
+def test_a_template_that_refuses_the_chat_is_one_line(runner, chat_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "no-system"
+    shutil.copytree(chat_model, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = (
+        "{% if messages[0]['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}" + CHAT_TEMPLATE
+    )
+    tokenizer.save_pretrained(folder)
+    result = runner.invoke(
+        app, ["show", "--model", str(folder), A, "--chat", "--system", "x", "-f", "json"]
+    )
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"attnviz: error: the chat template of {folder} refuses this chat (System role not "
+        "supported): drop --system\n"
+    )
+    assert (
+        runner.invoke(app, ["show", "--model", str(folder), A, "--chat", "-f", "json"]).exit_code
+        == 0
+    )
+
+
 def test_chat_model_folder_is_kept_apart(chat_model, tiny):
     # the fixture wrote into its own folder, not the shared tiny models
     assert not shutil.os.path.samefile(chat_model, tiny["llama"])

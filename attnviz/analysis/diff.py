@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.errors import UsageError
+from attnviz.maps import index_span
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
@@ -49,8 +50,8 @@ def diff_maps(first: AttentionMaps, second: AttentionMaps) -> list[HeadDivergenc
         raise UsageError("one side is aggregated and the other is not")
     if (first.layers, first.heads) != (second.layers, second.heads):
         raise UsageError(
-            f"the two sides hold different layers and heads ({first.weights.shape[:2]} and "
-            f"{second.weights.shape[:2]}): select the same ones with --layer and --head"
+            f"the two sides hold different layers and heads ({_grid(first)} and "
+            f"{_grid(second)}): select the same ones with --layer and --head"
         )
     rows = []
     for panel, other in zip(first.panels(), second.panels(), strict=True):
@@ -64,3 +65,7 @@ def diff_maps(first: AttentionMaps, second: AttentionMaps) -> list[HeadDivergenc
             )
         )
     return sorted(rows, key=lambda row: -row.divergence)
+
+
+def _grid(maps: AttentionMaps) -> str:
+    return f"layers {index_span(maps.layers)} × heads {index_span(maps.heads)}"

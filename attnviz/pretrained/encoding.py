@@ -20,7 +20,7 @@ import numpy as np
 
 from attnviz.analysis.grid import lookahead, row_error
 from attnviz.choices import Mode
-from attnviz.errors import AttnvizError, UsageError, warn
+from attnviz.errors import AttnvizError, UsageError, first_line, warn
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.placement import check_maps_fit
 from attnviz.pretrained.quiet import quiet
@@ -101,7 +101,17 @@ def chat_text(loaded: PretrainedModel, text: str, system: str | None) -> tuple[s
     messages = [{"role": "user", "content": text}]
     if system is not None:
         messages.insert(0, {"role": "system", "content": system})
-    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    from jinja2 import TemplateError  # transformers renders templates with jinja2
+
+    try:
+        rendered = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+    except TemplateError as error:  # a template's own raise_exception: it refuses the chat
+        hint = ": drop --system" if system is not None else ""
+        raise UsageError(
+            f"the chat template of {loaded.name} refuses this chat ({first_line(error)}){hint}"
+        ) from None
     spans = []
     for part in [system, text] if system is not None else [text]:
         start = rendered.find(part, spans[-1][1] if spans else 0)

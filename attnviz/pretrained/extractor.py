@@ -133,6 +133,8 @@ class PretrainedExtractor(Extractor):
                 "text": text,
                 "target": target,
                 "pair": pair,
+                "chat": request.chat,
+                "system": request.system,
             }
             rows, known["span"] = positions[row]
             weights = per_input[row]  # (L, H, T, S), or the product asked for
