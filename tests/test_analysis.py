@@ -183,7 +183,8 @@ def test_diff_refuses_different_tokens():
 def test_diff_of_different_layers_says_which_each_side_holds():
     first = attnviz.extract("a b c", layers=[0, 1], heads=[0, 1])
     second = attnviz.extract("a b c", layers=[1, 0], heads=[0, 1])  # the same shape
-    with pytest.raises(UsageError, match=r"\(layers 0-1 × heads 0-1 and layers 1,0 × heads 0-1\)"):
+    expected = r"\(layers 0,1 × heads 0,1 and layers 1,0 × heads 0,1\)"
+    with pytest.raises(UsageError, match=expected):
         diff_maps(first, second)
 
 
