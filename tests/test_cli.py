@@ -230,6 +230,43 @@ def test_model_completion_offers_builtin_the_aliases_and_the_cache(runner):
     assert "--install-completion" in listed and "--show-completion" in listed
 
 
+def test_generate_completes_only_models_that_write_and_devices_complete(tmp_path, monkeypatch):
+    from attnviz.cli.declarations import (
+        complete_device,
+        complete_device_map,
+        complete_language_model,
+    )
+
+    cache = tmp_path / "hub"
+    for repo, architecture in (("enc", "BertModel"), ("dec", "GPT2LMHeadModel"), ("t5", None)):
+        snapshot = cache / f"models--org--{repo}" / "snapshots" / "0123"
+        snapshot.mkdir(parents=True)
+        config = {} if architecture is None else {"architectures": [architecture]}
+        (snapshot / "config.json").write_text(json.dumps(config))
+        (cache / f"models--org--{repo}" / "refs").mkdir()
+        (cache / f"models--org--{repo}" / "refs" / "main").write_text("0123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    offered = complete_language_model("")
+    assert "builtin" not in offered and "minilm" not in offered  # neither writes text
+    assert "smollm2" in offered and "org/dec" in offered and "org/t5" in offered  # t5: unknown
+    assert "org/enc" not in offered
+    assert complete_device("cu") == ["cuda", "cuda:0"]
+    assert complete_device_map("bal") == ["balanced", "balanced_low_0"]
+
+
+@pytest.mark.parametrize("device_map", ["bogus", "auto:1", "mps:1", "cuda:x"])
+def test_a_bad_device_map_is_refused_before_loading(runner, device_map, monkeypatch):
+    from attnviz.pretrained import loading
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("loaded"))
+    result = runner.invoke(app, ["show", "a b", "--model", "minilm", "--device-map", device_map])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"attnviz: error: --device-map {device_map!r}: give auto,")
+
+
 def test_help_names_arguments_in_capitals_and_shows_no_bool_metavar(runner):
     for command, argument in (("show", "[TEXT]"), ("heads", "[TEXT]"), ("batch", "{INPUT}"),
                               ("render", "{SOURCE}")):  # fmt: skip

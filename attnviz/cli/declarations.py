@@ -186,6 +186,28 @@ def complete_model(incomplete: str) -> list[str]:
     return [name for name in names if name.startswith(incomplete)]
 
 
+def complete_language_model(incomplete: str) -> list[str]:
+    """Shell completion of generate's --model: the models that write text (not builtin,
+    not an encoder; a cached model whose config does not say is offered)."""
+    from attnviz.pretrained import available_models
+
+    names = [model.name for model in available_models() if model.writes is not False]
+    return [name for name in names if name.startswith(incomplete)]
+
+
+def complete_device(incomplete: str) -> list[str]:
+    """Shell completion of --device (without importing torch to count GPUs)."""
+    return [
+        name for name in ("auto", "cpu", "cuda", "cuda:0", "mps") if name.startswith(incomplete)
+    ]
+
+
+def complete_device_map(incomplete: str) -> list[str]:
+    from attnviz.pretrained.placement import PLACEMENTS
+
+    return [name for name in PLACEMENTS if name.startswith(incomplete)]
+
+
 ModelOption = Annotated[
     str,
     typer.Option(
@@ -228,6 +250,7 @@ DeviceOption = Annotated[
     typer.Option(
         "--device",
         metavar="DEVICE",
+        autocompletion=complete_device,
         rich_help_panel=MODEL_PANEL,
         help="Where the model runs: auto (the first GPU if there is one, else the CPU), cpu, "
         "cuda, cuda:N or mps. Only the selected maps come back to the CPU.",
@@ -304,6 +327,7 @@ DeviceMapOption = Annotated[
     typer.Option(
         "--device-map",
         metavar="MAP",
+        autocompletion=complete_device_map,
         rich_help_panel=MODEL_PANEL,
         help="Spread a model too big for one device over several GPUs and the CPU (auto, "
         "balanced, sequential; accelerate's placement). Needs attnviz[big].",

