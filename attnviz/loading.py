@@ -16,7 +16,7 @@ extractor: they are handed their spec and never import it back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attnviz.builtin.config import BuiltinConfig
@@ -26,6 +26,7 @@ from attnviz.pretrained.loading import LoadOptions
 if TYPE_CHECKING:
     from attnviz.extractor import Extractor
     from attnviz.maps import AttentionMaps
+    from attnviz.pretrained.loading import PretrainedModel
 
 BUILTIN = "builtin"
 
@@ -37,6 +38,10 @@ class ExtractorSpec:
     model: str = BUILTIN  # "builtin", an alias, a directory or a Hugging Face id
     config: BuiltinConfig | None = None  # the built-in stack's size and seed
     load_options: LoadOptions | None = None  # how a pretrained model may be loaded
+    # A model handed over already loaded (a notebook's, perhaps changed since it was
+    # read from disk): load() gives it back as it is, never its checkpoint. Such a spec
+    # does not travel to another process.
+    in_memory: PretrainedModel | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         named = builtin_named(self.model)
@@ -59,7 +64,18 @@ class ExtractorSpec:
         from attnviz.pretrained.extractor import PretrainedExtractor
         from attnviz.pretrained.loading import load_model
 
+        if self.in_memory is not None:
+            return PretrainedExtractor(self.in_memory, self)
         return PretrainedExtractor(load_model(self.model, self.load_options or LoadOptions()), self)
+
+    def __reduce__(self) -> Any:
+        if self.in_memory is not None:
+            raise UsageError(
+                f"{self.model} was handed over loaded, in this process's memory: another "
+                "process cannot build it from its name; save it with save_pretrained and "
+                "give the folder"
+            )
+        return (ExtractorSpec, (self.model, self.config, self.load_options))
 
     def fingerprint(self) -> dict[str, Any]:
         """Which model, as plain JSON values (a batch's manifest records it)."""
@@ -105,7 +121,7 @@ def load(
         if config is not None or load_options is not None:
             raise UsageError("config= and load_options= go with a model's name, not a loaded one")
         loaded = wrap_model(model, tokenizer)
-        return PretrainedExtractor(loaded, ExtractorSpec(loaded.name))
+        return PretrainedExtractor(loaded, ExtractorSpec(loaded.name, in_memory=loaded))
     if tokenizer is not None:
         raise UsageError("tokenizer= goes with a loaded model=; a named model brings its own")
     return ExtractorSpec(model, config, load_options).load()

@@ -224,6 +224,28 @@ def test_a_loaded_model_is_read_as_the_same_model_loaded_by_name(generators):
     )
 
 
+def test_a_loaded_models_spec_gives_back_the_model_in_memory(generators):
+    import pickle
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = generators["llama-lm"]
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
+    with torch.no_grad():  # changed since it was read from disk
+        model.model.layers[0].self_attn.q_proj.weight.mul_(3.0)
+    wrapped = attnviz.load(model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
+    again = wrapped.spec.load()
+    assert again.loaded.model is model
+    np.testing.assert_array_equal(again.extract(PROMPT).weights, wrapped.extract(PROMPT).weights)
+    assert not np.allclose(
+        attnviz.load(folder).extract(PROMPT).weights, wrapped.extract(PROMPT).weights
+    )
+    with pytest.raises(UsageError, match="handed over loaded, in this process's memory"):
+        pickle.dumps(wrapped.spec)
+    assert pickle.loads(pickle.dumps(attnviz.load(folder).spec)).model == folder
+
+
 @pytest.mark.parametrize("recordable", [True, False])
 def test_a_loaded_fused_model_is_read_exactly_and_left_as_it_was(
     generators, monkeypatch, recordable
