@@ -86,7 +86,7 @@ def _start(ray: Any, address: str | None) -> None:
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     try:
-        with _silenced():
+        with _silenced(), _own_sigterm():
             ray.init(
                 # "local": a new Ray, as documented, never the one that the last `ray start`
                 # here recorded in /tmp/ray, which Ray would try for minutes if it has ended.
@@ -109,6 +109,21 @@ def _start(ray: Any, address: str | None) -> None:
                 " cluster's host:port, or leave out --ray-address for a Ray of this command's own"
             )
         raise AttnvizError(f"cannot reach {where}: {first}") from None
+
+
+@contextlib.contextmanager
+def _own_sigterm() -> Iterator[None]:
+    """SIGTERM stays attnviz's: ray.init puts in a handler that exits with status 15, where
+    attnviz unwinds the work (files whole, manifest closed, Ray shut down) and exits 143."""
+    import signal
+    import threading
+
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
 
 
 def _refused_for_token(error: BaseException | None) -> bool:
@@ -206,11 +221,35 @@ class BatchWorker:
         (listed,) = batch["task"]  # one task: a JSON list of inputs
         inputs = [BatchInput(**fields) for fields in json.loads(listed)]
         records = []
-        for chunk in _chunks(inputs, self.batch_size):  # the local engine's model batches
-            for task in _tasks(chunk, self.extract, self.outputs):
-                item, written = render_task(task, self.painter)
-                records.append(json.dumps(_record(item, written, self.fingerprint).to_dict()))
-        return {"record": records}
+        with _warnings_kept() as said:
+            for chunk in _chunks(inputs, self.batch_size):  # the local engine's model batches
+                for task in _tasks(chunk, self.extract, self.outputs):
+                    item, written = render_task(task, self.painter)
+                    records.append(json.dumps(_record(item, written, self.fingerprint).to_dict()))
+        # A column per row: the task's warnings ride on its first record.
+        return {"record": records, "warnings": [json.dumps(said)] + ["[]"] * (len(records) - 1)}
+
+
+@contextlib.contextmanager
+def _warnings_kept() -> Iterator[list[str]]:
+    """attnviz's warnings in a worker (a text cut to the model's length), kept for the
+    driver to say: a worker's stderr is not the user's."""
+    import warnings
+
+    from attnviz.errors import AttnvizWarning
+
+    said: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AttnvizWarning)
+        yield said
+    said.extend(str(w.message) for w in caught if issubclass(w.category, AttnvizWarning))
+
+
+def _say(warnings_of_a_task: str) -> None:
+    from attnviz.errors import warn
+
+    for message in json.loads(warnings_of_a_task):
+        warn(message)
 
 
 def _use_threads(threads: int) -> None:
@@ -273,6 +312,7 @@ def run_batch(
             )
             seen: set[int] = set()
             for row in results.iter_rows():
+                _say(row["warnings"])
                 record = Record(**json.loads(row["record"]))
                 if record.index in seen:  # a retried batch: recorded once
                     continue
@@ -304,9 +344,11 @@ class StatisticsWorker:
         (listed,) = batch["task"]  # one task: a JSON list of [line, item]
         items = [(line, tuple(item)) for line, item in json.loads(listed)]
         partial = CorpusStatistics()
-        for _ in partial.add_corpus(self.extractor, items, self.request, self.batch_size):
-            pass
-        return {"partial": [pickle.dumps(partial)]}  # between attnviz's own processes
+        with _warnings_kept() as said:
+            for _ in partial.add_corpus(self.extractor, items, self.request, self.batch_size):
+                pass
+        # between attnviz's own processes
+        return {"partial": [pickle.dumps(partial)], "warnings": [json.dumps(said)]}
 
 
 def corpus_statistics(
@@ -335,6 +377,7 @@ def corpus_statistics(
         **workers.map_options(),
     )
     for row in results.iter_rows():
+        _say(row["warnings"])
         corpus.merge(pickle.loads(row["partial"]))
         progress(corpus.inputs)
     return corpus

@@ -387,3 +387,39 @@ def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
     assert [record["index"] for record in records] == list(range(24))
     assert all(record["status"] == "ok" for record in records)
     assert len(list(out.glob("*.json"))) == 24
+
+
+def test_sigterm_unwinds_a_ray_batch_and_exits_143(local_ray, tmp_path):
+    source = tmp_path / "many.txt"
+    source.write_text("\n".join(f"sentence number {i} of many" for i in range(3000)) + "\n")
+    out = tmp_path / "out"
+    address = local_ray.get_runtime_context().gcs_address
+    command = [
+        *(sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"),
+        *("--engine", "ray", "--ray-address", address, "-q"),
+    ]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    manifest = out / "manifest.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if manifest.exists() and manifest.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, errors = process.communicate(timeout=120)
+    assert process.returncode == 143, errors  # Ray's own handler exited 15
+    assert all("(raylet)" in line for line in errors.splitlines()), errors  # no stack dump
+    assert not [path.name for path in out.iterdir() if path.name.startswith(".")]
+    records = [json.loads(line) for line in manifest.read_text().splitlines()]
+    assert records and all((out / name).exists() for r in records for name in r["files"])
+
+
+def test_a_text_cut_to_the_models_length_is_said_under_ray(runner, local_ray, tiny, tmp_path):
+    source = tmp_path / "long.txt"
+    source.write_text(" ".join(f"w{i}" for i in range(80)) + "\nshort words\n")
+    common = ["batch", source, "--model", tiny["gpt2"], "-f", "json", "-q"]
+    local = run(runner, *common, "-o", tmp_path / "local")
+    remote = run(runner, *common, "-o", tmp_path / "ray", "--engine", "ray")
+    assert local.exit_code == remote.exit_code == 0, remote.stderr
+    assert "were dropped" in local.stderr
+    assert remote.stderr == local.stderr
