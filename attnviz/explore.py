@@ -15,9 +15,11 @@ from typing import ClassVar
 import numpy as np
 from rich.console import Group
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.geometry import Size
 from textual.widgets import Footer, Header, Input, Static
 
 from attnviz.analysis.aggregate import aggregate
@@ -107,8 +109,9 @@ class ExploreApp(App[None]):
     def on_mount(self) -> None:
         self.redraw()
 
-    def on_resize(self) -> None:
-        self.redraw()
+    def on_resize(self, event: events.Resize) -> None:
+        # The event's size: the app's own is still the size before this resize.
+        self.redraw(event.size)
 
     # --- what is shown -------------------------------------------------------------------
 
@@ -138,8 +141,8 @@ class ExploreApp(App[None]):
             return "grid"
         return f"L{layer}-H{self.maps.heads[self.head]}"
 
-    def redraw(self) -> None:
-        width, height = self.size
+    def redraw(self, size: Size | None = None) -> None:
+        width, height = size or self.size
         cramped = width < MIN_WIDTH or height < MIN_HEIGHT
         self.set_class(cramped, "cramped")
         if cramped:

@@ -125,6 +125,21 @@ def test_a_small_terminal_gets_a_message(tmp_path):
     assert app.has_class("cramped")
 
 
+def test_a_terminal_resized_small_gets_the_message_at_once_and_back_the_map(tmp_path):
+    app = explorer(tmp_path)
+    seen = []
+
+    async def session():
+        async with app.run_test(size=(120, 40)) as pilot:
+            for size in ((50, 12), (120, 40), (60, 30)):
+                await pilot.resize_terminal(*size)
+                await pilot.pause()
+                seen.append(app.has_class("cramped"))
+
+    asyncio.run(session())
+    assert seen == [True, False, False]
+
+
 @pytest.mark.minilm
 def test_all_72_heads_of_minilm_are_reachable(tmp_path):
     app = explorer(tmp_path, model="minilm")
