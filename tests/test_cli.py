@@ -236,23 +236,22 @@ def test_generate_completes_only_models_that_write_and_devices_complete(tmp_path
         complete_device_map,
         complete_language_model,
     )
+    from attnviz.pretrained import loading
 
-    cache = tmp_path / "hub"
+    offered = complete_language_model("")
+    assert "builtin" not in offered and "minilm" not in offered  # neither writes text
+    assert "smollm2" in offered
+    writes = {}
     for repo, architecture in (("enc", "BertModel"), ("dec", "GPT2LMHeadModel"), ("t5", None)):
-        snapshot = cache / f"models--org--{repo}" / "snapshots" / "0123"
+        snapshot = tmp_path / f"models--org--{repo}" / "snapshots" / "0123"
         snapshot.mkdir(parents=True)
         config = {} if architecture is None else {"architectures": [architecture]}
         (snapshot / "config.json").write_text(json.dumps(config))
-        (cache / f"models--org--{repo}" / "refs").mkdir()
-        (cache / f"models--org--{repo}" / "refs" / "main").write_text("0123")
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    import huggingface_hub.constants
-
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-    offered = complete_language_model("")
-    assert "builtin" not in offered and "minilm" not in offered  # neither writes text
-    assert "smollm2" in offered and "org/dec" in offered and "org/t5" in offered  # t5: unknown
-    assert "org/enc" not in offered
+        writes[f"org/{repo}"] = loading._writes(tmp_path / f"models--org--{repo}")
+    assert writes == {"org/enc": False, "org/dec": True, "org/t5": None}  # t5: not known
+    cached = [loading.Availability(name, "cache", "/x", writes=w) for name, w in writes.items()]
+    monkeypatch.setattr("attnviz.pretrained.available_models", lambda: cached)
+    assert complete_language_model("org/") == ["org/dec", "org/t5"]
     assert complete_device("cu") == ["cuda", "cuda:0"]
     assert complete_device_map("bal") == ["balanced", "balanced_low_0"]
 

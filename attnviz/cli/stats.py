@@ -94,8 +94,9 @@ def stats(
 
     Inputs stream through; memory holds a running mean and variance and a
     quantile sketch (1% relative accuracy) per head and statistic, whatever the
-    corpus size. Blank lines and lines that cannot be read are skipped and
-    counted; a warning says why the first unreadable line could not be read.
+    corpus size. Blank lines, lines that cannot be read and inputs the model
+    cannot read (an empty sentence B, a target an encoder has no use for) are
+    skipped and counted; a warning says why the first of them was skipped.
     """
     from attnviz.cli.settings import request
     from attnviz.io import check_writable
