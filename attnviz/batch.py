@@ -742,6 +742,22 @@ def _record(item: BatchInput, written: dict[str, FileDigest] | Exception, reques
     return Record(**base, status="ok", files=list(written), digests=written)
 
 
+def records_of(
+    inputs: Sequence[BatchInput],
+    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
+    outputs: Outputs,
+    painter: Painter,
+    batch_size: int,
+) -> Iterator[Record]:
+    """Each input's files written here and its manifest record, ``batch_size`` inputs per
+    model pass: the work of an engine whose workers write into the folder themselves
+    (Ray's), each batch cut as the local engine cuts it."""
+    fingerprint = outputs.fingerprint()
+    for chunk in _chunks(inputs, batch_size):
+        for task in _tasks(chunk, extract, outputs):
+            yield _record(*render_task(task, painter), fingerprint)
+
+
 def render_task(
     task: Task, painter: Painter
 ) -> tuple[BatchInput, dict[str, FileDigest] | Exception]:

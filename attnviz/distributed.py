@@ -208,7 +208,6 @@ class BatchWorker:
         self.request = request
         self.outputs = outputs
         self.batch_size = batch_size
-        self.fingerprint = outputs.fingerprint()
         self.painter = Painter()
 
     def extract(self, chunk: list[BatchInput]) -> list:
@@ -216,16 +215,13 @@ class BatchWorker:
         return list(self.extractor.extract_many(items, self.request, batch_size=len(items)))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
-        from attnviz.batch import BatchInput, _chunks, _record, _tasks, render_task
+        from attnviz.batch import BatchInput, records_of
 
         (listed,) = batch["task"]  # one task: a JSON list of inputs
         inputs = [BatchInput(**fields) for fields in json.loads(listed)]
-        records = []
         with _warnings_kept() as said:
-            for chunk in _chunks(inputs, self.batch_size):  # the local engine's model batches
-                for task in _tasks(chunk, self.extract, self.outputs):
-                    item, written = render_task(task, self.painter)
-                    records.append(json.dumps(_record(item, written, self.fingerprint).to_dict()))
+            work = records_of(inputs, self.extract, self.outputs, self.painter, self.batch_size)
+            records = [json.dumps(record.to_dict()) for record in work]
         # A column per row: the task's warnings ride on its first record.
         return {"record": records, "warnings": [json.dumps(said)] + ["[]"] * (len(records) - 1)}
 
