@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean browser
+.PHONY: demo test lint docs bench clean browser
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The manual as a site in site/: the command-line reference must match the commands'
+# --help, and mkdocs is strict (a broken link or anchor fails the build).
+docs: $(STAMP)
+	$(BIN)/python docs/cli_reference.py --check
+	$(BIN)/mkdocs build --quiet
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/suite.py
@@ -51,4 +57,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/smollm2.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .coverage .coverage.*
+	rm -rf $(VENV) site .pytest_cache .ruff_cache .coverage .coverage.*

@@ -1,4 +1,4 @@
-"""Remake the README's screenshots of the interactive page (needs chromium, chromedriver
+"""Remake the manual's screenshots of the interactive page (needs chromium, chromedriver
 and selenium, as the browser tests do): python docs/page_screenshots.py"""
 
 from __future__ import annotations

@@ -134,19 +134,18 @@ def test_attnviz_extract_is_load_then_extract():
     )
 
 
-def test_the_readme_python_example_runs(monkeypatch, tmp_path):
-    """The example in the README's Python API section is run as written, in a folder
-    of its own (it saves a picture) that sees the sample texts."""
+def test_the_python_api_example_runs(monkeypatch, tmp_path):
+    """The example that opens the manual's Python API page is run as written, in a
+    folder of its own (it saves a picture) that sees the sample texts."""
     from pathlib import Path
 
     root = Path(__file__).parent.parent
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Python API", 1)[1]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    page = (root / "docs" / "python.md").read_text(encoding="utf-8")
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
     (tmp_path / "sample_texts").symlink_to(root / "sample_texts")
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/python.md", "exec"), namespace)
     assert namespace["maps"].weights.ndim == 4
     assert namespace["same"].to_dict() == namespace["document"]
     assert namespace["small"].config.num_layers == 4

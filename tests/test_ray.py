@@ -132,7 +132,7 @@ def stats_in_a_process(corpus, *extra: str, environment: dict[str, str]):
 
 
 def test_a_cluster_started_with_ray_start_is_joined_by_its_address(corpus, ray_folder):
-    """The README's cluster recipe, on one machine: `ray start --head` with token
+    """The manual's cluster recipe (docs/batch.md), on one machine: `ray start --head` with token
     authentication, then a command given the cluster's address and its token."""
     pytest.importorskip("ray")
     port = free_port()
