@@ -12,7 +12,7 @@ command line's ``--help``) costs neither numpy nor torch.
 
 from typing import TYPE_CHECKING, Any
 
-from attnviz.choices import Aggregate, DataFormat, Dtype, Mode, PictureFormat, View
+from attnviz.choices import Aggregate, Dtype, Mode, Output, View
 from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, UsageError
 from attnviz.schema import SCHEMA_VERSION
 
@@ -58,14 +58,13 @@ __all__ = [
     "AttnvizError",
     "AttnvizWarning",
     "BuiltinConfig",
-    "DataFormat",
     "Dtype",
     "ExitCode",
     "Extractor",
     "ExtractorSpec",
     "LoadOptions",
     "Mode",
-    "PictureFormat",
+    "Output",
     "Request",
     "UsageError",
     "View",

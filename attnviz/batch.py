@@ -31,10 +31,11 @@ from typing import Any
 
 from attnviz import signals
 from attnviz.analysis.heads import TopHeads
-from attnviz.choices import Aggregate, BatchFormat, Dtype, View
+from attnviz.choices import Aggregate, Dtype, Output, View
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
 from attnviz.io import STDIO, dump_json, file_blake2b, npz_bytes, open_output
 from attnviz.maps import AttentionMaps
+from attnviz.outputs import PICTURES
 from attnviz.render.image import Painter, Style
 
 MANIFEST = "manifest.jsonl"
@@ -515,7 +516,7 @@ class Outputs:
     """What to write for every input."""
 
     folder: Path
-    formats: tuple[BatchFormat, ...]
+    formats: tuple[Output, ...]  # some of png, svg, pdf, json, npz, html
     view: View
     style: Style
     aggregate: Aggregate | None = None  # applied before writing
@@ -553,13 +554,13 @@ def write_outputs(
     panels = None if outputs.top is None else outputs.top.panels(maps)
     labelled = maps.with_positions() if outputs.label_positions else maps
     for output_format in outputs.formats:
-        if output_format.picture is not None:
+        if output_format in PICTURES:
             pieces: Iterable[tuple[str, bytes]] = painter.files(
-                labelled, outputs.view, output_format.picture, outputs.style, panels
+                labelled, outputs.view, output_format, outputs.style, panels
             )
-        elif output_format is BatchFormat.JSON:
+        elif output_format is Output.JSON:
             pieces = [("", dump_json(maps.astype(outputs.dtype).to_dict()).encode("utf-8"))]
-        elif output_format is BatchFormat.HTML:
+        elif output_format is Output.HTML:
             from attnviz.render.page import page_html
 
             pieces = [("", page_html(labelled, view=outputs.view).encode("utf-8"))]

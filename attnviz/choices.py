@@ -8,6 +8,7 @@ matplotlib.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import TypeVar
 
@@ -16,13 +17,20 @@ from attnviz.errors import UsageError
 Choice = TypeVar("Choice", bound=StrEnum)
 
 
-def chosen(choices: type[Choice], value: Choice | str, what: str) -> Choice:
-    """``value`` as one of ``choices``; anything else is a usage error that lists them."""
+def chosen(
+    choices: type[Choice], value: Choice | str, what: str, among: Iterable[Choice] | None = None
+) -> Choice:
+    """``value`` as one of ``choices`` (of those ``among`` them, if given); anything else
+    is a usage error that lists them."""
+    allowed = tuple(choices if among is None else among)
     try:
-        return choices(value)
+        member = choices(value)
     except ValueError:
-        names = ", ".join(member.value for member in choices)
-        raise UsageError(f"unknown {what} {value!r}: choose one of {names}") from None
+        member = None
+    if member not in allowed:
+        names = ", ".join(member.value for member in allowed)
+        raise UsageError(f"unknown {what} {value!r}: choose one of {names}")
+    return member
 
 
 class Mode(StrEnum):
@@ -67,28 +75,31 @@ class Aggregate(StrEnum):
 
 
 class View(StrEnum):
-    HEAD = "head"  # one map
-    LAYER = "layer"  # the heads of one layer in a grid
+    """What a picture shows. The terminal draws the first three, picture files and the
+    interactive page the last three (attnviz.outputs says which output takes which)."""
+
+    AUTO = "auto"  # the terminal: panels when they fit its height, else the grid
+    PANELS = "panels"  # the terminal: a labelled heatmap per head
+    GRID = "grid"  # the terminal: every layer x head as a small thumbnail
+    HEAD = "head"  # one map (on the page: with its labels)
+    LAYER = "layer"  # the heads of one layer (on the page: lines between tokens, a colour per head)
     MODEL = "model"  # every layer x head as small multiples
 
 
-class TerminalView(StrEnum):
-    AUTO = "auto"  # panels when they fit the terminal's height, else the grid
-    PANELS = "panels"  # a labelled heatmap per head
-    GRID = "grid"  # every layer x head as a small thumbnail: a whole model on one screen
+class Output(StrEnum):
+    """Everything attnviz writes. Each command's --format takes some of them;
+    attnviz.outputs declares each one's kind, suffixes and views."""
 
-
-class PictureFormat(StrEnum):
+    TERMINAL = "terminal"  # heatmaps drawn with characters
+    TABLE = "table"  # rows for a person to read
+    JSON = "json"  # one document
+    NDJSON = "ndjson"  # one document per line, for streams of inputs
+    NPZ = "npz"  # numpy arrays and a meta JSON string
+    CSV = "csv"  # long form, a row per value
     PNG = "png"
     SVG = "svg"
     PDF = "pdf"
-
-
-class DataFormat(StrEnum):
-    JSON = "json"  # one AttentionMaps document
-    NDJSON = "ndjson"  # one document per line, for streams of inputs
-    NPZ = "npz"  # numpy arrays and a meta JSON string
-    CSV = "csv"  # long form, a row per weight
+    HTML = "html"  # the interactive page
 
 
 class Dtype(StrEnum):
@@ -101,23 +112,6 @@ class Dtype(StrEnum):
 class Projections(StrEnum):
     LEARNED = "learned"  # W_Q, W_K, W_V, W_O per head
     IDENTITY = "identity"  # Q = K = V = X: the plain attention of the textbook
-
-
-class BatchFormat(StrEnum):
-    """What ``batch`` writes for every input: pictures, or data."""
-
-    PNG = "png"
-    SVG = "svg"
-    PDF = "pdf"
-    JSON = "json"
-    NPZ = "npz"
-    HTML = "html"  # the interactive page
-
-    @property
-    def picture(self) -> PictureFormat | None:
-        """The picture format, or None for data."""
-        pictures = (BatchFormat.PNG, BatchFormat.SVG, BatchFormat.PDF)
-        return PictureFormat(self.value) if self in pictures else None
 
 
 class HeadColumn(StrEnum):

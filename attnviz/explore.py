@@ -24,7 +24,7 @@ from textual.widgets import Footer, Header, Input, Static
 
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import head_statistics
-from attnviz.choices import Aggregate, Mode, PictureFormat, View
+from attnviz.choices import Aggregate, Mode, Output, View
 from attnviz.maps import AttentionMaps
 from attnviz.render.terminal import render, render_grid
 from attnviz.tokens import display_label
@@ -284,7 +284,7 @@ class ExploreApp(App[None]):
             kind = View.MODEL
         elif view.weights.shape[1] > 1:
             kind = View.LAYER
-        _, data = next(Painter().files(view, kind, PictureFormat.PNG, Style()))
+        _, data = next(Painter().files(view, kind, Output.PNG, Style()))
         path = self.export_folder / f"attnviz-{self.view_name()}.png"
         with open_output(path, binary=True) as out:
             out.write(data)

@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.choices import DataFormat
+from attnviz.choices import Output
 from attnviz.errors import AttnvizError, SchemaError, UsageError
 from attnviz.tokens import display_label
 
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 STDIO = "-"
 BOM = "\ufeff"  # a byte-order mark some editors put first: not text
-DATA_SUFFIXES = {".jsonl": DataFormat.NDJSON, **{f".{kind.value}": kind for kind in DataFormat}}
 
 
 CSV_HEADER = (
@@ -317,7 +316,7 @@ def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
 
 
 def write_maps(
-    stream: Iterable[AttentionMaps], data_format: DataFormat, destination: str | Path
+    stream: Iterable[AttentionMaps], data_format: Output, destination: str | Path
 ) -> int:
     """Write every input's maps in one format; return how many were written.
 
@@ -325,14 +324,14 @@ def write_maps(
     record in one piece, so a reader (or an error mid-stream) only ever sees
     whole records. ``json`` and ``npz`` hold exactly one input.
     """
-    if data_format in (DataFormat.JSON, DataFormat.NPZ):
+    if data_format in (Output.JSON, Output.NPZ):
         items = iter(stream)
         first = next(items)
         if next(items, None) is not None:
             raise UsageError(
                 f"several inputs: {data_format.value} holds one; use --format ndjson or csv"
             )
-        if data_format is DataFormat.JSON:
+        if data_format is Output.JSON:
             write_text(dump_json(first.to_dict()), destination)
         else:
             with open_output(destination, binary=True) as out:
@@ -340,10 +339,10 @@ def write_maps(
         return 1
     count = 0
     with open_output(destination) as out:
-        if data_format is DataFormat.CSV:
+        if data_format is Output.CSV:
             out.write(",".join(CSV_HEADER) + "\n")
         for count, maps in enumerate(stream, start=1):
-            if data_format is DataFormat.NDJSON:
+            if data_format is Output.NDJSON:
                 record = dump_json(maps.to_dict())
             else:
                 buffer = io.StringIO()

@@ -13,7 +13,7 @@ import numpy as np
 
 from attnviz.analysis.grid import attention_problem, keep, one_sequence
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
-from attnviz.choices import Aggregate, Mode, PictureFormat, View
+from attnviz.choices import Aggregate, Mode, Output, View
 from attnviz.errors import SchemaError, UsageError
 from attnviz.schema import READABLE_VERSIONS, envelope
 
@@ -426,7 +426,7 @@ class AttentionMaps:
     def picture(
         self,
         view: View | str = "model",
-        format: PictureFormat | str = "png",
+        format: Output | str = "png",
         *,
         layer: int | None = None,
         head: int | None = None,

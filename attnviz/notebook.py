@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.choices import Aggregate, PictureFormat, View, chosen
+from attnviz.choices import Aggregate, Output, View, chosen
 from attnviz.errors import UsageError
+from attnviz.outputs import view_for
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadStatistics
@@ -24,7 +25,7 @@ def page(maps: AttentionMaps, view: View | str) -> str:
     """The interactive page, opening on ``view`` (head, layer or model) as export's."""
     from attnviz.render.page import page_html
 
-    return page_html(maps, view=chosen(View, view, "view"))
+    return page_html(maps, view=view_for(view, Output.HTML))
 
 
 def framed_page(maps: AttentionMaps) -> str:
@@ -49,7 +50,7 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
 def picture(
     maps: AttentionMaps,
     view: View | str,
-    format: PictureFormat | str,
+    format: Output | str,
     layer: int | None,
     head: int | None,
     style: dict[str, Any],
@@ -60,8 +61,10 @@ def picture(
     drawn = Style(**style)
     check_colormap(drawn.cmap)
     selected = maps._picked(layer, head)
-    kind = chosen(PictureFormat, format, "picture format")
-    return Picture(one_picture(selected, chosen(View, view, "view"), kind, drawn), kind)
+    from attnviz.outputs import PICTURES
+
+    kind = chosen(Output, format, "picture format", among=PICTURES)
+    return Picture(one_picture(selected, view_for(view, kind), kind, drawn), kind)
 
 
 def save(
@@ -73,24 +76,19 @@ def save(
     style: dict[str, Any],
 ) -> None:
     """The maps written in the format of the suffix of ``path``, as ``-o`` writes it."""
-    from attnviz.io import DATA_SUFFIXES, open_output, write_maps, write_text
-    from attnviz.render.image import SUFFIXES
+    from attnviz.io import open_output, write_maps, write_text
+    from attnviz.outputs import DATA, PICTURES, output_of_file
 
-    suffix = Path(path).suffix.lower()
-    if suffix in SUFFIXES:
-        drawn = picture(maps, view, SUFFIXES[suffix], layer, head, style)
+    output = output_of_file(path, (*PICTURES, Output.HTML, *DATA))
+    if output in PICTURES:
+        drawn = picture(maps, view, output, layer, head, style)
         with open_output(path, binary=True) as out:
             out.write(drawn.data)
         return
-    if suffix not in (*DATA_SUFFIXES, ".html"):
-        raise UsageError(
-            f"cannot tell the format of {path}: name it .png, .svg or .pdf (a picture), "
-            ".html (the interactive page), or .json, .ndjson, .npz or .csv (data)"
-        )
     if style:
-        raise UsageError(f"{', '.join(style)}: style options are for pictures, not {suffix}")
+        raise UsageError(f"{', '.join(style)}: style options are for pictures, not {output.value}")
     selected = maps._picked(layer, head)
-    if suffix == ".html":
+    if output is Output.HTML:
         write_text(page(selected, view), path)
     else:
-        write_maps([selected], DATA_SUFFIXES[suffix], path)
+        write_maps([selected], output, path)

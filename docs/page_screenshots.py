@@ -29,18 +29,18 @@ def main() -> None:
     try:
         driver.get(page.as_uri())
         driver.save_screenshot(HERE / "page-model.png")
-        driver.find_element("id", "tab-head").click()
+        driver.find_element("id", "tab-layer").click()
         driver.execute_script(
             "document.querySelector('#layer').value = 2;"
             "document.querySelector('#layer').dispatchEvent(new Event('change'))"
         )
         token = driver.find_elements("css selector", "#queries .token")[8]  # "street"
         ActionChains(driver).move_to_element(token).perform()
-        driver.save_screenshot(HERE / "page-head.png")
-        driver.find_element("id", "tab-map").click()
+        driver.save_screenshot(HERE / "page-layer.png")
+        driver.find_element("id", "tab-head").click()
         canvas = driver.find_element("id", "map")
         ActionChains(driver).move_to_element_with_offset(canvas, -40, 60).perform()
-        driver.save_screenshot(HERE / "page-map.png")
+        driver.save_screenshot(HERE / "page-head.png")
     finally:
         driver.quit()
         shutil.rmtree(page.parent)

@@ -12,7 +12,7 @@ from rich.cells import cell_len
 
 import attnviz
 from attnviz.analysis.heads import TopHeads, head_statistics, sort_rows
-from attnviz.choices import HeadColumn, PictureFormat, RankBy
+from attnviz.choices import HeadColumn, Output, RankBy
 from attnviz.cli import app
 from attnviz.cli.output import Environment
 from attnviz.render.image import MIN_LABEL_POINTS, GridCanvas, HeadCanvas, Style, grid_shape
@@ -160,14 +160,14 @@ def test_top_heads_in_export_and_batch_draw_only_those(runner, tmp_path):
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["show", "a b", "--top-heads", "2", "-f", "json"], "--top-heads chooses heads to draw"),
+        (["show", "a b", "--top-heads", "2", "-f", "json"], "--top-heads applies to the"),
         (["show", "a b", "--top-heads", "2", "-a", "mean"], "--top-heads picks heads"),
         (["show", "a b", "-m", "cross", "-t", "c d", "--top-heads", "1", "--by", "self"], "cross"),
-        (["show", "a b", "--view", "grid", "-f", "csv"], "--view grid is for the terminal picture"),
-        (["show", "a b", "--values", "-o", "x.npz"], "--values is for the terminal picture, not"),
-        (["show", "a b", "--label-positions", "-f", "json"], "keeps the tokens as they are"),
-        (["show", "a b", "--dtype", "float16", "-f", "terminal"], "--dtype float16 is for data"),
-        (["show", "a b", "--dtype", "float16", "-o", "x.png"], "not png output"),
+        (["show", "a b", "--view", "grid", "-f", "csv"], "--view grid applies to the"),
+        (["show", "a b", "--values", "-o", "x.npz"], "not npz output: leave it out"),
+        (["show", "a b", "--label-positions", "-f", "json"], "keep the tokens as they are"),
+        (["show", "a b", "--dtype", "float16", "-f", "terminal"], "applies to data"),
+        (["show", "a b", "--dtype", "float16", "-o", "x.png"], "not a png picture"),
         (["export", "a b", "-o", "x.png", "--figsize", "3"], "give width and height"),
         (["export", "a b", "-o", "x.png", "--figsize", "-1,2"], "between 0 and 100"),
         (["export", "a b", "-o", "x.png", "--figsize", "1,1", "--view", "head", "-l", "0",
@@ -193,17 +193,18 @@ def test_picture_styling_where_no_picture_file_is_drawn_is_refused(runner, tmp_p
     source.write_text("a b\n")
     page = str(tmp_path / "x.html")
     cases = [
-        (["export", "a b", "-o", page, "--cmap", "magma"], "--cmap is for png, svg and pdf"
-         " pictures, not the interactive page"),
-        (["render", saved, "-o", page, "--figsize", "4x3", "--dpi", "200"], "--dpi, --figsize are"),
-        (["render", saved, "--font-size", "9", "--values"], "--font-size is for png, svg and pdf"
-         " pictures, not the terminal picture"),
+        (["export", "a b", "-o", page, "--cmap", "magma"], "--cmap applies to png, svg and pdf"
+         " pictures, not the interactive page: leave it out"),
+        (["render", saved, "-o", page, "--figsize", "4x3", "--dpi", "200"], "--dpi applies to"),
+        (["render", saved, "--font-size", "9", "--values"], "--font-size applies to png, svg and"
+         " pdf pictures, not the terminal picture"),
         (["batch", source, "-o", tmp_path / "out", "-f", "json", "-f", "html", "--vmax", "0.5"],
-         "--vmax is for png, svg and pdf pictures, not -f json -f html"),
+         "--vmax applies to png, svg and pdf pictures, not json output and the interactive page"),
         (["batch", source, "-o", tmp_path / "out", "-f", "npz", "--label-positions"],
-         "--label-positions labels pictures and pages, not -f npz"),
+         "--label-positions applies to the terminal picture, csv output, png, svg and pdf "
+         "pictures and the interactive page, not npz output"),
         (["batch", source, "-o", tmp_path / "out", "-f", "svg", "--dtype", "float16"],
-         "--dtype float16 is for json and npz, not -f svg"),
+         "--dtype float16 applies to data (json, ndjson, npz, csv), not an svg picture"),
     ]  # fmt: skip
     for arguments, message in cases:
         result = runner.invoke(app, [str(argument) for argument in arguments])
@@ -364,7 +365,7 @@ def test_a_given_figure_size_gives_the_cells_what_this_inputs_labels_leave(words
     maps = attnviz.extract(" ".join(words * 4), layers=0, heads=0)
     style = Style(figsize=(3.5, 3.0), font_size=8)
     painter = Painter()
-    painter.head_picture(maps, next(maps.panels()), PictureFormat.PNG, style)
+    painter.head_picture(maps, next(maps.panels()), Output.PNG, style)
     ((_, canvas),) = painter.canvases.items()
     labels = (*maps.query_tokens, *maps.key_tokens)
     canvas._set_frame(Frame("header", tuple(maps.query_tokens), tuple(maps.key_tokens)))

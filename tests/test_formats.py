@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import attnviz
+from attnviz.choices import Output
 from attnviz.cli import app
 from attnviz.errors import SchemaError
-from attnviz.io import DataFormat, write_maps
+from attnviz.io import write_maps
 from attnviz.maps import read_maps
 
 SENTENCES = Path(__file__).parent.parent / "sample_texts" / "sentences.txt"
@@ -32,7 +33,7 @@ def sample_maps():
 def test_single_document_formats_round_trip(tmp_path, data_format):
     original = sample_maps()[1]
     path = tmp_path / f"maps.{data_format}"
-    write_maps([original], DataFormat(data_format), path)
+    write_maps([original], Output(data_format), path)
     (again,) = read_maps(str(path))
     np.testing.assert_array_equal(again.weights, original.weights)
     for name in ("query_tokens", "key_tokens", "layers", "heads", "mode", "model", "target"):
@@ -41,7 +42,7 @@ def test_single_document_formats_round_trip(tmp_path, data_format):
 
 def test_ndjson_round_trips_a_stream(tmp_path):
     path = tmp_path / "maps.ndjson"
-    assert write_maps(sample_maps(), DataFormat.NDJSON, path) == 2
+    assert write_maps(sample_maps(), Output.NDJSON, path) == 2
     again = list(read_maps(str(path)))
     assert [maps.text for maps in again] == ["Hello I love you", "The man walked"]
     for before, after in zip(sample_maps(), again, strict=True):
@@ -50,7 +51,7 @@ def test_ndjson_round_trips_a_stream(tmp_path):
 
 def test_csv_long_form_holds_every_weight(tmp_path):
     path = tmp_path / "maps.csv"
-    write_maps(sample_maps(), DataFormat.CSV, path)
+    write_maps(sample_maps(), Output.CSV, path)
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0]) == [
         "input", "layer", "head", "query_index", "query_token", "key_index", "key_token", "weight"
@@ -72,7 +73,7 @@ def test_aggregates_survive_json(tmp_path):
 
     rolled = aggregate(attnviz.extract("a b c"), "rollout")
     path = tmp_path / "rolled.json"
-    write_maps([rolled], DataFormat.JSON, path)
+    write_maps([rolled], Output.JSON, path)
     (again,) = read_maps(str(path))
     assert again.aggregate == "rollout" and again.weights.shape == (1, 1, 3, 3)
 
@@ -81,7 +82,7 @@ def test_json_and_npz_hold_one_input():
     from attnviz.errors import UsageError
 
     with pytest.raises(UsageError, match="npz holds one; use --format ndjson or csv"):
-        write_maps(sample_maps(), DataFormat.NPZ, "-")
+        write_maps(sample_maps(), Output.NPZ, "-")
 
 
 @pytest.mark.parametrize(
@@ -248,9 +249,9 @@ def test_render_draws_saved_maps_in_the_terminal_view_show_draws(runner, tmp_pat
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--view", "head"], "--view head is a picture's view: give -o FILE"),
-        (["--view", "grid", "-o", "x.png"], "--view grid draws in the terminal: leave out -o"),
-        (["-o", "x.txt"], "name it .png, .svg or .pdf for a picture, .html for the interactive"),
+        (["--view", "head"], "--view head applies to png, svg and pdf pictures and the"),
+        (["--view", "grid", "-o", "x.png"], "--view grid applies to the terminal picture, not a"),
+        (["-o", "x.txt"], "name it .png, .svg, .pdf or .html"),
     ],
 )
 def test_render_refuses_what_it_cannot_draw(runner, tmp_path, monkeypatch, arguments, message):
@@ -353,7 +354,7 @@ def test_maps_save_and_read_refuse_what_they_cannot_do(tmp_path):
         maps.save(tmp_path / "maps.npz", head=9)
     assert not list(tmp_path.iterdir())
     several = tmp_path / "two.ndjson"
-    write_maps([maps, maps], DataFormat.NDJSON, several)
+    write_maps([maps, maps], Output.NDJSON, several)
     with pytest.raises(attnviz.UsageError, match=r"several inputs: use attnviz\.read_maps"):
         attnviz.AttentionMaps.read(several)
     assert len(list(attnviz.read_maps(str(several)))) == 2

@@ -10,7 +10,7 @@ import pytest
 
 import attnviz
 from attnviz.analysis.aggregate import aggregate
-from attnviz.choices import Aggregate, PictureFormat, View
+from attnviz.choices import Aggregate, Output, View
 from attnviz.cli import app
 from attnviz.render.image import Painter, Style
 
@@ -95,7 +95,7 @@ def test_no_special_keeps_unknown_word_tokens(tiny):
 def test_pdfs_embed_truetype_fonts_not_type3():
     maps = attnviz.extract("Hello I love you", layers=0, heads=0)
     for view in (View.HEAD, View.MODEL):
-        (_, pdf), *_ = Painter().files(maps, view, PictureFormat.PDF, Style())
+        (_, pdf), *_ = Painter().files(maps, view, Output.PDF, Style())
         subtypes = set(re.findall(rb"/Subtype\s*/(\w+)", pdf))
         assert b"Type3" not in subtypes and b"CIDFontType2" in subtypes  # TrueType glyphs
 

@@ -104,7 +104,7 @@ def test_hovering_a_query_token_shows_its_lines_and_the_maps_own_weights(browser
 
     path, maps = exported
     open_page(browser, path)
-    browser.find_element("id", "tab-head").click()
+    browser.find_element("id", "tab-layer").click()
     query = 2
     token = browser.find_elements("css selector", "#queries .token")[query]
     ActionChains(browser).move_to_element(token).perform()
@@ -120,7 +120,7 @@ def test_hovering_a_cell_shows_query_key_and_weight(browser, exported):
 
     path, maps = exported
     open_page(browser, path)
-    browser.find_element("id", "tab-map").click()
+    browser.find_element("id", "tab-head").click()
     canvas = browser.find_element("id", "map")
     ActionChains(browser).move_to_element_with_offset(
         canvas, -canvas.size["width"] // 3, 0
@@ -138,15 +138,15 @@ def test_views_layers_and_heads_switch_by_mouse_and_keyboard(browser, exported):
     open_page(browser, path)
     axes = browser.find_element("id", "axes")
     browser.find_element("css selector", "#grid figure[data-index='5']").click()  # L1 H1
-    assert browser.find_element("id", "view-map").is_displayed()
+    assert browser.find_element("id", "view-head").is_displayed()
     assert axes.text.endswith("layer 1 · head 1")
     body = browser.find_element("tag name", "body")
     body.send_keys(Keys.ARROW_RIGHT)
     assert axes.text.endswith("layer 1 · head 2")
     body.send_keys(Keys.ARROW_UP)
     assert axes.text.endswith("layer 0 · head 2")
-    browser.find_element("id", "tab-head").click()
-    assert browser.find_element("id", "view-head").is_displayed()
+    browser.find_element("id", "tab-layer").click()
+    assert browser.find_element("id", "view-layer").is_displayed()
     checked = browser.find_elements("css selector", "#head-toggles input:checked")
     assert [box.get_attribute("data-index") for box in checked] == ["2"]
     assert errors(browser) == []
@@ -157,7 +157,7 @@ def test_hiding_special_tokens_renormalises_rows(browser, tiny, tmp_path):
 
     maps = attnviz.load(tiny["bert"]).extract("The man walked the dog", layers=0)
     path = tmp_path / "bert.html"
-    path.write_text(maps.to_html(view="layer"))  # the page's head view: a layer's heads
+    path.write_text(maps.to_html(view="layer"))  # the page's layer view: lines, a colour per head
     open_page(browser, path)
     browser.find_element("id", "hide-special").click()
     tokens = [t.text for t in browser.find_elements("css selector", "#queries .token")]
@@ -175,7 +175,7 @@ def test_hostile_token_text_is_shown_never_run(browser, tmp_path):
     weights = np.full((1, 1, count, count), 1 / count, dtype=np.float32)
     maps = attnviz.AttentionMaps(HOSTILE, HOSTILE, weights, [0], [0], "self", "<b>model</b>")
     path = tmp_path / "hostile.html"
-    path.write_text(maps.to_html(view="layer"))  # the page's head view: a layer's heads
+    path.write_text(maps.to_html(view="layer"))  # the page's layer view: lines, a colour per head
     open_page(browser, path)
     assert browser.execute_script("return window.pwned === undefined")
     shown = [
@@ -190,7 +190,7 @@ def test_hostile_token_text_is_shown_never_run(browser, tmp_path):
 def test_the_map_view_looks_as_it_did(browser, tmp_path, snapshot_image):
     maps = attnviz.extract("Hello I love you", layers=0, heads=1)
     path = tmp_path / "map.html"
-    path.write_text(maps.to_html(view="head"))  # the page's map view: one map
+    path.write_text(maps.to_html(view="head"))  # the page's head view: one map
     open_page(browser, path)
     picture = browser.find_element("id", "map-box").screenshot_as_png
     snapshot_image("page_map_view.png", picture)

@@ -73,7 +73,7 @@ def test_fast_png_matches_a_full_matplotlib_draw():
     frame = Frame("header", tuple(maps.query_tokens), tuple(maps.key_tokens))
     canvas = HeadCanvas(5, 5, Style())
     fast = canvas.png(panel.matrix, frame, panel.title)
-    full = canvas.vector(panel.matrix, frame, panel.title, attnviz.PictureFormat.PNG)
+    full = canvas.vector(panel.matrix, frame, panel.title, attnviz.Output.PNG)
     with Image.open(io.BytesIO(fast)) as a, Image.open(io.BytesIO(full)) as b:
         fast_pixels, full_pixels = np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB"))
     assert fast_pixels.shape == full_pixels.shape
@@ -123,7 +123,7 @@ def test_a_missing_glyph_is_a_warning_not_a_crash(runner, tmp_path):
 @pytest.mark.parametrize(
     ("arguments", "code", "message"),
     [
-        (["-o", "{tmp}/x.gif"], 2, "name it .png, .svg or .pdf for a picture, .html for the"),
+        (["-o", "{tmp}/x.gif"], 2, "name it .png, .svg, .pdf or .html"),
         (["-o", "{tmp}/x.png", "--cmap", "nope"], 2, "unknown colormap 'nope'"),
         (["-o", "{tmp}/x.png", "--view", "head"], 2, "--view head draws one map"),
         (["-o", "{tmp}/x.png", "--view", "layer"], 2, "--view layer draws one layer"),
@@ -235,6 +235,9 @@ def test_an_aggregate_is_drawn_whole_not_picked_from():
 
 
 def test_saving_to_a_name_with_no_picture_format_writes_nothing(tmp_path):
-    with pytest.raises(attnviz.UsageError, match=r"name it \.png, \.svg or \.pdf"):
+    with pytest.raises(
+        attnviz.UsageError,
+        match=r"name it \.png, \.svg, \.pdf, \.html, \.json, \.ndjson, \.npz or \.csv",
+    ):
         attnviz.extract(TEXT).save(tmp_path / "maps.gif")
     assert not list(tmp_path.iterdir())

@@ -7,8 +7,9 @@ import warnings
 import pytest
 
 import attnviz
-from attnviz.choices import PictureFormat, View
+from attnviz.choices import Output, View
 from attnviz.cli import app
+from attnviz.outputs import PICTURES
 from attnviz.render.image import Painter, Style
 
 
@@ -18,7 +19,7 @@ def test_pictures_change_no_matplotlib_setting():
     backend, settings = matplotlib.get_backend(), dict(matplotlib.rcParams)
     maps = attnviz.extract("a b c", layers=0)
     painter = Painter()
-    for picture in PictureFormat:
+    for picture in PICTURES:
         for view in (View.HEAD, View.MODEL):
             assert all(data for _, data in painter.files(maps, view, picture, Style()))
     assert matplotlib.get_backend() == backend
@@ -28,7 +29,7 @@ def test_pictures_change_no_matplotlib_setting():
 def test_a_painter_owns_its_canvases():
     maps = attnviz.extract("a b c", layers=0, heads=0)
     first, second = Painter(), Painter()
-    list(first.files(maps, View.HEAD, PictureFormat.PNG, Style()))
+    list(first.files(maps, View.HEAD, Output.PNG, Style()))
     assert len(first.canvases) == 1 and second.canvases == {}
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnviz.choices import BatchFormat, View
+from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import (
@@ -24,12 +24,14 @@ from attnviz.cli.pictures import (
     picture_settings,
 )
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable
 
 if TYPE_CHECKING:
     from attnviz.batch import Tally
     from attnviz.cli.settings import Job
 
-DATA_ONLY = (BatchFormat.JSON, BatchFormat.NPZ)
+# What batch writes for every input: pictures, its maps as data, or the page.
+BatchFormat = d.some_of("BatchFormat", *PICTURES, Output.JSON, Output.NPZ, Output.HTML)
 
 
 @model_settings
@@ -58,6 +60,7 @@ def batch(
             "-f",
             metavar="FORMAT",
             case_sensitive=False,
+            callback=d.as_whole(Output),
             help="png, svg, pdf, json, npz or html (the interactive page); repeat for several. "
             "Default: png.",
         ),
@@ -146,35 +149,21 @@ def batch(
     from attnviz.cli.settings import request
     from attnviz.errors import AttnvizError, UsageError
 
-    formats = tuple(dict.fromkeys(formats or [BatchFormat.PNG]))
-    asked_for = "-f " + " -f ".join(output_format.value for output_format in formats)
-    rendered = any(f not in DATA_ONLY for f in formats)
+    formats = tuple(dict.fromkeys(formats or [Output.PNG]))
     d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
-    if engine is d.Engine.LOCAL and jobs != 1 and not rendered:
+    if engine is d.Engine.LOCAL and jobs != 1 and set(formats) <= set(DATA):
         d.refuse_unused(
             ["--jobs"],
             "pictures and pages (drawn in worker processes) or --engine ray",
-            asked_for,
+            describe(formats),
             "leave it out: data is written as the model reads",
         )
-    if not any(output_format.picture for output_format in formats):
-        picture.check_drawn(asked_for)
-    drawn = any(f.picture is not None or f is BatchFormat.HTML for f in formats)
-    if label_positions and not drawn:
-        raise UsageError(
-            f"--label-positions labels pictures and pages, not {asked_for}: the data keeps the "
-            "tokens as they are (a token's position is its index)"
-        )
-    stored = any(f in (BatchFormat.JSON, BatchFormat.NPZ) for f in formats)
-    if dtype is not d.Dtype.FLOAT32 and not stored:
-        raise UsageError(f"--dtype {dtype.value} is for json and npz, not {asked_for}")
+    given = [*picture.given(), *choice.given()]
+    given += ["--label-positions"] if label_positions else []
+    given += [f"--dtype {dtype.value}"] if dtype is not d.Dtype.FLOAT32 else []
+    refuse_inapplicable(given, formats)
     style = picture.style()
     top = top_heads_for(choice, aggregate)
-    if top is not None and any(output_format.picture is None for output_format in formats):
-        raise UsageError(
-            "--top-heads chooses heads to draw; json and npz hold the selected layers × heads "
-            "whole: pick them with --layer and --head"
-        )
     slice_ = parse_shard(shard) if shard else None
     if resume and overwrite:
         raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")

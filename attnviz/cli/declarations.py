@@ -21,11 +21,12 @@ from attnviz.choices import (
     Detector,
     Dtype,
     Mode,
+    Output,
     Projections,
     RankBy,
-    TerminalView,
     View,
 )
+from attnviz.outputs import PICTURE_VIEWS, TERMINAL_VIEWS
 
 SELECTION_PANEL = "Layers and heads"
 LONG_PANEL = "Long inputs"
@@ -45,35 +46,39 @@ class ColourChoice(StrEnum):
     NEVER = "never"
 
 
-class RenderView(StrEnum):
-    """render draws in the terminal or a picture: the views of both."""
-
-    AUTO = "auto"
-    PANELS = "panels"
-    GRID = "grid"
-    HEAD = "head"
-    LAYER = "layer"
-    MODEL = "model"
-
-
 class Engine(StrEnum):
     LOCAL = "local"  # this machine: worker processes for rendering (--jobs)
     RAY = "ray"  # a Ray cluster, or a local Ray: one model per worker
 
 
-class TableFormat(StrEnum):
-    """What heads writes."""
-
-    TABLE = "table"
-    JSON = "json"
-    CSV = "csv"
+AUTO = "auto"  # a --format or --view value meaning: decided by the command (None)
 
 
-class ReportFormat(StrEnum):
-    """What explain, top, diff and models write."""
+def some_of(name: str, *members: StrEnum, auto: bool = False) -> Any:
+    """A str enum of some ``members`` of one vocabulary (Output, View), and ``auto`` if
+    asked, for typer to parse, complete and list as an option's choices. The option's
+    callback, :func:`as_whole`, gives the command the vocabulary's own members."""
+    choices = [("AUTO", AUTO)] if auto else []
+    choices += [(member.name, member.value) for member in members]
+    return StrEnum(name, choices, module=__name__)
 
-    TABLE = "table"
-    JSON = "json"
+
+def as_whole(vocabulary: type[StrEnum]) -> Callable[[Any], Any]:
+    """An option callback: what typer parsed, as members of ``vocabulary`` (a list stays a
+    list); ``auto`` as None."""
+
+    def whole(value: Any) -> Any:
+        if isinstance(value, list):
+            return [vocabulary(item) for item in value]
+        return None if value is None or value == AUTO else vocabulary(value)
+
+    return whole
+
+
+TableFormat = some_of("TableFormat", Output.TABLE, Output.JSON, Output.CSV)  # heads, stats
+ReportFormat = some_of("ReportFormat", Output.TABLE, Output.JSON)  # explain, top, diff, models
+PictureView = some_of("PictureView", *PICTURE_VIEWS)
+TerminalView = some_of("TerminalView", *TERMINAL_VIEWS)
 
 
 DtypeOption = Annotated[
@@ -532,11 +537,12 @@ ValuesOption = Annotated[
     typer.Option("--values", rich_help_panel=OUTPUT_PANEL, help="Print the weights in the cells."),
 ]
 ViewOption = Annotated[
-    View,
+    PictureView,
     typer.Option(
         "--view",
         metavar="VIEW",
         case_sensitive=False,
+        callback=as_whole(View),
         rich_help_panel=OUTPUT_PANEL,
         help="head: one map (pick it with --layer and --head). layer: the heads of one layer in a "
         "grid. model: every selected layer × head as small multiples.",
@@ -583,7 +589,7 @@ PictureValuesOption = Annotated[
     ),
 ]
 RenderViewOption = Annotated[
-    RenderView | None,
+    View | None,
     typer.Option(
         "--view",
         metavar="VIEW",
@@ -602,6 +608,7 @@ TerminalViewOption = Annotated[
         "--view",
         metavar="VIEW",
         case_sensitive=False,
+        callback=as_whole(View),
         rich_help_panel=OUTPUT_PANEL,
         help="panels: a labelled heatmap per head. grid: every layer × head as a small "
         "thumbnail, layers as rows and heads as columns (a whole model on one screen). auto: "

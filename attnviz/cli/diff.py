@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
@@ -44,9 +45,14 @@ def diff(
     output_format: Annotated[
         d.ReportFormat,
         typer.Option(
-            "--format", "-f", metavar="FORMAT", case_sensitive=False, help="table or json."
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            case_sensitive=False,
+            callback=d.as_whole(Output),
+            help="table or json.",
         ),
-    ] = d.ReportFormat.TABLE,
+    ] = Output.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
@@ -86,7 +92,7 @@ def diff(
     else:
         raise UsageError("give one TEXT with --against, or two saved files")
     rows = diff_maps(first, second)
-    if output_format is d.ReportFormat.JSON:
+    if output_format is Output.JSON:
         document = {
             "first": first.model,
             "second": second.model,

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
@@ -30,9 +31,10 @@ def explain(
             "-f",
             metavar="FORMAT",
             case_sensitive=False,
+            callback=d.as_whole(Output),
             help="table: the walk-through. json: every intermediate matrix by name.",
         ),
-    ] = d.ReportFormat.TABLE,
+    ] = Output.TABLE,
     model: d.ModelOption = d.BUILTIN,
     query: Annotated[
         int | None,
@@ -77,7 +79,7 @@ def explain(
         out.only_one(read_texts(text)), mode=mode, target=target, layer=layer, head=head,
         query=query, raw_pieces=settings.raw_pieces,
     )  # fmt: skip
-    if output_format is d.ReportFormat.JSON:
+    if output_format is Output.JSON:
         out.write_stdout(dump_json(explanation.to_dict()))
         return
     from attnviz.render.explain import render, render_query

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.choices import View
+from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import (
@@ -25,6 +25,7 @@ from attnviz.cli.settings import (
     map_products,
     model_settings,
 )
+from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
 
 
 @model_settings
@@ -66,20 +67,16 @@ def export(
 
     Rows are query tokens, columns key tokens, with a colour bar from 0 to 1
     and a title naming the model, the mode, the layer and the head. The same
-    input always gives a byte-identical file. The page (one offline file) has a
-    head view, a model view and a map view; --view picks the one it opens on.
+    input always gives a byte-identical file. The page (one offline file) has the
+    same three views, switched in it; --view picks the one it opens on.
     """
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
-    from attnviz.errors import UsageError
     from attnviz.io import check_writable
 
     out.check_probe(detect, text, target, pair)
-    picture_kind = out.picture_or_page(output)
-    if picture_kind is None and choice.top_heads is not None:
-        raise UsageError("--top-heads draws chosen pictures; the page shows every head")
-    if picture_kind is None:
-        picture.check_drawn("the interactive page (.html)")
+    drawn = output_of_file(output, (*PICTURES, Output.HTML))
+    refuse_inapplicable([*picture.given(), *choice.given()], [drawn])
     asked = request(
         model=model,
         mode=mode,
@@ -105,7 +102,7 @@ def export(
         maps = combine(maps, aggregate)
     if label_positions:
         maps = maps.with_positions()
-    if picture_kind is None:
+    if drawn is Output.HTML:
         out.save_page(maps, view, output, picture.title)
         return
-    out.save_picture(maps, view, picture_kind, style, output, top)
+    out.save_picture(maps, view, drawn, style, output, top)

@@ -17,7 +17,7 @@ from attnviz.cli.settings import (
     generation_settings,
     map_products,
 )
-from attnviz.cli.show import FormatOption, OutputOption, Presentation, ShowFormat
+from attnviz.cli.show import FormatOption, OutputOption, Presentation
 
 GENERATION_PANEL = "Generation"
 
@@ -122,9 +122,9 @@ def generate(
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
     values: d.ValuesOption = False,
-    terminal_view: d.TerminalViewOption = d.TerminalView.AUTO,
+    terminal_view: d.TerminalViewOption = d.AUTO,
     label_positions: d.LabelPositionsOption = False,
-    output_format: FormatOption = ShowFormat.AUTO,
+    output_format: FormatOption = d.AUTO,
     output: OutputOption = d.STDIO,
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     colour: d.ColourOption = d.ColourChoice.AUTO,

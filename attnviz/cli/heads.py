@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.choices import HeadColumn
+from attnviz.choices import HeadColumn, Output
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
@@ -51,9 +51,14 @@ def heads(
     output_format: Annotated[
         d.TableFormat,
         typer.Option(
-            "--format", "-f", metavar="FORMAT", case_sensitive=False, help="table, json or csv."
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            case_sensitive=False,
+            callback=d.as_whole(Output),
+            help="table, json or csv.",
         ),
-    ] = d.TableFormat.TABLE,
+    ] = Output.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
     products: MapProducts = NO_PRODUCTS,
@@ -110,17 +115,17 @@ def heads(
         table = statistics(probe)
     sort = sort or (HeadColumn.LAYER if detect is None else HeadColumn(detect.value))
     rows = sort_rows(table.rows, sort, reverse)[:top]
-    if output_format is not d.TableFormat.TABLE:
+    if output_format is not Output.TABLE:
         columns = table.columns()
     elif detect is not None or sort in DETECTOR_COLUMNS:
         columns = table.columns(DETECTORS_TABLE)
     else:
         columns = table.columns(STATISTICS_TABLE)
-    if output_format is d.TableFormat.JSON:
+    if output_format is Output.JSON:
         probed = {} if probe is None else {"probe": probe}
         out.write_stdout(dump_json(envelope({**probed, "heads": as_dicts(rows, columns)})))
         return
-    if output_format is d.TableFormat.CSV:
+    if output_format is Output.CSV:
         import csv
         import io
 

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.declarations import ColourChoice, ReportFormat
+from attnviz.choices import Output
+from attnviz.cli.declarations import ColourChoice, ReportFormat, as_whole
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 
 
@@ -19,9 +20,10 @@ def models(
             "-f",
             metavar="FORMAT",
             case_sensitive=False,
+            callback=as_whole(Output),
             help="table, or json for scripts.",
         ),
-    ] = ReportFormat.TABLE,
+    ] = Output.TABLE,
     environment: Environment = NO_TERMINAL,
 ) -> None:
     """List the model aliases and the models usable offline right now.
@@ -33,7 +35,7 @@ def models(
     from attnviz.schema import envelope
 
     found = available_models()
-    if output_format is ReportFormat.JSON:
+    if output_format is Output.JSON:
         rows = [
             {
                 "name": model.name,

@@ -10,7 +10,6 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
@@ -21,7 +20,7 @@ from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
-    from attnviz.choices import Aggregate, Detector, PictureFormat, TerminalView, View
+    from attnviz.choices import Aggregate, Detector, Output, View
     from attnviz.cli.pictures import HeadChoice
     from attnviz.extractor import Extractor
     from attnviz.maps import AttentionMaps, MapPanel
@@ -260,22 +259,6 @@ def chosen_panels(maps: AttentionMaps, top: TopHeads) -> list[MapPanel]:
         raise UsageError(f"--top-heads: {error}") from None
 
 
-def picture_or_page(output: str) -> PictureFormat | None:
-    """The picture format that the suffix of ``output`` names, or None for the
-    interactive page (.html)."""
-    from attnviz.render.image import SUFFIXES
-
-    suffix = Path(output).suffix.lower()
-    if suffix in (".html", ".htm"):
-        return None
-    if suffix not in SUFFIXES:
-        raise UsageError(
-            f"cannot tell the format of {output}: name it .png, .svg or .pdf for a picture,"
-            " .html for the interactive page"
-        )
-    return SUFFIXES[suffix]
-
-
 def save_page(maps: AttentionMaps, view: View, output: str, title: str | None = None) -> None:
     """The interactive page of ``maps``, opening on ``view``, written whole or not at all."""
     from attnviz.io import write_text
@@ -287,7 +270,7 @@ def save_page(maps: AttentionMaps, view: View, output: str, title: str | None = 
 def save_picture(
     maps: AttentionMaps,
     view: View,
-    picture: PictureFormat,
+    picture: Output,
     style: Style,
     output: str,
     top: TopHeads | None = None,
@@ -327,7 +310,7 @@ def draw(
     width: int | None,
     values: bool,
     environment: Environment,
-    view: TerminalView,
+    view: View,
     top: TopHeads | None = None,
 ) -> None:
     """Each input's maps as terminal pictures, one after another, as they come.
@@ -336,7 +319,7 @@ def draw(
     when they do not; output that is not a terminal has no height and gets panels.
     ``top`` picks the maps to draw of each input (the heads worth looking at first).
     """
-    from attnviz.choices import TerminalView
+    from attnviz.choices import View
     from attnviz.render.terminal import render, render_grid
 
     console = stdout_console(colour, width, environment)
@@ -346,11 +329,11 @@ def draw(
             console.print()
         chosen = None if top is None else chosen_panels(maps, top)
         picture = None
-        if view is not TerminalView.GRID or chosen is not None:
+        if view is not View.GRID or chosen is not None:
             picture = render(
                 maps, width=console.width, use_colour=use_colour, values=values, panels=chosen
             )
-        fits_auto = view is TerminalView.AUTO and environment.stdout_is_terminal and chosen is None
+        fits_auto = view is View.AUTO and environment.stdout_is_terminal and chosen is None
         if fits_auto and len(console.render_lines(picture, pad=False)) > console.height:
             picture = None
         if picture is None:

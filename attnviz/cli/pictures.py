@@ -45,24 +45,15 @@ class PictureSettings:
             title="" if self.no_title else self.title,
         )
 
-    def check_drawn(self, where: str, *, values_drawn: bool = False) -> None:
-        """Refuses styling options given for output that draws no picture file (``where``),
-        rather than dropping them unsaid. --title also names the interactive page; the
-        terminal picture has --values too (``values_drawn``)."""
-        given = [
-            flag
-            for field, flag in _STYLING.items()
-            if getattr(self, field) != _DEFAULT[field] and not (field == "values" and values_drawn)
-        ]
-        if given:
-            verb = "is" if len(given) == 1 else "are"
-            raise UsageError(
-                f"{', '.join(given)} {verb} for png, svg and pdf pictures, not {where}"
-            )
+    def given(self) -> list[str]:
+        """The options given (not at their defaults), as flags: what applies only where a
+        picture is drawn (attnviz.outputs.APPLIES_TO says where)."""
+        return [flag for field, flag in _FLAGS.items() if getattr(self, field) != _DEFAULT[field]]
 
 
-_STYLING = {"cmap": "--cmap", "dpi": "--dpi", "values": "--values", "vmax": "--vmax"}
-_STYLING |= {"figsize": "--figsize", "font_size": "--font-size"}
+_FLAGS = {"cmap": "--cmap", "dpi": "--dpi", "values": "--values", "vmax": "--vmax"}
+_FLAGS |= {"figsize": "--figsize", "font_size": "--font-size", "title": "--title"}
+_FLAGS |= {"no_title": "--no-title"}
 
 
 def parse_figsize(text: str) -> tuple[float, float]:
@@ -108,6 +99,10 @@ class HeadChoice:
 
         by = self.by or (RankBy.ENTROPY if detect is None else RankBy(detect.value))
         return TopHeads(self.top_heads, by, self.lowest)
+
+    def given(self) -> list[str]:
+        """--top-heads, if given: it applies only where heads are drawn."""
+        return [] if self.top_heads is None else ["--top-heads"]
 
 
 _CHOICE_OPTIONS = {

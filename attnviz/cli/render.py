@@ -6,11 +6,11 @@ from typing import Annotated
 
 import typer
 
-from attnviz.choices import View
+from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import DEFAULT_PICTURE, PictureSettings, picture_settings
-from attnviz.errors import UsageError
+from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
 
 
 @picture_settings
@@ -45,22 +45,11 @@ def render(
     from attnviz.cli import output as out
     from attnviz.maps import read_maps
 
-    in_terminal = {member.value for member in d.TerminalView}
-    if output is None and view is not None and view.value not in in_terminal:
-        raise UsageError(
-            f"--view {view.value} is a picture's view: give -o FILE (.png, .svg, .pdf or "
-            ".html), or use --view panels or grid in the terminal"
-        )
-    if output is not None and view is not None and view.value in in_terminal:
-        raise UsageError(
-            f"--view {view.value} draws in the terminal: leave out -o, or use --view head, "
-            "layer or model for a picture"
-        )
-    picture_kind = None if output is None else out.picture_or_page(output)  # None: the page
-    if output is None:
-        picture.check_drawn("the terminal picture", values_drawn=True)
-    elif picture_kind is None:
-        picture.check_drawn("the interactive page (.html)")
+    drawn = Output.TERMINAL if output is None else output_of_file(output, (*PICTURES, Output.HTML))
+    given = [*picture.given(), *([f"--view {view}"] if view is not None else [])]
+    given += [f"--color {colour.value}"] if colour is not d.ColourChoice.AUTO else []
+    given += ["--width"] if width is not None else []
+    refuse_inapplicable(given, [drawn])
     stream = read_maps(source)
     if (layer, head) != ("all", "all"):
         stream = (out.select_held(maps, layer, head) for maps in stream)
@@ -75,12 +64,11 @@ def render(
             width=width,
             values=picture.values,
             environment=environment,
-            view=d.TerminalView(view or d.TerminalView.AUTO),
+            view=view or View.AUTO,
         )
         return
-    drawn = View(view or View.MODEL)
-    if picture_kind is None:
-        out.save_page(out.only_one(stream, out.ONE_MAPS), drawn, output, picture.title)
+    maps = out.only_one(stream, out.ONE_MAPS)
+    if drawn is Output.HTML:
+        out.save_page(maps, view or View.MODEL, output, picture.title)
         return
-    style = picture.style()
-    out.save_picture(out.only_one(stream, out.ONE_MAPS), drawn, picture_kind, style, output)
+    out.save_picture(maps, view or View.MODEL, drawn, picture.style(), output)

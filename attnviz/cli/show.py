@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
@@ -21,6 +20,7 @@ from attnviz.cli.settings import (
     map_products,
     model_settings,
 )
+from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
@@ -28,30 +28,14 @@ if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
 
 
-class ShowFormat(StrEnum):
-    AUTO = "auto"  # the suffix of -o; else a picture for a terminal, NDJSON for a pipe or file
-    TERMINAL = "terminal"
-    JSON = "json"
-    NDJSON = "ndjson"
-    NPZ = "npz"
-    CSV = "csv"
-    HTML = "html"  # the interactive page
-    PNG = "png"  # the model view, as `export` draws it
-    SVG = "svg"
-    PDF = "pdf"
+# What show writes: the picture, data, a picture file or the page (auto: see the help).
+SHOWN = (Output.TERMINAL, *DATA, Output.HTML, *PICTURES)
+ShowFormat = d.some_of("ShowFormat", *SHOWN, auto=True)
 
 
-_PICTURES = (ShowFormat.PNG, ShowFormat.SVG, ShowFormat.PDF)
-_STORED = (ShowFormat.JSON, ShowFormat.NDJSON, ShowFormat.NPZ)  # the maps' own documents
-_SUFFIXES = {".jsonl": ShowFormat.NDJSON, **{f".{f.value}": f for f in ShowFormat}}
-
-
-def _format_of(output: str) -> ShowFormat | None:
+def _format_of(output: str) -> Output | None:
     """The format a file name says it holds (``maps.npz``: npz), if it says one."""
-    if output == d.STDIO:
-        return None
-    found = _SUFFIXES.get(os.path.splitext(output)[1].lower())
-    return None if found in (ShowFormat.AUTO, ShowFormat.TERMINAL) else found
+    return None if output == d.STDIO else output_for(output)
 
 
 FormatOption = Annotated[
@@ -61,6 +45,7 @@ FormatOption = Annotated[
         "-f",
         metavar="FORMAT",
         case_sensitive=False,
+        callback=d.as_whole(Output),
         rich_help_panel=d.OUTPUT_PANEL,
         help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
         "line, streamed. npz: numpy arrays. csv: a row per weight. html: the interactive page. "
@@ -86,13 +71,13 @@ class Presentation:
     """How show (and generate) present maps: the output options, checked together before
     any model is loaded."""
 
-    output_format: ShowFormat
+    output_format: Output
     output: str
     dtype: Dtype
     colour: d.ColourChoice
     width: int | None
     values: bool
-    terminal_view: d.TerminalView
+    terminal_view: View | None  # None: panels when they fit the terminal, else the grid
     label_positions: bool
     aggregate: Aggregate | None
     top: TopHeads | None
@@ -102,11 +87,11 @@ class Presentation:
     def checked(
         cls,
         *,
-        output_format: ShowFormat,
+        output_format: Output | None,
         output: str,
         aggregate: Aggregate | None,
         choice: HeadChoice,
-        terminal_view: d.TerminalView,
+        terminal_view: View | None,
         label_positions: bool,
         values: bool,
         dtype: Dtype,
@@ -121,50 +106,35 @@ class Presentation:
         from attnviz.io import check_writable
 
         by_suffix = _format_of(output)
-        if output_format is ShowFormat.AUTO and by_suffix is not None:
+        if output_format is None and by_suffix is not None:
             output_format = by_suffix  # -o maps.npz writes npz
         elif by_suffix is not None and by_suffix is not output_format:
             raise UsageError(
-                f"--format {output_format.value} and the suffix of {output} ({by_suffix.value}) "
+                f"--format {output_format} and the suffix of {output} ({by_suffix.value}) "
                 "disagree: drop --format, or name the file for what it holds"
             )
         top = out.top_heads_for(choice, aggregate, detect)
-        if output_format is ShowFormat.AUTO:  # a picture was asked for, even into a pipe
-            picture = terminal_view is not d.TerminalView.AUTO or top is not None or values
+        if output_format is None:  # a picture was asked for, even into a pipe
+            picture = terminal_view is not None or top is not None or values
             # A file is no terminal, whatever stdout is: one that its suffix names no
             # format of gets data.
             onto_terminal = environment.stdout_is_terminal and output == d.STDIO
             terminal = onto_terminal or picture or label_positions
-            output_format = ShowFormat.TERMINAL if terminal else ShowFormat.NDJSON
-        if output_format is ShowFormat.TERMINAL and output != d.STDIO:
+            output_format = Output.TERMINAL if terminal else Output.NDJSON
+        if output_format is Output.TERMINAL and output != d.STDIO:
             raise UsageError(
                 "--output goes with a data --format; the terminal picture goes to stdout"
             )
-        drawn_only = [f"--color {colour.value}"] if colour is not d.ColourChoice.AUTO else []
-        drawn_only += ["--width"] if width is not None else []
-        if output_format is not ShowFormat.TERMINAL:
-            d.refuse_unused(drawn_only, "the terminal picture", f"{output_format.value} output")
-        viewed = terminal_view is not d.TerminalView.AUTO
-        for option, given in ((f"--view {terminal_view.value}", viewed), ("--values", values)):
-            if given and output_format is not ShowFormat.TERMINAL:
-                raise UsageError(
-                    f"{option} is for the terminal picture, not {output_format.value} output"
-                )
-        if top is not None and output_format not in (ShowFormat.TERMINAL, *_PICTURES):
-            raise UsageError(
-                "--top-heads chooses heads to draw; data holds the selected layers × heads "
-                "whole: pick them with --layer and --head (attnviz heads --sort ranks them)"
-            )
-        if dtype is not d.Dtype.FLOAT32 and output_format not in (*_STORED, ShowFormat.CSV):
-            raise UsageError(
-                f"--dtype {dtype.value} is for data (json, ndjson, npz, csv), not "
-                f"{output_format.value} output"
-            )
-        if label_positions and output_format in _STORED:
-            raise UsageError(
-                f"--label-positions labels pictures and csv; {output_format.value} keeps the "
-                "tokens as they are (a token's position is its index)"
-            )
+        given = {
+            f"--color {colour.value}": colour is not d.ColourChoice.AUTO,
+            "--width": width is not None,
+            f"--view {terminal_view}": terminal_view is not None,
+            "--values": values,
+            "--top-heads": top is not None,
+            "--label-positions": label_positions,
+            f"--dtype {dtype.value}": dtype is not d.Dtype.FLOAT32,
+        }
+        refuse_inapplicable([flag for flag, was in given.items() if was], [output_format])
         check_writable(output)  # before a model loads, or a generation runs for minutes
         return cls(
             output_format=output_format,
@@ -182,17 +152,16 @@ class Presentation:
 
     @property
     def is_terminal(self) -> bool:
-        return self.output_format is ShowFormat.TERMINAL
+        return self.output_format is Output.TERMINAL
 
     @property
     def drawn(self) -> bool:
         """A picture of the maps (the terminal's, a file's or the page), not their data."""
-        return self.output_format in (ShowFormat.TERMINAL, ShowFormat.HTML, *_PICTURES)
+        return self.output_format not in DATA
 
     def present(self, stream: Iterable[AttentionMaps], environment: Environment) -> None:
         """Each input's maps, as they come: pictures to the terminal, data, or one picture."""
         from attnviz.analysis.aggregate import aggregate as combine
-        from attnviz.choices import DataFormat
         from attnviz.cli import output as out
         from attnviz.cli.output import between_sentences
         from attnviz.io import write_maps
@@ -203,22 +172,18 @@ class Presentation:
             stream = (combine(maps, self.aggregate) for maps in stream)
         if self.label_positions:
             stream = (maps.with_positions() for maps in stream)
-        if self.output_format is ShowFormat.HTML:
-            from attnviz.choices import View
-
+        if self.output_format is Output.HTML:
             out.save_page(out.only_one(stream), View.MODEL, self.output)
             return
-        if self.output_format in _PICTURES:
-            from attnviz.choices import PictureFormat, View
+        if self.output_format in PICTURES:
             from attnviz.render.image import Style
 
-            picture = PictureFormat(self.output_format.value)
             maps = out.only_one(stream)
-            out.save_picture(maps, View.MODEL, picture, Style(), self.output, self.top)
+            out.save_picture(maps, View.MODEL, self.output_format, Style(), self.output, self.top)
             return
-        if self.output_format is not ShowFormat.TERMINAL:
+        if self.output_format is not Output.TERMINAL:
             stream = (maps.astype(self.dtype) for maps in stream)
-            write_maps(stream, DataFormat(self.output_format.value), self.output)
+            write_maps(stream, self.output_format, self.output)
             return
         out.draw(
             stream,
@@ -226,7 +191,7 @@ class Presentation:
             width=self.width,
             values=self.values,
             environment=environment,
-            view=self.terminal_view,
+            view=self.terminal_view or View.AUTO,
             top=self.top,
         )
 
@@ -245,11 +210,11 @@ def show(
     head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
     values: d.ValuesOption = False,
-    terminal_view: d.TerminalViewOption = d.TerminalView.AUTO,
+    terminal_view: d.TerminalViewOption = d.AUTO,
     label_positions: d.LabelPositionsOption = False,
     pair: d.PairOption = None,
     between: d.BetweenOption = None,
-    output_format: FormatOption = ShowFormat.AUTO,
+    output_format: FormatOption = d.AUTO,
     output: OutputOption = d.STDIO,
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     colour: d.ColourOption = d.ColourChoice.AUTO,

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Annotated
 
 import typer
 
+from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.outputs import PICTURES, output_for, output_of_file
 
 PROGRESS_SECONDS = 5  # between progress lines on stderr
 
@@ -62,10 +63,11 @@ def stats(
             "-f",
             metavar="FORMAT",
             case_sensitive=False,
+            callback=d.as_whole(Output),
             help="table: corpus means per head. json, csv: a row per (layer, head, "
             "statistic) with count, mean, std and the 5th, 50th and 95th percentiles.",
         ),
-    ] = d.TableFormat.TABLE,
+    ] = Output.TABLE,
     output: Annotated[
         str | None,
         typer.Option(
@@ -108,9 +110,7 @@ def stats(
         check_writable(output)
     chosen_picture = None
     if picture is not None:
-        from attnviz.render.image import picture_format
-
-        chosen_picture = picture_format(picture)
+        chosen_picture = output_of_file(picture, PICTURES)
         check_writable(picture)
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
     if engine is d.Engine.LOCAL:
@@ -191,40 +191,40 @@ def stats(
             stream.write(statistics_picture(corpus, chosen_picture, model_name))
 
 
-def _file_format(output: str, asked: d.TableFormat) -> d.TableFormat:
+def _file_format(output: str, asked: Output) -> Output:
     """The format of the statistics written to ``output``: its suffix's, json or csv."""
     from attnviz.errors import UsageError
 
-    suffix = os.path.splitext(output)[1].lower().lstrip(".")
-    by_suffix = {"json": d.TableFormat.JSON, "csv": d.TableFormat.CSV}.get(suffix)
-    if suffix in ("png", "svg", "pdf"):
+    by_suffix = output_for(output)
+    if by_suffix in PICTURES:
         raise UsageError(
             f"-o writes the statistics as data: draw the heatmaps with --picture {output}"
         )
-    if by_suffix is None:
-        if asked is d.TableFormat.TABLE:
+    if by_suffix not in (Output.JSON, Output.CSV):
+        if asked is Output.TABLE:
             raise UsageError(f"cannot tell the format of {output}: name it .json or .csv")
         return asked
-    if asked is not d.TableFormat.TABLE and asked is not by_suffix:
+    if asked is not Output.TABLE and asked is not by_suffix:
         raise UsageError(
-            f"--format {asked.value} and the suffix of {output} ({suffix}) disagree: pick one"
+            f"--format {asked.value} and the suffix of {output} ({by_suffix.value}) disagree: "
+            "pick one"
         )
     return by_suffix
 
 
 def _write(
-    corpus, output_format: d.TableFormat, environment: Environment, model: str, destination: str
+    corpus, output_format: Output, environment: Environment, model: str, destination: str
 ) -> None:
     from attnviz.cli import output as out
     from attnviz.io import dump_json, write_text
     from attnviz.schema import envelope
 
     rows = corpus.rows()
-    if output_format is d.TableFormat.JSON:
+    if output_format is Output.JSON:
         document = envelope({"model": model, "inputs": corpus.inputs, "heads": rows})
         write_text(dump_json(document), destination)
         return
-    if output_format is d.TableFormat.CSV:
+    if output_format is Output.CSV:
         import csv
         import io
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
@@ -29,9 +30,14 @@ def top(
     output_format: Annotated[
         d.ReportFormat,
         typer.Option(
-            "--format", "-f", metavar="FORMAT", case_sensitive=False, help="table (lines) or json."
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            case_sensitive=False,
+            callback=d.as_whole(Output),
+            help="table (lines) or json.",
         ),
-    ] = d.ReportFormat.TABLE,
+    ] = Output.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
@@ -62,7 +68,7 @@ def top(
     if aggregate is not None:
         maps = combine(maps, aggregate)
     blocks = top_keys(maps, k)
-    if output_format is d.ReportFormat.JSON:
+    if output_format is Output.JSON:
         out.write_stdout(dump_json(envelope({"maps": blocks})))
         return
     lines = []

@@ -27,12 +27,11 @@ import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.choices import PictureFormat, View
+from attnviz.choices import Output, View
 from attnviz.errors import UsageError, warn
 from attnviz.tokens import display_label
 
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
     from attnviz.maps import AttentionMaps, MapPanel
 
-SUFFIXES = {f".{picture.value}": picture for picture in PictureFormat}
 MAX_LABEL = 14  # characters of a token label before it is cut with an ellipsis
 VALUES_UP_TO = 16  # --values prints numbers in maps with at most this many rows and columns
 _INCH = 72  # points
@@ -52,14 +50,6 @@ _NOTE_ROOM = 0.35  # under the key labels, for the note of a picture in a given 
 _GRID_COLUMNS = 6  # heads per row when one layer's heads (or chosen heads) wrap
 MIN_LABEL_POINTS = 6.0  # token labels are never smaller: they are thinned instead
 _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
-
-
-def picture_format(path: str | Path) -> PictureFormat:
-    """png, svg or pdf from a file name; anything else is a usage error."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in SUFFIXES:
-        raise UsageError(f"cannot tell the picture format of {path}: name it .png, .svg or .pdf")
-    return SUFFIXES[suffix]
 
 
 def check_colormap(name: str) -> None:
@@ -249,7 +239,7 @@ def _axes_note(step: int) -> str:
     return note
 
 
-def _metadata(picture: PictureFormat) -> dict[str, Any]:
+def _metadata(picture: Output) -> dict[str, Any]:
     # Dates make two runs on the same input differ: leave them out.
     return {"png": {}, "svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}[
         picture
@@ -454,7 +444,7 @@ class HeadCanvas:
             self.title_rows = slice(top, bottom)
         self.titles[self.title.get_text()] = pixels[self.title_rows].copy()
 
-    def vector(self, matrix: np.ndarray, frame: Frame, title: str, picture: PictureFormat) -> bytes:
+    def vector(self, matrix: np.ndarray, frame: Frame, title: str, picture: Output) -> bytes:
         """The same picture drawn whole by matplotlib, for SVG and PDF."""
         self.frame_drawn = None  # the raster background no longer matches the artists
         animated = [self.image, self.title, *self._set_frame(frame), *self.values]
@@ -499,7 +489,7 @@ class Painter:
     def grid_picture(
         self,
         maps: AttentionMaps,
-        picture: PictureFormat,
+        picture: Output,
         style: Style,
         panels: Sequence[MapPanel] | None = None,
     ) -> bytes:
@@ -512,12 +502,12 @@ class Painter:
                 self.grids.pop(next(iter(self.grids)))
             self.grids[key] = GridCanvas(*key)
         canvas = self.grids[key]
-        if picture is PictureFormat.PNG:
+        if picture is Output.PNG:
             return canvas.png(maps, shown)
         return canvas.vector(maps, shown, picture)
 
     def head_picture(
-        self, maps: AttentionMaps, panel: MapPanel, picture: PictureFormat, style: Style
+        self, maps: AttentionMaps, panel: MapPanel, picture: Output, style: Style
     ) -> bytes:
         """One map of ``maps`` as picture bytes."""
         frame = Frame(
@@ -533,7 +523,7 @@ class Painter:
             len(frame.query_labels), len(frame.key_labels), style, label_chars
         )
         title = "" if style.title == "" else panel.title
-        if picture is PictureFormat.PNG:
+        if picture is Output.PNG:
             return canvas.png(panel.matrix, frame, title)
         return canvas.vector(panel.matrix, frame, title, picture)
 
@@ -541,7 +531,7 @@ class Painter:
         self,
         maps: AttentionMaps,
         view: View,
-        picture: PictureFormat,
+        picture: Output,
         style: Style,
         panels: Sequence[MapPanel] | None = None,
     ) -> Iterator[tuple[str, bytes]]:
@@ -567,7 +557,7 @@ class Painter:
         self,
         maps: AttentionMaps,
         view: View,
-        picture: PictureFormat,
+        picture: Output,
         style: Style,
         panels: Sequence[MapPanel],
     ) -> Iterator[tuple[str, bytes]]:
@@ -583,7 +573,7 @@ class Painter:
                 yield suffix, self.head_picture(maps, panel, picture, style)
 
     def _pictures(
-        self, maps: AttentionMaps, view: View, picture: PictureFormat, style: Style
+        self, maps: AttentionMaps, view: View, picture: Output, style: Style
     ) -> Iterator[tuple[str, bytes]]:
         layer_count = maps.weights.shape[0]
         if view is View.MODEL:
@@ -613,20 +603,20 @@ class Picture:
     """A picture's bytes: a notebook shows a PNG or an SVG picture inline."""
 
     data: bytes
-    format: PictureFormat
+    format: Output
 
     def __repr__(self) -> str:
         """Its kind and size: a notebook prints this beside the picture, not its bytes."""
         return f"<Picture {self.format.value}, {len(self.data):,} bytes>"
 
     def _repr_png_(self) -> bytes | None:
-        return self.data if self.format is PictureFormat.PNG else None
+        return self.data if self.format is Output.PNG else None
 
     def _repr_svg_(self) -> str | None:
-        return self.data.decode() if self.format is PictureFormat.SVG else None
+        return self.data.decode() if self.format is Output.SVG else None
 
 
-def one_picture(maps: AttentionMaps, view: View, picture: PictureFormat, style: Style) -> bytes:
+def one_picture(maps: AttentionMaps, view: View, picture: Output, style: Style) -> bytes:
     """The one picture of ``maps`` that ``view`` draws: the model view of any maps, the
     layer view of one layer's, the head view of one map."""
     layers, heads = maps.map_grid
@@ -965,9 +955,7 @@ class GridCanvas:
             artist.set_animated(False)
         return self.figure
 
-    def vector(
-        self, maps: AttentionMaps, panels: Sequence[MapPanel], picture: PictureFormat
-    ) -> bytes:
+    def vector(self, maps: AttentionMaps, panels: Sequence[MapPanel], picture: Output) -> bytes:
         figure = self.whole(maps, panels)
         try:
             out = io.BytesIO()
@@ -987,7 +975,7 @@ def _bar_label(style: Style) -> str:
     return "attention weight"
 
 
-def statistics_picture(corpus: CorpusStatistics, picture: PictureFormat, model: str) -> bytes:
+def statistics_picture(corpus: CorpusStatistics, picture: Output, model: str) -> bytes:
     """A layers × heads heatmap of each statistic's corpus mean, side by side."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -1,11 +1,11 @@
 """An interactive attention page: one self-contained HTML file, nothing fetched.
 
-Three views of the same maps, switched in the page: the head view (query tokens
-left, key tokens right, a line per pair whose opacity is the weight, a colour
-per head), the model view (every layer × head as a small heatmap) and the map
-view (one heatmap with its labels). Weights travel as 8-bit levels in base64
-(a weight is ``level / 255``, within 0.002 of the exact number) and are decoded
-in the browser; the script and the style are inlined from this package; a
+Three views of the same maps, switched in the page and named as the pictures'
+views: layer (one layer's heads as lines: query tokens left, key tokens right, a
+line per pair whose opacity is the weight, a colour per head), model (every layer ×
+head as a small heatmap) and head (one heatmap with its labels). Weights travel as
+8-bit levels in base64 (a weight is ``level / 255``, within 0.002 of the exact
+number) and are decoded in the browser; the script and the style are inlined from this package; a
 Content-Security-Policy forbids the page to load anything at all.
 
 Token text is data: it travels inside a JSON block in which ``<``, ``>`` and
@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.grid import pool_labels, pool_map
-from attnviz.choices import Aggregate, Mode, View
+from attnviz.choices import Aggregate, Mode, Output, View
+from attnviz.outputs import view_for
 from attnviz.render import palette
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 MAX_CELLS = 12_000_000  # all maps' cells together: about 16 MB of base64; more are pooled
 NOTEBOOK_CELLS = 1_500_000  # a notebook output stays small: about 2 MB
-_VIEWS = {View.HEAD: "map", View.LAYER: "head", View.MODEL: "model"}
 _POLICY = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
 
@@ -140,7 +140,7 @@ def page_html(
     maps: AttentionMaps, *, budget: int = MAX_CELLS, view: View = View.MODEL, title: str = ""
 ) -> str:
     """The whole page for ``maps`` as one string."""
-    data = page_data(maps, budget=budget, view=_VIEWS[view])
+    data = page_data(maps, budget=budget, view=view_for(view, Output.HTML).value)
     heading = title or f"{maps.model} · {maps.mode.value} attention"
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"

@@ -72,7 +72,7 @@
   }
   function setView(view) {
     state.view = view;
-    for (const name of ["head", "model", "map"]) {
+    for (const name of ["layer", "model", "head"]) {
       $(`view-${name}`).classList.toggle("shown", name === view);
       $(`tab-${name}`).setAttribute("aria-selected", String(name === view));
     }
@@ -83,12 +83,12 @@
     const rows = data.mode === "cross" ? "target tokens" : "query tokens";
     const cols = data.mode === "cross" ? "source tokens" : "key tokens";
     $("axes").textContent = `${data.model} · ${data.mode} attention · rows: ${rows}, columns: ${cols}`;
-    if (state.view === "head") drawLines();
+    if (state.view === "layer") drawLines();
     if (state.view === "model") drawGrid();
-    if (state.view === "map") drawMap();
+    if (state.view === "head") drawMap();
   }
 
-  // --- head view: lines from query tokens to key tokens --------------------------
+  // --- layer view: lines from query tokens to key tokens, a colour per head -------
   function drawLines() {
     const options = choices();
     const toggles = $("head-toggles");
@@ -199,7 +199,7 @@
         figure.addEventListener("click", () => {
           state.layer = layerIndex;
           state.head = row < layers.length ? k : (byLayer.get(layers[state.layer]) || []).length + k;
-          setView("map");
+          setView("head");
         });
         items.push(figure);
       });
@@ -208,7 +208,7 @@
     grid.replaceChildren(...items);
   }
 
-  // --- map view: one map with its labels ------------------------------------------
+  // --- head view: one map with its labels -----------------------------------------
   function drawMap() {
     const m = choices()[state.head];
     const weights = matrix(m.index);

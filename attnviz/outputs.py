@@ -1,0 +1,174 @@
+"""Every output attnviz writes, declared once, and every presentation option, declared
+once with the outputs it applies to.
+
+An output has a kind (a picture in the terminal, a table, data, a picture file, the
+interactive page), the file suffixes that name it and the views it can draw. Commands
+take a subset of :class:`~attnviz.choices.Output` for ``--format`` and of
+:class:`~attnviz.choices.View` for ``--view``; which option applies to which output is
+the table :data:`APPLIES_TO`, and :func:`refuse_inapplicable` words every "X applies to
+Y, not Z". Standard library and :mod:`attnviz.choices` only: the command line reads this
+module to declare its options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from attnviz.choices import Output, View, chosen
+from attnviz.errors import UsageError
+
+
+class Kind(StrEnum):
+    TERMINAL = "terminal"  # a picture drawn with characters, to stdout
+    TABLE = "table"  # rows for a person to read, to stdout
+    DATA = "data"  # the maps (or a command's results) as a document
+    PICTURE = "picture"  # a picture file
+    PAGE = "page"  # the interactive HTML page
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    kind: Kind
+    suffixes: tuple[str, ...]  # lower-case file suffixes that name this output
+    views: tuple[View, ...]  # the views it draws (none for data)
+    name: str  # how a message names it
+
+
+PICTURE_VIEWS = (View.HEAD, View.LAYER, View.MODEL)  # a picture's and the page's alike
+TERMINAL_VIEWS = (View.AUTO, View.PANELS, View.GRID)
+
+OUTPUTS: dict[Output, OutputSpec] = {
+    Output.TERMINAL: OutputSpec(Kind.TERMINAL, (), TERMINAL_VIEWS, "the terminal picture"),
+    Output.TABLE: OutputSpec(Kind.TABLE, (), (), "the table"),
+    Output.JSON: OutputSpec(Kind.DATA, (".json",), (), "json output"),
+    Output.NDJSON: OutputSpec(Kind.DATA, (".ndjson", ".jsonl"), (), "ndjson output"),
+    Output.NPZ: OutputSpec(Kind.DATA, (".npz",), (), "npz output"),
+    Output.CSV: OutputSpec(Kind.DATA, (".csv",), (), "csv output"),
+    Output.PNG: OutputSpec(Kind.PICTURE, (".png",), PICTURE_VIEWS, "a png picture"),
+    Output.SVG: OutputSpec(Kind.PICTURE, (".svg",), PICTURE_VIEWS, "an svg picture"),
+    Output.PDF: OutputSpec(Kind.PICTURE, (".pdf",), PICTURE_VIEWS, "a pdf picture"),
+    Output.HTML: OutputSpec(Kind.PAGE, (".html", ".htm"), PICTURE_VIEWS, "the interactive page"),
+}
+_BY_SUFFIX = {suffix: output for output, spec in OUTPUTS.items() for suffix in spec.suffixes}
+
+
+def of_kind(*kinds: Kind) -> tuple[Output, ...]:
+    """The outputs of these kinds, in declaration order."""
+    return tuple(output for output, spec in OUTPUTS.items() if spec.kind in kinds)
+
+
+PICTURES = of_kind(Kind.PICTURE)  # png, svg, pdf
+DATA = of_kind(Kind.DATA)  # json, ndjson, npz, csv
+
+
+def output_for(path: str | Path) -> Output | None:
+    """The output a file name says it holds (``maps.npz``: npz), or None."""
+    return _BY_SUFFIX.get(Path(path).suffix.lower())
+
+
+def suffixes_of(outputs: Iterable[Output]) -> str:
+    """``.png, .svg or .pdf``: the suffixes that name these outputs, for a message."""
+    names = [suffix for output in outputs for suffix in OUTPUTS[output].suffixes[:1]]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def output_of_file(path: str | Path, allowed: Iterable[Output]) -> Output:
+    """The output among ``allowed`` that the suffix of ``path`` names; any other suffix
+    is a usage error saying which ones are understood."""
+    allowed = tuple(allowed)
+    found = output_for(path)
+    if found not in allowed:
+        raise UsageError(f"cannot tell the format of {path}: name it {suffixes_of(allowed)}")
+    return found
+
+
+def view_for(view: View | str, output: Output) -> View:
+    """``view`` as one of the views ``output`` draws, or a usage error naming them."""
+    return chosen(View, view, "view", among=OUTPUTS[output].views)
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def describe(outputs: Iterable[Output]) -> str:
+    """How a message names some outputs: 'the terminal picture and png, svg and pdf
+    pictures', 'json and npz output', 'data (json, ndjson, npz, csv)'."""
+    outputs = set(outputs)
+    names = []
+    for kind in Kind:
+        some = [output for output in OUTPUTS if output in outputs and OUTPUTS[output].kind is kind]
+        values = _listed([output.value for output in some]) if some else ""
+        if not some:
+            continue
+        if kind is Kind.DATA:
+            names.append(
+                "data (json, ndjson, npz, csv)" if set(some) == set(DATA) else f"{values} output"
+            )
+        elif kind is Kind.PICTURE:
+            names.append(OUTPUTS[some[0]].name if len(some) == 1 else f"{values} pictures")
+        else:
+            names.append(OUTPUTS[some[0]].name)
+    return _listed(names)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The outputs an option does something for, and what to do instead elsewhere."""
+
+    outputs: frozenset[Output]
+    fix: str = "leave it out"
+
+
+_TERMINAL = Scope(frozenset({Output.TERMINAL}))
+_PICTURE_FILES = Scope(frozenset(PICTURES))
+_DRAWN = frozenset({Output.TERMINAL, *PICTURES})
+
+# Every presentation option and the outputs it applies to: given for any other output it
+# is a usage error, never dropped unsaid. --view VIEW applies where VIEW is drawn.
+APPLIES_TO: dict[str, Scope] = {
+    "--color": _TERMINAL,
+    "--width": _TERMINAL,
+    "--values": Scope(_DRAWN),
+    "--top-heads": Scope(
+        _DRAWN,
+        "it chooses heads to draw; data holds the selected layers × heads whole and the "
+        "page shows every head: pick them with --layer and --head",
+    ),
+    "--label-positions": Scope(
+        frozenset({*_DRAWN, Output.HTML, Output.CSV}),
+        "json, ndjson and npz keep the tokens as they are (a token's position is its index)",
+    ),
+    "--cmap": _PICTURE_FILES,
+    "--dpi": _PICTURE_FILES,
+    "--vmax": _PICTURE_FILES,
+    "--figsize": _PICTURE_FILES,
+    "--font-size": _PICTURE_FILES,
+    "--title": Scope(frozenset({*PICTURES, Output.HTML})),
+    "--no-title": Scope(frozenset({*PICTURES, Output.HTML})),
+    "--dtype": Scope(frozenset(DATA)),
+}
+
+
+def scope_of(flag: str) -> Scope:
+    """What the option ``flag`` (as the user wrote it: ``--view grid``) applies to."""
+    name, _, value = flag.partition(" ")
+    if name == "--view":
+        view = View(value)
+        return Scope(frozenset(o for o, spec in OUTPUTS.items() if view in spec.views))
+    return APPLIES_TO[name]
+
+
+def refuse_inapplicable(given: Iterable[str], outputs: Iterable[Output]) -> None:
+    """The first option ``given`` (flags as the user wrote them, ``--color always``) that
+    does nothing for any of ``outputs`` is a usage error: '--x applies to Y, not Z'."""
+    outputs = tuple(outputs)
+    for flag in given:
+        scope = scope_of(flag)
+        if scope.outputs.isdisjoint(outputs):
+            raise UsageError(
+                f"{flag} applies to {describe(scope.outputs)}, not {describe(outputs)}: {scope.fix}"
+            )

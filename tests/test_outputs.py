@@ -1,0 +1,114 @@
+"""The output registry: each output declared once with its suffixes and views, each
+presentation option with the outputs it applies to, and the commands held to it."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+from attnviz.choices import Output, View
+from attnviz.cli.app import app
+from attnviz.errors import UsageError
+from attnviz.outputs import (
+    OUTPUTS,
+    PICTURE_VIEWS,
+    PICTURES,
+    TERMINAL_VIEWS,
+    Kind,
+    describe,
+    output_for,
+    output_of_file,
+    refuse_inapplicable,
+    scope_of,
+    view_for,
+)
+
+
+def test_every_output_is_declared_once_and_no_suffix_names_two():
+    assert set(OUTPUTS) == set(Output)
+    suffixes = [suffix for spec in OUTPUTS.values() for suffix in spec.suffixes]
+    assert len(suffixes) == len(set(suffixes))
+    for output, spec in OUTPUTS.items():
+        for suffix in spec.suffixes:
+            assert output_for(f"some/Name{suffix.upper()}") is output
+    assert output_for("maps.gif") is None and output_for("maps") is None
+
+
+def test_every_view_is_drawn_somewhere_and_the_terminal_shares_none():
+    drawn = {view for spec in OUTPUTS.values() for view in spec.views}
+    assert drawn == set(View)
+    assert not set(TERMINAL_VIEWS) & set(PICTURE_VIEWS)
+    assert all(not spec.views for spec in OUTPUTS.values() if spec.kind is Kind.DATA)
+
+
+def test_the_page_names_its_views_as_the_pictures_do():
+    page = resources.files("attnviz.render").joinpath("page_assets", "page.html").read_text()
+    assert re.findall(r'data-view="(\w+)"', page) == ["layer", "model", "head"]
+    assert set(re.findall(r'data-view="(\w+)"', page)) == {view.value for view in PICTURE_VIEWS}
+
+
+def test_a_view_an_output_does_not_draw_is_refused_naming_those_it_does():
+    assert view_for("layer", Output.HTML) is View.LAYER
+    with pytest.raises(UsageError, match="unknown view 'grid': choose one of head, layer, model"):
+        view_for("grid", Output.PNG)
+
+
+def test_a_file_named_for_no_allowed_output_names_the_suffixes_that_are():
+    assert output_of_file("fig.PDF", PICTURES) is Output.PDF
+    with pytest.raises(UsageError, match=r"name it \.png, \.svg or \.pdf$"):
+        output_of_file("fig.html", PICTURES)
+
+
+@pytest.mark.parametrize("flag", ["--color always", "--width", "--values", "--top-heads",
+                                  "--label-positions", "--cmap", "--dpi", "--vmax", "--figsize",
+                                  "--font-size", "--title", "--no-title", "--dtype float16",
+                                  "--view grid", "--view head"])  # fmt: skip
+def test_an_option_is_refused_exactly_where_it_does_nothing(flag):
+    scope = scope_of(flag)
+    for output in Output:
+        if output in scope.outputs:
+            refuse_inapplicable([flag], [output])
+            continue
+        with pytest.raises(UsageError) as refused:
+            refuse_inapplicable([flag], [output])
+        assert str(refused.value).startswith(f"{flag} applies to {describe(scope.outputs)}, not ")
+    refuse_inapplicable([flag], list(Output))  # applies to one of several: not refused
+
+
+def test_several_outputs_are_named_together():
+    assert describe(PICTURES) == "png, svg and pdf pictures"
+    assert describe([Output.JSON, Output.NPZ]) == "json and npz output"
+    assert describe([Output.TERMINAL, Output.SVG]) == "the terminal picture and an svg picture"
+
+
+SHOW_OPTIONS = {
+    "--color always": ["--color", "always"],
+    "--width": ["--width", "60"],
+    "--values": ["--values"],
+    "--top-heads": ["--top-heads", "2"],
+    "--label-positions": ["--label-positions"],
+    "--dtype float16": ["--dtype", "float16"],
+    "--view grid": ["--view", "grid"],
+}
+SHOW_FORMATS = [
+    Output.TERMINAL, Output.JSON, Output.NDJSON, Output.NPZ, Output.CSV,
+    Output.HTML, Output.PNG, Output.SVG, Output.PDF,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("flag", SHOW_OPTIONS)
+def test_show_refuses_every_option_given_for_an_output_it_does_not_apply_to(runner, tmp_path, flag):
+    """The table is what the command obeys: each refusal one line, exit 2, nothing written."""
+    refused = [output for output in SHOW_FORMATS if output not in scope_of(flag).outputs]
+    assert refused
+    for output in refused:
+        file = OUTPUTS[output].suffixes  # data and pictures go to a file, if anywhere
+        target = ["-o", str(tmp_path / f"maps.{output.value}")] if file else []
+        arguments = ["show", "a b c", "-f", output.value, *target, *SHOW_OPTIONS[flag]]
+        result = runner.invoke(app, arguments)
+        assert result.exit_code == 2, (arguments, result.stderr)
+        assert result.stdout == "" and f"{flag} applies to" in result.stderr
+        assert len(result.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
