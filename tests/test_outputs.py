@@ -112,3 +112,20 @@ def test_show_refuses_every_option_given_for_an_output_it_does_not_apply_to(runn
         assert result.stdout == "" and f"{flag} applies to" in result.stderr
         assert len(result.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_render_refuses_what_it_dropped_before(runner, tmp_path):
+    """--title in the terminal and --color or --width with -o did nothing, unsaid."""
+    saved = tmp_path / "maps.json"
+    assert runner.invoke(app, ["show", "a b", "-o", str(saved)]).exit_code == 0
+    picture = str(tmp_path / "maps.png")
+    cases = [
+        (["--title", "T"], "--title applies to png, svg and pdf pictures and the interactive"),
+        (["-o", picture, "--color", "never"], "--color never applies to the terminal picture"),
+        (["-o", picture, "--width", "50"], "--width applies to the terminal picture, not a png"),
+    ]
+    for arguments, message in cases:
+        result = runner.invoke(app, ["render", str(saved), *arguments])
+        assert result.exit_code == 2 and result.stdout == "", result.stderr
+        assert message in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["maps.json"]
