@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs bench clean browser
+.PHONY: demo test quick lint docs bench clean browser
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(STAMP)
 # tests spread over every core (pytest-xdist).
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -n auto --dist loadgroup --cov --cov-report=term --cov-fail-under=90
+
+# A developer's quick run, under a minute: no Ray, no browser, none of the slow tests
+# (real processes and signals, the real models). CI runs everything.
+quick: $(STAMP)
+	$(BIN)/python -m pytest -n auto --dist loadgroup -q -m "not slow and not ray and not browser"
 
 # The interactive page's tests drive a real headless Chromium (Selenium, the system's
 # chromedriver; no browser download). Installed from Debian's packages where we are root.

@@ -9,6 +9,13 @@ from typer.testing import CliRunner
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
+def pytest_collection_modifyitems(items):
+    """Every test that drives the browser is marked so, whoever writes the next one."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+
+
 def pytest_runtest_setup(item):
     """A group's tests must share a worker (Ray's cluster, SmolLM2's loads): fail loudly
     where pytest-xdist stopped grouping them. SmolLM2's tests skip, saying why, where its

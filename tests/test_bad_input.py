@@ -102,6 +102,7 @@ def test_several_inputs_where_one_is_read_say_what_to_do_instead(runner, tmp_pat
     assert not picture.exists()
 
 
+@pytest.mark.slow
 def test_nul_bytes_and_escapes_are_data(tmp_path):
     text = "a\x00b \x1b[2J\x1b[31mred [bold]x[/bold] \u202eevil"
     result = run(["show", "-", "-f", "terminal", "--width", "200"], text.encode())
@@ -163,6 +164,7 @@ def test_a_folder_that_cannot_be_written(runner, tmp_path):
         (tmp_path / "locked").chmod(0o700)
 
 
+@pytest.mark.slow
 def test_a_model_folder_with_truncated_weights(runner, tmp_path):
     model = tiny_models.bert(tmp_path / "bert")
     weights = model / "model.safetensors"
@@ -191,6 +193,7 @@ def test_a_batch_with_bad_lines_records_them(runner, tmp_path):
     assert len(manifest) == 4
 
 
+@pytest.mark.slow
 def test_broken_pipes_end_quietly(tmp_path):
     source = tmp_path / "lines.txt"
     source.write_text("The man walked the dog\n" * 300)

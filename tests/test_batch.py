@@ -128,6 +128,7 @@ def test_sharded_runs_merge_without_clashes(runner, tmp_path):
     assert len(list(out.glob("*.json"))) == 6
 
 
+@pytest.mark.slow
 def test_jobs_give_the_same_files_and_leave_torch_threads_as_they_were(runner, tmp_path):
     import torch
 
@@ -181,6 +182,7 @@ def test_a_ctrl_c_while_an_input_is_recorded_waits_until_it_is_recorded_whole(in
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.slow
 def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path, interruptible):
     source = tmp_path / "inputs.txt"
     sentences = (SAMPLES / "sentences.txt").read_text().splitlines()

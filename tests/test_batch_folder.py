@@ -50,6 +50,7 @@ def _started(command, manifest):
     raise AssertionError(f"the batch did not start: {process.communicate()[1]}")
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_while_the_first_runs(runner, tmp_path):
     source = _inputs(tmp_path, 3000)
     out = tmp_path / "out"
@@ -74,6 +75,7 @@ def test_a_second_writer_is_refused_while_the_first_runs(runner, tmp_path):
         assert json.loads((out / name).read_text())["layers"] == [0]
 
 
+@pytest.mark.slow
 def test_the_same_shard_twice_at_once_is_refused_other_shards_share(runner, tmp_path):
     source = _inputs(tmp_path, 3000)
     out = tmp_path / "out"
@@ -93,6 +95,7 @@ def test_the_same_shard_twice_at_once_is_refused_other_shards_share(runner, tmp_
     assert not (out / FolderLock.NAME).exists()
 
 
+@pytest.mark.slow
 def test_a_killed_writer_leaves_its_folder_free(runner, tmp_path):
     source = _inputs(tmp_path, 3000)
     out = tmp_path / "out"

@@ -11,6 +11,7 @@ import pytest
 from attnviz.cli import app
 
 
+@pytest.mark.slow
 @pytest.mark.minilm
 def test_heads_of_minilm_has_72_rows_sorted(runner):
     result = runner.invoke(

@@ -66,6 +66,7 @@ def test_running_merge_is_chan_s_formula():
     assert left.std == pytest.approx(values.std(), abs=1e-12) == pytest.approx(whole.std)
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_the_heads_not_the_inputs():
     corpus = CorpusStatistics()
     extractor = attnviz.load()
@@ -76,6 +77,7 @@ def test_memory_is_bounded_by_the_heads_not_the_inputs():
     assert all(cell.running.count == 100 for cell in corpus.cells.values())
 
 
+@pytest.mark.slow
 def test_stats_through_the_cli(runner, tmp_path):
     source = tmp_path / "corpus.txt"
     source.write_text("\n".join(TEXTS[:3]) + "\n\nmore words here\n")
@@ -97,6 +99,7 @@ def test_stats_through_the_cli(runner, tmp_path):
     assert "entropy" in table.stdout and "top key" in table.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "extra"), [("stats.json", []), ("stats.txt", ["-f", "csv"])])
 def test_stats_writes_to_a_file_what_it_writes_to_stdout(runner, tmp_path, name, extra):
     source = tmp_path / "corpus.txt"

@@ -22,6 +22,7 @@ TERMINAL = Environment(stdout_is_terminal=True, stderr_is_terminal=False)
 SENTENCE = "The cat sat on the mat because the mat was warm"
 
 
+@pytest.mark.slow
 @pytest.mark.minilm
 def test_all_72_minilm_heads_fit_one_120_by_40_terminal(runner, snapshot, monkeypatch):
     monkeypatch.setenv("LINES", "40")

@@ -31,6 +31,7 @@ def drive(app: ExploreApp, *keys: str, size=(120, 36)):
     return asyncio.run(session())
 
 
+@pytest.mark.slow
 def test_arrows_move_between_heads_and_layers(tmp_path):
     app = explorer(tmp_path)
 
@@ -101,6 +102,7 @@ def test_g_shows_the_grid_show_draws_with_the_current_head_marked(tmp_path):
     asyncio.run(session())
 
 
+@pytest.mark.slow
 def test_export_writes_the_current_view(tmp_path):
     app = explorer(tmp_path)
     drive(app, "right", "e", "g", "e", "g", "m", "e", "m", "e", "m", "e")
@@ -112,6 +114,7 @@ def test_export_writes_the_current_view(tmp_path):
         assert path.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_a_new_sentence_is_computed_in_the_background(tmp_path):
     app = explorer(tmp_path)
     drive(app, "slash", *"I love you", "enter")
@@ -140,6 +143,7 @@ def test_a_terminal_resized_small_gets_the_message_at_once_and_back_the_map(tmp_
     assert seen == [True, False, False]
 
 
+@pytest.mark.slow
 @pytest.mark.minilm
 def test_all_72_heads_of_minilm_are_reachable(tmp_path):
     app = explorer(tmp_path, model="minilm")

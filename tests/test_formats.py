@@ -269,6 +269,7 @@ def run(command: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_ndjson_from_a_file_of_sentences_piped_to_head():
     result = run(f"{sys.executable} -m attnviz show - --format ndjson < {SENTENCES} | head -n 2")
     assert result.returncode == 0 and result.stderr == ""
@@ -306,6 +307,7 @@ def test_render_saves_a_picture_of_saved_maps(runner, tmp_path):
     assert picture.read_bytes().startswith(b"%PDF")
 
 
+@pytest.mark.slow
 def test_npz_bytes_are_the_same_for_the_same_maps_and_read_back_whole(tmp_path):
     import time
 

@@ -211,6 +211,7 @@ def test_output_paths_that_are_devices_links_or_kept_files(runner, tmp_path):
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_dev_stdout_reaches_stdout_in_a_real_process(tmp_path):
     import subprocess
     import sys
@@ -313,6 +314,7 @@ def test_show_picks_the_format_from_the_suffix_of_output(runner, tmp_path):
         ("models -f json > /dev/full", "No space left on device"),
     ],
 )
+@pytest.mark.slow
 def test_output_that_cannot_be_written_is_one_line_and_exit_1(shell, message):
     import subprocess
     import sys
@@ -324,6 +326,7 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_1(shell, message):
     assert result.stderr == f"attnviz: error: {message}\n"
 
 
+@pytest.mark.slow
 def test_text_that_is_not_utf8_and_an_ascii_locale(tmp_path):
     import os
     import subprocess
@@ -480,6 +483,7 @@ def test_a_stack_too_big_for_the_machine_is_refused_with_an_estimate(runner):
     assert "needs about 112.0 GiB for its weights alone" in result.stderr
 
 
+@pytest.mark.slow
 def test_jobs_give_the_very_numbers_show_gives(runner, tmp_path):
     source = tmp_path / "in.txt"
     text = " ".join(f"w{i}" for i in range(120))  # long enough for torch to use its threads
@@ -494,6 +498,7 @@ def test_jobs_give_the_very_numbers_show_gives(runner, tmp_path):
         assert json.loads(first.read_text())["weights"] == shown["weights"]
 
 
+@pytest.mark.slow
 def test_batch_runs_the_model_with_torchs_own_thread_count(runner, tmp_path, monkeypatch):
     # Fewer threads sum in another order (1.5e-7 apart on a many-core machine); on a
     # machine too small to show that, the thread count itself is the evidence.

@@ -64,6 +64,7 @@ def block_memory(rows: int | None, keys: int) -> int:
     return 10**9 if rows is None else rows * keys * 4 * fused_module._COPIES_PER_BLOCK
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows_per_block", [1, 7, None])
 @pytest.mark.parametrize(("family", "mode", "field"), CASES)
 def test_every_product_equals_the_same_product_of_eager_attention(

@@ -227,6 +227,7 @@ def test_weights_travel_as_eight_bit_levels_within_a_fifth_of_a_percent():
     assert not re.search(r"\d\.\d{3,}", page_html(maps).split("attnviz-data")[1][:2000])
 
 
+@pytest.mark.slow
 def test_a_document_too_large_for_a_page_is_pooled_and_says_so():
     rng = np.random.default_rng(0)
     weights = rng.random((6, 12, 700, 700), dtype=np.float32)

@@ -237,6 +237,7 @@ def test_minilm_hello_i_love_you():
     np.testing.assert_allclose(maps.weights, expected, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.minilm
 def test_show_minilm_through_the_cli(runner):
     result = runner.invoke(
@@ -290,6 +291,7 @@ def test_a_model_without_attention(tmp_path):
         attnviz.extract(TEXT, model=str(folder))
 
 
+@pytest.mark.slow
 @pytest.mark.minilm
 def test_loading_is_quiet_in_a_real_process():
     import subprocess
@@ -326,6 +328,7 @@ def test_models_says_how_to_install_a_missing_alias(runner, monkeypatch):
     assert result.stderr == expected
 
 
+@pytest.mark.slow
 def test_a_hub_id_loads_offline_from_the_cache_that_hf_home_names(tiny, tmp_path):
     """A real process, since huggingface_hub reads HF_HOME when it is imported."""
     import shutil

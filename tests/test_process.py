@@ -74,6 +74,7 @@ def run_shell(command: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_picture_piped_to_head_exits_cleanly():
     # ~1 MB of picture: far more than a pipe holds, so the writer meets a closed pipe.
     result = run_shell(
@@ -85,6 +86,7 @@ def test_picture_piped_to_head_exits_cleanly():
     assert result.stdout.startswith("builtin:")
 
 
+@pytest.mark.slow
 def test_a_pipe_gets_ndjson_and_head_ends_the_stream_cleanly():
     lines = "\n".join(["The man walked the dog"] * 50)
     result = run_shell(
@@ -97,6 +99,7 @@ def test_a_pipe_gets_ndjson_and_head_ends_the_stream_cleanly():
     assert len(records) == 2 and records[0]["schema_version"] == SCHEMA_VERSION
 
 
+@pytest.mark.slow
 def test_json_from_stdin_through_a_pipe():
     result = run_shell(
         f"printf 'The man walked the dog\\n' | {sys.executable} -m attnviz show - --format json"
@@ -112,6 +115,7 @@ def test_error_exit_code_reaches_the_shell():
     assert result.stderr == "attnviz: error: the text is empty: give some words to look at\n"
 
 
+@pytest.mark.slow
 def test_stdin_lines_are_answered_as_they_arrive():
     """The first record comes out before the second line has even been written."""
     process = subprocess.Popen(
@@ -171,6 +175,7 @@ def _start_batch(tmp_path, count: int) -> tuple[subprocess.Popen, Path]:
     return process, out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
 def test_a_killed_worker_fails_its_inputs_and_the_batch_goes_on(tmp_path):
     process, out = _start_batch(tmp_path, 60)
@@ -186,6 +191,7 @@ def test_a_killed_worker_fails_its_inputs_and_the_batch_goes_on(tmp_path):
     assert died and all("worker process rendering it died" in r["error"] for r in died)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
 def test_workers_die_with_their_batch_and_sigterm_cleans_up(tmp_path):
     process, out = _start_batch(tmp_path, 400)
@@ -209,6 +215,7 @@ def test_workers_die_with_their_batch_and_sigterm_cleans_up(tmp_path):
     assert alive == []
 
 
+@pytest.mark.slow
 def test_sigterm_while_streaming_to_a_file_leaves_no_temporary(tmp_path):
     target = tmp_path / "maps.ndjson"
     process = subprocess.Popen(

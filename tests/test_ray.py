@@ -21,7 +21,7 @@ import pytest
 
 from attnviz.cli import app
 
-pytestmark = pytest.mark.xdist_group("ray")
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 SENTENCES = [
     "Hello I love you",
     "The man walked the dog",

@@ -18,6 +18,7 @@ from tests.test_detectors import transformer_lens_score
 
 pytestmark = [
     pytest.mark.smollm2,
+    pytest.mark.slow,
     pytest.mark.xdist_group("smollm2"),
     pytest.mark.filterwarnings("ignore:converting:attnviz.errors.AttnvizWarning"),
 ]
