@@ -27,11 +27,83 @@ from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable
 
 if TYPE_CHECKING:
-    from attnviz.batch import Tally
+    from attnviz.batch import Outputs, Tally
     from attnviz.cli.settings import Job
 
 # What batch writes for every input: pictures, its maps as data, or the page.
 BatchFormat = d.some_of("BatchFormat", *PICTURES, Output.JSON, Output.NPZ, Output.HTML)
+
+
+SourceArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="INPUT",
+        help="A text file (a sentence per line), a JSONL file (objects with text and "
+        "optional target and id), or - for stdin.",
+    ),
+]
+FolderOption = Annotated[
+    Path,
+    typer.Option(
+        "--output", "-o", metavar="PATH", help="The folder to write into (created if needed)."
+    ),
+]
+FormatsOption = Annotated[
+    list[BatchFormat] | None,
+    typer.Option(
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        case_sensitive=False,
+        callback=d.as_whole(Output),
+        help="png, svg, pdf, json, npz or html (the interactive page); repeat for several. "
+        "Default: png.",
+    ),
+]
+ResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Finish an earlier batch in this folder: skip the inputs its manifest records "
+        "as done for the same request, files intact; redo the rest.",
+    ),
+]
+OverwriteOption = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Start again in a folder that holds an earlier batch: the files its "
+        "manifests record are removed first.",
+    ),
+]
+JobsOption = Annotated[
+    int,
+    typer.Option(
+        "--jobs",
+        "-j",
+        metavar="N",
+        min=1,
+        max=64,
+        help="Worker processes for rendering; with --engine ray, Ray workers, each holding "
+        "the model.",
+    ),
+]
+ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        metavar="K/N",
+        help="K/N: process only the K-th of N interleaved slices of the input (input i "
+        "belongs to slice i mod N + 1); the manifest is then manifest-K-of-N.jsonl.",
+    ),
+]
+BatchSizeOption = Annotated[
+    int,
+    typer.Option(
+        "--batch-size", metavar="N", min=1, max=1024, help="Inputs per forward pass of a model."
+    ),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no summary.")]
 
 
 @model_settings
@@ -39,77 +111,16 @@ BatchFormat = d.some_of("BatchFormat", *PICTURES, Output.JSON, Output.NPZ, Outpu
 @head_choice
 @with_environment
 def batch(
-    source: Annotated[
-        str,
-        typer.Argument(
-            metavar="INPUT",
-            help="A text file (a sentence per line), a JSONL file (objects with text and "
-            "optional target and id), or - for stdin.",
-        ),
-    ],
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output", "-o", metavar="PATH", help="The folder to write into (created if needed)."
-        ),
-    ],
-    formats: Annotated[
-        list[BatchFormat] | None,
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            case_sensitive=False,
-            callback=d.as_whole(Output),
-            help="png, svg, pdf, json, npz or html (the interactive page); repeat for several. "
-            "Default: png.",
-        ),
-    ] = None,
+    source: SourceArgument,
+    output: FolderOption,
+    formats: FormatsOption = None,
     view: d.ViewOption = View.HEAD,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume",
-            help="Finish an earlier batch in this folder: skip the inputs its manifest records "
-            "as done for the same request, files intact; redo the rest.",
-        ),
-    ] = False,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite",
-            help="Start again in a folder that holds an earlier batch: the files its "
-            "manifests record are removed first.",
-        ),
-    ] = False,
-    jobs: Annotated[
-        int,
-        typer.Option(
-            "--jobs",
-            "-j",
-            metavar="N",
-            min=1,
-            max=64,
-            help="Worker processes for rendering; with --engine ray, Ray workers, each holding "
-            "the model.",
-        ),
-    ] = 1,
-    shard: Annotated[
-        str | None,
-        typer.Option(
-            "--shard",
-            metavar="K/N",
-            help="K/N: process only the K-th of N interleaved slices of the input (input i "
-            "belongs to slice i mod N + 1); the manifest is then manifest-K-of-N.jsonl.",
-        ),
-    ] = None,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size", metavar="N", min=1, max=1024, help="Inputs per forward pass of a model."
-        ),
-    ] = 16,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no summary.")] = False,
+    resume: ResumeOption = False,
+    overwrite: OverwriteOption = False,
+    jobs: JobsOption = 1,
+    shard: ShardOption = None,
+    batch_size: BatchSizeOption = 16,
+    quiet: QuietOption = False,
     engine: d.EngineOption = d.Engine.LOCAL,
     ray_address: d.RayAddressOption = None,
     cpus_per_worker: d.CpusPerWorkerOption = 1,
@@ -147,21 +158,11 @@ def batch(
     )
     from attnviz.cli.output import top_heads_for
     from attnviz.cli.settings import request
-    from attnviz.errors import AttnvizError, UsageError
+    from attnviz.errors import UsageError
 
     formats = tuple(dict.fromkeys(formats or [Output.PNG]))
     d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
-    if engine is d.Engine.LOCAL and jobs != 1 and set(formats) <= set(DATA):
-        d.refuse_unused(
-            ["--jobs"],
-            "pictures and pages (drawn in worker processes) or --engine ray",
-            describe(formats),
-            "leave it out: data is written as the model reads",
-        )
-    given = [*picture.given(), *choice.given()]
-    given += ["--label-positions"] if label_positions else []
-    given += [f"--dtype {dtype.value}"] if dtype is not d.Dtype.FLOAT32 else []
-    refuse_inapplicable(given, formats)
+    _check_applicable(formats, engine, jobs, picture, choice, label_positions, dtype)
     style = picture.style()
     top = top_heads_for(choice, aggregate)
     slice_ = parse_shard(shard) if shard else None
@@ -201,14 +202,7 @@ def batch(
 
         session = ray_session(ray_address)
     with session:
-        try:
-            output.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise AttnvizError(f"cannot create the folder {output}: {error.strerror}") from None
-        try:  # can files be written here? (without touching anything that is there)
-            tempfile.TemporaryFile(dir=output).close()
-        except OSError as error:
-            raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
+        _writable_folder(output)
         with FolderLock(output, slice_):
             folder = plan()
             started = time.monotonic()
@@ -217,24 +211,74 @@ def batch(
                 with ProgressReport(quiet, environment) as report:
                     common = {"plan": folder, "batch_size": batch_size, "progress": report}
                     if engine is d.Engine.RAY:
-                        from attnviz import distributed
-
-                        workers = distributed.Workers(jobs, cpus_per_worker, gpus_per_worker)
-                        distributed.run_batch(
-                            inputs,
-                            asked.spec,
-                            asked.request,
-                            outputs,
-                            workers=workers,
-                            tally=tally,
-                            **common,
-                        )
+                        workers = (jobs, cpus_per_worker, gpus_per_worker)
+                        _on_ray(inputs, asked, outputs, workers, tally, common)
                     else:
                         extract = _extractor(asked, environment)
                         run_batch(inputs, extract, outputs, jobs=jobs, tally=tally, **common)
             finally:  # after the progress bar is gone, so that the summary stays on screen
                 if not quiet:
                     _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
+
+
+def _check_applicable(
+    formats: tuple[Output, ...],
+    engine: d.Engine,
+    jobs: int,
+    picture: PictureSettings,
+    choice: HeadChoice,
+    label_positions: bool,
+    dtype: d.Dtype,
+) -> None:
+    """Options that would do nothing for these formats are refused, not dropped."""
+    if engine is d.Engine.LOCAL and jobs != 1 and set(formats) <= set(DATA):
+        d.refuse_unused(
+            ["--jobs"],
+            "pictures and pages (drawn in worker processes) or --engine ray",
+            describe(formats),
+            "leave it out: data is written as the model reads",
+        )
+    given = [*picture.given(), *choice.given()]
+    given += ["--label-positions"] if label_positions else []
+    given += [f"--dtype {dtype.value}"] if dtype is not d.Dtype.FLOAT32 else []
+    refuse_inapplicable(given, formats)
+
+
+def _on_ray(
+    inputs: list,
+    asked: Job,
+    outputs: Outputs,
+    workers: tuple[int, int, float],
+    tally: Tally,
+    common: dict,
+) -> None:
+    """The batch on Ray workers: ``workers`` is (how many, CPUs and GPUs each)."""
+    from attnviz import distributed
+
+    distributed.run_batch(
+        inputs,
+        asked.spec,
+        asked.request,
+        outputs,
+        workers=distributed.Workers(*workers),
+        tally=tally,
+        **common,
+    )
+
+
+def _writable_folder(output: Path) -> None:
+    """The output folder, made if needed, and files can be written in it (checked without
+    touching anything that is there)."""
+    from attnviz.errors import AttnvizError
+
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise AttnvizError(f"cannot create the folder {output}: {error.strerror}") from None
+    try:
+        tempfile.TemporaryFile(dir=output).close()
+    except OSError as error:
+        raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
 
 
 def _extractor(asked: Job, environment: Environment) -> Callable[[list], list]:
