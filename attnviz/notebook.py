@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Aggregate, Output, View, chosen
 from attnviz.errors import UsageError
-from attnviz.outputs import view_for
+from attnviz.outputs import DATA, PICTURES, output_of_file, view_for
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadStatistics
@@ -25,7 +25,7 @@ def page(maps: AttentionMaps, view: View | str) -> str:
     """The interactive page, opening on ``view`` (head, layer or model) as export's."""
     from attnviz.render.page import page_html
 
-    return page_html(maps, view=view_for(view, Output.HTML))
+    return page_html(maps, view=view)
 
 
 def framed_page(maps: AttentionMaps) -> str:
@@ -61,8 +61,6 @@ def picture(
     drawn = Style(**style)
     check_colormap(drawn.cmap)
     selected = maps._picked(layer, head)
-    from attnviz.outputs import PICTURES
-
     kind = chosen(Output, format, "picture format", among=PICTURES)
     return Picture(one_picture(selected, view_for(view, kind), kind, drawn), kind)
 
@@ -77,7 +75,6 @@ def save(
 ) -> None:
     """The maps written in the format of the suffix of ``path``, as ``-o`` writes it."""
     from attnviz.io import open_output, write_maps, write_text
-    from attnviz.outputs import DATA, PICTURES, output_of_file
 
     output = output_of_file(path, (*PICTURES, Output.HTML, *DATA))
     if output in PICTURES:

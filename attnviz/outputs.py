@@ -69,10 +69,14 @@ def output_for(path: str | Path) -> Output | None:
     return _BY_SUFFIX.get(Path(path).suffix.lower())
 
 
+def _listed(names: list[str], conjunction: str = "and") -> str:
+    """'a, b and c' (or 'a, b or c'), for a message."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {conjunction} {names[-1]}"
+
+
 def suffixes_of(outputs: Iterable[Output]) -> str:
     """``.png, .svg or .pdf``: the suffixes that name these outputs, for a message."""
-    names = [suffix for output in outputs for suffix in OUTPUTS[output].suffixes[:1]]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return _listed([OUTPUTS[output].suffixes[0] for output in outputs], "or")
 
 
 def output_of_file(path: str | Path, allowed: Iterable[Output]) -> Output:
@@ -90,10 +94,6 @@ def view_for(view: View | str, output: Output) -> View:
     return chosen(View, view, "view", among=OUTPUTS[output].views)
 
 
-def _listed(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
 def describe(outputs: Iterable[Output]) -> str:
     """How a message names some outputs: 'the terminal picture and png, svg and pdf
     pictures', 'json and npz output', 'data (json, ndjson, npz, csv)'."""
@@ -101,9 +101,9 @@ def describe(outputs: Iterable[Output]) -> str:
     names = []
     for kind in Kind:
         some = [output for output in OUTPUTS if output in outputs and OUTPUTS[output].kind is kind]
-        values = _listed([output.value for output in some]) if some else ""
         if not some:
             continue
+        values = _listed([output.value for output in some])
         if kind is Kind.DATA:
             names.append(
                 "data (json, ndjson, npz, csv)" if set(some) == set(DATA) else f"{values} output"

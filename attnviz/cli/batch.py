@@ -48,18 +48,10 @@ FolderOption = Annotated[
         "--output", "-o", metavar="PATH", help="The folder to write into (created if needed)."
     ),
 ]
-FormatsOption = Annotated[
+FormatsOption = d.format_option(
     list[BatchFormat] | None,
-    typer.Option(
-        "--format",
-        "-f",
-        metavar="FORMAT",
-        case_sensitive=False,
-        callback=d.as_whole(Output),
-        help="png, svg, pdf, json, npz or html (the interactive page); repeat for several. "
-        "Default: png.",
-    ),
-]
+    "png, svg, pdf, json, npz or html (the interactive page); repeat for several. Default: png.",
+)
 ResumeOption = Annotated[
     bool,
     typer.Option(

@@ -75,6 +75,24 @@ def as_whole(vocabulary: type[StrEnum]) -> Callable[[Any], Any]:
     return whole
 
 
+def format_option(choices: Any, help: str, **more: Any) -> Any:
+    """The --format (-f) option of a command that writes ``choices`` (some of Output, or
+    a list of them): declared here once, each command giving its choices and help. The
+    command gets Output members, and None for ``auto``."""
+    return Annotated[
+        choices,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            case_sensitive=False,
+            callback=as_whole(Output),
+            help=help,
+            **more,
+        ),
+    ]
+
+
 TableFormat = some_of("TableFormat", Output.TABLE, Output.JSON, Output.CSV)  # heads, stats
 ReportFormat = some_of("ReportFormat", Output.TABLE, Output.JSON)  # explain, top, diff, models
 PictureView = some_of("PictureView", *PICTURE_VIEWS)

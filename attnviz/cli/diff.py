@@ -11,6 +11,11 @@ from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
+FormatOption = d.format_option(
+    d.ReportFormat,
+    "table or json.",
+)
+
 
 @model_settings
 @with_environment
@@ -42,17 +47,7 @@ def diff(
             help="Exit with code 4 when any head's divergence is above this (for CI).",
         ),
     ] = None,
-    output_format: Annotated[
-        d.ReportFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            case_sensitive=False,
-            callback=d.as_whole(Output),
-            help="table or json.",
-        ),
-    ] = Output.TABLE,
+    output_format: FormatOption = Output.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:

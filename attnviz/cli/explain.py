@@ -11,6 +11,11 @@ from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
+FormatOption = d.format_option(
+    d.ReportFormat,
+    "table: the walk-through. json: every intermediate matrix by name.",
+)
+
 
 @model_settings
 @with_environment
@@ -24,17 +29,7 @@ def explain(
     head: Annotated[
         str, typer.Option("--head", metavar="HEADS", help="The head to walk through.")
     ] = "0",
-    output_format: Annotated[
-        d.ReportFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            case_sensitive=False,
-            callback=d.as_whole(Output),
-            help="table: the walk-through. json: every intermediate matrix by name.",
-        ),
-    ] = Output.TABLE,
+    output_format: FormatOption = Output.TABLE,
     model: d.ModelOption = d.BUILTIN,
     query: Annotated[
         int | None,

@@ -18,6 +18,11 @@ from attnviz.cli.settings import (
     row_products,
 )
 
+FormatOption = d.format_option(
+    d.TableFormat,
+    "table, json or csv.",
+)
+
 
 @model_settings
 @row_products
@@ -48,17 +53,7 @@ def heads(
         int | None,
         typer.Option("--top", metavar="N", min=1, help="Only the first N rows, after sorting."),
     ] = None,
-    output_format: Annotated[
-        d.TableFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            case_sensitive=False,
-            callback=d.as_whole(Output),
-            help="table, json or csv.",
-        ),
-    ] = Output.TABLE,
+    output_format: FormatOption = Output.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
     products: MapProducts = NO_PRODUCTS,

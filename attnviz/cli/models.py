@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
 from attnviz.choices import Output
-from attnviz.cli.declarations import ColourChoice, ReportFormat, as_whole
+from attnviz.cli import declarations as d
+from attnviz.cli.declarations import ColourChoice
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+
+FormatOption = d.format_option(
+    d.ReportFormat,
+    "table, or json for scripts.",
+)
 
 
 @with_environment
 def models(
-    output_format: Annotated[
-        ReportFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            case_sensitive=False,
-            callback=as_whole(Output),
-            help="table, or json for scripts.",
-        ),
-    ] = Output.TABLE,
+    output_format: FormatOption = Output.TABLE,
     environment: Environment = NO_TERMINAL,
 ) -> None:
     """List the model aliases and the models usable offline right now.

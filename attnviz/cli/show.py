@@ -38,22 +38,15 @@ def _format_of(output: str) -> Output | None:
     return None if output == d.STDIO else output_for(output)
 
 
-FormatOption = Annotated[
+FormatOption = d.format_option(
     ShowFormat,
-    typer.Option(
-        "--format",
-        "-f",
-        metavar="FORMAT",
-        case_sensitive=False,
-        callback=d.as_whole(Output),
-        rich_help_panel=d.OUTPUT_PANEL,
-        help="terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
-        "line, streamed. npz: numpy arrays. csv: a row per weight. html: the interactive page. "
-        "png, svg, pdf: the model view as export draws it. auto: what the suffix of --output "
-        "says, else terminal when stdout is a terminal (and no --output) or --view, --values, "
-        "--top-heads or --label-positions asks for a picture, else ndjson.",
-    ),
-]
+    "terminal: heatmaps. json: one AttentionMaps document. ndjson: one document per "
+    "line, streamed. npz: numpy arrays. csv: a row per weight. html: the interactive page. "
+    "png, svg, pdf: the model view as export draws it. auto: what the suffix of --output "
+    "says, else terminal when stdout is a terminal (and no --output) or --view, --values, "
+    "--top-heads or --label-positions asks for a picture, else ndjson.",
+    rich_help_panel=d.OUTPUT_PANEL,
+)
 OutputOption = Annotated[
     str,
     typer.Option(

@@ -17,6 +17,13 @@ from attnviz.outputs import PICTURES, output_for, output_of_file
 PROGRESS_SECONDS = 5  # between progress lines on stderr
 
 
+FormatOption = d.format_option(
+    d.TableFormat,
+    "table: corpus means per head. json, csv: a row per (layer, head, "
+    "statistic) with count, mean, std and the 5th, 50th and 95th percentiles.",
+)
+
+
 @model_settings
 @with_environment
 def stats(
@@ -56,18 +63,7 @@ def stats(
     ] = None,
     cpus_per_worker: d.CpusPerWorkerOption = 1,
     gpus_per_worker: d.GpusPerWorkerOption = 0.0,
-    output_format: Annotated[
-        d.TableFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            case_sensitive=False,
-            callback=d.as_whole(Output),
-            help="table: corpus means per head. json, csv: a row per (layer, head, "
-            "statistic) with count, mean, std and the 5th, 50th and 95th percentiles.",
-        ),
-    ] = Output.TABLE,
+    output_format: FormatOption = Output.TABLE,
     output: Annotated[
         str | None,
         typer.Option(

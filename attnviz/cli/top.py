@@ -11,6 +11,11 @@ from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 
+FormatOption = d.format_option(
+    d.ReportFormat,
+    "table (lines) or json.",
+)
+
 
 @model_settings
 @with_environment
@@ -27,17 +32,7 @@ def top(
     k: Annotated[
         int, typer.Option("-k", metavar="N", min=1, help="Key tokens per query token.")
     ] = 3,
-    output_format: Annotated[
-        d.ReportFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            case_sensitive=False,
-            callback=d.as_whole(Output),
-            help="table (lines) or json.",
-        ),
-    ] = Output.TABLE,
+    output_format: FormatOption = Output.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:

@@ -137,9 +137,14 @@ def _script_json(data: dict) -> str:
 
 
 def page_html(
-    maps: AttentionMaps, *, budget: int = MAX_CELLS, view: View = View.MODEL, title: str = ""
+    maps: AttentionMaps,
+    *,
+    budget: int = MAX_CELLS,
+    view: View | str = View.MODEL,
+    title: str = "",
 ) -> str:
-    """The whole page for ``maps`` as one string."""
+    """The whole page for ``maps`` as one string, opening on ``view`` (head, layer or
+    model; any other is a usage error)."""
     data = page_data(maps, budget=budget, view=view_for(view, Output.HTML).value)
     heading = title or f"{maps.model} · {maps.mode.value} attention"
     return (
