@@ -117,10 +117,13 @@ def describe(outputs: Iterable[Output]) -> str:
 
 @dataclass(frozen=True)
 class Scope:
-    """The outputs an option does something for, and what to do instead elsewhere."""
+    """The outputs an option does something for, and what to do instead elsewhere; and
+    where it does something in only some of their views, those views."""
 
     outputs: frozenset[Output]
     fix: str = "leave it out"
+    views: frozenset[View] | None = None  # None: every view of those outputs
+    views_fix: str = "leave it out"
 
 
 _TERMINAL = Scope(frozenset({Output.TERMINAL}))
@@ -132,7 +135,13 @@ _DRAWN = frozenset({Output.TERMINAL, *PICTURES})
 APPLIES_TO: dict[str, Scope] = {
     "--color": _TERMINAL,
     "--width": _TERMINAL,
-    "--values": Scope(_DRAWN),
+    "--values": Scope(
+        _DRAWN,
+        # auto: panels when they fit the terminal (the grid then says it has no numbers)
+        views=frozenset({View.HEAD, View.PANELS, View.AUTO}),
+        views_fix="numbers are printed in one whole map: --view head in a picture, panels "
+        "in the terminal",
+    ),
     "--top-heads": Scope(
         _DRAWN,
         "it chooses heads to draw; data holds the selected layers × heads whole and the "
@@ -162,13 +171,25 @@ def scope_of(flag: str) -> Scope:
     return APPLIES_TO[name]
 
 
-def refuse_inapplicable(given: Iterable[str], outputs: Iterable[Output]) -> None:
+def refuse_inapplicable(
+    given: Iterable[str], outputs: Iterable[Output], view: View | None = None
+) -> None:
     """The first option ``given`` (flags as the user wrote them, ``--color always``) that
-    does nothing for any of ``outputs`` is a usage error: '--x applies to Y, not Z'."""
+    does nothing for any of ``outputs``, drawn in ``view`` where they draw it, is a usage
+    error: '--x applies to Y, not Z'."""
     outputs = tuple(outputs)
     for flag in given:
         scope = scope_of(flag)
         if scope.outputs.isdisjoint(outputs):
             raise UsageError(
                 f"{flag} applies to {describe(scope.outputs)}, not {describe(outputs)}: {scope.fix}"
+            )
+        drawn_in_view = [output for output in outputs if view in OUTPUTS[output].views]
+        if scope.views is None or view is None or view in scope.views or not drawn_in_view:
+            continue
+        if scope.outputs.isdisjoint(set(outputs) - set(drawn_in_view)):
+            views = [v.value for v in View if v in scope.views and v is not View.AUTO]
+            raise UsageError(
+                f"{flag} applies to the {_listed(views)} view{'s' * (len(views) > 1)}, not the "
+                f"{view} view: {scope.views_fix}"
             )

@@ -129,3 +129,70 @@ def test_render_refuses_what_it_dropped_before(runner, tmp_path):
         assert result.exit_code == 2 and result.stdout == "", result.stderr
         assert message in result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["maps.json"]
+
+
+def test_values_applies_only_to_views_that_draw_a_whole_map():
+    """Numbers are printed in one map (a picture's head view, the terminal's panels);
+    in the grid views they were dropped unsaid."""
+    for output, view in [(Output.PNG, View.HEAD), (Output.TERMINAL, View.PANELS),
+                         (Output.TERMINAL, View.AUTO), (Output.JSON, View.MODEL)]:  # fmt: skip
+        if output in scope_of("--values").outputs:
+            refuse_inapplicable(["--values"], [output], view)
+    for output, view in [(Output.PNG, View.MODEL), (Output.SVG, View.LAYER),
+                         (Output.TERMINAL, View.GRID)]:  # fmt: skip
+        with pytest.raises(UsageError, match=f"--values applies to the panels and head views, "
+                                             f"not the {view} view: "):  # fmt: skip
+            refuse_inapplicable(["--values"], [output], view)
+    # A batch writing data beside its pictures: --values still does nothing in the model view.
+    with pytest.raises(UsageError, match="not the model view"):
+        refuse_inapplicable(["--values"], [Output.JSON, Output.PNG], View.MODEL)
+    refuse_inapplicable(["--values"], [Output.JSON, Output.PNG], View.HEAD)
+
+
+def test_every_command_refuses_values_where_its_picture_has_no_numbers(runner, tmp_path):
+    saved = tmp_path / "maps.json"
+    assert runner.invoke(app, ["show", "a b", "-o", str(saved)]).exit_code == 0
+    sentences = tmp_path / "in.txt"
+    sentences.write_text("a b\n")
+    picture = str(tmp_path / "maps.png")
+    commands = [
+        ["show", "a b", "--view", "grid"],
+        ["show", "a b", "-f", "png", "-o", picture],
+        ["export", "a b", "-o", picture],
+        ["export", "a b", "-o", picture, "--view", "layer", "--layer", "0"],
+        ["render", str(saved), "-o", picture],
+        ["render", str(saved), "--view", "grid"],
+        ["batch", str(sentences), "-o", str(tmp_path / "out"), "-f", "png", "--view", "model"],
+    ]
+    for arguments in commands:
+        result = runner.invoke(app, [*arguments, "--values"])
+        assert result.exit_code == 2 and result.stdout == "", (arguments, result.stderr)
+        assert "--values applies to the panels and head views, not the " in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "maps.json"]
+
+
+def test_values_prints_numbers_in_a_head_picture_and_says_when_a_map_is_too_large(runner, tmp_path):
+    one = ["--view", "head", "--layer", "0", "--head", "0"]
+    plain, numbered = tmp_path / "plain.svg", tmp_path / "numbered.svg"
+    assert runner.invoke(app, ["export", "a b", "-o", str(plain), *one]).exit_code == 0
+    result = runner.invoke(app, ["export", "a b", "-o", str(numbered), *one, "--values"])
+    assert result.exit_code == 0 and result.stderr == ""
+    assert numbered.read_bytes() != plain.read_bytes()
+    long_input = " ".join(["word"] * 20)
+    result = runner.invoke(app, ["export", long_input, "-o", str(plain), *one, "--values"])
+    assert result.exit_code == 0
+    assert "--values: a 20 × 20 map is drawn without numbers" in result.stderr
+
+
+def test_the_grid_the_terminal_falls_back_to_says_it_has_no_numbers(runner, monkeypatch):
+    from attnviz.cli.output import Environment
+
+    monkeypatch.setenv("LINES", "10")  # the panels do not fit: auto draws the grid
+    arguments = ["show", "Hello I love you", "--width", "120", "--color", "never"]
+    terminal = Environment(stdout_is_terminal=True, stderr_is_terminal=False)
+    plain = runner.invoke(app, arguments, obj=terminal)
+    numbered = runner.invoke(app, [*arguments, "--values"], obj=terminal)
+    assert plain.exit_code == numbered.exit_code == 0
+    assert "╭" not in numbered.stdout and "--values" not in plain.stdout
+    note = "--values: thumbnails have no numbers (--view panels prints them)"
+    assert numbered.stdout.replace(note + "\n", "") == plain.stdout

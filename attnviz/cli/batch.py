@@ -154,7 +154,7 @@ def batch(
 
     formats = tuple(dict.fromkeys(formats or [Output.PNG]))
     d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
-    _check_applicable(formats, engine, jobs, picture, choice, label_positions, dtype)
+    _check_applicable(formats, view, engine, jobs, picture, choice, label_positions, dtype)
     style = picture.style()
     top = top_heads_for(choice, aggregate)
     slice_ = parse_shard(shard) if shard else None
@@ -215,6 +215,7 @@ def batch(
 
 def _check_applicable(
     formats: tuple[Output, ...],
+    view: View,
     engine: d.Engine,
     jobs: int,
     picture: PictureSettings,
@@ -233,7 +234,7 @@ def _check_applicable(
     given = [*picture.given(), *choice.given()]
     given += ["--label-positions"] if label_positions else []
     given += [f"--dtype {dtype.value}"] if dtype is not d.Dtype.FLOAT32 else []
-    refuse_inapplicable(given, formats)
+    refuse_inapplicable(given, formats, view)
 
 
 def _on_ray(

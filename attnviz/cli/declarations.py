@@ -552,7 +552,11 @@ AggregateOption = Annotated[
 ]
 ValuesOption = Annotated[
     bool,
-    typer.Option("--values", rich_help_panel=OUTPUT_PANEL, help="Print the weights in the cells."),
+    typer.Option(
+        "--values",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Print the weights in the cells of the panels (not the grid).",
+    ),
 ]
 ViewOption = Annotated[
     PictureView,
@@ -603,7 +607,8 @@ PictureValuesOption = Annotated[
     typer.Option(
         "--values",
         rich_help_panel=PICTURE_PANEL,
-        help="Print the weights in the cells (maps up to 16 × 16).",
+        help="Print the weights in the cells of one map (--view head; in the terminal, "
+        "panels), up to 16 × 16.",
     ),
 ]
 RenderViewOption = Annotated[

@@ -76,7 +76,7 @@ def export(
 
     out.check_probe(detect, text, target, pair)
     drawn = output_of_file(output, (*PICTURES, Output.HTML))
-    refuse_inapplicable([*picture.given(), *choice.given()], [drawn])
+    refuse_inapplicable([*picture.given(), *choice.given()], [drawn], view)
     asked = request(
         model=model,
         mode=mode,

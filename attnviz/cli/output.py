@@ -338,5 +338,7 @@ def draw(
             picture = None
         if picture is None:
             height = console.height if environment.stdout_is_terminal else None
-            picture = render_grid(maps, width=console.width, height=height, use_colour=use_colour)
+            picture = render_grid(
+                maps, width=console.width, height=height, use_colour=use_colour, values=values
+            )
         console.print(picture)

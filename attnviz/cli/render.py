@@ -49,7 +49,8 @@ def render(
     given = [*picture.given(), *([f"--view {view}"] if view is not None else [])]
     given += [f"--color {colour.value}"] if colour is not d.ColourChoice.AUTO else []
     given += ["--width"] if width is not None else []
-    refuse_inapplicable(given, [drawn])
+    view = view or (View.AUTO if drawn is Output.TERMINAL else View.MODEL)
+    refuse_inapplicable(given, [drawn], view)
     stream = read_maps(source)
     if (layer, head) != ("all", "all"):
         stream = (out.select_held(maps, layer, head) for maps in stream)
@@ -64,11 +65,11 @@ def render(
             width=width,
             values=picture.values,
             environment=environment,
-            view=view or View.AUTO,
+            view=view,
         )
         return
     maps = out.only_one(stream, out.ONE_MAPS)
     if drawn is Output.HTML:
-        out.save_page(maps, view or View.MODEL, output, picture.title)
+        out.save_page(maps, view, output, picture.title)
         return
-    out.save_picture(maps, view or View.MODEL, drawn, picture.style(), output)
+    out.save_picture(maps, view, drawn, picture.style(), output)

@@ -127,7 +127,8 @@ class Presentation:
             "--label-positions": label_positions,
             f"--dtype {dtype.value}": dtype is not d.Dtype.FLOAT32,
         }
-        refuse_inapplicable([flag for flag, was in given.items() if was], [output_format])
+        drawn = terminal_view or View.AUTO if output_format is Output.TERMINAL else View.MODEL
+        refuse_inapplicable([flag for flag, was in given.items() if was], [output_format], drawn)
         check_writable(output)  # before a model loads, or a generation runs for minutes
         return cls(
             output_format=output_format,

@@ -475,6 +475,7 @@ class Painter:
         self.grids: dict[tuple[GridShape, Style], GridCanvas] = {}
         self.missing_glyphs: set[str] = set()  # drawn as boxes by the grid views
         self.reported: set[str] = set()  # missing characters already warned about, once each
+        self.told_values_too_large = False  # --values for a map too large: warned once
 
     def head_canvas(
         self, queries: int, keys: int, style: Style, label_chars: int = MAX_LABEL
@@ -519,9 +520,14 @@ class Painter:
         if style.figsize is not None:
             labels = (*frame.query_labels, *frame.key_labels)
             label_chars = max((len(_label(label)) for label in labels), default=1)
-        canvas = self.head_canvas(
-            len(frame.query_labels), len(frame.key_labels), style, label_chars
-        )
+        queries, keys = len(frame.query_labels), len(frame.key_labels)
+        if style.values and max(queries, keys) > VALUES_UP_TO and not self.told_values_too_large:
+            warn(
+                f"--values: a {queries} × {keys} map is drawn without numbers; they fit maps "
+                f"up to {VALUES_UP_TO} × {VALUES_UP_TO}"
+            )
+            self.told_values_too_large = True
+        canvas = self.head_canvas(queries, keys, style, label_chars)
         title = "" if style.title == "" else panel.title
         if picture is Output.PNG:
             return canvas.png(panel.matrix, frame, title)

@@ -335,11 +335,13 @@ def render_grid(
     height: int | None = None,
     use_colour: bool,
     highlight: tuple[int, int] | None = None,
+    values: bool = False,
 ) -> RenderableType:
     """Every map as a small thumbnail, layers as rows and heads as columns, fitted to
     ``width`` × ``height`` characters (any height when None): the overview of a whole
     model on one screen. Thumbnails are colour only; tokens are pooled when a map has
     more than a thumbnail's cells. ``highlight`` marks one (layer, head) by its labels.
+    ``values`` (asked for panels that did not fit) adds a note that it has no numbers.
     """
     row_labels, column_labels = _grid_labels(maps)
     label_width = max(map(len, row_labels)) + 1
@@ -387,5 +389,7 @@ def render_grid(
                 "(rows averaged, columns summed)"
             )
         )
+    if values:
+        body.append(Text("--values: thumbnails have no numbers (--view panels prints them)"))
     body.append(legend(scale, use_colour, _rows_sum_to_one(maps)))
     return Group(*body)
