@@ -152,3 +152,8 @@ class RankBy(StrEnum):
     PREVIOUS_TOKEN = "previous_token"
     DUPLICATE_TOKEN = "duplicate_token"
     INDUCTION = "induction"
+
+
+class Engine(StrEnum):
+    LOCAL = "local"  # this machine: worker processes for rendering (--jobs)
+    RAY = "ray"  # a Ray cluster, or a local Ray: one model per worker

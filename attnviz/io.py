@@ -22,7 +22,7 @@ import stat
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -254,6 +254,15 @@ def write_text(content: str, destination: str | Path) -> None:
 def dump_json(document: Any) -> str:
     """The one JSON spelling of every document attnviz writes: compact, UTF-8, one line."""
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def dump_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
+    """Rows of a table as CSV with a header line, lines ended as the maps' CSV ends them."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
 
 
 def npz_bytes(maps: AttentionMaps) -> bytes:

@@ -171,6 +171,17 @@ def scope_of(flag: str) -> Scope:
     return APPLIES_TO[name]
 
 
+def refuse_unused(flags: Iterable[str], applies_to: str, here: str, fix: str = "") -> None:
+    """The one wording of options given where they do nothing: '--x applies to Y, not Z:
+    fix', a usage error, instead of the options dropped unsaid. None given: nothing."""
+    flags = list(flags)
+    if flags:
+        verb, them = ("applies", "it") if len(flags) == 1 else ("apply", "them")
+        raise UsageError(
+            f"{', '.join(flags)} {verb} to {applies_to}, not {here}: {fix or f'leave {them} out'}"
+        )
+
+
 def refuse_inapplicable(
     given: Iterable[str], outputs: Iterable[Output], view: View | None = None
 ) -> None:
@@ -181,15 +192,11 @@ def refuse_inapplicable(
     for flag in given:
         scope = scope_of(flag)
         if scope.outputs.isdisjoint(outputs):
-            raise UsageError(
-                f"{flag} applies to {describe(scope.outputs)}, not {describe(outputs)}: {scope.fix}"
-            )
+            refuse_unused([flag], describe(scope.outputs), describe(outputs), scope.fix)
         drawn_in_view = [output for output in outputs if view in OUTPUTS[output].views]
         if scope.views is None or view is None or view in scope.views or not drawn_in_view:
             continue
         if scope.outputs.isdisjoint(set(outputs) - set(drawn_in_view)):
             views = [v.value for v in View if v in scope.views and v is not View.AUTO]
-            raise UsageError(
-                f"{flag} applies to the {_listed(views)} view{'s' * (len(views) > 1)}, not the "
-                f"{view} view: {scope.views_fix}"
-            )
+            applies_to = f"the {_listed(views)} view{'s' * (len(views) > 1)}"
+            refuse_unused([flag], applies_to, f"the {view} view", scope.views_fix)

@@ -224,6 +224,7 @@ def test_ray_statistics_equal_the_local_ones(runner, local_ray, corpus):
     assert local.exit_code == 0 and remote.exit_code == 0, remote.stderr
     mine, theirs = json.loads(local.stdout), json.loads(remote.stdout)
     assert mine["inputs"] == theirs["inputs"] == len(SENTENCES)
+    assert mine["model"] == theirs["model"] == "builtin:layers=2,heads=4,d_model=64,seed=0"
     for a, b in zip(mine["heads"], theirs["heads"], strict=True):
         assert (a["layer"], a["head"], a["statistic"]) == (b["layer"], b["head"], b["statistic"])
         for key in ("mean", "std"):

@@ -91,6 +91,7 @@ class CorpusStatistics:
     """The statistics of every head seen so far; ``add`` one input's table at a time."""
 
     inputs: int = 0
+    model: str = ""  # the name of the model read (its extractor's), once one is
     cells: dict[tuple[int, int, str], Cell] = field(default_factory=dict)
     failed: int = 0  # inputs the model could not read, left out
     first_failure: str = ""  # why the first of them failed
@@ -125,6 +126,8 @@ class CorpusStatistics:
         def tables(items: list[Item]) -> list[HeadTable]:
             return list(extractor.head_tables(items, request, batch_size=len(items)))
 
+        self.model = self.model or extractor.name
+
         stream = iter(lines)
         while chunk := list(itertools.islice(stream, batch_size)):
             try:
@@ -145,6 +148,7 @@ class CorpusStatistics:
         for key, cell in other.cells.items():
             self.cells.setdefault(key, Cell()).merge(cell)
         self.inputs += other.inputs
+        self.model = self.model or other.model
         self.failed += other.failed
         self.first_failure = self.first_failure or other.first_failure
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import tempfile
 import time
@@ -12,8 +13,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnviz.choices import Output, View
+from attnviz.choices import Engine, Output, View
 from attnviz.cli import declarations as d
+from attnviz.cli.engine import LOCAL, EngineSettings, engine_settings
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import (
     ALL_HEADS,
@@ -24,11 +26,10 @@ from attnviz.cli.pictures import (
     picture_settings,
 )
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
-from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable
+from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refuse_unused
 
 if TYPE_CHECKING:
-    from attnviz.batch import Outputs, Tally
-    from attnviz.cli.settings import Job
+    from attnviz.batch import BatchInput, FolderPlan, Tally
 
 # What batch writes for every input: pictures, its maps as data, or the page.
 BatchFormat = d.some_of("BatchFormat", *PICTURES, Output.JSON, Output.NPZ, Output.HTML)
@@ -101,6 +102,7 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, n
 @model_settings
 @picture_settings
 @head_choice
+@engine_settings
 @with_environment
 def batch(
     source: SourceArgument,
@@ -113,10 +115,6 @@ def batch(
     shard: ShardOption = None,
     batch_size: BatchSizeOption = 16,
     quiet: QuietOption = False,
-    engine: d.EngineOption = d.Engine.LOCAL,
-    ray_address: d.RayAddressOption = None,
-    cpus_per_worker: d.CpusPerWorkerOption = 1,
-    gpus_per_worker: d.GpusPerWorkerOption = 0.0,
     mode: d.ModeOption = None,
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
@@ -128,6 +126,7 @@ def batch(
     settings: ModelSettings = DEFAULT_SETTINGS,
     picture: PictureSettings = DEFAULT_PICTURE,
     choice: HeadChoice = ALL_HEADS,
+    run_on: EngineSettings = LOCAL,
 ) -> None:
     """Write pictures and data for every input, and a manifest of what was written.
 
@@ -136,47 +135,30 @@ def batch(
     manifest.jsonl has a line per input: its files, or the error that stopped
     it. A failing input does not stop the batch: the exit code is then 3.
     """
-    from attnviz.batch import (
-        FolderLock,
-        FolderPlan,
-        Outputs,
-        Tally,
-        assign_names,
-        in_shard,
-        parse_shard,
-        plan_folder,
-        read_inputs,
-        run_batch,
-    )
+    from attnviz.batch import FolderLock, Outputs, Tally, parse_shard, plan_folder
     from attnviz.cli.output import top_heads_for
     from attnviz.cli.settings import request
     from attnviz.errors import UsageError
 
     formats = tuple(dict.fromkeys(formats or [Output.PNG]))
-    d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker)
-    _check_applicable(formats, view, engine, jobs, picture, choice, label_positions, dtype)
-    style = picture.style()
-    top = top_heads_for(choice, aggregate)
-    slice_ = parse_shard(shard) if shard else None
+    run_on.check()
+    _check_applicable(formats, view, run_on.engine, jobs, picture, choice, label_positions, dtype)
     if resume and overwrite:
         raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
+    slice_ = parse_shard(shard) if shard else None
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
     outputs = Outputs(
         folder=output,
         formats=formats,
         view=view,
-        style=style,
-        top=top,
+        style=picture.style(),
+        top=top_heads_for(choice, aggregate),
         label_positions=label_positions,
         aggregate=aggregate,
         dtype=dtype,
         request=asked.fingerprint(),
     )
-    lines = read_inputs(source)
-    assign_names(lines)
-    lines = in_shard(lines, slice_)
-    inputs = [item for item in lines if not item.blank]
-    blank_lines = len(lines) - len(inputs)
+    inputs, blank_lines = _inputs(source, slice_)
 
     def plan() -> FolderPlan:
         fingerprint = outputs.fingerprint()
@@ -186,37 +168,40 @@ def batch(
     # the folder is locked for this run.
     with FolderLock(output, slice_) if output.is_dir() else contextlib.nullcontext():
         plan()
+    engine = run_on.open(jobs, environment)
     # Ray, joined or started now: an unreachable cluster stops here, before anything is
     # written; it is left when the batch ends.
-    session: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if engine is d.Engine.RAY:
-        from attnviz.distributed import ray_session
-
-        session = ray_session(ray_address)
-    with session:
+    with engine.session():
         _writable_folder(output)
         with FolderLock(output, slice_):
             folder = plan()
             started = time.monotonic()
             tally = Tally()
+            run = functools.partial(engine.run_batch, inputs, asked.spec, asked.request, outputs)
             try:
                 with ProgressReport(quiet, environment) as report:
-                    common = {"plan": folder, "batch_size": batch_size, "progress": report}
-                    if engine is d.Engine.RAY:
-                        workers = (jobs, cpus_per_worker, gpus_per_worker)
-                        _on_ray(inputs, asked, outputs, workers, tally, common)
-                    else:
-                        extract = _extractor(asked, environment)
-                        run_batch(inputs, extract, outputs, jobs=jobs, tally=tally, **common)
+                    run(plan=folder, batch_size=batch_size, progress=report, tally=tally)
             finally:  # after the progress bar is gone, so that the summary stays on screen
                 if not quiet:
                     _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
 
 
+def _inputs(source: str, shard: tuple[int, int] | None) -> tuple[list[BatchInput], int]:
+    """The inputs of ``source`` in this shard, named, blank lines left out; and how many
+    blank lines there were."""
+    from attnviz.batch import assign_names, in_shard, read_inputs
+
+    lines = read_inputs(source)
+    assign_names(lines)
+    lines = in_shard(lines, shard)
+    inputs = [item for item in lines if not item.blank]
+    return inputs, len(lines) - len(inputs)
+
+
 def _check_applicable(
     formats: tuple[Output, ...],
     view: View,
-    engine: d.Engine,
+    engine: Engine,
     jobs: int,
     picture: PictureSettings,
     choice: HeadChoice,
@@ -224,8 +209,8 @@ def _check_applicable(
     dtype: d.Dtype,
 ) -> None:
     """Options that would do nothing for these formats are refused, not dropped."""
-    if engine is d.Engine.LOCAL and jobs != 1 and set(formats) <= set(DATA):
-        d.refuse_unused(
+    if engine is Engine.LOCAL and jobs != 1 and set(formats) <= set(DATA):
+        refuse_unused(
             ["--jobs"],
             "pictures and pages (drawn in worker processes) or --engine ray",
             describe(formats),
@@ -235,28 +220,6 @@ def _check_applicable(
     given += ["--label-positions"] if label_positions else []
     given += [f"--dtype {dtype.value}"] if dtype is not d.Dtype.FLOAT32 else []
     refuse_inapplicable(given, formats, view)
-
-
-def _on_ray(
-    inputs: list,
-    asked: Job,
-    outputs: Outputs,
-    workers: tuple[int, int, float],
-    tally: Tally,
-    common: dict,
-) -> None:
-    """The batch on Ray workers: ``workers`` is (how many, CPUs and GPUs each)."""
-    from attnviz import distributed
-
-    distributed.run_batch(
-        inputs,
-        asked.spec,
-        asked.request,
-        outputs,
-        workers=distributed.Workers(*workers),
-        tally=tally,
-        **common,
-    )
 
 
 def _writable_folder(output: Path) -> None:
@@ -272,17 +235,6 @@ def _writable_folder(output: Path) -> None:
         tempfile.TemporaryFile(dir=output).close()
     except OSError as error:
         raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
-
-
-def _extractor(asked: Job, environment: Environment) -> Callable[[list], list]:
-    """The local engine's model, loaded now, as a function of a chunk of inputs."""
-    extractor = asked.open(environment)
-
-    def extract(chunk: list) -> list:
-        pairs = [(item.text, item.target, item.pair) for item in chunk]
-        return list(extractor.extract_many(pairs, asked.request, batch_size=len(pairs)))
-
-    return extract
 
 
 def _summary(inputs: list, blank_lines: int, tally: Tally, output: Path, elapsed: float) -> None:

@@ -20,6 +20,7 @@ from attnviz.choices import (
     Attention,
     Detector,
     Dtype,
+    Engine,
     Mode,
     Output,
     Projections,
@@ -44,11 +45,6 @@ class ColourChoice(StrEnum):
     AUTO = "auto"  # colour when stdout is a terminal, unless NO_COLOR is set
     ALWAYS = "always"
     NEVER = "never"
-
-
-class Engine(StrEnum):
-    LOCAL = "local"  # this machine: worker processes for rendering (--jobs)
-    RAY = "ray"  # a Ray cluster, or a local Ray: one model per worker
 
 
 AUTO = "auto"  # a --format or --view value meaning: decided by the command (None)
@@ -787,33 +783,3 @@ GpusPerWorkerOption = Annotated[
         help="GPUs each Ray worker holds (0.5: two workers share one GPU).",
     ),
 ]
-
-
-def refuse_unused(flags: list[str], applies_to: str, here: str, fix: str = "") -> None:
-    """The one wording of an option given where it does nothing: '--x applies to Y, not
-    Z', a usage error, instead of the option dropped unsaid."""
-    from attnviz.errors import UsageError
-
-    if flags:
-        verb, them = ("applies", "it") if len(flags) == 1 else ("apply", "them")
-        raise UsageError(
-            f"{', '.join(flags)} {verb} to {applies_to}, not {here}: {fix or f'leave {them} out'}"
-        )
-
-
-def check_engine(
-    engine: Engine,
-    ray_address: str | None,
-    cpus: int,
-    gpus: float,
-    jobs: int | None = None,
-) -> None:
-    """The Ray options are refused with the local engine, rather than dropped unsaid;
-    so is ``jobs``, for a command whose local engine has no use for it (None: not given)."""
-    given = {"--ray-address": ray_address is not None, "--num-cpus-per-worker": cpus != 1}
-    given["--num-gpus-per-worker"] = gpus != 0
-    named = [flag for flag, was_given in given.items() if was_given]
-    if engine is Engine.LOCAL:
-        refuse_unused(named, "--engine ray only", "the local engine", "add --engine ray")
-        if jobs is not None:
-            refuse_unused(["--jobs"], "--engine ray", "the local engine here", "add --engine ray")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,6 +10,11 @@ from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.outputs import refuse_unused
+
+if TYPE_CHECKING:
+    from attnviz.analysis.diff import HeadDivergence
+    from attnviz.maps import AttentionMaps
 
 FormatOption = d.format_option(
     d.ReportFormat,
@@ -17,36 +22,41 @@ FormatOption = d.format_option(
 )
 
 
+SourcesArgument = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="TEXT | SOURCE SOURCE",
+        help="TEXT (then --against is needed), or two saved maps files (json, ndjson, npz).",
+    ),
+]
+AgainstOption = Annotated[
+    str | None,
+    typer.Option(
+        "--against", metavar="MODEL", help="The second model, compared with --model on TEXT."
+    ),
+]
+FailAboveOption = Annotated[
+    float | None,
+    typer.Option(
+        "--fail-above",
+        metavar="DIVERGENCE",
+        min=0.0,
+        help="Exit with code 4 when any head's divergence is above this (for CI).",
+    ),
+]
+
+
 @model_settings
 @with_environment
 def diff(
-    sources: Annotated[
-        list[str],
-        typer.Argument(
-            metavar="TEXT | SOURCE SOURCE",
-            help="TEXT (then --against is needed), or two saved maps files (json, ndjson, npz).",
-        ),
-    ],
-    against: Annotated[
-        str | None,
-        typer.Option(
-            "--against", metavar="MODEL", help="The second model, compared with --model on TEXT."
-        ),
-    ] = None,
+    sources: SourcesArgument,
+    against: AgainstOption = None,
     mode: d.ModeOption = None,
     target: d.TargetOption = None,
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
-    fail_above: Annotated[
-        float | None,
-        typer.Option(
-            "--fail-above",
-            metavar="DIVERGENCE",
-            min=0.0,
-            help="Exit with code 4 when any head's divergence is above this (for CI).",
-        ),
-    ] = None,
+    fail_above: FailAboveOption = None,
     output_format: FormatOption = Output.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
@@ -68,7 +78,7 @@ def diff(
         if against is not None:
             raise UsageError("give TEXT with --against, or two saved files without it")
         given = model_options_given(settings, model, mode, target, None)
-        d.refuse_unused(given, "a model run on TEXT", "two saved files")
+        refuse_unused(given, "a model run on TEXT", "two saved files")
         first, second = (out.select_held(_one_record(s), layer, head) for s in sources)
     elif len(sources) == 1:
         if against is None:
@@ -88,33 +98,11 @@ def diff(
         raise UsageError("give one TEXT with --against, or two saved files")
     rows = diff_maps(first, second)
     if output_format is Output.JSON:
-        document = {
-            "first": first.model,
-            "second": second.model,
-            "heads": [row.__dict__ for row in rows],
-        }
+        heads = [row.__dict__ for row in rows]
+        document = {"first": first.model, "second": second.model, "heads": heads}
         out.write_stdout(dump_json(envelope(document)))
     else:
-        from rich.table import Table
-
-        from attnviz.tokens import display_label
-
-        names = f"{display_label(first.model)} vs {display_label(second.model)}"
-        # A line of its own: two model names are wider than the table, whose title would
-        # wrap them a word per line.
-        console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
-        console.print(
-            f"{names} · {first.mode} attention", markup=False, highlight=False, soft_wrap=True
-        )
-        table = Table()
-        for name in ("layer", "head", "divergence", "worst query"):
-            table.add_column(name, justify="left" if name == "worst query" else "right")
-        for row in rows:
-            layer_cell = "all" if row.layer is None else str(row.layer)
-            head_cell = "all" if row.head is None else str(row.head)
-            divergence = f"{row.divergence:.4f}"
-            table.add_row(layer_cell, head_cell, divergence, display_label(row.worst_query))
-        console.print(table)
+        _print_table(first, second, rows, environment)
     above = [row for row in rows if fail_above is not None and row.divergence > fail_above]
     if above:
         worst = max(above, key=lambda row: row.divergence)
@@ -122,6 +110,36 @@ def diff(
             f"{len(above)} of {len(rows)} maps diverge by more than --fail-above {fail_above}; "
             f"the most: layer {worst.layer} head {worst.head}, {worst.divergence:.4f}"
         )
+
+
+def _print_table(
+    first: AttentionMaps,
+    second: AttentionMaps,
+    rows: list[HeadDivergence],
+    environment: Environment,
+) -> None:
+    """The two models' names on a line of their own, then a row per map."""
+    from rich.table import Table
+
+    from attnviz.cli import output as out
+    from attnviz.tokens import display_label
+
+    names = f"{display_label(first.model)} vs {display_label(second.model)}"
+    # A line of its own: two model names are wider than the table, whose title would
+    # wrap them a word per line.
+    console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
+    console.print(
+        f"{names} · {first.mode} attention", markup=False, highlight=False, soft_wrap=True
+    )
+    table = Table()
+    for name in ("layer", "head", "divergence", "worst query"):
+        table.add_column(name, justify="left" if name == "worst query" else "right")
+    for row in rows:
+        layer_cell = "all" if row.layer is None else str(row.layer)
+        head_cell = "all" if row.head is None else str(row.head)
+        divergence = f"{row.divergence:.4f}"
+        table.add_row(layer_cell, head_cell, divergence, display_label(row.worst_query))
+    console.print(table)
 
 
 def _one_record(source: str):

@@ -37,86 +37,95 @@ GenerationModeOption = Annotated[
 ]
 
 
+PromptArgument = Annotated[
+    str, typer.Argument(metavar="PROMPT", help="What the model reads first, or - for stdin.")
+]
+LanguageModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        metavar="NAME",
+        autocompletion=d.complete_language_model,
+        help="A language model: a decoder (GPT-2, Llama, Qwen) or an encoder-decoder "
+        "(BART, T5, Marian), as --model of show takes it.",
+    ),
+]
+MaxNewTokensOption = Annotated[
+    int,
+    typer.Option(
+        "--max-new-tokens",
+        "-n",
+        metavar="N",
+        min=1,
+        max=100_000,
+        rich_help_panel=GENERATION_PANEL,
+        help="Tokens to write at most.",
+    ),
+]
+SampleOption = Annotated[
+    bool,
+    typer.Option(
+        "--sample",
+        rich_help_panel=GENERATION_PANEL,
+        help="Sample the next token (with --temperature and --top-p) instead of taking the "
+        "likeliest; reproducible with --seed.",
+    ),
+]
+TemperatureOption = Annotated[
+    float,
+    typer.Option(
+        "--temperature",
+        metavar="T",
+        min=1e-6,
+        rich_help_panel=GENERATION_PANEL,
+        help="With --sample: below 1 sharper, above 1 flatter.",
+    ),
+]
+TopPOption = Annotated[
+    float,
+    typer.Option(
+        "--top-p",
+        metavar="P",
+        min=1e-6,
+        max=1.0,
+        rich_help_panel=GENERATION_PANEL,
+        help="With --sample: sample among the likeliest tokens whose probabilities sum to P.",
+    ),
+]
+SeedOption = Annotated[
+    int,
+    typer.Option(
+        "--seed",
+        metavar="N",
+        min=0,
+        max=2**63 - 1,
+        rich_help_panel=GENERATION_PANEL,
+        help="The seed of --sample: the same seed writes the same text.",
+    ),
+]
+StopOption = Annotated[
+    bool,
+    typer.Option(
+        "--stop/--no-stop",
+        rich_help_panel=GENERATION_PANEL,
+        help="Stop at the model's end-of-sequence token, or write all --max-new-tokens.",
+    ),
+]
+
+
 @generation_settings
 @map_products
 @head_choice
 @with_environment
 def generate(
-    prompt: Annotated[
-        str,
-        typer.Argument(metavar="PROMPT", help="What the model reads first, or - for stdin."),
-    ],
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            metavar="NAME",
-            autocompletion=d.complete_language_model,
-            help="A language model: a decoder (GPT-2, Llama, Qwen) or an encoder-decoder "
-            "(BART, T5, Marian), as --model of show takes it.",
-        ),
-    ],
-    max_new_tokens: Annotated[
-        int,
-        typer.Option(
-            "--max-new-tokens",
-            "-n",
-            metavar="N",
-            min=1,
-            max=100_000,
-            rich_help_panel=GENERATION_PANEL,
-            help="Tokens to write at most.",
-        ),
-    ] = 20,
-    sample: Annotated[
-        bool,
-        typer.Option(
-            "--sample",
-            rich_help_panel=GENERATION_PANEL,
-            help="Sample the next token (with --temperature and --top-p) instead of taking the "
-            "likeliest; reproducible with --seed.",
-        ),
-    ] = False,
-    temperature: Annotated[
-        float,
-        typer.Option(
-            "--temperature",
-            metavar="T",
-            min=1e-6,
-            rich_help_panel=GENERATION_PANEL,
-            help="With --sample: below 1 sharper, above 1 flatter.",
-        ),
-    ] = 1.0,
-    top_p: Annotated[
-        float,
-        typer.Option(
-            "--top-p",
-            metavar="P",
-            min=1e-6,
-            max=1.0,
-            rich_help_panel=GENERATION_PANEL,
-            help="With --sample: sample among the likeliest tokens whose probabilities sum to P.",
-        ),
-    ] = 1.0,
-    seed: Annotated[
-        int,
-        typer.Option(
-            "--seed",
-            metavar="N",
-            min=0,
-            max=2**63 - 1,
-            rich_help_panel=GENERATION_PANEL,
-            help="The seed of --sample: the same seed writes the same text.",
-        ),
-    ] = 0,
-    stop: Annotated[
-        bool,
-        typer.Option(
-            "--stop/--no-stop",
-            rich_help_panel=GENERATION_PANEL,
-            help="Stop at the model's end-of-sequence token, or write all --max-new-tokens.",
-        ),
-    ] = True,
+    prompt: PromptArgument,
+    model: LanguageModelOption,
+    max_new_tokens: MaxNewTokensOption = 20,
+    sample: SampleOption = False,
+    temperature: TemperatureOption = 1.0,
+    top_p: TopPOption = 1.0,
+    seed: SeedOption = 0,
+    stop: StopOption = True,
     mode: GenerationModeOption = None,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
@@ -143,9 +152,12 @@ def generate(
     cross-attention of each written token over the prompt: a translation's
     alignment. Greedy unless --sample. Ctrl-C prints what was written so far.
     """
+    from dataclasses import asdict
 
+    from attnviz.cli import output as out
     from attnviz.cli.settings import request
     from attnviz.io import read_texts
+    from attnviz.pretrained.generation import GenerationInterrupted, Sampling
 
     presentation = Presentation.checked(
         output_format=output_format,
@@ -160,9 +172,9 @@ def generate(
         width=width,
         values=values,
     )
-    from attnviz.pretrained.generation import Sampling
-
-    Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)  # checked before loading
+    # Checked before the model loads.
+    sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
+    products = products.drawn(settings) if presentation.drawn else products
     asked = request(
         model=model,
         mode=mode,
@@ -170,24 +182,12 @@ def generate(
         head=head,
         settings=settings,
         text=prompt,
-        products=products.drawn(settings) if presentation.drawn else products,
+        products=products,
     )
     extractor = asked.open(environment)
-    from attnviz.cli import output as out
-    from attnviz.pretrained.generation import GenerationInterrupted
-
     text = out.only_one(read_texts(prompt))
     try:
-        generation = extractor.generate(
-            text,
-            asked.request,
-            max_new_tokens=max_new_tokens,
-            sample=sample,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            stop=stop,
-        )
+        generation = extractor.generate(text, asked.request, **asdict(sampling))
     except GenerationInterrupted as interrupted:  # what was written is the user's: keep it
         _show_written(f"{interrupted.prompt}{interrupted.text}", presentation)
         raise

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnviz.choices import HeadColumn, Output
+from attnviz.choices import Detector, HeadColumn, Output
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
@@ -18,10 +18,33 @@ from attnviz.cli.settings import (
     row_products,
 )
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from attnviz.analysis.heads import HeadStatistics, HeadTable
+
 FormatOption = d.format_option(
     d.TableFormat,
     "table, json or csv.",
 )
+
+
+SortOption = Annotated[
+    HeadColumn | None,
+    typer.Option(
+        "--sort",
+        metavar="COLUMN",
+        case_sensitive=False,
+        help="Column to sort by: statistics largest first; layer, head, top_key_position "
+        "and top_key in order. [default: layer, or the --detect score]",
+        show_default=False,
+    ),
+]
+ReverseOption = Annotated[bool, typer.Option("--reverse", help="Reverse the sort order.")]
+TopOption = Annotated[
+    int | None,
+    typer.Option("--top", metavar="N", min=1, help="Only the first N rows, after sorting."),
+]
 
 
 @model_settings
@@ -37,22 +60,9 @@ def heads(
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
     detect: d.DetectOption = None,
-    sort: Annotated[
-        HeadColumn | None,
-        typer.Option(
-            "--sort",
-            metavar="COLUMN",
-            case_sensitive=False,
-            help="Column to sort by: statistics largest first; layer, head, top_key_position "
-            "and top_key in order. [default: layer, or the --detect score]",
-            show_default=False,
-        ),
-    ] = None,
-    reverse: Annotated[bool, typer.Option("--reverse", help="Reverse the sort order.")] = False,
-    top: Annotated[
-        int | None,
-        typer.Option("--top", metavar="N", min=1, help="Only the first N rows, after sorting."),
-    ] = None,
+    sort: SortOption = None,
+    reverse: ReverseOption = False,
+    top: TopOption = None,
     output_format: FormatOption = Output.TABLE,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
@@ -68,18 +78,10 @@ def heads(
     span (with --span): mean weight on the span's keys. With --rows, every
     statistic is read from those query rows only (what the last token reads).
     """
-    from attnviz.analysis.heads import (
-        COLUMN_HELP,
-        DETECTOR_COLUMNS,
-        DETECTORS_TABLE,
-        STATISTICS_TABLE,
-        HeadTable,
-        as_dicts,
-        sort_rows,
-    )
+    from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
     from attnviz.cli import output as out
     from attnviz.cli.settings import model_options_given, request
-    from attnviz.io import dump_json
+    from attnviz.io import dump_csv, dump_json
     from attnviz.schema import envelope
 
     asked = request(
@@ -110,33 +112,44 @@ def heads(
         table = statistics(probe)
     sort = sort or (HeadColumn.LAYER if detect is None else HeadColumn(detect.value))
     rows = sort_rows(table.rows, sort, reverse)[:top]
-    if output_format is not Output.TABLE:
-        columns = table.columns()
-    elif detect is not None or sort in DETECTOR_COLUMNS:
-        columns = table.columns(DETECTORS_TABLE)
-    else:
-        columns = table.columns(STATISTICS_TABLE)
+    columns = _columns(table, output_format, detect, sort)
     if output_format is Output.JSON:
         probed = {} if probe is None else {"probe": probe}
         out.write_stdout(dump_json(envelope({**probed, "heads": as_dicts(rows, columns)})))
-        return
-    if output_format is Output.CSV:
-        import csv
-        import io
+    elif output_format is Output.CSV:
+        out.write_stdout(dump_csv(as_dicts(rows, columns), [column.value for column in columns]))
+    else:
+        drawn = _table(table, rows, columns, probed=detect is not None)
+        out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
 
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=[column.value for column in columns])
-        writer.writeheader()
-        writer.writerows(as_dicts(rows, columns))
-        out.write_stdout(buffer.getvalue())
-        return
+
+def _columns(
+    table: HeadTable, output_format: Output, detect: Detector | None, sort: HeadColumn
+) -> list[HeadColumn]:
+    """Data holds every column; the table, the statistics' or the detectors' (with
+    --detect, or sorted by a detector's score), so that it fits 80 characters."""
+    from attnviz.analysis.heads import DETECTOR_COLUMNS, DETECTORS_TABLE, STATISTICS_TABLE
+
+    if output_format is not Output.TABLE:
+        return table.columns()
+    if detect is not None or sort in DETECTOR_COLUMNS:
+        return table.columns(DETECTORS_TABLE)
+    return table.columns(STATISTICS_TABLE)
+
+
+def _table(
+    table: HeadTable, rows: list[HeadStatistics], columns: list[HeadColumn], probed: bool
+) -> Table:
+    """The rows as a rich table, its title saying what was read, its caption what the
+    columns mean."""
     from rich.table import Table
 
+    from attnviz.analysis.heads import COLUMN_HELP
     from attnviz.maps import index_span
     from attnviz.tokens import display_label
 
     read = "" if table.query_positions is None else f" · rows {index_span(table.query_positions)}"
-    if detect is not None:
+    if probed:
         from attnviz.extractor import PROBE_LENGTH
 
         read += f" · the detectors' probe: {PROBE_LENGTH} random tokens, repeated"
@@ -154,7 +167,7 @@ def heads(
         )
     for row in rows:
         drawn.add_row(*(_cell(getattr(row, column.value), column) for column in columns))
-    out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
+    return drawn
 
 
 def _header(column: HeadColumn) -> str:

@@ -168,7 +168,7 @@ def check_probe(
 ) -> None:
     """The input is TEXT (or --from), or the detectors' probe of --detect: one of them, and
     the probe takes no target or sentence B."""
-    from attnviz.cli.declarations import refuse_unused
+    from attnviz.outputs import refuse_unused
 
     if detect is None:
         if text is None and saved is None:
@@ -215,9 +215,9 @@ def text_or_saved(
     maps (what show or generate wrote), narrowed to --layer and --head, with no
     ``model_options`` given (a model run's). Several texts are refused with ``several``:
     what to do instead."""
-    from attnviz.cli.declarations import refuse_unused
     from attnviz.io import read_texts
     from attnviz.maps import read_maps
+    from attnviz.outputs import refuse_unused
 
     if (text is None) == (saved is None):
         raise UsageError("give TEXT to run a model on, or --from FILE with saved maps: one of them")

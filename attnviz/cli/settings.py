@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from attnviz.choices import Attention, Mode, Projections
 from attnviz.cli import declarations as d
+from attnviz.outputs import refuse_unused
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.cli.output import Environment
@@ -217,14 +218,19 @@ class Job:
 
     def open(self, environment: Environment) -> Extractor:
         """Load the model now, before any output starts; under a spinner on a terminal."""
-        if self.spec.model == d.BUILTIN or not environment.stderr_is_terminal:
-            return self.spec.load()
-        from rich.console import Console
-        from rich.text import Text
+        return load_shown(self.spec, environment)
 
-        console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
-        with console.status(Text(f"loading {self.spec.model} …")):  # a name, never markup
-            return self.spec.load()
+
+def load_shown(spec: ExtractorSpec, environment: Environment) -> Extractor:
+    """Load the model of ``spec``; a pretrained one under a spinner on a terminal."""
+    if spec.model == d.BUILTIN or not environment.stderr_is_terminal:
+        return spec.load()
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
+    with console.status(Text(f"loading {spec.model} …")):  # a name, never markup
+        return spec.load()
 
 
 def request(
@@ -261,7 +267,7 @@ def request(
 
         check_placement(settings.device, settings.model_dtype)
     if model == d.BUILTIN:
-        d.refuse_unused(settings.run_options(), "pretrained models (--model)", "the built-in stack")
+        refuse_unused(settings.run_options(), "pretrained models (--model)", "the built-in stack")
     if model == d.BUILTIN and settings.chat:
         raise UsageError("--chat renders the text with a pretrained instruct model's template")
     if model != d.BUILTIN and given:

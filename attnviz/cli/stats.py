@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
+from attnviz.cli.engine import LOCAL, EngineSettings, engine_settings
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 from attnviz.outputs import PICTURES, output_for, output_of_file
+
+if TYPE_CHECKING:
+    from attnviz.analysis.corpus import CorpusStatistics
+    from attnviz.extractor import Item
 
 PROGRESS_SECONDS = 5  # between progress lines on stderr
 
@@ -24,68 +31,74 @@ FormatOption = d.format_option(
 )
 
 
+SourceArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="INPUT",
+        help="A text file (a sentence per line), a JSONL file (objects with text and "
+        "optional target), or - for stdin: as batch reads them.",
+    ),
+]
+LimitOption = Annotated[
+    int | None, typer.Option("--limit", metavar="N", min=1, help="Only the first N inputs.")
+]
+BatchSizeOption = Annotated[
+    int,
+    typer.Option("--batch-size", metavar="N", min=1, max=1024, help="Inputs per forward pass."),
+]
+JobsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        metavar="N",
+        min=1,
+        max=1024,
+        show_default="2",
+        help="With --engine ray: Ray workers, each holding the model.",
+    ),
+]
+OutputOption = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="Write the statistics to PATH instead of stdout, whole or not at all; .json "
+        "or .csv picks the format.",
+    ),
+]
+PictureOption = Annotated[
+    str | None,
+    typer.Option(
+        "--picture",
+        metavar="PATH",
+        help="Also draw a layers × heads heatmap of each statistic's corpus mean "
+        "(.png, .svg or .pdf).",
+    ),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")]
+
+
 @model_settings
+@engine_settings
 @with_environment
 def stats(
-    source: Annotated[
-        str,
-        typer.Argument(
-            metavar="INPUT",
-            help="A text file (a sentence per line), a JSONL file (objects with text and "
-            "optional target), or - for stdin: as batch reads them.",
-        ),
-    ],
+    source: SourceArgument,
     mode: d.ModeOption = None,
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
-    limit: Annotated[
-        int | None,
-        typer.Option("--limit", metavar="N", min=1, help="Only the first N inputs."),
-    ] = None,
-    batch_size: Annotated[
-        int,
-        typer.Option("--batch-size", metavar="N", min=1, max=1024, help="Inputs per forward pass."),
-    ] = 16,
-    engine: d.EngineOption = d.Engine.LOCAL,
-    ray_address: d.RayAddressOption = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option(
-            "--jobs",
-            "-j",
-            metavar="N",
-            min=1,
-            max=1024,
-            show_default="2",
-            help="With --engine ray: Ray workers, each holding the model.",
-        ),
-    ] = None,
-    cpus_per_worker: d.CpusPerWorkerOption = 1,
-    gpus_per_worker: d.GpusPerWorkerOption = 0.0,
+    limit: LimitOption = None,
+    batch_size: BatchSizeOption = 16,
+    jobs: JobsOption = None,
     output_format: FormatOption = Output.TABLE,
-    output: Annotated[
-        str | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="PATH",
-            help="Write the statistics to PATH instead of stdout, whole or not at all; .json "
-            "or .csv picks the format.",
-        ),
-    ] = None,
-    picture: Annotated[
-        str | None,
-        typer.Option(
-            "--picture",
-            metavar="PATH",
-            help="Also draw a layers × heads heatmap of each statistic's corpus mean "
-            "(.png, .svg or .pdf).",
-        ),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")] = False,
+    output: OutputOption = None,
+    picture: PictureOption = None,
+    quiet: QuietOption = False,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
+    run_on: EngineSettings = LOCAL,
 ) -> None:
     """Per-head statistics over a whole corpus: entropy, distance, sink, previous, self
     and the position of the top key, as `heads` computes them for one input.
@@ -96,43 +109,94 @@ def stats(
     cannot read (an empty sentence B, a target an encoder has no use for) are
     skipped and counted; a warning says why the first of them was skipped.
     """
+    from itertools import islice
+
     from attnviz.cli.settings import request
     from attnviz.io import check_writable
 
-    d.check_engine(engine, ray_address, cpus_per_worker, gpus_per_worker, jobs)
+    run_on.check(jobs)
     # A name that cannot be written is refused before any work, not after hours of it.
     if output is not None:
         output_format = _file_format(output, output_format)
         check_writable(output)
-    chosen_picture = None
+    drawn = None if picture is None else output_of_file(picture, PICTURES)
     if picture is not None:
-        chosen_picture = output_of_file(picture, PICTURES)
         check_writable(picture)
     asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
-    if engine is d.Engine.LOCAL:
-        extractor = asked.open(environment)
-    from itertools import islice
+    engine = run_on.open(jobs or 2, environment)
+    skipped = Skipped()
+    started = time.monotonic()
+    with engine.session():  # left before the statistics are written
+        corpus = engine.statistics(
+            islice(skipped.readable(source), limit),
+            asked.spec,
+            asked.request,
+            batch_size=batch_size,
+            progress=_progress_lines(quiet),
+        )
+    skipped.add_failed(corpus)
+    skipped.report(source, corpus.inputs, quiet, time.monotonic() - started)
+    _write(corpus, output_format, environment, destination=output or "-")
+    if drawn is not None:
+        from attnviz.io import open_output
+        from attnviz.render.image import statistics_picture
 
-    from attnviz.analysis.corpus import CorpusStatistics
-    from attnviz.batch import iter_inputs
+        with open_output(picture, binary=True) as stream:
+            stream.write(statistics_picture(corpus, drawn, corpus.model))
 
-    blank = unreadable = 0
-    first_error = ""  # why the first unreadable line could not be read
 
-    def readable():
-        nonlocal blank, unreadable, first_error
+@dataclass
+class Skipped:
+    """The lines left out: blank ones, and those that could not be read (by attnviz or
+    by the model), with why the first of them could not."""
+
+    blank: int = 0
+    unreadable: int = 0
+    first_error: str = ""
+
+    def readable(self, source: str) -> Iterator[tuple[int, Item]]:
+        """(line number, item) of every readable input of ``source``, counting the rest."""
+        from attnviz.batch import iter_inputs
+
         for item in iter_inputs(source):
             if item.blank:
-                blank += 1
+                self.blank += 1
             elif item.error is not None:
-                unreadable += 1
-                first_error = first_error or str(item.error)
+                self.unreadable += 1
+                self.first_error = self.first_error or str(item.error)
             else:
                 yield item.line, (item.text, item.target, item.pair)
 
-    pairs = islice(readable(), limit)
-    corpus = CorpusStatistics()
-    started = last = time.monotonic()
+    def add_failed(self, corpus: CorpusStatistics) -> None:
+        """Count in the inputs the model could not read."""
+        self.unreadable += corpus.failed
+        self.first_error = self.first_error or corpus.first_failure
+
+    def report(self, source: str, inputs: int, quiet: bool, elapsed: float) -> None:
+        """No input at all is a usage error; anything unreadable a warning; and, unless
+        ``quiet``, a line of what was read and skipped."""
+        from attnviz.errors import UsageError, warn
+
+        more = self.unreadable - 1
+        why = self.first_error + (f" (and {more} more line{'s' * (more > 1)})" if more > 0 else "")
+        if not inputs:
+            detail = f": {why}" if self.unreadable else ""
+            raise UsageError(f"{source} holds no input to compute statistics over{detail}")
+        if self.unreadable:
+            warn(f"skipped what could not be read: {why}")
+        if not quiet:
+            notes = (
+                [f"{self.blank} blank line{'s' * (self.blank > 1)} skipped"] if self.blank else []
+            )
+            if self.unreadable:
+                notes.append(f"{self.unreadable} unreadable skipped")
+            note = "".join(f", {text}" for text in notes)
+            print(f"attnviz: {inputs} inputs{note} in {elapsed:.1f} s", file=sys.stderr)
+
+
+def _progress_lines(quiet: bool) -> Callable[[int], None]:
+    """A progress callback printing how many inputs are counted, every few seconds."""
+    last = time.monotonic()
 
     def progress(inputs: int) -> None:
         nonlocal last
@@ -141,50 +205,7 @@ def stats(
             last = now
             print(f"attnviz: {inputs} inputs", file=sys.stderr)
 
-    if engine is d.Engine.RAY:
-        from attnviz.distributed import Workers, corpus_statistics, ray_session
-
-        with ray_session(ray_address):  # left before the statistics are written
-            corpus = corpus_statistics(
-                pairs,
-                asked.spec,
-                asked.request,
-                batch_size=batch_size,
-                workers=Workers(jobs or 2, cpus_per_worker, gpus_per_worker),
-                progress=progress,
-            )
-        model_name = asked.spec.model
-    else:
-        model_name = extractor.name
-        for inputs in corpus.add_corpus(extractor, pairs, asked.request, batch_size):
-            progress(inputs)
-    unreadable += corpus.failed
-    first_error = first_error or corpus.first_failure
-    more = unreadable - 1
-    why = first_error + (f" (and {more} more line{'s' if more > 1 else ''})" if more > 0 else "")
-    if not corpus.inputs:
-        from attnviz.errors import UsageError
-
-        detail = f": {why}" if unreadable else ""
-        raise UsageError(f"{source} holds no input to compute statistics over{detail}")
-    if unreadable:
-        from attnviz.errors import warn
-
-        warn(f"skipped what could not be read: {why}")
-    if not quiet:
-        elapsed = time.monotonic() - started
-        notes = [f"{blank} blank line{'s' if blank > 1 else ''} skipped"] if blank else []
-        if unreadable:
-            notes.append(f"{unreadable} unreadable skipped")
-        note = "".join(f", {text}" for text in notes)
-        print(f"attnviz: {corpus.inputs} inputs{note} in {elapsed:.1f} s", file=sys.stderr)
-    _write(corpus, output_format, environment, model=model_name, destination=output or "-")
-    if chosen_picture is not None:
-        from attnviz.io import open_output
-        from attnviz.render.image import statistics_picture
-
-        with open_output(picture, binary=True) as stream:
-            stream.write(statistics_picture(corpus, chosen_picture, model_name))
+    return progress
 
 
 def _file_format(output: str, asked: Output) -> Output:
@@ -209,35 +230,27 @@ def _file_format(output: str, asked: Output) -> Output:
 
 
 def _write(
-    corpus, output_format: Output, environment: Environment, model: str, destination: str
+    corpus: CorpusStatistics, output_format: Output, environment: Environment, destination: str
 ) -> None:
     from attnviz.cli import output as out
-    from attnviz.io import dump_json, write_text
+    from attnviz.io import dump_csv, dump_json, write_text
     from attnviz.schema import envelope
 
     rows = corpus.rows()
     if output_format is Output.JSON:
-        document = envelope({"model": model, "inputs": corpus.inputs, "heads": rows})
+        document = envelope({"model": corpus.model, "inputs": corpus.inputs, "heads": rows})
         write_text(dump_json(document), destination)
         return
     if output_format is Output.CSV:
-        import csv
-        import io
-
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_text(buffer.getvalue(), destination)
+        write_text(dump_csv(rows, list(rows[0])), destination)
         return
     from rich.table import Table
 
     from attnviz.analysis.corpus import STATISTICS
     from attnviz.tokens import display_label
 
-    table = Table(
-        title=f"{display_label(model)} · {corpus.inputs} inputs · corpus mean (± std) per head"
-    )
+    title = f"{display_label(corpus.model)} · {corpus.inputs} inputs · corpus mean (± std) per head"
+    table = Table(title=title)
     table.add_column("layer", justify="right")
     table.add_column("head", justify="right")
     for name in STATISTICS:

@@ -25,7 +25,11 @@ from attnviz.schema import envelope, json_numbers
 from attnviz.selection import resolve_one
 
 if TYPE_CHECKING:
+    from torch import nn
+
+    from attnviz.pretrained.encoding import ModelInputs
     from attnviz.pretrained.extractor import PretrainedExtractor
+    from attnviz.pretrained.loading import PretrainedModel
 
 
 @dataclass
@@ -90,33 +94,8 @@ def explain_query(
     loaded = extractor.loaded
     modules = extractor.modules(mode)
     layer_index = resolve_one(layer, len(modules), "layer")
-    target_module = modules[layer_index][0]
-    inside = {id(module) for module in target_module.modules()}
-    seen: dict[str, Any] = {}
-
-    def record(module, query_states, key_states, attention_mask, args, kwargs) -> None:
-        if id(module) in inside and "query" not in seen:
-            additive = [
-                part for part in (attention_mask, kwargs.get("position_bias")) if part is not None
-            ]
-            seen.update(
-                query=query_states,
-                key=key_states,
-                mask=sum(additive) if additive else None,
-                scaling=kwargs.get("scaling", args[0] if args else None),
-            )
-
     inputs = model_inputs(loaded, [(text, target, None)], mode)
-    try:
-        with recording(loaded.model, record, fused=False), torch.inference_mode():
-            loaded.model(**inputs.arguments)
-    except Exception as error:  # an architecture whose attention cannot be recorded this way
-        raise AttnvizError(f"cannot follow the attention of {loaded.name}: {error}") from None
-    if "query" not in seen:
-        raise AttnvizError(
-            f"{type(target_module).__name__} of {loaded.name} computes its attention without "
-            "transformers' attention functions: explain cannot follow it"
-        )
+    seen = _recorded(loaded, modules[layer_index][0], inputs)
     query_states, key_states = seen["query"][0], seen["key"][0]  # (H, T, Dh), (H_kv, S, Dh)
     with warnings.catch_warnings():  # a cut text was said once, by model_inputs above
         warnings.simplefilter("ignore", AttnvizWarning)
@@ -158,3 +137,37 @@ def explain_query(
         weights=weights.numpy(),
         model_weights=own.weights[0, head_index, query].astype(np.float64),
     )
+
+
+def _recorded(loaded: PretrainedModel, layer: nn.Module, inputs: ModelInputs) -> dict[str, Any]:
+    """What the attention function of ``layer`` (a module of ``loaded``'s model) was
+    called with on ``inputs``: its queries and keys, its additive mask (with a T5 position
+    bias folded in) and its scaling."""
+    import torch
+
+    inside = {id(module) for module in layer.modules()}
+    seen: dict[str, Any] = {}
+
+    def record(module, query_states, key_states, attention_mask, args, kwargs) -> None:
+        if id(module) in inside and "query" not in seen:
+            additive = [
+                part for part in (attention_mask, kwargs.get("position_bias")) if part is not None
+            ]
+            seen.update(
+                query=query_states,
+                key=key_states,
+                mask=sum(additive) if additive else None,
+                scaling=kwargs.get("scaling", args[0] if args else None),
+            )
+
+    try:
+        with recording(loaded.model, record, fused=False), torch.inference_mode():
+            loaded.model(**inputs.arguments)
+    except Exception as error:  # an architecture whose attention cannot be recorded this way
+        raise AttnvizError(f"cannot follow the attention of {loaded.name}: {error}") from None
+    if "query" not in seen:
+        raise AttnvizError(
+            f"{type(layer).__name__} of {loaded.name} computes its attention without "
+            "transformers' attention functions: explain cannot follow it"
+        )
+    return seen

@@ -1,0 +1,73 @@
+"""The engines batch and stats run on: one interface, here or on Ray workers."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from attnviz import engines
+from attnviz.analysis.corpus import CorpusStatistics
+from attnviz.batch import Outputs, Tally, assign_names, plan_folder, read_inputs
+from attnviz.choices import Output, View
+from attnviz.loading import ExtractorSpec
+from attnviz.render.image import Style
+from attnviz.request import Request
+
+
+@pytest.mark.parametrize("method", ["session", "run_batch", "statistics"])
+def test_both_engines_take_what_the_interface_declares(method):
+    declared = inspect.signature(getattr(engines.Engine, method))
+    for engine in (engines.Local, engines.Ray):
+        assert inspect.signature(getattr(engine, method)) == declared, engine
+
+
+def test_the_local_engine_loads_the_model_once_through_its_loader():
+    loaded = []
+
+    def load(spec: ExtractorSpec):
+        loaded.append(spec)
+        return spec.load()
+
+    lines = [(1, ("the cat sat", None, None)), (2, ("on the mat", None, None))]
+    counted = []
+    corpus = engines.Local(load=load).statistics(
+        iter(lines), ExtractorSpec(), Request(), batch_size=1, progress=counted.append
+    )
+    assert loaded == [ExtractorSpec()] and counted == [1, 2]
+    expected = CorpusStatistics()
+    list(expected.add_corpus(ExtractorSpec().load(), lines, Request(), 2))
+    assert corpus.model == expected.model == "builtin:layers=2,heads=4,d_model=64,seed=0"
+    assert corpus.rows() == expected.rows()
+
+
+def test_merged_statistics_keep_the_model_name():
+    named = CorpusStatistics(model="m")
+    merged = CorpusStatistics()
+    merged.merge(named)
+    assert merged.model == "m"
+
+
+def test_a_local_batch_writes_every_input(tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\n\non the mat\n")
+    inputs = [item for item in read_inputs(str(source)) if not item.blank]
+    assign_names(inputs)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    outputs = Outputs(folder=folder, formats=(Output.JSON,), view=View.HEAD, style=Style())
+    plan = plan_folder(folder, None, resume=False, overwrite=False, request=outputs.fingerprint())
+    steps = []
+    tally = engines.Local().run_batch(
+        inputs,
+        ExtractorSpec(),
+        Request(),
+        outputs,
+        plan=plan,
+        batch_size=2,
+        progress=lambda done, total: steps.append((done, total)),
+        tally=Tally(),
+    )
+    assert [record.status for record in tally.records] == ["ok", "ok"]
+    assert steps[-1] == (2, 2)
+    assert sorted(path.suffix for path in folder.iterdir()) == [".json", ".json", ".jsonl"]
