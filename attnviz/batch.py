@@ -36,7 +36,8 @@ from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
 from attnviz.io import STDIO, dump_json, file_blake2b, npz_bytes, open_output
 from attnviz.maps import AttentionMaps
 from attnviz.outputs import PICTURES
-from attnviz.render.image import Painter, Style
+from attnviz.render.image import Painter
+from attnviz.render.style import Style
 
 MANIFEST = "manifest.jsonl"
 _SLUG_LENGTH = 40

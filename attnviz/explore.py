@@ -276,7 +276,8 @@ class ExploreApp(App[None]):
 
     def action_export(self) -> None:
         from attnviz.io import open_output
-        from attnviz.render.image import Painter, Style
+        from attnviz.render.image import Painter
+        from attnviz.render.style import Style
 
         view = self.view()
         kind = View.HEAD

@@ -56,7 +56,8 @@ def picture(
     style: dict[str, Any],
 ) -> Picture:
     """What ``export`` draws of the maps of ``layer`` and ``head`` (None: all held)."""
-    from attnviz.render.image import Picture, Style, check_colormap, one_picture
+    from attnviz.render.image import Picture, one_picture
+    from attnviz.render.style import Style, check_colormap
 
     drawn = Style(**style)
     check_colormap(drawn.cmap)

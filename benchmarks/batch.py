@@ -29,12 +29,13 @@ def naive_rate(maps_list, sample: int, folder: Path) -> float:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from attnviz.render.image import HeadCanvas, Style
+    from attnviz.render.layout import head_figure_size
+    from attnviz.render.style import Style
 
     jobs = [(maps, panel) for maps in maps_list for panel in maps.panels()][:sample]
     started = time.perf_counter()
     for number, (maps, panel) in enumerate(jobs):
-        size = HeadCanvas.figure_size(len(maps.query_tokens), len(maps.key_tokens))
+        size = head_figure_size(len(maps.query_tokens), len(maps.key_tokens))
         figure, axes = plt.subplots(figsize=size, dpi=Style().dpi)
         image = axes.imshow(panel.matrix, cmap="viridis", vmin=0, vmax=1)
         axes.set_xticks(range(len(maps.key_tokens)), maps.key_tokens, rotation=90)

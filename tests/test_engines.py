@@ -11,7 +11,7 @@ from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch import Outputs, Tally, assign_names, plan_folder, read_inputs
 from attnviz.choices import Output, View
 from attnviz.loading import ExtractorSpec
-from attnviz.render.image import Style
+from attnviz.render.style import Style
 from attnviz.request import Request
 
 

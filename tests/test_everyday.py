@@ -15,7 +15,9 @@ from attnviz.analysis.heads import TopHeads, head_statistics, sort_rows
 from attnviz.choices import HeadColumn, Output, RankBy
 from attnviz.cli import app
 from attnviz.cli.output import Environment
-from attnviz.render.image import MIN_LABEL_POINTS, GridCanvas, HeadCanvas, Style, grid_shape
+from attnviz.render.canvas import GridCanvas, HeadCanvas
+from attnviz.render.layout import grid_shape
+from attnviz.render.style import MIN_LABEL_POINTS, Style
 from attnviz.render.terminal import choose_thumbnails, render_grid
 
 TERMINAL = Environment(stdout_is_terminal=True, stderr_is_terminal=False)
@@ -361,7 +363,8 @@ def test_head_picture_with_figsize_has_that_size_and_fits_its_title(runner, tmp_
 
 @pytest.mark.parametrize("words", [["a", "b", "c"], ["representations"] * 3])
 def test_a_given_figure_size_gives_the_cells_what_this_inputs_labels_leave(words):
-    from attnviz.render.image import Frame, Painter
+    from attnviz.render.image import Painter
+    from attnviz.render.style import Frame
 
     maps = attnviz.extract(" ".join(words * 4), layers=0, heads=0)
     style = Style(figsize=(3.5, 3.0), font_size=8)

@@ -12,7 +12,8 @@ import attnviz
 from attnviz.analysis.aggregate import aggregate
 from attnviz.choices import Aggregate, Output, View
 from attnviz.cli import app
-from attnviz.render.image import Painter, Style
+from attnviz.render.image import Painter
+from attnviz.render.style import Style
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202e"
 
@@ -372,7 +373,8 @@ def test_float16_data_is_written_with_float16_digits(runner):
 
 @pytest.mark.parametrize("text", ["Hello I love you", "a", "a " * 60])
 def test_a_pictures_header_and_title_lie_inside_the_canvas(text):
-    from attnviz.render.image import Frame, HeadCanvas
+    from attnviz.render.canvas import HeadCanvas
+    from attnviz.render.style import Frame
 
     maps = attnviz.extract(text, layers=0, heads=0)
     panel = next(maps.panels())

@@ -115,3 +115,18 @@ def test_the_maps_build_only_on_the_lowest_modules():
         "attnviz.analysis.grid",
         "attnviz.analysis.products",
     }
+
+
+LONGEST_FUNCTION = 80  # lines, signature and docstring included
+
+
+def test_no_function_is_longer_than_a_screen():
+    """A unit that fits a screen is read whole; one past it is split by concern."""
+    longer = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    longer.append(f"{path.relative_to(PACKAGE.parent)}::{node.name} ({lines})")
+    assert longer == []

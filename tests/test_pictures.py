@@ -7,7 +7,10 @@ from PIL import Image
 
 import attnviz
 from attnviz.cli import app
-from attnviz.render.image import HeadCanvas, Style, encode_png
+from attnviz.render.canvas import HeadCanvas
+from attnviz.render.layout import head_figure_size
+from attnviz.render.png import encode_png
+from attnviz.render.style import Style
 
 TEXT = "The man walked the dog"
 
@@ -54,7 +57,7 @@ def test_head_png_has_the_layout_size_at_the_dpi(runner, tmp_path):
             ],
         )
         assert result.exit_code == 0, result.stderr
-        width, height = HeadCanvas.figure_size(5, 5)
+        width, height = head_figure_size(5, 5)
         with Image.open(path) as image:
             image.load()  # a complete, decodable PNG
             assert image.size == (int(width * dpi), int(height * dpi))
@@ -66,7 +69,7 @@ def test_fast_png_matches_a_full_matplotlib_draw():
 
     import numpy as np
 
-    from attnviz.render.image import Frame
+    from attnviz.render.style import Frame
 
     maps = attnviz.extract(TEXT, layers=0, heads=0)
     panel = next(maps.panels())

@@ -10,7 +10,8 @@ import attnviz
 from attnviz.choices import Output, View
 from attnviz.cli import app
 from attnviz.outputs import PICTURES
-from attnviz.render.image import Painter, Style
+from attnviz.render.image import Painter
+from attnviz.render.style import Style
 
 
 def test_pictures_change_no_matplotlib_setting():

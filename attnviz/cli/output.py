@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from attnviz.cli.pictures import HeadChoice
     from attnviz.extractor import Extractor
     from attnviz.maps import AttentionMaps, MapPanel
-    from attnviz.render.image import Style
+    from attnviz.render.style import Style
 
 T = TypeVar("T")
 Read = TypeVar("Read")  # what a command reads of a text or of saved maps

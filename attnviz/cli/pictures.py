@@ -12,7 +12,7 @@ from attnviz.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
-    from attnviz.render.image import Style
+    from attnviz.render.style import Style
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class PictureSettings:
 
     def style(self) -> Style:
         """The checked style: a known colormap, a size of two positive numbers."""
-        from attnviz.render.image import Style, check_colormap
+        from attnviz.render.style import Style, check_colormap
 
         check_colormap(self.cmap)
         if self.title is not None and self.no_title:

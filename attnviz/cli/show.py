@@ -170,7 +170,7 @@ class Presentation:
             out.save_page(out.only_one(stream), View.MODEL, self.output)
             return
         if self.output_format in PICTURES:
-            from attnviz.render.image import Style
+            from attnviz.render.style import Style
 
             maps = out.only_one(stream)
             out.save_picture(maps, View.MODEL, self.output_format, Style(), self.output, self.top)

@@ -139,10 +139,10 @@ def stats(
     _write(corpus, output_format, environment, destination=output or "-")
     if drawn is not None:
         from attnviz.io import open_output
-        from attnviz.render.image import statistics_picture
+        from attnviz.render.statistics import statistics_picture
 
         with open_output(picture, binary=True) as stream:
-            stream.write(statistics_picture(corpus, drawn, corpus.model))
+            stream.write(statistics_picture(corpus, drawn))
 
 
 @dataclass

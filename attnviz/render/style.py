@@ -1,0 +1,86 @@
+"""How pictures look (:class:`Style`), what one input's pictures share (:class:`Frame`),
+and the words they are labelled with. No matplotlib at import."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from attnviz.errors import UsageError
+from attnviz.tokens import display_label
+
+MAX_LABEL = 14  # characters of a token label before it is cut with an ellipsis
+VALUES_UP_TO = 16  # --values prints numbers in maps with at most this many rows and columns
+MIN_LABEL_POINTS = 6.0  # token labels are never smaller: they are thinned instead
+
+
+@dataclass(frozen=True)
+class Style:
+    cmap: str = "viridis"
+    dpi: int = 100
+    values: bool = False  # weights printed in the cells of small maps
+    vmax: float = 1.0  # the weight at the top of the colour scale; lower it for long inputs
+    figsize: tuple[float, float] | None = None  # inches; None: sized by the map
+    font_size: float | None = None  # points for labels and titles; None: as the cells allow
+    title: str | None = None  # the figure's title; None: the model and mode; "": no titles
+
+    def __post_init__(self) -> None:  # what the command line's options hold to as well
+        if not 0 < self.vmax <= 1:
+            raise UsageError(f"vmax {self.vmax} is outside the weights' range: give 0 < vmax <= 1")
+        if self.dpi <= 0 or (self.font_size is not None and self.font_size <= 0):
+            raise UsageError("dpi and font_size are positive numbers")
+        if self.figsize is not None and not all(0 < size <= 100 for size in self.figsize):
+            raise UsageError(f"figsize {self.figsize}: two sizes in inches, each up to 100")
+
+    def titles(self, default: str) -> str:
+        return default if self.title is None else self.title
+
+    @property
+    def clips(self) -> bool:
+        """Weights above vmax are drawn in the top colour: the colour bar says so."""
+        return self.vmax < 1.0
+
+    @property
+    def bar_label(self) -> str:
+        """What the colour bar says it shows."""
+        if self.clips:
+            return f"attention weight (≥ {self.vmax:g} drawn as {self.vmax:g})"
+        return "attention weight"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What all maps of one input share: the header line and the token labels."""
+
+    header: str
+    query_labels: tuple[str, ...]
+    key_labels: tuple[str, ...]
+
+
+def check_colormap(name: str) -> None:
+    import matplotlib
+
+    if name not in matplotlib.colormaps:
+        raise UsageError(
+            f"unknown colormap {name!r}: try viridis, magma, Blues, Greys (any matplotlib name)"
+        )
+
+
+def token_label(token: str) -> str:
+    """A token as a picture labels it: made visible, cut past MAX_LABEL characters."""
+    shown = display_label(token)
+    return shown if len(shown) <= MAX_LABEL else shown[: MAX_LABEL - 1] + "…"
+
+
+def short_title(title: str) -> str:
+    """``layer 2 · head 0`` -> ``L2 H0``: the title of a panel too narrow for the long one."""
+    title = re.sub(r"\blayers? (?=-?\d)", "L", title)
+    return re.sub(r"\bheads? (?=-?\d)", "H", title).replace(" · ", " ")
+
+
+def axes_note(step: int) -> str:
+    """What the rows and columns are, and which labels are shown."""
+    note = "rows: query tokens\ncolumns: key tokens"
+    if step > 1:
+        note += f"\nlabels: one token in {step}"
+    return note

@@ -1,0 +1,122 @@
+"""The pictures' layout arithmetic, on its own: no matplotlib, only inches and pixels."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from attnviz.errors import UsageError
+from attnviz.render.layout import (
+    MARGIN_RIGHT,
+    MARGIN_TOP,
+    GridShape,
+    grid_layout,
+    head_figure_size,
+    head_layout,
+    head_margins,
+    label_step,
+)
+from attnviz.render.style import MIN_LABEL_POINTS, Style
+
+SIZES = [(1, 1), (3, 7), (12, 12), (40, 9), (300, 300)]
+
+
+def inside(box: tuple[float, float, float, float]) -> bool:
+    x, y, width, height = box
+    return x >= 0 and y >= 0 and x + width <= 1 + 1e-9 and y + height <= 1 + 1e-9
+
+
+@pytest.mark.parametrize(("queries", "keys"), SIZES)
+def test_a_map_sized_by_its_tokens_has_square_cells_in_fixed_margins(queries, keys):
+    layout = head_layout(queries, keys, Style())
+    assert (layout.width, layout.height) == head_figure_size(queries, keys)
+    assert inside(layout.cells_box) and inside(layout.bar_box)
+    x, y, width, height = layout.cells_box
+    assert width * layout.width == pytest.approx(keys * layout.cell)
+    assert height * layout.height == pytest.approx(queries * layout.cell)
+    bar_x, bar_y, _, bar_height = layout.bar_box
+    assert bar_x > x + width and (bar_y, bar_height) == (y, height)  # beside, as tall
+    assert 0 < layout.note_top < layout.bottom
+
+
+@pytest.mark.parametrize(("queries", "keys"), SIZES[:4])
+@pytest.mark.parametrize("figsize", [(3.5, 3.0), (7.0, 2.5), (2.5, 7.0)])
+def test_a_given_size_is_kept_and_the_map_centred_where_its_cells_leave_room(
+    queries, keys, figsize
+):
+    style = Style(figsize=figsize, font_size=8)
+    layout = head_layout(queries, keys, style, label_chars=5)
+    assert (layout.width, layout.height) == figsize and inside(layout.cells_box)
+    left, bottom = head_margins(style, 5)
+    right = layout.width - layout.left - keys * layout.cell - MARGIN_RIGHT
+    top = layout.height - layout.bottom - queries * layout.cell - MARGIN_TOP
+    # Spare room is shared on both sides of the map, and the cells fill one direction.
+    assert layout.left - left == pytest.approx(right) and right >= -1e-9
+    assert layout.bottom - bottom == pytest.approx(top) and top >= -1e-9
+    assert min(right, top) == pytest.approx(0, abs=1e-9)
+
+
+def test_a_given_size_too_small_for_the_labels_says_the_smallest_that_fits():
+    with pytest.raises(UsageError, match=r"--figsize 1,1 leaves no room .* give at least"):
+        head_layout(5, 5, Style(figsize=(1.0, 1.0)))
+
+
+@pytest.mark.parametrize("cell_points", [0.5, 3.0, 7.5, 11.0, 30.0])
+@pytest.mark.parametrize("wanted", [None, 6.0, 12.0])
+def test_labels_are_never_below_the_smallest_size_and_thinned_to_fit_their_cells(
+    cell_points, wanted
+):
+    size, step = label_step(cell_points, wanted)
+    assert size >= MIN_LABEL_POINTS
+    assert size <= step * cell_points * 0.8 + 1e-6  # a shown label's room: step cells
+    assert step == 1 or size > (step - 1) * cell_points * 0.8  # no sparser than needed
+
+
+def grid(rows: int, columns: int, count: int | None = None, headers: bool = False) -> GridShape:
+    count = rows * columns if count is None else count
+    return GridShape(rows, columns, queries=9, keys=7, label_chars=6, count=count, headers=headers)
+
+
+@pytest.mark.parametrize("shape", [grid(1, 1), grid(2, 4, headers=True), grid(2, 6, count=8)])
+@pytest.mark.parametrize("style", [Style(), Style(dpi=73), Style(figsize=(7, 4.5), font_size=7)])
+def test_panels_are_a_whole_number_of_pixels_apart_and_never_overlap(shape, style):
+    layout = grid_layout(shape, style)
+    across, down = layout.panel_pixels
+    assert across == pytest.approx(layout.panel_width * style.dpi, abs=1e-6)
+    assert down == pytest.approx(layout.panel_height * style.dpi, abs=1e-6)
+    assert (layout.height * style.dpi) == pytest.approx(round(layout.height * style.dpi))
+    boxes = [layout.cells(n) for n in range(shape.rows * shape.columns)]
+    for x0, x1, y0, y1 in boxes:
+        assert 0 < x0 < x1 <= layout.width and 0 < y0 < y1 <= layout.height
+    for (ax0, ax1, ay0, ay1), (bx0, bx1, by0, by1) in itertools.combinations(boxes, 2):
+        assert ax1 + layout.gap / 2 < bx0 or bx1 + layout.gap / 2 < ax0 or ay1 < by0 or by1 < ay0
+    assert inside(layout.bar_box(style))
+    bar_x = layout.bar_box(style)[0] * layout.width
+    assert bar_x > max(x1 for _, x1, _, _ in boxes)  # right of every panel
+    assert layout.label_overhang < layout.gap * style.dpi / 2  # pasted labels stay in the gap
+
+
+def test_a_grid_too_large_for_a_given_size_is_refused():
+    with pytest.raises(UsageError, match="too small for 12 × 12 maps"):
+        grid_layout(grid(12, 12), Style(figsize=(2, 2)))
+
+
+@pytest.mark.parametrize(("rows", "columns", "count"), [(1, 1, 1), (2, 6, 8), (3, 4, 12)])
+def test_each_row_and_each_column_of_drawn_panels_is_labelled_once(rows, columns, count):
+    shape = grid(rows, columns, count)
+    labelled_rows = [n for n in range(rows * columns) if shape.labels_rows(n)]
+    labelled_columns = [n for n in range(rows * columns) if shape.labels_columns(n)]
+    assert [n // columns for n in labelled_rows] == list(range(math.ceil(count / columns)))
+    assert sorted(n % columns for n in labelled_columns) == list(range(min(count, columns)))
+    assert all(n < count for n in labelled_rows + labelled_columns)
+
+
+def test_the_room_for_labels_grows_with_the_longest_label_and_the_font():
+    short = grid_layout(grid(1, 2), Style())
+    long = grid_layout(GridShape(1, 2, 9, 7, label_chars=14, count=2), Style())
+    assert long.label_room > short.label_room
+    larger = grid_layout(grid(1, 2), Style(font_size=12))
+    assert larger.label_size == 12 and larger.label_room > short.label_room
+    assert short.label_size <= 7.0
