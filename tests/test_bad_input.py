@@ -7,26 +7,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from attnviz.cli import app
 from tests import tiny_models
-
-ATTNVIZ = [sys.executable, "-m", "attnviz"]
+from tests.processes import IN_A_SHELL, attnviz, shell
 
 
 def invoke(runner, arguments, stdin: bytes | None = None):
     return runner.invoke(app, arguments, input=stdin)
-
-
-def run(arguments, stdin: bytes | None = None, cwd: Path | None = None):
-    return subprocess.run(
-        [*ATTNVIZ, *arguments], input=stdin, capture_output=True, timeout=300, cwd=cwd
-    )
 
 
 def failed_in_process(result, code: int, message: str) -> None:
@@ -105,7 +96,7 @@ def test_several_inputs_where_one_is_read_say_what_to_do_instead(runner, tmp_pat
 @pytest.mark.slow
 def test_nul_bytes_and_escapes_are_data(tmp_path):
     text = "a\x00b \x1b[2J\x1b[31mred [bold]x[/bold] \u202eevil"
-    result = run(["show", "-", "-f", "terminal", "--width", "200"], text.encode())
+    result = attnviz("show", "-", "-f", "terminal", "--width", "200", stdin=text.encode())
     assert result.returncode == 0, result.stderr
     out = result.stdout.decode()
     assert "\x1b" not in out and "\x00" not in out and "\u202e" not in out
@@ -197,17 +188,14 @@ def test_a_batch_with_bad_lines_records_them(runner, tmp_path):
 def test_broken_pipes_end_quietly(tmp_path):
     source = tmp_path / "lines.txt"
     source.write_text("The man walked the dog\n" * 300)
-    command = f"{' '.join(ATTNVIZ)} show - < {source} | head -c 10"
-    result = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", command], capture_output=True, timeout=300
-    )
+    result = shell(f"{IN_A_SHELL} show - < {source} | head -c 10")
     assert result.returncode == 0, result.stderr
-    assert result.stderr == b""
-    assert result.stdout == b'{"schema_v'
+    assert result.stderr == ""
+    assert result.stdout == '{"schema_v'
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    result = run(["--debug", "show", "hi", "--model", str(tmp_path)])
+    result = attnviz("--debug", "show", "hi", "--model", tmp_path)
     assert result.returncode != 0
     assert b"Traceback" in result.stderr
 

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from PIL import Image
 from attnviz.batch import assign_names, in_shard, parse_shard, read_inputs, record_done, slug
 from attnviz.cli import app
 from attnviz.errors import UsageError
+from tests.processes import ATTNVIZ
 
 SAMPLES = Path(__file__).parent.parent / "sample_texts"
 
@@ -188,7 +188,7 @@ def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path, interr
     sentences = (SAMPLES / "sentences.txt").read_text().splitlines()
     source.write_text("\n".join(sentences * 6) + "\n")  # 36 inputs, 288 pictures
     arguments = ["batch", str(source), "-f", "png", "-f", "json"]
-    command = [sys.executable, "-m", "attnviz", *arguments]
+    command = [*ATTNVIZ, *arguments]
     reference = tmp_path / "reference"
     assert runner.invoke(app, [*arguments, "-o", str(reference), "-q"]).exit_code == 0
 

@@ -7,13 +7,13 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 
 import pytest
 
 from attnviz.batch import FolderLock
 from attnviz.cli import app
+from tests.processes import ATTNVIZ
 
 
 def _inputs(tmp_path, count=4):
@@ -54,7 +54,7 @@ def _started(command, manifest):
 def test_a_second_writer_is_refused_while_the_first_runs(runner, tmp_path):
     source = _inputs(tmp_path, 3000)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out)]
+    command = [*ATTNVIZ, "batch", str(source), "-o", str(out)]
     first = _started([*command, "-f", "json", "--layer", "0", "-q"], out / "manifest.jsonl")
     assert (out / FolderLock.NAME).exists(), "the first batch holds its folder"
     for options in ([], ["--resume"], ["--overwrite"], ["--shard", "1/2"]):
@@ -79,7 +79,7 @@ def test_a_second_writer_is_refused_while_the_first_runs(runner, tmp_path):
 def test_the_same_shard_twice_at_once_is_refused_other_shards_share(runner, tmp_path):
     source = _inputs(tmp_path, 3000)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"]
+    command = [*ATTNVIZ, "batch", str(source), "-o", str(out), "-f", "json"]
     first = _started([*command, "--shard", "1/2", "-q"], out / "manifest-1-of-2.jsonl")
     same = _batch(runner, source, out, "--shard", "1/2", "--resume")
     assert same.exit_code == 1
@@ -99,7 +99,7 @@ def test_the_same_shard_twice_at_once_is_refused_other_shards_share(runner, tmp_
 def test_a_killed_writer_leaves_its_folder_free(runner, tmp_path):
     source = _inputs(tmp_path, 3000)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"]
+    command = [*ATTNVIZ, "batch", str(source), "-o", str(out), "-f", "json"]
     first = _started(command, out / "manifest.jsonl")
     first.kill()
     first.wait(timeout=60)

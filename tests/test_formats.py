@@ -18,6 +18,7 @@ from attnviz.cli import app
 from attnviz.errors import SchemaError
 from attnviz.io import write_maps
 from attnviz.maps import read_maps
+from tests.processes import IN_A_SHELL, shell
 
 SENTENCES = Path(__file__).parent.parent / "sample_texts" / "sentences.txt"
 
@@ -264,14 +265,9 @@ def test_render_refuses_what_it_cannot_draw(runner, tmp_path, monkeypatch, argum
     assert not (tmp_path / "x.png").exists()
 
 
-def run(command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-
-
 @pytest.mark.slow
 def test_ndjson_from_a_file_of_sentences_piped_to_head():
-    result = run(f"{sys.executable} -m attnviz show - --format ndjson < {SENTENCES} | head -n 2")
+    result = shell(f"{IN_A_SHELL} show - --format ndjson < {SENTENCES} | head -n 2")
     assert result.returncode == 0 and result.stderr == ""
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [record["text"] for record in records] == SENTENCES.read_text().splitlines()[:2]

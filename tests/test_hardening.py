@@ -14,6 +14,7 @@ from attnviz.choices import Aggregate, Output, View
 from attnviz.cli import app
 from attnviz.render.image import Painter
 from attnviz.render.style import Style
+from tests.processes import ATTNVIZ
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202e"
 
@@ -215,10 +216,9 @@ def test_output_paths_that_are_devices_links_or_kept_files(runner, tmp_path):
 @pytest.mark.slow
 def test_dev_stdout_reaches_stdout_in_a_real_process(tmp_path):
     import subprocess
-    import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "attnviz", "show", "a b", "-f", "json", "-o", "/dev/stdout"],
+        [*ATTNVIZ, "show", "a b", "-f", "json", "-o", "/dev/stdout"],
         capture_output=True,
         text=True,
     )
@@ -331,9 +331,8 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_1(shell, message):
 def test_text_that_is_not_utf8_and_an_ascii_locale(tmp_path):
     import os
     import subprocess
-    import sys
 
-    attnviz_command = [sys.executable, "-m", "attnviz"]
+    attnviz_command = [*ATTNVIZ]
     bad = subprocess.run([*attnviz_command, "show", b"caf\xe9", "-f", "json"], capture_output=True)
     assert bad.returncode == 2
     assert b"the text is not UTF-8 text: byte 0xe9 at offset 3" in bad.stderr

@@ -15,6 +15,7 @@ from attnviz.cli import app
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.pretrained import LoadOptions
 from tests import tiny_models
+from tests.processes import ATTNVIZ
 
 TEXT = "Hello I love the dog"
 TARGET = "Bonjour je t'aime"
@@ -297,7 +298,7 @@ def test_loading_is_quiet_in_a_real_process():
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-m", "attnviz", "show", "--model", "minilm", "hi", "--format", "json"],
+        [*ATTNVIZ, "show", "--model", "minilm", "hi", "--format", "json"],
         capture_output=True,
         text=True,
     )
@@ -339,7 +340,7 @@ def test_a_hub_id_loads_offline_from_the_cache_that_hf_home_names(tiny, tmp_path
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     env = {**__import__("os").environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "attnviz"]
+    command = [*ATTNVIZ]
     shown = subprocess.run(
         [*command, "show", TEXT, "--model", "tiny/bert", "--format", "json"],
         capture_output=True,

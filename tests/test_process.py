@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.schema import SCHEMA_VERSION
+from tests.processes import ATTNVIZ, IN_A_SHELL, shell
 
 PARAGRAPH = Path(__file__).parent.parent / "sample_texts" / "paragraph.txt"
 
@@ -68,17 +69,11 @@ def test_usage_errors_import_no_heavy_module():
     assert result.stdout.strip() == ""
 
 
-def run_shell(command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=120
-    )
-
-
 @pytest.mark.slow
 def test_picture_piped_to_head_exits_cleanly():
     # ~1 MB of picture: far more than a pipe holds, so the writer meets a closed pipe.
-    result = run_shell(
-        f"{sys.executable} -m attnviz show - -f terminal --num-layers 6 --num-heads 8 --width 300"
+    result = shell(
+        f"{IN_A_SHELL} show - -f terminal --num-layers 6 --num-heads 8 --width 300"
         f" < {PARAGRAPH} | head -n 1"
     )
     assert result.returncode == 0, result.stderr
@@ -89,9 +84,8 @@ def test_picture_piped_to_head_exits_cleanly():
 @pytest.mark.slow
 def test_a_pipe_gets_ndjson_and_head_ends_the_stream_cleanly():
     lines = "\n".join(["The man walked the dog"] * 50)
-    result = run_shell(
-        f"printf '{lines}\n' | {sys.executable} -m attnviz show - --num-layers 6 --num-heads 8"
-        " | head -n 2"
+    result = shell(
+        f"printf '{lines}\n' | {IN_A_SHELL} show - --num-layers 6 --num-heads 8 | head -n 2"
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
@@ -101,16 +95,14 @@ def test_a_pipe_gets_ndjson_and_head_ends_the_stream_cleanly():
 
 @pytest.mark.slow
 def test_json_from_stdin_through_a_pipe():
-    result = run_shell(
-        f"printf 'The man walked the dog\\n' | {sys.executable} -m attnviz show - --format json"
-    )
+    result = shell(f"printf 'The man walked the dog\\n' | {IN_A_SHELL} show - --format json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["key_tokens"] == ["the", "man", "walked", "the", "dog"]
 
 
 def test_error_exit_code_reaches_the_shell():
-    result = run_shell(f"{sys.executable} -m attnviz show '' ")
+    result = shell(f"{IN_A_SHELL} show '' ")
     assert result.returncode == 2
     assert result.stderr == "attnviz: error: the text is empty: give some words to look at\n"
 
@@ -119,7 +111,7 @@ def test_error_exit_code_reaches_the_shell():
 def test_stdin_lines_are_answered_as_they_arrive():
     """The first record comes out before the second line has even been written."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "attnviz", "show", "-", "-f", "ndjson"],
+        [*ATTNVIZ, "show", "-", "-f", "ndjson"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -164,7 +156,7 @@ def _start_batch(tmp_path, count: int) -> tuple[subprocess.Popen, Path]:
     source = tmp_path / "in.txt"
     source.write_text("\n".join(f"the man walked the dog number {i}" for i in range(count)))
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-j", "2"]
+    command = [*ATTNVIZ, "batch", str(source), "-o", str(out), "-j", "2"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -219,7 +211,7 @@ def test_workers_die_with_their_batch_and_sigterm_cleans_up(tmp_path):
 def test_sigterm_while_streaming_to_a_file_leaves_no_temporary(tmp_path):
     target = tmp_path / "maps.ndjson"
     process = subprocess.Popen(
-        [sys.executable, "-m", "attnviz", "show", "-", "-f", "ndjson", "-o", str(target)],
+        [*ATTNVIZ, "show", "-", "-f", "ndjson", "-o", str(target)],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

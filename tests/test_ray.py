@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.cli import app
+from tests.processes import ATTNVIZ
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 SENTENCES = [
@@ -121,7 +122,7 @@ def unmeasured(environment: dict[str, str]) -> dict[str, str]:
 
 
 def stats_in_a_process(corpus, *extra: str, environment: dict[str, str]):
-    command = [sys.executable, "-m", "attnviz", "stats", str(corpus), "--engine", "ray"]
+    command = [*ATTNVIZ, "stats", str(corpus), "--engine", "ray"]
     return subprocess.run(
         [*command, *extra, "-f", "json", "-q"],
         env=environment,
@@ -375,7 +376,7 @@ def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
     out = tmp_path / "out"
     address = local_ray.get_runtime_context().gcs_address
     command = [
-        *(sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"),
+        *(*ATTNVIZ, "batch", str(source), "-o", str(out), "-f", "json"),
         *("--engine", "ray", "--ray-address", address, "--batch-size", "1", "-q"),
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -415,7 +416,7 @@ def test_sigterm_unwinds_a_ray_batch_and_exits_143(local_ray, tmp_path):
     out = tmp_path / "out"
     address = local_ray.get_runtime_context().gcs_address
     command = [
-        *(sys.executable, "-m", "attnviz", "batch", str(source), "-o", str(out), "-f", "json"),
+        *(*ATTNVIZ, "batch", str(source), "-o", str(out), "-f", "json"),
         *("--engine", "ray", "--ray-address", address, "-q"),
     ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
