@@ -12,6 +12,7 @@ from attnviz.analysis.aggregate import FLOW_MAX_TOKENS, aggregate, with_residual
 from attnviz.analysis.diff import diff_maps, jensen_shannon
 from attnviz.analysis.heads import head_statistics, sort_rows
 from attnviz.analysis.top import top_keys
+from attnviz.choices import Aggregate
 from attnviz.choices import HeadColumn as Column
 from attnviz.errors import UsageError
 from attnviz.maps import AttentionMaps
@@ -192,3 +193,10 @@ def test_notebook_html_needs_no_network():
     page = attnviz.extract("a <b> c", layers=0, heads=0)._repr_html_()
     assert page.startswith("<iframe srcdoc=") and "://" not in page
     assert "<script" not in page  # the whole page sits escaped inside srcdoc
+
+
+def test_rollout_folds_layers_in_model_order_whatever_order_was_typed():
+    maps = attnviz.extract("the cat sat on the mat")
+    forwards = aggregate(maps.select(layers=[0, 1]), Aggregate.ROLLOUT)
+    backwards = aggregate(maps.select(layers=[1, 0]), Aggregate.ROLLOUT)
+    np.testing.assert_array_equal(forwards.weights, backwards.weights)

@@ -207,3 +207,46 @@ def test_copying_a_model_needs_a_tokenizer(runner, tmp_path):
     (bare / "tokenizer.json").unlink()
     (bare / "tokenizer_config.json").unlink()
     failed_in_process(invoke(runner, ["show", "hi", "--model", str(bare)]), 1, "has no tokenizer")
+
+
+def test_running_out_of_memory_says_what_to_reduce(runner, monkeypatch):
+    def exhausted(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")
+
+    monkeypatch.setattr("attnviz.builtin.extractor.BuiltinExtractor._extract", exhausted)
+    result = runner.invoke(app, ["show", "a b", "-f", "json"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("attnviz: error: out of memory: select fewer layers and heads")
+
+
+def test_a_stack_too_big_for_the_machine_is_refused_with_an_estimate(runner):
+    result = runner.invoke(app, ["show", "a b", "--d-model", "4096", "--num-layers", "64"])
+    assert result.exit_code == 2
+    assert "needs about 112.0 GiB for its weights alone" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["show", "a b", "--top-heads", "2", "-f", "json"], "--top-heads applies to the"),
+        (["show", "a b", "--top-heads", "2", "-a", "mean"], "--top-heads picks heads"),
+        (["show", "a b", "-m", "cross", "-t", "c d", "--top-heads", "1", "--by", "self"], "cross"),
+        (["show", "a b", "--view", "grid", "-f", "csv"], "--view grid applies to the"),
+        (["show", "a b", "--values", "-o", "x.npz"], "not npz output: leave it out"),
+        (["show", "a b", "--label-positions", "-f", "json"], "keep the tokens as they are"),
+        (["show", "a b", "--dtype", "float16", "-f", "terminal"], "applies to data"),
+        (["show", "a b", "--dtype", "float16", "-o", "x.png"], "not a png picture"),
+        (["export", "a b", "-o", "x.png", "--figsize", "3"], "give width and height"),
+        (["export", "a b", "-o", "x.png", "--figsize", "-1,2"], "between 0 and 100"),
+        (["export", "a b", "-o", "x.png", "--figsize", "1,1", "--view", "head", "-l", "0",
+          "--head", "0"], "leaves no room for the map"),
+        (["export", "a b", "-o", "x.png", "--title", "T", "--no-title"], "pick one"),
+        (["export", "a b", "-o", "x.png", "--top-heads", "2", "--view", "head"], "draws one map"),
+    ],
+)  # fmt: skip
+def test_bad_choices_are_usage_errors(runner, tmp_path, monkeypatch, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "x.png").exists()

@@ -234,3 +234,53 @@ def test_a_line_nested_deeper_than_python_reads_is_recorded_and_the_batch_goes_o
     assert "1 of 3 inputs failed (first: line 2 nests its JSON too deep" in result.stderr
     records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert [record["status"] for record in records] == ["ok", "failed", "ok"]
+
+
+def test_a_lone_surrogate_fails_its_input_alone_and_resume_does_not_crash(runner, tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "a \\ud800 b"}\n{"text": "fine"}\n')
+    command = ["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"]
+    for extra in ([], ["--resume"]):
+        result = runner.invoke(app, [*command, *extra])
+        assert result.exit_code == 3, result.stderr
+        assert "holds a lone surrogate" in result.stderr
+
+
+@pytest.mark.slow
+def test_jobs_give_the_very_numbers_show_gives(runner, tmp_path):
+    source = tmp_path / "in.txt"
+    text = " ".join(f"w{i}" for i in range(120))  # long enough for torch to use its threads
+    source.write_text(f"{text}\n{text} again\n")
+    shown = json.loads(runner.invoke(app, ["show", text, "-f", "json"]).stdout)
+    for jobs in ("1", "2"):  # 2: pages drawn in worker processes beside the model
+        out = tmp_path / jobs
+        formats = ["-f", "json", "-f", "html"]
+        result = runner.invoke(app, ["batch", str(source), "-o", str(out), *formats, "-j", jobs])
+        assert result.exit_code == 0, result.stderr
+        (first,) = list(out.glob("0000-*.json"))
+        assert json.loads(first.read_text())["weights"] == shown["weights"]
+
+
+@pytest.mark.slow
+def test_batch_runs_the_model_with_torchs_own_thread_count(runner, tmp_path, monkeypatch):
+    # Fewer threads sum in another order (1.5e-7 apart on a many-core machine); on a
+    # machine too small to show that, the thread count itself is the evidence.
+    import torch
+
+    from attnviz.builtin.extractor import BuiltinExtractor
+
+    seen: list[int] = []
+    original = BuiltinExtractor.extract_many
+
+    def counting(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BuiltinExtractor, "extract_many", counting)
+    source = tmp_path / "in.txt"
+    source.write_text("a b\nc d\n")
+    before = torch.get_num_threads()
+    result = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "o"), "-j", "2", "-q"])
+    assert result.exit_code == 0, result.stderr
+    assert seen and set(seen) == {before}
+    assert torch.get_num_threads() == before

@@ -210,3 +210,73 @@ def test_a_file_written_over_a_link_gets_the_users_mode(runner, tmp_path):
     assert not written.is_symlink() and elsewhere.read_text() == "{}"
     assert stat.S_IMODE(written.stat().st_mode) == 0o640
     assert stat.S_IMODE((out / "manifest.jsonl").stat().st_mode) == 0o640
+
+
+def test_a_batch_never_writes_outside_its_folder(runner, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.jsonl").symlink_to(outside)
+    (out / "0000-a-b.json").symlink_to(outside)
+    (out / "0001-c-d.json").symlink_to(tmp_path / "dangling.txt")
+    source = tmp_path / "in.txt"
+    source.write_text("a b\nc d\n")
+    result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "--overwrite"])
+    assert result.exit_code == 0, result.stderr
+    assert outside.read_text() == "precious" and not (tmp_path / "dangling.txt").exists()
+    for name in ("manifest.jsonl", "0000-a-b.json", "0001-c-d.json"):
+        assert (out / name).is_file() and not (out / name).is_symlink()
+
+
+def test_a_second_batch_into_the_same_folder_needs_resume_or_overwrite(runner, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n")
+    command = ["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json", "-q"]
+    assert runner.invoke(app, command).exit_code == 0
+    again = runner.invoke(app, command)
+    assert again.exit_code == 2
+    assert "already holds a batch (manifest.jsonl): add --resume" in again.stderr
+    assert runner.invoke(app, [*command, "--overwrite"]).exit_code == 0
+    both = runner.invoke(app, [*command, "--overwrite", "--resume"])
+    assert both.exit_code == 2 and "pick one" in both.stderr
+
+
+def test_resume_redoes_what_the_request_changed(runner, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("a b\nc d\n")
+    out = tmp_path / "out"
+    base = ["batch", str(source), "-o", str(out)]
+    assert runner.invoke(app, [*base, "-f", "png", "-l", "0"]).exit_code == 0
+    same = runner.invoke(app, [*base, "-f", "png", "-l", "0", "--resume"])
+    assert "0 written, 2 skipped" in same.stderr
+    for change in (
+        ["-f", "json", "-l", "0"],
+        ["-f", "json", "-l", "1"],
+        ["-f", "json", "-l", "1", "--seed", "4"],
+    ):
+        result = runner.invoke(app, [*base, *change, "--resume"])
+        assert result.exit_code == 0, result.stderr
+        assert "2 written" in result.stderr, change
+    document = json.loads((out / "0000-a-b.json").read_text())
+    assert document["layers"] == [1] and "seed=4" in document["model"]
+    source.write_text("a b\nc d e\n")  # a changed text is redone too
+    changed = runner.invoke(app, [*base, "-f", "json", "-l", "1", "--seed", "4", "--resume"])
+    assert "1 written, 1 skipped" in changed.stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['{"index": "a", "status": "ok"}', '{"index": 0, "line": 1, "id": null, "text": "a b", '
+     '"target": null, "status": "ok", "files": null}', '{"index": 0, "line": 1, "id": null, '
+     '"text": "a b", "target": null, "status": "ok", "files": ["../outside.json"]}', "[1, 2]"],
+)  # fmt: skip
+def test_a_manifest_line_of_the_wrong_shape_means_not_done(runner, tmp_path, line):
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.jsonl").write_text(line + "\n")
+    result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "--resume"])
+    assert result.exit_code == 0, result.stderr
+    assert "1 written" in result.stderr

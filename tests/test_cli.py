@@ -273,3 +273,44 @@ def test_help_names_arguments_in_capitals_and_shows_no_bool_metavar(runner):
         assert result.exit_code == 0
         assert result.stdout.splitlines()[0].endswith(f"[OPTIONS] {argument}")
         assert "<bool>" not in result.stdout and "<str>" not in result.stdout.split("Options:")[1]
+
+
+def test_usage_errors_keep_their_code_under_debug_given_before_or_after_the_command(runner):
+    for arguments in (["--debug", "show", ""], ["show", "", "--debug"]):
+        result = runner.invoke(app, arguments)
+        assert result.exit_code == 2
+        assert "Traceback" in result.stderr
+        assert result.stderr.endswith(
+            "attnviz: error: the text is empty: give some words to look at\n"
+        )
+
+
+def test_bare_attnviz_prints_the_help_and_succeeds(runner):
+    result = runner.invoke(app, [])
+    assert result.exit_code == 0 and result.stderr == ""
+    assert result.stdout.startswith("Usage: attnviz") and "explain" in result.stdout
+
+
+def test_a_seed_out_of_range_is_a_usage_error(runner):
+    result = runner.invoke(app, ["show", "a", "--seed", str(2**64), "-f", "json"])
+    assert result.exit_code == 2 and "Invalid value for '--seed'" in result.stderr
+
+
+def test_each_warning_is_one_line_said_once(runner, tmp_path):
+    from tests import tiny_models
+
+    short = str(tiny_models.gpt2(tmp_path / "short", n_positions=8))
+    long_text = "a b " * 8
+    shown = runner.invoke(app, ["show", long_text, "--model", short, "-f", "json"])
+    assert shown.exit_code == 0
+    assert shown.stderr.count("\n") == 1 and shown.stderr.startswith("attnviz: warning:")
+    explained = runner.invoke(app, ["explain", long_text, "--model", short, "-q", "1"])
+    assert explained.exit_code == 0
+    assert (
+        explained.stderr.count("attnviz: warning:") == 1 and "Token indices" not in explained.stderr
+    )
+    source = tmp_path / "glyphs.txt"
+    source.write_text("𓀀 a\n𓀀 b\n𓀀 c\n")
+    batch = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out"), "-l", "0", "-q"])
+    assert batch.exit_code == 0
+    assert batch.stderr.count("no installed font has 1 of the characters (𓀀)") == 1

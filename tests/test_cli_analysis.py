@@ -6,8 +6,12 @@ import csv
 import io
 import json
 
+import numpy as np
 import pytest
 
+import attnviz
+from attnviz.analysis.heads import TopHeads, head_statistics, sort_rows
+from attnviz.choices import HeadColumn, RankBy
 from attnviz.cli import app
 
 
@@ -145,3 +149,72 @@ def test_diff_needs_a_second_side(runner):
     result = runner.invoke(app, ["diff", "The man walked"])
     assert result.exit_code == 2
     assert "needs --against" in result.stderr
+
+
+def test_diff_refuses_files_of_several_inputs(runner, tmp_path):
+    stream = runner.invoke(app, ["show", "-", "-f", "ndjson"], input="a b\nc d\n")
+    assert stream.exit_code == 0
+    path = tmp_path / "two.ndjson"
+    path.write_text(stream.stdout)
+    result = runner.invoke(app, ["diff", str(path), str(path)])
+    assert result.exit_code == 2
+    assert "holds several inputs; diff compares one with one" in result.stderr
+
+
+@pytest.mark.parametrize("by", list(RankBy))
+@pytest.mark.parametrize("lowest", [False, True])
+def test_top_heads_agree_with_heads_sort(runner, by, lowest):
+    arguments = ["Hello I love you", "--num-layers", "3", "--num-heads", "4"]
+    arguments += ["--span", "love"] if by is RankBy.SPAN else []
+    listed = runner.invoke(
+        app,
+        ["heads", *arguments, "--sort", by.value, "-f", "json", *(["--reverse"] if lowest else [])],
+    )
+    expected = [(row["layer"], row["head"]) for row in json.loads(listed.stdout)["heads"][:3]]
+    drawn = runner.invoke(
+        app,
+        ["show", *arguments, "--top-heads", "3", "--by", by.value, "--color", "never"]
+        + (["--lowest"] if lowest else []),
+    )
+    assert drawn.exit_code == 0, drawn.stderr
+    titles = [line for line in drawn.stdout.splitlines() if "╭" in line]
+    shown = [(int(layer), int(head)) for line in titles for layer, head in _layer_heads(line)]
+    assert shown == expected
+
+
+def test_top_heads_panels_are_the_ranked_maps_themselves():
+    maps = attnviz.extract("the cat sat on the mat", mode="masked")
+    ranked = sort_rows(head_statistics(maps), HeadColumn.SINK)
+    panels = TopHeads(2, RankBy.SINK).panels(maps)
+    assert [(p.layer, p.head) for p in panels] == [(r.layer, r.head) for r in ranked[:2]]
+    for panel in panels:
+        np.testing.assert_array_equal(panel.matrix, maps.head(panel.layer, panel.head))
+        assert f"sink {ranked[0].sink:.3f}" in panels[0].title
+
+
+def test_top_heads_in_export_and_batch_draw_only_those(runner, tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("Hello I love you\nthe cat sat\n")
+    result = runner.invoke(
+        app,
+        ["batch", str(text), "-o", str(tmp_path / "b"), "--top-heads", "2", "--by", "self", "-q"],
+    )
+    assert result.exit_code == 0, result.stderr
+    for stem in ("0000-hello-i-love-you", "0001-the-cat-sat"):
+        files = sorted(path.name for path in (tmp_path / "b").glob(f"{stem}-L*.png"))
+        maps = attnviz.extract(stem.split("-", 1)[1].replace("-", " "))
+        expected = [
+            f"{stem}-L{p.layer}-H{p.head}.png" for p in TopHeads(2, RankBy.SELF).panels(maps)
+        ]
+        assert files == sorted(expected)
+    picture = runner.invoke(
+        app, ["export", "Hello I love you", "-o", str(tmp_path / "x.png"), "--top-heads", "1",
+              "--view", "head"],
+    )  # fmt: skip
+    assert picture.exit_code == 0, picture.stderr
+
+
+def _layer_heads(line: str):
+    import re
+
+    return re.findall(r"layer (\d+) · head (\d+)", line)

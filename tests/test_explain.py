@@ -122,3 +122,16 @@ def test_large_matrices_are_cut_with_their_shape_stated(runner):
     assert result.exit_code == 0
     assert "showing the first and last rows and columns of 5 × 64" in result.stdout
     assert "d63" in result.stdout and "d40" not in result.stdout
+
+
+def test_explain_shows_escapes_in_the_text_as_visible_characters(runner):
+    result = runner.invoke(app, ["explain", "a \x1b[2J b\u202e", "--d-model", "8"])
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+
+
+def test_explain_labels_raw_pieces_too(tiny):
+    extractor = attnviz.load(str(tiny["bert"]))
+    raw = json.dumps(extractor.explain("unbelievable tokenization", raw_pieces=True).to_dict())
+    cleaned = json.dumps(extractor.explain("unbelievable tokenization").to_dict())
+    assert "##" in raw and "##" not in cleaned

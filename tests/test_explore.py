@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 import attnviz
+from attnviz.cli import app
 from attnviz.explore import AGGREGATES, SIDE_WIDTH, ExploreApp
 
 TEXT = "The man walked the dog"
@@ -185,3 +186,15 @@ def test_screen_snapshot(tmp_path, snapshot):
             return console.export_text(styles=True)  # the cell colours are the picture
 
     snapshot("explore_100x30.txt", asyncio.run(session()))
+
+
+def test_explore_checks_its_export_folder_and_its_terminal_at_start(runner, tmp_path):
+    from attnviz.cli.output import Environment
+
+    terminal = Environment(True, True)
+    missing = runner.invoke(
+        app, ["explore", "a b", "--export-dir", str(tmp_path / "no")], obj=terminal
+    )
+    assert missing.exit_code == 2 and "is not a folder" in missing.stderr
+    logged = runner.invoke(app, ["explore", "a b"], obj=Environment(True, False))
+    assert logged.exit_code == 2 and "stdout and stderr on a terminal" in logged.stderr

@@ -1,4 +1,5 @@
-"""Every data format round-trips; bad saved files say what is wrong; pipes stream."""
+"""Every data format round-trips; saved files are read safely and bad ones say what is
+wrong; outputs are written safely; pipes stream."""
 
 from __future__ import annotations
 
@@ -13,12 +14,24 @@ import numpy as np
 import pytest
 
 import attnviz
+from attnviz.analysis.aggregate import aggregate
 from attnviz.choices import Output
 from attnviz.cli import app
 from attnviz.errors import SchemaError
 from attnviz.io import write_maps
 from attnviz.maps import read_maps
 from tests.processes import IN_A_SHELL, shell
+
+HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202e"
+
+
+def saved(tmp_path, name="maps.json", **changes):
+    document = attnviz.extract("Hello I love you", mode="masked", layers=0).to_dict()
+    document.update(changes)
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return path
+
 
 SENTENCES = Path(__file__).parent.parent / "sample_texts" / "sentences.txt"
 
@@ -70,7 +83,6 @@ def test_csv_long_form_holds_every_weight(tmp_path):
 
 
 def test_aggregates_survive_json(tmp_path):
-    from attnviz.analysis.aggregate import aggregate
 
     rolled = aggregate(attnviz.extract("a b c"), "rollout")
     path = tmp_path / "rolled.json"
@@ -392,3 +404,172 @@ def test_every_write_to_stdout_arrives_whole(monkeypatch, binary):
         out.writelines([document[:3], document[3:7]])
     expected = document + document[:7]
     assert bytes(pipe.received) == (expected if binary else expected.encode())
+
+
+@pytest.mark.parametrize("colour", ["never", "always"])
+def test_a_saved_documents_strings_never_reach_the_terminal_raw(runner, tmp_path, colour):
+    path = saved(tmp_path, model=HOSTILE)
+    drawn = runner.invoke(app, ["render", str(path), "-l", "0", "--color", colour])
+    assert drawn.exit_code == 0, drawn.stderr
+    assert "\x07" not in drawn.stdout and "\u202e" not in drawn.stdout
+    assert "]0;PWNED" in drawn.stdout  # shown, as visible characters
+    if colour == "never":
+        assert "\x1b" not in drawn.stdout
+    else:  # colour escapes, but never the document's own
+        assert "\x1b]" not in drawn.stdout and "\x1b[2J" not in drawn.stdout
+    compared = runner.invoke(app, ["diff", str(path), str(path)])
+    assert compared.exit_code == 0 and "\x1b" not in compared.stdout
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ("nan", "NaN or infinite"),
+        ("inf", "NaN or infinite"),
+        (5.0, "lie between 0 and 1"),
+        (-0.5, "lie between 0 and 1"),
+        ("half", "do not sum to 1"),
+        ("ahead", "give weight to later tokens"),
+    ],
+)
+def test_saved_weights_that_are_not_attention_are_refused(runner, tmp_path, weights, message):
+    maps = attnviz.extract("Hello I love you", mode="masked", layers=0)
+    values = maps.weights.astype(np.float64)
+    if weights == "half":
+        values = values / 2
+    elif weights == "ahead":
+        values[..., 0, :] = 0.25  # the first token looks at all four
+    elif isinstance(weights, float):
+        values[0, 0, 1, 0] = weights
+    else:
+        values[0, 0, 1, 0] = float(weights)
+    document = maps.to_dict()
+    document["weights"] = values.tolist()
+    path = tmp_path / "maps.json"
+    path.write_text(json.dumps(document))  # NaN and Infinity as Python's json writes them
+    for command in (["render", str(path)], ["diff", str(path), str(path), "-f", "json"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 1, result.stdout
+        assert result.stdout == "" and message in result.stderr
+        assert result.stderr.count("\n") == 1
+
+
+def test_render_picks_layers_and_heads_of_saved_maps(runner, tmp_path):
+    path = tmp_path / "maps.json"
+    path.write_text(
+        json.dumps(attnviz.extract("Hello I love you", layers="1", heads="0-2").to_dict())
+    )
+    picture = tmp_path / "one.png"
+    result = runner.invoke(
+        app, ["render", str(path), "--view", "head", "-l", "1", "--head", "2", "-o", str(picture)]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    drawn = runner.invoke(app, ["render", str(path), "--head", "-1", "--color", "never"])
+    assert "layer 1 · head 2" in drawn.stdout and "head 0" not in drawn.stdout
+    missing = runner.invoke(app, ["render", str(path), "-l", "0"])
+    assert missing.exit_code == 2
+    assert "layer 0 is not in these saved maps: they hold layers 1" in missing.stderr
+
+
+def test_pretty_printed_json_and_a_byte_order_mark_read(runner, tmp_path):
+    document = attnviz.extract("a b c", layers=0).to_dict()
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text("\ufeff" + json.dumps(document, indent=2), encoding="utf-8")
+    result = runner.invoke(app, ["render", str(pretty), "--color", "never"])
+    assert result.exit_code == 0, result.stderr
+    assert "layer 0 · head 0" in result.stdout
+    shown = runner.invoke(app, ["show", "-", "-f", "json"], input="\ufeffhello world\n")
+    assert json.loads(shown.stdout)["key_tokens"] == ["hello", "world"]
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b'\xef\xbb\xbf{"text": "a b"}\n')
+    batch = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out"), "-f", "json"])
+    assert batch.exit_code == 0, batch.stderr
+
+
+def test_output_paths_that_are_devices_links_or_kept_files(runner, tmp_path):
+    import os
+    import stat
+
+    # A character device is written through, never replaced by a regular file.
+    if os.access("/dev/null", os.W_OK):
+        result = runner.invoke(app, ["show", "a b", "-f", "json", "-o", "/dev/null"])
+        assert result.exit_code == 0
+        assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    # A FIFO is written through: a reader gets the document.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    result = runner.invoke(app, ["show", "a b", "-f", "json", "-o", str(fifo)])
+    reader.join(timeout=30)
+    assert result.exit_code == 0 and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert json.loads(received[0])["key_tokens"] == ["a", "b"]
+    # A link is followed: its target is replaced, the link stays; permission bits are kept.
+    target = tmp_path / "target.json"
+    target.write_text("old")
+    target.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    result = runner.invoke(app, ["show", "a b", "-f", "json", "-o", str(link)])
+    assert result.exit_code == 0
+    assert link.is_symlink() and json.loads(target.read_text())["key_tokens"] == ["a", "b"]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_show_picks_the_format_from_the_suffix_of_output(runner, tmp_path):
+    npz, png = tmp_path / "maps.npz", tmp_path / "maps.png"
+    assert runner.invoke(app, ["show", "a b", "-o", str(npz)]).exit_code == 0
+    assert npz.read_bytes().startswith(b"PK")
+    assert runner.invoke(app, ["show", "a b", "-o", str(png)]).exit_code == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+    clash = runner.invoke(app, ["show", "a b", "-f", "json", "-o", str(tmp_path / "x.csv")])
+    assert clash.exit_code == 2 and "disagree" in clash.stderr
+
+
+def test_float16_data_is_written_with_float16_digits(runner):
+    text = " ".join(f"w{i}" for i in range(40))
+    sizes = {}
+    for dtype in ("float32", "float16"):
+        result = runner.invoke(app, ["show", text, "-f", "json", "--dtype", dtype])
+        sizes[dtype] = len(result.stdout)
+    assert sizes["float16"] < 0.6 * sizes["float32"]
+    half = json.loads(runner.invoke(app, ["show", text, "-f", "json", "--dtype", "float16"]).stdout)
+    exact = attnviz.extract(text).weights.astype(np.float16)
+    np.testing.assert_array_equal(np.asarray(half["weights"], dtype=np.float16), exact)
+    rows = runner.invoke(app, ["show", text, "-f", "csv", "--dtype", "float16"]).stdout
+    first = rows.splitlines()[1].split(",")[-1]
+    assert np.float16(first) == exact[0, 0, 0, 0] and len(first) <= 8
+
+
+def test_csv_tokens_carry_no_raw_control_characters(runner):
+    result = runner.invoke(app, ["show", "a \x1b[2J b\u202e", "-f", "csv"])
+    assert result.exit_code == 0
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    assert "␛" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["show", "Hello", "-o", "{tmp}/missing/maps.json"],
+        ["export", "Hello", "-o", "{tmp}/missing/maps.png"],
+        ["generate", "--model", "some-model", "Hello", "-o", "{tmp}/missing/maps.npz"],
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_a_model_loads(
+    runner, tmp_path, monkeypatch, command
+):
+    from attnviz.cli.settings import Job
+
+    def no_model(*_arguments, **_keywords):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(Job, "open", no_model)
+    command = [part.replace("{tmp}", str(tmp_path)) for part in command]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 1, result.stderr
+    assert f"folder {tmp_path}/missing does not exist" in result.stderr

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attnviz
+from attnviz.cli import app
 from attnviz.errors import SchemaError
 from attnviz.maps import AttentionMaps
 from attnviz.schema import SCHEMA_VERSION
@@ -111,7 +112,6 @@ def test_repr_says_what_the_maps_are_in_one_short_line():
 
 
 def test_aggregated_and_head_statistics_equal_the_commands(runner):
-    from attnviz.cli import app
 
     text = "The man walked the dog"
     maps = attnviz.extract(text)
@@ -130,7 +130,6 @@ def test_aggregated_and_head_statistics_equal_the_commands(runner):
 
 @pytest.mark.parametrize("view", ["head", "layer", "model"])
 def test_to_html_opens_the_view_that_export_opens(runner, tmp_path, view):
-    from attnviz.cli import app
 
     path = tmp_path / "page.html"
     arguments = ["export", "a b c", "--layer", "1", "--head", "2", "--view", view, "-o", str(path)]
@@ -143,3 +142,13 @@ def test_to_html_opens_the_view_that_export_opens(runner, tmp_path, view):
 def test_to_html_refuses_a_view_it_does_not_know():
     with pytest.raises(attnviz.UsageError, match="unknown view 'map': choose one of head"):
         attnviz.extract("a b").to_html("map")
+
+
+def test_notebook_html_is_bounded_and_says_what_it_left_out():
+    words = " ".join(f"w{i}" for i in range(300))
+    config = attnviz.BuiltinConfig(num_layers=4, num_heads=8)
+    page = attnviz.extract(words, config=config)._repr_html_()
+    assert len(page) < 2_000_000
+    assert "are pooled by 2 to keep the page small" in page
+    small = attnviz.extract("a b c")._repr_html_()
+    assert "pooled" not in small

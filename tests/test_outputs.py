@@ -3,13 +3,16 @@ presentation option with the outputs it applies to, and the commands held to it.
 
 from __future__ import annotations
 
+import json
 import re
 from importlib import resources
 
 import pytest
 
+import attnviz
 from attnviz.choices import Output, View
 from attnviz.cli.app import app
+from attnviz.cli.output import Environment
 from attnviz.errors import UsageError
 from attnviz.outputs import (
     OUTPUTS,
@@ -185,7 +188,6 @@ def test_values_prints_numbers_in_a_head_picture_and_says_when_a_map_is_too_larg
 
 
 def test_the_grid_the_terminal_falls_back_to_says_it_has_no_numbers(runner, monkeypatch):
-    from attnviz.cli.output import Environment
 
     monkeypatch.setenv("LINES", "10")  # the panels do not fit: auto draws the grid
     arguments = ["show", "Hello I love you", "--width", "120", "--color", "never"]
@@ -196,3 +198,36 @@ def test_the_grid_the_terminal_falls_back_to_says_it_has_no_numbers(runner, monk
     assert "╭" not in numbered.stdout and "--values" not in plain.stdout
     note = "--values: thumbnails have no numbers (--view panels prints them)"
     assert numbered.stdout.replace(note + "\n", "") == plain.stdout
+
+
+def test_picture_styling_where_no_picture_file_is_drawn_is_refused(runner, tmp_path):
+    """--cmap, --dpi, --figsize, --font-size, --vmax and (but in the terminal) --values
+    were dropped unsaid for the page, the terminal and data; so were batch's
+    --label-positions for data only and --dtype for pictures only."""
+    saved, source = tmp_path / "maps.json", tmp_path / "in.txt"
+    saved.write_text(json.dumps(attnviz.extract("a b").to_dict()))
+    source.write_text("a b\n")
+    page = str(tmp_path / "x.html")
+    cases = [
+        (["export", "a b", "-o", page, "--cmap", "magma"], "--cmap applies to png, svg and pdf"
+         " pictures, not the interactive page: leave it out"),
+        (["render", saved, "-o", page, "--figsize", "4x3", "--dpi", "200"], "--dpi applies to"),
+        (["render", saved, "--font-size", "9", "--values"], "--font-size applies to png, svg and"
+         " pdf pictures, not the terminal picture"),
+        (["batch", source, "-o", tmp_path / "out", "-f", "json", "-f", "html", "--vmax", "0.5"],
+         "--vmax applies to png, svg and pdf pictures, not json output and the interactive page"),
+        (["batch", source, "-o", tmp_path / "out", "-f", "npz", "--label-positions"],
+         "--label-positions applies to the terminal picture, csv output, png, svg and pdf "
+         "pictures and the interactive page, not npz output"),
+        (["batch", source, "-o", tmp_path / "out", "-f", "svg", "--dtype", "float16"],
+         "--dtype float16 applies to data (json, ndjson, npz, csv), not an svg picture"),
+    ]  # fmt: skip
+    for arguments, message in cases:
+        result = runner.invoke(app, [str(argument) for argument in arguments])
+        assert result.exit_code == 2 and result.stdout == "", result.stderr
+        assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "maps.json"]
+    titled = runner.invoke(app, ["export", "a b", "-o", page, "--title", "T"])
+    assert titled.exit_code == 0 and "T" in (tmp_path / "x.html").read_text()
+    valued = runner.invoke(app, ["render", str(saved), "--values", "-l", "0", "--head", "0"])
+    assert valued.exit_code == 0 and "layer 0 · head 0" in valued.stdout

@@ -1,16 +1,24 @@
-"""export: picture files of the expected size, reproducible, and clear errors."""
+"""Picture files (export, the Painter and its canvases): the expected size, reproducible,
+labels that fit, the fast path equal to what matplotlib draws, and clear errors."""
 
 from __future__ import annotations
 
+import itertools
+import re
+
+import numpy as np
 import pytest
 from PIL import Image
 
 import attnviz
+from attnviz.analysis.heads import TopHeads
+from attnviz.choices import Output, RankBy, View
 from attnviz.cli import app
-from attnviz.render.canvas import HeadCanvas
-from attnviz.render.layout import head_figure_size
+from attnviz.render.canvas import GridCanvas, HeadCanvas
+from attnviz.render.image import Painter
+from attnviz.render.layout import grid_shape, head_figure_size
 from attnviz.render.png import encode_png
-from attnviz.render.style import Style
+from attnviz.render.style import MIN_LABEL_POINTS, Style
 
 TEXT = "The man walked the dog"
 
@@ -244,3 +252,220 @@ def test_saving_to_a_name_with_no_picture_format_writes_nothing(tmp_path):
     ):
         attnviz.extract(TEXT).save(tmp_path / "maps.gif")
     assert not list(tmp_path.iterdir())
+
+
+def test_pdfs_embed_truetype_fonts_not_type3():
+    maps = attnviz.extract("Hello I love you", layers=0, heads=0)
+    for view in (View.HEAD, View.MODEL):
+        (_, pdf), *_ = Painter().files(maps, view, Output.PDF, Style())
+        subtypes = set(re.findall(rb"/Subtype\s*/(\w+)", pdf))
+        assert b"Type3" not in subtypes and b"CIDFontType2" in subtypes  # TrueType glyphs
+
+
+@pytest.mark.parametrize("text", ["Hello I love you", "a", "a " * 60])
+def test_a_pictures_header_and_title_lie_inside_the_canvas(text):
+    from attnviz.render.canvas import HeadCanvas
+    from attnviz.render.style import Frame
+
+    maps = attnviz.extract(text, layers=0, heads=0)
+    panel = next(maps.panels())
+    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
+    canvas = HeadCanvas(queries, keys, Style())
+    frame = Frame(
+        f"{maps.model} · self attention", tuple(maps.query_tokens), tuple(maps.key_tokens)
+    )
+    canvas.png(panel.matrix, frame, panel.title)
+    renderer = canvas.canvas.get_renderer()
+    figure = canvas.figure.bbox
+    for artist in (canvas.header, canvas.title):
+        extent = artist.get_window_extent(renderer)
+        assert figure.x0 <= extent.x0 and extent.x1 <= figure.x1, artist.get_text()
+        assert figure.y0 <= extent.y0 and extent.y1 <= figure.y1
+    assert canvas.header.get_text().startswith("builtin:")
+    # The rows/columns note sits just under the grid's corner, left of the key labels.
+    (note,) = [t for t in canvas.figure.texts if t.get_text().startswith("rows:")]
+    note_extent, grid = note.get_window_extent(renderer), canvas.axes.get_window_extent()
+    assert note_extent.x1 <= grid.x0 and grid.y0 - 0.3 * 100 <= note_extent.y1 <= grid.y0
+
+
+@pytest.mark.parametrize("tokens", [4, 30, 120])
+@pytest.mark.parametrize("figsize", [None, (3.5, 3.0)])
+def test_model_view_labels_never_go_below_the_minimum(tokens, figsize):
+    text = " ".join(f"w{i}" for i in range(tokens))
+    maps = attnviz.extract(text)
+    canvas = GridCanvas(grid_shape(maps, None), Style(figsize=figsize))
+    figure = canvas.whole(maps, list(maps.panels()))
+    figure.canvas.draw()
+    sizes = [t.get_fontsize() for t in _texts(figure)]
+    assert min(sizes) >= MIN_LABEL_POINTS
+    column_labels = next(columns for _, columns in canvas.labels if columns)
+    if len(column_labels) < tokens:  # thinned: the picture says so
+        assert any("labels: one token in" in t.get_text() for t in _texts(figure))
+
+
+def test_paper_options_reach_the_figure():
+    maps = attnviz.extract("Hello I love you")
+    style = Style(figsize=(7, 4), font_size=11, title="Figure 2", vmax=0.5)
+    canvas = GridCanvas(grid_shape(maps, None), style)
+    figure = canvas.whole(maps, list(maps.panels()))
+    assert tuple(figure.get_size_inches()) == (7, 4)
+    assert canvas.header.get_text() == "Figure 2"
+    headers = [*canvas.titles[:4], *canvas.row_headers]  # the heads' and the layers' names
+    assert all(MIN_LABEL_POINTS <= t.get_fontsize() <= 11 and t.get_text() for t in headers)
+    bar = figure.axes[-1]
+    assert "0.5" in bar.get_ylabel()  # the bar says weights above vmax are clipped
+    untitled = GridCanvas(grid_shape(maps, None), Style(title=""))
+    untitled.whole(maps, list(maps.panels()))
+    assert untitled.header.get_text() == "" and untitled.titles[0].get_text()  # panels keep theirs
+
+
+@pytest.mark.parametrize(
+    ("figsize", "short"), [(None, False), ((9, 5), False), ((5, 4), True), ((4.5, 3), True)]
+)
+def test_panel_titles_fit_their_panels_in_one_size_and_form(figsize, short):
+    config = attnviz.BuiltinConfig(num_layers=1, num_heads=12, d_model=96)
+    maps = attnviz.extract("The man walked the dog", config=config)  # two rows of 6 heads
+    canvas = GridCanvas(grid_shape(maps, None), Style(figsize=figsize, font_size=9))
+    figure = canvas.whole(maps, list(maps.panels()))
+    renderer = figure.canvas.get_renderer()
+    titles = [title.get_text() for title in canvas.titles]
+    assert titles[11] == ("L0 H11" if short else "layer 0 · head 11")  # never cut
+    assert len({title.get_fontsize() for title in canvas.titles}) == 1
+    for row in range(2):  # no title runs into its neighbour's
+        boxes = [title.get_window_extent(renderer) for title in canvas.titles[row * 6 :][:6]]
+        assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes))
+
+
+def test_a_model_view_names_heads_over_its_columns_and_layers_beside_its_rows():
+    config = attnviz.BuiltinConfig(num_layers=3, num_heads=4)
+    maps = attnviz.extract("The man walked the dog", config=config, layers="1-2")
+    canvas = GridCanvas(grid_shape(maps, None), Style())
+    figure = canvas.whole(maps, list(maps.panels()))
+    renderer = figure.canvas.get_renderer()
+    assert [title.get_text() for title in canvas.titles] == [
+        *(f"head {head}" for head in range(4)),
+        *[""] * 4,  # the second row's heads are the first row's
+    ]
+    assert [header.get_text() for header in canvas.row_headers] == ["layer 1", "layer 2"]
+    for header, n in zip(canvas.row_headers, (0, 4), strict=True):  # beside its row's labels
+        box, labels = header.get_window_extent(renderer), canvas.labels[n][0]
+        assert box.x1 < min(label.get_window_extent(renderer).x0 for label in labels)
+        _, _, y0, y1 = canvas.boxes[n]
+        assert y0 < (box.y0 + box.y1) / 2 / canvas.style.dpi < y1
+    one_layer = GridCanvas(grid_shape(maps.select(layers=[1]), None), Style())
+    assert not one_layer.row_headers  # one layer's heads keep their titles
+
+
+def test_a_single_untitled_panel_keeps_its_labels():
+    maps = attnviz.extract("The man walked the dog")
+    chosen = TopHeads(1, RankBy.SINK).panels(maps)
+    canvas = GridCanvas(grid_shape(maps, chosen), Style(title=""))
+    canvas.whole(maps, chosen)
+    rows, columns = canvas.labels[0]
+    assert [label.get_text() for label in rows] == maps.query_tokens
+    assert [label.get_text() for label in columns] == maps.key_tokens
+    assert canvas.titles[0].get_text() == ""
+
+
+@pytest.mark.parametrize("panels", ["all", "chosen"])
+def test_the_grids_fast_path_is_what_matplotlib_draws(panels):
+    import io
+
+    from PIL import Image
+
+    maps = attnviz.extract("The cat sat on the mat", config=attnviz.BuiltinConfig(num_layers=3))
+    chosen = list(maps.panels()) if panels == "all" else TopHeads(5, RankBy.SINK).panels(maps)
+    canvas = GridCanvas(grid_shape(maps, None if panels == "all" else chosen), Style())
+    fast = np.asarray(Image.open(io.BytesIO(canvas.png(maps, chosen))).convert("RGB"), int)
+    whole = io.BytesIO()
+    canvas.whole(maps, chosen).savefig(whole, format="png")
+    full = np.asarray(Image.open(whole).convert("RGB"), int)
+    assert fast.shape == full.shape
+    for panel, (xs, ys) in zip(chosen, canvas.pixels_of, strict=False):  # every cell's centre
+        centres = fast[(ys[:-1] + ys[1:]) // 2][:, (xs[:-1] + xs[1:]) // 2]
+        expected = full[(ys[:-1] + ys[1:]) // 2][:, (xs[:-1] + xs[1:]) // 2]
+        assert np.abs(centres - expected).max() <= 2, panel.title
+    # labels pasted from the first panel, titles, header, colour bar: the same pixels
+    assert (np.abs(fast - full).max(-1) > 8).mean() < 0.01
+
+
+def test_labels_taller_than_their_cells_are_pasted_whole():
+    """In a small grid the labels reach past their cells: each row's pasted labels are
+    what matplotlib draws there, not cut at the cells' ends."""
+    import io
+
+    from PIL import Image
+
+    config = attnviz.BuiltinConfig(num_layers=6, num_heads=12, d_model=96)
+    maps = attnviz.extract("The cat sat on the mat", config=config)
+    panels = list(maps.panels())
+    canvas = GridCanvas(grid_shape(maps, None), Style(figsize=(7, 4.5), font_size=7))
+    fast = np.asarray(Image.open(io.BytesIO(canvas.png(maps, panels))).convert("RGB"), int)
+    whole = io.BytesIO()
+    canvas.whole(maps, panels).savefig(whole, format="png")
+    full = np.asarray(Image.open(whole).convert("RGB"), int)
+    room = int(np.ceil(canvas.label_room * 100))
+    for row in range(6):  # the query labels left of each row, and around them
+        xs, ys = canvas.pixels_of[row * 12]
+        strip = (slice(ys[0] - 12, ys[-1] + 12), slice(xs[0] - room, xs[0]))
+        assert (np.abs(fast[strip] - full[strip]).max(-1) > 40).sum() == 0, row
+
+
+def test_head_picture_with_figsize_has_that_size_and_fits_its_title(runner, tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "h.png"
+    result = runner.invoke(
+        app, ["export", "Hello I love you", "-o", str(out), "--view", "head", "-l", "0",
+              "--head", "0", "--figsize", "3.5,3", "--dpi", "100", "--title", "A long title " * 3],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert Image.open(out).size == (350, 300)
+
+
+@pytest.mark.parametrize("words", [["a", "b", "c"], ["representations"] * 3])
+def test_a_given_figure_size_gives_the_cells_what_this_inputs_labels_leave(words):
+    from attnviz.render.image import Painter
+    from attnviz.render.style import Frame
+
+    maps = attnviz.extract(" ".join(words * 4), layers=0, heads=0)
+    style = Style(figsize=(3.5, 3.0), font_size=8)
+    painter = Painter()
+    painter.head_picture(maps, next(maps.panels()), Output.PNG, style)
+    ((_, canvas),) = painter.canvases.items()
+    labels = (*maps.query_tokens, *maps.key_tokens)
+    canvas._set_frame(Frame("header", tuple(maps.query_tokens), tuple(maps.key_tokens)))
+    canvas.canvas.draw()
+    renderer = canvas.canvas.get_renderer()
+    cells = canvas.axes.get_window_extent(renderer)
+    figure = canvas.figure.bbox
+    note = next(t for t in canvas.figure.texts if "rows: query tokens" in t.get_text())
+    for label in [*canvas.query_labels, *canvas.key_labels]:  # inside, apart from the note
+        box = label.get_window_extent(renderer)
+        assert box.x0 >= figure.x0 and box.y0 >= note.get_window_extent(renderer).y1
+    assert cells.y0 > box.y1  # the key labels under the cells
+    tokens = len(maps.query_tokens)
+    for_any_label = HeadCanvas(tokens, tokens, style)  # room for the longest label there is
+
+    def cells_height(canvas: HeadCanvas) -> float:
+        return canvas.axes.get_position().height * canvas.figure.get_figheight()
+
+    short = max(map(len, labels)) < 10
+    assert (cells_height(canvas) > 1.2 * cells_height(for_any_label)) == short
+
+
+@pytest.mark.parametrize("tokens", [4, 300])
+def test_single_head_labels_never_go_below_the_minimum(tokens):
+
+    canvas = HeadCanvas(tokens, tokens, Style())
+    labels = [*canvas.key_labels, *canvas.query_labels]
+    assert min(label.get_fontsize() for label in labels) >= MIN_LABEL_POINTS
+    thinned = len(canvas.key_labels) < tokens
+    notes = [t.get_text() for t in canvas.figure.texts]
+    assert thinned == any("labels: one token in" in note for note in notes)
+
+
+def _texts(figure):
+    from matplotlib.text import Text
+
+    return [t for t in figure.findobj(Text) if t.get_visible() and t.get_text().strip()]

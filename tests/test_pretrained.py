@@ -424,3 +424,17 @@ def test_explain_minilm_through_the_cli(runner):
     assert "model's own" in table.stdout
     bad = runner.invoke(app, ["explain", "--model", "minilm", "hi", "--query", "7"])
     assert bad.exit_code == 2 and "--query 7 is out of range" in bad.stderr
+
+
+def test_a_model_path_with_markup_loads_under_the_spinner(runner, tiny, tmp_path):
+    import shutil
+
+    from attnviz.cli.output import Environment
+
+    marked = tmp_path / "d[/x]"
+    shutil.copytree(tiny["bert"], marked)
+    result = runner.invoke(
+        app, ["show", "hi", "--model", str(marked), "-f", "json"], obj=Environment(False, True)
+    )
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["model"] == str(marked)

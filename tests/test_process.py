@@ -1,4 +1,5 @@
-"""The real `attnviz` process: start-up imports, pipes, stdin."""
+"""The real `attnviz` process: start-up imports, pipes, stdin, signals, closed and full
+streams, locales."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from attnviz.cli import app
 from attnviz.schema import SCHEMA_VERSION
 from tests.processes import ATTNVIZ, IN_A_SHELL, shell
 
@@ -225,3 +227,110 @@ def test_sigterm_while_streaming_to_a_file_leaves_no_temporary(tmp_path):
     process.wait(timeout=60)
     assert process.returncode == 143, process.stderr.read().decode()
     assert list(tmp_path.iterdir()) == []  # neither a partial file nor a temporary
+
+
+@pytest.mark.slow
+def test_dev_stdout_reaches_stdout_in_a_real_process(tmp_path):
+    import subprocess
+
+    result = subprocess.run(
+        [*ATTNVIZ, "show", "a b", "-f", "json", "-o", "/dev/stdout"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["key_tokens"] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("shell", "message"),
+    [
+        ("show x -f json >&-", "standard output is closed"),
+        ("--version >&-", "standard output is closed"),
+        ("--help > /dev/full", "No space left on device"),
+        ("models -f json > /dev/full", "No space left on device"),
+    ],
+)
+@pytest.mark.slow
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(shell, message):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m attnviz {shell}"], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert result.stderr == f"attnviz: error: {message}\n"
+
+
+@pytest.mark.slow
+def test_text_that_is_not_utf8_and_an_ascii_locale(tmp_path):
+    import os
+    import subprocess
+
+    attnviz_command = [*ATTNVIZ]
+    bad = subprocess.run([*attnviz_command, "show", b"caf\xe9", "-f", "json"], capture_output=True)
+    assert bad.returncode == 2
+    assert b"the text is not UTF-8 text: byte 0xe9 at offset 3" in bad.stderr
+    ascii_only = subprocess.run(
+        [*attnviz_command, "show", "café 我", "-f", "terminal", "--width", "60"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert ascii_only.returncode == 0, ascii_only.stderr
+    assert b"\\xb7" in ascii_only.stdout  # the middle dot, escaped
+
+
+def test_a_termination_that_a_library_turned_into_another_error_still_exits_143(
+    runner, monkeypatch
+):
+    """SIGTERM raises in whatever code runs; an extension module being imported can turn
+    that into an error of its own. The exit is still the signal's, with no error line."""
+    from attnviz.cli.app import Terminated
+
+    def terminated_inside_a_library(text):
+        try:
+            raise Terminated(143)
+        except Terminated as signal:
+            raise RuntimeError("initialization of _C raised unreported exception") from signal
+
+    monkeypatch.setattr("attnviz.io.read_texts", terminated_inside_a_library)
+    result = runner.invoke(app, ["show", "Hello"])
+    assert result.exit_code == 143
+    assert result.stderr == "" and result.stdout == ""
+
+
+def test_ctrl_c_that_a_library_turned_into_another_error_is_still_an_interruption(
+    runner, monkeypatch
+):
+    def interrupted_inside_a_library(text):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as signal:
+            raise RuntimeError("initialization of _C raised unreported exception") from signal
+
+    monkeypatch.setattr("attnviz.io.read_texts", interrupted_inside_a_library)
+    result = runner.invoke(app, ["show", "Hello"])
+    assert result.exit_code == 130
+    assert result.stderr == "attnviz: error: interrupted\n"  # as a Ctrl-C anywhere else
+
+
+def test_signals_wait_while_torch_is_imported_then_arrive():
+    """Torch's import calls back into Python from C++, where a signal's exception aborts
+    the process; Ctrl-C and SIGTERM are held meanwhile and delivered right after."""
+    import os
+    import signal
+
+    from attnviz import signals
+
+    arrived: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: arrived.append(number))
+    try:
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # bytecodes, where a handler would run
+                pass
+            assert arrived == []
+        assert arrived == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

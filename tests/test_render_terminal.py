@@ -9,8 +9,14 @@ from rich.cells import cell_len
 import attnviz
 from attnviz.analysis.grid import pool_map
 from attnviz.cli import app
+from attnviz.cli.output import Environment
 from attnviz.maps import AttentionMaps
-from attnviz.render.terminal import choose_layout, shade
+from attnviz.render.terminal import choose_layout, choose_thumbnails, render_grid, shade
+
+TERMINAL = Environment(stdout_is_terminal=True, stderr_is_terminal=False)
+
+
+SENTENCE = "The cat sat on the mat because the mat was warm"
 
 
 @pytest.mark.parametrize(
@@ -119,3 +125,110 @@ def test_colour_follows_the_terminal_and_no_color(runner, environment, coloured)
     assert ("\x1b[48;" in result.stdout) == coloured  # cell backgrounds
     if not coloured:
         assert set(result.stdout) & set("·░▒▓█")
+
+
+def test_long_inputs_in_the_terminal_are_not_solid(runner):
+    text = " ".join(f"w{i}" for i in range(300))
+    result = runner.invoke(
+        app,
+        [
+            "show",
+            text,
+            "-l",
+            "0",
+            "--head",
+            "0",
+            "-f",
+            "terminal",
+            "--width",
+            "80",
+            "--color",
+            "never",
+        ],
+    )
+    assert result.exit_code == 0 and "pooled to fit" in result.stdout
+    cells = [
+        c
+        for line in result.stdout.splitlines()
+        if line.startswith("│")
+        for c in line
+        if c in "·░▒▓█"
+    ]
+    assert cells and cells.count("█") < len(cells) / 4
+
+
+@pytest.mark.slow
+@pytest.mark.minilm
+def test_all_72_minilm_heads_fit_one_120_by_40_terminal(runner, snapshot, monkeypatch):
+    monkeypatch.setenv("LINES", "40")
+    arguments = ["show", "--model", "minilm", SENTENCE, "--width", "120", "--color", "never"]
+    result = runner.invoke(app, arguments, obj=TERMINAL)  # --view auto: panels do not fit
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) <= 40 and max(cell_len(line) for line in lines) <= 120
+    assert all(f"L{layer}" in result.stdout for layer in range(6))
+    assert all(f"H{head}" in lines[1] for head in range(12))
+    snapshot("show_minilm_grid_120x40.txt", result.stdout)
+    panels = runner.invoke(app, [*arguments, "--view", "panels"], obj=TERMINAL)
+    assert len(panels.stdout.splitlines()) > 40  # why the grid was chosen
+    assert panels.stdout.count("╭") >= 72
+
+
+def test_auto_keeps_panels_that_fit_and_pipes_get_panels(runner, monkeypatch):
+    monkeypatch.setenv("LINES", "200")
+    arguments = ["show", "Hello I love you", "--width", "120", "--color", "never"]
+    on_screen = runner.invoke(app, arguments, obj=TERMINAL)
+    assert on_screen.stdout.count("╭") == 8  # 2 layers × 4 heads, all full panels
+    monkeypatch.setenv("LINES", "10")
+    piped = runner.invoke(app, [*arguments, "-f", "terminal"])  # no screen: no height
+    assert piped.stdout.count("╭") == 8
+    gridded = runner.invoke(app, arguments, obj=TERMINAL)
+    assert "╭" not in gridded.stdout and "L1" in gridded.stdout
+
+
+@pytest.mark.parametrize("colour", [True, False])
+@pytest.mark.parametrize("tokens", [3, 12, 40, 300])
+def test_grid_fits_any_length_in_the_width_and_height(colour, tokens):
+    from rich.console import Console
+
+    text = " ".join(f"w{i}" for i in range(tokens))
+    maps = attnviz.extract(
+        text, config=attnviz.BuiltinConfig(num_layers=6, num_heads=12, d_model=96)
+    )
+    console = Console(width=120, record=True, color_system="truecolor" if colour else None)
+    console.print(render_grid(maps, width=120, height=40, use_colour=colour))
+    lines = console.export_text().splitlines()
+    assert len(lines) <= 40 and max(cell_len(line) for line in lines) <= 120
+
+
+def test_thumbnails_pool_what_does_not_fit_and_grow_what_is_small():
+    small = choose_thumbnails(3, 3, width=8, lines=5, colour=True)
+    assert (small.pool, small.grow) == (1, 2)  # 3 tokens drawn 2 pixels each
+    assert small.size(3, 3) == (6, 3)
+    large = choose_thumbnails(100, 100, width=8, lines=5, colour=True)
+    assert large.pool == 13 and large.size(100, 100)[0] <= 8
+    shaded = choose_thumbnails(100, 100, width=8, lines=5, colour=False)
+    assert shaded.size(100, 100)[0] <= 8 and shaded.size(100, 100)[1] <= 5
+
+
+def test_grid_thumbnail_shades_follow_the_weights():
+    weights = np.zeros((1, 2, 2, 2), dtype=np.float32)
+    weights[0, 0] = [[1, 0], [1, 0]]  # head 0: everything on the first key
+    weights[0, 1] = [[0, 1], [0, 1]]  # head 1: everything on the second
+    maps = attnviz.AttentionMaps(["a", "b"], ["a", "b"], weights, [0], [0, 1], "self", "m")
+    from rich.console import Console
+
+    console = Console(width=40, record=True, color_system=None)
+    console.print(render_grid(maps, width=40, height=None, use_colour=False))
+    lines = console.export_text().splitlines()
+    (header,) = [line for line in lines if "H0" in line]
+    (first_row,) = [line for line in lines if line.startswith("L0")]
+    start, step = header.index("H0"), header.index("H1") - header.index("H0")
+    first_row = first_row.ljust(start + 2 * step)
+    head0, head1 = (
+        first_row[start : start + step - 1],
+        first_row[start + step : start + 2 * step - 1],
+    )
+    half = len(head0) // 2
+    assert set(head0[:half]) == {"█"} and set(head0[half:]) == {" "}  # blank: exactly zero
+    assert set(head1[:half]) == {" "} and set(head1[half:]) == {"█"}
