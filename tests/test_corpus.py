@@ -96,7 +96,29 @@ def test_stats_through_the_cli(runner, tmp_path):
     assert everything.stdout.startswith("layer,head,statistic,count,mean,std,p05,p50,p95")
     table = runner.invoke(app, ["stats", str(source), "--layer", "1", "-q"])
     assert table.exit_code == 0 and table.stderr == ""
-    assert "entropy" in table.stdout and "top key" in table.stdout
+    assert "entropy" in table.stdout and "detector scores" in table.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_the_statistics_table_fits_the_width_and_shows_the_spread_where_it_fits(
+    runner, tmp_path, width
+):
+    from rich.cells import cell_len
+
+    source = tmp_path / "corpus.txt"
+    source.write_text("the cat sat\non the mat\nit was warm\n")
+    result = runner.invoke(app, ["stats", str(source), "-q"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(cell_len(line) for line in lines) <= width
+    assert "…" not in result.stdout  # no number or name cut short
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 2 * 2 * 4  # both tables: a row per layer × head
+    statistics, detectors = rows[:8], rows[8:]
+    assert all(("±" in row) == (width >= 16 + 6 * 16) for row in statistics)
+    assert all("±" in row for row in detectors)
+    spread_hidden = width < 16 + 6 * 16
+    assert ("-f json or -f csv" in result.stdout) == spread_hidden
 
 
 @pytest.mark.slow

@@ -145,6 +145,7 @@ def _table(
     from rich.table import Table
 
     from attnviz.analysis.heads import COLUMN_HELP
+    from attnviz.cli import output as out
     from attnviz.maps import index_span
     from attnviz.tokens import display_label
 
@@ -163,17 +164,11 @@ def _table(
     )
     for column in columns:
         drawn.add_column(
-            _header(column), justify="left" if column is HeadColumn.TOP_KEY else "right"
+            out.column_header(column), justify="left" if column is HeadColumn.TOP_KEY else "right"
         )
     for row in rows:
         drawn.add_row(*(_cell(getattr(row, column.value), column) for column in columns))
     return drawn
-
-
-def _header(column: HeadColumn) -> str:
-    """A long name on two lines (previous_ / token), so that the columns fit 80 characters."""
-    head, _, tail = column.value.rpartition("_")
-    return f"{head}_\n{tail}" if len(column.value) > 8 and head else column.value
 
 
 def _cell(value: object, column: HeadColumn) -> str:

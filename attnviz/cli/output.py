@@ -299,6 +299,12 @@ def save_picture(
         out.write(data)
 
 
+def column_header(name: str) -> str:
+    """A long column name on two lines (previous_ / token), so that tables fit 80 columns."""
+    head, _, tail = name.rpartition("_")
+    return f"{head}_\n{tail}" if len(name) > 8 and head else name
+
+
 def uses_colour(console: Console) -> bool:
     return console.color_system is not None and not console.no_color
 

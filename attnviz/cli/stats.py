@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,6 +18,8 @@ from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 from attnviz.outputs import PICTURES, output_for, output_of_file
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from attnviz.analysis.corpus import CorpusStatistics
     from attnviz.extractor import Item
 
@@ -244,22 +246,47 @@ def _write(
     if output_format is Output.CSV:
         write_text(dump_csv(rows, list(rows[0])), destination)
         return
-    from rich.table import Table
-
     from attnviz.analysis.corpus import STATISTICS
     from attnviz.tokens import display_label
 
-    title = f"{display_label(corpus.model)} · {corpus.inputs} inputs · corpus mean (± std) per head"
-    table = Table(title=title)
+    console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
+    keyed = {(row["layer"], row["head"], row["statistic"]): row for row in rows}
+    heads = sorted({(row["layer"], row["head"]) for row in rows})
+    title = f"{display_label(corpus.model)} · {corpus.inputs} inputs · corpus means"
+    # The statistics, then the detectors' scores, as heads shows them: each table fits
+    # 80 columns; "± std" where the width has room for it.
+    for number, names in enumerate((STATISTICS[:6], STATISTICS[6:])):
+        with_std = console.width >= _LABEL_COLUMNS + len(names) * _WITH_STD
+        table = _statistics_table(keyed, heads, names, with_std)
+        table.title = title if number == 0 else "detector scores"
+        if not with_std:
+            table.caption = "± std, percentiles: widen the terminal, or -f json or -f csv"
+        console.print(table)
+
+
+_LABEL_COLUMNS = 16  # characters the layer and head columns take
+_WITH_STD = 16  # characters a column of "0.123 ± 0.045" takes
+
+
+def _statistics_table(
+    keyed: dict[tuple[int, int, str], dict], heads: list, names: Sequence[str], with_std: bool
+) -> Table:
+    """A row per (layer, head), a column per statistic in ``names``: the corpus mean,
+    and its standard deviation if ``with_std``."""
+    from rich.table import Table
+
+    from attnviz.cli import output as out
+
+    table = Table(caption_justify="left")
     table.add_column("layer", justify="right")
     table.add_column("head", justify="right")
-    for name in STATISTICS:
-        table.add_column(name.replace("_", " "), justify="right")
-    keyed = {(row["layer"], row["head"], row["statistic"]): row for row in rows}
-    for layer, head in sorted({(row["layer"], row["head"]) for row in rows}):
+    for name in names:
+        table.add_column(out.column_header(name), justify="right")
+    for layer, head in heads:
         cells = []
-        for name in STATISTICS:
+        for name in names:
             row = keyed.get((layer, head, name))
-            cells.append("–" if row is None else f"{row['mean']:.3f} ± {row['std']:.3f}")
+            spread = f" ± {row['std']:.3f}" if with_std and row is not None else ""
+            cells.append("–" if row is None else f"{row['mean']:.3f}{spread}")
         table.add_row(str(layer), str(head), *cells)
-    out.stdout_console(d.ColourChoice.AUTO, None, environment).print(table)
+    return table
