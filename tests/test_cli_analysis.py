@@ -218,3 +218,14 @@ def _layer_heads(line: str):
     import re
 
     return re.findall(r"layer (\d+) · head (\d+)", line)
+
+
+@pytest.mark.parametrize("arguments", [["The cat sat on the mat"], ["--detect", "induction"]])
+def test_the_heads_table_fits_80_columns_without_cutting_a_name_or_number(runner, arguments):
+    from rich.cells import cell_len
+
+    result = runner.invoke(app, ["heads", *arguments], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.stderr
+    assert max(cell_len(line) for line in result.stdout.splitlines()) <= 80
+    # The only "…" is the caption's own ("[CLS], <s>, …"): no header or cell is cut.
+    assert result.stdout.count("…") == result.stdout.count("<s>, …") and "top_key" in result.stdout

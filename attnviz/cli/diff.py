@@ -119,8 +119,6 @@ def _print_table(
     environment: Environment,
 ) -> None:
     """The two models' names on a line of their own, then a row per map."""
-    from rich.table import Table
-
     from attnviz.cli import output as out
     from attnviz.tokens import display_label
 
@@ -131,7 +129,7 @@ def _print_table(
     console.print(
         f"{names} · {first.mode} attention", markup=False, highlight=False, soft_wrap=True
     )
-    table = Table()
+    table = out.rows_table()
     for name in ("layer", "head", "divergence", "worst query"):
         table.add_column(name, justify="left" if name == "worst query" else "right")
     for row in rows:

@@ -19,7 +19,7 @@ from attnviz.cli.settings import (
 )
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from rich.console import Group
 
     from attnviz.analysis.heads import HeadStatistics, HeadTable
 
@@ -139,10 +139,11 @@ def _columns(
 
 def _table(
     table: HeadTable, rows: list[HeadStatistics], columns: list[HeadColumn], probed: bool
-) -> Table:
-    """The rows as a rich table, its title saying what was read, its caption what the
-    columns mean."""
-    from rich.table import Table
+) -> Group:
+    """The rows as a rich table under a line saying what was read (a line of its own: a
+    narrow table would wrap it), its caption saying what the columns mean."""
+    from rich.console import Group
+    from rich.text import Text
 
     from attnviz.analysis.heads import COLUMN_HELP
     from attnviz.cli import output as out
@@ -154,13 +155,11 @@ def _table(
         from attnviz.extractor import PROBE_LENGTH
 
         read += f" · the detectors' probe: {PROBE_LENGTH} random tokens, repeated"
-    drawn = Table(
-        title=f"{display_label(table.model)} · {table.mode} attention · "
-        f"{table.key_count} key tokens{read}",
+    title = f"{display_label(table.model)} · {table.mode} attention · {table.key_count} key tokens"
+    drawn = out.rows_table(
         caption=" · ".join(
             f"{column}: {COLUMN_HELP[column]}" for column in columns if column in COLUMN_HELP
         ),
-        caption_justify="left",
     )
     for column in columns:
         drawn.add_column(
@@ -168,7 +167,7 @@ def _table(
         )
     for row in rows:
         drawn.add_row(*(_cell(getattr(row, column.value), column) for column in columns))
-    return drawn
+    return Group(Text(title + read), drawn)
 
 
 def _cell(value: object, column: HeadColumn) -> str:

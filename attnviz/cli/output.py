@@ -10,7 +10,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -19,6 +19,8 @@ from attnviz.cli.declarations import ColourChoice
 from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from attnviz.analysis.heads import TopHeads
     from attnviz.choices import Aggregate, Detector, Output, View
     from attnviz.cli.pictures import HeadChoice
@@ -297,6 +299,18 @@ def save_picture(
     ((_, data),) = Painter().files(maps, view, picture, style, panels)
     with open_output(output, binary=True) as out:
         out.write(data)
+
+
+def rows_table(**options: Any) -> Table:
+    """A rich table of rows for a person to read (heads, stats, diff): no rules between
+    columns and one space of padding, so that nine columns of numbers fit 80 characters."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(
+        box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False, caption_justify="left",
+        **options,
+    )  # fmt: skip
 
 
 def column_header(name: str) -> str:

@@ -252,20 +252,23 @@ def _write(
     console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
     keyed = {(row["layer"], row["head"], row["statistic"]): row for row in rows}
     heads = sorted({(row["layer"], row["head"]) for row in rows})
+    # A line of its own: a model's name is wider than a narrow table, whose title would
+    # wrap it.
     title = f"{display_label(corpus.model)} · {corpus.inputs} inputs · corpus means"
+    console.print(title, markup=False, highlight=False, soft_wrap=True)
     # The statistics, then the detectors' scores, as heads shows them: each table fits
     # 80 columns; "± std" where the width has room for it.
     for number, names in enumerate((STATISTICS[:6], STATISTICS[6:])):
         with_std = console.width >= _LABEL_COLUMNS + len(names) * _WITH_STD
         table = _statistics_table(keyed, heads, names, with_std)
-        table.title = title if number == 0 else "detector scores"
+        table.title = "detector scores" if number else None
         if not with_std:
             table.caption = "± std, percentiles: widen the terminal, or -f json or -f csv"
         console.print(table)
 
 
-_LABEL_COLUMNS = 16  # characters the layer and head columns take
-_WITH_STD = 16  # characters a column of "0.123 ± 0.045" takes
+_LABEL_COLUMNS = 14  # characters the layer and head columns take
+_WITH_STD = 15  # characters a column of "0.123 ± 0.045" takes
 
 
 def _statistics_table(
@@ -273,11 +276,9 @@ def _statistics_table(
 ) -> Table:
     """A row per (layer, head), a column per statistic in ``names``: the corpus mean,
     and its standard deviation if ``with_std``."""
-    from rich.table import Table
-
     from attnviz.cli import output as out
 
-    table = Table(caption_justify="left")
+    table = out.rows_table()
     table.add_column("layer", justify="right")
     table.add_column("head", justify="right")
     for name in names:
