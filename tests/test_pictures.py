@@ -404,7 +404,7 @@ def test_labels_taller_than_their_cells_are_pasted_whole():
     whole = io.BytesIO()
     canvas.whole(maps, panels).savefig(whole, format="png")
     full = np.asarray(Image.open(whole).convert("RGB"), int)
-    room = int(np.ceil(canvas.label_room * 100))
+    room = int(np.ceil(canvas.layout.label_room * 100))
     for row in range(6):  # the query labels left of each row, and around them
         xs, ys = canvas.pixels_of[row * 12]
         strip = (slice(ys[0] - 12, ys[-1] + 12), slice(xs[0] - room, xs[0]))

@@ -4,7 +4,7 @@ each Ray worker's share, bundled into one argument."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnviz.choices import Engine
@@ -29,11 +29,8 @@ class EngineSettings:
         it."""
         if self.engine is not Engine.LOCAL:
             return
-        default = EngineSettings()
         given = [
-            _FLAGS[field.name]
-            for field in fields(self)
-            if field.name in _FLAGS and getattr(self, field.name) != getattr(default, field.name)
+            flag for name, flag in _FLAGS.items() if getattr(self, name) != getattr(LOCAL, name)
         ]
         refuse_unused(given, "--engine ray only", "the local engine", "add --engine ray")
         if jobs is not None:

@@ -283,9 +283,6 @@ class GridCanvas:
         self.missing_glyphs: set[str] = set()
         layout = grid_layout(shape, style)
         self.layout = layout
-        self.step, self.label_room = layout.step, layout.label_room
-        self.panel_pixels, self.label_overhang = layout.panel_pixels, layout.label_overhang
-        self.title_fits, self.row_fits = layout.title_fits, layout.row_fits
         self.figure = Figure(figsize=(layout.width, layout.height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
         board = self.figure.add_axes((0, 0, 1, 1))
@@ -382,8 +379,8 @@ class GridCanvas:
         """Put one input's header, titles and labels on their artists; return them all."""
         style = self.style
         self.header.set_text(style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"))
-        queries = [token_label(token) for token in maps.query_labels()][:: self.step]
-        keys = [token_label(token) for token in maps.key_tokens][:: self.step]
+        queries = [token_label(token) for token in maps.query_labels()][:: self.layout.step]
+        keys = [token_label(token) for token in maps.key_tokens][:: self.layout.step]
         shown = len(panels) > 1 or style.title != ""
         if self.shape.headers:  # "head H" over the first row; "layer L" beside each row
             columns = self.shape.columns
@@ -394,7 +391,10 @@ class GridCanvas:
                 row_header = f"layer {panel.layer}"
                 artist.set_text(row_header)
                 artist.set_fontsize(size)
-                if artist.get_window_extent(self.canvas.get_renderer()).height > self.row_fits:
+                if (
+                    artist.get_window_extent(self.canvas.get_renderer()).height
+                    > self.layout.row_fits
+                ):
                     artist.set_text(short_title(row_header))
         else:
             titles, size = self._fitted_titles(
@@ -421,13 +421,13 @@ class GridCanvas:
             widest = max(titles, key=len, default="")
             for form in (widest, short_title(widest)):
                 artist.set_text(form)
-                if fit_text(artist, renderer, self.title_fits, largest, cut=False):
+                if fit_text(artist, renderer, self.layout.title_fits, largest, cut=False):
                     break
             size, short = artist.get_fontsize(), form != widest
             fitted = []
             for title in titles:  # each cut on its own, where even the short form is wide
                 artist.set_text(short_title(title) if short else title)
-                fit_text(artist, renderer, self.title_fits, size)
+                fit_text(artist, renderer, self.layout.title_fits, size)
                 fitted.append(artist.get_text())
             if len(self.fitted) >= 16:  # titles with values (--top-heads) vary by input
                 self.fitted.pop(next(iter(self.fitted)))
@@ -464,15 +464,15 @@ class GridCanvas:
         so the pixels are those matplotlib would draw there (a test holds them to it)."""
         pixels = np.asarray(self.canvas.buffer_rgba())
         height = pixels.shape[0]
-        room = int(np.ceil(self.label_room * self.style.dpi))
-        across, down = self.panel_pixels
+        room = int(np.ceil(self.layout.label_room * self.style.dpi))
+        across, down = self.layout.panel_pixels
         bottoms = [n for n in range(used) if self.shape.labels_columns(n)]
         for side, panels in ((0, range(0, used, self.shape.columns)), (1, bottoms)):
             first, *others = panels
             for artist in self.labels[first][side]:
                 self.figure.draw_artist(artist)
             xs, ys = self.pixels_of[first]
-            over = self.label_overhang
+            over = self.layout.label_overhang
             if side == 0:  # the query labels' strip left of the cells
                 rows = slice(max(ys[0] - over, 0), ys[-1] + over)
                 columns = slice(max(xs[0] - room, 0), xs[0])
