@@ -22,6 +22,7 @@ import os
 import re
 import stat
 import sys
+import time
 import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,8 +33,16 @@ from typing import Any
 from attnviz import signals
 from attnviz.analysis.heads import TopHeads
 from attnviz.choices import Aggregate, Dtype, Output, View
-from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
-from attnviz.io import STDIO, dump_json, file_blake2b, npz_bytes, open_output
+from attnviz.errors import AttnvizError, ExitCode, UsageError, describe, warn
+from attnviz.io import (
+    STDIO,
+    dump_json,
+    file_blake2b,
+    npz_bytes,
+    open_output,
+    remove_if_abandoned,
+    temporaries,
+)
 from attnviz.maps import AttentionMaps
 from attnviz.outputs import PICTURES
 from attnviz.render.image import Painter
@@ -567,12 +576,50 @@ def write_outputs(
             pieces = [("", page_html(labelled, view=outputs.view).encode("utf-8"))]
         else:
             pieces = [("", npz_bytes(maps.astype(outputs.dtype)))]
-        for suffix, data in pieces:
+        for suffix, data in pieces:  # suffix: "", -L{layer}, -H{head} or -L{layer}-H{head}
             name = f"{stem}{suffix}.{output_format.value}"
             with open_output(outputs.folder / name, binary=True, follow_links=False) as out:
                 out.write(data)
             written[name] = file_digest(data)
     return written
+
+
+def remove_left_behind(
+    folder: Path, shard: tuple[int, int] | None, inputs: Sequence[BatchInput], outputs: Outputs
+) -> None:
+    """After the engine's session, however it ended: the temporary files of these inputs'
+    outputs that nobody will finish removed (Ray stops a worker mid-write when its driver
+    ends on Ctrl-C or SIGTERM; a run killed with kill -9 leaves its own), waiting a few
+    seconds for those still at work. Skipped if another run holds the folder by then."""
+    if not folder.is_dir():
+        return
+    stems = {item.name for item in inputs}
+    formats = {output_format.value for output_format in outputs.formats}
+    deadline = time.monotonic() + WORKERS_STOP
+    with contextlib.suppress(AttnvizError), FolderLock(folder, shard):
+        while held := [
+            path
+            for path, name in temporaries(folder)
+            if _written_for(name, stems, formats) and not remove_if_abandoned(path)
+        ]:
+            if time.monotonic() >= deadline:
+                warn(
+                    f"{len(held)} temporary file(s) in {folder} still held by a worker"
+                    f" ({held[0].name}); the next batch into the folder removes them"
+                )
+                return
+            time.sleep(0.05)
+
+
+WORKERS_STOP = 10.0  # seconds: Ray stops a job's workers once its driver has left
+
+
+def _written_for(name: str, stems: set[str], formats: set[str]) -> bool:
+    """Whether ``name`` is one of the files :func:`write_outputs` writes for these stems."""
+    base, _, extension = name.rpartition(".")
+    without_head = re.sub(r"-H\d+$", "", base)
+    without_layer = re.sub(r"-L\d+$", "", without_head)
+    return extension in formats and not stems.isdisjoint({base, without_head, without_layer})
 
 
 class Manifest:

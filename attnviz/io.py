@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -145,13 +146,64 @@ def open_output(
         mode = "wb" if binary else "w"
         encoding = None if binary else "utf-8"
         with os.fdopen(descriptor, mode, encoding=encoding, newline=None if binary else "") as out:
+            _mark_as_being_written(descriptor)
             yield out
-        # mkstemp made it private: give it the mode the file had, or the usual one.
-        os.chmod(temporary, mode_bits if mode_bits is not None else usual_mode())
-        os.replace(temporary, target)
+            out.flush()
+            # mkstemp made it private: give it the mode the file had, or the usual one.
+            os.chmod(temporary, mode_bits if mode_bits is not None else usual_mode())
+            os.replace(temporary, target)  # before closing, which would drop the mark
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+# The temporary name of open_output: its prefix, then mkstemp's eight characters.
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}")
+
+
+def _mark_as_being_written(descriptor: int) -> None:
+    """A lock on a temporary file while its writer is at work. The system drops it when
+    the writer ends, however it ends (kill -9, a Ray worker stopped with its job), so
+    that a temporary file left unlocked is one that nobody will finish."""
+    with contextlib.suppress(ImportError, OSError):  # no POSIX locks: left unmarked
+        import fcntl
+
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def temporaries(folder: Path) -> Iterator[tuple[Path, str]]:
+    """The temporary files of :func:`open_output` in ``folder``, each with the name it
+    was being written as."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            match = _TEMPORARY.fullmatch(entry.name)
+            if match and entry.is_file(follow_symlinks=False):
+                yield Path(entry.path), match["name"]
+
+
+def remove_if_abandoned(path: Path) -> bool:
+    """Remove a temporary file of :func:`open_output` whose writer ended without
+    finishing it; False, leaving it, while a writer holds it (or where the system cannot
+    tell). A writer in this very process is not seen: call it between writes."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:  # finished meanwhile, or removed
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by its writer (EAGAIN, EACCES), or no locks here
+        return False
+    else:
+        path.unlink(missing_ok=True)
+        return True
+    finally:
+        os.close(descriptor)
 
 
 class _Probe(Exception):

@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -280,3 +281,52 @@ def test_a_manifest_line_of_the_wrong_shape_means_not_done(runner, tmp_path, lin
     result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "--resume"])
     assert result.exit_code == 0, result.stderr
     assert "1 written" in result.stderr
+
+
+@pytest.mark.parametrize("view", ["head", "layer", "model"])
+def test_a_batch_takes_away_the_temporary_files_killed_writers_left(runner, tmp_path, view):
+    """Left as kill -9 leaves them (or Ray, stopping a worker with its driver): a batch into
+    the folder removes those of its own inputs' files, and nothing else."""
+    source = _inputs(tmp_path, 2)
+    out = tmp_path / "out"
+    first = _batch(runner, source, out, "-f", "png", "-f", "npz", "-f", "html", "--view", view)
+    assert first.exit_code == 0, first.stderr
+    written = [name for name in _files(out) if name != "manifest.jsonl"]
+    left = [f".{name}.k0c26kyn" for name in written]
+    others = [".0007-the-dog.json.k0c26kyn", ".notes.txt.k0c26kyn", ".0000-x.json"]
+    for name in left + others:
+        (out / name).write_bytes(b"half")
+    again = _batch(
+        runner, source, out, "-f", "png", "-f", "npz", "-f", "html", "--view", view, "--resume"
+    )
+    assert again.exit_code == 0, again.stderr
+    assert [name for name in _files(out) if name.startswith(".")] == sorted(others)
+
+
+def test_a_temporary_file_still_being_written_is_left_and_said(runner, tmp_path, monkeypatch):
+    """A worker still at work when the batch ends (a Ray worker that its job has not yet
+    stopped) keeps its file: the batch waits for it a while, then says it left it."""
+    import attnviz.batch
+
+    monkeypatch.setattr(attnviz.batch, "WORKERS_STOP", 0.3)
+    source = _inputs(tmp_path, 2)
+    out = tmp_path / "out"
+    out.mkdir()
+    code = (
+        "import sys, time\n"
+        "from attnviz.io import open_output\n"
+        "with open_output(sys.argv[1]) as out:\n"
+        "    print('writing', flush=True); time.sleep(60)\n"
+    )
+    name = "0001-the-cat-sat-on-mat-1.json"
+    command = [sys.executable, "-c", code, str(out / name)]
+    writer = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "writing\n"
+        result = _batch(runner, source, out)
+        (held,) = [path for path in out.iterdir() if path.name.startswith(f".{name}.")]
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+    assert result.exit_code == 0, result.stderr
+    assert f"1 temporary file(s) in {out} still held by a worker ({held.name})" in result.stderr

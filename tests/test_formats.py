@@ -573,3 +573,29 @@ def test_an_output_that_cannot_be_written_is_refused_before_a_model_loads(
     result = runner.invoke(app, command)
     assert result.exit_code == 1, result.stderr
     assert f"folder {tmp_path}/missing does not exist" in result.stderr
+
+
+def test_a_temporary_file_is_taken_away_only_once_its_writer_is_gone(tmp_path):
+    """What a writer killed mid-write leaves (kill -9 runs no clean-up) is told apart from
+    a file still being written by the lock its writer held: the system drops it."""
+    from attnviz.io import remove_if_abandoned, temporaries
+
+    code = (
+        "import sys, time\n"
+        "from attnviz.io import open_output\n"
+        "with open_output(sys.argv[1]) as out:\n"
+        "    out.write('half of it'); out.flush(); print('writing', flush=True); time.sleep(60)\n"
+    )
+    (tmp_path / ".notes.txt").write_text("a file of the user's, not a temporary one")
+    command = [sys.executable, "-c", code, str(tmp_path / "maps.json")]
+    writer = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "writing\n"
+        ((temporary, name),) = temporaries(tmp_path)
+        assert name == "maps.json"
+        assert not remove_if_abandoned(temporary) and temporary.exists()  # still written
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+    assert remove_if_abandoned(temporary) and not temporary.exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".notes.txt"]

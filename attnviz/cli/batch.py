@@ -7,7 +7,7 @@ import functools
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -29,7 +29,8 @@ from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
 from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refuse_unused
 
 if TYPE_CHECKING:
-    from attnviz.batch import BatchInput, FolderPlan, Tally
+    from attnviz.batch import BatchInput, FolderPlan, Outputs, Tally
+    from attnviz.engines import Engine as EngineInterface
 
 # What batch writes for every input: pictures, its maps as data, or the page.
 BatchFormat = d.some_of("BatchFormat", *PICTURES, Output.JSON, Output.NPZ, Output.HTML)
@@ -171,7 +172,7 @@ def batch(
     engine = run_on.open(jobs, environment)
     # Ray, joined or started now: an unreachable cluster stops here, before anything is
     # written; it is left when the batch ends.
-    with engine.session():
+    with _session(engine, output, slice_, inputs, outputs):
         _writable_folder(output)
         with FolderLock(output, slice_):
             folder = plan()
@@ -184,6 +185,24 @@ def batch(
             finally:  # after the progress bar is gone, so that the summary stays on screen
                 if not quiet:
                     _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
+
+
+@contextlib.contextmanager
+def _session(
+    engine: EngineInterface,
+    output: Path,
+    shard: tuple[int, int] | None,
+    inputs: list[BatchInput],
+    outputs: Outputs,
+) -> Iterator[None]:
+    """The engine's session; after it, the temporary files its workers left removed."""
+    from attnviz.batch import remove_left_behind
+
+    try:
+        with engine.session():
+            yield
+    finally:
+        remove_left_behind(output, shard, inputs, outputs)
 
 
 def _inputs(source: str, shard: tuple[int, int] | None) -> tuple[list[BatchInput], int]:
