@@ -368,7 +368,7 @@ def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
     local_ray, tmp_path
 ):
     """A Ray worker process killed (SIGKILL) while it works: Ray starts another and retries
-    its batch; the batch ends whole, each input recorded once."""
+    its batch; the batch ends whole, each input recorded once, no half-written file left."""
     import threading
 
     source = tmp_path / "many.txt"
@@ -408,6 +408,7 @@ def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
     assert [record["index"] for record in records] == list(range(24))
     assert all(record["status"] == "ok" for record in records)
     assert len(list(out.glob("*.json"))) == 24
+    assert not [path.name for path in out.iterdir() if path.name.startswith(".")]
 
 
 def test_sigterm_unwinds_a_ray_batch_and_exits_143(local_ray, tmp_path):
