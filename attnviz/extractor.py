@@ -199,10 +199,11 @@ def positions_asked(
 ) -> tuple[list[int] | None, list[int] | None]:
     """The query rows (``--rows``) and the keys of the span (``--span``) of one input, as
     positions: given as indices, or as a text that the finders look for."""
-    rows = (
-        None if request.rows is None else token_positions(request.rows, queries, "row", find_query)
-    )
-    span = None if request.span is None else token_positions(request.span, keys, "span", find_key)
+    rows = span = None
+    if request.rows is not None:
+        rows = token_positions(request.rows, queries, "row", "query tokens", find_query)
+    if request.span is not None:
+        span = token_positions(request.span, keys, "span key", "key tokens", find_key)
     return rows, span
 
 

@@ -13,12 +13,18 @@ Selection = str | int | Sequence[int] | None  # 2, "0,2", "0-2", [0, 2], "all" o
 _RANGE = re.compile(r"^(-?\d+)-(-?\d+)$")
 
 
-def resolve(spec: str | int | Sequence[int] | None, count: int, what: str) -> list[int]:
+class OutOfRange(UsageError):
+    """An index past the end of what it selects from."""
+
+
+def resolve(
+    spec: str | int | Sequence[int] | None, count: int, what: str, of: str | None = None
+) -> list[int]:
     """Turn a selection of ``what`` ("layer", "head") into sorted-as-given, unique indices.
 
     Negative indices count from the end, as in Python. ``None`` and ``"all"``
     select everything. Indices outside ``range(count)`` are a usage error that
-    states the valid range.
+    states the valid range, counted in ``of`` ("key tokens"; ``what`` by default).
     """
     if spec is None:
         return list(range(count))
@@ -30,25 +36,25 @@ def resolve(spec: str | int | Sequence[int] | None, count: int, what: str) -> li
         parts = list(spec)
     indices: list[int] = []
     for part in parts:
-        for index in _expand(part, count, what):
+        for index in _expand(part, count, what, of or what):
             if index not in indices:
                 indices.append(index)
     return indices
 
 
-def _expand(part: int | str, count: int, what: str) -> list[int]:
+def _expand(part: int | str, count: int, what: str, of: str) -> list[int]:
     if isinstance(part, int):
-        return [_check(part, count, what)]
+        return [_check(part, count, what, of)]
     if part.lower() == "all":
         return list(range(count))
     if part.lower() == "last":
         return [count - 1]
     if re.fullmatch(r"-?\d+", part):
-        return [_check(int(part), count, what)]
+        return [_check(int(part), count, what, of)]
     match = _RANGE.match(part)
     if not match:
         raise _not_a_selection(part, what)
-    first, last = (_check(int(bound), count, what) for bound in match.groups())
+    first, last = (_check(int(bound), count, what, of) for bound in match.groups())
     if first > last:
         raise UsageError(f"{what} range {part!r} runs backwards")
     return list(range(first, last + 1))
@@ -60,12 +66,13 @@ def _not_a_selection(part: str, what: str) -> UsageError:
     )
 
 
-def _check(index: int, count: int, what: str) -> int:
+def _check(index: int, count: int, what: str, of: str) -> int:
     if not -count <= index < count:
-        plural = what if count == 1 else f"{what}s"
-        raise UsageError(
+        noun = of.removesuffix("s")
+        counted = noun if count == 1 else f"{noun}s"
+        raise OutOfRange(
             f"{what} {index} is out of range: there {'is' if count == 1 else 'are'} {count} "
-            f"{plural} (0 to {count - 1}, or -{count} to -1 from the end)"
+            f"{counted} (0 to {count - 1}, or -{count} to -1 from the end)"
         )
     return index % count
 
@@ -109,14 +116,20 @@ def text_of(spec: Selection) -> str | None:
 
 
 def token_positions(
-    spec: Selection, count: int, what: str, find: Callable[[str], list[int]]
+    spec: Selection, count: int, what: str, of: str, find: Callable[[str], list[int]]
 ) -> list[int]:
-    """Ascending token positions: of indices, or, of text, the tokens ``find`` says cover
-    its first occurrence."""
+    """Ascending token positions among ``count`` (``of``: "query tokens"): of indices, or,
+    of text, the tokens ``find`` says cover its first occurrence."""
     text = text_of(spec)
-    if text is None:
-        return sorted(resolve(spec, count, what))
-    return find(text)
+    if text is not None:
+        return find(text)
+    try:
+        return sorted(resolve(spec, count, what, of))
+    except OutOfRange as error:
+        if not isinstance(spec, str):
+            raise
+        # A number may have been meant as text: a year, a code, a needle's digits.
+        raise OutOfRange(f"{error}; for the text {spec!r}, write {TEXT_PREFIX}{spec}") from None
 
 
 def covering(

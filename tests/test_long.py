@@ -152,8 +152,16 @@ def test_malformed_products_are_usage_errors(request_fields, message):
 
 
 def test_rows_outside_the_text_are_usage_errors(tiny):
-    with pytest.raises(UsageError, match="row 99 is out of range"):
+    count = len(attnviz.extract(TEXT, model=tiny["gpt2"]).key_tokens)
+    with pytest.raises(
+        UsageError, match=f"row 99 is out of range: there are {count} query"
+    ) as raised:
         attnviz.extract(TEXT, model=tiny["gpt2"], rows=99)
+    assert "text:" not in str(raised.value)  # given as a number, not as something to read
+    # Written as a string, a number may be a year or a code that the user meant to find.
+    meant = f"there are {count} key tokens .*; for the text '7421', write text:7421$"
+    with pytest.raises(UsageError, match=meant):
+        attnviz.extract(TEXT, model=tiny["gpt2"], span="7421")
     with pytest.raises(UsageError, match="--span 'a cat' is not in the text"):
         attnviz.extract(TEXT, model=tiny["gpt2"], span="a cat")
 
