@@ -220,7 +220,17 @@ def _layer_heads(line: str):
     return re.findall(r"layer (\d+) · head (\d+)", line)
 
 
-@pytest.mark.parametrize("arguments", [["The cat sat on the mat"], ["--detect", "induction"]])
+LONG_TEXT = " ".join(f"w{i}" for i in range(1500))  # distances of a thousand tokens and more
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["The cat sat on the mat"],
+        ["--detect", "induction"],
+        ["--rows", "last", "--span", "0-9", LONG_TEXT],
+    ],
+)
 def test_the_heads_table_fits_80_columns_without_cutting_a_name_or_number(runner, arguments):
     from rich.cells import cell_len
 

@@ -171,10 +171,11 @@ def _table(
 
 
 def _cell(value: object, column: HeadColumn) -> str:
+    from attnviz.cli.output import number
     from attnviz.tokens import display_label
 
     if column is HeadColumn.TOP_KEY:
         return display_label(str(value))
     if isinstance(value, float):
-        return f"{value:.3f}"
+        return number(value)
     return "–" if value is None else str(value)

@@ -308,9 +308,15 @@ def rows_table(**options: Any) -> Table:
     from rich.table import Table
 
     return Table(
-        box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False, caption_justify="left",
-        **options,
+        box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False, show_edge=False,
+        caption_justify="left", **options,
     )  # fmt: skip
+
+
+def number(value: float) -> str:
+    """A statistic for a person to read: three decimals below 100, one from there on (a
+    distance of 1028.5 tokens), so that a column of them keeps to eight characters."""
+    return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
 
 
 def column_header(name: str) -> str:

@@ -287,7 +287,7 @@ def _statistics_table(
         cells = []
         for name in names:
             row = keyed.get((layer, head, name))
-            spread = f" ± {row['std']:.3f}" if with_std and row is not None else ""
-            cells.append("–" if row is None else f"{row['mean']:.3f}{spread}")
+            spread = f" ± {out.number(row['std'])}" if with_std and row is not None else ""
+            cells.append("–" if row is None else f"{out.number(row['mean'])}{spread}")
         table.add_row(str(layer), str(head), *cells)
     return table
