@@ -331,11 +331,12 @@ class AttentionMaps:
             generated = len(self.query_tokens) - self.prompt_length
             notes.append(f"{generated} generated (▸) after a {self.prompt_length}-token prompt")
         if self.query_positions is not None:
-            notes.append(f"rows: query tokens {index_span(self.query_positions)}")
+            tokens = f"token{'s' * (len(self.query_positions) > 1)}"
+            notes.append(f"rows: query {tokens} {index_span(self.query_positions)}")
         if self.pooled is not None:
             notes.append(f"{self.pooled} tokens per bin (rows averaged, columns summed)")
         if self.span is not None:
-            notes.append(f"span: key tokens {index_span(self.span)}")
+            notes.append(f"span: key token{'s' * (len(self.span) > 1)} {index_span(self.span)}")
         if self.chat:
             notes.append("read as a chat" + (" with a system prompt" if self.system else ""))
         return "".join(f" · {note}" for note in notes)

@@ -232,3 +232,15 @@ def test_grid_thumbnail_shades_follow_the_weights():
     half = len(head0) // 2
     assert set(head0[:half]) == {"█"} and set(head0[half:]) == {" "}  # blank: exactly zero
     assert set(head1[:half]) == {" "} and set(head1[half:]) == {"█"}
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"), [("last", "rows: query token 3"), ("1-2", "rows: query tokens 1,2")]
+)
+def test_the_title_names_the_rows_kept_once_and_counts_in_the_right_number(runner, rows, said):
+    arguments = ["show", "Hello I love you", "--rows", rows, "--span", "0", "-l", "0"]
+    result = runner.invoke(app, [*arguments, "-f", "terminal", "--width", "200"])
+    assert result.exit_code == 0, result.stderr
+    title = result.stdout.splitlines()[0]
+    assert title.endswith(f" · columns: 4 key tokens · {said} · span: key token 0"), title
+    assert title.count("rows") == 1

@@ -244,7 +244,11 @@ def _summary(maps: AttentionMaps) -> str:
     if maps.aggregate:
         summary += f" · {maps.aggregate}"
     rows, columns = len(maps.query_tokens), len(maps.key_tokens)
-    summary += f" · rows: {rows} query tokens, columns: {columns} key tokens"
+    keys = f"columns: {columns} key token{'s' * (columns > 1)}"
+    if maps.query_positions is None:
+        summary += f" · rows: {rows} query token{'s' * (rows > 1)}, {keys}"
+    else:  # the context names the rows kept
+        summary += f" · {keys}"
     return summary + maps.context()
 
 
