@@ -9,14 +9,18 @@ import pytest
 
 from attnviz.errors import UsageError
 from attnviz.render.layout import (
+    GRID_CELL,
+    HEAD_CELL,
     MARGIN_RIGHT,
     MARGIN_TOP,
+    MIN_MAP_SIDE,
     GridShape,
     grid_layout,
     head_figure_size,
     head_layout,
     head_margins,
     label_step,
+    labels_for,
 )
 from attnviz.render.style import MIN_LABEL_POINTS, Style
 
@@ -34,8 +38,9 @@ def test_a_map_sized_by_its_tokens_has_square_cells_in_fixed_margins(queries, ke
     assert (layout.width, layout.height) == head_figure_size(queries, keys)
     assert inside(layout.cells_box) and inside(layout.bar_box)
     x, y, width, height = layout.cells_box
-    assert width * layout.width == pytest.approx(keys * layout.cell)
-    assert height * layout.height == pytest.approx(queries * layout.cell)
+    assert layout.cell_width == layout.cell_height
+    assert width * layout.width == pytest.approx(keys * layout.cell_width)
+    assert height * layout.height == pytest.approx(queries * layout.cell_height)
     bar_x, bar_y, _, bar_height = layout.bar_box
     assert bar_x > x + width and (bar_y, bar_height) == (y, height)  # beside, as tall
     assert 0 < layout.note_top < layout.bottom
@@ -50,12 +55,46 @@ def test_a_given_size_is_kept_and_the_map_centred_where_its_cells_leave_room(
     layout = head_layout(queries, keys, style, label_chars=5)
     assert (layout.width, layout.height) == figsize and inside(layout.cells_box)
     left, bottom = head_margins(style, 5)
-    right = layout.width - layout.left - keys * layout.cell - MARGIN_RIGHT
-    top = layout.height - layout.bottom - queries * layout.cell - MARGIN_TOP
+    assert layout.cell_width == layout.cell_height
+    right = layout.width - layout.left - keys * layout.cell_width - MARGIN_RIGHT
+    top = layout.height - layout.bottom - queries * layout.cell_height - MARGIN_TOP
     # Spare room is shared on both sides of the map, and the cells fill one direction.
     assert layout.left - left == pytest.approx(right) and right >= -1e-9
     assert layout.bottom - bottom == pytest.approx(top) and top >= -1e-9
     assert min(right, top) == pytest.approx(0, abs=1e-9)
+
+
+STRIPS = [(1, 1517), (3, 2000), (12, 4000), (2000, 2)]
+
+
+@pytest.mark.parametrize(("queries", "keys"), STRIPS)
+@pytest.mark.parametrize("figsize", [None, (8.0, 3.0)])
+def test_a_few_tokens_beside_many_are_a_strip_not_a_line(queries, keys, figsize):
+    """The last token's row over thousands of keys (--rows last): its cells are as wide
+    as ever and as tall as a readable strip needs, never taller than the map is wide."""
+    style = Style(figsize=figsize)
+    layout = head_layout(queries, keys, style)
+    few, many = sorted([(queries, layout.cell_height), (keys, layout.cell_width)])
+    short, long = few[0] * few[1], many[0] * many[1]
+    assert min(MIN_MAP_SIDE, few[0] * HEAD_CELL) - 1e-9 <= short <= long + 1e-9
+    assert inside(layout.cells_box)  # a given size has room for the strip: within it
+    labels = layout.labels  # the short side's labels are not thinned as the long side's
+    steps = {queries: labels.query_step, keys: labels.key_step}
+    assert steps[few[0]] <= steps[many[0]]
+    shape = GridShape(1, 2, queries, keys, label_chars=6, count=2)
+    panels = grid_layout(shape, Style())
+    few_cells = min(queries * panels.cell_height, keys * panels.cell_width)
+    assert few_cells >= min(MIN_MAP_SIDE, few[0] * GRID_CELL) - 1e-9
+
+
+@pytest.mark.parametrize("width", [0.01, 0.05, 0.2])
+@pytest.mark.parametrize("height", [0.01, 0.05, 0.2])
+def test_labels_take_one_size_and_each_side_is_thinned_for_its_own_cells(width, height):
+    labels = labels_for(width, height)
+    assert (labels.size, labels.key_step) == label_step(min(width, height) * 72) or width > height
+    for step, side in ((labels.key_step, width), (labels.query_step, height)):
+        assert labels.size <= step * side * 72 * 0.8 + 1e-6
+        assert step == 1 or labels.size > (step - 1) * side * 72 * 0.8
 
 
 def test_a_given_size_too_small_for_the_labels_says_the_smallest_that_fits():
@@ -118,5 +157,5 @@ def test_the_room_for_labels_grows_with_the_longest_label_and_the_font():
     long = grid_layout(GridShape(1, 2, 9, 7, label_chars=14, count=2), Style())
     assert long.label_room > short.label_room
     larger = grid_layout(grid(1, 2), Style(font_size=12))
-    assert larger.label_size == 12 and larger.label_room > short.label_room
-    assert short.label_size <= 7.0
+    assert larger.labels.size == 12 and larger.label_room > short.label_room
+    assert short.labels.size <= 7.0

@@ -367,6 +367,62 @@ def test_a_single_untitled_panel_keeps_its_labels():
     assert canvas.titles[0].get_text() == ""
 
 
+LONG = " ".join(f"w{i}" for i in range(400))
+
+
+@pytest.mark.parametrize("rows", ["last", "0-2"])
+def test_a_few_rows_over_many_keys_are_a_strip_tall_enough_to_see(rows):
+    """--rows last over a long text: a strip at least MIN_MAP_SIDE tall (a row's cells
+    up to HEAD_CELL), not a line one pixel high; the fast path still what matplotlib draws."""
+    import io
+
+    from attnviz.render.layout import HEAD_CELL, MIN_MAP_SIDE
+    from attnviz.render.style import Frame
+
+    maps = attnviz.extract(LONG, rows=rows, layers=0, heads=0)
+    panel = next(maps.panels())
+    queries, keys = panel.matrix.shape
+    frame = Frame("header", tuple(maps.query_labels()), tuple(maps.key_tokens))
+    style = Style()
+    canvas = HeadCanvas(queries, keys, style)
+    tall = min(MIN_MAP_SIDE, queries * HEAD_CELL) * style.dpi
+    assert canvas.y[-1] - canvas.y[0] >= tall - 1
+    assert canvas.x[-1] - canvas.x[0] > 3 * (canvas.y[-1] - canvas.y[0])  # still a strip
+    fast = canvas.png(panel.matrix, frame, panel.title)
+    full = canvas.vector(panel.matrix, frame, panel.title, attnviz.Output.PNG)
+    fast_pixels = np.asarray(Image.open(io.BytesIO(fast)).convert("RGB"), int)
+    full_pixels = np.asarray(Image.open(io.BytesIO(full)).convert("RGB"), int)
+    ys, xs = (canvas.y[:-1] + canvas.y[1:]) // 2, (canvas.x[:-1] + canvas.x[1:]) // 2
+    # Cells two or three pixels wide: matplotlib's edge pixels blend a little.
+    assert np.abs(fast_pixels[ys][:, xs] - full_pixels[ys][:, xs]).max() <= 8
+    assert len([label for label in canvas.query_labels]) == queries  # every row labelled
+    grid = GridCanvas(grid_shape(maps, None), style)
+    (xs, ys), *_ = grid.pixels_of
+    assert ys[-1] - ys[0] >= min(MIN_MAP_SIDE, queries * 0.25) * style.dpi - 1
+
+
+@pytest.mark.parametrize("tokens", [20, 400, 1600])
+def test_strips_are_stacked_as_many_across_as_fit_a_page_width(tokens):
+    """Every head's last row over a long text: strips side by side only while they fit
+    about GRID_WIDTH inches, each titled; maps of any other shape keep a row per layer."""
+    from attnviz.render.layout import GRID_WIDTH, grid_layout
+
+    text = " ".join(f"w{i}" for i in range(tokens))
+    config = attnviz.BuiltinConfig(num_layers=3, num_heads=4)
+    strips = grid_shape(attnviz.extract(text, rows="last", config=config), None)
+    layout = grid_layout(strips, Style())
+    assert (
+        strips.count == 12
+        and strips.rows * strips.columns >= 12 > (strips.rows - 1) * strips.columns
+    )
+    across = strips.columns * layout.panel_width  # panels a whole pixel apart: within 0.1
+    assert strips.columns == 1 or across <= GRID_WIDTH + 0.1  # never wider than a page
+    assert strips.columns == 12 or across + layout.panel_width > GRID_WIDTH - 0.1  # as many
+    assert not strips.headers
+    whole = grid_shape(attnviz.extract(text, config=config), None)
+    assert (whole.rows, whole.columns, whole.headers) == (3, 4, True)
+
+
 @pytest.mark.parametrize("panels", ["all", "chosen"])
 def test_the_grids_fast_path_is_what_matplotlib_draws(panels):
     import io

@@ -123,7 +123,7 @@ class HeadCanvas:
         self.queries, self.keys, self.style = queries, keys, style
         self.missing_glyphs: set[str] = set()  # characters no font had, in any drawing
         layout = head_layout(queries, keys, style, label_chars)
-        width, height, size = layout.width, layout.height, layout.label_size
+        width, height, size = layout.width, layout.height, layout.labels.size
         text_size = style.font_size or 9.0
         self.figure = Figure(figsize=(width, height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
@@ -146,20 +146,20 @@ class HeadCanvas:
         )
         bar.set_label(style.bar_label, fontsize=max(MIN_LABEL_POINTS, text_size - 1))
         colour_bar.tick_params(labelsize=max(MIN_LABEL_POINTS, text_size - 2))
-        note = axes_note(layout.step)
+        note = axes_note(layout.labels.key_step, layout.labels.query_step)
         self.figure.text(0.05 / width, layout.note_top / height, note, fontsize=MIN_LABEL_POINTS,
                          va="top", ha="left")  # fmt: skip
         self.key_labels = [
             self.axes.text(k, queries - 0.5 + 0.15, "", rotation=90, ha="center", va="top",
                            fontsize=size, animated=True, transform=self.axes.transData)
-            for k in range(0, keys, layout.step)
+            for k in range(0, keys, layout.labels.key_step)
         ]  # fmt: skip
         self.query_labels = [
             self.axes.text(-0.5 - 0.15, q, "", ha="right", va="center", fontsize=size,
                            animated=True, transform=self.axes.transData)
-            for q in range(0, queries, layout.step)
+            for q in range(0, queries, layout.labels.query_step)
         ]  # fmt: skip
-        self.label_step = layout.step
+        self.labels = layout.labels
         self.header = self.figure.text(
             0.5, 1 - 0.12 / height, "", ha="center", va="top", fontsize=text_size, animated=True
         )
@@ -189,14 +189,15 @@ class HeadCanvas:
 
     def _set_frame(self, frame: Frame) -> list[Any]:
         """Put one input's header and labels on their artists; return those artists."""
-        step = self.label_step
         self.header.set_text(frame.header)
         # A short map's figure is narrow, and a model name (builtin:layers=…) is long.
         room = self.figure.bbox.width * 0.96
         fit_text(self.header, self.canvas.get_renderer(), room, self.style.font_size or 9.0)
-        for artist, label in zip(self.key_labels, frame.key_labels[::step], strict=True):
+        key_labels = frame.key_labels[:: self.labels.key_step]
+        for artist, label in zip(self.key_labels, key_labels, strict=True):
             artist.set_text(token_label(label))
-        for artist, label in zip(self.query_labels, frame.query_labels[::step], strict=True):
+        query_labels = frame.query_labels[:: self.labels.query_step]
+        for artist, label in zip(self.query_labels, query_labels, strict=True):
             artist.set_text(token_label(label))
         return [self.header, *self.key_labels, *self.query_labels]
 
@@ -306,10 +307,10 @@ class GridCanvas:
             0.5, 1 - 0.1 / layout.height, "", ha="center", va="top",
             fontsize=layout.header_size, animated=True,
         )  # fmt: skip
-        if layout.step > 1:
-            self.figure.text(
-                0.005, 0.005, axes_note(layout.step).splitlines()[-1], fontsize=MIN_LABEL_POINTS
-            )
+        labels = layout.labels
+        if max(labels.key_step, labels.query_step) > 1:
+            note = axes_note(labels.key_step, labels.query_step).splitlines()[-1]
+            self.figure.text(0.005, 0.005, note, fontsize=MIN_LABEL_POINTS)
         self._add_colour_bar()
         with drawing(self.missing_glyphs):
             self.canvas.draw()
@@ -331,7 +332,7 @@ class GridCanvas:
         from matplotlib.patches import Rectangle
 
         x0, x1, y0, y1 = box
-        cell, step, size = self.layout.cell, self.layout.step, self.layout.label_size
+        width, height, labels = self.layout.cell_width, self.layout.cell_height, self.layout.labels
         image = board.imshow(
             np.zeros((self.shape.queries, self.shape.keys)),
             cmap=self.cmap,
@@ -351,14 +352,14 @@ class GridCanvas:
                        fontsize=self.layout.title_size, animated=True)
         )  # fmt: skip
         rows = [
-            board.text(x0 - 0.03, y1 - (q + 0.5) * cell, "", ha="right", va="center",
-                       fontsize=size, animated=True)
-            for q in range(0, self.shape.queries, step)
+            board.text(x0 - 0.03, y1 - (q + 0.5) * height, "", ha="right", va="center",
+                       fontsize=labels.size, animated=True)
+            for q in range(0, self.shape.queries, labels.query_step)
         ] if self.shape.labels_rows(n) else []  # fmt: skip
         columns = [
-            board.text(x0 + (k + 0.5) * cell, y0 - 0.03, "", ha="center", va="top",
-                       rotation=90, fontsize=size, animated=True)
-            for k in range(0, self.shape.keys, step)
+            board.text(x0 + (k + 0.5) * width, y0 - 0.03, "", ha="center", va="top",
+                       rotation=90, fontsize=labels.size, animated=True)
+            for k in range(0, self.shape.keys, labels.key_step)
         ] if self.shape.labels_columns(n) else []  # fmt: skip
         self.labels.append((rows, columns))
 
@@ -379,8 +380,9 @@ class GridCanvas:
         """Put one input's header, titles and labels on their artists; return them all."""
         style = self.style
         self.header.set_text(style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"))
-        queries = [token_label(token) for token in maps.query_labels()][:: self.layout.step]
-        keys = [token_label(token) for token in maps.key_tokens][:: self.layout.step]
+        labels = self.layout.labels
+        queries = [token_label(token) for token in maps.query_labels()][:: labels.query_step]
+        keys = [token_label(token) for token in maps.key_tokens][:: labels.key_step]
         shown = len(panels) > 1 or style.title != ""
         if self.shape.headers:  # "head H" over the first row; "layer L" beside each row
             columns = self.shape.columns

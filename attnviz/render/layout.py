@@ -28,13 +28,47 @@ MARGIN_TOP = 0.65  # the header (model and mode) and the title (layer and head)
 MARGIN_RIGHT = 1.0  # the colour bar
 NOTE_ROOM = 0.35  # under the key labels, for the note of a picture in a given size
 GRID_COLUMNS = 6  # heads per row when one layer's heads (or chosen heads) wrap
+GRID_WIDTH = 16.0  # inches: strips side by side up to about this width
+GRID_GAP = 0.15  # inches between panels
 
 Box = tuple[float, float, float, float]  # a rectangle in figure fractions: x, y, width, height
 
 
+HEAD_CELL = 0.4  # inches: the largest cell of a single map
+GRID_CELL = 0.25  # of a panel among many
+MIN_MAP_SIDE = 0.6  # inches: the least a side of a few tokens beside many is drawn
+STRIP_RATIO = 8  # "many": this many times as many
+
+
 def cell_inches(count: int) -> float:
     """Cells shrink as maps grow, so that a picture stays within about ten inches."""
-    return min(max(10.0 / max(count, 1), 0.01), 0.4)
+    return min(max(10.0 / max(count, 1), 0.01), HEAD_CELL)
+
+
+def cell_sides(cell: float, queries: int, keys: int, largest: float) -> tuple[float, float]:
+    """A cell's width and height: ``cell`` square, except along a side of a few tokens
+    next to many (STRIP_RATIO times as many or more: the last token's row over 8,000
+    keys), which is drawn at least MIN_MAP_SIDE long (never longer than the other side),
+    in cells of at most ``largest``: a strip, not a line one pixel high."""
+    many = max(queries, keys)
+    shortest = min(MIN_MAP_SIDE, many * cell)
+
+    def side(count: int) -> float:
+        if many < STRIP_RATIO * count:
+            return cell
+        return max(cell, min(largest, shortest / count))
+
+    return side(keys), side(queries)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Token labels: one font size, and the step between labels shown along each side
+    (every label where the cells are tall enough for the size, else every step-th)."""
+
+    size: float  # points
+    key_step: int
+    query_step: int
 
 
 def label_step(
@@ -45,7 +79,20 @@ def label_step(
     MIN_LABEL_POINTS."""
     room = cell_points * 0.8
     size = max(MIN_LABEL_POINTS, wanted if wanted is not None else min(largest, room))
-    return size, max(1, math.ceil(size / max(room, 0.1) - 1e-9))
+    return size, _step(size, room)
+
+
+def _step(size: float, room: float) -> int:
+    return max(1, math.ceil(size / max(room, 0.1) - 1e-9))
+
+
+def labels_for(
+    width: float, height: float, wanted: float | None = None, largest: float = 9.0
+) -> Labels:
+    """The labels of cells ``width`` × ``height`` inches: sized for the narrower side (one
+    size on both axes), each side thinned as its own cells need."""
+    size, _ = label_step(min(width, height) * INCH, wanted, largest)
+    return Labels(size, _step(size, width * INCH * 0.8), _step(size, height * INCH * 0.8))
 
 
 def head_margins(style: Style, label_chars: int) -> tuple[float, float]:
@@ -61,25 +108,29 @@ def head_margins(style: Style, label_chars: int) -> tuple[float, float]:
 
 def head_figure_size(queries: int, keys: int) -> tuple[float, float]:
     """Width and height in inches: fixed margins around cells that shrink as maps grow."""
-    cell = cell_inches(max(queries, keys))
-    return MARGIN_LEFT + keys * cell + MARGIN_RIGHT, MARGIN_TOP + queries * cell + MARGIN_BOTTOM
+    width, height = cell_sides(cell_inches(max(queries, keys)), queries, keys, HEAD_CELL)
+    return MARGIN_LEFT + keys * width + MARGIN_RIGHT, MARGIN_TOP + queries * height + MARGIN_BOTTOM
 
 
-def head_cell(queries: int, keys: int, style: Style, margins: tuple[float, float]) -> float:
-    """The side of a cell: by the map's size, or what a given figure size leaves beside
-    the ``margins`` for the labels (left, bottom)."""
+def head_cell(
+    queries: int, keys: int, style: Style, margins: tuple[float, float]
+) -> tuple[float, float]:
+    """A cell's width and height: by the map's size, or what a given figure size leaves
+    beside the ``margins`` for the labels (left, bottom)."""
     if style.figsize is None:
-        return cell_inches(max(queries, keys))
+        return cell_sides(cell_inches(max(queries, keys)), queries, keys, HEAD_CELL)
     width, height = style.figsize
     left, bottom = margins
-    cell = min((width - left - MARGIN_RIGHT) / keys, (height - MARGIN_TOP - bottom) / queries)
+    across, down = (width - left - MARGIN_RIGHT) / keys, (height - MARGIN_TOP - bottom) / queries
+    cell = min(across, down)
     if cell <= 0:
         smallest = (left + MARGIN_RIGHT + 1, MARGIN_TOP + bottom + 1)
         raise UsageError(
             f"--figsize {width:g},{height:g} leaves no room for the map after its labels "
             f"and colour bar: give at least {smallest[0]:.1f},{smallest[1]:.1f}"
         )
-    return cell
+    cell_width, cell_height = cell_sides(cell, queries, keys, HEAD_CELL)
+    return min(cell_width, across), min(cell_height, down)
 
 
 @dataclass(frozen=True)
@@ -92,9 +143,9 @@ class HeadLayout:
     height: float
     left: float  # the cells' lower left corner
     bottom: float
-    cell: float  # a cell's side
-    label_size: float  # points
-    step: int  # every step-th token is labelled
+    cell_width: float  # inches
+    cell_height: float
+    labels: Labels
     note_top: float  # the note on rows and columns hangs from here
 
     @property
@@ -102,8 +153,8 @@ class HeadLayout:
         return (
             self.left / self.width,
             self.bottom / self.height,
-            self.keys * self.cell / self.width,
-            self.queries * self.cell / self.height,
+            self.keys * self.cell_width / self.width,
+            self.queries * self.cell_height / self.height,
         )
 
     @property
@@ -111,7 +162,7 @@ class HeadLayout:
         """Beside the cells and as tall as they are, whatever the figure's size."""
         _, y, _, height = self.cells_box
         return (
-            (self.left + self.keys * self.cell + 0.2) / self.width,
+            (self.left + self.keys * self.cell_width + 0.2) / self.width,
             y,
             0.15 / self.width,
             height,
@@ -123,16 +174,18 @@ def head_layout(queries: int, keys: int, style: Style, label_chars: int = MAX_LA
     ``label_chars`` characters where the figure's size is given."""
     width, height = style.figsize or head_figure_size(queries, keys)
     left, bottom = head_margins(style, label_chars)
-    cell = head_cell(queries, keys, style, (left, bottom))
+    cell_width, cell_height = head_cell(queries, keys, style, (left, bottom))
     # A given size that the cells cannot fill at their aspect: the map in the middle.
-    left += max(0.0, width - left - keys * cell - MARGIN_RIGHT) / 2
-    bottom += max(0.0, height - bottom - queries * cell - MARGIN_TOP) / 2
-    size, step = label_step(cell * INCH, style.font_size)
+    left += max(0.0, width - left - keys * cell_width - MARGIN_RIGHT) / 2
+    bottom += max(0.0, height - bottom - queries * cell_height - MARGIN_TOP) / 2
+    labels = labels_for(cell_width, cell_height, style.font_size)
     # Just under the grid's corner, in the room the query labels leave: not adrift at
     # the bottom of a figure whose margin is sized for the longest key labels. Margins
     # sized for this input's labels leave no such room: then under the key labels.
     note_top = bottom - 0.08 if style.figsize is None else NOTE_ROOM - 0.03
-    return HeadLayout(queries, keys, width, height, left, bottom, cell, size, step, note_top)
+    return HeadLayout(
+        queries, keys, width, height, left, bottom, cell_width, cell_height, labels, note_top
+    )
 
 
 @dataclass(frozen=True)
@@ -161,12 +214,16 @@ class GridShape:
 def grid_shape(maps: AttentionMaps, panels: Sequence[MapPanel] | None) -> GridShape:
     count = len(panels) if panels is not None else maps.weights.shape[0] * maps.weights.shape[1]
     rows, columns = maps.weights.shape[:2] if panels is None else (1, count)
+    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
     headers = panels is None and maps.aggregate is None and rows > 1  # a row per layer
-    if rows == 1 and columns > GRID_COLUMNS:
+    if keys >= STRIP_RATIO * queries:  # strips (--rows last): as many across as GRID_WIDTH holds
+        across = keys * grid_cell(queries, keys) + GRID_GAP
+        columns = max(1, min(count, int(GRID_WIDTH // across)))
+        rows, headers = -(-count // columns), False
+    elif rows == 1 and columns > GRID_COLUMNS:
         rows, columns = -(-columns // GRID_COLUMNS), GRID_COLUMNS
     labels = [*maps.query_labels(), *maps.key_tokens]
     longest = max((len(token_label(token)) for token in labels), default=1)
-    queries, keys = len(maps.query_tokens), len(maps.key_tokens)
     return GridShape(rows, columns, queries, keys, longest, count, headers)
 
 
@@ -178,9 +235,9 @@ class GridLayout:
     dpi: int
     width: float  # inches
     height: float
-    cell: float
-    label_size: float  # points
-    step: int  # every step-th token is labelled
+    cell_width: float
+    cell_height: float
+    labels: Labels
     label_room: float  # inches left of the first column and under the last row
     gap: float  # between panels
     panel_width: float  # a panel and the gap after it
@@ -203,7 +260,12 @@ class GridLayout:
         row, column = divmod(n, self.shape.columns)
         x0 = self.left_edge + column * self.panel_width
         y1 = self.top_edge - row * self.panel_height
-        return x0, x0 + self.shape.keys * self.cell, y1 - self.shape.queries * self.cell, y1
+        return (
+            x0,
+            x0 + self.shape.keys * self.cell_width,
+            y1 - self.shape.queries * self.cell_height,
+            y1,
+        )
 
     @property
     def title_fits(self) -> int:
@@ -213,18 +275,18 @@ class GridLayout:
     @property
     def row_fits(self) -> float:
         """Pixels: a row header beside its own row only."""
-        return self.shape.queries * self.cell * self.dpi
+        return self.shape.queries * self.cell_height * self.dpi
 
     def row_header(self, row: int) -> tuple[float, float]:
         """Where the header of a row of panels is centred, left of its labels."""
-        middle = self.top_edge - row * self.panel_height - self.shape.queries * self.cell / 2
+        middle = self.top_edge - row * self.panel_height - self.shape.queries * self.cell_height / 2
         return self.left_edge - self.label_room - 0.05, middle
 
     @property
     def label_overhang(self) -> int:
         """Pixels: labels taller than their cells reach past the cells' ends by about half
         their size; pasted labels carry that much more, never more than half the gap."""
-        half_label = math.ceil(self.label_size / INCH * self.dpi * 0.6) + 2
+        half_label = math.ceil(self.labels.size / INCH * self.dpi * 0.6) + 2
         return min(half_label, int(self.gap * self.dpi / 2) - 1)
 
     def bar_box(self, style: Style) -> Box:
@@ -241,13 +303,19 @@ class GridLayout:
         )
 
 
+def grid_cell(queries: int, keys: int) -> float:
+    """A panel's cell, before strips are stretched: down to a pixel or so per token, so
+    that a 300-token model view stays a few megapixels."""
+    return min(max(2.2 / max(queries, keys), 0.01), GRID_CELL)
+
+
 def grid_layout(shape: GridShape, style: Style) -> GridLayout:
     """The layout of small multiples of ``shape``: sized by the maps, or what a given
     figure size leaves for the cells once labels, titles and the colour bar have room."""
     queries, keys = shape.queries, shape.keys
-    # Down to a pixel or so per token: a 300-token model view stays a few megapixels.
-    cell = min(max(2.2 / max(queries, keys), 0.01), 0.25)
-    label_size, _ = label_step(cell * INCH, style.font_size, largest=7.0)
+    cell = grid_cell(queries, keys)
+    cell_width, cell_height = cell_sides(cell, queries, keys, GRID_CELL)
+    label_size = labels_for(cell_width, cell_height, style.font_size, largest=7.0).size
     label_room = 0.08 + min(shape.label_chars, MAX_LABEL) * label_size * 0.62 / INCH
     title_size = style.font_size or 7.0
     title_room = 0.1 + title_size * 1.5 / INCH
@@ -257,7 +325,7 @@ def grid_layout(shape: GridShape, style: Style) -> GridLayout:
     # Inches: between panels, above them for the header, right for the colour bar, and
     # below the key labels for the note.
     header_size = (style.font_size or 9.0) + 1
-    gap, top, right, bottom = 0.15, 0.2 + header_size * 1.4 / INCH, 1.1, 0.2
+    gap, top, right, bottom = GRID_GAP, 0.2 + header_size * 1.4 / INCH, 1.1, 0.2
     if style.figsize is not None:  # the cells take what the given size leaves
         width, height = style.figsize
         across = (width - left - label_room - right) / shape.columns - gap
@@ -268,13 +336,15 @@ def grid_layout(shape: GridShape, style: Style) -> GridLayout:
                 f"--figsize {width:g},{height:g} is too small for {shape.rows} × "
                 f"{shape.columns} maps and their labels: give a larger size"
             )
-    label_size, step = label_step(cell * INCH, style.font_size, largest=7.0)
+        cell_width, cell_height = cell_sides(cell, queries, keys, GRID_CELL)
+        cell_width, cell_height = min(cell_width, across / keys), min(cell_height, down / queries)
+    labels = labels_for(cell_width, cell_height, style.font_size, largest=7.0)
     # Panels a whole number of pixels apart: one panel's labels, drawn once, are then
     # pixel for pixel what matplotlib would draw at every other panel. Labels take room
     # only left of the first column and under the last row, as shared axes do.
     dpi = style.dpi
-    panel_width = math.ceil((keys * cell + gap) * dpi) / dpi
-    panel_height = math.ceil((row_titles + queries * cell + gap) * dpi) / dpi
+    panel_width = math.ceil((keys * cell_width + gap) * dpi) / dpi
+    panel_height = math.ceil((row_titles + queries * cell_height + gap) * dpi) / dpi
     width, height = style.figsize or (
         left + label_room + shape.columns * panel_width + right,
         top + once + shape.rows * panel_height + label_room + bottom,
@@ -289,9 +359,9 @@ def grid_layout(shape: GridShape, style: Style) -> GridLayout:
         dpi=dpi,
         width=width,
         height=height,
-        cell=cell,
-        label_size=label_size,
-        step=step,
+        cell_width=cell_width,
+        cell_height=cell_height,
+        labels=labels,
         label_room=label_room,
         gap=gap,
         panel_width=panel_width,

@@ -78,9 +78,14 @@ def short_title(title: str) -> str:
     return re.sub(r"\bheads? (?=-?\d)", "H", title).replace(" · ", " ")
 
 
-def axes_note(step: int) -> str:
+def axes_note(key_step: int, query_step: int) -> str:
     """What the rows and columns are, and which labels are shown."""
     note = "rows: query tokens\ncolumns: key tokens"
-    if step > 1:
-        note += f"\nlabels: one token in {step}"
+    if key_step == query_step > 1:
+        note += f"\nlabels: one token in {key_step}"
+    elif max(key_step, query_step) > 1:
+        steps = [(query_step, "query"), (key_step, "key")]
+        note += "\nlabels: " + ", ".join(
+            f"one {side} token in {step}" for step, side in steps if step > 1
+        )
     return note
