@@ -254,6 +254,23 @@ def test_show_writes_the_last_row_of_a_pretrained_model(runner, tiny):
     np.testing.assert_allclose(document["weights"], whole.weights[:, :, -1:], atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "chosen",
+    [["--rows", "last"], ["--pair", "the dog slept", "--between", "a-b"]],
+)
+def test_the_page_of_chosen_rows_has_no_rollout_and_is_written(runner, tiny, tmp_path, chosen):
+    """Rollout needs every token's row over every token: the page of maps that hold
+    chosen rows (or one sentence's over the other's) leaves it out instead of failing."""
+    page = tmp_path / "page.html"
+    arguments = ["export", TEXT, "--model", tiny["bert"], *chosen, "-o", str(page)]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 0, result.stderr
+    assert '"rollout"' not in page.read_text() and '"mean"' in page.read_text()
+    whole = tmp_path / "whole.html"
+    result = runner.invoke(app, ["export", TEXT, "--model", tiny["bert"], "-o", str(whole)])
+    assert result.exit_code == 0 and '"rollout"' in whole.read_text()
+
+
 def test_show_draws_pooled_maps_and_says_so(runner, tiny):
     result = runner.invoke(
         app,

@@ -254,3 +254,26 @@ def test_show_html_writes_the_page(tmp_path):
     maps = attnviz.extract("Hello I love you")
     path = attnviz.show_html(maps, tmp_path / "x.html", open_browser=False)
     assert path.read_text().startswith("<!doctype html>")
+
+
+def test_the_last_rows_over_a_long_text_are_strips_in_both_views(browser, runner, tmp_path):
+    """--rows last over 300 tokens: each map is a strip tall enough to see and to point
+    at (its row's cells up to 28 px in the head view, 8 px in the model view)."""
+    from selenium.webdriver import ActionChains
+
+    path = tmp_path / "page.html"
+    text = " ".join(f"w{i}" for i in range(300))
+    result = runner.invoke(app, ["export", text, "--rows", "last", "-o", str(path)])
+    assert result.exit_code == 0, result.stderr
+    open_page(browser, path)
+    thumbnails = browser.find_elements("css selector", "#grid figure canvas")
+    assert thumbnails and all(canvas.size["height"] >= 8 for canvas in thumbnails)
+    browser.find_element("id", "tab-head").click()
+    canvas = browser.find_element("id", "map")
+    assert canvas.size["height"] >= 28 and canvas.size["width"] >= 8 * canvas.size["height"]
+    ActionChains(browser).move_to_element_with_offset(canvas, 0, 0).perform()
+    tip = browser.find_element("id", "tooltip")
+    assert tip.text.startswith("w299 → ")  # the one row, where it is pointed at
+    (row_label,) = browser.find_elements("css selector", "#map-rows span")
+    assert row_label.text == "w299"
+    assert errors(browser) == []

@@ -85,17 +85,9 @@ def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
     elif method is Aggregate.MAX_ALL:
         combined = weights.max((0, 1), keepdims=True)
     else:
-        if maps.mode is Mode.CROSS:
-            raise UsageError(
-                f"{method.value} chains a layer's queries to the next layer's keys, so it needs "
-                "self or masked attention, not cross"
-            )
-        if not maps.one_sequence or maps.query_positions is not None:
-            held = "chosen rows" if maps.one_sequence else "one sentence's rows over the other's"
-            raise UsageError(
-                f"{method.value} chains a layer's queries to the next layer's keys, so it needs "
-                f"every token's row over every token; these maps hold {held}"
-            )
+        refused = unchainable(maps, method)
+        if refused is not None:
+            raise UsageError(refused)
         tokens = len(maps.key_tokens)
         if method is Aggregate.FLOW and tokens > FLOW_MAX_TOKENS:
             raise UsageError(
@@ -106,3 +98,15 @@ def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
         per_layer = weights.mean(1)[np.argsort(maps.layers, kind="stable")]  # (L, T, T)
         combined = (rollout if method is Aggregate.ROLLOUT else flow)(per_layer)[None, None]
     return maps.replace(weights=combined.astype(np.float32), aggregate=method)
+
+
+def unchainable(maps: AttentionMaps, method: Aggregate = Aggregate.ROLLOUT) -> str | None:
+    """Why ``method`` (rollout, flow), which chains a layer's queries to the next layer's
+    keys, cannot be made from these maps; None where it can."""
+    chains = f"{method.value} chains a layer's queries to the next layer's keys, so it needs"
+    if maps.mode is Mode.CROSS:
+        return f"{chains} self or masked attention, not cross"
+    if not maps.one_sequence or maps.query_positions is not None:
+        held = "chosen rows" if maps.one_sequence else "one sentence's rows over the other's"
+        return f"{chains} every token's row over every token; these maps hold {held}"
+    return None

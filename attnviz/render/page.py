@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.grid import pool_labels, pool_map
-from attnviz.choices import Aggregate, Mode, Output, View
+from attnviz.choices import Aggregate, Output, View
 from attnviz.outputs import view_for
 from attnviz.render import palette
 
@@ -44,8 +44,9 @@ def _asset(name: str) -> str:
 
 def _extra_maps(maps: AttentionMaps) -> list[tuple[str, int | None, np.ndarray]]:
     """The aggregations attnviz computes, as extra "heads": the mean and the max of each
-    layer's heads, and the rollout over the layers (self and masked attention)."""
-    from attnviz.analysis.aggregate import aggregate
+    layer's heads, and the rollout over the layers (where the maps hold every token's row
+    over every token, in self or masked attention)."""
+    from attnviz.analysis.aggregate import aggregate, unchainable
 
     if maps.aggregate is not None:
         return []
@@ -55,7 +56,7 @@ def _extra_maps(maps: AttentionMaps) -> list[tuple[str, int | None, np.ndarray]]
         extra += [
             (method.value, layer, combined.weights[i, 0]) for i, layer in enumerate(maps.layers)
         ]
-    if maps.mode is not Mode.CROSS and len(maps.layers) > 1:
+    if len(maps.layers) > 1 and unchainable(maps) is None:
         extra.append(
             (Aggregate.ROLLOUT.value, None, aggregate(maps, Aggregate.ROLLOUT).weights[0, 0])
         )

@@ -162,11 +162,20 @@
   }
 
   // --- model view: every map small ------------------------------------------------
-  function paint(canvas, m, cell) {
+  // A cell's width and height: square, except along a side of a few tokens beside many
+  // (eight times as many: the last token's row over a long text), drawn at least 40 px
+  // long in cells of at most `largest`: a strip, not a line one pixel high.
+  function cellSides(rows, columns, cell, largest) {
+    const many = Math.max(rows, columns), shortest = Math.min(40, many * cell);
+    const side = (n) => (many < 8 * n ? cell : Math.max(cell, Math.min(largest, shortest / n)));
+    return [side(columns), side(rows)];
+  }
+  function paint(canvas, m, cell, largest) {
     const { out } = matrix(m);
     const h = out.length, w = out[0].length;
+    const [across, down] = cellSides(h, w, cell, largest);
     canvas.width = w; canvas.height = h;
-    canvas.style.width = `${w * cell}px`; canvas.style.height = `${h * cell}px`;
+    canvas.style.width = `${w * across}px`; canvas.style.height = `${h * down}px`;
     const g = canvas.getContext("2d");
     const image = g.createImageData(w, h);
     for (let i = 0; i < h; i++) for (let j = 0; j < w; j++) {
@@ -174,6 +183,7 @@
       image.data[p] = c[0]; image.data[p + 1] = c[1]; image.data[p + 2] = c[2]; image.data[p + 3] = 255;
     }
     g.putImageData(image, 0, 0);
+    return [across, down];
   }
   function drawGrid() {
     const grid = $("grid");
@@ -191,7 +201,7 @@
         const figure = document.createElement("figure");
         figure.dataset.index = m.index;
         const canvas = document.createElement("canvas");
-        paint(canvas, m.index, cell);
+        paint(canvas, m.index, cell, 8);
         const caption = document.createElement("figcaption"); caption.textContent = label(m);
         figure.append(canvas, caption);
         const layerIndex = row < layers.length ? row : state.layer;
@@ -214,12 +224,13 @@
     const weights = matrix(m.index);
     const canvas = $("map");
     const cell = Math.max(2, Math.min(28, Math.floor(640 / Math.max(weights.rows.length, weights.cols.length))));
-    paint(canvas, m.index, cell);
-    const every = Math.ceil(12 / cell); // labels never overlap: every n-th when cells are small
+    const [across, down] = paint(canvas, m.index, cell, 28);
     const labels = (indices, tokens, vertical) => indices.map((i, k) => {
+      const side = vertical ? across : down;
+      const every = Math.ceil(12 / side); // labels never overlap: every n-th when cells are small
       const s = document.createElement("span");
       s.textContent = k % every === 0 ? tokens[i] : "";
-      if (vertical) s.style.width = `${cell}px`; else { s.style.height = `${cell}px`; s.style.lineHeight = `${cell}px`; }
+      if (vertical) s.style.width = `${side}px`; else { s.style.height = `${side}px`; s.style.lineHeight = `${side}px`; }
       return s;
     });
     $("map-columns").replaceChildren(...labels(weights.cols, data.keyTokens, true));
