@@ -151,7 +151,10 @@ def open_output(
             out.flush()
             # mkstemp made it private: give it the mode the file had, or the usual one.
             os.chmod(temporary, mode_bits if mode_bits is not None else usual_mode())
-            os.replace(temporary, target)  # before closing, which would drop the mark
+            if os.name == "posix":  # renamed before closing, which would drop the mark
+                os.replace(temporary, target)
+        if os.name != "posix":  # Windows renames no open file
+            os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
