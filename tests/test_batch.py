@@ -284,3 +284,34 @@ def test_batch_runs_the_model_with_torchs_own_thread_count(runner, tmp_path, mon
     assert result.exit_code == 0, result.stderr
     assert seen and set(seen) == {before}
     assert torch.get_num_threads() == before
+
+
+def test_a_batch_keeps_the_rows_asked_for_and_resumes_only_the_same_ones(runner, tmp_path):
+    """--rows, --pool and --span travel with the request: each input's maps hold its own
+    last row (its own length), the manifest records them, and another choice is new work."""
+    import numpy as np
+
+    import attnviz
+
+    out = tmp_path / "out"
+    source = SAMPLES / "sentences.txt"
+    arguments = ["batch", str(source), "-o", str(out), "-f", "json", "-q"]
+    result = runner.invoke(app, [*arguments, "--rows", "last", "--span", "0"])
+    assert result.exit_code == 0, result.stderr
+    lines = source.read_text().splitlines()
+    for record, line in zip(manifest(out), lines, strict=True):
+        (name,) = record["files"]
+        document = json.loads((out / name).read_text())
+        whole = attnviz.extract(line)
+        assert document["query_positions"] == [len(whole.query_tokens) - 1]
+        assert document["span"] == [0]
+        np.testing.assert_allclose(document["weights"], whole.weights[:, :, -1:], atol=1e-6)
+        assert (record["request"]["rows"], record["request"]["span"]) == ("last", "0")
+    again = [*arguments[:-1], "--resume"]  # without -q: the summary counts what was done
+    same = runner.invoke(app, [*again, "--rows", "last", "--span", "0"])
+    assert same.exit_code == 0 and "0 written, 6 skipped (already done)" in same.stderr
+    other = runner.invoke(app, [*again, "--rows", "0"])
+    assert other.exit_code == 0 and "6 written" in other.stderr
+    for record in manifest(out):
+        (name,) = record["files"]
+        assert json.loads((out / name).read_text())["query_positions"] == [0]

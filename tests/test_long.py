@@ -325,6 +325,29 @@ def test_bad_long_input_options_are_one_line_usage_errors(runner, arguments, mes
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("command", ["show", "export", "generate", "batch"])
+@pytest.mark.parametrize("method", ["rollout", "flow"])
+def test_rollout_of_chosen_rows_is_refused_before_a_model_loads(runner, tmp_path, command, method):
+    """Every input would fail the same way: refused at once, one line, nothing written (a
+    model that is not there shows that nothing was loaded)."""
+    source = tmp_path / "in.txt"
+    source.write_text(TEXT + "\n")
+    out = tmp_path / "out"
+    where = {
+        "show": [TEXT, "-f", "json"],
+        "export": [TEXT, "-o", str(out / "a.png")],
+        "generate": [TEXT],
+        "batch": [str(source), "-o", str(out), "-f", "json"],
+    }[command]
+    missing = str(tmp_path / "no-model-here")
+    arguments = [command, *where, "--model", missing, "--rows", "last", "-a", method]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 2 and result.stdout == "", result.stderr
+    assert result.stderr.count("\n") == 1
+    assert f"{method} chains a layer's queries" in result.stderr
+    assert "--rows keeps chosen rows" in result.stderr and not out.exists()
+
+
 @pytest.mark.parametrize("size", ["lots", "10", "0.5K"])
 def test_a_memory_budget_must_be_a_size(runner, tiny, size):
     result = runner.invoke(app, ["show", TEXT, "--model", tiny["bert"], "--memory", size])

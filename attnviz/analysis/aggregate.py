@@ -100,13 +100,24 @@ def aggregate(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
     return maps.replace(weights=combined.astype(np.float32), aggregate=method)
 
 
+CHAINED = frozenset({Aggregate.ROLLOUT, Aggregate.FLOW})  # layer after layer, as the model reads
+
+
 def unchainable(maps: AttentionMaps, method: Aggregate = Aggregate.ROLLOUT) -> str | None:
     """Why ``method`` (rollout, flow), which chains a layer's queries to the next layer's
     keys, cannot be made from these maps; None where it can."""
-    chains = f"{method.value} chains a layer's queries to the next layer's keys, so it needs"
     if maps.mode is Mode.CROSS:
-        return f"{chains} self or masked attention, not cross"
+        return f"{_chains(method)} self or masked attention, not cross"
     if not maps.one_sequence or maps.query_positions is not None:
         held = "chosen rows" if maps.one_sequence else "one sentence's rows over the other's"
-        return f"{chains} every token's row over every token; these maps hold {held}"
+        return rows_refused(method, f"these maps hold {held}")
     return None
+
+
+def rows_refused(method: Aggregate, held: str) -> str:
+    """What ``method`` says of maps that hold less than every token's row (``held``)."""
+    return f"{_chains(method)} every token's row over every token; {held}"
+
+
+def _chains(method: Aggregate) -> str:
+    return f"{method.value} chains a layer's queries to the next layer's keys, so it needs"

@@ -25,7 +25,14 @@ from attnviz.cli.pictures import (
     head_choice,
     picture_settings,
 )
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    NO_PRODUCTS,
+    MapProducts,
+    ModelSettings,
+    map_products,
+    model_settings,
+)
 from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refuse_unused
 
 if TYPE_CHECKING:
@@ -101,6 +108,7 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, n
 
 
 @model_settings
+@map_products
 @picture_settings
 @head_choice
 @engine_settings
@@ -125,6 +133,7 @@ def batch(
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
+    products: MapProducts = NO_PRODUCTS,
     picture: PictureSettings = DEFAULT_PICTURE,
     choice: HeadChoice = ALL_HEADS,
     run_on: EngineSettings = LOCAL,
@@ -136,7 +145,7 @@ def batch(
     manifest.jsonl has a line per input: its files, or the error that stopped
     it. A failing input does not stop the batch: the exit code is then 3.
     """
-    from attnviz.batch import FolderLock, Outputs, Tally, parse_shard, plan_folder
+    from attnviz.batch import FolderLock, Outputs, Tally, parse_shard
     from attnviz.cli.output import top_heads_for
     from attnviz.cli.settings import request
     from attnviz.errors import UsageError
@@ -147,7 +156,15 @@ def batch(
     if resume and overwrite:
         raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
     slice_ = parse_shard(shard) if shard else None
-    asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
+    asked = request(
+        model=model,
+        mode=mode,
+        layer=layer,
+        head=head,
+        settings=settings,
+        products=products,
+        aggregate=aggregate,
+    )
     outputs = Outputs(
         folder=output,
         formats=formats,
@@ -160,18 +177,8 @@ def batch(
         request=asked.fingerprint(),
     )
     inputs, blank_lines = _inputs(source, slice_)
-
-    def plan() -> FolderPlan:
-        fingerprint = outputs.fingerprint()
-        return plan_folder(output, slice_, resume=resume, overwrite=overwrite, request=fingerprint)
-
-    # Refused now, before Ray starts (a folder being written first); decided again once
-    # the folder is locked for this run.
-    with FolderLock(output, slice_) if output.is_dir() else contextlib.nullcontext():
-        plan()
+    plan = _planned(output, slice_, resume, overwrite, outputs)
     engine = run_on.open(jobs, environment)
-    # Ray, joined or started now: an unreachable cluster stops here, before anything is
-    # written; it is left when the batch ends.
     with _session(engine, output, slice_, inputs, outputs):
         _writable_folder(output)
         with FolderLock(output, slice_):
@@ -187,6 +194,22 @@ def batch(
                     _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
 
 
+def _planned(
+    output: Path, shard: tuple[int, int] | None, resume: bool, overwrite: bool, outputs: Outputs
+) -> Callable[[], FolderPlan]:
+    """How this run plans the folder: refused now if it cannot be (before Ray starts, a
+    folder being written first), and planned again once the folder is locked."""
+    from attnviz.batch import FolderLock, plan_folder
+
+    def plan() -> FolderPlan:
+        fingerprint = outputs.fingerprint()
+        return plan_folder(output, shard, resume=resume, overwrite=overwrite, request=fingerprint)
+
+    with FolderLock(output, shard) if output.is_dir() else contextlib.nullcontext():
+        plan()
+    return plan
+
+
 @contextlib.contextmanager
 def _session(
     engine: EngineInterface,
@@ -195,7 +218,9 @@ def _session(
     inputs: list[BatchInput],
     outputs: Outputs,
 ) -> Iterator[None]:
-    """The engine's session; after it, the temporary files its workers left removed."""
+    """The engine's session (Ray, joined or started now: an unreachable cluster stops the
+    batch here, before anything is written); after it, the temporary files its workers
+    left are removed."""
     from attnviz.batch import remove_left_behind
 
     try:

@@ -86,6 +86,7 @@ def export(
         text=text,
         target=target,
         products=products.drawn(settings),
+        aggregate=aggregate,
     )
     style = picture.style()
     top = out.top_heads_for(choice, aggregate, detect)

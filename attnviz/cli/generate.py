@@ -183,6 +183,7 @@ def generate(
         settings=settings,
         text=prompt,
         products=products,
+        aggregate=aggregate,
     )
     extractor = asked.open(environment)
     text = out.only_one(read_texts(prompt))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, get_args
 
-from attnviz.choices import Attention, Mode, Projections
+from attnviz.choices import Aggregate, Attention, Mode, Projections
 from attnviz.cli import declarations as d
 from attnviz.outputs import refuse_unused
 
@@ -119,6 +119,15 @@ class MapProducts:
     def given(self) -> list[str]:
         """The options given, as typed: saved maps (--from) have no use for them."""
         return [f"--{name}" for name in ("rows", "pool", "span") if getattr(self, name) is not None]
+
+    def check(self, aggregate: Aggregate | None) -> None:
+        """Refuse now, before a model runs, what the aggregation would refuse of every
+        input: rollout and flow of chosen rows."""
+        from attnviz.analysis.aggregate import CHAINED, rows_refused
+        from attnviz.errors import UsageError
+
+        if aggregate in CHAINED and self.rows is not None:
+            raise UsageError(rows_refused(aggregate, "--rows keeps chosen rows"))
 
     def drawn(self, settings: ModelSettings) -> MapProducts:
         """For a picture, the page or the terminal: a long input pooled by itself (unless
@@ -243,9 +252,11 @@ def request(
     text: str | None = None,
     target: str | None = None,
     products: MapProducts = NO_PRODUCTS,
+    aggregate: Aggregate | None = None,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
-    text and target (unless read from stdin) and how the selection is written."""
+    text and target (unless read from stdin), how the selection is written, and what the
+    aggregation asks of the maps."""
     from attnviz.builtin.config import BuiltinConfig
     from attnviz.errors import UsageError
     from attnviz.extractor import check_text
@@ -275,6 +286,7 @@ def request(
             "--num-layers, --num-heads, --d-model, --seed, --positions, --projections and "
             "--keep-case configure the built-in stack; they do not apply to --model"
         )
+    products.check(aggregate)
     if text is not None and text != d.STDIO:
         check_text(text, "text")
     if target is not None:

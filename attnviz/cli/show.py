@@ -256,6 +256,7 @@ def show(
         text=text,
         target=target,
         products=products.drawn(settings) if presentation.drawn else products,
+        aggregate=aggregate,
     )
     extractor = asked.open(environment)
     stream = (
