@@ -27,7 +27,8 @@ def test_corpus_means_equal_the_mean_of_heads_over_the_same_inputs():
     corpus = CorpusStatistics().add_all(extractor.head_tables(TEXTS))
     per_input = [head_statistics(extractor.extract(text)) for text in TEXTS]
     rows = {(row["layer"], row["head"], row["statistic"]): row for row in corpus.rows()}
-    for name in STATISTICS:
+    assert corpus.statistics() == [name for name in STATISTICS if name != "span"]  # none asked
+    for name in corpus.statistics():
         for position in range(len(per_input[0])):
             values = [getattr(stats[position], name) for stats in per_input]
             layer, head = per_input[0][position].layer, per_input[0][position].head
@@ -74,7 +75,7 @@ def test_memory_is_bounded_by_the_heads_not_the_inputs():
     for table in extractor.head_tables(TEXTS * 20):
         corpus.add(table)
     assert corpus.inputs == 100
-    assert len(corpus.cells) == 2 * 4 * len(STATISTICS)
+    assert len(corpus.cells) == 2 * 4 * (len(STATISTICS) - 1)  # all but span, not asked for
     assert all(cell.running.count == 100 for cell in corpus.cells.values())
 
 
@@ -89,7 +90,7 @@ def test_stats_through_the_cli(runner, tmp_path):
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["inputs"] == 3 and document["schema_version"] == attnviz.SCHEMA_VERSION
-    assert {row["statistic"] for row in document["heads"]} == set(STATISTICS)
+    assert {row["statistic"] for row in document["heads"]} == set(STATISTICS) - {"span"}
     assert picture.read_bytes().startswith(b"\x89PNG")
     everything = runner.invoke(app, ["stats", str(source), "-f", "csv"])
     assert everything.exit_code == 0
@@ -98,6 +99,28 @@ def test_stats_through_the_cli(runner, tmp_path):
     table = runner.invoke(app, ["stats", str(source), "--layer", "1", "-q"])
     assert table.exit_code == 0 and table.stderr == ""
     assert "entropy" in table.stdout and "detector scores" in table.stdout
+
+
+def test_stats_reads_the_rows_asked_for_and_scores_the_span(runner, tmp_path):
+    """--rows and --span as heads takes them: each input's statistics from its own last
+    row, and the span statistic, averaged over the corpus."""
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n".join(TEXTS) + "\n")
+    arguments = ["stats", str(source), "-f", "json", "-q", "--rows", "last", "--span", "0"]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 0, result.stderr
+    rows = {(r["layer"], r["head"], r["statistic"]): r for r in json.loads(result.stdout)["heads"]}
+    per_input = [head_statistics(attnviz.extract(text, rows="last", span="0")) for text in TEXTS]
+    for name in ("entropy", "span", "self"):
+        for position, first in enumerate(per_input[0]):
+            values = [getattr(stats[position], name) for stats in per_input]
+            mean = rows[(first.layer, first.head, name)]["mean"]
+            assert mean == pytest.approx(np.mean(values), abs=1e-6)
+    table = runner.invoke(app, [*arguments[:2], "--span", "0"])
+    assert table.exit_code == 0 and " span " in table.stdout.splitlines()[2]
+    picture = tmp_path / "stats.png"
+    drawn = runner.invoke(app, [*arguments, "--picture", str(picture)])
+    assert drawn.exit_code == 0 and picture.read_bytes().startswith(b"\x89PNG")  # ten panels
 
 
 @pytest.mark.parametrize("width", [80, 120, 200])

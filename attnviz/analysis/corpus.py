@@ -28,6 +28,7 @@ STATISTICS = (
     "sink",
     "previous",
     "self",
+    "span",  # with --span only
     "top_key_position",
     "previous_token",
     "duplicate_token",
@@ -173,6 +174,11 @@ class CorpusStatistics:
                 )
             rows.append(row)
         return rows
+
+    def statistics(self) -> list[str]:
+        """The statistics held (span only where a span was scored), in STATISTICS' order."""
+        held = {name for _, _, name in self.cells}
+        return [name for name in STATISTICS if name in held]
 
     def means(self, name: str) -> tuple[list[int], list[int], list[list[float]]]:
         """One statistic's corpus means as a layers × heads grid (NaN where none)."""

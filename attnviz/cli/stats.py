@@ -14,7 +14,14 @@ from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.engine import LOCAL, EngineSettings, engine_settings
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    NO_PRODUCTS,
+    MapProducts,
+    ModelSettings,
+    model_settings,
+    row_products,
+)
 from attnviz.outputs import PICTURES, output_for, output_of_file
 
 if TYPE_CHECKING:
@@ -83,6 +90,7 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")
 
 
 @model_settings
+@row_products
 @engine_settings
 @with_environment
 def stats(
@@ -100,6 +108,7 @@ def stats(
     quiet: QuietOption = False,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
+    products: MapProducts = NO_PRODUCTS,
     run_on: EngineSettings = LOCAL,
 ) -> None:
     """Per-head statistics over a whole corpus: entropy, distance, sink, previous, self
@@ -110,6 +119,10 @@ def stats(
     corpus size. Blank lines, lines that cannot be read and inputs the model
     cannot read (an empty sentence B, a target an encoder has no use for) are
     skipped and counted; a warning says why the first of them was skipped.
+
+    With --rows, every statistic is read from each input's own rows (--rows
+    last: what every input's last token reads); --span adds the span statistic,
+    each head's weight on those keys, a retrieval score over the corpus.
     """
     from itertools import islice
 
@@ -124,7 +137,9 @@ def stats(
     drawn = None if picture is None else output_of_file(picture, PICTURES)
     if picture is not None:
         check_writable(picture)
-    asked = request(model=model, mode=mode, layer=layer, head=head, settings=settings)
+    asked = request(
+        model=model, mode=mode, layer=layer, head=head, settings=settings, products=products
+    )
     engine = run_on.open(jobs or 2, environment)
     skipped = Skipped()
     started = time.monotonic()
@@ -246,7 +261,7 @@ def _write(
     if output_format is Output.CSV:
         write_text(dump_csv(rows, list(rows[0])), destination)
         return
-    from attnviz.analysis.corpus import STATISTICS
+    from attnviz.choices import Detector
     from attnviz.tokens import display_label
 
     console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
@@ -258,7 +273,12 @@ def _write(
     console.print(title, markup=False, highlight=False, soft_wrap=True)
     # The statistics, then the detectors' scores, as heads shows them: each table fits
     # 80 columns; "± std" where the width has room for it.
-    for number, names in enumerate((STATISTICS[:6], STATISTICS[6:])):
+    held = corpus.statistics()
+    statistics = [name for name in held if name not in set(Detector)]
+    detectors = [name for name in held if name in set(Detector)]
+    for number, names in enumerate((statistics, detectors)):
+        if not names:
+            continue
         with_std = console.width >= _LABEL_COLUMNS + len(names) * _WITH_STD
         table = _statistics_table(keyed, heads, names, with_std)
         table.title = "detector scores" if number else None

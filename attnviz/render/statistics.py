@@ -22,15 +22,16 @@ def statistics_picture(corpus: CorpusStatistics, picture: Output) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from attnviz.analysis.corpus import STATISTICS
-
-    layers, heads, _ = corpus.means(STATISTICS[0])
+    names = corpus.statistics()
+    layers, heads, _ = corpus.means(names[0])
     panel = (max(2.2, 0.35 * len(heads) + 1.2), max(1.8, 0.3 * len(layers) + 1.0))
-    grid_rows = math.ceil(len(STATISTICS) / 3)
+    grid_rows = math.ceil(len(names) / 3)
     figure = Figure(figsize=(panel[0] * 3, panel[1] * grid_rows + 0.6), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.subplots(grid_rows, 3, squeeze=False)
-    for ax, name in zip(axes.flat, STATISTICS, strict=True):
+    for ax in axes.flat[len(names) :]:  # a last row that is not full
+        ax.set_axis_off()
+    for ax, name in zip(axes.flat, names, strict=False):
         _, _, grid = corpus.means(name)
         image = ax.imshow(
             np.asarray(grid, dtype=float),
