@@ -30,14 +30,12 @@ NOTE_ROOM = 0.35  # under the key labels, for the note of a picture in a given s
 GRID_COLUMNS = 6  # heads per row when one layer's heads (or chosen heads) wrap
 GRID_WIDTH = 16.0  # inches: strips side by side up to about this width
 GRID_GAP = 0.15  # inches between panels
-
-Box = tuple[float, float, float, float]  # a rectangle in figure fractions: x, y, width, height
-
-
 HEAD_CELL = 0.4  # inches: the largest cell of a single map
 GRID_CELL = 0.25  # of a panel among many
 MIN_MAP_SIDE = 0.6  # inches: the least a side of a few tokens beside many is drawn
 STRIP_RATIO = 8  # "many": this many times as many
+
+Box = tuple[float, float, float, float]  # a rectangle in figure fractions: x, y, width, height
 
 
 def cell_inches(count: int) -> float:
