@@ -261,7 +261,7 @@ def _write(
     if output_format is Output.CSV:
         write_text(dump_csv(rows, list(rows[0])), destination)
         return
-    from attnviz.choices import Detector
+    from attnviz.analysis.heads import DETECTOR_COLUMNS
     from attnviz.tokens import display_label
 
     console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
@@ -274,8 +274,8 @@ def _write(
     # The statistics, then the detectors' scores, as heads shows them: each table fits
     # 80 columns; "± std" where the width has room for it.
     held = corpus.statistics()
-    statistics = [name for name in held if name not in set(Detector)]
-    detectors = [name for name in held if name in set(Detector)]
+    statistics = [name for name in held if name not in DETECTOR_COLUMNS]
+    detectors = [name for name in held if name in DETECTOR_COLUMNS]
     for number, names in enumerate((statistics, detectors)):
         if not names:
             continue
