@@ -114,46 +114,6 @@ class Projections(StrEnum):
     IDENTITY = "identity"  # Q = K = V = X: the plain attention of the textbook
 
 
-class HeadColumn(StrEnum):
-    """The columns of ``heads``: a head's place, and its statistics."""
-
-    LAYER = "layer"
-    HEAD = "head"
-    ENTROPY = "entropy"
-    DISTANCE = "distance"
-    SINK = "sink"
-    PREVIOUS = "previous"
-    SELF = "self"
-    SPAN = "span"
-    PREVIOUS_TOKEN = "previous_token"
-    DUPLICATE_TOKEN = "duplicate_token"
-    INDUCTION = "induction"
-    TOP_KEY_POSITION = "top_key_position"
-    TOP_KEY = "top_key"
-
-
-class Detector(StrEnum):
-    """The head detectors (TransformerLens's), named as their ``heads`` columns."""
-
-    PREVIOUS_TOKEN = "previous_token"
-    DUPLICATE_TOKEN = "duplicate_token"
-    INDUCTION = "induction"
-
-
-class RankBy(StrEnum):
-    """The statistics heads can be ranked by (``--top-heads N --by``)."""
-
-    ENTROPY = "entropy"
-    DISTANCE = "distance"
-    SINK = "sink"
-    PREVIOUS = "previous"
-    SELF = "self"
-    SPAN = "span"
-    PREVIOUS_TOKEN = "previous_token"
-    DUPLICATE_TOKEN = "duplicate_token"
-    INDUCTION = "induction"
-
-
 class Engine(StrEnum):
     LOCAL = "local"  # this machine: worker processes for rendering (--jobs)
     RAY = "ray"  # a Ray cluster, or a local Ray: one model per worker

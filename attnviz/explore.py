@@ -27,7 +27,11 @@ from attnviz.analysis.heads import head_statistics
 from attnviz.choices import Aggregate, Mode, Output, View
 from attnviz.maps import AttentionMaps
 from attnviz.render.terminal import render, render_grid
+from attnviz.statistics import SUMMED, Needs
 from attnviz.tokens import display_label
+
+# The statistics the side panel lists: a text's own (no detectors' probe, no span).
+EXPLORED = [column for column in SUMMED if not column.detector and column.needs is not Needs.SPAN]
 
 MIN_WIDTH, MIN_HEIGHT = 60, 16
 SIDE_WIDTH = 38
@@ -199,8 +203,8 @@ class ExploreApp(App[None]):
         layer, head = self.maps.layers[self.layer], self.maps.heads[self.head]
         stats = head_statistics(self.maps.select(layers=[layer], heads=[head]))[0]
         lines = [Text(f"layer {layer} · head {head}", style="bold")]
-        for name in ("entropy", "distance", "sink", "previous", "self"):
-            value = getattr(stats, name)
+        for name in EXPLORED:
+            value = stats[name]
             lines.append(Text(f"{name:>9}  {'–' if value is None else f'{value:.3f}'}"))
         lines.append(Text(f"{'top key':>9}  {display_label(stats.top_key)}"))
         return Group(*lines)

@@ -418,8 +418,8 @@ class AttentionMaps:
         return notebook.aggregated(self, method)
 
     def head_statistics(self) -> list[HeadStatistics]:
-        """A row per head, as ``attnviz heads`` lists them: entropy, distance, sink,
-        previous, self and the top key token."""
+        """A row per head, as ``attnviz heads`` lists them: every column of
+        :class:`attnviz.statistics.HeadColumn` (``row.entropy``, ``row["sink"]``)."""
         from attnviz import notebook
 
         return notebook.head_statistics(self)

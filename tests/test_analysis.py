@@ -13,9 +13,9 @@ from attnviz.analysis.diff import diff_maps, jensen_shannon
 from attnviz.analysis.heads import head_statistics, sort_rows
 from attnviz.analysis.top import top_keys
 from attnviz.choices import Aggregate
-from attnviz.choices import HeadColumn as Column
 from attnviz.errors import UsageError
 from attnviz.maps import AttentionMaps
+from attnviz.statistics import HeadColumn as Column
 
 
 def hand_made(weights, tokens=None, mode="self"):

@@ -11,8 +11,8 @@ import pytest
 
 import attnviz
 from attnviz.analysis.heads import TopHeads, head_statistics, sort_rows
-from attnviz.choices import HeadColumn, RankBy
 from attnviz.cli import app
+from attnviz.statistics import HeadColumn, RankBy
 
 
 @pytest.mark.slow

@@ -121,7 +121,7 @@ def test_aggregated_and_head_statistics_equal_the_commands(runner):
     np.testing.assert_array_equal(maps.aggregated("rollout").weights, rollout.weights)
     listed = runner.invoke(app, ["heads", text, "-f", "json"])
     assert listed.exit_code == 0, listed.stderr
-    rows = [vars(row) for row in maps.head_statistics()]
+    rows = [row.as_dict() for row in maps.head_statistics()]
     assert all(row.pop("span") is None for row in rows)  # listed only with --span
     assert rows == json.loads(listed.stdout)["heads"]
     with pytest.raises(attnviz.UsageError, match="unknown aggregate 'median'"):

@@ -1,8 +1,8 @@
 """Per-head statistics over a whole corpus, in bounded memory.
 
-For every (layer, head) and every statistic of ``heads`` (entropy, distance,
-sink, previous, self, the position of the top key and the three detector
-scores) a running mean and
+For every (layer, head) and every statistic of ``heads`` that a corpus sums
+(:data:`attnviz.statistics.CORPUS`: the means and the position of the top key) a
+running mean and
 variance (Welford's update, merged with Chan's formula) and a DDSketch, a
 mergeable quantile sketch whose quantiles are within a relative accuracy.
 Memory grows with the number of heads, never with the number of inputs; two
@@ -17,23 +17,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from attnviz.statistics import CORPUS
+
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
     from attnviz.extractor import Extractor, Item
     from attnviz.request import Request
 
-STATISTICS = (
-    "entropy",
-    "distance",
-    "sink",
-    "previous",
-    "self",
-    "span",  # with --span only
-    "top_key_position",
-    "previous_token",
-    "duplicate_token",
-    "induction",
-)
+STATISTICS = tuple(column.value for column in CORPUS)  # what stats sums, in its order
 QUANTILES = (0.05, 0.5, 0.95)
 RELATIVE_ACCURACY = 0.01  # of the sketch's quantiles
 
@@ -100,7 +91,7 @@ class CorpusStatistics:
     def add(self, table: HeadTable) -> None:
         for row in table.rows:
             for name in STATISTICS:
-                value = getattr(row, name)
+                value = row[name]
                 if value is not None:  # distance and the like have none in cross mode
                     self.cells.setdefault((row.layer, row.head, name), Cell()).add(float(value))
         self.inputs += 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -11,59 +11,43 @@ import numpy as np
 
 from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
-from attnviz.choices import Detector, HeadColumn, Mode, RankBy
+from attnviz.choices import Mode
+from attnviz.statistics import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps, MapPanel
 
-DETECTOR_COLUMNS = frozenset(HeadColumn(detector.value) for detector in Detector)
+DETECTOR_COLUMNS = frozenset(DETECTORS)
 # A table in a terminal has room for one set or the other: the statistics, or the
 # detectors' scores with what explains them (the weight on the first token, left out).
 STATISTICS_TABLE = frozenset(HeadColumn) - DETECTOR_COLUMNS
-DETECTORS_TABLE = DETECTOR_COLUMNS | {
-    HeadColumn.LAYER,
-    HeadColumn.HEAD,
-    HeadColumn.SINK,
-    HeadColumn.SPAN,
-    HeadColumn.TOP_KEY,
-}
-
-COLUMN_HELP = {
-    HeadColumn.ENTROPY: "entropy of a query row in nats, averaged over rows (ln of the key count "
-    "when uniform, 0 when all weight is on one key)",
-    HeadColumn.DISTANCE: "mean |query position − key position| weighted by attention (self and "
-    "masked only)",
-    HeadColumn.SINK: "mean weight on the first token and on special tokens ([CLS], <s>, …) as the "
-    "tokenizer marks them",
-    HeadColumn.PREVIOUS: "mean weight a token gives the token just before it",
-    HeadColumn.SELF: "mean weight a token gives itself",
-    HeadColumn.SPAN: "mean weight on the keys of --span: how much a head reads of a passage",
-    HeadColumn.PREVIOUS_TOKEN: "TransformerLens's previous-token score: weight on the token "
-    "just before, over all weight off the first token",
-    HeadColumn.DUPLICATE_TOKEN: "TransformerLens's duplicate-token score: weight on earlier "
-    "copies of the token, over all weight off the first token",
-    HeadColumn.INDUCTION: "TransformerLens's induction score: weight on the token after an "
-    "earlier copy of the token, over all weight off the first token",
-    HeadColumn.TOP_KEY_POSITION: "the position of that key (0: the first token)",
-    HeadColumn.TOP_KEY: "the key token with the most weight, summed over query rows",
-}
+DETECTORS_TABLE = frozenset(column for column in HeadColumn if column.beside_detectors)
 
 
 @dataclass(frozen=True)
 class HeadStatistics:
+    """One head's row: its place, its statistics by name (None where one does not apply)
+    and its top key. ``row.entropy`` reads a statistic as an attribute."""
+
     layer: int
     head: int
-    entropy: float
-    distance: float | None
-    sink: float
-    previous: float | None
-    self: float | None
-    span: float | None
-    previous_token: float | None
-    duplicate_token: float | None
-    induction: float | None
+    values: dict[str, float | None]  # every summed statistic, in HeadColumn's order
     top_key_position: int
     top_key: str
+
+    def __getattr__(self, name: str) -> float | None:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    def __getitem__(self, column: HeadColumn | str) -> int | float | str | None:
+        """The value of one column, a place, a statistic or the top key."""
+        name = HeadColumn(column).value
+        return self.values[name] if name in self.values else getattr(self, name)
+
+    def as_dict(self) -> dict[str, int | float | str | None]:
+        return {column.value: self[column] for column in HeadColumn}
 
 
 @dataclass(frozen=True)
@@ -94,7 +78,7 @@ class HeadTable:
         return [
             column
             for column in HeadColumn
-            if column in shown and (column is not HeadColumn.SPAN or self.span)
+            if column in shown and (column.needs is not Needs.SPAN or self.span)
         ]
 
 
@@ -158,60 +142,37 @@ def sink_columns_of(key_special: Sequence[bool] | None) -> list[int]:
 def statistics_rows(
     summed: np.ndarray, layers: Sequence[int], heads: Sequence[int], key_tokens: Sequence[str]
 ) -> list[HeadStatistics]:
-    """Rows of :class:`HeadStatistics` from the (L, H, 9 + S) results of
-    :class:`~attnviz.analysis.products.HeadStatisticsProduct`."""
-    fields = HeadStatisticsProduct.FIELDS
+    """Rows of :class:`HeadStatistics` from the (L, H, len(SUMMED) + S) results of
+    :class:`~attnviz.analysis.products.HeadStatisticsProduct`: the means, then the weight
+    each key received."""
     rows = []
     for layer, per_head in zip(layers, summed, strict=True):
         for head, values in zip(heads, per_head, strict=True):
             means = {
-                name: None if np.isnan(value) else float(value)
-                for name, value in zip(fields, values[: len(fields)], strict=True)
+                column.value: None if np.isnan(value) else float(value)
+                for column, value in zip(SUMMED, values[: len(SUMMED)], strict=True)
             }
-            top = int(values[len(fields) :].argmax())
-            rows.append(
-                HeadStatistics(
-                    layer=layer, head=head, top_key_position=top, top_key=key_tokens[top], **means
-                )
-            )
+            top = int(values[len(SUMMED) :].argmax())
+            rows.append(HeadStatistics(layer, head, means, top, key_tokens[top]))
     return rows
 
 
 def sort_rows(
-    rows: list[HeadStatistics], column: HeadColumn, reverse: bool = False
+    rows: list[HeadStatistics], column: HeadColumn | str, reverse: bool = False
 ) -> list[HeadStatistics]:
     """Sorted by a column: statistics largest first, layer, head and top_key in order.
 
     Rows with no value for the column (distance in cross mode) go last.
     """
-    name = column.value
-    present = [row for row in rows if getattr(row, name) is not None]
-    missing = [row for row in rows if getattr(row, name) is None]
-    descending = column not in (
-        HeadColumn.LAYER,
-        HeadColumn.HEAD,
-        HeadColumn.TOP_KEY_POSITION,
-        HeadColumn.TOP_KEY,
-    )
-    ordered = sorted(present, key=lambda row: getattr(row, name), reverse=descending != reverse)
+    column = HeadColumn(column)
+    present = [row for row in rows if row[column] is not None]
+    missing = [row for row in rows if row[column] is None]
+    ordered = sorted(present, key=lambda row: row[column], reverse=column.ascending == reverse)
     return ordered + missing
 
 
 def as_dicts(rows: list[HeadStatistics], columns: Sequence[HeadColumn]) -> list[dict[str, object]]:
-    return [{column.value: asdict(row)[column.value] for column in columns} for row in rows]
-
-
-# What compares query and key positions or tokens, which cross attention does not share.
-ALIGNED_ONLY = frozenset(
-    {
-        RankBy.DISTANCE,
-        RankBy.PREVIOUS,
-        RankBy.SELF,
-        RankBy.PREVIOUS_TOKEN,
-        RankBy.DUPLICATE_TOKEN,
-        RankBy.INDUCTION,
-    }
-)
+    return [{column.value: row[column] for column in columns} for row in rows]
 
 
 @dataclass(frozen=True)
@@ -227,7 +188,8 @@ class TopHeads:
         """The chosen maps in rank order, each titled with its value."""
         if maps.aggregate is not None:
             raise ValueError("heads are ranked one by one: give maps that are not aggregated")
-        if not maps.one_sequence and self.by in ALIGNED_ONLY:
+        by = HeadColumn(self.by)
+        if not maps.one_sequence and by.one_sequence_only:
             which = (
                 "cross attention does" if maps.between is None else "maps between two sentences do"
             )
@@ -235,13 +197,13 @@ class TopHeads:
                 f"{self.by} compares query and key positions, which {which} not share: "
                 "rank by entropy or sink"
             )
-        if self.by is RankBy.SPAN and maps.span is None:
+        if by.needs is Needs.SPAN and maps.span is None:
             raise ValueError("--by span ranks heads by their weight on a span: give --span")
-        rows = sort_rows(head_statistics(maps), HeadColumn(self.by.value), self.lowest)
+        rows = sort_rows(head_statistics(maps), by, self.lowest)
         held = {(panel.layer, panel.head): panel for panel in maps.panels()}
         panels = []
         for row in rows[: self.count]:
-            value = getattr(row, self.by.value)  # None: one token has no previous token
+            value = row[by]  # None: one token has no previous token
             shown = "–" if value is None else f"{value:.3f}"
             title = f"layer {row.layer} · head {row.head} · {self.by} {shown}"
             panels.append(held[row.layer, row.head]._replace(title=title))

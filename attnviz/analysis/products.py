@@ -30,6 +30,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from attnviz.selection import Selection, resolve
+from attnviz.statistics import SUMMED, Needs, Per
+
+# Where each summed statistic's total sits in a head's sums: arithmetic by name.
+SLOT = {column.value: slot for slot, column in enumerate(SUMMED)}
 
 if TYPE_CHECKING:
     import torch
@@ -298,10 +302,11 @@ class Repeats:
 
 class HeadStatisticsProduct:
     """Each head's statistics, summed row by row as the blocks pass: the one definition of
-    what ``heads`` and ``stats`` list. ``result()`` is (H, 9 + S): the means of entropy,
-    distance, sink, previous, self and span over the rows, the three detector scores
-    (NaN where a statistic does not apply), then the weight each key received, summed
-    over the rows.
+    what ``heads`` and ``stats`` list. ``result()`` is (H, len(SUMMED) + S): the mean of
+    each summed column of :class:`~attnviz.statistics.HeadColumn`, in its order (NaN where
+    a statistic does not apply), then the weight each key received, summed over the rows.
+    A statistic is summed here by its name and finished by its declaration (``per``,
+    ``needs``).
 
     ``rows`` are the query positions read (None: every one); ``span`` the keys whose
     weight the span statistic sums (None: no span); ``tokens`` the keys' tokens, which
@@ -314,18 +319,6 @@ class HeadStatisticsProduct:
     is 1, over all the weight they put on keys after the first. Patterns: previous_token,
     key i−1 of row i; duplicate_token, an earlier key with row i's token; induction, a
     key j ≤ i whose previous token (j−1) is row i's token."""
-
-    FIELDS = (
-        "entropy",
-        "distance",
-        "sink",
-        "previous",
-        "self",
-        "span",
-        "previous_token",
-        "duplicate_token",
-        "induction",
-    )
 
     def __init__(
         self,
@@ -349,7 +342,7 @@ class HeadStatisticsProduct:
         self.causal = causal  # no weight on a key after the query (masked)
         # Where each token occurred before; None where the detectors do not apply.
         self.repeats = Repeats(tokens) if tokens and aligned else None
-        self._sums: torch.Tensor | None = None  # (H, 9), made on the first block's device
+        self._sums: torch.Tensor | None = None  # (H, len(SUMMED)), on the first block's device
         self._columns: torch.Tensor | None = None  # (H, S)
 
     def blocks(self, queries: int, step: int) -> Iterator[np.ndarray]:
@@ -365,13 +358,13 @@ class HeadStatisticsProduct:
         if self._sums is None:
             # Totals over every block in float64 (float32 where the device has no float64).
             total = torch.float32 if device.type == "mps" else torch.float64
-            self._sums = torch.zeros(self.heads, len(self.FIELDS), dtype=total, device=device)
+            self._sums = torch.zeros(self.heads, len(SUMMED), dtype=total, device=device)
             self._columns = torch.zeros(self.heads, self.keys, dtype=total, device=device)
         sums = self._sums[head]
-        sums[0] -= torch.vdot(weights.reshape(-1), logs.reshape(-1))
-        sums[2] += self._mass(weights, self.sink_columns)
+        sums[SLOT["entropy"]] -= torch.vdot(weights.reshape(-1), logs.reshape(-1))
+        sums[SLOT["sink"]] += self._mass(weights, self.sink_columns)
         if self.span is not None:
-            sums[5] += self._mass(weights, self.span)
+            sums[SLOT["span"]] += self._mass(weights, self.span)
         if self.aligned:
             rows = torch.as_tensor(block.rows, device=device)
             keys = torch.arange(width, dtype=weights.dtype, device=device)
@@ -381,16 +374,19 @@ class HeadStatisticsProduct:
             if not self.causal:
                 ahead = (keys[None, :] - rows[:, None].to(weights.dtype)).clamp_(min=0)
                 signed = signed + 2 * torch.vdot(weights.reshape(-1), ahead.reshape(-1))
-            sums[1] += signed
+            sums[SLOT["distance"]] += signed
             slots = torch.arange(len(rows), device=device)
             inside = rows < width
-            sums[4] += weights[slots[inside], rows[inside]].sum()
+            sums[SLOT["self"]] += weights[slots[inside], rows[inside]].sum()
             earlier = (rows >= 1) & (rows - 1 < width)
             before = weights[slots[earlier], rows[earlier] - 1]  # (rows with a previous key,)
-            sums[3] += before.sum()
+            sums[SLOT["previous"]] += before.sum()
             if self.repeats is not None:
-                sums[6] += before[rows[earlier] >= 2].sum()  # the first key's weight left out
-                sums[7:9] += self.repeats.detected(weights, block.rows).to(sums.dtype)
+                # The first key's weight left out.
+                sums[SLOT["previous_token"]] += before[rows[earlier] >= 2].sum()
+                duplicate, induction = self.repeats.detected(weights, block.rows).to(sums.dtype)
+                sums[SLOT["duplicate_token"]] += duplicate
+                sums[SLOT["induction"]] += induction
         self._columns[head, :width] += weights.sum(0)
 
     @staticmethod
@@ -407,19 +403,23 @@ class HeadStatisticsProduct:
         sums = self._sums.cpu().double().numpy()
         columns = self._columns.cpu().double().numpy()
         rows = np.arange(self.queries) if self.rows is None else self.rows
-        means = sums / len(rows)
-        if self.aligned:
-            following = int(np.count_nonzero(rows >= 1))  # rows with a token before them
-            means[:, 3] = sums[:, 3] / following if following else np.nan
-        else:
-            means[:, [1, 3, 4]] = np.nan
-        if self.span is None:
-            means[:, 5] = np.nan
-        if self.repeats is not None:
-            # Over the weight on every key but the first (TransformerLens's exclude_bos).
-            after_first = len(rows) - columns[:, :1]  # (H, 1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                means[:, 6:9] = np.where(after_first > 0, sums[:, 6:9] / after_first, np.nan)
-        else:
-            means[:, 6:9] = np.nan
+        applies = {
+            Needs.ANY: True,
+            Needs.ONE_SEQUENCE: self.aligned,
+            Needs.SPAN: self.span is not None,
+            Needs.REPEATS: self.repeats is not None,
+        }
+        # Over the weight on every key but the first (TransformerLens's exclude_bos).
+        after_first = len(rows) - columns[:, :1]  # (H, 1)
+        denominators = {
+            Per.ROW: np.full((self.heads, 1), float(len(rows))),
+            Per.FOLLOWING_ROW: np.full((self.heads, 1), float(np.count_nonzero(rows >= 1))),
+            Per.WEIGHT_AFTER_FIRST: after_first,
+        }
+        means = np.full_like(sums, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for slot, column in enumerate(SUMMED):
+                if applies[column.needs]:
+                    denominator = denominators[column.per][:, 0]
+                    means[:, slot] = np.where(denominator > 0, sums[:, slot] / denominator, np.nan)
         return np.concatenate([means, columns], axis=1)

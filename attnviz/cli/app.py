@@ -74,9 +74,7 @@ COMMANDS = {
     "explore": CommandEntry(
         "attnviz.cli.explore", "Step through layers, heads and tokens in a full-screen app."
     ),
-    "heads": CommandEntry(
-        "attnviz.cli.heads", "Statistics per head: entropy, distance, sink, previous, self."
-    ),
+    "heads": CommandEntry("attnviz.cli.heads", "Statistics per head: what kind of head is this?"),
     "top": CommandEntry(
         "attnviz.cli.top", "For each query token, the key tokens it attends to most."
     ),

@@ -18,16 +18,15 @@ import typer
 from attnviz.choices import (
     Aggregate,
     Attention,
-    Detector,
     Dtype,
     Engine,
     Mode,
     Output,
     Projections,
-    RankBy,
     View,
 )
 from attnviz.outputs import PICTURE_VIEWS, TERMINAL_VIEWS
+from attnviz.statistics import DETECTORS, SUMMED, Detector, Needs, RankBy, listed
 
 SELECTION_PANEL = "Layers and heads"
 LONG_PANEL = "Long inputs"
@@ -135,9 +134,8 @@ DetectOption = Annotated[
         "--detect",
         metavar="DETECTOR",
         case_sensitive=False,
-        help="Look for heads of one kind (previous_token, duplicate_token, induction) on the "
-        "detectors' probe, random tokens repeated (seeded), instead of a text; heads are "
-        "ranked by that score.",
+        help=f"Look for heads of one kind ({listed(DETECTORS)}) on the detectors' probe, "
+        "random tokens repeated (seeded), instead of a text; heads are ranked by that score.",
     ),
 ]
 FromOption = Annotated[
@@ -690,10 +688,10 @@ ByOption = Annotated[
         metavar="STAT",
         case_sensitive=False,
         rich_help_panel=SELECTION_PANEL,
-        help="The statistic --top-heads ranks by: entropy, distance, sink, previous, self, "
-        "span (with --span), previous_token, duplicate_token or induction (see attnviz "
-        "heads). Largest first, as heads --sort lists them. [default: entropy, or the "
-        "--detect score]",
+        help="The statistic --top-heads ranks by: "
+        + listed([c for c in SUMMED if c.needs is not Needs.SPAN])
+        + ", or span with --span (see attnviz heads). Largest first, as heads --sort lists "
+        "them. [default: entropy, or the --detect score]",
         show_default=False,
     ),
 ]

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnviz.choices import Detector, HeadColumn, Output
+from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
@@ -17,6 +17,7 @@ from attnviz.cli.settings import (
     model_settings,
     row_products,
 )
+from attnviz.statistics import Detector, HeadColumn
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -145,7 +146,6 @@ def _table(
     from rich.console import Group
     from rich.text import Text
 
-    from attnviz.analysis.heads import COLUMN_HELP
     from attnviz.cli import output as out
     from attnviz.maps import index_span
     from attnviz.tokens import display_label
@@ -157,16 +157,14 @@ def _table(
         read += f" · the detectors' probe: {PROBE_LENGTH} random tokens, repeated"
     title = f"{display_label(table.model)} · {table.mode} attention · {table.key_count} key tokens"
     drawn = out.rows_table(
-        caption=" · ".join(
-            f"{column}: {COLUMN_HELP[column]}" for column in columns if column in COLUMN_HELP
-        ),
+        caption=" · ".join(f"{column}: {column.help}" for column in columns if column.help),
     )
     for column in columns:
         drawn.add_column(
             out.column_header(column), justify="left" if column is HeadColumn.TOP_KEY else "right"
         )
     for row in rows:
-        drawn.add_row(*(_cell(getattr(row, column.value), column) for column in columns))
+        drawn.add_row(*(_cell(row[column], column) for column in columns))
     return Group(Text(title + read), drawn)
 
 

@@ -22,11 +22,12 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from attnviz.analysis.heads import TopHeads
-    from attnviz.choices import Aggregate, Detector, Output, View
+    from attnviz.choices import Aggregate, Output, View
     from attnviz.cli.pictures import HeadChoice
     from attnviz.extractor import Extractor
     from attnviz.maps import AttentionMaps, MapPanel
     from attnviz.render.style import Style
+    from attnviz.statistics import Detector
 
 T = TypeVar("T")
 Read = TypeVar("Read")  # what a command reads of a text or of saved maps

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnviz.choices import Detector, RankBy
 from attnviz.cli import declarations as d
 from attnviz.errors import UsageError
+from attnviz.statistics import Detector, RankBy
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads

@@ -24,8 +24,9 @@ from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
-    from attnviz.choices import Aggregate, Detector, Dtype
+    from attnviz.choices import Aggregate, Dtype
     from attnviz.maps import AttentionMaps
+    from attnviz.statistics import Detector
 
 
 # What show writes: the picture, data, a picture file or the page (auto: see the help).

@@ -111,8 +111,8 @@ def stats(
     products: MapProducts = NO_PRODUCTS,
     run_on: EngineSettings = LOCAL,
 ) -> None:
-    """Per-head statistics over a whole corpus: entropy, distance, sink, previous, self
-    and the position of the top key, as `heads` computes them for one input.
+    """Per-head statistics over a whole corpus: every statistic `heads` computes for
+    one input, and the position of the top key.
 
     Inputs stream through; memory holds a running mean and variance and a
     quantile sketch (1% relative accuracy) per head and statistic, whatever the

@@ -1,0 +1,175 @@
+"""Every column ``heads`` lists and ``stats`` sums, declared once.
+
+A column is one row of :class:`HeadColumn`: its name, its help, what it needs of the
+maps, how it is finished from the sums the blocks add (its denominator), whether it is a
+detector's score, where the terminal's tables show it and which way it sorts. The
+enums of the options (``--sort``, ``--by``, ``--detect``), the corpus statistics, the
+help texts and the docs' tables are derived from it. A new statistic is a row here and
+its arithmetic, by name, in :class:`~attnviz.analysis.products.HeadStatisticsProduct`.
+
+Standard library only: the command line reads this module to declare its options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Needs(StrEnum):
+    """What maps must hold for a statistic to apply (elsewhere it is None)."""
+
+    ANY = "any"
+    ONE_SEQUENCE = "one sequence"  # queries and keys are the same tokens (self, masked)
+    SPAN = "span"  # the keys of --span
+    REPEATS = "repeats"  # one sequence, with the tokens that say which ones repeat
+
+
+class Per(StrEnum):
+    """What a summed statistic is divided by: its denominator."""
+
+    ROW = "row"  # every query row read
+    FOLLOWING_ROW = "following row"  # the rows with a token before them
+    WEIGHT_AFTER_FIRST = "weight after the first key"  # TransformerLens's exclude_bos
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column's declaration (a member of :class:`HeadColumn` carries it)."""
+
+    name: str
+    help: str  # for a table's caption and the docs ("" for a head's place)
+    per: Per | None = None  # a mean the blocks sum; None: a head's place or its top key
+    needs: Needs = Needs.ANY
+    detector: bool = False  # a head detector's score (TransformerLens's detect_head)
+    beside_detectors: bool = False  # shown in the detectors' table too (detectors are)
+    ascending: bool = False  # sorted smallest first (places), else largest first
+    in_corpus: bool | None = None  # summed over a corpus by stats (None: if per is given)
+
+
+class HeadColumn(StrEnum):
+    """The columns of ``heads``: a head's place and its statistics, in the order they
+    are listed; each member is its :class:`Column` declaration."""
+
+    _value_: str
+    help: str
+    per: Per | None
+    needs: Needs
+    detector: bool
+    beside_detectors: bool
+    ascending: bool
+    in_corpus: bool
+
+    def __new__(cls, column: Column) -> HeadColumn:
+        member = str.__new__(cls, column.name)
+        member._value_ = column.name
+        member.help = column.help
+        member.per = column.per
+        member.needs = column.needs
+        member.detector = column.detector
+        member.beside_detectors = column.beside_detectors or column.detector
+        member.ascending = column.ascending
+        member.in_corpus = column.per is not None if column.in_corpus is None else column.in_corpus
+        return member
+
+    # A head's place needs no help in a table's caption.
+    LAYER = Column("layer", "", beside_detectors=True, ascending=True)
+    HEAD = Column("head", "", beside_detectors=True, ascending=True)
+    ENTROPY = Column(
+        "entropy",
+        "entropy of a query row in nats, averaged over rows (ln of the key count when "
+        "uniform, 0 when all weight is on one key)",
+        Per.ROW,
+    )
+    DISTANCE = Column(
+        "distance",
+        "mean |query position − key position| weighted by attention (self and masked only)",
+        Per.ROW,
+        Needs.ONE_SEQUENCE,
+    )
+    SINK = Column(
+        "sink",
+        "mean weight on the first token and on special tokens ([CLS], <s>, …) as the "
+        "tokenizer marks them",
+        Per.ROW,
+        beside_detectors=True,
+    )
+    PREVIOUS = Column(
+        "previous",
+        "mean weight a token gives the token just before it",
+        Per.FOLLOWING_ROW,
+        Needs.ONE_SEQUENCE,
+    )
+    SELF = Column("self", "mean weight a token gives itself", Per.ROW, Needs.ONE_SEQUENCE)
+    SPAN = Column(
+        "span",
+        "mean weight on the keys of --span: how much a head reads of a passage",
+        Per.ROW,
+        Needs.SPAN,
+        beside_detectors=True,
+    )
+    PREVIOUS_TOKEN = Column(
+        "previous_token",
+        "TransformerLens's previous-token score: weight on the token just before, over all "
+        "weight off the first token",
+        Per.WEIGHT_AFTER_FIRST,
+        Needs.REPEATS,
+        detector=True,
+    )
+    DUPLICATE_TOKEN = Column(
+        "duplicate_token",
+        "TransformerLens's duplicate-token score: weight on earlier copies of the token, "
+        "over all weight off the first token",
+        Per.WEIGHT_AFTER_FIRST,
+        Needs.REPEATS,
+        detector=True,
+    )
+    INDUCTION = Column(
+        "induction",
+        "TransformerLens's induction score: weight on the token after an earlier copy of "
+        "the token, over all weight off the first token",
+        Per.WEIGHT_AFTER_FIRST,
+        Needs.REPEATS,
+        detector=True,
+    )
+    TOP_KEY_POSITION = Column(
+        "top_key_position",
+        "the position of that key (0: the first token)",
+        ascending=True,
+        in_corpus=True,
+    )
+    TOP_KEY = Column(
+        "top_key",
+        "the key token with the most weight, summed over query rows",
+        beside_detectors=True,
+        ascending=True,
+    )
+
+    @property
+    def one_sequence_only(self) -> bool:
+        """It compares query and key positions or tokens, which cross attention and the
+        maps between two sentences do not share."""
+        return self.needs in (Needs.ONE_SEQUENCE, Needs.REPEATS)
+
+
+# What the blocks sum (the means), in the order of their slots in the product's sums.
+SUMMED = tuple(column for column in HeadColumn if column.per is not None)
+DETECTORS = tuple(column for column in HeadColumn if column.detector)
+CORPUS = tuple(column for column in HeadColumn if column.in_corpus)  # what stats sums
+
+# The options' choices, derived from the columns. The functional API builds an enum from
+# the declarations; a type checker cannot see its members, so code compares values.
+RankBy = StrEnum(  # type: ignore[misc]
+    "RankBy", {column.name: column.value for column in SUMMED}, module=__name__
+)
+Detector = StrEnum(  # type: ignore[misc]
+    "Detector", {column.name: column.value for column in DETECTORS}, module=__name__
+)
+RankBy.__doc__ = "The statistics heads can be ranked by (``--top-heads N --by``)."
+Detector.__doc__ = "The head detectors (TransformerLens's), named as their ``heads`` columns."
+
+
+def listed(columns: tuple[HeadColumn, ...] | list[HeadColumn]) -> str:
+    """'a, b, c or d': column names for a help text or a message."""
+    names = [column.value for column in columns]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
