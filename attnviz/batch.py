@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import hashlib
 import itertools
 import json
 import os
@@ -25,7 +24,7 @@ import sys
 import time
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,20 +32,13 @@ from typing import Any
 from attnviz import signals
 from attnviz.analysis.heads import TopHeads
 from attnviz.choices import Aggregate, Dtype, Output, View
+from attnviz.codecs import dump_json
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe, warn
-from attnviz.io import (
-    STDIO,
-    dump_json,
-    file_blake2b,
-    npz_bytes,
-    open_output,
-    remove_if_abandoned,
-    temporaries,
-)
+from attnviz.files import STDIO, file_blake2b, open_output, remove_if_abandoned, temporaries
 from attnviz.maps import AttentionMaps
-from attnviz.outputs import PICTURES
 from attnviz.render.image import Painter
 from attnviz.render.style import Style
+from attnviz.writers import Rendering, pieces
 
 MANIFEST = "manifest.jsonl"
 _SLUG_LENGTH = 40
@@ -504,9 +496,9 @@ FileDigest = dict[str, Any]  # {"size": bytes, "blake2b": hex}; JSON in the mani
 _DIGEST_SIZE = 16  # bytes: enough to tell a damaged file, short in the manifest
 
 
-def file_digest(data: bytes | memoryview) -> FileDigest:
-    digest = hashlib.blake2b(data, digest_size=_DIGEST_SIZE).hexdigest()
-    return {"size": len(data), "blake2b": digest}
+def digest_of(path: Path) -> FileDigest:
+    """A file's size and digest as it lies in the folder, read back once written."""
+    return {"size": path.lstat().st_size, "blake2b": file_blake2b(path, _DIGEST_SIZE)}
 
 
 def _is_whole(path: Path, expected: object) -> bool:
@@ -560,27 +552,22 @@ def write_outputs(
         from attnviz.analysis.aggregate import aggregate
 
         maps = aggregate(maps, outputs.aggregate)
+    how = Rendering(
+        outputs.view,
+        outputs.style,
+        outputs.top,
+        outputs.label_positions,
+        outputs.dtype,
+        painter=painter,
+    )
     written = {}
-    panels = None if outputs.top is None else outputs.top.panels(maps)
-    labelled = maps.with_positions() if outputs.label_positions else maps
     for output_format in outputs.formats:
-        if output_format in PICTURES:
-            pieces: Iterable[tuple[str, bytes]] = painter.files(
-                labelled, outputs.view, output_format, outputs.style, panels
-            )
-        elif output_format is Output.JSON:
-            pieces = [("", dump_json(maps.astype(outputs.dtype).to_dict()).encode("utf-8"))]
-        elif output_format is Output.HTML:
-            from attnviz.render.page import page_html
-
-            pieces = [("", page_html(labelled, view=outputs.view).encode("utf-8"))]
-        else:
-            pieces = [("", npz_bytes(maps.astype(outputs.dtype)))]
-        for suffix, data in pieces:  # suffix: "", -L{layer}, -H{head} or -L{layer}-H{head}
+        # suffix: "", -L{layer}, -H{head} or -L{layer}-H{head}
+        for suffix, write_file in pieces(maps, output_format, how):
             name = f"{stem}{suffix}.{output_format.value}"
             with open_output(outputs.folder / name, binary=True, follow_links=False) as out:
-                out.write(data)
-            written[name] = file_digest(data)
+                write_file(out)
+            written[name] = digest_of(outputs.folder / name)
     return written
 
 

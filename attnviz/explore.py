@@ -279,7 +279,7 @@ class ExploreApp(App[None]):
         self.redraw()
 
     def action_export(self) -> None:
-        from attnviz.io import open_output
+        from attnviz.files import open_output
         from attnviz.render.image import Painter
         from attnviz.render.style import Style
 

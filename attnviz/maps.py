@@ -501,7 +501,7 @@ def plain_weights(weights: np.ndarray) -> list:
 
 def read_maps(source: str) -> Iterator[AttentionMaps]:
     """Saved maps from a json, ndjson or npz file, or ``-`` for stdin; errors say where."""
-    from attnviz.io import read_documents
+    from attnviz.codecs import read_documents
 
     for document, where in read_documents(source):
         try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Aggregate, Output, View, chosen
 from attnviz.errors import UsageError
-from attnviz.outputs import DATA, PICTURES, output_of_file, view_for
+from attnviz.outputs import DATA, OUTPUTS, PICTURES, output_of_file, view_for
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadStatistics
@@ -75,18 +75,17 @@ def save(
     style: dict[str, Any],
 ) -> None:
     """The maps written in the format of the suffix of ``path``, as ``-o`` writes it."""
-    from attnviz.io import open_output, write_maps, write_text
+    from attnviz.render.image import check_one_picture
+    from attnviz.render.style import Style, check_colormap
+    from attnviz.writers import Rendering, write
 
     output = output_of_file(path, (*PICTURES, Output.HTML, *DATA))
-    if output in PICTURES:
-        drawn = picture(maps, view, output, layer, head, style)
-        with open_output(path, binary=True) as out:
-            out.write(drawn.data)
-        return
-    if style:
+    if style and output not in PICTURES:
         raise UsageError(f"{', '.join(style)}: style options are for pictures, not {output.value}")
+    drawn = Style(**style)
+    check_colormap(drawn.cmap)
     selected = maps._picked(layer, head)
-    if output is Output.HTML:
-        write_text(page(selected, view), path)
-    else:
-        write_maps([selected], output, path)
+    shown = view_for(view, output) if OUTPUTS[output].views else View.MODEL
+    if output in PICTURES:
+        check_one_picture(selected, shown)
+    write([selected], output, path, Rendering(shown, drawn))

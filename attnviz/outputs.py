@@ -35,6 +35,10 @@ class OutputSpec:
     suffixes: tuple[str, ...]  # lower-case file suffixes that name this output
     views: tuple[View, ...]  # the views it draws (none for data)
     name: str  # how a message names it
+    # Its writer: a function of attnviz.writers, named here so that declaring options
+    # imports no numpy or matplotlib. None: the command draws it on its console.
+    writer: str | None = None
+    records: bool = False  # a file holds one input's records after another's (a stream)
 
 
 PICTURE_VIEWS = (View.HEAD, View.LAYER, View.MODEL)  # a picture's and the page's alike
@@ -43,14 +47,24 @@ TERMINAL_VIEWS = (View.AUTO, View.PANELS, View.GRID)
 OUTPUTS: dict[Output, OutputSpec] = {
     Output.TERMINAL: OutputSpec(Kind.TERMINAL, (), TERMINAL_VIEWS, "the terminal picture"),
     Output.TABLE: OutputSpec(Kind.TABLE, (), (), "the table"),
-    Output.JSON: OutputSpec(Kind.DATA, (".json",), (), "json output"),
-    Output.NDJSON: OutputSpec(Kind.DATA, (".ndjson", ".jsonl"), (), "ndjson output"),
-    Output.NPZ: OutputSpec(Kind.DATA, (".npz",), (), "npz output"),
-    Output.CSV: OutputSpec(Kind.DATA, (".csv",), (), "csv output"),
-    Output.PNG: OutputSpec(Kind.PICTURE, (".png",), PICTURE_VIEWS, "a png picture"),
-    Output.SVG: OutputSpec(Kind.PICTURE, (".svg",), PICTURE_VIEWS, "an svg picture"),
-    Output.PDF: OutputSpec(Kind.PICTURE, (".pdf",), PICTURE_VIEWS, "a pdf picture"),
-    Output.HTML: OutputSpec(Kind.PAGE, (".html", ".htm"), PICTURE_VIEWS, "the interactive page"),
+    Output.JSON: OutputSpec(Kind.DATA, (".json",), (), "json output", "json_pieces"),
+    Output.NDJSON: OutputSpec(
+        Kind.DATA, (".ndjson", ".jsonl"), (), "ndjson output", "json_pieces", records=True
+    ),
+    Output.NPZ: OutputSpec(Kind.DATA, (".npz",), (), "npz output", "npz_pieces"),
+    Output.CSV: OutputSpec(Kind.DATA, (".csv",), (), "csv output", "csv_pieces", records=True),
+    Output.PNG: OutputSpec(
+        Kind.PICTURE, (".png",), PICTURE_VIEWS, "a png picture", "picture_pieces"
+    ),
+    Output.SVG: OutputSpec(
+        Kind.PICTURE, (".svg",), PICTURE_VIEWS, "an svg picture", "picture_pieces"
+    ),
+    Output.PDF: OutputSpec(
+        Kind.PICTURE, (".pdf",), PICTURE_VIEWS, "a pdf picture", "picture_pieces"
+    ),
+    Output.HTML: OutputSpec(
+        Kind.PAGE, (".html", ".htm"), PICTURE_VIEWS, "the interactive page", "page_pieces"
+    ),
 }
 _BY_SUFFIX = {suffix: output for output, spec in OUTPUTS.items() for suffix in spec.suffixes}
 

@@ -18,8 +18,8 @@ from attnviz.analysis.aggregate import aggregate
 from attnviz.choices import Output
 from attnviz.cli import app
 from attnviz.errors import SchemaError
-from attnviz.io import write_maps
 from attnviz.maps import read_maps
+from attnviz.writers import write
 from tests.processes import IN_A_SHELL, shell
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202e"
@@ -47,7 +47,7 @@ def sample_maps():
 def test_single_document_formats_round_trip(tmp_path, data_format):
     original = sample_maps()[1]
     path = tmp_path / f"maps.{data_format}"
-    write_maps([original], Output(data_format), path)
+    write([original], Output(data_format), path)
     (again,) = read_maps(str(path))
     np.testing.assert_array_equal(again.weights, original.weights)
     for name in ("query_tokens", "key_tokens", "layers", "heads", "mode", "model", "target"):
@@ -56,7 +56,7 @@ def test_single_document_formats_round_trip(tmp_path, data_format):
 
 def test_ndjson_round_trips_a_stream(tmp_path):
     path = tmp_path / "maps.ndjson"
-    assert write_maps(sample_maps(), Output.NDJSON, path) == 2
+    assert write(sample_maps(), Output.NDJSON, path) == 2
     again = list(read_maps(str(path)))
     assert [maps.text for maps in again] == ["Hello I love you", "The man walked"]
     for before, after in zip(sample_maps(), again, strict=True):
@@ -65,7 +65,7 @@ def test_ndjson_round_trips_a_stream(tmp_path):
 
 def test_csv_long_form_holds_every_weight(tmp_path):
     path = tmp_path / "maps.csv"
-    write_maps(sample_maps(), Output.CSV, path)
+    write(sample_maps(), Output.CSV, path)
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0]) == [
         "input", "layer", "head", "query_index", "query_token", "key_index", "key_token", "weight"
@@ -86,7 +86,7 @@ def test_aggregates_survive_json(tmp_path):
 
     rolled = aggregate(attnviz.extract("a b c"), "rollout")
     path = tmp_path / "rolled.json"
-    write_maps([rolled], Output.JSON, path)
+    write([rolled], Output.JSON, path)
     (again,) = read_maps(str(path))
     assert again.aggregate == "rollout" and again.weights.shape == (1, 1, 3, 3)
 
@@ -95,7 +95,7 @@ def test_json_and_npz_hold_one_input():
     from attnviz.errors import UsageError
 
     with pytest.raises(UsageError, match="npz holds one; use --format ndjson or csv"):
-        write_maps(sample_maps(), Output.NPZ, "-")
+        write(sample_maps(), Output.NPZ, "-")
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_documents_that_cannot_be_maps_are_refused(runner, tmp_path, damage, mes
 def _npz_members(maps):
     import zipfile
 
-    from attnviz.io import npz_bytes
+    from attnviz.codecs import npz_bytes
 
     with zipfile.ZipFile(io.BytesIO(npz_bytes(maps))) as archive:
         return {name: archive.read(name) for name in archive.namelist()}
@@ -319,7 +319,7 @@ def test_render_saves_a_picture_of_saved_maps(runner, tmp_path):
 def test_npz_bytes_are_the_same_for_the_same_maps_and_read_back_whole(tmp_path):
     import time
 
-    from attnviz.io import npz_bytes
+    from attnviz.codecs import npz_bytes
 
     maps = attnviz.extract("The man walked the dog", mode="masked")
     first = npz_bytes(maps)
@@ -364,7 +364,7 @@ def test_maps_save_and_read_refuse_what_they_cannot_do(tmp_path):
         maps.save(tmp_path / "maps.npz", head=9)
     assert not list(tmp_path.iterdir())
     several = tmp_path / "two.ndjson"
-    write_maps([maps, maps], Output.NDJSON, several)
+    write([maps, maps], Output.NDJSON, several)
     with pytest.raises(attnviz.UsageError, match=r"several inputs: use attnviz\.read_maps"):
         attnviz.AttentionMaps.read(several)
     assert len(list(attnviz.read_maps(str(several)))) == 2
@@ -391,7 +391,7 @@ class _CappedPipe:
 
 @pytest.mark.parametrize("binary", [True, False])
 def test_every_write_to_stdout_arrives_whole(monkeypatch, binary):
-    from attnviz.io import WholeWrites, open_output
+    from attnviz.files import WholeWrites, open_output
 
     # The real caps are 2 GiB - 4 KiB a write and pieces of 1 GiB: the same, scaled down.
     monkeypatch.setattr(WholeWrites, "BYTES", 1000)
@@ -578,11 +578,11 @@ def test_an_output_that_cannot_be_written_is_refused_before_a_model_loads(
 def test_a_temporary_file_is_taken_away_only_once_its_writer_is_gone(tmp_path):
     """What a writer killed mid-write leaves (kill -9 runs no clean-up) is told apart from
     a file still being written by the lock its writer held: the system drops it."""
-    from attnviz.io import remove_if_abandoned, temporaries
+    from attnviz.files import remove_if_abandoned, temporaries
 
     code = (
         "import sys, time\n"
-        "from attnviz.io import open_output\n"
+        "from attnviz.files import open_output\n"
         "with open_output(sys.argv[1]) as out:\n"
         "    out.write('half of it'); out.flush(); print('writing', flush=True); time.sleep(60)\n"
     )

@@ -231,3 +231,36 @@ def test_picture_styling_where_no_picture_file_is_drawn_is_refused(runner, tmp_p
     assert titled.exit_code == 0 and "T" in (tmp_path / "x.html").read_text()
     valued = runner.invoke(app, ["render", str(saved), "--values", "-l", "0", "--head", "0"])
     assert valued.exit_code == 0 and "layer 0 · head 0" in valued.stdout
+
+
+def test_every_output_that_is_written_names_a_writer_and_the_rest_are_refused():
+    """The registry writes: each data, picture and page output names its writer in
+    attnviz.writers; the terminal and the table, drawn by their commands, have none,
+    and asking to write them is an error, never a default format."""
+    import attnviz
+    from attnviz import writers
+    from attnviz.outputs import OUTPUTS, Kind
+
+    maps = attnviz.extract("a b")
+    for output, spec in OUTPUTS.items():
+        if spec.kind in (Kind.TERMINAL, Kind.TABLE):
+            assert spec.writer is None
+            with pytest.raises(ValueError, match="no writer"):
+                list(writers.pieces(maps, output, writers.Rendering()))
+        else:
+            assert callable(getattr(writers, spec.writer)), output
+            ((suffix, _),) = writers.pieces(maps, output, writers.Rendering())
+            assert suffix == ""
+
+
+@pytest.mark.parametrize("output", ["json", "npz", "png", "html"])
+def test_a_file_that_holds_one_input_refuses_a_second_before_writing(tmp_path, output):
+    import attnviz
+    from attnviz.errors import UsageError
+    from attnviz.writers import write
+
+    maps = attnviz.extract("a b")
+    path = tmp_path / f"maps.{output}"
+    with pytest.raises(UsageError, match="several"):
+        write([maps, maps], Output(output), path)
+    assert list(tmp_path.iterdir()) == []

@@ -70,8 +70,9 @@ def diff(
     from attnviz.analysis.diff import diff_maps
     from attnviz.cli import output as out
     from attnviz.cli.settings import model_options_given, request
+    from attnviz.codecs import dump_json
     from attnviz.errors import ThresholdExceeded, UsageError
-    from attnviz.io import dump_json, read_texts
+    from attnviz.inputs import read_texts
     from attnviz.schema import envelope
 
     if len(sources) == 2:

@@ -68,7 +68,8 @@ def explain(
     if query is not None and builtin:
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")
     extractor = asked.open(environment)
-    from attnviz.io import dump_json, read_texts
+    from attnviz.codecs import dump_json
+    from attnviz.inputs import read_texts
 
     explanation = extractor.explain(
         out.only_one(read_texts(text)), mode=mode, target=target, layer=layer, head=head,

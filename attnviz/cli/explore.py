@@ -35,7 +35,7 @@ def explore(
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
     from attnviz.errors import UsageError
-    from attnviz.io import read_texts
+    from attnviz.inputs import read_texts
 
     if not (environment.stdout_is_terminal and environment.stderr_is_terminal):
         raise UsageError(

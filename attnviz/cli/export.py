@@ -26,6 +26,7 @@ from attnviz.cli.settings import (
     model_settings,
 )
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
+from attnviz.writers import Rendering, write
 
 
 @model_settings
@@ -72,7 +73,7 @@ def export(
     """
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
-    from attnviz.io import check_writable
+    from attnviz.files import check_writable
 
     out.check_probe(detect, text, target, pair)
     drawn = output_of_file(output, (*PICTURES, Output.HTML))
@@ -101,9 +102,5 @@ def export(
         maps = out.between_sentences(maps, between)
     if aggregate is not None:
         maps = combine(maps, aggregate)
-    if label_positions:
-        maps = maps.with_positions()
-    if drawn is Output.HTML:
-        out.save_page(maps, view, output, picture.title)
-        return
-    out.save_picture(maps, view, drawn, style, output, top)
+    how = Rendering(view, style, top, label_positions, title=picture.title or "")
+    write([maps], drawn, output, how)

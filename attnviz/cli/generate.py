@@ -156,7 +156,7 @@ def generate(
 
     from attnviz.cli import output as out
     from attnviz.cli.settings import request
-    from attnviz.io import read_texts
+    from attnviz.inputs import read_texts
     from attnviz.pretrained.generation import GenerationInterrupted, Sampling
 
     presentation = Presentation.checked(

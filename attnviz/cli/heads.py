@@ -18,6 +18,7 @@ from attnviz.cli.settings import (
     row_products,
 )
 from attnviz.statistics import Detector, HeadColumn
+from attnviz.writers import write_table
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -82,8 +83,6 @@ def heads(
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
     from attnviz.cli import output as out
     from attnviz.cli.settings import model_options_given, request
-    from attnviz.io import dump_csv, dump_json
-    from attnviz.schema import envelope
 
     asked = request(
         model=model,
@@ -114,11 +113,10 @@ def heads(
     sort = sort or (HeadColumn.LAYER if detect is None else HeadColumn(detect.value))
     rows = sort_rows(table.rows, sort, reverse)[:top]
     columns = _columns(table, output_format, detect, sort)
-    if output_format is Output.JSON:
+    if output_format is not Output.TABLE:
         probed = {} if probe is None else {"probe": probe}
-        out.write_stdout(dump_json(envelope({**probed, "heads": as_dicts(rows, columns)})))
-    elif output_format is Output.CSV:
-        out.write_stdout(dump_csv(as_dicts(rows, columns), [column.value for column in columns]))
+        names = [column.value for column in columns]
+        write_table(output_format, as_dicts(rows, columns), names, d.STDIO, probed)
     else:
         drawn = _table(table, rows, columns, probed=detect is not None)
         out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)

@@ -22,7 +22,8 @@ def models(
 
     Besides these, --model takes any directory saved with save_pretrained.
     """
-    from attnviz.io import dump_json, write_text
+    from attnviz.codecs import dump_json
+    from attnviz.files import write_text
     from attnviz.pretrained import available_models
     from attnviz.schema import envelope
 

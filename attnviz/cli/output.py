@@ -22,11 +22,10 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from attnviz.analysis.heads import TopHeads
-    from attnviz.choices import Aggregate, Output, View
+    from attnviz.choices import Aggregate, View
     from attnviz.cli.pictures import HeadChoice
     from attnviz.extractor import Extractor
     from attnviz.maps import AttentionMaps, MapPanel
-    from attnviz.render.style import Style
     from attnviz.statistics import Detector
 
 T = TypeVar("T")
@@ -144,7 +143,7 @@ def only_one(items: Iterable[T], hint: str = ONE_TEXT) -> T:
 
 
 def write_stdout(content: str) -> None:
-    from attnviz.io import write_text
+    from attnviz.files import write_text
 
     write_text(content, "-")
 
@@ -185,7 +184,7 @@ def check_probe(
 
 def inputs(text: str | None, extractor: Extractor) -> Iterator[str]:
     """The lines of TEXT; without one (--detect, checked by check_probe), the probe."""
-    from attnviz.io import read_texts
+    from attnviz.inputs import read_texts
 
     return iter([extractor.detection_probe()]) if text is None else read_texts(text)
 
@@ -218,7 +217,7 @@ def text_or_saved(
     maps (what show or generate wrote), narrowed to --layer and --head, with no
     ``model_options`` given (a model run's). Several texts are refused with ``several``:
     what to do instead."""
-    from attnviz.io import read_texts
+    from attnviz.inputs import read_texts
     from attnviz.maps import read_maps
     from attnviz.outputs import refuse_unused
 
@@ -260,46 +259,6 @@ def chosen_panels(maps: AttentionMaps, top: TopHeads) -> list[MapPanel]:
         return top.panels(maps)
     except ValueError as error:
         raise UsageError(f"--top-heads: {error}") from None
-
-
-def save_page(maps: AttentionMaps, view: View, output: str, title: str | None = None) -> None:
-    """The interactive page of ``maps``, opening on ``view``, written whole or not at all."""
-    from attnviz.io import write_text
-    from attnviz.render.page import page_html
-
-    write_text(page_html(maps, view=view, title=title or ""), output)
-
-
-def save_picture(
-    maps: AttentionMaps,
-    view: View,
-    picture: Output,
-    style: Style,
-    output: str,
-    top: TopHeads | None = None,
-) -> None:
-    """Write the one picture a view makes of ``maps``; a view that makes several is refused."""
-    from attnviz.choices import View
-    from attnviz.io import open_output
-    from attnviz.render.image import Painter
-
-    panels = None if top is None else chosen_panels(maps, top)
-    layer_count, head_count = maps.weights.shape[:2]
-    map_count = layer_count * head_count
-    if panels is not None:
-        layer_count, map_count = len({panel.layer for panel in panels}), len(panels)
-    if view is View.HEAD and map_count != 1:
-        raise UsageError(
-            f"--view head draws one map, but {map_count} are selected: pick one with --layer "
-            "and --head (or --top-heads 1), or use --view layer or model"
-        )
-    if view is View.LAYER and layer_count != 1:
-        raise UsageError(
-            f"--view layer draws one layer, but {layer_count} are selected: pick one with --layer"
-        )
-    ((_, data),) = Painter().files(maps, view, picture, style, panels)
-    with open_output(output, binary=True) as out:
-        out.write(data)
 
 
 def rows_table(**options: Any) -> Table:

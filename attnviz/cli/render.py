@@ -11,6 +11,7 @@ from attnviz.cli import declarations as d
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import DEFAULT_PICTURE, PictureSettings, picture_settings
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
+from attnviz.writers import Rendering, write
 
 
 @picture_settings
@@ -56,9 +57,9 @@ def render(
         stream = (out.select_held(maps, layer, head) for maps in stream)
     if aggregate is not None:
         stream = (combine(maps, aggregate) for maps in stream)
-    if label_positions:
-        stream = (maps.with_positions() for maps in stream)
     if output is None:
+        if label_positions:
+            stream = (maps.with_positions() for maps in stream)
         out.draw(
             stream,
             colour=colour,
@@ -69,7 +70,7 @@ def render(
         )
         return
     maps = out.only_one(stream, out.ONE_MAPS)
-    if drawn is Output.HTML:
-        out.save_page(maps, view, output, picture.title)
-        return
-    out.save_picture(maps, view, drawn, picture.style(), output)
+    how = Rendering(
+        view, picture.style(), label_positions=label_positions, title=picture.title or ""
+    )
+    write([maps], drawn, output, how)

@@ -21,6 +21,7 @@ from attnviz.cli.settings import (
     model_settings,
 )
 from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable
+from attnviz.writers import Rendering, write
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
@@ -97,7 +98,7 @@ class Presentation:
     ) -> Presentation:
         from attnviz.cli import output as out
         from attnviz.errors import UsageError
-        from attnviz.io import check_writable
+        from attnviz.files import check_writable
 
         by_suffix = _format_of(output)
         if output_format is None and by_suffix is not None:
@@ -159,27 +160,17 @@ class Presentation:
         from attnviz.analysis.aggregate import aggregate as combine
         from attnviz.cli import output as out
         from attnviz.cli.output import between_sentences
-        from attnviz.io import write_maps
 
         if self.between is not None:
             stream = (between_sentences(maps, self.between) for maps in stream)
         if self.aggregate is not None:
             stream = (combine(maps, self.aggregate) for maps in stream)
+        if self.output_format is not Output.TERMINAL:
+            how = Rendering(top=self.top, label_positions=self.label_positions, dtype=self.dtype)
+            write(stream, self.output_format, self.output, how)
+            return
         if self.label_positions:
             stream = (maps.with_positions() for maps in stream)
-        if self.output_format is Output.HTML:
-            out.save_page(out.only_one(stream), View.MODEL, self.output)
-            return
-        if self.output_format in PICTURES:
-            from attnviz.render.style import Style
-
-            maps = out.only_one(stream)
-            out.save_picture(maps, View.MODEL, self.output_format, Style(), self.output, self.top)
-            return
-        if self.output_format is not Output.TERMINAL:
-            stream = (maps.astype(self.dtype) for maps in stream)
-            write_maps(stream, self.output_format, self.output)
-            return
         out.draw(
             stream,
             colour=self.colour,

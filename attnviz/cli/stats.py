@@ -23,6 +23,7 @@ from attnviz.cli.settings import (
     row_products,
 )
 from attnviz.outputs import PICTURES, output_for, output_of_file
+from attnviz.writers import write_table
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -127,7 +128,7 @@ def stats(
     from itertools import islice
 
     from attnviz.cli.settings import request
-    from attnviz.io import check_writable
+    from attnviz.files import check_writable
 
     run_on.check(jobs)
     # A name that cannot be written is refused before any work, not after hours of it.
@@ -155,7 +156,7 @@ def stats(
     skipped.report(source, corpus.inputs, quiet, time.monotonic() - started)
     _write(corpus, output_format, environment, destination=output or "-")
     if drawn is not None:
-        from attnviz.io import open_output
+        from attnviz.files import open_output
         from attnviz.render.statistics import statistics_picture
 
         with open_output(picture, binary=True) as stream:
@@ -250,16 +251,11 @@ def _write(
     corpus: CorpusStatistics, output_format: Output, environment: Environment, destination: str
 ) -> None:
     from attnviz.cli import output as out
-    from attnviz.io import dump_csv, dump_json, write_text
-    from attnviz.schema import envelope
 
     rows = corpus.rows()
-    if output_format is Output.JSON:
-        document = envelope({"model": corpus.model, "inputs": corpus.inputs, "heads": rows})
-        write_text(dump_json(document), destination)
-        return
-    if output_format is Output.CSV:
-        write_text(dump_csv(rows, list(rows[0])), destination)
+    if output_format is not Output.TABLE:
+        fields = {"model": corpus.model, "inputs": corpus.inputs}
+        write_table(output_format, rows, list(rows[0]), destination, fields)
         return
     from attnviz.analysis.heads import DETECTOR_COLUMNS
     from attnviz.tokens import display_label

@@ -46,7 +46,7 @@ def top(
     from attnviz.analysis.top import top_keys
     from attnviz.cli import output as out
     from attnviz.cli.settings import model_options_given, request
-    from attnviz.io import dump_json
+    from attnviz.codecs import dump_json
     from attnviz.schema import envelope
     from attnviz.tokens import display_label
 

@@ -112,7 +112,7 @@ def _check(folder: Path) -> None:
 
 
 def _differs(folder: Path, name: str, wrote: dict) -> str | None:
-    from attnviz.io import file_blake2b
+    from attnviz.files import file_blake2b
 
     path = folder / name
     try:
@@ -127,7 +127,7 @@ def _differs(folder: Path, name: str, wrote: dict) -> str | None:
 
 
 def _convert_into(gguf: Path, folder: Path) -> None:
-    from attnviz.io import file_blake2b
+    from attnviz.files import file_blake2b
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(folder)
@@ -159,7 +159,7 @@ def _convert_into(gguf: Path, folder: Path) -> None:
 def _give_usual_modes(scratch: Path) -> None:
     """The folder and its files get the modes the user's umask gives, as any file they
     make would (the scratch folder is made private, and safetensors writes 0600)."""
-    from attnviz.io import usual_mode
+    from attnviz.files import usual_mode
 
     scratch.chmod(usual_mode(folder=True))
     for path in scratch.iterdir():

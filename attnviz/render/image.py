@@ -198,6 +198,13 @@ class Picture:
 def one_picture(maps: AttentionMaps, view: View, picture: Output, style: Style) -> bytes:
     """The one picture of ``maps`` that ``view`` draws: the model view of any maps, the
     layer view of one layer's, the head view of one map."""
+    check_one_picture(maps, view)
+    ((_, data),) = Painter().files(maps, view, picture, style)
+    return data
+
+
+def check_one_picture(maps: AttentionMaps, view: View) -> None:
+    """The head view draws one map and the layer view one layer: a usage error else."""
     layers, heads = maps.map_grid
     if view is View.HEAD and layers * heads != 1:
         raise UsageError(
@@ -206,5 +213,3 @@ def one_picture(maps: AttentionMaps, view: View, picture: Output, style: Style) 
         )
     if view is View.LAYER and layers != 1:
         raise UsageError(f"the layer view draws one layer, but these maps hold {layers}")
-    ((_, data),) = Painter().files(maps, view, picture, style)
-    return data
