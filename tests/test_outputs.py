@@ -264,3 +264,20 @@ def test_a_file_that_holds_one_input_refuses_a_second_before_writing(tmp_path, o
     with pytest.raises(UsageError, match="several"):
         write([maps, maps], Output(output), path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bundles_options_are_declared_on_its_fields():
+    """An option of a bundle is its field: the default, the flag and what was given away
+    from the default all come from the one declaration."""
+    from attnviz.cli.engine import EngineSettings
+    from attnviz.cli.pictures import PictureSettings
+    from attnviz.errors import UsageError
+
+    assert PictureSettings().given() == []
+    assert PictureSettings(cmap="magma", font_size=9.0, no_title=True).given() == [
+        "--cmap",
+        "--font-size",
+        "--no-title",
+    ]
+    with pytest.raises(UsageError, match="--num-cpus-per-worker applies to --engine ray only"):
+        EngineSettings(cpus_per_worker=2).check()

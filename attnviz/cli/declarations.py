@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable, Iterable
+from dataclasses import fields
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 from attnviz.choices import (
     Aggregate,
@@ -733,6 +736,31 @@ def bundle_options(
         return with_bundle
 
     return decorate
+
+
+def bundle(argument: str, settings: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """:func:`bundle_options` of a dataclass whose fields declare the options: each
+    field's annotation is its option (``Annotated[..., typer.Option(...)]``) and its
+    default the option's, so that an option is declared once, on its field."""
+    hints = typing.get_type_hints(settings, include_extras=True)
+    options = {field.name: (hints[field.name], field.default) for field in fields(settings)}
+    return bundle_options(argument, options, settings)
+
+
+def given_flags(settings: Any, among: Iterable[str] | None = None) -> list[str]:
+    """The options of a :func:`bundle` dataclass given away from their defaults (those
+    ``among`` some fields, if named), as the user writes them: ``--cmap``."""
+    hints = typing.get_type_hints(type(settings), include_extras=True)
+    named = None if among is None else set(among)
+    flags = []
+    for field in fields(settings):
+        if named is not None and field.name not in named:
+            continue
+        if getattr(settings, field.name) != field.default:
+            (option,) = (m for m in hints[field.name].__metadata__ if isinstance(m, OptionInfo))
+            # In Annotated, typer keeps an option's first name where its default would be.
+            flags.append((option.param_decls or (option.default,))[0])
+    return flags
 
 
 EngineOption = Annotated[

@@ -18,10 +18,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    engine: Engine = Engine.LOCAL
-    ray_address: str | None = None
-    cpus_per_worker: int = 1
-    gpus_per_worker: float = 0.0
+    """Where the work runs, as the command line gives it: each field declares its option."""
+
+    engine: d.EngineOption = Engine.LOCAL
+    ray_address: d.RayAddressOption = None
+    cpus_per_worker: d.CpusPerWorkerOption = 1
+    gpus_per_worker: d.GpusPerWorkerOption = 0.0
 
     def check(self, jobs: int | None = None) -> None:
         """The Ray options are refused with the local engine, rather than dropped unsaid;
@@ -29,9 +31,7 @@ class EngineSettings:
         it."""
         if self.engine is not Engine.LOCAL:
             return
-        given = [
-            flag for name, flag in _FLAGS.items() if getattr(self, name) != getattr(LOCAL, name)
-        ]
+        given = d.given_flags(self, among=("ray_address", "cpus_per_worker", "gpus_per_worker"))
         refuse_unused(given, "--engine ray only", "the local engine", "add --engine ray")
         if jobs is not None:
             refuse_unused(["--jobs"], "--engine ray", "the local engine here", "add --engine ray")
@@ -48,18 +48,6 @@ class EngineSettings:
         return engines.Local(jobs, functools.partial(load_shown, environment=environment))
 
 
-# The options that apply to --engine ray only, as the user writes them.
-_FLAGS = {
-    "ray_address": "--ray-address",
-    "cpus_per_worker": "--num-cpus-per-worker",
-    "gpus_per_worker": "--num-gpus-per-worker",
-}
-_OPTIONS = {
-    "engine": (d.EngineOption, Engine.LOCAL),
-    "ray_address": (d.RayAddressOption, None),
-    "cpus_per_worker": (d.CpusPerWorkerOption, 1),
-    "gpus_per_worker": (d.GpusPerWorkerOption, 0.0),
-}
 # Gives a command the engine options as one ``run_on: EngineSettings`` argument.
-engine_settings = d.bundle_options("run_on", _OPTIONS, EngineSettings)
+engine_settings = d.bundle("run_on", EngineSettings)
 LOCAL = EngineSettings()

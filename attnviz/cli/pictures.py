@@ -17,16 +17,16 @@ if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
 
 @dataclass(frozen=True)
 class PictureSettings:
-    """How pictures look, as the command line gives it."""
+    """How pictures look, as the command line gives it: each field declares its option."""
 
-    cmap: str = "viridis"
-    dpi: int = 100
-    values: bool = False
-    vmax: float = 1.0
-    figsize: str | None = None
-    font_size: float | None = None
-    title: str | None = None
-    no_title: bool = False
+    cmap: d.CmapOption = "viridis"
+    dpi: d.DpiOption = 100
+    values: d.PictureValuesOption = False
+    vmax: d.VmaxOption = 1.0
+    figsize: d.FigsizeOption = None
+    font_size: d.FontSizeOption = None
+    title: d.TitleOption = None
+    no_title: d.NoTitleOption = False
 
     def style(self) -> Style:
         """The checked style: a known colormap, a size of two positive numbers."""
@@ -48,12 +48,7 @@ class PictureSettings:
     def given(self) -> list[str]:
         """The options given (not at their defaults), as flags: what applies only where a
         picture is drawn (attnviz.outputs.APPLIES_TO says where)."""
-        return [flag for field, flag in _FLAGS.items() if getattr(self, field) != _DEFAULT[field]]
-
-
-_FLAGS = {"cmap": "--cmap", "dpi": "--dpi", "values": "--values", "vmax": "--vmax"}
-_FLAGS |= {"figsize": "--figsize", "font_size": "--font-size", "title": "--title"}
-_FLAGS |= {"no_title": "--no-title"}
+        return d.given_flags(self)
 
 
 def parse_figsize(text: str) -> tuple[float, float]:
@@ -68,20 +63,9 @@ def parse_figsize(text: str) -> tuple[float, float]:
     return width, height
 
 
-_PICTURE_OPTIONS = {
-    "cmap": (d.CmapOption, "viridis"),
-    "dpi": (d.DpiOption, 100),
-    "values": (d.PictureValuesOption, False),
-    "vmax": (d.VmaxOption, 1.0),
-    "figsize": (d.FigsizeOption, None),
-    "font_size": (d.FontSizeOption, None),
-    "title": (d.TitleOption, None),
-    "no_title": (d.NoTitleOption, False),
-}
 # Gives a command the picture options as one ``picture: PictureSettings`` argument.
-picture_settings = d.bundle_options("picture", _PICTURE_OPTIONS, PictureSettings)
+picture_settings = d.bundle("picture", PictureSettings)
 DEFAULT_PICTURE = PictureSettings()
-_DEFAULT = {field: default for field, (_, default) in _PICTURE_OPTIONS.items()}
 
 
 @dataclass(frozen=True)
