@@ -44,6 +44,7 @@ browser:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The manual as a site in site/: the command-line reference must match the commands'
 # --help, and mkdocs is strict (a broken link or anchor fails the build).

@@ -34,6 +34,7 @@ from attnviz.analysis.heads import TopHeads
 from attnviz.choices import Aggregate, Dtype, Output, View
 from attnviz.codecs import dump_json
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe, warn
+from attnviz.extractor import Checked
 from attnviz.files import STDIO, file_blake2b, open_output, remove_if_abandoned, temporaries
 from attnviz.maps import AttentionMaps
 from attnviz.render.image import Painter
@@ -73,6 +74,13 @@ class BatchInput:
     error: str | None = None  # why this line could not be read as an input
     blank: bool = False  # a blank line: skipped, not an input that failed
     name: str = ""  # the stem of its output files
+
+    @property
+    def item(self) -> Checked:
+        """(text, target, pair): what the model reads of an input that was read."""
+        if self.text is None:
+            raise ValueError(f"line {self.line} holds no input: {self.error}")
+        return self.text, self.target, self.pair
 
 
 @dataclass
@@ -762,7 +770,7 @@ def _chunks(items: Sequence[BatchInput], size: int) -> Iterator[list[BatchInput]
 
 
 def _record(item: BatchInput, written: dict[str, FileDigest] | Exception, request: dict) -> Record:
-    base = {
+    base: dict[str, Any] = {
         "index": item.index,
         "line": item.line,
         "id": item.id,

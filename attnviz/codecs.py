@@ -18,7 +18,7 @@ import json
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -211,10 +211,10 @@ def _npy_member(archive: zipfile.ZipFile, member: str, name: str) -> np.ndarray:
                     f"({size} bytes): cut short or damaged"
                 )
             buffer = bytearray(size)
-            stream.readinto(buffer)
+            cast(zipfile.ZipExtFile, stream).readinto(buffer)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
         raise SchemaError(f"{where} cannot be read ({error})") from None
-    order = "F" if fortran_order else "C"
+    order: Literal["C", "F"] = "F" if fortran_order else "C"
     return np.frombuffer(buffer, dtype=dtype).reshape(shape, order=order)
 
 

@@ -28,6 +28,7 @@ from attnviz.errors import AttnvizError, UsageError
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
     from attnviz.batch import BatchInput, FolderPlan, Outputs, Tally
+    from attnviz.extractor import Item
     from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
 
@@ -211,7 +212,7 @@ class BatchWorker:
         self.painter = Painter()
 
     def extract(self, chunk: list[BatchInput]) -> list:
-        items = [(item.text, item.target, item.pair) for item in chunk]
+        items = [item.item for item in chunk]
         return list(self.extractor.extract_many(items, self.request, batch_size=len(items)))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
@@ -334,7 +335,7 @@ class StatisticsWorker:
         self.request = request
         self.batch_size = batch_size
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         from attnviz.analysis.corpus import CorpusStatistics
 
         (listed,) = batch["task"]  # one task: a JSON list of [line, item]
@@ -348,7 +349,7 @@ class StatisticsWorker:
 
 
 def corpus_statistics(
-    lines: Iterable[tuple[int, tuple[str, str | None, str | None]]],
+    lines: Iterable[tuple[int, Item]],
     spec: ExtractorSpec,
     request: Request,
     *,

@@ -217,7 +217,7 @@ def _check_batch(items: Iterable[Item], batch_size: int, method: str, single: st
 def as_item(item: Item) -> Checked:
     """(text, target, pair) of an item, each given part checked like the text."""
     if isinstance(item, str):
-        item = (item,)
+        return as_item((item, None, None))
     if not isinstance(item, tuple | list) or not 1 <= len(item) <= 3:
         raise UsageError(
             f"an input is a text, or a tuple (text, target) or (text, target, pair); not {item!r}"

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from attnviz.errors import AttnvizError, UsageError
 
@@ -37,7 +37,7 @@ def open_output(
     """
     if str(destination) == STDIO:
         stream = sys.stdout.buffer if binary else sys.stdout
-        yield WholeWrites(stream)
+        yield cast(IO[Any], WholeWrites(stream))  # it forwards all else to the stream
         stream.flush()
         return
     path = Path(destination)
@@ -149,11 +149,11 @@ def _is_special(path: Path) -> bool:
 
 def _write_through(path: Path, binary: bool) -> Iterator[IO[Any]]:
     try:
-        out = path.open("wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+        out = path.open("wb") if binary else path.open("w", encoding="utf-8")
     except OSError as error:
         raise AttnvizError(f"cannot write {path}: {error.strerror}") from None
     with out:
-        yield WholeWrites(out)
+        yield cast(IO[Any], WholeWrites(out))
 
 
 class WholeWrites:

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -378,7 +378,7 @@ class AttentionMaps:
                 weights=weights,
                 layers=_indexes(document["layers"], "layers"),
                 heads=_indexes(document["heads"], "heads"),
-                mode=str(document["mode"]),
+                mode=cast(Mode, str(document["mode"])),  # made a Mode, or refused, below
                 model=str(document["model"]),
                 text=str(document.get("text", "")),
                 target=document.get("target"),

@@ -130,7 +130,7 @@ _FIELDS = tuple(field.name for field in fields(Request))
 def _positions(value: object, option: str, what: str) -> Selection:
     """Token positions as a request keeps them: a selection, or a text to look for."""
     text = text_of(value) if isinstance(value, str) else None
-    if text is None:
+    if text is None or not isinstance(value, str):
         return _selection(value, what)
     if not text.strip():
         raise UsageError(f"--{option} names tokens by position or by a text, not an empty one")

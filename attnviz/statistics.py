@@ -60,7 +60,10 @@ class HeadColumn(StrEnum):
     ascending: bool
     in_corpus: bool
 
-    def __new__(cls, column: Column) -> HeadColumn:
+    def __new__(cls, column: Column | str) -> HeadColumn:
+        # Called with each member's Column as the class is made; HeadColumn("sink") later
+        # is Enum's lookup by value, which never reaches here.
+        assert isinstance(column, Column)
         member = str.__new__(cls, column.name)
         member._value_ = column.name
         member.help = column.help

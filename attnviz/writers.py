@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
     from attnviz.maps import AttentionMaps, MapPanel
 
-Piece = tuple[str, Callable[[IO[bytes]], None]]  # (file name suffix, writes the file)
+Piece = tuple[str, Callable[[IO[bytes]], object]]  # (file name suffix, writes the file)
 ONE_TEXT = "attnviz batch makes one output per line"
 
 
@@ -58,11 +58,11 @@ class Rendering:
             raise UsageError(f"--top-heads: {error}") from None
 
 
-def _text(content: str) -> Callable[[IO[bytes]], None]:
+def _text(content: str) -> Callable[[IO[bytes]], object]:
     return lambda out: out.write(content.encode("utf-8"))
 
 
-def _bytes(data: bytes) -> Callable[[IO[bytes]], None]:
+def _bytes(data: bytes) -> Callable[[IO[bytes]], object]:
     return lambda out: out.write(data)
 
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
-import pytest
-
 from attnviz import engines
 from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch import Outputs, Tally, assign_names, plan_folder, read_inputs
@@ -13,13 +9,6 @@ from attnviz.choices import Output, View
 from attnviz.loading import ExtractorSpec
 from attnviz.render.style import Style
 from attnviz.request import Request
-
-
-@pytest.mark.parametrize("method", ["session", "run_batch", "statistics"])
-def test_both_engines_take_what_the_interface_declares(method):
-    declared = inspect.signature(getattr(engines.Engine, method))
-    for engine in (engines.Local, engines.Ray):
-        assert inspect.signature(getattr(engine, method)) == declared, engine
 
 
 def test_the_local_engine_loads_the_model_once_through_its_loader():

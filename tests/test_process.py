@@ -246,6 +246,7 @@ def test_dev_stdout_reaches_stdout_in_a_real_process(tmp_path):
     ("shell", "message"),
     [
         ("show x -f json >&-", "standard output is closed"),
+        ("show x -f npz >&-", "standard output is closed"),
         ("--version >&-", "standard output is closed"),
         ("--help > /dev/full", "No space left on device"),
         ("models -f json > /dev/full", "No space left on device"),

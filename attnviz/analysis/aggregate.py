@@ -55,10 +55,10 @@ def flow(per_layer: np.ndarray) -> np.ndarray:
     rows, columns, capacities = [], [], []
     for layer, attention in enumerate(per_layer.astype(np.float64)):
         mixed = np.rint(with_residual(attention) * _FLOW_UNITS).astype(np.int32)
-        query, key = np.nonzero(mixed)
-        rows.append((layer + 1) * tokens + query)
-        columns.append(layer * tokens + key)
-        capacities.append(mixed[query, key])
+        linked_queries, linked_keys = np.nonzero(mixed)
+        rows.append((layer + 1) * tokens + linked_queries)
+        columns.append(layer * tokens + linked_keys)
+        capacities.append(mixed[linked_queries, linked_keys])
     graph = csr_matrix(
         (np.concatenate(capacities), (np.concatenate(rows), np.concatenate(columns))),
         shape=(nodes, nodes),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class HeadStatistics:
             return values[name]
         raise AttributeError(name)
 
-    def __getitem__(self, column: HeadColumn | str) -> int | float | str | None:
+    def __getitem__(self, column: HeadColumn | str) -> Any:  # int, float, str or None
         """The value of one column, a place, a statistic or the top key."""
         name = HeadColumn(column).value
         return self.values[name] if name in self.values else getattr(self, name)

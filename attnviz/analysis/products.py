@@ -204,6 +204,8 @@ def product_labels(
     """The AttentionMaps fields that label a product's rows and columns (a bin takes its
     first token's label and flag), and the field that tells which product they hold."""
     queries, keys = len(query_tokens), len(key_tokens)
+    pick_rows: Sequence[int]
+    pick_columns: Sequence[int]
     if rows is not None:
         positions = row_positions(rows, queries)
         pick_rows, pick_columns = positions, range(keys)
@@ -355,7 +357,7 @@ class HeadStatisticsProduct:
 
         weights, logs = block.tensor().float(), block.log_tensor().float()  # (R, W)
         device, width = weights.device, block.width
-        if self._sums is None:
+        if self._sums is None or self._columns is None:
             # Totals over every block in float64 (float32 where the device has no float64).
             total = torch.float32 if device.type == "mps" else torch.float64
             self._sums = torch.zeros(self.heads, len(SUMMED), dtype=total, device=device)
@@ -419,7 +421,7 @@ class HeadStatisticsProduct:
         means = np.full_like(sums, np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             for slot, column in enumerate(SUMMED):
-                if applies[column.needs]:
+                if column.per is not None and applies[column.needs]:
                     denominator = denominators[column.per][:, 0]
                     means[:, slot] = np.where(denominator > 0, sums[:, slot] / denominator, np.nan)
         return np.concatenate([means, columns], axis=1)

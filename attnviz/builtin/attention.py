@@ -77,7 +77,8 @@ class MultiHeadAttention(nn.Module):
             self.out_proj = nn.Linear(d_model, d_model)
         else:
             self.head_dim = d_model
-            self.q_proj = self.k_proj = self.v_proj = nn.Identity()
+            # Typed as the learned ones: what reads their weights asks for those first.
+            self.q_proj = self.k_proj = self.v_proj = nn.Identity()  # type: ignore[assignment]
             self.out_proj = nn.Linear(num_heads * d_model, d_model, bias=False)
             averaging = torch.eye(d_model).repeat(1, num_heads) / num_heads  # (D, H·D)
             self.out_proj.weight = nn.Parameter(averaging, requires_grad=False)

@@ -4,6 +4,7 @@ so that a request can be checked against it before any model is built."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from attnviz.choices import Projections
 
@@ -76,7 +77,7 @@ class BuiltinConfig:
         kind, _, settings = name.partition(":")
         if kind != PREFIX:
             raise ValueError(f"{name} does not name the built-in stack: it starts with {PREFIX}")
-        fields: dict[str, object] = {}
+        fields: dict[str, Any] = {}
         for setting in filter(None, settings.split(",")):
             key, equals, value = setting.partition("=")
             if not equals and key in _FLAGS:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from attnviz.errors import AttnvizError
 from attnviz.schema import envelope, json_numbers
 
 if TYPE_CHECKING:
+    from attnviz.builtin.attention import MultiHeadAttention
     from attnviz.builtin.extractor import BuiltinExtractor
 
 
@@ -146,7 +147,7 @@ def explain(
     stack = extractor.stack
     cross = mode is Mode.CROSS
     block = stack.decoder[layer] if cross else stack.encoder[layer]
-    module = block.cross_attention if cross else block.attention
+    module = cast("MultiHeadAttention", block.cross_attention if cross else block.attention)
     seen: dict[str, Any] = {}
 
     def record_inputs(_module, args, kwargs):  # the attention's own inputs, as it received them

@@ -29,6 +29,11 @@ class _ClosedStream(io.TextIOBase):
     def write(self, text: str) -> int:
         raise OSError(errno.EBADF, "standard output is closed")
 
+    @property
+    def buffer(self) -> "_ClosedStream":
+        """Its binary side (data is written as bytes): closed alike."""
+        return self
+
 
 def _terminate(signal_number: int, _frame: object) -> None:
     raise Terminated(128 + signal_number)

@@ -9,12 +9,15 @@ import sys
 import traceback
 import warnings
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, describe
+
+if TYPE_CHECKING:  # what typer's group methods take: the Context of the click it carries
+    from typer._click.core import Context
 
 # Set in the context's meta by `--debug` given after a command (`attnviz show --debug`).
 DEBUG = "attnviz.debug"
@@ -126,10 +129,10 @@ class AttnvizGroup(TyperGroup):
     """Finds commands in COMMANDS, loading each only when it runs; maps every exception
     to a message and an exit code; ``--debug`` shows the traceback."""
 
-    def list_commands(self, ctx: typer.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: typer.Context, name: str) -> Any:
+    def get_command(self, ctx: Context, name: str) -> Any:
         entry = COMMANDS.get(name)
         if entry is None:
             return None
@@ -143,11 +146,11 @@ class AttnvizGroup(TyperGroup):
             rich_markup_mode=None,
         )
 
-    def format_commands(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_commands(self, ctx: Context, formatter: Any) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, entry.summary) for name, entry in COMMANDS.items()])
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             with warnings.catch_warnings():  # puts Python's own warning printer back after
                 warnings.showwarning = _show_warning
@@ -172,10 +175,12 @@ class AttnvizGroup(TyperGroup):
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         try:
-            result = super().main(*args, standalone_mode=False, **kwargs)
+            result = super().main(*args, **{**kwargs, "standalone_mode": False})
         except typer.TyperException as error:
             hint = (
-                f" (see '{error.ctx.command_path} --help')" if getattr(error, "ctx", None) else ""
+                f" (see '{context.command_path} --help')"
+                if (context := getattr(error, "ctx", None))
+                else ""
             )
             # typer checks choices with pydantic, whose message begins "Value error, ".
             message = error.format_message().replace(": Value error, ", ": ", 1)

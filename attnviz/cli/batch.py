@@ -36,6 +36,8 @@ from attnviz.cli.settings import (
 from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refuse_unused
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from attnviz.batch import BatchInput, FolderPlan, Outputs, Tally
     from attnviz.engines import Engine as EngineInterface
 
@@ -305,8 +307,8 @@ class ProgressReport:
     def __init__(self, quiet: bool, environment: Environment) -> None:
         self.quiet = quiet
         self.environment = environment
-        self.bar = None
-        self.task = None
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
         self.last = 0.0
 
     def __enter__(self) -> Callable[[int, int], None]:
@@ -344,7 +346,7 @@ class ProgressReport:
     def report(self, done: int, total: int) -> None:
         if self.quiet:
             return
-        if self.bar is not None:
+        if self.bar is not None and self.task is not None:
             self.bar.update(self.task, completed=done, total=total)
             return
         now = time.monotonic()

@@ -759,7 +759,7 @@ def given_flags(settings: Any, among: Iterable[str] | None = None) -> list[str]:
         if getattr(settings, field.name) != field.default:
             (option,) = (m for m in hints[field.name].__metadata__ if isinstance(m, OptionInfo))
             # In Annotated, typer keeps an option's first name where its default would be.
-            flags.append((option.param_decls or (option.default,))[0])
+            flags.append(str((option.param_decls or (option.default,))[0]))
     return flags
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -84,7 +84,7 @@ def diff(
     elif len(sources) == 1:
         if against is None:
             raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")
-        selection = {"mode": mode, "layer": layer, "head": head, "target": target}
+        selection: dict[str, Any] = {"mode": mode, "layer": layer, "head": head, "target": target}
         sides = [  # the built-in stack options describe --model, not --against
             request(model=model, **selection, settings=settings, text=sources[0]),
             request(model=against, **selection, settings=settings.without_stack()),

@@ -104,7 +104,7 @@ def _forced_colour_system() -> str:
 
 def stdout_console(colour: ColourChoice, width: int | None, environment: Environment) -> Console:
     """The console pictures are drawn on: text is never read as markup or emoji codes."""
-    systems = {
+    systems: dict[ColourChoice, Any] = {  # rich's colour systems
         ColourChoice.AUTO: "auto",
         ColourChoice.ALWAYS: _forced_colour_system(),
         ColourChoice.NEVER: None,
@@ -211,7 +211,7 @@ def text_or_saved(
     head: str,
     model_options: list[str],
     several: str = ONE_TEXT,
-    of_maps: Callable[[AttentionMaps], Read] = lambda maps: maps,
+    of_maps: Callable[[AttentionMaps], Any] = lambda maps: maps,
 ) -> Read:
     """What ``extract`` reads of TEXT through the model; or ``of_maps`` of --from, saved
     maps (what show or generate wrote), narrowed to --layer and --head, with no
@@ -320,7 +320,11 @@ def draw(
                 maps, width=console.width, use_colour=use_colour, values=values, panels=chosen
             )
         fits_auto = view is View.AUTO and environment.stdout_is_terminal and chosen is None
-        if fits_auto and len(console.render_lines(picture, pad=False)) > console.height:
+        if (
+            fits_auto
+            and picture is not None
+            and len(console.render_lines(picture, pad=False)) > console.height
+        ):
             picture = None
         if picture is None:
             height = console.height if environment.stdout_is_terminal else None

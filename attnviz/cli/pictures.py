@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from attnviz.cli import declarations as d
 from attnviz.errors import UsageError
-from attnviz.statistics import Detector, RankBy
+from attnviz.statistics import Detector, HeadColumn, RankBy
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
@@ -81,7 +81,9 @@ class HeadChoice:
             return None
         from attnviz.analysis.heads import TopHeads
 
-        by = self.by or (RankBy.ENTROPY if detect is None else RankBy(detect.value))
+        by = self.by or (
+            RankBy(HeadColumn.ENTROPY.value) if detect is None else RankBy(detect.value)
+        )
         return TopHeads(self.top_heads, by, self.lowest)
 
     def given(self) -> list[str]:

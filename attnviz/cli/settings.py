@@ -50,9 +50,9 @@ class ModelSettings:
     projections: Projections | None = None
     keep_case: bool = False
 
-    def stack(self) -> dict[str, object]:
+    def stack(self) -> dict[str, Any]:
         """The built-in stack options that were given, as BuiltinConfig fields."""
-        stack = {"num_layers": self.num_layers, "num_heads": self.num_heads}
+        stack: dict[str, Any] = {"num_layers": self.num_layers, "num_heads": self.num_heads}
         stack |= {"d_model": self.d_model, "seed": self.seed, "positions": self.positions}
         stack |= {"projections": self.projections, "lowercase": False if self.keep_case else None}
         return {name: value for name, value in stack.items() if value is not None}
@@ -66,7 +66,8 @@ class ModelSettings:
         ]
 
     def without_stack(self) -> ModelSettings:
-        return replace(self, **dict.fromkeys(self.stack(), None), keep_case=False)
+        cleared: dict[str, Any] = dict.fromkeys(self.stack(), None)
+        return replace(self, **cleared, keep_case=False)
 
     def load_options(self) -> LoadOptions:
         from attnviz.pretrained.loading import LoadOptions

@@ -159,7 +159,7 @@ def stats(
         from attnviz.files import open_output
         from attnviz.render.statistics import statistics_picture
 
-        with open_output(picture, binary=True) as stream:
+        with open_output(str(picture), binary=True) as stream:
             stream.write(statistics_picture(corpus, drawn))
 
 
@@ -183,7 +183,7 @@ class Skipped:
                 self.unreadable += 1
                 self.first_error = self.first_error or str(item.error)
             else:
-                yield item.line, (item.text, item.target, item.pair)
+                yield item.line, item.item
 
     def add_failed(self, corpus: CorpusStatistics) -> None:
         """Count in the inputs the model could not read."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -112,7 +112,7 @@ def chat_text(loaded: PretrainedModel, text: str, system: str | None) -> tuple[s
         raise UsageError(
             f"the chat template of {loaded.name} refuses this chat ({first_line(error)}){hint}"
         ) from None
-    spans = []
+    spans: list[tuple[int, int]] = []
     for part in [system, text] if system is not None else [text]:
         start = rendered.find(part, spans[-1][1] if spans else 0)
         if start >= 0:
@@ -290,7 +290,7 @@ def attention_of(
             f"{loaded.name} returned no attention weights (its attention implementation "
             "computes none; it needs eager attention)"
         )
-    return torch.stack([captured[layer] for layer in wanted]), chosen
+    return torch.stack([cast("torch.Tensor", captured[layer]) for layer in wanted]), chosen
 
 
 def on_device(loaded: PretrainedModel, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -125,7 +125,7 @@ class PretrainedExtractor(Extractor):
         results = []
         for row, (query, key) in enumerate(sides):
             text, target, pair = items[row]
-            known = {
+            known: dict[str, Any] = {
                 "layers": layer_indices,
                 "heads": head_indices,
                 "mode": mode,

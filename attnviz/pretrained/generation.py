@@ -232,7 +232,7 @@ def _maps(
         written = _written(loaded.tokenizer, source, sequence, source.length)
         arguments = {"input_ids": torch.tensor([sequence])}
         queries = keys = written
-        prompt_length = source.length
+        prompt_length: int | None = source.length
     else:
         empty = Side({"input_ids": [], "offset_mapping": []}, "")
         written = _written(loaded.tokenizer, empty, sequence, 1)

@@ -142,7 +142,11 @@ def _writes(repo: Path) -> bool | None:
 
 
 def _availability(name: str, alias: Alias) -> Availability:
-    known = {"name": name, "description": alias.description, "writes": alias.writes}
+    known: dict[str, Any] = {
+        "name": name,
+        "description": alias.description,
+        "writes": alias.writes,
+    }
     try:
         if alias.packaged is None:
             return Availability(**known, location=str(alias_path(name, alias)))

@@ -49,7 +49,7 @@ _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
 # fonts, since the Type 3 fonts matplotlib embeds by default fail the checks of
 # IEEE and ACM submission systems.
 # Each map is its own image in SVG and PDF, not all resampled into one.
-_RC = {
+_RC: Any = {  # (matplotlib's stubs spell every rc key out as a Literal)
     "svg.hashsalt": "attnviz",
     "pdf.compression": 6,
     "pdf.fonttype": 42,
@@ -239,8 +239,8 @@ class HeadCanvas:
         self.figure.draw_artist(self.title)
         if self.title_rows is None:
             rows = pixels.shape[0]
-            title = self.title.get_window_extent()
-            top, bottom = int(rows - title.y1) - 2, int(np.ceil(rows - title.y0)) + 2
+            extent = self.title.get_window_extent()
+            top, bottom = int(rows - extent.y1) - 2, int(np.ceil(rows - extent.y0)) + 2
             header = self.header.get_window_extent()
             if not (rows - header.y0 < top and bottom <= self.y[0]):
                 return  # the band is not the title's alone: draw every time
@@ -295,7 +295,9 @@ class GridCanvas:
         self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
         self.boxes = [layout.cells(n) for n in range(shape.rows * shape.columns)]
         self.fitted: dict[tuple[str, ...], tuple[list[str], float]] = {}  # titles as they fit
-        self.images, self.titles, self.labels = [], [], []
+        self.images: list[Any] = []  # matplotlib's artists, one per panel
+        self.titles: list[Any] = []
+        self.labels: list[Any] = []
         for n, box in enumerate(self.boxes):
             self._add_panel(board, n, box)
         self.row_headers = [

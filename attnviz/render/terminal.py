@@ -204,7 +204,7 @@ def render(
     scale = max((float(matrix.max()) for _, matrix in pooled if matrix.size), default=1.0)
     pooled_queries = pool_labels(query_labels, layout.pool)
     pooled_keys = pool_labels(key_labels, layout.pool)
-    panels = [
+    drawn = [
         heatmap_panel(
             matrix,
             pooled_queries,
@@ -223,8 +223,8 @@ def render(
     grid = Table.grid(padding=(0, 0))
     for _ in range(per_row):
         grid.add_column()
-    for start in range(0, len(panels), per_row):
-        grid.add_row(*panels[start : start + per_row])
+    for start in range(0, len(drawn), per_row):
+        grid.add_row(*drawn[start : start + per_row])
     notes = [Text(_summary(maps), style="bold")]
     if layout.pool > 1:
         notes.append(
@@ -362,7 +362,7 @@ def render_grid(
     scale = max(
         float(pool_map(matrix, thumbnails.pool).max()) for layer in grid for matrix in layer
     )
-    selected = (None, None)
+    selected: tuple[int | None, int | None] = (None, None)
     if highlight is not None and maps.aggregate is None:
         selected = (maps.layers.index(highlight[0]), maps.heads.index(highlight[1]))
     header = Text(" " * label_width)
