@@ -22,9 +22,11 @@ from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
+from attnviz.choices import Aggregate
 from attnviz.errors import AttnvizError, SchemaError, UsageError
 from attnviz.files import STDIO
 from attnviz.inputs import BOM, decode, stdin_bytes
+from attnviz.schema import READABLE_VERSIONS, envelope
 from attnviz.tokens import display_label
 
 if TYPE_CHECKING:
@@ -223,3 +225,147 @@ def cell_texts(matrix: np.ndarray) -> np.ndarray:
     if matrix.dtype == np.float16:
         return matrix.astype(str)
     return np.char.mod("%.8g", matrix)
+
+
+# The AttentionMaps document: its fields encoded, and decoded with each one checked.
+
+_VERSION_1_AGGREGATES = {aggregate.description: aggregate for aggregate in Aggregate}
+
+
+def document_of(maps: AttentionMaps, *, weights: bool = True) -> dict[str, Any]:
+    """The schema document of ``maps``: plain Python types, ready for ``json.dumps``.
+    Without ``weights`` (the npz format keeps them as an array), every other field."""
+    document = envelope(
+        {
+            "model": maps.model,
+            "mode": maps.mode.value,
+            "text": maps.text,
+            "target": maps.target,
+            "query_tokens": list(maps.query_tokens),
+            "key_tokens": list(maps.key_tokens),
+            "layers": list(maps.layers),
+            "heads": list(maps.heads),
+        }
+    )
+    if weights:
+        document["weights"] = plain_weights(maps.weights)
+    if maps.aggregate is not None:
+        document["aggregate"] = maps.aggregate.value
+    for name in ("query_special", "key_special"):
+        if getattr(maps, name) is not None:
+            document[name] = list(getattr(maps, name))
+    if maps.chat:
+        document["chat"] = True
+    optional = ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled")
+    for name in (*optional, "span", "system"):
+        if getattr(maps, name) is not None:  # optional fields: older readers ignore them
+            value = getattr(maps, name)
+            document[name] = list(value) if isinstance(value, list) else value
+    return document
+
+
+def fields_of(document: Any) -> dict[str, Any]:
+    """The fields of the AttentionMaps a document written by :func:`document_of` (schema
+    1 or 2) holds, each checked; the maps check what they hold together as they are made."""
+    if not isinstance(document, dict):
+        raise SchemaError("an AttentionMaps document must be a JSON object")
+    version = document.get("schema_version")
+    if type(version) is not int or version not in READABLE_VERSIONS:  # true is no 1
+        raise SchemaError(
+            f"schema_version {json.dumps(version)} is not supported (this attnviz reads "
+            f"{' and '.join(map(str, READABLE_VERSIONS))})"
+        )
+    required = ("model", "mode", "query_tokens", "key_tokens", "layers", "heads", "weights")
+    missing = [name for name in required if name not in document]
+    if missing:
+        raise SchemaError(f"document is missing {', '.join(missing)}")
+    aggregate = document.get("aggregate")
+    if version == 1 and aggregate is not None:
+        aggregate = _VERSION_1_AGGREGATES.get(aggregate, aggregate)
+    try:
+        weights = np.asarray(document["weights"])
+        if weights.dtype not in (np.float16, np.float32):
+            weights = weights.astype(np.float32)
+        return dict(
+            query_tokens=[str(token) for token in document["query_tokens"]],
+            key_tokens=[str(token) for token in document["key_tokens"]],
+            weights=weights,
+            layers=_indexes(document["layers"], "layers"),
+            heads=_indexes(document["heads"], "heads"),
+            mode=str(document["mode"]),  # made a Mode, or refused, by the maps
+            model=str(document["model"]),
+            text=str(document.get("text", "")),
+            target=document.get("target"),
+            aggregate=aggregate,
+            query_special=_flags(document.get("query_special")),
+            key_special=_flags(document.get("key_special")),
+            prompt_length=_optional_int(document.get("prompt_length"), "prompt_length"),
+            pair=_optional_str(document.get("pair"), "pair"),
+            pair_start=_optional_int(document.get("pair_start"), "pair_start"),
+            between=_optional_str(document.get("between"), "between"),
+            query_positions=_positions(document.get("query_positions"), "query_positions"),
+            pooled=_optional_int(document.get("pooled"), "pooled"),
+            span=_positions(document.get("span"), "span"),
+            chat=_optional_bool(document.get("chat", False), "chat"),
+            system=_optional_str(document.get("system"), "system"),
+        )
+    except (TypeError, ValueError) as error:
+        raise SchemaError(f"malformed document: {error}") from None
+
+
+def plain_weights(weights: np.ndarray) -> list:
+    """Nested lists of Python floats. float16 weights are written with the digits float16
+    has (0.1, not 0.0999755859375), so that float16 documents are half the size."""
+    if weights.dtype == np.float16:
+        return weights.astype(str).astype(np.float64).tolist()  # numpy's shortest repr
+    return weights.tolist()
+
+
+def _positions(values: Any, name: str) -> list[int] | None:
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(
+        isinstance(value, int) and not isinstance(value, bool) for value in values
+    ):
+        raise SchemaError(f"{name} must be a list of token positions")
+    return values
+
+
+def _indexes(values: Any, name: str) -> list[int]:
+    """Layer or head indexes: whole numbers, 0 or more, each once (1.5 is no layer, and
+    a layer held twice would be counted twice)."""
+    if not isinstance(values, list) or not all(
+        isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in values
+    ):
+        raise SchemaError(f"{name} must be a list of indexes (whole numbers, 0 or more)")
+    if len(set(values)) != len(values):
+        raise SchemaError(f"{name} lists an index twice: {values}")
+    return values
+
+
+def _optional_int(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SchemaError(f"{name} must be a whole number, not {value!r}")
+    return value
+
+
+def _optional_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise SchemaError(f"{name} must be true or false, not {json.dumps(value)}")
+    return value
+
+
+def _optional_str(value: Any, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise SchemaError(f"{name} must be a string, not {value!r}")
+    return value
+
+
+def _flags(values: Any) -> list[bool] | None:
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(isinstance(value, bool) for value in values):
+        raise SchemaError("query_special and key_special must be lists of true and false")
+    return values

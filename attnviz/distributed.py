@@ -27,7 +27,10 @@ from attnviz.errors import AttnvizError, UsageError
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
-    from attnviz.batch import BatchInput, FolderPlan, Outputs, Tally
+    from attnviz.batch.folder import FolderPlan
+    from attnviz.batch.inputs import BatchInput
+    from attnviz.batch.run import Tally
+    from attnviz.batch.writing import Outputs
     from attnviz.extractor import Item
     from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
@@ -216,7 +219,8 @@ class BatchWorker:
         return list(self.extractor.extract_many(items, self.request, batch_size=len(items)))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
-        from attnviz.batch import BatchInput, records_of
+        from attnviz.batch.inputs import BatchInput
+        from attnviz.batch.run import records_of
 
         (listed,) = batch["task"]  # one task: a JSON list of inputs
         inputs = [BatchInput(**fields) for fields in json.loads(listed)]
@@ -289,7 +293,8 @@ def run_batch(
     tally: Tally,
 ) -> Tally:
     """As :func:`attnviz.batch.run_batch`, with the work done by Ray workers."""
-    from attnviz.batch import Record, check_failures, record_done, start_batch
+    from attnviz.batch.manifest import Record
+    from attnviz.batch.run import check_failures, record_done, start_batch
 
     _quiet_progress()
     pending, manifest = start_batch(inputs, outputs, plan, tally)

@@ -19,7 +19,10 @@ from attnviz.distributed import Workers
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
-    from attnviz.batch import BatchInput, FolderPlan, Outputs, Tally
+    from attnviz.batch.folder import FolderPlan
+    from attnviz.batch.inputs import BatchInput
+    from attnviz.batch.run import Tally
+    from attnviz.batch.writing import Outputs
     from attnviz.extractor import Extractor, Item
     from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
@@ -90,7 +93,7 @@ class Local:
         progress: BatchProgress,
         tally: Tally,
     ) -> Tally:
-        from attnviz import batch
+        from attnviz.batch.run import run_batch
 
         extractor = self.load(spec)
 
@@ -98,7 +101,7 @@ class Local:
             items = [item.item for item in chunk]
             return list(extractor.extract_many(items, request, batch_size=len(items)))
 
-        return batch.run_batch(
+        return run_batch(
             inputs,
             extract,
             outputs,

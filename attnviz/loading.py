@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from attnviz.builtin.config import BuiltinConfig
+from attnviz.builtin.config import BUILTIN, BuiltinConfig
 from attnviz.errors import UsageError
 from attnviz.pretrained.loading import LoadOptions
 
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from attnviz.extractor import Extractor
     from attnviz.maps import AttentionMaps
     from attnviz.pretrained.loading import PretrainedModel
-
-BUILTIN = "builtin"
 
 
 @dataclass(frozen=True)

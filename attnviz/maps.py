@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -15,7 +14,6 @@ from attnviz.analysis.grid import attention_problem, keep, one_sequence
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Aggregate, Mode, Output, View
 from attnviz.errors import SchemaError, UsageError
-from attnviz.schema import READABLE_VERSIONS, envelope
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadStatistics
@@ -23,7 +21,6 @@ if TYPE_CHECKING:
     from attnviz.selection import Selection
 
 # How schema-1 documents named their aggregates.
-_VERSION_1_AGGREGATES = {aggregate.description: aggregate for aggregate in Aggregate}
 
 
 def index_span(indices: Sequence[int]) -> str:
@@ -288,33 +285,9 @@ class AttentionMaps:
     def to_dict(self, *, weights: bool = True) -> dict[str, Any]:
         """The schema document: plain Python types, ready for ``json.dumps``. Without
         ``weights`` (the npz format keeps them as an array), every other field."""
-        document = envelope(
-            {
-                "model": self.model,
-                "mode": self.mode.value,
-                "text": self.text,
-                "target": self.target,
-                "query_tokens": list(self.query_tokens),
-                "key_tokens": list(self.key_tokens),
-                "layers": list(self.layers),
-                "heads": list(self.heads),
-            }
-        )
-        if weights:
-            document["weights"] = plain_weights(self.weights)
-        if self.aggregate is not None:
-            document["aggregate"] = self.aggregate.value
-        for name in ("query_special", "key_special"):
-            if getattr(self, name) is not None:
-                document[name] = list(getattr(self, name))
-        if self.chat:
-            document["chat"] = True
-        optional = ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled")
-        for name in (*optional, "span", "system"):
-            if getattr(self, name) is not None:  # optional fields: older readers ignore them
-                value = getattr(self, name)
-                document[name] = list(value) if isinstance(value, list) else value
-        return document
+        from attnviz.codecs import document_of
+
+        return document_of(self, weights=weights)
 
     def context(self) -> str:
         """What else a picture of these maps must say: where a pair's sentence B begins,
@@ -353,48 +326,11 @@ class AttentionMaps:
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> AttentionMaps:
         """Read a document written by :meth:`to_dict` (schema 1 or 2), checking it."""
-        if not isinstance(document, dict):
-            raise SchemaError("an AttentionMaps document must be a JSON object")
-        version = document.get("schema_version")
-        if type(version) is not int or version not in READABLE_VERSIONS:  # true is no 1
-            raise SchemaError(
-                f"schema_version {json.dumps(version)} is not supported (this attnviz reads "
-                f"{' and '.join(map(str, READABLE_VERSIONS))})"
-            )
-        required = ("model", "mode", "query_tokens", "key_tokens", "layers", "heads", "weights")
-        missing = [name for name in required if name not in document]
-        if missing:
-            raise SchemaError(f"document is missing {', '.join(missing)}")
-        aggregate = document.get("aggregate")
-        if version == 1 and aggregate is not None:
-            aggregate = _VERSION_1_AGGREGATES.get(aggregate, aggregate)
+        from attnviz.codecs import fields_of
+
+        fields = fields_of(document)
         try:
-            weights = np.asarray(document["weights"])
-            if weights.dtype not in (np.float16, np.float32):
-                weights = weights.astype(np.float32)
-            maps = cls(
-                query_tokens=[str(token) for token in document["query_tokens"]],
-                key_tokens=[str(token) for token in document["key_tokens"]],
-                weights=weights,
-                layers=_indexes(document["layers"], "layers"),
-                heads=_indexes(document["heads"], "heads"),
-                mode=cast(Mode, str(document["mode"])),  # made a Mode, or refused, below
-                model=str(document["model"]),
-                text=str(document.get("text", "")),
-                target=document.get("target"),
-                aggregate=aggregate,
-                query_special=_flags(document.get("query_special")),
-                key_special=_flags(document.get("key_special")),
-                prompt_length=_optional_int(document.get("prompt_length"), "prompt_length"),
-                pair=_optional_str(document.get("pair"), "pair"),
-                pair_start=_optional_int(document.get("pair_start"), "pair_start"),
-                between=_optional_str(document.get("between"), "between"),
-                query_positions=_positions(document.get("query_positions"), "query_positions"),
-                pooled=_optional_int(document.get("pooled"), "pooled"),
-                span=_positions(document.get("span"), "span"),
-                chat=_optional_bool(document.get("chat", False), "chat"),
-                system=_optional_str(document.get("system"), "system"),
-            )
+            maps = cls(**fields)
         except (TypeError, ValueError) as error:
             raise SchemaError(f"malformed document: {error}") from None
         check_attention(maps)
@@ -491,14 +427,6 @@ class AttentionMaps:
         return notebook.framed_page(self)
 
 
-def plain_weights(weights: np.ndarray) -> list:
-    """Nested lists of Python floats. float16 weights are written with the digits float16
-    has (0.1, not 0.0999755859375), so that float16 documents are half the size."""
-    if weights.dtype == np.float16:
-        return weights.astype(str).astype(np.float64).tolist()  # numpy's shortest repr
-    return weights.tolist()
-
-
 def read_maps(source: str) -> Iterator[AttentionMaps]:
     """Saved maps from a json, ndjson or npz file, or ``-`` for stdin; errors say where."""
     from attnviz.codecs import read_documents
@@ -525,53 +453,3 @@ def check_attention(maps: AttentionMaps) -> None:
     )
     if problem is not None:
         raise SchemaError(problem)
-
-
-def _positions(values: Any, name: str) -> list[int] | None:
-    if values is None:
-        return None
-    if not isinstance(values, list) or not all(
-        isinstance(value, int) and not isinstance(value, bool) for value in values
-    ):
-        raise SchemaError(f"{name} must be a list of token positions")
-    return values
-
-
-def _indexes(values: Any, name: str) -> list[int]:
-    """Layer or head indexes: whole numbers, 0 or more, each once (1.5 is no layer, and
-    a layer held twice would be counted twice)."""
-    if not isinstance(values, list) or not all(
-        isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in values
-    ):
-        raise SchemaError(f"{name} must be a list of indexes (whole numbers, 0 or more)")
-    if len(set(values)) != len(values):
-        raise SchemaError(f"{name} lists an index twice: {values}")
-    return values
-
-
-def _optional_int(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SchemaError(f"{name} must be a whole number, not {value!r}")
-    return value
-
-
-def _optional_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise SchemaError(f"{name} must be true or false, not {json.dumps(value)}")
-    return value
-
-
-def _optional_str(value: Any, name: str) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise SchemaError(f"{name} must be a string, not {value!r}")
-    return value
-
-
-def _flags(values: Any) -> list[bool] | None:
-    if values is None:
-        return None
-    if not isinstance(values, list) or not all(isinstance(value, bool) for value in values):
-        raise SchemaError("query_special and key_special must be lists of true and false")
-    return values

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps, MapPanel
 
 Piece = tuple[str, Callable[[IO[bytes]], object]]  # (file name suffix, writes the file)
-ONE_TEXT = "attnviz batch makes one output per line"
+ONE_TEXT = "attnviz batch makes one output per line"  # what to do with several inputs
 
 
 @dataclass(frozen=True)

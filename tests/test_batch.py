@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from attnviz.batch import assign_names, in_shard, parse_shard, read_inputs, record_done, slug
+from attnviz.batch.inputs import assign_names, in_shard, parse_shard, read_inputs, slug
+from attnviz.batch.run import record_done
 from attnviz.cli import app
 from attnviz.errors import UsageError
 from tests.processes import ATTNVIZ

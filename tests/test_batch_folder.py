@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from attnviz.batch import FolderLock
+from attnviz.batch.folder import FolderLock
 from attnviz.cli import app
 from tests.processes import ATTNVIZ
 
@@ -306,9 +306,9 @@ def test_a_batch_takes_away_the_temporary_files_killed_writers_left(runner, tmp_
 def test_a_temporary_file_still_being_written_is_left_and_said(runner, tmp_path, monkeypatch):
     """A worker still at work when the batch ends (a Ray worker that its job has not yet
     stopped) keeps its file: the batch waits for it a while, then says it left it."""
-    import attnviz.batch
+    import attnviz.batch.folder
 
-    monkeypatch.setattr(attnviz.batch, "WORKERS_STOP", 0.3)
+    monkeypatch.setattr(attnviz.batch.folder, "WORKERS_STOP", 0.3)
     source = _inputs(tmp_path, 2)
     out = tmp_path / "out"
     out.mkdir()

@@ -217,7 +217,7 @@ def test_completion_scripts_for_each_shell(shell, marker):
 
 
 def test_model_completion_offers_builtin_the_aliases_and_the_cache(runner):
-    from attnviz.cli.declarations import complete_model
+    from attnviz.cli.completion import complete_model
 
     assert complete_model("")[:2] == ["builtin", "minilm"]
     assert complete_model("mi") == ["minilm"]
@@ -231,7 +231,7 @@ def test_model_completion_offers_builtin_the_aliases_and_the_cache(runner):
 
 
 def test_generate_completes_only_models_that_write_and_devices_complete(tmp_path, monkeypatch):
-    from attnviz.cli.declarations import (
+    from attnviz.cli.completion import (
         complete_device,
         complete_device_map,
         complete_language_model,

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from attnviz import engines
 from attnviz.analysis.corpus import CorpusStatistics
-from attnviz.batch import Outputs, Tally, assign_names, plan_folder, read_inputs
+from attnviz.batch.folder import plan_folder
+from attnviz.batch.inputs import assign_names, read_inputs
+from attnviz.batch.run import Tally
+from attnviz.batch.writing import Outputs
 from attnviz.choices import Output, View
 from attnviz.loading import ExtractorSpec
 from attnviz.render.style import Style
@@ -60,3 +65,24 @@ def test_a_local_batch_writes_every_input(tmp_path):
     assert [record.status for record in tally.records] == ["ok", "ok"]
     assert steps[-1] == (2, 2)
     assert sorted(path.suffix for path in folder.iterdir()) == [".json", ".json", ".jsonl"]
+
+
+def test_a_batch_runs_through_its_front_door_and_resumes(tmp_path):
+    """Batch.prepare reads and names the inputs and checks the folder; run does the rest
+    (the folder made, locked and planned, the manifest written); a resumed run skips
+    what is done."""
+    from attnviz.batch import Batch
+
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\n\non the mat\n")
+    folder = tmp_path / "out"  # not there yet: run makes it
+    outputs = Outputs(folder=folder, formats=(Output.JSON,), view=View.HEAD, style=Style())
+    job = Batch.prepare(str(source), outputs)
+    assert (len(job.inputs), job.blank_lines) == (2, 1)
+    tally = job.run(engines.Local(), ExtractorSpec(), Request(), batch_size=2, progress=print)
+    assert [record.status for record in tally.records] == ["ok", "ok"]
+    manifest = [json.loads(line) for line in (folder / "manifest.jsonl").read_text().splitlines()]
+    assert [record["status"] for record in manifest] == ["ok", "ok"]
+    again = Batch.prepare(str(source), outputs, resume=True)
+    tally = again.run(engines.Local(), ExtractorSpec(), Request(), batch_size=2, progress=print)
+    assert (tally.skipped, tally.records) == (2, [])

@@ -135,3 +135,16 @@ def test_no_function_is_longer_than_a_screen():
                 if lines > LONGEST_FUNCTION:
                     longer.append(f"{path.relative_to(PACKAGE.parent)}::{node.name} ({lines})")
     assert longer == []
+
+
+LONGEST_MODULE = 600  # lines
+
+
+def test_no_module_is_longer_than_a_few_screens():
+    """A module past this holds more than one concern: split it by concern."""
+    longer = [
+        f"{path.relative_to(PACKAGE.parent)} ({count})"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST_MODULE
+    ]
+    assert longer == []

@@ -60,7 +60,7 @@ class BuiltinConfig:
     @property
     def name(self) -> str:
         """A model name that says how to rebuild exactly this stack."""
-        name = f"{PREFIX}:layers={self.num_layers},heads={self.num_heads},d_model={self.d_model}"
+        name = f"{BUILTIN}:layers={self.num_layers},heads={self.num_heads},d_model={self.d_model}"
         name += f",seed={self.seed}"
         if not self.positions:
             name += ",no-positions"
@@ -75,8 +75,8 @@ class BuiltinConfig:
         """The stack that a :attr:`name` describes: ``builtin:`` and any of its settings
         (``builtin:seed=1``), the rest as by default. Raises ValueError."""
         kind, _, settings = name.partition(":")
-        if kind != PREFIX:
-            raise ValueError(f"{name} does not name the built-in stack: it starts with {PREFIX}")
+        if kind != BUILTIN:
+            raise ValueError(f"{name} does not name the built-in stack: it starts with {BUILTIN}")
         fields: dict[str, Any] = {}
         for setting in filter(None, settings.split(",")):
             key, equals, value = setting.partition("=")
@@ -96,7 +96,7 @@ class BuiltinConfig:
         return cls(**fields)
 
 
-PREFIX = "builtin"
+BUILTIN = "builtin"  # the stack's model name, and how its sized names begin
 _NUMBERS = {"layers": "num_layers", "heads": "num_heads", "d_model": "d_model", "seed": "seed"}
 _FLAGS = {
     "no-positions": ("positions", False),

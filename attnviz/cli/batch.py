@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -38,8 +35,7 @@ from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refus
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from attnviz.batch import BatchInput, FolderPlan, Outputs, Tally
-    from attnviz.engines import Engine as EngineInterface
+    from attnviz.batch import Batch, Tally
 
 # What batch writes for every input: pictures, its maps as data, or the page.
 BatchFormat = d.some_of("BatchFormat", *PICTURES, Output.JSON, Output.NPZ, Output.HTML)
@@ -147,7 +143,8 @@ def batch(
     manifest.jsonl has a line per input: its files, or the error that stopped
     it. A failing input does not stop the batch: the exit code is then 3.
     """
-    from attnviz.batch import FolderLock, Outputs, Tally, parse_shard
+    from attnviz.batch import Batch, Outputs, Tally
+    from attnviz.batch.inputs import parse_shard
     from attnviz.cli.output import top_heads_for
     from attnviz.cli.settings import request
     from attnviz.errors import UsageError
@@ -157,7 +154,6 @@ def batch(
     _check_applicable(formats, view, run_on.engine, jobs, picture, choice, label_positions, dtype)
     if resume and overwrite:
         raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
-    slice_ = parse_shard(shard) if shard else None
     asked = request(
         model=model,
         mode=mode,
@@ -178,70 +174,18 @@ def batch(
         dtype=dtype,
         request=asked.fingerprint(),
     )
-    inputs, blank_lines = _inputs(source, slice_)
-    plan = _planned(output, slice_, resume, overwrite, outputs)
+    shard_of = parse_shard(shard) if shard else None
+    job = Batch.prepare(source, outputs, shard=shard_of, resume=resume, overwrite=overwrite)
     engine = run_on.open(jobs, environment)
-    with _session(engine, output, slice_, inputs, outputs):
-        _writable_folder(output)
-        with FolderLock(output, slice_):
-            folder = plan()
-            started = time.monotonic()
-            tally = Tally()
-            run = functools.partial(engine.run_batch, inputs, asked.spec, asked.request, outputs)
-            try:
-                with ProgressReport(quiet, environment) as report:
-                    run(plan=folder, batch_size=batch_size, progress=report, tally=tally)
-            finally:  # after the progress bar is gone, so that the summary stays on screen
-                if not quiet:
-                    _summary(inputs, blank_lines, tally, output, time.monotonic() - started)
-
-
-def _planned(
-    output: Path, shard: tuple[int, int] | None, resume: bool, overwrite: bool, outputs: Outputs
-) -> Callable[[], FolderPlan]:
-    """How this run plans the folder: refused now if it cannot be (before Ray starts, a
-    folder being written first), and planned again once the folder is locked."""
-    from attnviz.batch import FolderLock, plan_folder
-
-    def plan() -> FolderPlan:
-        fingerprint = outputs.fingerprint()
-        return plan_folder(output, shard, resume=resume, overwrite=overwrite, request=fingerprint)
-
-    with FolderLock(output, shard) if output.is_dir() else contextlib.nullcontext():
-        plan()
-    return plan
-
-
-@contextlib.contextmanager
-def _session(
-    engine: EngineInterface,
-    output: Path,
-    shard: tuple[int, int] | None,
-    inputs: list[BatchInput],
-    outputs: Outputs,
-) -> Iterator[None]:
-    """The engine's session (Ray, joined or started now: an unreachable cluster stops the
-    batch here, before anything is written); after it, the temporary files its workers
-    left are removed."""
-    from attnviz.batch import remove_left_behind
-
+    started = time.monotonic()
+    tally = Tally()
     try:
-        with engine.session():
-            yield
-    finally:
-        remove_left_behind(output, shard, inputs, outputs)
-
-
-def _inputs(source: str, shard: tuple[int, int] | None) -> tuple[list[BatchInput], int]:
-    """The inputs of ``source`` in this shard, named, blank lines left out; and how many
-    blank lines there were."""
-    from attnviz.batch import assign_names, in_shard, read_inputs
-
-    lines = read_inputs(source)
-    assign_names(lines)
-    lines = in_shard(lines, shard)
-    inputs = [item for item in lines if not item.blank]
-    return inputs, len(lines) - len(inputs)
+        with ProgressReport(quiet, environment) as report:
+            job.run(engine, asked.spec, asked.request, batch_size=batch_size, progress=report,
+                    tally=tally)  # fmt: skip
+    finally:  # after the progress bar is gone, so that the summary stays on screen
+        if not quiet and tally.started:
+            _summary(job, tally, time.monotonic() - started)
 
 
 def _check_applicable(
@@ -268,22 +212,8 @@ def _check_applicable(
     refuse_inapplicable(given, formats, view)
 
 
-def _writable_folder(output: Path) -> None:
-    """The output folder, made if needed, and files can be written in it (checked without
-    touching anything that is there)."""
-    from attnviz.errors import AttnvizError
-
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise AttnvizError(f"cannot create the folder {output}: {error.strerror}") from None
-    try:
-        tempfile.TemporaryFile(dir=output).close()
-    except OSError as error:
-        raise AttnvizError(f"cannot write into {output}: {error.strerror}") from None
-
-
-def _summary(inputs: list, blank_lines: int, tally: Tally, output: Path, elapsed: float) -> None:
+def _summary(job: Batch, tally: Tally, elapsed: float) -> None:
+    inputs, blank_lines, output = job.inputs, job.blank_lines, job.outputs.folder
     written = len(tally.records) - tally.failed
     not_reached = len(inputs) - len(tally.records) - tally.skipped
     parts = [f"{written} written"]

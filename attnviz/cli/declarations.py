@@ -7,29 +7,29 @@ module.
 
 from __future__ import annotations
 
-import functools
-import inspect
-import typing
-from collections.abc import Callable, Iterable
-from dataclasses import fields
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-from typer.models import OptionInfo
 
+from attnviz.builtin.config import BUILTIN as BUILTIN  # --model's default, for commands
 from attnviz.choices import (
     Aggregate,
     Attention,
     Dtype,
-    Engine,
     Mode,
     Output,
     Projections,
     View,
 )
+from attnviz.cli.completion import (
+    complete_device,
+    complete_device_map,
+    complete_model,
+)
 from attnviz.outputs import PICTURE_VIEWS, TERMINAL_VIEWS
-from attnviz.statistics import DETECTORS, SUMMED, Detector, Needs, RankBy, listed
+from attnviz.statistics import DETECTORS, Detector, listed
 
 SELECTION_PANEL = "Layers and heads"
 LONG_PANEL = "Long inputs"
@@ -40,7 +40,6 @@ PICTURE_PANEL = "Pictures"
 SCALE_PANEL = "Scale"
 STDIO = "-"
 AUTO_POOL = 1024  # pictures pool longer inputs into this many bins unless --rows or --pool
-BUILTIN = "builtin"
 
 
 class ColourChoice(StrEnum):
@@ -91,11 +90,58 @@ def format_option(choices: Any, help: str, **more: Any) -> Any:
     ]
 
 
+def view_option(choices: Any, help: str, **more: Any) -> Any:
+    """The --view option of a command that draws ``choices`` (some of View): declared
+    here once, each command giving its choices and help. The command gets View members,
+    and None for ``auto`` (unless ``callback=None``: then auto is View.AUTO)."""
+    more.setdefault("callback", as_whole(View))
+    return Annotated[
+        choices,
+        typer.Option(
+            "--view",
+            metavar="VIEW",
+            case_sensitive=False,
+            rich_help_panel=OUTPUT_PANEL,
+            help=help,
+            **more,
+        ),
+    ]
+
+
+def values_option(panel: str, help: str) -> Any:
+    """The --values option (numbers in the cells), in the help ``panel`` of the command."""
+    return Annotated[bool, typer.Option("--values", rich_help_panel=panel, help=help)]
+
+
 TableFormat = some_of("TableFormat", Output.TABLE, Output.JSON, Output.CSV)  # heads, stats
 ReportFormat = some_of("ReportFormat", Output.TABLE, Output.JSON)  # explain, top, diff, models
 PictureView = some_of("PictureView", *PICTURE_VIEWS)
 TerminalView = some_of("TerminalView", *TERMINAL_VIEWS)
 
+
+ValuesOption = values_option(
+    OUTPUT_PANEL, "Print the weights in the cells of the panels (not the grid)."
+)
+ViewOption = view_option(
+    PictureView,
+    "head: one map (pick it with --layer and --head). layer: the heads of one layer in a "
+    "grid. model: every selected layer × head as small multiples.",
+)
+TerminalViewOption = view_option(
+    TerminalView,
+    "panels: a labelled heatmap per head. grid: every layer × head as a small "
+    "thumbnail, layers as rows and heads as columns (a whole model on one screen). auto: "
+    "panels when they fit the terminal's height, else the grid.",
+)
+RenderViewOption = view_option(
+    View | None,
+    "In the terminal (as show): panels, grid, or auto (panels when they fit the "
+    "terminal's height, else the grid). In a picture (-o, as export): head (one map), "
+    "layer (one layer's heads) or model (every selected map).  [default: auto in the "
+    "terminal, model in a picture]",
+    callback=None,
+    show_default=False,
+)
 
 DtypeOption = Annotated[
     Dtype,
@@ -198,38 +244,6 @@ HeadOption = Annotated[
 ]
 
 
-def _starting(names: Iterable[str], incomplete: str) -> list[str]:
-    """What shell completion offers: the names that begin with what was typed."""
-    return [name for name in names if name.startswith(incomplete)]
-
-
-def complete_model(incomplete: str) -> list[str]:
-    """Shell completion of --model: builtin, the aliases, and the models in the local cache."""
-    from attnviz.pretrained import available_models
-
-    return _starting([BUILTIN, *(model.name for model in available_models())], incomplete)
-
-
-def complete_language_model(incomplete: str) -> list[str]:
-    """Shell completion of generate's --model: the models that write text (not builtin,
-    not an encoder; a cached model whose config does not say is offered)."""
-    from attnviz.pretrained import available_models
-
-    writing = (model.name for model in available_models() if model.writes is not False)
-    return _starting(writing, incomplete)
-
-
-def complete_device(incomplete: str) -> list[str]:
-    """Shell completion of --device (without importing torch to count GPUs)."""
-    return _starting(("auto", "cpu", "cuda", "cuda:0", "mps"), incomplete)
-
-
-def complete_device_map(incomplete: str) -> list[str]:
-    from attnviz.pretrained.placement import PLACEMENTS
-
-    return _starting(PLACEMENTS, incomplete)
-
-
 ModelOption = Annotated[
     str,
     typer.Option(
@@ -291,7 +305,7 @@ AttentionOption = Annotated[
     ),
 ]
 MemoryOption = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--memory",
         metavar="SIZE",
@@ -545,267 +559,5 @@ AggregateOption = Annotated[
         "max-all: over layers and heads. rollout: attention rollout (Abnar & Zuidema 2020), the "
         "product of head-mean maps with the residual folded in (0.5·A + 0.5·I). flow: "
         "attention flow as maximum flow, up to 64 tokens.",
-    ),
-]
-ValuesOption = Annotated[
-    bool,
-    typer.Option(
-        "--values",
-        rich_help_panel=OUTPUT_PANEL,
-        help="Print the weights in the cells of the panels (not the grid).",
-    ),
-]
-ViewOption = Annotated[
-    PictureView,
-    typer.Option(
-        "--view",
-        metavar="VIEW",
-        case_sensitive=False,
-        callback=as_whole(View),
-        rich_help_panel=OUTPUT_PANEL,
-        help="head: one map (pick it with --layer and --head). layer: the heads of one layer in a "
-        "grid. model: every selected layer × head as small multiples.",
-    ),
-]
-CmapOption = Annotated[
-    str,
-    typer.Option(
-        "--cmap",
-        metavar="NAME",
-        rich_help_panel=PICTURE_PANEL,
-        help="Any matplotlib colormap name.",
-    ),
-]
-DpiOption = Annotated[
-    int,
-    typer.Option(
-        "--dpi",
-        metavar="DPI",
-        min=20,
-        max=1200,
-        rich_help_panel=PICTURE_PANEL,
-        help="Pixels per inch.",
-    ),
-]
-VmaxOption = Annotated[
-    float,
-    typer.Option(
-        "--vmax",
-        metavar="WEIGHT",
-        min=1e-6,
-        max=1.0,
-        rich_help_panel=PICTURE_PANEL,
-        help="The weight at the top of the colour scale (default 1, the same in every picture). "
-        "Lower it for long inputs, whose weights are all small.",
-    ),
-]
-PictureValuesOption = Annotated[
-    bool,
-    typer.Option(
-        "--values",
-        rich_help_panel=PICTURE_PANEL,
-        help="Print the weights in the cells of one map (--view head; in the terminal, "
-        "panels), up to 16 × 16.",
-    ),
-]
-RenderViewOption = Annotated[
-    View | None,
-    typer.Option(
-        "--view",
-        metavar="VIEW",
-        case_sensitive=False,
-        rich_help_panel=OUTPUT_PANEL,
-        help="In the terminal (as show): panels, grid, or auto (panels when they fit the "
-        "terminal's height, else the grid). In a picture (-o, as export): head (one map), "
-        "layer (one layer's heads) or model (every selected map).  [default: auto in the "
-        "terminal, model in a picture]",
-        show_default=False,
-    ),
-]
-TerminalViewOption = Annotated[
-    TerminalView,
-    typer.Option(
-        "--view",
-        metavar="VIEW",
-        case_sensitive=False,
-        callback=as_whole(View),
-        rich_help_panel=OUTPUT_PANEL,
-        help="panels: a labelled heatmap per head. grid: every layer × head as a small "
-        "thumbnail, layers as rows and heads as columns (a whole model on one screen). auto: "
-        "panels when they fit the terminal's height, else the grid.",
-    ),
-]
-FigsizeOption = Annotated[
-    str | None,
-    typer.Option(
-        "--figsize",
-        metavar="W,H",
-        rich_help_panel=PICTURE_PANEL,
-        help="Figure size in inches, e.g. 3.5,3 for a paper's column (default: sized by the map).",
-    ),
-]
-FontSizeOption = Annotated[
-    float | None,
-    typer.Option(
-        "--font-size",
-        metavar="POINTS",
-        min=4.0,
-        max=72.0,
-        rich_help_panel=PICTURE_PANEL,
-        help="Size of labels and titles. Token labels never go below 6 points: where the cells "
-        "are too small for them, every n-th label is shown and the picture says so.",
-    ),
-]
-TitleOption = Annotated[
-    str | None,
-    typer.Option(
-        "--title",
-        metavar="TEXT",
-        rich_help_panel=PICTURE_PANEL,
-        help="The figure's title (default: the model and the mode).",
-    ),
-]
-NoTitleOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-title",
-        rich_help_panel=PICTURE_PANEL,
-        help="No figure title (the layer and head of each panel of a grid stay).",
-    ),
-]
-TopHeadsOption = Annotated[
-    int | None,
-    typer.Option(
-        "--top-heads",
-        metavar="N",
-        min=1,
-        rich_help_panel=SELECTION_PANEL,
-        help="Only the N heads `attnviz heads --sort STAT` lists first (of those selected), in "
-        "that order: the heads worth looking at first.",
-    ),
-]
-ByOption = Annotated[
-    RankBy | None,
-    typer.Option(
-        "--by",
-        metavar="STAT",
-        case_sensitive=False,
-        rich_help_panel=SELECTION_PANEL,
-        help="The statistic --top-heads ranks by: "
-        + listed([c for c in SUMMED if c.needs is not Needs.SPAN])
-        + ", or span with --span (see attnviz heads). Largest first, as heads --sort lists "
-        "them. [default: entropy, or the --detect score]",
-        show_default=False,
-    ),
-]
-LowestOption = Annotated[
-    bool,
-    typer.Option(
-        "--lowest",
-        rich_help_panel=SELECTION_PANEL,
-        help="--top-heads takes the smallest values instead (--by entropy --lowest: the most "
-        "focused heads), as heads --sort STAT --reverse lists them.",
-    ),
-]
-
-
-def bundle_options(
-    argument: str, options: dict[str, tuple[Any, Any]], make: Callable[..., Any]
-) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """A decorator giving a command the ``options`` (name: (annotation, default)) as one
-    argument, ``make(**values)``, so that options several commands share are declared
-    once and each command's signature lists only its own."""
-
-    def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        own = inspect.signature(command, eval_str=True)
-        parameters = [p for p in own.parameters.values() if p.name != argument]
-        parameters += [
-            inspect.Parameter(
-                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint
-            )
-            for name, (hint, default) in options.items()
-        ]
-
-        @functools.wraps(command)
-        def with_bundle(**arguments: object) -> None:
-            given = {name: arguments.pop(name) for name in options}
-            command(**arguments, **{argument: make(**given)})
-
-        with_bundle.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
-        with_bundle.__annotations__ = {p.name: p.annotation for p in parameters}
-        return with_bundle
-
-    return decorate
-
-
-def bundle(argument: str, settings: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """:func:`bundle_options` of a dataclass whose fields declare the options: each
-    field's annotation is its option (``Annotated[..., typer.Option(...)]``) and its
-    default the option's, so that an option is declared once, on its field."""
-    hints = typing.get_type_hints(settings, include_extras=True)
-    options = {field.name: (hints[field.name], field.default) for field in fields(settings)}
-    return bundle_options(argument, options, settings)
-
-
-def given_flags(settings: Any, among: Iterable[str] | None = None) -> list[str]:
-    """The options of a :func:`bundle` dataclass given away from their defaults (those
-    ``among`` some fields, if named), as the user writes them: ``--cmap``."""
-    hints = typing.get_type_hints(type(settings), include_extras=True)
-    named = None if among is None else set(among)
-    flags = []
-    for field in fields(settings):
-        if named is not None and field.name not in named:
-            continue
-        if getattr(settings, field.name) != field.default:
-            (option,) = (m for m in hints[field.name].__metadata__ if isinstance(m, OptionInfo))
-            # In Annotated, typer keeps an option's first name where its default would be.
-            flags.append(str((option.param_decls or (option.default,))[0]))
-    return flags
-
-
-EngineOption = Annotated[
-    Engine,
-    typer.Option(
-        "--engine",
-        metavar="ENGINE",
-        case_sensitive=False,
-        rich_help_panel=SCALE_PANEL,
-        help="local: this machine. ray: Ray workers, each holding the model (--jobs of them), "
-        "on the cluster at --ray-address or on a local Ray. Needs attnviz[ray].",
-    ),
-]
-RayAddressOption = Annotated[
-    str | None,
-    typer.Option(
-        "--ray-address",
-        metavar="ADDRESS",
-        rich_help_panel=SCALE_PANEL,
-        help=(
-            "A running Ray cluster to join (host:port, or auto: the one on this machine);"
-            " without it (or RAY_ADDRESS) a local Ray starts and stops with the command."
-            " A cluster with token authentication (Ray 2.59 on) also needs"
-            " RAY_AUTH_MODE=token."
-        ),
-    ),
-]
-CpusPerWorkerOption = Annotated[
-    int,
-    typer.Option(
-        "--num-cpus-per-worker",
-        metavar="N",
-        min=1,
-        rich_help_panel=SCALE_PANEL,
-        help="CPUs each Ray worker holds; torch runs that many threads in it. Files equal a "
-        "local run's with as many torch threads (OMP_NUM_THREADS=N).",
-    ),
-]
-GpusPerWorkerOption = Annotated[
-    float,
-    typer.Option(
-        "--num-gpus-per-worker",
-        metavar="N",
-        min=0.0,
-        rich_help_panel=SCALE_PANEL,
-        help="GPUs each Ray worker holds (0.5: two workers share one GPU).",
     ),
 ]

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+import typer
 
 from attnviz.choices import Engine
 from attnviz.cli import declarations as d
+from attnviz.cli.bundles import bundle, given_flags
 from attnviz.outputs import refuse_unused
 
 if TYPE_CHECKING:
@@ -16,14 +19,62 @@ if TYPE_CHECKING:
     from attnviz.cli.output import Environment
 
 
+EngineOption = Annotated[
+    Engine,
+    typer.Option(
+        "--engine",
+        metavar="ENGINE",
+        case_sensitive=False,
+        rich_help_panel=d.SCALE_PANEL,
+        help="local: this machine. ray: Ray workers, each holding the model (--jobs of them), "
+        "on the cluster at --ray-address or on a local Ray. Needs attnviz[ray].",
+    ),
+]
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        metavar="ADDRESS",
+        rich_help_panel=d.SCALE_PANEL,
+        help=(
+            "A running Ray cluster to join (host:port, or auto: the one on this machine);"
+            " without it (or RAY_ADDRESS) a local Ray starts and stops with the command."
+            " A cluster with token authentication (Ray 2.59 on) also needs"
+            " RAY_AUTH_MODE=token."
+        ),
+    ),
+]
+CpusPerWorkerOption = Annotated[
+    int,
+    typer.Option(
+        "--num-cpus-per-worker",
+        metavar="N",
+        min=1,
+        rich_help_panel=d.SCALE_PANEL,
+        help="CPUs each Ray worker holds; torch runs that many threads in it. Files equal a "
+        "local run's with as many torch threads (OMP_NUM_THREADS=N).",
+    ),
+]
+GpusPerWorkerOption = Annotated[
+    float,
+    typer.Option(
+        "--num-gpus-per-worker",
+        metavar="N",
+        min=0.0,
+        rich_help_panel=d.SCALE_PANEL,
+        help="GPUs each Ray worker holds (0.5: two workers share one GPU).",
+    ),
+]
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Where the work runs, as the command line gives it: each field declares its option."""
 
-    engine: d.EngineOption = Engine.LOCAL
-    ray_address: d.RayAddressOption = None
-    cpus_per_worker: d.CpusPerWorkerOption = 1
-    gpus_per_worker: d.GpusPerWorkerOption = 0.0
+    engine: EngineOption = Engine.LOCAL
+    ray_address: RayAddressOption = None
+    cpus_per_worker: CpusPerWorkerOption = 1
+    gpus_per_worker: GpusPerWorkerOption = 0.0
 
     def check(self, jobs: int | None = None) -> None:
         """The Ray options are refused with the local engine, rather than dropped unsaid;
@@ -31,7 +82,7 @@ class EngineSettings:
         it."""
         if self.engine is not Engine.LOCAL:
             return
-        given = d.given_flags(self, among=("ray_address", "cpus_per_worker", "gpus_per_worker"))
+        given = given_flags(self, among=("ray_address", "cpus_per_worker", "gpus_per_worker"))
         refuse_unused(given, "--engine ray only", "the local engine", "add --engine ray")
         if jobs is not None:
             refuse_unused(["--jobs"], "--engine ray", "the local engine here", "add --engine ray")
@@ -49,5 +100,5 @@ class EngineSettings:
 
 
 # Gives a command the engine options as one ``run_on: EngineSettings`` argument.
-engine_settings = d.bundle("run_on", EngineSettings)
+engine_settings = bundle("run_on", EngineSettings)
 LOCAL = EngineSettings()

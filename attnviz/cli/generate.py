@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli.completion import complete_language_model
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
 from attnviz.cli.settings import (
@@ -45,7 +46,7 @@ LanguageModelOption = Annotated[
     typer.Option(
         "--model",
         metavar="NAME",
-        autocompletion=d.complete_language_model,
+        autocompletion=complete_language_model,
         help="A language model: a decoder (GPT-2, Llama, Qwen) or an encoder-decoder "
         "(BART, T5, Marian), as --model of show takes it.",
     ),

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from attnviz.cli.declarations import ColourChoice
 from attnviz.errors import UsageError
+from attnviz.writers import ONE_TEXT
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -128,7 +129,6 @@ def stdout_console(colour: ColourChoice, width: int | None, environment: Environ
     )
 
 
-ONE_TEXT = "attnviz batch makes one output per line"
 ONE_MAPS = "pick one line of the ndjson first (e.g. sed -n 1p)"
 
 

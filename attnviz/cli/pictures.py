@@ -4,29 +4,154 @@ looking at first that show, export and batch share; each bundled into one argume
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli.bundles import bundle, given_flags
 from attnviz.errors import UsageError
-from attnviz.statistics import Detector, HeadColumn, RankBy
+from attnviz.statistics import SUMMED, Detector, HeadColumn, Needs, RankBy, listed
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
     from attnviz.render.style import Style
 
 
+# The picture options, declared where their bundle is (each is a field below).
+CmapOption = Annotated[
+    str,
+    typer.Option(
+        "--cmap",
+        metavar="NAME",
+        rich_help_panel=d.PICTURE_PANEL,
+        help="Any matplotlib colormap name.",
+    ),
+]
+
+DpiOption = Annotated[
+    int,
+    typer.Option(
+        "--dpi",
+        metavar="DPI",
+        min=20,
+        max=1200,
+        rich_help_panel=d.PICTURE_PANEL,
+        help="Pixels per inch.",
+    ),
+]
+
+VmaxOption = Annotated[
+    float,
+    typer.Option(
+        "--vmax",
+        metavar="WEIGHT",
+        min=1e-6,
+        max=1.0,
+        rich_help_panel=d.PICTURE_PANEL,
+        help="The weight at the top of the colour scale (default 1, the same in every picture). "
+        "Lower it for long inputs, whose weights are all small.",
+    ),
+]
+
+PictureValuesOption = d.values_option(
+    d.PICTURE_PANEL,
+    "Print the weights in the cells of one map (--view head; in the terminal, "
+    "panels), up to 16 × 16.",
+)
+
+FigsizeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--figsize",
+        metavar="W,H",
+        rich_help_panel=d.PICTURE_PANEL,
+        help="Figure size in inches, e.g. 3.5,3 for a paper's column (default: sized by the map).",
+    ),
+]
+
+FontSizeOption = Annotated[
+    float | None,
+    typer.Option(
+        "--font-size",
+        metavar="POINTS",
+        min=4.0,
+        max=72.0,
+        rich_help_panel=d.PICTURE_PANEL,
+        help="Size of labels and titles. Token labels never go below 6 points: where the cells "
+        "are too small for them, every n-th label is shown and the picture says so.",
+    ),
+]
+
+TitleOption = Annotated[
+    str | None,
+    typer.Option(
+        "--title",
+        metavar="TEXT",
+        rich_help_panel=d.PICTURE_PANEL,
+        help="The figure's title (default: the model and the mode).",
+    ),
+]
+
+NoTitleOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-title",
+        rich_help_panel=d.PICTURE_PANEL,
+        help="No figure title (the layer and head of each panel of a grid stay).",
+    ),
+]
+
+TopHeadsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--top-heads",
+        metavar="N",
+        min=1,
+        rich_help_panel=d.SELECTION_PANEL,
+        help="Only the N heads `attnviz heads --sort STAT` lists first (of those selected), in "
+        "that order: the heads worth looking at first.",
+    ),
+]
+
+ByOption = Annotated[
+    RankBy | None,
+    typer.Option(
+        "--by",
+        metavar="STAT",
+        case_sensitive=False,
+        rich_help_panel=d.SELECTION_PANEL,
+        help="The statistic --top-heads ranks by: "
+        + listed([c for c in SUMMED if c.needs is not Needs.SPAN])
+        + ", or span with --span (see attnviz heads). Largest first, as heads --sort lists "
+        "them. [default: entropy, or the --detect score]",
+        show_default=False,
+    ),
+]
+
+LowestOption = Annotated[
+    bool,
+    typer.Option(
+        "--lowest",
+        rich_help_panel=d.SELECTION_PANEL,
+        help="--top-heads takes the smallest values instead (--by entropy --lowest: the most "
+        "focused heads), as heads --sort STAT --reverse lists them.",
+    ),
+]
+
+
 @dataclass(frozen=True)
 class PictureSettings:
     """How pictures look, as the command line gives it: each field declares its option."""
 
-    cmap: d.CmapOption = "viridis"
-    dpi: d.DpiOption = 100
-    values: d.PictureValuesOption = False
-    vmax: d.VmaxOption = 1.0
-    figsize: d.FigsizeOption = None
-    font_size: d.FontSizeOption = None
-    title: d.TitleOption = None
-    no_title: d.NoTitleOption = False
+    cmap: CmapOption = "viridis"
+    dpi: DpiOption = 100
+    values: PictureValuesOption = False
+    vmax: VmaxOption = 1.0
+    figsize: FigsizeOption = None
+    font_size: FontSizeOption = None
+    title: TitleOption = None
+    no_title: NoTitleOption = False
 
     def style(self) -> Style:
         """The checked style: a known colormap, a size of two positive numbers."""
@@ -48,7 +173,7 @@ class PictureSettings:
     def given(self) -> list[str]:
         """The options given (not at their defaults), as flags: what applies only where a
         picture is drawn (attnviz.outputs.APPLIES_TO says where)."""
-        return d.given_flags(self)
+        return given_flags(self)
 
 
 def parse_figsize(text: str) -> tuple[float, float]:
@@ -64,7 +189,7 @@ def parse_figsize(text: str) -> tuple[float, float]:
 
 
 # Gives a command the picture options as one ``picture: PictureSettings`` argument.
-picture_settings = d.bundle("picture", PictureSettings)
+picture_settings = bundle("picture", PictureSettings)
 DEFAULT_PICTURE = PictureSettings()
 
 
@@ -72,9 +197,9 @@ DEFAULT_PICTURE = PictureSettings()
 class HeadChoice:
     """--top-heads N --by STAT [--lowest], as the command line gives it."""
 
-    top_heads: int | None = None
-    by: RankBy | None = None  # not given: entropy, or the score of --detect
-    lowest: bool = False
+    top_heads: TopHeadsOption = None
+    by: ByOption = None  # not given: entropy, or the score of --detect
+    lowest: LowestOption = False
 
     def top(self, detect: Detector | None = None) -> TopHeads | None:
         if self.top_heads is None:
@@ -91,11 +216,6 @@ class HeadChoice:
         return [] if self.top_heads is None else ["--top-heads"]
 
 
-_CHOICE_OPTIONS = {
-    "top_heads": (d.TopHeadsOption, None),
-    "by": (d.ByOption, None),
-    "lowest": (d.LowestOption, False),
-}
 # Gives a command --top-heads, --by and --lowest as one ``choice: HeadChoice`` argument.
-head_choice = d.bundle_options("choice", _CHOICE_OPTIONS, HeadChoice)
+head_choice = bundle("choice", HeadChoice)
 ALL_HEADS = HeadChoice()

@@ -10,10 +10,11 @@ an :class:`~attnviz.extractor.Extractor`.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
-from attnviz.choices import Aggregate, Attention, Mode, Projections
+from attnviz.choices import Aggregate, Attention, Mode
 from attnviz.cli import declarations as d
+from attnviz.cli.bundles import bundle, given_flags
 from attnviz.outputs import refuse_unused
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
@@ -26,29 +27,30 @@ if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """The pretrained-model and built-in-stack options, as every model command takes them."""
+    """The pretrained-model and built-in-stack options, as every model command takes them:
+    each field declares its option, in the order --help lists them."""
 
-    special: bool = True
-    words: bool = False
-    raw_pieces: bool = False
-    chat: bool = False
-    system: str | None = None
-    download: bool = False
-    trust_remote_code: bool = False
-    allow_pickle: bool = False
-    verbose: bool = False
-    device: str = "auto"
-    model_dtype: str = "auto"
-    device_map: str | None = None
-    attention: Attention = Attention.AUTO
-    memory: str | None = None  # the library's default block budget
-    num_layers: int | None = None
-    num_heads: int | None = None
-    d_model: int | None = None
-    seed: int | None = None
-    positions: bool | None = None
-    projections: Projections | None = None
-    keep_case: bool = False
+    special: d.SpecialOption = True
+    words: d.WordsOption = False
+    raw_pieces: d.RawPiecesOption = False
+    chat: d.ChatOption = False
+    system: d.SystemOption = None
+    download: d.DownloadOption = False
+    trust_remote_code: d.TrustRemoteCodeOption = False
+    allow_pickle: d.AllowPickleOption = False
+    verbose: d.VerboseOption = False
+    device: d.DeviceOption = "auto"
+    model_dtype: d.ModelDtypeOption = "auto"
+    device_map: d.DeviceMapOption = None
+    attention: d.AttentionOption = Attention.AUTO
+    memory: d.MemoryOption = None  # the library's default block budget
+    num_layers: d.NumLayersOption = None
+    num_heads: d.NumHeadsOption = None
+    d_model: d.DModelOption = None
+    seed: d.SeedOption = None
+    positions: d.PositionsOption = None
+    projections: d.ProjectionsOption = None
+    keep_case: d.KeepCaseOption = False
 
     def stack(self) -> dict[str, Any]:
         """The built-in stack options that were given, as BuiltinConfig fields."""
@@ -59,11 +61,7 @@ class ModelSettings:
 
     def given(self) -> list[str]:
         """The options given, not left at their defaults, as the command line spells them."""
-        return [
-            _spelling(hint, getattr(self, name))
-            for name, (hint, default) in _SETTINGS_OPTIONS.items()
-            if getattr(self, name) != default
-        ]
+        return given_flags(self)
 
     def without_stack(self) -> ModelSettings:
         cleared: dict[str, Any] = dict.fromkeys(self.stack(), None)
@@ -113,9 +111,9 @@ def memory_size(text: str) -> int:
 class MapProducts:
     """What a command that writes maps keeps of a long input: chosen rows or pooled bins."""
 
-    rows: str | None = None
-    pool: int | None = None
-    span: str | None = None
+    rows: d.RowsOption = None
+    pool: d.PoolOption = None
+    span: d.SpanOption = None
 
     def given(self) -> list[str]:
         """The options given, as typed: saved maps (--from) have no use for them."""
@@ -140,39 +138,6 @@ class MapProducts:
 
 DEFAULT_SETTINGS = ModelSettings()
 
-# The command-line spelling of each ModelSettings field, in the order --help lists them.
-_SETTINGS_OPTIONS = {
-    "special": (d.SpecialOption, True),
-    "words": (d.WordsOption, False),
-    "raw_pieces": (d.RawPiecesOption, False),
-    "chat": (d.ChatOption, False),
-    "system": (d.SystemOption, None),
-    "download": (d.DownloadOption, False),
-    "trust_remote_code": (d.TrustRemoteCodeOption, False),
-    "allow_pickle": (d.AllowPickleOption, False),
-    "verbose": (d.VerboseOption, False),
-    "device": (d.DeviceOption, "auto"),
-    "model_dtype": (d.ModelDtypeOption, "auto"),
-    "device_map": (d.DeviceMapOption, None),
-    "attention": (d.AttentionOption, Attention.AUTO),
-    "memory": (d.MemoryOption, None),
-    "num_layers": (d.NumLayersOption, None),
-    "num_heads": (d.NumHeadsOption, None),
-    "d_model": (d.DModelOption, None),
-    "seed": (d.SeedOption, None),
-    "positions": (d.PositionsOption, None),
-    "projections": (d.ProjectionsOption, None),
-    "keep_case": (d.KeepCaseOption, False),
-}
-
-
-def _spelling(hint: object, value: object) -> str:
-    """How an option declared by ``hint`` was written: ``--no-special`` for False."""
-    option = get_args(hint)[1]
-    # In Annotated, typer takes Option's first argument (its `default`) as the first name.
-    on, _, off = str(option.default).partition("/")
-    return off if off and value is False else on
-
 
 def model_options_given(
     settings: ModelSettings, model: str, mode: Mode | None, target: str | None, pair: str | None
@@ -185,33 +150,19 @@ def model_options_given(
 
 
 # Gives a command that writes maps the long-input options as one ``products`` argument.
-_PRODUCT_OPTIONS = {
-    "rows": (d.RowsOption, None),
-    "pool": (d.PoolOption, None),
-    "span": (d.SpanOption, None),
-}
-map_products = d.bundle_options("products", _PRODUCT_OPTIONS, MapProducts)
+map_products = bundle("products", MapProducts)
 # The same without --pool, for statistics, which are read from exact rows.
-row_products = d.bundle_options(
-    "products", {name: _PRODUCT_OPTIONS[name] for name in ("rows", "span")}, MapProducts
-)
+row_products = bundle("products", MapProducts, leave_out=("pool",))
 NO_PRODUCTS = MapProducts()
 
 # Gives a command the model and built-in-stack options as one ``settings`` argument.
-model_settings = d.bundle_options("settings", _SETTINGS_OPTIONS, ModelSettings)
+model_settings = bundle("settings", ModelSettings)
 _STACK_OPTIONS = ("num_layers", "num_heads", "d_model", "seed", "positions", "projections")
 # The same without the built-in stack's, for commands only pretrained models can serve.
-_PRETRAINED_OPTIONS = {
-    name: option
-    for name, option in _SETTINGS_OPTIONS.items()
-    if name not in (*_STACK_OPTIONS, "keep_case")
-}
-pretrained_settings = d.bundle_options("settings", _PRETRAINED_OPTIONS, ModelSettings)
+pretrained_settings = bundle("settings", ModelSettings, leave_out=(*_STACK_OPTIONS, "keep_case"))
 # generate writes tokens that are no word of a given text: --words has nothing to merge.
-generation_settings = d.bundle_options(
-    "settings",
-    {name: option for name, option in _PRETRAINED_OPTIONS.items() if name != "words"},
-    ModelSettings,
+generation_settings = bundle(
+    "settings", ModelSettings, leave_out=(*_STACK_OPTIONS, "keep_case", "words")
 )
 
 

@@ -174,7 +174,7 @@ class Skipped:
 
     def readable(self, source: str) -> Iterator[tuple[int, Item]]:
         """(line number, item) of every readable input of ``source``, counting the rest."""
-        from attnviz.batch import iter_inputs
+        from attnviz.batch.inputs import iter_inputs
 
         for item in iter_inputs(source):
             if item.blank:

@@ -1,0 +1,222 @@
+"""A batch's folder: one writer at a time (:class:`FolderLock`), every manifest in it
+honoured (:func:`plan_folder`), and what a stopped run left behind removed."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import os
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.batch.inputs import BatchInput
+from attnviz.batch.manifest import Record, folder_manifests, manifest_name, read_manifest
+from attnviz.errors import AttnvizError, UsageError, warn
+from attnviz.files import remove_if_abandoned, temporaries
+
+if TYPE_CHECKING:
+    from attnviz.batch.writing import Outputs
+
+
+@dataclass(frozen=True)
+class FolderPlan:
+    """How a run honours the manifests already in its folder."""
+
+    manifest: Path  # this run's
+    earlier: dict[int, Record] = field(default_factory=dict)  # what --resume may skip
+    append: bool = False  # --resume: this run's manifest goes on
+    absorbed: tuple[Path, ...] = ()  # their records are taken over; removed at the end
+    replaced: tuple[Path, ...] = ()  # --overwrite: removed first, with the files they record
+
+
+def plan_folder(
+    folder: Path,
+    shard: tuple[int, int] | None,
+    *,
+    resume: bool,
+    overwrite: bool,
+    request: dict[str, Any],
+) -> FolderPlan:
+    """What this run may do in ``folder``, given every manifest there; refuses (one line,
+    exit 2) a run that would mix its files with another batch's.
+
+    A whole batch's files may be any input's, so it honours every manifest: --resume
+    takes their records over (finishing a sharded batch as one), --overwrite removes
+    them and their files. A shard's files are its slice's: the other slices of the
+    same N are its siblings, left alone but held to the same request; a whole batch
+    or another N covers its files, as its own manifest does.
+    """
+    own = manifest_name(shard)
+    found = folder_manifests(folder)
+    siblings = [
+        name
+        for name, piece in found.items()
+        if name != own and shard is not None and piece is not None and piece[1] == shard[1]
+    ]
+    held = [name for name in found if name not in siblings]  # this run's files among theirs
+    for sibling in siblings:
+        if any(record.request != request for record in read_manifest(folder / sibling).values()):
+            raise UsageError(
+                f"{folder} holds {sibling}, written with other options: every shard of a "
+                "batch takes the same ones (to change them, run the whole batch again "
+                "without --shard, with --overwrite)"
+            )
+    plan = FolderPlan(manifest=folder / own)
+    if overwrite:
+        return dataclasses.replace(plan, replaced=tuple(folder / name for name in held))
+    if not resume:
+        if held:
+            raise UsageError(
+                f"{folder} already holds a batch ({', '.join(held)}): add --resume to finish "
+                "it, or --overwrite to start again"
+            )
+        return plan
+    others = [name for name in held if name != own]
+    if shard is not None and others:
+        raise UsageError(
+            f"--shard {shard[0]}/{shard[1]} --resume: {folder} holds {others[0]}, another "
+            "slicing of the inputs: resume it as it was run, or add --overwrite to start again"
+        )
+    earlier: dict[int, Record] = {}
+    for name in [*others, own]:  # this run's own manifest has the last word
+        earlier.update(read_manifest(folder / name))
+    return dataclasses.replace(
+        plan, earlier=earlier, append=True, absorbed=tuple(folder / name for name in others)
+    )
+
+
+def remove_replaced(plan: FolderPlan) -> None:
+    """--overwrite: the earlier batches' files and manifests go, so that none is left
+    beside the new ones (only the names their manifests record: nothing else is touched)."""
+    for manifest in plan.replaced:
+        for record in read_manifest(manifest).values():
+            for name in record.files:
+                path = manifest.parent / name
+                if path.is_symlink() or path.is_file():
+                    path.unlink(missing_ok=True)
+        manifest.unlink(missing_ok=True)
+
+
+class FolderLock:
+    """One writer per folder: a whole batch holds it alone; the shards of a batch share
+    it, each slice alone. POSIX record locks on a lock file in the folder: the system
+    drops them when a process ends however it ends, and they hold on network file
+    systems too. The last writer out removes the file."""
+
+    NAME = ".attnviz-batch.lock"
+
+    def __init__(self, folder: Path, shard: tuple[int, int] | None) -> None:
+        self.folder = folder
+        self.shard = shard
+        self.path = folder / self.NAME
+        self.descriptor: int | None = None
+
+    def __enter__(self) -> FolderLock:
+        try:
+            import fcntl
+        except ImportError:  # no POSIX locks (Windows): one writer per folder is up to you
+            return self
+        while self.descriptor is None:
+            try:
+                descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+            except OSError as error:
+                raise AttnvizError(f"cannot lock {self.folder}: {error.strerror}") from None
+            try:
+                self._lock(fcntl, descriptor)
+            except BaseException:
+                os.close(descriptor)
+                raise
+            if _same_file(descriptor, self.path):
+                self.descriptor = descriptor
+            else:  # locked as the last writer removed it: lock the new one
+                os.close(descriptor)
+        return self
+
+    def _lock(self, fcntl: Any, descriptor: int) -> None:
+        # Byte 0 is the folder, shared by the shards; byte 1 + n is the n-th slice
+        # counted over every K/N, 1/1, 1/2, 2/2, 1/3...
+        try:
+            if self.shard is None:
+                fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # every byte
+                return
+            fcntl.lockf(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, 0)
+        except OSError as error:
+            raise self._busy(error, "a batch") from None
+        number, count = self.shard
+        try:
+            fcntl.lockf(
+                descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, count * (count - 1) // 2 + number
+            )
+        except OSError as error:
+            raise self._busy(error, f"shard {number}/{count}") from None
+
+    def _busy(self, error: OSError, what: str) -> AttnvizError:
+        if error.errno not in (errno.EAGAIN, errno.EACCES):
+            return AttnvizError(f"cannot lock {self.folder}: {error.strerror}")
+        return AttnvizError(
+            f"another attnviz run is writing {what} into {self.folder}: wait until it ends, "
+            "or write elsewhere"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self.descriptor is None:
+            return
+        import fcntl
+
+        with contextlib.suppress(OSError):  # held by another writer still: it stays
+            fcntl.lockf(self.descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.path.unlink()
+        os.close(self.descriptor)
+        self.descriptor = None
+
+
+def _same_file(descriptor: int, path: Path) -> bool:
+    try:
+        named = path.lstat()
+    except OSError:
+        return False
+    held = os.fstat(descriptor)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def remove_left_behind(
+    folder: Path, shard: tuple[int, int] | None, inputs: Sequence[BatchInput], outputs: Outputs
+) -> None:
+    """After the engine's session, however it ended: the temporary files of these inputs'
+    outputs that nobody will finish removed (Ray stops a worker mid-write when its driver
+    ends on Ctrl-C or SIGTERM; a run killed with kill -9 leaves its own), waiting a few
+    seconds for those still at work. Skipped if another run holds the folder by then."""
+    if not folder.is_dir():
+        return
+    stems = {item.name for item in inputs}
+    formats = {output_format.value for output_format in outputs.formats}
+    deadline = time.monotonic() + WORKERS_STOP
+    with contextlib.suppress(AttnvizError), FolderLock(folder, shard):
+        while held := [
+            path
+            for path, name in temporaries(folder)
+            if _written_for(name, stems, formats) and not remove_if_abandoned(path)
+        ]:
+            if time.monotonic() >= deadline:
+                warn(
+                    f"{len(held)} temporary file(s) in {folder} still held by a worker"
+                    f" ({held[0].name}); the next batch into the folder removes them"
+                )
+                return
+            time.sleep(0.05)
+
+
+WORKERS_STOP = 10.0  # seconds: Ray stops a job's workers once its driver has left
+
+
+def _written_for(name: str, stems: set[str], formats: set[str]) -> bool:
+    """Whether ``name`` is one of the files :func:`write_outputs` writes for these stems."""
+    base, _, extension = name.rpartition(".")
+    without_head = re.sub(r"-H\d+$", "", base)
+    without_layer = re.sub(r"-L\d+$", "", without_head)
+    return extension in formats and not stems.isdisjoint({base, without_head, without_layer})

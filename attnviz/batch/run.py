@@ -1,0 +1,187 @@
+"""Running a batch's inputs through a model and its writers, recording each in the manifest."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnviz import signals
+from attnviz.batch.folder import FolderPlan, remove_replaced
+from attnviz.batch.inputs import BatchInput
+from attnviz.batch.manifest import FileDigest, Manifest, Record, is_complete
+from attnviz.batch.workers import RenderPool
+from attnviz.batch.writing import Outputs, Task, render_task
+from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
+from attnviz.maps import AttentionMaps
+from attnviz.render.image import Painter
+
+
+class PartialFailure(AttnvizError):
+    """Some inputs of a batch failed; the rest were written."""
+
+    exit_code = ExitCode.PARTIAL_FAILURE
+
+
+@dataclass
+class Tally:
+    """What a batch did, kept up to date as it goes, so that it is right after an abort."""
+
+    started: bool = False  # the folder was locked and planned: inputs began to run
+    skipped: int = 0  # done by an earlier run, for the same request
+    records: list[Record] = field(default_factory=list)  # finished by this run
+
+    @property
+    def failed(self) -> int:
+        return sum(record.status == "failed" for record in self.records)
+
+
+def run_batch(
+    inputs: Sequence[BatchInput],
+    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
+    outputs: Outputs,
+    *,
+    plan: FolderPlan,
+    batch_size: int,
+    jobs: int,
+    progress: Callable[[int, int], None],
+    tally: Tally | None = None,
+) -> Tally:
+    """Run every input; return what was done. Raises PartialFailure if some failed.
+
+    ``extract`` turns a chunk of readable inputs into their maps; when it fails
+    for a chunk, its inputs are retried one by one so that only the bad ones
+    fail. Rendering runs here (jobs 1) or in worker processes, while the next
+    chunk is extracted.
+    """
+    tally = tally if tally is not None else Tally()
+    pending, manifest = start_batch(inputs, outputs, plan, tally)
+    done = tally.skipped
+    progress(done, len(inputs))
+    records = tally.records
+    finished = False
+    try:
+        with RenderPool(jobs) as renderer:
+            for chunk in _chunks(pending, batch_size):
+                for task in _tasks(chunk, extract, outputs):
+                    renderer.submit(task)
+                for item, written in renderer.completed(wait=False):
+                    done = _finish(item, written, manifest, records, done, len(inputs), progress)
+            for item, written in renderer.completed(wait=True):
+                done = _finish(item, written, manifest, records, done, len(inputs), progress)
+        finished = True
+    finally:
+        manifest.close(finished=finished)
+    check_failures(records, len(inputs), plan.manifest)
+    return tally
+
+
+def start_batch(
+    inputs: Sequence[BatchInput], outputs: Outputs, plan: FolderPlan, tally: Tally
+) -> tuple[list[BatchInput], Manifest]:
+    """The inputs still to do (with --resume, those the folder's manifests do not record
+    as done for today's request, files whole), and the manifest to record them in."""
+    request = outputs.fingerprint()
+    pending = [
+        item
+        for item in inputs
+        if not is_complete(plan.earlier.get(item.index), item, outputs.folder, request)
+    ]
+    tally.skipped = len(inputs) - len(pending)
+    remove_replaced(plan)
+    return pending, Manifest(plan, request=request)
+
+
+def check_failures(records: Sequence[Record], total: int, manifest_path: Path) -> None:
+    failed = [record for record in records if record.status == "failed"]
+    if failed:
+        first = failed[0]
+        error = str(first.error)  # a reading error names its line already
+        where = "" if error.startswith(f"line {first.line} ") else f"line {first.line}: "
+        raise PartialFailure(
+            f"{len(failed)} of {total} inputs failed (first: {where}{error}); see {manifest_path}"
+        )
+
+
+def _finish(
+    item: BatchInput,
+    written: dict[str, FileDigest] | Exception,
+    manifest: Manifest,
+    records: list[Record],
+    done: int,
+    total: int,
+    progress: Callable[[int, int], None],
+) -> int:
+    record_done(_record(item, written, manifest.request), manifest, records)
+    progress(done + 1, total)
+    return done + 1
+
+
+def record_done(record: Record, manifest: Manifest, records: list[Record]) -> None:
+    """An input recorded in the manifest and among this run's records as one step: a
+    Ctrl-C (or SIGTERM) in between waits until both are done, so that the summary of an interrupted
+    batch counts what its manifest holds."""
+    with signals.deferred():
+        manifest.add(record)
+        records.append(record)
+
+
+def _tasks(
+    chunk: list[BatchInput],
+    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
+    outputs: Outputs,
+) -> Iterator[Task]:
+    readable = [item for item in chunk if item.error is None]
+    try:
+        results: dict[int, AttentionMaps | Exception] = dict(
+            zip((item.index for item in readable), extract(readable), strict=True)
+        )
+    except (AttnvizError, ValueError):
+        results = {}
+        for item in readable:  # find the inputs that fail, keep the rest
+            try:
+                (results[item.index],) = extract([item])
+            except (AttnvizError, ValueError) as error:
+                results[item.index] = error
+    for item in chunk:
+        maps: AttentionMaps | Exception = (
+            UsageError(item.error) if item.error is not None else results[item.index]
+        )
+        yield item, maps, outputs
+
+
+def _chunks(items: Sequence[BatchInput], size: int) -> Iterator[list[BatchInput]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def _record(item: BatchInput, written: dict[str, FileDigest] | Exception, request: dict) -> Record:
+    base: dict[str, Any] = {
+        "index": item.index,
+        "line": item.line,
+        "id": item.id,
+        "text": item.text,
+        "target": item.target,
+        "pair": item.pair,
+        "request": request,
+    }
+    if isinstance(written, Exception):
+        return Record(**base, status="failed", error=describe(written)[1])
+    return Record(**base, status="ok", files=list(written), digests=written)
+
+
+def records_of(
+    inputs: Sequence[BatchInput],
+    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
+    outputs: Outputs,
+    painter: Painter,
+    batch_size: int,
+) -> Iterator[Record]:
+    """Each input's files written here and its manifest record, ``batch_size`` inputs per
+    model pass: the work of an engine whose workers write into the folder themselves
+    (Ray's), each batch cut as the local engine cuts it."""
+    fingerprint = outputs.fingerprint()
+    for chunk in _chunks(inputs, batch_size):
+        for task in _tasks(chunk, extract, outputs):
+            yield _record(*render_task(task, painter), fingerprint)

@@ -1,0 +1,93 @@
+"""What a batch writes for one input: every requested file, through the writers' registry."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnviz.analysis.heads import TopHeads
+from attnviz.batch.inputs import BatchInput
+from attnviz.batch.manifest import FileDigest, digest_of
+from attnviz.choices import Aggregate, Dtype, Output, View
+from attnviz.errors import AttnvizError
+from attnviz.files import open_output
+from attnviz.maps import AttentionMaps
+from attnviz.render.image import Painter
+from attnviz.render.style import Style
+from attnviz.writers import Rendering, pieces
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What to write for every input."""
+
+    folder: Path
+    formats: tuple[Output, ...]  # some of png, svg, pdf, json, npz, html
+    view: View
+    style: Style
+    aggregate: Aggregate | None = None  # applied before writing
+    top: TopHeads | None = None  # the heads pictures show, chosen per input
+    label_positions: bool = False  # repeated labels in pictures told apart
+    dtype: Dtype = Dtype.FLOAT32  # how json and npz store the weights
+    request: dict[str, Any] = field(default_factory=dict)  # the model side, for the manifest
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything that decides the files an input gets, as plain JSON values: as the
+        manifest reads them back (a tuple is a list there)."""
+        fingerprint = {
+            **self.request,
+            "formats": [output_format.value for output_format in self.formats],
+            "view": self.view.value,
+            "style": asdict(self.style),
+            "aggregate": None if self.aggregate is None else self.aggregate.value,
+            "top": None if self.top is None else asdict(self.top),
+            "label_positions": self.label_positions,
+            "dtype": self.dtype.value,
+        }
+        return json.loads(json.dumps(fingerprint))
+
+
+def write_outputs(
+    maps: AttentionMaps, stem: str, outputs: Outputs, painter: Painter
+) -> dict[str, FileDigest]:
+    """Write every requested file of one input; return their names and digests. Runs in
+    worker processes."""
+    if outputs.aggregate is not None:
+        from attnviz.analysis.aggregate import aggregate
+
+        maps = aggregate(maps, outputs.aggregate)
+    how = Rendering(
+        outputs.view,
+        outputs.style,
+        outputs.top,
+        outputs.label_positions,
+        outputs.dtype,
+        painter=painter,
+    )
+    written = {}
+    for output_format in outputs.formats:
+        # suffix: "", -L{layer}, -H{head} or -L{layer}-H{head}
+        for suffix, write_file in pieces(maps, output_format, how):
+            name = f"{stem}{suffix}.{output_format.value}"
+            with open_output(outputs.folder / name, binary=True, follow_links=False) as out:
+                write_file(out)
+            written[name] = digest_of(outputs.folder / name)
+    return written
+
+
+Task = tuple[BatchInput, "AttentionMaps | Exception", Outputs]
+
+
+def render_task(
+    task: Task, painter: Painter
+) -> tuple[BatchInput, dict[str, FileDigest] | Exception]:
+    """One input's files, or the exception that stopped it: a worker's unit of work."""
+    item, maps, outputs = task
+    if isinstance(maps, Exception):
+        return item, maps
+    try:
+        return item, write_outputs(maps, item.name, outputs, painter)
+    except (AttnvizError, OSError, ValueError) as error:
+        return item, error
