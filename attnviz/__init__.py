@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Aggregate, Dtype, Mode, Output, View
 from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, UsageError
-from attnviz.schema import SCHEMA_VERSION
+from attnviz.schema import SCHEMA_VERSION, package_version
 
 if TYPE_CHECKING:
     from attnviz.builtin.config import BuiltinConfig
@@ -41,8 +41,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from attnviz.schema import package_version
-
         return package_version()
     if name in _LAZY:
         import importlib

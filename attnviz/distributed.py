@@ -23,7 +23,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.errors import AttnvizError, UsageError
+from attnviz.analysis.corpus import CorpusStatistics
+from attnviz.batch.inputs import BatchInput
+from attnviz.batch.manifest import Record
+from attnviz.batch.run import check_failures, record_done, records_of, start_batch
+from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
+from attnviz.render.image import Painter
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
@@ -205,8 +210,6 @@ class BatchWorker:
         threads: int,
         batch_size: int,
     ) -> None:
-        from attnviz.render.image import Painter
-
         _use_threads(threads)
         self.extractor = spec.load()
         self.request = request
@@ -219,9 +222,6 @@ class BatchWorker:
         return list(self.extractor.extract_many(items, self.request, batch_size=len(items)))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
-        from attnviz.batch.inputs import BatchInput
-        from attnviz.batch.run import records_of
-
         (listed,) = batch["task"]  # one task: a JSON list of inputs
         inputs = [BatchInput(**fields) for fields in json.loads(listed)]
         with _warnings_kept() as said:
@@ -237,8 +237,6 @@ def _warnings_kept() -> Iterator[list[str]]:
     driver to say: a worker's stderr is not the user's."""
     import warnings
 
-    from attnviz.errors import AttnvizWarning
-
     said: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AttnvizWarning)
@@ -247,8 +245,6 @@ def _warnings_kept() -> Iterator[list[str]]:
 
 
 def _say(warnings_of_a_task: str) -> None:
-    from attnviz.errors import warn
-
     for message in json.loads(warnings_of_a_task):
         warn(message)
 
@@ -293,9 +289,6 @@ def run_batch(
     tally: Tally,
 ) -> Tally:
     """As :func:`attnviz.batch.run_batch`, with the work done by Ray workers."""
-    from attnviz.batch.manifest import Record
-    from attnviz.batch.run import check_failures, record_done, start_batch
-
     _quiet_progress()
     pending, manifest = start_batch(inputs, outputs, plan, tally)
     done = tally.skipped
@@ -341,8 +334,6 @@ class StatisticsWorker:
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        from attnviz.analysis.corpus import CorpusStatistics
-
         (listed,) = batch["task"]  # one task: a JSON list of [line, item]
         items = [(line, tuple(item)) for line, item in json.loads(listed)]
         partial = CorpusStatistics()
@@ -364,8 +355,6 @@ def corpus_statistics(
 ) -> CorpusStatistics:
     """Per-head statistics of every item, computed by Ray workers and merged here;
     ``progress`` is told how many inputs are merged, after each task."""
-    from attnviz.analysis.corpus import CorpusStatistics
-
     _quiet_progress()
     corpus = CorpusStatistics()
     listed = [[line, list(item)] for line, item in lines]

@@ -15,7 +15,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from attnviz.distributed import Workers
+from attnviz import distributed
+from attnviz.analysis.corpus import CorpusStatistics
+from attnviz.batch.run import run_batch
+from attnviz.distributed import Workers, ray_session
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
@@ -93,8 +96,6 @@ class Local:
         progress: BatchProgress,
         tally: Tally,
     ) -> Tally:
-        from attnviz.batch.run import run_batch
-
         extractor = self.load(spec)
 
         def extract(chunk: list[BatchInput]) -> list:
@@ -121,8 +122,6 @@ class Local:
         batch_size: int,
         progress: StatisticsProgress,
     ) -> CorpusStatistics:
-        from attnviz.analysis.corpus import CorpusStatistics
-
         extractor = self.load(spec)  # before the first line is read
         corpus = CorpusStatistics()
         for inputs in corpus.add_corpus(extractor, lines, request, batch_size):
@@ -139,8 +138,6 @@ class Ray:
     workers: Workers = field(default_factory=Workers)
 
     def session(self) -> AbstractContextManager[object]:
-        from attnviz.distributed import ray_session
-
         return ray_session(self.address)
 
     def run_batch(
@@ -155,8 +152,6 @@ class Ray:
         progress: BatchProgress,
         tally: Tally,
     ) -> Tally:
-        from attnviz import distributed
-
         return distributed.run_batch(
             inputs,
             spec,
@@ -178,8 +173,6 @@ class Ray:
         batch_size: int,
         progress: StatisticsProgress,
     ) -> CorpusStatistics:
-        from attnviz import distributed
-
         return distributed.corpus_statistics(
             lines, spec, request, batch_size=batch_size, workers=self.workers, progress=progress
         )

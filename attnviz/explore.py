@@ -25,7 +25,10 @@ from textual.widgets import Footer, Header, Input, Static
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import head_statistics
 from attnviz.choices import Aggregate, Mode, Output, View
+from attnviz.files import open_output
 from attnviz.maps import AttentionMaps
+from attnviz.render.image import Painter
+from attnviz.render.style import Style
 from attnviz.render.terminal import render, render_grid
 from attnviz.statistics import SUMMED, Needs
 from attnviz.tokens import display_label
@@ -279,10 +282,6 @@ class ExploreApp(App[None]):
         self.redraw()
 
     def action_export(self) -> None:
-        from attnviz.files import open_output
-        from attnviz.render.image import Painter
-        from attnviz.render.style import Style
-
         view = self.view()
         kind = View.HEAD
         if self.grid and self.aggregate_method is None:

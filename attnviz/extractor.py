@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from attnviz.analysis.heads import HeadTable
 from attnviz.choices import Mode, chosen
 from attnviz.errors import UsageError
 from attnviz.request import Request
@@ -121,8 +122,6 @@ class Extractor(ABC):
     def _head_tables(
         self, items: Iterator[Checked], request: Request, batch_size: int
     ) -> Iterator[HeadTable]:
-        from attnviz.analysis.heads import HeadTable
-
         return map(HeadTable.of, self._extract_many(items, request, batch_size))
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attnviz.builtin.config import BUILTIN, BuiltinConfig
+from attnviz.builtin.extractor import BuiltinExtractor
 from attnviz.errors import UsageError
-from attnviz.pretrained.loading import LoadOptions
+from attnviz.pretrained.extractor import PretrainedExtractor
+from attnviz.pretrained.loading import LoadOptions, load_model, wrap_model
 
 if TYPE_CHECKING:
     from attnviz.extractor import Extractor
@@ -56,11 +58,7 @@ class ExtractorSpec:
     def load(self) -> Extractor:
         """Build the extractor: the built-in stack, or the pretrained model loaded now."""
         if self.model == BUILTIN:
-            from attnviz.builtin.extractor import BuiltinExtractor
-
             return BuiltinExtractor(self.config or BuiltinConfig(), self)
-        from attnviz.pretrained.extractor import PretrainedExtractor
-        from attnviz.pretrained.loading import load_model
 
         if self.in_memory is not None:
             return PretrainedExtractor(self.in_memory, self)
@@ -113,9 +111,6 @@ def load(
     is, on its own device and in its own dtype.
     """
     if not isinstance(model, str):
-        from attnviz.pretrained.extractor import PretrainedExtractor
-        from attnviz.pretrained.loading import wrap_model
-
         if config is not None or load_options is not None:
             raise UsageError("config= and load_options= go with a model's name, not a loaded one")
         loaded = wrap_model(model, tokenizer)

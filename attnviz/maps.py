@@ -13,6 +13,7 @@ import numpy as np
 from attnviz.analysis.grid import attention_problem, keep, one_sequence
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Aggregate, Mode, Output, View
+from attnviz.codecs import document_of, fields_of, read_documents
 from attnviz.errors import SchemaError, UsageError
 
 if TYPE_CHECKING:
@@ -285,8 +286,6 @@ class AttentionMaps:
     def to_dict(self, *, weights: bool = True) -> dict[str, Any]:
         """The schema document: plain Python types, ready for ``json.dumps``. Without
         ``weights`` (the npz format keeps them as an array), every other field."""
-        from attnviz.codecs import document_of
-
         return document_of(self, weights=weights)
 
     def context(self) -> str:
@@ -326,8 +325,6 @@ class AttentionMaps:
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> AttentionMaps:
         """Read a document written by :meth:`to_dict` (schema 1 or 2), checking it."""
-        from attnviz.codecs import fields_of
-
         fields = fields_of(document)
         try:
             maps = cls(**fields)
@@ -429,8 +426,6 @@ class AttentionMaps:
 
 def read_maps(source: str) -> Iterator[AttentionMaps]:
     """Saved maps from a json, ndjson or npz file, or ``-`` for stdin; errors say where."""
-    from attnviz.codecs import read_documents
-
     for document, where in read_documents(source):
         try:
             yield AttentionMaps.from_dict(document)

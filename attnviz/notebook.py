@@ -11,9 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.analysis.aggregate import aggregate
+from attnviz.analysis.heads import head_statistics as statistics
 from attnviz.choices import Aggregate, Output, View, chosen
 from attnviz.errors import UsageError
 from attnviz.outputs import DATA, OUTPUTS, PICTURES, output_of_file, view_for
+from attnviz.render.image import Picture, check_one_picture, one_picture
+from attnviz.render.page import page_html
+from attnviz.render.style import Style, check_colormap
+from attnviz.writers import Rendering, write
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadStatistics
@@ -23,8 +29,6 @@ if TYPE_CHECKING:
 
 def page(maps: AttentionMaps, view: View | str) -> str:
     """The interactive page, opening on ``view`` (head, layer or model) as export's."""
-    from attnviz.render.page import page_html
-
     return page_html(maps, view=view)
 
 
@@ -36,14 +40,10 @@ def framed_page(maps: AttentionMaps) -> str:
 
 
 def aggregated(maps: AttentionMaps, method: Aggregate | str) -> AttentionMaps:
-    from attnviz.analysis.aggregate import aggregate
-
     return aggregate(maps, method)
 
 
 def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
-    from attnviz.analysis.heads import head_statistics as statistics
-
     return statistics(maps)
 
 
@@ -56,9 +56,6 @@ def picture(
     style: dict[str, Any],
 ) -> Picture:
     """What ``export`` draws of the maps of ``layer`` and ``head`` (None: all held)."""
-    from attnviz.render.image import Picture, one_picture
-    from attnviz.render.style import Style, check_colormap
-
     drawn = Style(**style)
     check_colormap(drawn.cmap)
     selected = maps._picked(layer, head)
@@ -75,10 +72,6 @@ def save(
     style: dict[str, Any],
 ) -> None:
     """The maps written in the format of the suffix of ``path``, as ``-o`` writes it."""
-    from attnviz.render.image import check_one_picture
-    from attnviz.render.style import Style, check_colormap
-    from attnviz.writers import Rendering, write
-
     output = output_of_file(path, (*PICTURES, Output.HTML, *DATA))
     if style and output not in PICTURES:
         raise UsageError(f"{', '.join(style)}: style options are for pictures, not {output.value}")

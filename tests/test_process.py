@@ -295,7 +295,7 @@ def test_a_termination_that_a_library_turned_into_another_error_still_exits_143(
         except Terminated as signal:
             raise RuntimeError("initialization of _C raised unreported exception") from signal
 
-    monkeypatch.setattr("attnviz.inputs.read_texts", terminated_inside_a_library)
+    monkeypatch.setattr("attnviz.cli.output.read_texts", terminated_inside_a_library)
     result = runner.invoke(app, ["show", "Hello"])
     assert result.exit_code == 143
     assert result.stderr == "" and result.stdout == ""
@@ -310,7 +310,7 @@ def test_ctrl_c_that_a_library_turned_into_another_error_is_still_an_interruptio
         except KeyboardInterrupt as signal:
             raise RuntimeError("initialization of _C raised unreported exception") from signal
 
-    monkeypatch.setattr("attnviz.inputs.read_texts", interrupted_inside_a_library)
+    monkeypatch.setattr("attnviz.cli.output.read_texts", interrupted_inside_a_library)
     result = runner.invoke(app, ["show", "Hello"])
     assert result.exit_code == 130
     assert result.stderr == "attnviz: error: interrupted\n"  # as a Ctrl-C anywhere else

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from attnviz.errors import AttnvizError, describe
 from attnviz.statistics import CORPUS
 
 if TYPE_CHECKING:
@@ -113,7 +114,6 @@ class CorpusStatistics:
         read again one item at a time: an item the model cannot read (an empty sentence
         B, a target an encoder has no use for) is counted as failed, with its line, and
         the rest go on."""
-        from attnviz.errors import AttnvizError, describe
 
         def tables(items: list[Item]) -> list[HeadTable]:
             return list(extractor.head_tables(items, request, batch_size=len(items)))

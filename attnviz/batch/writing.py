@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import TopHeads
 from attnviz.batch.inputs import BatchInput
 from attnviz.batch.manifest import FileDigest, digest_of
@@ -55,8 +56,6 @@ def write_outputs(
     """Write every requested file of one input; return their names and digests. Runs in
     worker processes."""
     if outputs.aggregate is not None:
-        from attnviz.analysis.aggregate import aggregate
-
         maps = aggregate(maps, outputs.aggregate)
     how = Rendering(
         outputs.view,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from attnviz import signals
 from attnviz.builtin.config import BuiltinConfig
+from attnviz.builtin.explain import explain
 from attnviz.choices import Mode
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import (
@@ -153,8 +154,6 @@ class BuiltinExtractor(Extractor):
         query: int | None = None,
         raw_pieces: bool = False,
     ) -> Explanation:
-        from attnviz.builtin.explain import explain
-
         if query is not None:
             raise UsageError("--query goes with --model; the built-in walk-through shows every row")
         if raw_pieces:

@@ -13,7 +13,7 @@ import typer
 from attnviz.choices import Engine, Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli.engine import LOCAL, EngineSettings, engine_settings
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.output import NO_TERMINAL, Environment, top_heads_for, with_environment
 from attnviz.cli.pictures import (
     ALL_HEADS,
     DEFAULT_PICTURE,
@@ -29,7 +29,9 @@ from attnviz.cli.settings import (
     ModelSettings,
     map_products,
     model_settings,
+    request,
 )
+from attnviz.errors import UsageError
 from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refuse_unused
 
 if TYPE_CHECKING:
@@ -145,9 +147,6 @@ def batch(
     """
     from attnviz.batch import Batch, Outputs, Tally
     from attnviz.batch.inputs import parse_shard
-    from attnviz.cli.output import top_heads_for
-    from attnviz.cli.settings import request
-    from attnviz.errors import UsageError
 
     formats = tuple(dict.fromkeys(formats or [Output.PNG]))
     run_on.check()

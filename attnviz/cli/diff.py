@@ -8,9 +8,20 @@ import typer
 
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
+from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    ModelSettings,
+    model_options_given,
+    model_settings,
+    request,
+)
+from attnviz.errors import ThresholdExceeded, UsageError
+from attnviz.inputs import read_texts
 from attnviz.outputs import refuse_unused
+from attnviz.schema import envelope
+from attnviz.tokens import display_label
 
 if TYPE_CHECKING:
     from attnviz.analysis.diff import HeadDivergence
@@ -68,12 +79,7 @@ def diff(
     checkpoints of one model do. The built-in stack options apply to --model.
     """
     from attnviz.analysis.diff import diff_maps
-    from attnviz.cli import output as out
-    from attnviz.cli.settings import model_options_given, request
     from attnviz.codecs import dump_json
-    from attnviz.errors import ThresholdExceeded, UsageError
-    from attnviz.inputs import read_texts
-    from attnviz.schema import envelope
 
     if len(sources) == 2:
         if against is not None:
@@ -120,9 +126,6 @@ def _print_table(
     environment: Environment,
 ) -> None:
     """The two models' names on a line of their own, then a row per map."""
-    from attnviz.cli import output as out
-    from attnviz.tokens import display_label
-
     names = f"{display_label(first.model)} vs {display_label(second.model)}"
     # A line of its own: two model names are wider than the table, whose title would
     # wrap them a word per line.
@@ -143,7 +146,6 @@ def _print_table(
 
 def _one_record(source: str):
     """The one input a saved file holds; a file of several inputs is refused, not cut."""
-    from attnviz.errors import UsageError
     from attnviz.maps import read_maps
 
     records = read_maps(source)

@@ -12,6 +12,7 @@ import typer
 from attnviz.choices import Engine
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags
+from attnviz.cli.settings import load_shown
 from attnviz.outputs import refuse_unused
 
 if TYPE_CHECKING:
@@ -91,7 +92,6 @@ class EngineSettings:
         """The engine: ``jobs`` is the local engine's processes drawing pictures, or the
         Ray workers, each holding the model."""
         from attnviz import engines
-        from attnviz.cli.settings import load_shown
 
         if self.engine is Engine.RAY:
             workers = engines.Workers(jobs, self.cpus_per_worker, self.gpus_per_worker)

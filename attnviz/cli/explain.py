@@ -8,8 +8,11 @@ import typer
 
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
+from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings, request
+from attnviz.errors import UsageError
+from attnviz.inputs import read_texts
 
 FormatOption = d.format_option(
     d.ReportFormat,
@@ -52,9 +55,6 @@ def explain(
     heads concatenated and projected by W_O. Use a small --d-model (say 8) to
     see every matrix whole. With --model: one query row of a pretrained head.
     """
-    from attnviz.cli import output as out
-    from attnviz.cli.settings import request
-    from attnviz.errors import UsageError
     from attnviz.loading import BUILTIN
 
     if settings.words or not settings.special or settings.chat:
@@ -69,7 +69,6 @@ def explain(
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")
     extractor = asked.open(environment)
     from attnviz.codecs import dump_json
-    from attnviz.inputs import read_texts
 
     explanation = extractor.explain(
         out.only_one(read_texts(text)), mode=mode, target=target, layer=layer, head=head,

@@ -8,8 +8,11 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings, request
+from attnviz.errors import UsageError
+from attnviz.inputs import read_texts
 
 
 @model_settings
@@ -32,11 +35,6 @@ def explore(
     rollout), v values, Tab/Shift-Tab the query token, / a new sentence, e
     export a PNG, ? keys, q quit. The maps are computed once per sentence.
     """
-    from attnviz.cli import output as out
-    from attnviz.cli.settings import request
-    from attnviz.errors import UsageError
-    from attnviz.inputs import read_texts
-
     if not (environment.stdout_is_terminal and environment.stderr_is_terminal):
         raise UsageError(
             "explore is a full-screen app: run it with stdout and stderr on a terminal "

@@ -8,6 +8,7 @@ import typer
 
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
+from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import (
     ALL_HEADS,
@@ -24,7 +25,9 @@ from attnviz.cli.settings import (
     ModelSettings,
     map_products,
     model_settings,
+    request,
 )
+from attnviz.files import check_writable
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
 from attnviz.writers import Rendering, write
 
@@ -71,10 +74,6 @@ def export(
     input always gives a byte-identical file. The page (one offline file) has the
     same three views, switched in it; --view picks the one it opens on.
     """
-    from attnviz.cli import output as out
-    from attnviz.cli.settings import request
-    from attnviz.files import check_writable
-
     out.check_probe(detect, text, target, pair)
     drawn = output_of_file(output, (*PICTURES, Output.HTML))
     refuse_inapplicable([*picture.given(), *choice.given()], [drawn], view)

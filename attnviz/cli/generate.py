@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from attnviz.cli import declarations as d
+from attnviz.cli import output as out
 from attnviz.cli.completion import complete_language_model
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
@@ -17,8 +18,11 @@ from attnviz.cli.settings import (
     ModelSettings,
     generation_settings,
     map_products,
+    request,
 )
 from attnviz.cli.show import FormatOption, OutputOption, Presentation
+from attnviz.inputs import read_texts
+from attnviz.tokens import display_label
 
 GENERATION_PANEL = "Generation"
 
@@ -155,9 +159,6 @@ def generate(
     """
     from dataclasses import asdict
 
-    from attnviz.cli import output as out
-    from attnviz.cli.settings import request
-    from attnviz.inputs import read_texts
     from attnviz.pretrained.generation import GenerationInterrupted, Sampling
 
     presentation = Presentation.checked(
@@ -201,9 +202,6 @@ def _show_written(text: str, presentation: Presentation) -> None:
     """The prompt and what was written after it: on stdout above a picture, on stderr
     when stdout carries data (never mixed into it)."""
     import sys
-
-    from attnviz.cli import output as out
-    from attnviz.tokens import display_label
 
     if presentation.is_terminal:
         out.write_stdout(display_label(text) + "\n\n")

@@ -8,16 +8,20 @@ import typer
 
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli import output as out
+from attnviz.cli.output import NO_TERMINAL, Environment, number, with_environment
 from attnviz.cli.settings import (
     DEFAULT_SETTINGS,
     NO_PRODUCTS,
     MapProducts,
     ModelSettings,
+    model_options_given,
     model_settings,
+    request,
     row_products,
 )
 from attnviz.statistics import Detector, HeadColumn
+from attnviz.tokens import display_label
 from attnviz.writers import write_table
 
 if TYPE_CHECKING:
@@ -81,8 +85,6 @@ def heads(
     statistic is read from those query rows only (what the last token reads).
     """
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
-    from attnviz.cli import output as out
-    from attnviz.cli.settings import model_options_given, request
 
     asked = request(
         model=model,
@@ -144,9 +146,7 @@ def _table(
     from rich.console import Group
     from rich.text import Text
 
-    from attnviz.cli import output as out
     from attnviz.maps import index_span
-    from attnviz.tokens import display_label
 
     read = "" if table.query_positions is None else f" · rows {index_span(table.query_positions)}"
     if probed:
@@ -167,9 +167,6 @@ def _table(
 
 
 def _cell(value: object, column: HeadColumn) -> str:
-    from attnviz.cli.output import number
-    from attnviz.tokens import display_label
-
     if column is HeadColumn.TOP_KEY:
         return display_label(str(value))
     if isinstance(value, float):

@@ -5,7 +5,10 @@ from __future__ import annotations
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.declarations import ColourChoice
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.output import NO_TERMINAL, Environment, stdout_console, with_environment
+from attnviz.files import write_text
+from attnviz.schema import envelope
+from attnviz.tokens import display_label
 
 FormatOption = d.format_option(
     d.ReportFormat,
@@ -23,9 +26,7 @@ def models(
     Besides these, --model takes any directory saved with save_pretrained.
     """
     from attnviz.codecs import dump_json
-    from attnviz.files import write_text
     from attnviz.pretrained import available_models
-    from attnviz.schema import envelope
 
     found = available_models()
     if output_format is Output.JSON:
@@ -42,9 +43,6 @@ def models(
         write_text(dump_json(envelope({"models": rows})), "-")
         return
     from rich.table import Table
-
-    from attnviz.cli.output import stdout_console
-    from attnviz.tokens import display_label
 
     table = Table(box=None, pad_edge=False)
     table.add_column("model", no_wrap=True)

@@ -15,8 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from attnviz.choices import View
+from attnviz.cli.app import DEBUG
 from attnviz.cli.declarations import ColourChoice
 from attnviz.errors import UsageError
+from attnviz.files import write_text
+from attnviz.inputs import read_texts
+from attnviz.outputs import refuse_unused
+from attnviz.selection import resolve_held
 from attnviz.writers import ONE_TEXT
 
 if TYPE_CHECKING:
@@ -61,8 +67,6 @@ def _is_terminal(stream: object) -> bool:
 
 def _debug(ctx: typer.Context, value: bool) -> bool:
     """``--debug`` after a command: the root's error handler reads it from the shared meta."""
-    from attnviz.cli.app import DEBUG
-
     if value:
         ctx.meta[DEBUG] = True
     return value
@@ -143,8 +147,6 @@ def only_one(items: Iterable[T], hint: str = ONE_TEXT) -> T:
 
 
 def write_stdout(content: str) -> None:
-    from attnviz.files import write_text
-
     write_text(content, "-")
 
 
@@ -170,8 +172,6 @@ def check_probe(
 ) -> None:
     """The input is TEXT (or --from), or the detectors' probe of --detect: one of them, and
     the probe takes no target or sentence B."""
-    from attnviz.outputs import refuse_unused
-
     if detect is None:
         if text is None and saved is None:
             raise UsageError("give TEXT to look at, or --detect for the detectors' probe")
@@ -184,15 +184,11 @@ def check_probe(
 
 def inputs(text: str | None, extractor: Extractor) -> Iterator[str]:
     """The lines of TEXT; without one (--detect, checked by check_probe), the probe."""
-    from attnviz.inputs import read_texts
-
     return iter([extractor.detection_probe()]) if text is None else read_texts(text)
 
 
 def select_held(maps: AttentionMaps, layer: str, head: str) -> AttentionMaps:
     """The layers and heads asked for, among those saved maps hold."""
-    from attnviz.selection import resolve_held
-
     if (layer, head) == ("all", "all"):
         return maps
     if maps.aggregate is not None:
@@ -217,9 +213,7 @@ def text_or_saved(
     maps (what show or generate wrote), narrowed to --layer and --head, with no
     ``model_options`` given (a model run's). Several texts are refused with ``several``:
     what to do instead."""
-    from attnviz.inputs import read_texts
     from attnviz.maps import read_maps
-    from attnviz.outputs import refuse_unused
 
     if (text is None) == (saved is None):
         raise UsageError("give TEXT to run a model on, or --from FILE with saved maps: one of them")
@@ -305,7 +299,6 @@ def draw(
     when they do not; output that is not a terminal has no height and gets panels.
     ``top`` picks the maps to draw of each input (the heads worth looking at first).
     """
-    from attnviz.choices import View
     from attnviz.render.terminal import render, render_grid
 
     console = stdout_console(colour, width, environment)

@@ -11,6 +11,7 @@ import typer
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags
 from attnviz.errors import UsageError
+from attnviz.render.style import Style, check_colormap
 from attnviz.statistics import SUMMED, Detector, HeadColumn, Needs, RankBy, listed
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
@@ -155,8 +156,6 @@ class PictureSettings:
 
     def style(self) -> Style:
         """The checked style: a known colormap, a size of two positive numbers."""
-        from attnviz.render.style import Style, check_colormap
-
         check_colormap(self.cmap)
         if self.title is not None and self.no_title:
             raise UsageError("--title and --no-title contradict each other: pick one")

@@ -8,6 +8,7 @@ import typer
 
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
+from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import DEFAULT_PICTURE, PictureSettings, picture_settings
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
@@ -43,7 +44,6 @@ def render(
     No model is loaded: the maps are read from what show --format wrote.
     """
     from attnviz.analysis.aggregate import aggregate as combine
-    from attnviz.cli import output as out
     from attnviz.maps import read_maps
 
     drawn = Output.TERMINAL if output is None else output_of_file(output, (*PICTURES, Output.HTML))

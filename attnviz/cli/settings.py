@@ -12,10 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import Aggregate, Attention, Mode
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags
+from attnviz.errors import UsageError
 from attnviz.outputs import refuse_unused
+from attnviz.request import Request
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.cli.output import Environment
@@ -93,8 +96,6 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 def memory_size(text: str) -> int:
     """Bytes from ``256M``, ``1G``, ``512K`` or a plain number of bytes."""
-    from attnviz.errors import UsageError
-
     number, unit = text.strip().upper().rstrip("B").rstrip("I"), ""
     if number[-1:] in _UNITS:
         number, unit = number[:-1], number[-1]
@@ -123,7 +124,6 @@ class MapProducts:
         """Refuse now, before a model runs, what the aggregation would refuse of every
         input: rollout and flow of chosen rows."""
         from attnviz.analysis.aggregate import CHAINED, rows_refused
-        from attnviz.errors import UsageError
 
         if aggregate in CHAINED and self.rows is not None:
             raise UsageError(rows_refused(aggregate, "--rows keeps chosen rows"))
@@ -209,11 +209,8 @@ def request(
     """Check the model options together, and what can be checked without a model: the
     text and target (unless read from stdin), how the selection is written, and what the
     aggregation asks of the maps."""
-    from attnviz.builtin.config import BuiltinConfig
-    from attnviz.errors import UsageError
     from attnviz.extractor import check_text
     from attnviz.loading import ExtractorSpec, builtin_named
-    from attnviz.request import Request
 
     named = builtin_named(model)  # builtin:seed=1, the name that the stack's maps record
     if named is not None:

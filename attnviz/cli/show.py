@@ -10,7 +10,8 @@ import typer
 
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli import output as out
+from attnviz.cli.output import NO_TERMINAL, Environment, between_sentences, with_environment
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
 from attnviz.cli.settings import (
     DEFAULT_SETTINGS,
@@ -19,7 +20,10 @@ from attnviz.cli.settings import (
     ModelSettings,
     map_products,
     model_settings,
+    request,
 )
+from attnviz.errors import UsageError
+from attnviz.files import check_writable
 from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable
 from attnviz.writers import Rendering, write
 
@@ -96,10 +100,6 @@ class Presentation:
         detect: Detector | None = None,
         **rest: object,
     ) -> Presentation:
-        from attnviz.cli import output as out
-        from attnviz.errors import UsageError
-        from attnviz.files import check_writable
-
         by_suffix = _format_of(output)
         if output_format is None and by_suffix is not None:
             output_format = by_suffix  # -o maps.npz writes npz
@@ -158,8 +158,6 @@ class Presentation:
     def present(self, stream: Iterable[AttentionMaps], environment: Environment) -> None:
         """Each input's maps, as they come: pictures to the terminal, data, or one picture."""
         from attnviz.analysis.aggregate import aggregate as combine
-        from attnviz.cli import output as out
-        from attnviz.cli.output import between_sentences
 
         if self.between is not None:
             stream = (between_sentences(maps, self.between) for maps in stream)
@@ -220,9 +218,6 @@ def show(
     whole model on one screen. With TEXT -, every line of stdin is one input,
     answered as soon as it is read. Data goes to stdout, messages to stderr.
     """
-    from attnviz.cli import output as out
-    from attnviz.cli.settings import request
-
     out.check_probe(detect, text, target, pair)
     presentation = Presentation.checked(
         output_format=output_format,

@@ -12,6 +12,7 @@ import typer
 
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
+from attnviz.cli import output as out
 from attnviz.cli.engine import LOCAL, EngineSettings, engine_settings
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
@@ -20,9 +21,13 @@ from attnviz.cli.settings import (
     MapProducts,
     ModelSettings,
     model_settings,
+    request,
     row_products,
 )
+from attnviz.errors import UsageError, warn
+from attnviz.files import check_writable, open_output
 from attnviz.outputs import PICTURES, output_for, output_of_file
+from attnviz.tokens import display_label
 from attnviz.writers import write_table
 
 if TYPE_CHECKING:
@@ -127,9 +132,6 @@ def stats(
     """
     from itertools import islice
 
-    from attnviz.cli.settings import request
-    from attnviz.files import check_writable
-
     run_on.check(jobs)
     # A name that cannot be written is refused before any work, not after hours of it.
     if output is not None:
@@ -156,7 +158,6 @@ def stats(
     skipped.report(source, corpus.inputs, quiet, time.monotonic() - started)
     _write(corpus, output_format, environment, destination=output or "-")
     if drawn is not None:
-        from attnviz.files import open_output
         from attnviz.render.statistics import statistics_picture
 
         with open_output(str(picture), binary=True) as stream:
@@ -193,8 +194,6 @@ class Skipped:
     def report(self, source: str, inputs: int, quiet: bool, elapsed: float) -> None:
         """No input at all is a usage error; anything unreadable a warning; and, unless
         ``quiet``, a line of what was read and skipped."""
-        from attnviz.errors import UsageError, warn
-
         more = self.unreadable - 1
         why = self.first_error + (f" (and {more} more line{'s' * (more > 1)})" if more > 0 else "")
         if not inputs:
@@ -228,8 +227,6 @@ def _progress_lines(quiet: bool) -> Callable[[int], None]:
 
 def _file_format(output: str, asked: Output) -> Output:
     """The format of the statistics written to ``output``: its suffix's, json or csv."""
-    from attnviz.errors import UsageError
-
     by_suffix = output_for(output)
     if by_suffix in PICTURES:
         raise UsageError(
@@ -250,15 +247,12 @@ def _file_format(output: str, asked: Output) -> Output:
 def _write(
     corpus: CorpusStatistics, output_format: Output, environment: Environment, destination: str
 ) -> None:
-    from attnviz.cli import output as out
-
     rows = corpus.rows()
     if output_format is not Output.TABLE:
         fields = {"model": corpus.model, "inputs": corpus.inputs}
         write_table(output_format, rows, list(rows[0]), destination, fields)
         return
     from attnviz.analysis.heads import DETECTOR_COLUMNS
-    from attnviz.tokens import display_label
 
     console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
     keyed = {(row["layer"], row["head"], row["statistic"]): row for row in rows}
@@ -292,8 +286,6 @@ def _statistics_table(
 ) -> Table:
     """A row per (layer, head), a column per statistic in ``names``: the corpus mean,
     and its standard deviation if ``with_std``."""
-    from attnviz.cli import output as out
-
     table = out.rows_table()
     table.add_column("layer", justify="right")
     table.add_column("head", justify="right")

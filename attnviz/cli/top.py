@@ -8,8 +8,17 @@ import typer
 
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
+from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    ModelSettings,
+    model_options_given,
+    model_settings,
+    request,
+)
+from attnviz.schema import envelope
+from attnviz.tokens import display_label
 
 FormatOption = d.format_option(
     d.ReportFormat,
@@ -44,11 +53,7 @@ def top(
     """
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.analysis.top import top_keys
-    from attnviz.cli import output as out
-    from attnviz.cli.settings import model_options_given, request
     from attnviz.codecs import dump_json
-    from attnviz.schema import envelope
-    from attnviz.tokens import display_label
 
     asked = request(
         model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target

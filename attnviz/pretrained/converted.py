@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.errors import AttnvizError, first_line, warn
+from attnviz.files import file_blake2b, usual_mode
+from attnviz.pretrained.quiet import quiet
 
 RECORD = "attnviz-conversion.json"  # what the conversion wrote; absent: not finished
 _SCRATCH = ".{}.converting-{}"  # a conversion under way: the folder's name, the process id
@@ -112,8 +114,6 @@ def _check(folder: Path) -> None:
 
 
 def _differs(folder: Path, name: str, wrote: dict) -> str | None:
-    from attnviz.files import file_blake2b
-
     path = folder / name
     try:
         found = path.stat()
@@ -127,8 +127,6 @@ def _differs(folder: Path, name: str, wrote: dict) -> str | None:
 
 
 def _convert_into(gguf: Path, folder: Path) -> None:
-    from attnviz.files import file_blake2b
-
     folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(folder)
     scratch = Path(
@@ -159,8 +157,6 @@ def _convert_into(gguf: Path, folder: Path) -> None:
 def _give_usual_modes(scratch: Path) -> None:
     """The folder and its files get the modes the user's umask gives, as any file they
     make would (the scratch folder is made private, and safetensors writes 0600)."""
-    from attnviz.files import usual_mode
-
     scratch.chmod(usual_mode(folder=True))
     for path in scratch.iterdir():
         path.chmod(usual_mode())
@@ -204,8 +200,6 @@ def _write(gguf: Path, folder: Path) -> None:
     """The GGUF file's model (dequantized, float32) and tokenizer as a safetensors folder."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from attnviz.pretrained.quiet import quiet
 
     # transformers shows its own tqdm bar while it dequantizes, outside its logging.
     with quiet(verbose=False), _environment("TQDM_DISABLE", "1"):

@@ -21,12 +21,13 @@ import numpy as np
 from attnviz.analysis.grid import lookahead, row_error
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, first_line, warn
+from attnviz.pretrained.fused import attention_implementation
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.placement import check_maps_fit
 from attnviz.pretrained.quiet import quiet
 from attnviz.pretrained.streams import Family
 from attnviz.request import Request
-from attnviz.selection import Selection, resolve
+from attnviz.selection import Selection, covering, resolve
 
 if TYPE_CHECKING:
     import torch
@@ -60,8 +61,6 @@ class Side:
     def finder(self, option: str) -> Callable[[str], list[int]]:
         """Where a text lies among these tokens: the tokens of the text (sentence A; not the
         specials, not a chat template's) that cover its first occurrence."""
-        from attnviz.selection import covering
-
         segments = self.segments()
         template = self.template or [False] * self.length
         spans = [
@@ -272,7 +271,6 @@ def attention_of(
                 raise _Done
 
         handles.append(module.register_forward_hook(hook))
-    from attnviz.pretrained.fused import attention_implementation
 
     try:
         with (

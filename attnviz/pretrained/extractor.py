@@ -40,9 +40,12 @@ from attnviz.pretrained.encoding import (
     on_device,
     row_tolerance,
 )
-from attnviz.pretrained.fused import Layout
+from attnviz.pretrained.explain import explain_query
+from attnviz.pretrained.fused import Layout, Unrecordable, fused_attention
+from attnviz.pretrained.generation import Sampling, generate
 from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
+from attnviz.pretrained.probe import probe_text
 from attnviz.pretrained.streams import Family, resolve_mode, stream_for
 from attnviz.request import Request
 from attnviz.selection import Selection, resolve
@@ -245,8 +248,6 @@ class PretrainedExtractor(Extractor):
     ) -> tuple[list[np.ndarray], list[int]] | None:
         """Each input's product of each layer, computed block by block while the model runs its
         fused attention, and the head indices; None where it runs eager attention instead."""
-        from attnviz.pretrained.fused import Unrecordable, fused_attention
-
         loaded = self.loaded
         if loaded.attention is Attention.EAGER:
             return None
@@ -299,8 +300,6 @@ class PretrainedExtractor(Extractor):
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """Random whole-word tokens of the model's vocabulary, each read back as one token
         (TransformerLens draws from the whole vocabulary; a text needs words)."""
-        from attnviz.pretrained.probe import probe_text
-
         return probe_text(self.loaded, length, seed)
 
     def generate(
@@ -316,8 +315,6 @@ class PretrainedExtractor(Extractor):
         stop: bool = True,
         **options: Any,
     ) -> Generation:
-        from attnviz.pretrained.generation import Sampling, generate
-
         request = Request.of(request, options)
         check_text(prompt, "prompt")
         sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
@@ -334,8 +331,6 @@ class PretrainedExtractor(Extractor):
         query: int | None = None,
         raw_pieces: bool = False,
     ) -> QueryExplanation:
-        from attnviz.pretrained.explain import explain_query
-
         text, target = without_pair(as_item((text, target)))
         chosen = resolve_mode(self.loaded.family, self.name, parse_mode(mode), target is not None)
         return explain_query(

@@ -24,6 +24,7 @@ from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, ExitCode, UsageError
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.encoding import ModelInputs, Side, encode
+from attnviz.pretrained.labels import piece_labels
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.quiet import quiet
 from attnviz.pretrained.streams import Family
@@ -251,8 +252,6 @@ def _maps(
     if maps.query_positions is not None or maps.pooled is not None:
         return maps  # rows or bins: the positions say where the prompt ends
     if prompt_length is not None and not request.special:  # dropped specials leave fewer
-        from attnviz.pretrained.labels import piece_labels
-
         flags = piece_labels(loaded, queries).special[:prompt_length]
         prompt_length = flags.count(False)
     return maps.replace(prompt_length=prompt_length)

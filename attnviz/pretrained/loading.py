@@ -20,6 +20,7 @@ from attnviz.choices import Attention
 from attnviz.errors import AttnvizError, UsageError, first_line, is_out_of_memory
 from attnviz.pretrained.converted import Packaged, converted_folder, is_converted
 from attnviz.pretrained.fused import DEFAULT_MEMORY
+from attnviz.pretrained.placement import Machine, check_device_map, choose_device, choose_dtype
 from attnviz.pretrained.quiet import quiet
 from attnviz.pretrained.streams import Family, Stream, attention_streams, family_of
 
@@ -70,8 +71,6 @@ class LoadOptions:
     memory: int = DEFAULT_MEMORY  # bytes a block of one head's weights may take (fused)
 
     def __post_init__(self) -> None:
-        from attnviz.pretrained.placement import check_device_map
-
         check_device_map(self.device_map)
 
 
@@ -314,8 +313,6 @@ def _placement(options: LoadOptions, config: Any) -> tuple[dict[str, Any], str |
     """from_pretrained's dtype (and device_map) arguments for what was asked, and the device
     to move the model to afterwards (None: accelerate placed it)."""
     import torch
-
-    from attnviz.pretrained.placement import Machine, choose_device, choose_dtype
 
     device = choose_device(options.device, Machine.here())
     dtype = getattr(torch, choose_dtype(options.dtype, config, device.split(":")[0]))

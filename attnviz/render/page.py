@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnviz.analysis.aggregate import aggregate, unchainable
 from attnviz.analysis.grid import pool_labels, pool_map
 from attnviz.choices import Aggregate, Output, View
 from attnviz.outputs import view_for
@@ -46,8 +47,6 @@ def _extra_maps(maps: AttentionMaps) -> list[tuple[str, int | None, np.ndarray]]
     """The aggregations attnviz computes, as extra "heads": the mean and the max of each
     layer's heads, and the rollout over the layers (where the maps hold every token's row
     over every token, in self or masked attention)."""
-    from attnviz.analysis.aggregate import aggregate, unchainable
-
     if maps.aggregate is not None:
         return []
     extra: list[tuple[str, int | None, np.ndarray]] = []
