@@ -154,3 +154,19 @@ def test_a_manifest_of_release_0_1_still_resumes(runner, tmp_path):
     again = runner.invoke(app, [*command, "--resume"])
     assert again.exit_code == 0, again.stderr
     assert "2 skipped" in again.stderr
+
+
+def test_the_command_line_gives_every_request_field_by_its_name():
+    """A request field is an option of the bundle that holds a field of the same name,
+    and reaches the request by that name alone (cli.bundles.request_fields)."""
+    from dataclasses import fields
+
+    from attnviz.cli.bundles import request_fields
+    from attnviz.cli.settings import MapProducts, ModelSettings
+
+    settings = ModelSettings(special=False, chat=True, system="be brief")
+    products = MapProducts(rows="last", span="2-3")
+    given = {**request_fields(settings), **request_fields(products)}
+    bundled = {field.name for field in fields(Request)} - {"mode", "layers", "heads"}
+    assert set(given) == bundled
+    assert (given["special"], given["system"], given["rows"]) == (False, "be brief", "last")

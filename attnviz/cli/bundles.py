@@ -12,6 +12,8 @@ from typing import Any
 
 from typer.models import OptionInfo
 
+from attnviz.request import Request
+
 
 def bundle_options(
     argument: str, options: dict[str, tuple[Any, Any]], make: Callable[..., Any]
@@ -58,6 +60,18 @@ def bundle(
         if field.name not in left_out
     }
     return bundle_options(argument, options, settings)
+
+
+def request_fields(settings: Any) -> dict[str, Any]:
+    """The fields of a bundle that are fields of :class:`~attnviz.request.Request` (the
+    same name is the same option), with their values: what the bundle asks of the
+    extractors. A bundle field that a request should read is named as the request's."""
+    wanted = {field.name for field in fields(Request)}
+    return {
+        field.name: getattr(settings, field.name)
+        for field in fields(settings)
+        if field.name in wanted
+    }
 
 
 def given_flags(settings: Any, among: Iterable[str] | None = None) -> list[str]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import Aggregate, Attention, Mode
 from attnviz.cli import declarations as d
-from attnviz.cli.bundles import bundle, given_flags
+from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
 from attnviz.outputs import refuse_unused
 from attnviz.request import Request
@@ -250,13 +250,7 @@ def request(
             mode=mode,
             layers=layer,
             heads=head,
-            special=settings.special,
-            words=settings.words,
-            raw_pieces=settings.raw_pieces,
-            chat=settings.chat,
-            system=settings.system,
-            rows=products.rows,
-            pool=products.pool,
-            span=products.span,
+            **request_fields(settings),
+            **request_fields(products),
         ),
     )
