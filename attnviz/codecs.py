@@ -95,13 +95,16 @@ def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
     writer = csv.writer(out, lineterminator="\n")
     query_tokens = [display_label(token) for token in maps.query_tokens]
     key_tokens = [display_label(token) for token in maps.key_tokens]
+    # A row's query_index is its token's position, as json and npz record it (chosen rows
+    # keep their positions; every row is its own position otherwise).
+    positions = maps.query_positions or range(len(query_tokens))
     for panel in maps.panels():
         # An empty layer or head cell: the map was combined over that axis (an aggregate).
         layer, head = ("" if index is None else index for index in (panel.layer, panel.head))
         cells = cell_texts(panel.matrix)
-        for q, query in enumerate(query_tokens):
+        for q, (position, query) in enumerate(zip(positions, query_tokens, strict=True)):
             writer.writerows(
-                (input_index, layer, head, q, query, k, key, cells[q, k])
+                (input_index, layer, head, position, query, k, key, cells[q, k])
                 for k, key in enumerate(key_tokens)
             )
 
@@ -148,12 +151,17 @@ def read_documents(source: str) -> Iterator[tuple[Any, str]]:
 
 
 def _json(text: str, where: str) -> Any:
-    """A JSON value; one nested deeper than Python can read is no document attnviz wrote
-    (its maps nest four lists deep)."""
+    """A JSON value; one nested deeper than Python can read, or holding a whole number
+    longer than Python reads (4,300 digits), is no document attnviz wrote (its maps nest
+    four lists deep, and their numbers are weights and indexes)."""
     try:
         return json.loads(text)
     except RecursionError:
         raise SchemaError(f"{where} nests its JSON too deep to be attention maps") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        raise SchemaError(f"{where} holds a number too long to read: no attention maps") from None
 
 
 _NPZ_MEMBERS = (*_NPZ_ARRAYS, "meta")

@@ -103,7 +103,12 @@ class AttentionMaps:
             self.aggregate = None if self.aggregate is None else Aggregate(self.aggregate)
         except ValueError as error:
             raise SchemaError(str(error)) from None
+        for what, held in (("layer", self.layers), ("head", self.heads)):
+            if not held:
+                raise SchemaError(f"these maps hold no {what}s: there is nothing to show")
         for name, tokens in (("query", self.query_tokens), ("key", self.key_tokens)):
+            if not tokens:
+                raise SchemaError(f"these maps hold no {name} tokens: there is nothing to show")
             flags = getattr(self, f"{name}_special")
             if flags is not None and len(flags) != len(tokens):
                 raise SchemaError(f"{name}_special has {len(flags)} flags for {len(tokens)} tokens")
@@ -124,6 +129,12 @@ class AttentionMaps:
                 )
             if any(position < 0 for position in self.query_positions):
                 raise SchemaError("query_positions are token positions, 0 or more")
+            keys = len(self.key_tokens)
+            if self.one_sequence and any(position >= keys for position in self.query_positions):
+                raise SchemaError(
+                    f"query_positions name a token past the {keys} key tokens of a text read "
+                    "onto itself"
+                )
         if self.span is not None and not all(0 <= key < len(self.key_tokens) for key in self.span):
             raise SchemaError(f"span names key positions 0 to {len(self.key_tokens) - 1}")
         if self.system is not None and not self.chat:

@@ -316,3 +316,21 @@ def test_a_batch_keeps_the_rows_asked_for_and_resumes_only_the_same_ones(runner,
     for record in manifest(out):
         (name,) = record["files"]
         assert json.loads((out / name).read_text())["query_positions"] == [0]
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ('{"text": "c d", "pair": 5}', 'line 2: "pair" must be a string'),
+        ('{"text": "c d", "x": 1' + "0" * 5000 + "}", "line 2 holds a number too long to read"),
+    ],
+)
+def test_a_failed_line_is_named_once(runner, tmp_path, line, error):
+    source = tmp_path / "inputs.jsonl"
+    source.write_text('{"text": "a b"}\n' + line + "\n")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "-q"])
+    assert result.exit_code == 3
+    assert result.stderr == (
+        f"attnviz: error: 1 of 2 inputs failed (first: {error}); see {out / 'manifest.jsonl'}\n"
+    )

@@ -599,3 +599,54 @@ def test_a_temporary_file_is_taken_away_only_once_its_writer_is_gone(tmp_path):
         writer.wait(timeout=60)
     assert remove_if_abandoned(temporary) and not temporary.exists()
     assert sorted(path.name for path in tmp_path.iterdir()) == [".notes.txt"]
+
+
+def test_csv_query_index_is_the_token_position_json_records(runner):
+    """--rows keeps rows 1 and 3: csv's query_index says 1 and 3, as json's
+    query_positions do, not the rows' order among those kept (0, 1)."""
+    shown = runner.invoke(app, ["show", "the cat the dog", "--rows", "1,3", "-f", "csv"])
+    assert shown.exit_code == 0, shown.stderr
+    indexes = {int(row["query_index"]) for row in csv.DictReader(io.StringIO(shown.stdout))}
+    document = runner.invoke(app, ["show", "the cat the dog", "--rows", "1,3", "-f", "json"])
+    assert indexes == set(json.loads(document.stdout)["query_positions"]) == {1, 3}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"layers": [], "weights": np.zeros((0, 4, 2, 2), np.float32)}, "no layers"),
+        ({"heads": [], "weights": np.zeros((2, 0, 2, 2), np.float32)}, "no heads"),
+        ({"query_positions": [0, 5]}, "past the 2 key tokens"),
+    ],
+)
+def test_saved_maps_with_nothing_to_show_are_one_line(runner, tmp_path, changes, message):
+    from attnviz.codecs import write_npz
+    from attnviz.errors import SchemaError
+
+    maps = attnviz.extract("a b")
+    with pytest.raises(SchemaError, match=message):
+        maps.replace(**changes)
+    # As files written by another tool (or an older attnviz): every reader refuses them.
+    document = maps.to_dict()
+    document.update({k: v.tolist() if hasattr(v, "tolist") else v for k, v in changes.items()})
+    (tmp_path / "odd.json").write_text(json.dumps(document))
+    unchecked = object.__new__(type(maps))
+    unchecked.__dict__.update({**maps.__dict__, **changes})
+    with open(tmp_path / "odd.npz", "wb") as out:
+        write_npz(unchecked, out)
+    for saved in (tmp_path / "odd.json", tmp_path / "odd.npz"):
+        for command in (["render", str(saved)], ["heads", "--from", str(saved)]):
+            result = runner.invoke(app, command)
+            assert result.exit_code == 1, result.stderr
+            assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_a_number_too_long_to_read_is_a_line_naming_the_file(runner, tmp_path):
+    saved = tmp_path / "long.json"
+    saved.write_text("[1" + "0" * 5000 + "]")
+    result = runner.invoke(app, ["render", str(saved)])
+    assert result.exit_code == 1
+    assert (
+        result.stderr
+        == f"attnviz: error: {saved} holds a number too long to read: no attention maps\n"
+    )

@@ -244,3 +244,24 @@ def test_the_title_names_the_rows_kept_once_and_counts_in_the_right_number(runne
     title = result.stdout.splitlines()[0]
     assert title.endswith(f" · columns: 4 key tokens · {said} · span: key token 0"), title
     assert title.count("rows") == 1
+
+
+@pytest.mark.parametrize("size", [{"COLUMNS": "0"}, {"COLUMNS": "-3"}, {"LINES": "0"}])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["show", "a b c", "-f", "terminal"],
+        ["heads", "a b c"],
+        ["explain", "a b c"],
+        ["diff", "a b c", "--against", "builtin:seed=1"],
+        ["render", "SAVED"],
+    ],
+)
+def test_a_size_of_zero_in_the_environment_is_ignored(runner, tmp_path, size, command):
+    """COLUMNS=0 drew into no columns: nothing printed, exit 0. Such a value is unset."""
+    saved = tmp_path / "maps.json"
+    saved.write_text(runner.invoke(app, ["show", "a b c", "-f", "json"]).stdout)
+    command = [str(saved) if part == "SAVED" else part for part in command]
+    result = runner.invoke(app, command, env=size)
+    assert result.exit_code == 0, result.stderr
+    assert len(result.stdout.strip()) > 20

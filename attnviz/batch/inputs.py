@@ -136,6 +136,9 @@ def _read_json_line(item: BatchInput, content: str) -> None:
     except RecursionError:  # deeper than Python reads: no input is nested at all
         item.error = f"line {item.line} nests its JSON too deep to be an input"
         return
+    except ValueError:  # a whole number of more digits than Python reads
+        item.error = f"line {item.line} holds a number too long to read"
+        return
     if not isinstance(value, dict):
         item.error = f"line {item.line} is not a JSON object"
         return

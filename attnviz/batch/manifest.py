@@ -89,7 +89,7 @@ def _parse_record(line: str) -> Record | None:
     try:
         value = json.loads(line)
         record = Record(**value)
-    except (json.JSONDecodeError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # not a record this attnviz wrote
         return None
     well_formed = (
         type(record.index) is int

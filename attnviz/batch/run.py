@@ -98,7 +98,8 @@ def check_failures(records: Sequence[Record], total: int, manifest_path: Path) -
     if failed:
         first = failed[0]
         error = str(first.error)  # a reading error names its line already
-        where = "" if error.startswith(f"line {first.line} ") else f"line {first.line}: "
+        said = error.startswith((f"line {first.line} ", f"line {first.line}:"))
+        where = "" if said else f"line {first.line}: "
         raise PartialFailure(
             f"{len(failed)} of {total} inputs failed (first: {where}{error}); see {manifest_path}"
         )

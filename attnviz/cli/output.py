@@ -107,6 +107,18 @@ def _forced_colour_system() -> str:
     return "truecolor" if truecolor else "256"
 
 
+def _unusable_size_in_environment() -> bool:
+    """COLUMNS or LINES set to 0 or less: rich would draw into no columns (and print
+    nothing); Python's own terminal size treats such a value as unset."""
+    for name in ("COLUMNS", "LINES"):
+        try:
+            if int(os.environ.get(name, "1")) <= 0:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def stdout_console(colour: ColourChoice, width: int | None, environment: Environment) -> Console:
     """The console pictures are drawn on: text is never read as markup or emoji codes."""
     systems: dict[ColourChoice, Any] = {  # rich's colour systems
@@ -119,6 +131,8 @@ def stdout_console(colour: ColourChoice, width: int | None, environment: Environ
         ColourChoice.ALWAYS: True,
         ColourChoice.NEVER: None,
     }
+    if width is None and _unusable_size_in_environment():
+        width = shutil.get_terminal_size((80, 25)).columns  # ignores COLUMNS=0, as a shell does
     return Console(
         file=sys.stdout,
         width=width,
