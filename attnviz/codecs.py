@@ -27,7 +27,7 @@ from attnviz.errors import AttnvizError, SchemaError, UsageError
 from attnviz.files import STDIO
 from attnviz.inputs import BOM, decode, stdin_bytes
 from attnviz.schema import READABLE_VERSIONS, envelope
-from attnviz.tokens import display_label
+from attnviz.visible import display_label
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps

@@ -31,7 +31,7 @@ from attnviz.render.image import Painter
 from attnviz.render.style import Style
 from attnviz.render.terminal import render, render_grid
 from attnviz.statistics import SUMMED, Needs
-from attnviz.tokens import display_label
+from attnviz.visible import display_label
 
 # The statistics the side panel lists: a text's own (no detectors' probe, no span).
 EXPLORED = [column for column in SUMMED if not column.detector and column.needs is not Needs.SPAN]

@@ -9,7 +9,6 @@ the original text it came from.
 
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 
 import regex
@@ -20,10 +19,6 @@ _TOKEN = regex.compile(
     rf"|(?:(?![{_UNSPACED}])[\w\p{{M}}])+"  # a word: letters, digits, marks, underscore
     r"|(?!\s)\X"  # anything else visible: punctuation, symbols, emoji, control characters
 )
-
-# Joiners hold emoji sequences together; every other format character (bidi
-# overrides above all) could reorder or hide what the terminal shows.
-_KEPT_FORMAT_CHARACTERS = {"\u200c", "\u200d"}
 
 
 def _byte_alphabet() -> dict[str, int]:
@@ -72,28 +67,3 @@ def tokenize(text: str, *, lowercase: bool = True) -> list[Token]:
         piece = match.group()
         tokens.append(Token(piece.casefold() if lowercase else piece, match.start(), match.end()))
     return tokens
-
-
-def _visible(character: str) -> str:
-    category = unicodedata.category(character)
-    if category == "Cc":
-        code = ord(character)
-        if code < 0x20:
-            return chr(0x2400 + code)  # the Control Pictures block: ␀ … ␟
-        if code == 0x7F:
-            return "\u2421"  # ␡
-        return f"\\x{code:02x}"
-    if category in {"Cf", "Cs", "Co", "Cn", "Zl", "Zp"} and (
-        character not in _KEPT_FORMAT_CHARACTERS
-    ):
-        return f"\\u{ord(character):04x}"
-    return character
-
-
-def display_label(token: str) -> str:
-    """Return ``token`` with every control or format character made visible.
-
-    Labels are data, never instructions to the terminal: an escape character
-    shows as ``␛``, a right-to-left override as ``\\u202e``.
-    """
-    return "".join(_visible(character) for character in token)

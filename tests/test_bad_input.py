@@ -250,3 +250,24 @@ def test_bad_choices_are_usage_errors(runner, tmp_path, monkeypatch, arguments, 
     assert result.exit_code == 2, result.stderr
     assert message in result.stderr and len(result.stderr.splitlines()) == 1
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["render", "{bad}/maps.json"],
+        ["show", "a b", "-f", "json", "-o", "{bad}/no/such/maps.json"],
+        ["batch", "{bad}/inputs.txt", "-o", "{bad}/out"],
+        ["stats", "{bad}/inputs.txt"],
+    ],
+)
+def test_a_path_in_a_message_is_shown_not_obeyed(runner, tmp_path, command):
+    """A path holding terminal escapes (set the title, clear the screen) is quoted in the
+    one error line with them made visible, as texts and labels are."""
+    bad = tmp_path / "x\x1b]0;PWNED\x07\x1b[2Jy"
+    command = [part.format(bad=bad) for part in command]
+    result = runner.invoke(app, command)
+    assert result.exit_code in (1, 2), result.stderr
+    assert result.stderr.startswith("attnviz: error: ") and result.stderr.count("\n") == 1
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "␛]0;PWNED␇␛[2Jy" in result.stderr

@@ -5,7 +5,8 @@ import pytest
 
 import attnviz
 from attnviz.cli import app
-from attnviz.tokens import display_label, tokenize
+from attnviz.tokens import tokenize
+from attnviz.visible import display_label
 
 
 def texts(tokens):

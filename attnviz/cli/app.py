@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, describe
+from attnviz.visible import display_label
 
 if TYPE_CHECKING:  # what typer's group methods take: the Context of the click it carries
     from typer._click.core import Context
@@ -24,14 +25,15 @@ DEBUG = "attnviz.debug"
 
 
 def report(message: str) -> None:
-    """One line on stderr. Plain print, not rich: long messages must not be wrapped."""
-    print(f"attnviz: error: {message}", file=sys.stderr)
+    """One line on stderr. Plain print, not rich: long messages must not be wrapped. A
+    message quotes what the user gave (a path, a text), which is shown, never obeyed."""
+    print(f"attnviz: error: {display_label(message)}", file=sys.stderr)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """attnviz's own warnings as one line on stderr; any other warning as Python shows it."""
     if issubclass(category, AttnvizWarning):
-        print(f"attnviz: warning: {message}", file=sys.stderr)
+        print(f"attnviz: warning: {display_label(str(message))}", file=sys.stderr)
     else:
         _python_show_warning(message, category, filename, lineno, file, line)
 

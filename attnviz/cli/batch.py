@@ -33,6 +33,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.errors import UsageError
 from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refuse_unused
+from attnviz.visible import display_label
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -225,7 +226,8 @@ def _summary(job: Batch, tally: Tally, elapsed: float) -> None:
     if blank_lines:
         parts.append(f"{blank_lines} blank line{'s' if blank_lines > 1 else ''} skipped")
     print(
-        f"attnviz: {len(inputs)} inputs: {', '.join(parts)}; {output} in {elapsed:.1f} s",
+        f"attnviz: {len(inputs)} inputs: {', '.join(parts)}; {display_label(str(output))} in "
+        f"{elapsed:.1f} s",
         file=sys.stderr,
     )
 

@@ -21,7 +21,7 @@ from attnviz.errors import ThresholdExceeded, UsageError
 from attnviz.inputs import read_texts
 from attnviz.outputs import refuse_unused
 from attnviz.schema import envelope
-from attnviz.tokens import display_label
+from attnviz.visible import display_label
 
 if TYPE_CHECKING:
     from attnviz.analysis.diff import HeadDivergence

@@ -21,7 +21,7 @@ from attnviz.cli.settings import (
     row_products,
 )
 from attnviz.statistics import Detector, HeadColumn
-from attnviz.tokens import display_label
+from attnviz.visible import display_label
 from attnviz.writers import write_table
 
 if TYPE_CHECKING:

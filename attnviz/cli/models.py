@@ -8,7 +8,7 @@ from attnviz.cli.declarations import ColourChoice
 from attnviz.cli.output import NO_TERMINAL, Environment, stdout_console, with_environment
 from attnviz.files import write_text
 from attnviz.schema import envelope
-from attnviz.tokens import display_label
+from attnviz.visible import display_label
 
 FormatOption = d.format_option(
     d.ReportFormat,

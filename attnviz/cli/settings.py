@@ -19,6 +19,7 @@ from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
 from attnviz.outputs import refuse_unused
 from attnviz.request import Request
+from attnviz.visible import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.cli.output import Environment
@@ -190,7 +191,8 @@ def load_shown(spec: ExtractorSpec, environment: Environment) -> Extractor:
     from rich.text import Text
 
     console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
-    with console.status(Text(f"loading {spec.model} …")):  # a name, never markup
+    # A name or a path the user gave: never markup, never an instruction to the terminal.
+    with console.status(Text(f"loading {display_label(spec.model)} …")):
         return spec.load()
 
 

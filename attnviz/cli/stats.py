@@ -27,7 +27,7 @@ from attnviz.cli.settings import (
 from attnviz.errors import UsageError, warn
 from attnviz.files import check_writable, open_output
 from attnviz.outputs import PICTURES, output_for, output_of_file
-from attnviz.tokens import display_label
+from attnviz.visible import display_label
 from attnviz.writers import write_table
 
 if TYPE_CHECKING:

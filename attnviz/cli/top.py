@@ -18,7 +18,7 @@ from attnviz.cli.settings import (
     request,
 )
 from attnviz.schema import envelope
-from attnviz.tokens import display_label
+from attnviz.visible import display_label
 
 FormatOption = d.format_option(
     d.ReportFormat,

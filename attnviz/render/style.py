@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from attnviz.errors import UsageError
-from attnviz.tokens import display_label
+from attnviz.visible import display_label
 
 MAX_LABEL = 14  # characters of a token label before it is cut with an ellipsis
 VALUES_UP_TO = 16  # --values prints numbers in maps with at most this many rows and columns

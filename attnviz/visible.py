@@ -1,0 +1,36 @@
+"""Text made safe for a terminal: every control or format character shown, never
+obeyed. Labels, texts, options and paths all pass through :func:`display_label` before
+they reach a terminal. Standard library only: the error path uses it."""
+
+from __future__ import annotations
+
+import unicodedata
+
+# Joiners hold emoji sequences together; every other format character (bidi
+# overrides above all) could reorder or hide what the terminal shows.
+_KEPT_FORMAT_CHARACTERS = {"\u200c", "\u200d"}
+
+
+def _visible(character: str) -> str:
+    category = unicodedata.category(character)
+    if category == "Cc":
+        code = ord(character)
+        if code < 0x20:
+            return chr(0x2400 + code)  # the Control Pictures block: ␀ … ␟
+        if code == 0x7F:
+            return "\u2421"  # ␡
+        return f"\\x{code:02x}"
+    if category in {"Cf", "Cs", "Co", "Cn", "Zl", "Zp"} and (
+        character not in _KEPT_FORMAT_CHARACTERS
+    ):
+        return f"\\u{ord(character):04x}"
+    return character
+
+
+def display_label(token: str) -> str:
+    """Return ``token`` with every control or format character made visible.
+
+    Labels are data, never instructions to the terminal: an escape character
+    shows as ``␛``, a right-to-left override as ``\\u202e``.
+    """
+    return "".join(_visible(character) for character in token)
