@@ -15,6 +15,7 @@ from attnviz.analysis.products import keeps_everything, of_whole, product_for, p
 from attnviz.choices import Aggregate, Mode, Output, View
 from attnviz.codecs import document_of, fields_of, read_documents
 from attnviz.errors import SchemaError, UsageError
+from attnviz.selection import check_pool
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadStatistics
@@ -180,7 +181,10 @@ class AttentionMaps:
     def head(self, layer: int, head: int) -> np.ndarray:
         """The (query tokens, key tokens) map of one layer and head, by their model indices."""
         if self.aggregate is not None:
-            raise ValueError("aggregated maps have no single heads")
+            raise UsageError("aggregated maps have no single heads")
+        for name, index, held in (("layer", layer, self.layers), ("head", head, self.heads)):
+            if index not in held:
+                raise UsageError(f"{name} {index} is not held: these maps hold {name}s {held}")
         return self.weights[self.layers.index(layer), self.heads.index(head)]
 
     def panels(self) -> Iterator[MapPanel]:
@@ -207,9 +211,13 @@ class AttentionMaps:
     ) -> AttentionMaps:
         """A view restricted to some of the layers and heads held (by model index)."""
         if self.aggregate is not None:
-            raise ValueError("aggregated maps cannot be narrowed to layers and heads")
+            raise UsageError("aggregated maps cannot be narrowed to layers and heads")
         layers = list(self.layers if layers is None else layers)
         heads = list(self.heads if heads is None else heads)
+        for name, chosen, held in (("layer", layers, self.layers), ("head", heads, self.heads)):
+            missing = [index for index in chosen if index not in held]
+            if missing:
+                raise UsageError(f"{name} {missing[0]} is not held: these maps hold {name}s {held}")
         layer_rows = [self.layers.index(layer) for layer in layers]
         head_rows = [self.heads.index(head) for head in heads]
         weights = self.weights[np.ix_(layer_rows, head_rows)]
@@ -218,7 +226,7 @@ class AttentionMaps:
     def astype(self, dtype: str) -> AttentionMaps:
         """The same maps with weights stored as ``float16`` or ``float32``."""
         if dtype not in ("float16", "float32"):
-            raise ValueError(f"weights are stored as float16 or float32, not {dtype}")
+            raise UsageError(f"weights are stored as float16 or float32, not {dtype}")
         return self.replace(weights=self.weights.astype(dtype, copy=False))
 
     def between_sentences(self, which: str) -> AttentionMaps:
@@ -227,11 +235,11 @@ class AttentionMaps:
         sum to 1 over the columns kept, as bertviz's sentence filter shows them. Sentence A
         runs up to ``pair_start`` (its [CLS] and [SEP] included)."""
         if which not in BETWEEN:
-            raise ValueError(f"between takes {', '.join(BETWEEN)}, not {which!r}")
+            raise UsageError(f"between takes {', '.join(BETWEEN)}, not {which!r}")
         if self.pair_start is None or self.between is not None:
-            raise ValueError("between needs the maps of a sentence pair (--pair)")
+            raise UsageError("between needs the maps of a sentence pair (--pair)")
         if self.aggregate in (Aggregate.MAX, Aggregate.MAX_ALL):
-            raise ValueError("max maps are not distributions: pick the sentences first")
+            raise UsageError("max maps are not distributions: pick the sentences first")
         start = self.pair_start
         rows_of, columns_of = which.split("-")
         rows = slice(0, start) if rows_of == "a" else slice(start, len(self.query_tokens))
@@ -256,10 +264,11 @@ class AttentionMaps:
         ``-1``, ``"100-120"``, a list), or the maps pooled into at most ``pool`` × ``pool``
         bins: what ``--rows`` and ``--pool`` keep, as a long input's blocks make them."""
         queries, keys = len(self.query_tokens), len(self.key_tokens)
+        check_pool(pool)
         if keeps_everything(rows, pool, queries, keys):
             return self
         if self.query_positions is not None or self.pooled is not None:
-            raise ValueError("these maps hold chosen rows or pooled bins already, not whole maps")
+            raise UsageError("these maps hold chosen rows or pooled bins already, not whole maps")
         weights = np.stack(
             [
                 of_whole(product_for(rows, pool, len(grid), queries, keys), grid)

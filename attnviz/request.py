@@ -18,7 +18,7 @@ from typing import Any
 
 from attnviz.choices import Mode, chosen
 from attnviz.errors import UsageError
-from attnviz.selection import Selection, check_syntax, text_of
+from attnviz.selection import Selection, check_pool, check_syntax, text_of
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,7 @@ class Request:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _positions(value, name, what))
-        if self.pool is not None and (
-            isinstance(self.pool, bool) or not isinstance(self.pool, int) or self.pool < 2
-        ):
-            raise UsageError(f"--pool takes a number of bins of at least 2, not {self.pool!r}")
+        check_pool(self.pool)
         if self.rows is not None and self.pool is not None:
             raise UsageError("--rows and --pool are two views of long maps: give one of them")
         if self.span is not None and self.pool is not None:

@@ -167,3 +167,9 @@ def resolve_held(
             f"{', '.join(map(str, held))}"
         )
     return chosen
+
+
+def check_pool(pool: object) -> None:
+    """A number of bins to pool maps into: a whole number of at least 2 (None: no pooling)."""
+    if pool is not None and (isinstance(pool, bool) or not isinstance(pool, int) or pool < 2):
+        raise UsageError(f"--pool takes a number of bins of at least 2, not {pool!r}")

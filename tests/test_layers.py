@@ -120,6 +120,7 @@ def test_the_maps_build_only_on_the_lowest_modules():
         "attnviz.schema",
         "attnviz.analysis.grid",
         "attnviz.analysis.products",
+        "attnviz.selection",
     }
 
 

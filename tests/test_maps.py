@@ -152,3 +152,51 @@ def test_notebook_html_is_bounded_and_says_what_it_left_out():
     assert "are pooled by 2 to keep the page small" in page
     small = attnviz.extract("a b c")._repr_html_()
     assert "pooled" not in small
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda maps: maps.head(0, 99), "head 99 is not held"),
+        (lambda maps: maps.select(layers=[7]), "layer 7 is not held"),
+        (lambda maps: maps.reduced(rows=[0]).reduced(rows=[0]), "chosen rows or pooled bins"),
+        (lambda maps: maps.between_sentences("a-b"), "needs the maps of a sentence pair"),
+        (lambda maps: maps.reduced(pool=1), "at least 2, not 1"),
+        (lambda maps: maps.reduced(pool=2).head_statistics(), "not of pooled bins"),
+        (lambda maps: maps.aggregated("mean").head_statistics(), "not aggregated"),
+    ],
+)
+def test_the_python_api_refuses_with_a_usage_error(call, message):
+    """What the docs promise: attnviz.UsageError (a ValueError too), never a bare
+    ValueError or IndexError from inside."""
+    with pytest.raises(attnviz.UsageError, match=message):
+        call(attnviz.extract("a b c"))
+
+
+def test_a_stack_of_no_layers_is_a_usage_error():
+    from attnviz.builtin.config import BuiltinConfig
+
+    with pytest.raises(attnviz.UsageError, match="at least 1"):
+        BuiltinConfig(num_layers=0)
+
+
+@pytest.mark.parametrize("made", [["--pool", "2"], ["-a", "mean"]])
+def test_heads_of_saved_maps_that_are_no_heads_rows_is_a_usage_error(runner, tmp_path, made):
+    saved = tmp_path / "maps.json"
+    saved.write_text(runner.invoke(app, ["show", "a b c d e", *made, "-f", "json"]).stdout)
+    result = runner.invoke(app, ["heads", "--from", str(saved)])
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith("attnviz: error: ") and "a bug" not in result.stderr
+
+
+def test_diff_of_different_rows_is_refused(runner, tmp_path):
+    """Rows 0 and 3 of one text are both 'the': the same labels, not the same rows."""
+    paths = []
+    for row in ("0", "3"):
+        path = tmp_path / f"row{row}.json"
+        shown = runner.invoke(app, ["show", "the man walked the dog", "--rows", row, "-f", "json"])
+        path.write_text(shown.stdout)
+        paths.append(str(path))
+    result = runner.invoke(app, ["diff", *paths])
+    assert result.exit_code == 2
+    assert "different query rows (rows 0 and rows 3)" in result.stderr

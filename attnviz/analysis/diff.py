@@ -46,6 +46,16 @@ def diff_maps(first: AttentionMaps, second: AttentionMaps) -> list[HeadDivergenc
                 f"first difference at position {where}): a diff needs the same tokens, e.g. two "
                 "checkpoints of one model"
             )
+    if first.query_positions != second.query_positions:
+        raise UsageError(
+            f"the two inputs hold different query rows ({_rows(first)} and {_rows(second)}): "
+            "a diff compares the same rows of two runs (give both the same --rows)"
+        )
+    if (first.pooled, first.between) != (second.pooled, second.between):
+        raise UsageError(
+            "the two inputs are not the same view of their maps (pooled bins or the "
+            "sentences of a pair): make both the same way"
+        )
     if first.aggregate != second.aggregate:
         raise UsageError("one side is aggregated and the other is not")
     if (first.layers, first.heads) != (second.layers, second.heads):
@@ -65,6 +75,11 @@ def diff_maps(first: AttentionMaps, second: AttentionMaps) -> list[HeadDivergenc
             )
         )
     return sorted(rows, key=lambda row: -row.divergence)
+
+
+def _rows(maps: AttentionMaps) -> str:
+    positions = maps.query_positions
+    return "every row" if positions is None else f"rows {index_span(positions)}"
 
 
 def _grid(maps: AttentionMaps) -> str:

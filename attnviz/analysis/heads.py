@@ -12,6 +12,7 @@ import numpy as np
 from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
 from attnviz.choices import Mode
+from attnviz.errors import UsageError
 from attnviz.statistics import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
 
 if TYPE_CHECKING:
@@ -85,9 +86,9 @@ class HeadTable:
 def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
     """A row of statistics per (layer, head) held in ``maps``: over the rows they hold."""
     if maps.aggregate is not None:
-        raise ValueError("statistics are per head: give maps that are not aggregated")
+        raise UsageError("statistics are per head: give maps that are not aggregated")
     if maps.pooled is not None:
-        raise ValueError("statistics are of exact rows, not of pooled bins")
+        raise UsageError("statistics are of exact rows, not of pooled bins")
     rows = maps.query_positions
     queries = len(maps.query_tokens) if rows is None else max(rows) + 1
     product = statistics_product(
@@ -187,18 +188,18 @@ class TopHeads:
     def panels(self, maps: AttentionMaps) -> list[MapPanel]:
         """The chosen maps in rank order, each titled with its value."""
         if maps.aggregate is not None:
-            raise ValueError("heads are ranked one by one: give maps that are not aggregated")
+            raise UsageError("heads are ranked one by one: give maps that are not aggregated")
         by = HeadColumn(self.by)
         if not maps.one_sequence and by.one_sequence_only:
             which = (
                 "cross attention does" if maps.between is None else "maps between two sentences do"
             )
-            raise ValueError(
+            raise UsageError(
                 f"{self.by} compares query and key positions, which {which} not share: "
                 "rank by entropy or sink"
             )
         if by.needs is Needs.SPAN and maps.span is None:
-            raise ValueError("--by span ranks heads by their weight on a span: give --span")
+            raise UsageError("--by span ranks heads by their weight on a span: give --span")
         rows = sort_rows(head_statistics(maps), by, self.lowest)
         held = {(panel.layer, panel.head): panel for panel in maps.panels()}
         panels = []

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnviz.choices import Projections
+from attnviz.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -21,16 +22,16 @@ class BuiltinConfig:
 
     def __post_init__(self) -> None:
         if self.num_layers < 1 or self.num_heads < 1 or self.d_model < 1:
-            raise ValueError("num_layers, num_heads and d_model must be at least 1")
+            raise UsageError("num_layers, num_heads and d_model must be at least 1")
         if not 0 <= self.seed < 2**63:
-            raise ValueError(f"seed {self.seed} is out of range: 0 to 2**63 - 1")
+            raise UsageError(f"seed {self.seed} is out of range: 0 to 2**63 - 1")
         try:
             object.__setattr__(self, "projections", Projections(self.projections))
         except ValueError:
             names = ", ".join(member.value for member in Projections)
-            raise ValueError(f"projections must be one of {names}") from None
+            raise UsageError(f"projections must be one of {names}") from None
         if self.projections is Projections.LEARNED and self.d_model % self.num_heads:
-            raise ValueError(
+            raise UsageError(
                 f"d_model ({self.d_model}) must be a multiple of num_heads ({self.num_heads}), "
                 "so that every head gets d_model / num_heads dimensions"
             )
@@ -76,7 +77,7 @@ class BuiltinConfig:
         (``builtin:seed=1``), the rest as by default. Raises ValueError."""
         kind, _, settings = name.partition(":")
         if kind != BUILTIN:
-            raise ValueError(f"{name} does not name the built-in stack: it starts with {BUILTIN}")
+            raise UsageError(f"{name} does not name the built-in stack: it starts with {BUILTIN}")
         fields: dict[str, Any] = {}
         for setting in filter(None, settings.split(",")):
             key, equals, value = setting.partition("=")
@@ -84,12 +85,12 @@ class BuiltinConfig:
                 fields.update([_FLAGS[key]])
             elif equals and key in _NUMBERS:
                 if not value.isdigit():
-                    raise ValueError(f"{name}: {key} takes a whole number, not {value!r}")
+                    raise UsageError(f"{name}: {key} takes a whole number, not {value!r}")
                 fields[_NUMBERS[key]] = int(value)
             elif equals and key == "projections":
                 fields["projections"] = value
             else:
-                raise ValueError(
+                raise UsageError(
                     f"{name}: the built-in stack has no setting {setting!r}; it takes layers=, "
                     "heads=, d_model=, seed=, projections=, no-positions and keep-case"
                 )
