@@ -74,8 +74,9 @@ class AttentionMaps:
     # Which tokens are special ([CLS], <s>, …), where the tokenizer knows; None where not.
     query_special: list[bool] | None = None
     key_special: list[bool] | None = None
-    # Generated text: the first prompt_length query tokens were given, the rest written by
-    # the model (``generate``). None for maps of a given text.
+    # Generated text: the first prompt_length tokens were given, the rest written by the
+    # model (``generate``); a token position, also for chosen rows and pooled bins. None
+    # for maps of a given text.
     prompt_length: int | None = None
     # A sentence pair: sentence B, and the token where it begins (rows and columns alike).
     pair: str | None = None
@@ -117,9 +118,13 @@ class AttentionMaps:
             raise SchemaError(f"pair_start {self.pair_start} is not a token inside the maps")
         if self.between is not None and self.between not in BETWEEN:
             raise SchemaError(f"between must be one of {', '.join(BETWEEN)}")
-        if self.prompt_length is not None and not 0 <= self.prompt_length <= len(self.query_tokens):
+        # Chosen rows name positions of a sequence these maps do not hold whole.
+        read = len(self.query_tokens) * (self.pooled or 1)
+        if self.prompt_length is not None and (
+            self.prompt_length < 0 or (self.query_positions is None and self.prompt_length > read)
+        ):
             raise SchemaError(
-                f"prompt_length {self.prompt_length} is outside 0 to {len(self.query_tokens)}, "
+                f"prompt_length {self.prompt_length} is outside 0 to {read}, "
                 "the number of query tokens"
             )
         if self.query_positions is not None:
@@ -280,7 +285,6 @@ class AttentionMaps:
         )
         return self.replace(
             weights=weights.astype(self.weights.dtype),
-            prompt_length=None,
             pair_start=None,
             span=self.span if rows is not None else None,
             **labels,
@@ -319,9 +323,11 @@ class AttentionMaps:
             notes.append(
                 f"rows: sentence {rows}, columns: sentence {columns}, each row renormalised"
             )
-        if self.prompt_length is not None:
+        if self.prompt_length is not None and self.query_positions is None and not self.pooled:
             generated = len(self.query_tokens) - self.prompt_length
             notes.append(f"{generated} generated (▸) after a {self.prompt_length}-token prompt")
+        elif self.prompt_length is not None:
+            notes.append(f"generated (▸) after a {self.prompt_length}-token prompt")
         if self.query_positions is not None:
             tokens = f"token{'s' * (len(self.query_positions) > 1)}"
             notes.append(f"rows: query {tokens} {index_span(self.query_positions)}")
@@ -337,9 +343,13 @@ class AttentionMaps:
         """The query tokens as pictures label them: generated tokens marked with ``▸``."""
         if self.prompt_length is None:
             return list(self.query_tokens)
+        # Each row's first token position: its own, a chosen row's, or its bin's first.
+        starts = self.query_positions or [
+            row * (self.pooled or 1) for row in range(len(self.query_tokens))
+        ]
         return [
-            f"{GENERATED}{token}" if position >= self.prompt_length else token
-            for position, token in enumerate(self.query_tokens)
+            f"{GENERATED}{token}" if start >= self.prompt_length else token
+            for start, token in zip(starts, self.query_tokens, strict=True)
         ]
 
     @classmethod

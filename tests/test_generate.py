@@ -87,7 +87,16 @@ def test_generated_rows_and_bins_are_those_of_the_whole_maps(generators, blocks,
     np.testing.assert_allclose(last.weights, whole.weights[:, :, -3:], atol=1e-6)
     reference = [[pool_map(grid, pooled.pooled) for grid in layer] for layer in whole.weights]
     np.testing.assert_allclose(pooled.weights, np.array(reference), atol=1e-6)
-    assert last.prompt_length is None and pooled.prompt_length is None
+    # Where the prompt ends is kept, a token position (it was dropped): rows and bins that
+    # begin after it are labelled as written.
+    assert last.prompt_length == pooled.prompt_length == whole.prompt_length
+    marked = [label.startswith("▸") for label in last.query_labels()]
+    assert marked == [position >= whole.prompt_length for position in last.query_positions]
+    starts = [row * pooled.pooled for row in range(len(pooled.query_tokens))]
+    marked = [label.startswith("▸") for label in pooled.query_labels()]
+    assert marked == [start >= whole.prompt_length for start in starts]
+    again = attnviz.AttentionMaps.from_dict(json.loads(json.dumps(last.to_dict())))
+    assert again.prompt_length == whole.prompt_length
 
 
 @pytest.mark.parametrize("name", ["gpt2-lm", "llama-lm", "bart-lm"])

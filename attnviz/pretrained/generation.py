@@ -249,8 +249,8 @@ def _maps(
     (maps,) = extractor.maps_of(
         mode, modules, layer_indices, inputs, request, [(source.text, None, None)]
     )
-    if maps.query_positions is not None or maps.pooled is not None:
-        return maps  # rows or bins: the positions say where the prompt ends
+    # Rows and bins keep special tokens (a request refuses them otherwise): the prompt's
+    # length is a position as it is.
     if prompt_length is not None and not request.special:  # dropped specials leave fewer
         flags = piece_labels(loaded, queries).special[:prompt_length]
         prompt_length = flags.count(False)
