@@ -325,9 +325,12 @@ def test_bad_long_input_options_are_one_line_usage_errors(runner, arguments, mes
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("kept", [["--rows", "last"], ["--pool", "2"]])
 @pytest.mark.parametrize("command", ["show", "export", "generate", "batch"])
 @pytest.mark.parametrize("method", ["rollout", "flow"])
-def test_rollout_of_chosen_rows_is_refused_before_a_model_loads(runner, tmp_path, command, method):
+def test_rollout_of_chosen_rows_is_refused_before_a_model_loads(
+    runner, tmp_path, command, method, kept
+):
     """Every input would fail the same way: refused at once, one line, nothing written (a
     model that is not there shows that nothing was loaded)."""
     source = tmp_path / "in.txt"
@@ -340,12 +343,30 @@ def test_rollout_of_chosen_rows_is_refused_before_a_model_loads(runner, tmp_path
         "batch": [str(source), "-o", str(out), "-f", "json"],
     }[command]
     missing = str(tmp_path / "no-model-here")
-    arguments = [command, *where, "--model", missing, "--rows", "last", "-a", method]
+    arguments = [command, *where, "--model", missing, *kept, "-a", method]
     result = runner.invoke(app, arguments)
     assert result.exit_code == 2 and result.stdout == "", result.stderr
     assert result.stderr.count("\n") == 1
     assert f"{method} chains a layer's queries" in result.stderr
-    assert "--rows keeps chosen rows" in result.stderr and not out.exists()
+    said = "--rows keeps chosen rows" if kept[0] == "--rows" else "--pool keeps pooled bins"
+    assert said in result.stderr and not out.exists()
+
+
+def test_rollout_of_saved_pooled_maps_is_refused_and_a_long_picture_is_not_pooled_first(
+    runner, tmp_path
+):
+    """The rollout of pooled bins is not the pooled rollout (0.09 off on MiniLM): refused
+    of saved bins; a picture of a long input's rollout chains its whole maps."""
+    saved = tmp_path / "pooled.json"
+    saved.write_text(runner.invoke(app, ["show", TEXT, "--pool", "2", "-f", "json"]).stdout)
+    result = runner.invoke(app, ["render", str(saved), "-a", "rollout"])
+    assert result.exit_code == 2 and "these maps hold pooled bins" in result.stderr
+    # A picture pools a long input by itself, but not for a rollout: it chains whole maps.
+    from attnviz.choices import Aggregate
+    from attnviz.cli.settings import DEFAULT_SETTINGS, NO_PRODUCTS
+
+    assert NO_PRODUCTS.drawn(DEFAULT_SETTINGS).pool is not None
+    assert NO_PRODUCTS.drawn(DEFAULT_SETTINGS, Aggregate.ROLLOUT).pool is None
 
 
 @pytest.mark.parametrize("size", ["lots", "10", "0.5K"])

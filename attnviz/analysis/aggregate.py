@@ -111,6 +111,8 @@ def unchainable(maps: AttentionMaps, method: Aggregate = Aggregate.ROLLOUT) -> s
     if not maps.one_sequence or maps.query_positions is not None:
         held = "chosen rows" if maps.one_sequence else "one sentence's rows over the other's"
         return rows_refused(method, f"these maps hold {held}")
+    if maps.pooled is not None:  # the chain of bins is not the binned chain
+        return rows_refused(method, "these maps hold pooled bins")
     return None
 
 

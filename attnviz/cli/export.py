@@ -85,7 +85,7 @@ def export(
         settings=settings,
         text=text,
         target=target,
-        products=products.drawn(settings),
+        products=products.drawn(settings, aggregate),
         aggregate=aggregate,
     )
     style = picture.style()

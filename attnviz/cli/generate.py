@@ -176,7 +176,7 @@ def generate(
     )
     # Checked before the model loads.
     sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
-    products = products.drawn(settings) if presentation.drawn else products
+    products = products.drawn(settings, aggregate) if presentation.drawn else products
     asked = request(
         model=model,
         mode=mode,

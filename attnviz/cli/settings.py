@@ -123,16 +123,22 @@ class MapProducts:
 
     def check(self, aggregate: Aggregate | None) -> None:
         """Refuse now, before a model runs, what the aggregation would refuse of every
-        input: rollout and flow of chosen rows."""
+        input: rollout and flow of chosen rows or of pooled bins (the rollout of bins is
+        not the binned rollout)."""
         from attnviz.analysis.aggregate import CHAINED, rows_refused
 
         if aggregate in CHAINED and self.rows is not None:
             raise UsageError(rows_refused(aggregate, "--rows keeps chosen rows"))
+        if aggregate in CHAINED and self.pool is not None:
+            raise UsageError(rows_refused(aggregate, "--pool keeps pooled bins"))
 
-    def drawn(self, settings: ModelSettings) -> MapProducts:
+    def drawn(self, settings: ModelSettings, aggregate: Aggregate | None = None) -> MapProducts:
         """For a picture, the page or the terminal: a long input pooled by itself (unless
-        rows, bins or a span were chosen, or tokens regrouped), so that it can be drawn."""
-        if self.given() or settings.words or not settings.special:
+        rows, bins or a span were chosen, tokens regrouped, or a rollout or flow asked
+        for, which chains whole maps), so that it can be drawn."""
+        from attnviz.analysis.aggregate import CHAINED
+
+        if self.given() or settings.words or not settings.special or aggregate in CHAINED:
             return self
         return MapProducts(pool=d.AUTO_POOL)
 

@@ -242,7 +242,7 @@ def show(
         settings=settings,
         text=text,
         target=target,
-        products=products.drawn(settings) if presentation.drawn else products,
+        products=products.drawn(settings, aggregate) if presentation.drawn else products,
         aggregate=aggregate,
     )
     extractor = asked.open(environment)
