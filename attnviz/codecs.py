@@ -291,9 +291,7 @@ def fields_of(document: Any) -> dict[str, Any]:
     if version == 1 and aggregate is not None:
         aggregate = _VERSION_1_AGGREGATES.get(aggregate, aggregate)
     try:
-        weights = np.asarray(document["weights"])
-        if weights.dtype not in (np.float16, np.float32):
-            weights = weights.astype(np.float32)
+        weights = np.asarray(document["weights"])  # made float32 (or refused) by the maps
         return dict(
             query_tokens=[str(token) for token in document["query_tokens"]],
             key_tokens=[str(token) for token in document["key_tokens"]],

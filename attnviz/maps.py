@@ -97,9 +97,7 @@ class AttentionMaps:
     system: str | None = None
 
     def __post_init__(self) -> None:
-        weights = np.asarray(self.weights)
-        keep = weights.dtype in (np.float32, np.float16)  # float16: maps stored at half size
-        self.weights = weights if keep else weights.astype(np.float32)
+        self.weights = _as_weights(self.weights)
         try:
             self.mode = Mode(self.mode)
             self.aggregate = None if self.aggregate is None else Aggregate(self.aggregate)
@@ -461,6 +459,20 @@ def read_maps(source: str) -> Iterator[AttentionMaps]:
             yield AttentionMaps.from_dict(document)
         except SchemaError as error:
             raise SchemaError(f"{where}: {error}") from None
+
+
+def _as_weights(values: Any) -> np.ndarray:
+    """Weights as maps keep them: float16 as stored (half the size), any other real
+    numbers as float32. Complex or non-numeric values are refused, not cast: numpy would
+    drop the imaginary part with a warning on stderr. Values too large for float32 become
+    infinite quietly; check_attention refuses them with a message."""
+    weights = np.asarray(values)
+    if weights.dtype.kind not in "fiu":
+        raise SchemaError(f"weights are real numbers, not {weights.dtype}")
+    if weights.dtype in (np.float32, np.float16):
+        return weights
+    with np.errstate(over="ignore", invalid="ignore"):
+        return weights.astype(np.float32)
 
 
 def check_attention(maps: AttentionMaps) -> None:

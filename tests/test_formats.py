@@ -650,3 +650,34 @@ def test_a_number_too_long_to_read_is_a_line_naming_the_file(runner, tmp_path):
         result.stderr
         == f"attnviz: error: {saved} holds a number too long to read: no attention maps\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        (lambda w: w.astype(np.complex64), "weights are real numbers, not complex64"),
+        (
+            lambda w: np.full(w.shape, 1e300),
+            "weights hold NaN or infinite values: these are not attention",
+        ),
+    ],
+)
+@pytest.mark.slow
+def test_weights_that_are_no_real_float32_are_one_line_without_warnings(
+    runner, tmp_path, weights, message
+):
+    """numpy's casts warned on stderr (ComplexWarning, overflow) and kept the real part of
+    complex weights: a saved npz of them is refused with one line, and nothing else."""
+    from attnviz.codecs import write_npz
+
+    maps = attnviz.extract("a b")
+    unchecked = object.__new__(type(maps))
+    unchecked.__dict__.update({**maps.__dict__, "weights": weights(maps.weights)})
+    saved = tmp_path / "odd.npz"
+    with open(saved, "wb") as out:
+        write_npz(unchecked, out)
+    result = subprocess.run(
+        [sys.executable, "-m", "attnviz", "render", str(saved)], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert result.stderr == f"attnviz: error: {saved}: {message}\n"
