@@ -330,3 +330,23 @@ def test_a_temporary_file_still_being_written_is_left_and_said(runner, tmp_path,
         writer.wait(timeout=60)
     assert result.exit_code == 0, result.stderr
     assert f"1 temporary file(s) in {out} still held by a worker ({held.name})" in result.stderr
+
+
+@pytest.mark.parametrize("target", ["itself", "elsewhere"])
+def test_a_link_at_the_lock_files_name_is_said_and_never_followed(runner, tmp_path, target):
+    """It said 'Too many levels of symbolic links'; a link there is none attnviz made."""
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "precious"
+    elsewhere.write_text("keep me")
+    link = out / ".attnviz-batch.lock"
+    link.symlink_to(link if target == "itself" else elsewhere)
+    result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"attnviz: error: cannot lock {out}: {link} is a symbolic link, not the lock file "
+        "attnviz makes there; remove it\n"
+    )
+    assert elsewhere.read_text() == "keep me" and link.is_symlink()

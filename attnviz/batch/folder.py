@@ -125,6 +125,11 @@ class FolderLock:
             try:
                 descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
             except OSError as error:
+                if error.errno == errno.ELOOP:  # O_NOFOLLOW met a link: none attnviz made
+                    raise AttnvizError(
+                        f"cannot lock {self.folder}: {self.path} is a symbolic link, not the "
+                        "lock file attnviz makes there; remove it"
+                    ) from None
                 raise AttnvizError(f"cannot lock {self.folder}: {error.strerror}") from None
             try:
                 self._lock(fcntl, descriptor)
