@@ -47,6 +47,13 @@ class Attention(StrEnum):
     EAGER = "eager"  # the model's eager attention, which builds every head's whole maps
 
 
+class Ablation(StrEnum):
+    """What a head's output is replaced by when its effect on an answer is measured."""
+
+    ZERO = "zero"  # nothing written
+    MEAN = "mean"  # the head's mean output over the text's positions
+
+
 class Aggregate(StrEnum):
     """How maps are combined. The value is what documents store."""
 

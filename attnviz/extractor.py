@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import HeadTable
-from attnviz.choices import Mode, chosen
+from attnviz.choices import Ablation, Mode, chosen
 from attnviz.errors import UsageError
 from attnviz.request import Request
 from attnviz.selection import token_positions
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
+    from attnviz.pretrained.effects import HeadEffects
     from attnviz.pretrained.generation import Generation
 
 # A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
@@ -123,6 +124,24 @@ class Extractor(ABC):
         self, items: Iterator[Checked], request: Request, batch_size: int
     ) -> Iterator[HeadTable]:
         return map(HeadTable.of, self._extract_many(items, request, batch_size))
+
+    def head_effects(
+        self,
+        text: str,
+        answer: str,
+        request: Request | None = None,
+        *,
+        ablate: Ablation | str = Ablation.ZERO,
+        **options: Any,
+    ) -> HeadEffects:
+        """What each chosen head does to the answer's first token after ``text``: the change
+        in its log-probability with the head ablated (``ablate``: its output zeroed, or
+        replaced by its mean over the text) and its direct logit attribution. A causal
+        language model only."""
+        raise UsageError(
+            f"{self.name} has no next token to read: --answer needs a causal language model "
+            "(--model smollm2, a GPT-2 or Llama folder); the built-in stack has no unembedding"
+        )
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """The head detectors' probe: ``length`` random tokens (drawn with ``seed``), then

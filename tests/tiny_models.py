@@ -260,11 +260,11 @@ def mistral(folder: Path) -> Path:
     )
 
 
-def gemma2(folder: Path) -> Path:
+def gemma2(folder: Path, lm: bool = False) -> Path:
     """Logit soft-capping (scores squashed to ±1 here, so that it bites), and sliding-window
     layers between global ones."""
     return _metaspace_decoder(
-        transformers.Gemma2Model,
+        transformers.Gemma2ForCausalLM if lm else transformers.Gemma2Model,
         transformers.Gemma2Config,
         folder,
         attn_logit_softcapping=1.0,
@@ -286,4 +286,5 @@ GENERATORS = {
     "gpt2-lm": lambda folder: gpt2(folder, lm=True),
     "llama-lm": lambda folder: llama(folder, lm=True),
     "bart-lm": lambda folder: bart(folder, lm=True),
+    "gemma2-lm": lambda folder: gemma2(folder, lm=True),
 }

@@ -16,7 +16,7 @@ from attnviz.analysis.products import (
     product_for,
     product_labels,
 )
-from attnviz.choices import Attention, Mode
+from attnviz.choices import Ablation, Attention, Mode, chosen
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import (
     PROBE_LENGTH,
@@ -29,6 +29,13 @@ from attnviz.extractor import (
     without_pair,
 )
 from attnviz.maps import AttentionMaps
+from attnviz.pretrained.effects import (
+    HeadEffects,
+    anatomy_of,
+    answer_token,
+    check_answer,
+    head_effects,
+)
 from attnviz.pretrained.encoding import (
     ModelInputs,
     Side,
@@ -36,6 +43,7 @@ from attnviz.pretrained.encoding import (
     check_weights,
     check_whole_maps_fit,
     forward,
+    head_count,
     model_inputs,
     on_device,
     row_tolerance,
@@ -296,6 +304,35 @@ class PretrainedExtractor(Extractor):
             ):
                 table = statistics_rows(summed, layers, heads, labels.text)
                 yield HeadTable(self.name, mode, key.length, table, rows, span)
+
+    def head_effects(
+        self,
+        text: str,
+        answer: str,
+        request: Request | None = None,
+        *,
+        ablate: Ablation | str = Ablation.ZERO,
+        **options: Any,
+    ) -> HeadEffects:
+        request = Request.of(request, options)
+        check_text(text)
+        answer = check_answer(answer)
+        ablate = chosen(Ablation, ablate, "ablation")
+        anatomy_of(self.loaded)  # a model without an answer is refused before it runs
+        _, _, layers, inputs = self._prepared([(text, None, None)], request)
+        answer_id = answer_token(self.loaded, inputs.keys[0], answer)
+        heads = resolve(request.heads, head_count(self.loaded.model.config) or 0, "head")
+        with forward(self.loaded):
+            log_prob, ablation, dla = head_effects(
+                self.loaded,
+                on_device(self.loaded, inputs.arguments),
+                answer_id,
+                layers,
+                heads,
+                ablate,
+            )
+        token = self.loaded.tokenizer.decode([answer_id])
+        return HeadEffects(answer, token, log_prob, ablate, layers, heads, ablation, dla)
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """Random whole-word tokens of the model's vocabulary, each read back as one token

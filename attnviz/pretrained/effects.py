@@ -1,0 +1,504 @@
+"""What a head does to the answer, not only where it looks.
+
+For a causal language model, a text and an answer (the answer's first token after the
+text), each head gets two numbers:
+
+- **ablation**: the answer's log-probability with the head's output replaced (by zeros,
+  or by its mean over the text's positions), minus the clean log-probability. A head's
+  output is its slice of the output projection's input: transformers concatenates the
+  heads there, so the slice is exactly what one head writes.
+- **dla** (direct logit attribution): the head's output at the last position, through
+  its slice of the output projection, through the final norm frozen at the clean final
+  residual's scale (TransformerLens's ``apply_ln=True``), dotted with the answer's
+  unembedding row: what the head adds to the answer's logit directly.
+
+The ablated forward passes run several heads at once, one per batch row, and start
+where the lowest ablated layer does: the layers below it are not run again but hand on
+the clean pass's output, which they would compute unchanged.
+
+Shape letters: L layers, H query heads, T tokens, D the model's width, E the output
+projection's input (H × head size), B rows of one pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.choices import Ablation
+from attnviz.errors import UsageError
+from attnviz.pretrained.streams import Family, Stream
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnviz.pretrained.encoding import Side
+    from attnviz.pretrained.loading import PretrainedModel
+
+# The output projection's name in each family's attention module (Llama, Mistral, Gemma,
+# Qwen: o_proj; GPT-2: c_proj; OPT, GPT-J: out_proj; GPT-NeoX, Phi: dense).
+_PROJECTIONS = ("o_proj", "c_proj", "out_proj", "dense")
+_TOKENS_PER_PASS = 2048  # rows × tokens of one ablated pass: its activations stay small
+_ROWS_PER_PASS = 64
+
+
+@dataclass(frozen=True)
+class HeadEffects:
+    """Each chosen head's effect on one answer token: ``ablation`` and ``dla``, (L, H)
+    float64 in the order of ``layers`` and ``heads``."""
+
+    answer: str
+    answer_token: str  # the token whose log-probability is read, as the tokenizer spells it
+    log_prob: float  # the answer token's clean log-probability (natural log)
+    ablate: Ablation
+    layers: list[int]
+    heads: list[int]
+    ablation: np.ndarray  # (L, H)
+    dla: np.ndarray  # (L, H)
+
+    def of(self, layer: int, head: int) -> dict[str, float]:
+        """One head's effects by column name."""
+        row, column = self.layers.index(layer), self.heads.index(head)
+        return {"ablation": float(self.ablation[row, column]), "dla": float(self.dla[row, column])}
+
+    def fields(self) -> dict[str, object]:
+        """What a table of these effects records beside its rows."""
+        return {
+            "answer": self.answer,
+            "answer_token": self.answer_token,
+            "answer_log_prob": self.log_prob,
+            "ablate": self.ablate.value,
+        }
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    """Where a decoder's heads write: each layer's block and output projection, the final
+    norm and the unembedding."""
+
+    blocks: list[Any]  # (L) the decoder layer each attention module sits in
+    projections: list[Any]  # (L) each attention module's output projection
+    # (L) the norm a layer puts its attention's output through before adding it to the
+    # residual (Gemma 2 and 3, OLMo 2: "sandwich" norms), or None (GPT-2, Llama)
+    post_norms: list[Any]
+    heads: int
+    norm: Any
+    unembedding: Any
+
+
+def check_answer(answer: object) -> str:
+    """An answer as given, if it is a text with something in it."""
+    if not isinstance(answer, str):
+        raise UsageError(f"the answer is a text, not {type(answer).__name__}")
+    if not answer.strip():
+        raise UsageError("the answer is empty: give the words the model should go on with")
+    return answer
+
+
+def anatomy_of(loaded: PretrainedModel) -> Anatomy:
+    """The modules a head's effect passes through; a usage error for a model that has no
+    answer to read (an encoder, an encoder-decoder, a decoder without its head)."""
+    model = loaded.model
+    unembedding = model.get_output_embeddings()
+    if loaded.family is not Family.DECODER or unembedding is None:
+        what = (
+            "a decoder without its language-model head"
+            if loaded.family is Family.DECODER
+            else f"an {loaded.family.value} model"
+        )
+        raise UsageError(
+            f"{loaded.name} is {what}: --answer reads the next token of a causal language "
+            "model (GPT-2, Llama, SmolLM2, …)"
+        )
+    names = {module: name for name, module in model.named_modules()}
+    modules = dict(model.named_modules())
+    attentions = [module for module, _ in loaded.streams.get(Stream.SELF, [])]
+    blocks = [modules[_block_name(names[module], modules)] for module in attentions]
+    projections = [_projection(module, loaded.name) for module in attentions]
+    post_norms = [_post_norm(block) for block in blocks]
+    return Anatomy(
+        blocks, projections, post_norms, _head_count(model.config), _final_norm(model), unembedding
+    )
+
+
+def _block_name(attention: str, modules: dict[str, Any]) -> str:
+    """The name of the layer an attention module sits in: the item of a ModuleList."""
+    import torch
+
+    parts = attention.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        if parts[end].isdigit() and isinstance(modules[".".join(parts[:end])], torch.nn.ModuleList):
+            return ".".join(parts[: end + 1])
+    raise UsageError(f"attnviz cannot find the layer that holds {attention}")
+
+
+def _projection(attention: Any, model: str) -> Any:
+    children = dict(attention.named_children())
+    for name in _PROJECTIONS:
+        if name in children:
+            return children[name]
+    raise UsageError(
+        f"attnviz cannot find the output projection of {model}'s attention "
+        f"({type(attention).__name__} has {', '.join(children) or 'no modules'})"
+    )
+
+
+def _post_norm(block: Any) -> Any:
+    """The norm of the attention's output, in a layer that normalises each sublayer's
+    output as well as its input (it then has a norm after its feed-forward sublayer too;
+    Llama's ``post_attention_layernorm`` is the feed-forward's input norm)."""
+    if hasattr(block, "post_feedforward_layernorm"):
+        return getattr(block, "post_attention_layernorm", None)
+    return None
+
+
+def _head_count(config: Any) -> int:
+    from attnviz.pretrained.encoding import head_count
+
+    count = head_count(config)
+    if count is None:
+        raise UsageError("the model's configuration does not say how many heads it has")
+    return count
+
+
+def _final_norm(model: Any) -> Any:
+    """The norm the last residual passes through before the unembedding: the one norm among
+    the base model's own modules (Llama's ``norm``, GPT-2's ``ln_f``)."""
+    norms = [
+        module
+        for _, module in model.base_model.named_children()
+        if "norm" in type(module).__name__.lower()
+    ]
+    if len(norms) != 1:
+        raise UsageError(
+            f"attnviz cannot find the final norm of {type(model).__name__}: "
+            f"{len(norms)} norms sit beside its layers"
+        )
+    return norms[0]
+
+
+def answer_token(loaded: PretrainedModel, side: Side, answer: str) -> int:
+    """The id of the answer's first token after the text, as the tokenizer splits the text
+    and the answer together (a sentencepiece space belongs to the answer's first word)."""
+    if side.cut:
+        raise UsageError("the text was cut to the model's length: there is no answer after it")
+    tokenizer = loaded.tokenizer
+    alone = tokenizer(side.text, add_special_tokens=False)["input_ids"]
+    joined = tokenizer(side.text + answer, add_special_tokens=False)["input_ids"]
+    if len(joined) <= len(alone) or joined[: len(alone)] != alone:
+        raise UsageError(
+            f"the answer {answer!r} does not begin a token of its own after the text: its "
+            "first characters join the text's last token (begin it with a space?)"
+        )
+    return int(joined[len(alone)])
+
+
+def head_effects(
+    loaded: PretrainedModel,
+    arguments: dict[str, torch.Tensor],
+    answer_id: int,
+    layers: Sequence[int],
+    heads: Sequence[int],
+    ablate: Ablation,
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """The clean log-probability of ``answer_id`` after one encoded text, and the ablation
+    effect and direct logit attribution of each (layer, head): (L, H) each."""
+    import torch
+
+    body = anatomy_of(loaded)
+    with torch.inference_mode():
+        clean = _clean_pass(loaded.model, body, arguments, answer_id)
+        dla = _attribution(body, clean, answer_id, layers, heads)
+        ablation = _ablation(loaded.model, body, arguments, answer_id, clean, layers, heads, ablate)
+    return clean.log_prob, ablation, dla
+
+
+@dataclass
+class _Clean:
+    """What the clean pass leaves for the others."""
+
+    log_prob: float
+    head_inputs: list[torch.Tensor]  # (L) each output projection's input, (1, T, E)
+    block_outputs: list[Any]  # (L) each layer's output as it returned it
+    # (L) at the last position: each attention's output (D,), and its post norm's input
+    # and output (D,) where the layer has one
+    written: list[Any]
+    post_normed: list[tuple[Any, Any] | None]
+    residual: torch.Tensor  # (D,) the final norm's input at the last position
+    normed: torch.Tensor  # (D,) its output there
+
+
+def _clean_pass(model: Any, body: Anatomy, arguments: dict, answer_id: int) -> _Clean:
+    count = len(body.blocks)
+    head_inputs: list[Any] = [None] * count
+    block_outputs: list[Any] = [None] * count
+    written: list[Any] = [None] * count
+    post_normed: list[Any] = [None] * count
+    final: list[Any] = [None]
+
+    def keep(into: list, index: int, what: Callable[[tuple, Any], Any]) -> Callable:
+        def hook(_module: Any, args: tuple, output: Any = None) -> None:
+            into[index] = what(args, output)
+
+        return hook
+
+    def at_last(args: tuple, output: Any) -> tuple:  # a norm's input and output at the end
+        return args[0][0, -1], output[0, -1]
+
+    with contextlib.ExitStack() as hooks:
+        for layer in range(count):
+            for handle in (
+                body.projections[layer].register_forward_pre_hook(
+                    keep(head_inputs, layer, lambda args, _: args[0])
+                ),
+                body.projections[layer].register_forward_hook(
+                    keep(written, layer, lambda _, output: output[0, -1])
+                ),
+                body.blocks[layer].register_forward_hook(
+                    keep(block_outputs, layer, lambda _, output: output)
+                ),
+            ):
+                hooks.enter_context(_hooked(handle))
+            if body.post_norms[layer] is not None:
+                hook = keep(post_normed, layer, at_last)
+                hooks.enter_context(_hooked(body.post_norms[layer].register_forward_hook(hook)))
+        hooks.enter_context(_hooked(body.norm.register_forward_hook(keep(final, 0, at_last))))
+        logits = _last_logits(model, arguments)
+    log_prob = float(logits.float().log_softmax(-1)[0, answer_id])
+    residual, normed = final[0]
+    return _Clean(log_prob, head_inputs, block_outputs, written, post_normed, residual, normed)
+
+
+@contextlib.contextmanager
+def _hooked(handle: Any) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _last_logits(model: Any, arguments: dict) -> torch.Tensor:
+    """The logits at the last position, (B, vocabulary); only those are computed where the
+    model can leave the others out."""
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in _parameters(model.forward) else {}
+    return model(**arguments, use_cache=False, **keep).logits[:, -1]
+
+
+def _parameters(function: Callable) -> set[str]:
+    return set(inspect.signature(function).parameters)
+
+
+def _attribution(
+    body: Anatomy, clean: _Clean, answer_id: int, layers: Sequence[int], heads: Sequence[int]
+) -> np.ndarray:
+    """Each head's direct logit attribution, (L, H)."""
+    import torch
+
+    frozen = _frozen_norm(body.norm, clean.residual, clean.normed)
+    direction = body.unembedding.weight[answer_id].float()  # (D,)
+    result = np.zeros((len(layers), len(heads)))
+    for row, layer in enumerate(layers):
+        projection = body.projections[layer]
+        last = clean.head_inputs[layer][0, -1]  # (E,)
+        size = _head_size(last, body.heads)
+        alone = torch.zeros(len(heads) + 1, last.shape[0], dtype=last.dtype, device=last.device)
+        for column, head in enumerate(heads):  # row k holds head k's slice, the last none
+            alone[column, head * size : (head + 1) * size] = last[head * size : (head + 1) * size]
+        written = projection(alone).float()  # (H + 1, D): each head's slice, then the bias
+        written = written[:-1] - written[-1]
+        if body.post_norms[layer] is not None:
+            written = _through_post_norm(body.post_norms[layer], clean, layer)(written)
+        result[row] = (frozen(written) @ direction).cpu().numpy()
+    return result
+
+
+def _through_post_norm(
+    norm: Any, clean: _Clean, layer: int
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A layer's post-attention norm frozen at the clean attention output's scale, once it is
+    seen to normalise that output (and not something else by the same name)."""
+    import torch
+
+    normed_input, normed_output = clean.post_normed[layer]
+    if not torch.allclose(normed_input.float(), clean.written[layer].float(), atol=1e-5):
+        raise UsageError(
+            f"attnviz cannot attribute layer {layer}'s heads: its post_attention_layernorm does "
+            "not normalise the attention's output"
+        )
+    return _frozen_norm(norm, normed_input, normed_output)
+
+
+def _head_size(head_input: torch.Tensor, heads: int) -> int:
+    if head_input.shape[-1] % heads:
+        raise UsageError(
+            f"the output projection reads {head_input.shape[-1]} numbers, which {heads} heads "
+            "do not share evenly: attnviz cannot tell one head's output from another's"
+        )
+    return head_input.shape[-1] // heads
+
+
+def _frozen_norm(
+    norm: Any, residual: torch.Tensor, normed: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The final norm as a linear map, its scale frozen at the clean residual's. A LayerNorm
+    centres, an RMSNorm does not; whose gain it is (the weight, or Gemma's 1 + weight) is
+    read from the form that gives back what the norm computed on the clean residual."""
+    import torch
+
+    x, y = residual.float(), normed.float()
+    weight = getattr(norm, "weight", None)
+    weight = torch.ones_like(x) if weight is None else weight.float()
+    bias = getattr(norm, "bias", None)
+    shift = torch.zeros_like(x) if bias is None else bias.float()
+    eps = next(
+        (
+            float(value)
+            for name in ("eps", "variance_epsilon", "epsilon")
+            if isinstance(value := getattr(norm, name, None), float | int)
+        ),
+        1e-6,
+    )
+    centred = "layernorm" in type(norm).__name__.lower()
+    moved = x - x.mean() if centred else x
+    scale = (moved.pow(2).mean() + eps).sqrt()
+    for gain in (weight, 1 + weight):
+        if torch.allclose(gain * moved / scale + shift, y, rtol=1e-3, atol=1e-3 * y.abs().max()):
+            return _linear_norm(gain, scale, centred)
+    raise UsageError(
+        f"attnviz cannot read the final norm ({type(norm).__name__}) as a LayerNorm or an "
+        "RMSNorm: no direct logit attribution through it"
+    )
+
+
+def _linear_norm(
+    gain: torch.Tensor, scale: torch.Tensor, centred: bool
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    def frozen(written: torch.Tensor) -> torch.Tensor:  # (N, D) -> (N, D)
+        moved = written - written.mean(-1, keepdim=True) if centred else written
+        return gain * moved / scale
+
+    return frozen
+
+
+def _ablation(
+    model: Any,
+    body: Anatomy,
+    arguments: dict,
+    answer_id: int,
+    clean: _Clean,
+    layers: Sequence[int],
+    heads: Sequence[int],
+    ablate: Ablation,
+) -> np.ndarray:
+    """Each head's ablation effect, (L, H): the answer's log-probability with the head's
+    output replaced, less the clean one. Heads are taken a pass's rows at a time, in
+    layer order, so that a pass starts as high in the model as its first head."""
+    tokens = int(arguments["input_ids"].shape[1])
+    rows = max(1, min(_ROWS_PER_PASS, _TOKENS_PER_PASS // tokens))
+    places = [(layer, head) for layer in layers for head in heads]
+    effects: dict[tuple[int, int], float] = {}
+    reuse, checked = True, False
+    for first in range(0, len(places), rows):
+        chunk = places[first : first + rows]
+        start = chunk[0][0] if reuse else 0
+        # The first pass that starts above the clean one checks that it may: one more row,
+        # ablating nothing, must give the clean log-probability (else every pass runs whole).
+        control = start > 0 and not checked
+        log_probs = _ablated_pass(
+            model, body, arguments, answer_id, clean, chunk, ablate, start, control
+        )
+        if control:
+            checked = True
+            tolerance = 1e-4 * max(1.0, abs(clean.log_prob))
+            if abs(log_probs[-1] - clean.log_prob) > tolerance:
+                reuse = False
+                log_probs = _ablated_pass(
+                    model, body, arguments, answer_id, clean, chunk, ablate, 0
+                )
+        for place, log_prob in zip(chunk, log_probs, strict=False):
+            effects[place] = log_prob - clean.log_prob
+    return np.array([[effects[layer, head] for head in heads] for layer in layers])
+
+
+def _ablated_pass(
+    model: Any,
+    body: Anatomy,
+    arguments: dict,
+    answer_id: int,
+    clean: _Clean,
+    chunk: list[tuple[int, int]],
+    ablate: Ablation,
+    start: int,
+    control: bool = False,
+) -> list[float]:
+    """The answer's log-probability with each (layer, head) of ``chunk`` ablated, one per
+    batch row (and a last row ablating nothing, if ``control``), the layers below ``start``
+    handing on the clean pass's output."""
+    batch = len(chunk) + int(control)
+    expanded = {name: value.expand(batch, *value.shape[1:]) for name, value in arguments.items()}
+    with contextlib.ExitStack() as patches:
+        if start > 0:
+            patches.enter_context(
+                _handed_on(body.blocks[:start], clean.block_outputs[start - 1], batch)
+            )
+        for layer in sorted({layer for layer, _ in chunk}):
+            rows = [(row, head) for row, (at, head) in enumerate(chunk) if at == layer]
+            replace = _replacer(rows, clean.head_inputs[layer], body.heads, ablate)
+            hook = body.projections[layer].register_forward_pre_hook(replace)
+            patches.enter_context(_hooked(hook))
+        logits = _last_logits(model, expanded)
+    return logits.float().log_softmax(-1)[:, answer_id].tolist()
+
+
+def _replacer(
+    rows: list[tuple[int, int]], clean_input: torch.Tensor, heads: int, ablate: Ablation
+) -> Callable:
+    """A hook on an output projection replacing, in each of ``rows`` (batch row, head), that
+    head's slice of its input: by zeros, or by the head's mean over the clean positions."""
+    size = _head_size(clean_input, heads)
+    mean = clean_input[0].mean(0)  # (E,)
+
+    def replace(_module: Any, args: tuple) -> tuple:
+        head_input = args[0].clone()  # (B, T, E)
+        for row, head in rows:
+            part = slice(head * size, (head + 1) * size)
+            head_input[row, :, part] = 0 if ablate is Ablation.ZERO else mean[part]
+        return (head_input, *args[1:])
+
+    return replace
+
+
+@contextlib.contextmanager
+def _handed_on(blocks: list[Any], output: Any, batch: int) -> Iterator[None]:
+    """While open, ``blocks`` compute nothing: each returns ``output`` (the last of them's
+    clean output, batch 1) for every batch row, which is what they would compute, since
+    nothing below the ablated layers differs from the clean pass. The model still runs its
+    own code between layers (masks, position embeddings), so no family's loop is copied."""
+    handed = _expanded(output, batch)
+
+    def hand_on(*_args: Any, **_kwargs: Any) -> Any:
+        return handed
+
+    for block in blocks:
+        block.forward = hand_on  # an instance attribute: nn.Module calls it in place of forward
+    try:
+        yield
+    finally:
+        for block in blocks:
+            del block.forward
+
+
+def _expanded(output: Any, batch: int) -> Any:
+    """A layer's output (a tensor, or a tuple of them) repeated for ``batch`` rows."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output.expand(batch, *output.shape[1:]).contiguous()
+    if isinstance(output, tuple):
+        return type(output)(_expanded(part, batch) if part is not None else None for part in output)
+    raise UsageError(f"attnviz cannot hand on a layer's output of type {type(output).__name__}")

@@ -1,0 +1,220 @@
+"""What heads do to an answer: each effect against an independent few-line reference.
+
+The references reach into each family's modules by their own names (GPT-2's c_proj,
+Llama's o_proj) and rerun the whole model per head; attnviz finds the modules itself,
+batches heads and starts its passes above the clean one. Families: GPT-2 (LayerNorm,
+Conv1D projections), Llama (RMSNorm, grouped-query heads), Gemma 2 (the attention's
+output normed before the residual, gains of 1 + weight, sliding-window layers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz.errors import UsageError
+
+TEXT = "The man walked the dog because"
+ANSWER = " it"
+FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm"]
+
+
+def _parts(model, family: str, layer: int):
+    """(output projection, final norm) of one layer, as the family names them."""
+    if family == "gpt2-lm":
+        return model.transformer.h[layer].attn.c_proj, model.transformer.ln_f
+    return model.model.layers[layer].self_attn.o_proj, model.model.norm
+
+
+def _log_prob(model, ids, answer_id):
+    with torch.inference_mode():
+        return float(model(input_ids=ids).logits[0, -1].float().log_softmax(-1)[answer_id])
+
+
+def _reference_ablation(model, family, ids, answer_id, layers, heads, mean=False):
+    """One whole forward per head, a hook zeroing (or averaging) its slice."""
+    clean = _log_prob(model, ids, answer_id)
+    size = model.config.hidden_size // model.config.num_attention_heads
+    result = np.zeros((len(layers), len(heads)))
+    for row, layer in enumerate(layers):
+        projection, _ = _parts(model, family, layer)
+        for column, head in enumerate(heads):
+            part = slice(head * size, (head + 1) * size)
+
+            def hook(_module, args, part=part):
+                changed = args[0].clone()
+                changed[..., part] = args[0][0, :, part].mean(0) if mean else 0
+                return (changed,)
+
+            handle = projection.register_forward_pre_hook(hook)
+            try:
+                result[row, column] = _log_prob(model, ids, answer_id) - clean
+            finally:
+                handle.remove()
+    return result
+
+
+def _reference_dla(model, family, ids, answer_id, layers, heads):
+    """From recorded states: each head's slice times its rows (or columns) of the output
+    projection's matrix, through the final norm with the clean residual's scale, dotted
+    with the answer's row of the unembedding."""
+    recorded = {}
+    handles = [
+        _parts(model, family, layer)[0].register_forward_pre_hook(
+            lambda _m, args, layer=layer: recorded.__setitem__(layer, args[0][0, -1])
+        )
+        for layer in layers
+    ] + [
+        _parts(model, family, layer)[0].register_forward_hook(
+            lambda _m, _a, out, layer=layer: recorded.__setitem__(("out", layer), out[0, -1])
+        )
+        for layer in layers
+    ]
+    norm = _parts(model, family, 0)[1]
+    handles.append(
+        norm.register_forward_pre_hook(lambda _m, args: recorded.__setitem__("x", args[0][0, -1]))
+    )
+    try:
+        _log_prob(model, ids, answer_id)
+    finally:
+        for handle in handles:
+            handle.remove()
+    x = recorded["x"].double()
+    size = model.config.hidden_size // model.config.num_attention_heads
+    unembedding = model.lm_head.weight[answer_id].double()
+    result = np.zeros((len(layers), len(heads)))
+    for row, layer in enumerate(layers):
+        projection = _parts(model, family, layer)[0]
+        for column, head in enumerate(heads):
+            part = slice(head * size, (head + 1) * size)
+            z = recorded[layer][part].double()
+            if family == "gpt2-lm":  # Conv1D: (in, out)
+                written = z @ projection.weight[part, :].double()
+                centred = written - written.mean()
+                normed = centred / torch.sqrt(x.var(unbiased=False) + norm.eps)
+                normed = normed * norm.weight.double()
+            elif family == "llama-lm":  # Linear: (out, in); RMSNorm
+                written = projection.weight[:, part].double() @ z
+                rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+                normed = written / rms * norm.weight.double()
+            else:  # Gemma: the attention's output normed before the residual; gains 1 + w
+                written = projection.weight[:, part].double() @ z
+                post = model.model.layers[layer].post_attention_layernorm
+                out = recorded["out", layer].double()
+                written = written / torch.sqrt(out.pow(2).mean() + post.eps)
+                written = written * (1 + post.weight.double())
+                rms = torch.sqrt(x.pow(2).mean() + norm.eps)
+                normed = written / rms * (1 + norm.weight.double())
+            result[row, column] = float((normed @ unembedding).detach())
+    return result
+
+
+def _loaded(generators, family):
+    """The model, its final norm's gain and shift made random (a fresh model's are 1 and
+    0, which would hide a norm read the wrong way)."""
+    extractor = attnviz.load(generators[family])
+    model = extractor.loaded.model
+    norms = [_parts(model, family, 0)[1]]
+    if family == "gemma2-lm":
+        norms += [layer.post_attention_layernorm for layer in model.model.layers]
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for norm in norms:
+            norm.weight.copy_(torch.rand(norm.weight.shape, generator=generator) + 0.5)
+            if getattr(norm, "bias", None) is not None:
+                norm.bias.copy_(torch.randn(norm.bias.shape, generator=generator))
+    return extractor, model
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("ablate", ["zero", "mean"])
+def test_ablation_equals_a_hook_rerunning_the_model_per_head(generators, family, ablate):
+    extractor, model = _loaded(generators, family)
+    effects = extractor.head_effects(TEXT, ANSWER, ablate=ablate)
+    ids = extractor.loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    answer_id = extractor.loaded.tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
+    assert effects.answer_token == extractor.loaded.tokenizer.decode([answer_id])
+    assert effects.log_prob == pytest.approx(_log_prob(model, ids, answer_id), abs=1e-5)
+    expected = _reference_ablation(
+        model, family, ids, answer_id, effects.layers, effects.heads, mean=ablate == "mean"
+    )
+    assert np.abs(expected).max() > 1e-3  # the heads do change the answer
+    np.testing.assert_allclose(effects.ablation, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_dla_equals_the_heads_writing_read_through_the_frozen_norm(generators, family):
+    extractor, model = _loaded(generators, family)
+    effects = extractor.head_effects(TEXT, ANSWER)
+    ids = extractor.loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    answer_id = extractor.loaded.tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
+    expected = _reference_dla(model, family, ids, answer_id, effects.layers, effects.heads)
+    assert np.abs(expected).max() > 1e-3
+    np.testing.assert_allclose(effects.dla, expected, atol=1e-4)
+
+
+def test_chosen_layers_and_heads_are_those_of_the_whole_sweep(generators):
+    extractor = attnviz.load(generators["llama-lm"])
+    whole = extractor.head_effects(TEXT, ANSWER)
+    some = extractor.head_effects(TEXT, ANSWER, layers=1, heads=[0, 3])
+    assert (some.layers, some.heads) == ([1], [0, 3])
+    np.testing.assert_allclose(some.ablation, whole.ablation[1:, [0, 3]], atol=1e-6)
+    np.testing.assert_allclose(some.dla, whole.dla[1:, [0, 3]], atol=1e-6)
+
+
+def test_passes_of_one_row_give_the_same_effects(generators, monkeypatch):
+    """Heads batched several per pass, or one per pass: batch rows do not mix."""
+    from attnviz.pretrained import effects as module
+
+    extractor = attnviz.load(generators["gpt2-lm"])
+    batched = extractor.head_effects(TEXT, ANSWER)
+    monkeypatch.setattr(module, "_ROWS_PER_PASS", 1)
+    single = extractor.head_effects(TEXT, ANSWER)
+    np.testing.assert_allclose(batched.ablation, single.ablation, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("model", "answer", "message"),
+    [
+        ("builtin", " it", "needs a causal language model"),
+        ("bert", " it", "is an encoder model"),
+        ("gpt2", " it", "a decoder without its language-model head"),
+        ("gpt2-lm", "   ", "the answer is empty"),
+    ],
+)
+def test_what_has_no_answer_is_refused(generators, tiny, model, answer, message):
+    extractor = attnviz.load({**tiny, **generators}.get(model, model))
+    with pytest.raises(UsageError, match=message):
+        extractor.head_effects(TEXT, answer)
+
+
+def test_passes_above_the_first_layer_do_not_run_the_layers_below(generators, monkeypatch):
+    """One head per pass: layer 0's attention runs in the clean pass and in the passes that
+    ablate layer 0's heads, never in those that ablate a higher layer's."""
+    from attnviz.pretrained import effects as module
+
+    extractor = attnviz.load(generators["gpt2-lm"])
+    monkeypatch.setattr(module, "_ROWS_PER_PASS", 1)
+    calls = []
+    first = extractor.loaded.model.transformer.h[0].attn
+    handle = first.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        effects = extractor.head_effects(TEXT, ANSWER)
+    finally:
+        handle.remove()
+    assert len(calls) == 1 + len(effects.heads)
+
+
+def test_a_model_whose_layers_cannot_be_skipped_is_run_whole(generators, monkeypatch):
+    """The first pass that starts above the clean one carries a row ablating nothing: where
+    it does not give the clean log-probability, every pass runs the whole model."""
+    from attnviz.pretrained import effects as module
+
+    extractor = attnviz.load(generators["llama-lm"])
+    expected = extractor.head_effects(TEXT, ANSWER)
+    monkeypatch.setattr(module, "_ROWS_PER_PASS", 2)
+    monkeypatch.setattr(module, "_expanded", lambda output, batch: output.expand(batch, -1, -1) * 0)
+    effects = extractor.head_effects(TEXT, ANSWER)
+    np.testing.assert_allclose(effects.ablation, expected.ablation, atol=1e-5)
