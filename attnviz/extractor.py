@@ -19,10 +19,9 @@ from attnviz.request import Request
 from attnviz.selection import token_positions
 
 if TYPE_CHECKING:
-    from attnviz.analysis.heads import HeadTable
+    from attnviz.analysis.heads import HeadEffects, HeadTable
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
-    from attnviz.pretrained.effects import HeadEffects
     from attnviz.pretrained.generation import Generation
 
 # A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
@@ -138,10 +137,7 @@ class Extractor(ABC):
         in its log-probability with the head ablated (``ablate``: its output zeroed, or
         replaced by its mean over the text) and its direct logit attribution. A causal
         language model only."""
-        raise UsageError(
-            f"{self.name} has no next token to read: --answer needs a causal language model "
-            "(--model smollm2, a GPT-2 or Llama folder); the built-in stack has no unembedding"
-        )
+        raise no_next_token(self.name)
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """The head detectors' probe: ``length`` random tokens (drawn with ``seed``), then
@@ -186,6 +182,23 @@ class Extractor(ABC):
         """One head's attention step by step: the built-in stack walks through every
         matrix; a pretrained model explains one ``query`` row from its dot products
         (tokens labelled with the tokenizer's own pieces when ``raw_pieces``)."""
+
+
+def check_answer(answer: object) -> str:
+    """An answer as given, if it is a text with something in it."""
+    if not isinstance(answer, str):
+        raise UsageError(f"the answer is a text, not {type(answer).__name__}")
+    if not answer.strip():
+        raise UsageError("the answer is empty: give the words the model should go on with")
+    return answer
+
+
+def no_next_token(model: str) -> UsageError:
+    """The refusal of an answer by a model that predicts no next token."""
+    return UsageError(
+        f"{model} has no next token to read: --answer needs a causal language model "
+        "(--model smollm2, a GPT-2 or Llama folder); the built-in stack has no unembedding"
+    )
 
 
 def parse_mode(mode: Mode | str | None) -> Mode | None:

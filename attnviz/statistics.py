@@ -23,6 +23,7 @@ class Needs(StrEnum):
     ONE_SEQUENCE = "one sequence"  # queries and keys are the same tokens (self, masked)
     SPAN = "span"  # the keys of --span
     REPEATS = "repeats"  # one sequence, with the tokens that say which ones repeat
+    ANSWER = "answer"  # a causal language model's answer (--answer): a head's effect on it
 
 
 class Per(StrEnum):
@@ -78,6 +79,20 @@ class HeadColumn(StrEnum):
     # A head's place needs no help in a table's caption.
     LAYER = Column("layer", "", beside_detectors=True, ascending=True)
     HEAD = Column("head", "", beside_detectors=True, ascending=True)
+    # Effects on an answer: read from the model's output, not from the maps (no per).
+    ABLATION = Column(
+        "ablation",
+        "change in the answer's log-probability (nats) with the head's output zeroed "
+        "(--ablate mean: its mean over the text): below 0, the answer needs the head",
+        needs=Needs.ANSWER,
+        ascending=True,
+    )
+    DLA = Column(
+        "dla",
+        "direct logit attribution: what the head's output at the last position adds to the "
+        "answer's logit, through the final norm at its clean scale",
+        needs=Needs.ANSWER,
+    )
     ENTROPY = Column(
         "entropy",
         "entropy of a query row in nats, averaged over rows (ln of the key count when "

@@ -9,6 +9,8 @@ output normed before the residual, gains of 1 + weight, sliding-window layers).
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -218,3 +220,66 @@ def test_a_model_whose_layers_cannot_be_skipped_is_run_whole(generators, monkeyp
     monkeypatch.setattr(module, "_expanded", lambda output, batch: output.expand(batch, -1, -1) * 0)
     effects = extractor.head_effects(TEXT, ANSWER)
     np.testing.assert_allclose(effects.ablation, expected.ablation, atol=1e-5)
+
+
+def test_heads_answer_lists_the_effects_sorted_by_ablation(runner, generators):
+    from attnviz.cli import app
+
+    model = generators["llama-lm"]
+    arguments = ["heads", "--model", model, TEXT, "--answer", ANSWER]
+    data = runner.invoke(app, [*arguments, "-f", "json"])
+    assert data.exit_code == 0, data.stderr
+    document = json.loads(data.stdout)
+    expected = attnviz.load(model).head_effects(TEXT, ANSWER)
+    assert document["answer_log_prob"] == pytest.approx(expected.log_prob)
+    assert (document["answer"], document["ablate"]) == (ANSWER, "zero")
+    rows = document["heads"]
+    assert [row["ablation"] for row in rows] == sorted(row["ablation"] for row in rows)
+    for row in rows:
+        effect = expected.of(row["layer"], row["head"])
+        assert (row["ablation"], row["dla"]) == pytest.approx((effect["ablation"], effect["dla"]))
+        assert row["entropy"] is not None  # the statistics beside them
+    table = runner.invoke(app, [*arguments, "--sort", "dla", "--top", "2"])
+    assert table.exit_code == 0, table.stderr
+    assert "ablation" in table.stdout and "dla" in table.stdout and "previous" not in table.stdout
+    assert f"answer {expected.answer_token!r}" in table.stdout
+    listed = [line.split()[:2] for line in table.stdout.splitlines() if line[:5].strip().isdigit()]
+    best = sorted(rows, key=lambda row: -row["dla"])[:2]
+    assert listed == [[str(row["layer"]), str(row["head"])] for row in best]
+    plain = runner.invoke(app, ["heads", "--model", model, TEXT, "-f", "csv"])
+    assert "ablation" not in plain.stdout  # no answer, no effect columns
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--answer", " x"], "builtin has no next token to read"),
+        (["--answer", " "], "the answer is empty"),
+        (["--ablate", "mean"], "--ablate applies to --answer, not statistics alone"),
+        (["--sort", "ablation"], "--sort ablation ranks heads by their effect on an answer"),
+        (["--answer", " x", "--ablate", "half"], "'half' is not one of"),
+    ],
+)
+def test_heads_answer_usage_errors_before_a_model_loads(runner, arguments, message):
+    from attnviz.cli import app
+
+    result = runner.invoke(app, ["heads", "Hello there", *arguments])
+    assert result.exit_code == 2
+    assert message in result.stderr and result.stdout == ""
+    assert "Traceback" not in result.stderr
+
+
+def test_heads_answer_of_saved_maps_or_the_probe_is_refused(runner, generators, tiny, tmp_path):
+    from attnviz.cli import app
+
+    model = generators["gpt2-lm"]
+    saved = tmp_path / "maps.json"
+    assert runner.invoke(app, ["show", "--model", model, TEXT, "-o", str(saved)]).exit_code == 0
+    from_saved = runner.invoke(app, ["heads", "--from", str(saved), "--answer", ANSWER])
+    assert from_saved.exit_code == 2 and "--answer" in from_saved.stderr
+    probe = runner.invoke(
+        app, ["heads", "--model", model, "--detect", "induction", "--answer", ANSWER]
+    )
+    assert probe.exit_code == 2 and "the detectors' probe" in probe.stderr
+    encoder = runner.invoke(app, ["heads", "--model", tiny["bert"], TEXT, "--answer", ANSWER])
+    assert encoder.exit_code == 2 and "is an encoder model" in encoder.stderr

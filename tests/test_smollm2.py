@@ -130,3 +130,22 @@ def test_chat_prompts_use_its_own_template(smollm2, plain):
     # The template's own words are special, and read as words (not Ġare).
     assert maps.key_special[maps.key_tokens.index("assistant")]
     assert "are" in maps.key_tokens and "Ġare" not in maps.key_tokens
+
+
+def test_answer_effects_equal_a_hook_rerun_of_the_plain_model(smollm2, plain):
+    """heads --answer ' Paris': two layers' heads (the one the answer needs most among
+    them), each against the plain model rerun with the head zeroed, and its direct logit
+    attribution computed from recorded states."""
+    from tests.test_effects import _reference_ablation, _reference_dla
+
+    effects = smollm2.head_effects(PROMPT, " Paris", layers=[0, 23])
+    model, tokenizer = plain
+    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    (answer_id,) = tokenizer(" Paris", add_special_tokens=False)["input_ids"]
+    assert effects.answer_token == " Paris"
+    layers, heads = effects.layers, effects.heads
+    ablation = _reference_ablation(model, "llama-lm", ids, answer_id, layers, heads)
+    np.testing.assert_allclose(effects.ablation, ablation, atol=1e-4)
+    dla = _reference_dla(model, "llama-lm", ids, answer_id, layers, heads)
+    np.testing.assert_allclose(effects.dla, dla, atol=1e-4)
+    assert effects.ablation.min() < -1  # a head the answer needs: zeroed, e^-1 of it is left

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
-from attnviz.choices import Mode
+from attnviz.choices import Ablation, Mode
 from attnviz.errors import UsageError
 from attnviz.statistics import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
 
@@ -23,6 +23,43 @@ DETECTOR_COLUMNS = frozenset(DETECTORS)
 # detectors' scores with what explains them (the weight on the first token, left out).
 STATISTICS_TABLE = frozenset(HeadColumn) - DETECTOR_COLUMNS
 DETECTORS_TABLE = frozenset(column for column in HeadColumn if column.beside_detectors)
+# With an answer: its effects, beside where the head looks.
+EFFECTS_TABLE = frozenset(column for column in HeadColumn if column.needs is Needs.ANSWER) | {
+    HeadColumn.LAYER,
+    HeadColumn.HEAD,
+    HeadColumn.ENTROPY,
+    HeadColumn.SINK,
+    HeadColumn.TOP_KEY,
+}
+
+
+@dataclass(frozen=True)
+class HeadEffects:
+    """Each chosen head's effect on one answer token: ``ablation`` and ``dla``, (L, H)
+    float64 in the order of ``layers`` and ``heads``."""
+
+    answer: str
+    answer_token: str  # the token whose log-probability is read, as the tokenizer spells it
+    log_prob: float  # the answer token's clean log-probability (natural log)
+    ablate: Ablation
+    layers: list[int]
+    heads: list[int]
+    ablation: np.ndarray  # (L, H)
+    dla: np.ndarray  # (L, H)
+
+    def of(self, layer: int, head: int) -> dict[str, float]:
+        """One head's effects by column name."""
+        row, column = self.layers.index(layer), self.heads.index(head)
+        return {"ablation": float(self.ablation[row, column]), "dla": float(self.dla[row, column])}
+
+    def fields(self) -> dict[str, object]:
+        """What a table of these effects records beside its rows."""
+        return {
+            "answer": self.answer,
+            "answer_token": self.answer_token,
+            "answer_log_prob": self.log_prob,
+            "ablate": self.ablate.value,
+        }
 
 
 @dataclass(frozen=True)
@@ -43,9 +80,12 @@ class HeadStatistics:
         raise AttributeError(name)
 
     def __getitem__(self, column: HeadColumn | str) -> Any:  # int, float, str or None
-        """The value of one column, a place, a statistic or the top key."""
-        name = HeadColumn(column).value
-        return self.values[name] if name in self.values else getattr(self, name)
+        """The value of one column, a place, a statistic, an effect or the top key (None
+        for an effect on no answer)."""
+        column = HeadColumn(column)
+        if column.value in self.values:
+            return self.values[column.value]
+        return None if column.needs is Needs.ANSWER else getattr(self, column.value)
 
     def as_dict(self) -> dict[str, int | float | str | None]:
         return {column.value: self[column] for column in HeadColumn}
@@ -62,6 +102,7 @@ class HeadTable:
     rows: list[HeadStatistics]
     query_positions: list[int] | None = None
     span: list[int] | None = None
+    effects: HeadEffects | None = None  # on an answer: its rows hold ablation and dla
 
     @classmethod
     def of(cls, maps: AttentionMaps) -> HeadTable:
@@ -75,12 +116,20 @@ class HeadTable:
         )
 
     def columns(self, shown: Collection[HeadColumn] = tuple(HeadColumn)) -> list[HeadColumn]:
-        """Those of the ``shown`` columns that apply: span only where a span was given."""
+        """Those of the ``shown`` columns that apply: span only where a span was given, the
+        effects only where an answer was."""
+        given = {Needs.SPAN: bool(self.span), Needs.ANSWER: self.effects is not None}
         return [
-            column
-            for column in HeadColumn
-            if column in shown and (column.needs is not Needs.SPAN or self.span)
+            column for column in HeadColumn if column in shown and given.get(column.needs, True)
         ]
+
+    def with_effects(self, effects: HeadEffects) -> HeadTable:
+        """The table with each head's effects on an answer beside its statistics."""
+        rows = [
+            replace(row, values={**row.values, **effects.of(row.layer, row.head)})
+            for row in self.rows
+        ]
+        return replace(self, rows=rows, effects=effects)
 
 
 def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:

@@ -12,15 +12,20 @@ from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, number, with_environment
 from attnviz.cli.settings import (
     DEFAULT_SETTINGS,
+    NO_EFFECTS,
     NO_PRODUCTS,
+    Effects,
     MapProducts,
     ModelSettings,
+    effect_options,
     model_options_given,
     model_settings,
     request,
     row_products,
 )
-from attnviz.statistics import Detector, HeadColumn
+from attnviz.errors import UsageError
+from attnviz.outputs import refuse_unused
+from attnviz.statistics import Detector, HeadColumn, Needs
 from attnviz.visible import display_label
 from attnviz.writers import write_table
 
@@ -41,8 +46,9 @@ SortOption = Annotated[
         "--sort",
         metavar="COLUMN",
         case_sensitive=False,
-        help="Column to sort by: statistics largest first; layer, head, top_key_position "
-        "and top_key in order. [default: layer, or the --detect score]",
+        help="Column to sort by: statistics and dla largest first; ablation, layer, head, "
+        "top_key_position and top_key in order. [default: layer, the --detect score, or "
+        "ablation with --answer]",
         show_default=False,
     ),
 ]
@@ -55,6 +61,7 @@ TopOption = Annotated[
 
 @model_settings
 @row_products
+@effect_options
 @with_environment
 def heads(
     text: d.OptionalTextArgument = None,
@@ -73,8 +80,9 @@ def heads(
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
     products: MapProducts = NO_PRODUCTS,
+    effects: Effects = NO_EFFECTS,
 ) -> None:
-    """Statistics per head: what kind of head is this?
+    """Statistics per head: what kind of head is this, and what does the answer need?
 
     entropy: nats, averaged over query rows (ln n when uniform over n keys).
     distance: mean |query position - key position|, attention-weighted.
@@ -83,8 +91,13 @@ def heads(
     key with the most weight over all rows, and top_key_position its position.
     span (with --span): mean weight on the span's keys. With --rows, every
     statistic is read from those query rows only (what the last token reads).
+    ablation and dla (with --answer): what each head does to the answer.
     """
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
+
+    effects.check(model)
+    if sort is not None and sort.needs is Needs.ANSWER and effects.answer is None:
+        raise UsageError(f"--sort {sort} ranks heads by their effect on an answer: give --answer")
 
     asked = request(
         model=model,
@@ -99,9 +112,16 @@ def heads(
 
     def statistics(line: str) -> HeadTable:
         extractor = asked.open(environment)
-        return extractor.head_statistics(line, asked.request, target=target, pair=pair)
+        table = extractor.head_statistics(line, asked.request, target=target, pair=pair)
+        if effects.answer is None:
+            return table
+        answered = extractor.head_effects(
+            line, effects.answer, asked.request, ablate=effects.ablate
+        )
+        return table.with_effects(answered)
 
     given = model_options_given(settings, model, mode, target, pair) + products.given()
+    given += effects.given()
     probe = None
     if detect is None:
         several = "attnviz stats gives these statistics over many inputs"
@@ -110,31 +130,48 @@ def heads(
         )
     else:
         out.check_probe(detect, text, target, pair, saved)
+        refuse_unused(effects.given(), "a text's next token", "the detectors' probe")
         probe = asked.open(environment).detection_probe()
         table = statistics(probe)
-    sort = sort or (HeadColumn.LAYER if detect is None else HeadColumn(detect.value))
+    sort = sort or _default_sort(detect, effects)
     rows = sort_rows(table.rows, sort, reverse)[:top]
     columns = _columns(table, output_format, detect, sort)
     if output_format is not Output.TABLE:
-        probed = {} if probe is None else {"probe": probe}
+        fields = {} if probe is None else {"probe": probe}
+        fields |= {} if table.effects is None else table.effects.fields()
         names = [column.value for column in columns]
-        write_table(output_format, as_dicts(rows, columns), names, d.STDIO, probed)
+        write_table(output_format, as_dicts(rows, columns), names, d.STDIO, fields)
     else:
         drawn = _table(table, rows, columns, probed=detect is not None)
         out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
 
 
+def _default_sort(detect: Detector | None, effects: Effects) -> HeadColumn:
+    """The detector's score, the heads the answer needs most, or the heads in order."""
+    if detect is not None:
+        return HeadColumn(detect.value)
+    return HeadColumn.LAYER if effects.answer is None else HeadColumn.ABLATION
+
+
 def _columns(
     table: HeadTable, output_format: Output, detect: Detector | None, sort: HeadColumn
 ) -> list[HeadColumn]:
-    """Data holds every column; the table, the statistics' or the detectors' (with
-    --detect, or sorted by a detector's score), so that it fits 80 characters."""
-    from attnviz.analysis.heads import DETECTOR_COLUMNS, DETECTORS_TABLE, STATISTICS_TABLE
+    """Data holds every column; the table, the statistics', the detectors' (with
+    --detect, or sorted by a detector's score) or the effects' (with --answer), so that
+    it fits 80 characters."""
+    from attnviz.analysis.heads import (
+        DETECTOR_COLUMNS,
+        DETECTORS_TABLE,
+        EFFECTS_TABLE,
+        STATISTICS_TABLE,
+    )
 
     if output_format is not Output.TABLE:
         return table.columns()
     if detect is not None or sort in DETECTOR_COLUMNS:
         return table.columns(DETECTORS_TABLE)
+    if table.effects is not None:
+        return table.columns(EFFECTS_TABLE)
     return table.columns(STATISTICS_TABLE)
 
 
@@ -154,6 +191,13 @@ def _table(
 
         read += f" · the detectors' probe: {PROBE_LENGTH} random tokens, repeated"
     title = f"{display_label(table.model)} · {table.mode} attention · {table.key_count} key tokens"
+    if table.effects is not None:
+        answered = table.effects
+        title += (
+            f"\nanswer {display_label(repr(answered.answer_token))} · log-probability "
+            f"{number(answered.log_prob)} · ablation: "
+            f"{'mean' if answered.ablate.value == 'mean' else 'zero'}"
+        )
     drawn = out.rows_table(
         caption=" · ".join(f"{column}: {column.help}" for column in columns if column.help),
     )

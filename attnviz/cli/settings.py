@@ -10,10 +10,12 @@ an :class:`~attnviz.extractor.Extractor`.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
 
 from attnviz.builtin.config import BuiltinConfig
-from attnviz.choices import Aggregate, Attention, Mode
+from attnviz.choices import Ablation, Aggregate, Attention, Mode
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
@@ -142,6 +144,54 @@ class MapProducts:
             return self
         return MapProducts(pool=d.AUTO_POOL)
 
+
+EFFECTS_PANEL = "What heads do to an answer"
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What each head does to an answer: the options that ask for it."""
+
+    answer: Annotated[
+        str | None,
+        typer.Option(
+            "--answer",
+            metavar="TEXT",
+            rich_help_panel=EFFECTS_PANEL,
+            help="The words a causal language model should go on with (' Paris'): each head "
+            "gets ablation (how much the answer's first token's log-probability drops without "
+            "the head) and dla (what it writes to that token's logit), sorted by ablation.",
+        ),
+    ] = None
+    ablate: Annotated[
+        Ablation,
+        typer.Option(
+            "--ablate",
+            case_sensitive=False,
+            rich_help_panel=EFFECTS_PANEL,
+            help="What replaces a head's output for its ablation: zero, or mean (its mean "
+            "over the text's positions).",
+        ),
+    ] = Ablation.ZERO
+
+    def given(self) -> list[str]:
+        return given_flags(self)
+
+    def check(self, model: str) -> None:
+        """Refuse, before a model loads, what cannot have an answer."""
+        if self.answer is None:
+            refuse_unused(self.given(), "--answer", "statistics alone", "give --answer, or leave it out")
+            return
+        from attnviz.extractor import check_answer, no_next_token
+
+        check_answer(self.answer)
+        if model == d.BUILTIN:
+            raise no_next_token(d.BUILTIN)
+
+
+# Gives a command the options of head effects on an answer as one ``effects`` argument.
+effect_options = bundle("effects", Effects)
+NO_EFFECTS = Effects()
 
 DEFAULT_SETTINGS = ModelSettings()
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from attnviz.choices import Ablation
 from attnviz.errors import UsageError
+from attnviz.pretrained.encoding import head_count
 from attnviz.pretrained.streams import Family, Stream
 
 if TYPE_CHECKING:
@@ -48,35 +49,6 @@ _ROWS_PER_PASS = 64
 
 
 @dataclass(frozen=True)
-class HeadEffects:
-    """Each chosen head's effect on one answer token: ``ablation`` and ``dla``, (L, H)
-    float64 in the order of ``layers`` and ``heads``."""
-
-    answer: str
-    answer_token: str  # the token whose log-probability is read, as the tokenizer spells it
-    log_prob: float  # the answer token's clean log-probability (natural log)
-    ablate: Ablation
-    layers: list[int]
-    heads: list[int]
-    ablation: np.ndarray  # (L, H)
-    dla: np.ndarray  # (L, H)
-
-    def of(self, layer: int, head: int) -> dict[str, float]:
-        """One head's effects by column name."""
-        row, column = self.layers.index(layer), self.heads.index(head)
-        return {"ablation": float(self.ablation[row, column]), "dla": float(self.dla[row, column])}
-
-    def fields(self) -> dict[str, object]:
-        """What a table of these effects records beside its rows."""
-        return {
-            "answer": self.answer,
-            "answer_token": self.answer_token,
-            "answer_log_prob": self.log_prob,
-            "ablate": self.ablate.value,
-        }
-
-
-@dataclass(frozen=True)
 class Anatomy:
     """Where a decoder's heads write: each layer's block and output projection, the final
     norm and the unembedding."""
@@ -89,15 +61,6 @@ class Anatomy:
     heads: int
     norm: Any
     unembedding: Any
-
-
-def check_answer(answer: object) -> str:
-    """An answer as given, if it is a text with something in it."""
-    if not isinstance(answer, str):
-        raise UsageError(f"the answer is a text, not {type(answer).__name__}")
-    if not answer.strip():
-        raise UsageError("the answer is empty: give the words the model should go on with")
-    return answer
 
 
 def anatomy_of(loaded: PretrainedModel) -> Anatomy:
@@ -158,8 +121,6 @@ def _post_norm(block: Any) -> Any:
 
 
 def _head_count(config: Any) -> int:
-    from attnviz.pretrained.encoding import head_count
-
     count = head_count(config)
     if count is None:
         raise UsageError("the model's configuration does not say how many heads it has")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import HeadTable, statistics_product, statistics_rows
+from attnviz.analysis.heads import HeadEffects, HeadTable, statistics_product, statistics_rows
 from attnviz.analysis.products import (
     keeps_everything,
     of_whole,
@@ -23,6 +23,7 @@ from attnviz.extractor import (
     Checked,
     Extractor,
     as_item,
+    check_answer,
     check_text,
     parse_mode,
     positions_asked,
@@ -30,10 +31,8 @@ from attnviz.extractor import (
 )
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.effects import (
-    HeadEffects,
     anatomy_of,
     answer_token,
-    check_answer,
     head_effects,
 )
 from attnviz.pretrained.encoding import (
