@@ -180,7 +180,9 @@ class Effects:
     def check(self, model: str) -> None:
         """Refuse, before a model loads, what cannot have an answer."""
         if self.answer is None:
-            refuse_unused(self.given(), "--answer", "statistics alone", "give --answer, or leave it out")
+            refuse_unused(
+                self.given(), "--answer", "statistics alone", "give --answer, or leave it out"
+            )
             return
         from attnviz.extractor import check_answer, no_next_token
 
