@@ -88,7 +88,12 @@ class HeadStatistics:
         return None if column.needs is Needs.ANSWER else getattr(self, column.value)
 
     def as_dict(self) -> dict[str, int | float | str | None]:
-        return {column.value: self[column] for column in HeadColumn}
+        """Every column of the row: the effects where it has them."""
+        return {
+            column.value: self[column]
+            for column in HeadColumn
+            if column.needs is not Needs.ANSWER or column.value in self.values
+        }
 
 
 @dataclass(frozen=True)

@@ -113,12 +113,7 @@ def heads(
     def statistics(line: str) -> HeadTable:
         extractor = asked.open(environment)
         table = extractor.head_statistics(line, asked.request, target=target, pair=pair)
-        if effects.answer is None:
-            return table
-        answered = extractor.head_effects(
-            line, effects.answer, asked.request, ablate=effects.ablate
-        )
-        return table.with_effects(answered)
+        return effects.beside(table, extractor, line, asked.request)
 
     given = model_options_given(settings, model, mode, target, pair) + products.given()
     given += effects.given()

@@ -24,6 +24,7 @@ from attnviz.request import Request
 from attnviz.visible import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
+    from attnviz.analysis.heads import HeadTable
     from attnviz.cli.output import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
@@ -158,9 +159,10 @@ class Effects:
             "--answer",
             metavar="TEXT",
             rich_help_panel=EFFECTS_PANEL,
-            help="The words a causal language model should go on with (' Paris'): each head "
-            "gets ablation (how much the answer's first token's log-probability drops without "
-            "the head) and dla (what it writes to that token's logit), sorted by ablation.",
+            help="The words a causal language model should go on with, a space first where "
+            "the text would have one: each head gets ablation (how much the answer's first "
+            "token's log-probability drops without the head) and dla (what it writes to "
+            "that token's logit), sorted by ablation.",
         ),
     ] = None
     ablate: Annotated[
@@ -189,6 +191,15 @@ class Effects:
         check_answer(self.answer)
         if model == d.BUILTIN:
             raise no_next_token(d.BUILTIN)
+
+    def beside(
+        self, table: HeadTable, extractor: Extractor, text: str, request: Request
+    ) -> HeadTable:
+        """The heads' statistics of ``text``, with their effects on the answer if asked."""
+        if self.answer is None:
+            return table
+        found = extractor.head_effects(text, self.answer, request, ablate=self.ablate)
+        return table.with_effects(found)
 
 
 # Gives a command the options of head effects on an answer as one ``effects`` argument.

@@ -285,7 +285,9 @@ def _through_post_norm(
     seen to normalise that output (and not something else by the same name)."""
     import torch
 
-    normed_input, normed_output = clean.post_normed[layer]
+    recorded = clean.post_normed[layer]
+    assert recorded is not None  # the clean pass records every post norm's
+    normed_input, normed_output = recorded
     if not torch.allclose(normed_input.float(), clean.written[layer].float(), atol=1e-5):
         raise UsageError(
             f"attnviz cannot attribute layer {layer}'s heads: its post_attention_layernorm does "
@@ -328,10 +330,12 @@ def _frozen_norm(
     moved = x - x.mean() if centred else x
     scale = (moved.pow(2).mean() + eps).sqrt()
     for gain in (weight, 1 + weight):
-        if torch.allclose(gain * moved / scale + shift, y, rtol=1e-3, atol=1e-3 * y.abs().max()):
+        if torch.allclose(
+            gain * moved / scale + shift, y, rtol=1e-3, atol=1e-3 * float(y.abs().max())
+        ):
             return _linear_norm(gain, scale, centred)
     raise UsageError(
-        f"attnviz cannot read the final norm ({type(norm).__name__}) as a LayerNorm or an "
+        f"attnviz cannot read {type(norm).__name__} as a LayerNorm or an "
         "RMSNorm: no direct logit attribution through it"
     )
 
