@@ -16,10 +16,10 @@ from attnviz.analysis.heads import HeadTable
 from attnviz.choices import Ablation, Mode, chosen
 from attnviz.errors import UsageError
 from attnviz.request import Request
-from attnviz.selection import token_positions
+from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:
-    from attnviz.analysis.heads import HeadEffects, HeadTable
+    from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
     from attnviz.pretrained.generation import Generation
@@ -137,6 +137,23 @@ class Extractor(ABC):
         in its log-probability with the head ablated (``ablate``: its output zeroed, or
         replaced by its mean over the text) and its direct logit attribution. A causal
         language model only."""
+        raise no_next_token(self.name)
+
+    def knockout(
+        self,
+        text: str,
+        answer: str,
+        rows: Selection,
+        span: Selection,
+        request: Request | None = None,
+        *,
+        window: int = 1,
+        **options: Any,
+    ) -> Knockout:
+        """Attention knockout: the change in the answer's log-probability when the query
+        ``rows`` may not read the ``span`` keys (each as ``--rows`` names tokens: positions
+        or a text), in ``window`` layers around each chosen layer. A causal language model
+        only."""
         raise no_next_token(self.name)
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:

@@ -283,3 +283,62 @@ def test_heads_answer_of_saved_maps_or_the_probe_is_refused(runner, generators, 
     assert probe.exit_code == 2 and "the detectors' probe" in probe.stderr
     encoder = runner.invoke(app, ["heads", "--model", tiny["bert"], TEXT, "--answer", ANSWER])
     assert encoder.exit_code == 2 and "is an encoder model" in encoder.stderr
+
+
+def _knocked_by_hand(model, ids, answer_id, rows, span):
+    """Every layer: the model given a whole causal mask with the span hidden from the rows."""
+    tokens = ids.shape[1]
+    mask = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    mask[np.ix_(rows, span)] = False
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=mask[None, None]).logits[0, -1]
+    return float(logits.float().log_softmax(-1)[answer_id])
+
+
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm"])
+def test_knockout_of_every_layer_equals_the_mask_made_by_hand(generators, family):
+    extractor = attnviz.load(generators[family])
+    model, tokenizer = extractor.loaded.model, extractor.loaded.tokenizer
+    layers = model.config.num_hidden_layers
+    ids = tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    answer_id = tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
+    last = ids.shape[1] - 1
+    found = extractor.knockout(TEXT, ANSWER, rows="last", span="dog", layers=0, window=2 * layers)
+    assert found.rows == [last] and found.windows == [(0, layers - 1)]
+    (dog,) = found.span  # the text's "dog", one token here
+    expected = _knocked_by_hand(model, ids, answer_id, [last], [dog]) - found.log_prob
+    assert abs(expected) > 1e-4  # the block changes the answer
+    assert found.change[0] == pytest.approx(expected, abs=1e-5)
+    several = extractor.knockout(TEXT, ANSWER, rows=[last - 1, last], span="0-2", window=99)
+    expected = _knocked_by_hand(model, ids, answer_id, [last - 1, last], [0, 1, 2])
+    assert several.change == pytest.approx(expected - several.log_prob, abs=1e-5)
+
+
+def test_knockout_windows_are_the_layers_around_each_one(generators, monkeypatch):
+    """One layer's window changes only that layer: knocking out every layer one at a time
+    (batched, passes starting above the clean one) equals doing it a pass per layer."""
+    from attnviz.pretrained import effects as module
+
+    extractor = attnviz.load(generators["gpt2-lm"])
+    found = extractor.knockout(TEXT, ANSWER, rows="last", span="1-3")
+    assert found.layers == [0, 1, 2] and found.windows == [(0, 0), (1, 1), (2, 2)]
+    wide = extractor.knockout(TEXT, ANSWER, rows="last", span="1-3", window=2)
+    assert wide.windows == [(0, 1), (1, 2), (2, 2)]
+    monkeypatch.setattr(module, "_ROWS_PER_PASS", 1)
+    single = extractor.knockout(TEXT, ANSWER, rows="last", span="1-3")
+    np.testing.assert_allclose(found.change, single.change, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("rows", "span", "window", "message"),
+    [
+        ("0", "0", 1, "leaves query row 0 no key to read"),
+        ("last", "99", 1, "out of range"),
+        ("last", "walrus", 1, "walrus"),
+        ("last", "0", 0, "--window is a number of layers, at least 1"),
+    ],
+)
+def test_knockout_bad_rows_spans_and_windows(generators, rows, span, window, message):
+    extractor = attnviz.load(generators["gpt2-lm"])
+    with pytest.raises(UsageError, match=message):
+        extractor.knockout(TEXT, ANSWER, rows=rows, span=span, window=window)

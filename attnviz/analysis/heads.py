@@ -63,6 +63,42 @@ class HeadEffects:
 
 
 @dataclass(frozen=True)
+class Knockout:
+    """The answer's log-probability change when some query rows may not read some keys,
+    in a window of layers around each chosen layer."""
+
+    answer: str
+    answer_token: str
+    log_prob: float  # the clean log-probability
+    rows: list[int]  # the query rows that may not read
+    span: list[int]  # the keys they may not read
+    window: int  # how many layers each knockout spans
+    layers: list[int]  # the layer each window is centred on
+    windows: list[tuple[int, int]]  # the first and last layer of each window
+    change: np.ndarray  # (L,) natural log
+
+    def records(self) -> list[dict[str, object]]:
+        """A row per window: its layer, the layers it knocks out and the change."""
+        return [
+            {"layer": layer, "first": first, "last": last, "knockout": float(change)}
+            for layer, (first, last), change in zip(
+                self.layers, self.windows, self.change, strict=True
+            )
+        ]
+
+    def fields(self) -> dict[str, object]:
+        """What a table of these windows records beside its rows."""
+        return {
+            "answer": self.answer,
+            "answer_token": self.answer_token,
+            "answer_log_prob": self.log_prob,
+            "knockout_rows": self.rows,
+            "knockout_span": self.span,
+            "window": self.window,
+        }
+
+
+@dataclass(frozen=True)
 class HeadStatistics:
     """One head's row: its place, its statistics by name (None where one does not apply)
     and its top key. ``row.entropy`` reads a statistic as an attribute."""

@@ -53,6 +53,7 @@ class Anatomy:
     """Where a decoder's heads write: each layer's block and output projection, the final
     norm and the unembedding."""
 
+    attentions: list[Any]  # (L) the attention modules
     blocks: list[Any]  # (L) the decoder layer each attention module sits in
     projections: list[Any]  # (L) each attention module's output projection
     # (L) the norm a layer puts its attention's output through before adding it to the
@@ -85,7 +86,13 @@ def anatomy_of(loaded: PretrainedModel) -> Anatomy:
     projections = [_projection(module, loaded.name) for module in attentions]
     post_norms = [_post_norm(block) for block in blocks]
     return Anatomy(
-        blocks, projections, post_norms, _head_count(model.config), _final_norm(model), unembedding
+        attentions,
+        blocks,
+        projections,
+        post_norms,
+        _head_count(model.config),
+        _final_norm(model),
+        unembedding,
     )
 
 
@@ -173,15 +180,15 @@ def head_effects(
 
     body = anatomy_of(loaded)
     with torch.inference_mode():
-        clean = _clean_pass(loaded.model, body, arguments, answer_id)
+        clean = clean_pass(loaded.model, body, arguments, answer_id)
         dla = _attribution(body, clean, answer_id, layers, heads)
         ablation = _ablation(loaded.model, body, arguments, answer_id, clean, layers, heads, ablate)
     return clean.log_prob, ablation, dla
 
 
 @dataclass
-class _Clean:
-    """What the clean pass leaves for the others."""
+class Clean:
+    """What the clean pass leaves for the passes that change the model."""
 
     log_prob: float
     head_inputs: list[torch.Tensor]  # (L) each output projection's input, (1, T, E)
@@ -194,7 +201,7 @@ class _Clean:
     normed: torch.Tensor  # (D,) its output there
 
 
-def _clean_pass(model: Any, body: Anatomy, arguments: dict, answer_id: int) -> _Clean:
+def clean_pass(model: Any, body: Anatomy, arguments: dict, answer_id: int) -> Clean:
     count = len(body.blocks)
     head_inputs: list[Any] = [None] * count
     block_outputs: list[Any] = [None] * count
@@ -224,26 +231,26 @@ def _clean_pass(model: Any, body: Anatomy, arguments: dict, answer_id: int) -> _
                     keep(block_outputs, layer, lambda _, output: output)
                 ),
             ):
-                hooks.enter_context(_hooked(handle))
+                hooks.enter_context(hooked(handle))
             if body.post_norms[layer] is not None:
                 hook = keep(post_normed, layer, at_last)
-                hooks.enter_context(_hooked(body.post_norms[layer].register_forward_hook(hook)))
-        hooks.enter_context(_hooked(body.norm.register_forward_hook(keep(final, 0, at_last))))
-        logits = _last_logits(model, arguments)
+                hooks.enter_context(hooked(body.post_norms[layer].register_forward_hook(hook)))
+        hooks.enter_context(hooked(body.norm.register_forward_hook(keep(final, 0, at_last))))
+        logits = last_logits(model, arguments)
     log_prob = float(logits.float().log_softmax(-1)[0, answer_id])
     residual, normed = final[0]
-    return _Clean(log_prob, head_inputs, block_outputs, written, post_normed, residual, normed)
+    return Clean(log_prob, head_inputs, block_outputs, written, post_normed, residual, normed)
 
 
 @contextlib.contextmanager
-def _hooked(handle: Any) -> Iterator[None]:
+def hooked(handle: Any) -> Iterator[None]:
     try:
         yield
     finally:
         handle.remove()
 
 
-def _last_logits(model: Any, arguments: dict) -> torch.Tensor:
+def last_logits(model: Any, arguments: dict) -> torch.Tensor:
     """The logits at the last position, (B, vocabulary); only those are computed where the
     model can leave the others out."""
     keep = {"logits_to_keep": 1} if "logits_to_keep" in _parameters(model.forward) else {}
@@ -255,7 +262,7 @@ def _parameters(function: Callable) -> set[str]:
 
 
 def _attribution(
-    body: Anatomy, clean: _Clean, answer_id: int, layers: Sequence[int], heads: Sequence[int]
+    body: Anatomy, clean: Clean, answer_id: int, layers: Sequence[int], heads: Sequence[int]
 ) -> np.ndarray:
     """Each head's direct logit attribution, (L, H)."""
     import torch
@@ -279,7 +286,7 @@ def _attribution(
 
 
 def _through_post_norm(
-    norm: Any, clean: _Clean, layer: int
+    norm: Any, clean: Clean, layer: int
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """A layer's post-attention norm frozen at the clean attention output's scale, once it is
     seen to normalise that output (and not something else by the same name)."""
@@ -350,60 +357,89 @@ def _linear_norm(
     return frozen
 
 
+# What one batch row of a pass changes: hooks installed for the rows at these indices of the
+# batch (given the batch's size), into the exit stack of that pass.
+Install = Callable[[contextlib.ExitStack, list[int], int], None]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of the model to measure the answer under: from which layer up it differs
+    from the clean pass, and the hooks that make it for some rows of a batch."""
+
+    first_layer: int
+    install: Install
+
+
 def _ablation(
     model: Any,
     body: Anatomy,
     arguments: dict,
     answer_id: int,
-    clean: _Clean,
+    clean: Clean,
     layers: Sequence[int],
     heads: Sequence[int],
     ablate: Ablation,
 ) -> np.ndarray:
     """Each head's ablation effect, (L, H): the answer's log-probability with the head's
-    output replaced, less the clean one. Heads are taken a pass's rows at a time, in
-    layer order, so that a pass starts as high in the model as its first head."""
+    output replaced, less the clean one."""
+
+    def ablated(layer: int, head: int) -> Install:
+        def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
+            replace = _replacer(rows, head, clean.head_inputs[layer], body.heads, ablate)
+            patches.enter_context(
+                hooked(body.projections[layer].register_forward_pre_hook(replace))
+            )
+
+        return install
+
+    changes = [Change(layer, ablated(layer, head)) for layer in layers for head in heads]
+    effects = iter(changed_log_probs(model, body, arguments, answer_id, clean, changes))
+    return np.array([[next(effects) for _ in heads] for _ in layers])
+
+
+def changed_log_probs(
+    model: Any, body: Anatomy, arguments: dict, answer_id: int, clean: Clean, changes: list[Change]
+) -> list[float]:
+    """The answer's log-probability under each change, less the clean one. Changes are
+    taken a pass's rows at a time, lowest first, so that a pass starts as high in the
+    model as its lowest change."""
     tokens = int(arguments["input_ids"].shape[1])
     rows = max(1, min(_ROWS_PER_PASS, _TOKENS_PER_PASS // tokens))
-    places = [(layer, head) for layer in layers for head in heads]
-    effects: dict[tuple[int, int], float] = {}
+    order = sorted(range(len(changes)), key=lambda index: changes[index].first_layer)
+    effects = [0.0] * len(changes)
     reuse, checked = True, False
-    for first in range(0, len(places), rows):
-        chunk = places[first : first + rows]
-        start = chunk[0][0] if reuse else 0
+    for first in range(0, len(order), rows):
+        chunk = [changes[index] for index in order[first : first + rows]]
+        start = chunk[0].first_layer if reuse else 0
         # The first pass that starts above the clean one checks that it may: one more row,
-        # ablating nothing, must give the clean log-probability (else every pass runs whole).
+        # changing nothing, must give the clean log-probability (else every pass runs whole).
         control = start > 0 and not checked
-        log_probs = _ablated_pass(
-            model, body, arguments, answer_id, clean, chunk, ablate, start, control
-        )
+        log_probs = _changed_pass(model, body, arguments, answer_id, clean, chunk, start, control)
         if control:
             checked = True
             tolerance = 1e-4 * max(1.0, abs(clean.log_prob))
             if abs(log_probs[-1] - clean.log_prob) > tolerance:
                 reuse = False
-                log_probs = _ablated_pass(
-                    model, body, arguments, answer_id, clean, chunk, ablate, 0
-                )
-        for place, log_prob in zip(chunk, log_probs, strict=False):
-            effects[place] = log_prob - clean.log_prob
-    return np.array([[effects[layer, head] for head in heads] for layer in layers])
+                log_probs = _changed_pass(model, body, arguments, answer_id, clean, chunk, 0)
+        for index, log_prob in zip(order[first : first + rows], log_probs, strict=False):
+            effects[index] = log_prob - clean.log_prob
+    return effects
 
 
-def _ablated_pass(
+def _changed_pass(
     model: Any,
     body: Anatomy,
     arguments: dict,
     answer_id: int,
-    clean: _Clean,
-    chunk: list[tuple[int, int]],
-    ablate: Ablation,
+    clean: Clean,
+    chunk: list[Change],
     start: int,
     control: bool = False,
 ) -> list[float]:
-    """The answer's log-probability with each (layer, head) of ``chunk`` ablated, one per
-    batch row (and a last row ablating nothing, if ``control``), the layers below ``start``
-    handing on the clean pass's output."""
+    """The answer's log-probability under each change of ``chunk``, one per batch row (and a
+    last row changing nothing, if ``control``), the layers below ``start`` handing on the
+    clean pass's output."""
     batch = len(chunk) + int(control)
     expanded = {name: value.expand(batch, *value.shape[1:]) for name, value in arguments.items()}
     with contextlib.ExitStack() as patches:
@@ -411,28 +447,24 @@ def _ablated_pass(
             patches.enter_context(
                 _handed_on(body.blocks[:start], clean.block_outputs[start - 1], batch)
             )
-        for layer in sorted({layer for layer, _ in chunk}):
-            rows = [(row, head) for row, (at, head) in enumerate(chunk) if at == layer]
-            replace = _replacer(rows, clean.head_inputs[layer], body.heads, ablate)
-            hook = body.projections[layer].register_forward_pre_hook(replace)
-            patches.enter_context(_hooked(hook))
-        logits = _last_logits(model, expanded)
+        for row, change in enumerate(chunk):
+            change.install(patches, [row], batch)
+        logits = last_logits(model, expanded)
     return logits.float().log_softmax(-1)[:, answer_id].tolist()
 
 
 def _replacer(
-    rows: list[tuple[int, int]], clean_input: torch.Tensor, heads: int, ablate: Ablation
+    rows: list[int], head: int, clean_input: torch.Tensor, heads: int, ablate: Ablation
 ) -> Callable:
-    """A hook on an output projection replacing, in each of ``rows`` (batch row, head), that
-    head's slice of its input: by zeros, or by the head's mean over the clean positions."""
+    """A hook on an output projection replacing, in the batch's ``rows``, one head's slice
+    of its input: by zeros, or by the head's mean over the clean positions."""
     size = _head_size(clean_input, heads)
-    mean = clean_input[0].mean(0)  # (E,)
+    part = slice(head * size, (head + 1) * size)
+    mean = clean_input[0, :, part].mean(0)  # (Dh,)
 
     def replace(_module: Any, args: tuple) -> tuple:
         head_input = args[0].clone()  # (B, T, E)
-        for row, head in rows:
-            part = slice(head * size, (head + 1) * size)
-            head_input[row, :, part] = 0 if ablate is Ablation.ZERO else mean[part]
+        head_input[rows, :, part] = 0 if ablate is Ablation.ZERO else mean
         return (head_input, *args[1:])
 
     return replace

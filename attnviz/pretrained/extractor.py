@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import HeadEffects, HeadTable, statistics_product, statistics_rows
+from attnviz.analysis.heads import (
+    HeadEffects,
+    HeadTable,
+    Knockout,
+    statistics_product,
+    statistics_rows,
+)
 from attnviz.analysis.products import (
     keeps_everything,
     of_whole,
@@ -50,12 +56,13 @@ from attnviz.pretrained.encoding import (
 from attnviz.pretrained.explain import explain_query
 from attnviz.pretrained.fused import Layout, Unrecordable, fused_attention
 from attnviz.pretrained.generation import Sampling, generate
+from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.probe import probe_text
 from attnviz.pretrained.streams import Family, resolve_mode, stream_for
 from attnviz.request import Request
-from attnviz.selection import Selection, resolve
+from attnviz.selection import Selection, resolve, token_positions
 
 if TYPE_CHECKING:
     from attnviz.loading import ExtractorSpec
@@ -332,6 +339,40 @@ class PretrainedExtractor(Extractor):
             )
         token = self.loaded.tokenizer.decode([answer_id])
         return HeadEffects(answer, token, log_prob, ablate, layers, heads, ablation, dla)
+
+    def knockout(
+        self,
+        text: str,
+        answer: str,
+        rows: Selection,
+        span: Selection,
+        request: Request | None = None,
+        *,
+        window: int = 1,
+        **options: Any,
+    ) -> Knockout:
+        request = Request.of(request, options)
+        check_text(text)
+        answer = check_answer(answer)
+        anatomy_of(self.loaded)
+        _, modules, layers, inputs = self._prepared([(text, None, None)], request)
+        side = inputs.keys[0]
+        answer_id = answer_token(self.loaded, side, answer)
+        find = side.finder("--knockout")
+        queries = token_positions(rows, side.length, "row", "query tokens", find)
+        keys = token_positions(span, side.length, "span key", "key tokens", find)
+        spans = windows(layers, window, len(modules))
+        with forward(self.loaded):
+            log_prob, change = knockout(
+                self.loaded,
+                on_device(self.loaded, inputs.arguments),
+                answer_id,
+                queries,
+                keys,
+                spans,
+            )
+        token = self.loaded.tokenizer.decode([answer_id])
+        return Knockout(answer, token, log_prob, queries, keys, window, layers, spans, change)
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """Random whole-word tokens of the model's vocabulary, each read back as one token
