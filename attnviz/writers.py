@@ -208,13 +208,14 @@ def write_table(
     columns: list[str],
     destination: str | Path,
     fields: dict[str, object] | None = None,
+    key: str = "heads",
 ) -> None:
     """A command's table of rows (heads, stats) as data: json, a document holding the
-    ``fields`` and the rows as ``heads``; csv, a line per row."""
+    ``fields`` and the rows under ``key``; csv, a line per row."""
     from attnviz.codecs import dump_csv, dump_json
 
     if output is Output.JSON:
-        content = dump_json(envelope({**(fields or {}), "heads": rows}))
+        content = dump_json(envelope({**(fields or {}), key: rows}))
     elif output is Output.CSV:
         content = dump_csv(rows, columns)
     else:

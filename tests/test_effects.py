@@ -342,3 +342,44 @@ def test_knockout_bad_rows_spans_and_windows(generators, rows, span, window, mes
     extractor = attnviz.load(generators["gpt2-lm"])
     with pytest.raises(UsageError, match=message):
         extractor.knockout(TEXT, ANSWER, rows=rows, span=span, window=window)
+
+
+def test_heads_knockout_lists_layers_largest_drop_first(runner, generators):
+    from attnviz.cli import app
+
+    model = generators["gpt2-lm"]
+    arguments = ["heads", "--model", model, TEXT, "--answer", ANSWER, "--knockout", "last:1-3"]
+    data = runner.invoke(app, [*arguments, "--window", "2", "-f", "json"])
+    assert data.exit_code == 0, data.stderr
+    document = json.loads(data.stdout)
+    expected = attnviz.load(model).knockout(TEXT, ANSWER, rows="last", span="1-3", window=2)
+    assert document["knockout_span"] == [1, 2, 3] and document["window"] == 2
+    rows = document["layers"]
+    assert [row["knockout"] for row in rows] == sorted(row["knockout"] for row in rows)
+    by_layer = sorted(rows, key=lambda row: row["layer"])
+    windows = [
+        (layer, *window) for layer, window in zip(expected.layers, expected.windows, strict=True)
+    ]
+    assert [(row["layer"], row["first"], row["last"]) for row in by_layer] == windows
+    assert [row["knockout"] for row in by_layer] == pytest.approx(expected.change.tolist())
+    table = runner.invoke(app, [*arguments, "--sort", "layer"])
+    assert table.exit_code == 0, table.stderr
+    listed = [line.split()[0] for line in table.stdout.splitlines() if line[:5].strip().isdigit()]
+    assert listed == ["0", "1", "2"] and "may not read keys 1–3" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--knockout", "last:0"], "--knockout applies to --answer"),
+        (["--answer", " x", "--knockout", "last"], "--knockout takes ROWS:SPAN"),
+        (["--answer", " x", "--window", "3"], "--window applies to --knockout"),
+        (["--answer", " x", "--knockout", "last:0", "--ablate", "mean"], "not a knockout"),
+    ],
+)
+def test_heads_knockout_usage_errors(runner, arguments, message):
+    from attnviz.cli import app
+
+    result = runner.invoke(app, ["heads", "--model", "nowhere", "Hello there", *arguments])
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and result.stdout == ""

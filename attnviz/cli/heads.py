@@ -32,7 +32,7 @@ from attnviz.writers import write_table
 if TYPE_CHECKING:
     from rich.console import Group
 
-    from attnviz.analysis.heads import HeadStatistics, HeadTable
+    from attnviz.analysis.heads import HeadStatistics, HeadTable, Knockout
 
 FormatOption = d.format_option(
     d.TableFormat,
@@ -117,6 +117,13 @@ def heads(
 
     given = model_options_given(settings, model, mode, target, pair) + products.given()
     given += effects.given()
+    if effects.knockout is not None:
+        found = out.text_or_saved(
+            text, saved, lambda line: effects.knock(asked.open(environment), line, asked.request),
+            layer, head, given,
+        )  # fmt: skip
+        _write_knockout(found, output_format, sort, reverse, top, environment)
+        return
     probe = None
     if detect is None:
         several = "attnviz stats gives these statistics over many inputs"
@@ -139,6 +146,47 @@ def heads(
     else:
         drawn = _table(table, rows, columns, probed=detect is not None)
         out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
+
+
+def _write_knockout(
+    found: Knockout,
+    output_format: Output,
+    sort: HeadColumn | None,
+    reverse: bool,
+    top: int | None,
+    environment: Environment,
+) -> None:
+    """A row per window of layers, the largest drop first (or in layer order)."""
+    if sort not in (None, HeadColumn.LAYER):
+        raise UsageError(f"--sort {sort} sorts heads; a knockout lists layers: --sort layer")
+    records = found.records()
+    if sort is None:
+        records.sort(key=lambda record: record["knockout"])  # type: ignore[arg-type,return-value]
+    records = (records[::-1] if reverse else records)[:top]
+    if output_format is not Output.TABLE:
+        names = ["layer", "first", "last", "knockout"]
+        write_table(output_format, records, names, d.STDIO, found.fields(), "layers")
+        return
+    from rich.console import Group
+    from rich.text import Text
+
+    from attnviz.maps import index_span
+
+    blocked = f"rows {index_span(found.rows)} may not read keys {index_span(found.span)}"
+    title = (
+        f"answer {display_label(repr(found.answer_token))} · log-probability "
+        f"{number(found.log_prob)} · {blocked}, {found.window} layer(s) around each"
+    )
+    drawn = out.rows_table(
+        caption="knockout: change in the answer's log-probability (nats) with the block in "
+        "layers first to last"
+    )
+    for name in ("layer", "first", "last", "knockout"):
+        drawn.add_column(name, justify="right")
+    for record in records:
+        drawn.add_row(*(number(value) if isinstance(value, float) else str(value)
+                        for value in record.values()))  # fmt: skip
+    out.stdout_console(d.ColourChoice.AUTO, None, environment).print(Group(Text(title), drawn))
 
 
 def _default_sort(detect: Detector | None, effects: Effects) -> HeadColumn:

@@ -24,7 +24,7 @@ from attnviz.request import Request
 from attnviz.visible import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
-    from attnviz.analysis.heads import HeadTable
+    from attnviz.analysis.heads import HeadTable, Knockout
     from attnviz.cli.output import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
@@ -175,9 +175,40 @@ class Effects:
             "over the text's positions).",
         ),
     ] = Ablation.ZERO
+    knockout: Annotated[
+        str | None,
+        typer.Option(
+            "--knockout",
+            metavar="ROWS:SPAN",
+            rich_help_panel=EFFECTS_PANEL,
+            help="Instead of heads, layers: the change in the answer's log-probability when "
+            "the query ROWS may not read the SPAN keys (each as --rows names tokens; ROWS "
+            "holds no colon: last:France, -1:3-5) in --window layers around each layer.",
+        ),
+    ] = None
+    window: Annotated[
+        int,
+        typer.Option(
+            "--window",
+            metavar="N",
+            min=1,
+            rich_help_panel=EFFECTS_PANEL,
+            help="How many layers each knockout blocks, centred on its layer.",
+        ),
+    ] = 1
 
     def given(self) -> list[str]:
         return given_flags(self)
+
+    def knocked(self) -> tuple[str, str]:
+        """The rows and the span of --knockout ROWS:SPAN."""
+        assert self.knockout is not None
+        rows, colon, span = self.knockout.partition(":")
+        if not colon or not rows.strip() or not span.strip():
+            raise UsageError(
+                f"--knockout takes ROWS:SPAN, such as last:France or -1:3-5, not {self.knockout!r}"
+            )
+        return rows, span
 
     def check(self, model: str) -> None:
         """Refuse, before a model loads, what cannot have an answer."""
@@ -189,6 +220,11 @@ class Effects:
         from attnviz.extractor import check_answer, no_next_token
 
         check_answer(self.answer)
+        if self.knockout is None:
+            refuse_unused(given_flags(self, ["window"]), "--knockout", "heads' effects")
+        else:
+            refuse_unused(given_flags(self, ["ablate"]), "heads' effects", "a knockout")
+            self.knocked()
         if model == d.BUILTIN:
             raise no_next_token(d.BUILTIN)
 
@@ -200,6 +236,12 @@ class Effects:
             return table
         found = extractor.head_effects(text, self.answer, request, ablate=self.ablate)
         return table.with_effects(found)
+
+    def knock(self, extractor: Extractor, text: str, request: Request) -> Knockout:
+        """The knockout of ``text``, a window around each layer of the request."""
+        assert self.answer is not None
+        rows, span = self.knocked()
+        return extractor.knockout(text, self.answer, rows, span, request, window=self.window)
 
 
 # Gives a command the options of head effects on an answer as one ``effects`` argument.
