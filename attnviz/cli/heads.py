@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -25,7 +26,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.errors import UsageError
 from attnviz.outputs import refuse_unused
-from attnviz.statistics import Detector, HeadColumn, Needs
+from attnviz.statistics import Detector, HeadColumn
 from attnviz.visible import display_label
 from attnviz.writers import write_table
 
@@ -95,9 +96,7 @@ def heads(
     """
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
 
-    effects.check(model)
-    if sort is not None and sort.needs is Needs.ANSWER and effects.answer is None:
-        raise UsageError(f"--sort {sort} ranks heads by their effect on an answer: give --answer")
+    effects.check(model, sort)
 
     asked = request(
         model=model,
@@ -118,10 +117,8 @@ def heads(
     given = model_options_given(settings, model, mode, target, pair) + products.given()
     given += effects.given()
     if effects.knockout is not None:
-        found = out.text_or_saved(
-            text, saved, lambda line: effects.knock(asked.open(environment), line, asked.request),
-            layer, head, given,
-        )  # fmt: skip
+        knock = partial(effects.knock, asked, environment)
+        found = out.text_or_saved(text, saved, knock, layer, head, given)
         _write_knockout(found, output_format, sort, reverse, top, environment)
         return
     probe = None

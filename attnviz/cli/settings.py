@@ -21,6 +21,7 @@ from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
 from attnviz.outputs import refuse_unused
 from attnviz.request import Request
+from attnviz.statistics import HeadColumn, Needs
 from attnviz.visible import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
@@ -210,8 +211,13 @@ class Effects:
             )
         return rows, span
 
-    def check(self, model: str) -> None:
-        """Refuse, before a model loads, what cannot have an answer."""
+    def check(self, model: str, sort: HeadColumn | None = None) -> None:
+        """Refuse, before a model loads, what cannot have an answer, and a sort by an
+        effect on none."""
+        if sort is not None and sort.needs is Needs.ANSWER and self.answer is None:
+            raise UsageError(
+                f"--sort {sort} ranks heads by their effect on an answer: give --answer"
+            )
         if self.answer is None:
             refuse_unused(
                 self.given(), "--answer", "statistics alone", "give --answer, or leave it out"
@@ -237,11 +243,12 @@ class Effects:
         found = extractor.head_effects(text, self.answer, request, ablate=self.ablate)
         return table.with_effects(found)
 
-    def knock(self, extractor: Extractor, text: str, request: Request) -> Knockout:
-        """The knockout of ``text``, a window around each layer of the request."""
+    def knock(self, job: Job, environment: Environment, text: str) -> Knockout:
+        """The knockout of ``text``, a window around each layer of the job's request."""
         assert self.answer is not None
         rows, span = self.knocked()
-        return extractor.knockout(text, self.answer, rows, span, request, window=self.window)
+        extractor = job.open(environment)
+        return extractor.knockout(text, self.answer, rows, span, job.request, window=self.window)
 
 
 # Gives a command the options of head effects on an answer as one ``effects`` argument.
