@@ -174,11 +174,13 @@ class HeadColumn(StrEnum):
 SUMMED = tuple(column for column in HeadColumn if column.per is not None)
 DETECTORS = tuple(column for column in HeadColumn if column.detector)
 CORPUS = tuple(column for column in HeadColumn if column.in_corpus)  # what stats sums
+EFFECTS = tuple(column for column in HeadColumn if column.needs is Needs.ANSWER)
+RANKED = SUMMED + EFFECTS  # what --top-heads can rank heads by
 
 # The options' choices, derived from the columns. The functional API builds an enum from
 # the declarations; a type checker cannot see its members, so code compares values.
 RankBy = StrEnum(  # type: ignore[misc]
-    "RankBy", {column.name: column.value for column in SUMMED}, module=__name__
+    "RankBy", {column.name: column.value for column in RANKED}, module=__name__
 )
 Detector = StrEnum(  # type: ignore[misc]
     "Detector", {column.name: column.value for column in DETECTORS}, module=__name__

@@ -12,7 +12,7 @@ import pytest
 import attnviz
 from attnviz.analysis.heads import TopHeads, head_statistics, sort_rows
 from attnviz.cli import app
-from attnviz.statistics import HeadColumn, RankBy
+from attnviz.statistics import HeadColumn, Needs, RankBy
 
 
 @pytest.mark.slow
@@ -161,9 +161,10 @@ def test_diff_refuses_files_of_several_inputs(runner, tmp_path):
     assert "holds several inputs; diff compares one with one" in result.stderr
 
 
-@pytest.mark.parametrize("by", list(RankBy))
+@pytest.mark.parametrize("by", [by for by in RankBy if HeadColumn(by).needs is not Needs.ANSWER])
 @pytest.mark.parametrize("lowest", [False, True])
 def test_top_heads_agree_with_heads_sort(runner, by, lowest):
+    """(The effects on an answer: tests/test_effects.py, on a language model.)"""
     arguments = ["Hello I love you", "--num-layers", "3", "--num-heads", "4"]
     arguments += ["--span", "love"] if by is RankBy.SPAN else []
     listed = runner.invoke(

@@ -383,3 +383,44 @@ def test_heads_knockout_usage_errors(runner, arguments, message):
     result = runner.invoke(app, ["heads", "--model", "nowhere", "Hello there", *arguments])
     assert result.exit_code == 2, result.stderr
     assert message in result.stderr and result.stdout == ""
+
+
+def test_top_heads_by_an_effect_draw_the_heads_the_answer_needs(runner, generators, tmp_path):
+    from attnviz.cli import app
+
+    model = generators["llama-lm"]
+    effects = attnviz.load(model).head_effects(TEXT, ANSWER)
+    places = [(layer, head) for layer in effects.layers for head in effects.heads]
+    for by, best in (
+        ("ablation", sorted(places, key=lambda place: effects.of(*place)["ablation"])),
+        ("dla", sorted(places, key=lambda place: -effects.of(*place)["dla"])),
+    ):
+        arguments = [model, TEXT, "--answer", ANSWER, "--top-heads", "2", "--by", by]
+        shown = runner.invoke(app, ["show", "--model", *arguments], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, shown.stderr
+        titles = [f"layer {layer} · head {head} · {by}" for layer, head in best[:2]]
+        assert all(title in shown.stdout for title in titles), (titles, shown.stdout)
+        assert shown.stdout.count(f" · {by} ") == 2
+    picture = tmp_path / "top.png"
+    exported = runner.invoke(app, ["export", "--model", *arguments, "-o", str(picture)])
+    assert exported.exit_code == 0, exported.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("command", "arguments", "message"),
+    [
+        (["show"], ["--top-heads", "2", "--by", "ablation"], "--by ablation ranks heads by"),
+        (["export", "-o", "x.png"], ["--top-heads", "2", "--by", "dla"], "give --answer"),
+        (["show"], ["--answer", " x"], "--answer ranks the heads a picture draws"),
+        (["show"], ["--answer", " x", "--top-heads", "2", "--by", "sink"], "--top-heads N"),
+        (["batch", "-o", "out", "-f", "png"], ["--top-heads", "1", "--by", "ablation"], "--answer"),
+    ],
+)
+def test_ranking_by_an_effect_needs_an_answer_and_heads(runner, command, arguments, message):
+    from attnviz.cli import app
+
+    text = "-" if command[0] == "batch" else "Hello there"
+    result = runner.invoke(app, [command[0], "--model", "nowhere", text, *command[1:], *arguments])
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and result.stdout == ""

@@ -11,11 +11,20 @@ from attnviz.analysis.corpus import STATISTICS, CorpusStatistics
 from attnviz.analysis.heads import HeadTable, sort_rows
 from attnviz.analysis.products import HeadStatisticsProduct
 from attnviz.cli.app import app
-from attnviz.statistics import CORPUS, DETECTORS, SUMMED, Detector, HeadColumn, Needs, RankBy
+from attnviz.statistics import (
+    CORPUS,
+    DETECTORS,
+    EFFECTS,
+    SUMMED,
+    Detector,
+    HeadColumn,
+    Needs,
+    RankBy,
+)
 
 
 def test_the_options_choices_are_the_tables_columns():
-    assert [by.value for by in RankBy] == [column.value for column in SUMMED]
+    assert [by.value for by in RankBy] == [column.value for column in (*SUMMED, *EFFECTS)]
     assert [detector.value for detector in Detector] == [column.value for column in DETECTORS]
     assert tuple(column.value for column in CORPUS) == STATISTICS
     assert {column.value for column in CORPUS} >= {column.value for column in SUMMED}

@@ -274,12 +274,36 @@ class TopHeads:
     count: int
     by: RankBy
     lowest: bool = False
+    effects: HeadEffects | None = None  # each head's effect on an answer, for --by ablation
 
     def panels(self, maps: AttentionMaps) -> list[MapPanel]:
         """The chosen maps in rank order, each titled with its value."""
         if maps.aggregate is not None:
             raise UsageError("heads are ranked one by one: give maps that are not aggregated")
         by = HeadColumn(self.by)
+        values = self._values(maps, by)
+        present = [place for place, value in values.items() if value is not None]
+        missing = [place for place, value in values.items() if value is None]
+        ranked = sorted(present, key=values.__getitem__, reverse=by.ascending == self.lowest)
+        held = {(panel.layer, panel.head): panel for panel in maps.panels()}
+        panels = []
+        for layer, head in (ranked + missing)[: self.count]:
+            value = values[layer, head]  # None: one token has no previous token
+            shown = "–" if value is None else f"{value:.3f}"
+            title = f"layer {layer} · head {head} · {self.by} {shown}"
+            panels.append(held[layer, head]._replace(title=title))
+        return panels
+
+    def _values(self, maps: AttentionMaps, by: HeadColumn) -> dict[tuple[int, int], Any]:
+        """Each held head's value of ``by``: its statistic, or its effect on the answer."""
+        if by.needs is Needs.ANSWER:
+            if self.effects is None:
+                raise UsageError(f"--by {self.by} ranks heads by their effect on an answer")
+            return {
+                (layer, head): self.effects.of(layer, head)[by.value]
+                for layer in maps.layers
+                for head in maps.heads
+            }
         if not maps.one_sequence and by.one_sequence_only:
             which = (
                 "cross attention does" if maps.between is None else "maps between two sentences do"
@@ -290,15 +314,7 @@ class TopHeads:
             )
         if by.needs is Needs.SPAN and maps.span is None:
             raise UsageError("--by span ranks heads by their weight on a span: give --span")
-        rows = sort_rows(head_statistics(maps), by, self.lowest)
-        held = {(panel.layer, panel.head): panel for panel in maps.panels()}
-        panels = []
-        for row in rows[: self.count]:
-            value = row[by]  # None: one token has no previous token
-            shown = "–" if value is None else f"{value:.3f}"
-            title = f"layer {row.layer} · head {row.head} · {self.by} {shown}"
-            panels.append(held[row.layer, row.head]._replace(title=title))
-        return panels
+        return {(row.layer, row.head): row[by] for row in head_statistics(maps)}
 
     def describe(self) -> str:
         order = "lowest" if self.lowest else "highest"

@@ -20,9 +20,12 @@ from attnviz.cli.pictures import (
 )
 from attnviz.cli.settings import (
     DEFAULT_SETTINGS,
+    NO_EFFECTS,
     NO_PRODUCTS,
+    Effects,
     MapProducts,
     ModelSettings,
+    answer_options,
     map_products,
     model_settings,
     request,
@@ -36,6 +39,7 @@ from attnviz.writers import Rendering, write
 @map_products
 @picture_settings
 @head_choice
+@answer_options
 @with_environment
 def export(
     output: Annotated[
@@ -65,6 +69,7 @@ def export(
     picture: PictureSettings = DEFAULT_PICTURE,
     choice: HeadChoice = ALL_HEADS,
     products: MapProducts = NO_PRODUCTS,
+    effects: Effects = NO_EFFECTS,
 ) -> None:
     """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output;
     or .html: the interactive page.
@@ -89,7 +94,8 @@ def export(
         aggregate=aggregate,
     )
     style = picture.style()
-    top = out.top_heads_for(choice, aggregate, detect)
+    top = out.top_heads_for(choice, aggregate, detect, answered=effects.answer is not None)
+    effects.drawing(model, top)
     between = out.checked_between(between, pair)
     check_writable(output)  # before the model loads
     extractor = asked.open(environment)
@@ -97,6 +103,7 @@ def export(
 
     line = out.only_one(out.inputs(text, extractor))
     maps = extractor.extract(line, asked.request, target=target, pair=pair)
+    top = effects.ranked(top, extractor, line, asked.request)
     if between is not None:
         maps = out.between_sentences(maps, between)
     if aggregate is not None:

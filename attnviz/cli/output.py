@@ -165,10 +165,13 @@ def write_stdout(content: str) -> None:
 
 
 def top_heads_for(
-    choice: HeadChoice, aggregate: Aggregate | None, detect: Detector | None = None
+    choice: HeadChoice,
+    aggregate: Aggregate | None,
+    detect: Detector | None = None,
+    answered: bool = False,
 ) -> TopHeads | None:
     """The --top-heads choice, refused with an aggregate (whose maps are no heads)."""
-    top = choice.top(detect)
+    top = choice.top(detect, answered)
     if top is not None and aggregate is not None:
         raise UsageError(
             "--top-heads picks heads, --aggregate combines them: use one (or rank heads by "

@@ -12,7 +12,7 @@ from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags
 from attnviz.errors import UsageError
 from attnviz.render.style import Style, check_colormap
-from attnviz.statistics import SUMMED, Detector, HeadColumn, Needs, RankBy, listed
+from attnviz.statistics import EFFECTS, SUMMED, Detector, HeadColumn, Needs, RankBy, listed
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
@@ -124,8 +124,10 @@ ByOption = Annotated[
         rich_help_panel=d.SELECTION_PANEL,
         help="The statistic --top-heads ranks by: "
         + listed([c for c in SUMMED if c.needs is not Needs.SPAN])
-        + ", or span with --span (see attnviz heads). Largest first, as heads --sort lists "
-        "them. [default: entropy, or the --detect score]",
+        + ", span with --span, or "
+        + listed(EFFECTS)
+        + " with --answer (see attnviz heads). In the order heads --sort lists them. "
+        "[default: entropy, the --detect score, or ablation with --answer]",
         show_default=False,
     ),
 ]
@@ -200,14 +202,16 @@ class HeadChoice:
     by: ByOption = None  # not given: entropy, or the score of --detect
     lowest: LowestOption = False
 
-    def top(self, detect: Detector | None = None) -> TopHeads | None:
+    def top(self, detect: Detector | None = None, answered: bool = False) -> TopHeads | None:
+        """The heads to draw; ranked by an effect on an answer only where one is given."""
         if self.top_heads is None:
             return None
         from attnviz.analysis.heads import TopHeads
 
-        by = self.by or (
-            RankBy(HeadColumn.ENTROPY.value) if detect is None else RankBy(detect.value)
-        )
+        default = HeadColumn.ABLATION if answered else HeadColumn.ENTROPY
+        by = self.by or RankBy(default.value if detect is None else detect.value)
+        if HeadColumn(by).needs is Needs.ANSWER and not answered:
+            raise UsageError(f"--by {by} ranks heads by their effect on an answer: give --answer")
         return TopHeads(self.top_heads, by, self.lowest)
 
     def given(self) -> list[str]:

@@ -25,7 +25,7 @@ from attnviz.statistics import HeadColumn, Needs
 from attnviz.visible import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
-    from attnviz.analysis.heads import HeadTable, Knockout
+    from attnviz.analysis.heads import HeadTable, Knockout, TopHeads
     from attnviz.cli.output import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
@@ -243,6 +243,27 @@ class Effects:
         found = extractor.head_effects(text, self.answer, request, ablate=self.ablate)
         return table.with_effects(found)
 
+    def ranked(
+        self, top: TopHeads | None, extractor: Extractor, text: str, request: Request
+    ) -> TopHeads | None:
+        """The heads --top-heads draws, with their effects on the answer if it ranks by one.
+        An answer with no heads to rank is refused (before a model loads: :meth:`drawing`)."""
+        if self.answer is None or top is None:
+            return top
+        found = extractor.head_effects(text, self.answer, request, ablate=self.ablate)
+        return replace(top, effects=found)
+
+    def drawing(self, model: str, top: TopHeads | None) -> None:
+        """Refuse, before a model loads, an answer where no heads are ranked by it."""
+        self.check(model)
+        if self.answer is not None and (
+            top is None or HeadColumn(top.by).needs is not Needs.ANSWER
+        ):
+            raise UsageError(
+                "--answer ranks the heads a picture draws: give --top-heads N "
+                "(--by ablation or dla)"
+            )
+
     def knock(self, job: Job, environment: Environment, text: str) -> Knockout:
         """The knockout of ``text``, a window around each layer of the job's request."""
         assert self.answer is not None
@@ -253,6 +274,8 @@ class Effects:
 
 # Gives a command the options of head effects on an answer as one ``effects`` argument.
 effect_options = bundle("effects", Effects)
+# The same without the knockout's, for pictures of the heads an answer needs.
+answer_options = bundle("effects", Effects, leave_out=("knockout", "window"))
 NO_EFFECTS = Effects()
 
 DEFAULT_SETTINGS = ModelSettings()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -15,9 +15,12 @@ from attnviz.cli.output import NO_TERMINAL, Environment, between_sentences, with
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
 from attnviz.cli.settings import (
     DEFAULT_SETTINGS,
+    NO_EFFECTS,
     NO_PRODUCTS,
+    Effects,
     MapProducts,
     ModelSettings,
+    answer_options,
     map_products,
     model_settings,
     request,
@@ -98,6 +101,7 @@ class Presentation:
         width: int | None,
         environment: Environment,
         detect: Detector | None = None,
+        answered: bool = False,
         **rest: object,
     ) -> Presentation:
         by_suffix = _format_of(output)
@@ -108,7 +112,7 @@ class Presentation:
                 f"--format {output_format} and the suffix of {output} ({by_suffix.value}) "
                 "disagree: drop --format, or name the file for what it holds"
             )
-        top = out.top_heads_for(choice, aggregate, detect)
+        top = out.top_heads_for(choice, aggregate, detect, answered)
         if output_format is None:  # a picture was asked for, even into a pipe
             picture = terminal_view is not None or top is not None or values
             # A file is no terminal, whatever stdout is: one that its suffix names no
@@ -183,6 +187,7 @@ class Presentation:
 @model_settings
 @map_products
 @head_choice
+@answer_options
 @with_environment
 def show(
     text: d.TextOrProbeArgument = None,
@@ -207,6 +212,7 @@ def show(
     settings: ModelSettings = DEFAULT_SETTINGS,
     choice: HeadChoice = ALL_HEADS,
     products: MapProducts = NO_PRODUCTS,
+    effects: Effects = NO_EFFECTS,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
 
@@ -233,7 +239,9 @@ def show(
         values=values,
         between=out.checked_between(between, pair),
         detect=detect,
+        answered=effects.answer is not None,
     )
+    effects.drawing(model, presentation.top)
     asked = request(
         model=model,
         mode=mode,
@@ -246,8 +254,10 @@ def show(
         aggregate=aggregate,
     )
     extractor = asked.open(environment)
-    stream = (
-        extractor.extract(line, asked.request, target=target, pair=pair)
-        for line in out.inputs(text, extractor)
-    )
+    lines = out.inputs(text, extractor)
+    if effects.answer is not None:  # the heads one text's answer needs
+        line = out.only_one(lines, "--answer ranks the heads of one text")
+        top = effects.ranked(presentation.top, extractor, line, asked.request)
+        presentation, lines = replace(presentation, top=top), iter([line])
+    stream = (extractor.extract(line, asked.request, target=target, pair=pair) for line in lines)
     presentation.present(stream, environment)
