@@ -167,7 +167,8 @@ def answer_token(loaded: PretrainedModel, side: Side, answer: str) -> int:
 
 
 def head_effects(
-    loaded: PretrainedModel,
+    model: Any,
+    body: Anatomy,
     arguments: dict[str, torch.Tensor],
     answer_id: int,
     layers: Sequence[int],
@@ -178,11 +179,10 @@ def head_effects(
     effect and direct logit attribution of each (layer, head): (L, H) each."""
     import torch
 
-    body = anatomy_of(loaded)
     with torch.inference_mode():
-        clean = clean_pass(loaded.model, body, arguments, answer_id)
+        clean = clean_pass(model, body, arguments, answer_id)
         dla = _attribution(body, clean, answer_id, layers, heads)
-        ablation = _ablation(loaded.model, body, arguments, answer_id, clean, layers, heads, ablate)
+        ablation = _ablation(model, body, arguments, answer_id, clean, layers, heads, ablate)
     return clean.log_prob, ablation, dla
 
 

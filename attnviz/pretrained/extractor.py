@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from attnviz.extractor import (
 )
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.effects import (
+    Anatomy,
     anatomy_of,
     answer_token,
     head_effects,
@@ -48,7 +50,6 @@ from attnviz.pretrained.encoding import (
     check_weights,
     check_whole_maps_fit,
     forward,
-    head_count,
     model_inputs,
     on_device,
     row_tolerance,
@@ -321,24 +322,22 @@ class PretrainedExtractor(Extractor):
         **options: Any,
     ) -> HeadEffects:
         request = Request.of(request, options)
-        check_text(text)
-        answer = check_answer(answer)
         ablate = chosen(Ablation, ablate, "ablation")
-        anatomy_of(self.loaded)  # a model without an answer is refused before it runs
-        _, _, layers, inputs = self._prepared([(text, None, None)], request)
-        answer_id = answer_token(self.loaded, inputs.keys[0], answer)
-        heads = resolve(request.heads, head_count(self.loaded.model.config) or 0, "head")
+        asked = self._answered(text, answer, request)
+        heads = resolve(request.heads, asked.body.heads, "head")
         with forward(self.loaded):
             log_prob, ablation, dla = head_effects(
-                self.loaded,
-                on_device(self.loaded, inputs.arguments),
-                answer_id,
-                layers,
+                self.loaded.model,
+                asked.body,
+                asked.arguments,
+                asked.answer_id,
+                asked.layers,
                 heads,
                 ablate,
             )
-        token = self.loaded.tokenizer.decode([answer_id])
-        return HeadEffects(answer, token, log_prob, ablate, layers, heads, ablation, dla)
+        return HeadEffects(
+            asked.answer, asked.token, log_prob, ablate, asked.layers, heads, ablation, dla
+        )
 
     def knockout(
         self,
@@ -351,28 +350,44 @@ class PretrainedExtractor(Extractor):
         window: int = 1,
         **options: Any,
     ) -> Knockout:
-        request = Request.of(request, options)
-        check_text(text)
-        answer = check_answer(answer)
-        anatomy_of(self.loaded)
-        _, modules, layers, inputs = self._prepared([(text, None, None)], request)
-        side = inputs.keys[0]
-        answer_id = answer_token(self.loaded, side, answer)
+        asked = self._answered(text, answer, Request.of(request, options))
+        side = asked.side
         find = side.finder("--knockout")
         queries = token_positions(rows, side.length, "row", "query tokens", find)
         keys = token_positions(span, side.length, "span key", "key tokens", find)
-        spans = windows(layers, window, len(modules))
+        spans = windows(asked.layers, window, len(asked.body.blocks))
         with forward(self.loaded):
             log_prob, change = knockout(
-                self.loaded,
-                on_device(self.loaded, inputs.arguments),
-                answer_id,
+                self.loaded.model,
+                asked.body,
+                asked.arguments,
+                asked.answer_id,
                 queries,
                 keys,
                 spans,
             )
-        token = self.loaded.tokenizer.decode([answer_id])
-        return Knockout(answer, token, log_prob, queries, keys, window, layers, spans, change)
+        return Knockout(
+            asked.answer, asked.token, log_prob, queries, keys, window, asked.layers, spans, change
+        )
+
+    def _answered(self, text: str, answer: str, request: Request) -> _Answered:
+        """One text encoded for the effects on an answer: a model without an answer to read
+        is refused before anything is encoded."""
+        check_text(text)
+        answer = check_answer(answer)
+        body = anatomy_of(self.loaded)
+        _, _, layers, inputs = self._prepared([(text, None, None)], request)
+        side = inputs.keys[0]
+        answer_id = answer_token(self.loaded, side, answer)
+        return _Answered(
+            answer=answer,
+            token=self.loaded.tokenizer.decode([answer_id]),
+            answer_id=answer_id,
+            body=body,
+            layers=layers,
+            side=side,
+            arguments=on_device(self.loaded, inputs.arguments),
+        )
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """Random whole-word tokens of the model's vocabulary, each read back as one token
@@ -420,6 +435,19 @@ class PretrainedExtractor(Extractor):
             query=query or 0,
             raw_pieces=raw_pieces,
         )
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """A text and its answer, ready for the passes that measure heads' effects on it."""
+
+    answer: str
+    token: str  # the answer's first token, as the tokenizer spells it
+    answer_id: int
+    body: Anatomy
+    layers: list[int]
+    side: Side
+    arguments: dict[str, Any]  # the forward pass's, on the model's device
 
 
 def _stacked(arrays: list[np.ndarray]) -> np.ndarray:

@@ -19,8 +19,8 @@ import numpy as np
 
 from attnviz.errors import UsageError
 from attnviz.pretrained.effects import (
+    Anatomy,
     Change,
-    anatomy_of,
     changed_log_probs,
     clean_pass,
     hooked,
@@ -28,8 +28,6 @@ from attnviz.pretrained.effects import (
 
 if TYPE_CHECKING:
     import torch
-
-    from attnviz.pretrained.loading import PretrainedModel
 
 
 def windows(layers: Sequence[int], window: int, count: int) -> list[tuple[int, int]]:
@@ -55,7 +53,8 @@ def check_rows(rows: Sequence[int], span: Sequence[int]) -> None:
 
 
 def knockout(
-    loaded: PretrainedModel,
+    model: Any,
+    body: Anatomy,
     arguments: dict[str, torch.Tensor],
     answer_id: int,
     rows: Sequence[int],
@@ -68,7 +67,6 @@ def knockout(
     import torch
 
     check_rows(rows, span)
-    body = anatomy_of(loaded)
     tokens = int(arguments["input_ids"].shape[1])
 
     def blocked(first: int, last: int) -> Change:
@@ -82,9 +80,9 @@ def knockout(
         return Change(first, install)
 
     with torch.inference_mode():
-        clean = clean_pass(loaded.model, body, arguments, answer_id)
+        clean = clean_pass(model, body, arguments, answer_id)
         changes = [blocked(first, last) for first, last in spans]
-        effects = changed_log_probs(loaded.model, body, arguments, answer_id, clean, changes)
+        effects = changed_log_probs(model, body, arguments, answer_id, clean, changes)
     if not all(np.isfinite(effects)):
         raise UsageError("the knockout leaves a query row no key to read in a layer's own mask")
     return clean.log_prob, np.array(effects)
