@@ -54,6 +54,14 @@ class Ablation(StrEnum):
     MEAN = "mean"  # the head's mean output over the text's positions
 
 
+class Weighting(StrEnum):
+    """What attention weights are multiplied by before they are shown (``--weigh``)."""
+
+    # a_ij · ‖W_O^h v_j‖: how much of key j the head's output actually carries; rows no
+    # longer sum to 1 (a sink with a small value vector fades)
+    VALUE = "value"
+
+
 class Aggregate(StrEnum):
     """How maps are combined. The value is what documents store."""
 

@@ -259,6 +259,8 @@ def document_of(maps: AttentionMaps, *, weights: bool = True) -> dict[str, Any]:
         document["weights"] = plain_weights(maps.weights)
     if maps.aggregate is not None:
         document["aggregate"] = maps.aggregate.value
+    if maps.weighting is not None:
+        document["weighting"] = maps.weighting.value
     for name in ("query_special", "key_special"):
         if getattr(maps, name) is not None:
             document[name] = list(getattr(maps, name))
@@ -314,6 +316,7 @@ def fields_of(document: Any) -> dict[str, Any]:
             span=_positions(document.get("span"), "span"),
             chat=_optional_bool(document.get("chat", False), "chat"),
             system=_optional_str(document.get("system"), "system"),
+            weighting=_optional_str(document.get("weighting"), "weighting"),
         )
     except (TypeError, ValueError) as error:
         raise SchemaError(f"malformed document: {error}") from None

@@ -117,6 +117,10 @@ class Extractor(ABC):
         _check_batch(items, batch_size, "head_tables", "head_statistics")
         if request.pool is not None:
             raise UsageError("statistics are read from exact rows: --pool does not apply to them")
+        if request.weigh is not None:
+            raise UsageError(
+                "head statistics read each row as a distribution: --weigh does not apply to them"
+            )
         return self._head_tables((as_item(item) for item in items), request, batch_size)
 
     def _head_tables(

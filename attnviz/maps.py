@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.analysis.grid import attention_problem, keep, one_sequence
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
-from attnviz.choices import Aggregate, Mode, Output, View
+from attnviz.choices import Aggregate, Mode, Output, View, Weighting
 from attnviz.codecs import document_of, fields_of, read_documents
 from attnviz.errors import SchemaError, UsageError
 from attnviz.selection import check_pool
@@ -55,7 +55,8 @@ class AttentionMaps:
     """Attention weights of selected layers and heads for one input.
 
     ``weights[i, j]`` is the map of layer ``layers[i]``, head ``heads[j]``: rows
-    are query tokens, columns key tokens, each row a probability distribution.
+    are query tokens, columns key tokens, each row a probability distribution
+    (unless ``weighting`` says what the weights were multiplied by).
     When ``aggregate`` is set, the maps of ``heads`` (and of ``layers``, for the
     aggregates that fold layers too) were combined into one, and that axis has
     length 1.
@@ -95,12 +96,16 @@ class AttentionMaps:
     # the system prompt ``system`` if one was given.
     chat: bool = False
     system: str | None = None
+    # "value": each weight times the norm of what its key writes through the head,
+    # a_ij · ‖W_O^h v_j‖ (--weigh value); rows no longer sum to 1. None: attention weights.
+    weighting: Weighting | None = None
 
     def __post_init__(self) -> None:
         self.weights = _as_weights(self.weights)
         try:
             self.mode = Mode(self.mode)
             self.aggregate = None if self.aggregate is None else Aggregate(self.aggregate)
+            self.weighting = None if self.weighting is None else Weighting(self.weighting)
         except ValueError as error:
             raise SchemaError(str(error)) from None
         for what, held in (("layer", self.layers), ("head", self.heads)):
@@ -241,6 +246,11 @@ class AttentionMaps:
             raise UsageError(f"between takes {', '.join(BETWEEN)}, not {which!r}")
         if self.pair_start is None or self.between is not None:
             raise UsageError("between needs the maps of a sentence pair (--pair)")
+        if self.weighting is not None:
+            raise UsageError(
+                "between renormalises each row, and value-weighted maps have no rows that sum "
+                "to 1: pick the sentences of unweighted maps"
+            )
         if self.aggregate in (Aggregate.MAX, Aggregate.MAX_ALL):
             raise UsageError("max maps are not distributions: pick the sentences first")
         start = self.pair_start
@@ -314,6 +324,8 @@ class AttentionMaps:
         """What else a picture of these maps must say: where a pair's sentence B begins,
         which sentences are kept, how many tokens were generated."""
         notes = []
+        if self.weighting is Weighting.VALUE:
+            notes.append("value-weighted: weight × ‖W_O v‖ of each key, rows do not sum to 1")
         if self.pair_start is not None:
             notes.append(f"sentence B from token {self.pair_start}")
         if self.between is not None:
@@ -478,15 +490,18 @@ def _as_weights(values: Any) -> np.ndarray:
 def check_attention(maps: AttentionMaps) -> None:
     """Refuse weights that are not attention: a saved file is data, and drawing NaN, 5 or
     −0.5 as if they were weights would lie. Weights must be finite and in [0, 1]; rows of
-    every map but a max must sum to 1; masked maps must not look ahead."""
+    every map but a max must sum to 1; masked maps must not look ahead. Value-weighted
+    maps need only be finite, 0 or more, and not look ahead."""
     # float16 keeps about three digits: a row of a few hundred of them may be off by 1e-2;
     # so may the rows of a model run in bfloat16, even when stored in float32.
     problem = attention_problem(
         maps.weights.astype(np.float64),
         causal=maps.mode is Mode.MASKED,
         tolerance=1e-2,
-        distributions=maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL),
+        distributions=maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL)
+        and maps.weighting is None,
         positions=maps.query_positions,
+        weighted=maps.weighting is not None,
     )
     if problem is not None:
         raise SchemaError(problem)

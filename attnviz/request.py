@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from attnviz.choices import Mode, chosen
+from attnviz.choices import Mode, Weighting, chosen
 from attnviz.errors import UsageError
 from attnviz.selection import Selection, check_pool, check_syntax, text_of
 
@@ -39,6 +39,9 @@ class Request:
     ``pool`` bins (rows averaged, columns summed); ``span`` names key tokens (as
     ``rows`` names query tokens) whose weight each head's ``span`` statistic sums:
     how much a head reads of a passage, a retrieval score.
+
+    ``weigh="value"`` multiplies each weight by the norm of what its key writes through
+    the head, ``a_ij · ‖W_O^h v_j‖``: rows no longer sum to 1.
     """
 
     mode: Mode | None = None
@@ -52,10 +55,13 @@ class Request:
     rows: Selection = None
     pool: int | None = None
     span: Selection = None
+    weigh: Weighting | None = None
 
     def __post_init__(self) -> None:
         if self.mode is not None:
             object.__setattr__(self, "mode", chosen(Mode, self.mode, "mode"))
+        if self.weigh is not None:
+            object.__setattr__(self, "weigh", chosen(Weighting, self.weigh, "weighting"))
         object.__setattr__(self, "layers", _selection(self.layers, "layer"))
         object.__setattr__(self, "heads", _selection(self.heads, "head"))
         for name in ("special", "words", "raw_pieces", "chat"):
@@ -86,6 +92,11 @@ class Request:
                 f"{reshaped[0]} reshapes whole maps: with --{positioned[0]}, the tokens are read "
                 "as the tokenizer gives them"
             )
+        if reshaped and self.weigh is not None:
+            raise UsageError(
+                f"{reshaped[0]} renormalises attention rows, which value-weighted maps are "
+                "not: with --weigh, the tokens are read as the tokenizer gives them"
+            )
 
     @property
     def whole(self) -> bool:
@@ -112,7 +123,9 @@ class Request:
         """What the request decides, as plain JSON values (a batch's manifest records it)."""
         values = {field.name: getattr(self, field.name) for field in fields(self)}
         values["mode"] = None if self.mode is None else self.mode.value
-        for name in ("rows", "pool", "span"):  # absent from the fingerprints of earlier releases
+        values["weigh"] = None if self.weigh is None else self.weigh.value
+        # Absent from the fingerprints of earlier releases where not given.
+        for name in ("rows", "pool", "span", "weigh"):
             if values[name] is None:
                 del values[name]
         for name in ("layers", "heads", "rows", "span"):

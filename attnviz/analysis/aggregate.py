@@ -108,6 +108,8 @@ def unchainable(maps: AttentionMaps, method: Aggregate = Aggregate.ROLLOUT) -> s
     keys, cannot be made from these maps; None where it can."""
     if maps.mode is Mode.CROSS:
         return f"{_chains(method)} self or masked attention, not cross"
+    if maps.weighting is not None:
+        return f"{_chains(method)} rows that sum to 1, not value-weighted maps"
     if not maps.one_sequence or maps.query_positions is not None:
         held = "chosen rows" if maps.one_sequence else "one sentence's rows over the other's"
         return rows_refused(method, f"these maps hold {held}")

@@ -56,6 +56,11 @@ def diff_maps(first: AttentionMaps, second: AttentionMaps) -> list[HeadDivergenc
             "the two inputs are not the same view of their maps (pooled bins or the "
             "sentences of a pair): make both the same way"
         )
+    if first.weighting is not None or second.weighting is not None:
+        raise UsageError(
+            "a diff compares the rows of two maps as distributions, and value-weighted maps "
+            "are not: diff the maps without --weigh"
+        )
     if first.aggregate != second.aggregate:
         raise UsageError("one side is aggregated and the other is not")
     if (first.layers, first.heads) != (second.layers, second.heads):

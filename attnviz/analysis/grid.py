@@ -92,15 +92,18 @@ def attention_problem(
     tolerance: float,
     distributions: bool = True,
     positions: Sequence[int] | None = None,
+    weighted: bool = False,
 ) -> str | None:
     """What makes (…, T, S) numbers not attention, in words, or None when they are:
     finite, in [0, 1], rows summing to 1 (``distributions``; a max over heads is not)
     within ``tolerance``, and no weight on a later token when ``causal`` and square or
     of rows at known query ``positions`` (within 1e-6: a masked weight is exactly 0 in
-    any precision)."""
+    any precision). ``weighted`` numbers (weights times value norms) may exceed 1."""
     if not math.isfinite(float(weights.sum(dtype=np.float64))):  # NaN and inf make it so
         return "weights hold NaN or infinite values: these are not attention"
-    if weights.size and (weights.min() < 0 or weights.max() > 1 + 1e-6):
+    if weighted and weights.size and weights.min() < 0:
+        return f"value-weighted maps hold {weights.min():.3g}; they are 0 or more"
+    if not weighted and weights.size and (weights.min() < 0 or weights.max() > 1 + 1e-6):
         return (
             f"weights run from {weights.min():.3g} to {weights.max():.3g}; attention weights "
             "lie between 0 and 1"

@@ -179,6 +179,11 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
         raise UsageError("statistics are per head: give maps that are not aggregated")
     if maps.pooled is not None:
         raise UsageError("statistics are of exact rows, not of pooled bins")
+    if maps.weighting is not None:
+        raise UsageError(
+            "head statistics read each row as a distribution, and value-weighted maps are not: "
+            "give the maps without --weigh"
+        )
     rows = maps.query_positions
     queries = len(maps.query_tokens) if rows is None else max(rows) + 1
     product = statistics_product(

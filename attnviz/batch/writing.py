@@ -41,7 +41,7 @@ class Outputs:
             **self.request,
             "formats": [output_format.value for output_format in self.formats],
             "view": self.view.value,
-            "style": asdict(self.style),
+            "style": self.style.chosen(),
             "aggregate": None if self.aggregate is None else self.aggregate.value,
             "top": None if self.top is None else asdict(self.top),
             "label_positions": self.label_positions,

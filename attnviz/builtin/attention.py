@@ -120,6 +120,14 @@ class MultiHeadAttention(nn.Module):
             for tensor in (linear.weight[rows].T, linear.bias[rows])
         )
 
+    def value_norms(self, value: torch.Tensor) -> torch.Tensor:
+        """What each key writes through each head: ‖W_O^h v_j‖, the norm of its value vector
+        after the head's slice of the output projection. value (B, S, D) -> (B, H, S)."""
+        v = self._split_heads(self.v_proj(value))  # (B, H, S, Dh)
+        w_o = self.out_proj.weight.view(self.d_model, self.num_heads, self.head_dim)  # (D, H, Dh)
+        written = torch.einsum("bhsk,dhk->bhsd", v, w_o)  # (B, H, S, D)
+        return torch.linalg.vector_norm(written, dim=-1)  # (B, H, S)
+
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
         if self.projections is Projections.IDENTITY:

@@ -84,7 +84,8 @@ class BuiltinExtractor(Extractor):
         # The stack has no padding mask: inputs run one at a time, as they come.
         return (
             self._positioned(
-                self._extract(*without_pair(item), chosen, layer_indices, head_indices), request
+                self._extract(*without_pair(item), chosen, layer_indices, head_indices, request),
+                request,
             )
             for item in items
         )
@@ -117,7 +118,13 @@ class BuiltinExtractor(Extractor):
         return " ".join([*words, *words])
 
     def _extract(
-        self, text: str, target: str | None, mode: Mode, layers: list[int], heads: list[int]
+        self,
+        text: str,
+        target: str | None,
+        mode: Mode,
+        layers: list[int],
+        heads: list[int],
+        request: Request,
     ) -> AttentionMaps:
         check_target(mode, target)
         source = self.tokens(text, "text")
@@ -127,6 +134,7 @@ class BuiltinExtractor(Extractor):
             mode=mode,
             target_tokens=queries if mode is Mode.CROSS else None,
             layers=layers,
+            weigh=request.weigh is not None,
         )
         import torch
 
@@ -141,6 +149,7 @@ class BuiltinExtractor(Extractor):
             model=self.name,
             text=text,
             target=target,
+            weighting=request.weigh,
         )
 
     def explain(

@@ -56,10 +56,15 @@ class EncoderLayer(nn.Module):
         self.feed_forward_norm = nn.LayerNorm(config.d_model)
         self.feed_forward = FeedForward(config.d_model, config.d_ff)
 
-    def forward(self, x: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T, D) -> (B, T, D) and the self-attention weights (B, H, T, T)."""
+    def forward(
+        self, x: torch.Tensor, causal: bool, weigh: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, D) -> (B, T, D) and the self-attention weights (B, H, T, T), each times
+        its key's value norm ‖W_O^h v_j‖ if ``weigh``."""
         normed = self.attention_norm(x)
         attended, weights = self.attention(normed, normed, normed, causal=causal)
+        if weigh:
+            weights = weights * self.attention.value_norms(normed)[:, :, None, :]
         x = x + attended
         return x + self.feed_forward(self.feed_forward_norm(x)), weights
 
@@ -82,13 +87,18 @@ class DecoderLayer(nn.Module):
         self.feed_forward_norm = nn.LayerNorm(config.d_model)
         self.feed_forward = FeedForward(config.d_model, config.d_ff)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T, D), memory (B, S, D) -> (B, T, D) and cross-attention weights (B, H, T, S)."""
+    def forward(
+        self, x: torch.Tensor, memory: torch.Tensor, weigh: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, D), memory (B, S, D) -> (B, T, D) and cross-attention weights (B, H, T, S),
+        each times its key's value norm ‖W_O^h v_j‖ if ``weigh``."""
         normed = self.attention_norm(x)
         attended, _ = self.attention(normed, normed, normed, causal=True)
         x = x + attended
         source = self.memory_norm(memory)
         attended, weights = self.cross_attention(self.cross_norm(x), source, source)
+        if weigh:
+            weights = weights * self.cross_attention.value_norms(source)[:, :, None, :]
         x = x + attended
         return x + self.feed_forward(self.feed_forward_norm(x)), weights
 
@@ -151,13 +161,15 @@ class BuiltinTransformer(nn.Module):
         mode: Mode = Mode.SELF,
         target_tokens: Sequence[str] | None = None,
         layers: Collection[int] | None = None,
+        weigh: bool = False,
     ) -> dict[int, torch.Tensor]:
         """Per-layer attention weights (H, T, S) for the layers asked for (all when None).
 
         ``self`` and ``masked`` run the encoder over ``tokens`` (masked = causal);
         ``cross`` encodes ``tokens`` as the source and returns the decoder's
         cross-attention of ``target_tokens`` over it. Work goes layer by layer,
-        keeps only the maps asked for and stops after the last of them.
+        keeps only the maps asked for and stops after the last of them. ``weigh``
+        multiplies each weight by what its key writes through the head, ‖W_O^h v_j‖.
         """
         mode = Mode(mode)
         wanted = set(range(self.config.num_layers) if layers is None else layers)
@@ -166,7 +178,7 @@ class BuiltinTransformer(nn.Module):
         x = self.embed(tokens)  # (1, S, D)
         if mode is not Mode.CROSS:
             for index, layer in enumerate(self.encoder[: last + 1]):
-                x, weights = layer(x, causal=mode is Mode.MASKED)
+                x, weights = layer(x, causal=mode is Mode.MASKED, weigh=weigh)
                 if index in wanted:
                     maps[index] = weights[0]  # (H, T, T)
             return maps
@@ -176,7 +188,7 @@ class BuiltinTransformer(nn.Module):
             x, _ = layer(x, causal=False)
         y = self.embed(target_tokens)  # (1, T, D)
         for index, layer in enumerate(self.decoder[: last + 1]):
-            y, weights = layer(y, x)
+            y, weights = layer(y, x, weigh=weigh)
             if index in wanted:
                 maps[index] = weights[0]  # (H, T, S)
         return maps

@@ -163,12 +163,14 @@ def batch(
         products=products,
         aggregate=aggregate,
     )
+    top = top_heads_for(choice, aggregate)
+    products.ranking(top)
     outputs = Outputs(
         folder=output,
         formats=formats,
         view=view,
         style=picture.style(),
-        top=top_heads_for(choice, aggregate),
+        top=top,
         label_positions=label_positions,
         aggregate=aggregate,
         dtype=dtype,

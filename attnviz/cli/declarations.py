@@ -22,6 +22,7 @@ from attnviz.choices import (
     Output,
     Projections,
     View,
+    Weighting,
 )
 from attnviz.cli.completion import (
     complete_device,
@@ -334,6 +335,18 @@ SpanOption = Annotated[
         help="Key tokens, as --rows names rows (positions, or a text such as a needle's), "
         "whose weight each head's span statistic sums over the rows: a retrieval score, "
         "listed by heads and ranked by --top-heads N --by span.",
+    ),
+]
+WeighOption = Annotated[
+    Weighting | None,
+    typer.Option(
+        "--weigh",
+        metavar="value",
+        case_sensitive=False,
+        rich_help_panel=SELECTION_PANEL,
+        help="Multiply each weight by what its key writes through the head, weight × ‖W_O v‖ "
+        "(Kobayashi et al. 2020): a sink whose value is small fades. Rows no longer sum to "
+        "1; pictures get a colour scale of their own.",
     ),
 ]
 PoolOption = Annotated[

@@ -96,6 +96,7 @@ def export(
     style = picture.style()
     top = out.top_heads_for(choice, aggregate, detect, answered=effects.answer is not None)
     effects.drawing(model, top)
+    products.ranking(top)
     between = out.checked_between(between, pair)
     check_writable(output)  # before the model loads
     extractor = asked.open(environment)

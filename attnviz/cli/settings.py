@@ -120,21 +120,37 @@ class MapProducts:
     rows: d.RowsOption = None
     pool: d.PoolOption = None
     span: d.SpanOption = None
+    weigh: d.WeighOption = None
 
     def given(self) -> list[str]:
         """The options given, as typed: saved maps (--from) have no use for them."""
-        return [f"--{name}" for name in ("rows", "pool", "span") if getattr(self, name) is not None]
+        return given_flags(self)
 
     def check(self, aggregate: Aggregate | None) -> None:
         """Refuse now, before a model runs, what the aggregation would refuse of every
-        input: rollout and flow of chosen rows or of pooled bins (the rollout of bins is
-        not the binned rollout)."""
+        input: rollout and flow of chosen rows, of pooled bins (the rollout of bins is
+        not the binned rollout) or of value-weighted maps."""
         from attnviz.analysis.aggregate import CHAINED, rows_refused
 
+        if aggregate in CHAINED and self.weigh is not None:
+            raise UsageError(
+                f"{aggregate} chains rows that sum to 1 through the layers: give --weigh or "
+                f"--aggregate {aggregate}, not both"
+            )
         if aggregate in CHAINED and self.rows is not None:
             raise UsageError(rows_refused(aggregate, "--rows keeps chosen rows"))
         if aggregate in CHAINED and self.pool is not None:
             raise UsageError(rows_refused(aggregate, "--pool keeps pooled bins"))
+
+    def ranking(self, top: TopHeads | None) -> None:
+        """Refuse, before a model loads, heads ranked by a statistic of value-weighted maps,
+        whose rows are no distributions (an effect on an answer ranks them well)."""
+        if self.weigh is None or top is None or HeadColumn(top.by).needs is Needs.ANSWER:
+            return
+        raise UsageError(
+            f"--by {top.by} reads each row as a distribution, which value-weighted maps are "
+            "not: rank by ablation or dla with --answer, or leave out --weigh"
+        )
 
     def drawn(self, settings: ModelSettings, aggregate: Aggregate | None = None) -> MapProducts:
         """For a picture, the page or the terminal: a long input pooled by itself (unless
@@ -142,9 +158,9 @@ class MapProducts:
         for, which chains whole maps), so that it can be drawn."""
         from attnviz.analysis.aggregate import CHAINED
 
-        if self.given() or settings.words or not settings.special or aggregate in CHAINED:
+        if given_flags(self, ["rows", "pool", "span"]) or settings.words or not settings.special:
             return self
-        return MapProducts(pool=d.AUTO_POOL)
+        return self if aggregate in CHAINED else replace(self, pool=d.AUTO_POOL)
 
 
 EFFECTS_PANEL = "What heads do to an answer"
@@ -293,8 +309,8 @@ def model_options_given(
 
 # Gives a command that writes maps the long-input options as one ``products`` argument.
 map_products = bundle("products", MapProducts)
-# The same without --pool, for statistics, which are read from exact rows.
-row_products = bundle("products", MapProducts, leave_out=("pool",))
+# The same without --pool and --weigh, for statistics, which read exact rows of weights.
+row_products = bundle("products", MapProducts, leave_out=("pool", "weigh"))
 NO_PRODUCTS = MapProducts()
 
 # Gives a command the model and built-in-stack options as one ``settings`` argument.

@@ -242,6 +242,7 @@ def show(
         answered=effects.answer is not None,
     )
     effects.drawing(model, presentation.top)
+    products.ranking(presentation.top)
     asked = request(
         model=model,
         mode=mode,

@@ -34,6 +34,7 @@ from attnviz.choices import Ablation
 from attnviz.errors import UsageError
 from attnviz.pretrained.encoding import head_count
 from attnviz.pretrained.streams import Family, Stream
+from attnviz.pretrained.written import output_projection
 
 if TYPE_CHECKING:
     import torch
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
     from attnviz.pretrained.encoding import Side
     from attnviz.pretrained.loading import PretrainedModel
 
-# The output projection's name in each family's attention module (Llama, Mistral, Gemma,
-# Qwen: o_proj; GPT-2: c_proj; OPT, GPT-J: out_proj; GPT-NeoX, Phi: dense).
-_PROJECTIONS = ("o_proj", "c_proj", "out_proj", "dense")
 _TOKENS_PER_PASS = 2048  # rows × tokens of one ablated pass: its activations stay small
 _ROWS_PER_PASS = 64
 
@@ -83,7 +81,7 @@ def anatomy_of(loaded: PretrainedModel) -> Anatomy:
     modules = dict(model.named_modules())
     attentions = [module for module, _ in loaded.streams.get(Stream.SELF, [])]
     blocks = [modules[_block_name(names[module], modules)] for module in attentions]
-    projections = [_projection(module, loaded.name) for module in attentions]
+    projections = [_projection(model, module, loaded.name) for module in attentions]
     post_norms = [_post_norm(block) for block in blocks]
     return Anatomy(
         attentions,
@@ -107,15 +105,15 @@ def _block_name(attention: str, modules: dict[str, Any]) -> str:
     raise UsageError(f"attnviz cannot find the layer that holds {attention}")
 
 
-def _projection(attention: Any, model: str) -> Any:
-    children = dict(attention.named_children())
-    for name in _PROJECTIONS:
-        if name in children:
-            return children[name]
-    raise UsageError(
-        f"attnviz cannot find the output projection of {model}'s attention "
-        f"({type(attention).__name__} has {', '.join(children) or 'no modules'})"
-    )
+def _projection(model: Any, attention: Any, name: str) -> Any:
+    projection = output_projection(model, attention)
+    if projection is None:
+        children = ", ".join(dict(attention.named_children())) or "no modules"
+        raise UsageError(
+            f"attnviz cannot find the output projection of {name}'s attention "
+            f"({type(attention).__name__} has {children})"
+        )
+    return projection
 
 
 def _post_norm(block: Any) -> Any:

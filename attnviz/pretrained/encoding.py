@@ -364,10 +364,11 @@ def check_weights(
     name: str,
     tolerance: float = 1e-4,
     positions: Sequence[int] | None = None,
+    distributions: bool = True,
 ) -> None:
-    """Refuse numbers that are not attention: rows must be distributions, causal maps must
-    not look ahead (of rows at known query ``positions``, or square maps)."""
-    worst = row_error(weights)
+    """Refuse numbers that are not attention: rows must be distributions (unless weighted),
+    causal maps must not look ahead (of rows at known query ``positions``, or square maps)."""
+    worst = row_error(weights) if distributions else 0.0
     if worst > tolerance:
         raise AttnvizError(
             f"{name} returned attention whose rows do not sum to 1 (off by up to {worst:.3g}): "

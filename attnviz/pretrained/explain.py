@@ -148,7 +148,7 @@ def _recorded(loaded: PretrainedModel, layer: nn.Module, inputs: ModelInputs) ->
     inside = {id(module) for module in layer.modules()}
     seen: dict[str, Any] = {}
 
-    def record(module, query_states, key_states, attention_mask, args, kwargs) -> None:
+    def record(module, query_states, key_states, value, attention_mask, args, kwargs) -> None:
         if id(module) in inside and "query" not in seen:
             additive = [
                 part for part in (attention_mask, kwargs.get("position_bias")) if part is not None

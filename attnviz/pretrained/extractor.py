@@ -153,13 +153,20 @@ class PretrainedExtractor(Extractor):
                 "pair": pair,
                 "chat": request.chat,
                 "system": request.system,
+                "weighting": request.weigh,
             }
             rows, known["span"] = positions[row]
             weights = per_input[row]  # (L, H, T, S), or the product asked for
             if not wholes[row]:
                 results.append(self._product_maps(weights, query, key, rows, request, known))
                 continue
-            check_weights(weights, causal=mode is Mode.MASKED, name=self.name, tolerance=tolerance)
+            check_weights(
+                weights,
+                causal=mode is Mode.MASKED,
+                name=self.name,
+                tolerance=tolerance,
+                distributions=request.weigh is None,
+            )
             weights, query_labels, key_labels = readable(loaded, weights, query, key, request)
             results.append(
                 AttentionMaps(
@@ -185,7 +192,7 @@ class PretrainedExtractor(Extractor):
         """Each input's product of each layer's chosen heads, (L, ...), and the head indices:
         made block by block while the model runs its fused attention, or, where it runs
         eager attention, from the whole maps it returns."""
-        fused = self._fused(modules, layers, inputs, request.heads, layouts)
+        fused = self._fused(modules, layers, inputs, request, layouts)
         if fused is not None:
             return fused
         stacked, heads = attention_of(
@@ -255,24 +262,39 @@ class PretrainedExtractor(Extractor):
             name=self.name,
             tolerance=row_tolerance(self.loaded.model),
             positions=labels.get("query_positions"),
+            distributions=request.weigh is None,
         )
         return AttentionMaps(weights=weights, **labels, **known)
 
     def _fused(
-        self, modules: list, layers: list[int], inputs: ModelInputs, heads: Selection, layouts: list
+        self, modules: list, layers: list[int], inputs: ModelInputs, request: Request, layouts: list
     ) -> tuple[list[np.ndarray], list[int]] | None:
         """Each input's product of each layer, computed block by block while the model runs its
-        fused attention, and the head indices; None where it runs eager attention instead."""
+        fused attention, and the head indices; None where it runs eager attention instead.
+        Value-weighted maps are always computed block by block, from the values the model's
+        attention is given (its eager attention's, with --attention eager)."""
         loaded = self.loaded
-        if loaded.attention is Attention.EAGER:
+        eager = loaded.attention is Attention.EAGER
+        if eager and request.weigh is None:
             return None
         arguments = on_device(loaded, inputs.arguments)
         try:
             with forward(loaded):
                 per_input, chosen = fused_attention(
-                    loaded.model, modules, layers, arguments, heads, layouts, loaded.memory
+                    loaded.model,
+                    modules,
+                    layers,
+                    arguments,
+                    request.heads,
+                    layouts,
+                    loaded.memory,
+                    weigh=request.weigh is not None,
+                    eager=eager,
                 )
         except Unrecordable as error:
+            if request.weigh is not None:
+                refused = f"--weigh {request.weigh} cannot read {self.name}: {error}"
+                raise UsageError(refused) from None
             if loaded.attention is Attention.FUSED:
                 raise UsageError(
                     f"--attention fused cannot read {self.name}: {error}; use --attention eager"

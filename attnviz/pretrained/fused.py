@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.products import Block, Product, WholeMaps
+from attnviz.pretrained.written import head_factors, input_matrix, output_projection, value_norms
 from attnviz.selection import Selection, resolve
 
 if TYPE_CHECKING:
@@ -49,6 +50,9 @@ class Scores:
     scaling: float  # what the dot products are multiplied by
     softcap: float | None = None  # scores squashed to ±softcap by tanh (Gemma 2)
     position_bias: torch.Tensor | None = None  # (1 or B, H, T, S), added to the scores (T5)
+    # (B, H, S): what each key writes through each head, ‖W_O^h v_j‖; the weights of a
+    # block are multiplied by it (--weigh value), and have no logarithms then
+    written: torch.Tensor | None = None
 
     @property
     def heads(self) -> int:
@@ -65,8 +69,9 @@ class Scores:
     def block(self, item: int, head: int, rows: np.ndarray, keys: int) -> Block:
         """The exact weights of query ``rows`` (positions) of ``head`` for input ``item``, over
         its first ``keys`` keys (those after are padding): (R, W) float32, each row a softmax
-        over every key, with its logarithm. Causal rows give no weight to keys after the last
-        of them: those are left out (W ≤ keys), not computed as zeros."""
+        over every key, with its logarithm (or, with ``written``, each weight times its key's
+        norm). Causal rows give no weight to keys after the last of them: those are left out
+        (W ≤ keys), not computed as zeros."""
         import torch
 
         group = self.heads // self.key.shape[1]  # query heads per key/value head
@@ -99,6 +104,8 @@ class Scores:
         if added:  # an additive mask or bias may hold -inf: made finite
             scores.clamp_(min=lowest)
         logs = scores.sub_(torch.logsumexp(scores, dim=-1, keepdim=True))
+        if self.written is not None:
+            return Block(rows, logs.exp_().mul_(self.written[item, head, :width]))
         return Block(rows, logs.exp(), logs)
 
 
@@ -195,7 +202,7 @@ def attention_implementation(model: Any, name: str) -> Iterator[None]:
 @contextlib.contextmanager
 def recording(model: Any, record: Callable[..., None], *, fused: bool = True) -> Iterator[None]:
     """Run ``model`` with an attention function that first calls ``record(module, query, key,
-    mask, args, kwargs)`` and then runs the model's own attention: fused (with the masks
+    value, mask, args, kwargs)`` and then runs the model's own attention: fused (with the masks
     PyTorch's fused kernel takes) or eager (with additive masks). The model's attention
     implementation and transformers' registries are left as they were."""
     from transformers import AttentionInterface
@@ -206,7 +213,7 @@ def recording(model: Any, record: Callable[..., None], *, fused: bool = True) ->
     )
 
     def attention(module, query, key, value, mask, *args, **kwargs):
-        record(module, query, key, mask, args, kwargs)
+        record(module, query, key, value, mask, args, kwargs)
         return run(module, query, key, value, mask, *args, **kwargs)
 
     registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
@@ -250,9 +257,14 @@ def fused_attention(
     heads: Selection,
     layouts: list[Layout],
     memory: int = DEFAULT_MEMORY,
+    *,
+    weigh: bool = False,
+    eager: bool = False,
 ) -> tuple[list[list[np.ndarray]], list[int]]:
-    """Run ``model`` once with its fused attention; for each input, the product of each wanted
-    layer's chosen heads, computed block by block, and the head indices.
+    """Run ``model`` once with its fused attention (its eager attention, with ``eager``); for
+    each input, the product of each wanted layer's chosen heads, computed block by block,
+    and the head indices. With ``weigh``, each weight is multiplied by what its key writes
+    through the head (:mod:`attnviz.pretrained.written`).
 
     Raises :class:`Unrecordable` when a wanted layer computes its attention in a way this
     does not reproduce (or outside transformers' attention functions)."""
@@ -267,11 +279,13 @@ def fused_attention(
     products: dict[int, list[Product]] = {}
     chosen: list[int] = []
 
-    def record(module, query, key, mask, args, kwargs) -> None:
+    def record(module, query, key, value, mask, args, kwargs) -> None:
         layer = owner.get(id(module))
         if layer is None or layer in products:
             return
         scores = scores_of(module, query, key, mask, args, kwargs)
+        if weigh:
+            scores.written = _written(model, module, scores.heads, value)
         chosen[:] = resolve(heads, scores.heads, "head")
         products[layer] = [
             _reduce(scores, item, layout, chosen, memory) for item, layout in enumerate(layouts)
@@ -279,7 +293,11 @@ def fused_attention(
         if len(products) == len(wanted):
             raise _Done
 
-    with recording(model, record, fused=True), torch.inference_mode(), contextlib.suppress(_Done):
+    with (
+        recording(model, record, fused=not eager),
+        torch.inference_mode(),
+        contextlib.suppress(_Done),
+    ):
         model(**arguments)
     missing = [layer for layer in wanted if layer not in products]
     if missing:
@@ -290,6 +308,21 @@ def fused_attention(
         [products[layer][item].result() for layer in wanted] for item in range(len(layouts))
     ]
     return per_input, list(chosen)
+
+
+def _written(model: Any, attention: Any, heads: int, value: torch.Tensor) -> torch.Tensor:
+    """What each key writes through each of ``attention``'s heads, (B, H, S)."""
+    projection = output_projection(model, attention)
+    matrix = None if projection is None else input_matrix(projection)
+    if matrix is None:
+        kind = type(attention).__name__
+        raise Unrecordable(f"attnviz cannot find the output projection of {kind}")
+    if matrix.shape[0] != heads * value.shape[-1]:
+        raise Unrecordable(
+            f"its output projection takes {matrix.shape[0]} features, not its {heads} heads' "
+            f"values of {value.shape[-1]} side by side"
+        )
+    return value_norms(value, head_factors(matrix, heads))
 
 
 def _reduce(scores: Scores, item: int, layout: Layout, heads: list[int], memory: int) -> Product:

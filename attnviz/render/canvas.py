@@ -34,6 +34,7 @@ from attnviz.render.style import (
     Frame,
     Style,
     axes_note,
+    cell_text,
     short_title,
     token_label,
 )
@@ -133,7 +134,7 @@ class HeadCanvas:
             np.zeros((queries, keys)),
             cmap=self.cmap,
             vmin=0.0,
-            vmax=style.vmax,
+            vmax=style.top,
             interpolation="nearest",
             aspect="auto",
             animated=True,
@@ -205,8 +206,8 @@ class HeadCanvas:
         self.image.set_data(matrix)
         self.title.set_text(title)
         for artist, weight in zip(self.values, matrix.ravel(), strict=False):
-            artist.set_text(f"{weight:.2f}".lstrip("0") if weight < 1 else "1.0")
-            artist.set_color("black" if weight / self.style.vmax > 0.6 else "white")
+            artist.set_text(cell_text(weight))
+            artist.set_color("black" if weight / self.style.top > 0.6 else "white")
 
     def png(self, matrix: np.ndarray, frame: Frame, title: str) -> bytes:
         """The picture of one map as PNG bytes, by the fast path."""
@@ -221,7 +222,7 @@ class HeadCanvas:
             self.canvas.restore_region(self.framed)
         self._set_cells(matrix, title)
         pixels = np.asarray(self.canvas.buffer_rgba())
-        shades = np.clip(np.rint(matrix * (255 / self.style.vmax)), 0, 255).astype(np.intp)
+        shades = np.clip(np.rint(matrix * (255 / self.style.top)), 0, 255).astype(np.intp)
         cells = self.lookup[shades]  # (T, S, 4)
         block = np.repeat(np.repeat(cells, np.diff(self.y), axis=0), np.diff(self.x), axis=1)
         pixels[self.y[0] : self.y[-1], self.x[0] : self.x[-1]] = block
@@ -339,7 +340,7 @@ class GridCanvas:
             np.zeros((self.shape.queries, self.shape.keys)),
             cmap=self.cmap,
             vmin=0.0,
-            vmax=self.style.vmax,
+            vmax=self.style.top,
             interpolation="none",  # SVG and PDF embed the cells, not a resampling
             aspect="auto",
             extent=(x0, x1, y0, y1),
@@ -371,7 +372,7 @@ class GridCanvas:
 
         style, title_size = self.style, self.layout.title_size
         bar_axes = self.figure.add_axes(self.layout.bar_box(style))
-        mappable = ScalarMappable(Normalize(0.0, style.vmax), self.cmap)
+        mappable = ScalarMappable(Normalize(0.0, style.top), self.cmap)
         bar = self.figure.colorbar(
             mappable, cax=bar_axes, extend="max" if style.clips else "neither"
         )
@@ -456,7 +457,7 @@ class GridCanvas:
             self.canvas.restore_region(self.framed)
         pixels = np.asarray(self.canvas.buffer_rgba())
         for panel, (xs, ys) in zip(panels, self.pixels_of, strict=False):
-            shades = np.clip(np.rint(panel.matrix * (255 / self.style.vmax)), 0, 255)
+            shades = np.clip(np.rint(panel.matrix * (255 / self.style.top)), 0, 255)
             cells = self.lookup[shades.astype(np.intp)]  # (T, S, 4)
             block = np.repeat(np.repeat(cells, np.diff(ys), axis=0), np.diff(xs), axis=1)
             pixels[ys[0] : ys[-1], xs[0] : xs[-1]] = block

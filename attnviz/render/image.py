@@ -8,6 +8,8 @@ batches produce by the thousand, and laying out a canvas is the slow part.
 
 Colours run from 0 to 1 in every picture, so pictures can be compared; for
 long inputs, where every weight is small, ``vmax`` lowers the top of the scale.
+Value-weighted maps (``--weigh value``) have no top of their own: their colours run
+to their largest value.
 """
 
 from __future__ import annotations
@@ -118,8 +120,10 @@ class Painter:
 
         head: one per map, suffix ``-L{layer}-H{head}``; layer: one per layer,
         ``-L{layer}``; model: one in all, no suffix. ``panels`` draws only those
-        maps, in that order (the heads worth looking at first).
+        maps, in that order (the heads worth looking at first). Value-weighted maps are
+        drawn on a colour scale of their own (:meth:`Style.for_maps`).
         """
+        style = style.for_maps(maps)
         if panels is None:
             yield from self._pictures(maps, view, picture, style)
         else:

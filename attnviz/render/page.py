@@ -90,6 +90,7 @@ def page_data(maps: AttentionMaps, *, budget: int = MAX_CELLS, view: str = "mode
     scale = 1.0
     if pool > 1:  # pooled cells hold sums of columns: scale by what is drawn
         matrices = [pool_map(matrix.astype(np.float32), pool) for matrix in matrices]
+    if pool > 1 or maps.weighting is not None:  # value-weighted maps have no top of their own
         scale = max(float(matrix.max()) for matrix in matrices) or 1.0
     levels = np.clip(np.rint(np.stack(matrices) / scale * 255), 0, 255).astype(np.uint8)
     query_labels = pool_labels(maps.query_labels(), pool)
@@ -125,7 +126,8 @@ def page_data(maps: AttentionMaps, *, budget: int = MAX_CELLS, view: str = "mode
         "pool": pool,
         "notes": notes,
         "view": view,
-        "rowsAreDistributions": maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL),
+        "rowsAreDistributions": maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL)
+        and maps.weighting is None,
         "palette": [list(palette.rgb(level / 255)) for level in range(256)],
     }
 

@@ -72,8 +72,10 @@ def shade(weight: float) -> str:
 
 
 def format_weight(weight: float) -> str:
-    """Three characters: ``.42``, ``1.0``."""
+    """Three characters: ``.42``, ``1.0``; a value-weighted map's ``2.4``, ``13``."""
     text = f"{weight:.2f}"
+    if weight > 1 and text != "1.00":
+        return f"{weight:.1f}" if weight < 9.95 else f"{min(weight, 999):.0f}"
     return "1.0" if text.startswith("1") else text[1:]
 
 
@@ -253,7 +255,7 @@ def _summary(maps: AttentionMaps) -> str:
 
 
 def _rows_sum_to_one(maps: AttentionMaps) -> bool:
-    return not (maps.aggregate or "").startswith("max")
+    return not (maps.aggregate or "").startswith("max") and maps.weighting is None
 
 
 _HALF_BLOCK = "▀"  # foreground paints the upper cell, background the lower: square cells
