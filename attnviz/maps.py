@@ -325,7 +325,7 @@ class AttentionMaps:
         which sentences are kept, how many tokens were generated."""
         notes = []
         if self.weighting is Weighting.VALUE:
-            notes.append("value-weighted: weight × ‖W_O v‖ of each key, rows do not sum to 1")
+            notes.append("value-weighted (weight × ‖W_O v‖)")
         if self.pair_start is not None:
             notes.append(f"sentence B from token {self.pair_start}")
         if self.between is not None:

@@ -7,6 +7,8 @@ built here; each length runs, in fresh processes, one after the other:
 - ``pool``: ``attnviz show - --layer -1 --pool 256 -f npz`` (every head of one layer);
 - ``rows``: ``attnviz show - --rows last -f json`` (every head of every layer);
 - ``heads``: ``attnviz heads - -f json`` (statistics of every head of every layer);
+- ``weighed``: ``rows`` with ``--weigh value`` (each weight times its key's value norm
+  through the head); target (issue 38): within 1.2x ``rows``;
 - with ``--eager``, at lengths up to 12k: ``attnviz show - --attention eager
   --layer -1 --head 0 -f npz``, the path every earlier release took, beside
   the same command on the fused path (``head``); the target at 12k: the fused
@@ -34,6 +36,7 @@ from common import time_and_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_TARGET = 2.5
+WEIGHED_TARGET = 1.2  # --weigh value --rows last against --rows last
 MEMORY_TARGET_MIB = 600
 EAGER_UP_TO = 12_288
 HEAD_FASTER, HEAD_SMALLER = 10, 8  # the fused head against the eager one, at 12k
@@ -144,6 +147,7 @@ def commands(
             str(scratch / "p.npz"),
         ],
         "rows": [*shown, "--rows", "last", "-f", "json"],
+        "weighed": [*shown, "--rows", "last", "--weigh", "value", "-f", "json"],
         "heads": [
             sys.executable,
             "-m",
@@ -192,6 +196,18 @@ def one_head(tokens: int, fused: dict[str, float], eager: dict[str, float]) -> N
         )
 
 
+def weighed(tokens: int, weighed: dict[str, float], rows: dict[str, float]) -> bool:
+    """Value-weighted last rows against plain ones: whether within the target."""
+    ratio = weighed["seconds"] / rows["seconds"]
+    within = ratio <= WEIGHED_TARGET
+    print(
+        f"{tokens:7} --weigh value: {ratio:.2f}x the time of --rows last alone "
+        f"(target {WEIGHED_TARGET}x){' ok' if within else ' MISSED'}",
+        flush=True,
+    )
+    return within
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384, 32768])
@@ -233,6 +249,8 @@ def main() -> None:
                 )
             if "eager head" in figures:
                 one_head(tokens, figures["head"], figures["eager head"])
+            if "weighed" in figures and "rows" in figures:
+                failed |= not weighed(tokens, figures["weighed"], figures["rows"])
     print(f"targets: time <= {TIME_TARGET}x the forward, peak <= forward + {MEMORY_TARGET_MIB} MiB")
     sys.exit(1 if failed else 0)
 

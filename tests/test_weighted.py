@@ -224,3 +224,52 @@ def test_weighing_usage_errors_exit_2(runner, arguments, message):
     assert result.exit_code == 2
     assert message in result.stderr
     assert result.stdout == ""
+
+
+def test_pictures_of_weighted_maps_scale_colours_to_their_largest_value():
+    from attnviz.render.canvas import GridCanvas
+    from attnviz.render.layout import grid_shape
+    from attnviz.render.page import page_data
+    from attnviz.render.style import Style, cell_text
+    from attnviz.render.terminal import format_weight
+
+    maps = attnviz.extract("Hello I love you", weigh="value")
+    largest = float(maps.weights.max())
+    style = Style(vmax=0.5).for_maps(maps)
+    assert style.top == pytest.approx(0.5 * largest) and style.weighted
+    assert style.bar_label.startswith("weight × ‖W_O v‖ (≥")
+    assert Style().for_maps(attnviz.extract("Hello I love you")) == Style()
+    assert "vmax" in Style().chosen() and "scale" not in Style().chosen()
+    canvas = GridCanvas(grid_shape(maps, None), style)
+    figure = canvas.whole(maps, list(maps.panels()))
+    figure.canvas.draw()
+    assert "value-weighted" in canvas.header.get_text()
+    renderer = figure.canvas.get_renderer()
+    assert canvas.header.get_window_extent(renderer).width <= figure.bbox.width  # fitted
+    data = page_data(maps)
+    assert data["scale"] == pytest.approx(largest) and not data["rowsAreDistributions"]
+    assert all(panel["kind"] != "rollout" for panel in data["maps"])
+    assert [cell_text(w) for w in (0.42, 1.0, 2.44, 13.2)] == [".42", "1.0", "2.4", "13"]
+    assert [format_weight(w) for w in (0.42, 1.0, 2.44, 13.2)] == [".42", "1.0", "2.4", "13"]
+
+
+def test_generate_and_batch_weigh_their_maps(runner, generators, tmp_path):
+    folder = generators["gpt2-lm"]
+    made = runner.invoke(
+        app, ["generate", "--model", folder, "The man walked", "-n", "2", "--no-stop",
+              "--weigh", "value", "-f", "json"],
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    document = json.loads(made.stdout)
+    assert document["weighting"] == "value" and document["prompt_length"] is not None
+    source = tmp_path / "in.txt"
+    source.write_text("Hello I love you\nthe cat sat\n")
+    out = tmp_path / "out"
+    ran = runner.invoke(
+        app, ["batch", str(source), "-o", str(out), "-f", "json", "--weigh", "value"]
+    )
+    assert ran.exit_code == 0, ran.stderr
+    records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert {record["request"]["weigh"] for record in records} == {"value"}
+    written = sorted(out.glob("*.json"))
+    assert [json.loads(path.read_text())["weighting"] for path in written] == ["value"] * 2

@@ -383,6 +383,8 @@ class GridCanvas:
         """Put one input's header, titles and labels on their artists; return them all."""
         style = self.style
         self.header.set_text(style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"))
+        room = self.figure.bbox.width * 0.96  # a long model name and notes, on a few maps
+        fit_text(self.header, self.canvas.get_renderer(), room, self.layout.header_size)
         labels = self.layout.labels
         queries = [token_label(token) for token in maps.query_labels()][:: labels.query_step]
         keys = [token_label(token) for token in maps.key_tokens][:: labels.key_step]

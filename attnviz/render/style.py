@@ -75,7 +75,7 @@ class Style:
         """What the colour bar says it shows."""
         shown = "attention weight"
         if self.weighted:
-            shown = "value-weighted attention (weight × ‖W_O v‖)"
+            shown = "weight × ‖W_O v‖"
         if self.clips:
             return f"{shown} (≥ {self.top:.3g} drawn as {self.top:.3g})"
         return shown
