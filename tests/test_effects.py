@@ -314,6 +314,48 @@ def test_knockout_of_every_layer_equals_the_mask_made_by_hand(generators, family
     assert several.change == pytest.approx(expected - several.log_prob, abs=1e-5)
 
 
+def _sliding_masks(config, tokens: int, rows: list[int], span: list[int]) -> dict:
+    """Gemma 2's two masks written out (global: causal; sliding: the last ``sliding_window``
+    keys), additive, each with the span hidden from the rows: given as a dict, the model
+    uses them as they are."""
+    causal = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    distance = torch.arange(tokens)[:, None] - torch.arange(tokens)[None, :]
+    masks = {}
+    for kind, allowed in (
+        ("full_attention", causal),
+        ("sliding_attention", causal & (distance < config.sliding_window)),
+    ):
+        allowed = allowed.clone()
+        allowed[np.ix_(rows, span)] = False
+        hidden = torch.zeros(tokens, tokens).masked_fill(~allowed, torch.finfo(torch.float32).min)
+        masks[kind] = hidden[None, None]
+    return masks
+
+
+def test_knockout_in_sliding_window_layers_equals_their_masks_made_by_hand(generators):
+    extractor = attnviz.load(generators["gemma2-lm"])
+    model, tokenizer = extractor.loaded.model, extractor.loaded.tokenizer
+    assert set(model.config.layer_types) == {"sliding_attention", "full_attention"}
+    ids = tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    answer_id = tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
+    tokens, every = ids.shape[1], 2 * model.config.num_hidden_layers
+
+    def by_hand(rows, span):
+        with torch.inference_mode():
+            masks = _sliding_masks(model.config, tokens, rows, span)
+            logits = model(input_ids=ids, attention_mask=masks).logits[0, -1]
+        return float(logits.float().log_softmax(-1)[answer_id])
+
+    clean = extractor.knockout(TEXT, ANSWER, rows="last", span="dog", layers=0, window=every)
+    assert by_hand([], []) == pytest.approx(clean.log_prob, abs=1e-5)  # the masks are the model's
+    # "dog" is inside the last row's sliding window; token 1 only global layers can see.
+    for span in ("dog", "1"):
+        found = extractor.knockout(TEXT, ANSWER, rows="last", span=span, layers=0, window=every)
+        expected = by_hand([tokens - 1], found.span) - found.log_prob
+        assert abs(expected) > 1e-4
+        assert found.change[0] == pytest.approx(expected, abs=1e-5)
+
+
 def test_knockout_windows_are_the_layers_around_each_one(generators, monkeypatch):
     """One layer's window changes only that layer: knocking out every layer one at a time
     (batched, passes starting above the clean one) equals doing it a pass per layer."""
