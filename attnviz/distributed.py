@@ -31,12 +31,11 @@ from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
 from attnviz.render.image import Painter
 
 if TYPE_CHECKING:
-    from attnviz.analysis.corpus import CorpusStatistics
+    from attnviz.analysis.corpus import CorpusStatistics, Line
     from attnviz.batch.folder import FolderPlan
     from attnviz.batch.inputs import BatchInput
     from attnviz.batch.run import Tally
     from attnviz.batch.writing import Outputs
-    from attnviz.extractor import Item
     from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
 
@@ -334,8 +333,8 @@ class StatisticsWorker:
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        (listed,) = batch["task"]  # one task: a JSON list of [line, item]
-        items = [(line, tuple(item)) for line, item in json.loads(listed)]
+        (listed,) = batch["task"]  # one task: a JSON list of [line, item, answer]
+        items = [(line, tuple(item), answer) for line, item, answer in json.loads(listed)]
         partial = CorpusStatistics()
         with _warnings_kept() as said:
             for _ in partial.add_corpus(self.extractor, items, self.request, self.batch_size):
@@ -345,7 +344,7 @@ class StatisticsWorker:
 
 
 def corpus_statistics(
-    lines: Iterable[tuple[int, Item]],
+    lines: Iterable[Line],
     spec: ExtractorSpec,
     request: Request,
     *,
@@ -357,7 +356,7 @@ def corpus_statistics(
     ``progress`` is told how many inputs are merged, after each task."""
     _quiet_progress()
     corpus = CorpusStatistics()
-    listed = [[line, list(item)] for line, item in lines]
+    listed = [[line, list(item), answer] for line, item, answer in lines]
     if not listed:
         return corpus
     constructor = {"spec": spec, "request": request, "threads": workers.cpus}

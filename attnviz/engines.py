@@ -21,12 +21,12 @@ from attnviz.batch.run import run_batch
 from attnviz.distributed import Workers, ray_session
 
 if TYPE_CHECKING:
-    from attnviz.analysis.corpus import CorpusStatistics
+    from attnviz.analysis.corpus import CorpusStatistics, Line
     from attnviz.batch.folder import FolderPlan
     from attnviz.batch.inputs import BatchInput
     from attnviz.batch.run import Tally
     from attnviz.batch.writing import Outputs
-    from attnviz.extractor import Extractor, Item
+    from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
 
@@ -58,14 +58,14 @@ class Engine(Protocol):
 
     def statistics(
         self,
-        lines: Iterable[tuple[int, Item]],
+        lines: Iterable[Line],
         spec: ExtractorSpec,
         request: Request,
         *,
         batch_size: int,
         progress: StatisticsProgress,
     ) -> CorpusStatistics:
-        """The per-head statistics of every (line number, item)."""
+        """The per-head statistics of every (line number, item, answer)."""
         ...
 
 
@@ -115,7 +115,7 @@ class Local:
 
     def statistics(
         self,
-        lines: Iterable[tuple[int, Item]],
+        lines: Iterable[Line],
         spec: ExtractorSpec,
         request: Request,
         *,
@@ -166,7 +166,7 @@ class Ray:
 
     def statistics(
         self,
-        lines: Iterable[tuple[int, Item]],
+        lines: Iterable[Line],
         spec: ExtractorSpec,
         request: Request,
         *,

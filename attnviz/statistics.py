@@ -86,12 +86,14 @@ class HeadColumn(StrEnum):
         "(--ablate mean: its mean over the text): below 0, the answer needs the head",
         needs=Needs.ANSWER,
         ascending=True,
+        in_corpus=True,
     )
     DLA = Column(
         "dla",
         "direct logit attribution: what the head's output at the last position adds to the "
         "answer's logit, through the final norm at its clean scale",
         needs=Needs.ANSWER,
+        in_corpus=True,
     )
     ENTROPY = Column(
         "entropy",

@@ -27,7 +27,8 @@ def test_corpus_means_equal_the_mean_of_heads_over_the_same_inputs():
     corpus = CorpusStatistics().add_all(extractor.head_tables(TEXTS))
     per_input = [head_statistics(extractor.extract(text)) for text in TEXTS]
     rows = {(row["layer"], row["head"], row["statistic"]): row for row in corpus.rows()}
-    assert corpus.statistics() == [name for name in STATISTICS if name != "span"]  # none asked
+    unasked = ("span", "ablation", "dla")  # no span, no answer
+    assert corpus.statistics() == [name for name in STATISTICS if name not in unasked]
     for name in corpus.statistics():
         for position in range(len(per_input[0])):
             values = [getattr(stats[position], name) for stats in per_input]
@@ -75,7 +76,7 @@ def test_memory_is_bounded_by_the_heads_not_the_inputs():
     for table in extractor.head_tables(TEXTS * 20):
         corpus.add(table)
     assert corpus.inputs == 100
-    assert len(corpus.cells) == 2 * 4 * (len(STATISTICS) - 1)  # all but span, not asked for
+    assert len(corpus.cells) == 2 * 4 * (len(STATISTICS) - 3)  # no span, no answer asked for
     assert all(cell.running.count == 100 for cell in corpus.cells.values())
 
 
@@ -90,7 +91,9 @@ def test_stats_through_the_cli(runner, tmp_path):
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["inputs"] == 3 and document["schema_version"] == attnviz.SCHEMA_VERSION
-    assert {row["statistic"] for row in document["heads"]} == set(STATISTICS) - {"span"}
+    assert {row["statistic"] for row in document["heads"]} == set(STATISTICS) - {
+        "span", "ablation", "dla"
+    }
     assert picture.read_bytes().startswith(b"\x89PNG")
     everything = runner.invoke(app, ["stats", str(source), "-f", "csv"])
     assert everything.exit_code == 0
@@ -236,3 +239,48 @@ def test_inputs_the_model_cannot_read_are_left_out_and_the_rest_go_on(runner, ti
     assert [row["count"] for row in rows] == [row["count"] for row in rows_alone]
     means, means_alone = ([row["mean"] for row in table] for table in (rows, rows_alone))
     np.testing.assert_allclose(means, means_alone, rtol=1e-5, atol=1e-7)
+
+
+ANSWERED = [
+    {"text": "The man walked the dog because", "answer": " it"},
+    {"text": "Hello I love you"},  # statistics only
+    {"text": "the cat sat on the", "answer": " mat"},
+]
+
+
+def test_stats_averages_each_heads_effects_over_the_inputs_with_an_answer(
+    runner, generators, tmp_path
+):
+    model = generators["gpt2-lm"]
+    source = tmp_path / "answers.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item in ANSWERED))
+    result = runner.invoke(app, ["stats", str(source), "--model", model, "-f", "json", "-q"])
+    assert result.exit_code == 0, result.stderr
+    rows = {(r["layer"], r["head"], r["statistic"]): r for r in json.loads(result.stdout)["heads"]}
+    extractor = attnviz.load(model)
+    answered = [item for item in ANSWERED if "answer" in item]
+    effects = [extractor.head_effects(item["text"], item["answer"]) for item in answered]
+    for layer in effects[0].layers:
+        for head in effects[0].heads:
+            for name in ("ablation", "dla"):
+                values = [found.of(layer, head)[name] for found in effects]
+                row = rows[(layer, head, name)]
+                assert row["count"] == 2
+                assert row["mean"] == pytest.approx(np.mean(values), abs=1e-6)
+            assert rows[(layer, head, "entropy")]["count"] == 3
+
+
+def test_an_answer_the_model_cannot_read_skips_its_input(runner, tiny, tmp_path):
+    source = tmp_path / "answers.jsonl"
+    lines = [*ANSWERED, {"text": "x", "answer": 3}, {"text": "y", "answer": " "}]
+    source.write_text("".join(json.dumps(item) + "\n" for item in lines))
+    encoder = runner.invoke(app, ["stats", str(source), "--model", tiny["bert"], "-f", "json"])
+    assert encoder.exit_code == 0, encoder.stderr
+    document = json.loads(encoder.stdout)
+    assert document["inputs"] == 1  # only the input without an answer
+    assert 'line 4: "answer" must be a string' in encoder.stderr  # the first one read
+    assert "4 unreadable skipped" in encoder.stderr  # two answers, a number and a blank
+    none = tmp_path / "none.jsonl"
+    none.write_text(json.dumps(ANSWERED[0]) + "\n")
+    refused = runner.invoke(app, ["stats", str(none), "--model", tiny["bert"]])
+    assert refused.exit_code == 2 and "is an encoder model" in refused.stderr

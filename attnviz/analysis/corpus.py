@@ -1,7 +1,8 @@
 """Per-head statistics over a whole corpus, in bounded memory.
 
 For every (layer, head) and every statistic of ``heads`` that a corpus sums
-(:data:`attnviz.statistics.CORPUS`: the means and the position of the top key) a
+(:data:`attnviz.statistics.CORPUS`: the means, the position of the top key and, over
+the inputs that carry an answer, the effects on it) a
 running mean and
 variance (Welford's update, merged with Chan's formula) and a DDSketch, a
 mergeable quantile sketch whose quantiles are within a relative accuracy.
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from attnviz.request import Request
 
 STATISTICS = tuple(column.value for column in CORPUS)  # what stats sums, in its order
+# One input of a corpus: its line number, the item and the answer it carries (or None).
+Line = tuple[int, "Item", str | None]
 QUANTILES = (0.05, 0.5, 0.95)
 RELATIVE_ACCURACY = 0.01  # of the sketch's quantiles
 
@@ -105,29 +108,37 @@ class CorpusStatistics:
     def add_corpus(
         self,
         extractor: Extractor,
-        lines: Iterable[tuple[int, Item]],
+        lines: Iterable[Line],
         request: Request,
         batch_size: int,
     ) -> Iterator[int]:
-        """Add the statistics of every (line number, item), ``batch_size`` items per
-        forward pass; yields the inputs counted after each pass. A pass that fails is
-        read again one item at a time: an item the model cannot read (an empty sentence
-        B, a target an encoder has no use for) is counted as failed, with its line, and
-        the rest go on."""
+        """Add the statistics of every (line number, item, answer), ``batch_size`` items
+        per forward pass, and each head's effects on the answers given (a causal language
+        model's); yields the inputs counted after each pass. A pass that fails is read
+        again one item at a time: an item the model cannot read (an empty sentence B, a
+        target an encoder has no use for, an answer an encoder has no head for) is counted
+        as failed, with its line, and the rest go on."""
 
-        def tables(items: list[Item]) -> list[HeadTable]:
-            return list(extractor.head_tables(items, request, batch_size=len(items)))
+        def tables(chunk: list[Line]) -> list[HeadTable]:
+            items = [item for _, item, _ in chunk]
+            read = extractor.head_tables(items, request, batch_size=len(chunk))
+            return [
+                table if answer is None else table.with_effects(
+                    extractor.head_effects(_text_of(item), answer, request)
+                )
+                for table, (_, item, answer) in zip(read, chunk, strict=True)
+            ]  # fmt: skip
 
         self.model = self.model or extractor.name
 
         stream = iter(lines)
         while chunk := list(itertools.islice(stream, batch_size)):
             try:
-                self.add_all(tables([item for _, item in chunk]))
+                self.add_all(tables(chunk))
             except (AttnvizError, ValueError):
-                for line, item in chunk:
+                for line, item, answer in chunk:
                     try:
-                        self.add_all(tables([item]))
+                        self.add_all(tables([(line, item, answer)]))
                     except (AttnvizError, ValueError) as error:
                         self.failed += 1
                         self.first_failure = self.first_failure or (
@@ -185,3 +196,8 @@ class CorpusStatistics:
             for layer in layers
         ]
         return layers, heads, grid
+
+
+def _text_of(item: Item) -> str:
+    """The text of an item (a text, or a text and its target and sentence B)."""
+    return item if isinstance(item, str) else item[0]

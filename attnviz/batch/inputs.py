@@ -28,6 +28,7 @@ class BatchInput:
     target: str | None = None
     id: str | None = None
     pair: str | None = None  # sentence B of a sentence pair (JSONL "pair")
+    answer: str | None = None  # what a causal language model should go on with (JSONL "answer")
     error: str | None = None  # why this line could not be read as an input
     blank: bool = False  # a blank line: skipped, not an input that failed
     name: str = ""  # the stem of its output files
@@ -143,18 +144,22 @@ def _read_json_line(item: BatchInput, content: str) -> None:
         item.error = f"line {item.line} is not a JSON object"
         return
     text, target, name = value.get("text"), value.get("target"), value.get("id")
-    pair = value.get("pair")
+    pair, answer = value.get("pair"), value.get("answer")
     if not isinstance(text, str):
         item.error = f'line {item.line} has no "text" string'
         return
-    for field_name, part in (("target", target), ("pair", pair)):
+    for field_name, part in (("target", target), ("pair", pair), ("answer", answer)):
         if part is not None and not isinstance(part, str):
             item.error = f'line {item.line}: "{field_name}" must be a string'
             return
-    if not all(_is_text(part) for part in (text, target, pair, name) if isinstance(part, str)):
+    if answer is not None and not answer.strip():
+        item.error = f'line {item.line}: "answer" is empty'
+        return
+    parts = (text, target, pair, answer, name)
+    if not all(_is_text(part) for part in parts if isinstance(part, str)):
         item.error = f"line {item.line} holds a lone surrogate (a \\ud800-style escape): not text"
         return
-    item.text, item.target, item.pair = text, target, pair
+    item.text, item.target, item.pair, item.answer = text, target, pair, answer
     item.id = None if name is None else str(name)
 
 

@@ -33,8 +33,7 @@ from attnviz.writers import write_table
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from attnviz.analysis.corpus import CorpusStatistics
-    from attnviz.extractor import Item
+    from attnviz.analysis.corpus import CorpusStatistics, Line
 
 PROGRESS_SECONDS = 5  # between progress lines on stderr
 
@@ -51,7 +50,8 @@ SourceArgument = Annotated[
     typer.Argument(
         metavar="INPUT",
         help="A text file (a sentence per line), a JSONL file (objects with text and "
-        "optional target), or - for stdin: as batch reads them.",
+        "optional target and answer: each head's ablation and dla on it, summed over the "
+        "inputs that have one), or - for stdin: as batch reads them.",
     ),
 ]
 LimitOption = Annotated[
@@ -173,8 +173,9 @@ class Skipped:
     unreadable: int = 0
     first_error: str = ""
 
-    def readable(self, source: str) -> Iterator[tuple[int, Item]]:
-        """(line number, item) of every readable input of ``source``, counting the rest."""
+    def readable(self, source: str) -> Iterator[Line]:
+        """(line number, item, answer) of every readable input of ``source``, counting the
+        rest."""
         from attnviz.batch.inputs import iter_inputs
 
         for item in iter_inputs(source):
@@ -184,7 +185,7 @@ class Skipped:
                 self.unreadable += 1
                 self.first_error = self.first_error or str(item.error)
             else:
-                yield item.line, item.item
+                yield item.line, item.item, item.answer
 
     def add_failed(self, corpus: CorpusStatistics) -> None:
         """Count in the inputs the model could not read."""
