@@ -92,7 +92,9 @@ def test_stats_through_the_cli(runner, tmp_path):
     document = json.loads(result.stdout)
     assert document["inputs"] == 3 and document["schema_version"] == attnviz.SCHEMA_VERSION
     assert {row["statistic"] for row in document["heads"]} == set(STATISTICS) - {
-        "span", "ablation", "dla"
+        "span",
+        "ablation",
+        "dla",
     }
     assert picture.read_bytes().startswith(b"\x89PNG")
     everything = runner.invoke(app, ["stats", str(source), "-f", "csv"])
