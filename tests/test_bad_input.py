@@ -225,6 +225,27 @@ def test_a_stack_too_big_for_the_machine_is_refused_with_an_estimate(runner):
     assert "needs about 112.0 GiB for its weights alone" in result.stderr
 
 
+def test_stack_maps_too_big_for_the_memory_free_are_refused_before_they_are_made(
+    runner, monkeypatch
+):
+    monkeypatch.setattr("attnviz.pretrained.placement.free_memory", lambda: 8 * 2**30)
+    built = []
+    monkeypatch.setattr(
+        "attnviz.builtin.model.BuiltinTransformer.__init__", lambda *a: built.append(a)
+    )
+    words = " ".join(f"w{i}" for i in range(1000))
+    stack = ["--num-layers", "64", "--num-heads", "64", "--d-model", "256"]
+    result = runner.invoke(app, ["show", "-", *stack, "--rows", "last", "-f", "npz"], input=words)
+    assert result.exit_code == 2 and result.stdout == "" and not built
+    assert result.stderr.startswith(
+        "attnviz: error: the built-in stack's maps of 1000 × 1000 tokens need about 31.2 GiB"
+    )
+    assert result.stderr.count("\n") == 1
+    monkeypatch.undo()
+    small = runner.invoke(app, ["show", "-", "--rows", "last", "-f", "json"], input=words)
+    assert small.exit_code == 0, small.stderr
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

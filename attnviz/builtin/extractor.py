@@ -129,6 +129,7 @@ class BuiltinExtractor(Extractor):
         check_target(mode, target)
         source = self.tokens(text, "text")
         queries = self.tokens(target, "target") if target is not None else source
+        check_maps_fit(self.config, len(layers), len(heads), len(queries), len(source))
         per_layer = self.stack.attention_maps(
             source,
             mode=mode,
@@ -181,6 +182,24 @@ def check_target(mode: Mode, target: str | None) -> None:
     if mode is not Mode.CROSS and target is not None:
         raise UsageError(
             f"a target text only applies to cross mode, not {mode} mode: add --mode cross"
+        )
+
+
+def check_maps_fit(config: BuiltinConfig, layers: int, heads: int, queries: int, keys: int) -> None:
+    """Refuse, before the stack runs, maps that cannot fit in the memory free now: it keeps
+    every head of each layer asked for, whole, then stacks the heads chosen (float32), and
+    makes a layer's scores and weights on the way (--rows and --pool are taken after)."""
+    from attnviz.pretrained.placement import free_memory
+
+    heads_made = config.num_heads
+    kept = (layers * heads_made + layers * heads + 3 * heads_made) * queries * keys * 4
+    free = free_memory()
+    if free is not None and kept > free:
+        raise UsageError(
+            f"the built-in stack's maps of {queries} × {keys} tokens need about "
+            f"{kept / 2**30:.1f} GiB ({layers} layers × {heads_made} heads, whole, float32) but "
+            f"{free / 2**30:.1f} GiB of memory is free: select fewer layers (--layer), fewer "
+            "--num-heads or a shorter text"
         )
 
 
