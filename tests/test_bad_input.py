@@ -292,3 +292,18 @@ def test_a_path_in_a_message_is_shown_not_obeyed(runner, tmp_path, command):
     assert result.stderr.startswith("attnviz: error: ") and result.stderr.count("\n") == 1
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
     assert "␛]0;PWNED␇␛[2Jy" in result.stderr
+
+
+@pytest.mark.parametrize("view", ["model", "head"])
+def test_a_figure_too_large_to_draw_names_its_size_and_what_to_lower(runner, tmp_path, view):
+    picture = tmp_path / "big.png"
+    # 36,000 pixels a side: Agg's 32-bit offsets overflow and the process used to abort.
+    arguments = ["export", "a b", "--figsize", "60,60", "--dpi", "600", "--view", view]
+    result = runner.invoke(app, [*arguments, "--layer", "0", "--head", "0", "-o", str(picture)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        "attnviz: error: a figure of 36,000 × 36,000 pixels (60 × 60 inches at 600 dpi) is too "
+        "large to draw (at most 537 million pixels): lower --dpi or --figsize, or pool the maps "
+        "(--pool)\n"
+    )
+    assert list(tmp_path.iterdir()) == []

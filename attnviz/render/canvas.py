@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Output
+from attnviz.errors import UsageError
 from attnviz.render.layout import (
     GridShape,
     grid_layout,
@@ -113,6 +114,22 @@ def metadata(picture: Output) -> dict[str, Any]:
     ]
 
 
+# Agg addresses a figure's pixels, and the copies of them a canvas keeps, with 32-bit
+# byte offsets: a larger figure fails to allocate, or corrupts memory and aborts.
+MAX_PIXELS = (2**31 - 1) // 4
+
+
+def check_drawable(width: float, height: float, dpi: int) -> None:
+    """Refuse, before anything is drawn, a figure of more pixels than Agg can address."""
+    columns, rows = round(width * dpi), round(height * dpi)
+    if columns * rows > MAX_PIXELS:
+        raise UsageError(
+            f"a figure of {columns:,} × {rows:,} pixels ({width:.3g} × {height:.3g} inches at "
+            f"{dpi} dpi) is too large to draw (at most {MAX_PIXELS / 1e6:.0f} million pixels): "
+            "lower --dpi or --figsize, or pool the maps (--pool)"
+        )
+
+
 class HeadCanvas:
     """A reusable single-head figure for maps of one shape (query tokens × key tokens)."""
 
@@ -126,6 +143,7 @@ class HeadCanvas:
         layout = head_layout(queries, keys, style, label_chars)
         width, height, size = layout.width, layout.height, layout.labels.size
         text_size = style.font_size or 9.0
+        check_drawable(width, height, style.dpi)
         self.figure = Figure(figsize=(width, height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
         self.axes = self.figure.add_axes(layout.cells_box)
@@ -285,6 +303,7 @@ class GridCanvas:
         self.missing_glyphs: set[str] = set()
         layout = grid_layout(shape, style)
         self.layout = layout
+        check_drawable(layout.width, layout.height, style.dpi)
         self.figure = Figure(figsize=(layout.width, layout.height), dpi=style.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
         board = self.figure.add_axes((0, 0, 1, 1))
