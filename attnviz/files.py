@@ -131,11 +131,16 @@ class _Probe(Exception):
 def check_writable(destination: str | Path) -> None:
     """Refuse now, before long work, a file that :func:`open_output` could not write:
     it is opened and abandoned, which removes its temporary file and leaves whatever
-    the name held untouched."""
+    the name held untouched. The temporary files an earlier writer of the same name
+    left when it was killed (nothing could remove them then) are removed now."""
     if str(destination) == STDIO or _is_special(Path(destination)):
         return
     with contextlib.suppress(_Probe), open_output(destination, binary=True):
         raise _Probe
+    target = Path(os.path.realpath(destination))
+    for leftover, name in temporaries(target.parent):
+        if name == target.name:
+            remove_if_abandoned(leftover)
 
 
 def _is_special(path: Path) -> bool:

@@ -601,6 +601,42 @@ def test_a_temporary_file_is_taken_away_only_once_its_writer_is_gone(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == [".notes.txt"]
 
 
+def test_a_later_run_to_the_same_file_takes_away_what_a_killed_one_left(runner, tmp_path):
+    """show -o killed mid-write (kill -9) leaves its temporary file; the next command that
+    writes that name removes it, and leaves one whose writer is still at work."""
+    from attnviz.files import temporaries
+
+    code = (
+        "import sys, time\n"
+        "from attnviz.files import open_output\n"
+        "with open_output(sys.argv[1]) as out:\n"
+        "    out.write('half of it'); out.flush(); print('writing', flush=True); time.sleep(60)\n"
+    )
+    target = tmp_path / "maps.json"
+
+    def writer() -> subprocess.Popen:
+        started = subprocess.Popen(
+            [sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True
+        )
+        assert started.stdout.readline() == "writing\n"
+        return started
+
+    killed = writer()
+    killed.kill()
+    killed.wait(timeout=60)
+    alive = writer()
+    try:
+        assert len(list(temporaries(tmp_path))) == 2
+        result = runner.invoke(app, ["show", "a b", "-o", str(target)])
+        assert result.exit_code == 0, result.stderr
+        ((_, name),) = temporaries(tmp_path)  # the live writer's, only
+        assert name == "maps.json"
+    finally:
+        alive.kill()
+        alive.wait(timeout=60)
+    assert json.loads(target.read_text())["text"] == "a b"
+
+
 def test_csv_query_index_is_the_token_position_json_records(runner):
     """--rows keeps rows 1 and 3: csv's query_index says 1 and 3, as json's
     query_positions do, not the rows' order among those kept (0, 1)."""
