@@ -23,7 +23,7 @@ def test_the_local_engine_loads_the_model_once_through_its_loader():
         loaded.append(spec)
         return spec.load()
 
-    lines = [(1, ("the cat sat", None, None)), (2, ("on the mat", None, None))]
+    lines = [(1, ("the cat sat", None, None), None), (2, ("on the mat", None, None), None)]
     counted = []
     corpus = engines.Local(load=load).statistics(
         iter(lines), ExtractorSpec(), Request(), batch_size=1, progress=counted.append
