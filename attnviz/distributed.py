@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch.inputs import BatchInput
 from attnviz.batch.manifest import Record
-from attnviz.batch.run import check_failures, record_done, records_of, start_batch
+from attnviz.batch.run import Reader, check_failures, record_done, records_of, start_batch
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
 from attnviz.render.image import Painter
 
@@ -210,21 +210,16 @@ class BatchWorker:
         batch_size: int,
     ) -> None:
         _use_threads(threads)
-        self.extractor = spec.load()
-        self.request = request
+        self.reader = Reader(spec.load(), request)
         self.outputs = outputs
         self.batch_size = batch_size
         self.painter = Painter()
-
-    def extract(self, chunk: list[BatchInput]) -> list:
-        items = [item.item for item in chunk]
-        return list(self.extractor.extract_many(items, self.request, batch_size=len(items)))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
         (listed,) = batch["task"]  # one task: a JSON list of inputs
         inputs = [BatchInput(**fields) for fields in json.loads(listed)]
         with _warnings_kept() as said:
-            work = records_of(inputs, self.extract, self.outputs, self.painter, self.batch_size)
+            work = records_of(inputs, self.reader, self.outputs, self.painter, self.batch_size)
             records = [json.dumps(record.to_dict()) for record in work]
         # A column per row: the task's warnings ride on its first record.
         return {"record": records, "warnings": [json.dumps(said)] + ["[]"] * (len(records) - 1)}

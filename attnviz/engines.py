@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from attnviz import distributed
 from attnviz.analysis.corpus import CorpusStatistics
-from attnviz.batch.run import run_batch
+from attnviz.batch.run import Reader, run_batch
 from attnviz.distributed import Workers, ray_session
 
 if TYPE_CHECKING:
@@ -96,15 +96,9 @@ class Local:
         progress: BatchProgress,
         tally: Tally,
     ) -> Tally:
-        extractor = self.load(spec)
-
-        def extract(chunk: list[BatchInput]) -> list:
-            items = [item.item for item in chunk]
-            return list(extractor.extract_many(items, request, batch_size=len(items)))
-
         return run_batch(
             inputs,
-            extract,
+            Reader(self.load(spec), request),
             outputs,
             plan=plan,
             batch_size=batch_size,

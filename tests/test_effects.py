@@ -456,7 +456,6 @@ def test_top_heads_by_an_effect_draw_the_heads_the_answer_needs(runner, generato
         (["export", "-o", "x.png"], ["--top-heads", "2", "--by", "dla"], "give --answer"),
         (["show"], ["--answer", " x"], "--answer ranks the heads a picture draws"),
         (["show"], ["--answer", " x", "--top-heads", "2", "--by", "sink"], "--top-heads N"),
-        (["batch", "-o", "out", "-f", "png"], ["--top-heads", "1", "--by", "ablation"], "--answer"),
     ],
 )
 def test_ranking_by_an_effect_needs_an_answer_and_heads(runner, command, arguments, message):
@@ -466,3 +465,32 @@ def test_ranking_by_an_effect_needs_an_answer_and_heads(runner, command, argumen
     result = runner.invoke(app, [command[0], "--model", "nowhere", text, *command[1:], *arguments])
     assert result.exit_code == 2, result.stderr
     assert message in result.stderr and result.stdout == ""
+
+
+def test_batch_draws_the_heads_each_inputs_answer_needs(runner, generators, tmp_path):
+    from attnviz.cli import app
+
+    model = generators["gpt2-lm"]
+    lines = [
+        {"text": TEXT, "answer": ANSWER, "id": "dog"},
+        {"text": "the cat sat on the", "answer": " mat", "id": "cat"},
+        {"text": "no answer here", "id": "none"},
+    ]
+    source = tmp_path / "answers.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out"
+    arguments = ["--top-heads", "2", "--by", "ablation", "-f", "png", "--view", "head"]
+    result = runner.invoke(
+        app, ["batch", str(source), "--model", model, "-o", str(out), *arguments]
+    )
+    assert result.exit_code == 3  # the input without an answer fails, the others are written
+    extractor = attnviz.load(model)
+    for line in lines[:2]:
+        effects = extractor.head_effects(line["text"], line["answer"])
+        places = [(layer, head) for layer in effects.layers for head in effects.heads]
+        best = sorted(places, key=lambda place: effects.of(*place)["ablation"])[:2]
+        drawn = sorted(path.name for path in out.glob(f"{line['id']}-*.png"))
+        assert drawn == sorted(f"{line['id']}-L{layer}-H{head}.png" for layer, head in best)
+    records = [json.loads(row) for row in (out / "manifest.jsonl").read_text().splitlines()]
+    (failed,) = [record for record in records if record["status"] == "failed"]
+    assert failed["id"] == "none" and 'has no "answer"' in failed["error"]

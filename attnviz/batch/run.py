@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnviz import signals
 from attnviz.batch.folder import FolderPlan, remove_replaced
@@ -16,6 +16,11 @@ from attnviz.batch.writing import Outputs, Task, render_task
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
 from attnviz.maps import AttentionMaps
 from attnviz.render.image import Painter
+from attnviz.statistics import HeadColumn, Needs
+
+if TYPE_CHECKING:
+    from attnviz.extractor import Extractor
+    from attnviz.request import Request
 
 
 class PartialFailure(AttnvizError):
@@ -37,9 +42,36 @@ class Tally:
         return sum(record.status == "failed" for record in self.records)
 
 
+@dataclass(frozen=True)
+class Reader:
+    """What a batch reads of its inputs from a model: their maps, and, where pictures show
+    the heads an answer needs (--top-heads N --by ablation), each input's effects on the
+    answer its JSONL line carries."""
+
+    extractor: Extractor
+    request: Request
+
+    def maps(self, chunk: list[BatchInput]) -> list[AttentionMaps]:
+        items = [item.item for item in chunk]
+        return list(self.extractor.extract_many(items, self.request, batch_size=len(items)))
+
+    def outputs_for(self, item: BatchInput, outputs: Outputs) -> Outputs:
+        """The outputs of one input: its own heads, where they are ranked by an effect."""
+        top = outputs.top
+        if top is None or HeadColumn(top.by).needs is not Needs.ANSWER:
+            return outputs
+        if item.answer is None:
+            raise UsageError(
+                f'line {item.line} has no "answer": --by {top.by} ranks heads by their effect on it'
+            )
+        assert item.text is not None  # a readable input
+        found = self.extractor.head_effects(item.text, item.answer, self.request)
+        return replace(outputs, top=replace(top, effects=found))
+
+
 def run_batch(
     inputs: Sequence[BatchInput],
-    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
+    reader: Reader,
     outputs: Outputs,
     *,
     plan: FolderPlan,
@@ -50,7 +82,7 @@ def run_batch(
 ) -> Tally:
     """Run every input; return what was done. Raises PartialFailure if some failed.
 
-    ``extract`` turns a chunk of readable inputs into their maps; when it fails
+    ``reader`` turns a chunk of readable inputs into their maps; when it fails
     for a chunk, its inputs are retried one by one so that only the bad ones
     fail. Rendering runs here (jobs 1) or in worker processes, while the next
     chunk is extracted.
@@ -64,7 +96,7 @@ def run_batch(
     try:
         with RenderPool(jobs) as renderer:
             for chunk in _chunks(pending, batch_size):
-                for task in _tasks(chunk, extract, outputs):
+                for task in _tasks(chunk, reader, outputs):
                     renderer.submit(task)
                 for item, written in renderer.completed(wait=False):
                     done = _finish(item, written, manifest, records, done, len(inputs), progress)
@@ -128,28 +160,30 @@ def record_done(record: Record, manifest: Manifest, records: list[Record]) -> No
         records.append(record)
 
 
-def _tasks(
-    chunk: list[BatchInput],
-    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
-    outputs: Outputs,
-) -> Iterator[Task]:
+def _tasks(chunk: list[BatchInput], reader: Reader, outputs: Outputs) -> Iterator[Task]:
     readable = [item for item in chunk if item.error is None]
     try:
         results: dict[int, AttentionMaps | Exception] = dict(
-            zip((item.index for item in readable), extract(readable), strict=True)
+            zip((item.index for item in readable), reader.maps(readable), strict=True)
         )
     except (AttnvizError, ValueError):
         results = {}
         for item in readable:  # find the inputs that fail, keep the rest
             try:
-                (results[item.index],) = extract([item])
+                (results[item.index],) = reader.maps([item])
             except (AttnvizError, ValueError) as error:
                 results[item.index] = error
     for item in chunk:
         maps: AttentionMaps | Exception = (
             UsageError(item.error) if item.error is not None else results[item.index]
         )
-        yield item, maps, outputs
+        own = outputs
+        if not isinstance(maps, Exception):
+            try:
+                own = reader.outputs_for(item, outputs)
+            except (AttnvizError, ValueError) as error:
+                maps = error
+        yield item, maps, own
 
 
 def _chunks(items: Sequence[BatchInput], size: int) -> Iterator[list[BatchInput]]:
@@ -174,7 +208,7 @@ def _record(item: BatchInput, written: dict[str, FileDigest] | Exception, reques
 
 def records_of(
     inputs: Sequence[BatchInput],
-    extract: Callable[[list[BatchInput]], list[AttentionMaps]],
+    reader: Reader,
     outputs: Outputs,
     painter: Painter,
     batch_size: int,
@@ -184,5 +218,5 @@ def records_of(
     (Ray's), each batch cut as the local engine cuts it."""
     fingerprint = outputs.fingerprint()
     for chunk in _chunks(inputs, batch_size):
-        for task in _tasks(chunk, extract, outputs):
+        for task in _tasks(chunk, reader, outputs):
             yield _record(*render_task(task, painter), fingerprint)

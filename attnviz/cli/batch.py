@@ -33,6 +33,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.errors import UsageError
 from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refuse_unused
+from attnviz.statistics import HeadColumn, Needs
 from attnviz.visible import display_label
 
 if TYPE_CHECKING:
@@ -163,7 +164,9 @@ def batch(
         products=products,
         aggregate=aggregate,
     )
-    top = top_heads_for(choice, aggregate)
+    # Answers come with the inputs (JSONL "answer"): a ranking by an effect reads each one's.
+    by_effect = choice.by is not None and HeadColumn(choice.by).needs is Needs.ANSWER
+    top = top_heads_for(choice, aggregate, answered=by_effect)
     products.ranking(top)
     outputs = Outputs(
         folder=output,
