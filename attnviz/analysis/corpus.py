@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import AttnvizError, describe
+from attnviz.extractor import as_item
 from attnviz.statistics import CORPUS
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class CorpusStatistics:
             read = extractor.head_tables(items, request, batch_size=len(chunk))
             return [
                 table if answer is None else table.with_effects(
-                    extractor.head_effects(_text_of(item), answer, request)
+                    extractor.head_effects(as_item(item)[0], answer, request)
                 )
                 for table, (_, item, answer) in zip(read, chunk, strict=True)
             ]  # fmt: skip
@@ -196,8 +197,3 @@ class CorpusStatistics:
             for layer in layers
         ]
         return layers, heads, grid
-
-
-def _text_of(item: Item) -> str:
-    """The text of an item (a text, or a text and its target and sentence B)."""
-    return item if isinstance(item, str) else item[0]

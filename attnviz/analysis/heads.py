@@ -281,6 +281,11 @@ class TopHeads:
     lowest: bool = False
     effects: HeadEffects | None = None  # each head's effect on an answer, for --by ablation
 
+    @property
+    def by_effect(self) -> bool:
+        """Heads are ranked by their effect on an answer (ablation, dla), not a statistic."""
+        return HeadColumn(self.by).needs is Needs.ANSWER
+
     def panels(self, maps: AttentionMaps) -> list[MapPanel]:
         """The chosen maps in rank order, each titled with its value."""
         if maps.aggregate is not None:

@@ -16,7 +16,6 @@ from attnviz.batch.writing import Outputs, Task, render_task
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
 from attnviz.maps import AttentionMaps
 from attnviz.render.image import Painter
-from attnviz.statistics import HeadColumn, Needs
 
 if TYPE_CHECKING:
     from attnviz.extractor import Extractor
@@ -58,7 +57,7 @@ class Reader:
     def outputs_for(self, item: BatchInput, outputs: Outputs) -> Outputs:
         """The outputs of one input: its own heads, where they are ranked by an effect."""
         top = outputs.top
-        if top is None or HeadColumn(top.by).needs is not Needs.ANSWER:
+        if top is None or not top.by_effect:
             return outputs
         if item.answer is None:
             raise UsageError(

@@ -145,7 +145,7 @@ class MapProducts:
     def ranking(self, top: TopHeads | None) -> None:
         """Refuse, before a model loads, heads ranked by a statistic of value-weighted maps,
         whose rows are no distributions (an effect on an answer ranks them well)."""
-        if self.weigh is None or top is None or HeadColumn(top.by).needs is Needs.ANSWER:
+        if self.weigh is None or top is None or top.by_effect:
             return
         raise UsageError(
             f"--by {top.by} reads each row as a distribution, which value-weighted maps are "
@@ -272,9 +272,7 @@ class Effects:
     def drawing(self, model: str, top: TopHeads | None) -> None:
         """Refuse, before a model loads, an answer where no heads are ranked by it."""
         self.check(model)
-        if self.answer is not None and (
-            top is None or HeadColumn(top.by).needs is not Needs.ANSWER
-        ):
+        if self.answer is not None and (top is None or not top.by_effect):
             raise UsageError(
                 "--answer ranks the heads a picture draws: give --top-heads N "
                 "(--by ablation or dla)"
