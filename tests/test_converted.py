@@ -78,9 +78,7 @@ def test_the_converted_folder_gets_the_users_modes(packaged, monkeypatch, tmp_pa
     monkeypatch.setattr(converted, "_write", private)
     previous = os.umask(0o022)
     try:
-        gguf = tmp_path / "model.gguf"
-        gguf.write_bytes(b"GGUF placeholder")
-        converted._convert_into(gguf, _folder())
+        converted._convert_into(loading.ALIASES["smollm2"].packaged, _folder())
     finally:
         os.umask(previous)
     modes = {path.name: path.stat().st_mode & 0o777 for path in _folder().iterdir()}
@@ -154,7 +152,7 @@ def test_another_runs_finished_conversion_is_kept(packaged, monkeypatch, tmp_pat
     def racing(gguf, folder):
         write(gguf, folder)
         if len(packaged) == 1:  # another run starts and finishes while this one writes
-            converted._convert_into(gguf, _folder())
+            converted._convert_into(loading.ALIASES["smollm2"].packaged, _folder())
 
     monkeypatch.setattr(converted, "_write", racing)
     attnviz.load("smollm2")
@@ -203,11 +201,13 @@ def test_a_gguf_file_that_cannot_be_read_is_named(tmp_path, monkeypatch):
     nothing left in the cache."""
     pytest.importorskip("gguf")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    gguf = tmp_path / "broken.gguf"
+    (tmp_path / "site" / "stand_in").mkdir(parents=True)
+    gguf = tmp_path / "site" / "stand_in" / "broken.gguf"
     gguf.write_bytes(b"GGUF" + bytes(64))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     packaged = converted.Packaged("stand_in", "stand-in", "broken.gguf")
     with pytest.raises(AttnvizError, match=rf"^cannot read {gguf}"):
-        converted.converted_folder("broken", packaged, gguf)
+        converted.converted_folder("broken", packaged)
     assert list((tmp_path / "hf" / "attnviz" / "models").iterdir()) == []
 
 

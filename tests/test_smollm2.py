@@ -33,7 +33,7 @@ def plain():
 
     from attnviz.pretrained.loading import ALIASES
 
-    gguf = ALIASES["smollm2"].packaged.gguf()
+    gguf = ALIASES["smollm2"].packaged.located()
     options = {"gguf_file": gguf.name}
     tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, **options)
     model = transformers.AutoModelForCausalLM.from_pretrained(

@@ -37,6 +37,7 @@ def models(
                 "offline": model.location is not None,
                 "location": model.location,
                 "converted": model.converted,
+                "terms": model.terms or None,
             }
             for model in found
         ]
@@ -53,5 +54,6 @@ def models(
         status = f"yes: {model.location}" if model.location else f"no: {model.hint}"
         if model.location and model.hint:  # where it will be
             status += f" ({model.hint})"
-        table.add_row(display_label(model.name), model.description, display_label(status))
+        what = f"{model.description}; {model.terms}" if model.terms else model.description
+        table.add_row(display_label(model.name), what, display_label(status))
     stdout_console(ColourChoice.AUTO, None, environment).print(table)

