@@ -60,6 +60,31 @@ def test_stdin_text(runner):
     assert json.loads(result.stdout)["text"] == "Ich liebe dich"
 
 
+@pytest.mark.parametrize("command", ["show", "export", "heads", "top", "generate"])
+def test_a_whole_file_is_one_text_with_its_newlines(runner, tiny, generators, tmp_path, command):
+    """@FILE (and @- for stdin) reads a document of several lines as one input, as if it
+    were given whole as the argument; the line ending that closes the file is not part
+    of it."""
+    book = tmp_path / "book.txt"
+    book.write_bytes("\ufeffFirst line of it.\r\nSecond line.\n\nThird.\n".encode())
+    text = "First line of it.\r\nSecond line.\n\nThird."
+    model = generators["gpt2-lm"] if command == "generate" else tiny["gpt2"]
+    plain = ["--max-new-tokens", "2"] if command == "generate" else []
+    picture = tmp_path / "maps.svg"
+    data = ["-o", str(picture)] if command == "export" else ["-f", "json"]
+
+    def output(given, stdin=None):
+        result = runner.invoke(app, [command, "--model", model, given, *plain, *data], input=stdin)
+        assert result.exit_code == 0, result.stderr
+        return picture.read_text() if command == "export" else result.stdout
+
+    expected = output(text)
+    assert output(f"@{book}") == expected
+    assert output("@-", book.read_bytes()) == expected
+    literal = runner.invoke(app, ["show", "@@home", "-f", "json"])
+    assert json.loads(literal.stdout)["text"] == "@home"
+
+
 def test_cross_mode_rows_are_target_tokens(runner):
     result = runner.invoke(
         app,

@@ -156,18 +156,18 @@ DtypeOption = Annotated[
 ]
 
 
-TextArgument = Annotated[
-    str,
-    typer.Argument(
-        metavar="TEXT", help="The text to look at, or - to read it from standard input."
-    ),
-]
+# How every TEXT argument is read (attnviz.inputs.read_texts).
+TEXT_HELP = (
+    "The text to look at; @FILE reads a whole file as one text (newlines kept; @- all of "
+    "standard input), - each line of standard input as one text"
+)
+TextArgument = Annotated[str, typer.Argument(metavar="TEXT", help=f"{TEXT_HELP}.")]
 OptionalTextArgument = Annotated[
     str | None,
     typer.Argument(
         metavar="TEXT",
         show_default=False,
-        help="The text to look at, or - to read it from standard input (or give --from).",
+        help=f"{TEXT_HELP} (or give --from).",
     ),
 ]
 TextOrProbeArgument = Annotated[
@@ -175,7 +175,7 @@ TextOrProbeArgument = Annotated[
     typer.Argument(
         metavar="TEXT",
         show_default=False,
-        help="The text to look at, or - to read it from standard input (or give --detect).",
+        help=f"{TEXT_HELP} (or give --detect).",
     ),
 ]
 DetectOption = Annotated[

@@ -43,7 +43,12 @@ GenerationModeOption = Annotated[
 
 
 PromptArgument = Annotated[
-    str, typer.Argument(metavar="PROMPT", help="What the model reads first, or - for stdin.")
+    str,
+    typer.Argument(
+        metavar="PROMPT",
+        help="What the model reads first; @FILE reads a whole file (@- all of stdin), - a "
+        "line of stdin.",
+    ),
 ]
 LanguageModelOption = Annotated[
     str,
