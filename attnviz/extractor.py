@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
+    from attnviz.needle import Cell, NeedleResults, Sweep
     from attnviz.pretrained.generation import Generation
 
 # A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
@@ -187,6 +188,21 @@ class Extractor(ABC):
         Decoders give masked attention; encoder-decoders the cross-attention of each
         written token over the prompt (the request's mode may ask for masked or self)."""
         raise UsageError(f"{self.name} does not generate text: give a pretrained language model")
+
+    def needle(
+        self,
+        sweep: Sweep,
+        haystack: str | None = None,
+        progress: Callable[[int, int, Cell], None] | None = None,
+    ) -> NeedleResults:
+        """A needle-in-a-haystack sweep (:mod:`attnviz.needle`): each cell's prompt answered
+        greedily, and each head's retrieval score and weight on the needle, read while the
+        model writes. ``haystack`` is the filler (attnviz's own by default); ``progress`` is
+        called after each cell with its number, the number of cells and the cell."""
+        raise UsageError(
+            f"{self.name} does not write text: needle needs a causal language model "
+            "(--model smollm2, --model gemma3, a GPT-2 or Llama folder)"
+        )
 
     @abstractmethod
     def explain(

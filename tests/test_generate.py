@@ -13,7 +13,7 @@ import torch
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import UsageError
-from attnviz.pretrained.generation import GenerationInterrupted, Sampling, _generation_config
+from attnviz.pretrained.generation import GenerationInterrupted, Sampling, generation_config
 
 PROMPT = "Hello I love you"
 
@@ -22,7 +22,7 @@ def step_by_step(extractor, sampling: Sampling, prompt: str = PROMPT):
     """transformers' own generate(output_attentions=True), with the same settings and seed."""
     loaded = extractor.loaded
     ids = torch.tensor([loaded.tokenizer(prompt)["input_ids"]])
-    config = _generation_config(loaded, sampling, sampling.max_new_tokens)
+    config = generation_config(loaded, sampling, sampling.max_new_tokens)
     config.output_attentions = config.return_dict_in_generate = True
     own = loaded.model.config._attn_implementation
     loaded.model.set_attn_implementation("eager")  # the implementation that returns weights

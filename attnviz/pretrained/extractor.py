@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
@@ -60,6 +60,7 @@ from attnviz.pretrained.generation import Sampling, generate
 from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
+from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
 from attnviz.pretrained.streams import Family, resolve_mode, stream_for
 from attnviz.request import Request
@@ -67,6 +68,7 @@ from attnviz.selection import Selection, resolve, token_positions
 
 if TYPE_CHECKING:
     from attnviz.loading import ExtractorSpec
+    from attnviz.needle import Cell, NeedleResults, Sweep
     from attnviz.pretrained.explain import QueryExplanation
     from attnviz.pretrained.generation import Generation
 
@@ -433,6 +435,16 @@ class PretrainedExtractor(Extractor):
         check_text(prompt, "prompt")
         sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
         return generate(self, prompt, sampling, request)
+
+    def needle(
+        self,
+        sweep: Sweep,
+        haystack: str | None = None,
+        progress: Callable[[int, int, Cell], None] | None = None,
+    ) -> NeedleResults:
+        if haystack is not None:
+            check_text(haystack, "haystack")
+        return run_sweep(self.loaded, sweep, haystack, progress)
 
     def explain(
         self,

@@ -152,7 +152,7 @@ def generate(
     source = encode(loaded, prompt, "prompt", reserve=reserve, request=request)
     device = loaded.model.device
     prompt_ids = torch.tensor([source.encoding["input_ids"]], device=device)
-    config = _generation_config(loaded, sampling, new_tokens)
+    config = generation_config(loaded, sampling, new_tokens)
     collector = _Collector()
     try:
         devices = [device] if device.type == "cuda" else []
@@ -185,7 +185,7 @@ def generate(
     return Generation(prompt=read, text=text, maps=maps, finished=finished)
 
 
-def _generation_config(loaded: PretrainedModel, sampling: Sampling, new_tokens: int) -> Any:
+def generation_config(loaded: PretrainedModel, sampling: Sampling, new_tokens: int) -> Any:
     """The model's own generation settings with what was asked: a checkpoint's sampling
     settings do not apply to greedy decoding."""
     config = copy.deepcopy(loaded.model.generation_config)

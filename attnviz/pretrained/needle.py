@@ -1,0 +1,253 @@
+"""A needle-in-a-haystack sweep run on a causal language model (definitions in
+:mod:`attnviz.needle`).
+
+Each cell's prompt is built from tokens, so that its length is exactly the one asked
+for: the model's first tokens, the haystack's tokens cut to fit with the needle's put in
+after the sentence that ends nearest below the depth asked for, then the question. The
+model answers greedily with its own fused attention and key/value cache; at each step,
+attnviz's recording attention function reads, for every head, the one query row that
+writes the next token: its most-weighted key and its weight on the needle, from the
+same queries and keys the model's attention is given (a row of S keys per head, never a
+map). A sliding-window layer's cache holds only the latest keys: a row's keys are the
+last S positions read.
+
+Shape letters: G steps (tokens written), L layers, H heads, S keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.errors import UsageError, warn
+from attnviz.needle import Cell, Needle, NeedleResults, Sweep, answered, retrieval_scores
+from attnviz.pretrained.fused import recording, scores_of
+from attnviz.pretrained.generation import Sampling, generation_config
+from attnviz.pretrained.loading import PretrainedModel
+from attnviz.pretrained.quiet import quiet
+from attnviz.pretrained.streams import Family, Stream
+
+if TYPE_CHECKING:
+    import torch
+
+_SENTENCE_ENDS = (".", "!", "?", "\n")
+
+
+def default_haystack() -> str:
+    """The filler shipped with attnviz: prose written for it, in the public domain."""
+    return files("attnviz").joinpath("data", "haystack.txt").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int]
+    needle: tuple[int, int]  # the needle's first position and the one after its last
+    answer: list[int]  # the positions of the answer's tokens
+
+
+class Haystack:
+    """The tokens every cell's prompt is cut from, for one model's tokenizer."""
+
+    def __init__(self, loaded: PretrainedModel, needle: Needle, filler: str, longest: int):
+        tokenizer = loaded.tokenizer
+        self.first = _first_tokens(tokenizer)
+        self.needle, self.answer = _needle_tokens(tokenizer, needle)
+        question = tokenizer(needle.question, add_special_tokens=False)["input_ids"]
+        if not question:
+            raise UsageError("the question tokenizes to nothing: give it some words")
+        self.asked = tokenizer(needle.asked, add_special_tokens=False)["input_ids"]
+        self.filler = self._filler(tokenizer, filler, longest)
+        self.ends = self._sentence_ends(tokenizer)
+
+    def room(self, length: int) -> int:
+        """How many haystack tokens a prompt of ``length`` tokens holds."""
+        return length - len(self.first) - len(self.needle) - len(self.asked)
+
+    def _filler(self, tokenizer: Any, filler: str, longest: int) -> list[int]:
+        ids = tokenizer(filler, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise UsageError("the haystack tokenizes to nothing: give a file of text")
+        needed = self.room(longest)
+        if len(ids) < needed:
+            copies = -(-needed // len(ids)) + 1  # whole copies joined by newlines retokenize
+            warn(
+                f"the haystack is {len(ids)} tokens long: repeated {copies} times to fill "
+                f"{longest} tokens"
+            )
+            ids = tokenizer("\n".join([filler] * copies), add_special_tokens=False)["input_ids"]
+        return ids
+
+    def _sentence_ends(self, tokenizer: Any) -> np.ndarray:
+        """The positions after which a sentence has ended (0: before the first token)."""
+        ending = {
+            token
+            for token in set(self.filler)
+            if tokenizer.decode([token]).rstrip(" ").endswith(_SENTENCE_ENDS)
+        }
+        after = [index + 1 for index, token in enumerate(self.filler) if token in ending]
+        return np.asarray([0, *after])
+
+    def prompt(self, length: int, depth: float) -> Prompt:
+        room = self.room(length)
+        if room < 0:
+            raise UsageError(
+                f"--lengths {length} is too short: the needle and the question alone take "
+                f"{length - room} tokens"
+            )
+        wanted = round(depth * room)
+        ends = self.ends[self.ends <= room]
+        cut = room if depth == 1 else int(ends[ends <= wanted].max())
+        start = len(self.first) + cut
+        ids = [*self.first, *self.filler[:cut], *self.needle, *self.filler[cut:room], *self.asked]
+        answer = [start + index for index in self.answer]
+        return Prompt(ids, (start, start + len(self.needle)), answer)
+
+
+def _first_tokens(tokenizer: Any) -> list[int]:
+    """The special tokens the tokenizer puts before a text (a causal model's <bos>)."""
+    marked = tokenizer("a", add_special_tokens=True)["input_ids"]
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    return marked[: marked.index(plain[0])] if plain and plain[0] in marked else []
+
+
+def _needle_tokens(tokenizer: Any, needle: Needle) -> tuple[list[int], list[int]]:
+    """The needle's tokens (after a space, as it follows a sentence) and the indices of
+    those that spell the answer."""
+    text = " " + needle.needle
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoded["input_ids"]
+    if not ids:
+        raise UsageError("the needle tokenizes to nothing: give it some words")
+    begin = text.index(needle.answer)
+    end = begin + len(needle.answer)
+    answer = [
+        index
+        for index, (start, stop) in enumerate(encoded["offset_mapping"])
+        if start < end and stop > begin
+    ]
+    if not answer:
+        raise UsageError(f"the answer {needle.answer!r} tokenizes to nothing")
+    return ids, answer
+
+
+def check_sweep(loaded: PretrainedModel, sweep: Sweep) -> None:
+    """A causal language model that can read the longest prompt and write after it."""
+    name = loaded.name
+    if loaded.family is not Family.DECODER or not loaded.model.can_generate():
+        raise UsageError(
+            f"{name} is not a causal language model: needle needs one that writes "
+            "(--model smollm2, --model gemma3, a GPT-2 or Llama folder)"
+        )
+    longest = max(sweep.lengths) + sweep.max_new_tokens
+    if longest > loaded.max_length:
+        raise UsageError(
+            f"--lengths {max(sweep.lengths)}: {name} reads at most {loaded.max_length} "
+            f"tokens, the prompt and the {sweep.max_new_tokens} it may write together"
+        )
+
+
+def run_sweep(
+    loaded: PretrainedModel,
+    sweep: Sweep,
+    filler: str | None = None,
+    progress: Callable[[int, int, Cell], None] | None = None,
+) -> NeedleResults:
+    """Every cell of ``sweep``: the prompt, the greedy answer, each head's readings."""
+    check_sweep(loaded, sweep)
+    haystack = Haystack(
+        loaded, sweep.needle, default_haystack() if filler is None else filler, max(sweep.lengths)
+    )
+    cells = []
+    for length, depth in sweep.cells():
+        prompt = haystack.prompt(length, depth)
+        written, top_keys, span = read_while_writing(loaded, prompt, sweep)
+        response = loaded.tokenizer.decode(written, skip_special_tokens=True)
+        cell = Cell(
+            length=length,
+            depth=depth,
+            tokens=len(prompt.ids),
+            needle=prompt.needle,
+            answer=prompt.answer,
+            response=response,
+            answered=answered(response, sweep.needle.answer),
+            retrieval=retrieval_scores(top_keys, written, prompt.ids, prompt.answer),
+            span=span.mean(axis=0),
+        )
+        cells.append(cell)
+        if progress is not None:
+            progress(len(cells), len(sweep.lengths) * len(sweep.depths), cell)
+    return NeedleResults(loaded.name, sweep, cells)
+
+
+class _AnswerCame:
+    """Stops writing once the answer is in what was written."""
+
+    def __init__(self, tokenizer: Any, start: int, answer: str) -> None:
+        self.tokenizer, self.start, self.answer = tokenizer, start, answer
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        import torch
+
+        text = self.tokenizer.decode(input_ids[0, self.start :], skip_special_tokens=True)
+        return torch.tensor([answered(text, self.answer)], device=input_ids.device)
+
+
+def read_while_writing(
+    loaded: PretrainedModel, prompt: Prompt, sweep: Sweep
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Greedy writing after ``prompt``: the tokens written (G,), and at each step each
+    head's most-weighted key (G, L, H) and weight on the needle (G, L, H)."""
+    import torch
+    from transformers import DynamicCache, StoppingCriteriaList
+
+    model = loaded.model
+    modules = loaded.streams[Stream.SELF]
+    owner = {
+        id(part): layer for layer, (module, _) in enumerate(modules) for part in module.modules()
+    }
+    read = [0] * len(modules)  # the positions each layer has read so far
+    steps: list[list[tuple[list[int], list[float]]]] = [[] for _ in modules]
+    low, high = prompt.needle
+
+    def record(module, query, key, value, mask, args, kwargs) -> None:
+        layer = owner.get(id(module))
+        if layer is None:
+            return
+        scores = scores_of(module, query, key, mask, args, kwargs)
+        rows, keys = query.shape[2], key.shape[2]
+        read[layer] += rows
+        first = read[layer] - keys  # the position of the first key the cache holds
+        last = np.asarray([rows - 1])
+        tops, masses = [], []
+        for head in range(scores.heads):
+            weights = scores.block(0, head, last, keys).tensor()[0]  # (W,)
+            tops.append(int(weights.argmax()) + first)
+            masses.append(float(weights[max(low - first, 0) : max(high - first, 0)].sum()))
+        steps[layer].append((tops, masses))
+
+    ids = torch.tensor([prompt.ids], device=model.device)
+    new_tokens = sweep.max_new_tokens
+    config = generation_config(loaded, Sampling(max_new_tokens=new_tokens), new_tokens)
+    config.cache_implementation = None  # positions of a dynamic cache: the latest keys
+    stop = _AnswerCame(loaded.tokenizer, len(prompt.ids), sweep.needle.answer)
+    with recording(model, record), torch.inference_mode(), quiet(loaded.verbose):
+        sequence = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            generation_config=config,
+            past_key_values=DynamicCache(config=model.config),
+            stopping_criteria=StoppingCriteriaList([stop]),
+        )[0].tolist()
+    written = sequence[len(prompt.ids) :]
+    top_keys = np.asarray([[tops for tops, _ in layer] for layer in steps])  # (L, G, H)
+    span = np.asarray([[masses for _, masses in layer] for layer in steps])  # (L, G, H)
+    steps_taken = len(written)  # one forward pass per token written
+    return (
+        written,
+        top_keys.transpose(1, 0, 2)[:steps_taken],
+        span.transpose(1, 0, 2)[:steps_taken],
+    )
