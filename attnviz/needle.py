@@ -108,6 +108,7 @@ class Sweep:
     depths: tuple[float, ...]
     needle: Needle = field(default_factory=Needle)
     max_new_tokens: int = 16
+    chat: bool = False  # each prompt one user message, through the model's chat template
 
     def __post_init__(self) -> None:
         if not self.lengths or not self.depths:

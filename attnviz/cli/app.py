@@ -86,6 +86,9 @@ COMMANDS = {
     "diff": CommandEntry(
         "attnviz.cli.diff", "How differently two models (or two saved runs) attend."
     ),
+    "needle": CommandEntry(
+        "attnviz.cli.needle", "A needle-in-a-haystack sweep, and the heads that retrieve it."
+    ),
     "stats": CommandEntry(
         "attnviz.cli.stats", "Per-head statistics over a whole corpus, in bounded memory."
     ),

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from attnviz.choices import View
+from attnviz.choices import Output, View
 from attnviz.cli.app import DEBUG
 from attnviz.cli.declarations import ColourChoice
 from attnviz.errors import UsageError
 from attnviz.files import write_text
 from attnviz.inputs import read_texts
-from attnviz.outputs import refuse_unused
+from attnviz.outputs import PICTURES, output_for, refuse_unused
 from attnviz.selection import resolve_held
 from attnviz.writers import ONE_TEXT
 
@@ -342,3 +342,21 @@ def draw(
                 maps, width=console.width, height=height, use_colour=use_colour, values=values
             )
         console.print(picture)
+
+
+def data_file_format(output: str, asked: Output) -> Output:
+    """The format of a command's results (stats, needle) written to ``output`` with -o:
+    its suffix's, json or csv; a picture is --picture's."""
+    by_suffix = output_for(output)
+    if by_suffix in PICTURES:
+        raise UsageError(f"-o writes the results as data: draw the picture with --picture {output}")
+    if by_suffix not in (Output.JSON, Output.CSV):
+        if asked is Output.TABLE:
+            raise UsageError(f"cannot tell the format of {output}: name it .json or .csv")
+        return asked
+    if asked is not Output.TABLE and asked is not by_suffix:
+        raise UsageError(
+            f"--format {asked.value} and the suffix of {output} ({by_suffix.value}) disagree: "
+            "pick one"
+        )
+    return by_suffix

@@ -320,6 +320,13 @@ pretrained_settings = bundle("settings", ModelSettings, leave_out=(*_STACK_OPTIO
 generation_settings = bundle(
     "settings", ModelSettings, leave_out=(*_STACK_OPTIONS, "keep_case", "words")
 )
+# needle builds its prompts from tokens, and reads one row per head: every token kept as
+# it is, no labels, no blocks of rows.
+needle_settings = bundle(
+    "settings",
+    ModelSettings,
+    leave_out=(*_STACK_OPTIONS, "keep_case", "words", "special", "raw_pieces", "system", "memory"),
+)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.errors import UsageError, warn
 from attnviz.files import check_writable, open_output
-from attnviz.outputs import PICTURES, output_for, output_of_file
+from attnviz.outputs import PICTURES, output_of_file
 from attnviz.visible import display_label
 from attnviz.writers import write_table
 
@@ -135,7 +135,7 @@ def stats(
     run_on.check(jobs)
     # A name that cannot be written is refused before any work, not after hours of it.
     if output is not None:
-        output_format = _file_format(output, output_format)
+        output_format = out.data_file_format(output, output_format)
         check_writable(output)
     drawn = None if picture is None else output_of_file(picture, PICTURES)
     if picture is not None:
@@ -224,25 +224,6 @@ def _progress_lines(quiet: bool) -> Callable[[int], None]:
             print(f"attnviz: {inputs} inputs", file=sys.stderr)
 
     return progress
-
-
-def _file_format(output: str, asked: Output) -> Output:
-    """The format of the statistics written to ``output``: its suffix's, json or csv."""
-    by_suffix = output_for(output)
-    if by_suffix in PICTURES:
-        raise UsageError(
-            f"-o writes the statistics as data: draw the heatmaps with --picture {output}"
-        )
-    if by_suffix not in (Output.JSON, Output.CSV):
-        if asked is Output.TABLE:
-            raise UsageError(f"cannot tell the format of {output}: name it .json or .csv")
-        return asked
-    if asked is not Output.TABLE and asked is not by_suffix:
-        raise UsageError(
-            f"--format {asked.value} and the suffix of {output} ({by_suffix.value}) disagree: "
-            "pick one"
-        )
-    return by_suffix
 
 
 def _write(

@@ -25,6 +25,7 @@ import numpy as np
 
 from attnviz.errors import UsageError, warn
 from attnviz.needle import Cell, Needle, NeedleResults, Sweep, answered, retrieval_scores
+from attnviz.pretrained.encoding import chat_text
 from attnviz.pretrained.fused import recording, scores_of
 from attnviz.pretrained.generation import Sampling, generation_config
 from attnviz.pretrained.loading import PretrainedModel
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     import torch
 
 _SENTENCE_ENDS = (".", "!", "?", "\n")
+_MESSAGE = "\u2063needle\u2063"  # stands for the prompt in the chat template, found after
 
 
 def default_haystack() -> str:
@@ -52,15 +54,17 @@ class Prompt:
 class Haystack:
     """The tokens every cell's prompt is cut from, for one model's tokenizer."""
 
-    def __init__(self, loaded: PretrainedModel, needle: Needle, filler: str, longest: int):
+    def __init__(self, loaded: PretrainedModel, sweep: Sweep, filler: str) -> None:
         tokenizer = loaded.tokenizer
-        self.first = _first_tokens(tokenizer)
+        needle = sweep.needle
         self.needle, self.answer = _needle_tokens(tokenizer, needle)
         question = tokenizer(needle.question, add_special_tokens=False)["input_ids"]
         if not question:
             raise UsageError("the question tokenizes to nothing: give it some words")
-        self.asked = tokenizer(needle.asked, add_special_tokens=False)["input_ids"]
-        self.filler = self._filler(tokenizer, filler, longest)
+        before, after = _around(loaded, sweep.chat)
+        self.first = before
+        self.asked = tokenizer(needle.asked, add_special_tokens=False)["input_ids"] + after
+        self.filler = self._filler(tokenizer, filler, max(sweep.lengths))
         self.ends = self._sentence_ends(tokenizer)
 
     def room(self, length: int) -> int:
@@ -107,11 +111,22 @@ class Haystack:
         return Prompt(ids, (start, start + len(self.needle)), answer)
 
 
-def _first_tokens(tokenizer: Any) -> list[int]:
-    """The special tokens the tokenizer puts before a text (a causal model's <bos>)."""
+def _around(loaded: PretrainedModel, chat: bool) -> tuple[list[int], list[int]]:
+    """The tokens before a prompt's text and after it: the special tokens the tokenizer
+    puts first (a causal model's <bos>), or, with ``chat``, the chat template's around
+    one user message, up to where the reply begins."""
+    tokenizer = loaded.tokenizer
+    if chat:
+        rendered, spans = chat_text(loaded, _MESSAGE, None)
+        (start, end), *_ = spans
+        before, after = (
+            tokenizer(part, add_special_tokens=False)["input_ids"] if part else []
+            for part in (rendered[:start], rendered[end:])
+        )
+        return before, after
     marked = tokenizer("a", add_special_tokens=True)["input_ids"]
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
-    return marked[: marked.index(plain[0])] if plain and plain[0] in marked else []
+    return (marked[: marked.index(plain[0])] if plain and plain[0] in marked else []), []
 
 
 def _needle_tokens(tokenizer: Any, needle: Needle) -> tuple[list[int], list[int]]:
@@ -158,9 +173,7 @@ def run_sweep(
 ) -> NeedleResults:
     """Every cell of ``sweep``: the prompt, the greedy answer, each head's readings."""
     check_sweep(loaded, sweep)
-    haystack = Haystack(
-        loaded, sweep.needle, default_haystack() if filler is None else filler, max(sweep.lengths)
-    )
+    haystack = Haystack(loaded, sweep, default_haystack() if filler is None else filler)
     cells = []
     for length, depth in sweep.cells():
         prompt = haystack.prompt(length, depth)

@@ -1,0 +1,238 @@
+"""`attnviz needle`: a needle-in-a-haystack sweep, and the retrieval heads it finds."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from attnviz.choices import Output
+from attnviz.cli import declarations as d
+from attnviz.cli import output as out
+from attnviz.cli.generate import LanguageModelOption
+from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console, with_environment
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, needle_settings, request
+from attnviz.files import check_writable, open_output
+from attnviz.needle import (
+    DEFAULT_ANSWER,
+    DEFAULT_DEPTHS,
+    DEFAULT_LENGTHS,
+    DEFAULT_NEEDLE,
+    DEFAULT_QUESTION,
+    ROW_COLUMNS,
+    Needle,
+    Sweep,
+    parse_depths,
+    parse_lengths,
+)
+from attnviz.outputs import PICTURES, output_of_file
+from attnviz.visible import display_label
+from attnviz.writers import write_table
+
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from attnviz.needle import Cell, NeedleResults
+
+SWEEP_PANEL = "Sweep"
+
+FormatOption = d.format_option(d.TableFormat, "table, json or csv.")
+LengthsOption = Annotated[
+    str,
+    typer.Option(
+        "--lengths",
+        metavar="N,N,…",
+        rich_help_panel=SWEEP_PANEL,
+        help="Prompt lengths in tokens, the question included (k: a thousand, so 32k is "
+        "32,000 tokens).",
+    ),
+]
+DepthsOption = Annotated[
+    str,
+    typer.Option(
+        "--depths",
+        metavar="D,D,…",
+        rich_help_panel=SWEEP_PANEL,
+        help="Where the needle goes in the haystack: 0 its start, 1 its end.",
+    ),
+]
+HaystackOption = Annotated[
+    str | None,
+    typer.Option(
+        "--haystack",
+        metavar="FILE",
+        rich_help_panel=SWEEP_PANEL,
+        show_default="a text shipped with attnviz",
+        help="The filler text, read whole (repeated, with a warning, where too short).",
+    ),
+]
+NeedleOption = Annotated[
+    str,
+    typer.Option(
+        "--needle", metavar="TEXT", rich_help_panel=SWEEP_PANEL, help="The hidden sentence."
+    ),
+]
+QuestionOption = Annotated[
+    str,
+    typer.Option(
+        "--question", metavar="TEXT", rich_help_panel=SWEEP_PANEL, help="Asked after the haystack."
+    ),
+]
+AnswerOption = Annotated[
+    str,
+    typer.Option(
+        "--answer",
+        metavar="TEXT",
+        rich_help_panel=SWEEP_PANEL,
+        help="What must come back; part of the needle (the tokens a retrieval head copies).",
+    ),
+]
+MaxNewTokensOption = Annotated[
+    int,
+    typer.Option(
+        "--max-new-tokens",
+        "-n",
+        metavar="N",
+        min=1,
+        max=1000,
+        rich_help_panel=SWEEP_PANEL,
+        help="Tokens each answer may take (writing stops once the answer is there).",
+    ),
+]
+TopOption = Annotated[
+    int,
+    typer.Option("--top", metavar="N", min=1, help="Heads listed in the table and the picture."),
+]
+OutputOption = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="Write the results to PATH instead of stdout; .json or .csv picks the format.",
+    ),
+]
+PictureOption = Annotated[
+    str | None,
+    typer.Option(
+        "--picture",
+        metavar="PATH",
+        help="Also draw the lengths × depths grid of answered cells beside the top retrieval "
+        "heads (.png, .svg or .pdf).",
+    ),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No line per cell on stderr.")]
+
+
+@needle_settings
+@with_environment
+def needle(
+    model: LanguageModelOption,
+    lengths: LengthsOption = DEFAULT_LENGTHS,
+    depths: DepthsOption = DEFAULT_DEPTHS,
+    haystack: HaystackOption = None,
+    needle: NeedleOption = DEFAULT_NEEDLE,
+    question: QuestionOption = DEFAULT_QUESTION,
+    answer: AnswerOption = DEFAULT_ANSWER,
+    max_new_tokens: MaxNewTokensOption = 16,
+    top: TopOption = 10,
+    output_format: FormatOption = Output.TABLE,
+    output: OutputOption = None,
+    picture: PictureOption = None,
+    quiet: QuietOption = False,
+    environment: Environment = NO_TERMINAL,
+    settings: ModelSettings = DEFAULT_SETTINGS,
+) -> None:
+    """Hide a sentence in filler text at several lengths and depths, ask for it back,
+    and find the heads that retrieve it.
+
+    Each cell is a prompt of exactly the length asked for; the model answers
+    greedily and the cell is answered when the answer comes back. While it
+    writes, each head's row is read from the model's own queries and keys: a
+    head's retrieval score is the share of the answer's tokens it copies (the
+    key it weighs most holds the token being written), its span the weight it
+    gives the needle. Over the sweep: retrieval averaged over answered cells,
+    span over all.
+    """
+    from attnviz.inputs import read_whole
+
+    sweep = Sweep(
+        parse_lengths(lengths),
+        parse_depths(depths),
+        Needle(needle, question, answer),
+        max_new_tokens,
+        chat=settings.chat,
+    )
+    filler = None if haystack is None else read_whole(haystack)
+    if output is not None:
+        output_format = out.data_file_format(output, output_format)
+        check_writable(output)
+    drawn = None if picture is None else output_of_file(picture, PICTURES)
+    if picture is not None:
+        check_writable(picture)
+    asked = request(model=model, mode=None, layer="all", head="all", settings=settings)
+    extractor = asked.open(environment)
+    results = extractor.needle(sweep, filler, None if quiet else _progress())
+    _write(results, output_format, top, environment, output or d.STDIO)
+    if drawn is not None:
+        from attnviz.render.needle import needle_picture
+
+        with open_output(str(picture), binary=True) as stream:
+            stream.write(needle_picture(results, drawn, top))
+
+
+def _progress():
+    """A line on stderr as each cell is done."""
+    started = time.monotonic()
+
+    def done(count: int, cells: int, cell: Cell) -> None:
+        said = "answered" if cell.answered else f"not answered: {cell.response.strip()!r}"
+        print(
+            display_label(
+                f"attnviz: cell {count}/{cells} · {cell.tokens:,} tokens · depth "
+                f"{cell.depth:g} · {said} · {time.monotonic() - started:.1f} s"
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return done
+
+
+def _write(
+    results: NeedleResults, output_format: Output, top: int, environment: Environment, to: str
+) -> None:
+    if output_format is Output.JSON:
+        write_table(Output.JSON, [], [], to, results.document(), key="_")
+    elif output_format is Output.CSV:
+        write_table(Output.CSV, results.rows(), ROW_COLUMNS, to)
+    else:
+        stdout_console(d.ColourChoice.AUTO, None, environment).print(_tables(results, top))
+
+
+def _tables(results: NeedleResults, top: int) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+
+    grid = Table(title="answered (✓) per length and depth", box=None, title_justify="left")
+    grid.add_column("length", justify="right")
+    for depth in results.sweep.depths:
+        grid.add_column(f"{depth:g}", justify="center")
+    marks = results.grid()
+    for row, length in enumerate(results.sweep.lengths):
+        grid.add_row(f"{length:,}", *("✓" if mark == 1 else "✗" for mark in marks[row]))
+    heads = Table(title=f"top {top} retrieval heads", box=None, title_justify="left")
+    for column in ("layer", "head", "retrieval", "span"):
+        heads.add_column(column, justify="right")
+    for score in results.heads()[:top]:
+        retrieval = "–" if score.retrieval is None else number(score.retrieval)
+        heads.add_row(str(score.layer), str(score.head), retrieval, number(score.span))
+    answered = sum(cell.answered for cell in results.cells)
+    summary = (
+        f"{display_label(results.model)} · answered {answered} of {len(results.cells)} cells · "
+        "retrieval: share of the answer's tokens copied (mean over answered cells); span: "
+        "weight on the needle (mean over all cells)"
+    )
+    return Group(summary, "", grid, "", heads)
