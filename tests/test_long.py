@@ -37,6 +37,7 @@ CASES = [
     ("t5", "cross", "cross_attentions"),
     ("mistral", "masked", "attentions"),  # a sliding window of 4
     ("gemma2", "masked", "attentions"),  # logit soft-capping, sliding and global layers
+    ("gemma3", "masked", "attentions"),  # layer types: each layer's own mask (window 4)
 ]
 
 

@@ -45,6 +45,7 @@ FAMILIES = {
     "gpt2": ("masked", "attentions", "h", "attn.c_attn", "attn.c_proj", _gpt2_values),
     "llama": ("masked", "attentions", "layers", "self_attn.v_proj", "self_attn.o_proj", None),
     "gemma2": ("masked", "attentions", "layers", "self_attn.v_proj", "self_attn.o_proj", None),
+    "gemma3": ("masked", "attentions", "layers", "self_attn.v_proj", "self_attn.o_proj", None),
     "bert": ("self", "attentions", "encoder.layer", "attention.self.value",
              "attention.output.dense", None),
     "t5": ("self", "encoder_attentions", "encoder.block", "layer.0.SelfAttention.v",

@@ -228,19 +228,17 @@ def _metaspace_decoder(model_class, config_class, folder: Path, **settings) -> P
         specials,
     )
     _template(tokenizer, "<s> $A")
+    shape = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
     config = config_class(
         vocab_size=tokenizer.get_vocab_size(),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         head_dim=8,
         max_position_embeddings=256,
         pad_token_id=0,
         bos_token_id=2,
         eos_token_id=3,
-        **settings,
+        **(shape | settings),
     )
     return _save(
         model_class(config),
@@ -272,6 +270,21 @@ def gemma2(folder: Path, lm: bool = False) -> Path:
     )
 
 
+def gemma3(folder: Path, lm: bool = False) -> Path:
+    """Gemma 3's layers told apart by its config's layer types: two sliding-window layers
+    (a window of 4, shorter than the texts) before a global one, each with its own mask
+    and rotary base."""
+    return _metaspace_decoder(
+        transformers.Gemma3ForCausalLM if lm else transformers.Gemma3TextModel,
+        transformers.Gemma3TextConfig,
+        folder,
+        num_hidden_layers=3,
+        sliding_window=4,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        query_pre_attn_scalar=8,
+    )
+
+
 BUILDERS = {
     "bert": bert,
     "gpt2": gpt2,
@@ -280,6 +293,7 @@ BUILDERS = {
     "t5": t5,
     "mistral": mistral,
     "gemma2": gemma2,
+    "gemma3": gemma3,
 }
 # The same models with their language-model heads: they generate text.
 GENERATORS = {
@@ -287,4 +301,5 @@ GENERATORS = {
     "llama-lm": lambda folder: llama(folder, lm=True),
     "bart-lm": lambda folder: bart(folder, lm=True),
     "gemma2-lm": lambda folder: gemma2(folder, lm=True),
+    "gemma3-lm": lambda folder: gemma3(folder, lm=True),
 }
