@@ -107,7 +107,7 @@ class Sweep:
     lengths: tuple[int, ...]
     depths: tuple[float, ...]
     needle: Needle = field(default_factory=Needle)
-    max_new_tokens: int = 16
+    max_new_tokens: int = 24
     chat: bool = False  # each prompt one user message, through the model's chat template
 
     def __post_init__(self) -> None:

@@ -149,3 +149,34 @@ def test_answer_effects_equal_a_hook_rerun_of_the_plain_model(smollm2, plain):
     dla = _reference_dla(model, "llama-lm", ids, answer_id, layers, heads)
     np.testing.assert_allclose(effects.dla, dla, atol=1e-4)
     assert effects.ablation.min() < -1  # a head the answer needs: zeroed, e^-1 of it is left
+
+
+def test_a_needle_cell_scores_the_heads_the_plain_model_copies_with(smollm2, plain):
+    """One cell of a sweep through the chat template: the answer comes back, and each
+    head's retrieval score equals the few-line definition applied to the plain model's
+    eager attention, step by step over the whole sequence."""
+    from attnviz.needle import Sweep
+    from attnviz.pretrained.needle import Haystack, default_haystack
+    from tests.test_needle import reference_scores
+
+    sweep = Sweep((600,), (0.5,), max_new_tokens=24, chat=True)
+    (cell,) = smollm2.needle(sweep).cells
+    assert cell.answered and cell.tokens == 600
+    prompt = Haystack(smollm2.loaded, sweep, default_haystack()).prompt(600, 0.5)
+    model, tokenizer = plain
+    sequence, top_keys, written = list(prompt.ids), [], []
+    low, high = prompt.needle
+    spans = []
+    with torch.no_grad():
+        while not tokenizer.decode(written).strip().endswith("7421"):
+            output = model(torch.tensor([sequence]), output_attentions=True)
+            rows = torch.stack([layer[0, :, -1] for layer in output.attentions]).numpy()
+            top_keys.append(rows.argmax(-1))  # (L, H)
+            spans.append(rows[..., low:high].sum(-1))
+            written.append(int(output.logits[0, -1].argmax()))
+            sequence.append(written[-1])
+    assert cell.response == tokenizer.decode(written, skip_special_tokens=True)
+    expected = reference_scores(np.asarray(top_keys), written, prompt.ids, prompt.answer)
+    np.testing.assert_array_equal(cell.retrieval, expected)
+    np.testing.assert_allclose(cell.span, np.mean(spans, axis=0), atol=1e-4)
+    assert cell.retrieval.max() == 1  # a head copies every token of "7421"

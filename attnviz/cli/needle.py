@@ -136,7 +136,7 @@ def needle(
     needle: NeedleOption = DEFAULT_NEEDLE,
     question: QuestionOption = DEFAULT_QUESTION,
     answer: AnswerOption = DEFAULT_ANSWER,
-    max_new_tokens: MaxNewTokensOption = 16,
+    max_new_tokens: MaxNewTokensOption = 24,
     top: TopOption = 10,
     output_format: FormatOption = Output.TABLE,
     output: OutputOption = None,
