@@ -266,6 +266,8 @@ def document_of(maps: AttentionMaps, *, weights: bool = True) -> dict[str, Any]:
             document[name] = list(getattr(maps, name))
     if maps.chat:
         document["chat"] = True
+    if maps.layer_kinds is not None:
+        document["layer_kinds"] = list(maps.layer_kinds)
     optional = ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled")
     for name in (*optional, "span", "system"):
         if getattr(maps, name) is not None:  # optional fields: older readers ignore them
@@ -317,9 +319,18 @@ def fields_of(document: Any) -> dict[str, Any]:
             chat=_optional_bool(document.get("chat", False), "chat"),
             system=_optional_str(document.get("system"), "system"),
             weighting=_optional_str(document.get("weighting"), "weighting"),
+            layer_kinds=_kinds(document.get("layer_kinds")),
         )
     except (TypeError, ValueError) as error:
         raise SchemaError(f"malformed document: {error}") from None
+
+
+def _kinds(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(kind, str) for kind in value):
+        raise SchemaError("layer_kinds must be a list of texts")
+    return value
 
 
 def plain_weights(weights: np.ndarray) -> list:

@@ -99,6 +99,10 @@ class AttentionMaps:
     # "value": each weight times the norm of what its key writes through the head,
     # a_ij · ‖W_O^h v_j‖ (--weigh value); rows no longer sum to 1. None: attention weights.
     weighting: Weighting | None = None
+    # Each held layer's attention, where a model's layers differ or any sees only a window
+    # of keys: "global" or "sliding N" (the N latest keys, the query's own included), as
+    # the model's config declares them. None: every layer global.
+    layer_kinds: list[str] | None = None
 
     def __post_init__(self) -> None:
         self.weights = _as_weights(self.weights)
@@ -117,6 +121,10 @@ class AttentionMaps:
             flags = getattr(self, f"{name}_special")
             if flags is not None and len(flags) != len(tokens):
                 raise SchemaError(f"{name}_special has {len(flags)} flags for {len(tokens)} tokens")
+        if self.layer_kinds is not None and len(self.layer_kinds) != len(self.layers):
+            raise SchemaError(
+                f"layer_kinds has {len(self.layer_kinds)} kinds for {len(self.layers)} layers"
+            )
         if self.pair_start is not None and not 0 < self.pair_start < len(self.key_tokens):
             raise SchemaError(f"pair_start {self.pair_start} is not a token inside the maps")
         if self.between is not None and self.between not in BETWEEN:
@@ -203,9 +211,12 @@ class AttentionMaps:
                 matrix = self.weights[i, j]
                 if self.aggregate is None:
                     layer, head = self.layers[i], self.heads[j]
-                    yield MapPanel(layer, head, f"layer {layer} · head {head}", matrix)
+                    title = f"{self.layer_title(layer)} · head {head}"
+                    yield MapPanel(layer, head, title, matrix)
                 elif not self.aggregate.folds_layers:
-                    title = f"layer {self.layers[i]} · {self.aggregate} of heads {heads}"
+                    title = (
+                        f"{self.layer_title(self.layers[i])} · {self.aggregate} of heads {heads}"
+                    )
                     yield MapPanel(self.layers[i], None, title, matrix)
                 else:
                     title = (
@@ -213,6 +224,18 @@ class AttentionMaps:
                         f"heads {heads}"
                     )
                     yield MapPanel(None, None, title, matrix)
+
+    def layer_kind(self, layer: int) -> str:
+        """The attention of a held layer (by model index): global, or sliding N."""
+        return "global" if self.layer_kinds is None else self.layer_kinds[self.layers.index(layer)]
+
+    def layer_title(self, layer: int) -> str:
+        """How a picture names a layer: with its kind where the model's layers differ."""
+        return (
+            f"layer {layer}"
+            if self.layer_kinds is None
+            else f"layer {layer} ({self.layer_kind(layer)})"
+        )
 
     def select(
         self, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
@@ -229,7 +252,8 @@ class AttentionMaps:
         layer_rows = [self.layers.index(layer) for layer in layers]
         head_rows = [self.heads.index(head) for head in heads]
         weights = self.weights[np.ix_(layer_rows, head_rows)]
-        return self.replace(weights=weights, layers=layers, heads=heads)
+        kinds = None if self.layer_kinds is None else [self.layer_kinds[i] for i in layer_rows]
+        return self.replace(weights=weights, layers=layers, heads=heads, layer_kinds=kinds)
 
     def astype(self, dtype: str) -> AttentionMaps:
         """The same maps with weights stored as ``float16`` or ``float32``."""

@@ -11,6 +11,7 @@ import torch
 import transformers
 
 import attnviz
+from attnviz.maps import read_maps
 from attnviz.cli import app
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.pretrained import LoadOptions
@@ -438,3 +439,23 @@ def test_a_model_path_with_markup_loads_under_the_spinner(runner, tiny, tmp_path
     )
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["model"] == str(marked)
+
+
+def test_maps_record_each_layers_kind_where_the_model_declares_them(tiny, tmp_path):
+    """Gemma 3's layer types, Mistral's one window for every layer; a model whose layers
+    are all global records none (its documents are as before)."""
+    gemma3 = attnviz.load(tiny["gemma3"])
+    maps = gemma3.extract("the dog and the cat ran")
+    assert maps.layer_kinds == ["sliding 4", "sliding 4", "global"]
+    assert gemma3.extract("the dog ran", layers="2,0").layer_kinds == ["global", "sliding 4"]
+    assert maps.select(layers=[2]).layer_kinds == ["global"]
+    assert [panel.title for panel in maps.select(heads=[1]).panels()] == [
+        "layer 0 (sliding 4) · head 1", "layer 1 (sliding 4) · head 1", "layer 2 (global) · head 1"
+    ]  # fmt: skip
+    for suffix in ("json", "npz"):
+        maps.save(tmp_path / f"maps.{suffix}")
+        (read,) = read_maps(str(tmp_path / f"maps.{suffix}"))
+        assert read.layer_kinds == maps.layer_kinds
+    assert attnviz.load(tiny["mistral"]).extract("the dog ran").layer_kinds == ["sliding 4"] * 2
+    plain = attnviz.load(tiny["llama"]).extract("the dog ran")
+    assert plain.layer_kinds is None and "layer_kinds" not in plain.to_dict()

@@ -295,16 +295,18 @@ def _running(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    before = os.environ.get(name)
-    os.environ[name] = value
+def _no_gguf_bar() -> Iterator[None]:
+    """transformers shows its own tqdm bar while it dequantizes a GGUF file, outside its
+    logging's switch (and tqdm reads TQDM_DISABLE only when it is first imported): the
+    loader's bar is swapped for a silent one while it runs."""
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    shown = loader.tqdm
+    loader.tqdm = lambda iterable, *args, **kwargs: iterable
     try:
         yield
     finally:
-        if before is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = before
+        loader.tqdm = shown
 
 
 def _write(gguf: Path, folder: Path) -> None:
@@ -312,8 +314,7 @@ def _write(gguf: Path, folder: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    # transformers shows its own tqdm bar while it dequantizes, outside its logging.
-    with quiet(verbose=False), _environment("TQDM_DISABLE", "1"):
+    with quiet(verbose=False), _no_gguf_bar():
         try:
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             model = AutoModelForCausalLM.from_pretrained(

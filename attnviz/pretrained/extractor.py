@@ -62,7 +62,7 @@ from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
-from attnviz.pretrained.streams import Family, resolve_mode, stream_for
+from attnviz.pretrained.streams import Family, layer_kinds, resolve_mode, stream_for
 from attnviz.request import Request
 from attnviz.selection import Selection, resolve, token_positions
 
@@ -142,6 +142,7 @@ class PretrainedExtractor(Extractor):
             )
         per_input, head_indices = self._computed(modules, layer_indices, inputs, request, layouts)
         tolerance = row_tolerance(loaded.model)
+        kinds = layer_kinds(loaded.model.config, stream_for(loaded.family, mode))
         results = []
         for row, (query, key) in enumerate(sides):
             text, target, pair = items[row]
@@ -156,6 +157,7 @@ class PretrainedExtractor(Extractor):
                 "chat": request.chat,
                 "system": request.system,
                 "weighting": request.weigh,
+                "layer_kinds": None if kinds is None else [kinds[i] for i in layer_indices],
             }
             rows, known["span"] = positions[row]
             weights = per_input[row]  # (L, H, T, S), or the product asked for

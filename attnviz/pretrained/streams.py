@@ -151,3 +151,22 @@ def _stream_name(key: str, prefix: str, family: Family) -> Stream:
     if family is Family.ENCODER_DECODER and prefix.split(".")[-1].startswith("decoder"):
         return Stream.DECODER
     return Stream.SELF
+
+
+def layer_kinds(config: Any, stream: Stream) -> list[str] | None:
+    """Each layer's attention in ``stream`` as the model's config declares it: "global",
+    or "sliding N" (a query reads its N latest keys, itself included), or the config's own
+    word for another kind; None where every layer is global. Encoder-decoders' streams
+    are global."""
+    if stream is not Stream.SELF:
+        return None
+    config = config.get_text_config()
+    window = getattr(config, "sliding_window", None)
+    declared = getattr(config, "layer_types", None)
+    if declared is None:  # a config from before layer types: one window for every layer
+        if not window:
+            return None
+        declared = ["sliding_attention"] * config.num_hidden_layers
+    names = {"full_attention": "global", "sliding_attention": f"sliding {window}"}
+    kinds = [names.get(kind, str(kind).removesuffix("_attention")) for kind in declared]
+    return None if set(kinds) == {"global"} else kinds
