@@ -169,7 +169,7 @@ def test_stats_writes_to_a_file_what_it_writes_to_stdout(runner, tmp_path, name,
     [
         (["-o", "{tmp}/missing/stats.json"], 1, "folder {tmp}/missing does not exist"),
         (["--picture", "{tmp}/missing/stats.png"], 1, "folder {tmp}/missing does not exist"),
-        (["-o", "{tmp}/stats.png"], 2, "draw the heatmaps with --picture"),
+        (["-o", "{tmp}/stats.png"], 2, "draw the picture with --picture"),
         (["-o", "{tmp}/stats.txt"], 2, "name it .json or .csv"),
         (["-o", "{tmp}/stats.csv", "-f", "json"], 2, "disagree: pick one"),
     ],
