@@ -150,4 +150,3 @@ def test_no_module_is_longer_than_a_few_screens():
         if (count := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST_MODULE
     ]
     assert longer == []
-

@@ -11,9 +11,9 @@ import torch
 import transformers
 
 import attnviz
-from attnviz.maps import read_maps
 from attnviz.cli import app
 from attnviz.errors import AttnvizError, UsageError
+from attnviz.maps import read_maps
 from attnviz.pretrained import LoadOptions
 from tests import tiny_models
 from tests.processes import ATTNVIZ
