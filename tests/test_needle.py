@@ -126,7 +126,7 @@ def test_rows_read_while_writing_equal_eager_attention(generators, byte_level, f
     assert written == expected_written and len(written) == SHORT.max_new_tokens
     low, high = prompt.needle
     for step, row in enumerate(rows):  # (L, H, T) at each step
-        picked = np.take_along_axis(row, top_keys[step][..., None] - 0, axis=-1)[..., 0]
+        picked = np.take_along_axis(row, top_keys[step][..., None], axis=-1)[..., 0]
         np.testing.assert_allclose(picked, row.max(axis=-1), atol=1e-6)  # a most-weighted key
         np.testing.assert_allclose(span[step], row[..., low:high].sum(-1), atol=1e-5)
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnviz.choices import Attention
 from attnviz.errors import UsageError, warn
 from attnviz.needle import Cell, Needle, NeedleResults, Sweep, answered, retrieval_scores
 from attnviz.pretrained.encoding import chat_text
@@ -247,7 +248,8 @@ def read_while_writing(
     config = generation_config(loaded, Sampling(max_new_tokens=new_tokens), new_tokens)
     config.cache_implementation = None  # positions of a dynamic cache: the latest keys
     stop = _AnswerCame(loaded.tokenizer, len(prompt.ids), sweep.needle.answer)
-    with recording(model, record), torch.inference_mode(), quiet(loaded.verbose):
+    fused = loaded.attention is not Attention.EAGER  # --attention eager reads eager rows
+    with recording(model, record, fused=fused), torch.inference_mode(), quiet(loaded.verbose):
         sequence = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
