@@ -66,6 +66,15 @@ def parse_depths(text: str) -> tuple[float, ...]:
     return tuple(dict.fromkeys(depths))
 
 
+def parse_cell(text: str) -> tuple[int, float]:
+    """``16k,0.5``: one cell of a sweep, its length and its depth."""
+    parts = _parts(text, "--cell")
+    if len(parts) != 2:
+        raise UsageError(f"--cell takes a length and a depth such as 16k,0.5, not {text!r}")
+    (length,), (depth,) = parse_lengths(parts[0]), parse_depths(parts[1])
+    return length, depth
+
+
 def _parts(text: str, option: str) -> list[str]:
     parts = [part.strip() for part in text.split(",")]
     if not all(parts):
@@ -109,15 +118,27 @@ class Sweep:
     needle: Needle = field(default_factory=Needle)
     max_new_tokens: int = 24
     chat: bool = False  # each prompt one user message, through the model's chat template
+    strips_of: tuple[int, float] | None = None  # the cell whose rows are kept, pooled
 
     def __post_init__(self) -> None:
         if not self.lengths or not self.depths:
             raise UsageError("a sweep needs at least one length and one depth")
         if self.max_new_tokens < 1:
             raise UsageError("max_new_tokens must be at least 1")
+        if self.strips_of is not None and self.strips_of not in self.cells():
+            length, depth = self.strips_of
+            raise UsageError(
+                f"--cell {length},{depth:g} is not a cell of the sweep: give one of --lengths "
+                f"{','.join(map(str, self.lengths))} and one of --depths "
+                f"{','.join(f'{each:g}' for each in self.depths)}"
+            )
 
     def cells(self) -> list[tuple[int, float]]:
         return [(length, depth) for length in self.lengths for depth in self.depths]
+
+    def middle_cell(self) -> tuple[int, float]:
+        """The cell drawn when none is named: the longest prompt, the middle depth."""
+        return max(self.lengths), self.depths[len(self.depths) // 2]
 
 
 def answered(response: str, answer: str) -> bool:
@@ -144,6 +165,26 @@ def retrieval_scores(
     return copied.mean(axis=-1)
 
 
+@dataclass(frozen=True)
+class Strips:
+    """Where every head looked while the model wrote, in one cell: each step's row over
+    the prompt, pooled into bins of neighbouring positions (weights summed, so a bin
+    holds the weight on its tokens; the weight on tokens written is left out)."""
+
+    weights: np.ndarray  # (G, L, H, B)
+    edges: np.ndarray  # (B + 1,): the first position of each bin, then the prompt's length
+    written: list[str]  # the token each step wrote, as the tokenizer spells it
+
+    def bin_of(self, position: int) -> int:
+        return int(np.searchsorted(self.edges, position, side="right")) - 1
+
+
+def bin_edges(length: int, bins: int) -> np.ndarray:
+    """(B + 1,): where each of ``bins`` bins of a prompt of ``length`` tokens starts (a bin
+    holds the positions p with p * B // length == its index), then ``length``."""
+    return -(-np.arange(bins + 1) * length // bins)
+
+
 @dataclass
 class Cell:
     """One prompt of the sweep and what the model did with it."""
@@ -157,6 +198,7 @@ class Cell:
     answered: bool
     retrieval: np.ndarray  # (L, H)
     span: np.ndarray  # (L, H): mean weight on the needle over the steps
+    strips: Strips | None = None  # the sweep's strips_of cell only
 
     def record(self) -> dict[str, object]:
         return {

@@ -24,6 +24,7 @@ class Needs(StrEnum):
     SPAN = "span"  # the keys of --span
     REPEATS = "repeats"  # one sequence, with the tokens that say which ones repeat
     ANSWER = "answer"  # a causal language model's answer (--answer): a head's effect on it
+    KINDS = "layer kinds"  # a model whose layers differ in what they read (sliding, global)
 
 
 class Per(StrEnum):
@@ -79,6 +80,13 @@ class HeadColumn(StrEnum):
     # A head's place needs no help in a table's caption.
     LAYER = Column("layer", "", beside_detectors=True, ascending=True)
     HEAD = Column("head", "", beside_detectors=True, ascending=True)
+    KIND = Column(
+        "kind",
+        "the layer's attention: global, or sliding N (each query reads at most the N keys "
+        "up to itself)",
+        needs=Needs.KINDS,
+        ascending=True,
+    )
     # Effects on an answer: read from the model's output, not from the maps (no per).
     ABLATION = Column(
         "ablation",

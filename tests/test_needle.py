@@ -121,14 +121,19 @@ def test_rows_read_while_writing_equal_eager_attention(generators, byte_level, f
     path = byte_level if family == "gpt2" else generators[family]
     loaded = attnviz.load(path).loaded
     prompt = Haystack(loaded, SHORT, default_haystack()).prompt(150, 0.5)
-    written, top_keys, span = read_while_writing(loaded, prompt, SHORT)
+    bins = 7  # bins of 21 or 22 prompt tokens
+    written, top_keys, span, pooled = read_while_writing(loaded, prompt, SHORT, bins)
     expected_written, rows = eager_rows(path, prompt.ids, len(written))
     assert written == expected_written and len(written) == SHORT.max_new_tokens
     low, high = prompt.needle
+    length = len(prompt.ids)
     for step, row in enumerate(rows):  # (L, H, T) at each step
         picked = np.take_along_axis(row, top_keys[step][..., None], axis=-1)[..., 0]
         np.testing.assert_allclose(picked, row.max(axis=-1), atol=1e-6)  # a most-weighted key
         np.testing.assert_allclose(span[step], row[..., low:high].sum(-1), atol=1e-5)
+        binned = [row[..., [p for p in range(length) if p * bins // length == b]].sum(-1)
+                  for b in range(bins)]  # fmt: skip
+        np.testing.assert_allclose(pooled[step], np.stack(binned, axis=-1), atol=1e-5)
 
 
 def test_the_sweep_scores_each_cell_from_its_rows(generators):
@@ -140,7 +145,7 @@ def test_the_sweep_scores_each_cell_from_its_rows(generators):
     cell = results.cells[-1]
     loaded = extractor.loaded
     prompt = Haystack(loaded, SHORT, default_haystack()).prompt(cell.length, cell.depth)
-    written, top_keys, span = read_while_writing(loaded, prompt, SHORT)
+    written, top_keys, span, _ = read_while_writing(loaded, prompt, SHORT)
     np.testing.assert_array_equal(
         cell.retrieval, reference_scores(top_keys, written, prompt.ids, prompt.answer)
     )
@@ -174,6 +179,30 @@ def test_the_command_writes_the_sweep_as_json_csv_a_table_and_a_picture(
     assert (tmp_path / "n.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_top_heads_draws_the_strips_of_the_cell_named(runner, generators, tmp_path):
+    """The strips' cell keeps its rows pooled (the weights of a row's bins are its weights
+    on the prompt: at most 1), no other cell does; the picture grows a strip per head."""
+    model = generators["gemma3-lm"]
+    sweep = Sweep((150, 220), (0.0, 1.0), NEEDLE, max_new_tokens=3, strips_of=(220, 1.0))
+    results = attnviz.load(model).needle(sweep)
+    kept = [cell for cell in results.cells if cell.strips is not None]
+    assert [(cell.length, cell.depth) for cell in kept] == [(220, 1.0)]
+    strips = kept[0].strips
+    assert strips.weights.shape == (3, 3, 4, 220) and list(strips.edges) == list(range(221))
+    assert (strips.weights.sum(-1) <= 1 + 1e-5).all() and strips.weights.sum() > 0
+    assert len(strips.written) == 3
+    from PIL import Image
+
+    common = ["needle", "--model", model, *TINY_NEEDLE, "--lengths", "150,220", "--depths", "0,1",
+              "-n", "3", "-q"]  # fmt: skip
+    heights = []
+    for extra, name in (([], "plain.png"), (["--top-heads", "3", "--cell", "220,1"], "strips.png")):
+        drawn = runner.invoke(app, [*common, "--picture", str(tmp_path / name), *extra])
+        assert drawn.exit_code == 0, drawn.stderr
+        heights.append(Image.open(tmp_path / name).height)
+    assert heights[1] >= heights[0] + 3 * 90  # three strips of at least 0.9 inch at 100 dpi
+
+
 def test_a_short_haystack_is_repeated_and_said_once(runner, generators, tmp_path):
     filler = tmp_path / "filler.txt"
     filler.write_text("A short text. It ends here.\n")
@@ -201,6 +230,13 @@ def test_a_short_haystack_is_repeated_and_said_once(runner, generators, tmp_path
         (["--haystack", "missing.txt"], "no such file: missing.txt"),
         (["-o", "sweep.png"], "-o writes the results as data: draw the picture with --picture"),
         (["--picture", "sweep.txt"], "cannot tell the format of sweep.txt"),
+        (["--cell", "1k,0"], "--cell names the cell --top-heads draws: give --top-heads N"),
+        (["--top-heads", "2"], "--top-heads draws below the sweep's picture: give --picture"),
+        (
+            ["--top-heads", "2", "--picture", "p.png", "--cell", "3k,0.5"],
+            "--cell 3000,0.5 is not a cell of the sweep: give one of --lengths 1000,2000,4000",
+        ),
+        (["--top-heads", "2", "--picture", "p.png", "--cell", "1k"], "--cell takes a length and"),
     ],
 )
 def test_bad_sweeps_are_refused_before_a_model_loads(runner, tmp_path, monkeypatch, arguments,
@@ -227,6 +263,38 @@ def test_sweeps_a_model_cannot_run_are_usage_errors(runner, tiny, generators, mo
     result = runner.invoke(
         app, ["needle", "--model", name, *TINY_NEEDLE, "--depths", "0", *arguments]
     )
+    failed_in_process(result, 2, message)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--needle", "4 2", "--answer", "4"], "the needle tokenizes to nothing"),
+        (["--question", "42 ?"], "the question tokenizes to nothing"),
+        (["--needle", "The code is red 7.", "--answer", "7"], "the answer '7' tokenizes to"),
+    ],
+)
+def test_words_the_tokenizer_drops_are_refused(runner, generators, tmp_path, arguments, message):
+    """A tokenizer may drop what it does not spell (this one's normalizer removes digits,
+    spaces and '?'): a needle, question or answer left with no token is a usage error."""
+    import shutil
+
+    from tokenizers import Regex, Tokenizer, normalizers
+
+    folder = tmp_path / "drops-digits"
+    shutil.copytree(generators["gemma3-lm"], folder)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    dropping = normalizers.Replace(Regex(r"[\d\s?]"), "")
+    kept = [] if tokenizer.normalizer is None else [tokenizer.normalizer]
+    tokenizer.normalizer = normalizers.Sequence([dropping, *kept])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    asked = dict(zip(TINY_NEEDLE[::2], TINY_NEEDLE[1::2], strict=True))
+    asked |= dict(zip(arguments[::2], arguments[1::2], strict=True))
+    result = runner.invoke(
+        app,
+        ["needle", "--model", str(folder), "--lengths", "150", "--depths", "0",
+         *(part for pair in asked.items() for part in pair)],
+    )  # fmt: skip
     failed_in_process(result, 2, message)
 
 

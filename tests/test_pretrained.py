@@ -459,3 +459,40 @@ def test_maps_record_each_layers_kind_where_the_model_declares_them(tiny, tmp_pa
     assert attnviz.load(tiny["mistral"]).extract("the dog ran").layer_kinds == ["sliding 4"] * 2
     plain = attnviz.load(tiny["llama"]).extract("the dog ran")
     assert plain.layer_kinds is None and "layer_kinds" not in plain.to_dict()
+
+
+def test_heads_and_stats_report_each_layers_kind(runner, tiny, tmp_path):
+    """heads lists each head's layer kind (whether read block by block or from whole
+    maps); stats sums each statistic per kind, over every head of those layers: the
+    mean of the heads' own values, input by input."""
+    model = tiny["gemma3"]
+    lines = ["the dog and the cat ran to the dog", "a cat sat on the mat and the dog ran"]
+    expected: dict[str, list[float]] = {}
+    for attention in ("fused", "eager"):
+        listed = runner.invoke(
+            app, ["heads", lines[0], "--model", model, "--attention", attention, "-f", "json"]
+        )
+        assert listed.exit_code == 0, listed.stderr
+        rows = json.loads(listed.stdout)["heads"]
+        assert [row["kind"] for row in rows] == ["sliding 4"] * 8 + ["global"] * 4
+    drawn = runner.invoke(app, ["heads", lines[0], "--model", model])
+    assert drawn.stdout.splitlines()[1] == "global: layer 2; the others sliding 4"
+    for line in lines:
+        for row in attnviz.load(model).head_statistics(line).rows:
+            expected.setdefault(row.kind, []).append(row.distance)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    summed = runner.invoke(app, ["stats", str(corpus), "--model", model, "-q", "-f", "json"])
+    assert summed.exit_code == 0, summed.stderr
+    document = json.loads(summed.stdout)
+    assert {row["kind"] for row in document["heads"]} == {"sliding 4", "global"}
+    distance = {row["kind"]: row for row in document["kinds"] if row["statistic"] == "distance"}
+    for kind, values in expected.items():
+        assert distance[kind]["count"] == len(values) == {"global": 8, "sliding 4": 16}[kind]
+        assert distance[kind]["mean"] == pytest.approx(np.mean(values), rel=1e-6)
+    table = runner.invoke(app, ["stats", str(corpus), "--model", model, "-q"])
+    assert "per layer kind" in table.stdout and "sliding 4" in table.stdout
+    plain = runner.invoke(app, ["stats", str(corpus), "--model", tiny["llama"], "-q", "-f", "json"])
+    assert "kinds" not in json.loads(plain.stdout) and "kind" not in plain.stdout
+    heads = runner.invoke(app, ["heads", lines[0], "--model", tiny["llama"], "-f", "json"])
+    assert "kind" not in json.loads(heads.stdout)["heads"][0]

@@ -92,9 +92,12 @@ class CorpusStatistics:
     cells: dict[tuple[int, int, str], Cell] = field(default_factory=dict)
     failed: int = 0  # inputs the model could not read, left out
     first_failure: str = ""  # why the first of them failed
+    kinds: dict[int, str] = field(default_factory=dict)  # each layer's attention, if they differ
 
     def add(self, table: HeadTable) -> None:
         for row in table.rows:
+            if row.kind is not None:
+                self.kinds[row.layer] = row.kind
             for name in STATISTICS:
                 value = row[name]
                 if value is not None:  # distance and the like have none in cross mode
@@ -155,28 +158,34 @@ class CorpusStatistics:
         self.model = self.model or other.model
         self.failed += other.failed
         self.first_failure = self.first_failure or other.first_failure
+        self.kinds |= other.kinds
 
     def rows(self) -> list[dict[str, Any]]:
-        """A row per (layer, head, statistic): count, mean, std and quantiles."""
+        """A row per (layer, head, statistic): count, mean, std and quantiles (and the
+        layer's kind, where the model's layers differ)."""
         rows = []
         for (layer, head, name), cell in sorted(
             self.cells.items(),
             key=lambda item: (item[0][0], item[0][1], STATISTICS.index(item[0][2])),
         ):
-            row: dict[str, Any] = {
-                "layer": layer,
-                "head": head,
-                "statistic": name,
-                "count": cell.running.count,
-                "mean": cell.running.mean,
-                "std": cell.running.std,
-            }
-            for quantile in QUANTILES:
-                row[f"p{round(quantile * 100):02d}"] = float(
-                    cell.sketch.get_quantile_value(quantile)
-                )
-            rows.append(row)
+            place: dict[str, Any] = {"layer": layer, "head": head}
+            if self.kinds:
+                place["kind"] = self.kinds[layer]
+            rows.append({**place, "statistic": name, **_summary(cell)})
         return rows
+
+    def kind_rows(self) -> list[dict[str, Any]]:
+        """A row per (layer kind, statistic), over every head of the layers of that kind
+        and every input: what global layers read against sliding ones. Empty where the
+        model's layers are all global."""
+        pooled: dict[tuple[str, str], Cell] = {}
+        for (layer, _, name), cell in self.cells.items():
+            if layer in self.kinds and name != "top_key_position":
+                pooled.setdefault((self.kinds[layer], name), Cell()).merge(cell)
+        return [
+            {"kind": kind, "statistic": name, **_summary(pooled[kind, name])}
+            for kind, name in sorted(pooled, key=lambda key: (key[0], STATISTICS.index(key[1])))
+        ]
 
     def statistics(self) -> list[str]:
         """The statistics held (span only where a span was scored), in STATISTICS' order."""
@@ -197,3 +206,15 @@ class CorpusStatistics:
             for layer in layers
         ]
         return layers, heads, grid
+
+
+def _summary(cell: Cell) -> dict[str, Any]:
+    """A cell's count, mean, std and quantiles."""
+    summary: dict[str, Any] = {
+        "count": cell.running.count,
+        "mean": cell.running.mean,
+        "std": cell.running.std,
+    }
+    for quantile in QUANTILES:
+        summary[f"p{round(quantile * 100):02d}"] = float(cell.sketch.get_quantile_value(quantile))
+    return summary

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 DETECTOR_COLUMNS = frozenset(DETECTORS)
 # A table in a terminal has room for one set or the other: the statistics, or the
 # detectors' scores with what explains them (the weight on the first token, left out).
-STATISTICS_TABLE = frozenset(HeadColumn) - DETECTOR_COLUMNS
+# Each layer's kind is said above the table, where "sliding 512" takes no column.
+STATISTICS_TABLE = frozenset(HeadColumn) - DETECTOR_COLUMNS - {HeadColumn.KIND}
 DETECTORS_TABLE = frozenset(column for column in HeadColumn if column.beside_detectors)
 # With an answer: its effects, beside where the head looks.
 EFFECTS_TABLE = frozenset(column for column in HeadColumn if column.needs is Needs.ANSWER) | {
@@ -108,6 +109,7 @@ class HeadStatistics:
     values: dict[str, float | None]  # every summed statistic, in HeadColumn's order
     top_key_position: int
     top_key: str
+    kind: str | None = None  # the layer's attention, where the model's layers differ
 
     def __getattr__(self, name: str) -> float | None:
         values = self.__dict__.get("values", {})
@@ -125,10 +127,11 @@ class HeadStatistics:
 
     def as_dict(self) -> dict[str, int | float | str | None]:
         """Every column of the row: the effects where it has them."""
+        optional = (Needs.ANSWER, Needs.KINDS)  # only where the row has them
         return {
             column.value: self[column]
             for column in HeadColumn
-            if column.needs is not Needs.ANSWER or column.value in self.values
+            if column.needs not in optional or self[column] is not None
         }
 
 
@@ -159,7 +162,11 @@ class HeadTable:
     def columns(self, shown: Collection[HeadColumn] = tuple(HeadColumn)) -> list[HeadColumn]:
         """Those of the ``shown`` columns that apply: span only where a span was given, the
         effects only where an answer was."""
-        given = {Needs.SPAN: bool(self.span), Needs.ANSWER: self.effects is not None}
+        given = {
+            Needs.SPAN: bool(self.span),
+            Needs.ANSWER: self.effects is not None,
+            Needs.KINDS: any(row.kind is not None for row in self.rows),
+        }
         return [
             column for column in HeadColumn if column in shown and given.get(column.needs, True)
         ]
@@ -190,7 +197,9 @@ def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
         maps.mode, queries, maps.key_tokens, maps.key_special, rows, maps.span, maps.between
     )
     summed = [_of_held_rows(product(len(maps.heads)), grid, rows) for grid in maps.weights]
-    return statistics_rows(np.stack(summed), maps.layers, maps.heads, maps.key_tokens)
+    return statistics_rows(
+        np.stack(summed), maps.layers, maps.heads, maps.key_tokens, maps.layer_kinds
+    )
 
 
 def statistics_product(
@@ -236,20 +245,25 @@ def sink_columns_of(key_special: Sequence[bool] | None) -> list[int]:
 
 
 def statistics_rows(
-    summed: np.ndarray, layers: Sequence[int], heads: Sequence[int], key_tokens: Sequence[str]
+    summed: np.ndarray,
+    layers: Sequence[int],
+    heads: Sequence[int],
+    key_tokens: Sequence[str],
+    kinds: Sequence[str] | None = None,
 ) -> list[HeadStatistics]:
     """Rows of :class:`HeadStatistics` from the (L, H, len(SUMMED) + S) results of
     :class:`~attnviz.analysis.products.HeadStatisticsProduct`: the means, then the weight
-    each key received."""
+    each key received; ``kinds``, each of the ``layers``' attention (None: all global)."""
     rows = []
-    for layer, per_head in zip(layers, summed, strict=True):
+    for number, (layer, per_head) in enumerate(zip(layers, summed, strict=True)):
+        kind = None if kinds is None else kinds[number]
         for head, values in zip(heads, per_head, strict=True):
             means = {
                 column.value: None if np.isnan(value) else float(value)
                 for column, value in zip(SUMMED, values[: len(SUMMED)], strict=True)
             }
             top = int(values[len(SUMMED) :].argmax())
-            rows.append(HeadStatistics(layer, head, means, top, key_tokens[top]))
+            rows.append(HeadStatistics(layer, head, means, top, key_tokens[top], kind))
     return rows
 
 

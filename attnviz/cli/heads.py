@@ -247,7 +247,27 @@ def _table(
         )
     for row in rows:
         drawn.add_row(*(_cell(row[column], column) for column in columns))
-    return Group(Text(title + read), drawn)
+    kinds = _kinds_line(table.rows)
+    return Group(Text(title + read + (f"\n{kinds}" if kinds else "")), drawn)
+
+
+def _kinds_line(rows: list[HeadStatistics]) -> str:
+    """Which layers are of which kind, in words ("" where all are global): the most
+    common kind is "the others"."""
+    from attnviz.maps import index_span
+
+    layers: dict[str, list[int]] = {}
+    for row in rows:
+        if row.kind is not None and row.layer not in layers.get(row.kind, []):
+            layers.setdefault(row.kind, []).append(row.layer)
+    if not layers:
+        return ""
+    *named, (common, _) = sorted(layers.items(), key=lambda item: len(item[1]))
+    if not named:
+        return f"every layer {common}"
+    listed = "; ".join(f"{kind}: layer{'s' * (len(held) > 1)} {index_span(held)}"
+                       for kind, held in named)  # fmt: skip
+    return f"{listed}; the others {common}"
 
 
 def _cell(value: object, column: HeadColumn) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,6 +15,7 @@ from attnviz.cli import output as out
 from attnviz.cli.generate import LanguageModelOption
 from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, needle_settings, request
+from attnviz.errors import UsageError
 from attnviz.files import check_writable, open_output
 from attnviz.needle import (
     DEFAULT_ANSWER,
@@ -24,6 +26,7 @@ from attnviz.needle import (
     ROW_COLUMNS,
     Needle,
     Sweep,
+    parse_cell,
     parse_depths,
     parse_lengths,
 )
@@ -123,6 +126,26 @@ PictureOption = Annotated[
         "heads (.png, .svg or .pdf).",
     ),
 ]
+TopHeadsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--top-heads",
+        metavar="N",
+        min=1,
+        help="Also draw, below --picture's sweep, where the N best retrieval heads look in one "
+        "cell (--cell) while the model writes: a strip per head, a row per token written, "
+        "the prompt across in bins.",
+    ),
+]
+CellOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cell",
+        metavar="LENGTH,DEPTH",
+        show_default="the longest length, the middle depth",
+        help="The cell --top-heads draws, such as 16k,0.5: one of --lengths and one of --depths.",
+    ),
+]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No line per cell on stderr.")]
 
 
@@ -141,6 +164,8 @@ def needle(
     output_format: FormatOption = Output.TABLE,
     output: OutputOption = None,
     picture: PictureOption = None,
+    top_heads: TopHeadsOption = None,
+    cell: CellOption = None,
     quiet: QuietOption = False,
     environment: Environment = NO_TERMINAL,
     settings: ModelSettings = DEFAULT_SETTINGS,
@@ -165,6 +190,13 @@ def needle(
         max_new_tokens,
         chat=settings.chat,
     )
+    if top_heads is None and cell is not None:
+        raise UsageError("--cell names the cell --top-heads draws: give --top-heads N too")
+    if top_heads is not None:
+        if picture is None:
+            raise UsageError("--top-heads draws below the sweep's picture: give --picture PATH")
+        strips_of = sweep.middle_cell() if cell is None else parse_cell(cell)
+        sweep = replace(sweep, strips_of=strips_of)
     filler = None if haystack is None else read_whole(haystack)
     if output is not None:
         output_format = out.data_file_format(output, output_format)
@@ -180,7 +212,7 @@ def needle(
         from attnviz.render.needle import needle_picture
 
         with open_output(str(picture), binary=True) as stream:
-            stream.write(needle_picture(results, drawn, top))
+            stream.write(needle_picture(results, drawn, top, top_heads or 0))
 
 
 def _progress():

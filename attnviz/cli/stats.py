@@ -230,8 +230,11 @@ def _write(
     corpus: CorpusStatistics, output_format: Output, environment: Environment, destination: str
 ) -> None:
     rows = corpus.rows()
+    by_kind = corpus.kind_rows()
     if output_format is not Output.TABLE:
-        fields = {"model": corpus.model, "inputs": corpus.inputs}
+        fields: dict[str, object] = {"model": corpus.model, "inputs": corpus.inputs}
+        if by_kind:  # json only: csv's rows say each head's kind
+            fields["kinds"] = by_kind
         write_table(output_format, rows, list(rows[0]), destination, fields)
         return
     from attnviz.analysis.heads import DETECTOR_COLUMNS
@@ -257,6 +260,24 @@ def _write(
         if not with_std:
             table.caption = "± std, percentiles: widen the terminal, or -f json or -f csv"
         console.print(table)
+    if by_kind:
+        console.print(_kinds_table(by_kind, statistics, console.width))
+
+
+def _kinds_table(by_kind: list[dict], names: Sequence[str], width: int) -> Table:
+    """A row per layer kind (global, sliding N), a column per statistic in ``names``:
+    the mean over every head of those layers and every input."""
+    keyed = {(row["kind"], row["statistic"]): row for row in by_kind}
+    kinds = list(dict.fromkeys(row["kind"] for row in by_kind))
+    with_std = width >= _LABEL_COLUMNS + len(names) * _WITH_STD
+    table = out.rows_table(title="per layer kind: every head of those layers")
+    table.add_column("kind")
+    for name in names:
+        table.add_column(out.column_header(name), justify="right")
+    for kind in kinds:
+        summaries = [keyed.get((kind, name)) for name in names]
+        table.add_row(kind, *_mean_cells(summaries, with_std))
+    return table
 
 
 _LABEL_COLUMNS = 14  # characters the layer and head columns take
@@ -274,10 +295,15 @@ def _statistics_table(
     for name in names:
         table.add_column(out.column_header(name), justify="right")
     for layer, head in heads:
-        cells = []
-        for name in names:
-            row = keyed.get((layer, head, name))
-            spread = f" ± {out.number(row['std'])}" if with_std and row is not None else ""
-            cells.append("–" if row is None else f"{out.number(row['mean'])}{spread}")
-        table.add_row(str(layer), str(head), *cells)
+        summaries = [keyed.get((layer, head, name)) for name in names]
+        table.add_row(str(layer), str(head), *_mean_cells(summaries, with_std))
     return table
+
+
+def _mean_cells(summaries: list[dict | None], with_std: bool) -> list[str]:
+    """Each summary's mean, and its standard deviation if ``with_std`` ("–" for none)."""
+    cells = []
+    for row in summaries:
+        spread = f" ± {out.number(row['std'])}" if with_std and row is not None else ""
+        cells.append("–" if row is None else f"{out.number(row['mean'])}{spread}")
+    return cells

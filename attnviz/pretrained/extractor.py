@@ -142,7 +142,6 @@ class PretrainedExtractor(Extractor):
             )
         per_input, head_indices = self._computed(modules, layer_indices, inputs, request, layouts)
         tolerance = row_tolerance(loaded.model)
-        kinds = layer_kinds(loaded.model.config, stream_for(loaded.family, mode))
         results = []
         for row, (query, key) in enumerate(sides):
             text, target, pair = items[row]
@@ -157,7 +156,7 @@ class PretrainedExtractor(Extractor):
                 "chat": request.chat,
                 "system": request.system,
                 "weighting": request.weigh,
-                "layer_kinds": None if kinds is None else [kinds[i] for i in layer_indices],
+                "layer_kinds": self._layer_kinds(mode, layer_indices),
             }
             rows, known["span"] = positions[row]
             weights = per_input[row]  # (L, H, T, S), or the product asked for
@@ -210,6 +209,11 @@ class PretrainedExtractor(Extractor):
                 whole = np.stack([of_whole(layout.made(len(heads)), grid) for grid in whole])
             per_input.append(whole)
         return per_input, heads
+
+    def _layer_kinds(self, mode: Mode, layers: list[int]) -> list[str] | None:
+        """Each of ``layers``' attention kind read in ``mode`` (None: every one global)."""
+        kinds = layer_kinds(self.loaded.model.config, stream_for(self.loaded.family, mode))
+        return None if kinds is None else [kinds[i] for i in layers]
 
     def _prepared(
         self, items: list[Checked], request: Request
@@ -332,10 +336,11 @@ class PretrainedExtractor(Extractor):
                 for (query, key), labels, asked in zip(sides, key_labels, positions, strict=True)
             ]
             per_input, heads = self._computed(modules, layers, inputs, request, layouts)
+            kinds = self._layer_kinds(mode, layers)
             for summed, key, labels, (rows, span) in zip(
                 per_input, inputs.keys, key_labels, positions, strict=True
             ):
-                table = statistics_rows(summed, layers, heads, labels.text)
+                table = statistics_rows(summed, layers, heads, labels.text, kinds)
                 yield HeadTable(self.name, mode, key.length, table, rows, span)
 
     def head_effects(

@@ -25,7 +25,16 @@ import numpy as np
 
 from attnviz.choices import Attention
 from attnviz.errors import UsageError, warn
-from attnviz.needle import Cell, Needle, NeedleResults, Sweep, answered, retrieval_scores
+from attnviz.needle import (
+    Cell,
+    Needle,
+    NeedleResults,
+    Strips,
+    Sweep,
+    answered,
+    bin_edges,
+    retrieval_scores,
+)
 from attnviz.pretrained.encoding import chat_text
 from attnviz.pretrained.fused import recording, scores_of
 from attnviz.pretrained.generation import Sampling, generation_config
@@ -37,6 +46,7 @@ if TYPE_CHECKING:
     import torch
 
 _SENTENCE_ENDS = (".", "!", "?", "\n")
+STRIP_BINS = 512  # the bins a drawn cell's rows are pooled into: a picture's width of them
 _MESSAGE = "\u2063needle\u2063"  # stands for the prompt in the chat template, found after
 
 
@@ -178,8 +188,13 @@ def run_sweep(
     cells = []
     for length, depth in sweep.cells():
         prompt = haystack.prompt(length, depth)
-        written, top_keys, span = read_while_writing(loaded, prompt, sweep)
+        bins = min(len(prompt.ids), STRIP_BINS) if sweep.strips_of == (length, depth) else None
+        written, top_keys, span, pooled = read_while_writing(loaded, prompt, sweep, bins)
         response = loaded.tokenizer.decode(written, skip_special_tokens=True)
+        strips = None
+        if bins is not None:
+            spelled = loaded.tokenizer.convert_ids_to_tokens(written)
+            strips = Strips(pooled, bin_edges(len(prompt.ids), bins), spelled)
         cell = Cell(
             length=length,
             depth=depth,
@@ -190,6 +205,7 @@ def run_sweep(
             answered=answered(response, sweep.needle.answer),
             retrieval=retrieval_scores(top_keys, written, prompt.ids, prompt.answer),
             span=span.mean(axis=0),
+            strips=strips,
         )
         cells.append(cell)
         if progress is not None:
@@ -211,10 +227,11 @@ class _AnswerCame:
 
 
 def read_while_writing(
-    loaded: PretrainedModel, prompt: Prompt, sweep: Sweep
-) -> tuple[list[int], np.ndarray, np.ndarray]:
+    loaded: PretrainedModel, prompt: Prompt, sweep: Sweep, bins: int | None = None
+) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
     """Greedy writing after ``prompt``: the tokens written (G,), and at each step each
-    head's most-weighted key (G, L, H) and weight on the needle (G, L, H)."""
+    head's most-weighted key (G, L, H), weight on the needle (G, L, H) and, given
+    ``bins``, row over the prompt summed into that many bins (G, L, H, B; else empty)."""
     import torch
     from transformers import DynamicCache, StoppingCriteriaList
 
@@ -224,8 +241,9 @@ def read_while_writing(
         id(part): layer for layer, (module, _) in enumerate(modules) for part in module.modules()
     }
     read = [0] * len(modules)  # the positions each layer has read so far
-    steps: list[list[tuple[list[int], list[float]]]] = [[] for _ in modules]
+    steps: list[list[tuple[list[int], list[float], np.ndarray]]] = [[] for _ in modules]
     low, high = prompt.needle
+    length = len(prompt.ids)
 
     def record(module, query, key, value, mask, args, kwargs) -> None:
         layer = owner.get(id(module))
@@ -236,12 +254,18 @@ def read_while_writing(
         read[layer] += rows
         first = read[layer] - keys  # the position of the first key the cache holds
         last = np.asarray([rows - 1])
+        positions = torch.arange(first, first + keys, device=query.device)  # (W,)
+        in_prompt = positions < length
+        bin_of = positions[in_prompt] * (bins or 1) // length
+        pooled = torch.zeros(scores.heads, bins or 0, dtype=torch.float32, device=query.device)
         tops, masses = [], []
         for head in range(scores.heads):
             weights = scores.block(0, head, last, keys).tensor()[0]  # (W,)
             tops.append(int(weights.argmax()) + first)
             masses.append(float(weights[max(low - first, 0) : max(high - first, 0)].sum()))
-        steps[layer].append((tops, masses))
+            if bins:
+                pooled[head].index_add_(0, bin_of, weights[in_prompt].float())
+        steps[layer].append((tops, masses, pooled.cpu().numpy()))
 
     ids = torch.tensor([prompt.ids], device=model.device)
     new_tokens = sweep.max_new_tokens
@@ -258,11 +282,13 @@ def read_while_writing(
             stopping_criteria=StoppingCriteriaList([stop]),
         )[0].tolist()
     written = sequence[len(prompt.ids) :]
-    top_keys = np.asarray([[tops for tops, _ in layer] for layer in steps])  # (L, G, H)
-    span = np.asarray([[masses for _, masses in layer] for layer in steps])  # (L, G, H)
+    top_keys = np.asarray([[tops for tops, _, _ in layer] for layer in steps])  # (L, G, H)
+    span = np.asarray([[masses for _, masses, _ in layer] for layer in steps])  # (L, G, H)
+    pooled = np.asarray([[rows for _, _, rows in layer] for layer in steps])  # (L, G, H, B)
     steps_taken = len(written)  # one forward pass per token written
     return (
         written,
         top_keys.transpose(1, 0, 2)[:steps_taken],
         span.transpose(1, 0, 2)[:steps_taken],
+        pooled.transpose(1, 0, 2, 3)[:steps_taken],
     )

@@ -1,5 +1,7 @@
 """The picture of ``needle --picture``: the lengths × depths grid of answered cells (the
-classic needle-in-a-haystack chart) beside the top retrieval heads' scores."""
+classic needle-in-a-haystack chart) beside the top retrieval heads' scores, and with
+``--top-heads`` those heads' strips in one cell: where each looks while the model
+writes."""
 
 from __future__ import annotations
 
@@ -12,24 +14,59 @@ from attnviz.choices import Output
 from attnviz.render.canvas import drawing, metadata
 
 if TYPE_CHECKING:
-    from attnviz.needle import NeedleResults
+    from matplotlib.axes import Axes
+
+    from attnviz.needle import Cell, HeadScore, NeedleResults
 
 ANSWERED, MISSED = "#3b8c4a", "#c8473d"  # green and red that stay apart for most eyes' grey
+NEEDLE_MARK = "#e0457b"  # the needle's bins, on viridis's blues and yellows
+SWEEP_HEIGHT = 2.6  # inches: the grid and the bars, at least
+STRIP_INCHES_PER_ROW = 0.13  # a strip's row (a token written), for its label
 
 
-def needle_picture(results: NeedleResults, picture: Output, top: int) -> bytes:
+def needle_picture(results: NeedleResults, picture: Output, top: int, top_heads: int = 0) -> bytes:
+    """The sweep's picture; with ``top_heads``, the strips of that many of the best
+    retrieval heads in the cell whose rows were kept."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.colors import ListedColormap
     from matplotlib.figure import Figure
 
     lengths, depths = results.sweep.lengths, results.sweep.depths
     heads = results.heads()[:top]
     width = max(3.0, 0.7 * len(depths) + 1.6)
-    height = max(2.6, 0.45 * max(len(lengths), len(heads)) + 1.4)
-    figure = Figure(figsize=(width + 4.2, height), dpi=100)
+    height = max(SWEEP_HEIGHT, 0.45 * max(len(lengths), len(heads)) + 1.4)
+    drawn = next((cell for cell in results.cells if cell.strips is not None), None)
+    stripped = results.heads()[:top_heads] if drawn is not None else []
+    strip_count = len(stripped)
+    strip_height = 0.0
+    if drawn is not None and drawn.strips is not None:
+        strip_height = max(0.9, STRIP_INCHES_PER_ROW * len(drawn.strips.written) + 0.5)
+    figure = Figure(figsize=(width + 4.2, height + strip_count * strip_height), dpi=100)
     FigureCanvasAgg(figure)
-    grid_axes, heads_axes = figure.subplots(1, 2, width_ratios=[width, 4.2])
-    grid_axes.imshow(
+    rows = figure.add_gridspec(
+        1 + strip_count, 2, width_ratios=[width, 4.2],
+        height_ratios=[height, *[strip_height] * strip_count], hspace=0.7, wspace=0.35,
+    )  # fmt: skip
+    _grid(figure.add_subplot(rows[0, 0]), results)
+    _bars(figure.add_subplot(rows[0, 1]), heads)
+    for number, score in enumerate(stripped):
+        assert drawn is not None
+        axes = figure.add_subplot(rows[1 + number, :])
+        _strip(axes, drawn, score, first=number == 0, last=number == strip_count - 1)
+    figure.suptitle(f"{results.model} · needle: {results.sweep.needle.needle}", fontsize=9)
+    total = height + strip_count * strip_height
+    figure.subplots_adjust(left=0.1, right=0.97, bottom=0.42 / total + 0.02, top=1 - 0.52 / total)
+    out = io.BytesIO()
+    with drawing(set()):
+        figure.savefig(out, format=picture.value, metadata=metadata(picture))
+    return out.getvalue()
+
+
+def _grid(axes: Axes, results: NeedleResults) -> None:
+    """Answered (green ✓) and missed (red ✗) cells, lengths down and depths across."""
+    from matplotlib.colors import ListedColormap
+
+    lengths, depths = results.sweep.lengths, results.sweep.depths
+    axes.imshow(
         results.grid(),
         cmap=ListedColormap([MISSED, ANSWERED]),
         vmin=0,
@@ -39,32 +76,69 @@ def needle_picture(results: NeedleResults, picture: Output, top: int) -> bytes:
     )
     for row, column in np.ndindex(results.grid().shape):
         mark = "✓" if results.grid()[row, column] == 1 else "✗"
-        grid_axes.text(column, row, mark, ha="center", va="center", color="white", fontsize=11)
-    grid_axes.set_xticks(range(len(depths)), [f"{depth:g}" for depth in depths], fontsize=8)
-    grid_axes.set_yticks(range(len(lengths)), [f"{length:,}" for length in lengths], fontsize=8)
-    grid_axes.set_xlabel("depth of the needle (0: start, 1: end)", fontsize=8)
-    grid_axes.set_ylabel("prompt length (tokens)", fontsize=8)
-    grid_axes.set_title(
+        axes.text(column, row, mark, ha="center", va="center", color="white", fontsize=11)
+    axes.set_xticks(range(len(depths)), [f"{depth:g}" for depth in depths], fontsize=8)
+    axes.set_yticks(range(len(lengths)), [f"{length:,}" for length in lengths], fontsize=8)
+    axes.set_xlabel("depth of the needle (0: start, 1: end)", fontsize=8)
+    axes.set_ylabel("prompt length (tokens)", fontsize=8)
+    axes.set_title(
         f"answered {sum(cell.answered for cell in results.cells)} of {len(results.cells)}",
         fontsize=9,
     )
+
+
+def _bars(axes: Axes, heads: list[HeadScore]) -> None:
+    """Each head's retrieval score and span mass, the best retriever on top."""
     positions = np.arange(len(heads))
     retrieval = [score.retrieval or 0.0 for score in heads]
-    heads_axes.barh(positions - 0.2, retrieval, height=0.4, color="#3d6fb6", label="retrieval")
-    heads_axes.barh(
+    axes.barh(positions - 0.2, retrieval, height=0.4, color="#3d6fb6", label="retrieval")
+    axes.barh(
         positions + 0.2, [score.span for score in heads], height=0.4, color="#b0b8c4", label="span"
     )
-    heads_axes.set_yticks(
-        positions, [f"L{score.layer} H{score.head}" for score in heads], fontsize=8
+    axes.set_yticks(positions, [f"L{score.layer} H{score.head}" for score in heads], fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlim(0, 1)
+    axes.tick_params(axis="x", labelsize=7)
+    axes.set_title(f"top {len(heads)} retrieval heads", fontsize=9)
+    axes.legend(fontsize=7, loc="lower right", frameon=False)
+
+
+def _strip(axes: Axes, cell: Cell, score: HeadScore, first: bool, last: bool) -> None:
+    """One head's rows in ``cell``: a row per token written, the prompt across in bins
+    (the weight on each bin's tokens), the needle's bins marked above."""
+    from attnviz.visible import display_label
+
+    strips = cell.strips
+    assert strips is not None
+    rows = strips.weights[:, score.layer, score.head]  # (G, B)
+    edges = strips.edges
+    axes.imshow(
+        rows, cmap="viridis", vmin=0, vmax=1, aspect="auto", interpolation="nearest",
+        extent=(0, edges[-1], len(rows), 0),
+    )  # fmt: skip
+    low, high = cell.needle
+    axes.axvspan(
+        edges[strips.bin_of(low)], edges[strips.bin_of(high - 1) + 1], ymin=1.0, ymax=1.1,
+        color=NEEDLE_MARK, clip_on=False,
+    )  # fmt: skip
+    axes.set_yticks(
+        np.arange(len(rows)) + 0.5, [display_label(token) for token in strips.written], fontsize=5
     )
-    heads_axes.invert_yaxis()
-    heads_axes.set_xlim(0, 1)
-    heads_axes.tick_params(axis="x", labelsize=7)
-    heads_axes.set_title(f"top {len(heads)} retrieval heads", fontsize=9)
-    heads_axes.legend(fontsize=7, loc="lower right", frameon=False)
-    figure.suptitle(f"{results.model} · needle: {results.sweep.needle.needle}", fontsize=9)
-    figure.subplots_adjust(left=0.1, right=0.97, bottom=0.16, top=0.8, wspace=0.35)
-    out = io.BytesIO()
-    with drawing(set()):
-        figure.savefig(out, format=picture.value, metadata=metadata(picture))
-    return out.getvalue()
+    axes.tick_params(axis="x", labelsize=7)
+    retrieval = "–" if score.retrieval is None else f"{score.retrieval:.2f}"
+    title = f"L{score.layer} H{score.head} · retrieval {retrieval}"
+    if first:
+        said = "answered" if cell.answered else "not answered"
+        title = (
+            f"where they look in the cell of {cell.length:,} tokens at depth {cell.depth:g} "
+            f"({said}), a row per token written\n{title}"
+        )
+    axes.set_title(title, fontsize=8, loc="left", pad=9)  # above the needle's mark
+    if last:
+        size = edges[-1] / (len(edges) - 1)
+        tokens = "1 token" if size == 1 else f"{size:.3g} tokens"
+        axes.set_xlabel(
+            f"prompt position: the weight on each bin of {tokens} (0 to 1), the needle marked "
+            "above",
+            fontsize=7,
+        )
