@@ -516,3 +516,27 @@ def test_stats_of_a_pretrained_model_reads_fused_statistics(runner, tiny, blocks
     ]
     for row, expected in zip(got, want, strict=True):
         assert row["mean"] == pytest.approx(expected["mean"], abs=1e-5)
+
+
+def test_a_block_behind_a_sliding_window_computes_only_the_keys_its_rows_can_read(monkeypatch):
+    """Rows far past a window of 4 read 4 keys each; the scores of the keys before the
+    first one any row reads are never computed, and the weights equal a softmax over
+    every key with the mask applied (bool and additive masks alike)."""
+    torch.manual_seed(0)
+    query, key = torch.randn(1, 1, 20, 8), torch.randn(1, 1, 20, 8)
+    distance = torch.arange(20)[:, None] - torch.arange(20)[None, :]
+    allowed = (distance >= 0) & (distance < 4)  # (T, S)
+    lowest = torch.finfo(torch.float32).min
+    additive = torch.zeros(20, 20).masked_fill(~allowed, lowest)
+    expected = ((query[0, 0] @ key[0, 0].T) * 0.5).masked_fill(~allowed, -torch.inf).softmax(-1)
+    seen = []
+    real = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: seen.append(b.shape) or real(a, b))
+    rows = np.arange(12, 15)
+    for mask in (allowed, additive):
+        scores = fused_module.Scores(query, key, mask[None, None], causal=False, scaling=0.5)
+        block = scores.block(0, 0, rows, keys=20)
+        np.testing.assert_allclose(block.array(), expected[12:15].numpy(), atol=1e-6)
+        assert block.array()[:, :9].max() == 0 and np.isfinite(block.logs.numpy()).all()
+    assert seen == [(8, 11), (8, 11)]  # keys 9 to 19: the first row, 12, reads from 9
+    assert fused_module._first_visible(torch.zeros(2, 5, dtype=torch.bool)) == 0

@@ -77,22 +77,32 @@ class Scores:
         group = self.heads // self.key.shape[1]  # query heads per key/value head
         picked = _picker(rows)
         width = min(keys, int(rows[-1]) + 1) if self.causal else keys
-        query = self.query[item, head, picked].float()  # (R, D)
-        key = self.key[item, head // group, :width].float()  # (W, D)
-        scores = (query * self.scaling) @ key.T  # (R, W)
-        lowest = torch.finfo(scores.dtype).min  # a hidden key's score: exp gives exactly 0
-        added = self.position_bias is not None
-        if self.softcap is not None:
-            scores = torch.tanh(scores / self.softcap) * self.softcap
-        if self.position_bias is not None:
-            bias = self.position_bias[min(item, self.position_bias.shape[0] - 1)]
-            scores += bias[head if bias.shape[0] > 1 else 0, picked, :width].float()
+        mask = None
         if self.mask is not None:
             mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, picked, :width]
+        # Keys before the first one any of the rows may read (a sliding window's, long
+        # behind the rows) are hidden: their scores are not computed, only set hidden.
+        start = 0 if mask is None else _first_visible(mask)
+        query = self.query[item, head, picked].float()  # (R, D)
+        key = self.key[item, head // group, start:width].float()  # (W − start, D)
+        lowest = torch.finfo(torch.float32).min  # a hidden key's score: exp gives exactly 0
+        read = (query * self.scaling) @ key.T  # (R, W − start): the keys some row may read
+        scores = read  # (R, W)
+        if start:
+            scores = torch.full((len(rows), width), lowest, device=read.device)
+            scores[:, start:] = read
+            read = scores[:, start:]  # a view: what follows changes the scores
+        added = self.position_bias is not None
+        if self.softcap is not None:
+            read.copy_(torch.tanh(read / self.softcap) * self.softcap)
+        if self.position_bias is not None:
+            bias = self.position_bias[min(item, self.position_bias.shape[0] - 1)]
+            read += bias[head if bias.shape[0] > 1 else 0, picked, start:width].float()
+        if mask is not None:
             if mask.dtype == torch.bool:
-                scores.masked_fill_(~mask, lowest)
+                read.masked_fill_(~mask[:, start:], lowest)
             else:
-                scores += mask.float()
+                read += mask[:, start:].float()
                 added = True
         elif self.causal:  # only keys after the first row can be hidden from a row
             first = int(rows[0]) + 1
@@ -107,6 +117,16 @@ class Scores:
         if self.written is not None:
             return Block(rows, logs.exp_().mul_(self.written[item, head, :width]))
         return Block(rows, logs.exp(), logs)
+
+
+def _first_visible(mask: torch.Tensor) -> int:
+    """The first key that some row of ``mask`` (R, W; bool, True: may attend, or added to
+    the scores) may read; 0 where none may."""
+    import torch
+
+    visible = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min
+    seen = visible.any(0)  # (W,)
+    return int(seen.to(torch.uint8).argmax()) if bool(seen.any()) else 0
 
 
 def _picker(rows: np.ndarray) -> slice | list[int]:
