@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test quick lint docs bench clean browser
+.PHONY: demo test integration quick lint docs bench clean browser
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,19 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/attnviz show "Hello I love you" --format terminal  # the picture, even when piped
 
+# Every test but the integration tests below: within about four minutes on two cores.
 # Line coverage, the lines run by the tests' own `attnviz` processes included;
 # tests spread over every core (pytest-xdist).
+INTEGRATION := smollm2 or gemma3 or ray
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -n auto --dist loadgroup --cov --cov-report=term --cov-fail-under=90
+	$(BIN)/python -m pytest -n auto --dist loadgroup -m "not ($(INTEGRATION))" \
+	  --cov --cov-report=term --cov-fail-under=90
+
+# The real packaged models (each converted from its GGUF file first: minutes) and a
+# Ray cluster. CI runs them after `make test`; the coverage adds to make test's.
+integration: $(STAMP)
+	$(BIN)/python -m pytest -n auto --dist loadgroup -m "$(INTEGRATION)" \
+	  --cov --cov-append --cov-report=term --cov-fail-under=90
 
 # A developer's quick run, under a minute: no Ray, no browser, none of the slow tests
 # (real processes and signals, the real models). CI runs everything.
