@@ -539,4 +539,7 @@ def test_a_block_behind_a_sliding_window_computes_only_the_keys_its_rows_can_rea
         np.testing.assert_allclose(block.array(), expected[12:15].numpy(), atol=1e-6)
         assert block.array()[:, :9].max() == 0 and np.isfinite(block.logs.numpy()).all()
     assert seen == [(8, 11), (8, 11)]  # keys 9 to 19: the first row, 12, reads from 9
-    assert fused_module._first_visible(torch.zeros(2, 5, dtype=torch.bool)) == 0
+    assert fused_module._first_visible(allowed[12:15]) == 9
+    blind = allowed[12:15].clone()
+    blind[1] = False  # a row that may read nothing: uniform over every key, so all are made
+    assert fused_module._first_visible(blind) == 0

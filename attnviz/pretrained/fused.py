@@ -81,20 +81,17 @@ class Scores:
         if self.mask is not None:
             mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, picked, :width]
         # Keys before the first one any of the rows may read (a sliding window's, long
-        # behind the rows) are hidden: their scores are not computed, only set hidden.
+        # behind the rows) are hidden: their scores, exponentials and sums are never
+        # computed; their weights are 0 and their logs the lowest float, as a softmax
+        # over every key would give them.
         start = 0 if mask is None else _first_visible(mask)
         query = self.query[item, head, picked].float()  # (R, D)
         key = self.key[item, head // group, start:width].float()  # (W − start, D)
-        lowest = torch.finfo(torch.float32).min  # a hidden key's score: exp gives exactly 0
         read = (query * self.scaling) @ key.T  # (R, W − start): the keys some row may read
-        scores = read  # (R, W)
-        if start:
-            scores = torch.full((len(rows), width), lowest, device=read.device)
-            scores[:, start:] = read
-            read = scores[:, start:]  # a view: what follows changes the scores
+        lowest = torch.finfo(read.dtype).min  # a hidden key's score: exp gives exactly 0
         added = self.position_bias is not None
         if self.softcap is not None:
-            read.copy_(torch.tanh(read / self.softcap) * self.softcap)
+            read = torch.tanh(read / self.softcap) * self.softcap
         if self.position_bias is not None:
             bias = self.position_bias[min(item, self.position_bias.shape[0] - 1)]
             read += bias[head if bias.shape[0] > 1 else 0, picked, start:width].float()
@@ -107,26 +104,45 @@ class Scores:
         elif self.causal:  # only keys after the first row can be hidden from a row
             first = int(rows[0]) + 1
             later = (
-                torch.arange(first, width, device=scores.device)[None, :]
-                > torch.as_tensor(rows, device=scores.device)[:, None]
+                torch.arange(first, width, device=read.device)[None, :]
+                > torch.as_tensor(rows, device=read.device)[:, None]
             )  # (R, W − first)
-            scores[:, first:].masked_fill_(later, lowest)
+            read[:, first:].masked_fill_(later, lowest)
         if added:  # an additive mask or bias may hold -inf: made finite
-            scores.clamp_(min=lowest)
-        logs = scores.sub_(torch.logsumexp(scores, dim=-1, keepdim=True))
+            read.clamp_(min=lowest)
+        # The softmax and its logarithm from one exponential per weight (logsumexp, then
+        # exp of the logs, would take two).
+        logs = read.sub_(read.amax(dim=-1, keepdim=True))
+        weights = logs.exp()
+        total = weights.sum(dim=-1, keepdim=True)
+        weights.div_(total)
         if self.written is not None:
-            return Block(rows, logs.exp_().mul_(self.written[item, head, :width]))
-        return Block(rows, logs.exp(), logs)
+            weights.mul_(self.written[item, head, start:width])
+            return Block(rows, _widened(weights, start, 0.0))
+        logs.sub_(total.log_())
+        return Block(rows, _widened(weights, start, 0.0), _widened(logs, start, lowest))
+
+
+def _widened(part: torch.Tensor, start: int, hidden: float) -> torch.Tensor:
+    """(R, W − start) -> (R, W): the ``start`` hidden keys first, each ``hidden``."""
+
+    if not start:
+        return part
+    whole = part.new_full((part.shape[0], start + part.shape[1]), hidden)
+    whole[:, start:] = part
+    return whole
 
 
 def _first_visible(mask: torch.Tensor) -> int:
     """The first key that some row of ``mask`` (R, W; bool, True: may attend, or added to
-    the scores) may read; 0 where none may."""
+    the scores) may read; 0 where a row may read none."""
     import torch
 
     visible = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min
     seen = visible.any(0)  # (W,)
-    return int(seen.to(torch.uint8).argmax()) if bool(seen.any()) else 0
+    start = int(seen.to(torch.uint8).argmax())
+    # A row that may read nothing spreads its weight over every key, hidden or not.
+    return start if start and bool(visible[:, start:].any(1).all()) else 0
 
 
 def _picker(rows: np.ndarray) -> slice | list[int]:
