@@ -449,8 +449,10 @@ def test_head_statistics_summed_block_by_block_equal_their_definitions(step, ali
 
 
 @pytest.mark.parametrize(
-    ("family", "mode"), [("llama", "masked"), ("bert", "self"), ("t5", "cross")]
-)
+    ("family", "mode"),
+    [("llama", "masked"), ("bert", "self"), ("t5", "cross"), ("mistral", "masked"),
+     ("gemma3", "masked")],  # sliding windows: blocks that hold only the keys they read
+)  # fmt: skip
 def test_statistics_of_fused_attention_equal_those_of_the_whole_maps(tiny, blocks, family, mode):
     target = TARGET if mode == "cross" else None
     small = LoadOptions(memory=1)  # one row to a block
@@ -463,7 +465,8 @@ def test_statistics_of_fused_attention_equal_those_of_the_whole_maps(tiny, block
     assert fused.key_count == len(maps.key_tokens)
     for got, want in zip(fused.rows, head_statistics(maps), strict=True):
         assert (got.layer, got.head, got.top_key) == (want.layer, want.head, want.top_key)
-        for name in ("entropy", "distance", "sink", "previous", "self"):
+        for name in ("entropy", "distance", "sink", "previous", "self", "previous_token",
+                     "duplicate_token", "induction"):  # fmt: skip
             if getattr(want, name) is None:
                 assert getattr(got, name) is None
             else:

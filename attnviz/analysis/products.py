@@ -44,35 +44,53 @@ class Block:
     """The exact weights of some query rows of one head. ``weights`` may hold only the
     first W ≤ S keys: the weights of the rest are 0 (causal rows, before a later key).
     ``logs``, where the maker has them, are the log weights, finite everywhere (a
-    weight of 0 has a log far below any other), so that ``weights · logs`` is exact."""
+    weight of 0 has a log far below any other), so that ``weights · logs`` is exact.
+    A block may also leave out its first ``start`` keys, which none of its rows reads
+    (behind a sliding window): ``weights`` and ``logs`` are then (R, W − start), and
+    ``tensor()`` and ``array()`` give them every key."""
 
     rows: np.ndarray  # (R,) query positions, ascending
-    weights: Any  # (R, W): a torch.Tensor or an np.ndarray
-    logs: Any = None  # (R, W) torch.Tensor, or None
+    weights: Any  # (R, W − start): a torch.Tensor or an np.ndarray
+    logs: Any = None  # (R, W − start) torch.Tensor, or None
+    start: int = 0  # the first key held; those before have weight 0
 
     @property
     def width(self) -> int:
-        return self.weights.shape[1]
+        return self.start + self.weights.shape[1]
 
     def array(self) -> np.ndarray:
-        """The weights as a NumPy array, on the CPU."""
-        if isinstance(self.weights, np.ndarray):
+        """The weights of every key as a NumPy array, on the CPU."""
+        if isinstance(self.weights, np.ndarray) and not self.start:
             return self.weights
-        return self.weights.cpu().numpy()
+        return self.tensor().cpu().numpy()
 
     def tensor(self) -> torch.Tensor:
-        """The weights as a PyTorch tensor, where they were made."""
+        """The weights of every key as a PyTorch tensor, where they were made."""
+        return _widened(self.held_tensor(), self.start, 0.0)
+
+    def held_tensor(self) -> torch.Tensor:
+        """The weights of the keys held, (R, W − start)."""
         import torch
 
         return torch.as_tensor(self.weights)
 
-    def log_tensor(self) -> torch.Tensor:
+    def held_log_tensor(self) -> torch.Tensor:
+        """The log weights of the keys held, (R, W − start)."""
         import torch
 
         if self.logs is not None:
             return self.logs
-        weights = self.tensor()
+        weights = self.held_tensor()
         return torch.log(weights).clamp_(min=torch.finfo(weights.dtype).min)
+
+
+def _widened(held: torch.Tensor, start: int, hidden: float) -> torch.Tensor:
+    """(R, W − start) -> (R, W): the ``start`` keys not held first, each ``hidden``."""
+    if not start:
+        return held
+    whole = held.new_full((held.shape[0], start + held.shape[1]), hidden)
+    whole[:, start:] = held
+    return whole
 
 
 class Product(Protocol):
@@ -355,8 +373,9 @@ class HeadStatisticsProduct:
     def add(self, head: int, block: Block) -> None:
         import torch
 
-        weights, logs = block.tensor().float(), block.log_tensor().float()  # (R, W)
-        device, width = weights.device, block.width
+        # (R, W − start): the keys before start (behind a sliding window) have weight 0.
+        weights, logs = block.held_tensor().float(), block.held_log_tensor().float()
+        device, start, width = weights.device, block.start, block.width
         if self._sums is None or self._columns is None:
             # Totals over every block in float64 (float32 where the device has no float64).
             total = torch.float32 if device.type == "mps" else torch.float64
@@ -364,39 +383,50 @@ class HeadStatisticsProduct:
             self._columns = torch.zeros(self.heads, self.keys, dtype=total, device=device)
         sums = self._sums[head]
         sums[SLOT["entropy"]] -= torch.vdot(weights.reshape(-1), logs.reshape(-1))
-        sums[SLOT["sink"]] += self._mass(weights, self.sink_columns)
+        sums[SLOT["sink"]] += self._mass(weights, self.sink_columns, start)
         if self.span is not None:
-            sums[SLOT["span"]] += self._mass(weights, self.span)
+            sums[SLOT["span"]] += self._mass(weights, self.span, start)
         if self.aligned:
-            rows = torch.as_tensor(block.rows, device=device)
-            keys = torch.arange(width, dtype=weights.dtype, device=device)
-            # Σ_j p_ij |i − j| = Σ_j p_ij (i − j) + 2 Σ_{j > i} p_ij (j − i); the second sum
-            # is over the keys after the query, which causal rows give no weight.
-            signed = weights.sum(1) @ rows.to(weights.dtype) - (weights @ keys).sum()
-            if not self.causal:
-                ahead = (keys[None, :] - rows[:, None].to(weights.dtype)).clamp_(min=0)
-                signed = signed + 2 * torch.vdot(weights.reshape(-1), ahead.reshape(-1))
-            sums[SLOT["distance"]] += signed
-            slots = torch.arange(len(rows), device=device)
-            inside = rows < width
-            sums[SLOT["self"]] += weights[slots[inside], rows[inside]].sum()
-            earlier = (rows >= 1) & (rows - 1 < width)
-            before = weights[slots[earlier], rows[earlier] - 1]  # (rows with a previous key,)
-            sums[SLOT["previous"]] += before.sum()
-            if self.repeats is not None:
-                # The first key's weight left out.
-                sums[SLOT["previous_token"]] += before[rows[earlier] >= 2].sum()
-                duplicate, induction = self.repeats.detected(weights, block.rows).to(sums.dtype)
-                sums[SLOT["duplicate_token"]] += duplicate
-                sums[SLOT["induction"]] += induction
-        self._columns[head, :width] += weights.sum(0)
+            self._add_positional(sums, weights, block)
+        self._columns[head, start:width] += weights.sum(0)
+
+    def _add_positional(self, sums: torch.Tensor, weights: torch.Tensor, block: Block) -> None:
+        """The statistics that compare query and key positions or tokens, of one block
+        whose held weights are ``weights`` (R, W − start)."""
+        import torch
+
+        device, start, width = weights.device, block.start, block.width
+        rows = torch.as_tensor(block.rows, device=device)
+        keys = torch.arange(start, width, dtype=weights.dtype, device=device)
+        # Σ_j p_ij |i − j| = Σ_j p_ij (i − j) + 2 Σ_{j > i} p_ij (j − i); the second sum
+        # is over the keys after the query, which causal rows give no weight.
+        signed = weights.sum(1) @ rows.to(weights.dtype) - (weights @ keys).sum()
+        if not self.causal:
+            ahead = (keys[None, :] - rows[:, None].to(weights.dtype)).clamp_(min=0)
+            signed = signed + 2 * torch.vdot(weights.reshape(-1), ahead.reshape(-1))
+        sums[SLOT["distance"]] += signed
+        slots = torch.arange(len(rows), device=device)
+        inside = (rows >= start) & (rows < width)
+        sums[SLOT["self"]] += weights[slots[inside], rows[inside] - start].sum()
+        earlier = (rows - 1 >= start) & (rows >= 1) & (rows - 1 < width)
+        # (rows with a previous key held,)
+        before = weights[slots[earlier], rows[earlier] - 1 - start]
+        sums[SLOT["previous"]] += before.sum()
+        if self.repeats is not None:
+            # The first key's weight left out.
+            sums[SLOT["previous_token"]] += before[rows[earlier] >= 2].sum()
+            # The patterns index every key: the block widened.
+            every = block.tensor().float()
+            duplicate, induction = self.repeats.detected(every, block.rows).to(sums.dtype)
+            sums[SLOT["duplicate_token"]] += duplicate
+            sums[SLOT["induction"]] += induction
 
     @staticmethod
-    def _mass(weights: torch.Tensor, columns: np.ndarray) -> torch.Tensor:
+    def _mass(weights: torch.Tensor, columns: np.ndarray, start: int) -> torch.Tensor:
         """The weight of the rows on some keys (those the block holds), summed."""
         import torch
 
-        held = columns[columns < weights.shape[1]]
+        held = columns[(columns >= start) & (columns < start + weights.shape[1])] - start
         return weights[:, torch.as_tensor(held, device=weights.device)].sum()
 
     def result(self) -> np.ndarray:

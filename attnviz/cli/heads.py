@@ -93,8 +93,7 @@ def heads(
     span (with --span): mean weight on the span's keys. With --rows, every
     statistic is read from those query rows only (what the last token reads).
     ablation and dla (with --answer): what each head does to the answer.
-    kind (where a model's layers differ, as Gemma 3's): global or sliding N, in
-    json and csv; the table says it above its rows.
+    kind (json, csv; where layers differ): global or sliding N attention.
     """
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
 

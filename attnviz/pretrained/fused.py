@@ -82,8 +82,7 @@ class Scores:
             mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, picked, :width]
         # Keys before the first one any of the rows may read (a sliding window's, long
         # behind the rows) are hidden: their scores, exponentials and sums are never
-        # computed; their weights are 0 and their logs the lowest float, as a softmax
-        # over every key would give them.
+        # computed, and the block leaves them out (its start): their weights are 0.
         start = 0 if mask is None else _first_visible(mask)
         query = self.query[item, head, picked].float()  # (R, D)
         key = self.key[item, head // group, start:width].float()  # (W − start, D)
@@ -118,19 +117,9 @@ class Scores:
         weights.div_(total)
         if self.written is not None:
             weights.mul_(self.written[item, head, start:width])
-            return Block(rows, _widened(weights, start, 0.0))
+            return Block(rows, weights, start=start)
         logs.sub_(total.log_())
-        return Block(rows, _widened(weights, start, 0.0), _widened(logs, start, lowest))
-
-
-def _widened(part: torch.Tensor, start: int, hidden: float) -> torch.Tensor:
-    """(R, W − start) -> (R, W): the ``start`` hidden keys first, each ``hidden``."""
-
-    if not start:
-        return part
-    whole = part.new_full((part.shape[0], start + part.shape[1]), hidden)
-    whole[:, start:] = part
-    return whole
+        return Block(rows, weights, logs, start)
 
 
 def _first_visible(mask: torch.Tensor) -> int:
