@@ -38,6 +38,37 @@ def dump_json(document: Any) -> str:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
+def write_json(maps: AttentionMaps, out: IO[bytes]) -> None:
+    """:func:`dump_json` of the maps' document, byte for byte, written a row of weights at
+    a time: a whole nested list of Python floats (and its text) costs 20 to 90 times the
+    array it comes from, so long inputs as JSON would need many times the maps' memory."""
+    weights = maps.weights
+    if weights.ndim < 2 or weights.size == 0:
+        out.write(dump_json(document_of(maps)).encode("utf-8"))
+        return
+    # A placeholder marks the weights' place; a key's quotes are never escaped, so the
+    # document's own `"weights":` is found however odd its tokens are.
+    head, tail = dump_json(_document(maps, 0)).split('"weights":0', 1)
+    out.write(head.encode("utf-8") + b'"weights":' + b"[" * (weights.ndim - 1))
+    for index, row in enumerate(weights.reshape(-1, weights.shape[-1])):
+        if index:
+            out.write(_row_separator(index, weights.shape))
+        out.write(json.dumps(plain_weights(row), separators=(",", ":")).encode("utf-8"))
+    out.write(b"]" * (weights.ndim - 1) + tail.encode("utf-8"))
+
+
+def _row_separator(index: int, shape: tuple[int, ...]) -> bytes:
+    """What stands between rows ``index - 1`` and ``index`` of weights of ``shape`` written
+    as nested lists: a comma, after closing (and then opening) the lists that end there."""
+    ended = 0
+    for size in reversed(shape[1:-1]):
+        if index % size:
+            break
+        ended += 1
+        index //= size
+    return b"]" * ended + b"," + b"[" * ended
+
+
 def dump_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
     """Rows of a table as CSV with a header line, lines ended as the maps' CSV ends them."""
     buffer = io.StringIO()
@@ -101,10 +132,10 @@ def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
     for panel in maps.panels():
         # An empty layer or head cell: the map was combined over that axis (an aggregate).
         layer, head = ("" if index is None else index for index in (panel.layer, panel.head))
-        cells = cell_texts(panel.matrix)
-        for q, (position, query) in enumerate(zip(positions, query_tokens, strict=True)):
+        for row, position, query in zip(panel.matrix, positions, query_tokens, strict=True):
+            cells = cell_texts(row)  # a row at a time: the text of every cell is 10x its weight
             writer.writerows(
-                (input_index, layer, head, position, query, k, key, cells[q, k])
+                (input_index, layer, head, position, query, k, key, cells[k])
                 for k, key in enumerate(key_tokens)
             )
 
@@ -243,6 +274,14 @@ _VERSION_1_AGGREGATES = {aggregate.description: aggregate for aggregate in Aggre
 def document_of(maps: AttentionMaps, *, weights: bool = True) -> dict[str, Any]:
     """The schema document of ``maps``: plain Python types, ready for ``json.dumps``.
     Without ``weights`` (the npz format keeps them as an array), every other field."""
+    return _document(maps, plain_weights(maps.weights) if weights else _LEFT_OUT)
+
+
+_LEFT_OUT = object()
+
+
+def _document(maps: AttentionMaps, weights: Any) -> dict[str, Any]:
+    """:func:`document_of`, its weights given (``_LEFT_OUT``: none)."""
     document = envelope(
         {
             "model": maps.model,
@@ -255,8 +294,8 @@ def document_of(maps: AttentionMaps, *, weights: bool = True) -> dict[str, Any]:
             "heads": list(maps.heads),
         }
     )
-    if weights:
-        document["weights"] = plain_weights(maps.weights)
+    if weights is not _LEFT_OUT:
+        document["weights"] = weights
     if maps.aggregate is not None:
         document["aggregate"] = maps.aggregate.value
     if maps.weighting is not None:

@@ -76,6 +76,7 @@ def of_kind(*kinds: Kind) -> tuple[Output, ...]:
 
 PICTURES = of_kind(Kind.PICTURE)  # png, svg, pdf
 DATA = of_kind(Kind.DATA)  # json, ndjson, npz, csv
+BATCH = (*PICTURES, Output.JSON, Output.NPZ, Output.HTML)  # a file per input each
 
 
 def output_for(path: str | Path) -> Output | None:

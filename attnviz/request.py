@@ -103,6 +103,11 @@ class Request:
         """True when every query row of every map is asked for, unpooled."""
         return self.rows is None and self.pool is None
 
+    def recorded(self) -> dict[str, Any]:
+        """What the maps made for this request record of it, as AttentionMaps fields (the
+        selection, rows and span are recorded as the positions they resolve to)."""
+        return {"chat": self.chat, "system": self.system, "weighting": self.weigh}
+
     @classmethod
     def of(cls, request: Request | None, options: Mapping[str, Any]) -> Request:
         """``request``, or one made of keyword ``options`` (a notebook's ``mode="masked"``);

@@ -75,9 +75,9 @@ def json_pieces(
     maps: AttentionMaps, output: Output, how: Rendering, number: int
 ) -> Iterator[Piece]:
     """One document (json), or one line of a stream of them (ndjson)."""
-    from attnviz.codecs import dump_json
+    from attnviz.codecs import write_json
 
-    yield "", _text(dump_json(maps.astype(how.dtype).to_dict()))
+    yield "", lambda out: write_json(maps.astype(how.dtype), out)
 
 
 def npz_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int) -> Iterator[Piece]:
@@ -90,9 +90,15 @@ def csv_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int)
     """The long form's rows of one input, ``number`` its place in the stream."""
     from attnviz.codecs import write_csv_rows
 
-    buffer = io.StringIO()
-    write_csv_rows(buffer, how.labelled(maps.astype(how.dtype)), number)
-    yield "", _text(buffer.getvalue())
+    def write_rows(out: IO[bytes]) -> None:
+        text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
+        try:
+            write_csv_rows(text, how.labelled(maps.astype(how.dtype)), number)
+            text.flush()
+        finally:
+            text.detach()  # the destination stays open: its opener closes it
+
+    yield "", write_rows
 
 
 def picture_pieces(
@@ -148,8 +154,9 @@ def write(
     return how many were written.
 
     Outputs that hold one input (json, npz, a picture, the page) refuse a second before
-    writing anything; ndjson and csv write each input's records as soon as they are
-    made, each in one piece, so a reader (or an error mid-stream) only sees whole records.
+    writing anything; ndjson and csv write each input's records as soon as its maps are
+    made, so an input that fails ends the stream between whole records. Text is written
+    a row of weights at a time: its memory is the maps' own, not the text's.
     """
     how = how or Rendering()
     if OUTPUTS[output].records:

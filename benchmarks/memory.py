@@ -6,7 +6,11 @@ asked for are never held, and work stops after the last layer asked for.
 
 Each size runs in a fresh process whose children's peak RSS is read back.
 
-    python benchmarks/memory.py [--sizes 512 1024 2048 4096]
+``--formats``: every map of a 2,048-token input written as npz, json, ndjson and csv,
+side by side. Target (issue 39): the text formats within 1.2x npz's peak, since they
+are written a row of weights at a time (as a whole, text took 20-90x the weights).
+
+    python benchmarks/memory.py [--sizes 512 1024 2048 4096] [--formats]
 """
 
 from __future__ import annotations
@@ -28,35 +32,44 @@ WORDS = [
 ]
 
 
-def measure(tokens: int, folder: Path) -> dict[str, float]:
+def measure(tokens: int, folder: Path, *options: str, output: str = "npz") -> dict[str, float]:
     text = folder / f"text-{tokens}.txt"
     text.write_text(" ".join(random.Random(tokens).choice(WORDS) for _ in range(tokens)) + "\n")
-    command = [
-        sys.executable,
-        "-m",
-        "attnviz",
-        "show",
-        "-",
-        "--layer",
-        "0",
-        "--head",
-        "0",
-        "--format",
-        "npz",
-        "-o",
-        str(folder / "maps.npz"),
-    ]
-    return time_and_peak(text, command)
+    written = folder / f"maps.{output}"
+    command = [sys.executable, "-m", "attnviz", "show", "-", *options, "-o", str(written)]
+    figures = time_and_peak(text, command)
+    written.unlink()
+    return figures
+
+
+def formats(folder: Path, tokens: int = 2048) -> bool:
+    """Every map of one input in each data format; True when the target holds."""
+    peaks = {}
+    for output in ("npz", "json", "ndjson", "csv"):
+        figures = measure(tokens, folder, output=output)
+        peaks[output] = figures["peak_mib"]
+        ratio = peaks[output] / peaks["npz"]
+        print(
+            f"{tokens} tokens, every map as {output:6}: peak RSS {peaks[output]:5.0f} MiB "
+            f"({ratio:.2f}x npz), {figures['seconds']:5.1f} s"
+        )
+    return all(peak <= 1.2 * peaks["npz"] for peak in peaks.values())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096])
-    sizes = parser.parse_args().sizes
+    parser.add_argument("--formats", action="store_true", help="the data formats' memory")
+    arguments = parser.parse_args()
+    if arguments.formats:
+        with tempfile.TemporaryDirectory() as scratch:
+            held = formats(Path(scratch))
+        print("text formats within 1.2x npz:", "ok" if held else "MISSED")
+        sys.exit(0 if held else 1)
     peaks = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for tokens in sizes:
-            figures = measure(tokens, Path(scratch))
+        for tokens in arguments.sizes:
+            figures = measure(tokens, Path(scratch), "--layer", "0", "--head", "0")
             peaks[tokens] = figures["peak_mib"]
             print(
                 f"{tokens:6} tokens: peak RSS {figures['peak_mib']:7.0f} MiB, "

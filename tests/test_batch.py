@@ -22,7 +22,19 @@ SAMPLES = Path(__file__).parent.parent / "sample_texts"
 
 
 def manifest(folder: Path, name: str = "manifest.jsonl") -> list[dict]:
-    return [json.loads(line) for line in (folder / name).read_text().splitlines()]
+    """The records (an interrupted run's manifest begins with its claim, no record)."""
+    lines = (json.loads(line) for line in (folder / name).read_text().splitlines())
+    return [line for line in lines if "index" in line]
+
+
+def unrecorded(folder: Path) -> set[str]:
+    """The files in a batch's folder that none of its manifests records: none, always."""
+    records = [
+        record for path in folder.glob("manifest*.jsonl") for record in manifest(folder, path.name)
+    ]
+    recorded = {name for record in records for name in record["files"]}
+    manifests = {path.name for path in folder.glob("manifest*.jsonl")}
+    return {path.name for path in folder.iterdir()} - recorded - manifests
 
 
 def test_batch_writes_every_file_and_the_manifest(runner, tmp_path):
@@ -194,11 +206,14 @@ def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path, interr
     assert runner.invoke(app, [*arguments, "-o", str(reference), "-q"]).exit_code == 0
 
     out = tmp_path / "out"
-    process = subprocess.Popen([*command, "-o", str(out)], stderr=subprocess.PIPE, text=True)
+    # Two processes draw the pictures: a Ctrl-C stops them with files drawn, not recorded.
+    process = subprocess.Popen(
+        [*command, "-o", str(out), "--jobs", "2"], stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         records = out / "manifest.jsonl"
-        if records.exists() and len(records.read_text().splitlines()) >= 5:
+        if records.exists() and len(records.read_text().splitlines()) >= 6:  # claim, 5 records
             break
         time.sleep(0.01)
     process.send_signal(signal.SIGINT)
@@ -206,6 +221,7 @@ def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path, interr
     assert process.returncode == 130, stderr
     assert "attnviz: error: interrupted" in stderr and "Traceback" not in stderr
     assert not [name for name in os.listdir(out) if name.startswith(".")]  # no partial files
+    assert not unrecorded(out)  # what it drew but did not record went too
     done = manifest(out)
     assert 5 <= len(done) < 36
     # The summary counts what was written, not what was left.

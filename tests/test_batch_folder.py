@@ -15,6 +15,7 @@ import pytest
 from attnviz.batch.folder import FolderLock
 from attnviz.cli import app
 from tests.processes import ATTNVIZ
+from tests.test_batch import unrecorded
 
 
 def _inputs(tmp_path, count=4):
@@ -28,7 +29,9 @@ def _batch(runner, source, out, *options):
 
 
 def _records(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The records (a run's claim, the first line while it runs, is none)."""
+    lines = (json.loads(line) for line in path.read_text().splitlines())
+    return [line for line in lines if "index" in line]
 
 
 def _files(folder):
@@ -350,3 +353,75 @@ def test_a_link_at_the_lock_files_name_is_said_and_never_followed(runner, tmp_pa
         "attnviz makes there; remove it\n"
     )
     assert elsewhere.read_text() == "keep me" and link.is_symlink()
+
+
+@pytest.mark.slow
+def test_shards_started_together_with_other_options_are_not_both_run(tmp_path):
+    """Each claims its request in its manifest as it plans, one at a time: the second to
+    plan reads the first's claim, though neither has finished an input."""
+    source = _inputs(tmp_path, 2)
+    out = tmp_path / "out"
+    command = [*ATTNVIZ, "batch", str(source), "-o", str(out), "-q"]
+    shards = [
+        subprocess.Popen(
+            [*command, "--shard", f"{number}/2", "-f", output], stderr=subprocess.PIPE, text=True
+        )
+        for number, output in ((1, "json"), (2, "npz"))
+    ]
+    results = sorted((shard.wait(timeout=120), shard.stderr.read()) for shard in shards)
+    (ran, _), (refused, said) = results
+    assert (ran, refused) == (0, 2), results
+    assert "written with other options: every shard of a batch takes the same ones" in said
+    suffixes = {name.rsplit(".", 1)[1] for name in _files(out) if not name.startswith("manifest")}
+    assert len(suffixes) == 1, _files(out)  # one request's files only
+    assert not unrecorded(out)
+
+
+def test_resume_with_other_options_leaves_no_file_unrecorded(runner, tmp_path):
+    """An input redone for a changed request takes its earlier files away; one that fails
+    this time keeps them, recorded, so that --overwrite still finds them."""
+    source = tmp_path / "in.txt"
+    source.write_text("a b\nthe cat sat on the mat today\n")
+    out = tmp_path / "out"
+    base = ["batch", str(source), "-o", str(out), "-q"]
+    assert runner.invoke(app, [*base, "-f", "png"]).exit_code == 0
+    redone = runner.invoke(app, [*base, "-f", "json", "--resume"])
+    assert redone.exit_code == 0, redone.stderr
+    assert not unrecorded(out)
+    assert {name.rsplit(".", 1)[1] for name in _files(out)} == {"json", "jsonl"}
+
+    short = out / "0000-a-b.json"
+    kept = short.read_bytes()
+    partly = runner.invoke(app, [*base, "-f", "json", "--rows", "5", "--resume"])
+    assert partly.exit_code == 3, partly.stderr  # "a b" has no token 5
+    failed, written = _records(out / "manifest.jsonl")
+    assert written["status"] == "ok"
+    assert failed["status"] == "failed" and failed["files"] == [short.name]
+    assert short.read_bytes() == kept and not unrecorded(out)
+
+    assert runner.invoke(app, [*base, "-f", "npz", "--overwrite"]).exit_code == 0
+    assert {name.rsplit(".", 1)[1] for name in _files(out)} == {"npz", "jsonl"}
+    assert not unrecorded(out)
+
+
+def test_files_a_killed_run_wrote_but_never_recorded_go_with_the_next_run(runner, tmp_path):
+    source = _inputs(tmp_path, 2)
+    out = tmp_path / "out"
+    assert _batch(runner, source, out).exit_code == 0
+    manifest = out / "manifest.jsonl"
+    records = manifest.read_text().splitlines()
+    manifest.write_text(records[0] + "\n")  # killed after writing input 1's file
+    (out / "0001-the-cat-sat-on-mat-1.png").write_bytes(b"drawn, never recorded")
+    (out / "notes.png").write_bytes(b"the user's")  # no input's name: left alone
+    result = _batch(runner, source, out, "--resume")
+    assert result.exit_code == 0, result.stderr
+    assert unrecorded(out) == {"notes.png"}
+
+
+def test_a_run_that_stops_before_its_first_input_leaves_no_manifest(runner, tmp_path):
+    source = _inputs(tmp_path, 2)
+    out = tmp_path / "out"
+    failed = _batch(runner, source, out, "--model", str(tmp_path / "no-such-model"))
+    assert failed.exit_code != 0
+    assert not out.exists() or _files(out) == []
+    assert _batch(runner, source, out).exit_code == 0  # no --resume needed

@@ -17,9 +17,10 @@ import attnviz
 from attnviz.analysis.aggregate import aggregate
 from attnviz.choices import Output
 from attnviz.cli import app
+from attnviz.codecs import dump_json, write_json
 from attnviz.errors import SchemaError
 from attnviz.maps import read_maps
-from attnviz.writers import write
+from attnviz.writers import Rendering, pieces, write
 from tests.processes import IN_A_SHELL, shell
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202e"
@@ -717,3 +718,66 @@ def test_weights_that_are_no_real_float32_are_one_line_without_warnings(
     )
     assert result.returncode == 1
     assert result.stderr == f"attnviz: error: {saved}: {message}\n"
+
+
+class _Discard(io.RawIOBase):
+    """A destination that keeps nothing: what a writer itself holds is what is measured."""
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        return len(data)
+
+
+def _maps_of_shape(layers, heads, queries, keys, tokens=None):
+    rng = np.random.default_rng(0)
+    weights = rng.random((layers, heads, queries, keys)).astype(np.float32)
+    weights /= weights.sum(-1, keepdims=True)
+    tokens = tokens or [f"t{i}" for i in range(keys)]
+    return attnviz.AttentionMaps(
+        query_tokens=tokens[:queries] if queries == keys else [f"q{i}" for i in range(queries)],
+        key_tokens=tokens,
+        weights=weights,
+        layers=list(range(layers)),
+        heads=list(range(heads)),
+        mode="cross" if queries != keys else "self",
+        model="random",
+        text=" ".join(tokens),
+        target=None if queries == keys else "q",
+    )
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 3, 4, 4), (1, 2, 3, 5), (3, 1, 2, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_json_written_a_row_at_a_time_is_the_whole_documents_bytes(shape, dtype):
+    maps = _maps_of_shape(*shape).astype(dtype)
+    written = io.BytesIO()
+    write_json(maps, written)
+    assert written.getvalue() == dump_json(maps.to_dict()).encode("utf-8")
+
+
+def test_json_of_aggregated_maps_and_odd_tokens_is_the_whole_documents_bytes():
+    tokens = ['"weights":0', "\\", HOSTILE, '],"weights":[']
+    for maps in (_maps_of_shape(2, 2, 4, 4, tokens), attnviz.extract("Hello I love you")):
+        for combined in (maps, aggregate(maps, "mean"), aggregate(maps, "rollout")):
+            written = io.BytesIO()
+            write_json(combined, written)
+            assert written.getvalue() == dump_json(combined.to_dict()).encode("utf-8")
+
+
+@pytest.mark.parametrize("output", [Output.JSON, Output.NDJSON, Output.CSV])
+def test_text_formats_are_written_in_the_memory_of_a_row(output):
+    """Text costs 20 to 90 times the weights it holds: as a whole it would not fit where
+    the maps did. Written a row at a time, the writer holds little beyond the maps."""
+    import tracemalloc
+
+    maps = _maps_of_shape(2, 2, 400, 400)  # 2.4 MB of weights; 2.56 M Python floats as lists
+    tracemalloc.start()
+    try:
+        for _, write_file in pieces(maps, output, Rendering()):
+            write_file(_Discard())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * maps.weights.nbytes, f"{peak / 1e6:.1f} MB for {output.value}"

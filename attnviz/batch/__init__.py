@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from attnviz.batch.folder import FolderLock, FolderPlan, plan_folder, remove_left_behind
 from attnviz.batch.inputs import BatchInput, assign_names, in_shard, read_inputs
+from attnviz.batch.manifest import claim
 from attnviz.batch.run import Tally
 from attnviz.batch.writing import Outputs
 from attnviz.errors import AttnvizError
@@ -100,8 +101,10 @@ class Batch:
         try:
             with engine.session():
                 _writable_folder(folder)
-                with FolderLock(folder, self.shard):
-                    plan = self.plan()
+                with FolderLock(folder, self.shard) as lock:
+                    with lock.planning():
+                        plan = self.plan()
+                        claim(plan.manifest, self.outputs.fingerprint())
                     tally.started = True
                     engine.run_batch(
                         self.inputs,
@@ -114,7 +117,8 @@ class Batch:
                         tally=tally,
                     )
         finally:
-            remove_left_behind(folder, self.shard, self.inputs, self.outputs)
+            if tally.started:  # this run's slice of the folder, planned and claimed
+                remove_left_behind(folder, self.shard, self.inputs)
         return tally
 
 

@@ -9,18 +9,24 @@ import errno
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attnviz.batch.inputs import BatchInput
-from attnviz.batch.manifest import Record, folder_manifests, manifest_name, read_manifest
+from attnviz.batch.manifest import (
+    Record,
+    claim,
+    folder_manifests,
+    manifest_name,
+    read_manifest,
+    remove_files,
+    requests_in,
+)
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.files import remove_if_abandoned, temporaries
-
-if TYPE_CHECKING:
-    from attnviz.batch.writing import Outputs
+from attnviz.outputs import BATCH
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,6 @@ class FolderPlan:
 
     manifest: Path  # this run's
     earlier: dict[int, Record] = field(default_factory=dict)  # what --resume may skip
-    append: bool = False  # --resume: this run's manifest goes on
     absorbed: tuple[Path, ...] = ()  # their records are taken over; removed at the end
     replaced: tuple[Path, ...] = ()  # --overwrite: removed first, with the files they record
 
@@ -58,9 +63,15 @@ def plan_folder(
         for name, piece in found.items()
         if name != own and shard is not None and piece is not None and piece[1] == shard[1]
     ]
-    held = [name for name in found if name not in siblings]  # this run's files among theirs
+    # Those whose files may be this run's. Its own manifest recording no input is a claim
+    # left by a run of this slice that stopped before its first (none runs now: the lock).
+    held = [
+        name
+        for name in found
+        if name not in siblings and (name != own or read_manifest(folder / name))
+    ]
     for sibling in siblings:
-        if any(record.request != request for record in read_manifest(folder / sibling).values()):
+        if any(found != request for found in requests_in(folder / sibling)):
             raise UsageError(
                 f"{folder} holds {sibling}, written with other options: every shard of a "
                 "batch takes the same ones (to change them, run the whole batch again "
@@ -86,20 +97,21 @@ def plan_folder(
     for name in [*others, own]:  # this run's own manifest has the last word
         earlier.update(read_manifest(folder / name))
     return dataclasses.replace(
-        plan, earlier=earlier, append=True, absorbed=tuple(folder / name for name in others)
+        plan, earlier=earlier, absorbed=tuple(folder / name for name in others)
     )
 
 
-def remove_replaced(plan: FolderPlan) -> None:
+def remove_replaced(plan: FolderPlan, request: dict[str, Any]) -> None:
     """--overwrite: the earlier batches' files and manifests go, so that none is left
-    beside the new ones (only the names their manifests record: nothing else is touched)."""
+    beside the new ones (only the names their manifests record: nothing else is touched).
+    This run's own manifest is begun anew with its claim, never missing meanwhile."""
     for manifest in plan.replaced:
         for record in read_manifest(manifest).values():
-            for name in record.files:
-                path = manifest.parent / name
-                if path.is_symlink() or path.is_file():
-                    path.unlink(missing_ok=True)
-        manifest.unlink(missing_ok=True)
+            remove_files(manifest.parent, record.files)
+        if manifest == plan.manifest:
+            claim(manifest, request, anew=True)
+        else:
+            manifest.unlink(missing_ok=True)
 
 
 class FolderLock:
@@ -141,6 +153,25 @@ class FolderLock:
             else:  # locked as the last writer removed it: lock the new one
                 os.close(descriptor)
         return self
+
+    # Far past every slice's byte: planning is one run at a time, shards included.
+    PLANNING_BYTE = 1 << 40
+
+    @contextlib.contextmanager
+    def planning(self) -> Iterator[None]:
+        """Held while a run reads the folder's manifests and claims its own, so that two
+        shards started together each read the other's claim, never both nothing. Waits
+        for the other (a few milliseconds)."""
+        if self.descriptor is None or self.shard is None:  # no POSIX locks; a batch alone
+            yield
+            return
+        import fcntl
+
+        fcntl.lockf(self.descriptor, fcntl.LOCK_EX, 1, self.PLANNING_BYTE)
+        try:
+            yield
+        finally:
+            fcntl.lockf(self.descriptor, fcntl.LOCK_UN, 1, self.PLANNING_BYTE)
 
     def _lock(self, fcntl: Any, descriptor: int) -> None:
         # Byte 0 is the folder, shared by the shards; byte 1 + n is the n-th slice
@@ -190,16 +221,20 @@ def _same_file(descriptor: int, path: Path) -> bool:
 
 
 def remove_left_behind(
-    folder: Path, shard: tuple[int, int] | None, inputs: Sequence[BatchInput], outputs: Outputs
+    folder: Path, shard: tuple[int, int] | None, inputs: Sequence[BatchInput]
 ) -> None:
-    """After the engine's session, however it ended: the temporary files of these inputs'
-    outputs that nobody will finish removed (Ray stops a worker mid-write when its driver
-    ends on Ctrl-C or SIGTERM; a run killed with kill -9 leaves its own), waiting a few
-    seconds for those still at work. Skipped if another run holds the folder by then."""
+    """After a run's engine session, however it ended, the folder made to account for its
+    inputs' files: the temporary files nobody will finish removed (Ray stops a worker
+    mid-write when its driver ends on Ctrl-C or SIGTERM; a run killed with kill -9 leaves
+    its own), waiting a few seconds for those still at work; then the files named as its
+    inputs' that no manifest records (drawn by a worker as the run was stopped, written
+    by a killed run, or left from an input's earlier request); and its manifest if it
+    records nothing. Skipped if another run holds the folder by then."""
     if not folder.is_dir():
         return
     stems = {item.name for item in inputs}
-    formats = {output_format.value for output_format in outputs.formats}
+    manifest = folder / manifest_name(shard)
+    formats = {output.value for output in BATCH}
     deadline = time.monotonic() + WORKERS_STOP
     with contextlib.suppress(AttnvizError), FolderLock(folder, shard):
         while held := [
@@ -214,6 +249,22 @@ def remove_left_behind(
                 )
                 return
             time.sleep(0.05)
+        recorded = {
+            name
+            for found in folder_manifests(folder)
+            for record in read_manifest(folder / found).values()
+            for name in record.files
+        }
+        remove_files(
+            folder,
+            [
+                name
+                for name in os.listdir(folder)
+                if name not in recorded and _written_for(name, stems, formats)
+            ],
+        )
+        if not read_manifest(manifest):
+            manifest.unlink(missing_ok=True)
 
 
 WORKERS_STOP = 10.0  # seconds: Ray stops a job's workers once its driver has left

@@ -8,9 +8,10 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from attnviz.batch.inputs import BatchInput
 from attnviz.codecs import dump_json
@@ -85,6 +86,60 @@ def read_manifest(path: Path) -> dict[int, Record]:
     return records
 
 
+def requests_in(path: Path) -> list[dict[str, Any]]:
+    """The requests a manifest records: its records' and its claims' (:func:`claim`)."""
+    if path.is_symlink() or not path.is_file():
+        return []
+    found = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        record = _parse_record(line)
+        request = record.request if record is not None else _parse_claim(line)
+        if request is not None:
+            found.append(request)
+    return found
+
+
+def claim(manifest: Path, request: dict[str, Any], *, anew: bool = False) -> None:
+    """``request`` written into a run's manifest before any input is: a shard started beside
+    it with other options reads it there and is refused, though neither has finished an
+    input yet. A manifest that records no input (or ``anew``) is begun anew with it; one
+    that does (``--resume``, ``--overwrite`` before it removes the files) gets one more
+    line. Readers of records pass over it."""
+    line = dump_json({"request": request})
+    if not anew and read_manifest(manifest):
+        with _appending(manifest) as out:
+            out.write(line)
+    else:
+        with open_output(manifest, follow_links=False) as out:
+            out.write(line)
+
+
+def _parse_claim(line: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    is_claim = isinstance(value, dict) and list(value) == ["request"]
+    return value["request"] if is_claim and isinstance(value["request"], dict) else None
+
+
+def _appending(path: Path) -> IO[str]:
+    """``path`` opened to add lines at its end; a link there is replaced, never followed
+    out of the folder."""
+    if path.is_symlink():
+        path.unlink()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o666)
+    return os.fdopen(descriptor, "a", encoding="utf-8")
+
+
+def remove_files(folder: Path, names: Iterable[str]) -> None:
+    """The files of these names in ``folder`` removed (a link there too, never its target)."""
+    for name in names:
+        path = folder / name
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
+
+
 def _parse_record(line: str) -> Record | None:
     try:
         value = json.loads(line)
@@ -145,20 +200,28 @@ class Manifest:
     and removes the manifests whose records it took over."""
 
     def __init__(self, plan: FolderPlan, request: dict) -> None:
-        self.path = plan.manifest
+        self.path = plan.manifest  # claimed already (:func:`claim`): lines go on after it
         self.absorbed = plan.absorbed
         self.records = dict(plan.earlier)
         self.request = request  # stamped on every record this run adds
-        if self.path.is_symlink():  # a link is replaced, never followed out of the folder
-            self.path.unlink()
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if plan.append else os.O_TRUNC)
-        descriptor = os.open(self.path, flags | os.O_NOFOLLOW, 0o666)
-        self.handle = os.fdopen(descriptor, "a" if plan.append else "w", encoding="utf-8")
+        self.handle = _appending(self.path)
 
     def add(self, record: Record) -> None:
+        """``record`` written, replacing an earlier run's record of its input: where the input
+        failed this time, its earlier files stay recorded (``--overwrite`` still removes
+        them); where it was written anew, those of its earlier files it no longer has go."""
+        earlier = self.records.get(record.index)
+        stale: list[str] = []
+        if earlier is not None and record.status == "failed":
+            record = replace(record, files=earlier.files, digests=earlier.digests)
+        elif earlier is not None:
+            stale = [name for name in earlier.files if name not in record.files]
         self.records[record.index] = record
         self.handle.write(dump_json(record.to_dict()))
         self.handle.flush()
+        # After the line: killed in between, they are files no manifest records, which the
+        # next batch of these inputs removes (remove_left_behind).
+        remove_files(self.path.parent, stale)
 
     def close(self, finished: bool) -> None:
         self.handle.close()

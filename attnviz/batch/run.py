@@ -120,7 +120,7 @@ def start_batch(
         if not is_complete(plan.earlier.get(item.index), item, outputs.folder, request)
     ]
     tally.skipped = len(inputs) - len(pending)
-    remove_replaced(plan)
+    remove_replaced(plan, request)
     return pending, Manifest(plan, request=request)
 
 

@@ -150,7 +150,7 @@ class BuiltinExtractor(Extractor):
             model=self.name,
             text=text,
             target=target,
-            weighting=request.weigh,
+            **request.recorded(),
         )
 
     def explain(

@@ -32,7 +32,7 @@ from attnviz.cli.settings import (
     request,
 )
 from attnviz.errors import UsageError
-from attnviz.outputs import DATA, PICTURES, describe, refuse_inapplicable, refuse_unused
+from attnviz.outputs import BATCH, DATA, describe, refuse_inapplicable, refuse_unused
 from attnviz.statistics import HeadColumn, Needs
 from attnviz.visible import display_label
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from attnviz.batch import Batch, Tally
 
 # What batch writes for every input: pictures, its maps as data, or the page.
-BatchFormat = d.some_of("BatchFormat", *PICTURES, Output.JSON, Output.NPZ, Output.HTML)
+BatchFormat = d.some_of("BatchFormat", *BATCH)
 
 
 SourceArgument = Annotated[

@@ -153,9 +153,7 @@ class PretrainedExtractor(Extractor):
                 "text": text,
                 "target": target,
                 "pair": pair,
-                "chat": request.chat,
-                "system": request.system,
-                "weighting": request.weigh,
+                **request.recorded(),
                 "layer_kinds": self._layer_kinds(mode, layer_indices),
             }
             rows, known["span"] = positions[row]
