@@ -523,8 +523,9 @@ def test_stats_of_a_pretrained_model_reads_fused_statistics(runner, tiny, blocks
 
 def test_a_block_behind_a_sliding_window_computes_only_the_keys_its_rows_can_read(monkeypatch):
     """Rows far past a window of 4 read 4 keys each; the scores of the keys before the
-    first one any row reads are never computed, and the weights equal a softmax over
-    every key with the mask applied (bool and additive masks alike)."""
+    first one any row reads, and after the last (a causal mask's), are never computed,
+    and the weights equal a softmax over every key with the mask applied (bool and
+    additive masks alike)."""
     torch.manual_seed(0)
     query, key = torch.randn(1, 1, 20, 8), torch.randn(1, 1, 20, 8)
     distance = torch.arange(20)[:, None] - torch.arange(20)[None, :]
@@ -539,10 +540,12 @@ def test_a_block_behind_a_sliding_window_computes_only_the_keys_its_rows_can_rea
     for mask in (allowed, additive):
         scores = fused_module.Scores(query, key, mask[None, None], causal=False, scaling=0.5)
         block = scores.block(0, 0, rows, keys=20)
-        np.testing.assert_allclose(block.array(), expected[12:15].numpy(), atol=1e-6)
+        assert block.width == 15  # the keys after it hold weight 0
+        np.testing.assert_allclose(block.array(), expected[12:15, :15].numpy(), atol=1e-6)
+        assert expected[12:15, 15:].max() == 0
         assert block.array()[:, :9].max() == 0 and np.isfinite(block.logs.numpy()).all()
-    assert seen == [(8, 11), (8, 11)]  # keys 9 to 19: the first row, 12, reads from 9
-    assert fused_module._first_visible(allowed[12:15]) == 9
+    assert seen == [(8, 6), (8, 6)]  # keys 9 to 14: row 12 reads from 9, row 14 up to 14
+    assert fused_module._visible(allowed[12:15]) == (9, 15)
     blind = allowed[12:15].clone()
     blind[1] = False  # a row that may read nothing: uniform over every key, so all are made
-    assert fused_module._first_visible(blind) == 0
+    assert fused_module._visible(blind) == (0, 20)

@@ -78,12 +78,15 @@ class Scores:
         picked = _picker(rows)
         width = min(keys, int(rows[-1]) + 1) if self.causal else keys
         mask = None
+        start = 0
         if self.mask is not None:
             mask = self.mask[item, head if self.mask.shape[1] > 1 else 0, picked, :width]
-        # Keys before the first one any of the rows may read (a sliding window's, long
-        # behind the rows) are hidden: their scores, exponentials and sums are never
-        # computed, and the block leaves them out (its start): their weights are 0.
-        start = 0 if mask is None else _first_visible(mask)
+            # The keys no row may read, before (a sliding window's, long behind the rows)
+            # and after (a causal mask's), are hidden: their scores, exponentials and sums
+            # are never computed, and the block leaves them out (its start and width):
+            # their weights are 0.
+            start, width = _visible(mask)
+            mask = mask[:, :width]
         query = self.query[item, head, picked].float()  # (R, D)
         key = self.key[item, head // group, start:width].float()  # (W − start, D)
         read = (query * self.scaling) @ key.T  # (R, W − start): the keys some row may read
@@ -122,16 +125,22 @@ class Scores:
         return Block(rows, weights, logs, start)
 
 
-def _first_visible(mask: torch.Tensor) -> int:
+def _visible(mask: torch.Tensor) -> tuple[int, int]:
     """The first key that some row of ``mask`` (R, W; bool, True: may attend, or added to
-    the scores) may read; 0 where a row may read none."""
+    the scores) may read, and one past the last; (0, W) where a row may read none."""
     import torch
 
     visible = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min
     seen = visible.any(0)  # (W,)
+    width = len(seen)
+    if not bool(seen.any()):
+        return 0, width
     start = int(seen.to(torch.uint8).argmax())
+    end = width - int(seen.flip(0).to(torch.uint8).argmax())
     # A row that may read nothing spreads its weight over every key, hidden or not.
-    return start if start and bool(visible[:, start:].any(1).all()) else 0
+    if (start or end < width) and not bool(visible[:, start:end].any(1).all()):
+        return 0, width
+    return start, end
 
 
 def _picker(rows: np.ndarray) -> slice | list[int]:
