@@ -772,7 +772,7 @@ def test_text_formats_are_written_in_the_memory_of_a_row(output):
     the maps did. Written a row at a time, the writer holds little beyond the maps."""
     import tracemalloc
 
-    maps = _maps_of_shape(2, 2, 400, 400)  # 2.4 MB of weights; 2.56 M Python floats as lists
+    maps = _maps_of_shape(2, 2, 200, 200)  # 640 kB of weights; 160,000 floats as lists
     tracemalloc.start()
     try:
         for _, write_file in pieces(maps, output, Rendering()):
