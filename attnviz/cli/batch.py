@@ -23,12 +23,15 @@ from attnviz.cli.pictures import (
     picture_settings,
 )
 from attnviz.cli.settings import (
+    DEFAULT_READING,
     DEFAULT_SETTINGS,
     NO_PRODUCTS,
     MapProducts,
     ModelSettings,
+    Reading,
     map_products,
     model_settings,
+    reading_options,
     request,
 )
 from attnviz.errors import UsageError
@@ -115,6 +118,7 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, n
 @head_choice
 @engine_settings
 @with_environment
+@reading_options
 def batch(
     source: SourceArgument,
     output: FolderOption,
@@ -126,19 +130,16 @@ def batch(
     shard: ShardOption = None,
     batch_size: BatchSizeOption = 16,
     quiet: QuietOption = False,
-    mode: d.ModeOption = None,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
-    head: d.HeadOption = "all",
+    reading: Reading = DEFAULT_READING,
     aggregate: d.AggregateOption = None,
     label_positions: d.LabelPositionsOption = False,
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
-    products: MapProducts = NO_PRODUCTS,
-    picture: PictureSettings = DEFAULT_PICTURE,
-    choice: HeadChoice = ALL_HEADS,
     run_on: EngineSettings = LOCAL,
+    choice: HeadChoice = ALL_HEADS,
+    picture: PictureSettings = DEFAULT_PICTURE,
+    products: MapProducts = NO_PRODUCTS,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Write pictures and data for every input, and a manifest of what was written.
 
@@ -156,10 +157,7 @@ def batch(
     if resume and overwrite:
         raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
     asked = request(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
+        reading,
         settings=settings,
         products=products,
         aggregate=aggregate,

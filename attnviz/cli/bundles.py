@@ -20,17 +20,20 @@ def bundle_options(
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """A decorator giving a command the ``options`` (name: (annotation, default)) as one
     argument, ``make(**values)``, so that options several commands share are declared
-    once and each command's signature lists only its own."""
+    once and each command's signature lists only its own. The options take the place
+    of that argument in the signature, and so in ``--help``."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         own = inspect.signature(command, eval_str=True)
-        parameters = [p for p in own.parameters.values() if p.name != argument]
-        parameters += [
-            inspect.Parameter(
-                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint
-            )
-            for name, (hint, default) in options.items()
-        ]
+        parameters = []
+        for parameter in own.parameters.values():
+            if parameter.name != argument:
+                parameters.append(parameter)
+                continue
+            parameters += [
+                inspect.Parameter(name, parameter.kind, default=default, annotation=hint)
+                for name, (hint, default) in options.items()
+            ]
 
         @functools.wraps(command)
         def with_bundle(**arguments: object) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,10 +12,13 @@ from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
+    DEFAULT_READING,
     DEFAULT_SETTINGS,
     ModelSettings,
+    Reading,
     model_options_given,
     model_settings,
+    reading_options,
     request,
 )
 from attnviz.errors import ThresholdExceeded, UsageError
@@ -59,14 +63,12 @@ FailAboveOption = Annotated[
 
 @model_settings
 @with_environment
+@reading_options
 def diff(
     sources: SourcesArgument,
     against: AgainstOption = None,
-    mode: d.ModeOption = None,
+    reading: Reading = DEFAULT_READING,
     target: d.TargetOption = None,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
-    head: d.HeadOption = "all",
     fail_above: FailAboveOption = None,
     output_format: FormatOption = Output.TABLE,
     environment: Environment = NO_TERMINAL,
@@ -84,16 +86,19 @@ def diff(
     if len(sources) == 2:
         if against is not None:
             raise UsageError("give TEXT with --against, or two saved files without it")
-        given = model_options_given(settings, model, mode, target, None)
+        given = model_options_given(settings, reading, target, None)
         refuse_unused(given, "a model run on TEXT", "two saved files")
-        first, second = (out.select_held(_one_record(s), layer, head) for s in sources)
+        first, second = (
+            out.select_held(_one_record(s), reading.layer, reading.head) for s in sources
+        )
     elif len(sources) == 1:
         if against is None:
             raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")
-        selection: dict[str, Any] = {"mode": mode, "layer": layer, "head": head, "target": target}
         sides = [  # the built-in stack options describe --model, not --against
-            request(model=model, **selection, settings=settings, text=sources[0]),
-            request(model=against, **selection, settings=settings.without_stack()),
+            request(reading, settings=settings, text=sources[0], target=target),
+            request(
+                replace(reading, model=against), settings=settings.without_stack(), target=target
+            ),
         ]
         extractors = [side.open(environment) for side in sides]
         text = out.only_one(read_texts(sources[0]))

@@ -10,7 +10,7 @@ from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings, request
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, model_settings, request
 from attnviz.errors import UsageError
 from attnviz.inputs import read_texts
 
@@ -61,9 +61,7 @@ def explain(
         raise UsageError(
             "explain works on the text as given, token by token: no --words, --no-special or --chat"
         )
-    asked = request(
-        model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
-    )
+    asked = request(Reading(model, mode, layer, head), settings=settings, text=text, target=target)
     builtin = asked.spec.model == BUILTIN  # also for --model builtin:seed=1
     if query is not None and builtin:
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")

@@ -10,7 +10,7 @@ import typer
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, model_settings, request
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, model_settings, request
 from attnviz.errors import UsageError
 from attnviz.inputs import read_texts
 
@@ -42,9 +42,7 @@ def explore(
         )
     if not export_folder.is_dir():
         raise UsageError(f"--export-dir {export_folder} is not a folder: create it first")
-    asked = request(
-        model=model, mode=mode, layer="all", head="all", settings=settings, text=text, target=target
-    )
+    asked = request(Reading(model, mode), settings=settings, text=text, target=target)
     extractor = asked.open(environment)
 
     def compute(sentence: str):

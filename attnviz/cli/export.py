@@ -19,15 +19,18 @@ from attnviz.cli.pictures import (
     picture_settings,
 )
 from attnviz.cli.settings import (
+    DEFAULT_READING,
     DEFAULT_SETTINGS,
     NO_EFFECTS,
     NO_PRODUCTS,
     Effects,
     MapProducts,
     ModelSettings,
+    Reading,
     answer_options,
     map_products,
     model_settings,
+    reading_options,
     request,
 )
 from attnviz.files import check_writable
@@ -41,6 +44,7 @@ from attnviz.writers import Rendering, write
 @head_choice
 @answer_options
 @with_environment
+@reading_options
 def export(
     output: Annotated[
         str,
@@ -55,21 +59,18 @@ def export(
     text: d.TextOrProbeArgument = None,
     detect: d.DetectOption = None,
     view: d.ViewOption = View.MODEL,
-    mode: d.ModeOption = None,
+    reading: Reading = DEFAULT_READING,
     target: d.TargetOption = None,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
-    head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
     label_positions: d.LabelPositionsOption = False,
     pair: d.PairOption = None,
     between: d.BetweenOption = None,
     environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
-    picture: PictureSettings = DEFAULT_PICTURE,
-    choice: HeadChoice = ALL_HEADS,
-    products: MapProducts = NO_PRODUCTS,
     effects: Effects = NO_EFFECTS,
+    choice: HeadChoice = ALL_HEADS,
+    picture: PictureSettings = DEFAULT_PICTURE,
+    products: MapProducts = NO_PRODUCTS,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output;
     or .html: the interactive page.
@@ -83,10 +84,7 @@ def export(
     drawn = output_of_file(output, (*PICTURES, Output.HTML))
     refuse_inapplicable([*picture.given(), *choice.given()], [drawn], view)
     asked = request(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
+        reading,
         settings=settings,
         text=text,
         target=target,
@@ -95,7 +93,7 @@ def export(
     )
     style = picture.style()
     top = out.top_heads_for(choice, aggregate, detect, answered=effects.answer is not None)
-    effects.drawing(model, top)
+    effects.drawing(reading.model, top)
     products.ranking(top)
     between = out.checked_between(between, pair)
     check_writable(output)  # before the model loads

@@ -16,6 +16,7 @@ from attnviz.cli.settings import (
     NO_PRODUCTS,
     MapProducts,
     ModelSettings,
+    Reading,
     generation_settings,
     map_products,
     request,
@@ -149,9 +150,9 @@ def generate(
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
     environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
     choice: HeadChoice = ALL_HEADS,
     products: MapProducts = NO_PRODUCTS,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Let a language model write after PROMPT, and show what it attended to.
 
@@ -183,10 +184,7 @@ def generate(
     sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
     products = products.drawn(settings, aggregate) if presentation.drawn else products
     asked = request(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
+        Reading(model, mode, layer, head),
         settings=settings,
         text=prompt,
         products=products,

@@ -12,15 +12,18 @@ from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, number, with_environment
 from attnviz.cli.settings import (
+    DEFAULT_READING,
     DEFAULT_SETTINGS,
     NO_EFFECTS,
     NO_PRODUCTS,
     Effects,
     MapProducts,
     ModelSettings,
+    Reading,
     effect_options,
     model_options_given,
     model_settings,
+    reading_options,
     request,
     row_products,
 )
@@ -64,24 +67,22 @@ TopOption = Annotated[
 @row_products
 @effect_options
 @with_environment
+@reading_options
 def heads(
     text: d.OptionalTextArgument = None,
     saved: d.FromOption = None,
-    mode: d.ModeOption = None,
+    reading: Reading = DEFAULT_READING,
     target: d.TargetOption = None,
     pair: d.PairOption = None,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
-    head: d.HeadOption = "all",
     detect: d.DetectOption = None,
     sort: SortOption = None,
     reverse: ReverseOption = False,
     top: TopOption = None,
     output_format: FormatOption = Output.TABLE,
     environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
-    products: MapProducts = NO_PRODUCTS,
     effects: Effects = NO_EFFECTS,
+    products: MapProducts = NO_PRODUCTS,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Statistics per head: what kind of head is this, and what does the answer need?
 
@@ -97,13 +98,10 @@ def heads(
     """
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
 
-    effects.check(model, sort)
+    effects.check(reading.model, sort)
 
     asked = request(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
+        reading,
         settings=settings,
         text=text,
         target=target,
@@ -115,18 +113,18 @@ def heads(
         table = extractor.head_statistics(line, asked.request, target=target, pair=pair)
         return effects.beside(table, extractor, line, asked.request)
 
-    given = model_options_given(settings, model, mode, target, pair) + products.given()
+    given = model_options_given(settings, reading, target, pair) + products.given()
     given += effects.given()
     if effects.knockout is not None:
         knock = partial(effects.knock, asked, environment)
-        found = out.text_or_saved(text, saved, knock, layer, head, given)
+        found = out.text_or_saved(text, saved, knock, reading.layer, reading.head, given)
         _write_knockout(found, output_format, sort, reverse, top, environment)
         return
     probe = None
     if detect is None:
         several = "attnviz stats gives these statistics over many inputs"
         table = out.text_or_saved(
-            text, saved, statistics, layer, head, given, several, HeadTable.of
+            text, saved, statistics, reading.layer, reading.head, given, several, HeadTable.of
         )
     else:
         out.check_probe(detect, text, target, pair, saved)

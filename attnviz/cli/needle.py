@@ -14,7 +14,7 @@ from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.generate import LanguageModelOption
 from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, needle_settings, request
+from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, needle_settings, request
 from attnviz.errors import UsageError
 from attnviz.files import check_writable, open_output
 from attnviz.needle import (
@@ -204,7 +204,7 @@ def needle(
     drawn = None if picture is None else output_of_file(picture, PICTURES)
     if picture is not None:
         check_writable(picture)
-    asked = request(model=model, mode=None, layer="all", head="all", settings=settings)
+    asked = request(Reading(model), settings=settings)
     extractor = asked.open(environment)
     results = extractor.needle(sweep, filler, None if quiet else _progress())
     _write(results, output_format, top, environment, output or d.STDIO)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnviz.builtin.config import BuiltinConfig
-from attnviz.choices import Ablation, Aggregate, Attention, Mode
+from attnviz.choices import Ablation, Aggregate, Attention
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
@@ -295,13 +295,30 @@ NO_EFFECTS = Effects()
 DEFAULT_SETTINGS = ModelSettings()
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a model command reads: which model, in which attention mode, which layers and
+    heads; each field declares its option. A command whose options differ (generate's
+    model, explain's one layer and head) makes its own."""
+
+    model: d.ModelOption = d.BUILTIN
+    mode: d.ModeOption = None
+    layer: d.LayerOption = "all"
+    head: d.HeadOption = "all"
+
+
+# Gives a command the model, mode, layer and head options as one ``reading`` argument.
+reading_options = bundle("reading", Reading)
+DEFAULT_READING = Reading()
+
+
 def model_options_given(
-    settings: ModelSettings, model: str, mode: Mode | None, target: str | None, pair: str | None
+    settings: ModelSettings, reading: Reading, target: str | None, pair: str | None
 ) -> list[str]:
     """The options of a model run given to a command: saved maps (--from) have no use for
     them."""
-    given = ["--model"] if model != d.BUILTIN else []
-    named = (("--mode", mode), ("--target", target), ("--pair", pair))
+    given = ["--model"] if reading.model != d.BUILTIN else []
+    named = (("--mode", reading.mode), ("--target", target), ("--pair", pair))
     return given + [flag for flag, value in named if value is not None] + settings.given()
 
 
@@ -359,11 +376,8 @@ def load_shown(spec: ExtractorSpec, environment: Environment) -> Extractor:
 
 
 def request(
+    reading: Reading,
     *,
-    model: str,
-    mode: Mode | None,
-    layer: str,
-    head: str,
     settings: ModelSettings,
     text: str | None = None,
     target: str | None = None,
@@ -376,6 +390,7 @@ def request(
     from attnviz.extractor import check_text
     from attnviz.loading import ExtractorSpec, builtin_named
 
+    model = reading.model
     named = builtin_named(model)  # builtin:seed=1, the name that the stack's maps record
     if named is not None:
         model = d.BUILTIN
@@ -411,9 +426,9 @@ def request(
     return Job(
         spec=ExtractorSpec(model, config, settings.load_options() if model != d.BUILTIN else None),
         request=Request(
-            mode=mode,
-            layers=layer,
-            heads=head,
+            mode=reading.mode,
+            layers=reading.layer,
+            heads=reading.head,
             **request_fields(settings),
             **request_fields(products),
         ),

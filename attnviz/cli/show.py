@@ -14,15 +14,18 @@ from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, between_sentences, with_environment
 from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
 from attnviz.cli.settings import (
+    DEFAULT_READING,
     DEFAULT_SETTINGS,
     NO_EFFECTS,
     NO_PRODUCTS,
     Effects,
     MapProducts,
     ModelSettings,
+    Reading,
     answer_options,
     map_products,
     model_settings,
+    reading_options,
     request,
 )
 from attnviz.errors import UsageError
@@ -189,14 +192,12 @@ class Presentation:
 @head_choice
 @answer_options
 @with_environment
+@reading_options
 def show(
     text: d.TextOrProbeArgument = None,
     detect: d.DetectOption = None,
-    mode: d.ModeOption = None,
+    reading: Reading = DEFAULT_READING,
     target: d.TargetOption = None,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
-    head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
     values: d.ValuesOption = False,
     terminal_view: d.TerminalViewOption = d.AUTO,
@@ -209,10 +210,10 @@ def show(
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
     environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    effects: Effects = NO_EFFECTS,
     choice: HeadChoice = ALL_HEADS,
     products: MapProducts = NO_PRODUCTS,
-    effects: Effects = NO_EFFECTS,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
 
@@ -241,13 +242,10 @@ def show(
         detect=detect,
         answered=effects.answer is not None,
     )
-    effects.drawing(model, presentation.top)
+    effects.drawing(reading.model, presentation.top)
     products.ranking(presentation.top)
     asked = request(
-        model=model,
-        mode=mode,
-        layer=layer,
-        head=head,
+        reading,
         settings=settings,
         text=text,
         target=target,

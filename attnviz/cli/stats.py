@@ -16,11 +16,14 @@ from attnviz.cli import output as out
 from attnviz.cli.engine import LOCAL, EngineSettings, engine_settings
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
+    DEFAULT_READING,
     DEFAULT_SETTINGS,
     NO_PRODUCTS,
     MapProducts,
     ModelSettings,
+    Reading,
     model_settings,
+    reading_options,
     request,
     row_products,
 )
@@ -99,12 +102,10 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")
 @row_products
 @engine_settings
 @with_environment
+@reading_options
 def stats(
     source: SourceArgument,
-    mode: d.ModeOption = None,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
-    head: d.HeadOption = "all",
+    reading: Reading = DEFAULT_READING,
     limit: LimitOption = None,
     batch_size: BatchSizeOption = 16,
     jobs: JobsOption = None,
@@ -113,9 +114,9 @@ def stats(
     picture: PictureOption = None,
     quiet: QuietOption = False,
     environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
-    products: MapProducts = NO_PRODUCTS,
     run_on: EngineSettings = LOCAL,
+    products: MapProducts = NO_PRODUCTS,
+    settings: ModelSettings = DEFAULT_SETTINGS,
 ) -> None:
     """Per-head statistics over a whole corpus: every statistic `heads` computes for
     one input, and the position of the top key.
@@ -140,9 +141,7 @@ def stats(
     drawn = None if picture is None else output_of_file(picture, PICTURES)
     if picture is not None:
         check_writable(picture)
-    asked = request(
-        model=model, mode=mode, layer=layer, head=head, settings=settings, products=products
-    )
+    asked = request(reading, settings=settings, products=products)
     engine = run_on.open(jobs or 2, environment)
     skipped = Skipped()
     started = time.monotonic()

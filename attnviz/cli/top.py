@@ -11,10 +11,13 @@ from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
+    DEFAULT_READING,
     DEFAULT_SETTINGS,
     ModelSettings,
+    Reading,
     model_options_given,
     model_settings,
+    reading_options,
     request,
 )
 from attnviz.schema import envelope
@@ -28,15 +31,13 @@ FormatOption = d.format_option(
 
 @model_settings
 @with_environment
+@reading_options
 def top(
     text: d.OptionalTextArgument = None,
     saved: d.FromOption = None,
-    mode: d.ModeOption = None,
+    reading: Reading = DEFAULT_READING,
     target: d.TargetOption = None,
     pair: d.PairOption = None,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
-    head: d.HeadOption = "all",
     aggregate: d.AggregateOption = None,
     k: Annotated[
         int, typer.Option("-k", metavar="N", min=1, help="Key tokens per query token.")
@@ -55,16 +56,14 @@ def top(
     from attnviz.analysis.top import top_keys
     from attnviz.codecs import dump_json
 
-    asked = request(
-        model=model, mode=mode, layer=layer, head=head, settings=settings, text=text, target=target
-    )
+    asked = request(reading, settings=settings, text=text, target=target)
 
     def extract(line: str):
         extractor = asked.open(environment)
         return extractor.extract(line, asked.request, target=target, pair=pair)
 
-    given = model_options_given(settings, model, mode, target, pair)
-    maps = out.text_or_saved(text, saved, extract, layer, head, given)
+    given = model_options_given(settings, reading, target, pair)
+    maps = out.text_or_saved(text, saved, extract, reading.layer, reading.head, given)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     blocks = top_keys(maps, k)
