@@ -25,11 +25,11 @@ print(json.dumps({"seconds": elapsed, "peak_mib": peak_kib / 1024}))
 def time_and_peak(stdin: Path, command: list[str]) -> dict[str, float]:
     """Wall time and peak RSS (MiB) of ``command`` reading ``stdin``, in a fresh process."""
     result = subprocess.run(
-        [sys.executable, "-c", _MEASURE, str(stdin), *command],
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-c", _MEASURE, str(stdin), *command], capture_output=True, text=True
     )
+    if result.returncode:
+        said = result.stderr.strip().splitlines()
+        raise RuntimeError(f"{command[2:4]} failed: {said[-1] if said else result.returncode}")
     return json.loads(result.stdout)
 
 
