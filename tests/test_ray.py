@@ -21,6 +21,7 @@ import pytest
 
 from attnviz.cli import app
 from tests.processes import ATTNVIZ
+from tests.test_batch import manifest as records_in
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 SENTENCES = [
@@ -255,7 +256,7 @@ def test_resume_works_across_engines(runner, local_ray, corpus, tmp_path):
     again = run(runner, "batch", corpus, "-o", out, "-f", "json", "--resume", "--engine", "ray")
     assert again.exit_code == 0, again.stderr
     assert f"1 written, {len(SENTENCES) - 1} skipped" in again.stderr
-    manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    manifest = records_in(out)
     assert [record["index"] for record in manifest] == list(range(len(SENTENCES)))
 
 
@@ -269,7 +270,7 @@ def test_a_line_that_fails_on_a_worker_is_recorded_and_exits_3(runner, local_ray
     source.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     result = run(runner, "batch", source, "-o", tmp_path / "o", "-f", "json", "--engine", "ray")
     assert result.exit_code == 3, result.stderr
-    records = [json.loads(x) for x in (tmp_path / "o" / "manifest.jsonl").read_text().splitlines()]
+    records = records_in(tmp_path / "o")
     assert [record["status"] for record in records] == ["ok", "failed", "ok"]
 
 
@@ -404,7 +405,7 @@ def test_a_worker_killed_mid_run_is_retried_without_losing_or_doubling_an_input(
     assert process.returncode == 0, errors
     assert written == ""  # Ray's notice of the dead worker is not data: stderr has it
     assert all("(raylet)" in line for line in errors.splitlines()), errors  # and nothing else
-    records = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    records = records_in(out)  # an interrupted run's claim, its first line, is no record
     assert [record["index"] for record in records] == list(range(24))
     assert all(record["status"] == "ok" for record in records)
     assert len(list(out.glob("*.json"))) == 24
@@ -432,7 +433,7 @@ def test_sigterm_unwinds_a_ray_batch_and_exits_143(local_ray, tmp_path):
     assert process.returncode == 143, errors  # Ray's own handler exited 15
     assert all("(raylet)" in line for line in errors.splitlines()), errors  # no stack dump
     assert not [path.name for path in out.iterdir() if path.name.startswith(".")]
-    records = [json.loads(line) for line in manifest.read_text().splitlines()]
+    records = records_in(out)  # an interrupted run's claim, its first line, is no record
     assert records and all((out / name).exists() for r in records for name in r["files"])
 
 
