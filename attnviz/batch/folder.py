@@ -249,12 +249,8 @@ def remove_left_behind(
                 )
                 return
             time.sleep(0.05)
-        recorded = {
-            name
-            for found in folder_manifests(folder)
-            for record in read_manifest(folder / found).values()
-            for name in record.files
-        }
+        records = {found: read_manifest(folder / found) for found in folder_manifests(folder)}
+        recorded = {name for kept in records.values() for r in kept.values() for name in r.files}
         remove_files(
             folder,
             [
@@ -263,7 +259,7 @@ def remove_left_behind(
                 if name not in recorded and _written_for(name, stems, formats)
             ],
         )
-        if not read_manifest(manifest):
+        if not records.get(manifest.name):
             manifest.unlink(missing_ok=True)
 
 
