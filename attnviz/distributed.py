@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch.inputs import BatchInput
 from attnviz.batch.manifest import Record
-from attnviz.batch.run import Reader, check_failures, record_done, records_of, start_batch
+from attnviz.batch.run import (
+    Reader,
+    check_failures,
+    pending_chunks,
+    record_done,
+    records_of,
+    start_batch,
+)
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
 from attnviz.render.image import Painter
 
@@ -216,10 +223,14 @@ class BatchWorker:
         self.painter = Painter()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
-        (listed,) = batch["task"]  # one task: a JSON list of inputs
-        inputs = [BatchInput(**fields) for fields in json.loads(listed)]
+        (listed,) = batch["task"]  # one task: a JSON list of [input, pending]
+        pairs = json.loads(listed)
+        inputs = [BatchInput(**fields) for fields, _ in pairs]
+        pending = {fields["index"] for fields, wanted in pairs if wanted}
         with _warnings_kept() as said:
-            work = records_of(inputs, self.reader, self.outputs, self.painter, self.batch_size)
+            work = records_of(
+                inputs, pending, self.reader, self.outputs, self.painter, self.batch_size
+            )
             records = [json.dumps(record.to_dict()) for record in work]
         # A column per row: the task's warnings ride on its first record.
         return {"record": records, "warnings": [json.dumps(said)] + ["[]"] * (len(records) - 1)}
@@ -290,7 +301,9 @@ def run_batch(
     finished = False
     try:
         if pending:
-            tasks = _tasks_of([asdict(item) for item in pending], batch_size, workers)
+            chunks = pending_chunks(inputs, pending, batch_size)
+            listed = [[asdict(item), item.index in pending] for item in chunks]
+            tasks = _tasks_of(listed, batch_size, workers)
             arguments = {"spec": spec, "request": request, "outputs": outputs}
             results = tasks.map_batches(
                 BatchWorker,

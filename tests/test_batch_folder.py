@@ -43,11 +43,11 @@ def _contents(folder):
 
 
 def _started(command, manifest):
-    """A batch process, once its manifest records two inputs."""
+    """A batch process, once its manifest records an input."""
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        if manifest.exists() and len(manifest.read_text().splitlines()) >= 2:
+        if manifest.exists() and '"index"' in manifest.read_text():
             return process
         time.sleep(0.02)
     process.kill()
@@ -198,25 +198,22 @@ def test_resume_redoes_a_file_that_is_not_whole(runner, tmp_path, damage):
     assert _records(manifest)[0]["digests"][damaged.name]["size"] == len(whole)
 
 
-def test_a_file_written_over_a_link_gets_the_users_mode(runner, tmp_path):
+def test_the_files_a_batch_writes_get_the_users_mode(runner, tmp_path):
     source = _inputs(tmp_path, 1)
     out = tmp_path / "out"
-    out.mkdir()
-    elsewhere = tmp_path / "elsewhere.json"
-    elsewhere.write_text("{}")
-    (out / "0000-the-cat-sat-on-mat-0.json").symlink_to(elsewhere)
     previous = os.umask(0o027)
     try:
         assert _batch(runner, source, out).exit_code == 0
     finally:
         os.umask(previous)
     written = out / "0000-the-cat-sat-on-mat-0.json"
-    assert not written.is_symlink() and elsewhere.read_text() == "{}"
     assert stat.S_IMODE(written.stat().st_mode) == 0o640
     assert stat.S_IMODE((out / "manifest.jsonl").stat().st_mode) == 0o640
 
 
 def test_a_batch_never_writes_outside_its_folder(runner, tmp_path):
+    """A link at the manifest's name is replaced, never followed; a link at an input's file
+    name that no batch made is the user's: left as it is, and that input fails."""
     outside = tmp_path / "outside.txt"
     outside.write_text("precious")
     out = tmp_path / "out"
@@ -227,10 +224,28 @@ def test_a_batch_never_writes_outside_its_folder(runner, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("a b\nc d\n")
     result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json", "--overwrite"])
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 3, result.stderr
+    assert "2 of 2 inputs failed (first: line 1: " in result.stderr
+    assert "0000-a-b.json is there already and no batch made it" in result.stderr
     assert outside.read_text() == "precious" and not (tmp_path / "dangling.txt").exists()
-    for name in ("manifest.jsonl", "0000-a-b.json", "0001-c-d.json"):
-        assert (out / name).is_file() and not (out / name).is_symlink()
+    assert (out / "manifest.jsonl").is_file() and not (out / "manifest.jsonl").is_symlink()
+    assert (out / "0000-a-b.json").is_symlink() and (out / "0001-c-d.json").is_symlink()
+
+    again = runner.invoke(app, ["batch", str(source), "-o", str(out / "0000-a-b.json")])
+    assert again.exit_code != 0 and outside.read_text() == "precious"
+
+
+def test_a_link_put_over_a_file_a_batch_made_is_replaced_never_followed(runner, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n")
+    out = tmp_path / "out"
+    assert _batch(runner, source, out).exit_code == 0
+    (out / "0000-a-b.json").unlink()
+    (out / "0000-a-b.json").symlink_to(outside)
+    assert _batch(runner, source, out, "--resume").exit_code == 0
+    assert outside.read_text() == "precious" and not (out / "0000-a-b.json").is_symlink()
 
 
 def test_a_second_batch_into_the_same_folder_needs_resume_or_overwrite(runner, tmp_path):
@@ -404,24 +419,140 @@ def test_resume_with_other_options_leaves_no_file_unrecorded(runner, tmp_path):
     assert not unrecorded(out)
 
 
-def test_files_a_killed_run_wrote_but_never_recorded_go_with_the_next_run(runner, tmp_path):
+def test_files_a_killed_run_claimed_but_never_recorded_go_with_the_next_run(runner, tmp_path):
     source = _inputs(tmp_path, 2)
     out = tmp_path / "out"
     assert _batch(runner, source, out).exit_code == 0
     manifest = out / "manifest.jsonl"
-    records = manifest.read_text().splitlines()
-    manifest.write_text(records[0] + "\n")  # killed after writing input 1's file
-    (out / "0001-the-cat-sat-on-mat-1.png").write_bytes(b"drawn, never recorded")
-    (out / "notes.png").write_bytes(b"the user's")  # no input's name: left alone
+    first = manifest.read_text().splitlines()[0]
+    drawn = "0001-the-cat-sat-on-mat-1.png"
+    # As kill -9 leaves it: input 1's files (by an earlier request's formats too) claimed
+    # and written, never recorded.
+    claims = [json.dumps({"claim": [name]}) for name in ("0001-the-cat-sat-on-mat-1.json", drawn)]
+    manifest.write_text("\n".join([first, *claims, ""]))
+    (out / drawn).write_bytes(b"drawn, never recorded")
+    (out / "0001-the-cat-sat-on-mat-1.svg").write_bytes(b"the user's, named like it")
     result = _batch(runner, source, out, "--resume")
     assert result.exit_code == 0, result.stderr
-    assert unrecorded(out) == {"notes.png"}
+    assert unrecorded(out) == {"0001-the-cat-sat-on-mat-1.svg"}
+    assert "claim" not in manifest.read_text()  # settled
 
 
-def test_a_run_that_stops_before_its_first_input_leaves_no_manifest(runner, tmp_path):
-    source = _inputs(tmp_path, 2)
+USERS = {  # named like the inputs' ids, their stems and their pictures, in other formats
+    "notes.pdf": b"%PDF the user's",
+    "notes.html": b"<p>the user's</p>",
+    "summary.json": b'{"the": "user\'s"}',
+    "0000-hello-i-love-you.png": b"the user's picture",
+    "0001-the-man-walked-the-dog.json": b"{}",
+    "0000-hello-i-love-you-L7.svg": b"<svg/>",
+    "0001-the-man-walked-the-dog-L0-H1.pdf": b"%PDF",
+}
+
+
+@pytest.mark.parametrize("source", ["ids.jsonl", "two.txt"])
+def test_a_batch_never_removes_a_file_it_did_not_make(runner, tmp_path, source):
+    """The clean-up matched names, not claims: a run removed the user's files named like an
+    input's id or stem in formats it never writes."""
+    (tmp_path / "ids.jsonl").write_text(
+        '{"id": "notes", "text": "Hello I love you"}\n{"id": "summary", "text": "a b"}\n'
+    )
+    (tmp_path / "two.txt").write_text("Hello I love you\nThe man walked the dog\n")
     out = tmp_path / "out"
-    failed = _batch(runner, source, out, "--model", str(tmp_path / "no-such-model"))
-    assert failed.exit_code != 0
-    assert not out.exists() or _files(out) == []
-    assert _batch(runner, source, out).exit_code == 0  # no --resume needed
+    out.mkdir()
+    for name, data in USERS.items():
+        (out / name).write_bytes(data)
+    base = ["batch", str(tmp_path / source), "-o", str(out), "-f", "png", "--view", "head"]
+    first = runner.invoke(app, base)
+    assert first.exit_code == 0, first.stderr
+    assert f"{out} holds {len(USERS)} file(s) no batch made (" in first.stderr
+    for more in (["--resume"], ["-f", "svg", "--resume"], ["--overwrite"]):
+        result = runner.invoke(app, [*base, *more])
+        assert result.exit_code == 0, (more, result.stderr)
+        assert "no batch made" not in result.stderr
+        assert {name: (out / name).read_bytes() for name in USERS} == USERS
+        assert unrecorded(out) == set(USERS)
+
+
+def test_a_file_of_the_users_at_an_outputs_name_fails_that_input_alone(runner, tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "notes", "text": "a b"}\n{"id": "other", "text": "c d"}\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.json").write_text("mine")
+    result = runner.invoke(app, ["batch", str(source), "-o", str(out), "-f", "json"])
+    assert result.exit_code == 3
+    assert result.stderr.splitlines()[-1] == (
+        f"attnviz: error: 1 of 2 inputs failed (first: line 1: {out / 'notes.json'} is there "
+        "already and no batch made it: it is left as it is (move it away, or write into "
+        f"another folder)); see {out / 'manifest.jsonl'}"
+    )
+    assert (out / "notes.json").read_text() == "mine" and (out / "other.json").is_file()
+    assert unrecorded(out) == {"notes.json"}
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_gives_a_clean_runs_files(runner, tmp_path, generators):
+    """Killed at two moments (inputs recorded or not, files claimed and drawn by two
+    workers), each resumed run ends with a clean run's very bytes, every file recorded,
+    and the user's files untouched. A resumed input is read with the company a clean run
+    gives it: its padding had moved its numbers in the last bits (one JSON of 30 differed)."""
+    source = tmp_path / "nine.txt"
+    words = "the cat sat on a mat dog walked man hello love you attention is all".split()
+    lines = (" ".join(words[(i * 7 + j) % 15] for j in range(2 + i % 11)) for i in range(9))
+    source.write_text("".join(f"{line}\n" for line in lines))
+    arguments = ["batch", str(source), "--model", generators["llama-lm"], "-q"]
+    arguments += ["-f", "json", "-f", "png", "--batch-size", "3"]
+    clean = tmp_path / "clean"
+    assert runner.invoke(app, [*arguments, "-o", str(clean)]).exit_code == 0
+    expected = _contents(clean)
+    for lines_seen in (2, 9):  # the request; then claims and records
+        out = tmp_path / f"killed-{lines_seen}"
+        out.mkdir()
+        (out / "0002-all-the-cat-sat.svg").write_bytes(b"the user's")  # an input's name
+        process = subprocess.Popen(
+            [*ATTNVIZ, *arguments, "-o", str(out), "--jobs", "2"], stderr=subprocess.PIPE
+        )
+        manifest = out / "manifest.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if manifest.exists() and len(manifest.read_text().splitlines()) >= lines_seen:
+                break
+            time.sleep(0.002)
+        process.kill()
+        assert process.wait(timeout=60) == -signal.SIGKILL, process.stderr.read()
+        resumed = runner.invoke(app, [*arguments, "-o", str(out), "--resume"])
+        assert resumed.exit_code == 0, (lines_seen, resumed.stderr)
+        found = _contents(out)
+        assert found.pop("0002-all-the-cat-sat.svg") == b"the user's"
+        assert found == expected, (lines_seen, sorted(set(found) ^ set(expected)))
+
+
+def test_a_run_killed_after_any_line_of_its_manifest_resumes_to_a_clean_runs_folder(
+    runner, tmp_path
+):
+    """The folder as kill -9 leaves it after each line its run wrote (the request, each
+    file's claim with the file written, each record), and after half a line: --resume
+    ends with a clean run's files and manifest, the user's file untouched."""
+    source = _inputs(tmp_path, 4)
+    clean = tmp_path / "clean"
+    assert _batch(runner, source, clean, "-f", "npz").exit_code == 0
+    expected = _contents(clean)
+    records = [json.loads(line) for line in (clean / "manifest.jsonl").read_text().splitlines()]
+    log = [json.dumps({"request": records[0]["request"]})]
+    for record in records:
+        log += [json.dumps({"claim": [name]}) for name in record["files"]]
+        log.append(json.dumps(record))
+    cuts = [(count, "") for count in range(1, len(log) + 1)] + [(5, log[5][:20])]
+    for count, half in cuts:
+        out = tmp_path / f"cut-{count}-{len(half)}"
+        out.mkdir()
+        (out / "notes.json").write_text("the user's")
+        claimed = {name for line in log[:count] for name in json.loads(line).get("claim", [])}
+        for name in claimed:
+            (out / name).write_bytes(b"written" if name.endswith("json") else expected[name])
+        (out / "manifest.jsonl").write_text("\n".join(log[:count]) + "\n" + half)
+        resumed = _batch(runner, source, out, "-f", "npz", "--resume")
+        assert resumed.exit_code == 0, (count, resumed.stderr)
+        found = _contents(out)
+        assert found.pop("notes.json") == b"the user's"
+        assert found == expected, count

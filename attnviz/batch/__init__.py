@@ -18,16 +18,16 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz.batch.folder import FolderLock, FolderPlan, plan_folder, remove_left_behind
 from attnviz.batch.inputs import BatchInput, assign_names, in_shard, read_inputs
-from attnviz.batch.manifest import claim
+from attnviz.batch.manifest import Ledger, claim
 from attnviz.batch.run import Tally
 from attnviz.batch.writing import Outputs
-from attnviz.errors import AttnvizError
+from attnviz.errors import AttnvizError, warn
 
 if TYPE_CHECKING:
     from attnviz.engines import Engine
@@ -106,11 +106,12 @@ class Batch:
                         plan = self.plan()
                         claim(plan.manifest, self.outputs.fingerprint())
                     tally.started = True
+                    _say_foreign(folder, plan)
                     engine.run_batch(
                         self.inputs,
                         spec,
                         request,
-                        self.outputs,
+                        replace(self.outputs, ledger=Ledger(plan.manifest, plan.foreign)),
                         plan=plan,
                         batch_size=batch_size,
                         progress=progress,
@@ -118,8 +119,19 @@ class Batch:
                     )
         finally:
             if tally.started:  # this run's slice of the folder, planned and claimed
-                remove_left_behind(folder, self.shard, self.inputs)
+                remove_left_behind(folder, self.shard)
         return tally
+
+
+def _say_foreign(folder: Path, plan: FolderPlan) -> None:
+    """A folder that holds files but no batch yet: said once, as the first run begins."""
+    if plan.foreign and not plan.earlier and not plan.replaced:
+        first = sorted(plan.foreign)[0]
+        warn(
+            f"{folder} holds {len(plan.foreign)} file(s) no batch made ({first}"
+            f"{', ...' if len(plan.foreign) > 1 else ''}): they are left as they are, and an "
+            "input whose file would take one's name fails"
+        )
 
 
 def _writable_folder(folder: Path) -> None:

@@ -1,5 +1,6 @@
 """A batch's folder: one writer at a time (:class:`FolderLock`), every manifest in it
-honoured (:func:`plan_folder`), and what a stopped run left behind removed."""
+honoured (:func:`plan_folder`), and what a stopped run left behind removed: only files
+a run of the folder claimed, never one it did not make."""
 
 from __future__ import annotations
 
@@ -7,26 +8,24 @@ import contextlib
 import dataclasses
 import errno
 import os
-import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnviz.batch.inputs import BatchInput
 from attnviz.batch.manifest import (
+    Contents,
     Record,
     claim,
     folder_manifests,
+    is_claim,
     manifest_name,
-    read_manifest,
+    read_contents,
     remove_files,
-    requests_in,
 )
 from attnviz.errors import AttnvizError, UsageError, warn
-from attnviz.files import remove_if_abandoned, temporaries
-from attnviz.outputs import BATCH
+from attnviz.files import open_output, remove_if_abandoned, temporaries
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,9 @@ class FolderPlan:
     earlier: dict[int, Record] = field(default_factory=dict)  # what --resume may skip
     absorbed: tuple[Path, ...] = ()  # their records are taken over; removed at the end
     replaced: tuple[Path, ...] = ()  # --overwrite: removed first, with the files they record
+    # The names in the folder that no manifest claims or records: the user's own files,
+    # never written over nor removed.
+    foreign: frozenset[str] = frozenset()
 
 
 def plan_folder(
@@ -58,26 +60,23 @@ def plan_folder(
     """
     own = manifest_name(shard)
     found = folder_manifests(folder)
-    siblings = [
-        name
-        for name, piece in found.items()
-        if name != own and shard is not None and piece is not None and piece[1] == shard[1]
-    ]
+    contents = {name: read_contents(folder / name) for name in found}
+    siblings = _siblings(found, shard)
     # Those whose files may be this run's. Its own manifest recording no input is a claim
     # left by a run of this slice that stopped before its first (none runs now: the lock).
     held = [
         name
         for name in found
-        if name not in siblings and (name != own or read_manifest(folder / name))
+        if name not in siblings and (name != own or contents[name].records)
     ]
     for sibling in siblings:
-        if any(found != request for found in requests_in(folder / sibling)):
+        if any(found != request for found in contents[sibling].requests):
             raise UsageError(
                 f"{folder} holds {sibling}, written with other options: every shard of a "
                 "batch takes the same ones (to change them, run the whole batch again "
                 "without --shard, with --overwrite)"
             )
-    plan = FolderPlan(manifest=folder / own)
+    plan = FolderPlan(manifest=folder / own, foreign=_foreign(folder, contents.values()))
     if overwrite:
         return dataclasses.replace(plan, replaced=tuple(folder / name for name in held))
     if not resume:
@@ -95,19 +94,48 @@ def plan_folder(
         )
     earlier: dict[int, Record] = {}
     for name in [*others, own]:  # this run's own manifest has the last word
-        earlier.update(read_manifest(folder / name))
+        earlier.update(contents[name].records if name in contents else {})
     return dataclasses.replace(
         plan, earlier=earlier, absorbed=tuple(folder / name for name in others)
     )
 
 
+def _siblings(
+    found: dict[str, tuple[int, int] | None], shard: tuple[int, int] | None
+) -> list[str]:
+    """The manifests of the other slices of this run's N: runs beside this one, whose
+    files and claims are theirs."""
+    if shard is None:
+        return []
+    own = manifest_name(shard)
+    return [
+        name
+        for name, piece in found.items()
+        if name != own and piece is not None and piece[1] == shard[1]
+    ]
+
+
+def _foreign(folder: Path, contents: Iterable[Contents]) -> frozenset[str]:
+    """The names in ``folder`` that no run of it made: neither a manifest nor the lock, nor
+    claimed or recorded by a manifest, nor a temporary file of such a name."""
+    ours = set().union(*(found.claimed | found.recorded for found in contents))
+    try:
+        names = set(os.listdir(folder))
+    except OSError:  # not made yet: nothing there
+        return frozenset()
+    names -= {FolderLock.NAME, *folder_manifests(folder)}
+    names -= {path.name for path, name in temporaries(folder) if name in ours}
+    return frozenset(names - ours)
+
+
 def remove_replaced(plan: FolderPlan, request: dict[str, Any]) -> None:
     """--overwrite: the earlier batches' files and manifests go, so that none is left
-    beside the new ones (only the names their manifests record: nothing else is touched).
-    This run's own manifest is begun anew with its claim, never missing meanwhile."""
+    beside the new ones (only the names their manifests claim or record: nothing else is
+    touched). This run's own manifest is begun anew with its claim, never missing
+    meanwhile."""
     for manifest in plan.replaced:
-        for record in read_manifest(manifest).values():
-            remove_files(manifest.parent, record.files)
+        contents = read_contents(manifest)
+        remove_files(manifest.parent, sorted(contents.claimed | contents.recorded))
         if manifest == plan.manifest:
             claim(manifest, request, anew=True)
         else:
@@ -220,27 +248,32 @@ def _same_file(descriptor: int, path: Path) -> bool:
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
-def remove_left_behind(
-    folder: Path, shard: tuple[int, int] | None, inputs: Sequence[BatchInput]
-) -> None:
+def remove_left_behind(folder: Path, shard: tuple[int, int] | None) -> None:
     """After a run's engine session, however it ended, the folder made to account for its
-    inputs' files: the temporary files nobody will finish removed (Ray stops a worker
-    mid-write when its driver ends on Ctrl-C or SIGTERM; a run killed with kill -9 leaves
-    its own), waiting a few seconds for those still at work; then the files named as its
-    inputs' that no manifest records (drawn by a worker as the run was stopped, written
-    by a killed run, or left from an input's earlier request); and its manifest if it
-    records nothing. Skipped if another run holds the folder by then."""
+    files: the temporary files of the names its manifests claim or record that nobody
+    will finish removed (Ray stops a worker mid-write when its driver ends on Ctrl-C or
+    SIGTERM; a run killed with kill -9 leaves its own), waiting a few seconds for those
+    still at work; then the files claimed but recorded by no manifest (drawn as the run
+    was stopped, written by a killed run, or by an input that failed after writing some),
+    and the claims settled; and its manifest if it records nothing. A file no run of the
+    folder claimed is never touched. The manifests of this run's sibling shards, at work
+    beside it, are theirs. Skipped if another run holds the folder by then."""
     if not folder.is_dir():
         return
-    stems = {item.name for item in inputs}
     manifest = folder / manifest_name(shard)
-    formats = {output.value for output in BATCH}
     deadline = time.monotonic() + WORKERS_STOP
     with contextlib.suppress(AttnvizError), FolderLock(folder, shard):
+        found = folder_manifests(folder)
+        contents = {name: read_contents(folder / name) for name in found}
+        siblings = set(_siblings(found, shard))
+        recorded = set().union(*(found.recorded for found in contents.values()))
+        claimed = set().union(
+            *(found.claimed for name, found in contents.items() if name not in siblings)
+        )
         while held := [
             path
             for path, name in temporaries(folder)
-            if _written_for(name, stems, formats) and not remove_if_abandoned(path)
+            if name in claimed | recorded and not remove_if_abandoned(path)
         ]:
             if time.monotonic() >= deadline:
                 warn(
@@ -249,26 +282,19 @@ def remove_left_behind(
                 )
                 return
             time.sleep(0.05)
-        records = {found: read_manifest(folder / found) for found in folder_manifests(folder)}
-        recorded = {name for kept in records.values() for r in kept.values() for name in r.files}
-        remove_files(
-            folder,
-            [
-                name
-                for name in os.listdir(folder)
-                if name not in recorded and _written_for(name, stems, formats)
-            ],
-        )
-        if not records.get(manifest.name):
+        remove_files(folder, sorted(claimed - recorded))
+        for name, found in contents.items():
+            if name not in siblings and found.claimed:
+                _settle(folder / name)
+        if not contents.get(manifest.name, Contents()).records:
             manifest.unlink(missing_ok=True)
 
 
+def _settle(manifest: Path) -> None:
+    """A manifest rewritten without its claims, once their files are recorded or gone."""
+    lines = manifest.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    with open_output(manifest, follow_links=False) as out:
+        out.writelines(line for line in lines if not is_claim(line))
+
+
 WORKERS_STOP = 10.0  # seconds: Ray stops a job's workers once its driver has left
-
-
-def _written_for(name: str, stems: set[str], formats: set[str]) -> bool:
-    """Whether ``name`` is one of the files :func:`write_outputs` writes for these stems."""
-    base, _, extension = name.rpartition(".")
-    without_head = re.sub(r"-H\d+$", "", base)
-    without_layer = re.sub(r"-L\d+$", "", without_head)
-    return extension in formats and not stems.isdisjoint({base, without_head, without_layer})

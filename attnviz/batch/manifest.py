@@ -1,6 +1,7 @@
 """A batch's manifests: a record per input (its files, each with its size and digest, or
 its error), appended as each input ends and read back by ``--resume``, which trusts a
-file only at its recorded size and digest."""
+file only at its recorded size and digest; before a file is written, a claim of its
+name, so that the folder's runs remove only files a run of theirs made."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from attnviz.batch.inputs import BatchInput
 from attnviz.codecs import dump_json
@@ -72,31 +73,46 @@ def folder_manifests(folder: Path) -> dict[str, tuple[int, int] | None]:
     return found
 
 
-def read_manifest(path: Path) -> dict[int, Record]:
-    """The records of an earlier run, the last word on each input. A line that does not
-    parse or does not hold a record (a run stopped mid-line, a hand-edited file) means
-    "not done"; a manifest that is a link is not read."""
-    records: dict[int, Record] = {}
+@dataclass
+class Contents:
+    """What a manifest holds: its records (the last word on each input), the requests
+    its runs claimed (:func:`claim`) and the files they claimed before writing them
+    (:class:`Ledger`)."""
+
+    records: dict[int, Record] = field(default_factory=dict)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    claimed: set[str] = field(default_factory=set)
+
+    @property
+    def recorded(self) -> set[str]:
+        return {name for record in self.records.values() for name in record.files}
+
+
+def read_contents(path: Path) -> Contents:
+    """A manifest's lines, read once. A line that does not parse or is none of a record,
+    a request's claim or a files' claim (a run stopped mid-line, a hand-edited file)
+    means "not done"; a manifest that is a link is not read."""
+    contents = Contents()
     if path.is_symlink() or not path.is_file():
-        return records
+        return contents
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         record = _parse_record(line)
         if record is not None:
-            records[record.index] = record
-    return records
+            contents.records[record.index] = record
+            if record.request is not None:
+                contents.requests.append(record.request)
+            continue
+        value = _parse_object(line)
+        if list(value) == ["request"] and isinstance(value["request"], dict):
+            contents.requests.append(value["request"])
+        elif list(value) == [_CLAIM] and isinstance(value[_CLAIM], list):
+            contents.claimed.update(name for name in value[_CLAIM] if _is_plain_name(name))
+    return contents
 
 
-def requests_in(path: Path) -> list[dict[str, Any]]:
-    """The requests a manifest records: its records' and its claims' (:func:`claim`)."""
-    if path.is_symlink() or not path.is_file():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        record = _parse_record(line)
-        request = record.request if record is not None else _parse_claim(line)
-        if request is not None:
-            found.append(request)
-    return found
+def read_manifest(path: Path) -> dict[int, Record]:
+    """The records of an earlier run, the last word on each input."""
+    return read_contents(path).records
 
 
 def claim(manifest: Path, request: dict[str, Any], *, anew: bool = False) -> None:
@@ -107,29 +123,62 @@ def claim(manifest: Path, request: dict[str, Any], *, anew: bool = False) -> Non
     line. Readers of records pass over it."""
     line = dump_json({"request": request})
     if not anew and read_manifest(manifest):
-        with _appending(manifest) as out:
-            out.write(line)
+        append_line(manifest, line)
     else:
         with open_output(manifest, follow_links=False) as out:
             out.write(line)
 
 
-def _parse_claim(line: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    is_claim = isinstance(value, dict) and list(value) == ["request"]
-    return value["request"] if is_claim and isinstance(value["request"], dict) else None
+_CLAIM = "claim"  # a files' claim line: {"claim": [names]}
 
 
-def _appending(path: Path) -> IO[str]:
-    """``path`` opened to add lines at its end; a link there is replaced, never followed
-    out of the folder."""
+@dataclass(frozen=True)
+class Ledger:
+    """How a run's writers account for the files they make in its folder: each name is
+    claimed in the run's manifest before its file is written (a run killed between the
+    two leaves a claim, which the next run settles, never an orphan nobody may remove),
+    and a file that no run of the folder made is never written over. Runs in any
+    process that writes the files (render workers, Ray workers)."""
+
+    manifest: Path  # this run's
+    foreign: frozenset[str] = frozenset()  # names in the folder no run claimed or recorded
+
+    def claim(self, name: str) -> None:
+        if name in self.foreign:
+            raise AttnvizError(
+                f"{self.manifest.parent / name} is there already and no batch made it: it is "
+                "left as it is (move it away, or write into another folder)"
+            )
+        append_line(self.manifest, dump_json({_CLAIM: [name]}))
+
+
+def is_claim(line: str) -> bool:
+    """Whether a manifest line is a files' claim."""
+    return list(_parse_object(line)) == [_CLAIM]
+
+
+def append_line(path: Path, line: str) -> None:
+    """``line`` added at the end of ``path`` in one write(2): writers in several processes
+    (the run, its render workers) add lines to one manifest, never into each other's.
+    A link there is replaced, never followed out of the folder."""
     if path.is_symlink():
         path.unlink()
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o666)
-    return os.fdopen(descriptor, "a", encoding="utf-8")
+    try:
+        data = line.encode("utf-8")
+        written = os.write(descriptor, data)
+        while written < len(data):  # a regular file takes it whole; a full disk may not
+            written += os.write(descriptor, data[written:])
+    finally:
+        os.close(descriptor)
+
+
+def _parse_object(line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def remove_files(folder: Path, names: Iterable[str]) -> None:
@@ -196,7 +245,7 @@ def _is_whole(path: Path, expected: object) -> bool:
 
 
 class Manifest:
-    """Appends a record per finished input, each line flushed whole; at the end, compacts
+    """Appends a record per finished input, each line written whole; at the end, compacts
     and removes the manifests whose records it took over."""
 
     def __init__(self, plan: FolderPlan, request: dict) -> None:
@@ -204,7 +253,6 @@ class Manifest:
         self.absorbed = plan.absorbed
         self.records = dict(plan.earlier)
         self.request = request  # stamped on every record this run adds
-        self.handle = _appending(self.path)
 
     def add(self, record: Record) -> None:
         """``record`` written, replacing an earlier run's record of its input: where the input
@@ -216,18 +264,26 @@ class Manifest:
             record = replace(record, files=earlier.files, digests=earlier.digests)
         elif earlier is not None:
             stale = [name for name in earlier.files if name not in record.files]
+        if stale:  # still the folder's own once the new record hides the old one
+            append_line(self.path, dump_json({_CLAIM: stale}))
         self.records[record.index] = record
-        self.handle.write(dump_json(record.to_dict()))
-        self.handle.flush()
-        # After the line: killed in between, they are files no manifest records, which the
-        # next batch of these inputs removes (remove_left_behind).
+        append_line(self.path, dump_json(record.to_dict()))
         remove_files(self.path.parent, stale)
 
     def close(self, finished: bool) -> None:
-        self.handle.close()
-        if finished:  # one line per input, in input order, written whole
-            lines = (dump_json(self.records[index].to_dict()) for index in sorted(self.records))
-            with open_output(self.path, follow_links=False) as out:
-                out.writelines(lines)
-            for manifest in self.absorbed:
-                manifest.unlink(missing_ok=True)
+        """A finished run's manifest rewritten whole: one line per input, in input order,
+        and one claim of the files claimed but not recorded (an input that failed after
+        writing some), which :func:`~attnviz.batch.folder.remove_left_behind` settles."""
+        if not finished:
+            return
+        claimed = set().union(
+            *(read_contents(path).claimed for path in (self.path, *self.absorbed))
+        )
+        recorded = {name for record in self.records.values() for name in record.files}
+        lines = [dump_json(self.records[index].to_dict()) for index in sorted(self.records)]
+        if unsettled := sorted(claimed - recorded):
+            lines.append(dump_json({_CLAIM: unsettled}))
+        with open_output(self.path, follow_links=False) as out:
+            out.writelines(lines)
+        for manifest in self.absorbed:
+            manifest.unlink(missing_ok=True)

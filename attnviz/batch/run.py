@@ -94,8 +94,8 @@ def run_batch(
     finished = False
     try:
         with RenderPool(jobs) as renderer:
-            for chunk in _chunks(pending, batch_size):
-                for task in _tasks(chunk, reader, outputs):
+            for chunk in _chunks(inputs, batch_size):
+                for task in _tasks(chunk, pending, reader, outputs):
                     renderer.submit(task)
                 for item, written in renderer.completed(wait=False):
                     done = _finish(item, written, manifest, records, done, len(inputs), progress)
@@ -110,15 +110,16 @@ def run_batch(
 
 def start_batch(
     inputs: Sequence[BatchInput], outputs: Outputs, plan: FolderPlan, tally: Tally
-) -> tuple[list[BatchInput], Manifest]:
-    """The inputs still to do (with --resume, those the folder's manifests do not record
-    as done for today's request, files whole), and the manifest to record them in."""
+) -> tuple[set[int], Manifest]:
+    """The indices of the inputs still to do (with --resume, those the folder's manifests
+    do not record as done for today's request, files whole), and the manifest to record
+    them in."""
     request = outputs.fingerprint()
-    pending = [
-        item
+    pending = {
+        item.index
         for item in inputs
         if not is_complete(plan.earlier.get(item.index), item, outputs.folder, request)
-    ]
+    }
     tally.skipped = len(inputs) - len(pending)
     remove_replaced(plan, request)
     return pending, Manifest(plan, request=request)
@@ -159,7 +160,16 @@ def record_done(record: Record, manifest: Manifest, records: list[Record]) -> No
         records.append(record)
 
 
-def _tasks(chunk: list[BatchInput], reader: Reader, outputs: Outputs) -> Iterator[Task]:
+def _tasks(
+    chunk: list[BatchInput], pending: set[int], reader: Reader, outputs: Outputs
+) -> Iterator[Task]:
+    """The tasks of a chunk's pending inputs. The chunk is read whole, done inputs too:
+    the company an input is read in (the padding, the batch's shape) moves its numbers
+    in the last bits, and a resumed batch writes what a whole run would, byte for byte.
+    A chunk with nothing pending is not read."""
+    wanted = [item for item in chunk if item.index in pending]
+    if not wanted:
+        return
     readable = [item for item in chunk if item.error is None]
     try:
         results: dict[int, AttentionMaps | Exception] = dict(
@@ -168,11 +178,13 @@ def _tasks(chunk: list[BatchInput], reader: Reader, outputs: Outputs) -> Iterato
     except (AttnvizError, ValueError):
         results = {}
         for item in readable:  # find the inputs that fail, keep the rest
+            if item.index not in pending:
+                continue
             try:
                 (results[item.index],) = reader.maps([item])
             except (AttnvizError, ValueError) as error:
                 results[item.index] = error
-    for item in chunk:
+    for item in wanted:
         maps: AttentionMaps | Exception = (
             UsageError(item.error) if item.error is not None else results[item.index]
         )
@@ -207,15 +219,29 @@ def _record(item: BatchInput, written: dict[str, FileDigest] | Exception, reques
 
 def records_of(
     inputs: Sequence[BatchInput],
+    pending: set[int],
     reader: Reader,
     outputs: Outputs,
     painter: Painter,
     batch_size: int,
 ) -> Iterator[Record]:
-    """Each input's files written here and its manifest record, ``batch_size`` inputs per
-    model pass: the work of an engine whose workers write into the folder themselves
-    (Ray's), each batch cut as the local engine cuts it."""
+    """Each pending input's files written here and its manifest record, ``batch_size``
+    inputs per model pass: the work of an engine whose workers write into the folder
+    themselves (Ray's), each batch cut as the local engine cuts it (``inputs`` are whole
+    chunks of the local engine's)."""
     fingerprint = outputs.fingerprint()
     for chunk in _chunks(inputs, batch_size):
-        for task in _tasks(chunk, reader, outputs):
+        for task in _tasks(chunk, pending, reader, outputs):
             yield _record(*render_task(task, painter), fingerprint)
+
+
+def pending_chunks(
+    inputs: Sequence[BatchInput], pending: set[int], batch_size: int
+) -> list[BatchInput]:
+    """The chunks that hold a pending input, whole, one after the other."""
+    return [
+        item
+        for chunk in _chunks(inputs, batch_size)
+        if any(item.index in pending for item in chunk)
+        for item in chunk
+    ]

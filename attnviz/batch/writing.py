@@ -10,7 +10,7 @@ from typing import Any
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import TopHeads
 from attnviz.batch.inputs import BatchInput
-from attnviz.batch.manifest import FileDigest, digest_of
+from attnviz.batch.manifest import FileDigest, Ledger, digest_of
 from attnviz.choices import Aggregate, Dtype, Output, View
 from attnviz.errors import AttnvizError
 from attnviz.files import open_output
@@ -33,6 +33,7 @@ class Outputs:
     label_positions: bool = False  # repeated labels in pictures told apart
     dtype: Dtype = Dtype.FLOAT32  # how json and npz store the weights
     request: dict[str, Any] = field(default_factory=dict)  # the model side, for the manifest
+    ledger: Ledger | None = None  # where each file is claimed before it is written
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything that decides the files an input gets, as plain JSON values: as the
@@ -70,6 +71,8 @@ def write_outputs(
         # suffix: "", -L{layer}, -H{head} or -L{layer}-H{head}
         for suffix, write_file in pieces(maps, output_format, how):
             name = f"{stem}{suffix}.{output_format.value}"
+            if outputs.ledger is not None:
+                outputs.ledger.claim(name)
             with open_output(outputs.folder / name, binary=True, follow_links=False) as out:
                 write_file(out)
             written[name] = digest_of(outputs.folder / name)
