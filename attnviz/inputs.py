@@ -1,15 +1,84 @@
 """Reading the texts a command is given: an argument, a whole file (``@PATH``; ``@-``
 for the whole of stdin) as one text, or stdin's lines (``-``), each line one input;
-decoded as UTF-8."""
+decoded as UTF-8. A text is read up to :data:`MAX_TEXT_BYTES`, a piece at a time (so
+that Ctrl-C and SIGTERM end a read at once), and a device is no text."""
 
 from __future__ import annotations
 
+import io
+import os
+import stat
 import sys
 from collections.abc import Iterator
 from typing import IO
 
-from attnviz.errors import AttnvizError, UsageError
+from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.files import STDIO
+
+# What attnviz reads of one text: some thirty times what the longest context it runs
+# holds (Gemma 3's 32,768 tokens are about 130 KB of English), and a few seconds of
+# tokenising. The rest of a longer source is never read: /dev/zero, a FIFO fed by
+# `yes` or a 48 MB file end here.
+MAX_TEXT_BYTES = 4 << 20
+_PIECE = 1 << 20  # bytes read at a time
+
+
+def text_size(count: int) -> str:
+    return f"{count >> 20} MiB" if count % (1 << 20) == 0 else f"{count:,} bytes"
+
+
+def refuse_device(status: os.stat_result, where: str) -> None:
+    """A character or block device is no text: /dev/zero and /dev/urandom never end.
+    /dev/null, which ends at once, is let through."""
+    device = stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode)
+    if device and status.st_rdev != os.stat(os.devnull).st_rdev:
+        raise UsageError(f"{where} is a device, not a file of text")
+
+
+def read_bounded(stream: IO[bytes], where: str) -> bytes:
+    """At most :data:`MAX_TEXT_BYTES` of ``stream``, read a piece at a time; a longer
+    source is cut there (at a character's start), said in one line, its rest unread."""
+    pieces: list[bytes] = []
+    size = 0
+    while size <= MAX_TEXT_BYTES and (piece := stream.read(min(_PIECE, MAX_TEXT_BYTES + 1 - size))):
+        pieces.append(piece)
+        size += len(piece)
+    data = b"".join(pieces)
+    if size > MAX_TEXT_BYTES:
+        data = _whole_characters(data[:MAX_TEXT_BYTES])
+        warn(
+            f"{where} is longer than {text_size(MAX_TEXT_BYTES)}: its first "
+            f"{text_size(MAX_TEXT_BYTES)} are read, the rest was dropped"
+        )
+    return data
+
+
+def bounded_lines(stream: IO[bytes], where: str) -> Iterator[bytes]:
+    """The lines of ``stream``, line ends kept, each at most :data:`MAX_TEXT_BYTES`: a
+    longer line is cut there (said in one line) and its rest passed over unkept."""
+    number = 0
+    while line := stream.readline(MAX_TEXT_BYTES + 1):
+        number += 1
+        if len(line) > MAX_TEXT_BYTES and not line.endswith(b"\n"):
+            while (rest := stream.readline(_PIECE)) and not rest.endswith(b"\n"):
+                pass
+            warn(
+                f"{where} line {number} is longer than {text_size(MAX_TEXT_BYTES)}: its "
+                f"first {text_size(MAX_TEXT_BYTES)} are read, the rest was dropped"
+            )
+            line = _whole_characters(line[:MAX_TEXT_BYTES])
+        yield line
+
+
+def _whole_characters(data: bytes) -> bytes:
+    """``data`` cut short of a UTF-8 character that its end splits."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # no continuation byte: where the last character begins
+            length = 1 if byte < 0x80 else 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if length <= back else data[:-back]
+    return data
+
 
 BOM = "\ufeff"  # a byte-order mark some editors put first: not text
 
@@ -27,6 +96,11 @@ def decode(data: bytes, where: str) -> str:
 def stdin_bytes() -> IO[bytes]:
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("'-' reads standard input, but it is a terminal: pipe something in")
+    try:
+        status = os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # no descriptor: a test's stream
+        return sys.stdin.buffer
+    refuse_device(status, "standard input")
     return sys.stdin.buffer
 
 
@@ -61,7 +135,7 @@ def read_texts(text: str) -> Iterator[str]:
     stream = stdin_bytes()
     seen = False
     try:
-        for number, raw in enumerate(stream, start=1):
+        for number, raw in enumerate(bounded_lines(stream, "standard input"), start=1):
             if number == 1 and raw.startswith(_ZIP):
                 raise UsageError(_NOT_TEXT.format("an npz archive (attention maps?)"))
             line = decode(raw, f"standard input line {number}").rstrip("\r\n")
@@ -84,10 +158,11 @@ def read_whole(path: str) -> str:
     where = "standard input" if path == STDIO else path
     try:
         if path == STDIO:
-            data = stdin_bytes().read()
+            data = read_bounded(stdin_bytes(), where)
         else:
+            refuse_device(os.stat(path), path)
             with open(path, "rb") as file:
-                data = file.read()
+                data = read_bounded(file, where)
     except FileNotFoundError:
         raise UsageError(
             f"no such file: {path} (a TEXT that begins with @ names a file; write @@ for a "

