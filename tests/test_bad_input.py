@@ -402,3 +402,18 @@ def test_sigterm_ends_a_read_that_waits_at_once(tmp_path):
     assert process.wait(timeout=10) == 143
     assert time.monotonic() - started < 5
     assert b"Traceback" not in process.stderr.read()
+
+
+def test_a_width_past_what_attnviz_draws_is_refused_or_clamped_before_drawing(runner):
+    """--width 99999999 (or COLUMNS=999999999) drew for minutes in gigabytes."""
+    failed_in_process(
+        invoke(runner, ["show", "hello", "--width", "100000000"]),
+        2,
+        "Invalid value for '--width': Input should be less than or equal to 2000",
+    )
+    result = runner.invoke(app, ["show", "hello", "-f", "terminal"], env={"COLUMNS": "100000000"})
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == (
+        "attnviz: warning: COLUMNS=100000000 is wider than attnviz draws: drawing in 2000\n"
+    )
+    assert max(len(line) for line in result.stdout.splitlines()) <= 2000

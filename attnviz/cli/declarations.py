@@ -550,14 +550,19 @@ ColourOption = Annotated[
         "without colour, cells are shaded ·░▒▓█.",
     ),
 ]
+# Columns a terminal picture is drawn in. Drawing time and memory grow with the width
+# (99,999,999 columns ran for minutes); no terminal is wider than this.
+MIN_WIDTH, MAX_WIDTH = 20, 2000
 WidthOption = Annotated[
     int | None,
     typer.Option(
         "--width",
         metavar="COLUMNS",
-        min=20,
+        min=MIN_WIDTH,
+        max=MAX_WIDTH,
         rich_help_panel=OUTPUT_PANEL,
-        help="Columns to draw in (default: the terminal's width, or $COLUMNS, or 80).",
+        help=f"Columns to draw in, {MIN_WIDTH} to {MAX_WIDTH} (default: the terminal's width, "
+        f"or $COLUMNS, or 80).",
     ),
 ]
 AggregateOption = Annotated[

@@ -17,8 +17,8 @@ from rich.console import Console
 
 from attnviz.choices import Output, View
 from attnviz.cli.app import DEBUG
-from attnviz.cli.declarations import ColourChoice
-from attnviz.errors import UsageError
+from attnviz.cli.declarations import MAX_WIDTH, ColourChoice
+from attnviz.errors import UsageError, warn
 from attnviz.files import write_text
 from attnviz.inputs import read_texts
 from attnviz.outputs import PICTURES, output_for, refuse_unused
@@ -119,6 +119,14 @@ def _unusable_size_in_environment() -> bool:
     return False
 
 
+def _environment_width() -> int:
+    """$COLUMNS as a number (0 where it is none)."""
+    try:
+        return int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        return 0
+
+
 def stdout_console(colour: ColourChoice, width: int | None, environment: Environment) -> Console:
     """The console pictures are drawn on: text is never read as markup or emoji codes."""
     systems: dict[ColourChoice, Any] = {  # rich's colour systems
@@ -133,6 +141,9 @@ def stdout_console(colour: ColourChoice, width: int | None, environment: Environ
     }
     if width is None and _unusable_size_in_environment():
         width = shutil.get_terminal_size((80, 25)).columns  # ignores COLUMNS=0, as a shell does
+    if width is None and _environment_width() > MAX_WIDTH:
+        warn(f"COLUMNS={os.environ['COLUMNS']} is wider than attnviz draws: drawing in {MAX_WIDTH}")
+        width = MAX_WIDTH
     return Console(
         file=sys.stdout,
         width=width,
