@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.cli import app
+from attnviz.memory import Room
 from tests import tiny_models
 from tests.processes import IN_A_SHELL, attnviz, shell
 
@@ -228,13 +229,15 @@ def test_running_out_of_memory_says_what_to_reduce(runner, monkeypatch):
 def test_a_stack_too_big_for_the_machine_is_refused_with_an_estimate(runner):
     result = runner.invoke(app, ["show", "a b", "--d-model", "4096", "--num-layers", "64"])
     assert result.exit_code == 2
-    assert "needs about 112.0 GiB for its weights alone" in result.stderr
+    assert "needs about 123.2 GiB to build (its weights, float32) but this process has" in (
+        result.stderr
+    )
 
 
 def test_stack_maps_too_big_for_the_memory_free_are_refused_before_they_are_made(
     runner, monkeypatch
 ):
-    monkeypatch.setattr("attnviz.pretrained.placement.free_memory", lambda: 8 * 2**30)
+    monkeypatch.setattr("attnviz.memory.room", lambda: Room(8 * 2**30, "available"))
     built = []
     monkeypatch.setattr(
         "attnviz.builtin.model.BuiltinTransformer.__init__", lambda *a: built.append(a)

@@ -11,7 +11,7 @@ import pytest
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import UsageError
-from attnviz.pretrained import placement
+from attnviz.memory import Room
 from attnviz.pretrained.loading import LoadOptions
 from attnviz.pretrained.placement import Machine, choose_device, choose_dtype
 
@@ -102,7 +102,7 @@ def test_maps_that_cannot_fit_are_refused_before_the_forward_pass(tiny, monkeypa
     extractor = attnviz.load(tiny["gpt2"])
     calls = []
     monkeypatch.setattr(extractor.loaded.model, "forward", lambda *a, **k: calls.append(1))
-    monkeypatch.setattr(placement, "free_memory", lambda: 1000)
+    monkeypatch.setattr("attnviz.memory.room", lambda: Room(1000, "available"))
     with pytest.raises(UsageError, match="select fewer layers"):
         extractor.extract(TEXT)
     assert not calls  # nothing ran

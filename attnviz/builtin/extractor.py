@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from attnviz import signals
+from attnviz import memory, signals
 from attnviz.builtin.config import BuiltinConfig
 from attnviz.builtin.explain import explain
 from attnviz.choices import Mode
-from attnviz.errors import UsageError, warn
+from attnviz.errors import AttnvizError, UsageError, is_out_of_memory, warn
 from attnviz.extractor import (
     PROBE_LENGTH,
     Checked,
@@ -54,11 +54,20 @@ class BuiltinExtractor(Extractor):
     def stack(self) -> BuiltinTransformer:
         """The seeded stack, built on first use and then kept."""
         if self._stack is None:
-            check_fits(self.config)
             with signals.deferred():  # imports torch: see why there
                 from attnviz.builtin.model import BuiltinTransformer
 
-            self._stack = BuiltinTransformer(self.config)
+            check_fits(self.config)  # after torch, which maps memory of its own
+            try:
+                self._stack = BuiltinTransformer(self.config)
+            except (MemoryError, RuntimeError) as error:
+                if not is_out_of_memory(error):
+                    raise
+                raise AttnvizError(
+                    f"out of memory while building a stack of {self.config.num_layers} layers "
+                    f"with d_model {self.config.d_model}: choose a smaller --d-model or "
+                    "--num-layers"
+                ) from None
         return self._stack
 
     def tokens(self, text: str, what: str) -> list[str]:
@@ -187,34 +196,36 @@ def check_target(mode: Mode, target: str | None) -> None:
 
 
 def check_maps_fit(config: BuiltinConfig, layers: int, heads: int, queries: int, keys: int) -> None:
-    """Refuse, before the stack runs, maps that cannot fit in the memory free now: it keeps
-    every head of each layer asked for, whole, then stacks the heads chosen (float32), and
-    makes a layer's scores and weights on the way (--rows and --pool are taken after)."""
-    from attnviz.pretrained.placement import free_memory
-
+    """Refuse, before the stack runs, maps that cannot fit in the memory this process may
+    still take: it keeps every head of each layer asked for, whole, then stacks the heads
+    chosen (float32), and makes a layer's scores and weights on the way (--rows and
+    --pool are taken after)."""
     heads_made = config.num_heads
     kept = (layers * heads_made + layers * heads + 3 * heads_made) * queries * keys * 4
-    free = free_memory()
-    if free is not None and kept > free:
+    free = memory.room()
+    if free is not None and kept > free.free:
         raise UsageError(
             f"the built-in stack's maps of {queries} × {keys} tokens need about "
             f"{kept / 2**30:.1f} GiB ({layers} layers × {heads_made} heads, whole, float32) but "
-            f"{free / 2**30:.1f} GiB of memory is free: select fewer layers (--layer), fewer "
-            "--num-heads or a shorter text"
+            f"this process has {free}: select fewer layers (--layer), fewer --num-heads or a "
+            "shorter text"
         )
 
 
-def check_fits(config: BuiltinConfig) -> None:
-    """Refuse, before building it, a stack whose weights alone would not fit in memory."""
-    import os
+# Building the stack takes its weights and a little more while torch initialises them:
+# under prlimit --as=4000000000 (3.6 GiB of room after torch), d_model 2048 with 7
+# layers (3.1 GiB of weights) was built and 8 layers (3.5 GiB) ran out of memory.
+_BUILDING = 1.1
 
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):  # a system that does not say
-        return
-    if config.weight_bytes > memory // 2:
+
+def check_fits(config: BuiltinConfig) -> None:
+    """Refuse, before building it, a stack whose weights would not fit in the memory this
+    process may still take (the machine's, or less under a ulimit or a cgroup)."""
+    free = memory.room()
+    needed = config.weight_bytes * _BUILDING
+    if free is not None and needed > free.free:
         raise UsageError(
             f"a stack of {config.num_layers} layers with d_model {config.d_model} needs about "
-            f"{config.weight_bytes / 2**30:.1f} GiB for its weights alone; this machine has "
-            f"{memory / 2**30:.1f} GiB: choose a smaller --d-model or --num-layers"
+            f"{needed / 2**30:.1f} GiB to build (its weights, float32) but this process has "
+            f"{free}: choose a smaller --d-model or --num-layers"
         )

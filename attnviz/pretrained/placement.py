@@ -7,11 +7,11 @@ without a GPU.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from attnviz import memory
 from attnviz.errors import UsageError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -103,14 +103,6 @@ def choose_dtype(asked: str, config: Any, device: str) -> str:
     return name if name in DTYPES else "float32"
 
 
-def free_memory() -> int | None:
-    """Bytes of memory free on this machine now, where the system says."""
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
 def check_maps_fit(
     model: Any,
     *,
@@ -126,12 +118,12 @@ def check_maps_fit(
     CPU in float32; with ``eager`` attention each layer's whole attention is also built on the
     model's device in its dtype."""
     kept = layers * heads * inputs * queries * keys * 4
-    free = free_memory()
-    if free is not None and kept > free:
+    free = memory.room()
+    if free is not None and kept > free.free:
         raise UsageError(
             f"the maps asked for need about {_gib(kept)} ({layers} layers × {heads} heads × "
-            f"{queries} × {keys} tokens × {inputs} inputs, float32) but {_gib(free)} of memory is "
-            "free: keep some rows (--rows last) or pool the maps (--pool 256), select fewer "
+            f"{queries} × {keys} tokens × {inputs} inputs, float32) but this process has {free}: "
+            "keep some rows (--rows last) or pool the maps (--pool 256), select fewer "
             "layers (--layer) or heads (--head), or a smaller --batch-size"
         )
     device = getattr(model, "device", None)

@@ -1,0 +1,83 @@
+"""What memory a process may still take: the machine's, its address-space limit's, its
+control group's; and requests that cannot fit refused before any work, in one line."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+
+import pytest
+
+from attnviz import memory
+from tests.processes import ATTNVIZ
+
+
+def _tree(root, path, limits):
+    """A control-group tree: ``limits`` maps a group's path to its (limit, usage)."""
+    for group, (limit, usage) in limits.items():
+        folder = root / group.lstrip("/")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / path[0]).write_text(f"{limit}\n")
+        (folder / path[1]).write_text(f"{usage}\n")
+
+
+def test_a_cgroup_v2_limit_leaves_the_least_room_of_the_groups_up_to_the_root(tmp_path):
+    _tree(
+        tmp_path,
+        ("memory.max", "memory.current"),
+        {"/": ("max", 5 << 30), "/box": (3 << 30, 1 << 30), "/box/job": ("max", 1 << 29)},
+    )
+    membership = tmp_path / "cgroup"
+    membership.write_text("0::/box/job\n")
+    found = memory.cgroup_room(tmp_path, membership)
+    assert found == memory.Room(2 << 30, "left under this process's cgroup limit")
+
+
+def test_a_cgroup_v1_memory_limit_counts_and_its_no_limit_does_not(tmp_path):
+    files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    membership = tmp_path / "cgroup"
+    membership.write_text("5:cpu,cpuacct:/other\n4:memory:/job\n0::/\n")
+    _tree(
+        tmp_path / "memory",
+        files,
+        {"/": (9223372036854771712, 7 << 30), "/job": (1 << 30, 1 << 28)},
+    )
+    assert memory.cgroup_room(tmp_path, membership).free == (1 << 30) - (1 << 28)
+    _tree(tmp_path / "memory", files, {"/job": (9223372036854771712, 1 << 28)})
+    assert memory.cgroup_room(tmp_path, membership) is None
+
+
+def test_the_room_is_the_least_of_what_bounds_it(monkeypatch):
+    monkeypatch.setattr(memory, "_machine", lambda: memory.Room(8 << 30, "on the machine"))
+    monkeypatch.setattr(memory, "_address_space", lambda: memory.Room(3 << 30, "under ulimit"))
+    monkeypatch.setattr(memory, "cgroup_room", lambda *a: memory.Room(5 << 30, "in the group"))
+    assert memory.room() == memory.Room(3 << 30, "under ulimit")
+    assert str(memory.room()) == "3.0 GiB under ulimit"
+
+
+@pytest.mark.slow
+def test_a_stack_past_the_address_space_limit_is_refused_before_it_is_built():
+    """Under prlimit --as=4000000000 a stack that did not fit was built and died "out of
+    memory: select fewer layers and heads", advice that cannot shrink a built-in stack."""
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2_500_000_000, resource.RLIM_INFINITY))
+
+    stack = ["--d-model", "2048", "--num-layers", "6"]  # 2.6 GiB of weights
+    result = subprocess.run(
+        [*ATTNVIZ, "show", "a b", *stack, "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limited,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        "attnviz: error: a stack of 6 layers with d_model 2048 needs about 2.9 GiB to build"
+    )
+    assert line.endswith(
+        "left under this process's address-space limit (ulimit -v): choose a smaller "
+        "--d-model or --num-layers"
+    )
