@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -229,8 +230,9 @@ def test_running_out_of_memory_says_what_to_reduce(runner, monkeypatch):
 def test_a_stack_too_big_for_the_machine_is_refused_with_an_estimate(runner):
     result = runner.invoke(app, ["show", "a b", "--d-model", "4096", "--num-layers", "64"])
     assert result.exit_code == 2
-    assert "needs about 123.2 GiB to build (its weights, float32) but this process has" in (
-        result.stderr
+    # 112 GiB of weights; what torch maps counts only where it is not imported yet
+    assert re.search(
+        r"needs about 11[78]\.\d GiB to build \(its weights, float32, and torch", result.stderr
     )
 
 

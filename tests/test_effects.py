@@ -276,7 +276,11 @@ def test_heads_answer_of_saved_maps_or_the_probe_is_refused(runner, generators, 
     saved = tmp_path / "maps.json"
     assert runner.invoke(app, ["show", "--model", model, TEXT, "-o", str(saved)]).exit_code == 0
     from_saved = runner.invoke(app, ["heads", "--from", str(saved), "--answer", ANSWER])
-    assert from_saved.exit_code == 2 and "--answer" in from_saved.stderr
+    assert from_saved.exit_code == 2  # it said the built-in stack has no unembedding
+    assert from_saved.stderr == (
+        "attnviz: error: --answer applies to a model run on TEXT, not saved maps (--from): "
+        "leave it out\n"
+    )
     probe = runner.invoke(
         app, ["heads", "--model", model, "--detect", "induction", "--answer", ANSWER]
     )
@@ -494,3 +498,62 @@ def test_batch_draws_the_heads_each_inputs_answer_needs(runner, generators, tmp_
     records = [json.loads(row) for row in (out / "manifest.jsonl").read_text().splitlines()]
     (failed,) = [record for record in records if record["status"] == "failed"]
     assert failed["id"] == "none" and 'has no "answer"' in failed["error"]
+
+
+@pytest.mark.parametrize(("family", "piece"), [("gpt2-lm", "Ġ"), ("llama-lm", "▁")])
+def test_an_answer_read_at_a_bare_space_says_which_token_it_reads(
+    runner, generators, family, piece
+):
+    """' 東京' on a tokenizer without those characters begins with a space of its own: the
+    effects were on that space, said nowhere, and answer_token in JSON was empty."""
+    from attnviz.cli import app
+
+    command = ["heads", "--model", generators[family], TEXT, "--answer", " 東京"]
+    result = runner.invoke(app, [*command, "-f", "json"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == (
+        f"attnviz: warning: the answer ' 東京' is read at its first token, '{piece}', which "
+        "holds a space and none of its characters: to read '東', end the text with the space "
+        "and begin the answer without it\n"
+    )
+    assert json.loads(result.stdout)["answer_token"] == piece
+    table = runner.invoke(app, command)
+    assert f"answer '{piece}' · log-probability" in table.stdout
+
+
+def test_an_answer_or_a_text_the_tokenizer_drops_whole_is_said(runner, tmp_path):
+    """A tokenizer with no <unk> drops what its vocabulary lacks: such an answer was
+    refused for joining the text's last token, and such a text read silently."""
+    from attnviz.cli import app
+    from tests import tiny_models
+
+    model = str(tiny_models.llama(tmp_path / "llama", lm=True, unknown=False))
+    extractor = attnviz.load(model)
+    with pytest.raises(UsageError, match=r"the answer '東京' tokenizes to nothing: .*drops every"):
+        extractor.head_effects(TEXT, "東京")
+    shown = runner.invoke(app, ["show", "--model", model, "東京", "-f", "json"])
+    assert shown.exit_code == 2 and shown.stdout == ""
+    assert shown.stderr == (
+        f"attnviz: error: the text tokenizes to nothing: {model}'s tokenizer drops every "
+        "character of it (none is in its vocabulary)\n"
+    )
+    source = tmp_path / "in.txt"
+    source.write_text(f"東京\n{TEXT}\n")
+    batch = runner.invoke(app, ["batch", str(source), "--model", model, "-o", str(tmp_path / "o")])
+    assert batch.exit_code == 3 and "1 of 2 inputs failed (first: line 1: the text tokenizes" in (
+        batch.stderr
+    )
+
+
+def test_a_text_cut_to_the_models_length_is_said_once_with_an_answer(runner, generators):
+    from attnviz.cli import app
+
+    long = " ".join(f"w{i}" for i in range(80))
+    result = runner.invoke(app, ["heads", "--model", generators["gpt2-lm"], long, "--answer", " x"])
+    assert result.exit_code == 2
+    warning, error = result.stderr.splitlines()
+    assert warning.startswith("attnviz: warning: the text has ") and "were dropped" in warning
+    assert (
+        error
+        == "attnviz: error: the text was cut to the model's length: there is no answer after it"
+    )

@@ -126,12 +126,14 @@ def gpt2(folder: Path, n_positions: int = 64, lm: bool = False) -> Path:
     )
 
 
-def llama(folder: Path, lm: bool = False) -> Path:
-    """A Llama with grouped-query attention: 4 query heads share 2 key/value heads."""
+def llama(folder: Path, lm: bool = False, unknown: bool = True) -> Path:
+    """A Llama with grouped-query attention: 4 query heads share 2 key/value heads. Without
+    ``unknown`` its tokenizer has no ``<unk>`` for characters outside its vocabulary: it
+    drops them."""
     torch.manual_seed(0)
     specials = ["<unk>", "<s>", "</s>"]
     tokenizer = _metaspace(
-        models.BPE(unk_token="<unk>"),
+        models.BPE(unk_token="<unk>" if unknown else None),
         trainers.BpeTrainer(vocab_size=300, special_tokens=specials),
         specials,
     )

@@ -54,10 +54,10 @@ class BuiltinExtractor(Extractor):
     def stack(self) -> BuiltinTransformer:
         """The seeded stack, built on first use and then kept."""
         if self._stack is None:
+            check_fits(self.config)  # before torch is imported: a usage error imports none
             with signals.deferred():  # imports torch: see why there
                 from attnviz.builtin.model import BuiltinTransformer
 
-            check_fits(self.config)  # after torch, which maps memory of its own
             try:
                 self._stack = BuiltinTransformer(self.config)
             except (MemoryError, RuntimeError) as error:
@@ -212,20 +212,24 @@ def check_maps_fit(config: BuiltinConfig, layers: int, heads: int, queries: int,
         )
 
 
-# Building the stack takes its weights and a little more while torch initialises them:
-# under prlimit --as=4000000000 (3.6 GiB of room after torch), d_model 2048 with 7
-# layers (3.1 GiB of weights) was built and 8 layers (3.5 GiB) ran out of memory.
-_BUILDING = 1.1
+# Building the stack takes its weights and a little more while torch initialises them,
+# and importing torch maps 0.6 GiB of address space (which ulimit -v counts). Under
+# prlimit --as=4000000000 (3.7 GiB of room before torch), d_model 2048 with 7 layers
+# (3.06 GiB of weights) was built and 8 layers (3.5 GiB) ran out of memory.
+_BUILDING = 1.05
+_TORCH_MAPS = 0.6 * 2**30
 
 
 def check_fits(config: BuiltinConfig) -> None:
     """Refuse, before building it, a stack whose weights would not fit in the memory this
     process may still take (the machine's, or less under a ulimit or a cgroup)."""
+    import sys
+
     free = memory.room()
-    needed = config.weight_bytes * _BUILDING
+    needed = config.weight_bytes * _BUILDING + (0 if "torch" in sys.modules else _TORCH_MAPS)
     if free is not None and needed > free.free:
         raise UsageError(
             f"a stack of {config.num_layers} layers with d_model {config.d_model} needs about "
-            f"{needed / 2**30:.1f} GiB to build (its weights, float32) but this process has "
-            f"{free}: choose a smaller --d-model or --num-layers"
+            f"{needed / 2**30:.1f} GiB to build (its weights, float32, and torch) but this "
+            f"process has {free}: choose a smaller --d-model or --num-layers"
         )

@@ -8,6 +8,7 @@ import os
 import sys
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,12 +31,20 @@ def report(message: str) -> None:
     print(f"attnviz: error: {display_label(message)}", file=sys.stderr)
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """attnviz's own warnings as one line on stderr; any other warning as Python shows it."""
-    if issubclass(category, AttnvizWarning):
-        print(f"attnviz: warning: {display_label(str(message))}", file=sys.stderr)
-    else:
-        _python_show_warning(message, category, filename, lineno, file, line)
+def _warning_printer() -> Callable[..., None]:
+    """A printer of attnviz's own warnings as one line on stderr, each said once in a
+    command (two passes over a text both see it cut); any other warning as Python
+    shows it."""
+    said: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if not issubclass(category, AttnvizWarning):
+            _python_show_warning(message, category, filename, lineno, file, line)
+        elif str(message) not in said:
+            said.add(str(message))
+            print(f"attnviz: warning: {display_label(str(message))}", file=sys.stderr)
+
+    return show
 
 
 _python_show_warning = warnings.showwarning
@@ -158,7 +167,7 @@ class AttnvizGroup(TyperGroup):
     def invoke(self, ctx: Context) -> Any:
         try:
             with warnings.catch_warnings():  # puts Python's own warning printer back after
-                warnings.showwarning = _show_warning
+                warnings.showwarning = _warning_printer()
                 return super().invoke(ctx)
         except (typer.TyperException, typer.Exit, typer.Abort):
             raise

@@ -98,7 +98,7 @@ def heads(
     """
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
 
-    effects.check(reading.model, sort)
+    effects.check(reading.model, sort, saved=saved is not None)
 
     asked = request(
         reading,

@@ -227,9 +227,10 @@ class Effects:
             )
         return rows, span
 
-    def check(self, model: str, sort: HeadColumn | None = None) -> None:
+    def check(self, model: str, sort: HeadColumn | None = None, saved: bool = False) -> None:
         """Refuse, before a model loads, what cannot have an answer, and a sort by an
-        effect on none."""
+        effect on none. With ``saved`` maps (--from) no model runs: the command refuses
+        --answer there, as it refuses every model option."""
         if sort is not None and sort.needs is Needs.ANSWER and self.answer is None:
             raise UsageError(
                 f"--sort {sort} ranks heads by their effect on an answer: give --answer"
@@ -247,7 +248,7 @@ class Effects:
         else:
             refuse_unused(given_flags(self, ["ablate"]), "heads' effects", "a knockout")
             self.knocked()
-        if model == d.BUILTIN:
+        if model == d.BUILTIN and not saved:
             raise no_next_token(d.BUILTIN)
 
     def beside(

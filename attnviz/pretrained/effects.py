@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Ablation
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, warn
 from attnviz.pretrained.encoding import head_count
 from attnviz.pretrained.streams import Family, Stream
 from attnviz.pretrained.written import output_projection
@@ -156,12 +156,32 @@ def answer_token(loaded: PretrainedModel, side: Side, answer: str) -> int:
     tokenizer = loaded.tokenizer
     alone = tokenizer(side.text, add_special_tokens=False)["input_ids"]
     joined = tokenizer(side.text + answer, add_special_tokens=False)["input_ids"]
+    if not tokenizer(answer, add_special_tokens=False)["input_ids"] or joined == alone:
+        raise UsageError(
+            f"the answer {answer!r} tokenizes to nothing: {loaded.name}'s tokenizer drops every "
+            "character of it"
+        )
     if len(joined) <= len(alone) or joined[: len(alone)] != alone:
         raise UsageError(
             f"the answer {answer!r} does not begin a token of its own after the text: its "
             "first characters join the text's last token (begin it with a space?)"
         )
-    return int(joined[len(alone)])
+    answer_id = int(joined[len(alone)])
+    if not tokenizer.decode([answer_id]).strip():
+        piece, first = answer_label(loaded, answer_id), answer.strip()[0]
+        warn(
+            f"the answer {answer!r} is read at its first token, {piece!r}, which holds a space "
+            f"and none of its characters: to read {first!r}, end the text with the space and "
+            "begin the answer without it"
+        )
+    return answer_id
+
+
+def answer_label(loaded: PretrainedModel, answer_id: int) -> str:
+    """The answer's first token as a table and a file say it: decoded, or where that is
+    blank (a bare space or word marker), its piece as the vocabulary spells it."""
+    decoded = loaded.tokenizer.decode([answer_id])
+    return decoded if decoded.strip() else str(loaded.tokenizer.convert_ids_to_tokens(answer_id))
 
 
 def head_effects(

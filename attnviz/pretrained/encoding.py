@@ -164,6 +164,18 @@ def encode(
             begin == finish or not any(start <= begin and finish <= end for start, end in spans)
             for begin, finish in encoding["offset_mapping"]
         ]
+    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # <unk> stands for text
+    own = (  # a token that holds a character of the text (a word marker alone holds none)
+        not (template and template[index])
+        and token not in special
+        and tokenizer.decode([token]).strip()
+        for index, token in enumerate(encoding["input_ids"])
+    )
+    if not any(own):
+        raise UsageError(
+            f"the {what} tokenizes to nothing: {loaded.name}'s tokenizer drops every character "
+            "of it (none is in its vocabulary)"
+        )
     return Side(encoding, text, pair, template, cut)
 
 

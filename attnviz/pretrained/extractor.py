@@ -40,6 +40,7 @@ from attnviz.maps import AttentionMaps
 from attnviz.pretrained.effects import (
     Anatomy,
     anatomy_of,
+    answer_label,
     answer_token,
     head_effects,
 )
@@ -410,7 +411,7 @@ class PretrainedExtractor(Extractor):
         answer_id = answer_token(self.loaded, side, answer)
         return _Answered(
             answer=answer,
-            token=self.loaded.tokenizer.decode([answer_id]),
+            token=answer_label(self.loaded, answer_id),
             answer_id=answer_id,
             body=body,
             layers=layers,
