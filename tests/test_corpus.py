@@ -37,8 +37,31 @@ def test_corpus_means_equal_the_mean_of_heads_over_the_same_inputs():
             assert row["count"] == len(TEXTS)
             assert row["mean"] == pytest.approx(np.mean(values), abs=1e-12)
             assert row["std"] == pytest.approx(np.std(values), abs=1e-12)
-            for quantile in ("p05", "p50", "p95"):  # a value near one of the data, 1% accurate
-                assert min(abs(row[quantile] - v) / max(abs(v), 1e-12) for v in values) <= 0.011
+            for quantile in (5, 50, 95):  # exact over a few inputs
+                found = row[f"p{quantile:02d}"]
+                assert found == pytest.approx(np.percentile(values, quantile), abs=1e-12)
+
+
+def test_quantiles_are_exact_over_few_values_and_sketched_past_them():
+    """Over 1 and 3 the sketch's 95th percentile was 1, below their mean."""
+    from attnviz.analysis.corpus import EXACT_UP_TO, Cell
+
+    few, left, right = Cell(), Cell(), Cell()
+    for value in (1.0, 3.0):
+        few.add(value)
+    assert [few.quantile(q) for q in (0.05, 0.5, 0.95)] == pytest.approx([1.1, 2.0, 2.9])
+    values = np.random.default_rng(0).lognormal(size=EXACT_UP_TO + 50)
+    for value in values[:60]:
+        left.add(float(value))
+    for value in values[60:EXACT_UP_TO]:
+        right.add(float(value))
+    left.merge(right)  # EXACT_UP_TO values: still exact
+    assert left.quantile(0.95) == pytest.approx(np.percentile(values[:EXACT_UP_TO], 95))
+    for value in values[EXACT_UP_TO:]:
+        left.add(float(value))
+    assert left.values is None  # the sketch's now, within its accuracy
+    nearest = min(abs(left.quantile(0.5) - value) / value for value in values)
+    assert nearest <= 0.011
 
 
 def test_halves_merge_into_the_whole():

@@ -5,7 +5,8 @@ For every (layer, head) and every statistic of ``heads`` that a corpus sums
 the inputs that carry an answer, the effects on it) a
 running mean and
 variance (Welford's update, merged with Chan's formula) and a DDSketch, a
-mergeable quantile sketch whose quantiles are within a relative accuracy.
+mergeable quantile sketch whose quantiles are within a relative accuracy; up to
+EXACT_UP_TO values, the values themselves, whose quantiles are exact.
 Memory grows with the number of heads, never with the number of inputs; two
 partial results (from shards, or workers) merge into the result of the whole.
 """
@@ -69,18 +70,49 @@ def _sketch() -> Any:
     return DDSketch(relative_accuracy=RELATIVE_ACCURACY)
 
 
+# Up to this many values a cell keeps them, and its quantiles are exact: a sketch's
+# quantile is one of the values, the lower by rank, so that over two inputs, 1 and 3,
+# its 95th percentile (1) lay below their mean (2).
+EXACT_UP_TO = 100
+
+
 @dataclass
 class Cell:
     running: Running = field(default_factory=Running)
     sketch: Any = field(default_factory=_sketch)
+    values: list[float] | None = field(default_factory=list)  # None past EXACT_UP_TO
 
     def add(self, value: float) -> None:
         self.running.add(value)
         self.sketch.add(value)
+        if self.values is not None:
+            self.values.append(value)
+            self._bound()
 
     def merge(self, other: Cell) -> None:
         self.running.merge(other.running)
         self.sketch.merge(other.sketch)
+        if self.values is not None and other.values is not None:
+            self.values.extend(other.values)
+            self._bound()
+        else:
+            self.values = None
+
+    def quantile(self, quantile: float) -> float:
+        """Exact while the cell holds at most EXACT_UP_TO values (linearly interpolated
+        between the two values around its rank, as numpy's percentile); past that, the
+        sketch's, within RELATIVE_ACCURACY."""
+        if self.values is None:
+            return float(self.sketch.get_quantile_value(quantile))
+        ordered = sorted(self.values)
+        rank = quantile * (len(ordered) - 1)
+        below = math.floor(rank)
+        above = min(below + 1, len(ordered) - 1)
+        return ordered[below] + (ordered[above] - ordered[below]) * (rank - below)
+
+    def _bound(self) -> None:
+        if self.values is not None and len(self.values) > EXACT_UP_TO:
+            self.values = None
 
 
 @dataclass
@@ -216,5 +248,5 @@ def _summary(cell: Cell) -> dict[str, Any]:
         "std": cell.running.std,
     }
     for quantile in QUANTILES:
-        summary[f"p{round(quantile * 100):02d}"] = float(cell.sketch.get_quantile_value(quantile))
+        summary[f"p{round(quantile * 100):02d}"] = cell.quantile(quantile)
     return summary
