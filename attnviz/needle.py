@@ -255,6 +255,16 @@ class NeedleResults:
         ]
         return sorted(scores, key=lambda score: (-(score.retrieval or 0.0), -score.span))
 
+    @property
+    def planned(self) -> int:
+        """How many cells the sweep has."""
+        return len(self.sweep.cells())
+
+    @property
+    def partial(self) -> bool:
+        """Stopped before its last cell (Ctrl-C, SIGTERM): the finished cells alone."""
+        return len(self.cells) < self.planned
+
     def answered_share(self) -> float:
         return sum(cell.answered for cell in self.cells) / len(self.cells)
 
@@ -280,6 +290,7 @@ class NeedleResults:
             "layers": layers,
             "heads_per_layer": heads,
             "answered": self.answered_share(),
+            **({"partial": True, "cells_planned": self.planned} if self.partial else {}),
             "cells": [cell.record() for cell in self.cells],
             "heads": [vars(score) for score in self.heads()[:top]],
         }

@@ -302,3 +302,37 @@ def test_lengths_and_depths_are_read_as_documented():
     assert parse_lengths("1k,4k,16k,32k") == (1000, 4000, 16000, 32000)
     assert parse_lengths("2500, 1.5k,2500") == (2500, 1500)
     assert parse_depths("0, 0.25,1") == (0.0, 0.25, 1.0)
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_a_sweep_stopped_midway_writes_its_finished_cells_marked_partial(
+    runner, generators, tmp_path, monkeypatch, stop
+):
+    """They were lost without a word."""
+    from attnviz.cli.app import Terminated
+    from attnviz.pretrained import needle as sweeping
+
+    reading = sweeping.read_while_writing
+    calls = []
+
+    def stopped_at_the_third(*arguments):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt if stop == "ctrl-c" else Terminated(143)
+        return reading(*arguments)
+
+    monkeypatch.setattr(sweeping, "read_while_writing", stopped_at_the_third)
+    common = ["needle", "--model", generators["gemma3-lm"], *TINY_NEEDLE, "-n", "3", "-q"]
+    common += ["--lengths", "150,220", "--depths", "0,1"]
+    result = runner.invoke(app, [*common, "-o", str(tmp_path / "sweep.json")])
+    assert result.exit_code == (130 if stop == "ctrl-c" else 143)
+    assert result.stderr.startswith(
+        "attnviz: warning: interrupted after 2 of 4 cells: the 2 finished are written, marked "
+        "partial\n"
+    )
+    document = json.loads((tmp_path / "sweep.json").read_text())
+    assert document["partial"] is True and document["cells_planned"] == 4
+    assert [(cell["length"], cell["depth"]) for cell in document["cells"]] == [(150, 0), (150, 1)]
+    calls.clear()
+    table = runner.invoke(app, common)
+    assert "answered 0 of 2 cells (partial: 2 of 4)" in table.stdout

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from attnviz import signals
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.app import Terminated
 from attnviz.cli.generate import LanguageModelOption
 from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, needle_settings, request
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, warn
 from attnviz.files import check_writable, open_output
 from attnviz.needle import (
     DEFAULT_ANSWER,
@@ -25,6 +27,7 @@ from attnviz.needle import (
     DEFAULT_QUESTION,
     ROW_COLUMNS,
     Needle,
+    NeedleResults,
     Sweep,
     parse_cell,
     parse_depths,
@@ -37,7 +40,7 @@ from attnviz.writers import write_table
 if TYPE_CHECKING:
     from rich.console import Group
 
-    from attnviz.needle import Cell, NeedleResults
+    from attnviz.needle import Cell
 
 SWEEP_PANEL = "Sweep"
 
@@ -206,7 +209,33 @@ def needle(
         check_writable(picture)
     asked = request(Reading(model), settings=settings)
     extractor = asked.open(environment)
-    results = extractor.needle(sweep, filler, None if quiet else _progress())
+    done: list[Cell] = []
+    try:
+        results = extractor.needle(sweep, filler, _progress(done, quiet))
+    except (KeyboardInterrupt, Terminated):
+        if not done:
+            raise
+        with signals.deferred():  # a second signal waits until the finished cells are out
+            results = NeedleResults(extractor.name, sweep, done)
+            warn(
+                f"interrupted after {len(done)} of {len(sweep.cells())} cells: the {len(done)} "
+                "finished are written, marked partial"
+            )
+            _outputs(results, output_format, top, environment, output, picture, drawn, top_heads)
+        raise
+    _outputs(results, output_format, top, environment, output, picture, drawn, top_heads)
+
+
+def _outputs(
+    results: NeedleResults,
+    output_format: Output,
+    top: int,
+    environment: Environment,
+    output: str | None,
+    picture: str | None,
+    drawn: Output | None,
+    top_heads: int | None,
+) -> None:
     _write(results, output_format, top, environment, output or d.STDIO)
     if drawn is not None:
         from attnviz.render.needle import needle_picture
@@ -215,11 +244,15 @@ def needle(
             stream.write(needle_picture(results, drawn, top, top_heads or 0))
 
 
-def _progress():
-    """A line on stderr as each cell is done."""
+def _progress(done: list[Cell], quiet: bool):
+    """Each finished cell kept in ``done`` (an interrupted sweep writes those), and said
+    on stderr in a line unless ``quiet``."""
     started = time.monotonic()
 
-    def done(count: int, cells: int, cell: Cell) -> None:
+    def finished(count: int, cells: int, cell: Cell) -> None:
+        done.append(cell)
+        if quiet:
+            return
         said = "answered" if cell.answered else f"not answered: {cell.response.strip()!r}"
         print(
             display_label(
@@ -230,7 +263,7 @@ def _progress():
             flush=True,
         )
 
-    return done
+    return finished
 
 
 def _write(
@@ -262,8 +295,10 @@ def _tables(results: NeedleResults, top: int) -> Group:
         retrieval = "–" if score.retrieval is None else number(score.retrieval)
         heads.add_row(str(score.layer), str(score.head), retrieval, number(score.span))
     answered = sum(cell.answered for cell in results.cells)
+    partial = f" (partial: {len(results.cells)} of {results.planned})" if results.partial else ""
     summary = (
-        f"{display_label(results.model)} · answered {answered} of {len(results.cells)} cells · "
+        f"{display_label(results.model)} · answered {answered} of {len(results.cells)} cells"
+        f"{partial} · "
         "retrieval: share of the answer's tokens copied (mean over answered cells); span: "
         "weight on the needle (mean over all cells)"
     )
