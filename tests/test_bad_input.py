@@ -422,3 +422,32 @@ def test_a_width_past_what_attnviz_draws_is_refused_or_clamped_before_drawing(ru
         "attnviz: warning: COLUMNS=100000000 is wider than attnviz draws: drawing in 2000\n"
     )
     assert max(len(line) for line in result.stdout.splitlines()) <= 2000
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["export", "a b", "-o", "a.png", "--vmax", "nan"],
+            "'nan' is not a number from 1e-06 to 1",
+        ),
+        (["export", "a b", "-o", "a.png", "--font-size", "inf"], "'inf' is not a number from 4"),
+        (["export", "a b", "-o", "a.png", "--vmax", "x"], "'x' is not a number ("),
+        (["diff", "a", "b", "--fail-above", "nan"], "'nan' is not a number of at least 0"),
+        (["generate", "a", "--temperature", "nan"], "'nan' is not a number of at least 1e-06"),
+    ],
+)
+def test_a_number_option_given_no_number_says_so(runner, arguments, message):
+    """--vmax nan was refused as 'should be less than or equal to 1'."""
+    failed_in_process(invoke(runner, arguments), 2, message)
+
+
+def test_a_knockout_whose_span_holds_a_colon_says_how_it_was_split(runner, tmp_path):
+    model = str(tiny_models.gpt2(tmp_path / "gpt2", lm=True))
+    arguments = ["heads", "--model", model, "the man walked", "--answer", "x"]
+    failed_in_process(
+        invoke(runner, [*arguments, "--knockout", "1:2:3"]),
+        2,
+        "--knockout '1:2:3' is ROWS '1' and SPAN '2:3' (ROWS ends at the first colon), and "
+        "'2:3' is not in the text",
+    )

@@ -200,3 +200,19 @@ def test_diff_of_different_rows_is_refused(runner, tmp_path):
     result = runner.invoke(app, ["diff", *paths])
     assert result.exit_code == 2
     assert "different query rows (rows 0 and rows 3)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"d_model": "x"}, "d_model is a whole number, not str"),
+        ({"num_layers": 2.0}, "num_layers is a whole number, not float"),
+        ({"num_heads": True}, "num_heads is a whole number, not bool"),
+        ({"seed": None}, "seed is a whole number, not NoneType"),
+        ({"positions": "yes"}, "positions is True or False, not 'yes'"),
+    ],
+)
+def test_a_builtin_config_of_the_wrong_types_is_a_usage_error(fields, message):
+    """d_model="x" raised a bare TypeError from inside."""
+    with pytest.raises(attnviz.UsageError, match=message):
+        attnviz.load(config=attnviz.BuiltinConfig(**fields))

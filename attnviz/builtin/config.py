@@ -21,6 +21,13 @@ class BuiltinConfig:
     lowercase: bool = True  # case-fold tokens, so that "The" and "the" share an embedding
 
     def __post_init__(self) -> None:
+        for name in ("num_layers", "num_heads", "d_model", "seed"):
+            value = getattr(self, name)
+            if type(value) is not int:  # bool is no size either
+                raise UsageError(f"{name} is a whole number, not {type(value).__name__}")
+        for name in ("positions", "lowercase"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} is True or False, not {getattr(self, name)!r}")
         if self.num_layers < 1 or self.num_heads < 1 or self.d_model < 1:
             raise UsageError("num_layers, num_heads and d_model must be at least 1")
         if not 0 <= self.seed < 2**63:

@@ -7,6 +7,7 @@ module.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any
@@ -31,6 +32,24 @@ from attnviz.cli.completion import (
 )
 from attnviz.outputs import PICTURE_VIEWS, TERMINAL_VIEWS
 from attnviz.statistics import DETECTORS, Detector, listed
+
+
+def number(low: float, high: float = math.inf) -> Callable[[str], float]:
+    """The parser of a number option from ``low`` to ``high``: nan and infinity are refused
+    as no number (typer's range check said nan was above the range)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            bounds = f"of at least {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+            raise typer.BadParameter(f"{text!r} is not a number {bounds}")
+        return value
+
+    return parse
+
 
 SELECTION_PANEL = "Layers and heads"
 LONG_PANEL = "Long inputs"

@@ -54,9 +54,9 @@ FailAboveOption = Annotated[
     float | None,
     typer.Option(
         "--fail-above",
+        parser=d.number(0.0),
         metavar="DIVERGENCE",
-        min=0.0,
-        help="Exit with code 4 when any head's divergence is above this (for CI).",
+        help="Exit with code 4 when any head's divergence is above this, 0 or more (for CI).",
     ),
 ]
 

@@ -60,10 +60,10 @@ GpusPerWorkerOption = Annotated[
     float,
     typer.Option(
         "--num-gpus-per-worker",
+        parser=d.number(0.0),
         metavar="N",
-        min=0.0,
         rich_help_panel=d.SCALE_PANEL,
-        help="GPUs each Ray worker holds (0.5: two workers share one GPU).",
+        help="GPUs each Ray worker holds, 0 or more (0.5: two workers share one GPU).",
     ),
 ]
 

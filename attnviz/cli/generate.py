@@ -86,21 +86,21 @@ TemperatureOption = Annotated[
     float,
     typer.Option(
         "--temperature",
+        parser=d.number(1e-6),
         metavar="T",
-        min=1e-6,
         rich_help_panel=GENERATION_PANEL,
-        help="With --sample: below 1 sharper, above 1 flatter.",
+        help="With --sample: below 1 sharper, above 1 flatter (above 0).",
     ),
 ]
 TopPOption = Annotated[
     float,
     typer.Option(
         "--top-p",
+        parser=d.number(1e-6, 1.0),
         metavar="P",
-        min=1e-6,
-        max=1.0,
         rich_help_panel=GENERATION_PANEL,
-        help="With --sample: sample among the likeliest tokens whose probabilities sum to P.",
+        help="With --sample: sample among the likeliest tokens whose probabilities sum to P "
+        "(above 0, at most 1).",
     ),
 ]
 SeedOption = Annotated[

@@ -46,12 +46,11 @@ VmaxOption = Annotated[
     float,
     typer.Option(
         "--vmax",
+        parser=d.number(1e-6, 1.0),
         metavar="WEIGHT",
-        min=1e-6,
-        max=1.0,
         rich_help_panel=d.PICTURE_PANEL,
-        help="The weight at the top of the colour scale (default 1, the same in every picture). "
-        "Lower it for long inputs, whose weights are all small.",
+        help="The weight at the top of the colour scale, above 0 and at most 1 (default 1, the "
+        "same in every picture). Lower it for long inputs, whose weights are all small.",
     ),
 ]
 
@@ -75,12 +74,11 @@ FontSizeOption = Annotated[
     float | None,
     typer.Option(
         "--font-size",
+        parser=d.number(4.0, 72.0),
         metavar="POINTS",
-        min=4.0,
-        max=72.0,
         rich_help_panel=d.PICTURE_PANEL,
-        help="Size of labels and titles. Token labels never go below 6 points: where the cells "
-        "are too small for them, every n-th label is shown and the picture says so.",
+        help="Size of labels and titles, 4 to 72. Token labels never go below 6 points: where "
+        "the cells are too small for them, every n-th label is shown and the picture says so.",
     ),
 ]
 

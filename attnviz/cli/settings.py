@@ -284,7 +284,17 @@ class Effects:
         assert self.answer is not None
         rows, span = self.knocked()
         extractor = job.open(environment)
-        return extractor.knockout(text, self.answer, rows, span, job.request, window=self.window)
+        try:
+            return extractor.knockout(
+                text, self.answer, rows, span, job.request, window=self.window
+            )
+        except UsageError as error:
+            if ":" not in span or f"{span!r} is not in the text" not in str(error):
+                raise
+            raise UsageError(  # which colon split ROWS:SPAN, where SPAN holds one too
+                f"--knockout {self.knockout!r} is ROWS {rows!r} and SPAN {span!r} (ROWS ends at "
+                f"the first colon), and {span!r} is not in the text"
+            ) from None
 
 
 # Gives a command the options of head effects on an answer as one ``effects`` argument.
