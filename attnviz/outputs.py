@@ -76,7 +76,11 @@ def of_kind(*kinds: Kind) -> tuple[Output, ...]:
 
 PICTURES = of_kind(Kind.PICTURE)  # png, svg, pdf
 DATA = of_kind(Kind.DATA)  # json, ndjson, npz, csv
-BATCH = (*PICTURES, Output.JSON, Output.NPZ, Output.HTML)  # a file per input each
+# What a batch writes: every output with a writer that holds one input (a file each);
+# ndjson and csv, streams of records, have no place in a folder of files per input.
+BATCH = tuple(
+    output for output, spec in OUTPUTS.items() if spec.writer is not None and not spec.records
+)
 
 
 def output_for(path: str | Path) -> Output | None:
@@ -87,6 +91,20 @@ def output_for(path: str | Path) -> Output | None:
 def _listed(names: list[str], conjunction: str = "and") -> str:
     """'a, b and c' (or 'a, b or c'), for a message."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {conjunction} {names[-1]}"
+
+
+def formats_named(outputs: Iterable[Output]) -> str:
+    """``png, svg, pdf, json, npz or html (the interactive page)``: the formats an option
+    takes, as its help lists them; the page is said to be one."""
+    return _listed(
+        [
+            f"{output.value} ({OUTPUTS[output].name})"
+            if OUTPUTS[output].kind is Kind.PAGE
+            else output.value
+            for output in outputs
+        ],
+        "or",
+    )
 
 
 def suffixes_of(outputs: Iterable[Output]) -> str:

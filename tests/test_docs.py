@@ -60,3 +60,18 @@ def test_the_readme_python_example_runs(monkeypatch, tmp_path):
     assert namespace["maps"].layers == [2]
     assert namespace["maps"].heads == [0, 1, 2, 3]
     assert (tmp_path / "layer2.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_the_formats_the_docs_and_the_help_list_are_the_registrys():
+    """docs/batch.md left html out; help texts listed formats by hand."""
+    from attnviz.cli import declarations as d
+    from attnviz.outputs import BATCH, formats_named
+
+    docs = ROOT / "docs"
+    listed = re.search(r"`--format ([a-z|]+)`, repeatable", (docs / "batch.md").read_text())
+    assert listed is not None and listed[1].split("|") == [output.value for output in BATCH]
+    reference = (docs / "cli.md").read_text()
+    for command, formats in (("batch", BATCH), ("heads", d.TABLES), ("diff", d.REPORTS)):
+        section = reference.split(f"## `attnviz {command}`")[1].split("\n## ")[0]
+        line = " ".join(section.split("--format FORMAT", 1)[1].split())
+        assert line.startswith(formats_named(formats)), (command, line)

@@ -35,7 +35,7 @@ from attnviz.cli.settings import (
     request,
 )
 from attnviz.errors import UsageError
-from attnviz.outputs import BATCH, DATA, describe, refuse_inapplicable, refuse_unused
+from attnviz.outputs import BATCH, DATA, describe, formats_named, refuse_inapplicable, refuse_unused
 from attnviz.statistics import HeadColumn, Needs
 from attnviz.visible import display_label
 
@@ -64,7 +64,7 @@ FolderOption = Annotated[
 ]
 FormatsOption = d.format_option(
     list[BatchFormat] | None,
-    "png, svg, pdf, json, npz or html (the interactive page); repeat for several. Default: png.",
+    f"{formats_named(BATCH)}; repeat for several. Default: png.",
 )
 ResumeOption = Annotated[
     bool,

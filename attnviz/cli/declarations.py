@@ -35,8 +35,7 @@ from attnviz.statistics import DETECTORS, Detector, listed
 
 
 def number(low: float, high: float = math.inf) -> Callable[[str], float]:
-    """The parser of a number option from ``low`` to ``high``: nan and infinity are refused
-    as no number (typer's range check said nan was above the range)."""
+    """A number option's parser, ``low`` to ``high``: nan (above typer's range!) is none."""
 
     def parse(text: str) -> float:
         try:
@@ -133,8 +132,9 @@ def values_option(panel: str, help: str) -> Any:
     return Annotated[bool, typer.Option("--values", rich_help_panel=panel, help=help)]
 
 
-TableFormat = some_of("TableFormat", Output.TABLE, Output.JSON, Output.CSV)  # heads, stats
-ReportFormat = some_of("ReportFormat", Output.TABLE, Output.JSON)  # explain, top, diff, models
+TABLES, REPORTS = (Output.TABLE, Output.JSON, Output.CSV), (Output.TABLE, Output.JSON)
+TableFormat = some_of("TableFormat", *TABLES)  # heads, stats, needle
+ReportFormat = some_of("ReportFormat", *REPORTS)  # explain, top, diff, models
 PictureView = some_of("PictureView", *PICTURE_VIEWS)
 TerminalView = some_of("TerminalView", *TERMINAL_VIEWS)
 

@@ -23,7 +23,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.errors import ThresholdExceeded, UsageError
 from attnviz.inputs import read_texts
-from attnviz.outputs import refuse_unused
+from attnviz.outputs import formats_named, refuse_unused
 from attnviz.schema import envelope
 from attnviz.visible import display_label
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 FormatOption = d.format_option(
     d.ReportFormat,
-    "table or json.",
+    f"{formats_named(d.REPORTS)}.",
 )
 
 

@@ -28,7 +28,7 @@ from attnviz.cli.settings import (
     row_products,
 )
 from attnviz.errors import UsageError
-from attnviz.outputs import refuse_unused
+from attnviz.outputs import formats_named, refuse_unused
 from attnviz.statistics import Detector, HeadColumn
 from attnviz.visible import display_label
 from attnviz.writers import write_table
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 FormatOption = d.format_option(
     d.TableFormat,
-    "table, json or csv.",
+    f"{formats_named(d.TABLES)}.",
 )
 
 

@@ -33,7 +33,7 @@ from attnviz.needle import (
     parse_depths,
     parse_lengths,
 )
-from attnviz.outputs import PICTURES, output_of_file
+from attnviz.outputs import PICTURES, formats_named, output_of_file
 from attnviz.visible import display_label
 from attnviz.writers import write_table
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 SWEEP_PANEL = "Sweep"
 
-FormatOption = d.format_option(d.TableFormat, "table, json or csv.")
+FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
 LengthsOption = Annotated[
     str,
     typer.Option(
