@@ -26,6 +26,7 @@ from attnviz.choices import Aggregate
 from attnviz.errors import AttnvizError, SchemaError, UsageError
 from attnviz.files import STDIO
 from attnviz.inputs import BOM, decode, stdin_bytes
+from attnviz.request import Recorded
 from attnviz.schema import READABLE_VERSIONS, envelope
 from attnviz.visible import display_label
 
@@ -298,17 +299,14 @@ def _document(maps: AttentionMaps, weights: Any) -> dict[str, Any]:
         document["weights"] = weights
     if maps.aggregate is not None:
         document["aggregate"] = maps.aggregate.value
-    if maps.weighting is not None:
-        document["weighting"] = maps.weighting.value
+    document.update(maps.recorded.document())
     for name in ("query_special", "key_special"):
         if getattr(maps, name) is not None:
             document[name] = list(getattr(maps, name))
-    if maps.chat:
-        document["chat"] = True
     if maps.layer_kinds is not None:
         document["layer_kinds"] = list(maps.layer_kinds)
     optional = ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled")
-    for name in (*optional, "span", "system"):
+    for name in (*optional, "span"):
         if getattr(maps, name) is not None:  # optional fields: older readers ignore them
             value = getattr(maps, name)
             document[name] = list(value) if isinstance(value, list) else value
@@ -355,9 +353,7 @@ def fields_of(document: Any) -> dict[str, Any]:
             query_positions=_positions(document.get("query_positions"), "query_positions"),
             pooled=_optional_int(document.get("pooled"), "pooled"),
             span=_positions(document.get("span"), "span"),
-            chat=_optional_bool(document.get("chat", False), "chat"),
-            system=_optional_str(document.get("system"), "system"),
-            weighting=_optional_str(document.get("weighting"), "weighting"),
+            recorded=Recorded.read(document),
             layer_kinds=_kinds(document.get("layer_kinds")),
         )
     except (TypeError, ValueError) as error:
@@ -407,12 +403,6 @@ def _optional_int(value: Any, name: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise SchemaError(f"{name} must be a whole number, not {value!r}")
-    return value
-
-
-def _optional_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise SchemaError(f"{name} must be true or false, not {json.dumps(value)}")
     return value
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -15,6 +15,7 @@ from attnviz.analysis.products import keeps_everything, of_whole, product_for, p
 from attnviz.choices import Aggregate, Mode, Output, View, Weighting
 from attnviz.codecs import document_of, fields_of, read_documents
 from attnviz.errors import SchemaError, UsageError
+from attnviz.request import Recorded
 from attnviz.selection import check_pool
 
 if TYPE_CHECKING:
@@ -92,13 +93,9 @@ class AttentionMaps:
     pooled: int | None = None
     # Key tokens whose weight the heads' span statistic sums (--span), by key position.
     span: list[int] | None = None
-    # The text was read as a chat: one user message in the model's chat template, after
-    # the system prompt ``system`` if one was given.
-    chat: bool = False
-    system: str | None = None
-    # "value": each weight times the norm of what its key writes through the head,
-    # a_ij · ‖W_O^h v_j‖ (--weigh value); rows no longer sum to 1. None: attention weights.
-    weighting: Weighting | None = None
+    # What the maps keep of the request that made them (a chat, its system prompt, the
+    # weighting), written and read as its declaration says.
+    recorded: Recorded = field(default_factory=Recorded)
     # Each held layer's attention, where a model's layers differ or any sees only a window
     # of keys: "global" or "sliding N" (the N latest keys, the query's own included), as
     # the model's config declares them. None: every layer global.
@@ -109,7 +106,6 @@ class AttentionMaps:
         try:
             self.mode = Mode(self.mode)
             self.aggregate = None if self.aggregate is None else Aggregate(self.aggregate)
-            self.weighting = None if self.weighting is None else Weighting(self.weighting)
         except ValueError as error:
             raise SchemaError(str(error)) from None
         for what, held in (("layer", self.layers), ("head", self.heads)):
@@ -154,8 +150,6 @@ class AttentionMaps:
                 )
         if self.span is not None and not all(0 <= key < len(self.key_tokens) for key in self.span):
             raise SchemaError(f"span names key positions 0 to {len(self.key_tokens) - 1}")
-        if self.system is not None and not self.chat:
-            raise SchemaError("system is the system prompt of a chat: it needs chat true")
         if self.pooled is not None and self.pooled < 1:
             raise SchemaError(f"pooled is a number of tokens per bin, not {self.pooled}")
         square = len(self.query_tokens) == len(self.key_tokens)
@@ -328,6 +322,21 @@ class AttentionMaps:
         return self.replace(
             query_tokens=numbered(self.query_tokens), key_tokens=numbered(self.key_tokens)
         )
+
+    @property
+    def chat(self) -> bool:
+        """The text was read as one user message in the model's chat template."""
+        return self.recorded.chat
+
+    @property
+    def system(self) -> str | None:
+        """The system prompt the chat began with, if one was given."""
+        return self.recorded.system
+
+    @property
+    def weighting(self) -> Weighting | None:
+        """What each weight was multiplied by (None: attention weights, rows sum to 1)."""
+        return self.recorded.weighting
 
     def replace(self, **changes: Any) -> AttentionMaps:
         fields = {**self.__dict__, **changes}

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from enum import Enum
+from typing import Any, get_args, get_type_hints
 
 from attnviz.choices import Mode, Weighting, chosen
-from attnviz.errors import UsageError
+from attnviz.errors import SchemaError, UsageError
 from attnviz.selection import Selection, check_pool, check_syntax, text_of
 
 
@@ -103,10 +104,10 @@ class Request:
         """True when every query row of every map is asked for, unpooled."""
         return self.rows is None and self.pool is None
 
-    def recorded(self) -> dict[str, Any]:
-        """What the maps made for this request record of it, as AttentionMaps fields (the
-        selection, rows and span are recorded as the positions they resolve to)."""
-        return {"chat": self.chat, "system": self.system, "weighting": self.weigh}
+    def recorded(self) -> Recorded:
+        """What the maps made for this request record of it (the selection, rows and span
+        are recorded as the positions they resolve to)."""
+        return Recorded(chat=self.chat, system=self.system, weighting=self.weigh)
 
     @classmethod
     def of(cls, request: Request | None, options: Mapping[str, Any]) -> Request:
@@ -140,6 +141,57 @@ class Request:
 
 
 _FIELDS = tuple(field.name for field in fields(Request))
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What maps keep of the request that made them, beyond the tokens and positions they
+    hold. Saved maps write and read these fields by this declaration alone (each under
+    its name, left out at its default; its type checks what a file holds): a new
+    recorded option is a field here and the request's value for it in :meth:`Request.recorded`."""
+
+    chat: bool = False  # the text was read as one user message in the chat template,
+    system: str | None = None  # after this system prompt
+    # "value": each weight times the norm of what its key writes through the head,
+    # a_ij · ‖W_O^h v_j‖ (--weigh value); rows no longer sum to 1. None: attention weights.
+    weighting: Weighting | None = None
+
+    def __post_init__(self) -> None:
+        hints = get_type_hints(Recorded)
+        for field in fields(self):
+            kinds = get_args(hints[field.name]) or (hints[field.name],)
+            kind = next(kind for kind in kinds if kind is not type(None))
+            value = getattr(self, field.name)
+            if value is None and type(None) in kinds:
+                continue
+            if issubclass(kind, Enum):
+                try:
+                    object.__setattr__(self, field.name, kind(value))
+                except ValueError:
+                    names = ", ".join(member.value for member in kind)
+                    raise SchemaError(f"{field.name} is one of {names}, not {value!r}") from None
+            elif type(value) is not kind:
+                raise SchemaError(f"{field.name} must be {_KINDS[kind]}, not {value!r}")
+        if self.system is not None and not self.chat:
+            raise SchemaError("system is the system prompt of a chat: it needs chat true")
+
+    def document(self) -> dict[str, Any]:
+        """The fields a saved document holds: those not at their default, as JSON values."""
+        return {
+            field.name: value.value if isinstance(value, Enum) else value
+            for field in fields(self)
+            if (value := getattr(self, field.name)) != field.default
+        }
+
+    @classmethod
+    def read(cls, document: Mapping[str, Any]) -> Recorded:
+        """The record a saved document holds (checked: a SchemaError says what is wrong)."""
+        return cls(
+            **{field.name: document[field.name] for field in fields(cls) if field.name in document}
+        )
+
+
+_KINDS = {bool: "true or false", str: "a string"}
 
 
 def _positions(value: object, option: str, what: str) -> Selection:

@@ -105,7 +105,8 @@ def test_attnviz_has_no_import_cycles():
 
 def test_the_maps_build_only_on_the_lowest_modules():
     """AttentionMaps is data: at import it needs the choices, the errors, the schema, the
-    token-grid operations and products, and the codecs it is stored with (which need it
+    token-grid operations and products, what it records of a request (the request's
+    module, itself on the lowest ones), and the codecs it is stored with (which need it
     only for type checking); the notebook conveniences reach above it lazily."""
     tree = ast.parse((PACKAGE / "maps.py").read_text())
     at_import = {
@@ -120,6 +121,7 @@ def test_the_maps_build_only_on_the_lowest_modules():
         "attnviz.schema",
         "attnviz.analysis.grid",
         "attnviz.analysis.products",
+        "attnviz.request",
         "attnviz.selection",
     }
 

@@ -8,7 +8,7 @@ import pytest
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import SchemaError
-from attnviz.maps import AttentionMaps
+from attnviz.maps import AttentionMaps, read_maps
 from attnviz.schema import SCHEMA_VERSION
 
 KEYS = {
@@ -216,3 +216,31 @@ def test_a_builtin_config_of_the_wrong_types_is_a_usage_error(fields, message):
     """d_model="x" raised a bare TypeError from inside."""
     with pytest.raises(attnviz.UsageError, match=message):
         attnviz.load(config=attnviz.BuiltinConfig(**fields))
+
+
+def test_what_maps_record_of_their_request_is_saved_and_read_back_by_its_declaration(tmp_path):
+    """Each field of Recorded, at a value other than its default, through json and npz:
+    the codecs name none of them."""
+    import dataclasses
+    import typing
+    from enum import Enum
+
+    from attnviz.request import Recorded
+
+    hints = typing.get_type_hints(Recorded)
+    values = {}
+    for field in dataclasses.fields(Recorded):
+        kinds = typing.get_args(hints[field.name]) or (hints[field.name],)
+        kind = next(k for k in kinds if k is not type(None))
+        values[field.name] = (
+            next(iter(kind)) if issubclass(kind, Enum) else True if kind is bool else "a text"
+        )
+    recorded = Recorded(**values)
+    maps = attnviz.extract("a b c").replace(recorded=recorded)
+    assert AttentionMaps.from_dict(maps.to_dict()).recorded == recorded
+    for suffix in ("json", "npz"):
+        path = tmp_path / f"maps.{suffix}"
+        maps.save(path)
+        (read,) = read_maps(str(path))
+        assert read.recorded == recorded
+    assert attnviz.extract("a b c").to_dict().keys().isdisjoint(values)  # defaults: not written

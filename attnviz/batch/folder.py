@@ -259,9 +259,9 @@ def remove_left_behind(folder: Path, shard: tuple[int, int] | None) -> None:
     manifest = folder / manifest_name(shard)
     deadline = time.monotonic() + WORKERS_STOP
     with contextlib.suppress(AttnvizError), FolderLock(folder, shard):
-        found = folder_manifests(folder)
-        contents = {name: read_contents(folder / name) for name in found}
-        siblings = set(_siblings(found, shard))
+        manifests = folder_manifests(folder)
+        contents = {name: read_contents(folder / name) for name in manifests}
+        siblings = set(_siblings(manifests, shard))
         recorded = set().union(*(found.recorded for found in contents.values()))
         claimed = set().union(
             *(found.claimed for name, found in contents.items() if name not in siblings)

@@ -160,7 +160,7 @@ class BuiltinExtractor(Extractor):
             model=self.name,
             text=text,
             target=target,
-            **request.recorded(),
+            recorded=request.recorded(),
         )
 
     def explain(

@@ -164,10 +164,10 @@ def encode(
             begin == finish or not any(start <= begin and finish <= end for start, end in spans)
             for begin, finish in encoding["offset_mapping"]
         ]
-    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # <unk> stands for text
+    specials = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # <unk> stands for text
     own = (  # a token that holds a character of the text (a word marker alone holds none)
         not (template and template[index])
-        and token not in special
+        and token not in specials
         and tokenizer.decode([token]).strip()
         for index, token in enumerate(encoding["input_ids"])
     )

@@ -154,7 +154,7 @@ class PretrainedExtractor(Extractor):
                 "text": text,
                 "target": target,
                 "pair": pair,
-                **request.recorded(),
+                "recorded": request.recorded(),
                 "layer_kinds": self._layer_kinds(mode, layer_indices),
             }
             rows, known["span"] = positions[row]
