@@ -96,13 +96,32 @@ class Extractor(ABC):
         *,
         target: str | None = None,
         pair: str | None = None,
+        answer: str | None = None,
+        ablate: Ablation | str = Ablation.ZERO,
         **options: Any,
     ) -> HeadTable:
         """Each head's statistics for one text, as ``attnviz heads`` lists them. A pretrained
         model running fused attention sums them block by block, so that a long input's
-        whole maps never exist; the numbers are those of the whole maps."""
-        (table,) = self.head_tables([(text, target, pair)], request, **options)
-        return table
+        whole maps never exist; the numbers are those of the whole maps. With ``answer``,
+        each head's effects on it too (:meth:`head_effects`, ``ablate`` as there), read
+        in the same pass over the text where the model allows."""
+        request = Request.of(request, options)
+        _check_statistics(request)
+        if answer is not None and target is None and pair is None:
+            table = self._statistics_with_effects(text, answer, request, ablate)
+            if table is not None:
+                return table
+        (table,) = self.head_tables([(text, target, pair)], request)
+        if answer is None:
+            return table
+        return table.with_effects(self.head_effects(text, answer, request, ablate=ablate))
+
+    def _statistics_with_effects(
+        self, text: str, answer: str, request: Request, ablate: Ablation | str
+    ) -> HeadTable | None:
+        """Statistics and effects from one pass over the text; None where they are read
+        in two (by default)."""
+        return None
 
     def head_tables(
         self,
@@ -116,12 +135,7 @@ class Extractor(ABC):
         pass (as :meth:`extract_many` reads them): what ``attnviz stats`` sums up."""
         request = Request.of(request, options)
         _check_batch(items, batch_size, "head_tables", "head_statistics")
-        if request.pool is not None:
-            raise UsageError("statistics are read from exact rows: --pool does not apply to them")
-        if request.weigh is not None:
-            raise UsageError(
-                "head statistics read each row as a distribution: --weigh does not apply to them"
-            )
+        _check_statistics(request)
         return self._head_tables((as_item(item) for item in items), request, batch_size)
 
     def _head_tables(
@@ -219,6 +233,15 @@ class Extractor(ABC):
         """One head's attention step by step: the built-in stack walks through every
         matrix; a pretrained model explains one ``query`` row from its dot products
         (tokens labelled with the tokenizer's own pieces when ``raw_pieces``)."""
+
+
+def _check_statistics(request: Request) -> None:
+    if request.pool is not None:
+        raise UsageError("statistics are read from exact rows: --pool does not apply to them")
+    if request.weigh is not None:
+        raise UsageError(
+            "head statistics read each row as a distribution: --weigh does not apply to them"
+        )
 
 
 def check_answer(answer: object) -> str:

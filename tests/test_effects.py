@@ -557,3 +557,33 @@ def test_a_text_cut_to_the_models_length_is_said_once_with_an_answer(runner, gen
         error
         == "attnviz: error: the text was cut to the model's length: there is no answer after it"
     )
+
+
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm"])
+def test_statistics_and_effects_come_from_one_encoding_and_one_clean_pass(
+    generators, family, monkeypatch
+):
+    """heads --answer encoded the text twice and ran the model twice before its effects'
+    passes: the statistics' pass, then the effects' clean pass, which now records them."""
+    from attnviz.pretrained import encoding
+
+    extractor = attnviz.load(generators[family])
+    alone = extractor.head_statistics(TEXT)
+    effects = extractor.head_effects(TEXT, ANSWER)
+    encoded, forwards = [], []
+    encode, forward = encoding.encode, extractor.loaded.model.forward
+    monkeypatch.setattr(encoding, "encode", lambda *a, **k: encoded.append(1) or encode(*a, **k))
+    monkeypatch.setattr(
+        extractor.loaded.model, "forward", lambda *a, **k: forwards.append(1) or forward(*a, **k)
+    )
+    extractor.head_effects(TEXT, ANSWER)
+    effects_alone = len(forwards)  # the clean pass, and the ablations' from the first layer
+    encoded.clear(), forwards.clear()
+    both = extractor.head_statistics(TEXT, answer=ANSWER)
+    assert len(encoded) == 1 and len(forwards) == effects_alone
+    for found, expected in zip(both.rows, alone.rows, strict=True):
+        for name in ("entropy", "distance", "sink", "previous", "self"):
+            assert found[name] == pytest.approx(expected[name], abs=1e-5)
+    np.testing.assert_allclose(both.effects.ablation, effects.ablation, atol=1e-5)
+    np.testing.assert_allclose(both.effects.dla, effects.dla, atol=1e-5)
+    assert both.effects.log_prob == pytest.approx(effects.log_prob, abs=1e-6)

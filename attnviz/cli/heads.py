@@ -110,8 +110,14 @@ def heads(
 
     def statistics(line: str) -> HeadTable:
         extractor = asked.open(environment)
-        table = extractor.head_statistics(line, asked.request, target=target, pair=pair)
-        return effects.beside(table, extractor, line, asked.request)
+        return extractor.head_statistics(
+            line,
+            asked.request,
+            target=target,
+            pair=pair,
+            answer=effects.answer,
+            ablate=effects.ablate,
+        )
 
     given = model_options_given(settings, reading, target, pair) + products.given()
     given += effects.given()

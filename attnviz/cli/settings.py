@@ -25,7 +25,7 @@ from attnviz.statistics import HeadColumn, Needs
 from attnviz.visible import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
-    from attnviz.analysis.heads import HeadTable, Knockout, TopHeads
+    from attnviz.analysis.heads import Knockout, TopHeads
     from attnviz.cli.output import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
@@ -250,15 +250,6 @@ class Effects:
             self.knocked()
         if model == d.BUILTIN and not saved:
             raise no_next_token(d.BUILTIN)
-
-    def beside(
-        self, table: HeadTable, extractor: Extractor, text: str, request: Request
-    ) -> HeadTable:
-        """The heads' statistics of ``text``, with their effects on the answer if asked."""
-        if self.answer is None:
-            return table
-        found = extractor.head_effects(text, self.answer, request, ablate=self.ablate)
-        return table.with_effects(found)
 
     def ranked(
         self, top: TopHeads | None, extractor: Extractor, text: str, request: Request

@@ -192,13 +192,17 @@ def head_effects(
     layers: Sequence[int],
     heads: Sequence[int],
     ablate: Ablation,
+    during_clean: contextlib.AbstractContextManager | None = None,
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """The clean log-probability of ``answer_id`` after one encoded text, and the ablation
-    effect and direct logit attribution of each (layer, head): (L, H) each."""
+    effect and direct logit attribution of each (layer, head): (L, H) each.
+    ``during_clean`` is entered around the clean pass alone (a recording of the heads'
+    statistics, which that pass then serves too)."""
     import torch
 
-    with torch.inference_mode():
+    with torch.inference_mode(), during_clean or contextlib.nullcontext():
         clean = clean_pass(model, body, arguments, answer_id)
+    with torch.inference_mode():
         dla = _attribution(body, clean, answer_id, layers, heads)
         ablation = _ablation(model, body, arguments, answer_id, clean, layers, heads, ablate)
     return clean.log_prob, ablation, dla

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -56,7 +57,7 @@ from attnviz.pretrained.encoding import (
     row_tolerance,
 )
 from attnviz.pretrained.explain import explain_query
-from attnviz.pretrained.fused import Layout, Unrecordable, fused_attention
+from attnviz.pretrained.fused import Layout, ProductRecorder, Unrecordable, fused_attention
 from attnviz.pretrained.generation import Sampling, generate
 from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels, readable
@@ -323,24 +324,9 @@ class PretrainedExtractor(Extractor):
             return
         while chunk := list(islice(items, batch_size)):
             mode, modules, layers, inputs = self._prepared(chunk, request)
-            sides = list(zip(inputs.queries, inputs.keys, strict=True))
-            positions = [self._positions(request, query, key) for query, key in sides]
-            key_labels = [piece_labels(self.loaded, key, request.raw_pieces) for key in inputs.keys]
-            layouts = [
-                Layout(
-                    query.length,
-                    key.length,
-                    statistics_product(mode, query.length, labels.text, labels.special, *asked),
-                )
-                for (query, key), labels, asked in zip(sides, key_labels, positions, strict=True)
-            ]
-            per_input, heads = self._computed(modules, layers, inputs, request, layouts)
-            kinds = self._layer_kinds(mode, layers)
-            for summed, key, labels, (rows, span) in zip(
-                per_input, inputs.keys, key_labels, positions, strict=True
-            ):
-                table = statistics_rows(summed, layers, heads, labels.text, kinds)
-                yield HeadTable(self.name, mode, key.length, table, rows, span)
+            tables = _Tables(self, mode, layers, inputs, request)
+            per_input, heads = self._computed(modules, layers, inputs, request, tables.layouts)
+            yield from tables.made(per_input, heads)
 
     def head_effects(
         self,
@@ -352,8 +338,16 @@ class PretrainedExtractor(Extractor):
         **options: Any,
     ) -> HeadEffects:
         request = Request.of(request, options)
+        return self._effects(self._answered(text, answer, request), request, ablate)
+
+    def _effects(
+        self,
+        asked: _Answered,
+        request: Request,
+        ablate: Ablation | str,
+        during_clean: contextlib.AbstractContextManager | None = None,
+    ) -> HeadEffects:
         ablate = chosen(Ablation, ablate, "ablation")
-        asked = self._answered(text, answer, request)
         heads = resolve(request.heads, asked.body.heads, "head")
         with forward(self.loaded):
             log_prob, ablation, dla = head_effects(
@@ -364,10 +358,40 @@ class PretrainedExtractor(Extractor):
                 asked.layers,
                 heads,
                 ablate,
+                during_clean,
             )
         return HeadEffects(
             asked.answer, asked.token, log_prob, ablate, asked.layers, heads, ablation, dla
         )
+
+    def _statistics_with_effects(
+        self, text: str, answer: str, request: Request, ablate: Ablation | str
+    ) -> HeadTable | None:
+        """The heads' statistics of ``text`` and their effects on ``answer``, from one
+        encoding of the text and one clean pass, which records the statistics block by
+        block as the effects' passes begin from it. None where the statistics are not
+        recorded so (eager attention; maps reshaped into words or without special tokens;
+        attention computed outside transformers' functions): two passes then."""
+        if self.loaded.attention is Attention.EAGER or request.words or not request.special:
+            return None
+        asked = self._answered(text, answer, request)
+        tables = _Tables(self, asked.mode, asked.layers, asked.inputs, request)
+        recorder = ProductRecorder(
+            self.loaded.model,
+            asked.modules,
+            asked.layers,
+            request.heads,
+            tables.layouts,
+            self.loaded.memory,
+        )
+        effects = self._effects(asked, request, ablate, recorder.recording())
+        try:
+            per_input, heads = recorder.results()
+        except Unrecordable:
+            return None
+        stacked = [_stacked(layers_of) for layers_of in per_input]
+        (table,) = tables.made(stacked, heads)
+        return table.with_effects(effects)
 
     def knockout(
         self,
@@ -406,7 +430,7 @@ class PretrainedExtractor(Extractor):
         check_text(text)
         answer = check_answer(answer)
         body = anatomy_of(self.loaded)
-        _, _, layers, inputs = self._prepared([(text, None, None)], request)
+        mode, modules, layers, inputs = self._prepared([(text, None, None)], request)
         side = inputs.keys[0]
         answer_id = answer_token(self.loaded, side, answer)
         return _Answered(
@@ -417,6 +441,9 @@ class PretrainedExtractor(Extractor):
             layers=layers,
             side=side,
             arguments=on_device(self.loaded, inputs.arguments),
+            mode=mode,
+            modules=modules,
+            inputs=inputs,
         )
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
@@ -488,6 +515,54 @@ class _Answered:
     layers: list[int]
     side: Side
     arguments: dict[str, Any]  # the forward pass's, on the model's device
+    mode: Mode  # what the text is read in, its attention modules and its encoding:
+    modules: list  # the heads' statistics are read in the clean pass
+    inputs: ModelInputs
+
+
+class _Tables:
+    """The head tables of encoded inputs: the layout of each input's statistics, and the
+    tables made of the products computed with them."""
+
+    def __init__(
+        self,
+        extractor: PretrainedExtractor,
+        mode: Mode,
+        layers: list[int],
+        inputs: ModelInputs,
+        request: Request,
+    ) -> None:
+        self.name, self.mode, self.layers = extractor.name, mode, layers
+        self.kinds = extractor._layer_kinds(mode, layers)
+        sides = list(zip(inputs.queries, inputs.keys, strict=True))
+        self.positions = [extractor._positions(request, query, key) for query, key in sides]
+        self.labels = [
+            piece_labels(extractor.loaded, key, request.raw_pieces) for key in inputs.keys
+        ]
+        self.keys = inputs.keys
+        self.layouts = [
+            Layout(
+                query.length,
+                key.length,
+                statistics_product(mode, query.length, labels.text, labels.special, *asked),
+            )
+            for (query, key), labels, asked in zip(sides, self.labels, self.positions, strict=True)
+        ]
+
+    def made(self, per_input: list[np.ndarray], heads: list[int]) -> list[HeadTable]:
+        return [
+            HeadTable(
+                self.name,
+                self.mode,
+                key.length,
+                statistics_rows(summed, self.layers, heads, labels.text, self.kinds),
+                rows,
+                span,
+            )
+            for summed, key, labels, (rows, span) in zip(
+                per_input, self.keys, self.labels, self.positions, strict=True
+            )
+        ]
 
 
 def _stacked(arrays: list[np.ndarray]) -> np.ndarray:

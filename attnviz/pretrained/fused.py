@@ -298,50 +298,86 @@ def fused_attention(
     """Run ``model`` once with its fused attention (its eager attention, with ``eager``); for
     each input, the product of each wanted layer's chosen heads, computed block by block,
     and the head indices. With ``weigh``, each weight is multiplied by what its key writes
-    through the head (:mod:`attnviz.pretrained.written`).
+    through the head (:mod:`attnviz.pretrained.written`). The model stops once the last
+    wanted layer is read.
 
     Raises :class:`Unrecordable` when a wanted layer computes its attention in a way this
     does not reproduce (or outside transformers' attention functions)."""
     import torch
 
-    owner = {
-        id(part): layer
-        for layer, (module, _) in enumerate(modules)
-        if layer in wanted
-        for part in module.modules()
-    }
-    products: dict[int, list[Product]] = {}
-    chosen: list[int] = []
-
-    def record(module, query, key, value, mask, args, kwargs) -> None:
-        layer = owner.get(id(module))
-        if layer is None or layer in products:
-            return
-        scores = scores_of(module, query, key, mask, args, kwargs)
-        if weigh:
-            scores.written = _written(model, module, scores.heads, value)
-        chosen[:] = resolve(heads, scores.heads, "head")
-        products[layer] = [
-            _reduce(scores, item, layout, chosen, memory) for item, layout in enumerate(layouts)
-        ]
-        if len(products) == len(wanted):
-            raise _Done
-
+    recorder = ProductRecorder(model, modules, wanted, heads, layouts, memory, weigh=weigh)
     with (
-        recording(model, record, fused=not eager),
+        recorder.recording(eager=eager, stop=True),
         torch.inference_mode(),
         contextlib.suppress(_Done),
     ):
         model(**arguments)
-    missing = [layer for layer in wanted if layer not in products]
-    if missing:
-        raise Unrecordable(
-            f"layer {missing[0]} computes its attention outside transformers' attention functions"
-        )
-    per_input = [
-        [products[layer][item].result() for layer in wanted] for item in range(len(layouts))
-    ]
-    return per_input, list(chosen)
+    return recorder.results()
+
+
+class ProductRecorder:
+    """The products of the wanted layers' chosen heads, reduced block by block from the
+    queries and keys their attention is given while the model runs a forward pass: the
+    one :func:`fused_attention` runs, or one a caller runs for its own ends (the clean
+    pass of the heads' effects), so that one pass over a text serves both."""
+
+    def __init__(
+        self,
+        model: Any,
+        modules: list[tuple[Any, int]],
+        wanted: list[int],
+        heads: Selection,
+        layouts: list[Layout],
+        memory: int = DEFAULT_MEMORY,
+        *,
+        weigh: bool = False,
+    ) -> None:
+        self.model, self.wanted, self.heads = model, wanted, heads
+        self.layouts, self.memory, self.weigh = layouts, memory, weigh
+        self.owner = {
+            id(part): layer
+            for layer, (module, _) in enumerate(modules)
+            if layer in wanted
+            for part in module.modules()
+        }
+        self.products: dict[int, list[Product]] = {}
+        self.chosen: list[int] = []
+
+    def recording(self, *, eager: bool = False, stop: bool = False) -> Any:
+        """While it is entered, each forward pass of the model is recorded (the first of each
+        wanted layer's calls); with ``stop``, the pass ends once the last is (``_Done``)."""
+
+        def record(module, query, key, value, mask, args, kwargs) -> None:
+            layer = self.owner.get(id(module))
+            if layer is None or layer in self.products:
+                return
+            scores = scores_of(module, query, key, mask, args, kwargs)
+            if self.weigh:
+                scores.written = _written(self.model, module, scores.heads, value)
+            self.chosen[:] = resolve(self.heads, scores.heads, "head")
+            self.products[layer] = [
+                _reduce(scores, item, layout, self.chosen, self.memory)
+                for item, layout in enumerate(self.layouts)
+            ]
+            if stop and len(self.products) == len(self.wanted):
+                raise _Done
+
+        return recording(self.model, record, fused=not eager)
+
+    def results(self) -> tuple[list[list[np.ndarray]], list[int]]:
+        """For each input, each wanted layer's product; and the head indices. Raises
+        :class:`Unrecordable` where a wanted layer was not recorded."""
+        missing = [layer for layer in self.wanted if layer not in self.products]
+        if missing:
+            raise Unrecordable(
+                f"layer {missing[0]} computes its attention outside transformers' attention "
+                "functions"
+            )
+        per_input = [
+            [self.products[layer][item].result() for layer in self.wanted]
+            for item in range(len(self.layouts))
+        ]
+        return per_input, list(self.chosen)
 
 
 def _written(model: Any, attention: Any, heads: int, value: torch.Tensor) -> torch.Tensor:
