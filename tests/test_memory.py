@@ -3,8 +3,10 @@ control group's; and requests that cannot fit refused before any work, in one li
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +83,39 @@ def test_a_stack_past_the_address_space_limit_is_refused_before_it_is_built():
         "left under this process's address-space limit (ulimit -v): choose a smaller "
         "--d-model or --num-layers"
     )
+
+
+def _own_memory_cgroup() -> Path | None:
+    """A folder for a child of this process's memory cgroup (v1 or v2), or None."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return memory.CGROUPS / "memory" / path.lstrip("/")
+        if controllers == "" and (memory.CGROUPS / "cgroup.controllers").exists():
+            return memory.CGROUPS / path.lstrip("/")
+    return None
+
+
+@pytest.mark.slow
+def test_a_stack_past_a_cgroup_limit_is_refused_not_killed(tmp_path):
+    """Under a cgroup's limit the same stack was a silent SIGKILL."""
+    parent = _own_memory_cgroup()
+    group = None if parent is None else parent / f"attnviz-test-{os.getpid()}"
+    try:
+        group.mkdir()
+        limit = "memory.limit_in_bytes" if "memory" in group.parts else "memory.max"
+        (group / limit).write_text("2000000000")
+    except (AttributeError, OSError) as error:
+        pytest.skip(f"no memory cgroup of our own to make here: {error}")
+    try:
+        command = [*ATTNVIZ, "show", "a b", "--d-model", "2048", "--num-layers", "6"]
+        result = subprocess.run(
+            ["sh", "-c", f'echo $$ > {group / "cgroup.procs"} && exec "$@"', "sh", *command],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        group.rmdir()
+    assert result.returncode == 2, result.stderr
+    assert "left under this process's cgroup limit: choose a smaller --d-model" in result.stderr
