@@ -492,8 +492,8 @@ def test_a_file_of_the_users_at_an_outputs_name_fails_that_input_alone(runner, t
 
 @pytest.mark.slow
 def test_kill_9_then_resume_gives_a_clean_runs_files(runner, tmp_path, generators):
-    """Killed at two moments (inputs recorded or not, files claimed and drawn by two
-    workers), each resumed run ends with a clean run's very bytes, every file recorded,
+    """Killed mid-run (inputs recorded or not, files claimed and drawn by two workers),
+    the resumed run ends with a clean run's very bytes, every file recorded,
     and the user's files untouched. A resumed input is read with the company a clean run
     gives it: its padding had moved its numbers in the last bits (one JSON of 30 differed)."""
     source = tmp_path / "nine.txt"
@@ -505,7 +505,7 @@ def test_kill_9_then_resume_gives_a_clean_runs_files(runner, tmp_path, generator
     clean = tmp_path / "clean"
     assert runner.invoke(app, [*arguments, "-o", str(clean)]).exit_code == 0
     expected = _contents(clean)
-    for lines_seen in (2, 9):  # the request; then claims and records
+    for lines_seen in (9,):  # the request, claims and records (every line: the test below)
         out = tmp_path / f"killed-{lines_seen}"
         out.mkdir()
         (out / "0002-all-the-cat-sat.svg").write_bytes(b"the user's")  # an input's name
@@ -556,3 +556,37 @@ def test_a_run_killed_after_any_line_of_its_manifest_resumes_to_a_clean_runs_fol
         found = _contents(out)
         assert found.pop("notes.json") == b"the user's"
         assert found == expected, count
+
+
+def test_a_resumed_input_is_read_in_the_company_a_whole_run_gives_it(runner, tmp_path, generators):
+    """Inputs 21 to 29 of 30 redone (as after a kill): read in other company (other
+    padding, another batch shape), two of their JSON files differed from a whole run's in
+    the last bits of their numbers."""
+    import random
+
+    chosen = random.Random(1)
+    words = "the cat sat on a mat dog walked man hello love you bonjour attention is all"
+    words += " need street tired"
+    lines = [
+        " ".join(chosen.choice(words.split()) for _ in range(chosen.randint(2, 14)))
+        for _ in range(30)
+    ]
+    source = tmp_path / "thirty.txt"
+    source.write_text("".join(f"{line}\n" for line in lines))
+    arguments = ["batch", str(source), "--model", generators["llama-lm"], "-f", "json", "-q"]
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    for out in (whole, resumed):
+        assert runner.invoke(app, [*arguments, "-o", str(out)]).exit_code == 0
+    manifest = resumed / "manifest.jsonl"
+    kept = []
+    for line in manifest.read_text().splitlines():
+        record = json.loads(line)
+        if record["index"] < 21:
+            kept.append(line)
+        else:
+            for name in record["files"]:
+                (resumed / name).unlink()
+    manifest.write_text("\n".join(kept) + "\n")
+    result = runner.invoke(app, [*arguments, "-o", str(resumed), "--resume"])
+    assert result.exit_code == 0, result.stderr
+    assert _contents(resumed) == _contents(whole)
