@@ -9,7 +9,7 @@ import dataclasses
 import errno
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ def plan_folder(
                 "batch takes the same ones (to change them, run the whole batch again "
                 "without --shard, with --overwrite)"
             )
-    plan = FolderPlan(manifest=folder / own, foreign=_foreign(folder, contents.values()))
+    plan = FolderPlan(manifest=folder / own, foreign=_foreign(folder, contents))
     if overwrite:
         return dataclasses.replace(plan, replaced=tuple(folder / name for name in held))
     if not resume:
@@ -111,15 +111,16 @@ def _siblings(found: dict[str, tuple[int, int] | None], shard: tuple[int, int] |
     ]
 
 
-def _foreign(folder: Path, contents: Iterable[Contents]) -> frozenset[str]:
-    """The names in ``folder`` that no run of it made: neither a manifest nor the lock, nor
-    claimed or recorded by a manifest, nor a temporary file of such a name."""
-    ours = set().union(*(found.claimed | found.recorded for found in contents))
+def _foreign(folder: Path, contents: dict[str, Contents]) -> frozenset[str]:
+    """The names in ``folder`` that no run of it made: neither a manifest (``contents``,
+    by name) nor the lock, nor claimed or recorded by a manifest, nor a temporary file
+    of such a name."""
+    ours = set().union(*(found.claimed | found.recorded for found in contents.values()))
     try:
         names = set(os.listdir(folder))
     except OSError:  # not made yet: nothing there
         return frozenset()
-    names -= {FolderLock.NAME, *folder_manifests(folder)}
+    names -= {FolderLock.NAME, *contents}
     names -= {path.name for path, name in temporaries(folder) if name in ours}
     return frozenset(names - ours)
 
@@ -266,10 +267,11 @@ def remove_left_behind(folder: Path, shard: tuple[int, int] | None) -> None:
         claimed = set().union(
             *(found.claimed for name, found in contents.items() if name not in siblings)
         )
+        ours = claimed | recorded
         while held := [
             path
             for path, name in temporaries(folder)
-            if name in claimed | recorded and not remove_if_abandoned(path)
+            if name in ours and not remove_if_abandoned(path)
         ]:
             if time.monotonic() >= deadline:
                 warn(
