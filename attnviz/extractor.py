@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import HeadTable
 from attnviz.choices import Ablation, Mode, chosen
 from attnviz.errors import UsageError
-from attnviz.request import Request
+from attnviz.request import Input, Request, Result, asked_for
 from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:
@@ -27,16 +29,19 @@ if TYPE_CHECKING:
 
 # A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
 Item = str | tuple[str, str | None] | tuple[str, str | None, str | None]
-Checked = tuple[str, str | None, str | None]  # (text, target, pair), each part checked
 
 PROBE_LENGTH = 20  # random tokens in each half of the detectors' probe (TransformerLens's)
 
 
 class Extractor(ABC):
-    """One loaded model: any number of texts in, their attention maps out.
+    """One loaded model: any number of inputs in, what a request asks of each out.
 
-    Every method takes one :class:`~attnviz.request.Request`, or its fields as
-    keyword arguments (``mode="masked", layers=0``), checked before any work.
+    :meth:`run` is the one door: a :class:`~attnviz.request.Request` (what to read: maps,
+    statistics, effects, a knockout) and inputs (a text, a (text, target, pair) tuple or an
+    :class:`~attnviz.request.Input`) in, one :class:`Result` per input out. The methods
+    named after a product (:meth:`extract`, :meth:`head_statistics`, …) ask it for that
+    product; they take the request, or its fields as keyword arguments
+    (``mode="masked", layers=0``), checked before any work.
     """
 
     spec: ExtractorSpec
@@ -48,6 +53,41 @@ class Extractor(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+    def run(
+        self,
+        inputs: Iterable[Item | Input],
+        request: Request | None = None,
+        *,
+        batch_size: int = 16,
+        **options: Any,
+    ) -> Iterator[Result]:
+        """What ``request`` asks of each input, in order. Pretrained models read
+        ``batch_size`` inputs per padded forward pass; each result equals what that input
+        gives alone. The request is checked before any work; each input as it is reached."""
+        request = Request.of(request, options)
+        _check_batch(inputs, batch_size, "run", "run([text])")
+        self._check(request)
+        return self._run((as_input(each) for each in inputs), request, batch_size)
+
+    @abstractmethod
+    def _check(self, request: Request) -> None:
+        """Refuse, before any input is read, what this model cannot read at all."""
+
+    def _run(self, inputs: Iterator[Input], request: Request, batch_size: int) -> Iterator[Result]:
+        """Maps and the statistics read from them; no answer (a pretrained language model
+        reads effects)."""
+        while chunk := list(islice(inputs, batch_size)):
+            answered = request.effects and any(each.answer is not None for each in chunk)
+            if answered or request.knockout is not None:
+                raise no_next_token(self.name)
+            for each, maps in zip(chunk, self._extract_many(chunk, request), strict=True):
+                table = HeadTable.of(maps) if request.statistics else None
+                yield Result(each, maps if request.maps else None, table)
+
+    @abstractmethod
+    def _extract_many(self, inputs: list[Input], request: Request) -> list[AttentionMaps]:
+        """The maps of one batch of checked inputs, in order."""
 
     def extract(
         self,
@@ -69,25 +109,18 @@ class Extractor(ABC):
 
     def extract_many(
         self,
-        items: Iterable[Item],
+        items: Iterable[Item | Input],
         request: Request | None = None,
         *,
         batch_size: int = 16,
         **options: Any,
     ) -> Iterator[AttentionMaps]:
         """The maps of each item (a text, a (text, target) pair or (text, target, pair)),
-        in order. Pretrained models run ``batch_size`` items per padded forward pass;
-        each result equals what :meth:`extract` gives for that item alone. The request
-        is checked before any work; each item as it is reached."""
-        request = Request.of(request, options)
+        in order, ``batch_size`` items per forward pass (:meth:`run`)."""
         _check_batch(items, batch_size, "extract_many", "extract")
-        return self._extract_many((as_item(item) for item in items), request, batch_size)
-
-    @abstractmethod
-    def _extract_many(
-        self, items: Iterator[Checked], request: Request, batch_size: int
-    ) -> Iterator[AttentionMaps]:
-        """The maps of checked items, in order."""
+        asked = _asking(request, options, maps=True)
+        found = self.run(items, asked, batch_size=batch_size)
+        return (asked_for(each.maps) for each in found)
 
     def head_statistics(
         self,
@@ -105,27 +138,14 @@ class Extractor(ABC):
         whole maps never exist; the numbers are those of the whole maps. With ``answer``,
         each head's effects on it too (:meth:`head_effects`, ``ablate`` as there), read
         in the same pass over the text where the model allows."""
-        request = Request.of(request, options)
-        _check_statistics(request)
-        if answer is not None and target is None and pair is None:
-            table = self._statistics_with_effects(text, answer, request, ablate)
-            if table is not None:
-                return table
-        (table,) = self.head_tables([(text, target, pair)], request)
-        if answer is None:
-            return table
-        return table.with_effects(self.head_effects(text, answer, request, ablate=ablate))
-
-    def _statistics_with_effects(
-        self, text: str, answer: str, request: Request, ablate: Ablation | str
-    ) -> HeadTable | None:
-        """Statistics and effects from one pass over the text; None where they are read
-        in two (by default)."""
-        return None
+        effects = {"effects": True, "ablate": ablate} if answer is not None else {}
+        asked = _asking(request, options, statistics=True, **effects)
+        (found,) = self.run([Input(text, target, pair, answer)], asked)
+        return asked_for(found.statistics)
 
     def head_tables(
         self,
-        items: Iterable[Item],
+        items: Iterable[Item | Input],
         request: Request | None = None,
         *,
         batch_size: int = 16,
@@ -133,15 +153,10 @@ class Extractor(ABC):
     ) -> Iterator[HeadTable]:
         """:meth:`head_statistics` of each item, in order, ``batch_size`` items per forward
         pass (as :meth:`extract_many` reads them): what ``attnviz stats`` sums up."""
-        request = Request.of(request, options)
         _check_batch(items, batch_size, "head_tables", "head_statistics")
-        _check_statistics(request)
-        return self._head_tables((as_item(item) for item in items), request, batch_size)
-
-    def _head_tables(
-        self, items: Iterator[Checked], request: Request, batch_size: int
-    ) -> Iterator[HeadTable]:
-        return map(HeadTable.of, self._extract_many(items, request, batch_size))
+        asked = _asking(request, options, statistics=True)
+        found = self.run(items, asked, batch_size=batch_size)
+        return (asked_for(each.statistics) for each in found)
 
     def head_effects(
         self,
@@ -156,7 +171,9 @@ class Extractor(ABC):
         in its log-probability with the head ablated (``ablate``: its output zeroed, or
         replaced by its mean over the text) and its direct logit attribution. A causal
         language model only."""
-        raise no_next_token(self.name)
+        asked = _asking(request, options, effects=True, ablate=ablate)
+        (found,) = self.run([Input(text, answer=answer)], asked)
+        return asked_for(found.effects)
 
     def knockout(
         self,
@@ -173,7 +190,9 @@ class Extractor(ABC):
         ``rows`` may not read the ``span`` keys (each as ``--rows`` names tokens: positions
         or a text), in ``window`` layers around each chosen layer. A causal language model
         only."""
-        raise no_next_token(self.name)
+        asked = _asking(request, options, knockout=(rows, span), window=window)
+        (found,) = self.run([Input(text, answer=answer)], asked)
+        return asked_for(found.knockout)
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """The head detectors' probe: ``length`` random tokens (drawn with ``seed``), then
@@ -235,24 +254,6 @@ class Extractor(ABC):
         (tokens labelled with the tokenizer's own pieces when ``raw_pieces``)."""
 
 
-def _check_statistics(request: Request) -> None:
-    if request.pool is not None:
-        raise UsageError("statistics are read from exact rows: --pool does not apply to them")
-    if request.weigh is not None:
-        raise UsageError(
-            "head statistics read each row as a distribution: --weigh does not apply to them"
-        )
-
-
-def check_answer(answer: object) -> str:
-    """An answer as given, if it is a text with something in it."""
-    if not isinstance(answer, str):
-        raise UsageError(f"the answer is a text, not {type(answer).__name__}")
-    if not answer.strip():
-        raise UsageError("the answer is empty: give the words the model should go on with")
-    return answer
-
-
 def no_next_token(model: str) -> UsageError:
     """The refusal of an answer by a model that predicts no next token."""
     return UsageError(
@@ -263,23 +264,6 @@ def no_next_token(model: str) -> UsageError:
 
 def parse_mode(mode: Mode | str | None) -> Mode | None:
     return None if mode is None else chosen(Mode, mode, "mode")
-
-
-def check_text(text: str, what: str = "text") -> None:
-    """An empty or blank text is a usage error, checked before any model runs."""
-    if not isinstance(text, str):
-        raise UsageError(f"the {what} is a str, not {type(text).__name__}")
-    if not text or not text.strip():
-        raise UsageError(f"the {what} is empty: give some words to look at")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        # Python keeps a command line's bytes that are not UTF-8 as U+DC80..U+DCFF.
-        code = ord(text[error.start])
-        what_is_there = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a surrogate"
-        raise UsageError(
-            f"the {what} is not UTF-8 text: {what_is_there} at offset {error.start}"
-        ) from None
 
 
 Finder = Callable[[str], list[int]]  # a text -> the positions of the tokens that cover it
@@ -298,33 +282,37 @@ def positions_asked(
     return rows, span
 
 
-def _check_batch(items: Iterable[Item], batch_size: int, method: str, single: str) -> None:
-    if isinstance(items, str | bytes):
+def _check_batch(inputs: object, batch_size: int, method: str, single: str) -> None:
+    if isinstance(inputs, str | bytes):
         raise UsageError(f"{method} reads a list of texts; for one text use {single}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UsageError(f"batch_size is a whole number of at least 1, not {batch_size!r}")
 
 
-def as_item(item: Item) -> Checked:
-    """(text, target, pair) of an item, each given part checked like the text."""
+def _asking(request: Request | None, options: dict[str, Any], **asked: Any) -> Request:
+    """The request of a method named after what it reads: ``request`` (or one made of
+    ``options``) asking for ``asked`` alone."""
+    products = {"maps": False, "statistics": False, "effects": False, "knockout": None}
+    return replace(Request.of(request, options), **(products | asked))
+
+
+def as_input(item: Item | Input, answer: str | None = None) -> Input:
+    """An input as given, or made of a text or a (text, target, pair) tuple and the
+    ``answer`` it carries: checked."""
+    if isinstance(item, Input):
+        return item
     if isinstance(item, str):
-        return as_item((item, None, None))
+        return Input(item, answer=answer)
     if not isinstance(item, tuple | list) or not 1 <= len(item) <= 3:
         raise UsageError(
             f"an input is a text, or a tuple (text, target) or (text, target, pair); not {item!r}"
         )
     text, target, pair = (*item, None, None)[:3]
-    check_text(text, "text")
-    if target is not None:
-        check_text(target, "target")
-    if pair is not None:
-        check_text(pair, "pair")
-    return text, target, pair
+    return Input(text, target, pair, answer)
 
 
-def without_pair(item: Checked) -> tuple[str, str | None]:
-    """(text, target) of a checked item, for models that read no sentence pairs."""
-    text, target, pair = item
-    if pair is not None:
+def without_pair(item: Input) -> tuple[str, str | None]:
+    """(text, target) of a checked input, for models that read no sentence pairs."""
+    if item.pair is not None:
         raise UsageError("sentence pairs (--pair) are read by pretrained encoders such as BERT")
-    return text, target
+    return item.text, item.target

@@ -15,11 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import Any, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_type_hints
 
-from attnviz.choices import Mode, Weighting, chosen
+from attnviz.choices import Ablation, Mode, Weighting, chosen
 from attnviz.errors import SchemaError, UsageError
 from attnviz.selection import Selection, check_pool, check_syntax, text_of
+
+if TYPE_CHECKING:
+    from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.maps import AttentionMaps
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,12 @@ class Request:
 
     ``weigh="value"`` multiplies each weight by the norm of what its key writes through
     the head, ``a_ij · ‖W_O^h v_j‖``: rows no longer sum to 1.
+
+    What is read of each input: its ``maps``; each head's ``statistics`` (a head table);
+    each head's ``effects`` on the input's answer (``ablate``: its output zeroed, or
+    replaced by its mean over the text); or, with ``knockout`` (query rows, span keys), the
+    change in the answer when those rows may not read those keys in ``window`` layers
+    around each layer. Several may be asked at once: one pass over a text serves them.
     """
 
     mode: Mode | None = None
@@ -57,6 +67,12 @@ class Request:
     pool: int | None = None
     span: Selection = None
     weigh: Weighting | None = None
+    maps: bool = True
+    statistics: bool = False
+    effects: bool = False
+    ablate: Ablation = Ablation.ZERO
+    knockout: tuple[Selection, Selection] | None = None
+    window: int = 1
 
     def __post_init__(self) -> None:
         if self.mode is not None:
@@ -65,7 +81,7 @@ class Request:
             object.__setattr__(self, "weigh", chosen(Weighting, self.weigh, "weighting"))
         object.__setattr__(self, "layers", _selection(self.layers, "layer"))
         object.__setattr__(self, "heads", _selection(self.heads, "head"))
-        for name in ("special", "words", "raw_pieces", "chat"):
+        for name in ("special", "words", "raw_pieces", "chat", *_ASKED):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} is True or False, not {getattr(self, name)!r}")
         if self.system is not None and not isinstance(self.system, str):
@@ -73,6 +89,7 @@ class Request:
         if self.system is not None and not self.chat:
             raise UsageError("--system is the first message of a chat: add --chat")
         self._check_products()
+        self._check_asked()
 
     def _check_products(self) -> None:
         for name, what in (("rows", "row"), ("span", "span")):
@@ -97,6 +114,33 @@ class Request:
             raise UsageError(
                 f"{reshaped[0]} renormalises attention rows, which value-weighted maps are "
                 "not: with --weigh, the tokens are read as the tokenizer gives them"
+            )
+
+    def _check_asked(self) -> None:
+        object.__setattr__(self, "ablate", chosen(Ablation, self.ablate, "ablation"))
+        window = self.window
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise UsageError(f"--window is a number of layers, at least 1, not {window!r}")
+        if self.knockout is not None:
+            if not isinstance(self.knockout, tuple | list) or len(self.knockout) != 2:
+                raise UsageError(f"knockout is (rows, span), not {self.knockout!r}")
+            rows, span = self.knockout
+            knocked = (_positions(rows, "knockout", "row"), _positions(span, "knockout", "span"))
+            object.__setattr__(self, "knockout", knocked)
+        asked = [name for name in (*_ASKED, "knockout") if getattr(self, name) not in (None, False)]
+        if not asked:
+            raise UsageError("nothing is asked: a request reads maps, statistics or effects")
+        if self.knockout is not None and asked != ["knockout"]:
+            raise UsageError(f"a knockout lists layers, not {asked[0]}: ask for it alone")
+        if self.ablate is not Ablation.ZERO and not self.effects:
+            raise UsageError("--ablate says how a head's effect is read: give --answer")
+        if self.window != 1 and self.knockout is None:
+            raise UsageError("--window is the knockout's: give --knockout ROWS:SPAN")
+        if self.statistics and self.pool is not None:
+            raise UsageError("statistics are read from exact rows: --pool does not apply to them")
+        if self.statistics and self.weigh is not None:
+            raise UsageError(
+                "head statistics read each row as a distribution: --weigh does not apply to them"
             )
 
     @property
@@ -127,7 +171,11 @@ class Request:
 
     def fingerprint(self) -> dict[str, Any]:
         """What the request decides, as plain JSON values (a batch's manifest records it)."""
-        values = {field.name: getattr(self, field.name) for field in fields(self)}
+        values = {
+            field.name: getattr(self, field.name)
+            for field in fields(self)
+            if field.name not in PRODUCED  # what is read of the maps, not what decides them
+        }
         values["mode"] = None if self.mode is None else self.mode.value
         values["weigh"] = None if self.weigh is None else self.weigh.value
         # Absent from the fingerprints of earlier releases where not given.
@@ -141,6 +189,82 @@ class Request:
 
 
 _FIELDS = tuple(field.name for field in fields(Request))
+_ASKED = ("maps", "statistics", "effects")  # what a request reads of each input
+# The fields that say what is read of the maps, not which maps: a command sets them by
+# what it answers (the rest are its options, each under its field's name).
+PRODUCED = (*_ASKED, "ablate", "knockout", "window")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input to read, each part checked when made: a text; ``target``, whose tokens
+    attend over the text's in cross mode; ``pair``, sentence B of an encoder's sentence
+    pair; ``answer``, the words a causal language model should go on with (effects and
+    knockout read what heads do to its first token)."""
+
+    text: str
+    target: str | None = None
+    pair: str | None = None
+    answer: str | None = None
+
+    def __post_init__(self) -> None:
+        check_text(self.text, "text")
+        for name in ("target", "pair"):
+            if getattr(self, name) is not None:
+                check_text(getattr(self, name), name)
+        if self.answer is not None:
+            check_answer(self.answer)
+
+    @property
+    def item(self) -> tuple[str, str | None, str | None]:
+        """(text, target, pair): what is encoded."""
+        return self.text, self.target, self.pair
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a request read of one input: each product it asked for, None where not asked."""
+
+    input: Input
+    maps: AttentionMaps | None = None
+    statistics: HeadTable | None = None  # with the effects joined in where both were asked
+    effects: HeadEffects | None = None
+    knockout: Knockout | None = None
+
+
+Product = TypeVar("Product")
+
+
+def asked_for(product: Product | None) -> Product:
+    """A product of a result whose request asked for it (every such result holds it)."""
+    assert product is not None
+    return product
+
+
+def check_text(text: object, what: str = "text") -> None:
+    """An empty or blank text is a usage error, checked before any model runs."""
+    if not isinstance(text, str):
+        raise UsageError(f"the {what} is a str, not {type(text).__name__}")
+    if not text or not text.strip():
+        raise UsageError(f"the {what} is empty: give some words to look at")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # Python keeps a command line's bytes that are not UTF-8 as U+DC80..U+DCFF.
+        code = ord(text[error.start])
+        what_is_there = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a surrogate"
+        raise UsageError(
+            f"the {what} is not UTF-8 text: {what_is_there} at offset {error.start}"
+        ) from None
+
+
+def check_answer(answer: object) -> str:
+    """An answer as given, if it is a text with something in it."""
+    if not isinstance(answer, str):
+        raise UsageError(f"the answer is a text, not {type(answer).__name__}")
+    if not answer.strip():
+        raise UsageError("the answer is empty: give the words the model should go on with")
+    return answer
 
 
 @dataclass(frozen=True)

@@ -587,3 +587,48 @@ def test_statistics_and_effects_come_from_one_encoding_and_one_clean_pass(
     np.testing.assert_allclose(both.effects.ablation, effects.ablation, atol=1e-5)
     np.testing.assert_allclose(both.effects.dla, effects.dla, atol=1e-5)
     assert both.effects.log_prob == pytest.approx(effects.log_prob, abs=1e-6)
+
+
+def test_one_request_reads_every_product_of_each_input(generators):
+    """The door: maps, statistics and effects of a batch of inputs from one request, each
+    equal to what the method named after it gives; an input without an answer has no
+    effects, and its statistics none joined in."""
+    from attnviz.request import Input, Request
+
+    extractor = attnviz.load(generators["llama-lm"])
+    asked = Request(statistics=True, effects=True, ablate="mean", heads=[0, 1])
+    answered, plain = extractor.run([Input(TEXT, answer=ANSWER), "the cat sat"], asked)
+    for found, text in ((answered, TEXT), (plain, "the cat sat")):
+        alone = extractor.extract(text, heads=[0, 1])
+        np.testing.assert_allclose(found.maps.weights, alone.weights, atol=1e-6)
+        expected = extractor.head_statistics(text, heads=[0, 1])
+        for row, want in zip(found.statistics.rows, expected.rows, strict=True):
+            assert (row.layer, row.head) == (want.layer, want.head)
+            assert row["entropy"] == pytest.approx(want["entropy"], abs=1e-5)
+    effects = extractor.head_effects(TEXT, ANSWER, ablate="mean", heads=[0, 1])
+    np.testing.assert_allclose(answered.effects.ablation, effects.ablation, atol=1e-6)
+    assert answered.statistics.effects is answered.effects
+    assert plain.effects is None and plain.statistics.effects is None
+
+
+def test_heads_checks_the_text_and_the_answer_once(runner, generators, monkeypatch):
+    """The command line checks what it is given before the model loads; the extractor
+    reads the checked input as it is, not checking it again."""
+    from attnviz import request as requests
+    from attnviz.cli import app
+
+    checked = []
+    check_text, check_answer = requests.check_text, requests.check_answer
+    monkeypatch.setattr(
+        requests,
+        "check_text",
+        lambda text, what="text": checked.append(what) or check_text(text, what),
+    )
+    monkeypatch.setattr(
+        requests, "check_answer", lambda answer: checked.append("answer") or check_answer(answer)
+    )
+    result = runner.invoke(
+        app, ["heads", TEXT, "--model", generators["gpt2-lm"], "--answer", ANSWER, "-f", "json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert sorted(checked) == ["answer", "text"]

@@ -14,6 +14,7 @@ import attnviz
 from attnviz import Request
 from attnviz.cli import app
 from attnviz.errors import UsageError
+from attnviz.request import PRODUCED, Input
 
 
 @pytest.mark.parametrize(
@@ -167,6 +168,71 @@ def test_the_command_line_gives_every_request_field_by_its_name():
     settings = ModelSettings(special=False, chat=True, system="be brief")
     products = MapProducts(rows="last", span="2-3")
     given = {**request_fields(settings), **request_fields(products)}
-    bundled = {field.name for field in fields(Request)} - {"mode", "layers", "heads"}
+    bundled = {field.name for field in fields(Request)} - {"mode", "layers", "heads", *PRODUCED}
     assert set(given) == bundled
     assert (given["special"], given["system"], given["rows"]) == (False, "be brief", "last")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"maps": False}, "nothing is asked"),
+        ({"knockout": ("last", "0")}, "a knockout lists layers, not maps"),
+        ({"maps": False, "statistics": True, "knockout": (-1, 0)}, "not statistics"),
+        ({"maps": False, "knockout": "last:0"}, r"knockout is \(rows, span\)"),
+        ({"maps": False, "knockout": ("last", " ")}, "not an empty one"),
+        ({"maps": False, "knockout": (-1, 0), "window": 0}, "--window is a number of layers"),
+        ({"window": 3}, "--window is the knockout's"),
+        ({"ablate": "mean"}, "--ablate says how a head's effect is read"),
+        ({"effects": True, "ablate": "median"}, "ablation"),
+        ({"statistics": True, "pool": 8}, "--pool does not apply"),
+        ({"statistics": True, "weigh": "value"}, "--weigh does not apply"),
+        ({"effects": "yes"}, "effects is True or False"),
+    ],
+)
+def test_a_request_refuses_what_cannot_be_asked_together(fields, message):
+    with pytest.raises(UsageError, match=message):
+        Request(**fields)
+
+
+def test_what_is_asked_of_the_maps_is_not_what_decides_them():
+    """A batch's manifest records what decides the maps: asking statistics or effects of
+    them leaves its fingerprint as it was, so earlier batches still resume."""
+    asked = Request(layers=0, statistics=True, effects=True, ablate="mean")
+    assert asked.fingerprint() == Request(layers=0).fingerprint()
+    assert set(asked.fingerprint()).isdisjoint(PRODUCED)
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        ({"text": " "}, "the text is empty"),
+        ({"text": "a", "target": ""}, "the target is empty"),
+        ({"text": "a", "pair": "\t"}, "the pair is empty"),
+        ({"text": "a", "answer": " "}, "the answer is empty"),
+        ({"text": "a", "answer": 3}, "the answer is a text, not int"),
+        ({"text": "a\udc80"}, "not UTF-8 text: byte 0x80"),
+    ],
+)
+def test_an_input_is_checked_when_made(parts, message):
+    with pytest.raises(UsageError, match=message):
+        Input(**parts)
+
+
+def test_the_built_in_stack_reads_no_answer_but_runs_inputs_without_one():
+    extractor = attnviz.load()
+    asked = Request(maps=False, statistics=True, effects=True)
+    (found,) = extractor.run(["the cat sat"], asked)
+    assert found.maps is None and found.effects is None
+    assert found.statistics.rows == extractor.head_statistics("the cat sat").rows
+    with pytest.raises(UsageError, match="has no next token to read"):
+        list(extractor.run([Input("the cat", answer=" sat")], asked))
+
+
+def test_a_request_is_checked_before_any_input_is_read():
+    def inputs():
+        raise AssertionError("an input was read")
+        yield "never"
+
+    with pytest.raises(UsageError, match="layer 9 is out of range"):
+        attnviz.load().run(inputs(), layers=9)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import AttnvizError, describe
-from attnviz.extractor import as_item
+from attnviz.extractor import as_input
 from attnviz.statistics import CORPUS
 
 if TYPE_CHECKING:
@@ -155,15 +155,12 @@ class CorpusStatistics:
         target an encoder has no use for, an answer an encoder has no head for) is counted
         as failed, with its line, and the rest go on."""
 
+        asked = replace(request, maps=False, statistics=True, effects=True)
+
         def tables(chunk: list[Line]) -> list[HeadTable]:
-            items = [item for _, item, _ in chunk]
-            read = extractor.head_tables(items, request, batch_size=len(chunk))
-            return [
-                table if answer is None else table.with_effects(
-                    extractor.head_effects(as_item(item)[0], answer, request)
-                )
-                for table, (_, item, answer) in zip(read, chunk, strict=True)
-            ]  # fmt: skip
+            inputs = [as_input(item, answer) for _, item, answer in chunk]
+            read = extractor.run(inputs, asked, batch_size=len(chunk))
+            return [found.statistics for found in read if found.statistics is not None]
 
         self.model = self.model or extractor.name
 

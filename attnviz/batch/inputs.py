@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.extractor import Checked
 from attnviz.files import STDIO
 from attnviz.inputs import bounded_lines, refuse_device, stdin_bytes
 
@@ -35,7 +34,7 @@ class BatchInput:
     name: str = ""  # the stem of its output files
 
     @property
-    def item(self) -> Checked:
+    def item(self) -> tuple[str, str | None, str | None]:
         """(text, target, pair): what the model reads of an input that was read."""
         if self.text is None:
             raise ValueError(f"line {self.line} holds no input: {self.error}")

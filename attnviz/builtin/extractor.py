@@ -7,7 +7,6 @@ a request that is wrong fails before any heavy import.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from attnviz import memory, signals
@@ -17,16 +16,14 @@ from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, is_out_of_memory, warn
 from attnviz.extractor import (
     PROBE_LENGTH,
-    Checked,
     Extractor,
     Finder,
-    as_item,
     parse_mode,
     positions_asked,
     without_pair,
 )
 from attnviz.maps import AttentionMaps
-from attnviz.request import Request
+from attnviz.request import Input, Request
 from attnviz.selection import covering, resolve, resolve_one
 from attnviz.tokens import count_tokens, tokenize
 
@@ -81,24 +78,26 @@ class BuiltinExtractor(Extractor):
             )
         return [token.text for token in tokens[:MAX_TOKENS]]
 
-    def _extract_many(
-        self, items: Iterator[Checked], request: Request, batch_size: int
-    ) -> Iterator[AttentionMaps]:
+    def _check(self, request: Request) -> None:
         if request.chat:
             raise UsageError("chat templates belong to pretrained instruct models")
         if request.words or request.raw_pieces or not request.special:
             raise UsageError("special tokens and sub-word pieces exist only in pretrained models")
+        resolve(request.layers, self.config.num_layers, "layer")
+        resolve(request.heads, self.config.num_heads, "head")
+
+    def _extract_many(self, inputs: list[Input], request: Request) -> list[AttentionMaps]:
         chosen = request.mode or Mode.SELF
         layer_indices = resolve(request.layers, self.config.num_layers, "layer")
         head_indices = resolve(request.heads, self.config.num_heads, "head")
-        # The stack has no padding mask: inputs run one at a time, as they come.
-        return (
+        # The stack has no padding mask: inputs run one at a time.
+        return [
             self._positioned(
                 self._extract(*without_pair(item), chosen, layer_indices, head_indices, request),
                 request,
             )
-            for item in items
-        )
+            for item in inputs
+        ]
 
     def _positioned(self, maps: AttentionMaps, request: Request) -> AttentionMaps:
         """The rows, bins and span the request asks for, of whole maps."""
@@ -178,7 +177,7 @@ class BuiltinExtractor(Extractor):
             raise UsageError("--query goes with --model; the built-in walk-through shows every row")
         if raw_pieces:
             raise UsageError("sub-word pieces exist only in pretrained models")
-        text, target = without_pair(as_item((text, target)))
+        text, target = without_pair(Input(text, target))
         chosen = parse_mode(mode) or Mode.SELF
         check_target(chosen, target)
         layer_index = resolve_one(layer, self.config.num_layers, "layer")

@@ -103,8 +103,7 @@ def diff(
         extractors = [side.open(environment) for side in sides]
         text = out.only_one(read_texts(sources[0]))
         first, second = (
-            extractor.extract(text, side.request, target=target)
-            for side, extractor in zip(sides, extractors, strict=True)
+            side.maps(extractor, text) for side, extractor in zip(sides, extractors, strict=True)
         )
     else:
         raise UsageError("give one TEXT with --against, or two saved files")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +13,9 @@ from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, model_settings, request
 from attnviz.errors import UsageError
 from attnviz.inputs import read_texts
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
 
 
 @model_settings
@@ -45,8 +48,8 @@ def explore(
     asked = request(Reading(model, mode), settings=settings, text=text, target=target)
     extractor = asked.open(environment)
 
-    def compute(sentence: str):
-        maps = extractor.extract(sentence, asked.request, target=target)
+    def compute(sentence: str) -> AttentionMaps:
+        maps = asked.maps(extractor, sentence)
         return maps.with_positions() if label_positions else maps
 
     maps = compute(out.only_one(read_texts(text)))

@@ -35,6 +35,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.files import check_writable
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
+from attnviz.request import asked_for
 from attnviz.writers import Rendering, write
 
 
@@ -88,8 +89,10 @@ def export(
         settings=settings,
         text=text,
         target=target,
+        pair=pair,
         products=products.drawn(settings, aggregate),
         aggregate=aggregate,
+        effects=effects,
     )
     style = picture.style()
     top = out.top_heads_for(choice, aggregate, detect, answered=effects.answer is not None)
@@ -100,9 +103,8 @@ def export(
     extractor = asked.open(environment)
     from attnviz.analysis.aggregate import aggregate as combine
 
-    line = out.only_one(out.inputs(text, extractor))
-    maps = extractor.extract(line, asked.request, target=target, pair=pair)
-    top = effects.ranked(top, extractor, line, asked.request)
+    found = asked.run(extractor, out.only_one(out.inputs(text, extractor)))
+    maps, top = asked_for(found.maps), effects.ranked(top, found)
     if between is not None:
         maps = out.between_sentences(maps, between)
     if aggregate is not None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,6 +18,7 @@ from attnviz.cli.settings import (
     NO_EFFECTS,
     NO_PRODUCTS,
     Effects,
+    Job,
     MapProducts,
     ModelSettings,
     Reading,
@@ -29,6 +31,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.errors import UsageError
 from attnviz.outputs import formats_named, refuse_unused
+from attnviz.request import asked_for
 from attnviz.statistics import Detector, HeadColumn
 from attnviz.visible import display_label
 from attnviz.writers import write_table
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from rich.console import Group
 
     from attnviz.analysis.heads import HeadStatistics, HeadTable, Knockout
+    from attnviz.request import Result
 
 FormatOption = d.format_option(
     d.TableFormat,
@@ -98,31 +102,24 @@ def heads(
     """
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
 
-    effects.check(reading.model, sort, saved=saved is not None)
-
     asked = request(
         reading,
         settings=settings,
         text=text,
         target=target,
+        pair=pair,
         products=products,
+        effects=effects,
+        statistics=True,
     )
+    effects.check(reading.model, sort, saved=saved is not None)
 
-    def statistics(line: str) -> HeadTable:
-        extractor = asked.open(environment)
-        return extractor.head_statistics(
-            line,
-            asked.request,
-            target=target,
-            pair=pair,
-            answer=effects.answer,
-            ablate=effects.ablate,
-        )
-
+    read = partial(_read, asked, environment, effects)
+    statistics = partial(_read_product, read, "statistics")
     given = model_options_given(settings, reading, target, pair) + products.given()
     given += effects.given()
     if effects.knockout is not None:
-        knock = partial(effects.knock, asked, environment)
+        knock = partial(_read_product, read, "knockout")
         found = out.text_or_saved(text, saved, knock, reading.layer, reading.head, given)
         _write_knockout(found, output_format, sort, reverse, top, environment)
         return
@@ -148,6 +145,19 @@ def heads(
     else:
         drawn = _table(table, rows, columns, probed=detect is not None)
         out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
+
+
+def _read(job: Job, environment: Environment, effects: Effects, line: str) -> Result:
+    """What the job's request reads of one text (a knockout's span said as it was split)."""
+    try:
+        return job.run(job.open(environment), line)
+    except UsageError as error:
+        raise effects.knocked_error(error) from None
+
+
+def _read_product(read: Callable[[str], Result], product: str, line: str) -> Any:
+    """One product of what ``read`` reads of a text: the statistics or the knockout."""
+    return asked_for(getattr(read(line), product))
 
 
 def _write_knockout(

@@ -20,17 +20,18 @@ from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
 from attnviz.outputs import refuse_unused
-from attnviz.request import Request
+from attnviz.request import Input, Request, asked_for, check_answer, check_text
 from attnviz.statistics import HeadColumn, Needs
 from attnviz.visible import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
-    from attnviz.analysis.heads import Knockout, TopHeads
+    from attnviz.analysis.heads import TopHeads
     from attnviz.cli.output import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
+    from attnviz.maps import AttentionMaps
     from attnviz.pretrained.loading import LoadOptions
-    from attnviz.request import Request
+    from attnviz.request import Result
 
 
 @dataclass(frozen=True)
@@ -240,9 +241,8 @@ class Effects:
                 self.given(), "--answer", "statistics alone", "give --answer, or leave it out"
             )
             return
-        from attnviz.extractor import check_answer, no_next_token
+        from attnviz.extractor import no_next_token
 
-        check_answer(self.answer)
         if self.knockout is None:
             refuse_unused(given_flags(self, ["window"]), "--knockout", "heads' effects")
         else:
@@ -251,15 +251,9 @@ class Effects:
         if model == d.BUILTIN and not saved:
             raise no_next_token(d.BUILTIN)
 
-    def ranked(
-        self, top: TopHeads | None, extractor: Extractor, text: str, request: Request
-    ) -> TopHeads | None:
-        """The heads --top-heads draws, with their effects on the answer if it ranks by one.
-        An answer with no heads to rank is refused (before a model loads: :meth:`drawing`)."""
-        if self.answer is None or top is None:
-            return top
-        found = extractor.head_effects(text, self.answer, request, ablate=self.ablate)
-        return replace(top, effects=found)
+    def ranked(self, top: TopHeads | None, found: Result) -> TopHeads | None:
+        """The heads --top-heads draws, with their effects on the answer where found."""
+        return top if top is None or found.effects is None else replace(top, effects=found.effects)
 
     def drawing(self, model: str, top: TopHeads | None) -> None:
         """Refuse, before a model loads, an answer where no heads are ranked by it."""
@@ -270,22 +264,33 @@ class Effects:
                 "(--by ablation or dla)"
             )
 
-    def knock(self, job: Job, environment: Environment, text: str) -> Knockout:
-        """The knockout of ``text``, a window around each layer of the job's request."""
-        assert self.answer is not None
+    def asked(self, statistics: bool) -> dict[str, Any]:
+        """What a request reads of each input for these options: its maps or, with
+        ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
+        or a knockout alone."""
+        if self.answer is None:
+            return {"maps": not statistics, "statistics": statistics}
+        if self.knockout is not None:
+            return {"maps": False, "knockout": self.knocked(), "window": self.window}
+        return {
+            "maps": not statistics,
+            "statistics": statistics,
+            "effects": True,
+            "ablate": self.ablate,
+        }
+
+    def knocked_error(self, error: UsageError) -> UsageError:
+        """A knockout's span missing from the text, said with how ROWS:SPAN was split
+        where SPAN holds a colon too."""
+        if self.knockout is None:
+            return error
         rows, span = self.knocked()
-        extractor = job.open(environment)
-        try:
-            return extractor.knockout(
-                text, self.answer, rows, span, job.request, window=self.window
-            )
-        except UsageError as error:
-            if ":" not in span or f"{span!r} is not in the text" not in str(error):
-                raise
-            raise UsageError(  # which colon split ROWS:SPAN, where SPAN holds one too
-                f"--knockout {self.knockout!r} is ROWS {rows!r} and SPAN {span!r} (ROWS ends at "
-                f"the first colon), and {span!r} is not in the text"
-            ) from None
+        if ":" not in span or f"{span!r} is not in the text" not in str(error):
+            return error
+        return UsageError(
+            f"--knockout {self.knockout!r} is ROWS {rows!r} and SPAN {span!r} (ROWS ends at "
+            f"the first colon), and {span!r} is not in the text"
+        )
 
 
 # Gives a command the options of head effects on an answer as one ``effects`` argument.
@@ -350,10 +355,15 @@ needle_settings = bundle(
 
 @dataclass(frozen=True)
 class Job:
-    """Which model to load, and what to read from it for every input."""
+    """Which model to load, what to read from it for every input, and the parts every
+    input shares (a target, sentence B, an answer)."""
 
     spec: ExtractorSpec
     request: Request
+    target: str | None = None
+    pair: str | None = None
+    answer: str | None = None
+    given: Input | None = None  # TEXT as given (not stdin), checked before a model loads
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides the maps, as plain JSON values (a batch's manifest records it)."""
@@ -362,6 +372,21 @@ class Job:
     def open(self, environment: Environment) -> Extractor:
         """Load the model now, before any output starts; under a spinner on a terminal."""
         return load_shown(self.spec, environment)
+
+    def input(self, text: str) -> Input:
+        """One text with the parts every input shares, checked (once: TEXT was before)."""
+        if self.given is not None and self.given.text == text:
+            return self.given
+        return Input(text, self.target, self.pair, self.answer)
+
+    def run(self, extractor: Extractor, text: str) -> Result:
+        """What the request reads of one text."""
+        (found,) = extractor.run([self.input(text)], self.request)
+        return found
+
+    def maps(self, extractor: Extractor, text: str) -> AttentionMaps:
+        """The maps of one text, for a request that reads maps."""
+        return asked_for(self.run(extractor, text).maps)
 
 
 def load_shown(spec: ExtractorSpec, environment: Environment) -> Extractor:
@@ -383,13 +408,16 @@ def request(
     settings: ModelSettings,
     text: str | None = None,
     target: str | None = None,
+    pair: str | None = None,
     products: MapProducts = NO_PRODUCTS,
     aggregate: Aggregate | None = None,
+    effects: Effects = NO_EFFECTS,
+    statistics: bool = False,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
-    text and target (unless read from stdin), how the selection is written, and what the
-    aggregation asks of the maps."""
-    from attnviz.extractor import check_text
+    text, target and answer (the text unless read from stdin), how the selection is
+    written, and what the aggregation asks of the maps. The request reads the maps, or
+    the heads' ``statistics``, and what ``effects`` asks of an answer."""
     from attnviz.loading import ExtractorSpec, builtin_named
 
     model = reading.model
@@ -417,10 +445,15 @@ def request(
             "--keep-case configure the built-in stack; they do not apply to --model"
         )
     products.check(aggregate)
+    first = None
     if text is not None and text != d.STDIO:
-        check_text(text, "text")
-    if target is not None:
-        check_text(target, "target")
+        first = Input(text, target, pair, effects.answer)
+    else:  # the parts each line of stdin is read with (checked again with each line)
+        for part, what in ((target, "target"), (pair, "pair")):
+            if part is not None:
+                check_text(part, what)
+        if effects.answer is not None:
+            check_answer(effects.answer)
     try:
         config = replace(named, **given) if named else BuiltinConfig(**given) if given else None
     except ValueError as error:
@@ -433,5 +466,10 @@ def request(
             heads=reading.head,
             **request_fields(settings),
             **request_fields(products),
+            **effects.asked(statistics),
         ),
+        target=target,
+        pair=pair,
+        answer=effects.answer,
+        given=first,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,12 +31,14 @@ from attnviz.cli.settings import (
 from attnviz.errors import UsageError
 from attnviz.files import check_writable
 from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable
+from attnviz.request import asked_for
 from attnviz.writers import Rendering, write
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
     from attnviz.choices import Aggregate, Dtype
     from attnviz.maps import AttentionMaps
+    from attnviz.request import Result
     from attnviz.statistics import Detector
 
 
@@ -242,21 +244,25 @@ def show(
         detect=detect,
         answered=effects.answer is not None,
     )
-    effects.drawing(reading.model, presentation.top)
-    products.ranking(presentation.top)
     asked = request(
         reading,
         settings=settings,
         text=text,
         target=target,
+        pair=pair,
         products=products.drawn(settings, aggregate) if presentation.drawn else products,
         aggregate=aggregate,
+        effects=effects,
     )
+    effects.drawing(reading.model, presentation.top)
+    products.ranking(presentation.top)
     extractor = asked.open(environment)
     lines = out.inputs(text, extractor)
     if effects.answer is not None:  # the heads one text's answer needs
         line = out.only_one(lines, "--answer ranks the heads of one text")
-        top = effects.ranked(presentation.top, extractor, line, asked.request)
-        presentation, lines = replace(presentation, top=top), iter([line])
-    stream = (extractor.extract(line, asked.request, target=target, pair=pair) for line in lines)
-    presentation.present(stream, environment)
+        found = asked.run(extractor, line)
+        presentation = replace(presentation, top=effects.ranked(presentation.top, found))
+        results: Iterator[Result] = iter([found])
+    else:
+        results = (asked.run(extractor, line) for line in lines)
+    presentation.present((asked_for(found.maps) for found in results), environment)

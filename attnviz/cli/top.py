@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,9 @@ from attnviz.cli.settings import (
 )
 from attnviz.schema import envelope
 from attnviz.visible import display_label
+
+if TYPE_CHECKING:
+    from attnviz.maps import AttentionMaps
 
 FormatOption = d.format_option(
     d.ReportFormat,
@@ -56,11 +59,10 @@ def top(
     from attnviz.analysis.top import top_keys
     from attnviz.codecs import dump_json
 
-    asked = request(reading, settings=settings, text=text, target=target)
+    asked = request(reading, settings=settings, text=text, target=target, pair=pair)
 
-    def extract(line: str):
-        extractor = asked.open(environment)
-        return extractor.extract(line, asked.request, target=target, pair=pair)
+    def extract(line: str) -> AttentionMaps:
+        return asked.maps(asked.open(environment), line)
 
     given = model_options_given(settings, reading, target, pair)
     maps = out.text_or_saved(text, saved, extract, reading.layer, reading.head, given)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
@@ -24,15 +24,11 @@ from attnviz.analysis.products import (
     product_for,
     product_labels,
 )
-from attnviz.choices import Ablation, Attention, Mode, chosen
+from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import (
     PROBE_LENGTH,
-    Checked,
     Extractor,
-    as_item,
-    check_answer,
-    check_text,
     parse_mode,
     positions_asked,
     without_pair,
@@ -65,8 +61,8 @@ from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
 from attnviz.pretrained.streams import Family, layer_kinds, resolve_mode, stream_for
-from attnviz.request import Request
-from attnviz.selection import Selection, resolve, token_positions
+from attnviz.request import Input, Request, Result, check_text
+from attnviz.selection import resolve, token_positions
 
 if TYPE_CHECKING:
     from attnviz.loading import ExtractorSpec
@@ -95,20 +91,56 @@ class PretrainedExtractor(Extractor):
             )
         return modules
 
-    def _extract_many(
-        self, items: Iterator[Checked], request: Request, batch_size: int
-    ) -> Iterator[AttentionMaps]:
-        while chunk := list(islice(items, batch_size)):
-            yield from self._batch(chunk, request)
+    def _check(self, request: Request) -> None:
+        if request.knockout is not None:  # every input's knockout reads its answer
+            anatomy_of(self.loaded)
 
-    def _batch(self, items: list[Checked], request: Request) -> list[AttentionMaps]:
+    def _run(self, inputs: Iterator[Input], request: Request, batch_size: int) -> Iterator[Result]:
+        while chunk := list(islice(inputs, batch_size)):
+            yield from self._read(chunk, request)
+
+    def _read(self, chunk: list[Input], request: Request) -> list[Result]:
+        """What the request asks of one batch of inputs. Maps and statistics are read of
+        the batch in one padded pass; effects and knockouts of each input with an answer,
+        alone. The statistics of an input with an answer ride on its effects' clean pass
+        where the model allows (:meth:`_statistics_with_effects`)."""
+        if request.knockout is not None:
+            return [Result(each, knockout=self._knockout(each, request)) for each in chunk]
+        maps: Sequence[AttentionMaps | None] = (
+            self._extract_many(chunk, request) if request.maps else [None] * len(chunk)
+        )
+        joined: dict[int, tuple[HeadTable, HeadEffects]] = {}
+        if request.statistics and request.effects:
+            for index, each in enumerate(chunk):
+                if each.answer is not None:
+                    found = self._statistics_with_effects(each, request)
+                    if found is not None:
+                        joined[index] = found
+        rest = [index for index in range(len(chunk)) if index not in joined]
+        tables = iter(
+            self._tables([chunk[i] for i in rest], request, [maps[i] for i in rest])
+            if request.statistics and rest
+            else []
+        )
+        results = []
+        for index, (each, maps_of) in enumerate(zip(chunk, maps, strict=True)):
+            table, effects = joined.get(index, (None, None))
+            if index not in joined:
+                table = next(tables) if request.statistics else None
+                if request.effects and each.answer is not None:
+                    effects = self._effects(self._answered(each, request), request)
+                    table = None if table is None else table.with_effects(effects)
+            results.append(Result(each, maps_of, table, effects))
+        return results
+
+    def _extract_many(self, inputs: list[Input], request: Request) -> list[AttentionMaps]:
         """Several inputs in one forward pass, right-padded to the longest.
 
         Padding is masked, so it gets no attention; each input's maps are then
         trimmed to its own tokens and equal what it gives on its own.
         """
-        mode, modules, layer_indices, inputs = self._prepared(items, request)
-        return self.maps_of(mode, modules, layer_indices, inputs, request, items)
+        mode, modules, layer_indices, encoded = self._prepared(inputs, request)
+        return self.maps_of(mode, modules, layer_indices, encoded, request, inputs)
 
     def maps_of(
         self,
@@ -117,7 +149,7 @@ class PretrainedExtractor(Extractor):
         layer_indices: list[int],
         inputs: ModelInputs,
         request: Request,
-        items: list[Checked],
+        given: list[Input],
     ) -> list[AttentionMaps]:
         """The maps of encoded ``inputs`` (one forward pass), each of the (text, target,
         pair) it was encoded from: whole, or the rows or bins the request asks for."""
@@ -146,7 +178,7 @@ class PretrainedExtractor(Extractor):
         tolerance = row_tolerance(loaded.model)
         results = []
         for row, (query, key) in enumerate(sides):
-            text, target, pair = items[row]
+            text, target, pair = given[row].item
             known: dict[str, Any] = {
                 "layers": layer_indices,
                 "heads": head_indices,
@@ -216,11 +248,12 @@ class PretrainedExtractor(Extractor):
         return None if kinds is None else [kinds[i] for i in layers]
 
     def _prepared(
-        self, items: list[Checked], request: Request
+        self, inputs: list[Input], request: Request
     ) -> tuple[Mode, list, list[int], ModelInputs]:
         """The mode the items are read in, its attention modules, the layers asked for and
         the forward pass's inputs."""
         loaded = self.loaded
+        items = [each.item for each in inputs]
         modes = {
             resolve_mode(loaded.family, self.name, request.mode, target is not None)
             for _, target, _ in items
@@ -316,38 +349,27 @@ class PretrainedExtractor(Extractor):
         stacked = [_stacked(layers_of) for layers_of in per_input]
         return stacked, chosen
 
-    def _head_tables(
-        self, items: Iterator[Checked], request: Request, batch_size: int
-    ) -> Iterator[HeadTable]:
-        if request.words or not request.special:  # statistics of the maps reshaped first
-            yield from super()._head_tables(items, request, batch_size)
-            return
-        while chunk := list(islice(items, batch_size)):
-            mode, modules, layers, inputs = self._prepared(chunk, request)
-            tables = _Tables(self, mode, layers, inputs, request)
-            per_input, heads = self._computed(modules, layers, inputs, request, tables.layouts)
-            yield from tables.made(per_input, heads)
-
-    def head_effects(
-        self,
-        text: str,
-        answer: str,
-        request: Request | None = None,
-        *,
-        ablate: Ablation | str = Ablation.ZERO,
-        **options: Any,
-    ) -> HeadEffects:
-        request = Request.of(request, options)
-        return self._effects(self._answered(text, answer, request), request, ablate)
+    def _tables(
+        self, inputs: list[Input], request: Request, maps: Sequence[AttentionMaps | None]
+    ) -> list[HeadTable]:
+        """The statistics of a batch: of its maps where they were read, of maps reshaped
+        first (--words, --no-special), or summed block by block in one pass."""
+        if request.maps:
+            return [HeadTable.of(each) for each in maps if each is not None]
+        if request.words or not request.special:
+            return list(map(HeadTable.of, self._extract_many(inputs, request)))
+        mode, modules, layers, encoded = self._prepared(inputs, request)
+        tables = _Tables(self, mode, layers, encoded, request)
+        per_input, heads = self._computed(modules, layers, encoded, request, tables.layouts)
+        return tables.made(per_input, heads)
 
     def _effects(
         self,
         asked: _Answered,
         request: Request,
-        ablate: Ablation | str,
         during_clean: contextlib.AbstractContextManager | None = None,
     ) -> HeadEffects:
-        ablate = chosen(Ablation, ablate, "ablation")
+        ablate = request.ablate
         heads = resolve(request.heads, asked.body.heads, "head")
         with forward(self.loaded):
             log_prob, ablation, dla = head_effects(
@@ -365,8 +387,8 @@ class PretrainedExtractor(Extractor):
         )
 
     def _statistics_with_effects(
-        self, text: str, answer: str, request: Request, ablate: Ablation | str
-    ) -> HeadTable | None:
+        self, given: Input, request: Request
+    ) -> tuple[HeadTable, HeadEffects] | None:
         """The heads' statistics of ``text`` and their effects on ``answer``, from one
         encoding of the text and one clean pass, which records the statistics block by
         block as the effects' passes begin from it. None where the statistics are not
@@ -374,7 +396,7 @@ class PretrainedExtractor(Extractor):
         attention computed outside transformers' functions): two passes then."""
         if self.loaded.attention is Attention.EAGER or request.words or not request.special:
             return None
-        asked = self._answered(text, answer, request)
+        asked = self._answered(given, request)
         tables = _Tables(self, asked.mode, asked.layers, asked.inputs, request)
         recorder = ProductRecorder(
             self.loaded.model,
@@ -384,27 +406,22 @@ class PretrainedExtractor(Extractor):
             tables.layouts,
             self.loaded.memory,
         )
-        effects = self._effects(asked, request, ablate, recorder.recording())
+        effects = self._effects(asked, request, recorder.recording())
         try:
             per_input, heads = recorder.results()
         except Unrecordable:
             return None
         stacked = [_stacked(layers_of) for layers_of in per_input]
         (table,) = tables.made(stacked, heads)
-        return table.with_effects(effects)
+        return table.with_effects(effects), effects
 
-    def knockout(
-        self,
-        text: str,
-        answer: str,
-        rows: Selection,
-        span: Selection,
-        request: Request | None = None,
-        *,
-        window: int = 1,
-        **options: Any,
-    ) -> Knockout:
-        asked = self._answered(text, answer, Request.of(request, options))
+    def _knockout(self, given: Input, request: Request) -> Knockout:
+        assert request.knockout is not None
+        if given.answer is None:
+            raise UsageError("a knockout reads what heads do to an answer: give the input one")
+        asked = self._answered(given, request)
+        rows, span = request.knockout
+        window = request.window
         side = asked.side
         find = side.finder("--knockout")
         queries = token_positions(rows, side.length, "row", "query tokens", find)
@@ -424,13 +441,15 @@ class PretrainedExtractor(Extractor):
             asked.answer, asked.token, log_prob, queries, keys, window, asked.layers, spans, change
         )
 
-    def _answered(self, text: str, answer: str, request: Request) -> _Answered:
-        """One text encoded for the effects on an answer: a model without an answer to read
+    def _answered(self, given: Input, request: Request) -> _Answered:
+        """One text encoded for the effects on its answer: a model without an answer to read
         is refused before anything is encoded."""
-        check_text(text)
-        answer = check_answer(answer)
+        answer = given.answer
+        assert answer is not None  # asked of inputs with an answer
+        if given.target is not None or given.pair is not None:
+            raise UsageError("effects on an answer read one text: no target, no sentence pair")
         body = anatomy_of(self.loaded)
-        mode, modules, layers, inputs = self._prepared([(text, None, None)], request)
+        mode, modules, layers, inputs = self._prepared([given], request)
         side = inputs.keys[0]
         answer_id = answer_token(self.loaded, side, answer)
         return _Answered(
@@ -490,7 +509,7 @@ class PretrainedExtractor(Extractor):
         query: int | None = None,
         raw_pieces: bool = False,
     ) -> QueryExplanation:
-        text, target = without_pair(as_item((text, target)))
+        text, target = without_pair(Input(text, target))
         chosen = resolve_mode(self.loaded.family, self.name, parse_mode(mode), target is not None)
         return explain_query(
             self,

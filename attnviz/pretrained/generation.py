@@ -28,7 +28,7 @@ from attnviz.pretrained.labels import piece_labels
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.quiet import quiet
 from attnviz.pretrained.streams import Family
-from attnviz.request import Request
+from attnviz.request import Input, Request
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
@@ -246,9 +246,7 @@ def _maps(
         prompt_length = None if mode is Mode.SELF else 1  # the decoder starts from one token
     arguments["attention_mask"] = torch.ones_like(arguments["input_ids"])
     inputs = ModelInputs(arguments, [queries], [keys])
-    (maps,) = extractor.maps_of(
-        mode, modules, layer_indices, inputs, request, [(source.text, None, None)]
-    )
+    (maps,) = extractor.maps_of(mode, modules, layer_indices, inputs, request, [Input(source.text)])
     # Rows and bins keep special tokens (a request refuses them otherwise): the prompt's
     # length is a position as it is.
     if prompt_length is not None and not request.special:  # dropped specials leave fewer

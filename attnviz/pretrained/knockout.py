@@ -32,9 +32,8 @@ if TYPE_CHECKING:
 
 def windows(layers: Sequence[int], window: int, count: int) -> list[tuple[int, int]]:
     """The first and last layer knocked out around each of ``layers``: ``window`` layers
-    centred on it (an even window's earlier middle layer), cut to the model's."""
-    if window < 1:
-        raise UsageError(f"--window is a number of layers, at least 1, not {window}")
+    centred on it (an even window's earlier middle layer), cut to the model's (the
+    request checked ``window``)."""
     before = (window - 1) // 2
     return [
         (max(0, layer - before), min(count - 1, layer - before + window - 1)) for layer in layers
