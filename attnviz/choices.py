@@ -54,6 +54,22 @@ class Ablation(StrEnum):
     MEAN = "mean"  # the head's mean output over the text's positions
 
 
+class Method(StrEnum):
+    """How an effect on an answer is measured."""
+
+    EXACT = "exact"  # a forward pass per change (batched), the number itself
+    # attribution patching: the linear estimate from one backward pass, ∂metric/∂a · Δa
+    GRADIENT = "gradient"
+
+
+class Site(StrEnum):
+    """Where ``trace`` restores the clean run's activation, in each layer."""
+
+    RESID = "resid"  # the residual stream entering the layer
+    ATTN = "attn"  # the attention block's output (its output projection's)
+    MLP = "mlp"  # the MLP's output
+
+
 class Weighting(StrEnum):
     """What attention weights are multiplied by before they are shown (``--weigh``)."""
 

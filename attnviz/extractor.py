@@ -15,13 +15,14 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import HeadTable
-from attnviz.choices import Ablation, Mode, chosen
+from attnviz.choices import Ablation, Mode, Site, chosen
 from attnviz.errors import UsageError
 from attnviz.request import Input, Request, Result, asked_for
 from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.analysis.trace import Trace
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
     from attnviz.needle import Cell, NeedleResults, Sweep
@@ -79,7 +80,7 @@ class Extractor(ABC):
         reads effects)."""
         while chunk := list(islice(inputs, batch_size)):
             answered = request.effects and any(each.answer is not None for each in chunk)
-            if answered or request.knockout is not None:
+            if answered or request.knockout is not None or request.trace is not None:
                 raise no_next_token(self.name)
             for each, maps in zip(chunk, self._extract_many(chunk, request), strict=True):
                 table = HeadTable.of(maps) if request.statistics else None
@@ -131,16 +132,18 @@ class Extractor(ABC):
         pair: str | None = None,
         answer: str | None = None,
         ablate: Ablation | str = Ablation.ZERO,
+        versus: str | None = None,
+        corrupt: str | None = None,
         **options: Any,
     ) -> HeadTable:
         """Each head's statistics for one text, as ``attnviz heads`` lists them. A pretrained
         model running fused attention sums them block by block, so that a long input's
         whole maps never exist; the numbers are those of the whole maps. With ``answer``,
-        each head's effects on it too (:meth:`head_effects`, ``ablate`` as there), read
-        in the same pass over the text where the model allows."""
+        each head's effects on it too (:meth:`head_effects`, ``ablate``, ``versus`` and
+        ``corrupt`` as there), read in the same pass over the text where the model allows."""
         effects = {"effects": True, "ablate": ablate} if answer is not None else {}
         asked = _asking(request, options, statistics=True, **effects)
-        (found,) = self.run([Input(text, target, pair, answer)], asked)
+        (found,) = self.run([Input(text, target, pair, answer, versus, corrupt)], asked)
         return asked_for(found.statistics)
 
     def head_tables(
@@ -165,15 +168,40 @@ class Extractor(ABC):
         request: Request | None = None,
         *,
         ablate: Ablation | str = Ablation.ZERO,
+        versus: str | None = None,
+        corrupt: str | None = None,
         **options: Any,
     ) -> HeadEffects:
         """What each chosen head does to the answer's first token after ``text``: the change
-        in its log-probability with the head ablated (``ablate``: its output zeroed, or
-        replaced by its mean over the text) and its direct logit attribution. A causal
-        language model only."""
+        in the metric with the head ablated (``ablate``: its output zeroed, or replaced by
+        its mean over the text) and its direct logit attribution. The metric is the
+        answer token's log-probability, or with ``versus`` logit(answer) − logit(versus).
+        With ``corrupt`` (the text with a fact changed, as many tokens), each head's
+        ``patch`` too: the metric with its clean output put into the corrupted run, less
+        the corrupted run's. ``method="gradient"`` estimates ablation and patch from one
+        backward pass. A causal language model only."""
         asked = _asking(request, options, effects=True, ablate=ablate)
-        (found,) = self.run([Input(text, answer=answer)], asked)
+        (found,) = self.run([Input(text, answer=answer, versus=versus, corrupt=corrupt)], asked)
         return asked_for(found.effects)
+
+    def trace(
+        self,
+        text: str,
+        answer: str,
+        corrupt: str,
+        request: Request | None = None,
+        *,
+        site: Site | str = Site.RESID,
+        versus: str | None = None,
+        **options: Any,
+    ) -> Trace:
+        """For each layer and position, how much of the metric (as :meth:`head_effects`
+        reads it) comes back when the clean run's activation at ``site`` (``"resid"``, the
+        residual stream entering the layer; ``"attn"``; ``"mlp"``) is put into the run on
+        ``corrupt`` there: a (layers, positions) ``effect``. A causal language model only."""
+        asked = _asking(request, options, trace=site)
+        (found,) = self.run([Input(text, answer=answer, versus=versus, corrupt=corrupt)], asked)
+        return asked_for(found.trace)
 
     def knockout(
         self,
@@ -293,7 +321,10 @@ def _asking(request: Request | None, options: dict[str, Any], **asked: Any) -> R
     """The request of a method named after what it reads: ``request`` (or one made of
     ``options``) asking for ``asked`` alone."""
     products = {"maps": False, "statistics": False, "effects": False, "knockout": None}
-    return replace(Request.of(request, options), **(products | asked))
+    products |= {"trace": None, **asked}
+    if request is None:  # made whole, so that it is checked with what it asks
+        return Request.of(None, {**options, **products})
+    return replace(Request.of(request, options), **products)
 
 
 def as_input(item: Item | Input, answer: str | None = None) -> Input:

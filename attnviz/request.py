@@ -17,12 +17,13 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_type_hints
 
-from attnviz.choices import Ablation, Mode, Weighting, chosen
+from attnviz.choices import Ablation, Method, Mode, Site, Weighting, chosen
 from attnviz.errors import SchemaError, UsageError
 from attnviz.selection import Selection, check_pool, check_syntax, text_of
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.analysis.trace import Trace
     from attnviz.maps import AttentionMaps
 
 
@@ -50,9 +51,12 @@ class Request:
 
     What is read of each input: its ``maps``; each head's ``statistics`` (a head table);
     each head's ``effects`` on the input's answer (``ablate``: its output zeroed, or
-    replaced by its mean over the text); or, with ``knockout`` (query rows, span keys), the
-    change in the answer when those rows may not read those keys in ``window`` layers
-    around each layer. Several may be asked at once: one pass over a text serves them.
+    replaced by its mean over the text; and, where the input has a corrupted twin, each
+    head's ``patch``); or, alone: with ``knockout`` (query rows, span keys), the change
+    in the answer when those rows may not read those keys in ``window`` layers around
+    each layer; with ``trace`` (a site), the patching effect of each layer × position.
+    ``method`` measures effects exactly or by their gradient estimate. Several products
+    may be asked at once: one pass over a text serves them.
     """
 
     mode: Mode | None = None
@@ -73,6 +77,8 @@ class Request:
     ablate: Ablation = Ablation.ZERO
     knockout: tuple[Selection, Selection] | None = None
     window: int = 1
+    trace: Site | None = None
+    method: Method = Method.EXACT
 
     def __post_init__(self) -> None:
         if self.mode is not None:
@@ -118,6 +124,9 @@ class Request:
 
     def _check_asked(self) -> None:
         object.__setattr__(self, "ablate", chosen(Ablation, self.ablate, "ablation"))
+        object.__setattr__(self, "method", chosen(Method, self.method, "method"))
+        if self.trace is not None:
+            object.__setattr__(self, "trace", chosen(Site, self.trace, "site"))
         window = self.window
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise UsageError(f"--window is a number of layers, at least 1, not {window!r}")
@@ -127,11 +136,17 @@ class Request:
             rows, span = self.knockout
             knocked = (_positions(rows, "knockout", "row"), _positions(span, "knockout", "span"))
             object.__setattr__(self, "knockout", knocked)
-        asked = [name for name in (*_ASKED, "knockout") if getattr(self, name) not in (None, False)]
+        asked = [name for name in _ALONE_OR_NOT if getattr(self, name) not in (None, False)]
         if not asked:
             raise UsageError("nothing is asked: a request reads maps, statistics or effects")
-        if self.knockout is not None and asked != ["knockout"]:
-            raise UsageError(f"a knockout lists layers, not {asked[0]}: ask for it alone")
+        for alone, lists in (("knockout", "layers"), ("trace", "layers × positions")):
+            if getattr(self, alone) is not None and asked != [alone]:
+                other = next(name for name in asked if name != alone)
+                raise UsageError(f"a {alone} lists {lists}, not {other}: ask for it alone")
+        if self.method is Method.GRADIENT and not (self.effects or self.trace is not None):
+            raise UsageError("--method says how effects are measured: give --answer")
+        if self.method is Method.GRADIENT and self.knockout is not None:
+            raise UsageError("a knockout is measured exactly: --method gradient does not apply")
         if self.ablate is not Ablation.ZERO and not self.effects:
             raise UsageError("--ablate says how a head's effect is read: give --answer")
         if self.window != 1 and self.knockout is None:
@@ -190,9 +205,10 @@ class Request:
 
 _FIELDS = tuple(field.name for field in fields(Request))
 _ASKED = ("maps", "statistics", "effects")  # what a request reads of each input
+_ALONE_OR_NOT = (*_ASKED, "knockout", "trace")
 # The fields that say what is read of the maps, not which maps: a command sets them by
 # what it answers (the rest are its options, each under its field's name).
-PRODUCED = (*_ASKED, "ablate", "knockout", "window")
+PRODUCED = (*_ASKED, "ablate", "knockout", "window", "trace", "method")
 
 
 @dataclass(frozen=True)
@@ -200,12 +216,16 @@ class Input:
     """One input to read, each part checked when made: a text; ``target``, whose tokens
     attend over the text's in cross mode; ``pair``, sentence B of an encoder's sentence
     pair; ``answer``, the words a causal language model should go on with (effects and
-    knockout read what heads do to its first token)."""
+    knockout read what heads do to its first token); ``versus``, a second answer, whose
+    first token's logit the metric subtracts from the answer's; ``corrupt``, the text's
+    corrupted twin (as many tokens, a fact changed) for patching and tracing."""
 
     text: str
     target: str | None = None
     pair: str | None = None
     answer: str | None = None
+    versus: str | None = None
+    corrupt: str | None = None
 
     def __post_init__(self) -> None:
         check_text(self.text, "text")
@@ -214,6 +234,15 @@ class Input:
                 check_text(getattr(self, name), name)
         if self.answer is not None:
             check_answer(self.answer)
+        for name, flag in (("versus", "--versus"), ("corrupt", "--corrupt")):
+            if getattr(self, name) is not None and self.answer is None:
+                raise UsageError(f"{flag} measures what heads do to an answer: give --answer")
+        if self.versus is not None:
+            check_answer(self.versus, "versus answer")
+            if self.versus == self.answer:
+                raise UsageError("--versus is the answer itself: give a different answer")
+        if self.corrupt is not None:
+            check_text(self.corrupt, "corrupted text")
 
     @property
     def item(self) -> tuple[str, str | None, str | None]:
@@ -230,6 +259,7 @@ class Result:
     statistics: HeadTable | None = None  # with the effects joined in where both were asked
     effects: HeadEffects | None = None
     knockout: Knockout | None = None
+    trace: Trace | None = None
 
 
 Product = TypeVar("Product")
@@ -258,12 +288,12 @@ def check_text(text: object, what: str = "text") -> None:
         ) from None
 
 
-def check_answer(answer: object) -> str:
+def check_answer(answer: object, what: str = "answer") -> str:
     """An answer as given, if it is a text with something in it."""
     if not isinstance(answer, str):
-        raise UsageError(f"the answer is a text, not {type(answer).__name__}")
+        raise UsageError(f"the {what} is a text, not {type(answer).__name__}")
     if not answer.strip():
-        raise UsageError("the answer is empty: give the words the model should go on with")
+        raise UsageError(f"the {what} is empty: give the words the model should go on with")
     return answer
 
 

@@ -24,6 +24,7 @@ class Needs(StrEnum):
     SPAN = "span"  # the keys of --span
     REPEATS = "repeats"  # one sequence, with the tokens that say which ones repeat
     ANSWER = "answer"  # a causal language model's answer (--answer): a head's effect on it
+    CORRUPT = "corrupt"  # an answer and the text's corrupted twin (--corrupt): patching
     KINDS = "layer kinds"  # a model whose layers differ in what they read (sliding, global)
 
 
@@ -90,8 +91,9 @@ class HeadColumn(StrEnum):
     # Effects on an answer: read from the model's output, not from the maps (no per).
     ABLATION = Column(
         "ablation",
-        "change in the answer's log-probability (nats) with the head's output zeroed "
-        "(--ablate mean: its mean over the text): below 0, the answer needs the head",
+        "change in the answer's log-probability (nats; with --versus, in the logit "
+        "difference) with the head's output zeroed (--ablate mean: its mean over the "
+        "text): below 0, the answer needs the head",
         needs=Needs.ANSWER,
         ascending=True,
         in_corpus=True,
@@ -99,9 +101,17 @@ class HeadColumn(StrEnum):
     DLA = Column(
         "dla",
         "direct logit attribution: what the head's output at the last position adds to the "
-        "answer's logit, through the final norm at its clean scale",
+        "answer's logit (with --versus, less the versus answer's), through the final norm "
+        "at its clean scale",
         needs=Needs.ANSWER,
         in_corpus=True,
+    )
+    PATCH = Column(
+        "patch",
+        "how much of the metric comes back when the head's clean output is put into the "
+        "run on the --corrupt text, at every position",
+        needs=Needs.CORRUPT,
+        in_corpus=False,
     )
     ENTROPY = Column(
         "entropy",

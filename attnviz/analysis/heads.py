@@ -11,7 +11,7 @@ import numpy as np
 
 from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
-from attnviz.choices import Ablation, Mode
+from attnviz.choices import Ablation, Method, Mode
 from attnviz.errors import UsageError
 from attnviz.statistics import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
 
@@ -25,7 +25,9 @@ DETECTOR_COLUMNS = frozenset(DETECTORS)
 STATISTICS_TABLE = frozenset(HeadColumn) - DETECTOR_COLUMNS - {HeadColumn.KIND}
 DETECTORS_TABLE = frozenset(column for column in HeadColumn if column.beside_detectors)
 # With an answer: its effects, beside where the head looks.
-EFFECTS_TABLE = frozenset(column for column in HeadColumn if column.needs is Needs.ANSWER) | {
+EFFECTS_TABLE = frozenset(
+    column for column in HeadColumn if column.needs in (Needs.ANSWER, Needs.CORRUPT)
+) | {
     HeadColumn.LAYER,
     HeadColumn.HEAD,
     HeadColumn.ENTROPY,
@@ -35,32 +37,80 @@ EFFECTS_TABLE = frozenset(column for column in HeadColumn if column.needs is Nee
 
 
 @dataclass(frozen=True)
-class HeadEffects:
-    """Each chosen head's effect on one answer token: ``ablation`` and ``dla``, (L, H)
-    float64 in the order of ``layers`` and ``heads``."""
+class Answer:
+    """What effects are measured on: the answer's first token after the text and, with a
+    versus answer, its first token too; the metric is the answer token's log-probability,
+    or logit(answer) − logit(versus)."""
 
     answer: str
-    answer_token: str  # the token whose log-probability is read, as the tokenizer spells it
+    answer_token: str  # as the tokenizer spells it
     log_prob: float  # the answer token's clean log-probability (natural log)
+    versus: str | None = None
+    versus_token: str | None = None
+    clean_metric: float | None = None  # None: the log-probability
+    corrupt: str | None = None  # the corrupted text, where effects are patched from it
+    corrupt_metric: float | None = None
+    method: Method = Method.EXACT
+
+    @property
+    def metric_name(self) -> str:
+        return "log_prob" if self.versus is None else "logit_difference"
+
+    def fields(self) -> dict[str, object]:
+        """What a table of effects on it records beside its rows (the metric's fields only
+        where a versus answer, a corrupted text or the gradient method made them)."""
+        found: dict[str, object] = {
+            "answer": self.answer,
+            "answer_token": self.answer_token,
+            "answer_log_prob": self.log_prob,
+        }
+        if self.versus is not None:
+            found |= {"versus": self.versus, "versus_token": self.versus_token}
+        if self.versus is not None or self.corrupt is not None:
+            found |= {"metric": self.metric_name, "clean_metric": self.clean_metric}
+        if self.corrupt is not None:
+            found |= {"corrupt": self.corrupt, "corrupt_metric": self.corrupt_metric}
+        if self.method is not Method.EXACT:
+            found["method"] = self.method.value
+        return found
+
+
+@dataclass(frozen=True)
+class HeadEffects:
+    """Each chosen head's effect on one answer token: ``ablation`` and ``dla``, and with a
+    corrupted text ``patch``, (L, H) float64 in the order of ``layers`` and ``heads``."""
+
+    on: Answer
     ablate: Ablation
     layers: list[int]
     heads: list[int]
     ablation: np.ndarray  # (L, H)
     dla: np.ndarray  # (L, H)
+    patch: np.ndarray | None = None  # (L, H)
+
+    @property
+    def answer(self) -> str:
+        return self.on.answer
+
+    @property
+    def answer_token(self) -> str:
+        return self.on.answer_token
+
+    @property
+    def log_prob(self) -> float:
+        return self.on.log_prob
 
     def of(self, layer: int, head: int) -> dict[str, float]:
         """One head's effects by column name."""
         row, column = self.layers.index(layer), self.heads.index(head)
-        return {"ablation": float(self.ablation[row, column]), "dla": float(self.dla[row, column])}
+        found = {"ablation": float(self.ablation[row, column]), "dla": float(self.dla[row, column])}
+        if self.patch is not None:
+            found["patch"] = float(self.patch[row, column])
+        return found
 
     def fields(self) -> dict[str, object]:
         """What a table of these effects records beside its rows."""
-        return {
-            "answer": self.answer,
-            "answer_token": self.answer_token,
-            "answer_log_prob": self.log_prob,
-            "ablate": self.ablate.value,
-        }
+        return {**self.on.fields(), "ablate": self.ablate.value}
 
 
 @dataclass(frozen=True)
@@ -123,11 +173,12 @@ class HeadStatistics:
         column = HeadColumn(column)
         if column.value in self.values:
             return self.values[column.value]
-        return None if column.needs is Needs.ANSWER else getattr(self, column.value)
+        effect = column.needs in (Needs.ANSWER, Needs.CORRUPT)
+        return None if effect else getattr(self, column.value)
 
     def as_dict(self) -> dict[str, int | float | str | None]:
         """Every column of the row: the effects where it has them."""
-        optional = (Needs.ANSWER, Needs.KINDS)  # only where the row has them
+        optional = (Needs.ANSWER, Needs.CORRUPT, Needs.KINDS)  # only where the row has them
         return {
             column.value: self[column]
             for column in HeadColumn
@@ -165,6 +216,7 @@ class HeadTable:
         given = {
             Needs.SPAN: bool(self.span),
             Needs.ANSWER: self.effects is not None,
+            Needs.CORRUPT: self.effects is not None and self.effects.patch is not None,
             Needs.KINDS: any(row.kind is not None for row in self.rows),
         }
         return [

@@ -250,8 +250,7 @@ def _table(
         answered = table.effects
         title += (
             f"\nanswer {display_label(repr(answered.answer_token))} · log-probability "
-            f"{number(answered.log_prob)} · ablation: "
-            f"{'mean' if answered.ablate.value == 'mean' else 'zero'}"
+            f"{number(answered.log_prob)} · ablation: {answered.ablate.value}"
         )
     drawn = out.rows_table(
         caption=" · ".join(f"{column}: {column.help}" for column in columns if column.help),

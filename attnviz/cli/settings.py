@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnviz.builtin.config import BuiltinConfig
-from attnviz.choices import Ablation, Aggregate, Attention
+from attnviz.choices import Ablation, Aggregate, Attention, Method
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
 from attnviz.outputs import refuse_unused
-from attnviz.request import Input, Request, asked_for, check_answer, check_text
+from attnviz.request import Input, Request, asked_for
 from attnviz.statistics import HeadColumn, Needs
 from attnviz.visible import display_label
 
@@ -193,6 +193,37 @@ class Effects:
             "over the text's positions).",
         ),
     ] = Ablation.ZERO
+    versus: Annotated[
+        str | None,
+        typer.Option(
+            "--versus",
+            metavar="TEXT",
+            rich_help_panel=EFFECTS_PANEL,
+            help="A second answer: the metric becomes logit(answer) - logit(versus) at the "
+            "last position (each its first token), and dla reads W_U[answer] - W_U[versus].",
+        ),
+    ] = None
+    corrupt: Annotated[
+        str | None,
+        typer.Option(
+            "--corrupt",
+            metavar="TEXT",
+            rich_help_panel=EFFECTS_PANEL,
+            help="The text with one fact changed, as many tokens: each head gets patch (how "
+            "much of the metric comes back when its clean output is put into the run on "
+            "this text).",
+        ),
+    ] = None
+    method: Annotated[
+        Method,
+        typer.Option(
+            "--method",
+            case_sensitive=False,
+            rich_help_panel=EFFECTS_PANEL,
+            help="exact: a forward pass per change; gradient: attribution patching's linear "
+            "estimate from one backward pass (any length).",
+        ),
+    ] = Method.EXACT
     knockout: Annotated[
         str | None,
         typer.Option(
@@ -236,6 +267,11 @@ class Effects:
             raise UsageError(
                 f"--sort {sort} ranks heads by their effect on an answer: give --answer"
             )
+        if sort is not None and sort.needs is Needs.CORRUPT and self.corrupt is None:
+            raise UsageError(
+                f"--sort {sort} ranks heads by what they bring back from a corrupted run: "
+                "give --answer and --corrupt"
+            )
         if self.answer is None:
             refuse_unused(
                 self.given(), "--answer", "statistics alone", "give --answer, or leave it out"
@@ -246,7 +282,8 @@ class Effects:
         if self.knockout is None:
             refuse_unused(given_flags(self, ["window"]), "--knockout", "heads' effects")
         else:
-            refuse_unused(given_flags(self, ["ablate"]), "heads' effects", "a knockout")
+            patched = ["ablate", "versus", "corrupt", "method"]
+            refuse_unused(given_flags(self, patched), "heads' effects", "a knockout")
             self.knocked()
         if model == d.BUILTIN and not saved:
             raise no_next_token(d.BUILTIN)
@@ -268,8 +305,8 @@ class Effects:
         """What a request reads of each input for these options: its maps or, with
         ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
         or a knockout alone."""
-        if self.answer is None:
-            return {"maps": not statistics, "statistics": statistics}
+        if self.answer is None:  # --method alone is refused by the request
+            return {"maps": not statistics, "statistics": statistics, "method": self.method}
         if self.knockout is not None:
             return {"maps": False, "knockout": self.knocked(), "window": self.window}
         return {
@@ -277,6 +314,7 @@ class Effects:
             "statistics": statistics,
             "effects": True,
             "ablate": self.ablate,
+            "method": self.method,
         }
 
     def knocked_error(self, error: UsageError) -> UsageError:
@@ -295,8 +333,9 @@ class Effects:
 
 # Gives a command the options of head effects on an answer as one ``effects`` argument.
 effect_options = bundle("effects", Effects)
-# The same without the knockout's, for pictures of the heads an answer needs.
-answer_options = bundle("effects", Effects, leave_out=("knockout", "window"))
+# The same without the knockout's and the corrupted text's, for pictures of the heads an
+# answer needs (ranked by ablation or dla).
+answer_options = bundle("effects", Effects, leave_out=("knockout", "window", "corrupt"))
 NO_EFFECTS = Effects()
 
 DEFAULT_SETTINGS = ModelSettings()
@@ -363,6 +402,8 @@ class Job:
     target: str | None = None
     pair: str | None = None
     answer: str | None = None
+    versus: str | None = None
+    corrupt: str | None = None
     given: Input | None = None  # TEXT as given (not stdin), checked before a model loads
 
     def fingerprint(self) -> dict[str, Any]:
@@ -377,7 +418,7 @@ class Job:
         """One text with the parts every input shares, checked (once: TEXT was before)."""
         if self.given is not None and self.given.text == text:
             return self.given
-        return Input(text, self.target, self.pair, self.answer)
+        return Input(text, self.target, self.pair, self.answer, self.versus, self.corrupt)
 
     def run(self, extractor: Extractor, text: str) -> Result:
         """What the request reads of one text."""
@@ -445,15 +486,11 @@ def request(
             "--keep-case configure the built-in stack; they do not apply to --model"
         )
     products.check(aggregate)
-    first = None
-    if text is not None and text != d.STDIO:
-        first = Input(text, target, pair, effects.answer)
-    else:  # the parts each line of stdin is read with (checked again with each line)
-        for part, what in ((target, "target"), (pair, "pair")):
-            if part is not None:
-                check_text(part, what)
-        if effects.answer is not None:
-            check_answer(effects.answer)
+    parts = (target, pair, effects.answer, effects.versus, effects.corrupt)
+    # Without TEXT (stdin, saved maps, the probe), the parts every input is read with are
+    # checked with a stand-in text, and again with each line.
+    read_now = text is not None and text != d.STDIO
+    first = Input(text if text is not None and read_now else d.STDIO, *parts)
     try:
         config = replace(named, **given) if named else BuiltinConfig(**given) if given else None
     except ValueError as error:
@@ -471,5 +508,7 @@ def request(
         target=target,
         pair=pair,
         answer=effects.answer,
-        given=first,
+        versus=effects.versus,
+        corrupt=effects.corrupt,
+        given=first if read_now else None,
     )

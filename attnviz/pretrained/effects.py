@@ -184,35 +184,85 @@ def answer_label(loaded: PretrainedModel, answer_id: int) -> str:
     return decoded if decoded.strip() else str(loaded.tokenizer.convert_ids_to_tokens(answer_id))
 
 
+@dataclass(frozen=True)
+class Metric:
+    """What the effects measure at the last position: the answer token's log-probability,
+    or, with a ``versus`` token, logit(answer) − logit(versus)."""
+
+    answer_id: int
+    versus_id: int | None = None
+
+    def of(self, logits: torch.Tensor) -> torch.Tensor:
+        """(B, vocabulary) last logits -> (B,) the metric of each row."""
+        logits = logits.float()
+        if self.versus_id is None:
+            return logits.log_softmax(-1)[:, self.answer_id]
+        return logits[:, self.answer_id] - logits[:, self.versus_id]
+
+    def direction(self, unembedding: Any) -> torch.Tensor:
+        """(D,) what a residual at the last position adds to the metric's logits, read
+        through the unembedding: W_U[answer], less W_U[versus]."""
+        weight = unembedding.weight
+        direction = weight[self.answer_id].float()
+        return direction if self.versus_id is None else direction - weight[self.versus_id].float()
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The clean run (its metric, the answer's log-probability, what later passes start
+    from), and each head's ablation effect and direct logit attribution, (L, H) each."""
+
+    clean: Clean
+    ablation: np.ndarray
+    dla: np.ndarray
+
+
 def head_effects(
     model: Any,
     body: Anatomy,
     arguments: dict[str, torch.Tensor],
-    answer_id: int,
+    metric: Metric,
     layers: Sequence[int],
     heads: Sequence[int],
     ablate: Ablation,
     during_clean: contextlib.AbstractContextManager | None = None,
-) -> tuple[float, np.ndarray, np.ndarray]:
-    """The clean log-probability of ``answer_id`` after one encoded text, and the ablation
-    effect and direct logit attribution of each (layer, head): (L, H) each.
-    ``during_clean`` is entered around the clean pass alone (a recording of the heads'
-    statistics, which that pass then serves too)."""
+) -> Measured:
+    """The clean run of one encoded text, and the ablation effect and direct logit
+    attribution of each (layer, head)."""
+    import torch
+
+    clean, dla = attributed(model, body, arguments, metric, layers, heads, during_clean)
+    with torch.inference_mode():
+        ablation = _ablation(model, body, arguments, metric, clean, layers, heads, ablate)
+    return Measured(clean, ablation, dla)
+
+
+def attributed(
+    model: Any,
+    body: Anatomy,
+    arguments: dict[str, torch.Tensor],
+    metric: Metric,
+    layers: Sequence[int],
+    heads: Sequence[int],
+    during_clean: contextlib.AbstractContextManager | None = None,
+) -> tuple[Clean, np.ndarray]:
+    """The clean run and each head's direct logit attribution, (L, H). ``during_clean``
+    is entered around the clean pass alone (a recording of the heads' statistics, which
+    that pass then serves too)."""
     import torch
 
     with torch.inference_mode(), during_clean or contextlib.nullcontext():
-        clean = clean_pass(model, body, arguments, answer_id)
+        clean = clean_pass(model, body, arguments, metric)
     with torch.inference_mode():
-        dla = _attribution(body, clean, answer_id, layers, heads)
-        ablation = _ablation(model, body, arguments, answer_id, clean, layers, heads, ablate)
-    return clean.log_prob, ablation, dla
+        return clean, _attribution(body, clean, metric, layers, heads)
 
 
 @dataclass
 class Clean:
     """What the clean pass leaves for the passes that change the model."""
 
-    log_prob: float
+    metric: float
+    log_prob: float  # the answer's
     head_inputs: list[torch.Tensor]  # (L) each output projection's input, (1, T, E)
     block_outputs: list[Any]  # (L) each layer's output as it returned it
     # (L) at the last position: each attention's output (D,), and its post norm's input
@@ -223,7 +273,7 @@ class Clean:
     normed: torch.Tensor  # (D,) its output there
 
 
-def clean_pass(model: Any, body: Anatomy, arguments: dict, answer_id: int) -> Clean:
+def clean_pass(model: Any, body: Anatomy, arguments: dict, metric: Metric) -> Clean:
     count = len(body.blocks)
     head_inputs: list[Any] = [None] * count
     block_outputs: list[Any] = [None] * count
@@ -259,9 +309,18 @@ def clean_pass(model: Any, body: Anatomy, arguments: dict, answer_id: int) -> Cl
                 hooks.enter_context(hooked(body.post_norms[layer].register_forward_hook(hook)))
         hooks.enter_context(hooked(body.norm.register_forward_hook(keep(final, 0, at_last))))
         logits = last_logits(model, arguments)
-    log_prob = float(logits.float().log_softmax(-1)[0, answer_id])
+    log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
     residual, normed = final[0]
-    return Clean(log_prob, head_inputs, block_outputs, written, post_normed, residual, normed)
+    return Clean(
+        float(metric.of(logits)[0]),
+        log_prob,
+        head_inputs,
+        block_outputs,
+        written,
+        post_normed,
+        residual,
+        normed,
+    )
 
 
 @contextlib.contextmanager
@@ -284,13 +343,13 @@ def _parameters(function: Callable) -> set[str]:
 
 
 def _attribution(
-    body: Anatomy, clean: Clean, answer_id: int, layers: Sequence[int], heads: Sequence[int]
+    body: Anatomy, clean: Clean, metric: Metric, layers: Sequence[int], heads: Sequence[int]
 ) -> np.ndarray:
     """Each head's direct logit attribution, (L, H)."""
     import torch
 
     frozen = _frozen_norm(body.norm, clean.residual, clean.normed)
-    direction = body.unembedding.weight[answer_id].float()  # (D,)
+    direction = metric.direction(body.unembedding)  # (D,)
     result = np.zeros((len(layers), len(heads)))
     for row, layer in enumerate(layers):
         projection = body.projections[layer]
@@ -397,7 +456,7 @@ def _ablation(
     model: Any,
     body: Anatomy,
     arguments: dict,
-    answer_id: int,
+    metric: Metric,
     clean: Clean,
     layers: Sequence[int],
     heads: Sequence[int],
@@ -408,7 +467,9 @@ def _ablation(
 
     def ablated(layer: int, head: int) -> Install:
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
-            replace = _replacer(rows, head, clean.head_inputs[layer], body.heads, ablate)
+            part = head_slice(clean.head_inputs[layer], body.heads, head)
+            value = 0.0 if ablate is Ablation.ZERO else clean.head_inputs[layer][0, :, part].mean(0)
+            replace = replacer(rows, part, value)
             patches.enter_context(
                 hooked(body.projections[layer].register_forward_pre_hook(replace))
             )
@@ -416,16 +477,17 @@ def _ablation(
         return install
 
     changes = [Change(layer, ablated(layer, head)) for layer in layers for head in heads]
-    effects = iter(changed_log_probs(model, body, arguments, answer_id, clean, changes))
+    effects = iter(changed_metrics(model, body, arguments, metric, clean, changes))
     return np.array([[next(effects) for _ in heads] for _ in layers])
 
 
-def changed_log_probs(
-    model: Any, body: Anatomy, arguments: dict, answer_id: int, clean: Clean, changes: list[Change]
+def changed_metrics(
+    model: Any, body: Anatomy, arguments: dict, metric: Metric, base: Clean, changes: list[Change]
 ) -> list[float]:
-    """The answer's log-probability under each change, less the clean one. Changes are
-    taken a pass's rows at a time, lowest first, so that a pass starts as high in the
-    model as its lowest change."""
+    """The metric under each change of the ``base`` run (the clean run, or a corrupted
+    one), less the base's. Changes are taken a pass's rows at a time, lowest first, so
+    that a pass starts as high in the model as its lowest change, the layers below
+    handing on the base run's states."""
     tokens = int(arguments["input_ids"].shape[1])
     rows = max(1, min(_ROWS_PER_PASS, _TOKENS_PER_PASS // tokens))
     order = sorted(range(len(changes)), key=lambda index: changes[index].first_layer)
@@ -437,15 +499,15 @@ def changed_log_probs(
         # The first pass that starts above the clean one checks that it may: one more row,
         # changing nothing, must give the clean log-probability (else every pass runs whole).
         control = start > 0 and not checked
-        log_probs = _changed_pass(model, body, arguments, answer_id, clean, chunk, start, control)
+        found = _changed_pass(model, body, arguments, metric, base, chunk, start, control)
         if control:
             checked = True
-            tolerance = 1e-4 * max(1.0, abs(clean.log_prob))
-            if abs(log_probs[-1] - clean.log_prob) > tolerance:
+            tolerance = 1e-4 * max(1.0, abs(base.metric))
+            if abs(found[-1] - base.metric) > tolerance:
                 reuse = False
-                log_probs = _changed_pass(model, body, arguments, answer_id, clean, chunk, 0)
-        for index, log_prob in zip(order[first : first + rows], log_probs, strict=False):
-            effects[index] = log_prob - clean.log_prob
+                found = _changed_pass(model, body, arguments, metric, base, chunk, 0)
+        for index, value in zip(order[first : first + rows], found, strict=False):
+            effects[index] = value - base.metric
     return effects
 
 
@@ -453,40 +515,42 @@ def _changed_pass(
     model: Any,
     body: Anatomy,
     arguments: dict,
-    answer_id: int,
-    clean: Clean,
+    metric: Metric,
+    base: Clean,
     chunk: list[Change],
     start: int,
     control: bool = False,
 ) -> list[float]:
-    """The answer's log-probability under each change of ``chunk``, one per batch row (and a
-    last row changing nothing, if ``control``), the layers below ``start`` handing on the
-    clean pass's output."""
+    """The metric under each change of ``chunk``, one per batch row (and a last row
+    changing nothing, if ``control``), the layers below ``start`` handing on the base
+    pass's output."""
     batch = len(chunk) + int(control)
     expanded = {name: value.expand(batch, *value.shape[1:]) for name, value in arguments.items()}
     with contextlib.ExitStack() as patches:
         if start > 0:
             patches.enter_context(
-                _handed_on(body.blocks[:start], clean.block_outputs[start - 1], batch)
+                _handed_on(body.blocks[:start], base.block_outputs[start - 1], batch)
             )
         for row, change in enumerate(chunk):
             change.install(patches, [row], batch)
         logits = last_logits(model, expanded)
-    return logits.float().log_softmax(-1)[:, answer_id].tolist()
+    return metric.of(logits).tolist()
 
 
-def _replacer(
-    rows: list[int], head: int, clean_input: torch.Tensor, heads: int, ablate: Ablation
-) -> Callable:
+def head_slice(head_input: torch.Tensor, heads: int, head: int) -> slice:
+    """Where one head's output lies in its output projection's input, (…, E)."""
+    size = _head_size(head_input, heads)
+    return slice(head * size, (head + 1) * size)
+
+
+def replacer(rows: list[int], part: slice, value: torch.Tensor | float) -> Callable:
     """A hook on an output projection replacing, in the batch's ``rows``, one head's slice
-    of its input: by zeros, or by the head's mean over the clean positions."""
-    size = _head_size(clean_input, heads)
-    part = slice(head * size, (head + 1) * size)
-    mean = clean_input[0, :, part].mean(0)  # (Dh,)
+    of its input (``part``) by ``value``: zeros, the head's mean over the positions (Dh,),
+    or its output in another run (T, Dh)."""
 
     def replace(_module: Any, args: tuple) -> tuple:
         head_input = args[0].clone()  # (B, T, E)
-        head_input[rows, :, part] = 0 if ablate is Ablation.ZERO else mean
+        head_input[rows, :, part] = value
         return (head_input, *args[1:])
 
     return replace

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -14,7 +12,6 @@ import numpy as np
 from attnviz.analysis.heads import (
     HeadEffects,
     HeadTable,
-    Knockout,
     statistics_product,
     statistics_rows,
 )
@@ -24,7 +21,7 @@ from attnviz.analysis.products import (
     product_for,
     product_labels,
 )
-from attnviz.choices import Attention, Mode
+from attnviz.choices import Attention, Method, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import (
     PROBE_LENGTH,
@@ -34,12 +31,9 @@ from attnviz.extractor import (
     without_pair,
 )
 from attnviz.maps import AttentionMaps
+from attnviz.pretrained.answered import answered, effects_of, knocked_out, traced
 from attnviz.pretrained.effects import (
-    Anatomy,
     anatomy_of,
-    answer_label,
-    answer_token,
-    head_effects,
 )
 from attnviz.pretrained.encoding import (
     ModelInputs,
@@ -55,14 +49,13 @@ from attnviz.pretrained.encoding import (
 from attnviz.pretrained.explain import explain_query
 from attnviz.pretrained.fused import Layout, ProductRecorder, Unrecordable, fused_attention
 from attnviz.pretrained.generation import Sampling, generate
-from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
 from attnviz.pretrained.streams import Family, layer_kinds, resolve_mode, stream_for
 from attnviz.request import Input, Request, Result, check_text
-from attnviz.selection import resolve, token_positions
+from attnviz.selection import resolve
 
 if TYPE_CHECKING:
     from attnviz.loading import ExtractorSpec
@@ -105,7 +98,9 @@ class PretrainedExtractor(Extractor):
         alone. The statistics of an input with an answer ride on its effects' clean pass
         where the model allows (:meth:`_statistics_with_effects`)."""
         if request.knockout is not None:
-            return [Result(each, knockout=self._knockout(each, request)) for each in chunk]
+            return [Result(each, knockout=knocked_out(self, each, request)) for each in chunk]
+        if request.trace is not None:
+            return [Result(each, trace=traced(self, each, request)) for each in chunk]
         maps: Sequence[AttentionMaps | None] = (
             self._extract_many(chunk, request) if request.maps else [None] * len(chunk)
         )
@@ -128,7 +123,7 @@ class PretrainedExtractor(Extractor):
             if index not in joined:
                 table = next(tables) if request.statistics else None
                 if request.effects and each.answer is not None:
-                    effects = self._effects(self._answered(each, request), request)
+                    effects = effects_of(self, answered(self, each, request), request)
                     table = None if table is None else table.with_effects(effects)
             results.append(Result(each, maps_of, table, effects))
         return results
@@ -363,29 +358,6 @@ class PretrainedExtractor(Extractor):
         per_input, heads = self._computed(modules, layers, encoded, request, tables.layouts)
         return tables.made(per_input, heads)
 
-    def _effects(
-        self,
-        asked: _Answered,
-        request: Request,
-        during_clean: contextlib.AbstractContextManager | None = None,
-    ) -> HeadEffects:
-        ablate = request.ablate
-        heads = resolve(request.heads, asked.body.heads, "head")
-        with forward(self.loaded):
-            log_prob, ablation, dla = head_effects(
-                self.loaded.model,
-                asked.body,
-                asked.arguments,
-                asked.answer_id,
-                asked.layers,
-                heads,
-                ablate,
-                during_clean,
-            )
-        return HeadEffects(
-            asked.answer, asked.token, log_prob, ablate, asked.layers, heads, ablation, dla
-        )
-
     def _statistics_with_effects(
         self, given: Input, request: Request
     ) -> tuple[HeadTable, HeadEffects] | None:
@@ -396,7 +368,9 @@ class PretrainedExtractor(Extractor):
         attention computed outside transformers' functions): two passes then."""
         if self.loaded.attention is Attention.EAGER or request.words or not request.special:
             return None
-        asked = self._answered(given, request)
+        if request.method is not Method.EXACT:  # the estimate's clean pass asks for gradients
+            return None
+        asked = answered(self, given, request)
         tables = _Tables(self, asked.mode, asked.layers, asked.inputs, request)
         recorder = ProductRecorder(
             self.loaded.model,
@@ -406,7 +380,7 @@ class PretrainedExtractor(Extractor):
             tables.layouts,
             self.loaded.memory,
         )
-        effects = self._effects(asked, request, recorder.recording())
+        effects = effects_of(self, asked, request, recorder.recording())
         try:
             per_input, heads = recorder.results()
         except Unrecordable:
@@ -414,56 +388,6 @@ class PretrainedExtractor(Extractor):
         stacked = [_stacked(layers_of) for layers_of in per_input]
         (table,) = tables.made(stacked, heads)
         return table.with_effects(effects), effects
-
-    def _knockout(self, given: Input, request: Request) -> Knockout:
-        assert request.knockout is not None
-        if given.answer is None:
-            raise UsageError("a knockout reads what heads do to an answer: give the input one")
-        asked = self._answered(given, request)
-        rows, span = request.knockout
-        window = request.window
-        side = asked.side
-        find = side.finder("--knockout")
-        queries = token_positions(rows, side.length, "row", "query tokens", find)
-        keys = token_positions(span, side.length, "span key", "key tokens", find)
-        spans = windows(asked.layers, window, len(asked.body.blocks))
-        with forward(self.loaded):
-            log_prob, change = knockout(
-                self.loaded.model,
-                asked.body,
-                asked.arguments,
-                asked.answer_id,
-                queries,
-                keys,
-                spans,
-            )
-        return Knockout(
-            asked.answer, asked.token, log_prob, queries, keys, window, asked.layers, spans, change
-        )
-
-    def _answered(self, given: Input, request: Request) -> _Answered:
-        """One text encoded for the effects on its answer: a model without an answer to read
-        is refused before anything is encoded."""
-        answer = given.answer
-        assert answer is not None  # asked of inputs with an answer
-        if given.target is not None or given.pair is not None:
-            raise UsageError("effects on an answer read one text: no target, no sentence pair")
-        body = anatomy_of(self.loaded)
-        mode, modules, layers, inputs = self._prepared([given], request)
-        side = inputs.keys[0]
-        answer_id = answer_token(self.loaded, side, answer)
-        return _Answered(
-            answer=answer,
-            token=answer_label(self.loaded, answer_id),
-            answer_id=answer_id,
-            body=body,
-            layers=layers,
-            side=side,
-            arguments=on_device(self.loaded, inputs.arguments),
-            mode=mode,
-            modules=modules,
-            inputs=inputs,
-        )
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """Random whole-word tokens of the model's vocabulary, each read back as one token
@@ -521,22 +445,6 @@ class PretrainedExtractor(Extractor):
             query=query or 0,
             raw_pieces=raw_pieces,
         )
-
-
-@dataclass(frozen=True)
-class _Answered:
-    """A text and its answer, ready for the passes that measure heads' effects on it."""
-
-    answer: str
-    token: str  # the answer's first token, as the tokenizer spells it
-    answer_id: int
-    body: Anatomy
-    layers: list[int]
-    side: Side
-    arguments: dict[str, Any]  # the forward pass's, on the model's device
-    mode: Mode  # what the text is read in, its attention modules and its encoding:
-    modules: list  # the heads' statistics are read in the clean pass
-    inputs: ModelInputs
 
 
 class _Tables:

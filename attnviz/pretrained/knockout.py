@@ -21,7 +21,8 @@ from attnviz.errors import UsageError
 from attnviz.pretrained.effects import (
     Anatomy,
     Change,
-    changed_log_probs,
+    Metric,
+    changed_metrics,
     clean_pass,
     hooked,
 )
@@ -55,12 +56,12 @@ def knockout(
     model: Any,
     body: Anatomy,
     arguments: dict[str, torch.Tensor],
-    answer_id: int,
+    metric: Metric,
     rows: Sequence[int],
     span: Sequence[int],
     spans: Sequence[tuple[int, int]],
 ) -> tuple[float, np.ndarray]:
-    """The clean log-probability of ``answer_id`` after one encoded text, and its change when
+    """The clean metric after one encoded text (the answer's log-probability), and its change when
     the query ``rows`` may not read the ``span`` keys in each window of layers (first,
     last) of ``spans``: (len(spans),)."""
     import torch
@@ -79,12 +80,12 @@ def knockout(
         return Change(first, install)
 
     with torch.inference_mode():
-        clean = clean_pass(model, body, arguments, answer_id)
+        clean = clean_pass(model, body, arguments, metric)
         changes = [blocked(first, last) for first, last in spans]
-        effects = changed_log_probs(model, body, arguments, answer_id, clean, changes)
+        effects = changed_metrics(model, body, arguments, metric, clean, changes)
     if not all(np.isfinite(effects)):
         raise UsageError("the knockout leaves a query row no key to read in a layer's own mask")
-    return clean.log_prob, np.array(effects)
+    return clean.metric, np.array(effects)
 
 
 def _blocker(

@@ -1,0 +1,225 @@
+"""A text read for what heads do to its answer: each head's effects (ablation, direct
+logit attribution, patching from a corrupted twin), a knockout of layers, or a trace of
+layers × positions; exactly, or by attribution patching's gradient estimate."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.analysis.heads import Answer, HeadEffects, Knockout
+from attnviz.analysis.trace import Trace
+from attnviz.choices import Method
+from attnviz.errors import UsageError
+from attnviz.pretrained.effects import (
+    Anatomy,
+    Metric,
+    anatomy_of,
+    answer_label,
+    answer_token,
+    attributed,
+    head_effects,
+)
+from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
+from attnviz.pretrained.knockout import knockout, windows
+from attnviz.pretrained.labels import piece_labels
+from attnviz.pretrained.patching import (
+    estimated_ablation,
+    estimated_patch,
+    estimated_trace,
+    gradients,
+    head_patch,
+    trace,
+)
+from attnviz.request import Input, Request
+from attnviz.selection import resolve, token_positions
+
+if TYPE_CHECKING:
+    from attnviz.choices import Mode
+    from attnviz.pretrained.extractor import PretrainedExtractor
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A text and its answer, encoded for the passes that measure heads' effects on it."""
+
+    given: Input
+    token: str  # the answer's first token, as the tokenizer spells it
+    metric: Metric
+    versus_token: str | None
+    body: Anatomy
+    layers: list[int]
+    side: Side
+    arguments: dict[str, Any]  # the forward pass's, on the model's device
+    mode: Mode  # what the text is read in, its attention modules and its encoding:
+    modules: list  # the heads' statistics are read in the clean pass
+    inputs: ModelInputs
+    corrupt: Side | None = None  # the corrupted twin, as many tokens
+    corrupt_arguments: dict[str, Any] | None = None
+
+    def answer(self, **measured: Any) -> Answer:
+        """What the effects were measured on, with the runs' metrics given."""
+        given = self.given
+        assert given.answer is not None
+        return Answer(
+            given.answer,
+            self.token,
+            versus=given.versus,
+            versus_token=self.versus_token,
+            corrupt=given.corrupt,
+            **measured,
+        )
+
+
+def answered(extractor: PretrainedExtractor, given: Input, request: Request) -> Answered:
+    """One text encoded for the effects on its answer (and its corrupted twin, of as many
+    tokens): a model without an answer to read is refused before anything is encoded."""
+    loaded = extractor.loaded
+    assert given.answer is not None  # asked of inputs with an answer
+    if given.target is not None or given.pair is not None:
+        raise UsageError("effects on an answer read one text: no target, no sentence pair")
+    body = anatomy_of(loaded)
+    mode, modules, layers, inputs = extractor._prepared([given], request)
+    side = inputs.keys[0]
+    answer_id = answer_token(loaded, side, given.answer)
+    versus_id = None if given.versus is None else answer_token(loaded, side, given.versus)
+    if versus_id == answer_id:
+        raise UsageError(
+            f"--versus {given.versus!r} begins with the answer's token "
+            f"{answer_label(loaded, answer_id)!r}: their logit difference is 0"
+        )
+    corrupt = corrupt_arguments = None
+    if given.corrupt is not None:
+        *_, corrupt_inputs = extractor._prepared([Input(given.corrupt)], request)
+        corrupt = corrupt_inputs.keys[0]
+        if corrupt.length != side.length:
+            raise UsageError(
+                f"the corrupted text is {corrupt.length} tokens and the text {side.length}: "
+                "patching puts each position's activation into the same position, so the "
+                "two must have as many tokens"
+            )
+        corrupt_arguments = on_device(loaded, corrupt_inputs.arguments)
+    return Answered(
+        given=given,
+        token=answer_label(loaded, answer_id),
+        metric=Metric(answer_id, versus_id),
+        versus_token=None if versus_id is None else answer_label(loaded, versus_id),
+        body=body,
+        layers=layers,
+        side=side,
+        arguments=on_device(loaded, inputs.arguments),
+        mode=mode,
+        modules=modules,
+        inputs=inputs,
+        corrupt=corrupt,
+        corrupt_arguments=corrupt_arguments,
+    )
+
+
+def effects_of(
+    extractor: PretrainedExtractor,
+    asked: Answered,
+    request: Request,
+    during_clean: contextlib.AbstractContextManager | None = None,
+) -> HeadEffects:
+    """Each chosen head's ablation effect and direct logit attribution, and its patching
+    effect where the text has a corrupted twin."""
+    model, body, metric = extractor.loaded.model, asked.body, asked.metric
+    heads = resolve(request.heads, body.heads, "head")
+    layers = asked.layers
+    patch = corrupt_metric = None
+    with forward(extractor.loaded):
+        if request.method is Method.EXACT:
+            measured = head_effects(
+                model, body, asked.arguments, metric, layers, heads, request.ablate, during_clean
+            )
+            clean, ablation, dla = measured.clean, measured.ablation, measured.dla
+            if asked.corrupt_arguments is not None:
+                corrupt_metric, patch = head_patch(
+                    model, body, asked.corrupt_arguments, metric, clean, layers, heads
+                )
+        else:
+            clean, dla = attributed(model, body, asked.arguments, metric, layers, heads)
+            at_clean = gradients(model, body, asked.arguments, metric, "heads")
+            ablation = estimated_ablation(body, at_clean, layers, heads, request.ablate)
+            if asked.corrupt_arguments is not None:
+                at_corrupt = gradients(model, body, asked.corrupt_arguments, metric, "heads")
+                patch = estimated_patch(body, at_corrupt, clean.head_inputs, layers, heads)
+                corrupt_metric = at_corrupt.metric
+    on = asked.answer(
+        log_prob=clean.log_prob,
+        clean_metric=clean.metric,
+        corrupt_metric=corrupt_metric,
+        method=request.method,
+    )
+    return HeadEffects(on, request.ablate, layers, heads, ablation, dla, patch)
+
+
+def knocked_out(extractor: PretrainedExtractor, given: Input, request: Request) -> Knockout:
+    """The answer's log-probability change with the request's knockout in each window."""
+    assert request.knockout is not None
+    if given.answer is None:
+        raise UsageError("a knockout reads what heads do to an answer: give the input one")
+    if given.versus is not None or given.corrupt is not None:
+        raise UsageError("a knockout reads the answer's log-probability: no --versus, --corrupt")
+    asked = answered(extractor, given, request)
+    rows, span = request.knockout
+    side = asked.side
+    find = side.finder("--knockout")
+    queries = token_positions(rows, side.length, "row", "query tokens", find)
+    keys = token_positions(span, side.length, "span key", "key tokens", find)
+    spans = windows(asked.layers, request.window, len(asked.body.blocks))
+    with forward(extractor.loaded):
+        log_prob, change = knockout(
+            extractor.loaded.model, asked.body, asked.arguments, asked.metric, queries, keys, spans
+        )
+    return Knockout(
+        given.answer,
+        asked.token,
+        log_prob,
+        queries,
+        keys,
+        request.window,
+        asked.layers,
+        spans,
+        change,
+    )
+
+
+def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Trace:
+    """Each layer × position's patching effect at the request's site."""
+    assert request.trace is not None
+    if given.corrupt is None:
+        raise UsageError(
+            "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
+        )
+    asked = answered(extractor, given, request)
+    assert asked.corrupt is not None and asked.corrupt_arguments is not None
+    loaded, site = extractor.loaded, request.trace
+    with forward(loaded):
+        run = trace if request.method is Method.EXACT else estimated_trace
+        found = run(
+            loaded.model,
+            asked.body,
+            asked.arguments,
+            asked.corrupt_arguments,
+            asked.metric,
+            site,
+            asked.layers,
+        )
+    on = asked.answer(
+        log_prob=found.log_prob,
+        clean_metric=found.clean_metric,
+        corrupt_metric=found.corrupt_metric,
+        method=request.method,
+    )
+    return Trace(
+        extractor.name,
+        on,
+        site,
+        piece_labels(loaded, asked.side, request.raw_pieces).text,
+        piece_labels(loaded, asked.corrupt, request.raw_pieces).text,
+        asked.layers,
+        found.effect,
+    )

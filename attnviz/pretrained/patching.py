@@ -1,0 +1,330 @@
+"""Patching between a clean text and its corrupted twin: how much of the answer comes
+back when the clean run's activation is put into the corrupted run.
+
+- **patch** (a head): the metric with the head's clean output restored at every position
+  of the corrupted run, less the corrupted run's metric. A head's output is its slice of
+  the output projection's input, as for ablation.
+- **trace** (a layer × a position, at a site): the metric with the clean activation
+  restored at that layer and position, less the corrupted run's. ``resid`` is the
+  residual stream entering the layer, ``attn`` the attention block's output (its output
+  projection's), ``mlp`` the MLP's output.
+
+Exactly (a forward pass per change, batched, each starting at its layer from the
+corrupted run's states: :func:`~attnviz.pretrained.effects.changed_metrics`), or by
+attribution patching (Nanda 2023; Kramár et al. 2024): the first-order estimate
+∂metric/∂a · Δa from one backward pass through the model's own attention. For an
+ablation Δa is the ablated output less the clean one, read at the clean run; for patch
+and trace the clean activation less the corrupted one, read at the corrupted run.
+
+Shape letters: L layers, H heads, T tokens, D the model's width, E the output
+projection's input (H × head size).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.choices import Ablation, Site
+from attnviz.errors import UsageError
+from attnviz.pretrained.effects import (
+    Anatomy,
+    Change,
+    Clean,
+    Install,
+    Metric,
+    changed_metrics,
+    clean_pass,
+    head_slice,
+    hooked,
+    last_logits,
+    replacer,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+
+def head_patch(
+    model: Any,
+    body: Anatomy,
+    corrupt_arguments: dict,
+    metric: Metric,
+    clean: Clean,
+    layers: Sequence[int],
+    heads: Sequence[int],
+) -> tuple[float, np.ndarray]:
+    """The corrupted run's metric, and each head's patching effect, (L, H)."""
+    import torch
+
+    def restored(layer: int, head: int) -> Install:
+        def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
+            part = head_slice(clean.head_inputs[layer], body.heads, head)
+            hook = replacer(rows, part, clean.head_inputs[layer][0, :, part])  # (T, Dh)
+            patches.enter_context(hooked(body.projections[layer].register_forward_pre_hook(hook)))
+
+        return install
+
+    with torch.inference_mode():
+        corrupt = clean_pass(model, body, corrupt_arguments, metric)
+        changes = [Change(layer, restored(layer, head)) for layer in layers for head in heads]
+        effects = iter(changed_metrics(model, body, corrupt_arguments, metric, corrupt, changes))
+    return corrupt.metric, np.array([[next(effects) for _ in heads] for _ in layers])
+
+
+@dataclass(frozen=True)
+class Traced:
+    """Both runs' metrics, the answer's clean log-probability, and each layer × position's
+    effect, (L, T)."""
+
+    clean_metric: float
+    corrupt_metric: float
+    log_prob: float
+    effect: np.ndarray
+
+
+def trace(
+    model: Any,
+    body: Anatomy,
+    clean_arguments: dict,
+    corrupt_arguments: dict,
+    metric: Metric,
+    site: Site,
+    layers: Sequence[int],
+) -> Traced:
+    """Each of ``layers`` × each position's exact patching effect at ``site``."""
+    import torch
+
+    with torch.inference_mode():
+        with _recorded(body, site) as activations:
+            clean = clean_pass(model, body, clean_arguments, metric)
+        corrupt = clean_pass(model, body, corrupt_arguments, metric)
+        tokens = activations[0].shape[1]
+
+        def restored(layer: int, position: int) -> Install:
+            def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
+                value = activations[layer][0, position]  # (D,)
+                patches.enter_context(_restoring(body, site, layer, rows, position, value))
+
+            return install
+
+        changes = [
+            Change(layer, restored(layer, position))
+            for layer in layers
+            for position in range(tokens)
+        ]
+        effects = changed_metrics(model, body, corrupt_arguments, metric, corrupt, changes)
+    effect = np.array(effects).reshape(len(layers), tokens)
+    return Traced(clean.metric, corrupt.metric, clean.log_prob, effect)
+
+
+def site_module(body: Anatomy, site: Site, layer: int) -> Any:
+    """The module whose input (resid) or output (attn, mlp) is the site in ``layer``."""
+    if site is Site.RESID:
+        return body.blocks[layer]
+    if site is Site.ATTN:
+        return body.projections[layer]
+    mlp = getattr(body.blocks[layer], "mlp", None)
+    if mlp is None:
+        raise UsageError(
+            f"attnviz cannot find layer {layer}'s MLP ({type(body.blocks[layer]).__name__} has "
+            "no mlp): trace --site resid or attn"
+        )
+    return mlp
+
+
+def _hidden(args: tuple, kwargs: dict) -> torch.Tensor:
+    """A layer's input hidden states, given by position or by name."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_hidden(args: tuple, kwargs: dict, hidden: torch.Tensor) -> tuple[tuple, dict]:
+    if args:
+        return (hidden, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+def _output(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _with_output(output: Any, value: torch.Tensor) -> Any:
+    return (value, *output[1:]) if isinstance(output, tuple) else value
+
+
+@contextlib.contextmanager
+def _recorded(body: Anatomy, site: Site) -> Iterator[list[Any]]:
+    """While open, each layer's activation at ``site`` is kept, (1, T, D) per layer."""
+    kept: list[Any] = [None] * len(body.blocks)
+
+    def keeper(layer: int) -> Callable:
+        if site is Site.RESID:
+            return lambda _module, args, kwargs: kept.__setitem__(layer, _hidden(args, kwargs))
+        return lambda _module, _args, output: kept.__setitem__(layer, _output(output))
+
+    with contextlib.ExitStack() as hooks:
+        for layer in range(len(body.blocks)):
+            module = site_module(body, site, layer)
+            handle = (
+                module.register_forward_pre_hook(keeper(layer), with_kwargs=True)
+                if site is Site.RESID
+                else module.register_forward_hook(keeper(layer))
+            )
+            hooks.enter_context(hooked(handle))
+        yield kept
+
+
+def _restoring(
+    body: Anatomy, site: Site, layer: int, rows: list[int], position: int, value: torch.Tensor
+) -> contextlib.AbstractContextManager:
+    """A hook putting ``value`` (D,) at ``position`` of the batch's ``rows`` at the site."""
+    module = site_module(body, site, layer)
+    if site is Site.RESID:
+
+        def restore_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            hidden = _hidden(args, kwargs).clone()  # (B, T, D)
+            hidden[rows, position] = value
+            return _with_hidden(args, kwargs, hidden)
+
+        return hooked(module.register_forward_pre_hook(restore_input, with_kwargs=True))
+
+    def restore_output(_module: Any, _args: tuple, output: Any) -> Any:
+        changed = _output(output).clone()  # (B, T, D)
+        changed[rows, position] = value
+        return _with_output(output, changed)
+
+    return hooked(module.register_forward_hook(restore_output))
+
+
+# Attribution patching: the gradient estimates.
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """One run's metric, and each layer's activation at a site and the metric's gradient
+    with respect to it, (1, T, ·) each."""
+
+    metric: float
+    activations: list[torch.Tensor]
+    gradients: list[torch.Tensor]
+
+
+def gradients(model: Any, body: Anatomy, arguments: dict, metric: Metric, site: str) -> Gradients:
+    """One forward and one backward pass: the metric's gradient with respect to each
+    layer's activation at ``site`` (``"heads"``: the output projections' inputs, or a
+    :class:`Site`), through the model's own attention."""
+    import torch
+
+    kept: list[Any] = [None] * len(body.blocks)
+
+    def keeper(layer: int) -> Callable:
+        if site == "heads":
+            return lambda _module, args: kept.__setitem__(layer, args[0])
+        if site == Site.RESID:
+            return lambda _module, args, kwargs: kept.__setitem__(layer, _hidden(args, kwargs))
+        return lambda _module, _args, output: kept.__setitem__(layer, _output(output))
+
+    def leaf(_module: Any, _args: tuple, output: torch.Tensor) -> torch.Tensor:
+        # Every activation above depends on it, whether or not the weights ask for gradients.
+        return output.detach().requires_grad_(True)
+
+    with torch.enable_grad(), contextlib.ExitStack() as hooks:
+        embeddings = model.get_input_embeddings()
+        hooks.enter_context(hooked(embeddings.register_forward_hook(leaf)))
+        for layer in range(len(body.blocks)):
+            if site == "heads":
+                handle = body.projections[layer].register_forward_pre_hook(keeper(layer))
+            elif site == Site.RESID:
+                module = body.blocks[layer]
+                handle = module.register_forward_pre_hook(keeper(layer), with_kwargs=True)
+            else:
+                handle = site_module(body, Site(site), layer).register_forward_hook(keeper(layer))
+            hooks.enter_context(hooked(handle))
+        value = metric.of(last_logits(model, arguments))[0]
+        try:
+            found = torch.autograd.grad(value, kept, allow_unused=True)
+        except RuntimeError as error:
+            raise UsageError(f"--method gradient cannot read this model: {error}") from None
+    if any(gradient is None for gradient in found):
+        raise UsageError(
+            "--method gradient cannot read this model: its output has no gradient through "
+            "every layer's activation (use --method exact)"
+        )
+    activations = [activation.detach() for activation in kept]
+    return Gradients(float(value), activations, [gradient.detach() for gradient in found])
+
+
+def estimated_ablation(
+    body: Anatomy,
+    at_clean: Gradients,
+    layers: Sequence[int],
+    heads: Sequence[int],
+    ablate: Ablation,
+) -> np.ndarray:
+    """Each head's ablation effect estimated: Σ over positions of ∂metric/∂z · (z_ablated − z)
+    at the clean run, (L, H)."""
+    result = np.zeros((len(layers), len(heads)))
+    for row, layer in enumerate(layers):
+        z, gradient = at_clean.activations[layer][0].float(), at_clean.gradients[layer][0].float()
+        for column, head in enumerate(heads):
+            part = head_slice(z, body.heads, head)
+            ablated = 0.0 if ablate is Ablation.ZERO else z[:, part].mean(0)
+            result[row, column] = float((gradient[:, part] * (ablated - z[:, part])).sum())
+    return result
+
+
+def estimated_patch(
+    body: Anatomy,
+    at_corrupt: Gradients,
+    clean: Sequence[torch.Tensor],
+    layers: Sequence[int],
+    heads: Sequence[int],
+) -> np.ndarray:
+    """Each head's patching effect estimated: Σ over positions of ∂metric/∂z · (z_clean − z)
+    at the corrupted run, (L, H); ``clean`` holds each layer's clean z, (1, T, E)."""
+    result = np.zeros((len(layers), len(heads)))
+    for row, layer in enumerate(layers):
+        z = at_corrupt.activations[layer][0].float()
+        gradient = at_corrupt.gradients[layer][0].float()
+        moved = clean[layer][0].float() - z  # (T, E)
+        for column, head in enumerate(heads):
+            part = head_slice(z, body.heads, head)
+            result[row, column] = float((gradient[:, part] * moved[:, part]).sum())
+    return result
+
+
+def estimated_trace(
+    model: Any,
+    body: Anatomy,
+    clean_arguments: dict,
+    corrupt_arguments: dict,
+    metric: Metric,
+    site: Site,
+    layers: Sequence[int],
+) -> Traced:
+    """Each of ``layers`` × each position's patching effect at ``site`` estimated:
+    ∂metric/∂a · (a_clean − a) at the corrupted run, summed over the width, (L, T)."""
+    import torch
+
+    with torch.inference_mode(), _recorded(body, site) as activations:
+        logits = last_logits(model, clean_arguments)
+    clean = float(metric.of(logits)[0])
+    log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
+    at_corrupt = gradients(model, body, corrupt_arguments, metric, site)
+    effect = np.stack(
+        [
+            ((activations[layer][0].float() - corrupt[0].float()) * gradient[0].float())
+            .sum(-1)
+            .cpu()
+            .numpy()
+            for layer, corrupt, gradient in (
+                (layer, at_corrupt.activations[layer], at_corrupt.gradients[layer])
+                for layer in layers
+            )
+        ]
+    )
+    return Traced(clean, at_corrupt.metric, log_prob, effect.astype(np.float64))

@@ -1,0 +1,406 @@
+"""Patching between a clean text and its corrupted twin, a second answer's logit
+difference, the layer × position trace and the gradient estimates, each held to a
+reference written here from plain transformers hooks (none of attnviz's code), on tiny
+random GPT-2, Llama (grouped-query heads) and Gemma 2 (post-attention norms, sliding
+windows)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz.cli import app
+from attnviz.request import Input, Request
+
+TEXT = "The man walked the dog because"
+CORRUPT = "The dog walked the man because"  # as many tokens in every tiny tokenizer
+ANSWER, VERSUS = " it", " the"
+FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm"]
+
+
+def _blocks(model, family):
+    return model.transformer.h if family == "gpt2-lm" else model.model.layers
+
+
+def _projection(model, family, layer):
+    block = _blocks(model, family)[layer]
+    return block.attn.c_proj if family == "gpt2-lm" else block.self_attn.o_proj
+
+
+def _site(model, family, site, layer):
+    """The module whose input (resid) or output (attn, mlp) the site is."""
+    block = _blocks(model, family)[layer]
+    return {"resid": block, "attn": _projection(model, family, layer), "mlp": block.mlp}[site]
+
+
+def _ids(model_path, text):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)(text, return_tensors="pt")["input_ids"]
+
+
+def _token(model_path, text, answer):
+    """The answer's first token after the text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    alone = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(text + answer, add_special_tokens=False)["input_ids"][len(alone)]
+
+
+def _metric(logits, answer_id, versus_id):
+    last = logits[0, -1].double()
+    if versus_id is None:
+        return float(last.log_softmax(-1)[answer_id])
+    return float(last[answer_id] - last[versus_id])
+
+
+def _run(model, ids, answer_id, versus_id, hooks=()):
+    """The metric of one forward pass with ``hooks`` ((module, kind, function)) on."""
+    handles = []
+    try:
+        for module, kind, function in hooks:
+            if kind == "pre":
+                handles.append(module.register_forward_pre_hook(function, with_kwargs=True))
+            else:
+                handles.append(module.register_forward_hook(function))
+        with torch.no_grad():
+            return _metric(model(input_ids=ids).logits, answer_id, versus_id)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _hidden(args, kwargs):
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _replaced_hidden(args, kwargs, hidden):
+    if args:
+        return (hidden, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+def _recorded(model, family, ids, site):
+    """Each layer's activation at ``site`` in a run on ``ids``, (T, D) per layer."""
+    kept = {}
+
+    def keeper(layer):
+        if site == "resid":
+            return "pre", lambda _m, args, kwargs: kept.__setitem__(layer, _hidden(args, kwargs)[0])
+        if site == "heads":
+            return "pre", lambda _m, args, kwargs: kept.__setitem__(layer, args[0][0])
+        return "post", lambda _m, _a, out: kept.__setitem__(layer, out[0])
+
+    count = len(_blocks(model, family))
+    hooks = []
+    for layer in range(count):
+        kind, function = keeper(layer)
+        module = (
+            _projection(model, family, layer)
+            if site == "heads"
+            else _site(model, family, site, layer)
+        )
+        hooks.append((module, kind, function))
+    _run(model, ids, 0, None, hooks)
+    return [kept[layer].clone() for layer in range(count)]
+
+
+def _reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id):
+    """The corrupted run's metric, and per head the metric with the head's clean slice of
+    its output projection's input put into the corrupted run at every position, less it."""
+    clean = _recorded(model, family, clean_ids, "heads")
+    corrupt = _run(model, corrupt_ids, answer_id, versus_id)
+    heads = model.config.num_attention_heads
+    size = clean[0].shape[-1] // heads
+    result = np.zeros((len(clean), heads))
+    for layer in range(len(clean)):
+        for head in range(heads):
+            part = slice(head * size, (head + 1) * size)
+
+            def restore(_m, args, kwargs, layer=layer, part=part):
+                changed = args[0].clone()
+                changed[0, :, part] = clean[layer][:, part]
+                return (changed, *args[1:]), kwargs
+
+            hooks = [(_projection(model, family, layer), "pre", restore)]
+            result[layer, head] = _run(model, corrupt_ids, answer_id, versus_id, hooks) - corrupt
+    return corrupt, result
+
+
+def _reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site):
+    """Per layer and position, the metric with the clean activation at the site put into
+    the corrupted run there, less the corrupted run's."""
+    clean = _recorded(model, family, clean_ids, site)
+    corrupt = _run(model, corrupt_ids, answer_id, versus_id)
+    tokens = clean_ids.shape[1]
+    result = np.zeros((len(clean), tokens))
+    for layer in range(len(clean)):
+        module = _site(model, family, site, layer)
+        for position in range(tokens):
+            value = clean[layer][position]
+            if site == "resid":
+
+                def restore(_m, args, kwargs, value=value, position=position):
+                    hidden = _hidden(args, kwargs).clone()
+                    hidden[0, position] = value
+                    return _replaced_hidden(args, kwargs, hidden)
+
+                hooks = [(module, "pre", restore)]
+            else:
+
+                def restore(_m, _a, out, value=value, position=position):
+                    changed = out.clone()
+                    changed[0, position] = value
+                    return changed
+
+                hooks = [(module, "post", restore)]
+            result[layer, position] = (
+                _run(model, corrupt_ids, answer_id, versus_id, hooks) - corrupt
+            )
+    return result
+
+
+def _reference_gradients(model, family, ids, answer_id, versus_id, site):
+    """The metric's gradient with respect to each layer's activation at the site, by
+    autograd with the activations kept (retain_grad), (T, ·) per layer."""
+    kept = {}
+
+    def keeper(layer):
+        def keep(tensor):
+            tensor.retain_grad()
+            kept[layer] = tensor
+
+        if site == "resid":
+            return "pre", lambda _m, args, kwargs: keep(_hidden(args, kwargs))
+        if site == "heads":
+            return "pre", lambda _m, args, kwargs: keep(args[0])
+        return "post", lambda _m, _a, out: keep(out)
+
+    model.requires_grad_(True)
+    handles = []
+    for layer in range(len(_blocks(model, family))):
+        kind, function = keeper(layer)
+        module = (
+            _projection(model, family, layer)
+            if site == "heads"
+            else _site(model, family, site, layer)
+        )
+        if kind == "pre":
+            handles.append(module.register_forward_pre_hook(function, with_kwargs=True))
+        else:
+            handles.append(module.register_forward_hook(function))
+    try:
+        logits = model(input_ids=ids).logits
+        last = logits[0, -1].float()
+        metric = (
+            last.log_softmax(-1)[answer_id]
+            if versus_id is None
+            else last[answer_id] - last[versus_id]
+        )
+        metric.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.zero_grad(set_to_none=True)
+    return [(kept[layer][0].detach(), kept[layer].grad[0]) for layer in sorted(kept)]
+
+
+@pytest.fixture(scope="module")
+def loaded(generators):
+    """Each family's extractor and model (eval, as attnviz loads it)."""
+    return {family: attnviz.load(generators[family]) for family in FAMILIES}
+
+
+def _setup(generators, loaded, family, versus=False):
+    extractor = loaded[family]
+    path = generators[family]
+    ids = _ids(path, TEXT), _ids(path, CORRUPT)
+    assert ids[0].shape == ids[1].shape, "the corrupted text must keep the token count"
+    answer_id = _token(path, TEXT, ANSWER)
+    versus_id = _token(path, TEXT, VERSUS) if versus else None
+    return extractor, extractor.loaded.model, ids, answer_id, versus_id
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("versus", [False, True])
+def test_patch_equals_a_hook_restoring_each_heads_clean_output(generators, loaded, family, versus):
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = _setup(
+        generators, loaded, family, versus
+    )
+    found = extractor.head_statistics(
+        TEXT, answer=ANSWER, versus=VERSUS if versus else None, corrupt=CORRUPT
+    ).effects
+    corrupt, expected = _reference_patch(
+        model, family, clean_ids, corrupt_ids, answer_id, versus_id
+    )
+    np.testing.assert_allclose(found.patch, expected, atol=1e-5)
+    assert found.on.corrupt_metric == pytest.approx(corrupt, abs=1e-5)
+    assert found.on.clean_metric == pytest.approx(
+        _run(model, clean_ids, answer_id, versus_id), abs=1e-5
+    )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_versus_makes_the_metric_a_logit_difference(generators, loaded, family):
+    """ablation: a hook zeroing each head, measured as logit(answer) − logit(versus); dla
+    is linear in the unembedding row, so with --versus it is the answer's less the
+    versus answer's."""
+    extractor, model, (clean_ids, _), answer_id, versus_id = _setup(
+        generators, loaded, family, versus=True
+    )
+    found = extractor.head_effects(TEXT, ANSWER, versus=VERSUS)
+    clean = _run(model, clean_ids, answer_id, versus_id)
+    heads = model.config.num_attention_heads
+    size = model.config.hidden_size // heads if family == "gpt2-lm" else model.config.head_dim
+    for layer in range(len(_blocks(model, family))):
+        for head in range(heads):
+            part = slice(head * size, (head + 1) * size)
+
+            def zero(_m, args, kwargs, part=part):
+                changed = args[0].clone()
+                changed[..., part] = 0
+                return (changed, *args[1:]), kwargs
+
+            hooks = [(_projection(model, family, layer), "pre", zero)]
+            expected = _run(model, clean_ids, answer_id, versus_id, hooks) - clean
+            assert found.ablation[layer, head] == pytest.approx(expected, abs=1e-5)
+    answer_dla = extractor.head_effects(TEXT, ANSWER).dla
+    versus_dla = extractor.head_effects(TEXT, VERSUS).dla
+    np.testing.assert_allclose(found.dla, answer_dla - versus_dla, atol=1e-5)
+    assert found.on.clean_metric == pytest.approx(clean, abs=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("site", ["resid", "attn", "mlp"])
+def test_trace_equals_a_hook_restoring_each_layer_and_position(generators, loaded, family, site):
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = _setup(
+        generators, loaded, family, versus=site == "attn"
+    )
+    given = Input(TEXT, answer=ANSWER, versus=VERSUS if site == "attn" else None, corrupt=CORRUPT)
+    (found,) = extractor.run([given], Request(maps=False, trace=site))
+    expected = _reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site)
+    np.testing.assert_allclose(found.trace.effect, expected, atol=1e-5)
+    assert len(found.trace.tokens) == clean_ids.shape[1] == len(found.trace.corrupt_tokens)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gradient_estimates_equal_autograd_through_kept_activations(generators, loaded, family):
+    """ablation: Σ ∂m/∂z · (0 − z) at the clean run; patch: Σ ∂m/∂z · (z_clean − z) at the
+    corrupted run; trace: ∂m/∂a · (a_clean − a) at each position of the corrupted run."""
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = _setup(
+        generators, loaded, family, versus=True
+    )
+    found = extractor.head_statistics(
+        TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT, method="gradient"
+    ).effects
+    at_clean = _reference_gradients(model, family, clean_ids, answer_id, versus_id, "heads")
+    at_corrupt = _reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "heads")
+    heads = model.config.num_attention_heads
+    size = at_clean[0][0].shape[-1] // heads
+    for layer, ((z, gradient), (z_corrupt, gradient_corrupt)) in enumerate(
+        zip(at_clean, at_corrupt, strict=True)
+    ):
+        for head in range(heads):
+            part = slice(head * size, (head + 1) * size)
+            ablation = float((gradient[:, part] * -z[:, part]).sum())
+            patch = float((gradient_corrupt[:, part] * (z[:, part] - z_corrupt[:, part])).sum())
+            assert found.ablation[layer, head] == pytest.approx(ablation, abs=1e-5)
+            assert found.patch[layer, head] == pytest.approx(patch, abs=1e-5)
+    assert found.on.method == "gradient"
+    (traced,) = extractor.run(
+        [Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)],
+        Request(maps=False, trace="mlp", method="gradient"),
+    )
+    clean_mlp = _recorded(model, family, clean_ids, "mlp")
+    corrupt_mlp = _reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "mlp")
+    expected = np.stack(
+        [
+            ((clean - a) * gradient).sum(-1).double().numpy()
+            for clean, (a, gradient) in zip(clean_mlp, corrupt_mlp, strict=True)
+        ]
+    )
+    np.testing.assert_allclose(traced.trace.effect, expected, atol=1e-5)
+
+
+def test_gradient_estimates_rank_heads_as_the_exact_sweep_on_a_smooth_change(generators, loaded):
+    """Where the change is small (the mean instead of the output: a nearby point), the
+    first-order estimate of each head's ablation is close to the exact one."""
+    extractor = loaded["llama-lm"]
+    exact = extractor.head_effects(TEXT, ANSWER, ablate="mean").ablation
+    estimate = extractor.head_effects(TEXT, ANSWER, ablate="mean", method="gradient").ablation
+    assert np.corrcoef(exact.ravel(), estimate.ravel())[0, 1] > 0.9
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["heads", TEXT, "--corrupt", CORRUPT], "--corrupt measures what heads do to an answer"),
+        (["heads", TEXT, "--versus", VERSUS], "--versus measures what heads do to an answer"),
+        (["heads", TEXT, "--answer", ANSWER, "--versus", ANSWER], "--versus is the answer itself"),
+        (["trace", TEXT, "--answer", ANSWER], "give --corrupt"),
+        (["trace", TEXT, "--corrupt", CORRUPT], "give --answer"),
+        (["trace", TEXT, "--answer", ANSWER, "--corrupt", CORRUPT, "--site", "ffn"], "ffn"),
+        (["heads", TEXT, "--method", "gradient"], "--method says how effects are measured"),
+    ],
+)
+def test_patching_usage_errors_before_a_model_loads(runner, arguments, message):
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_a_corrupted_text_of_another_length_is_refused_naming_both(runner, generators):
+    path = generators["gpt2-lm"]
+    result = runner.invoke(
+        app, ["heads", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", "The dog"]
+    )
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "the corrupted text is 2 tokens and the text 6" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_encoder_has_no_answer_to_trace(runner, tiny):
+    result = runner.invoke(
+        app, ["trace", TEXT, "--model", tiny["bert"], "--answer", ANSWER, "--corrupt", CORRUPT]
+    )
+    assert result.exit_code == 2 and "--answer reads the next token" in result.stderr
+
+
+def test_heads_with_a_corrupted_text_lists_patch_and_both_metrics(runner, generators):
+    path = generators["llama-lm"]
+    common = ["heads", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", CORRUPT]
+    data = runner.invoke(app, [*common, "--versus", VERSUS, "-f", "json"])
+    assert data.exit_code == 0, data.stderr
+    document = json.loads(data.stdout)
+    assert document["metric"] == "logit_difference" and document["versus"] == VERSUS
+    assert {"clean_metric", "corrupt_metric", "corrupt"} <= set(document)
+    assert all("patch" in row for row in document["heads"])
+    table = runner.invoke(app, [*common, "--sort", "patch", "--top", "3"])
+    assert table.exit_code == 0, table.stderr
+    assert "patch" in table.stdout and "corrupted" in table.stdout
+    plain = runner.invoke(app, ["heads", TEXT, "--model", path, "--answer", ANSWER, "-f", "json"])
+    assert "patch" not in plain.stdout and "clean_metric" not in plain.stdout
+
+
+def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, tmp_path):
+    path = generators["gpt2-lm"]
+    common = ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", CORRUPT]
+    drawn = runner.invoke(app, [*common, "--width", "100"])
+    assert drawn.exit_code == 0, drawn.stderr
+    assert "resid" in drawn.stdout and "Ġdog" in drawn.stdout and "layer 1" in drawn.stdout
+    data = runner.invoke(app, [*common, "--site", "mlp", "-f", "json"])
+    document = json.loads(data.stdout)
+    assert document["site"] == "mlp" and len(document["effect"]) == 2
+    assert len(document["effect"][0]) == len(document["tokens"]) == 6
+    rows = runner.invoke(app, [*common, "-f", "csv"]).stdout.splitlines()
+    assert rows[0].startswith("layer,position,token,corrupt_token,effect") and len(rows) == 1 + 12
+    picture = tmp_path / "trace.png"
+    saved = runner.invoke(app, [*common, "-o", str(picture)])
+    assert saved.exit_code == 0, saved.stderr
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
