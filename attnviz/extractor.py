@@ -320,8 +320,8 @@ def _check_batch(inputs: object, batch_size: int, method: str, single: str) -> N
 def _asking(request: Request | None, options: dict[str, Any], **asked: Any) -> Request:
     """The request of a method named after what it reads: ``request`` (or one made of
     ``options``) asking for ``asked`` alone."""
-    products = {"maps": False, "statistics": False, "effects": False, "knockout": None}
-    products |= {"trace": None, **asked}
+    products: dict[str, Any] = {"maps": False, "statistics": False, "effects": False}
+    products |= {"knockout": None, "trace": None, **asked}
     if request is None:  # made whole, so that it is checked with what it asks
         return Request.of(None, {**options, **products})
     return replace(Request.of(request, options), **products)
