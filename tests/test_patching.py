@@ -389,17 +389,22 @@ def test_heads_with_a_corrupted_text_lists_patch_and_both_metrics(runner, genera
 
 
 def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, tmp_path):
+    from transformers import AutoConfig
+
     path = generators["gpt2-lm"]
     common = ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", CORRUPT]
     drawn = runner.invoke(app, [*common, "--width", "100"])
     assert drawn.exit_code == 0, drawn.stderr
-    assert "resid" in drawn.stdout and "Ġdog" in drawn.stdout and "layer 1" in drawn.stdout
+    assert "resid" in drawn.stdout and " dog " in drawn.stdout and "layer 1" in drawn.stdout
     data = runner.invoke(app, [*common, "--site", "mlp", "-f", "json"])
     document = json.loads(data.stdout)
-    assert document["site"] == "mlp" and len(document["effect"]) == 2
+    layers = AutoConfig.from_pretrained(path).n_layer
+    assert document["site"] == "mlp" and document["layers"] == list(range(layers))
+    assert len(document["effect"]) == layers
     assert len(document["effect"][0]) == len(document["tokens"]) == 6
     rows = runner.invoke(app, [*common, "-f", "csv"]).stdout.splitlines()
-    assert rows[0].startswith("layer,position,token,corrupt_token,effect") and len(rows) == 1 + 12
+    assert rows[0].startswith("layer,position,token,corrupt_token,effect")
+    assert len(rows) == 1 + layers * 6
     picture = tmp_path / "trace.png"
     saved = runner.invoke(app, [*common, "-o", str(picture)])
     assert saved.exit_code == 0, saved.stderr

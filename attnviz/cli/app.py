@@ -89,6 +89,9 @@ COMMANDS = {
         "attnviz.cli.explore", "Step through layers, heads and tokens in a full-screen app."
     ),
     "heads": CommandEntry("attnviz.cli.heads", "Statistics per head: what kind of head is this?"),
+    "trace": CommandEntry(
+        "attnviz.cli.trace", "Causal tracing: which layer and position an answer needs."
+    ),
     "top": CommandEntry(
         "attnviz.cli.top", "For each query token, the key tokens it attends to most."
     ),

@@ -39,7 +39,7 @@ from attnviz.writers import write_table
 if TYPE_CHECKING:
     from rich.console import Group
 
-    from attnviz.analysis.heads import HeadStatistics, HeadTable, Knockout
+    from attnviz.analysis.heads import HeadEffects, HeadStatistics, HeadTable, Knockout
     from attnviz.request import Result
 
 FormatOption = d.format_option(
@@ -247,11 +247,7 @@ def _table(
         read += f" · the detectors' probe: {PROBE_LENGTH} random tokens, repeated"
     title = f"{display_label(table.model)} · {table.mode} attention · {table.key_count} key tokens"
     if table.effects is not None:
-        answered = table.effects
-        title += (
-            f"\nanswer {display_label(repr(answered.answer_token))} · log-probability "
-            f"{number(answered.log_prob)} · ablation: {answered.ablate.value}"
-        )
+        title += "\n" + _answer_line(table.effects)
     drawn = out.rows_table(
         caption=" · ".join(f"{column}: {column.help}" for column in columns if column.help),
     )
@@ -263,6 +259,23 @@ def _table(
         drawn.add_row(*(_cell(row[column], column) for column in columns))
     kinds = _kinds_line(table.rows)
     return Group(Text(title + read + (f"\n{kinds}" if kinds else "")), drawn)
+
+
+def _answer_line(effects: HeadEffects) -> str:
+    """What the effects were measured on: the answer, the metric, the corrupted run."""
+    on = effects.on
+    line = f"answer {display_label(repr(on.answer_token))} · log-probability {number(on.log_prob)}"
+    if on.versus_token is not None and on.clean_metric is not None:
+        versus = display_label(repr(on.versus_token))
+        line += f" · vs {versus}: logit difference {number(on.clean_metric)}"
+    line += f" · ablation: {effects.ablate.value}"
+    if on.corrupt is not None and on.corrupt_metric is not None:
+        line += (
+            f"\ncorrupted: {display_label(repr(on.corrupt))} · metric {number(on.corrupt_metric)}"
+        )
+    if on.method.value == "gradient":
+        line += " · gradient estimates"
+    return line
 
 
 def _kinds_line(rows: list[HeadStatistics]) -> str:

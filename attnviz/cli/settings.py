@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnviz.builtin.config import BuiltinConfig
-from attnviz.choices import Ablation, Aggregate, Attention, Method
+from attnviz.choices import Ablation, Aggregate, Attention, Method, Site
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
@@ -301,10 +301,12 @@ class Effects:
                 "(--by ablation or dla)"
             )
 
-    def asked(self, statistics: bool) -> dict[str, Any]:
+    def asked(self, statistics: bool, trace: Site | None = None) -> dict[str, Any]:
         """What a request reads of each input for these options: its maps or, with
         ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
-        or a knockout alone."""
+        a knockout alone; or a ``trace`` at a site alone."""
+        if trace is not None:
+            return {"maps": False, "trace": trace, "method": self.method}
         if self.answer is None:  # --method alone is refused by the request
             return {"maps": not statistics, "statistics": statistics, "method": self.method}
         if self.knockout is not None:
@@ -336,6 +338,8 @@ effect_options = bundle("effects", Effects)
 # The same without the knockout's and the corrupted text's, for pictures of the heads an
 # answer needs (ranked by ablation or dla).
 answer_options = bundle("effects", Effects, leave_out=("knockout", "window", "corrupt"))
+# The answer's options that a trace reads (it lists layers × positions, not heads).
+trace_options = bundle("effects", Effects, leave_out=("ablate", "knockout", "window"))
 NO_EFFECTS = Effects()
 
 DEFAULT_SETTINGS = ModelSettings()
@@ -454,6 +458,7 @@ def request(
     aggregate: Aggregate | None = None,
     effects: Effects = NO_EFFECTS,
     statistics: bool = False,
+    trace: Site | None = None,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
     text, target and answer (the text unless read from stdin), how the selection is
@@ -503,7 +508,7 @@ def request(
             heads=reading.head,
             **request_fields(settings),
             **request_fields(products),
-            **effects.asked(statistics),
+            **effects.asked(statistics, trace),
         ),
         target=target,
         pair=pair,

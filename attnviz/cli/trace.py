@@ -1,0 +1,112 @@
+"""`attnviz trace`: how much of the answer each layer × position brings back when the
+clean run's activation is put into the run on a corrupted text (causal tracing)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from attnviz.choices import Output, Site
+from attnviz.cli import declarations as d
+from attnviz.cli import output as out
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    NO_EFFECTS,
+    Effects,
+    ModelSettings,
+    Reading,
+    pretrained_settings,
+    request,
+    trace_options,
+)
+from attnviz.errors import UsageError
+from attnviz.files import check_writable, open_output
+from attnviz.outputs import PICTURES, formats_named, output_of_file
+from attnviz.request import asked_for
+
+FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
+SiteOption = Annotated[
+    Site,
+    typer.Option(
+        "--site",
+        case_sensitive=False,
+        help="Where the clean activation is restored in each layer: resid (the residual "
+        "stream entering the layer), attn (the attention block's output) or mlp (the MLP's "
+        "output).",
+    ),
+]
+PictureOption = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="Draw the trace as a picture for a paper (.png, .svg or .pdf) instead.",
+    ),
+]
+
+
+@pretrained_settings
+@trace_options
+@with_environment
+def trace(
+    text: d.TextArgument,
+    model: d.ModelOption = d.BUILTIN,
+    layer: d.LayerOption = "all",
+    site: SiteOption = Site.RESID,
+    output_format: FormatOption = Output.TABLE,
+    output: PictureOption = None,
+    width: d.WidthOption = None,
+    environment: Environment = NO_TERMINAL,
+    effects: Effects = NO_EFFECTS,
+    settings: ModelSettings = DEFAULT_SETTINGS,
+) -> None:
+    """Causal tracing: for every layer and position, how much of the answer comes back
+    when the clean run's activation there is put into the run on the corrupted text.
+
+    effect = metric(corrupted run, clean activation restored at layer, position) -
+    metric(corrupted run); the metric is the answer's log-probability, or with
+    --versus logit(answer) - logit(versus). TEXT and --corrupt have as many tokens.
+    --method gradient estimates every cell from one backward pass (any length).
+    """
+    if effects.answer is None:
+        raise UsageError("trace measures what an answer needs: give --answer")
+    if effects.corrupt is None:
+        raise UsageError(
+            "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
+        )
+    drawn = None if output is None else output_of_file(output, PICTURES)
+    if drawn is not None and output_format is not Output.TABLE:
+        raise UsageError("-o draws a picture; -f writes data to stdout: give one of them")
+    asked = request(
+        Reading(model, None, layer), settings=settings, text=text, effects=effects, trace=site
+    )
+    effects.check(model)
+    if output is not None:
+        check_writable(output)  # before the model loads
+    extractor = asked.open(environment)
+    line = out.only_one(out.inputs(text, extractor), "trace reads one text and its corrupted twin")
+    found = asked_for(asked.run(extractor, line).trace)
+    if drawn is not None:
+        from attnviz.render.trace import trace_picture  # matplotlib: only for a picture
+
+        assert output is not None
+        with open_output(output, binary=True) as stream:
+            stream.write(trace_picture(found, drawn))
+    elif output_format is Output.JSON:
+        from attnviz.codecs import dump_json  # the codecs read numpy
+        from attnviz.schema import envelope
+
+        out.write_stdout(dump_json(envelope(found.document())))
+    elif output_format is Output.CSV:
+        from attnviz.writers import write_table  # the writers read numpy
+
+        records = found.records()
+        write_table(Output.CSV, records, list(records[0]), d.STDIO)
+    else:
+        from attnviz.render.trace import trace_table  # numpy and rich's drawing
+
+        console = out.stdout_console(d.ColourChoice.AUTO, width, environment)
+        console.print(trace_table(found, console.width))

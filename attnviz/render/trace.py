@@ -1,0 +1,135 @@
+"""A trace drawn: layers × tokens, diverging colours centred on 0 (red where restoring
+the clean activation brings the answer back, blue where it pushes it further away), in
+the terminal or as a picture for a paper."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attnviz.choices import Output
+from attnviz.render.canvas import drawing, metadata
+from attnviz.render.style import token_label
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from attnviz.analysis.trace import Trace
+
+_WHITE, _RED, _BLUE = (
+    np.array([245, 245, 245.0]),
+    np.array([178, 24, 43.0]),
+    np.array([33, 102, 172.0]),
+)
+_LAYER_LABEL = 9  # "layer 29 "
+_CELL = 7  # characters of a token's column: "+0.123 "
+
+
+def diverging(value: float, largest: float) -> tuple[int, int, int]:
+    """The colour of ``value`` on a scale from -``largest`` (blue) through 0 (white) to
+    ``largest`` (red), as 0–255 channels."""
+    share = 0.0 if largest == 0 else max(-1.0, min(1.0, value / largest))
+    end = _RED if share >= 0 else _BLUE
+    red, green, blue = (round(channel) for channel in _WHITE + abs(share) * (end - _WHITE))
+    return red, green, blue
+
+
+def _title(trace: Trace) -> str:
+    on = trace.on
+    metric = (
+        "log-probability"
+        if on.versus is None
+        else f"logit({on.answer_token!r}) − logit({on.versus_token!r})"
+    )
+    return (
+        f"{trace.model} · trace at {trace.site.value} · answer {on.answer_token!r} · {metric}: "
+        f"clean {on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}"
+        + (" · gradient estimate" if on.method.value == "gradient" else "")
+    )
+
+
+def binned(effect: np.ndarray, columns: int) -> tuple[np.ndarray, int]:
+    """The effect with neighbouring positions binned so that at most ``columns`` remain:
+    each bin shows its position of the largest magnitude, and the bin size."""
+    size = max(1, -(-effect.shape[1] // max(1, columns)))
+    if size == 1:
+        return effect, 1
+    padded = np.pad(effect, ((0, 0), (0, -effect.shape[1] % size)))
+    grouped = padded.reshape(effect.shape[0], -1, size)
+    picked = np.abs(grouped).argmax(-1)
+    return np.take_along_axis(grouped, picked[..., None], -1)[..., 0], size
+
+
+def trace_table(trace: Trace, width: int) -> RenderableType:
+    """The trace as rich text: a row per layer, a column per token (binned to fit)."""
+    from rich.color import Color
+    from rich.console import Group
+    from rich.style import Style
+    from rich.text import Text
+
+    columns = max(1, (width - _LAYER_LABEL) // _CELL)
+    effect, size = binned(trace.effect, columns)
+    largest = float(np.abs(trace.effect).max())
+    lines = [Text(_title(trace))]
+    if size > 1:
+        lines.append(Text(f"{size} positions per column, each showing its largest effect"))
+    header = Text(" " * _LAYER_LABEL)
+    for column in range(effect.shape[1]):
+        label = token_label(trace.tokens[column * size]) if size == 1 else str(column * size)
+        header.append(label[: _CELL - 1].ljust(_CELL))
+    lines.append(header)
+    for row, layer in enumerate(trace.layers):
+        line = Text(f"layer {layer}".ljust(_LAYER_LABEL))
+        for value in effect[row]:
+            red, green, blue = diverging(float(value), largest)
+            ink = "black" if red + green + blue > 380 else "white"
+            style = Style(color=Color.parse(ink), bgcolor=Color.from_rgb(red, green, blue))
+            line.append(f"{value:+.3f}"[: _CELL - 1].rjust(_CELL - 1), style=style)
+            line.append(" ")
+        lines.append(line)
+    lines.append(
+        Text(
+            "effect: the metric with the clean activation restored there, less the corrupted run's"
+        )
+    )
+    return Group(*lines)
+
+
+def trace_picture(trace: Trace, picture: Output) -> bytes:
+    """The trace as a picture: layers × tokens, the tokens labelled, diverging colours
+    centred on 0 with a colour bar."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    layers, tokens = trace.effect.shape
+    figure = Figure(figsize=(min(40.0, 1.6 + 0.32 * tokens), 1.6 + 0.28 * layers), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    largest = float(np.abs(trace.effect).max()) or 1.0
+    image = axes.imshow(
+        trace.effect,
+        cmap=matplotlib.colormaps["RdBu_r"],
+        vmin=-largest,
+        vmax=largest,
+        interpolation="nearest",
+        aspect="auto",
+    )
+    step = max(1, tokens // 120)
+    axes.set_xticks(
+        range(0, tokens, step),
+        [token_label(token) for token in trace.tokens[::step]],
+        rotation=90,
+        fontsize=7,
+    )
+    axes.set_yticks(range(layers), [str(layer) for layer in trace.layers], fontsize=7)
+    axes.set_ylabel("layer", fontsize=8)
+    axes.set_title(_title(trace), fontsize=8)
+    figure.colorbar(image, ax=axes).ax.tick_params(labelsize=7)
+    figure.tight_layout()
+    out = io.BytesIO()
+    with drawing(set()):
+        figure.savefig(out, format=picture.value, metadata=metadata(picture))
+    return out.getvalue()
