@@ -7,7 +7,17 @@ once. attnviz batches heads (one per batch row) and starts each pass above the l
 does not change. Both read the answer's log-probability; the benchmark checks they agree.
 Target (issue 38): attnviz <= 0.5x the loop, on a short prompt and on a longer text.
 
+`--long N` measures attribution patching at N tokens (issue 49) against one forward pass
+of the same model and text, each in a process of its own (time, and peak memory above the
+loaded model, sampled from /proc): heads --answer --method gradient (one forward and one
+backward pass), the same with --corrupt (a second pair, on the corrupted text), and trace
+--method gradient. Target: <= 3x the forward's time, <= its memory + 2 GB.
+`--agreement N` ranks heads by the gradient estimate and by the exact sweep at N tokens
+(Spearman, top-10 overlap), for ablation and for patch.
+
     python benchmarks/effects.py [--runs 3] [--tokens 256]
+    python benchmarks/effects.py --long 8000 [--model smollm2]
+    python benchmarks/effects.py --agreement 1000
 """
 
 from __future__ import annotations
@@ -84,12 +94,133 @@ def compare(extractor, text: str, runs: int) -> None:
     print(f"  ratio attnviz / plain: {medians['attnviz'] / medians['plain']:.2f}x (target <= 0.5x)")
 
 
+SUBJECT, CORRUPT_SUBJECT = "The Eiffel Tower is in the city of", "The Colosseum is in the city of"
+FACT_ANSWER, FACT_VERSUS = " Paris", " Rome"
+
+
+def twins(tokenizer, tokens: int) -> tuple[str, str]:
+    """A text of about ``tokens`` tokens ending in the fact, and its corrupted twin (the
+    subject changed, as many tokens)."""
+    filler = FILLER * (tokens // len(tokenizer(FILLER)["input_ids"]) + 1)
+    words = tokenizer.decode(tokenizer(filler)["input_ids"][: max(0, tokens - 10)])
+    return words + " " + SUBJECT, words + " " + CORRUPT_SUBJECT
+
+
+class PeakMemory:
+    """The largest resident set of this process while open, above what it held at the start,
+    sampled every 5 ms from /proc/self/statm."""
+
+    def __enter__(self) -> PeakMemory:
+        import os
+        import threading
+
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self.start = self.peak = self._rss()
+        self._running = True
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * self._page
+
+    def _sample(self) -> None:
+        while self._running:
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.005)
+
+    def __exit__(self, *_exc: object) -> None:
+        self._running = False
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+    @property
+    def above(self) -> float:
+        return (self.peak - self.start) / 2**30
+
+
+def _measure(what: str, model: str, tokens: int) -> tuple[float, float, int]:
+    """In a fresh process: seconds and GiB above the loaded model for one measurement."""
+    extractor = attnviz.load(model)
+    clean, corrupt = twins(extractor.loaded.tokenizer, tokens)
+    length = len(extractor.loaded.tokenizer(clean)["input_ids"])
+    ids = torch.tensor([extractor.loaded.tokenizer(clean)["input_ids"]])
+
+    def forward() -> None:
+        with torch.inference_mode():
+            extractor.loaded.model(input_ids=ids, use_cache=False)
+
+    work = {
+        "forward": forward,
+        "heads gradient": lambda: extractor.head_effects(
+            clean, FACT_ANSWER, versus=FACT_VERSUS, method="gradient"
+        ),
+        "heads --corrupt": lambda: extractor.head_effects(
+            clean, FACT_ANSWER, versus=FACT_VERSUS, corrupt=corrupt, method="gradient"
+        ),
+        "trace gradient": lambda: extractor.trace(
+            clean, FACT_ANSWER, corrupt, versus=FACT_VERSUS, method="gradient"
+        ),
+    }[what]
+    with PeakMemory() as memory:
+        seconds, _ = timed(work)
+    return seconds, memory.above, length
+
+
+def long_contexts(model: str, tokens: int) -> None:
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    found = {}
+    for what in ("forward", "heads gradient", "heads --corrupt", "trace gradient"):
+        with context.Pool(1) as pool:
+            found[what] = pool.apply(_measure, (what, model, tokens))
+    seconds, memory, length = found["forward"]
+    print(f"{model}, {length} tokens: one forward {seconds:.1f} s, +{memory:.2f} GiB")
+    for what in ("heads gradient", "heads --corrupt", "trace gradient"):
+        took, used, _ = found[what]
+        print(
+            f"  {what:15} {took:7.1f} s = {took / seconds:.2f}x the forward (target <= 3x); "
+            f"+{used:.2f} GiB = the forward's + {used - memory:.2f} GiB (target <= + 2 GB)"
+        )
+
+
+def agreement(model: str, tokens: int) -> None:
+    """How the gradient estimate ranks heads against the exact sweep."""
+    from scipy.stats import spearmanr
+
+    extractor = attnviz.load(model)
+    clean, corrupt = twins(extractor.loaded.tokenizer, tokens)
+    asked = {"versus": FACT_VERSUS, "corrupt": corrupt}
+    seconds, exact = timed(lambda: extractor.head_effects(clean, FACT_ANSWER, **asked))
+    estimate_seconds, estimate = timed(
+        lambda: extractor.head_effects(clean, FACT_ANSWER, method="gradient", **asked)
+    )
+    length = len(extractor.loaded.tokenizer(clean)["input_ids"])
+    print(f"{model}, {length} tokens: exact {seconds:.1f} s, gradient {estimate_seconds:.1f} s")
+    for name in ("ablation", "patch"):
+        truth, guess = getattr(exact, name).ravel(), getattr(estimate, name).ravel()
+        top = set(np.argsort(-np.abs(truth))[:10]) & set(np.argsort(-np.abs(guess))[:10])
+        rho = spearmanr(truth, guess).statistic
+        print(f"  {name:8} Spearman {rho:.3f}, top-10 by magnitude shared {len(top)}/10")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=256, help="the longer text's length")
+    parser.add_argument("--long", type=int, metavar="N", help="attribution patching at N tokens")
+    parser.add_argument("--agreement", type=int, metavar="N", help="gradient vs exact at N tokens")
+    parser.add_argument("--model", default="smollm2")
     options = parser.parse_args()
     torch.manual_seed(0)
+    if options.long:
+        long_contexts(options.model, options.long)
+        return
+    if options.agreement:
+        agreement(options.model, options.agreement)
+        return
     extractor = attnviz.load("smollm2")
     compare(extractor, PROMPT, options.runs)
     tokenizer = extractor.loaded.tokenizer

@@ -295,9 +295,11 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(generators, 
     extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = _setup(
         generators, loaded, family, versus=True
     )
+    asking = [parameter.requires_grad for parameter in model.parameters()]
     found = extractor.head_statistics(
         TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT, method="gradient"
     ).effects
+    assert [parameter.requires_grad for parameter in model.parameters()] == asking
     at_clean = _reference_gradients(model, family, clean_ids, answer_id, versus_id, "heads")
     at_corrupt = _reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "heads")
     heads = model.config.num_attention_heads
@@ -409,3 +411,17 @@ def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, 
     saved = runner.invoke(app, [*common, "-o", str(picture)])
     assert saved.exit_code == 0, saved.stderr
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_heads_draws_the_layers_by_heads_grid_of_an_effect(runner, generators, tmp_path):
+    path = generators["llama-lm"]
+    picture = tmp_path / "patch.svg"
+    common = ["heads", TEXT, "--model", path, "--answer", ANSWER]
+    drawn = runner.invoke(app, [*common, "--corrupt", CORRUPT, "--picture", str(picture)])
+    assert drawn.exit_code == 0, drawn.stderr
+    svg = picture.read_text()
+    assert "<svg" in svg and "patch" in svg and "head" in svg
+    refused = runner.invoke(app, ["heads", TEXT, "--model", path, "--picture", str(picture)])
+    assert refused.exit_code == 2 and "--picture draws each head's effect" in refused.stderr
+    wrong = runner.invoke(app, [*common, "--picture", str(tmp_path / "grid.txt")])
+    assert wrong.exit_code == 2 and wrong.stdout == ""

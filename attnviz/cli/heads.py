@@ -30,9 +30,10 @@ from attnviz.cli.settings import (
     row_products,
 )
 from attnviz.errors import UsageError
-from attnviz.outputs import formats_named, refuse_unused
+from attnviz.files import check_writable, open_output
+from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
 from attnviz.request import asked_for
-from attnviz.statistics import Detector, HeadColumn
+from attnviz.statistics import Detector, HeadColumn, Needs
 from attnviz.visible import display_label
 from attnviz.writers import write_table
 
@@ -61,6 +62,16 @@ SortOption = Annotated[
     ),
 ]
 ReverseOption = Annotated[bool, typer.Option("--reverse", help="Reverse the sort order.")]
+PictureOption = Annotated[
+    str | None,
+    typer.Option(
+        "--picture",
+        metavar="PATH",
+        help="With --answer, also draw the layers × heads grid of an effect (the --sort "
+        "column if it is one, else patch with --corrupt, else ablation) in diverging colours "
+        "(.png, .svg or .pdf).",
+    ),
+]
 TopOption = Annotated[
     int | None,
     typer.Option("--top", metavar="N", min=1, help="Only the first N rows, after sorting."),
@@ -83,6 +94,7 @@ def heads(
     reverse: ReverseOption = False,
     top: TopOption = None,
     output_format: FormatOption = Output.TABLE,
+    picture: PictureOption = None,
     environment: Environment = NO_TERMINAL,
     effects: Effects = NO_EFFECTS,
     products: MapProducts = NO_PRODUCTS,
@@ -118,6 +130,7 @@ def heads(
     statistics = partial(_read_product, read, "statistics")
     given = model_options_given(settings, reading, target, pair) + products.given()
     given += effects.given()
+    picture_format = _picture_checked(picture, effects)
     if effects.knockout is not None:
         knock = partial(_read_product, read, "knockout")
         found = out.text_or_saved(text, saved, knock, reading.layer, reading.head, given)
@@ -135,6 +148,8 @@ def heads(
         probe = asked.open(environment).detection_probe()
         table = statistics(probe)
     sort = sort or _default_sort(detect, effects)
+    if picture is not None and picture_format is not None:
+        _draw(table, sort, picture, picture_format)
     rows = sort_rows(table.rows, sort, reverse)[:top]
     columns = _columns(table, output_format, detect, sort)
     if output_format is not Output.TABLE:
@@ -145,6 +160,33 @@ def heads(
     else:
         drawn = _table(table, rows, columns, probed=detect is not None)
         out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
+
+
+def _picture_checked(picture: str | None, effects: Effects) -> Output | None:
+    """The picture's format, checked (and its file writable) before a model loads."""
+    if picture is None:
+        return None
+    if effects.answer is None or effects.knockout is not None:
+        raise UsageError(
+            "--picture draws each head's effect on an answer: give --answer (not --knockout)"
+        )
+    drawn = output_of_file(picture, PICTURES)
+    check_writable(picture)
+    return drawn
+
+
+def _draw(table: HeadTable, sort: HeadColumn, picture: str, picture_format: Output) -> None:
+    """The layers × heads grid of the sorted effect (else patch, else ablation)."""
+    from attnviz.render.effects import effects_picture  # matplotlib: only for a picture
+
+    effects = table.effects
+    assert effects is not None
+    column = sort.value if sort.needs in (Needs.ANSWER, Needs.CORRUPT) else None
+    column = column or ("patch" if effects.patch is not None else "ablation")
+    with open_output(picture, binary=True) as stream:
+        stream.write(
+            effects_picture(effects, column, table.model, output_of_file(picture, PICTURES))
+        )
 
 
 def _read(job: Job, environment: Environment, effects: Effects, line: str) -> Result:

@@ -90,7 +90,7 @@ def trace(
     line = out.only_one(out.inputs(text, extractor), "trace reads one text and its corrupted twin")
     found = asked_for(asked.run(extractor, line).trace)
     if drawn is not None:
-        from attnviz.render.trace import trace_picture  # matplotlib: only for a picture
+        from attnviz.render.effects import trace_picture  # matplotlib: only for a picture
 
         assert output is not None
         with open_output(output, binary=True) as stream:
@@ -106,7 +106,7 @@ def trace(
         records = found.records()
         write_table(Output.CSV, records, list(records[0]), d.STDIO)
     else:
-        from attnviz.render.trace import trace_table  # numpy and rich's drawing
+        from attnviz.render.effects import trace_table  # numpy and rich's drawing
 
         console = out.stdout_console(d.ColourChoice.AUTO, width, environment)
         console.print(trace_table(found, console.width))

@@ -11,14 +11,12 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.heads import Answer, HeadEffects, Knockout
 from attnviz.analysis.trace import Trace
 from attnviz.choices import Method
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, warn
 from attnviz.pretrained.effects import (
     Anatomy,
     Metric,
     anatomy_of,
-    answer_label,
-    answer_token,
-    attributed,
+    attribution,
     head_effects,
 )
 from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
@@ -38,6 +36,43 @@ from attnviz.selection import resolve, token_positions
 if TYPE_CHECKING:
     from attnviz.choices import Mode
     from attnviz.pretrained.extractor import PretrainedExtractor
+    from attnviz.pretrained.loading import PretrainedModel
+
+
+def answer_token(loaded: PretrainedModel, side: Side, answer: str) -> int:
+    """The id of the answer's first token after the text, as the tokenizer splits the text
+    and the answer together (a sentencepiece space belongs to the answer's first word)."""
+    if side.cut:
+        raise UsageError("the text was cut to the model's length: there is no answer after it")
+    tokenizer = loaded.tokenizer
+    alone = tokenizer(side.text, add_special_tokens=False)["input_ids"]
+    joined = tokenizer(side.text + answer, add_special_tokens=False)["input_ids"]
+    if not tokenizer(answer, add_special_tokens=False)["input_ids"] or joined == alone:
+        raise UsageError(
+            f"the answer {answer!r} tokenizes to nothing: {loaded.name}'s tokenizer drops every "
+            "character of it"
+        )
+    if len(joined) <= len(alone) or joined[: len(alone)] != alone:
+        raise UsageError(
+            f"the answer {answer!r} does not begin a token of its own after the text: its "
+            "first characters join the text's last token (begin it with a space?)"
+        )
+    answer_id = int(joined[len(alone)])
+    if not tokenizer.decode([answer_id]).strip():
+        piece, first = answer_label(loaded, answer_id), answer.strip()[0]
+        warn(
+            f"the answer {answer!r} is read at its first token, {piece!r}, which holds a space "
+            f"and none of its characters: to read {first!r}, end the text with the space and "
+            "begin the answer without it"
+        )
+    return answer_id
+
+
+def answer_label(loaded: PretrainedModel, answer_id: int) -> str:
+    """The answer's first token as a table and a file say it: decoded, or where that is
+    blank (a bare space or word marker), its piece as the vocabulary spells it."""
+    decoded = loaded.tokenizer.decode([answer_id])
+    return decoded if decoded.strip() else str(loaded.tokenizer.convert_ids_to_tokens(answer_id))
 
 
 @dataclass(frozen=True)
@@ -140,8 +175,10 @@ def effects_of(
                     model, body, asked.corrupt_arguments, metric, clean, layers, heads
                 )
         else:
-            clean, dla = attributed(model, body, asked.arguments, metric, layers, heads)
-            at_clean = gradients(model, body, asked.arguments, metric, "heads")
+            at_clean = gradients(model, body, asked.arguments, metric, "heads", record=True)
+            assert at_clean.clean is not None
+            clean = at_clean.clean
+            dla = attribution(body, clean, metric, layers, heads)
             ablation = estimated_ablation(body, at_clean, layers, heads, request.ablate)
             if asked.corrupt_arguments is not None:
                 at_corrupt = gradients(model, body, asked.corrupt_arguments, metric, "heads")

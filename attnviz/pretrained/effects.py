@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Ablation
-from attnviz.errors import UsageError, warn
+from attnviz.errors import UsageError
 from attnviz.pretrained.encoding import head_count
 from attnviz.pretrained.streams import Family, Stream
 from attnviz.pretrained.written import output_projection
@@ -39,7 +39,6 @@ from attnviz.pretrained.written import output_projection
 if TYPE_CHECKING:
     import torch
 
-    from attnviz.pretrained.encoding import Side
     from attnviz.pretrained.loading import PretrainedModel
 
 _TOKENS_PER_PASS = 2048  # rows × tokens of one ablated pass: its activations stay small
@@ -148,42 +147,6 @@ def _final_norm(model: Any) -> Any:
     return norms[0]
 
 
-def answer_token(loaded: PretrainedModel, side: Side, answer: str) -> int:
-    """The id of the answer's first token after the text, as the tokenizer splits the text
-    and the answer together (a sentencepiece space belongs to the answer's first word)."""
-    if side.cut:
-        raise UsageError("the text was cut to the model's length: there is no answer after it")
-    tokenizer = loaded.tokenizer
-    alone = tokenizer(side.text, add_special_tokens=False)["input_ids"]
-    joined = tokenizer(side.text + answer, add_special_tokens=False)["input_ids"]
-    if not tokenizer(answer, add_special_tokens=False)["input_ids"] or joined == alone:
-        raise UsageError(
-            f"the answer {answer!r} tokenizes to nothing: {loaded.name}'s tokenizer drops every "
-            "character of it"
-        )
-    if len(joined) <= len(alone) or joined[: len(alone)] != alone:
-        raise UsageError(
-            f"the answer {answer!r} does not begin a token of its own after the text: its "
-            "first characters join the text's last token (begin it with a space?)"
-        )
-    answer_id = int(joined[len(alone)])
-    if not tokenizer.decode([answer_id]).strip():
-        piece, first = answer_label(loaded, answer_id), answer.strip()[0]
-        warn(
-            f"the answer {answer!r} is read at its first token, {piece!r}, which holds a space "
-            f"and none of its characters: to read {first!r}, end the text with the space and "
-            "begin the answer without it"
-        )
-    return answer_id
-
-
-def answer_label(loaded: PretrainedModel, answer_id: int) -> str:
-    """The answer's first token as a table and a file say it: decoded, or where that is
-    blank (a bare space or word marker), its piece as the vocabulary spells it."""
-    decoded = loaded.tokenizer.decode([answer_id])
-    return decoded if decoded.strip() else str(loaded.tokenizer.convert_ids_to_tokens(answer_id))
-
-
 @dataclass(frozen=True)
 class Metric:
     """What the effects measure at the last position: the answer token's log-probability,
@@ -228,33 +191,26 @@ def head_effects(
     during_clean: contextlib.AbstractContextManager | None = None,
 ) -> Measured:
     """The clean run of one encoded text, and the ablation effect and direct logit
-    attribution of each (layer, head)."""
+    attribution of each (layer, head). ``during_clean`` is entered around the clean pass
+    alone (a recording of the heads' statistics, which that pass then serves too)."""
     import torch
 
-    clean, dla = attributed(model, body, arguments, metric, layers, heads, during_clean)
+    with torch.inference_mode(), during_clean or contextlib.nullcontext():
+        clean = clean_pass(model, body, arguments, metric)
+    dla = attribution(body, clean, metric, layers, heads)
     with torch.inference_mode():
         ablation = _ablation(model, body, arguments, metric, clean, layers, heads, ablate)
     return Measured(clean, ablation, dla)
 
 
-def attributed(
-    model: Any,
-    body: Anatomy,
-    arguments: dict[str, torch.Tensor],
-    metric: Metric,
-    layers: Sequence[int],
-    heads: Sequence[int],
-    during_clean: contextlib.AbstractContextManager | None = None,
-) -> tuple[Clean, np.ndarray]:
-    """The clean run and each head's direct logit attribution, (L, H). ``during_clean``
-    is entered around the clean pass alone (a recording of the heads' statistics, which
-    that pass then serves too)."""
+def attribution(
+    body: Anatomy, clean: Clean, metric: Metric, layers: Sequence[int], heads: Sequence[int]
+) -> np.ndarray:
+    """Each head's direct logit attribution from a clean run's record, (L, H)."""
     import torch
 
-    with torch.inference_mode(), during_clean or contextlib.nullcontext():
-        clean = clean_pass(model, body, arguments, metric)
     with torch.inference_mode():
-        return clean, _attribution(body, clean, metric, layers, heads)
+        return _attribution(body, clean, metric, layers, heads)
 
 
 @dataclass
@@ -274,6 +230,16 @@ class Clean:
 
 
 def clean_pass(model: Any, body: Anatomy, arguments: dict, metric: Metric) -> Clean:
+    with clean_recording(body) as finish:
+        logits = last_logits(model, arguments)
+    return finish(logits, metric)
+
+
+@contextlib.contextmanager
+def clean_recording(body: Anatomy) -> Iterator[Callable[[torch.Tensor, Metric], Clean]]:
+    """While open, a pass records what later passes start from; the function given makes
+    the :class:`Clean` record of it from its last logits (every tensor detached, so that a
+    pass that asks for gradients hands on none of its graph)."""
     count = len(body.blocks)
     head_inputs: list[Any] = [None] * count
     block_outputs: list[Any] = [None] * count
@@ -283,12 +249,27 @@ def clean_pass(model: Any, body: Anatomy, arguments: dict, metric: Metric) -> Cl
 
     def keep(into: list, index: int, what: Callable[[tuple, Any], Any]) -> Callable:
         def hook(_module: Any, args: tuple, output: Any = None) -> None:
-            into[index] = what(args, output)
+            into[index] = _detached(what(args, output))
 
         return hook
 
     def at_last(args: tuple, output: Any) -> tuple:  # a norm's input and output at the end
         return args[0][0, -1], output[0, -1]
+
+    def finish(logits: torch.Tensor, metric: Metric) -> Clean:
+        logits = logits.detach()
+        log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
+        residual, normed = final[0]
+        return Clean(
+            float(metric.of(logits)[0]),
+            log_prob,
+            head_inputs,
+            block_outputs,
+            written,
+            post_normed,
+            residual,
+            normed,
+        )
 
     with contextlib.ExitStack() as hooks:
         for layer in range(count):
@@ -308,19 +289,14 @@ def clean_pass(model: Any, body: Anatomy, arguments: dict, metric: Metric) -> Cl
                 hook = keep(post_normed, layer, at_last)
                 hooks.enter_context(hooked(body.post_norms[layer].register_forward_hook(hook)))
         hooks.enter_context(hooked(body.norm.register_forward_hook(keep(final, 0, at_last))))
-        logits = last_logits(model, arguments)
-    log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
-    residual, normed = final[0]
-    return Clean(
-        float(metric.of(logits)[0]),
-        log_prob,
-        head_inputs,
-        block_outputs,
-        written,
-        post_normed,
-        residual,
-        normed,
-    )
+        yield finish
+
+
+def _detached(value: Any) -> Any:
+    """A tensor, or a tuple of them (a layer's output), without its graph."""
+    if isinstance(value, tuple):
+        return type(value)(_detached(part) for part in value)
+    return value.detach() if hasattr(value, "detach") else value
 
 
 @contextlib.contextmanager

@@ -39,6 +39,7 @@ from attnviz.pretrained.effects import (
     Metric,
     changed_metrics,
     clean_pass,
+    clean_recording,
     head_slice,
     hooked,
     last_logits,
@@ -211,12 +212,16 @@ class Gradients:
     metric: float
     activations: list[torch.Tensor]
     gradients: list[torch.Tensor]
+    clean: Clean | None = None  # the run's record, where asked for (a clean run's)
 
 
-def gradients(model: Any, body: Anatomy, arguments: dict, metric: Metric, site: str) -> Gradients:
+def gradients(
+    model: Any, body: Anatomy, arguments: dict, metric: Metric, site: str, record: bool = False
+) -> Gradients:
     """One forward and one backward pass: the metric's gradient with respect to each
     layer's activation at ``site`` (``"heads"``: the output projections' inputs, or a
-    :class:`Site`), through the model's own attention."""
+    :class:`Site`), through the model's own attention; with ``record``, the run's
+    :class:`Clean` record too (what direct logit attribution reads), from the same pass."""
     import torch
 
     kept: list[Any] = [None] * len(body.blocks)
@@ -233,6 +238,8 @@ def gradients(model: Any, body: Anatomy, arguments: dict, metric: Metric, site: 
         return output.detach().requires_grad_(True)
 
     with torch.enable_grad(), contextlib.ExitStack() as hooks:
+        hooks.enter_context(_weights_without_gradients(model))
+        finish = hooks.enter_context(clean_recording(body)) if record else None
         embeddings = model.get_input_embeddings()
         hooks.enter_context(hooked(embeddings.register_forward_hook(leaf)))
         for layer in range(len(body.blocks)):
@@ -244,7 +251,8 @@ def gradients(model: Any, body: Anatomy, arguments: dict, metric: Metric, site: 
             else:
                 handle = site_module(body, Site(site), layer).register_forward_hook(keeper(layer))
             hooks.enter_context(hooked(handle))
-        value = metric.of(last_logits(model, arguments))[0]
+        logits = last_logits(model, arguments)
+        value = metric.of(logits)[0]
         try:
             found = torch.autograd.grad(value, kept, allow_unused=True)
         except RuntimeError as error:
@@ -255,7 +263,23 @@ def gradients(model: Any, body: Anatomy, arguments: dict, metric: Metric, site: 
             "every layer's activation (use --method exact)"
         )
     activations = [activation.detach() for activation in kept]
-    return Gradients(float(value), activations, [gradient.detach() for gradient in found])
+    clean = None if finish is None else finish(logits, metric)
+    return Gradients(float(value), activations, [gradient.detach() for gradient in found], clean)
+
+
+@contextlib.contextmanager
+def _weights_without_gradients(model: Any) -> Iterator[None]:
+    """While open, no weight asks for a gradient (each is given back as it was): the
+    forward pass then keeps only what the activations' gradients need, not every matmul's
+    input for its weight's gradient (at 8,000 tokens, gigabytes)."""
+    asking = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    for parameter in asking:
+        parameter.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for parameter in asking:
+            parameter.requires_grad_(True)
 
 
 def estimated_ablation(

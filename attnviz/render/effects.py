@@ -1,10 +1,11 @@
-"""A trace drawn: layers × tokens, diverging colours centred on 0 (red where restoring
-the clean activation brings the answer back, blue where it pushes it further away), in
-the terminal or as a picture for a paper."""
+"""Effects drawn in diverging colours centred on 0 (red: the answer's metric rises,
+blue: it falls): a trace's layers × tokens, in the terminal or as a picture for a paper,
+and a heads table's layers × heads grid of one effect (the IOI paper's figure)."""
 
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,6 +17,7 @@ from attnviz.render.style import token_label
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from attnviz.analysis.heads import HeadEffects
     from attnviz.analysis.trace import Trace
 
 _WHITE, _RED, _BLUE = (
@@ -98,35 +100,74 @@ def trace_table(trace: Trace, width: int) -> RenderableType:
 
 
 def trace_picture(trace: Trace, picture: Output) -> bytes:
-    """The trace as a picture: layers × tokens, the tokens labelled, diverging colours
-    centred on 0 with a colour bar."""
+    """The trace as a picture: layers × tokens, the tokens labelled."""
+    tokens = len(trace.tokens)
+    step = max(1, tokens // 120)
+    return _diverging_picture(
+        trace.effect,
+        rows=[str(layer) for layer in trace.layers],
+        columns=[token_label(token) for token in trace.tokens[::step]],
+        column_step=step,
+        title=_title(trace),
+        picture=picture,
+    )
+
+
+def effects_picture(effects: HeadEffects, column: str, model: str, picture: Output) -> bytes:
+    """One effect of every head (ablation, dla or patch) as a layers × heads grid."""
+    grid = {"ablation": effects.ablation, "dla": effects.dla, "patch": effects.patch}[column]
+    assert grid is not None  # the table has the column
+    on = effects.on
+    metric = "log-probability" if on.versus is None else f"logit difference vs {on.versus_token!r}"
+    title = f"{model} · {column} · answer {on.answer_token!r} · {metric}"
+    if on.method.value == "gradient":
+        title += " · gradient estimate"
+    return _diverging_picture(
+        grid,
+        rows=[str(layer) for layer in effects.layers],
+        columns=[str(head) for head in effects.heads],
+        column_step=1,
+        title=title,
+        picture=picture,
+        xlabel="head",
+        rotation=0,
+    )
+
+
+def _diverging_picture(
+    grid: np.ndarray,
+    *,
+    rows: list[str],
+    columns: list[str],
+    column_step: int,
+    title: str,
+    picture: Output,
+    xlabel: str = "",
+    rotation: int = 90,
+) -> bytes:
+    """A (rows, columns) grid in diverging colours centred on 0, with a colour bar."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    layers, tokens = trace.effect.shape
-    figure = Figure(figsize=(min(40.0, 1.6 + 0.32 * tokens), 1.6 + 0.28 * layers), dpi=100)
+    height, width = grid.shape
+    figure = Figure(figsize=(min(40.0, 2.2 + 0.32 * width), 1.6 + 0.28 * height), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    largest = float(np.abs(trace.effect).max()) or 1.0
+    largest = float(np.abs(grid).max()) or 1.0
     image = axes.imshow(
-        trace.effect,
+        grid,
         cmap=matplotlib.colormaps["RdBu_r"],
         vmin=-largest,
         vmax=largest,
         interpolation="nearest",
         aspect="auto",
     )
-    step = max(1, tokens // 120)
-    axes.set_xticks(
-        range(0, tokens, step),
-        [token_label(token) for token in trace.tokens[::step]],
-        rotation=90,
-        fontsize=7,
-    )
-    axes.set_yticks(range(layers), [str(layer) for layer in trace.layers], fontsize=7)
+    axes.set_xticks(range(0, width, column_step), columns, rotation=rotation, fontsize=7)
+    axes.set_yticks(range(height), rows, fontsize=7)
     axes.set_ylabel("layer", fontsize=8)
-    axes.set_title(_title(trace), fontsize=8)
+    axes.set_xlabel(xlabel, fontsize=8)
+    axes.set_title(textwrap.fill(title, int(figure.get_figwidth() * 11)), fontsize=8)
     figure.colorbar(image, ax=axes).ax.tick_params(labelsize=7)
     figure.tight_layout()
     out = io.BytesIO()
