@@ -24,13 +24,14 @@ demo: $(STAMP)
 # Every test but the integration tests below: within about four minutes on two cores.
 # Line coverage, the lines run by the tests' own `attnviz` processes included;
 # tests spread over every core (pytest-xdist).
-INTEGRATION := smollm2 or gemma3 or ray
+INTEGRATION := smollm2 or gemma3 or ray or system
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -n auto --dist loadgroup -m "not ($(INTEGRATION))" \
 	  --cov --cov-report=term --cov-fail-under=90
 
-# The real packaged models (each converted from its GGUF file first: minutes) and a
-# Ray cluster. CI runs them after `make test`; the coverage adds to make test's.
+# The real packaged models (each converted from its GGUF file first: minutes), a Ray
+# cluster and the longest real-process tests (kill -9 and resume, dying workers).
+# CI runs them after `make test`; the coverage adds to make test's.
 integration: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadgroup -m "$(INTEGRATION)" \
 	  --cov --cov-append --cov-report=term --cov-fail-under=90

@@ -195,6 +195,7 @@ def test_a_ctrl_c_while_an_input_is_recorded_waits_until_it_is_recorded_whole(in
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_an_interrupted_batch_resumes_to_the_same_files(runner, tmp_path, interruptible):
     source = tmp_path / "inputs.txt"

@@ -490,6 +490,7 @@ def test_a_file_of_the_users_at_an_outputs_name_fails_that_input_alone(runner, t
     assert unrecorded(out) == {"notes.json"}
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_kill_9_then_resume_gives_a_clean_runs_files(runner, tmp_path, generators):
     """Killed mid-run (inputs recorded or not, files claimed and drawn by two workers),

@@ -144,6 +144,7 @@ def test_a_terminal_resized_small_gets_the_message_at_once_and_back_the_map(tmp_
     assert seen == [True, False, False]
 
 
+@pytest.mark.system
 @pytest.mark.slow
 @pytest.mark.minilm
 def test_all_72_heads_of_minilm_are_reachable(tmp_path):

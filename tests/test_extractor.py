@@ -88,6 +88,7 @@ def _extract_in_worker(spec: ExtractorSpec) -> np.ndarray:
     return spec.load().extract("Hello I love you", layers=0).weights
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_a_worker_process_builds_its_own_extractor_from_the_spec(tiny):
     specs = [attnviz.load(config=BuiltinConfig(seed=5)).spec, ExtractorSpec(tiny["gpt2"])]

@@ -293,6 +293,7 @@ def test_a_model_without_attention(tmp_path):
         attnviz.extract(TEXT, model=str(folder))
 
 
+@pytest.mark.system
 @pytest.mark.slow
 @pytest.mark.minilm
 def test_loading_is_quiet_in_a_real_process():
@@ -330,6 +331,7 @@ def test_models_says_how_to_install_a_missing_alias(runner, monkeypatch):
     assert result.stderr == expected
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_a_hub_id_loads_offline_from_the_cache_that_hf_home_names(tiny, tmp_path):
     """A real process, since huggingface_hub reads HF_HOME when it is imported."""

@@ -169,6 +169,7 @@ def _start_batch(tmp_path, count: int) -> tuple[subprocess.Popen, Path]:
     return process, out
 
 
+@pytest.mark.system
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
 def test_a_killed_worker_fails_its_inputs_and_the_batch_goes_on(tmp_path):
@@ -185,6 +186,7 @@ def test_a_killed_worker_fails_its_inputs_and_the_batch_goes_on(tmp_path):
     assert died and all("worker process rendering it died" in r["error"] for r in died)
 
 
+@pytest.mark.system
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
 def test_workers_die_with_their_batch_and_sigterm_cleans_up(tmp_path):

@@ -441,10 +441,10 @@ def _ablation(
     """Each head's ablation effect, (L, H): the answer's log-probability with the head's
     output replaced, less the clean one."""
 
-    def ablated(layer: int, head: int) -> Install:
+    def without(layer: int, head: int) -> Install:
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
             part = head_slice(clean.head_inputs[layer], body.heads, head)
-            value = 0.0 if ablate is Ablation.ZERO else clean.head_inputs[layer][0, :, part].mean(0)
+            value = ablated(ablate, clean.head_inputs[layer][0, :, part])
             replace = replacer(rows, part, value)
             patches.enter_context(
                 hooked(body.projections[layer].register_forward_pre_hook(replace))
@@ -452,9 +452,16 @@ def _ablation(
 
         return install
 
-    changes = [Change(layer, ablated(layer, head)) for layer in layers for head in heads]
+    changes = [Change(layer, without(layer, head)) for layer in layers for head in heads]
     effects = iter(changed_metrics(model, body, arguments, metric, clean, changes))
     return np.array([[next(effects) for _ in heads] for _ in layers])
+
+
+def ablated(ablate: Ablation, outputs: torch.Tensor) -> torch.Tensor | float:
+    """What replaces a head's outputs at every position, (T, Dh), for its ablation."""
+    if ablate is Ablation.ZERO:
+        return 0.0
+    return outputs.mean(0)  # its mean over the text's positions, (Dh,)
 
 
 def changed_metrics(

@@ -37,6 +37,7 @@ from attnviz.pretrained.effects import (
     Clean,
     Install,
     Metric,
+    ablated,
     changed_metrics,
     clean_pass,
     clean_recording,
@@ -296,8 +297,8 @@ def estimated_ablation(
         z, gradient = at_clean.activations[layer][0].float(), at_clean.gradients[layer][0].float()
         for column, head in enumerate(heads):
             part = head_slice(z, body.heads, head)
-            ablated = 0.0 if ablate is Ablation.ZERO else z[:, part].mean(0)
-            result[row, column] = float((gradient[:, part] * (ablated - z[:, part])).sum())
+            replaced = ablated(ablate, z[:, part])
+            result[row, column] = float((gradient[:, part] * (replaced - z[:, part])).sum())
     return result
 
 
