@@ -185,25 +185,26 @@ class Request:
         return request if request is not None else cls(**options)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What the request decides, as plain JSON values (a batch's manifest records it)."""
-        values = {
-            field.name: getattr(self, field.name)
-            for field in fields(self)
-            if field.name not in PRODUCED  # what is read of the maps, not what decides them
-        }
-        values["mode"] = None if self.mode is None else self.mode.value
-        values["weigh"] = None if self.weigh is None else self.weigh.value
-        # Absent from the fingerprints of earlier releases where not given.
-        for name in ("rows", "pool", "span", "weigh"):
-            if values[name] is None:
-                del values[name]
-        for name in ("layers", "heads", "rows", "span"):
-            if name in values and isinstance(values[name], tuple):
-                values[name] = list(values[name])
+        """What the request decides, as plain JSON values (a batch's manifest records it):
+        the fields of release 0.1 always, a field added since only where it is given, so
+        that an earlier batch's manifest still matches."""
+        values: dict[str, Any] = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name in PRODUCED:  # what is read of the maps, not what decides them
+                continue
+            if field.name not in _RELEASE_0_1 and value == field.default:
+                continue
+            values[field.name] = (
+                value.value if isinstance(value, Enum) else
+                list(value) if isinstance(value, tuple) else value
+            )  # fmt: skip
         return values
 
 
 _FIELDS = tuple(field.name for field in fields(Request))
+# The fields every fingerprint holds, given or not, as release 0.1's manifests do.
+_RELEASE_0_1 = ("mode", "layers", "heads", "special", "words", "raw_pieces", "chat", "system")
 _ASKED = ("maps", "statistics", "effects")  # what a request reads of each input
 _ALONE_OR_NOT = (*_ASKED, "knockout", "trace")
 # The fields that say what is read of the maps, not which maps: a command sets them by
