@@ -425,3 +425,21 @@ def test_heads_draws_the_layers_by_heads_grid_of_an_effect(runner, generators, t
     assert refused.exit_code == 2 and "--picture draws each head's effect" in refused.stderr
     wrong = runner.invoke(app, [*common, "--picture", str(tmp_path / "grid.txt")])
     assert wrong.exit_code == 2 and wrong.stdout == ""
+
+
+def test_a_model_without_gradients_through_its_attention_is_refused(generators, monkeypatch):
+    from attnviz.errors import UsageError
+
+    extractor = attnviz.load(generators["llama-lm"])
+    attention = extractor.loaded.model.model.layers[0].self_attn
+    forward = attention.forward
+
+    def without_gradients(*args, **kwargs):
+        with torch.no_grad():
+            return forward(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "forward", without_gradients)
+    with pytest.raises(UsageError, match="--method gradient cannot read"):
+        extractor.head_effects(TEXT, ANSWER, method="gradient")
+    exact = extractor.head_effects(TEXT, ANSWER)  # the exact sweep needs no gradient
+    assert np.isfinite(exact.ablation).all()
