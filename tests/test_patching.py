@@ -443,3 +443,26 @@ def test_a_model_without_gradients_through_its_attention_is_refused(generators, 
         extractor.head_effects(TEXT, ANSWER, method="gradient")
     exact = extractor.head_effects(TEXT, ANSWER)  # the exact sweep needs no gradient
     assert np.isfinite(exact.ablation).all()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_gradient_estimates_are_the_same_with_each_layer_computed_again(
+    generators, loaded, family, monkeypatch
+):
+    """Past KEPT_FOR_BACKWARD bytes of activations, each layer is recomputed in the backward
+    pass (checkpointing): the estimates do not change."""
+    from attnviz.pretrained import patching
+
+    extractor = loaded[family]
+    one_token = {"input_ids": torch.ones(1, 1, dtype=torch.long)}
+    assert patching._kept_for_backward(extractor.loaded.model, one_token) > 0  # so 0 recomputes
+    asked = {"versus": VERSUS, "corrupt": CORRUPT, "method": "gradient"}
+    kept = extractor.head_effects(TEXT, ANSWER, **asked)
+    traced = extractor.trace(TEXT, ANSWER, CORRUPT, site="attn", versus=VERSUS, method="gradient")
+    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    again = extractor.head_effects(TEXT, ANSWER, **asked)
+    np.testing.assert_allclose(again.ablation, kept.ablation, atol=1e-6)
+    np.testing.assert_allclose(again.patch, kept.patch, atol=1e-6)
+    np.testing.assert_allclose(again.dla, kept.dla, atol=1e-6)
+    retraced = extractor.trace(TEXT, ANSWER, CORRUPT, site="attn", versus=VERSUS, method="gradient")
+    np.testing.assert_allclose(retraced.effect, traced.effect, atol=1e-6)

@@ -240,6 +240,8 @@ def gradients(
 
     with torch.enable_grad(), contextlib.ExitStack() as hooks:
         hooks.enter_context(_weights_without_gradients(model))
+        if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
+            hooks.enter_context(_recomputed(body.blocks))
         finish = hooks.enter_context(clean_recording(body)) if record else None
         embeddings = model.get_input_embeddings()
         hooks.enter_context(hooked(embeddings.register_forward_hook(leaf)))
@@ -266,6 +268,46 @@ def gradients(
     activations = [activation.detach() for activation in kept]
     clean = None if finish is None else finish(logits, metric)
     return Gradients(float(value), activations, [gradient.detach() for gradient in found], clean)
+
+
+# Bytes the backward pass may keep of a forward's activations before each layer is
+# computed again in the backward pass instead (activation checkpointing): about one more
+# forward's time, for memory that no longer grows with what every layer computes.
+KEPT_FOR_BACKWARD = 2 * 2**30
+
+
+def _kept_for_backward(model: Any, arguments: dict) -> int:
+    """About what one forward pass keeps for the activations' gradients: per layer and
+    token, the norms' and attention's inputs and outputs (~6 widths) and the MLP's
+    (~3 of its widths), in float32."""
+    config = model.config
+    width = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0))
+    inner = int(
+        getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * width
+    )
+    layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0))
+    tokens = int(arguments["input_ids"].numel())
+    return tokens * layers * (6 * width + 3 * inner) * 4
+
+
+@contextlib.contextmanager
+def _recomputed(blocks: Sequence[Any]) -> Iterator[None]:
+    """While open, each layer keeps only its input for the backward pass and computes the
+    rest again there (torch's non-reentrant checkpointing: the graph, and the gradients
+    of the activations inside a layer, stay as they were)."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in blocks:
+
+        def recomputed(*args: Any, _forward: Callable = block.forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        block.forward = recomputed  # an instance attribute: nn.Module calls it in its place
+    try:
+        yield
+    finally:
+        for block in blocks:
+            del block.forward
 
 
 @contextlib.contextmanager
