@@ -227,12 +227,18 @@ def gradients(
 
     kept: list[Any] = [None] * len(body.blocks)
 
+    def keep(layer: int, activation: torch.Tensor) -> None:
+        # The forward's own: a layer computed again in the backward pass runs the hooks
+        # inside it again, and what it computes there must not outlive that layer's step.
+        if kept[layer] is None:
+            kept[layer] = activation
+
     def keeper(layer: int) -> Callable:
         if site == "heads":
-            return lambda _module, args: kept.__setitem__(layer, args[0])
+            return lambda _module, args: keep(layer, args[0])
         if site == Site.RESID:
-            return lambda _module, args, kwargs: kept.__setitem__(layer, _hidden(args, kwargs))
-        return lambda _module, _args, output: kept.__setitem__(layer, _output(output))
+            return lambda _module, args, kwargs: keep(layer, _hidden(args, kwargs))
+        return lambda _module, _args, output: keep(layer, _output(output))
 
     def leaf(_module: Any, _args: tuple, output: torch.Tensor) -> torch.Tensor:
         # Every activation above depends on it, whether or not the weights ask for gradients.
