@@ -15,199 +15,22 @@ import torch
 import attnviz
 from attnviz.cli import app
 from attnviz.request import Input, Request
+from tests.hook_references import (
+    answer_token_id,
+    layers_of,
+    metric_with_hooks,
+    output_projection,
+    recorded_at,
+    reference_gradients,
+    reference_patch,
+    reference_trace,
+    token_ids,
+)
 
 TEXT = "The man walked the dog because"
 CORRUPT = "The dog walked the man because"  # as many tokens in every tiny tokenizer
 ANSWER, VERSUS = " it", " the"
 FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm"]
-
-
-def _blocks(model, family):
-    return model.transformer.h if family == "gpt2-lm" else model.model.layers
-
-
-def _projection(model, family, layer):
-    block = _blocks(model, family)[layer]
-    return block.attn.c_proj if family == "gpt2-lm" else block.self_attn.o_proj
-
-
-def _site(model, family, site, layer):
-    """The module whose input (resid) or output (attn, mlp) the site is."""
-    block = _blocks(model, family)[layer]
-    return {"resid": block, "attn": _projection(model, family, layer), "mlp": block.mlp}[site]
-
-
-def _ids(model_path, text):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(model_path)(text, return_tensors="pt")["input_ids"]
-
-
-def _token(model_path, text, answer):
-    """The answer's first token after the text."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    alone = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return tokenizer(text + answer, add_special_tokens=False)["input_ids"][len(alone)]
-
-
-def _metric(logits, answer_id, versus_id):
-    last = logits[0, -1].double()
-    if versus_id is None:
-        return float(last.log_softmax(-1)[answer_id])
-    return float(last[answer_id] - last[versus_id])
-
-
-def _run(model, ids, answer_id, versus_id, hooks=()):
-    """The metric of one forward pass with ``hooks`` ((module, kind, function)) on."""
-    handles = []
-    try:
-        for module, kind, function in hooks:
-            if kind == "pre":
-                handles.append(module.register_forward_pre_hook(function, with_kwargs=True))
-            else:
-                handles.append(module.register_forward_hook(function))
-        with torch.no_grad():
-            return _metric(model(input_ids=ids).logits, answer_id, versus_id)
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _hidden(args, kwargs):
-    return args[0] if args else kwargs["hidden_states"]
-
-
-def _replaced_hidden(args, kwargs, hidden):
-    if args:
-        return (hidden, *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": hidden}
-
-
-def _recorded(model, family, ids, site):
-    """Each layer's activation at ``site`` in a run on ``ids``, (T, D) per layer."""
-    kept = {}
-
-    def keeper(layer):
-        if site == "resid":
-            return "pre", lambda _m, args, kwargs: kept.__setitem__(layer, _hidden(args, kwargs)[0])
-        if site == "heads":
-            return "pre", lambda _m, args, kwargs: kept.__setitem__(layer, args[0][0])
-        return "post", lambda _m, _a, out: kept.__setitem__(layer, out[0])
-
-    count = len(_blocks(model, family))
-    hooks = []
-    for layer in range(count):
-        kind, function = keeper(layer)
-        module = (
-            _projection(model, family, layer)
-            if site == "heads"
-            else _site(model, family, site, layer)
-        )
-        hooks.append((module, kind, function))
-    _run(model, ids, 0, None, hooks)
-    return [kept[layer].clone() for layer in range(count)]
-
-
-def _reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id):
-    """The corrupted run's metric, and per head the metric with the head's clean slice of
-    its output projection's input put into the corrupted run at every position, less it."""
-    clean = _recorded(model, family, clean_ids, "heads")
-    corrupt = _run(model, corrupt_ids, answer_id, versus_id)
-    heads = model.config.num_attention_heads
-    size = clean[0].shape[-1] // heads
-    result = np.zeros((len(clean), heads))
-    for layer in range(len(clean)):
-        for head in range(heads):
-            part = slice(head * size, (head + 1) * size)
-
-            def restore(_m, args, kwargs, layer=layer, part=part):
-                changed = args[0].clone()
-                changed[0, :, part] = clean[layer][:, part]
-                return (changed, *args[1:]), kwargs
-
-            hooks = [(_projection(model, family, layer), "pre", restore)]
-            result[layer, head] = _run(model, corrupt_ids, answer_id, versus_id, hooks) - corrupt
-    return corrupt, result
-
-
-def _reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site):
-    """Per layer and position, the metric with the clean activation at the site put into
-    the corrupted run there, less the corrupted run's."""
-    clean = _recorded(model, family, clean_ids, site)
-    corrupt = _run(model, corrupt_ids, answer_id, versus_id)
-    tokens = clean_ids.shape[1]
-    result = np.zeros((len(clean), tokens))
-    for layer in range(len(clean)):
-        module = _site(model, family, site, layer)
-        for position in range(tokens):
-            value = clean[layer][position]
-            if site == "resid":
-
-                def restore(_m, args, kwargs, value=value, position=position):
-                    hidden = _hidden(args, kwargs).clone()
-                    hidden[0, position] = value
-                    return _replaced_hidden(args, kwargs, hidden)
-
-                hooks = [(module, "pre", restore)]
-            else:
-
-                def restore(_m, _a, out, value=value, position=position):
-                    changed = out.clone()
-                    changed[0, position] = value
-                    return changed
-
-                hooks = [(module, "post", restore)]
-            result[layer, position] = (
-                _run(model, corrupt_ids, answer_id, versus_id, hooks) - corrupt
-            )
-    return result
-
-
-def _reference_gradients(model, family, ids, answer_id, versus_id, site):
-    """The metric's gradient with respect to each layer's activation at the site, by
-    autograd with the activations kept (retain_grad), (T, ·) per layer."""
-    kept = {}
-
-    def keeper(layer):
-        def keep(tensor):
-            tensor.retain_grad()
-            kept[layer] = tensor
-
-        if site == "resid":
-            return "pre", lambda _m, args, kwargs: keep(_hidden(args, kwargs))
-        if site == "heads":
-            return "pre", lambda _m, args, kwargs: keep(args[0])
-        return "post", lambda _m, _a, out: keep(out)
-
-    model.requires_grad_(True)
-    handles = []
-    for layer in range(len(_blocks(model, family))):
-        kind, function = keeper(layer)
-        module = (
-            _projection(model, family, layer)
-            if site == "heads"
-            else _site(model, family, site, layer)
-        )
-        if kind == "pre":
-            handles.append(module.register_forward_pre_hook(function, with_kwargs=True))
-        else:
-            handles.append(module.register_forward_hook(function))
-    try:
-        logits = model(input_ids=ids).logits
-        last = logits[0, -1].float()
-        metric = (
-            last.log_softmax(-1)[answer_id]
-            if versus_id is None
-            else last[answer_id] - last[versus_id]
-        )
-        metric.backward()
-    finally:
-        for handle in handles:
-            handle.remove()
-        model.zero_grad(set_to_none=True)
-    return [(kept[layer][0].detach(), kept[layer].grad[0]) for layer in sorted(kept)]
 
 
 @pytest.fixture(scope="module")
@@ -219,10 +42,10 @@ def loaded(generators):
 def _setup(generators, loaded, family, versus=False):
     extractor = loaded[family]
     path = generators[family]
-    ids = _ids(path, TEXT), _ids(path, CORRUPT)
+    ids = token_ids(path, TEXT), token_ids(path, CORRUPT)
     assert ids[0].shape == ids[1].shape, "the corrupted text must keep the token count"
-    answer_id = _token(path, TEXT, ANSWER)
-    versus_id = _token(path, TEXT, VERSUS) if versus else None
+    answer_id = answer_token_id(path, TEXT, ANSWER)
+    versus_id = answer_token_id(path, TEXT, VERSUS) if versus else None
     return extractor, extractor.loaded.model, ids, answer_id, versus_id
 
 
@@ -235,13 +58,11 @@ def test_patch_equals_a_hook_restoring_each_heads_clean_output(generators, loade
     found = extractor.head_statistics(
         TEXT, answer=ANSWER, versus=VERSUS if versus else None, corrupt=CORRUPT
     ).effects
-    corrupt, expected = _reference_patch(
-        model, family, clean_ids, corrupt_ids, answer_id, versus_id
-    )
+    corrupt, expected = reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id)
     np.testing.assert_allclose(found.patch, expected, atol=1e-5)
     assert found.on.corrupt_metric == pytest.approx(corrupt, abs=1e-5)
     assert found.on.clean_metric == pytest.approx(
-        _run(model, clean_ids, answer_id, versus_id), abs=1e-5
+        metric_with_hooks(model, clean_ids, answer_id, versus_id), abs=1e-5
     )
 
 
@@ -254,10 +75,10 @@ def test_versus_makes_the_metric_a_logit_difference(generators, loaded, family):
         generators, loaded, family, versus=True
     )
     found = extractor.head_effects(TEXT, ANSWER, versus=VERSUS)
-    clean = _run(model, clean_ids, answer_id, versus_id)
+    clean = metric_with_hooks(model, clean_ids, answer_id, versus_id)
     heads = model.config.num_attention_heads
     size = model.config.hidden_size // heads if family == "gpt2-lm" else model.config.head_dim
-    for layer in range(len(_blocks(model, family))):
+    for layer in range(len(layers_of(model, family))):
         for head in range(heads):
             part = slice(head * size, (head + 1) * size)
 
@@ -266,8 +87,8 @@ def test_versus_makes_the_metric_a_logit_difference(generators, loaded, family):
                 changed[..., part] = 0
                 return (changed, *args[1:]), kwargs
 
-            hooks = [(_projection(model, family, layer), "pre", zero)]
-            expected = _run(model, clean_ids, answer_id, versus_id, hooks) - clean
+            hooks = [(output_projection(model, family, layer), "pre", zero)]
+            expected = metric_with_hooks(model, clean_ids, answer_id, versus_id, hooks) - clean
             assert found.ablation[layer, head] == pytest.approx(expected, abs=1e-5)
     answer_dla = extractor.head_effects(TEXT, ANSWER).dla
     versus_dla = extractor.head_effects(TEXT, VERSUS).dla
@@ -283,7 +104,7 @@ def test_trace_equals_a_hook_restoring_each_layer_and_position(generators, loade
     )
     given = Input(TEXT, answer=ANSWER, versus=VERSUS if site == "attn" else None, corrupt=CORRUPT)
     (found,) = extractor.run([given], Request(maps=False, trace=site))
-    expected = _reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site)
+    expected = reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site)
     np.testing.assert_allclose(found.trace.effect, expected, atol=1e-5)
     assert len(found.trace.tokens) == clean_ids.shape[1] == len(found.trace.corrupt_tokens)
 
@@ -300,8 +121,8 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(generators, 
         TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT, method="gradient"
     ).effects
     assert [parameter.requires_grad for parameter in model.parameters()] == asking
-    at_clean = _reference_gradients(model, family, clean_ids, answer_id, versus_id, "heads")
-    at_corrupt = _reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "heads")
+    at_clean = reference_gradients(model, family, clean_ids, answer_id, versus_id, "heads")
+    at_corrupt = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "heads")
     heads = model.config.num_attention_heads
     size = at_clean[0][0].shape[-1] // heads
     for layer, ((z, gradient), (z_corrupt, gradient_corrupt)) in enumerate(
@@ -318,8 +139,8 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(generators, 
         [Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)],
         Request(maps=False, trace="mlp", method="gradient"),
     )
-    clean_mlp = _recorded(model, family, clean_ids, "mlp")
-    corrupt_mlp = _reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "mlp")
+    clean_mlp = recorded_at(model, family, clean_ids, "mlp")
+    corrupt_mlp = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "mlp")
     expected = np.stack(
         [
             ((clean - a) * gradient).sum(-1).double().numpy()

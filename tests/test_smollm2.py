@@ -180,3 +180,28 @@ def test_a_needle_cell_scores_the_heads_the_plain_model_copies_with(smollm2, pla
     np.testing.assert_array_equal(cell.retrieval, expected)
     np.testing.assert_allclose(cell.span, np.mean(spans, axis=0), atol=1e-4)
     assert cell.retrieval.max() == 1  # a head copies every token of "7421"
+
+
+IOI = "When Mary and John went to the store, John gave a drink to"
+IOI_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
+
+
+def test_patch_and_trace_equal_plain_hooks_on_the_plain_model(smollm2, plain):
+    """The indirect-object sentence: each head's patch in two layers and the residual
+    trace in three, against the plain model with hooks (tests/hook_references.py), with
+    the logit difference of " Mary" over " John"."""
+    from tests.hook_references import reference_patch, reference_trace
+
+    model, tokenizer = plain
+    clean, corrupt = (torch.tensor([tokenizer(text)["input_ids"]]) for text in (IOI, IOI_CORRUPT))
+    (mary,) = tokenizer(" Mary", add_special_tokens=False)["input_ids"]
+    (john,) = tokenizer(" John", add_special_tokens=False)["input_ids"]
+    layers = [20, 23]
+    effects = smollm2.head_effects(IOI, " Mary", versus=" John", corrupt=IOI_CORRUPT, layers=layers)
+    corrupt_metric, patch = reference_patch(model, "llama-lm", clean, corrupt, mary, john, layers)
+    np.testing.assert_allclose(effects.patch, patch[layers], atol=1e-4)
+    assert effects.on.corrupt_metric == pytest.approx(corrupt_metric, abs=1e-4)
+    assert effects.patch.max() > 5  # layer 23 head 3 brings most of the answer back
+    traced = smollm2.trace(IOI, " Mary", IOI_CORRUPT, versus=" John", layers=[0, 12, 29])
+    expected = reference_trace(model, "llama-lm", clean, corrupt, mary, john, "resid", [0, 12, 29])
+    np.testing.assert_allclose(traced.effect, expected[[0, 12, 29]], atol=1e-4)

@@ -1,0 +1,201 @@
+"""References written from plain transformers hooks and autograd, none of attnviz's code:
+what patching, tracing and the gradient estimates are held to, on the tiny models and
+SmolLM2. Each takes a model, its family's name (gpt2-lm, llama-lm or gemma2-lm; SmolLM2
+is read as a Llama) and token ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def layers_of(model, family):
+    return model.transformer.h if family == "gpt2-lm" else model.model.layers
+
+
+def output_projection(model, family, layer):
+    block = layers_of(model, family)[layer]
+    return block.attn.c_proj if family == "gpt2-lm" else block.self_attn.o_proj
+
+
+def site_module(model, family, site, layer):
+    """The module whose input (resid) or output (attn, mlp) the site is."""
+    block = layers_of(model, family)[layer]
+    return {"resid": block, "attn": output_projection(model, family, layer), "mlp": block.mlp}[site]
+
+
+def token_ids(model_path, text):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)(text, return_tensors="pt")["input_ids"]
+
+
+def answer_token_id(model_path, text, answer):
+    """The answer's first token after the text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    alone = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(text + answer, add_special_tokens=False)["input_ids"][len(alone)]
+
+
+def metric_of(logits, answer_id, versus_id):
+    last = logits[0, -1].double()
+    if versus_id is None:
+        return float(last.log_softmax(-1)[answer_id])
+    return float(last[answer_id] - last[versus_id])
+
+
+def metric_with_hooks(model, ids, answer_id, versus_id, hooks=()):
+    """The metric of one forward pass with ``hooks`` ((module, kind, function)) on."""
+    handles = []
+    try:
+        for module, kind, function in hooks:
+            if kind == "pre":
+                handles.append(module.register_forward_pre_hook(function, with_kwargs=True))
+            else:
+                handles.append(module.register_forward_hook(function))
+        with torch.no_grad():
+            return metric_of(model(input_ids=ids).logits, answer_id, versus_id)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def hidden_of(args, kwargs):
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def with_hidden(args, kwargs, hidden):
+    if args:
+        return (hidden, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+def recorded_at(model, family, ids, site):
+    """Each layer's activation at ``site`` in a run on ``ids``, (T, D) per layer."""
+    kept = {}
+
+    def keeper(layer):
+        if site == "resid":
+            return "pre", lambda _m, args, kwargs: kept.__setitem__(
+                layer, hidden_of(args, kwargs)[0]
+            )
+        if site == "heads":
+            return "pre", lambda _m, args, kwargs: kept.__setitem__(layer, args[0][0])
+        return "post", lambda _m, _a, out: kept.__setitem__(layer, out[0])
+
+    count = len(layers_of(model, family))
+    hooks = []
+    for layer in range(count):
+        kind, function = keeper(layer)
+        module = (
+            output_projection(model, family, layer)
+            if site == "heads"
+            else site_module(model, family, site, layer)
+        )
+        hooks.append((module, kind, function))
+    metric_with_hooks(model, ids, 0, None, hooks)
+    return [kept[layer].clone() for layer in range(count)]
+
+
+def reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id, layers=None):
+    """The corrupted run's metric, and per head the metric with the head's clean slice of
+    its output projection's input put into the corrupted run at every position, less it."""
+    clean = recorded_at(model, family, clean_ids, "heads")
+    corrupt = metric_with_hooks(model, corrupt_ids, answer_id, versus_id)
+    heads = model.config.num_attention_heads
+    size = clean[0].shape[-1] // heads
+    result = np.zeros((len(clean), heads))
+    for layer in range(len(clean)) if layers is None else layers:
+        for head in range(heads):
+            part = slice(head * size, (head + 1) * size)
+
+            def restore(_m, args, kwargs, layer=layer, part=part):
+                changed = args[0].clone()
+                changed[0, :, part] = clean[layer][:, part]
+                return (changed, *args[1:]), kwargs
+
+            hooks = [(output_projection(model, family, layer), "pre", restore)]
+            result[layer, head] = (
+                metric_with_hooks(model, corrupt_ids, answer_id, versus_id, hooks) - corrupt
+            )
+    return corrupt, result
+
+
+def reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site, layers=None):
+    """Per layer and position, the metric with the clean activation at the site put into
+    the corrupted run there, less the corrupted run's."""
+    clean = recorded_at(model, family, clean_ids, site)
+    corrupt = metric_with_hooks(model, corrupt_ids, answer_id, versus_id)
+    tokens = clean_ids.shape[1]
+    result = np.zeros((len(clean), tokens))
+    for layer in range(len(clean)) if layers is None else layers:
+        module = site_module(model, family, site, layer)
+        for position in range(tokens):
+            value = clean[layer][position]
+            if site == "resid":
+
+                def restore(_m, args, kwargs, value=value, position=position):
+                    hidden = hidden_of(args, kwargs).clone()
+                    hidden[0, position] = value
+                    return with_hidden(args, kwargs, hidden)
+
+                hooks = [(module, "pre", restore)]
+            else:
+
+                def restore(_m, _a, out, value=value, position=position):
+                    changed = out.clone()
+                    changed[0, position] = value
+                    return changed
+
+                hooks = [(module, "post", restore)]
+            result[layer, position] = (
+                metric_with_hooks(model, corrupt_ids, answer_id, versus_id, hooks) - corrupt
+            )
+    return result
+
+
+def reference_gradients(model, family, ids, answer_id, versus_id, site):
+    """The metric's gradient with respect to each layer's activation at the site, by
+    autograd with the activations kept (retain_grad), (T, ·) per layer."""
+    kept = {}
+
+    def keeper(layer):
+        def keep(tensor):
+            tensor.retain_grad()
+            kept[layer] = tensor
+
+        if site == "resid":
+            return "pre", lambda _m, args, kwargs: keep(hidden_of(args, kwargs))
+        if site == "heads":
+            return "pre", lambda _m, args, kwargs: keep(args[0])
+        return "post", lambda _m, _a, out: keep(out)
+
+    model.requires_grad_(True)
+    handles = []
+    for layer in range(len(layers_of(model, family))):
+        kind, function = keeper(layer)
+        module = (
+            output_projection(model, family, layer)
+            if site == "heads"
+            else site_module(model, family, site, layer)
+        )
+        if kind == "pre":
+            handles.append(module.register_forward_pre_hook(function, with_kwargs=True))
+        else:
+            handles.append(module.register_forward_hook(function))
+    try:
+        logits = model(input_ids=ids).logits
+        last = logits[0, -1].float()
+        metric = (
+            last.log_softmax(-1)[answer_id]
+            if versus_id is None
+            else last[answer_id] - last[versus_id]
+        )
+        metric.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.zero_grad(set_to_none=True)
+    return [(kept[layer][0].detach(), kept[layer].grad[0]) for layer in sorted(kept)]
