@@ -5,6 +5,8 @@ is read as a Llama) and token ids."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -24,17 +26,21 @@ def site_module(model, family, site, layer):
     return {"resid": block, "attn": output_projection(model, family, layer), "mlp": block.mlp}[site]
 
 
-def token_ids(model_path, text):
+@functools.cache
+def _tokenizer(model_path):
+    """A folder's tokenizer, loaded once per test process (a load costs ~0.4 s)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_path)(text, return_tensors="pt")["input_ids"]
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+def token_ids(model_path, text):
+    return _tokenizer(model_path)(text, return_tensors="pt")["input_ids"]
 
 
 def answer_token_id(model_path, text, answer):
     """The answer's first token after the text."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = _tokenizer(model_path)
     alone = tokenizer(text, add_special_tokens=False)["input_ids"]
     return tokenizer(text + answer, add_special_tokens=False)["input_ids"][len(alone)]
 

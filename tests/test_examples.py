@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"
 TEXT = "The man walked the dog because"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]  # real processes of a patched copy
 
 
 def _patched(example: str, tmp_path: Path) -> Path:
