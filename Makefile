@@ -25,21 +25,25 @@ demo: $(STAMP)
 # Line coverage, the lines run by the tests' own `attnviz` processes included;
 # tests spread over every core (pytest-xdist).
 INTEGRATION := smollm2 or gemma3 or ray or system
+# One torch thread in each test worker: -n auto starts a worker per core, and each worker's
+# torch spinning a thread per core as well made the suite about a third slower (measured:
+# tests/test_corpus.py and tests/test_long.py, 43 s against 30 s on two cores).
+PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -n auto --dist loadgroup -m "not ($(INTEGRATION))" \
+	$(PYTEST) -n auto --dist loadgroup -m "not ($(INTEGRATION))" \
 	  --cov --cov-report=term --cov-fail-under=90
 
 # The real packaged models (each converted from its GGUF file first: minutes), a Ray
 # cluster and the longest real-process tests (kill -9 and resume, dying workers).
 # CI runs them after `make test`; the coverage adds to make test's.
 integration: $(STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadgroup -m "$(INTEGRATION)" \
+	$(PYTEST) -n auto --dist loadgroup -m "$(INTEGRATION)" \
 	  --cov --cov-append --cov-report=term --cov-fail-under=90
 
 # A developer's quick run, under a minute: no Ray, no browser, none of the slow tests
 # (real processes and signals, the real models). CI runs everything.
 quick: $(STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadgroup -q -m "not slow and not ray and not browser"
+	$(PYTEST) -n auto --dist loadgroup -q -m "not slow and not ray and not browser"
 
 # The interactive page's tests drive a real headless Chromium (Selenium, the system's
 # chromedriver; no browser download). Installed from Debian's packages where we are root.

@@ -25,7 +25,7 @@ from attnviz.render.style import Style
 from attnviz.schema import envelope
 
 if TYPE_CHECKING:
-    from attnviz.analysis.heads import TopHeads
+    from attnviz.analysis.heads import HeadEffects, TopHeads
     from attnviz.maps import AttentionMaps, MapPanel
 
 Piece = tuple[str, Callable[[IO[bytes]], object]]  # (file name suffix, writes the file)
@@ -44,6 +44,7 @@ class Rendering:
     dtype: Dtype = Dtype.FLOAT32  # how data stores the weights
     title: str = ""  # the page's heading ("" : the model and the mode)
     painter: object = None  # a Painter kept across inputs (a batch worker's); None: a new one
+    effects: HeadEffects | None = None  # the page tints each head by its effects on an answer
 
     def labelled(self, maps: AttentionMaps) -> AttentionMaps:
         return maps.with_positions() if self.label_positions else maps
@@ -117,7 +118,8 @@ def page_pieces(
 ) -> Iterator[Piece]:
     from attnviz.render.page import page_html
 
-    yield "", _text(page_html(how.labelled(maps), view=how.view, title=how.title))
+    page = page_html(how.labelled(maps), view=how.view, title=how.title, effects=how.effects)
+    yield "", _text(page)
 
 
 # The long form's columns: csv's header line, what a file of records begins with.

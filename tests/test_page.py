@@ -277,3 +277,91 @@ def test_the_last_rows_over_a_long_text_are_strips_in_both_views(browser, runner
     (row_label,) = browser.find_elements("css selector", "#map-rows span")
     assert row_label.text == "w299"
     assert errors(browser) == []
+
+
+def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
+    browser, runner, generators, tmp_path
+):
+    """export --answer --corrupt -o page.html: each head's frame in the model view carries
+    the effect `heads` measures (patch, ablation, dla), red where the metric rises, blue
+    where it falls; sorting orders each layer's heads by it."""
+    model, text = generators["gpt2-lm"], "The man walked the dog because"
+    corrupt = "The dog walked the man because"  # as many tokens
+    path = tmp_path / "page.html"
+    arguments = ["export", text, "--model", model, "--answer", " it", "--versus", " the"]
+    result = runner.invoke(app, [*arguments, "--corrupt", corrupt, "-o", str(path)])
+    assert result.exit_code == 0, result.stderr
+    table = attnviz.load(model).head_effects(text, " it", versus=" the", corrupt=corrupt)
+    open_page(browser, path)
+    assert errors(browser) == []
+    data = browser.execute_script("return window.attnviz.data")
+    assert set(data["effects"]["columns"]) == {"ablation", "dla", "patch"}
+    shown = {}
+    for figure in browser.find_elements("css selector", "#grid figure[data-effect]"):
+        entry = data["maps"][int(figure.get_attribute("data-index"))]
+        shown[entry["layer"], entry["head"]] = float(figure.get_attribute("data-effect"))
+        colour = figure.find_element("tag name", "canvas").value_of_css_property("border-color")
+        red, _, blue = (int(part) for part in re.findall(r"\d+", colour)[:3])
+        value = shown[entry["layer"], entry["head"]]
+        assert (red >= blue) if value > 0 else (blue >= red)
+    expected = {
+        (layer, head): table.of(layer, head)["ablation"]
+        for layer in table.layers
+        for head in table.heads
+    }
+    assert shown.keys() == expected.keys()  # every head framed, no aggregate
+    assert all(shown[place] == pytest.approx(expected[place], abs=1e-6) for place in expected)
+
+    browser.execute_script(
+        "const s = document.getElementById('effect'); s.value = 'patch';"
+        "s.dispatchEvent(new Event('change'));"
+        "document.getElementById('sort-effect').click();"
+    )
+    first_layer = table.layers[0]
+    ordered = [
+        float(figure.get_attribute("data-effect"))
+        for figure in browser.find_elements("css selector", "#grid figure[data-effect]")
+        if data["maps"][int(figure.get_attribute("data-index"))]["layer"] == first_layer
+    ]
+    patch = [table.of(first_layer, head)["patch"] for head in table.heads]
+    assert ordered == pytest.approx(sorted(patch, reverse=True), abs=1e-6)
+    assert "red raises it" in browser.find_element("id", "notes").text
+
+
+def test_a_corrupted_text_without_the_page_is_refused(runner, generators, tmp_path):
+    arguments = ["export", "a b", "--model", generators["gpt2-lm"], "--answer", " it"]
+    result = runner.invoke(app, [*arguments, "--corrupt", "a c", "-o", str(tmp_path / "x.png")])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "--corrupt applies to the page" in result.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_the_trace_page_shows_every_layer_and_position_and_its_effect_on_hover(
+    browser, runner, generators, tmp_path
+):
+    model, text = generators["llama-lm"], "The man walked the dog because"
+    corrupt = "The dog walked the man because"  # as many tokens
+    path = tmp_path / "trace.html"
+    arguments = ["trace", text, "--model", model, "--answer", " it", "--corrupt", corrupt]
+    result = runner.invoke(app, [*arguments, "--site", "mlp", "-o", str(path)])
+    assert result.exit_code == 0 and result.stdout == "", result.stderr
+    found = attnviz.load(model).trace(text, " it", corrupt, site="mlp")
+    open_page(browser, path)
+    assert errors(browser) == []
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    data = browser.execute_script("return window.attnviz.data")
+    assert data["layers"] == found.layers and len(data["tokens"]) == len(found.tokens)
+    np.testing.assert_allclose(np.array(data["effect"]), found.effect, atol=1e-6)
+    canvas = browser.find_element("id", "trace")
+    layers, positions = found.effect.shape
+    from selenium.webdriver import ActionChains
+
+    box = canvas.rect  # hover the middle of the last layer's second position
+    x = (1.5 / positions) * box["width"] - box["width"] / 2
+    y = ((layers - 0.5) / layers) * box["height"] - box["height"] / 2
+    ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).perform()
+    tip = browser.find_element("id", "tooltip")
+    assert tip.get_attribute("data-layer") == str(found.layers[-1])
+    assert tip.get_attribute("data-position") == "1"
+    assert f"{found.effect[-1, 1]:+.3f}" in tip.text
+    assert "corrupted" in browser.find_element("id", "notes").text

@@ -27,9 +27,9 @@ from attnviz.cli.settings import (
     MapProducts,
     ModelSettings,
     Reading,
-    answer_options,
     map_products,
     model_settings,
+    page_effect_options,
     reading_options,
     request,
 )
@@ -43,7 +43,7 @@ from attnviz.writers import Rendering, write
 @map_products
 @picture_settings
 @head_choice
-@answer_options
+@page_effect_options
 @with_environment
 @reading_options
 def export(
@@ -96,7 +96,7 @@ def export(
     )
     style = picture.style()
     top = out.top_heads_for(choice, aggregate, detect, answered=effects.answer is not None)
-    effects.drawing(reading.model, top)
+    effects.drawing(reading.model, top, page=drawn is Output.HTML)
     products.ranking(top)
     between = out.checked_between(between, pair)
     check_writable(output)  # before the model loads
@@ -109,5 +109,7 @@ def export(
         maps = out.between_sentences(maps, between)
     if aggregate is not None:
         maps = combine(maps, aggregate)
-    how = Rendering(view, style, top, label_positions, title=picture.title or "")
+    how = Rendering(
+        view, style, top, label_positions, title=picture.title or "", effects=found.effects
+    )
     write([maps], drawn, output, how)

@@ -292,10 +292,14 @@ class Effects:
         """The heads --top-heads draws, with their effects on the answer where found."""
         return top if top is None or found.effects is None else replace(top, effects=found.effects)
 
-    def drawing(self, model: str, top: TopHeads | None) -> None:
-        """Refuse, before a model loads, an answer where no heads are ranked by it."""
+    def drawing(self, model: str, top: TopHeads | None, page: bool = False) -> None:
+        """Refuse, before a model loads, an answer where no heads are ranked by it (the
+        ``page`` tints every head by its effects instead), and a corrupted text where no
+        page shows what it brings back."""
         self.check(model)
-        if self.answer is not None and (top is None or not top.by_effect):
+        if not page:
+            refuse_unused(given_flags(self, ["corrupt"]), "the page (-o FILE.html)", "a picture")
+        if self.answer is not None and not page and (top is None or not top.by_effect):
             raise UsageError(
                 "--answer ranks the heads a picture draws: give --top-heads N "
                 "(--by ablation or dla)"
@@ -338,6 +342,8 @@ effect_options = bundle("effects", Effects)
 # The same without the knockout's and the corrupted text's, for pictures of the heads an
 # answer needs (ranked by ablation or dla).
 answer_options = bundle("effects", Effects, leave_out=("knockout", "window", "corrupt"))
+# The same with the corrupted text's, for export: its page tints each head by its patch.
+page_effect_options = bundle("effects", Effects, leave_out=("knockout", "window"))
 # The answer's options that a trace reads (it lists layers × positions, not heads).
 trace_options = bundle("effects", Effects, leave_out=("ablate", "knockout", "window"))
 NO_EFFECTS = Effects()

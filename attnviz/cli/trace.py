@@ -43,7 +43,8 @@ PictureOption = Annotated[
         "--output",
         "-o",
         metavar="PATH",
-        help="Draw the trace as a picture for a paper (.png, .svg or .pdf) instead.",
+        help="Draw the trace as a picture for a paper (.png, .svg or .pdf) or as an "
+        "interactive page (.html: each cell's layer, token and effect on hover) instead.",
     ),
 ]
 
@@ -77,7 +78,7 @@ def trace(
         raise UsageError(
             "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
         )
-    drawn = None if output is None else output_of_file(output, PICTURES)
+    drawn = None if output is None else output_of_file(output, (*PICTURES, Output.HTML))
     if drawn is not None and output_format is not Output.TABLE:
         raise UsageError("-o draws a picture; -f writes data to stdout: give one of them")
     asked = request(
@@ -89,7 +90,13 @@ def trace(
     extractor = asked.open(environment)
     line = out.only_one(out.inputs(text, extractor), "trace reads one text and its corrupted twin")
     found = asked_for(asked.run(extractor, line).trace)
-    if drawn is not None:
+    if drawn is Output.HTML:
+        from attnviz.render.page import trace_page_html  # numpy: only for the page
+
+        assert output is not None
+        with open_output(output, binary=True) as stream:
+            stream.write(trace_page_html(found).encode("utf-8"))
+    elif drawn is not None:
         from attnviz.render.effects import trace_picture  # matplotlib: only for a picture
 
         assert output is not None

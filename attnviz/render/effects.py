@@ -17,7 +17,7 @@ from attnviz.render.style import token_label
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from attnviz.analysis.heads import HeadEffects
+    from attnviz.analysis.heads import Answer, HeadEffects
     from attnviz.analysis.trace import Trace
 
 _WHITE, _RED, _BLUE = (
@@ -38,15 +38,23 @@ def diverging(value: float, largest: float) -> tuple[int, int, int]:
     return red, green, blue
 
 
+def diverging_palette(levels: int = 256) -> list[tuple[int, int, int]]:
+    """The diverging scale as ``levels`` colours from -1 to 1, for the page's script."""
+    return [diverging(2 * level / (levels - 1) - 1, 1.0) for level in range(levels)]
+
+
+def metric_of(on: Answer) -> str:
+    """What the effects measure: the answer's log-probability or a logit difference."""
+    if on.versus is None:
+        return "log-probability"
+    return f"logit({on.answer_token!r}) − logit({on.versus_token!r})"
+
+
 def _title(trace: Trace) -> str:
     on = trace.on
-    metric = (
-        "log-probability"
-        if on.versus is None
-        else f"logit({on.answer_token!r}) − logit({on.versus_token!r})"
-    )
     return (
-        f"{trace.model} · trace at {trace.site.value} · answer {on.answer_token!r} · {metric}: "
+        f"{trace.model} · trace at {trace.site.value} · answer {on.answer_token!r} · "
+        f"{metric_of(on)}: "
         f"clean {on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}"
         + (" · gradient estimate" if on.method.value == "gradient" else "")
     )

@@ -8,6 +8,10 @@ head as a small heatmap) and head (one heatmap with its labels). Weights travel 
 number) and are decoded in the browser; the script and the style are inlined from this package; a
 Content-Security-Policy forbids the page to load anything at all.
 
+With the heads' effects on an answer (``export --answer``), the model view tints each
+head's frame by one effect (diverging colours centred on 0) and can sort each layer's
+heads by it.
+
 Token text is data: it travels inside a JSON block in which ``<``, ``>`` and
 ``&`` are escaped, and the script only ever sets it as text, never as markup.
 """
@@ -30,8 +34,12 @@ from attnviz.analysis.grid import pool_labels, pool_map
 from attnviz.choices import Aggregate, Output, View
 from attnviz.outputs import view_for
 from attnviz.render import palette
+from attnviz.render.effects import diverging_palette, metric_of
+from attnviz.render.style import token_label
 
 if TYPE_CHECKING:
+    from attnviz.analysis.heads import HeadEffects
+    from attnviz.analysis.trace import Trace
     from attnviz.maps import AttentionMaps
 
 MAX_CELLS = 12_000_000  # all maps' cells together: about 16 MB of base64; more are pooled
@@ -70,8 +78,37 @@ def _pool_for(panels: int, queries: int, keys: int, budget: int) -> int:
     return pool
 
 
-def page_data(maps: AttentionMaps, *, budget: int = MAX_CELLS, view: str = "model") -> dict:
-    """What the page's script reads: tokens, flags and every map as 8-bit levels."""
+def _effects_data(panels: list[dict[str, Any]], effects: HeadEffects) -> dict[str, Any]:
+    """Each map's effects on the answer by column (None for a map that is no head, or a
+    head the effects leave out), in the order of the page's maps."""
+    held = {(layer, head) for layer in effects.layers for head in effects.heads}
+    columns: dict[str, list[float | None]] = {}
+    for panel in panels:
+        place = (panel["layer"], panel["head"])
+        found = effects.of(*place) if panel["kind"] == "head" and place in held else {}
+        for name in ("ablation", "dla", "patch"):
+            if name == "patch" and effects.patch is None:
+                continue
+            columns.setdefault(name, []).append(found.get(name))
+    on = effects.on
+    return {
+        "answer": on.answer_token,
+        "metric": metric_of(on),
+        "method": on.method.value,
+        "columns": columns,
+        "palette": [list(colour) for colour in diverging_palette()],
+    }
+
+
+def page_data(
+    maps: AttentionMaps,
+    *,
+    budget: int = MAX_CELLS,
+    view: str = "model",
+    effects: HeadEffects | None = None,
+) -> dict:
+    """What the page's script reads: tokens, flags, every map as 8-bit levels and, where
+    given, each head's effects on an answer."""
     panels: list[dict[str, Any]] = []
     matrices: list[np.ndarray] = []
     for panel in maps.panels():
@@ -129,6 +166,7 @@ def page_data(maps: AttentionMaps, *, budget: int = MAX_CELLS, view: str = "mode
         "rowsAreDistributions": maps.aggregate not in (Aggregate.MAX, Aggregate.MAX_ALL)
         and maps.weighting is None,
         "palette": [list(palette.rgb(level / 255)) for level in range(256)],
+        "effects": None if effects is None else _effects_data(panels, effects),
     }
 
 
@@ -144,20 +182,51 @@ def page_html(
     budget: int = MAX_CELLS,
     view: View | str = View.MODEL,
     title: str = "",
+    effects: HeadEffects | None = None,
 ) -> str:
     """The whole page for ``maps`` as one string, opening on ``view`` (head, layer or
-    model; any other is a usage error)."""
-    data = page_data(maps, budget=budget, view=view_for(view, Output.HTML).value)
+    model; any other is a usage error); with ``effects``, the heads' effects on an answer
+    tint the model view."""
+    data = page_data(maps, budget=budget, view=view_for(view, Output.HTML).value, effects=effects)
     heading = title or f"{maps.model} · {maps.mode.value} attention"
+    return _document(heading, data, "page")
+
+
+def trace_page_html(trace: Trace) -> str:
+    """A causal trace as one offline page: the layers × positions grid in diverging
+    colours, each cell's layer, token and effect on hover."""
+    on = trace.on
+    notes = [
+        f"answer {on.answer_token!r} · {metric_of(on)}: clean {on.clean_metric:.3f}, "
+        f"corrupted {on.corrupt_metric:.3f}",
+        "a cell: how much of the metric comes back with the clean activation restored "
+        "there (red raises it, blue lowers it)",
+    ]
+    if on.method.value == "gradient":
+        notes.append("estimated from gradients (attribution patching)")
+    data = {
+        "tokens": [token_label(token) for token in trace.tokens],
+        "corruptTokens": [token_label(token) for token in trace.corrupt_tokens],
+        "layers": trace.layers,
+        "effect": np.round(trace.effect.astype(np.float64), 6).tolist(),
+        "palette": [list(colour) for colour in diverging_palette()],
+        "notes": notes,
+    }
+    return _document(f"{trace.model} · trace at {trace.site.value}", data, "trace")
+
+
+def _document(heading: str, data: dict, assets: str) -> str:
+    """A page: the style, the markup and the script of ``assets`` (page or trace), and
+    ``data`` for the script."""
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='Content-Security-Policy' content=\"{_POLICY}\">"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{html.escape(heading)}</title><style>{_asset('page.css')}</style></head>"
         f"<body><h1 id='heading'>{html.escape(heading)}</h1>"
-        f"{_asset('page.html')}"
+        f"{_asset(f'{assets}.html')}"
         f"<script type='application/json' id='attnviz-data'>{_script_json(data)}</script>"
-        f"<script>{_asset('page.js')}</script></body></html>\n"
+        f"<script>{_asset(f'{assets}.js')}</script></body></html>\n"
     )
 
 

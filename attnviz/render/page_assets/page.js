@@ -21,6 +21,18 @@
   if (!layers.length) { layers.push(null); byLayer.set(null, []); }
 
   const state = { view: data.view, layer: 0, head: 0, hideSpecial: false, checked: new Set([0]), hover: null };
+  // Each head's effects on an answer (export --answer): a column tints the model view's
+  // frames, from blue (the metric falls) through white (0) to red (it rises).
+  const effects = data.effects;
+  state.effect = effects ? Object.keys(effects.columns)[0] : null;
+  state.sortByEffect = false;
+  function effectOf(index) { return effects && state.effect ? effects.columns[state.effect][index] : null; }
+  function effectColour(value) {
+    const column = effects.columns[state.effect].filter((v) => v !== null);
+    const top = Math.max(...column.map(Math.abs), 0);
+    const share = top ? value / top : 0;
+    return `rgb(${effects.palette[Math.round(((share + 1) / 2) * 255)].join(",")})`;
+  }
 
   function choices() {
     const own = byLayer.get(layers[state.layer]) || [];
@@ -197,12 +209,23 @@
     rowsOfMaps.forEach(([name, maps], row) => {
       const head = document.createElement("div"); head.className = "row-label"; head.textContent = name;
       items.push(head);
-      maps.forEach((m, k) => {
+      const order = maps.map((m, k) => [m, k]);
+      if (state.sortByEffect) { // largest effect first; maps with none (aggregates) last
+        const key = ([m]) => { const v = effectOf(m.index); return v === null ? -Infinity : v; };
+        order.sort((a, b) => key(b) - key(a));
+      }
+      order.forEach(([m, k]) => {
         const figure = document.createElement("figure");
         figure.dataset.index = m.index;
         const canvas = document.createElement("canvas");
         paint(canvas, m.index, cell, 8);
         const caption = document.createElement("figcaption"); caption.textContent = label(m);
+        const value = effectOf(m.index);
+        if (value !== null) {
+          figure.dataset.effect = value;
+          canvas.style.border = `3px solid ${effectColour(value)}`;
+          caption.textContent += ` · ${value >= 0 ? "+" : ""}${value.toFixed(3)}`;
+        }
         figure.append(canvas, caption);
         const layerIndex = row < layers.length ? row : state.layer;
         if (layerIndex === state.layer && (row < layers.length ? k : k + (byLayer.get(layers[state.layer]) || []).length) === state.head) figure.classList.add("current");
@@ -269,6 +292,21 @@
     state.checked = new Set([state.head]);
     draw();
   });
+  if (effects) {
+    const select = $("effect");
+    select.replaceChildren(...Object.keys(effects.columns).map((name) => {
+      const o = document.createElement("option"); o.value = name; o.textContent = name; return o;
+    }));
+    select.value = state.effect;
+    select.addEventListener("change", (e) => { state.effect = e.target.value; draw(); });
+    $("sort-effect").addEventListener("change", (e) => { state.sortByEffect = e.target.checked; draw(); });
+    $("effect-controls").hidden = false;
+    const estimate = effects.method === "gradient" ? ", estimated from gradients" : "";
+    data.notes.push(
+      `frames: each head's effect on ${JSON.stringify(effects.answer)} (${effects.metric}${estimate}): ` +
+      "red raises it, blue lowers it"
+    );
+  }
   $("notes").textContent = data.notes.join(" · ");
   window.attnviz = { data, state, weight: rawWeight, setView };
   setView(state.view);
