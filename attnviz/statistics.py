@@ -4,8 +4,9 @@ A column is one row of :class:`HeadColumn`: its name, its help, what it needs of
 maps, how it is finished from the sums the blocks add (its denominator), whether it is a
 detector's score, where the terminal's tables show it and which way it sorts. The
 enums of the options (``--sort``, ``--by``, ``--detect``), the corpus statistics and the
-help texts (and so ``docs/cli.md``, written from them) are derived from it. A new statistic is a row here and
-its arithmetic, by name, in :class:`~attnviz.analysis.products.HeadStatisticsProduct`.
+help texts (and so ``docs/cli.md``, written from them) are derived from it. A new
+statistic is a row here and its arithmetic, by name, in
+:class:`~attnviz.analysis.products.HeadStatisticsProduct`.
 
 Standard library only: the command line reads this module to declare its options.
 """

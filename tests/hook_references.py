@@ -1,5 +1,6 @@
-"""References written from plain transformers hooks and autograd, none of attnviz's code:
-what patching, tracing and the gradient estimates are held to, on the tiny models and
+"""References written from plain transformers hooks, autograd and numpy, none of
+attnviz's code: what ablation, dla, patching, tracing, the gradient estimates, the
+detectors' scores and the needle's retrieval scores are held to, on the tiny models and
 SmolLM2. Each takes a model, its family's name (gpt2-lm, llama-lm or gemma2-lm; SmolLM2
 is read as a Llama) and token ids."""
 
@@ -205,3 +206,126 @@ def reference_gradients(model, family, ids, answer_id, versus_id, site):
             handle.remove()
         model.zero_grad(set_to_none=True)
     return [(kept[layer][0].detach(), kept[layer].grad[0]) for layer in sorted(kept)]
+
+
+def final_norm(model, family):
+    return model.transformer.ln_f if family == "gpt2-lm" else model.model.norm
+
+
+def log_prob(model, ids, answer_id):
+    with torch.inference_mode():
+        return float(model(input_ids=ids).logits[0, -1].float().log_softmax(-1)[answer_id])
+
+
+def reference_ablation(model, family, ids, answer_id, layers, heads, mean=False):
+    """One whole forward per head, a hook zeroing (or averaging) its slice."""
+    clean = log_prob(model, ids, answer_id)
+    size = model.config.hidden_size // model.config.num_attention_heads
+    result = np.zeros((len(layers), len(heads)))
+    for row, layer in enumerate(layers):
+        projection = output_projection(model, family, layer)
+        for column, head in enumerate(heads):
+            part = slice(head * size, (head + 1) * size)
+
+            def hook(_module, args, part=part):
+                changed = args[0].clone()
+                changed[..., part] = args[0][0, :, part].mean(0) if mean else 0
+                return (changed,)
+
+            handle = projection.register_forward_pre_hook(hook)
+            try:
+                result[row, column] = log_prob(model, ids, answer_id) - clean
+            finally:
+                handle.remove()
+    return result
+
+
+def reference_dla(model, family, ids, answer_id, layers, heads):
+    """From recorded states: each head's slice times its rows (or columns) of the output
+    projection's matrix, through the final norm with the clean residual's scale, dotted
+    with the answer's row of the unembedding."""
+    recorded = {}
+    handles = [
+        output_projection(model, family, layer).register_forward_pre_hook(
+            lambda _m, args, layer=layer: recorded.__setitem__(layer, args[0][0, -1])
+        )
+        for layer in layers
+    ] + [
+        output_projection(model, family, layer).register_forward_hook(
+            lambda _m, _a, out, layer=layer: recorded.__setitem__(("out", layer), out[0, -1])
+        )
+        for layer in layers
+    ]
+    norm = final_norm(model, family)
+    handles.append(
+        norm.register_forward_pre_hook(lambda _m, args: recorded.__setitem__("x", args[0][0, -1]))
+    )
+    try:
+        log_prob(model, ids, answer_id)
+    finally:
+        for handle in handles:
+            handle.remove()
+    x = recorded["x"].double()
+    size = model.config.hidden_size // model.config.num_attention_heads
+    unembedding = model.lm_head.weight[answer_id].double()
+    result = np.zeros((len(layers), len(heads)))
+    for row, layer in enumerate(layers):
+        projection = output_projection(model, family, layer)
+        for column, head in enumerate(heads):
+            part = slice(head * size, (head + 1) * size)
+            z = recorded[layer][part].double()
+            if family == "gpt2-lm":  # Conv1D: (in, out)
+                written = z @ projection.weight[part, :].double()
+                centred = written - written.mean()
+                normed = centred / torch.sqrt(x.var(unbiased=False) + norm.eps)
+                normed = normed * norm.weight.double()
+            elif family == "llama-lm":  # Linear: (out, in); RMSNorm
+                written = projection.weight[:, part].double() @ z
+                rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+                normed = written / rms * norm.weight.double()
+            else:  # Gemma: the attention's output normed before the residual; gains 1 + w
+                written = projection.weight[:, part].double() @ z
+                post = model.model.layers[layer].post_attention_layernorm
+                out = recorded["out", layer].double()
+                written = written / torch.sqrt(out.pow(2).mean() + post.eps)
+                written = written * (1 + post.weight.double())
+                rms = torch.sqrt(x.pow(2).mean() + norm.eps)
+                normed = written / rms * (1 + norm.weight.double())
+            result[row, column] = float((normed @ unembedding).detach())
+    return result
+
+
+def transformer_lens_score(attention, tokens, detector):
+    """One head's (T, T) attention: TransformerLens's score with exclude_bos=True."""
+    size = len(tokens)
+    same = np.equal.outer(tokens, tokens).astype(float)  # [i, j]: token j is token i
+    np.fill_diagonal(same, 0)
+    duplicate = np.tril(same)
+    if detector == "previous_token":
+        pattern = np.zeros((size, size))
+        pattern[1:, :-1] = np.eye(size - 1)
+    elif detector == "duplicate_token":
+        pattern = duplicate
+    else:  # induction: the duplicate pattern moved one key to the right
+        pattern = np.tril(np.concatenate([np.zeros((size, 1)), duplicate[:, :-1]], axis=1))
+    attention = attention.copy()
+    attention[:, 0] = 0
+    return float((attention * pattern).sum() / attention.sum())
+
+
+def reference_retrieval(top_keys, written, prompt, answer):
+    """The retrieval score in a few lines, as the paper's loop counts it (each answer
+    position at most once): a head copies position j at a step when it weighs j most and
+    the token written there is the token at j."""
+    layers, heads = top_keys.shape[1:]
+    scores = np.zeros((layers, heads))
+    for layer in range(layers):
+        for head in range(heads):
+            copied = {
+                int(top_keys[step, layer, head])
+                for step, token in enumerate(written)
+                if top_keys[step, layer, head] in answer
+                and prompt[top_keys[step, layer, head]] == token
+            }
+            scores[layer, head] = len(copied) / len(answer)
+    return scores

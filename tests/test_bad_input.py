@@ -16,20 +16,12 @@ import pytest
 from attnviz.cli import app
 from attnviz.memory import Room
 from tests import tiny_models
+from tests.checks import failed_in_process
 from tests.processes import IN_A_SHELL, attnviz, shell
 
 
 def invoke(runner, arguments, stdin: bytes | None = None):
     return runner.invoke(app, arguments, input=stdin)
-
-
-def failed_in_process(result, code: int, message: str) -> None:
-    """A CliRunner result: the code, one error line on stderr, nothing on stdout."""
-    assert result.exit_code == code, result.stderr
-    assert result.stdout == ""
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("attnviz: error: "), result.stderr
-    assert message in lines[0]
 
 
 def one_error_line(result, code: int, message: str) -> None:

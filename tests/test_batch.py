@@ -16,25 +16,10 @@ from attnviz.batch.inputs import assign_names, in_shard, parse_shard, read_input
 from attnviz.batch.run import record_done
 from attnviz.cli import app
 from attnviz.errors import UsageError
+from tests.checks import manifest, unrecorded
 from tests.processes import ATTNVIZ
 
 SAMPLES = Path(__file__).parent.parent / "sample_texts"
-
-
-def manifest(folder: Path, name: str = "manifest.jsonl") -> list[dict]:
-    """The records (an interrupted run's manifest begins with its claim, no record)."""
-    lines = (json.loads(line) for line in (folder / name).read_text().splitlines())
-    return [line for line in lines if "index" in line]
-
-
-def unrecorded(folder: Path) -> set[str]:
-    """The files in a batch's folder that none of its manifests records: none, always."""
-    records = [
-        record for path in folder.glob("manifest*.jsonl") for record in manifest(folder, path.name)
-    ]
-    recorded = {name for record in records for name in record["files"]}
-    manifests = {path.name for path in folder.glob("manifest*.jsonl")}
-    return {path.name for path in folder.iterdir()} - recorded - manifests
 
 
 def test_batch_writes_every_file_and_the_manifest(runner, tmp_path):

@@ -14,8 +14,8 @@ import pytest
 
 from attnviz.batch.folder import FolderLock
 from attnviz.cli import app
+from tests.checks import unrecorded
 from tests.processes import ATTNVIZ
-from tests.test_batch import unrecorded
 
 
 def _inputs(tmp_path, count=4):

@@ -17,27 +17,10 @@ import attnviz
 from attnviz.analysis.heads import head_statistics
 from attnviz.cli import app
 from attnviz.errors import AttnvizError
+from tests.hook_references import transformer_lens_score
 
 DETECTORS = ("previous_token", "duplicate_token", "induction")
 REPEATED = "the cat sat on the mat and the cat sat on the very very big rug"
-
-
-def transformer_lens_score(attention, tokens, detector):
-    """One head's (T, T) attention: TransformerLens's score with exclude_bos=True."""
-    size = len(tokens)
-    same = np.equal.outer(tokens, tokens).astype(float)  # [i, j]: token j is token i
-    np.fill_diagonal(same, 0)
-    duplicate = np.tril(same)
-    if detector == "previous_token":
-        pattern = np.zeros((size, size))
-        pattern[1:, :-1] = np.eye(size - 1)
-    elif detector == "duplicate_token":
-        pattern = duplicate
-    else:  # induction: the duplicate pattern moved one key to the right
-        pattern = np.tril(np.concatenate([np.zeros((size, 1)), duplicate[:, :-1]], axis=1))
-    attention = attention.copy()
-    attention[:, 0] = 0
-    return float((attention * pattern).sum() / attention.sum())
 
 
 def check_scores(maps, rows):

@@ -17,100 +17,11 @@ import torch
 
 import attnviz
 from attnviz.errors import UsageError
+from tests.hook_references import final_norm, log_prob, reference_ablation, reference_dla
 
 TEXT = "The man walked the dog because"
 ANSWER = " it"
 FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm"]
-
-
-def _parts(model, family: str, layer: int):
-    """(output projection, final norm) of one layer, as the family names them."""
-    if family == "gpt2-lm":
-        return model.transformer.h[layer].attn.c_proj, model.transformer.ln_f
-    return model.model.layers[layer].self_attn.o_proj, model.model.norm
-
-
-def _log_prob(model, ids, answer_id):
-    with torch.inference_mode():
-        return float(model(input_ids=ids).logits[0, -1].float().log_softmax(-1)[answer_id])
-
-
-def _reference_ablation(model, family, ids, answer_id, layers, heads, mean=False):
-    """One whole forward per head, a hook zeroing (or averaging) its slice."""
-    clean = _log_prob(model, ids, answer_id)
-    size = model.config.hidden_size // model.config.num_attention_heads
-    result = np.zeros((len(layers), len(heads)))
-    for row, layer in enumerate(layers):
-        projection, _ = _parts(model, family, layer)
-        for column, head in enumerate(heads):
-            part = slice(head * size, (head + 1) * size)
-
-            def hook(_module, args, part=part):
-                changed = args[0].clone()
-                changed[..., part] = args[0][0, :, part].mean(0) if mean else 0
-                return (changed,)
-
-            handle = projection.register_forward_pre_hook(hook)
-            try:
-                result[row, column] = _log_prob(model, ids, answer_id) - clean
-            finally:
-                handle.remove()
-    return result
-
-
-def _reference_dla(model, family, ids, answer_id, layers, heads):
-    """From recorded states: each head's slice times its rows (or columns) of the output
-    projection's matrix, through the final norm with the clean residual's scale, dotted
-    with the answer's row of the unembedding."""
-    recorded = {}
-    handles = [
-        _parts(model, family, layer)[0].register_forward_pre_hook(
-            lambda _m, args, layer=layer: recorded.__setitem__(layer, args[0][0, -1])
-        )
-        for layer in layers
-    ] + [
-        _parts(model, family, layer)[0].register_forward_hook(
-            lambda _m, _a, out, layer=layer: recorded.__setitem__(("out", layer), out[0, -1])
-        )
-        for layer in layers
-    ]
-    norm = _parts(model, family, 0)[1]
-    handles.append(
-        norm.register_forward_pre_hook(lambda _m, args: recorded.__setitem__("x", args[0][0, -1]))
-    )
-    try:
-        _log_prob(model, ids, answer_id)
-    finally:
-        for handle in handles:
-            handle.remove()
-    x = recorded["x"].double()
-    size = model.config.hidden_size // model.config.num_attention_heads
-    unembedding = model.lm_head.weight[answer_id].double()
-    result = np.zeros((len(layers), len(heads)))
-    for row, layer in enumerate(layers):
-        projection = _parts(model, family, layer)[0]
-        for column, head in enumerate(heads):
-            part = slice(head * size, (head + 1) * size)
-            z = recorded[layer][part].double()
-            if family == "gpt2-lm":  # Conv1D: (in, out)
-                written = z @ projection.weight[part, :].double()
-                centred = written - written.mean()
-                normed = centred / torch.sqrt(x.var(unbiased=False) + norm.eps)
-                normed = normed * norm.weight.double()
-            elif family == "llama-lm":  # Linear: (out, in); RMSNorm
-                written = projection.weight[:, part].double() @ z
-                rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
-                normed = written / rms * norm.weight.double()
-            else:  # Gemma: the attention's output normed before the residual; gains 1 + w
-                written = projection.weight[:, part].double() @ z
-                post = model.model.layers[layer].post_attention_layernorm
-                out = recorded["out", layer].double()
-                written = written / torch.sqrt(out.pow(2).mean() + post.eps)
-                written = written * (1 + post.weight.double())
-                rms = torch.sqrt(x.pow(2).mean() + norm.eps)
-                normed = written / rms * (1 + norm.weight.double())
-            result[row, column] = float((normed @ unembedding).detach())
-    return result
 
 
 def _loaded(generators, family):
@@ -118,7 +29,7 @@ def _loaded(generators, family):
     0, which would hide a norm read the wrong way)."""
     extractor = attnviz.load(generators[family])
     model = extractor.loaded.model
-    norms = [_parts(model, family, 0)[1]]
+    norms = [final_norm(model, family)]
     if family == "gemma2-lm":
         norms += [layer.post_attention_layernorm for layer in model.model.layers]
     generator = torch.Generator().manual_seed(1)
@@ -138,8 +49,8 @@ def test_ablation_equals_a_hook_rerunning_the_model_per_head(generators, family,
     ids = extractor.loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
     answer_id = extractor.loaded.tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
     assert effects.answer_token == extractor.loaded.tokenizer.decode([answer_id])
-    assert effects.log_prob == pytest.approx(_log_prob(model, ids, answer_id), abs=1e-5)
-    expected = _reference_ablation(
+    assert effects.log_prob == pytest.approx(log_prob(model, ids, answer_id), abs=1e-5)
+    expected = reference_ablation(
         model, family, ids, answer_id, effects.layers, effects.heads, mean=ablate == "mean"
     )
     assert np.abs(expected).max() > 1e-3  # the heads do change the answer
@@ -152,7 +63,7 @@ def test_dla_equals_the_heads_writing_read_through_the_frozen_norm(generators, f
     effects = extractor.head_effects(TEXT, ANSWER)
     ids = extractor.loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
     answer_id = extractor.loaded.tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
-    expected = _reference_dla(model, family, ids, answer_id, effects.layers, effects.heads)
+    expected = reference_dla(model, family, ids, answer_id, effects.layers, effects.heads)
     assert np.abs(expected).max() > 1e-3
     np.testing.assert_allclose(effects.dla, expected, atol=1e-4)
 

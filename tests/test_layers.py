@@ -152,3 +152,19 @@ def test_no_module_is_longer_than_a_few_screens():
         if (count := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST_MODULE
     ]
     assert longer == []
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in modules of their own (checks.py, hook_references.py,
+    processes.py, tiny_models.py) or in conftest.py's fixtures, never in a test module."""
+    tests = Path(__file__).parent
+    found = []
+    for path in tests.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            ) + ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if isinstance(node, ast.ImportFrom) and node.module == "tests":
+                names += [f"tests.{alias.name}" for alias in node.names]
+            found += [f"{path.name}: {name}" for name in names if name.startswith("tests.test_")]
+    assert found == []

@@ -17,31 +17,14 @@ import attnviz
 from attnviz.cli import app
 from attnviz.needle import Needle, Sweep, parse_depths, parse_lengths, retrieval_scores
 from attnviz.pretrained.needle import Haystack, default_haystack, read_while_writing
-from tests.test_bad_input import failed_in_process
+from tests.checks import failed_in_process
+from tests.hook_references import reference_retrieval
 
 # The tiny models' tokenizers spell words in a few letters each: a short needle fits.
 NEEDLE = Needle("The code is red.", "What is the code?", "red")  # (no digits in them)
 SHORT = Sweep((150, 220), (0.0, 0.5, 1.0), NEEDLE, max_new_tokens=4)
 TINY_NEEDLE = ["--needle", NEEDLE.needle, "--question", NEEDLE.question, "--answer", "red"]
 SENTENCES = " ".join(f"Day {word} was dry." for word in ("one", "two", "six", "ten") * 20)
-
-
-def reference_scores(top_keys, written, prompt, answer):
-    """The retrieval score in a few lines, as the paper's loop counts it (each answer
-    position at most once): a head copies position j at a step when it weighs j most and
-    the token written there is the token at j."""
-    layers, heads = top_keys.shape[1:]
-    scores = np.zeros((layers, heads))
-    for layer in range(layers):
-        for head in range(heads):
-            copied = {
-                int(top_keys[step, layer, head])
-                for step, token in enumerate(written)
-                if top_keys[step, layer, head] in answer
-                and prompt[top_keys[step, layer, head]] == token
-            }
-            scores[layer, head] = len(copied) / len(answer)
-    return scores
 
 
 @settings(max_examples=60, deadline=None)
@@ -58,7 +41,7 @@ def test_retrieval_scores_equal_the_few_line_reference(data):
         )
     ).reshape(steps, layers, heads)  # fmt: skip
     found = retrieval_scores(top_keys, written, prompt, answer)
-    np.testing.assert_array_equal(found, reference_scores(top_keys, written, prompt, answer))
+    np.testing.assert_array_equal(found, reference_retrieval(top_keys, written, prompt, answer))
 
 
 def test_a_head_that_copies_every_answer_token_scores_one():
@@ -147,7 +130,7 @@ def test_the_sweep_scores_each_cell_from_its_rows(generators):
     prompt = Haystack(loaded, SHORT, default_haystack()).prompt(cell.length, cell.depth)
     written, top_keys, span, _ = read_while_writing(loaded, prompt, SHORT)
     np.testing.assert_array_equal(
-        cell.retrieval, reference_scores(top_keys, written, prompt.ids, prompt.answer)
+        cell.retrieval, reference_retrieval(top_keys, written, prompt.ids, prompt.answer)
     )
     np.testing.assert_allclose(cell.span, span.mean(axis=0))
     assert cell.response == loaded.tokenizer.decode(written, skip_special_tokens=True)

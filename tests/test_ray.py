@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from attnviz.cli import app
+from tests.checks import manifest as records_in
 from tests.processes import ATTNVIZ
-from tests.test_batch import manifest as records_in
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 SENTENCES = [

@@ -14,7 +14,7 @@ import torch
 
 import attnviz
 from attnviz.cli import app
-from tests.test_detectors import transformer_lens_score
+from tests.hook_references import transformer_lens_score
 
 pytestmark = [
     pytest.mark.smollm2,
@@ -136,7 +136,7 @@ def test_answer_effects_equal_a_hook_rerun_of_the_plain_model(smollm2, plain):
     """heads --answer ' Paris': two layers' heads (the one the answer needs most among
     them), each against the plain model rerun with the head zeroed, and its direct logit
     attribution computed from recorded states."""
-    from tests.test_effects import _reference_ablation, _reference_dla
+    from tests.hook_references import reference_ablation, reference_dla
 
     effects = smollm2.head_effects(PROMPT, " Paris", layers=[0, 23])
     model, tokenizer = plain
@@ -144,9 +144,9 @@ def test_answer_effects_equal_a_hook_rerun_of_the_plain_model(smollm2, plain):
     (answer_id,) = tokenizer(" Paris", add_special_tokens=False)["input_ids"]
     assert effects.answer_token == " Paris"
     layers, heads = effects.layers, effects.heads
-    ablation = _reference_ablation(model, "llama-lm", ids, answer_id, layers, heads)
+    ablation = reference_ablation(model, "llama-lm", ids, answer_id, layers, heads)
     np.testing.assert_allclose(effects.ablation, ablation, atol=1e-4)
-    dla = _reference_dla(model, "llama-lm", ids, answer_id, layers, heads)
+    dla = reference_dla(model, "llama-lm", ids, answer_id, layers, heads)
     np.testing.assert_allclose(effects.dla, dla, atol=1e-4)
     assert effects.ablation.min() < -1  # a head the answer needs: zeroed, e^-1 of it is left
 
@@ -157,7 +157,7 @@ def test_a_needle_cell_scores_the_heads_the_plain_model_copies_with(smollm2, pla
     eager attention, step by step over the whole sequence."""
     from attnviz.needle import Sweep
     from attnviz.pretrained.needle import Haystack, default_haystack
-    from tests.test_needle import reference_scores
+    from tests.hook_references import reference_retrieval
 
     sweep = Sweep((600,), (0.5,), max_new_tokens=24, chat=True)
     (cell,) = smollm2.needle(sweep).cells
@@ -176,7 +176,7 @@ def test_a_needle_cell_scores_the_heads_the_plain_model_copies_with(smollm2, pla
             written.append(int(output.logits[0, -1].argmax()))
             sequence.append(written[-1])
     assert cell.response == tokenizer.decode(written, skip_special_tokens=True)
-    expected = reference_scores(np.asarray(top_keys), written, prompt.ids, prompt.answer)
+    expected = reference_retrieval(np.asarray(top_keys), written, prompt.ids, prompt.answer)
     np.testing.assert_array_equal(cell.retrieval, expected)
     np.testing.assert_allclose(cell.span, np.mean(spans, axis=0), atol=1e-4)
     assert cell.retrieval.max() == 1  # a head copies every token of "7421"
