@@ -411,6 +411,7 @@ class AttentionMaps:
     def to_html(self, view: View | str = "model") -> str:
         """The interactive page as one self-contained HTML string, opening on ``view`` as
         ``export --view VIEW -o page.html`` does: save it, share it, open it offline."""
+        # the notebook module sits above the maps (it imports them)
         from attnviz import notebook
 
         return notebook.page(self, view)
@@ -419,6 +420,7 @@ class AttentionMaps:
         """The maps combined, as ``--aggregate`` combines them: ``"mean"`` or ``"max"`` of
         each layer's heads, ``"mean-all"``, ``"max-all"``, ``"rollout"`` or ``"flow"``
         over the layers held."""
+        # the notebook module sits above the maps (it imports them)
         from attnviz import notebook
 
         return notebook.aggregated(self, method)
@@ -426,6 +428,7 @@ class AttentionMaps:
     def head_statistics(self) -> list[HeadStatistics]:
         """A row per head, as ``attnviz heads`` lists them: every column of
         :class:`attnviz.statistics.HeadColumn` (``row.entropy``, ``row["sink"]``)."""
+        # the notebook module sits above the maps (it imports them)
         from attnviz import notebook
 
         return notebook.head_statistics(self)
@@ -444,6 +447,7 @@ class AttentionMaps:
         pick maps by model index. ``style``: ``cmap``, ``dpi``, ``values``, ``vmax``,
         ``figsize``, ``font_size``, ``title``, as the options of the same names.
         ``.data`` holds the bytes; a notebook shows PNG and SVG inline."""
+        # the notebook module sits above the maps (it imports them)
         from attnviz import notebook
 
         return notebook.picture(self, view, format, layer, head, style)
@@ -461,6 +465,7 @@ class AttentionMaps:
         picture (.png, .svg, .pdf: :meth:`picture`), the interactive page (.html) or
         data (.json, .ndjson, .npz, .csv), complete or not at all. ``layer`` and
         ``head`` pick maps by model index."""
+        # the notebook module sits above the maps (it imports them)
         from attnviz import notebook
 
         notebook.save(self, path, view, layer, head, style)
@@ -492,6 +497,7 @@ class AttentionMaps:
     def _repr_html_(self) -> str:
         """A notebook output: the interactive page in an iframe (no require.js, nothing
         fetched), bounded in size."""
+        # the notebook module sits above the maps (it imports them)
         from attnviz import notebook
 
         return notebook.framed_page(self)

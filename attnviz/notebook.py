@@ -17,7 +17,7 @@ from attnviz.choices import Aggregate, Output, View, chosen
 from attnviz.errors import UsageError
 from attnviz.outputs import DATA, OUTPUTS, PICTURES, output_of_file, view_for
 from attnviz.render.image import Picture, check_one_picture, one_picture
-from attnviz.render.page import page_html
+from attnviz.render.page import notebook_html, page_html
 from attnviz.render.style import Style, check_colormap
 from attnviz.writers import Rendering, write
 
@@ -34,8 +34,6 @@ def page(maps: AttentionMaps, view: View | str) -> str:
 
 def framed_page(maps: AttentionMaps) -> str:
     """The page in an iframe, bounded in size: a notebook cell's output."""
-    from attnviz.render.page import notebook_html
-
     return notebook_html(maps)
 
 

@@ -76,12 +76,14 @@ def json_pieces(
     maps: AttentionMaps, output: Output, how: Rendering, number: int
 ) -> Iterator[Piece]:
     """One document (json), or one line of a stream of them (ndjson)."""
+    # numpy: only where this format is written (the writers themselves are light)
     from attnviz.codecs import write_json
 
     yield "", lambda out: write_json(maps.astype(how.dtype), out)
 
 
 def npz_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int) -> Iterator[Piece]:
+    # numpy: only where this format is written (the writers themselves are light)
     from attnviz.codecs import write_npz
 
     yield "", lambda out: write_npz(maps.astype(how.dtype), out)
@@ -89,6 +91,7 @@ def npz_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int)
 
 def csv_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int) -> Iterator[Piece]:
     """The long form's rows of one input, ``number`` its place in the stream."""
+    # numpy: only where this format is written (the writers themselves are light)
     from attnviz.codecs import write_csv_rows
 
     def write_rows(out: IO[bytes]) -> None:
@@ -116,6 +119,7 @@ def picture_pieces(
 def page_pieces(
     maps: AttentionMaps, output: Output, how: Rendering, number: int
 ) -> Iterator[Piece]:
+    # numpy: only where this format is written (the writers themselves are light)
     from attnviz.render.page import page_html
 
     page = page_html(how.labelled(maps), view=how.view, title=how.title, effects=how.effects)
@@ -221,6 +225,7 @@ def write_table(
 ) -> None:
     """A command's table of rows (heads, stats) as data: json, a document holding the
     ``fields`` and the rows under ``key``; csv, a line per row."""
+    # numpy: only where this format is written (the writers themselves are light)
     from attnviz.codecs import dump_csv, dump_json
 
     if output is Output.JSON:

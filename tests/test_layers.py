@@ -168,3 +168,31 @@ def test_no_test_module_imports_another():
                 names += [f"tests.{alias.name}" for alias in node.names]
             found += [f"{path.name}: {name}" for name in names if name.startswith("tests.test_")]
     assert found == []
+
+
+def test_every_import_inside_a_function_says_why():
+    """attnviz's own modules are imported at the top; one imported inside a function
+    says why on its line or in a comment over its block of imports (a heavy module
+    loaded only when needed, or a cycle)."""
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for function in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(
+                    "attnviz"
+                ):
+                    continue
+                said = any("#" in line for line in lines[node.lineno - 1 : node.end_lineno])
+                above = node.lineno - 2
+                while not said and above >= 0:
+                    line = lines[above].strip()
+                    said = line.startswith("#")
+                    if not (line.startswith("from attnviz") or line.endswith((",", "(", ")"))):
+                        break
+                    above -= 1
+                if not said:
+                    unexplained.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert unexplained == []

@@ -53,7 +53,7 @@ class BuiltinExtractor(Extractor):
         if self._stack is None:
             check_fits(self.config)  # before torch is imported: a usage error imports none
             with signals.deferred():  # imports torch: see why there
-                from attnviz.builtin.model import BuiltinTransformer
+                from attnviz.builtin.model import BuiltinTransformer  # torch
 
             try:
                 self._stack = BuiltinTransformer(self.config)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from attnviz import __version__
 from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, describe
 from attnviz.visible import display_label
 
@@ -230,8 +231,6 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from attnviz import __version__
-
         typer.echo(f"attnviz {__version__}")
         raise typer.Exit()
 

@@ -148,6 +148,7 @@ def batch(
     manifest.jsonl has a line per input: its files, or the error that stopped
     it. A failing input does not stop the batch: the exit code is then 3.
     """
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.batch import Batch, Outputs, Tally
     from attnviz.batch.inputs import parse_shard
 

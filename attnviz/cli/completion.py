@@ -15,6 +15,7 @@ def _starting(names: Iterable[str], incomplete: str) -> list[str]:
 
 def complete_model(incomplete: str) -> list[str]:
     """Shell completion of --model: builtin, the aliases, and the models in the local cache."""
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.pretrained import available_models
 
     return _starting([BUILTIN, *(model.name for model in available_models())], incomplete)
@@ -23,6 +24,7 @@ def complete_model(incomplete: str) -> list[str]:
 def complete_language_model(incomplete: str) -> list[str]:
     """Shell completion of generate's --model: the models that write text (not builtin,
     not an encoder; a cached model whose config does not say is offered)."""
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.pretrained import available_models
 
     writing = (model.name for model in available_models() if model.writes is not False)
@@ -35,6 +37,7 @@ def complete_device(incomplete: str) -> list[str]:
 
 
 def complete_device_map(incomplete: str) -> list[str]:
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.pretrained.placement import PLACEMENTS
 
     return _starting(PLACEMENTS, incomplete)

@@ -80,6 +80,7 @@ def diff(
     at most ln 2 ≈ 0.693. Both sides must have the same tokens, as two
     checkpoints of one model do. The built-in stack options apply to --model.
     """
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.diff import diff_maps
     from attnviz.codecs import dump_json
 
@@ -150,6 +151,7 @@ def _print_table(
 
 def _one_record(source: str):
     """The one input a saved file holds; a file of several inputs is refused, not cut."""
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.maps import read_maps
 
     records = read_maps(source)

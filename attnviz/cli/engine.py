@@ -91,7 +91,7 @@ class EngineSettings:
     def open(self, jobs: int, environment: Environment) -> engines.Engine:
         """The engine: ``jobs`` is the local engine's processes drawing pictures, or the
         Ray workers, each holding the model."""
-        from attnviz import engines
+        from attnviz import engines  # numpy: after the options are checked
 
         if self.engine is Engine.RAY:
             workers = engines.Workers(jobs, self.cpus_per_worker, self.gpus_per_worker)

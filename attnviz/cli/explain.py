@@ -55,6 +55,7 @@ def explain(
     heads concatenated and projected by W_O. Use a small --d-model (say 8) to
     see every matrix whole. With --model: one query row of a pretrained head.
     """
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.loading import BUILTIN
 
     if settings.words or not settings.special or settings.chat:
@@ -66,6 +67,7 @@ def explain(
     if query is not None and builtin:
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")
     extractor = asked.open(environment)
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.codecs import dump_json
 
     explanation = extractor.explain(
@@ -75,6 +77,7 @@ def explain(
     if output_format is Output.JSON:
         out.write_stdout(dump_json(explanation.to_dict()))
         return
+    # rich's drawing: after the options are checked (a usage error loads none)
     from attnviz.render.explain import render, render_query
 
     console = out.stdout_console(d.ColourChoice.AUTO, width, environment)

@@ -53,6 +53,7 @@ def explore(
         return maps.with_positions() if label_positions else maps
 
     maps = compute(out.only_one(read_texts(text)))
+    # textual: after the options are checked (a usage error loads none)
     from attnviz.explore import ExploreApp
 
     ExploreApp(maps, compute, export_folder).run()

@@ -101,6 +101,7 @@ def export(
     between = out.checked_between(between, pair)
     check_writable(output)  # before the model loads
     extractor = asked.open(environment)
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.aggregate import aggregate as combine
 
     found = asked.run(extractor, out.only_one(out.inputs(text, extractor)))

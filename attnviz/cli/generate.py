@@ -165,6 +165,7 @@ def generate(
     """
     from dataclasses import asdict
 
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.pretrained.generation import GenerationInterrupted, Sampling
 
     presentation = Presentation.checked(

@@ -112,6 +112,7 @@ def heads(
     ablation and dla (with --answer): what each head does to the answer.
     kind (json, csv; where layers differ): global or sliding N attention.
     """
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
 
     asked = request(
@@ -224,6 +225,7 @@ def _write_knockout(
     from rich.console import Group
     from rich.text import Text
 
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.maps import index_span
 
     blocked = f"rows {index_span(found.rows)} may not read keys {index_span(found.span)}"
@@ -256,6 +258,7 @@ def _columns(
     """Data holds every column; the table, the statistics', the detectors' (with
     --detect, or sorted by a detector's score) or the effects' (with --answer), so that
     it fits 80 characters."""
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import (
         DETECTOR_COLUMNS,
         DETECTORS_TABLE,
@@ -280,10 +283,12 @@ def _table(
     from rich.console import Group
     from rich.text import Text
 
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.maps import index_span
 
     read = "" if table.query_positions is None else f" · rows {index_span(table.query_positions)}"
     if probed:
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.extractor import PROBE_LENGTH
 
         read += f" · the detectors' probe: {PROBE_LENGTH} random tokens, repeated"
@@ -323,6 +328,7 @@ def _answer_line(effects: HeadEffects) -> str:
 def _kinds_line(rows: list[HeadStatistics]) -> str:
     """Which layers are of which kind, in words ("" where all are global): the most
     common kind is "the others"."""
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.maps import index_span
 
     layers: dict[str, list[int]] = {}

@@ -25,6 +25,7 @@ def models(
 
     Besides these, --model takes any directory saved with save_pretrained.
     """
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.codecs import dump_json
     from attnviz.pretrained import available_models
 

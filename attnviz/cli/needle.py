@@ -19,6 +19,7 @@ from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console,
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, needle_settings, request
 from attnviz.errors import UsageError, warn
 from attnviz.files import check_writable, open_output
+from attnviz.inputs import read_whole
 from attnviz.needle import (
     DEFAULT_ANSWER,
     DEFAULT_DEPTHS,
@@ -184,8 +185,6 @@ def needle(
     gives the needle. Over the sweep: retrieval averaged over answered cells,
     span over all.
     """
-    from attnviz.inputs import read_whole
-
     sweep = Sweep(
         parse_lengths(lengths),
         parse_depths(depths),
@@ -238,6 +237,7 @@ def _outputs(
 ) -> None:
     _write(results, output_format, top, environment, output or d.STDIO)
     if drawn is not None:
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.render.needle import needle_picture
 
         with open_output(str(picture), binary=True) as stream:

@@ -241,6 +241,7 @@ def text_or_saved(
     maps (what show or generate wrote), narrowed to --layer and --head, with no
     ``model_options`` given (a model run's). Several texts are refused with ``several``:
     what to do instead."""
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.maps import read_maps
 
     if (text is None) == (saved is None):
@@ -254,6 +255,7 @@ def text_or_saved(
 
 def checked_between(between: str | None, pair: str | None) -> str | None:
     """--between, written as it must be and given with --pair."""
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.maps import BETWEEN
 
     if between is None:
@@ -327,6 +329,7 @@ def draw(
     when they do not; output that is not a terminal has no height and gets panels.
     ``top`` picks the maps to draw of each input (the heads worth looking at first).
     """
+    # rich's drawing: after the options are checked (a usage error loads none)
     from attnviz.render.terminal import render, render_grid
 
     console = stdout_console(colour, width, environment)

@@ -204,6 +204,7 @@ class HeadChoice:
         """The heads to draw; ranked by an effect on an answer only where one is given."""
         if self.top_heads is None:
             return None
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.analysis.heads import TopHeads
 
         default = HeadColumn.ABLATION if answered else HeadColumn.ENTROPY

@@ -43,6 +43,7 @@ def render(
 
     No model is loaded: the maps are read from what show --format wrote.
     """
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.maps import read_maps
 

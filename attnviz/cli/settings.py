@@ -77,6 +77,7 @@ class ModelSettings:
         return replace(self, **cleared, keep_case=False)
 
     def load_options(self) -> LoadOptions:
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.pretrained.loading import LoadOptions
 
         return LoadOptions(
@@ -131,6 +132,7 @@ class MapProducts:
         """Refuse now, before a model runs, what the aggregation would refuse of every
         input: rollout and flow of chosen rows, of pooled bins (the rollout of bins is
         not the binned rollout) or of value-weighted maps."""
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.analysis.aggregate import CHAINED, rows_refused
 
         if aggregate in CHAINED and self.weigh is not None:
@@ -157,6 +159,7 @@ class MapProducts:
         """For a picture, the page or the terminal: a long input pooled by itself (unless
         rows, bins or a span were chosen, tokens regrouped, or a rollout or flow asked
         for, which chains whole maps), so that it can be drawn."""
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.analysis.aggregate import CHAINED
 
         if given_flags(self, ["rows", "pool", "span"]) or settings.words or not settings.special:
@@ -277,6 +280,7 @@ class Effects:
                 self.given(), "--answer", "statistics alone", "give --answer, or leave it out"
             )
             return
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.extractor import no_next_token
 
         if self.knockout is None:
@@ -470,6 +474,7 @@ def request(
     text, target and answer (the text unless read from stdin), how the selection is
     written, and what the aggregation asks of the maps. The request reads the maps, or
     the heads' ``statistics``, and what ``effects`` asks of an answer."""
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.loading import ExtractorSpec, builtin_named
 
     model = reading.model
@@ -484,6 +489,7 @@ def request(
             "stack runs on the CPU in float32"
         )
     if placed:
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.pretrained.placement import check_placement
 
         check_placement(settings.device, settings.model_dtype)

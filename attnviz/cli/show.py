@@ -166,6 +166,7 @@ class Presentation:
 
     def present(self, stream: Iterable[AttentionMaps], environment: Environment) -> None:
         """Each input's maps, as they come: pictures to the terminal, data, or one picture."""
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.analysis.aggregate import aggregate as combine
 
         if self.between is not None:

@@ -158,6 +158,7 @@ def stats(
     skipped.report(source, corpus.inputs, quiet, time.monotonic() - started)
     _write(corpus, output_format, environment, destination=output or "-")
     if drawn is not None:
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.render.statistics import statistics_picture
 
         with open_output(str(picture), binary=True) as stream:
@@ -176,6 +177,7 @@ class Skipped:
     def readable(self, source: str) -> Iterator[Line]:
         """(line number, item, answer) of every readable input of ``source``, counting the
         rest."""
+        # numpy: after the options are checked (a usage error loads none)
         from attnviz.batch.inputs import iter_inputs
 
         for item in iter_inputs(source):
@@ -237,6 +239,7 @@ def _write(
             fields["kinds"] = by_kind
         write_table(output_format, rows, list(rows[0]), destination, fields)
         return
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import DETECTOR_COLUMNS
 
     console = out.stdout_console(d.ColourChoice.AUTO, None, environment)

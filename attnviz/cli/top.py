@@ -55,6 +55,7 @@ def top(
     title; pick one head with --layer and --head, or combine with --aggregate.
     Keys a query gives no weight (masked: later tokens) are not listed.
     """
+    # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.analysis.top import top_keys
     from attnviz.codecs import dump_json

@@ -25,6 +25,7 @@ from attnviz.errors import UsageError
 from attnviz.files import check_writable, open_output
 from attnviz.outputs import PICTURES, formats_named, output_of_file
 from attnviz.request import asked_for
+from attnviz.schema import envelope
 
 FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
 SiteOption = Annotated[
@@ -104,7 +105,6 @@ def trace(
             stream.write(trace_picture(found, drawn))
     elif output_format is Output.JSON:
         from attnviz.codecs import dump_json  # the codecs read numpy
-        from attnviz.schema import envelope
 
         out.write_stdout(dump_json(envelope(found.document())))
     elif output_format is Output.CSV:

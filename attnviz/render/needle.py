@@ -12,6 +12,7 @@ import numpy as np
 
 from attnviz.choices import Output
 from attnviz.render.canvas import drawing, metadata
+from attnviz.visible import display_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -106,8 +107,6 @@ def _bars(axes: Axes, heads: list[HeadScore]) -> None:
 def _strip(axes: Axes, cell: Cell, score: HeadScore, first: bool, last: bool) -> None:
     """One head's rows in ``cell``: a row per token written, the prompt across in bins
     (the weight on each bin's tokens), the needle's bins marked above."""
-    from attnviz.visible import display_label
-
     strips = cell.strips
     assert strips is not None
     rows = strips.weights[:, score.layer, score.head]  # (G, B)
