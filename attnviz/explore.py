@@ -24,14 +24,14 @@ from textual.widgets import Footer, Header, Input, Static
 
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import head_statistics
+from attnviz.atomic_files import open_output
 from attnviz.choices import Aggregate, Mode, Output, View
-from attnviz.files import open_output
+from attnviz.head_columns import SUMMED, Needs
 from attnviz.maps import AttentionMaps
 from attnviz.render.image import Painter
 from attnviz.render.style import Style
 from attnviz.render.terminal import render, render_grid
-from attnviz.statistics import SUMMED, Needs
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 # The statistics the side panel lists: a text's own (no detectors' probe, no span).
 EXPLORED = [column for column in SUMMED if not column.detector and column.needs is not Needs.SPAN]

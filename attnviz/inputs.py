@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import IO
 
+from attnviz.atomic_files import STDIO
 from attnviz.errors import AttnvizError, UsageError, warn
-from attnviz.files import STDIO
 
 # What attnviz reads of one text: some thirty times what the longest context it runs
 # holds (Gemma 3's 32,768 tokens are about 130 KB of English), and a few seconds of

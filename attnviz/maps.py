@@ -13,7 +13,7 @@ import numpy as np
 from attnviz.analysis.grid import attention_problem, keep, one_sequence
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Aggregate, Mode, Output, View, Weighting
-from attnviz.codecs import document_of, fields_of, read_documents
+from attnviz.data_formats import document_of, fields_of, read_documents
 from attnviz.errors import SchemaError, UsageError
 from attnviz.request import Recorded
 from attnviz.selection import check_pool
@@ -427,7 +427,7 @@ class AttentionMaps:
 
     def head_statistics(self) -> list[HeadStatistics]:
         """A row per head, as ``attnviz heads`` lists them: every column of
-        :class:`attnviz.statistics.HeadColumn` (``row.entropy``, ``row["sink"]``)."""
+        :class:`attnviz.head_columns.HeadColumn` (``row.entropy``, ``row["sink"]``)."""
         # the notebook module sits above the maps (it imports them)
         from attnviz import notebook
 

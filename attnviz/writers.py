@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from attnviz.atomic_files import open_output
 from attnviz.choices import Dtype, Output, View
 from attnviz.errors import UsageError
-from attnviz.files import open_output
 from attnviz.outputs import OUTPUTS, Kind
 from attnviz.render.style import Style
 from attnviz.schema import envelope
@@ -68,7 +68,7 @@ def _bytes(data: bytes) -> Callable[[IO[bytes]], object]:
 
 
 # Each writer: (one input's maps, the output, how, the input's number in a stream of
-# records) -> its pieces. attnviz.outputs names each output's writer. The codecs are
+# records) -> its pieces. attnviz.outputs names each output's writer. The data formats are
 # imported where they are used: they need numpy, and a command's --help imports this.
 
 
@@ -77,14 +77,14 @@ def json_pieces(
 ) -> Iterator[Piece]:
     """One document (json), or one line of a stream of them (ndjson)."""
     # numpy: only where this format is written (the writers themselves are light)
-    from attnviz.codecs import write_json
+    from attnviz.data_formats import write_json
 
     yield "", lambda out: write_json(maps.astype(how.dtype), out)
 
 
 def npz_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int) -> Iterator[Piece]:
     # numpy: only where this format is written (the writers themselves are light)
-    from attnviz.codecs import write_npz
+    from attnviz.data_formats import write_npz
 
     yield "", lambda out: write_npz(maps.astype(how.dtype), out)
 
@@ -92,7 +92,7 @@ def npz_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int)
 def csv_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int) -> Iterator[Piece]:
     """The long form's rows of one input, ``number`` its place in the stream."""
     # numpy: only where this format is written (the writers themselves are light)
-    from attnviz.codecs import write_csv_rows
+    from attnviz.data_formats import write_csv_rows
 
     def write_rows(out: IO[bytes]) -> None:
         text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
@@ -226,7 +226,7 @@ def write_table(
     """A command's table of rows (heads, stats) as data: json, a document holding the
     ``fields`` and the rows under ``key``; csv, a line per row."""
     # numpy: only where this format is written (the writers themselves are light)
-    from attnviz.codecs import dump_csv, dump_json
+    from attnviz.data_formats import dump_csv, dump_json
 
     if output is Output.JSON:
         content = dump_json(envelope({**(fields or {}), key: rows}))

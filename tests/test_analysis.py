@@ -14,8 +14,8 @@ from attnviz.analysis.heads import head_statistics, sort_rows
 from attnviz.analysis.top import top_keys
 from attnviz.choices import Aggregate
 from attnviz.errors import UsageError
+from attnviz.head_columns import HeadColumn as Column
 from attnviz.maps import AttentionMaps
-from attnviz.statistics import HeadColumn as Column
 
 
 def hand_made(weights, tokens=None, mode="self"):

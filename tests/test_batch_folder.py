@@ -332,7 +332,7 @@ def test_a_temporary_file_still_being_written_is_left_and_said(runner, tmp_path,
     out.mkdir()
     code = (
         "import sys, time\n"
-        "from attnviz.files import open_output\n"
+        "from attnviz.atomic_files import open_output\n"
         "with open_output(sys.argv[1]) as out:\n"
         "    print('writing', flush=True); time.sleep(60)\n"
     )

@@ -12,7 +12,7 @@ import pytest
 import attnviz
 from attnviz.analysis.heads import TopHeads, head_statistics, sort_rows
 from attnviz.cli import app
-from attnviz.statistics import HeadColumn, Needs, RankBy
+from attnviz.head_columns import HeadColumn, Needs, RankBy
 
 
 @pytest.mark.slow

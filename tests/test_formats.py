@@ -17,7 +17,7 @@ import attnviz
 from attnviz.analysis.aggregate import aggregate
 from attnviz.choices import Output
 from attnviz.cli import app
-from attnviz.codecs import dump_json, write_json
+from attnviz.data_formats import dump_json, write_json
 from attnviz.errors import SchemaError
 from attnviz.maps import read_maps
 from attnviz.writers import Rendering, pieces, write
@@ -153,7 +153,7 @@ def test_documents_that_cannot_be_maps_are_refused(runner, tmp_path, damage, mes
 def _npz_members(maps):
     import zipfile
 
-    from attnviz.codecs import npz_bytes
+    from attnviz.data_formats import npz_bytes
 
     with zipfile.ZipFile(io.BytesIO(npz_bytes(maps))) as archive:
         return {name: archive.read(name) for name in archive.namelist()}
@@ -320,7 +320,7 @@ def test_render_saves_a_picture_of_saved_maps(runner, tmp_path):
 def test_npz_bytes_are_the_same_for_the_same_maps_and_read_back_whole(tmp_path):
     import time
 
-    from attnviz.codecs import npz_bytes
+    from attnviz.data_formats import npz_bytes
 
     maps = attnviz.extract("The man walked the dog", mode="masked")
     first = npz_bytes(maps)
@@ -392,7 +392,7 @@ class _CappedPipe:
 
 @pytest.mark.parametrize("binary", [True, False])
 def test_every_write_to_stdout_arrives_whole(monkeypatch, binary):
-    from attnviz.files import WholeWrites, open_output
+    from attnviz.atomic_files import WholeWrites, open_output
 
     # The real caps are 2 GiB - 4 KiB a write and pieces of 1 GiB: the same, scaled down.
     monkeypatch.setattr(WholeWrites, "BYTES", 1000)
@@ -579,11 +579,11 @@ def test_an_output_that_cannot_be_written_is_refused_before_a_model_loads(
 def test_a_temporary_file_is_taken_away_only_once_its_writer_is_gone(tmp_path):
     """What a writer killed mid-write leaves (kill -9 runs no clean-up) is told apart from
     a file still being written by the lock its writer held: the system drops it."""
-    from attnviz.files import remove_if_abandoned, temporaries
+    from attnviz.atomic_files import remove_if_abandoned, temporaries
 
     code = (
         "import sys, time\n"
-        "from attnviz.files import open_output\n"
+        "from attnviz.atomic_files import open_output\n"
         "with open_output(sys.argv[1]) as out:\n"
         "    out.write('half of it'); out.flush(); print('writing', flush=True); time.sleep(60)\n"
     )
@@ -605,11 +605,11 @@ def test_a_temporary_file_is_taken_away_only_once_its_writer_is_gone(tmp_path):
 def test_a_later_run_to_the_same_file_takes_away_what_a_killed_one_left(runner, tmp_path):
     """show -o killed mid-write (kill -9) leaves its temporary file; the next command that
     writes that name removes it, and leaves one whose writer is still at work."""
-    from attnviz.files import temporaries
+    from attnviz.atomic_files import temporaries
 
     code = (
         "import sys, time\n"
-        "from attnviz.files import open_output\n"
+        "from attnviz.atomic_files import open_output\n"
         "with open_output(sys.argv[1]) as out:\n"
         "    out.write('half of it'); out.flush(); print('writing', flush=True); time.sleep(60)\n"
     )
@@ -657,7 +657,7 @@ def test_csv_query_index_is_the_token_position_json_records(runner):
     ],
 )
 def test_saved_maps_with_nothing_to_show_are_one_line(runner, tmp_path, changes, message):
-    from attnviz.codecs import write_npz
+    from attnviz.data_formats import write_npz
     from attnviz.errors import SchemaError
 
     maps = attnviz.extract("a b")
@@ -705,7 +705,7 @@ def test_weights_that_are_no_real_float32_are_one_line_without_warnings(
 ):
     """numpy's casts warned on stderr (ComplexWarning, overflow) and kept the real part of
     complex weights: a saved npz of them is refused with one line, and nothing else."""
-    from attnviz.codecs import write_npz
+    from attnviz.data_formats import write_npz
 
     maps = attnviz.extract("a b")
     unchecked = object.__new__(type(maps))

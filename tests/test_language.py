@@ -210,7 +210,7 @@ def test_chat_model_folder_is_kept_apart(chat_model, tiny):
 def test_between_maps_get_only_the_statistics_that_apply(tiny, which):
     from attnviz.analysis.aggregate import aggregate
     from attnviz.analysis.heads import TopHeads, head_statistics
-    from attnviz.statistics import RankBy
+    from attnviz.head_columns import RankBy
 
     maps = attnviz.load(tiny["bert"]).extract(A, pair=B).between_sentences(which)
     rows = head_statistics(maps)

@@ -89,12 +89,12 @@ def test_the_walker_sees_a_cycle_through_a_lazy_import():
     assert cycles(graph) == [["a", "b", "c"]]
     source = "def f():\n    from attnviz.maps import AttentionMaps\n"
     tree = ast.parse(source)
-    assert imported("attnviz.codecs", PACKAGE / "codecs.py", tree, {"attnviz.maps"}) == {
+    assert imported("attnviz.data_formats", PACKAGE / "data_formats.py", tree, {"attnviz.maps"}) == {
         "attnviz.maps"
     }
     hidden = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import attnviz.maps\n"
     assert (
-        imported("attnviz.codecs", PACKAGE / "codecs.py", ast.parse(hidden), {"attnviz.maps"})
+        imported("attnviz.data_formats", PACKAGE / "data_formats.py", ast.parse(hidden), {"attnviz.maps"})
         == set()
     )
 
@@ -106,7 +106,7 @@ def test_attnviz_has_no_import_cycles():
 def test_the_maps_build_only_on_the_lowest_modules():
     """AttentionMaps is data: at import it needs the choices, the errors, the schema, the
     token-grid operations and products, what it records of a request (the request's
-    module, itself on the lowest ones), and the codecs it is stored with (which need it
+    module, itself on the lowest ones), and the data formats it is stored with (which need it
     only for type checking); the notebook conveniences reach above it lazily."""
     tree = ast.parse((PACKAGE / "maps.py").read_text())
     at_import = {
@@ -116,7 +116,7 @@ def test_the_maps_build_only_on_the_lowest_modules():
     }
     assert at_import <= {
         "attnviz.choices",
-        "attnviz.codecs",
+        "attnviz.data_formats",
         "attnviz.errors",
         "attnviz.schema",
         "attnviz.analysis.grid",

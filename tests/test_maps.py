@@ -220,7 +220,7 @@ def test_a_builtin_config_of_the_wrong_types_is_a_usage_error(fields, message):
 
 def test_what_maps_record_of_their_request_is_saved_and_read_back_by_its_declaration(tmp_path):
     """Each field of Recorded, at a value other than its default, through json and npz:
-    the codecs name none of them."""
+    the data formats name none of them."""
     import dataclasses
     import typing
     from enum import Enum

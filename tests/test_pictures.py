@@ -14,12 +14,12 @@ import attnviz
 from attnviz.analysis.heads import TopHeads
 from attnviz.choices import Output, View
 from attnviz.cli import app
+from attnviz.head_columns import RankBy
 from attnviz.render.canvas import GridCanvas, HeadCanvas
 from attnviz.render.image import Painter
 from attnviz.render.layout import grid_shape, head_figure_size
 from attnviz.render.png import encode_png
 from attnviz.render.style import MIN_LABEL_POINTS, Style
-from attnviz.statistics import RankBy
 
 TEXT = "The man walked the dog"
 

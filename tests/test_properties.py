@@ -38,7 +38,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def visible(text: str) -> bool:
-    return bool(text.strip()) and bool(attnviz.tokens.tokenize(text))
+    return bool(text.strip()) and bool(attnviz.builtin.tokenizer.tokenize(text))
 
 
 @given(config=stacks, projections=st.sampled_from(list(Projections)), lowercase=st.booleans())

@@ -11,7 +11,7 @@ from attnviz.analysis.corpus import STATISTICS, CorpusStatistics
 from attnviz.analysis.heads import HeadTable, sort_rows
 from attnviz.analysis.products import HeadStatisticsProduct
 from attnviz.cli.app import app
-from attnviz.statistics import (
+from attnviz.head_columns import (
     CORPUS,
     DETECTORS,
     EFFECTS,

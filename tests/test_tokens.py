@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import attnviz
+from attnviz.builtin.tokenizer import tokenize
 from attnviz.cli import app
-from attnviz.tokens import tokenize
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 
 def texts(tokens):

@@ -1,7 +1,7 @@
 """Per-head statistics over a whole corpus, in bounded memory.
 
 For every (layer, head) and every statistic of ``heads`` that a corpus sums
-(:data:`attnviz.statistics.CORPUS`: the means, the position of the top key and, over
+(:data:`attnviz.head_columns.CORPUS`: the means, the position of the top key and, over
 the inputs that carry an answer, the effects on it) a
 running mean and
 variance (Welford's update, merged with Chan's formula) and a DDSketch, a
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import AttnvizError, describe
 from attnviz.extractor import as_input
-from attnviz.statistics import CORPUS
+from attnviz.head_columns import CORPUS
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable

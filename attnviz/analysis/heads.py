@@ -13,7 +13,7 @@ from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
 from attnviz.choices import Ablation, Method, Mode
 from attnviz.errors import UsageError
-from attnviz.statistics import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
+from attnviz.head_columns import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps, MapPanel

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from attnviz.head_columns import SUMMED, Needs, Per
 from attnviz.selection import Selection, resolve
-from attnviz.statistics import SUMMED, Needs, Per
 
 # Where each summed statistic's total sits in a head's sums: arithmetic by name.
 SLOT = {column.value: slot for slot, column in enumerate(SUMMED)}
@@ -323,7 +323,7 @@ class Repeats:
 class HeadStatisticsProduct:
     """Each head's statistics, summed row by row as the blocks pass: the one definition of
     what ``heads`` and ``stats`` list. ``result()`` is (H, len(SUMMED) + S): the mean of
-    each summed column of :class:`~attnviz.statistics.HeadColumn`, in its order (NaN where
+    each summed column of :class:`~attnviz.head_columns.HeadColumn`, in its order (NaN where
     a statistic does not apply), then the weight each key received, summed over the rows.
     A statistic is summed here by its name and finished by its declaration (``per``,
     ``needs``).

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnviz.atomic_files import open_output, remove_if_abandoned, temporaries
 from attnviz.batch.manifest import (
     Contents,
     Record,
@@ -25,7 +26,6 @@ from attnviz.batch.manifest import (
     remove_files,
 )
 from attnviz.errors import AttnvizError, UsageError, warn
-from attnviz.files import open_output, remove_if_abandoned, temporaries
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnviz.atomic_files import STDIO
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.files import STDIO
 from attnviz.inputs import bounded_lines, refuse_device, stdin_bytes
 
 _SLUG_LENGTH = 40

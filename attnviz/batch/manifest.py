@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.atomic_files import file_blake2b, open_output
 from attnviz.batch.inputs import BatchInput
-from attnviz.codecs import dump_json
+from attnviz.data_formats import dump_json
 from attnviz.errors import AttnvizError
-from attnviz.files import file_blake2b, open_output
 
 MANIFEST = "manifest.jsonl"
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import TopHeads
+from attnviz.atomic_files import open_output
 from attnviz.batch.inputs import BatchInput
 from attnviz.batch.manifest import FileDigest, Ledger, digest_of
 from attnviz.choices import Aggregate, Dtype, Output, View
 from attnviz.errors import AttnvizError
-from attnviz.files import open_output
 from attnviz.maps import AttentionMaps
 from attnviz.render.image import Painter
 from attnviz.render.style import Style

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from attnviz import memory, signals
 from attnviz.builtin.config import BuiltinConfig
 from attnviz.builtin.explain import explain
+from attnviz.builtin.tokenizer import count_tokens, tokenize
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, is_out_of_memory, warn
 from attnviz.extractor import (
@@ -25,7 +26,6 @@ from attnviz.extractor import (
 from attnviz.maps import AttentionMaps
 from attnviz.request import Input, Request
 from attnviz.selection import covering, resolve, resolve_one
-from attnviz.tokens import count_tokens, tokenize
 
 if TYPE_CHECKING:
     from attnviz.builtin.explain import Explanation

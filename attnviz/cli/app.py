@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 
 from attnviz import __version__
 from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, describe
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # what typer's group methods take: the Context of the click it carries
     from typer._click.core import Context

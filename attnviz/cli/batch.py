@@ -35,9 +35,9 @@ from attnviz.cli.settings import (
     request,
 )
 from attnviz.errors import UsageError
+from attnviz.head_columns import HeadColumn, Needs
 from attnviz.outputs import BATCH, DATA, describe, formats_named, refuse_inapplicable, refuse_unused
-from attnviz.statistics import HeadColumn, Needs
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID

@@ -30,8 +30,8 @@ from attnviz.cli.completion import (
     complete_device_map,
     complete_model,
 )
+from attnviz.head_columns import DETECTORS, Detector, listed
 from attnviz.outputs import PICTURE_VIEWS, TERMINAL_VIEWS
-from attnviz.statistics import DETECTORS, Detector, listed
 
 
 def number(low: float, high: float = math.inf) -> Callable[[str], float]:

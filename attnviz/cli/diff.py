@@ -24,8 +24,8 @@ from attnviz.cli.settings import (
 from attnviz.errors import ThresholdExceeded, UsageError
 from attnviz.inputs import read_texts
 from attnviz.outputs import formats_named, refuse_unused
+from attnviz.safe_text import display_label
 from attnviz.schema import envelope
-from attnviz.visible import display_label
 
 if TYPE_CHECKING:
     from attnviz.analysis.diff import HeadDivergence
@@ -82,7 +82,7 @@ def diff(
     """
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.diff import diff_maps
-    from attnviz.codecs import dump_json
+    from attnviz.data_formats import dump_json
 
     if len(sources) == 2:
         if against is not None:

@@ -68,7 +68,7 @@ def explain(
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")
     extractor = asked.open(environment)
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.codecs import dump_json
+    from attnviz.data_formats import dump_json
 
     explanation = extractor.explain(
         out.only_one(read_texts(text)), mode=mode, target=target, layer=layer, head=head,

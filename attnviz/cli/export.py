@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.atomic_files import check_writable
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -33,7 +34,6 @@ from attnviz.cli.settings import (
     reading_options,
     request,
 )
-from attnviz.files import check_writable
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
 from attnviz.request import asked_for
 from attnviz.writers import Rendering, write

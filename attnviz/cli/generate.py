@@ -23,7 +23,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.cli.show import FormatOption, OutputOption, Presentation
 from attnviz.inputs import read_texts
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 GENERATION_PANEL = "Generation"
 

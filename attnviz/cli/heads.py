@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -30,11 +31,10 @@ from attnviz.cli.settings import (
     row_products,
 )
 from attnviz.errors import UsageError
-from attnviz.files import check_writable, open_output
+from attnviz.head_columns import Detector, HeadColumn, Needs
 from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
 from attnviz.request import asked_for
-from attnviz.statistics import Detector, HeadColumn, Needs
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
 if TYPE_CHECKING:

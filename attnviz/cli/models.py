@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from attnviz.atomic_files import write_text
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.declarations import ColourChoice
 from attnviz.cli.output import NO_TERMINAL, Environment, stdout_console, with_environment
-from attnviz.files import write_text
+from attnviz.safe_text import display_label
 from attnviz.schema import envelope
-from attnviz.visible import display_label
 
 FormatOption = d.format_option(
     d.ReportFormat,
@@ -26,7 +26,7 @@ def models(
     Besides these, --model takes any directory saved with save_pretrained.
     """
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.codecs import dump_json
+    from attnviz.data_formats import dump_json
     from attnviz.pretrained import available_models
 
     found = available_models()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnviz import signals
+from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -18,7 +19,6 @@ from attnviz.cli.generate import LanguageModelOption
 from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console, with_environment
 from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, needle_settings, request
 from attnviz.errors import UsageError, warn
-from attnviz.files import check_writable, open_output
 from attnviz.inputs import read_whole
 from attnviz.needle import (
     DEFAULT_ANSWER,
@@ -35,7 +35,7 @@ from attnviz.needle import (
     parse_lengths,
 )
 from attnviz.outputs import PICTURES, formats_named, output_of_file
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
 if TYPE_CHECKING:

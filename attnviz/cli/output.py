@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from attnviz.atomic_files import write_text
 from attnviz.choices import Output, View
 from attnviz.cli.app import DEBUG
 from attnviz.cli.declarations import MAX_WIDTH, ColourChoice
 from attnviz.errors import UsageError, warn
-from attnviz.files import write_text
 from attnviz.inputs import read_texts
 from attnviz.outputs import PICTURES, output_for, refuse_unused
 from attnviz.selection import resolve_held
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from attnviz.choices import Aggregate, View
     from attnviz.cli.pictures import HeadChoice
     from attnviz.extractor import Extractor
+    from attnviz.head_columns import Detector
     from attnviz.maps import AttentionMaps, MapPanel
-    from attnviz.statistics import Detector
 
 T = TypeVar("T")
 Read = TypeVar("Read")  # what a command reads of a text or of saved maps

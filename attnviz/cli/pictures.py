@@ -11,8 +11,8 @@ import typer
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags
 from attnviz.errors import UsageError
+from attnviz.head_columns import EFFECTS, SUMMED, Detector, HeadColumn, Needs, RankBy, listed
 from attnviz.render.style import Style, check_colormap
-from attnviz.statistics import EFFECTS, SUMMED, Detector, HeadColumn, Needs, RankBy, listed
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads

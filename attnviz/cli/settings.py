@@ -19,10 +19,10 @@ from attnviz.choices import Ablation, Aggregate, Attention, Method, Site
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
+from attnviz.head_columns import HeadColumn, Needs
 from attnviz.outputs import refuse_unused
 from attnviz.request import Input, Request, asked_for
-from attnviz.statistics import HeadColumn, Needs
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from attnviz.atomic_files import check_writable
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -29,7 +30,6 @@ from attnviz.cli.settings import (
     request,
 )
 from attnviz.errors import UsageError
-from attnviz.files import check_writable
 from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable
 from attnviz.request import asked_for
 from attnviz.writers import Rendering, write
@@ -37,9 +37,9 @@ from attnviz.writers import Rendering, write
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
     from attnviz.choices import Aggregate, Dtype
+    from attnviz.head_columns import Detector
     from attnviz.maps import AttentionMaps
     from attnviz.request import Result
-    from attnviz.statistics import Detector
 
 
 # What show writes: the picture, data, a picture file or the page (auto: see the help).

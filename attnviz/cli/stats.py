@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -28,9 +29,8 @@ from attnviz.cli.settings import (
     row_products,
 )
 from attnviz.errors import UsageError, warn
-from attnviz.files import check_writable, open_output
 from attnviz.outputs import PICTURES, output_of_file
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
 if TYPE_CHECKING:

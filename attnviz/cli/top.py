@@ -20,8 +20,8 @@ from attnviz.cli.settings import (
     reading_options,
     request,
 )
+from attnviz.safe_text import display_label
 from attnviz.schema import envelope
-from attnviz.visible import display_label
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
@@ -58,7 +58,7 @@ def top(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.aggregate import aggregate as combine
     from attnviz.analysis.top import top_keys
-    from attnviz.codecs import dump_json
+    from attnviz.data_formats import dump_json
 
     asked = request(reading, settings=settings, text=text, target=target, pair=pair)
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output, Site
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -22,7 +23,6 @@ from attnviz.cli.settings import (
     trace_options,
 )
 from attnviz.errors import UsageError
-from attnviz.files import check_writable, open_output
 from attnviz.outputs import PICTURES, formats_named, output_of_file
 from attnviz.request import asked_for
 from attnviz.schema import envelope
@@ -104,7 +104,7 @@ def trace(
         with open_output(output, binary=True) as stream:
             stream.write(trace_picture(found, drawn))
     elif output_format is Output.JSON:
-        from attnviz.codecs import dump_json  # the codecs read numpy
+        from attnviz.data_formats import dump_json  # the data formats read numpy
 
         out.write_stdout(dump_json(envelope(found.document())))
     elif output_format is Output.CSV:

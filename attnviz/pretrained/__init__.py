@@ -10,7 +10,7 @@
 Importing this package imports neither torch nor transformers.
 """
 
+from attnviz.pretrained.attention_modules import Family, Stream, stream_for
 from attnviz.pretrained.loading import ALIASES, LoadOptions, available_models
-from attnviz.pretrained.streams import Family, Stream, stream_for
 
 __all__ = ["ALIASES", "Family", "LoadOptions", "Stream", "available_models", "stream_for"]

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnviz.atomic_files import file_blake2b, usual_mode
 from attnviz.errors import AttnvizError, first_line, warn
-from attnviz.files import file_blake2b, usual_mode
 from attnviz.pretrained.quiet import quiet
 
 RECORD = "attnviz-conversion.json"  # what the conversion wrote; absent: not finished

@@ -32,9 +32,9 @@ import numpy as np
 
 from attnviz.choices import Ablation
 from attnviz.errors import UsageError
+from attnviz.pretrained.attention_modules import Family, Stream
 from attnviz.pretrained.encoding import head_count
-from attnviz.pretrained.streams import Family, Stream
-from attnviz.pretrained.written import output_projection
+from attnviz.pretrained.value_norms import output_projection
 
 if TYPE_CHECKING:
     import torch

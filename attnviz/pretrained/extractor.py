@@ -32,6 +32,7 @@ from attnviz.extractor import (
 )
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, traced
+from attnviz.pretrained.attention_modules import Family, layer_kinds, resolve_mode, stream_for
 from attnviz.pretrained.effects import (
     anatomy_of,
 )
@@ -53,7 +54,6 @@ from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
-from attnviz.pretrained.streams import Family, layer_kinds, resolve_mode, stream_for
 from attnviz.request import Input, Request, Result, check_text
 from attnviz.selection import resolve
 

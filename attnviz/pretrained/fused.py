@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.products import Block, Product, WholeMaps
-from attnviz.pretrained.written import head_factors, input_matrix, output_projection, value_norms
+from attnviz.pretrained.value_norms import (
+    head_factors,
+    input_matrix,
+    output_projection,
+    value_norms,
+)
 from attnviz.selection import Selection, resolve
 
 if TYPE_CHECKING:
@@ -298,7 +303,7 @@ def fused_attention(
     """Run ``model`` once with its fused attention (its eager attention, with ``eager``); for
     each input, the product of each wanted layer's chosen heads, computed block by block,
     and the head indices. With ``weigh``, each weight is multiplied by what its key writes
-    through the head (:mod:`attnviz.pretrained.written`). The model stops once the last
+    through the head (:mod:`attnviz.pretrained.value_norms`). The model stops once the last
     wanted layer is read.
 
     Raises :class:`Unrecordable` when a wanted layer computes its attention in a way this

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.analysis.grid import group, keep
+from attnviz.builtin.tokenizer import clean_piece
 from attnviz.errors import UsageError
 from attnviz.pretrained.encoding import Side
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.request import Request
-from attnviz.tokens import clean_piece
 
 VISIBLE_SPACE = "␣"
 

@@ -18,6 +18,7 @@ from typing import Any
 from attnviz import signals
 from attnviz.choices import Attention
 from attnviz.errors import AttnvizError, UsageError, first_line, is_out_of_memory
+from attnviz.pretrained.attention_modules import Family, Stream, attention_streams, family_of
 from attnviz.pretrained.converted import (
     Chunked,
     Packaged,
@@ -28,7 +29,6 @@ from attnviz.pretrained.converted import (
 from attnviz.pretrained.fused import DEFAULT_MEMORY
 from attnviz.pretrained.placement import Machine, check_device_map, choose_device, choose_dtype
 from attnviz.pretrained.quiet import quiet
-from attnviz.pretrained.streams import Family, Stream, attention_streams, family_of
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,12 @@ from attnviz.needle import (
     bin_edges,
     retrieval_scores,
 )
+from attnviz.pretrained.attention_modules import Family, Stream
 from attnviz.pretrained.encoding import chat_text
 from attnviz.pretrained.fused import recording, scores_of
 from attnviz.pretrained.generation import Sampling, generation_config
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.quiet import quiet
-from attnviz.pretrained.streams import Family, Stream
 
 if TYPE_CHECKING:
     import torch

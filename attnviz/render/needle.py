@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.choices import Output
 from attnviz.render.canvas import drawing, metadata
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
 from attnviz.errors import UsageError
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps

@@ -26,7 +26,7 @@ from rich.text import Text
 
 from attnviz.analysis.grid import pool_labels, pool_map
 from attnviz.render import palette
-from attnviz.visible import display_label
+from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps, MapPanel

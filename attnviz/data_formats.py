@@ -22,13 +22,13 @@ from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
+from attnviz.atomic_files import STDIO
 from attnviz.choices import Aggregate
 from attnviz.errors import AttnvizError, SchemaError, UsageError
-from attnviz.files import STDIO
 from attnviz.inputs import BOM, decode, stdin_bytes
 from attnviz.request import Recorded
+from attnviz.safe_text import display_label
 from attnviz.schema import READABLE_VERSIONS, envelope
-from attnviz.visible import display_label
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
