@@ -205,11 +205,11 @@ class AttentionMaps:
                 matrix = self.weights[i, j]
                 if self.aggregate is None:
                     layer, head = self.layers[i], self.heads[j]
-                    title = f"{self.layer_title(layer)} · head {head}"
+                    title = f"{self._layer_title(layer)} · head {head}"
                     yield MapPanel(layer, head, title, matrix)
                 elif not self.aggregate.folds_layers:
                     title = (
-                        f"{self.layer_title(self.layers[i])} · {self.aggregate} of heads {heads}"
+                        f"{self._layer_title(self.layers[i])} · {self.aggregate} of heads {heads}"
                     )
                     yield MapPanel(self.layers[i], None, title, matrix)
                 else:
@@ -219,17 +219,12 @@ class AttentionMaps:
                     )
                     yield MapPanel(None, None, title, matrix)
 
-    def layer_kind(self, layer: int) -> str:
-        """The attention of a held layer (by model index): global, or sliding N."""
-        return "global" if self.layer_kinds is None else self.layer_kinds[self.layers.index(layer)]
-
-    def layer_title(self, layer: int) -> str:
-        """How a picture names a layer: with its kind where the model's layers differ."""
-        return (
-            f"layer {layer}"
-            if self.layer_kinds is None
-            else f"layer {layer} ({self.layer_kind(layer)})"
-        )
+    def _layer_title(self, layer: int) -> str:
+        """How a picture names a layer: with its kind (global, or sliding N) where the
+        model's layers differ."""
+        if self.layer_kinds is None:
+            return f"layer {layer}"
+        return f"layer {layer} ({self.layer_kinds[self.layers.index(layer)]})"
 
     def select(
         self, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
@@ -341,12 +336,6 @@ class AttentionMaps:
     def replace(self, **changes: Any) -> AttentionMaps:
         fields = {**self.__dict__, **changes}
         return AttentionMaps(**fields)
-
-    def special_positions(self, side: str) -> list[int]:
-        """Positions of the special tokens among the ``"query"`` or ``"key"`` tokens (none
-        when unknown, as for the built-in stack, whose tokenizer has none)."""
-        flags = getattr(self, f"{side}_special") or []
-        return [position for position, flag in enumerate(flags) if flag]
 
     def to_dict(self, *, weights: bool = True) -> dict[str, Any]:
         """The schema document: plain Python types, ready for ``json.dumps``. Without

@@ -89,12 +89,14 @@ def test_the_walker_sees_a_cycle_through_a_lazy_import():
     assert cycles(graph) == [["a", "b", "c"]]
     source = "def f():\n    from attnviz.maps import AttentionMaps\n"
     tree = ast.parse(source)
-    assert imported("attnviz.data_formats", PACKAGE / "data_formats.py", tree, {"attnviz.maps"}) == {
-        "attnviz.maps"
-    }
+    assert imported(
+        "attnviz.data_formats", PACKAGE / "data_formats.py", tree, {"attnviz.maps"}
+    ) == {"attnviz.maps"}
     hidden = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import attnviz.maps\n"
     assert (
-        imported("attnviz.data_formats", PACKAGE / "data_formats.py", ast.parse(hidden), {"attnviz.maps"})
+        imported(
+            "attnviz.data_formats", PACKAGE / "data_formats.py", ast.parse(hidden), {"attnviz.maps"}
+        )
         == set()
     )
 

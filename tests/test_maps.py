@@ -88,7 +88,7 @@ def test_schema_1_documents_still_read():
     )
     again = AttentionMaps.from_dict(document)
     assert again.aggregate is attnviz.Aggregate.MEAN
-    assert again.query_special is None and again.special_positions("key") == []
+    assert again.query_special is None and again.key_special is None
     np.testing.assert_array_equal(again.weights, maps.weights[:, :1])
 
 
@@ -97,7 +97,7 @@ def test_special_flags_round_trip():
     document = json.loads(json.dumps(maps.to_dict()))
     assert document["query_special"] == [True, False]
     again = AttentionMaps.from_dict(document)
-    assert again.special_positions("query") == [0] and again.special_positions("key") == [1]
+    assert again.query_special == [True, False] and again.key_special == [False, True]
 
 
 def test_repr_says_what_the_maps_are_in_one_short_line():
