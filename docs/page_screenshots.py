@@ -46,12 +46,13 @@ def main() -> None:
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     try:
-        driver.set_window_size(1300, 1500)  # the top half of SmolLM2's 30 layers
+        driver.set_window_size(1300, 1500)  # half of SmolLM2's 30 layers
         driver.get(effects.as_uri())
         driver.execute_script(
             "const s = document.getElementById('effect'); s.value = 'patch';"
             "s.dispatchEvent(new Event('change'));"
             "document.getElementById('sort-effect').click();"
+            "window.scrollTo(0, document.body.scrollHeight);"  # the layers that matter here
         )
         driver.save_screenshot(HERE / "page-effects.png")
         driver.set_window_size(1300, 900)
