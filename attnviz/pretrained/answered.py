@@ -23,11 +23,11 @@ from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
 from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels
 from attnviz.pretrained.patching import (
-    estimated_ablation,
-    estimated_patch,
+    ablation_estimate,
     estimated_trace,
     gradients,
     head_patch,
+    patch_estimate,
     trace,
 )
 from attnviz.request import Input, Request
@@ -175,14 +175,17 @@ def effects_of(
                     model, body, asked.corrupt_arguments, metric, clean, layers, heads
                 )
         else:
-            at_clean = gradients(model, body, asked.arguments, metric, "heads", record=True)
+            estimate = ablation_estimate(body, heads, request.ablate)
+            at_clean = gradients(model, body, asked.arguments, metric, "heads", estimate, True)
             assert at_clean.clean is not None
             clean = at_clean.clean
             dla = attribution(body, clean, metric, layers, heads)
-            ablation = estimated_ablation(body, at_clean, layers, heads, request.ablate)
+            ablation = at_clean.of(layers)
             if asked.corrupt_arguments is not None:
-                at_corrupt = gradients(model, body, asked.corrupt_arguments, metric, "heads")
-                patch = estimated_patch(body, at_corrupt, clean.head_inputs, layers, heads)
+                estimate = patch_estimate(body, clean.head_inputs, heads)
+                corrupted = asked.corrupt_arguments
+                at_corrupt = gradients(model, body, corrupted, metric, "heads", estimate)
+                patch = at_corrupt.of(layers)
                 corrupt_metric = at_corrupt.metric
     on = asked.answer(
         log_prob=clean.log_prob,

@@ -205,33 +205,57 @@ def _restoring(
 # Attribution patching: the gradient estimates.
 
 
+# What a backward pass reads of one layer: (layer, its activation at the site, the
+# metric's gradient with respect to it), each (1, T, ·), to a small array. Each gradient
+# is read as the backward pass computes it and dropped: no pass holds every layer's.
+Reduce = Callable[[int, "torch.Tensor", "torch.Tensor"], np.ndarray]
+
+
 @dataclass(frozen=True)
 class Gradients:
-    """One run's metric, and each layer's activation at a site and the metric's gradient
-    with respect to it, (1, T, ·) each."""
+    """One run's metric and what a :data:`Reduce` made of each layer's activation and
+    gradient."""
 
     metric: float
-    activations: list[torch.Tensor]
-    gradients: list[torch.Tensor]
+    reduced: list[np.ndarray]
     clean: Clean | None = None  # the run's record, where asked for (a clean run's)
+
+    def of(self, layers: Sequence[int]) -> np.ndarray:
+        """What was read of ``layers``, stacked: (L, ·)."""
+        return np.stack([self.reduced[layer] for layer in layers]).astype(np.float64)
 
 
 def gradients(
-    model: Any, body: Anatomy, arguments: dict, metric: Metric, site: str, record: bool = False
+    model: Any,
+    body: Anatomy,
+    arguments: dict,
+    metric: Metric,
+    site: str,
+    reduce: Reduce,
+    record: bool = False,
 ) -> Gradients:
-    """One forward and one backward pass: the metric's gradient with respect to each
-    layer's activation at ``site`` (``"heads"``: the output projections' inputs, or a
-    :class:`Site`), through the model's own attention; with ``record``, the run's
-    :class:`Clean` record too (what direct logit attribution reads), from the same pass."""
+    """One forward and one backward pass: ``reduce`` of each layer's activation at
+    ``site`` (``"heads"``: the output projections' inputs, or a :class:`Site`) and of the
+    metric's gradient with respect to it, through the model's own attention; with
+    ``record``, the run's :class:`Clean` record too (what direct logit attribution
+    reads), from the same pass."""
     import torch
 
     kept: list[Any] = [None] * len(body.blocks)
+    reduced: list[Any] = [None] * len(body.blocks)
+    start: list[torch.Tensor] = []
 
     def keep(layer: int, activation: torch.Tensor) -> None:
         # The forward's own: a layer computed again in the backward pass runs the hooks
         # inside it again, and what it computes there must not outlive that layer's step.
-        if kept[layer] is None:
-            kept[layer] = activation
+        if kept[layer] is not None or not activation.requires_grad:
+            return
+        kept[layer] = activation
+
+        def read(gradient: torch.Tensor) -> None:
+            reduced[layer] = reduce(layer, kept[layer].detach(), gradient.detach())
+
+        activation.register_hook(read)
 
     def keeper(layer: int) -> Callable:
         if site == "heads":
@@ -242,7 +266,8 @@ def gradients(
 
     def leaf(_module: Any, _args: tuple, output: torch.Tensor) -> torch.Tensor:
         # Every activation above depends on it, whether or not the weights ask for gradients.
-        return output.detach().requires_grad_(True)
+        start.append(output.detach().requires_grad_(True))
+        return start[-1]
 
     with torch.enable_grad(), contextlib.ExitStack() as hooks:
         hooks.enter_context(_weights_without_gradients(model))
@@ -262,18 +287,17 @@ def gradients(
             hooks.enter_context(hooked(handle))
         logits = last_logits(model, arguments)
         value = metric.of(logits)[0]
-        try:
-            found = torch.autograd.grad(value, kept, allow_unused=True)
+        try:  # the hooks read each layer on the way down to the embeddings
+            torch.autograd.grad(value, start, allow_unused=True)
         except RuntimeError as error:
             raise UsageError(f"--method gradient cannot read this model: {error}") from None
-    if any(gradient is None for gradient in found):
+    if any(found is None for found in reduced):
         raise UsageError(
             "--method gradient cannot read this model: its output has no gradient through "
             "every layer's activation (use --method exact)"
         )
-    activations = [activation.detach() for activation in kept]
     clean = None if finish is None else finish(logits, metric)
-    return Gradients(float(value), activations, [gradient.detach() for gradient in found], clean)
+    return Gradients(float(value), reduced, clean)
 
 
 # Bytes the backward pass may keep of a forward's activations before each layer is
@@ -331,43 +355,38 @@ def _weights_without_gradients(model: Any) -> Iterator[None]:
             parameter.requires_grad_(True)
 
 
-def estimated_ablation(
-    body: Anatomy,
-    at_clean: Gradients,
-    layers: Sequence[int],
-    heads: Sequence[int],
-    ablate: Ablation,
-) -> np.ndarray:
-    """Each head's ablation effect estimated: Σ over positions of ∂metric/∂z · (z_ablated − z)
-    at the clean run, (L, H)."""
-    result = np.zeros((len(layers), len(heads)))
-    for row, layer in enumerate(layers):
-        z, gradient = at_clean.activations[layer][0].float(), at_clean.gradients[layer][0].float()
-        for column, head in enumerate(heads):
+def ablation_estimate(body: Anatomy, heads: Sequence[int], ablate: Ablation) -> Reduce:
+    """Each head's ablation effect estimated, read at the clean run: Σ over positions of
+    ∂metric/∂z · (z_ablated − z), (H) per layer."""
+
+    def reduce(_layer: int, z: torch.Tensor, gradient: torch.Tensor) -> np.ndarray:
+        z, gradient = z[0].float(), gradient[0].float()  # (T, E)
+        found = []
+        for head in heads:
             part = head_slice(z, body.heads, head)
-            replaced = ablated(ablate, z[:, part])
-            result[row, column] = float((gradient[:, part] * (replaced - z[:, part])).sum())
-    return result
+            moved = ablated(ablate, z[:, part]) - z[:, part]
+            found.append(float((gradient[:, part] * moved).sum()))
+        return np.array(found)
+
+    return reduce
 
 
-def estimated_patch(
-    body: Anatomy,
-    at_corrupt: Gradients,
-    clean: Sequence[torch.Tensor],
-    layers: Sequence[int],
-    heads: Sequence[int],
-) -> np.ndarray:
-    """Each head's patching effect estimated: Σ over positions of ∂metric/∂z · (z_clean − z)
-    at the corrupted run, (L, H); ``clean`` holds each layer's clean z, (1, T, E)."""
-    result = np.zeros((len(layers), len(heads)))
-    for row, layer in enumerate(layers):
-        z = at_corrupt.activations[layer][0].float()
-        gradient = at_corrupt.gradients[layer][0].float()
-        moved = clean[layer][0].float() - z  # (T, E)
-        for column, head in enumerate(heads):
-            part = head_slice(z, body.heads, head)
-            result[row, column] = float((gradient[:, part] * moved[:, part]).sum())
-    return result
+def patch_estimate(body: Anatomy, clean: Sequence[torch.Tensor], heads: Sequence[int]) -> Reduce:
+    """Each head's patching effect estimated, read at the corrupted run: Σ over positions
+    of ∂metric/∂z · (z_clean − z), (H) per layer; ``clean`` holds each layer's clean z,
+    (1, T, E)."""
+
+    def reduce(layer: int, z: torch.Tensor, gradient: torch.Tensor) -> np.ndarray:
+        z, gradient = z[0].float(), gradient[0].float()  # (T, E)
+        moved = clean[layer][0].float() - z
+        return np.array(
+            [
+                float((gradient[:, part] * moved[:, part]).sum())
+                for part in (head_slice(z, body.heads, head) for head in heads)
+            ]
+        )
+
+    return reduce
 
 
 def estimated_trace(
@@ -387,17 +406,10 @@ def estimated_trace(
         logits = last_logits(model, clean_arguments)
     clean = float(metric.of(logits)[0])
     log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
-    at_corrupt = gradients(model, body, corrupt_arguments, metric, site)
-    effect = np.stack(
-        [
-            ((activations[layer][0].float() - corrupt[0].float()) * gradient[0].float())
-            .sum(-1)
-            .cpu()
-            .numpy()
-            for layer, corrupt, gradient in (
-                (layer, at_corrupt.activations[layer], at_corrupt.gradients[layer])
-                for layer in layers
-            )
-        ]
-    )
-    return Traced(clean, at_corrupt.metric, log_prob, effect.astype(np.float64))
+
+    def reduce(layer: int, corrupt: torch.Tensor, gradient: torch.Tensor) -> np.ndarray:
+        moved = activations[layer][0].float() - corrupt[0].float()  # (T, D)
+        return (moved * gradient[0].float()).sum(-1).cpu().numpy()
+
+    at_corrupt = gradients(model, body, corrupt_arguments, metric, site, reduce)
+    return Traced(clean, at_corrupt.metric, log_prob, at_corrupt.of(layers))
