@@ -170,6 +170,14 @@ def test_gradient_estimates_rank_heads_as_the_exact_sweep_on_a_smooth_change(gen
         (["trace", TEXT, "--corrupt", CORRUPT], "give --answer"),
         (["trace", TEXT, "--answer", ANSWER, "--corrupt", CORRUPT, "--site", "ffn"], "ffn"),
         (["heads", TEXT, "--method", "gradient"], "--method says how effects are measured"),
+        (
+            ["trace", TEXT, "--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.html", "-f", "csv"],
+            "-o writes a picture or a page; -f writes data",
+        ),
+        (
+            ["trace", TEXT, "--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.txt"],
+            ".html",
+        ),
     ],
 )
 def test_patching_usage_errors_before_a_model_loads(runner, arguments, message):

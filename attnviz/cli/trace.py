@@ -81,7 +81,9 @@ def trace(
         )
     drawn = None if output is None else output_of_file(output, (*PICTURES, Output.HTML))
     if drawn is not None and output_format is not Output.TABLE:
-        raise UsageError("-o draws a picture; -f writes data to stdout: give one of them")
+        raise UsageError(
+            "-o writes a picture or a page; -f writes data to stdout: give one of them"
+        )
     asked = request(
         Reading(model, None, layer), settings=settings, text=text, effects=effects, trace=site
     )
