@@ -1,5 +1,5 @@
 """Checks several test modules make the same way: a usage error's one line, a batch
-folder's records."""
+folder's records, a page opened in the browser."""
 
 from __future__ import annotations
 
@@ -30,3 +30,13 @@ def unrecorded(folder: Path) -> set[str]:
     recorded = {name for record in records for name in record["files"]}
     manifests = {path.name for path in folder.glob("manifest*.jsonl")}
     return {path.name for path in folder.iterdir()} - recorded - manifests
+
+
+def open_page(browser, path):
+    browser.get(path.as_uri())
+    assert browser.execute_script("return document.body.dataset.ready") == "true"
+    return browser
+
+
+def page_errors(browser) -> list[str]:
+    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,47 @@ def pytest_runtest_setup(item):
             pytest.skip(why)
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium driven by Selenium through the system's chromedriver, every
+    network request blocked. Without a browser its tests skip with one loud line; with
+    ATTNVIZ_REQUIRE_BROWSER=1 (as .ci/run sets it) they fail instead."""
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        webdriver = None
+    if not (chromium and driver_path and webdriver):
+        message = (
+            "BROWSER TESTS SKIPPED: no chromium/chromedriver/selenium here "
+            "(apt-get install chromium chromium-driver; pip install selenium)"
+        )
+        if os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
+            pytest.fail(message)
+        print(f"\n{'!' * 20} {message} {'!' * 20}")
+        pytest.skip(message)
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1200,900",
+        "--force-device-scale-factor=1",
+        "--host-resolver-rules=MAP * ~NOTFOUND",  # no name resolves: nothing can leave
+        "--force-color-profile=srgb",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["http://*", "https://*", "ws*"]})
+    yield driver
+    driver.quit()
+
+
 @pytest.fixture(autouse=True)
 def offline_hub(tmp_path_factory, monkeypatch):
     """No test reads the user's Hugging Face cache or reaches the Hub."""
@@ -70,6 +112,16 @@ def generators(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("generators")
     return {name: str(build(root / name)) for name, build in tiny_models.GENERATORS.items()}
+
+
+@pytest.fixture(scope="session")
+def language_models(generators):
+    """The tiny causal language models that patching, tracing and the effects are held to
+    references on, each loaded once (eval, as attnviz loads it)."""
+    import attnviz
+    from tests.hook_references import FAMILIES
+
+    return {family: attnviz.load(generators[family]) for family in FAMILIES}
 
 
 @pytest.fixture

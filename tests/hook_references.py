@@ -11,6 +11,13 @@ import functools
 import numpy as np
 import torch
 
+# The clean text, its corrupted twin (as many tokens in every tiny tokenizer), the answer
+# and the second answer the tiny language models are read with, and their families.
+TEXT = "The man walked the dog because"
+CORRUPT = "The dog walked the man because"
+ANSWER, VERSUS = " it", " the"
+FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm"]
+
 
 def layers_of(model, family):
     return model.transformer.h if family == "gpt2-lm" else model.model.layers
@@ -329,3 +336,15 @@ def reference_retrieval(top_keys, written, prompt, answer):
             }
             scores[layer, head] = len(copied) / len(answer)
     return scores
+
+
+def prepared(generators, language_models, family, versus=False):
+    """A family's extractor, its model, the token ids of TEXT and CORRUPT, and the ids of
+    ANSWER (and VERSUS, with ``versus``) after TEXT."""
+    extractor = language_models[family]
+    path = generators[family]
+    ids = token_ids(path, TEXT), token_ids(path, CORRUPT)
+    assert ids[0].shape == ids[1].shape, "the corrupted text must keep the token count"
+    answer_id = answer_token_id(path, TEXT, ANSWER)
+    versus_id = answer_token_id(path, TEXT, VERSUS) if versus else None
+    return extractor, extractor.loaded.model, ids, answer_id, versus_id

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ import pytest
 import attnviz
 from attnviz.cli import app
 from attnviz.render.page import MAX_CELLS, page_data, page_html
+from tests.checks import open_page, page_errors
 
 HOSTILE = [
     "</script><script>window.pwned=1</script>",
@@ -28,54 +28,6 @@ HOSTILE = [
     "\u202eevil",
     "\x1b[2J",
 ]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    try:
-        from selenium import webdriver
-    except ImportError:
-        webdriver = None
-    if not (chromium and driver_path and webdriver):
-        message = (
-            "BROWSER TESTS SKIPPED: no chromium/chromedriver/selenium here "
-            "(apt-get install chromium chromium-driver; pip install selenium)"
-        )
-        if os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
-            pytest.fail(message)
-        print(f"\n{'!' * 20} {message} {'!' * 20}")
-        pytest.skip(message)
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--window-size=1200,900",
-        "--force-device-scale-factor=1",
-        "--host-resolver-rules=MAP * ~NOTFOUND",  # no name resolves: nothing can leave
-        "--force-color-profile=srgb",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["http://*", "https://*", "ws*"]})
-    yield driver
-    driver.quit()
-
-
-def open_page(browser, path):
-    browser.get(path.as_uri())
-    assert browser.execute_script("return document.body.dataset.ready") == "true"
-    return browser
-
-
-def errors(browser) -> list[str]:
-    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
 
 
 @pytest.fixture
@@ -89,7 +41,7 @@ def exported(runner, tmp_path):
 def test_the_exported_page_loads_offline_with_no_errors_and_no_requests(browser, exported):
     path, maps = exported
     open_page(browser, path)
-    assert errors(browser) == []
+    assert page_errors(browser) == []
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
     html = path.read_text()
     assert "Content-Security-Policy" in html and "default-src 'none'" in html
@@ -149,7 +101,7 @@ def test_views_layers_and_heads_switch_by_mouse_and_keyboard(browser, exported):
     assert browser.find_element("id", "view-layer").is_displayed()
     checked = browser.find_elements("css selector", "#head-toggles input:checked")
     assert [box.get_attribute("data-index") for box in checked] == ["2"]
-    assert errors(browser) == []
+    assert page_errors(browser) == []
 
 
 def test_hiding_special_tokens_renormalises_rows(browser, tiny, tmp_path):
@@ -184,7 +136,7 @@ def test_hostile_token_text_is_shown_never_run(browser, tmp_path):
     ]
     assert shown == HOSTILE  # the very text, as text
     assert browser.find_element("id", "heading").text == "<b>model</b> · self attention"
-    assert errors(browser) == []
+    assert page_errors(browser) == []
 
 
 def test_the_map_view_looks_as_it_did(browser, tmp_path, snapshot_image):
@@ -276,7 +228,7 @@ def test_the_last_rows_over_a_long_text_are_strips_in_both_views(browser, runner
     assert tip.text.startswith("w299 → ")  # the one row, where it is pointed at
     (row_label,) = browser.find_elements("css selector", "#map-rows span")
     assert row_label.text == "w299"
-    assert errors(browser) == []
+    assert page_errors(browser) == []
 
 
 def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
@@ -293,7 +245,7 @@ def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
     assert result.exit_code == 0, result.stderr
     table = attnviz.load(model).head_effects(text, " it", versus=" the", corrupt=corrupt)
     open_page(browser, path)
-    assert errors(browser) == []
+    assert page_errors(browser) == []
     data = browser.execute_script("return window.attnviz.data")
     assert set(data["effects"]["columns"]) == {"ablation", "dla", "patch"}
     shown = {}
@@ -334,34 +286,3 @@ def test_a_corrupted_text_without_the_page_is_refused(runner, generators, tmp_pa
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "--corrupt applies to the page" in result.stderr
     assert not (tmp_path / "x.png").exists()
-
-
-def test_the_trace_page_shows_every_layer_and_position_and_its_effect_on_hover(
-    browser, runner, generators, tmp_path
-):
-    model, text = generators["llama-lm"], "The man walked the dog because"
-    corrupt = "The dog walked the man because"  # as many tokens
-    path = tmp_path / "trace.html"
-    arguments = ["trace", text, "--model", model, "--answer", " it", "--corrupt", corrupt]
-    result = runner.invoke(app, [*arguments, "--site", "mlp", "-o", str(path)])
-    assert result.exit_code == 0 and result.stdout == "", result.stderr
-    found = attnviz.load(model).trace(text, " it", corrupt, site="mlp")
-    open_page(browser, path)
-    assert errors(browser) == []
-    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
-    data = browser.execute_script("return window.attnviz.data")
-    assert data["layers"] == found.layers and len(data["tokens"]) == len(found.tokens)
-    np.testing.assert_allclose(np.array(data["effect"]), found.effect, atol=1e-6)
-    canvas = browser.find_element("id", "trace")
-    layers, positions = found.effect.shape
-    from selenium.webdriver import ActionChains
-
-    box = canvas.rect  # hover the middle of the last layer's second position
-    x = (1.5 / positions) * box["width"] - box["width"] / 2
-    y = ((layers - 0.5) / layers) * box["height"] - box["height"] / 2
-    ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).perform()
-    tip = browser.find_element("id", "tooltip")
-    assert tip.get_attribute("data-layer") == str(found.layers[-1])
-    assert tip.get_attribute("data-position") == "1"
-    assert f"{found.effect[-1, 1]:+.3f}" in tip.text
-    assert "corrupted" in browser.find_element("id", "notes").text

@@ -1,8 +1,8 @@
-"""Patching between a clean text and its corrupted twin, a second answer's logit
-difference, the layer × position trace and the gradient estimates, each held to a
-reference written here from plain transformers hooks (none of attnviz's code), on tiny
-random GPT-2, Llama (grouped-query heads) and Gemma 2 (post-attention norms, sliding
-windows)."""
+"""Patching between a clean text and its corrupted twin (`heads --corrupt`), a second
+answer's logit difference (`--versus`) and the gradient estimates (`--method gradient`),
+each held to a reference from plain transformers hooks (tests/hook_references.py, none of
+attnviz's code), on tiny random GPT-2, Llama (grouped-query heads) and Gemma 2
+(post-attention norms, sliding windows). The trace command: tests/test_trace.py."""
 
 from __future__ import annotations
 
@@ -16,45 +16,29 @@ import attnviz
 from attnviz.cli import app
 from attnviz.request import Input, Request
 from tests.hook_references import (
-    answer_token_id,
+    ANSWER,
+    CORRUPT,
+    FAMILIES,
+    TEXT,
+    VERSUS,
     layers_of,
     metric_with_hooks,
     output_projection,
+    prepared,
     recorded_at,
     reference_gradients,
     reference_patch,
-    reference_trace,
-    token_ids,
 )
-
-TEXT = "The man walked the dog because"
-CORRUPT = "The dog walked the man because"  # as many tokens in every tiny tokenizer
-ANSWER, VERSUS = " it", " the"
-FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm"]
-
-
-@pytest.fixture(scope="module")
-def loaded(generators):
-    """Each family's extractor and model (eval, as attnviz loads it)."""
-    return {family: attnviz.load(generators[family]) for family in FAMILIES}
-
-
-def _setup(generators, loaded, family, versus=False):
-    extractor = loaded[family]
-    path = generators[family]
-    ids = token_ids(path, TEXT), token_ids(path, CORRUPT)
-    assert ids[0].shape == ids[1].shape, "the corrupted text must keep the token count"
-    answer_id = answer_token_id(path, TEXT, ANSWER)
-    versus_id = answer_token_id(path, TEXT, VERSUS) if versus else None
-    return extractor, extractor.loaded.model, ids, answer_id, versus_id
 
 
 @pytest.mark.parametrize(
     ("family", "versus"), [(family, False) for family in FAMILIES] + [("llama-lm", True)]
 )
-def test_patch_equals_a_hook_restoring_each_heads_clean_output(generators, loaded, family, versus):
-    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = _setup(
-        generators, loaded, family, versus
+def test_patch_equals_a_hook_restoring_each_heads_clean_output(
+    generators, language_models, family, versus
+):
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = prepared(
+        generators, language_models, family, versus
     )
     found = extractor.head_statistics(
         TEXT, answer=ANSWER, versus=VERSUS if versus else None, corrupt=CORRUPT
@@ -68,12 +52,12 @@ def test_patch_equals_a_hook_restoring_each_heads_clean_output(generators, loade
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_versus_makes_the_metric_a_logit_difference(generators, loaded, family):
+def test_versus_makes_the_metric_a_logit_difference(generators, language_models, family):
     """ablation: a hook zeroing each head, measured as logit(answer) − logit(versus); dla
     is linear in the unembedding row, so with --versus it is the answer's less the
     versus answer's."""
-    extractor, model, (clean_ids, _), answer_id, versus_id = _setup(
-        generators, loaded, family, versus=True
+    extractor, model, (clean_ids, _), answer_id, versus_id = prepared(
+        generators, language_models, family, versus=True
     )
     found = extractor.head_effects(TEXT, ANSWER, versus=VERSUS)
     clean = metric_with_hooks(model, clean_ids, answer_id, versus_id)
@@ -98,24 +82,13 @@ def test_versus_makes_the_metric_a_logit_difference(generators, loaded, family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("site", ["resid", "attn", "mlp"])
-def test_trace_equals_a_hook_restoring_each_layer_and_position(generators, loaded, family, site):
-    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = _setup(
-        generators, loaded, family, versus=site == "attn"
-    )
-    given = Input(TEXT, answer=ANSWER, versus=VERSUS if site == "attn" else None, corrupt=CORRUPT)
-    (found,) = extractor.run([given], Request(maps=False, trace=site))
-    expected = reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site)
-    np.testing.assert_allclose(found.trace.effect, expected, atol=1e-5)
-    assert len(found.trace.tokens) == clean_ids.shape[1] == len(found.trace.corrupt_tokens)
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_gradient_estimates_equal_autograd_through_kept_activations(generators, loaded, family):
+def test_gradient_estimates_equal_autograd_through_kept_activations(
+    generators, language_models, family
+):
     """ablation: Σ ∂m/∂z · (0 − z) at the clean run; patch: Σ ∂m/∂z · (z_clean − z) at the
     corrupted run; trace: ∂m/∂a · (a_clean − a) at each position of the corrupted run."""
-    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = _setup(
-        generators, loaded, family, versus=True
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = prepared(
+        generators, language_models, family, versus=True
     )
     asking = [parameter.requires_grad for parameter in model.parameters()]
     found = extractor.head_statistics(
@@ -151,10 +124,12 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(generators, 
     np.testing.assert_allclose(traced.trace.effect, expected, atol=1e-5)
 
 
-def test_gradient_estimates_rank_heads_as_the_exact_sweep_on_a_smooth_change(generators, loaded):
+def test_gradient_estimates_rank_heads_as_the_exact_sweep_on_a_smooth_change(
+    generators, language_models
+):
     """Where the change is small (the mean instead of the output: a nearby point), the
     first-order estimate of each head's ablation is close to the exact one."""
-    extractor = loaded["llama-lm"]
+    extractor = language_models["llama-lm"]
     exact = extractor.head_effects(TEXT, ANSWER, ablate="mean").ablation
     estimate = extractor.head_effects(TEXT, ANSWER, ablate="mean", method="gradient").ablation
     assert np.corrcoef(exact.ravel(), estimate.ravel())[0, 1] > 0.9
@@ -166,18 +141,7 @@ def test_gradient_estimates_rank_heads_as_the_exact_sweep_on_a_smooth_change(gen
         (["heads", TEXT, "--corrupt", CORRUPT], "--corrupt measures what heads do to an answer"),
         (["heads", TEXT, "--versus", VERSUS], "--versus measures what heads do to an answer"),
         (["heads", TEXT, "--answer", ANSWER, "--versus", ANSWER], "--versus is the answer itself"),
-        (["trace", TEXT, "--answer", ANSWER], "give --corrupt"),
-        (["trace", TEXT, "--corrupt", CORRUPT], "give --answer"),
-        (["trace", TEXT, "--answer", ANSWER, "--corrupt", CORRUPT, "--site", "ffn"], "ffn"),
         (["heads", TEXT, "--method", "gradient"], "--method says how effects are measured"),
-        (
-            ["trace", TEXT, "--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.html", "-f", "csv"],
-            "-o writes a picture or a page; -f writes data",
-        ),
-        (
-            ["trace", TEXT, "--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.txt"],
-            ".html",
-        ),
     ],
 )
 def test_patching_usage_errors_before_a_model_loads(runner, arguments, message):
@@ -220,29 +184,6 @@ def test_heads_with_a_corrupted_text_lists_patch_and_both_metrics(runner, genera
     assert "patch" not in plain.stdout and "clean_metric" not in plain.stdout
 
 
-def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, tmp_path):
-    from transformers import AutoConfig
-
-    path = generators["gpt2-lm"]
-    common = ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", CORRUPT]
-    drawn = runner.invoke(app, [*common, "--width", "100"])
-    assert drawn.exit_code == 0, drawn.stderr
-    assert "resid" in drawn.stdout and " dog " in drawn.stdout and "layer 1" in drawn.stdout
-    data = runner.invoke(app, [*common, "--site", "mlp", "-f", "json"])
-    document = json.loads(data.stdout)
-    layers = AutoConfig.from_pretrained(path).n_layer
-    assert document["site"] == "mlp" and document["layers"] == list(range(layers))
-    assert len(document["effect"]) == layers
-    assert len(document["effect"][0]) == len(document["tokens"]) == 6
-    rows = runner.invoke(app, [*common, "-f", "csv"]).stdout.splitlines()
-    assert rows[0].startswith("layer,position,token,corrupt_token,effect")
-    assert len(rows) == 1 + layers * 6
-    picture = tmp_path / "trace.png"
-    saved = runner.invoke(app, [*common, "-o", str(picture)])
-    assert saved.exit_code == 0, saved.stderr
-    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
 def test_heads_draws_the_layers_by_heads_grid_of_an_effect(runner, generators, tmp_path):
     path = generators["llama-lm"]
     picture = tmp_path / "patch.svg"
@@ -277,13 +218,13 @@ def test_a_model_without_gradients_through_its_attention_is_refused(generators, 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_gradient_estimates_are_the_same_with_each_layer_computed_again(
-    generators, loaded, family, monkeypatch
+    generators, language_models, family, monkeypatch
 ):
     """Past KEPT_FOR_BACKWARD bytes of activations, each layer is recomputed in the backward
     pass (checkpointing): the estimates do not change."""
     from attnviz.pretrained import patching
 
-    extractor = loaded[family]
+    extractor = language_models[family]
     one_token = {"input_ids": torch.ones(1, 1, dtype=torch.long)}
     assert patching._kept_for_backward(extractor.loaded.model, one_token) > 0  # so 0 recomputes
     asked = {"versus": VERSUS, "corrupt": CORRUPT, "method": "gradient"}

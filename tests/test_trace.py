@@ -1,0 +1,115 @@
+"""`attnviz trace`: for every layer and position, how much of the answer comes back when
+the clean run's activation is restored in the corrupted run; its numbers held to a
+reference from plain transformers hooks (tests/hook_references.py), its table, data,
+picture and page, and its usage errors. The gradient estimate of a trace is held with
+the other estimates in tests/test_patching.py."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.cli import app
+from attnviz.request import Input, Request
+from tests.checks import open_page, page_errors
+from tests.hook_references import (
+    ANSWER,
+    CORRUPT,
+    FAMILIES,
+    TEXT,
+    VERSUS,
+    prepared,
+    reference_trace,
+)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("site", ["resid", "attn", "mlp"])
+def test_trace_equals_a_hook_restoring_each_layer_and_position(
+    generators, language_models, family, site
+):
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = prepared(
+        generators, language_models, family, versus=site == "attn"
+    )
+    given = Input(TEXT, answer=ANSWER, versus=VERSUS if site == "attn" else None, corrupt=CORRUPT)
+    (found,) = extractor.run([given], Request(maps=False, trace=site))
+    expected = reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site)
+    np.testing.assert_allclose(found.trace.effect, expected, atol=1e-5)
+    assert len(found.trace.tokens) == clean_ids.shape[1] == len(found.trace.corrupt_tokens)
+
+
+def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, tmp_path):
+    from transformers import AutoConfig
+
+    path = generators["gpt2-lm"]
+    common = ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", CORRUPT]
+    drawn = runner.invoke(app, [*common, "--width", "100"])
+    assert drawn.exit_code == 0, drawn.stderr
+    assert "resid" in drawn.stdout and " dog " in drawn.stdout and "layer 1" in drawn.stdout
+    data = runner.invoke(app, [*common, "--site", "mlp", "-f", "json"])
+    document = json.loads(data.stdout)
+    layers = AutoConfig.from_pretrained(path).n_layer
+    assert document["site"] == "mlp" and document["layers"] == list(range(layers))
+    assert len(document["effect"]) == layers
+    assert len(document["effect"][0]) == len(document["tokens"]) == 6
+    rows = runner.invoke(app, [*common, "-f", "csv"]).stdout.splitlines()
+    assert rows[0].startswith("layer,position,token,corrupt_token,effect")
+    assert len(rows) == 1 + layers * 6
+    picture = tmp_path / "trace.png"
+    saved = runner.invoke(app, [*common, "-o", str(picture)])
+    assert saved.exit_code == 0, saved.stderr
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--answer", ANSWER], "give --corrupt"),
+        (["--corrupt", CORRUPT], "give --answer"),
+        (["--answer", ANSWER, "--corrupt", CORRUPT, "--site", "ffn"], "ffn"),
+        (
+            ["--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.html", "-f", "csv"],
+            "-o writes a picture or a page; -f writes data",
+        ),
+        (["--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.txt"], ".html"),
+    ],
+)
+def test_usage_errors_before_a_model_loads(runner, arguments, message):
+    result = runner.invoke(app, ["trace", TEXT, *arguments])
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_the_trace_page_shows_every_layer_and_position_and_its_effect_on_hover(
+    browser, runner, generators, tmp_path
+):
+    model, text = generators["llama-lm"], "The man walked the dog because"
+    corrupt = "The dog walked the man because"  # as many tokens
+    path = tmp_path / "trace.html"
+    arguments = ["trace", text, "--model", model, "--answer", " it", "--corrupt", corrupt]
+    result = runner.invoke(app, [*arguments, "--site", "mlp", "-o", str(path)])
+    assert result.exit_code == 0 and result.stdout == "", result.stderr
+    found = attnviz.load(model).trace(text, " it", corrupt, site="mlp")
+    open_page(browser, path)
+    assert page_errors(browser) == []
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    data = browser.execute_script("return window.attnviz.data")
+    assert data["layers"] == found.layers and len(data["tokens"]) == len(found.tokens)
+    np.testing.assert_allclose(np.array(data["effect"]), found.effect, atol=1e-6)
+    canvas = browser.find_element("id", "trace")
+    layers, positions = found.effect.shape
+    from selenium.webdriver import ActionChains
+
+    box = canvas.rect  # hover the middle of the last layer's second position
+    x = (1.5 / positions) * box["width"] - box["width"] / 2
+    y = ((layers - 0.5) / layers) * box["height"] - box["height"] / 2
+    ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).perform()
+    tip = browser.find_element("id", "tooltip")
+    assert tip.get_attribute("data-layer") == str(found.layers[-1])
+    assert tip.get_attribute("data-position") == "1"
+    assert f"{found.effect[-1, 1]:+.3f}" in tip.text
+    assert "corrupted" in browser.find_element("id", "notes").text
