@@ -1,4 +1,5 @@
-"""explain: the walk-through reproduces the stack's own numbers."""
+"""explain: the built-in walk-through reproduces the stack's own numbers, and a
+pretrained model's query row reproduces the model's own attention."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from attnviz.cli import app
 from attnviz.errors import UsageError
 
 SMALL = BuiltinConfig(d_model=8, num_heads=2)
+PRETRAINED_TEXT = "Hello I love the dog"
+PRETRAINED_TARGET = "Bonjour je t'aime"
 
 
 def explain_builtin(text, config=None, **request):
@@ -135,3 +138,41 @@ def test_explain_labels_raw_pieces_too(tiny):
     raw = json.dumps(extractor.explain("unbelievable tokenization", raw_pieces=True).to_dict())
     cleaned = json.dumps(extractor.explain("unbelievable tokenization").to_dict())
     assert "##" in raw and "##" not in cleaned
+
+
+@pytest.mark.parametrize(
+    ("family", "mode", "target"),
+    [("bert", None, None), ("gpt2", None, None), ("llama", None, None),
+     ("bart", "cross", PRETRAINED_TARGET), ("t5", "self", None),
+     ("t5", "masked", PRETRAINED_TARGET)],
+)  # fmt: skip
+def test_explained_query_row_matches_the_models_own(tiny, family, mode, target):
+    explanation = attnviz.load(tiny[family]).explain(
+        PRETRAINED_TEXT, mode=mode, target=target, layer=1, head=1, query=2
+    )
+    own = attnviz.extract(
+        PRETRAINED_TEXT, model=tiny[family], mode=mode, target=target, layers=1, heads=1
+    )
+    np.testing.assert_allclose(explanation.weights, own.weights[0, 0, 2], atol=1e-6)
+    assert explanation.largest_difference < 1e-6
+    assert explanation.query_token == own.query_tokens[2]
+    if explanation.mode == "masked":
+        assert np.isneginf(explanation.mask[3:]).all()  # the keys after the query are hidden
+        assert (explanation.weights[3:] == 0).all()
+
+
+@pytest.mark.minilm
+def test_explain_minilm_through_the_cli(runner):
+    result = runner.invoke(
+        app, ["explain", "--model", "minilm", "The man walked the dog", "-l", "2", "--head", "3",
+              "--query", "3", "-f", "json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["query_token"] == "walked"
+    assert document["largest_difference"] < 1e-6
+    assert sum(document["weights"]) == pytest.approx(1.0)
+    table = runner.invoke(app, ["explain", "--model", "minilm", "hi", "--query", "1"])
+    assert "model's own" in table.stdout
+    bad = runner.invoke(app, ["explain", "--model", "minilm", "hi", "--query", "7"])
+    assert bad.exit_code == 2 and "--query 7 is out of range" in bad.stderr

@@ -394,41 +394,6 @@ def test_batched_maps_equal_one_at_a_time(tiny, family, mode):
         np.testing.assert_allclose(together.weights, alone.weights, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize(
-    ("family", "mode", "target"),
-    [("bert", None, None), ("gpt2", None, None), ("llama", None, None), ("bart", "cross", TARGET),
-     ("t5", "self", None), ("t5", "masked", TARGET)],
-)  # fmt: skip
-def test_explained_query_row_matches_the_models_own(tiny, family, mode, target):
-    explanation = attnviz.load(tiny[family]).explain(
-        TEXT, mode=mode, target=target, layer=1, head=1, query=2
-    )
-    own = attnviz.extract(TEXT, model=tiny[family], mode=mode, target=target, layers=1, heads=1)
-    np.testing.assert_allclose(explanation.weights, own.weights[0, 0, 2], atol=1e-6)
-    assert explanation.largest_difference < 1e-6
-    assert explanation.query_token == own.query_tokens[2]
-    if explanation.mode == "masked":
-        assert np.isneginf(explanation.mask[3:]).all()  # the keys after the query are hidden
-        assert (explanation.weights[3:] == 0).all()
-
-
-@pytest.mark.minilm
-def test_explain_minilm_through_the_cli(runner):
-    result = runner.invoke(
-        app, ["explain", "--model", "minilm", "The man walked the dog", "-l", "2", "--head", "3",
-              "--query", "3", "-f", "json"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.stderr
-    document = json.loads(result.stdout)
-    assert document["query_token"] == "walked"
-    assert document["largest_difference"] < 1e-6
-    assert sum(document["weights"]) == pytest.approx(1.0)
-    table = runner.invoke(app, ["explain", "--model", "minilm", "hi", "--query", "1"])
-    assert "model's own" in table.stdout
-    bad = runner.invoke(app, ["explain", "--model", "minilm", "hi", "--query", "7"])
-    assert bad.exit_code == 2 and "--query 7 is out of range" in bad.stderr
-
-
 def test_a_model_path_with_markup_loads_under_the_spinner(runner, tiny, tmp_path):
     import shutil
 
