@@ -1,4 +1,5 @@
-"""heads, top, diff and show --aggregate through the CLI."""
+"""--top-heads, show --aggregate, the heads table and a run repeated from its recorded
+model, through the CLI (the diff and top commands: tests/test_diff.py, tests/test_top.py)."""
 
 from __future__ import annotations
 
@@ -44,22 +45,6 @@ def test_heads_table_and_csv(runner):
     )
 
 
-def test_top_prints_a_line_per_query_token(runner):
-    result = runner.invoke(app, ["top", "attention is cool", "-l", "0", "--head", "1", "-k", "2"])
-    assert result.exit_code == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == "# layer 0 · head 1"
-    assert [line.split(" → ")[0] for line in lines[1:]] == ["attention", "is", "cool"]
-    assert all(line.count(",") == 1 for line in lines[1:])
-
-
-def test_top_of_an_aggregate(runner):
-    result = runner.invoke(app, ["top", "attention is cool", "-a", "rollout", "-f", "json"])
-    assert result.exit_code == 0 and result.stderr == ""
-    block = json.loads(result.stdout)["maps"][0]
-    assert block["title"].startswith("rollout") and block["layer"] is None
-
-
 def test_show_aggregate_rollout_draws_one_map(runner):
     result = runner.invoke(
         app, ["show", "Hello I love you", "--aggregate", "rollout", "-f", "terminal"]
@@ -67,31 +52,6 @@ def test_show_aggregate_rollout_draws_one_map(runner):
     assert result.exit_code == 0
     assert result.stdout.count("╭") == 1
     assert "rollout · layers 0,1 · heads 0–3" in result.stdout
-
-
-def test_diff_of_two_models_with_a_ci_threshold(runner):
-    same = runner.invoke(
-        app, ["diff", "The man walked", "--against", "builtin", "--fail-above", "0"]
-    )
-    assert same.exit_code == 0, same.stderr
-    different = runner.invoke(
-        app, ["diff", "The man walked", "--seed", "3", "--against", "builtin", "-f", "json",
-              "--fail-above", "0.001"],
-    )  # fmt: skip
-    assert different.exit_code == 4  # a finding, told apart from a crash (1)
-    assert "8 of 8 maps diverge by more than --fail-above 0.001" in different.stderr
-    rows = json.loads(different.stdout)["heads"]
-    assert len(rows) == 8 and rows[0]["divergence"] >= rows[-1]["divergence"] > 0
-
-
-def test_diff_names_both_models_on_one_line_above_its_table(runner):
-    result = runner.invoke(app, ["diff", "The man walked", "--seed", "3", "--against", "builtin"])
-    assert result.exit_code == 0, result.stderr
-    first_line = result.stdout.splitlines()[0]
-    assert first_line == (
-        "builtin:layers=2,heads=4,d_model=64,seed=3 vs builtin:layers=2,heads=4,d_model=64,seed=0"
-        " · self attention"
-    )
 
 
 def test_a_run_is_repeated_from_the_model_name_it_recorded(runner):
@@ -134,31 +94,6 @@ def test_a_builtin_model_name_is_checked_as_the_stack_options_are(runner, argume
     result = runner.invoke(app, arguments)
     assert result.exit_code == 2 and result.stdout == ""
     assert message in result.stderr and result.stderr.count("\n") == 1
-
-
-def test_diff_of_saved_files(runner, tmp_path):
-    first, second = tmp_path / "a.json", tmp_path / "b.json"
-    runner.invoke(app, ["show", "The man walked", "-f", "json", "-o", str(first)])
-    runner.invoke(app, ["show", "The man ran", "-f", "json", "-o", str(second)])
-    result = runner.invoke(app, ["diff", str(first), str(second)])
-    assert result.exit_code == 2
-    assert "different query tokens" in result.stderr
-
-
-def test_diff_needs_a_second_side(runner):
-    result = runner.invoke(app, ["diff", "The man walked"])
-    assert result.exit_code == 2
-    assert "needs --against" in result.stderr
-
-
-def test_diff_refuses_files_of_several_inputs(runner, tmp_path):
-    stream = runner.invoke(app, ["show", "-", "-f", "ndjson"], input="a b\nc d\n")
-    assert stream.exit_code == 0
-    path = tmp_path / "two.ndjson"
-    path.write_text(stream.stdout)
-    result = runner.invoke(app, ["diff", str(path), str(path)])
-    assert result.exit_code == 2
-    assert "holds several inputs; diff compares one with one" in result.stderr
 
 
 @pytest.mark.parametrize("by", [by for by in RankBy if HeadColumn(by).needs is not Needs.ANSWER])
