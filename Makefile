@@ -27,7 +27,7 @@ demo: $(STAMP)
 INTEGRATION := smollm2 or gemma3 or ray or system
 # One torch thread in each test worker: -n auto starts a worker per core, and each worker's
 # torch spinning a thread per core as well made the suite about a third slower (measured:
-# tests/test_corpus.py and tests/test_long.py, 43 s against 30 s on two cores).
+# tests/test_corpus.py, now test_stats.py, and tests/test_long.py: 43 s against 30 s on two cores).
 PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 test: $(STAMP) browser
 	$(PYTEST) -n auto --dist loadgroup -m "not ($(INTEGRATION))" \
