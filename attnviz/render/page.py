@@ -82,14 +82,13 @@ def _effects_data(panels: list[dict[str, Any]], effects: HeadEffects) -> dict[st
     """Each map's effects on the answer by column (None for a map that is no head, or a
     head the effects leave out), in the order of the page's maps."""
     held = {(layer, head) for layer in effects.layers for head in effects.heads}
-    columns: dict[str, list[float | None]] = {}
+    names = effects.of(effects.layers[0], effects.heads[0])  # the columns these effects have
+    columns: dict[str, list[float | None]] = {name: [] for name in names}
     for panel in panels:
         place = (panel["layer"], panel["head"])
         found = effects.of(*place) if panel["kind"] == "head" and place in held else {}
-        for name in ("ablation", "dla", "patch"):
-            if name == "patch" and effects.patch is None:
-                continue
-            columns.setdefault(name, []).append(found.get(name))
+        for name, values in columns.items():
+            values.append(found.get(name))
     on = effects.on
     return {
         "answer": on.answer_token,
