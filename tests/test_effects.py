@@ -24,10 +24,11 @@ ANSWER = " it"
 FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm"]
 
 
-def _loaded(generators, family):
+def _loaded(generators, family, dtype="auto"):
     """The model, its final norm's gain and shift made random (a fresh model's are 1 and
     0, which would hide a norm read the wrong way)."""
-    extractor = attnviz.load(generators[family])
+    options = attnviz.LoadOptions(dtype=dtype)
+    extractor = attnviz.load(generators[family], load_options=options)
     model = extractor.loaded.model
     norms = [final_norm(model, family)]
     if family == "gemma2-lm":
@@ -66,6 +67,14 @@ def test_dla_equals_the_heads_writing_read_through_the_frozen_norm(generators, f
     expected = reference_dla(model, family, ids, answer_id, effects.layers, effects.heads)
     assert np.abs(expected).max() > 1e-3
     np.testing.assert_allclose(effects.dla, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["llama-lm", "gemma2-lm"])
+def test_dla_in_bfloat16_is_the_float32_dla_to_its_precision(generators, family):
+    """The norms' outputs are rounded to bfloat16 (8 bits), and are still read as norms."""
+    expected = _loaded(generators, family)[0].head_effects(TEXT, ANSWER).dla
+    halved = _loaded(generators, family, "bfloat16")[0].head_effects(TEXT, ANSWER).dla
+    np.testing.assert_allclose(halved, expected, atol=0.05 * np.abs(expected).max())
 
 
 def test_chosen_layers_and_heads_are_those_of_the_whole_sweep(generators):

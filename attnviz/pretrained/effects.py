@@ -393,9 +393,14 @@ def _frozen_norm(
     centred = "layernorm" in type(norm).__name__.lower()
     moved = x - x.mean() if centred else x
     scale = (moved.pow(2).mean() + eps).sqrt()
+    # The norm's output was rounded to the model's dtype: bfloat16 keeps 8 bits (2^-8).
+    tolerance = max(1e-3, 2 * torch.finfo(normed.dtype).eps)
     for gain in (weight, 1 + weight):
         if torch.allclose(
-            gain * moved / scale + shift, y, rtol=1e-3, atol=1e-3 * float(y.abs().max())
+            gain * moved / scale + shift,
+            y,
+            rtol=tolerance,
+            atol=tolerance * float(y.abs().max()),
         ):
             return _linear_norm(gain, scale, centred)
     raise UsageError(
