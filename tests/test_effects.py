@@ -17,6 +17,7 @@ import torch
 
 import attnviz
 from attnviz.errors import UsageError
+from tests import hook_references as twins
 from tests.hook_references import final_norm, log_prob, reference_ablation, reference_dla
 
 TEXT = "The man walked the dog because"
@@ -77,13 +78,16 @@ def test_dla_in_bfloat16_is_the_float32_dla_to_its_precision(generators, family)
     np.testing.assert_allclose(halved, expected, atol=0.05 * np.abs(expected).max())
 
 
-def test_chosen_layers_and_heads_are_those_of_the_whole_sweep(generators):
+@pytest.mark.parametrize("method", ["exact", "gradient"])
+def test_chosen_layers_and_heads_are_those_of_the_whole_sweep(generators, method):
     extractor = attnviz.load(generators["llama-lm"])
-    whole = extractor.head_effects(TEXT, ANSWER)
-    some = extractor.head_effects(TEXT, ANSWER, layers=1, heads=[0, 3])
+    asked = {"corrupt": twins.CORRUPT, "method": method}
+    whole = extractor.head_effects(twins.TEXT, twins.ANSWER, **asked)
+    some = extractor.head_effects(twins.TEXT, twins.ANSWER, layers=1, heads=[0, 3], **asked)
     assert (some.layers, some.heads) == ([1], [0, 3])
-    np.testing.assert_allclose(some.ablation, whole.ablation[1:, [0, 3]], atol=1e-6)
-    np.testing.assert_allclose(some.dla, whole.dla[1:, [0, 3]], atol=1e-6)
+    for column in ("ablation", "dla", "patch"):
+        chosen = getattr(whole, column)[1:, [0, 3]]
+        np.testing.assert_allclose(getattr(some, column), chosen, atol=1e-6)
 
 
 def test_passes_of_one_row_give_the_same_effects(generators, monkeypatch):

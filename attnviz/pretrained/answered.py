@@ -175,17 +175,17 @@ def effects_of(
                     model, body, asked.corrupt_arguments, metric, clean, layers, heads
                 )
         else:
-            estimate = ablation_estimate(body, heads, request.ablate)
+            estimate = ablation_estimate(body, request.ablate)
             at_clean = gradients(model, body, asked.arguments, metric, "heads", estimate, True)
             assert at_clean.clean is not None
             clean = at_clean.clean
             dla = attribution(body, clean, metric, layers, heads)
-            ablation = at_clean.of(layers)
+            ablation = at_clean.of(layers)[:, heads]
             if asked.corrupt_arguments is not None:
-                estimate = patch_estimate(body, clean.head_inputs, heads)
+                estimate = patch_estimate(body, clean.head_inputs)
                 corrupted = asked.corrupt_arguments
                 at_corrupt = gradients(model, body, corrupted, metric, "heads", estimate)
-                patch = at_corrupt.of(layers)
+                patch = at_corrupt.of(layers)[:, heads]
                 corrupt_metric = at_corrupt.metric
     on = asked.answer(
         log_prob=clean.log_prob,

@@ -463,10 +463,11 @@ def _ablation(
 
 
 def ablated(ablate: Ablation, outputs: torch.Tensor) -> torch.Tensor | float:
-    """What replaces a head's outputs at every position, (T, Dh), for its ablation."""
+    """What replaces a head's outputs at every position, (T, Dh), for its ablation (or
+    each head's, given every head's outputs, (T, H, Dh))."""
     if ablate is Ablation.ZERO:
         return 0.0
-    return outputs.mean(0)  # its mean over the text's positions, (Dh,)
+    return outputs.mean(0)  # its mean over the text's positions, (Dh,) or (H, Dh)
 
 
 def changed_metrics(

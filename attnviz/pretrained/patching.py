@@ -206,9 +206,11 @@ def _restoring(
 
 
 # What a backward pass reads of one layer: (layer, its activation at the site, the
-# metric's gradient with respect to it), each (1, T, ·), to a small array. Each gradient
-# is read as the backward pass computes it and dropped: no pass holds every layer's.
-Reduce = Callable[[int, "torch.Tensor", "torch.Tensor"], np.ndarray]
+# metric's gradient with respect to it), each (1, T, ·), to a small tensor on the model's
+# device. Each gradient is read as the backward pass computes it and dropped: no pass holds
+# every layer's. Nothing is copied to the CPU until the pass is over: a copy in the middle
+# would make the CPU wait for the device at every layer.
+Reduce = Callable[[int, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
 @dataclass(frozen=True)
@@ -217,12 +219,15 @@ class Gradients:
     gradient."""
 
     metric: float
-    reduced: list[np.ndarray]
+    reduced: list[torch.Tensor]
     clean: Clean | None = None  # the run's record, where asked for (a clean run's)
 
     def of(self, layers: Sequence[int]) -> np.ndarray:
-        """What was read of ``layers``, stacked: (L, ·)."""
-        return np.stack([self.reduced[layer] for layer in layers]).astype(np.float64)
+        """What was read of ``layers``, stacked: (L, ·), copied to the CPU at once."""
+        import torch
+
+        stacked = torch.stack([self.reduced[layer] for layer in layers])
+        return stacked.cpu().numpy().astype(np.float64)
 
 
 def gradients(
@@ -355,38 +360,33 @@ def _weights_without_gradients(model: Any) -> Iterator[None]:
             parameter.requires_grad_(True)
 
 
-def ablation_estimate(body: Anatomy, heads: Sequence[int], ablate: Ablation) -> Reduce:
-    """Each head's ablation effect estimated, read at the clean run: Σ over positions of
+def ablation_estimate(body: Anatomy, ablate: Ablation) -> Reduce:
+    """Every head's ablation effect estimated, read at the clean run: Σ over positions of
     ∂metric/∂z · (z_ablated − z), (H) per layer."""
 
-    def reduce(_layer: int, z: torch.Tensor, gradient: torch.Tensor) -> np.ndarray:
-        z, gradient = z[0].float(), gradient[0].float()  # (T, E)
-        found = []
-        for head in heads:
-            part = head_slice(z, body.heads, head)
-            moved = ablated(ablate, z[:, part]) - z[:, part]
-            found.append(float((gradient[:, part] * moved).sum()))
-        return np.array(found)
+    def reduce(_layer: int, z: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+        z, gradient = _per_head(body, z), _per_head(body, gradient)  # (T, H, Dh)
+        return (gradient * (ablated(ablate, z) - z)).sum((0, 2))
 
     return reduce
 
 
-def patch_estimate(body: Anatomy, clean: Sequence[torch.Tensor], heads: Sequence[int]) -> Reduce:
-    """Each head's patching effect estimated, read at the corrupted run: Σ over positions
+def patch_estimate(body: Anatomy, clean: Sequence[torch.Tensor]) -> Reduce:
+    """Every head's patching effect estimated, read at the corrupted run: Σ over positions
     of ∂metric/∂z · (z_clean − z), (H) per layer; ``clean`` holds each layer's clean z,
     (1, T, E)."""
 
-    def reduce(layer: int, z: torch.Tensor, gradient: torch.Tensor) -> np.ndarray:
-        z, gradient = z[0].float(), gradient[0].float()  # (T, E)
-        moved = clean[layer][0].float() - z
-        return np.array(
-            [
-                float((gradient[:, part] * moved[:, part]).sum())
-                for part in (head_slice(z, body.heads, head) for head in heads)
-            ]
-        )
+    def reduce(layer: int, z: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+        moved = _per_head(body, clean[layer]) - _per_head(body, z)  # (T, H, Dh)
+        return (_per_head(body, gradient) * moved).sum((0, 2))
 
     return reduce
+
+
+def _per_head(body: Anatomy, head_input: torch.Tensor) -> torch.Tensor:
+    """The output projection's input of one text, (1, T, E), in float32 as (T, H, Dh)."""
+    size = head_slice(head_input, body.heads, 0).stop  # one head's width, checked
+    return head_input[0].float().unflatten(-1, (body.heads, size))
 
 
 def estimated_trace(
@@ -407,9 +407,9 @@ def estimated_trace(
     clean = float(metric.of(logits)[0])
     log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
 
-    def reduce(layer: int, corrupt: torch.Tensor, gradient: torch.Tensor) -> np.ndarray:
+    def reduce(layer: int, corrupt: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
         moved = activations[layer][0].float() - corrupt[0].float()  # (T, D)
-        return (moved * gradient[0].float()).sum(-1).cpu().numpy()
+        return (moved * gradient[0].float()).sum(-1)
 
     at_corrupt = gradients(model, body, corrupt_arguments, metric, site, reduce)
     return Traced(clean, at_corrupt.metric, log_prob, at_corrupt.of(layers))
