@@ -195,24 +195,25 @@ def _measure(what: str, model: str, dtype: str, tokens: int) -> tuple[float, flo
 
 
 def long_contexts(model: str, dtype: str, tokens: int) -> None:
+    """Each measurement printed as it is made: a run cut short keeps what it measured."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    found = {}
+    baseline: tuple[float, float] | None = None
     for what in MEASURED:
         with context.Pool(1) as pool:
             try:
-                found[what] = pool.apply(_measure, (what, model, dtype, tokens))
+                took, used, length = pool.apply(_measure, (what, model, dtype, tokens))
             except Exception as error:  # one failed measurement must not lose the others
                 print(f"  {what}: failed: {type(error).__name__}: {error}", flush=True)
-    seconds, memory, length = found["forward"]
-    device = "a GPU" if torch.cuda.is_available() else "the CPU"
-    print(f"{model} ({dtype}), {length} tokens, on {device}:")
-    print(f"  forward, last logits {seconds:7.2f} s, +{memory:.2f} GiB (the baseline)")
-    for what in MEASURED[1:]:
-        if what not in found:
+                continue
+        if baseline is None:
+            device = "a GPU" if torch.cuda.is_available() else "the CPU"
+            print(f"{model} ({dtype}), {length} tokens, on {device}:")
+            print(f"  {what:20} {took:7.2f} s, +{used:.2f} GiB (the baseline)", flush=True)
+            baseline = took, used
             continue
-        took, used, _ = found[what]
+        seconds, memory = baseline
         target = "" if what.startswith("forward") else " (target <= 3x, <= + 2 GB)"
         print(
             f"  {what:20} {took:7.2f} s = {took / seconds:.2f}x the forward; "

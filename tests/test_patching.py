@@ -216,6 +216,36 @@ def test_a_model_without_gradients_through_its_attention_is_refused(generators, 
     assert np.isfinite(exact.ablation).all()
 
 
+def test_a_layer_computed_again_keeps_its_attention_and_does_not_run_it_again(
+    language_models, monkeypatch
+):
+    """Recomputing a layer in the backward pass recomputes its norms and MLP, not its fused
+    attention (most of a long text's cost): the kernel runs once per layer, as without."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from attnviz.pretrained import patching
+
+    class Kernels(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.counted: dict[str, int] = {}
+
+        def __torch_dispatch__(self, operation, types, args=(), kwargs=None):
+            name = str(operation)
+            if "scaled_dot_product" in name:
+                self.counted[name] = self.counted.get(name, 0) + 1
+            return operation(*args, **(kwargs or {}))
+
+    extractor = language_models["llama-lm"]
+    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    with Kernels() as kernels:
+        extractor.head_effects(TEXT, ANSWER, method="gradient")
+    layers = extractor.loaded.model.config.num_hidden_layers
+    forward = [count for name, count in kernels.counted.items() if "backward" not in name]
+    backward = [count for name, count in kernels.counted.items() if "backward" in name]
+    assert (forward, backward) == ([layers], [layers])
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_gradient_estimates_are_the_same_with_each_layer_computed_again(
     generators, language_models, family, monkeypatch

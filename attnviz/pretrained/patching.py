@@ -306,8 +306,9 @@ def gradients(
 
 
 # Bytes the backward pass may keep of a forward's activations before each layer is
-# computed again in the backward pass instead (activation checkpointing): about one more
-# forward's time, for memory that no longer grows with what every layer computes.
+# computed again in the backward pass instead (activation checkpointing): all but its
+# attention, whose output is kept, for memory that no longer grows with what every layer
+# computes.
 KEPT_FOR_BACKWARD = 2 * 2**30
 
 
@@ -325,17 +326,44 @@ def _kept_for_backward(model: Any, arguments: dict) -> int:
     return tokens * layers * (6 * width + 3 * inner) * 4
 
 
+# PyTorch's fused attention kernels: what they return (the output, and the softmax's
+# log-sum-exp that their backward reads) is a few numbers per token and head, and they
+# cost most of a layer on a long text. The unfused path is left out: it keeps T × T.
+_FUSED_ATTENTION = (
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+)
+
+
 @contextlib.contextmanager
 def _recomputed(blocks: Sequence[Any]) -> Iterator[None]:
-    """While open, each layer keeps only its input for the backward pass and computes the
-    rest again there (torch's non-reentrant checkpointing: the graph, and the gradients
-    of the activations inside a layer, stay as they were)."""
-    from torch.utils.checkpoint import checkpoint
+    """While open, each layer keeps only its input and its fused attention's outputs for the
+    backward pass and computes the rest again there (torch's non-reentrant, selective
+    checkpointing: the graph, and the gradients of the activations inside a layer, stay
+    as they were). Recomputing the attention would cost most of a forward pass."""
+    import functools
 
+    import torch
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        checkpoint,
+        create_selective_checkpoint_contexts,
+    )
+
+    kept = {getattr(torch.ops.aten, name).default for name in _FUSED_ATTENTION}
+
+    def policy(_context: Any, operation: Any, *_args: Any, **_kwargs: Any) -> CheckpointPolicy:
+        return (
+            CheckpointPolicy.MUST_SAVE if operation in kept else CheckpointPolicy.PREFER_RECOMPUTE
+        )
+
+    contexts = functools.partial(create_selective_checkpoint_contexts, policy)
     for block in blocks:
 
         def recomputed(*args: Any, _forward: Callable = block.forward, **kwargs: Any) -> Any:
-            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+            return checkpoint(_forward, *args, use_reentrant=False, context_fn=contexts, **kwargs)
 
         block.forward = recomputed  # an instance attribute: nn.Module calls it in its place
     try:
