@@ -10,7 +10,6 @@ import attnviz
 from attnviz.analysis.corpus import STATISTICS, CorpusStatistics
 from attnviz.analysis.heads import HeadTable, sort_rows
 from attnviz.analysis.products import HeadStatisticsProduct
-from attnviz.cli.app import app
 from attnviz.head_columns import (
     CORPUS,
     DETECTORS,
@@ -83,11 +82,3 @@ def test_the_corpus_sums_every_corpus_column():
     corpus = CorpusStatistics().add_all([HeadTable.of(attnviz.extract("a b a b", span=[0]))])
     summed = [column.value for column in CORPUS if column.needs is not Needs.ANSWER]
     assert corpus.statistics() == summed  # a span, repeats; no answer
-
-
-def test_the_heads_table_caption_is_the_columns_help(runner):
-    result = runner.invoke(app, ["heads", "a b c"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.stderr
-    flat = " ".join(result.stdout.split())
-    for column in (HeadColumn.ENTROPY, HeadColumn.TOP_KEY):
-        assert " ".join(column.help.split()) in flat
