@@ -145,23 +145,8 @@ def test_unwritable_output_is_a_runtime_error(runner, tmp_path):
 )
 @pytest.mark.parametrize("colour", ["never", "always"])
 def test_text_is_data_never_markup_or_escapes(runner, text, colour):
-    result = runner.invoke(
-        app,
-        [
-            "show",
-            text,
-            "-l",
-            "0",
-            "--head",
-            "0",
-            "-f",
-            "terminal",
-            "--color",
-            colour,
-            "--width",
-            "200",
-        ],
-    )
+    one_head = ["-l", "0", "--head", "0", "-f", "terminal"]
+    result = runner.invoke(app, ["show", text, *one_head, "--color", colour, "--width", "200"])
     assert result.exit_code == 0
     visible = ANSI.sub("", result.stdout)  # the only escapes allowed are our own colours
     assert "\x1b" not in visible
