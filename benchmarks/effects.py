@@ -101,10 +101,22 @@ FACT_ANSWER, FACT_VERSUS = " Paris", " Rome"
 
 
 def twins(tokenizer, tokens: int) -> tuple[str, str]:
-    """A text of about ``tokens`` tokens ending in the fact, and its corrupted twin (the
-    subject changed, as many tokens)."""
-    filler = FILLER * (tokens // len(tokenizer(FILLER)["input_ids"]) + 1)
-    words = tokenizer.decode(tokenizer(filler)["input_ids"][: max(0, tokens - 10)])
+    """A text of ``tokens`` tokens ending in the fact (or the nearest below that the
+    tokenizer allows), and its corrupted twin (the subject changed, as many tokens). The
+    filler is cut by tokens, decoded and encoded again, which can merge tokens: the cut
+    is searched for rather than guessed."""
+    unit = len(tokenizer(FILLER, add_special_tokens=False)["input_ids"])
+    # Twice the tokens asked for: encoded again, a cut of the filler can come out shorter.
+    filler = tokenizer(FILLER * (2 * tokens // unit + 2), add_special_tokens=False)["input_ids"]
+
+    def length(count: int) -> int:
+        return len(tokenizer(tokenizer.decode(filler[:count]) + " " + SUBJECT)["input_ids"])
+
+    low, high = 0, len(filler)
+    while low < high:  # the most filler tokens whose text stays within ``tokens``
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if length(middle) <= tokens else (low, middle - 1)
+    words = tokenizer.decode(filler[:low])
     return words + " " + SUBJECT, words + " " + CORRUPT_SUBJECT
 
 
