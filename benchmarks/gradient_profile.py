@@ -11,10 +11,9 @@ warm-up.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
-from effects import FACT_ANSWER, FACT_VERSUS, twins
+from effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, timed, twins
 
 import attnviz
 from attnviz.pretrained import patching
@@ -30,18 +29,9 @@ def _measured(name: str, work, device: torch.device) -> None:
 
 def _timed(name: str, work, device: torch.device) -> None:
     work()  # warm-up: kernels chosen, caches filled
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        start_memory = torch.cuda.memory_allocated()
-    started = time.perf_counter()
-    work()
-    if cuda:
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    memory = (torch.cuda.max_memory_allocated() - start_memory) / 2**30 if cuda else 0.0
-    print(f"  {name:40} {seconds:7.3f} s  +{memory:.2f} GiB", flush=True)
+    with PeakMemory(device) as memory:
+        seconds, _ = timed(work)
+    print(f"  {name:40} {seconds:7.3f} s  +{memory.above:.2f} GiB", flush=True)
 
 
 def main() -> None:
