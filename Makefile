@@ -22,8 +22,8 @@ demo: $(STAMP)
 	$(BIN)/attnviz show "Hello I love you" --format terminal  # the picture, even when piped
 
 # Every test but the integration tests below: within about four minutes on two cores.
-# Line coverage, the lines run by the tests' own `attnviz` processes included;
-# tests spread over every core (pytest-xdist).
+# Line coverage of the test workers (the tests' own `attnviz` processes are followed by
+# make integration); tests spread over every core (pytest-xdist).
 INTEGRATION := smollm2 or gemma3 or ray or system
 # One torch thread in each test worker: -n auto starts a worker per core, and each worker's
 # torch spinning a thread per core as well made the suite about a third slower (measured:
@@ -38,7 +38,8 @@ test: $(STAMP) browser
 # CI runs them after `make test`; the coverage adds to make test's.
 integration: $(STAMP)
 	$(PYTEST) -n auto --dist loadgroup -m "$(INTEGRATION)" \
-	  --cov --cov-append --cov-report=term --cov-fail-under=90
+	  --cov --cov-config=tests/coverage_processes.toml --cov-append --cov-report=term \
+	  --cov-fail-under=90
 
 # A developer's quick run, under a minute: no Ray, no browser, none of the slow tests
 # (real processes and signals, the real models). CI runs everything.

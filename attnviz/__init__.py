@@ -10,10 +10,11 @@ Names are imported when first used, so that ``import attnviz`` (and the
 command line's ``--help``) costs neither numpy nor torch.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from attnviz.choices import Aggregate, Dtype, Mode, Output, View
 from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, UsageError
+from attnviz.lazy_names import lazy_names
 from attnviz.schema import SCHEMA_VERSION, package_version
 
 if TYPE_CHECKING:
@@ -39,15 +40,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        return package_version()
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
-
+__getattr__ = lazy_names("attnviz", _LAZY, __version__=package_version)
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -344,8 +344,8 @@ def fields_of(document: Any) -> dict[str, Any]:
             text=str(document.get("text", "")),
             target=document.get("target"),
             aggregate=aggregate,
-            query_special=_flags(document.get("query_special")),
-            key_special=_flags(document.get("key_special")),
+            query_special=_list_of(bool, document.get("query_special"), _FLAGS),
+            key_special=_list_of(bool, document.get("key_special"), _FLAGS),
             prompt_length=_optional_int(document.get("prompt_length"), "prompt_length"),
             pair=_optional_str(document.get("pair"), "pair"),
             pair_start=_optional_int(document.get("pair_start"), "pair_start"),
@@ -354,17 +354,22 @@ def fields_of(document: Any) -> dict[str, Any]:
             pooled=_optional_int(document.get("pooled"), "pooled"),
             span=_positions(document.get("span"), "span"),
             recorded=Recorded.read(document),
-            layer_kinds=_kinds(document.get("layer_kinds")),
+            layer_kinds=_list_of(str, document.get("layer_kinds"), _KINDS),
         )
     except (TypeError, ValueError) as error:
         raise SchemaError(f"malformed document: {error}") from None
 
 
-def _kinds(value: Any) -> list[str] | None:
+_FLAGS = "query_special and key_special must be lists of true and false"
+_KINDS = "layer_kinds must be a list of texts"
+
+
+def _list_of(kind: type, value: Any, refusal: str) -> list | None:
+    """A document's optional list of ``kind`` (None where absent), else ``refusal``."""
     if value is None:
         return None
-    if not isinstance(value, list) or not all(isinstance(kind, str) for kind in value):
-        raise SchemaError("layer_kinds must be a list of texts")
+    if not isinstance(value, list) or not all(isinstance(each, kind) for each in value):
+        raise SchemaError(refusal)
     return value
 
 
@@ -410,11 +415,3 @@ def _optional_str(value: Any, name: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise SchemaError(f"{name} must be a string, not {value!r}")
     return value
-
-
-def _flags(values: Any) -> list[bool] | None:
-    if values is None:
-        return None
-    if not isinstance(values, list) or not all(isinstance(value, bool) for value in values):
-        raise SchemaError("query_special and key_special must be lists of true and false")
-    return values

@@ -19,7 +19,7 @@ import json
 import os
 import pickle
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +38,9 @@ from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
 from attnviz.render.image import Painter
 
 if TYPE_CHECKING:
-    from attnviz.analysis.corpus import CorpusStatistics, Line
-    from attnviz.batch.folder import FolderPlan
+    from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
     from attnviz.batch.inputs import BatchInput
-    from attnviz.batch.run import Tally
+    from attnviz.batch.run import BatchWork, Tally
     from attnviz.batch.writing import Outputs
     from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
@@ -281,21 +280,11 @@ def _tasks_of(items: Sequence[Any], batch_size: int, workers: Workers) -> Any:
 _TASK_INPUTS = 64
 
 
-def run_batch(
-    inputs: Sequence[BatchInput],
-    spec: ExtractorSpec,
-    request: Request,
-    outputs: Outputs,
-    *,
-    plan: FolderPlan,
-    batch_size: int,
-    workers: Workers,
-    progress: Callable[[int, int], None],
-    tally: Tally,
-) -> Tally:
+def run_batch(work: BatchWork, workers: Workers) -> Tally:
     """As :func:`attnviz.batch.run_batch`, with the work done by Ray workers."""
     _quiet_progress()
-    pending, manifest = start_batch(inputs, outputs, plan, tally)
+    inputs, progress, tally, batch_size = work.inputs, work.progress, work.tally, work.batch_size
+    pending, manifest = start_batch(work)
     done = tally.skipped
     progress(done, len(inputs))
     finished = False
@@ -304,7 +293,7 @@ def run_batch(
             chunks = pending_chunks(inputs, pending, batch_size)
             listed = [[asdict(item), item.index in pending] for item in chunks]
             tasks = _tasks_of(listed, batch_size, workers)
-            arguments = {"spec": spec, "request": request, "outputs": outputs}
+            arguments = {"spec": work.spec, "request": work.request, "outputs": work.outputs}
             results = tasks.map_batches(
                 BatchWorker,
                 fn_constructor_kwargs=arguments
@@ -325,7 +314,7 @@ def run_batch(
         finished = True
     finally:
         manifest.close(finished=finished)
-    check_failures(tally.records, len(inputs), plan.manifest)
+    check_failures(tally.records, len(inputs), work.plan.manifest)
     return tally
 
 
@@ -351,31 +340,23 @@ class StatisticsWorker:
         return {"partial": [pickle.dumps(partial)], "warnings": [json.dumps(said)]}
 
 
-def corpus_statistics(
-    lines: Iterable[Line],
-    spec: ExtractorSpec,
-    request: Request,
-    *,
-    batch_size: int,
-    workers: Workers,
-    progress: Callable[[int], None],
-) -> CorpusStatistics:
+def corpus_statistics(work: CorpusWork, workers: Workers) -> CorpusStatistics:
     """Per-head statistics of every item, computed by Ray workers and merged here;
     ``progress`` is told how many inputs are merged, after each task."""
     _quiet_progress()
     corpus = CorpusStatistics()
-    listed = [[line, list(item), answer] for line, item, answer in lines]
+    listed = [[line, list(item), answer] for line, item, answer in work.lines]
     if not listed:
         return corpus
-    constructor = {"spec": spec, "request": request, "threads": workers.cpus}
-    results = _tasks_of(listed, batch_size, workers).map_batches(
+    constructor = {"spec": work.spec, "request": work.request, "threads": workers.cpus}
+    results = _tasks_of(listed, work.batch_size, workers).map_batches(
         StatisticsWorker,
-        fn_constructor_kwargs=constructor | {"batch_size": batch_size},
+        fn_constructor_kwargs=constructor | {"batch_size": work.batch_size},
         batch_size=1,
         **workers.map_options(),
     )
     for row in results.iter_rows():
         _say(row["warnings"])
         corpus.merge(pickle.loads(row["partial"]))
-        progress(corpus.inputs)
+        work.progress(corpus.inputs)
     return corpus

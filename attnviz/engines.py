@@ -10,7 +10,7 @@ byte the same on either (tests/test_ray.py holds them to it).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -21,17 +21,10 @@ from attnviz.batch.run import Reader, run_batch
 from attnviz.distributed import Workers, ray_session
 
 if TYPE_CHECKING:
-    from attnviz.analysis.corpus import CorpusStatistics, Line
-    from attnviz.batch.folder import FolderPlan
-    from attnviz.batch.inputs import BatchInput
-    from attnviz.batch.run import Tally
-    from attnviz.batch.writing import Outputs
+    from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
+    from attnviz.batch.run import BatchWork, Tally
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
-    from attnviz.request import Request
-
-BatchProgress = Callable[[int, int], None]  # (inputs done, inputs in all)
-StatisticsProgress = Callable[[int], None]  # inputs counted so far
 
 
 class Engine(Protocol):
@@ -40,31 +33,12 @@ class Engine(Protocol):
         unreachable cluster stops a command there, before anything is written."""
         ...
 
-    def run_batch(
-        self,
-        inputs: Sequence[BatchInput],
-        spec: ExtractorSpec,
-        request: Request,
-        outputs: Outputs,
-        *,
-        plan: FolderPlan,
-        batch_size: int,
-        progress: BatchProgress,
-        tally: Tally,
-    ) -> Tally:
+    def run_batch(self, work: BatchWork) -> Tally:
         """Every input's files, recorded in the folder's manifest as they are written;
         raises :class:`~attnviz.batch.PartialFailure` when some inputs failed."""
         ...
 
-    def statistics(
-        self,
-        lines: Iterable[Line],
-        spec: ExtractorSpec,
-        request: Request,
-        *,
-        batch_size: int,
-        progress: StatisticsProgress,
-    ) -> CorpusStatistics:
+    def statistics(self, work: CorpusWork) -> CorpusStatistics:
         """The per-head statistics of every (line number, item, answer)."""
         ...
 
@@ -84,42 +58,14 @@ class Local:
     def session(self) -> AbstractContextManager[object]:
         return contextlib.nullcontext()
 
-    def run_batch(
-        self,
-        inputs: Sequence[BatchInput],
-        spec: ExtractorSpec,
-        request: Request,
-        outputs: Outputs,
-        *,
-        plan: FolderPlan,
-        batch_size: int,
-        progress: BatchProgress,
-        tally: Tally,
-    ) -> Tally:
-        return run_batch(
-            inputs,
-            Reader(self.load(spec), request),
-            outputs,
-            plan=plan,
-            batch_size=batch_size,
-            jobs=self.jobs,
-            progress=progress,
-            tally=tally,
-        )
+    def run_batch(self, work: BatchWork) -> Tally:
+        return run_batch(work, Reader(self.load(work.spec), work.request), self.jobs)
 
-    def statistics(
-        self,
-        lines: Iterable[Line],
-        spec: ExtractorSpec,
-        request: Request,
-        *,
-        batch_size: int,
-        progress: StatisticsProgress,
-    ) -> CorpusStatistics:
-        extractor = self.load(spec)  # before the first line is read
+    def statistics(self, work: CorpusWork) -> CorpusStatistics:
+        extractor = self.load(work.spec)  # before the first line is read
         corpus = CorpusStatistics()
-        for inputs in corpus.add_corpus(extractor, lines, request, batch_size):
-            progress(inputs)
+        for inputs in corpus.add_corpus(extractor, work.lines, work.request, work.batch_size):
+            work.progress(inputs)
         return corpus
 
 
@@ -134,42 +80,11 @@ class Ray:
     def session(self) -> AbstractContextManager[object]:
         return ray_session(self.address)
 
-    def run_batch(
-        self,
-        inputs: Sequence[BatchInput],
-        spec: ExtractorSpec,
-        request: Request,
-        outputs: Outputs,
-        *,
-        plan: FolderPlan,
-        batch_size: int,
-        progress: BatchProgress,
-        tally: Tally,
-    ) -> Tally:
-        return distributed.run_batch(
-            inputs,
-            spec,
-            request,
-            outputs,
-            plan=plan,
-            batch_size=batch_size,
-            workers=self.workers,
-            progress=progress,
-            tally=tally,
-        )
+    def run_batch(self, work: BatchWork) -> Tally:
+        return distributed.run_batch(work, self.workers)
 
-    def statistics(
-        self,
-        lines: Iterable[Line],
-        spec: ExtractorSpec,
-        request: Request,
-        *,
-        batch_size: int,
-        progress: StatisticsProgress,
-    ) -> CorpusStatistics:
-        return distributed.corpus_statistics(
-            lines, spec, request, batch_size=batch_size, workers=self.workers, progress=progress
-        )
+    def statistics(self, work: CorpusWork) -> CorpusStatistics:
+        return distributed.corpus_statistics(work, self.workers)
 
 
 # The type checker holds both engines to the interface (make lint runs it).

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.heads import HeadTable
 from attnviz.choices import Ablation, Mode, Site, chosen
 from attnviz.errors import UsageError
-from attnviz.request import Input, Request, Result, asked_for
+from attnviz.request import (
+    Explaining,
+    Input,
+    Request,
+    Result,
+    Sampling,
+    asked_for,
+    check_text,
+)
 from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:
@@ -248,6 +256,13 @@ class Extractor(ABC):
         sequence, ``maps.prompt_length`` marking where the generated rows begin.
         Decoders give masked attention; encoder-decoders the cross-attention of each
         written token over the prompt (the request's mode may ask for masked or self)."""
+        request = Request.of(request, options)
+        check_text(prompt, "prompt")
+        sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
+        return self._generate(prompt, sampling, request)
+
+    def _generate(self, prompt: str, sampling: Sampling, request: Request) -> Generation:
+        """What :meth:`generate` asks, checked."""
         raise UsageError(f"{self.name} does not generate text: give a pretrained language model")
 
     def needle(
@@ -265,7 +280,6 @@ class Extractor(ABC):
             "(--model smollm2, --model gemma3, a GPT-2 or Llama folder)"
         )
 
-    @abstractmethod
     def explain(
         self,
         text: str,
@@ -280,6 +294,13 @@ class Extractor(ABC):
         """One head's attention step by step: the built-in stack walks through every
         matrix; a pretrained model explains one ``query`` row from its dot products
         (tokens labelled with the tokenizer's own pieces when ``raw_pieces``)."""
+        text, target = without_pair(Input(text, target))
+        asked = Explaining(text, target, parse_mode(mode), layer, head, query, raw_pieces)
+        return self._explain(asked)
+
+    @abstractmethod
+    def _explain(self, asked: Explaining) -> Any:
+        """What :meth:`explain` asks, its text and mode checked."""
 
 
 def no_next_token(model: str) -> UsageError:

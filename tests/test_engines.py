@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from attnviz import engines
-from attnviz.analysis.corpus import CorpusStatistics
+from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
 from attnviz.batch.folder import plan_folder
 from attnviz.batch.inputs import assign_names, read_inputs
-from attnviz.batch.run import Tally
+from attnviz.batch.run import BatchWork
 from attnviz.batch.writing import Outputs
 from attnviz.choices import Output, View
 from attnviz.loading import ExtractorSpec
@@ -25,9 +25,8 @@ def test_the_local_engine_loads_the_model_once_through_its_loader():
 
     lines = [(1, ("the cat sat", None, None), None), (2, ("on the mat", None, None), None)]
     counted = []
-    corpus = engines.Local(load=load).statistics(
-        iter(lines), ExtractorSpec(), Request(), batch_size=1, progress=counted.append
-    )
+    work = CorpusWork(iter(lines), ExtractorSpec(), Request(), 1, counted.append)
+    corpus = engines.Local(load=load).statistics(work)
     assert loaded == [ExtractorSpec()] and counted == [1, 2]
     expected = CorpusStatistics()
     list(expected.add_corpus(ExtractorSpec().load(), lines, Request(), 2))
@@ -52,16 +51,9 @@ def test_a_local_batch_writes_every_input(tmp_path):
     outputs = Outputs(folder=folder, formats=(Output.JSON,), view=View.HEAD, style=Style())
     plan = plan_folder(folder, None, resume=False, overwrite=False, request=outputs.fingerprint())
     steps = []
-    tally = engines.Local().run_batch(
-        inputs,
-        ExtractorSpec(),
-        Request(),
-        outputs,
-        plan=plan,
-        batch_size=2,
-        progress=lambda done, total: steps.append((done, total)),
-        tally=Tally(),
-    )
+    progress = lambda done, total: steps.append((done, total))  # noqa: E731
+    work = BatchWork(inputs, ExtractorSpec(), Request(), outputs, plan, 2, progress)
+    tally = engines.Local().run_batch(work)
     assert [record.status for record in tally.records] == ["ok", "ok"]
     assert steps[-1] == (2, 2)
     assert sorted(path.suffix for path in folder.iterdir()) == [".json", ".json", ".jsonl"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +26,28 @@ from attnviz.head_columns import CORPUS
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
     from attnviz.extractor import Extractor, Item
+    from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
 
 STATISTICS = tuple(column.value for column in CORPUS)  # what stats sums, in its order
 # One input of a corpus: its line number, the item and the answer it carries (or None).
 Line = tuple[int, "Item", str | None]
 QUANTILES = (0.05, 0.5, 0.95)
+
+
+@dataclass(frozen=True)
+class CorpusWork:
+    """The work of ``stats``, as every engine takes it: the lines; the model to load and
+    what to read of it; ``batch_size`` inputs read at once; ``progress`` told how many
+    inputs are counted so far."""
+
+    lines: Iterable[Line]
+    spec: ExtractorSpec
+    request: Request
+    batch_size: int
+    progress: Callable[[int], None]
+
+
 RELATIVE_ACCURACY = 0.01  # of the sketch's quantiles
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from attnviz.batch.folder import FolderLock, FolderPlan, plan_folder, remove_left_behind
 from attnviz.batch.inputs import BatchInput, assign_names, in_shard, read_inputs
 from attnviz.batch.manifest import Ledger, claim
-from attnviz.batch.run import Tally
+from attnviz.batch.run import BatchWork, Tally
 from attnviz.batch.writing import Outputs
 from attnviz.errors import AttnvizError, warn
 
@@ -107,16 +107,11 @@ class Batch:
                         claim(plan.manifest, self.outputs.fingerprint())
                     tally.started = True
                     _say_foreign(folder, plan)
-                    engine.run_batch(
-                        self.inputs,
-                        spec,
-                        request,
-                        replace(self.outputs, ledger=Ledger(plan.manifest, plan.foreign)),
-                        plan=plan,
-                        batch_size=batch_size,
-                        progress=progress,
-                        tally=tally,
+                    outputs = replace(self.outputs, ledger=Ledger(plan.manifest, plan.foreign))
+                    work = BatchWork(
+                        self.inputs, spec, request, outputs, plan, batch_size, progress, tally
                     )
+                    engine.run_batch(work)
         finally:
             if tally.started:  # this run's slice of the folder, planned and claimed
                 remove_left_behind(folder, self.shard)

@@ -19,6 +19,7 @@ from attnviz.render.image import Painter
 
 if TYPE_CHECKING:
     from attnviz.extractor import Extractor
+    from attnviz.loading import ExtractorSpec
     from attnviz.request import Request
 
 
@@ -39,6 +40,23 @@ class Tally:
     @property
     def failed(self) -> int:
         return sum(record.status == "failed" for record in self.records)
+
+
+@dataclass(frozen=True)
+class BatchWork:
+    """A batch run's work, as every engine takes it: the inputs; the model to load and
+    what to read of it; the files to write, into the folder as planned; ``batch_size``
+    inputs read at once; ``progress`` told (inputs done, inputs in all) as they finish;
+    ``tally`` kept up to date as the batch goes."""
+
+    inputs: Sequence[BatchInput]
+    spec: ExtractorSpec
+    request: Request
+    outputs: Outputs
+    plan: FolderPlan
+    batch_size: int
+    progress: Callable[[int, int], None]
+    tally: Tally = field(default_factory=Tally)
 
 
 @dataclass(frozen=True)
@@ -68,17 +86,7 @@ class Reader:
         return replace(outputs, top=replace(top, effects=found))
 
 
-def run_batch(
-    inputs: Sequence[BatchInput],
-    reader: Reader,
-    outputs: Outputs,
-    *,
-    plan: FolderPlan,
-    batch_size: int,
-    jobs: int,
-    progress: Callable[[int, int], None],
-    tally: Tally | None = None,
-) -> Tally:
+def run_batch(work: BatchWork, reader: Reader, jobs: int) -> Tally:
     """Run every input; return what was done. Raises PartialFailure if some failed.
 
     ``reader`` turns a chunk of readable inputs into their maps; when it fails
@@ -86,15 +94,15 @@ def run_batch(
     fail. Rendering runs here (jobs 1) or in worker processes, while the next
     chunk is extracted.
     """
-    tally = tally if tally is not None else Tally()
-    pending, manifest = start_batch(inputs, outputs, plan, tally)
+    inputs, outputs, progress, tally = work.inputs, work.outputs, work.progress, work.tally
+    pending, manifest = start_batch(work)
     done = tally.skipped
     progress(done, len(inputs))
     records = tally.records
     finished = False
     try:
         with RenderPool(jobs) as renderer:
-            for chunk in _chunks(inputs, batch_size):
+            for chunk in _chunks(inputs, work.batch_size):
                 for task in _tasks(chunk, pending, reader, outputs):
                     renderer.submit(task)
                 for item, written in renderer.completed(wait=False):
@@ -104,23 +112,22 @@ def run_batch(
         finished = True
     finally:
         manifest.close(finished=finished)
-    check_failures(records, len(inputs), plan.manifest)
+    check_failures(records, len(inputs), work.plan.manifest)
     return tally
 
 
-def start_batch(
-    inputs: Sequence[BatchInput], outputs: Outputs, plan: FolderPlan, tally: Tally
-) -> tuple[set[int], Manifest]:
+def start_batch(work: BatchWork) -> tuple[set[int], Manifest]:
     """The indices of the inputs still to do (with --resume, those the folder's manifests
     do not record as done for today's request, files whole), and the manifest to record
     them in."""
-    request = outputs.fingerprint()
+    plan, folder = work.plan, work.outputs.folder
+    request = work.outputs.fingerprint()
     pending = {
         item.index
-        for item in inputs
-        if not is_complete(plan.earlier.get(item.index), item, outputs.folder, request)
+        for item in work.inputs
+        if not is_complete(plan.earlier.get(item.index), item, folder, request)
     }
-    tally.skipped = len(inputs) - len(pending)
+    work.tally.skipped = len(work.inputs) - len(pending)
     remove_replaced(plan, request)
     return pending, Manifest(plan, request=request)
 

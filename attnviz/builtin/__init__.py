@@ -4,9 +4,8 @@
 imported when first named.
 """
 
-from typing import Any
-
 from attnviz.builtin.config import BuiltinConfig
+from attnviz.lazy_names import lazy_names
 
 _LAZY = {
     "MultiHeadAttention": "attnviz.builtin.attention",
@@ -16,13 +15,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'attnviz.builtin' has no attribute {name!r}")
-
+__getattr__ = lazy_names("attnviz.builtin", _LAZY)
 
 __all__ = [
     "BuiltinConfig",

@@ -19,12 +19,11 @@ from attnviz.extractor import (
     PROBE_LENGTH,
     Extractor,
     Finder,
-    parse_mode,
     positions_asked,
     without_pair,
 )
 from attnviz.maps import AttentionMaps
-from attnviz.request import Input, Request
+from attnviz.request import Explaining, Input, Request
 from attnviz.selection import covering, resolve, resolve_one
 
 if TYPE_CHECKING:
@@ -162,27 +161,16 @@ class BuiltinExtractor(Extractor):
             recorded=request.recorded(),
         )
 
-    def explain(
-        self,
-        text: str,
-        *,
-        mode: Mode | str | None = None,
-        target: str | None = None,
-        layer: int | str = 0,
-        head: int | str = 0,
-        query: int | None = None,
-        raw_pieces: bool = False,
-    ) -> Explanation:
-        if query is not None:
+    def _explain(self, asked: Explaining) -> Explanation:
+        if asked.query is not None:
             raise UsageError("--query goes with --model; the built-in walk-through shows every row")
-        if raw_pieces:
+        if asked.raw_pieces:
             raise UsageError("sub-word pieces exist only in pretrained models")
-        text, target = without_pair(Input(text, target))
-        chosen = parse_mode(mode) or Mode.SELF
-        check_target(chosen, target)
-        layer_index = resolve_one(layer, self.config.num_layers, "layer")
-        head_index = resolve_one(head, self.config.num_heads, "head")
-        return explain(self, text, mode=chosen, target=target, layer=layer_index, head=head_index)
+        mode = asked.mode or Mode.SELF
+        check_target(mode, asked.target)
+        layer = resolve_one(asked.layer, self.config.num_layers, "layer")
+        head = resolve_one(asked.head, self.config.num_heads, "head")
+        return explain(self, asked.text, mode=mode, target=asked.target, layer=layer, head=head)
 
 
 def check_target(mode: Mode, target: str | None) -> None:

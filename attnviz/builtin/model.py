@@ -44,15 +44,17 @@ class FeedForward(nn.Sequential):
         super().__init__(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
 
 
+def _attention(config: BuiltinConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(config.d_model, config.num_heads, projections=config.projections)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention (optionally causal) and a feed-forward network, each with a residual."""
 
     def __init__(self, config: BuiltinConfig) -> None:
         super().__init__()
         self.attention_norm = nn.LayerNorm(config.d_model)
-        self.attention = MultiHeadAttention(
-            config.d_model, config.num_heads, projections=config.projections
-        )
+        self.attention = _attention(config)
         self.feed_forward_norm = nn.LayerNorm(config.d_model)
         self.feed_forward = FeedForward(config.d_model, config.d_ff)
 
@@ -76,14 +78,10 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: BuiltinConfig) -> None:
         super().__init__()
         self.attention_norm = nn.LayerNorm(config.d_model)
-        self.attention = MultiHeadAttention(
-            config.d_model, config.num_heads, projections=config.projections
-        )
+        self.attention = _attention(config)
         self.cross_norm = nn.LayerNorm(config.d_model)
         self.memory_norm = nn.LayerNorm(config.d_model)
-        self.cross_attention = MultiHeadAttention(
-            config.d_model, config.num_heads, projections=config.projections
-        )
+        self.cross_attention = _attention(config)
         self.feed_forward_norm = nn.LayerNorm(config.d_model)
         self.feed_forward = FeedForward(config.d_model, config.d_ff)
 

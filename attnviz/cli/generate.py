@@ -23,6 +23,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.cli.show import FormatOption, OutputOption, Presentation
 from attnviz.inputs import read_texts
+from attnviz.request import Sampling
 from attnviz.safe_text import display_label
 
 GENERATION_PANEL = "Generation"
@@ -166,7 +167,7 @@ def generate(
     from dataclasses import asdict
 
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.pretrained.generation import GenerationInterrupted, Sampling
+    from attnviz.pretrained.generation import GenerationInterrupted
 
     presentation = Presentation.checked(
         output_format=output_format,

@@ -143,16 +143,17 @@ def stats(
     if picture is not None:
         check_writable(picture)
     asked = request(reading, settings=settings, products=products)
+    # numpy: after the options are checked (a usage error loads none)
+    from attnviz.analysis.corpus import CorpusWork
+
     engine = run_on.open(jobs or 2, environment)
     skipped = Skipped()
     started = time.monotonic()
     with engine.session():  # left before the statistics are written
+        lines = islice(skipped.readable(source), limit)
+        progress = _progress_lines(quiet)
         corpus = engine.statistics(
-            islice(skipped.readable(source), limit),
-            asked.spec,
-            asked.request,
-            batch_size=batch_size,
-            progress=_progress_lines(quiet),
+            CorpusWork(lines, asked.spec, asked.request, batch_size, progress)
         )
     skipped.add_failed(corpus)
     skipped.report(source, corpus.inputs, quiet, time.monotonic() - started)

@@ -23,6 +23,7 @@ from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
 from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels
 from attnviz.pretrained.patching import (
+    Twins,
     ablation_estimate,
     estimated_trace,
     gradients,
@@ -239,15 +240,10 @@ def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Tr
     loaded, site = extractor.loaded, request.trace
     with forward(loaded):
         run = trace if request.method is Method.EXACT else estimated_trace
-        found = run(
-            loaded.model,
-            asked.body,
-            asked.arguments,
-            asked.corrupt_arguments,
-            asked.metric,
-            site,
-            asked.layers,
+        twins = Twins(
+            loaded.model, asked.body, asked.arguments, asked.corrupt_arguments, asked.metric
         )
+        found = run(twins, site, asked.layers)
     on = asked.answer(
         log_prob=found.log_prob,
         clean_metric=found.clean_metric,

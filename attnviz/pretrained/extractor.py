@@ -26,9 +26,7 @@ from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import (
     PROBE_LENGTH,
     Extractor,
-    parse_mode,
     positions_asked,
-    without_pair,
 )
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, traced
@@ -49,12 +47,12 @@ from attnviz.pretrained.encoding import (
 )
 from attnviz.pretrained.explain import explain_query
 from attnviz.pretrained.fused import Layout, ProductRecorder, Unrecordable, fused_attention
-from attnviz.pretrained.generation import Sampling, generate
+from attnviz.pretrained.generation import generate
 from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
-from attnviz.request import Input, Request, Result, check_text
+from attnviz.request import Explaining, Input, Request, Result, Sampling, check_text
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
@@ -394,22 +392,7 @@ class PretrainedExtractor(Extractor):
         (TransformerLens draws from the whole vocabulary; a text needs words)."""
         return probe_text(self.loaded, length, seed)
 
-    def generate(
-        self,
-        prompt: str,
-        request: Request | None = None,
-        *,
-        max_new_tokens: int = 20,
-        sample: bool = False,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        stop: bool = True,
-        **options: Any,
-    ) -> Generation:
-        request = Request.of(request, options)
-        check_text(prompt, "prompt")
-        sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
+    def _generate(self, prompt: str, sampling: Sampling, request: Request) -> Generation:
         return generate(self, prompt, sampling, request)
 
     def needle(
@@ -422,28 +405,18 @@ class PretrainedExtractor(Extractor):
             check_text(haystack, "haystack")
         return run_sweep(self.loaded, sweep, haystack, progress)
 
-    def explain(
-        self,
-        text: str,
-        *,
-        mode: Mode | str | None = None,
-        target: str | None = None,
-        layer: int | str = 0,
-        head: int | str = 0,
-        query: int | None = None,
-        raw_pieces: bool = False,
-    ) -> QueryExplanation:
-        text, target = without_pair(Input(text, target))
-        chosen = resolve_mode(self.loaded.family, self.name, parse_mode(mode), target is not None)
+    def _explain(self, asked: Explaining) -> QueryExplanation:
+        family = self.loaded.family
+        chosen = resolve_mode(family, self.name, asked.mode, asked.target is not None)
         return explain_query(
             self,
-            text,
+            asked.text,
             mode=chosen,
-            target=target,
-            layer=layer,
-            head=head,
-            query=query or 0,
-            raw_pieces=raw_pieces,
+            target=asked.target,
+            layer=asked.layer,
+            head=asked.head,
+            query=asked.query or 0,
+            raw_pieces=asked.raw_pieces,
         )
 
 

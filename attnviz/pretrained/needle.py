@@ -38,9 +38,10 @@ from attnviz.needle import (
 from attnviz.pretrained.attention_modules import Family, Stream
 from attnviz.pretrained.encoding import chat_text
 from attnviz.pretrained.fused import recording, scores_of
-from attnviz.pretrained.generation import Sampling, generation_config
+from attnviz.pretrained.generation import generation_config
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.quiet import quiet
+from attnviz.request import Sampling
 
 if TYPE_CHECKING:
     import torch

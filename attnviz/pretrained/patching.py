@@ -89,18 +89,24 @@ class Traced:
     effect: np.ndarray
 
 
-def trace(
-    model: Any,
-    body: Anatomy,
-    clean_arguments: dict,
-    corrupt_arguments: dict,
-    metric: Metric,
-    site: Site,
-    layers: Sequence[int],
-) -> Traced:
+@dataclass(frozen=True)
+class Twins:
+    """A text and its corrupted twin (as many tokens), each as the model's forward
+    arguments, and the metric both runs are measured by."""
+
+    model: Any
+    body: Anatomy
+    clean_arguments: dict
+    corrupt_arguments: dict
+    metric: Metric
+
+
+def trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
     """Each of ``layers`` × each position's exact patching effect at ``site``."""
     import torch
 
+    model, body, metric = twins.model, twins.body, twins.metric
+    clean_arguments, corrupt_arguments = twins.clean_arguments, twins.corrupt_arguments
     with torch.inference_mode():
         with _recorded(body, site) as activations:
             clean = clean_pass(model, body, clean_arguments, metric)
@@ -417,21 +423,15 @@ def _per_head(body: Anatomy, head_input: torch.Tensor) -> torch.Tensor:
     return head_input[0].float().unflatten(-1, (body.heads, size))
 
 
-def estimated_trace(
-    model: Any,
-    body: Anatomy,
-    clean_arguments: dict,
-    corrupt_arguments: dict,
-    metric: Metric,
-    site: Site,
-    layers: Sequence[int],
-) -> Traced:
+def estimated_trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
     """Each of ``layers`` × each position's patching effect at ``site`` estimated:
     ∂metric/∂a · (a_clean − a) at the corrupted run, summed over the width, (L, T)."""
     import torch
 
+    model, body, metric = twins.model, twins.body, twins.metric
+
     with torch.inference_mode(), _recorded(body, site) as activations:
-        logits = last_logits(model, clean_arguments)
+        logits = last_logits(model, twins.clean_arguments)
     clean = float(metric.of(logits)[0])
     log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
 
@@ -439,5 +439,5 @@ def estimated_trace(
         moved = activations[layer][0].float() - corrupt[0].float()  # (T, D)
         return (moved * gradient[0].float()).sum(-1)
 
-    at_corrupt = gradients(model, body, corrupt_arguments, metric, site, reduce)
+    at_corrupt = gradients(model, body, twins.corrupt_arguments, metric, site, reduce)
     return Traced(clean, at_corrupt.metric, log_prob, at_corrupt.of(layers))
