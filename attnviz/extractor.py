@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 # A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
 Item = str | tuple[str, str | None] | tuple[str, str | None, str | None]
 
+# Told after each cell of a needle sweep: its number, the number of cells and the cell.
+Progress = Callable[[int, int, "Cell"], None] | None
 PROBE_LENGTH = 20  # random tokens in each half of the detectors' probe (TransformerLens's)
 
 
@@ -269,12 +271,18 @@ class Extractor(ABC):
         self,
         sweep: Sweep,
         haystack: str | None = None,
-        progress: Callable[[int, int, Cell], None] | None = None,
+        progress: Progress = None,
     ) -> NeedleResults:
         """A needle-in-a-haystack sweep (:mod:`attnviz.needle`): each cell's prompt answered
         greedily, and each head's retrieval score and weight on the needle, read while the
         model writes. ``haystack`` is the filler (attnviz's own by default); ``progress`` is
         called after each cell with its number, the number of cells and the cell."""
+        if haystack is not None:
+            check_text(haystack, "haystack")
+        return self._needle(sweep, haystack, progress)
+
+    def _needle(self, sweep: Sweep, haystack: str | None, progress: Progress) -> NeedleResults:
+        """What :meth:`needle` asks, checked."""
         raise UsageError(
             f"{self.name} does not write text: needle needs a causal language model "
             "(--model smollm2, --model gemma3, a GPT-2 or Llama folder)"

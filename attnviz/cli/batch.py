@@ -12,11 +12,10 @@ import typer
 
 from attnviz.choices import Engine, Output, View
 from attnviz.cli import declarations as d
-from attnviz.cli.engine import LOCAL, EngineSettings, engine_settings
-from attnviz.cli.output import NO_TERMINAL, Environment, top_heads_for, with_environment
+from attnviz.cli.engine import engine_settings
+from attnviz.cli.option_kinds import output_option
+from attnviz.cli.output import Environment, top_heads_for
 from attnviz.cli.pictures import (
-    ALL_HEADS,
-    DEFAULT_PICTURE,
     HeadChoice,
     PictureSettings,
     head_choice,
@@ -24,16 +23,12 @@ from attnviz.cli.pictures import (
 )
 from attnviz.cli.settings import (
     DEFAULT_READING,
-    DEFAULT_SETTINGS,
-    NO_PRODUCTS,
-    MapProducts,
-    ModelSettings,
     Reading,
     map_products,
     model_settings,
     reading_options,
-    request,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.head_columns import HeadColumn, Needs
 from attnviz.outputs import BATCH, DATA, describe, formats_named, refuse_inapplicable, refuse_unused
@@ -56,12 +51,7 @@ SourceArgument = Annotated[
         "optional target and id), or - for stdin.",
     ),
 ]
-FolderOption = Annotated[
-    Path,
-    typer.Option(
-        "--output", "-o", metavar="PATH", help="The folder to write into (created if needed)."
-    ),
-]
+FolderOption = output_option("The folder to write into (created if needed).", kind=Path)
 FormatsOption = d.format_option(
     list[BatchFormat] | None,
     f"{formats_named(BATCH)}; repeat for several. Default: png.",
@@ -112,12 +102,7 @@ BatchSizeOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no summary.")]
 
 
-@model_settings
-@map_products
-@picture_settings
-@head_choice
-@engine_settings
-@with_environment
+@sharing(engine_settings, head_choice, picture_settings, map_products, model_settings)
 @reading_options
 def batch(
     source: SourceArgument,
@@ -134,12 +119,7 @@ def batch(
     aggregate: d.AggregateOption = None,
     label_positions: d.LabelPositionsOption = False,
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
-    environment: Environment = NO_TERMINAL,
-    run_on: EngineSettings = LOCAL,
-    choice: HeadChoice = ALL_HEADS,
-    picture: PictureSettings = DEFAULT_PICTURE,
-    products: MapProducts = NO_PRODUCTS,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Write pictures and data for every input, and a manifest of what was written.
 
@@ -153,25 +133,32 @@ def batch(
     from attnviz.batch.inputs import parse_shard
 
     formats = tuple(dict.fromkeys(formats or [Output.PNG]))
-    run_on.check()
-    _check_applicable(formats, view, run_on.engine, jobs, picture, choice, label_positions, dtype)
+    shared.run_on.check()
+    _check_applicable(
+        formats,
+        view,
+        shared.run_on.engine,
+        jobs,
+        shared.picture,
+        shared.choice,
+        label_positions,
+        dtype,
+    )
     if resume and overwrite:
         raise UsageError("--resume finishes an earlier batch, --overwrite starts again: pick one")
-    asked = request(
+    asked = shared.request(
         reading,
-        settings=settings,
-        products=products,
         aggregate=aggregate,
     )
     # Answers come with the inputs (JSONL "answer"): a ranking by an effect reads each one's.
-    by_effect = choice.by is not None and HeadColumn(choice.by).needs is Needs.ANSWER
-    top = top_heads_for(choice, aggregate, answered=by_effect)
-    products.ranking(top)
+    by_effect = shared.choice.by is not None and HeadColumn(shared.choice.by).needs is Needs.ANSWER
+    top = top_heads_for(shared.choice, aggregate, answered=by_effect)
+    shared.products.ranking(top)
     outputs = Outputs(
         folder=output,
         formats=formats,
         view=view,
-        style=picture.style(),
+        style=shared.picture.style(),
         top=top,
         label_positions=label_positions,
         aggregate=aggregate,
@@ -180,11 +167,11 @@ def batch(
     )
     shard_of = parse_shard(shard) if shard else None
     job = Batch.prepare(source, outputs, shard=shard_of, resume=resume, overwrite=overwrite)
-    engine = run_on.open(jobs, environment)
+    engine = shared.run_on.open(jobs, shared.environment)
     started = time.monotonic()
     tally = Tally()
     try:
-        with ProgressReport(quiet, environment) as report:
+        with ProgressReport(quiet, shared.environment) as report:
             job.run(engine, asked.spec, asked.request, batch_size=batch_size, progress=report,
                     tally=tally)  # fmt: skip
     finally:  # after the progress bar is gone, so that the summary stays on screen

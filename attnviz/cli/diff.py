@@ -10,17 +10,15 @@ import typer
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.output import Environment
 from attnviz.cli.settings import (
     DEFAULT_READING,
-    DEFAULT_SETTINGS,
-    ModelSettings,
     Reading,
     model_options_given,
     model_settings,
     reading_options,
-    request,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import ThresholdExceeded, UsageError
 from attnviz.inputs import read_texts
 from attnviz.outputs import formats_named, refuse_unused
@@ -61,8 +59,7 @@ FailAboveOption = Annotated[
 ]
 
 
-@model_settings
-@with_environment
+@sharing(model_settings)
 @reading_options
 def diff(
     sources: SourcesArgument,
@@ -71,8 +68,7 @@ def diff(
     target: d.TargetOption = None,
     fail_above: FailAboveOption = None,
     output_format: FormatOption = Output.TABLE,
-    environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Per-head Jensen-Shannon divergence between two models on one input, largest first.
 
@@ -87,7 +83,7 @@ def diff(
     if len(sources) == 2:
         if against is not None:
             raise UsageError("give TEXT with --against, or two saved files without it")
-        given = model_options_given(settings, reading, target, None)
+        given = model_options_given(shared.settings, reading, target, None)
         refuse_unused(given, "a model run on TEXT", "two saved files")
         first, second = (
             out.select_held(_one_record(s), reading.layer, reading.head) for s in sources
@@ -96,12 +92,14 @@ def diff(
         if against is None:
             raise UsageError("diff TEXT needs --against MODEL (or give two saved files)")
         sides = [  # the built-in stack options describe --model, not --against
-            request(reading, settings=settings, text=sources[0], target=target),
-            request(
-                replace(reading, model=against), settings=settings.without_stack(), target=target
+            shared.request(reading, text=sources[0], target=target),
+            shared.request(
+                replace(reading, model=against),
+                settings=shared.settings.without_stack(),
+                target=target,
             ),
         ]
-        extractors = [side.open(environment) for side in sides]
+        extractors = [side.open(shared.environment) for side in sides]
         text = out.only_one(read_texts(sources[0]))
         first, second = (
             side.maps(extractor, text) for side, extractor in zip(sides, extractors, strict=True)
@@ -114,7 +112,7 @@ def diff(
         document = {"first": first.model, "second": second.model, "heads": heads}
         out.write_stdout(dump_json(envelope(document)))
     else:
-        _print_table(first, second, rows, environment)
+        _print_table(first, second, rows, shared.environment)
     above = [row for row in rows if fail_above is not None and row.divergence > fail_above]
     if above:
         worst = max(above, key=lambda row: row.divergence)

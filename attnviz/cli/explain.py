@@ -9,8 +9,8 @@ import typer
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, model_settings, request
+from attnviz.cli.settings import Reading, model_settings
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.inputs import read_texts
 
@@ -20,8 +20,7 @@ FormatOption = d.format_option(
 )
 
 
-@model_settings
-@with_environment
+@sharing(model_settings)
 def explain(
     text: d.TextArgument,
     mode: d.ModeOption = None,
@@ -45,8 +44,7 @@ def explain(
         ),
     ] = None,
     width: d.WidthOption = None,
-    environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Walk through one head's attention on your sentence, with the real numbers.
 
@@ -58,21 +56,21 @@ def explain(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.loading import BUILTIN
 
-    if settings.words or not settings.special or settings.chat:
+    if shared.settings.words or not shared.settings.special or shared.settings.chat:
         raise UsageError(
             "explain works on the text as given, token by token: no --words, --no-special or --chat"
         )
-    asked = request(Reading(model, mode, layer, head), settings=settings, text=text, target=target)
+    asked = shared.request(Reading(model, mode, layer, head), text=text, target=target)
     builtin = asked.spec.model == BUILTIN  # also for --model builtin:seed=1
     if query is not None and builtin:
         raise UsageError("--query goes with --model; the built-in walk-through shows every row")
-    extractor = asked.open(environment)
+    extractor = asked.open(shared.environment)
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.data_formats import dump_json
 
     explanation = extractor.explain(
         out.only_one(read_texts(text)), mode=mode, target=target, layer=layer, head=head,
-        query=query, raw_pieces=settings.raw_pieces,
+        query=query, raw_pieces=shared.settings.raw_pieces,
     )  # fmt: skip
     if output_format is Output.JSON:
         out.write_stdout(dump_json(explanation.to_dict()))
@@ -80,7 +78,7 @@ def explain(
     # rich's drawing: after the options are checked (a usage error loads none)
     from attnviz.render.explain import render, render_query
 
-    console = out.stdout_console(d.ColourChoice.AUTO, width, environment)
+    console = out.stdout_console(d.ColourChoice.AUTO, width, shared.environment)
     if builtin:
         console.print(render(explanation, console.width))
     else:

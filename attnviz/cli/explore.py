@@ -9,8 +9,8 @@ import typer
 
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, model_settings, request
+from attnviz.cli.settings import Reading, model_settings
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.inputs import read_texts
 
@@ -18,8 +18,7 @@ if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
 
 
-@model_settings
-@with_environment
+@sharing(model_settings)
 def explore(
     text: d.TextArgument,
     mode: d.ModeOption = None,
@@ -29,8 +28,7 @@ def explore(
         Path, typer.Option("--export-dir", metavar="FOLDER", help="Where `e` saves PNG pictures.")
     ] = Path("."),
     label_positions: d.LabelPositionsOption = False,
-    environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Explore the attention of every layer and head with the keyboard.
 
@@ -38,15 +36,15 @@ def explore(
     rollout), v values, Tab/Shift-Tab the query token, / a new sentence, e
     export a PNG, ? keys, q quit. The maps are computed once per sentence.
     """
-    if not (environment.stdout_is_terminal and environment.stderr_is_terminal):
+    if not (shared.environment.stdout_is_terminal and shared.environment.stderr_is_terminal):
         raise UsageError(
             "explore is a full-screen app: run it with stdout and stderr on a terminal "
             "(show writes data)"
         )
     if not export_folder.is_dir():
         raise UsageError(f"--export-dir {export_folder} is not a folder: create it first")
-    asked = request(Reading(model, mode), settings=settings, text=text, target=target)
-    extractor = asked.open(environment)
+    asked = shared.request(Reading(model, mode), text=text, target=target)
+    extractor = asked.open(shared.environment)
 
     def compute(sentence: str) -> AttentionMaps:
         maps = asked.maps(extractor, sentence)

@@ -2,61 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
 from attnviz.atomic_files import check_writable
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.option_kinds import output_option
 from attnviz.cli.pictures import (
-    ALL_HEADS,
-    DEFAULT_PICTURE,
-    HeadChoice,
-    PictureSettings,
     head_choice,
     picture_settings,
 )
 from attnviz.cli.settings import (
     DEFAULT_READING,
-    DEFAULT_SETTINGS,
-    NO_EFFECTS,
-    NO_PRODUCTS,
-    Effects,
-    MapProducts,
-    ModelSettings,
     Reading,
     map_products,
     model_settings,
     page_effect_options,
     reading_options,
-    request,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
 from attnviz.request import asked_for
 from attnviz.writers import Rendering, write
 
 
-@model_settings
-@map_products
-@picture_settings
-@head_choice
-@page_effect_options
-@with_environment
+@sharing(page_effect_options, head_choice, picture_settings, map_products, model_settings)
 @reading_options
 def export(
-    output: Annotated[
-        str,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="PATH",
-            help="The picture file: its suffix, .png, .svg or .pdf, picks the format; .html "
-            "writes the interactive page.",
-        ),
-    ],
+    output: output_option(
+        "The picture file: its suffix, .png, .svg or .pdf, picks the format; .html "
+        "writes the interactive page.",
+        kind=str,
+    ),
     text: d.TextOrProbeArgument = None,
     detect: d.DetectOption = None,
     view: d.ViewOption = View.MODEL,
@@ -66,12 +42,7 @@ def export(
     label_positions: d.LabelPositionsOption = False,
     pair: d.PairOption = None,
     between: d.BetweenOption = None,
-    environment: Environment = NO_TERMINAL,
-    effects: Effects = NO_EFFECTS,
-    choice: HeadChoice = ALL_HEADS,
-    picture: PictureSettings = DEFAULT_PICTURE,
-    products: MapProducts = NO_PRODUCTS,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Save attention maps as a picture: PNG, SVG or PDF, by the suffix of --output;
     or .html: the interactive page.
@@ -83,34 +54,34 @@ def export(
     """
     out.check_probe(detect, text, target, pair)
     drawn = output_of_file(output, (*PICTURES, Output.HTML))
-    refuse_inapplicable([*picture.given(), *choice.given()], [drawn], view)
-    asked = request(
+    refuse_inapplicable([*shared.picture.given(), *shared.choice.given()], [drawn], view)
+    asked = shared.request(
         reading,
-        settings=settings,
         text=text,
         target=target,
         pair=pair,
-        products=products.drawn(settings, aggregate),
+        products=shared.products.drawn(shared.settings, aggregate),
         aggregate=aggregate,
-        effects=effects,
     )
-    style = picture.style()
-    top = out.top_heads_for(choice, aggregate, detect, answered=effects.answer is not None)
-    effects.drawing(reading.model, top, page=drawn is Output.HTML)
-    products.ranking(top)
+    style = shared.picture.style()
+    top = out.top_heads_for(
+        shared.choice, aggregate, detect, answered=shared.effects.answer is not None
+    )
+    shared.effects.drawing(reading.model, top, page=drawn is Output.HTML)
+    shared.products.ranking(top)
     between = out.checked_between(between, pair)
     check_writable(output)  # before the model loads
-    extractor = asked.open(environment)
+    extractor = asked.open(shared.environment)
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.aggregate import aggregate as combine
 
     found = asked.run(extractor, out.only_one(out.inputs(text, extractor)))
-    maps, top = asked_for(found.maps), effects.ranked(top, found)
+    maps, top = asked_for(found.maps), shared.effects.ranked(top, found)
     if between is not None:
         maps = out.between_sentences(maps, between)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     how = Rendering(
-        view, style, top, label_positions, title=picture.title or "", effects=found.effects
+        view, style, top, label_positions, title=shared.picture.title or "", effects=found.effects
     )
     write([maps], drawn, output, how)

@@ -9,18 +9,14 @@ import typer
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.completion import complete_language_model
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
+from attnviz.cli.option_kinds import max_new_tokens_option
+from attnviz.cli.pictures import head_choice
 from attnviz.cli.settings import (
-    DEFAULT_SETTINGS,
-    NO_PRODUCTS,
-    MapProducts,
-    ModelSettings,
     Reading,
     generation_settings,
     map_products,
-    request,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.cli.show import FormatOption, OutputOption, Presentation
 from attnviz.inputs import read_texts
 from attnviz.request import Sampling
@@ -62,18 +58,9 @@ LanguageModelOption = Annotated[
         "(BART, T5, Marian), as --model of show takes it.",
     ),
 ]
-MaxNewTokensOption = Annotated[
-    int,
-    typer.Option(
-        "--max-new-tokens",
-        "-n",
-        metavar="N",
-        min=1,
-        max=100_000,
-        rich_help_panel=GENERATION_PANEL,
-        help="Tokens to write at most.",
-    ),
-]
+MaxNewTokensOption = max_new_tokens_option(
+    100_000, "Tokens to write at most.", rich_help_panel=GENERATION_PANEL
+)
 SampleOption = Annotated[
     bool,
     typer.Option(
@@ -125,10 +112,7 @@ StopOption = Annotated[
 ]
 
 
-@generation_settings
-@map_products
-@head_choice
-@with_environment
+@sharing(head_choice, map_products, generation_settings)
 def generate(
     prompt: PromptArgument,
     model: LanguageModelOption,
@@ -150,10 +134,7 @@ def generate(
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
-    environment: Environment = NO_TERMINAL,
-    choice: HeadChoice = ALL_HEADS,
-    products: MapProducts = NO_PRODUCTS,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Let a language model write after PROMPT, and show what it attended to.
 
@@ -173,10 +154,10 @@ def generate(
         output_format=output_format,
         output=output,
         aggregate=aggregate,
-        choice=choice,
+        choice=shared.choice,
         terminal_view=terminal_view,
         label_positions=label_positions,
-        environment=environment,
+        environment=shared.environment,
         dtype=dtype,
         colour=colour,
         width=width,
@@ -184,15 +165,16 @@ def generate(
     )
     # Checked before the model loads.
     sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
-    products = products.drawn(settings, aggregate) if presentation.drawn else products
-    asked = request(
+    products = (
+        shared.products.drawn(shared.settings, aggregate) if presentation.drawn else shared.products
+    )
+    asked = shared.request(
         Reading(model, mode, layer, head),
-        settings=settings,
         text=prompt,
         products=products,
         aggregate=aggregate,
     )
-    extractor = asked.open(environment)
+    extractor = asked.open(shared.environment)
     text = out.only_one(read_texts(prompt))
     try:
         generation = extractor.generate(text, asked.request, **asdict(sampling))
@@ -200,7 +182,7 @@ def generate(
         _show_written(f"{interrupted.prompt}{interrupted.text}", presentation)
         raise
     _show_written(f"{generation.prompt}{generation.text}  [{generation.finished}]", presentation)
-    presentation.present([generation.maps], environment)
+    presentation.present([generation.maps], shared.environment)
 
 
 def _show_written(text: str, presentation: Presentation) -> None:

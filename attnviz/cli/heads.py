@@ -12,24 +12,20 @@ from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, number, with_environment
+from attnviz.cli.option_kinds import picture_option
+from attnviz.cli.output import Environment, number
 from attnviz.cli.settings import (
     DEFAULT_READING,
-    DEFAULT_SETTINGS,
-    NO_EFFECTS,
-    NO_PRODUCTS,
     Effects,
     Job,
-    MapProducts,
-    ModelSettings,
     Reading,
     effect_options,
     model_options_given,
     model_settings,
     reading_options,
-    request,
     row_products,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.head_columns import Detector, HeadColumn, Needs
 from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
@@ -62,26 +58,18 @@ SortOption = Annotated[
     ),
 ]
 ReverseOption = Annotated[bool, typer.Option("--reverse", help="Reverse the sort order.")]
-PictureOption = Annotated[
-    str | None,
-    typer.Option(
-        "--picture",
-        metavar="PATH",
-        help="With --answer, also draw the layers × heads grid of an effect (the --sort "
-        "column if it is one, else patch with --corrupt, else ablation) in diverging colours "
-        "(.png, .svg or .pdf).",
-    ),
-]
+PictureOption = picture_option(
+    "With --answer, also draw the layers × heads grid of an effect (the --sort "
+    "column if it is one, else patch with --corrupt, else ablation) in diverging colours "
+    "(.png, .svg or .pdf)."
+)
 TopOption = Annotated[
     int | None,
     typer.Option("--top", metavar="N", min=1, help="Only the first N rows, after sorting."),
 ]
 
 
-@model_settings
-@row_products
-@effect_options
-@with_environment
+@sharing(effect_options, row_products, model_settings)
 @reading_options
 def heads(
     text: d.OptionalTextArgument = None,
@@ -95,10 +83,7 @@ def heads(
     top: TopOption = None,
     output_format: FormatOption = Output.TABLE,
     picture: PictureOption = None,
-    environment: Environment = NO_TERMINAL,
-    effects: Effects = NO_EFFECTS,
-    products: MapProducts = NO_PRODUCTS,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Statistics per head: what kind of head is this, and what does the answer need?
 
@@ -115,27 +100,24 @@ def heads(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
 
-    asked = request(
+    asked = shared.request(
         reading,
-        settings=settings,
         text=text,
         target=target,
         pair=pair,
-        products=products,
-        effects=effects,
         statistics=True,
     )
-    effects.check(reading.model, sort, saved=saved is not None)
+    shared.effects.check(reading.model, sort, saved=saved is not None)
 
-    read = partial(_read, asked, environment, effects)
+    read = partial(_read, asked, shared.environment, shared.effects)
     statistics = partial(_read_product, read, "statistics")
-    given = model_options_given(settings, reading, target, pair) + products.given()
-    given += effects.given()
-    picture_format = _picture_checked(picture, effects)
-    if effects.knockout is not None:
+    given = model_options_given(shared.settings, reading, target, pair) + shared.products.given()
+    given += shared.effects.given()
+    picture_format = _picture_checked(picture, shared.effects)
+    if shared.effects.knockout is not None:
         knock = partial(_read_product, read, "knockout")
         found = out.text_or_saved(text, saved, knock, reading.layer, reading.head, given)
-        _write_knockout(found, output_format, sort, reverse, top, environment)
+        _write_knockout(found, output_format, sort, reverse, top, shared.environment)
         return
     probe = None
     if detect is None:
@@ -145,10 +127,10 @@ def heads(
         )
     else:
         out.check_probe(detect, text, target, pair, saved)
-        refuse_unused(effects.given(), "a text's next token", "the detectors' probe")
-        probe = asked.open(environment).detection_probe()
+        refuse_unused(shared.effects.given(), "a text's next token", "the detectors' probe")
+        probe = asked.open(shared.environment).detection_probe()
         table = statistics(probe)
-    sort = sort or _default_sort(detect, effects)
+    sort = sort or _default_sort(detect, shared.effects)
     if picture is not None and picture_format is not None:
         _draw(table, sort, picture, picture_format)
     rows = sort_rows(table.rows, sort, reverse)[:top]
@@ -160,7 +142,7 @@ def heads(
         write_table(output_format, as_dicts(rows, columns), names, d.STDIO, fields)
     else:
         drawn = _table(table, rows, columns, probed=detect is not None)
-        out.stdout_console(d.ColourChoice.AUTO, None, environment).print(drawn)
+        out.stdout_console(d.ColourChoice.AUTO, None, shared.environment).print(drawn)
 
 
 def _picture_checked(picture: str | None, effects: Effects) -> Output | None:

@@ -16,8 +16,15 @@ from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.app import Terminated
 from attnviz.cli.generate import LanguageModelOption
-from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console, with_environment
-from attnviz.cli.settings import DEFAULT_SETTINGS, ModelSettings, Reading, needle_settings, request
+from attnviz.cli.option_kinds import (
+    max_new_tokens_option,
+    output_option,
+    picture_option,
+    top_heads_option,
+)
+from attnviz.cli.output import Environment, number, stdout_console
+from attnviz.cli.settings import Reading, needle_settings
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError, warn
 from attnviz.inputs import read_whole
 from attnviz.needle import (
@@ -96,51 +103,27 @@ AnswerOption = Annotated[
         help="What must come back; part of the needle (the tokens a retrieval head copies).",
     ),
 ]
-MaxNewTokensOption = Annotated[
-    int,
-    typer.Option(
-        "--max-new-tokens",
-        "-n",
-        metavar="N",
-        min=1,
-        max=1000,
-        rich_help_panel=SWEEP_PANEL,
-        help="Tokens each answer may take (writing stops once the answer is there).",
-    ),
-]
+MaxNewTokensOption = max_new_tokens_option(
+    1000,
+    "Tokens each answer may take (writing stops once the answer is there).",
+    rich_help_panel=SWEEP_PANEL,
+)
 TopOption = Annotated[
     int,
     typer.Option("--top", metavar="N", min=1, help="Heads listed in the table and the picture."),
 ]
-OutputOption = Annotated[
-    str | None,
-    typer.Option(
-        "--output",
-        "-o",
-        metavar="PATH",
-        help="Write the results to PATH instead of stdout; .json or .csv picks the format.",
-    ),
-]
-PictureOption = Annotated[
-    str | None,
-    typer.Option(
-        "--picture",
-        metavar="PATH",
-        help="Also draw the lengths × depths grid of answered cells beside the top retrieval "
-        "heads (.png, .svg or .pdf).",
-    ),
-]
-TopHeadsOption = Annotated[
-    int | None,
-    typer.Option(
-        "--top-heads",
-        metavar="N",
-        min=1,
-        help="Also draw, below --picture's sweep, where the N best retrieval heads look in one "
-        "cell (--cell) while the model writes: a strip per head, a row per token written, "
-        "the prompt across in bins.",
-    ),
-]
+OutputOption = output_option(
+    "Write the results to PATH instead of stdout; .json or .csv picks the format."
+)
+PictureOption = picture_option(
+    "Also draw the lengths × depths grid of answered cells beside the top retrieval "
+    "heads (.png, .svg or .pdf)."
+)
+TopHeadsOption = top_heads_option(
+    "Also draw, below --picture's sweep, where the N best retrieval heads look in one "
+    "cell (--cell) while the model writes: a strip per head, a row per token written, "
+    "the prompt across in bins."
+)
 CellOption = Annotated[
     str | None,
     typer.Option(
@@ -153,8 +136,7 @@ CellOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No line per cell on stderr.")]
 
 
-@needle_settings
-@with_environment
+@sharing(needle_settings)
 def needle(
     model: LanguageModelOption,
     lengths: LengthsOption = DEFAULT_LENGTHS,
@@ -171,8 +153,7 @@ def needle(
     top_heads: TopHeadsOption = None,
     cell: CellOption = None,
     quiet: QuietOption = False,
-    environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Hide a sentence in filler text at several lengths and depths, ask for it back,
     and find the heads that retrieve it.
@@ -190,7 +171,7 @@ def needle(
         parse_depths(depths),
         Needle(needle, question, answer),
         max_new_tokens,
-        chat=settings.chat,
+        chat=shared.settings.chat,
     )
     if top_heads is None and cell is not None:
         raise UsageError("--cell names the cell --top-heads draws: give --top-heads N too")
@@ -206,8 +187,8 @@ def needle(
     drawn = None if picture is None else output_of_file(picture, PICTURES)
     if picture is not None:
         check_writable(picture)
-    asked = request(Reading(model), settings=settings)
-    extractor = asked.open(environment)
+    asked = shared.request(Reading(model))
+    extractor = asked.open(shared.environment)
     done: list[Cell] = []
     try:
         results = extractor.needle(sweep, filler, _progress(done, quiet))
@@ -220,9 +201,11 @@ def needle(
                 f"interrupted after {len(done)} of {len(sweep.cells())} cells: the {len(done)} "
                 "finished are written, marked partial"
             )
-            _outputs(results, output_format, top, environment, output, picture, drawn, top_heads)
+            _outputs(
+                results, output_format, top, shared.environment, output, picture, drawn, top_heads
+            )
         raise
-    _outputs(results, output_format, top, environment, output, picture, drawn, top_heads)
+    _outputs(results, output_format, top, shared.environment, output, picture, drawn, top_heads)
 
 
 def _outputs(

@@ -10,6 +10,7 @@ import typer
 
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags
+from attnviz.cli.option_kinds import top_heads_option
 from attnviz.errors import UsageError
 from attnviz.head_columns import EFFECTS, SUMMED, Detector, HeadColumn, Needs, RankBy, listed
 from attnviz.render.style import Style, check_colormap
@@ -101,17 +102,11 @@ NoTitleOption = Annotated[
     ),
 ]
 
-TopHeadsOption = Annotated[
-    int | None,
-    typer.Option(
-        "--top-heads",
-        metavar="N",
-        min=1,
-        rich_help_panel=d.SELECTION_PANEL,
-        help="Only the N heads `attnviz heads --sort STAT` lists first (of those selected), in "
-        "that order: the heads worth looking at first.",
-    ),
-]
+TopHeadsOption = top_heads_option(
+    "Only the N heads `attnviz heads --sort STAT` lists first (of those selected), in "
+    "that order: the heads worth looking at first.",
+    rich_help_panel=d.SELECTION_PANEL,
+)
 
 ByOption = Annotated[
     RankBy | None,

@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
-from attnviz.cli.pictures import DEFAULT_PICTURE, PictureSettings, picture_settings
+from attnviz.cli.option_kinds import output_option
+from attnviz.cli.pictures import picture_settings
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
 from attnviz.writers import Rendering, write
 
 
-@picture_settings
-@with_environment
+@sharing(picture_settings)
 def render(
     source: d.SavedArgument,
-    output: Annotated[
-        str | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="PATH",
-            help="Save a picture instead (.png, .svg or .pdf), or the interactive page (.html); "
-            "one input only.",
-        ),
-    ] = None,
+    output: output_option(
+        "Save a picture instead (.png, .svg or .pdf), or the interactive page (.html); "
+        "one input only."
+    ) = None,
     view: d.RenderViewOption = None,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
@@ -36,8 +26,7 @@ def render(
     label_positions: d.LabelPositionsOption = False,
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
-    environment: Environment = NO_TERMINAL,
-    picture: PictureSettings = DEFAULT_PICTURE,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Draw saved maps (json, ndjson or npz; - for stdin) in the terminal or as a picture.
 
@@ -48,7 +37,7 @@ def render(
     from attnviz.maps import read_maps
 
     drawn = Output.TERMINAL if output is None else output_of_file(output, (*PICTURES, Output.HTML))
-    given = [*picture.given(), *([f"--view {view}"] if view is not None else [])]
+    given = [*shared.picture.given(), *([f"--view {view}"] if view is not None else [])]
     given += [f"--color {colour.value}"] if colour is not d.ColourChoice.AUTO else []
     given += ["--width"] if width is not None else []
     view = view or (View.AUTO if drawn is Output.TERMINAL else View.MODEL)
@@ -65,13 +54,16 @@ def render(
             stream,
             colour=colour,
             width=width,
-            values=picture.values,
-            environment=environment,
+            values=shared.picture.values,
+            environment=shared.environment,
             view=view,
         )
         return
     maps = out.only_one(stream, out.ONE_MAPS)
     how = Rendering(
-        view, picture.style(), label_positions=label_positions, title=picture.title or ""
+        view,
+        shared.picture.style(),
+        label_positions=label_positions,
+        title=shared.picture.title or "",
     )
     write([maps], drawn, output, how)

@@ -413,12 +413,10 @@ class Job:
 
     spec: ExtractorSpec
     request: Request
-    target: str | None = None
-    pair: str | None = None
-    answer: str | None = None
-    versus: str | None = None
-    corrupt: str | None = None
-    given: Input | None = None  # TEXT as given (not stdin), checked before a model loads
+    # The parts every input shares, with TEXT as given or, when not read yet (stdin), a
+    # stand-in: checked before a model loads.
+    first: Input
+    read_now: bool  # first holds TEXT as given
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides the maps, as plain JSON values (a batch's manifest records it)."""
@@ -430,9 +428,9 @@ class Job:
 
     def input(self, text: str) -> Input:
         """One text with the parts every input shares, checked (once: TEXT was before)."""
-        if self.given is not None and self.given.text == text:
-            return self.given
-        return Input(text, self.target, self.pair, self.answer, self.versus, self.corrupt)
+        if self.read_now and self.first.text == text:
+            return self.first
+        return replace(self.first, text=text)
 
     def run(self, extractor: Extractor, text: str) -> Result:
         """What the request reads of one text."""
@@ -522,10 +520,6 @@ def request(
             **request_fields(products),
             **effects.asked(statistics, trace),
         ),
-        target=target,
-        pair=pair,
-        answer=effects.answer,
-        versus=effects.versus,
-        corrupt=effects.corrupt,
-        given=first if read_now else None,
+        first=first,
+        read_now=read_now,
     )

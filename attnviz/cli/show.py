@@ -4,31 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Annotated
-
-import typer
+from typing import TYPE_CHECKING
 
 from attnviz.atomic_files import check_writable
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, between_sentences, with_environment
-from attnviz.cli.pictures import ALL_HEADS, HeadChoice, head_choice
+from attnviz.cli.option_kinds import output_option
+from attnviz.cli.output import Environment, between_sentences
+from attnviz.cli.pictures import HeadChoice, head_choice
 from attnviz.cli.settings import (
     DEFAULT_READING,
-    DEFAULT_SETTINGS,
-    NO_EFFECTS,
-    NO_PRODUCTS,
-    Effects,
-    MapProducts,
-    ModelSettings,
     Reading,
     answer_options,
     map_products,
     model_settings,
     reading_options,
-    request,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable
 from attnviz.request import asked_for
@@ -61,16 +54,11 @@ FormatOption = d.format_option(
     "--top-heads or --label-positions asks for a picture, else ndjson.",
     rich_help_panel=d.OUTPUT_PANEL,
 )
-OutputOption = Annotated[
-    str,
-    typer.Option(
-        "--output",
-        "-o",
-        metavar="PATH",
-        rich_help_panel=d.OUTPUT_PANEL,
-        help="Where data formats go: a file (written whole or not at all), or - for stdout.",
-    ),
-]
+OutputOption = output_option(
+    "Where data formats go: a file (written whole or not at all), or - for stdout.",
+    kind=str,
+    rich_help_panel=d.OUTPUT_PANEL,
+)
 
 
 @dataclass(frozen=True)
@@ -190,11 +178,7 @@ class Presentation:
         )
 
 
-@model_settings
-@map_products
-@head_choice
-@answer_options
-@with_environment
+@sharing(answer_options, head_choice, map_products, model_settings)
 @reading_options
 def show(
     text: d.TextOrProbeArgument = None,
@@ -212,11 +196,7 @@ def show(
     dtype: d.DtypeOption = d.Dtype.FLOAT32,
     colour: d.ColourOption = d.ColourChoice.AUTO,
     width: d.WidthOption = None,
-    environment: Environment = NO_TERMINAL,
-    effects: Effects = NO_EFFECTS,
-    choice: HeadChoice = ALL_HEADS,
-    products: MapProducts = NO_PRODUCTS,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
 
@@ -233,37 +213,37 @@ def show(
         output_format=output_format,
         output=output,
         aggregate=aggregate,
-        choice=choice,
+        choice=shared.choice,
         terminal_view=terminal_view,
         label_positions=label_positions,
-        environment=environment,
+        environment=shared.environment,
         dtype=dtype,
         colour=colour,
         width=width,
         values=values,
         between=out.checked_between(between, pair),
         detect=detect,
-        answered=effects.answer is not None,
+        answered=shared.effects.answer is not None,
     )
-    asked = request(
+    asked = shared.request(
         reading,
-        settings=settings,
         text=text,
         target=target,
         pair=pair,
-        products=products.drawn(settings, aggregate) if presentation.drawn else products,
+        products=shared.products.drawn(shared.settings, aggregate)
+        if presentation.drawn
+        else shared.products,
         aggregate=aggregate,
-        effects=effects,
     )
-    effects.drawing(reading.model, presentation.top)
-    products.ranking(presentation.top)
-    extractor = asked.open(environment)
+    shared.effects.drawing(reading.model, presentation.top)
+    shared.products.ranking(presentation.top)
+    extractor = asked.open(shared.environment)
     lines = out.inputs(text, extractor)
-    if effects.answer is not None:  # the heads one text's answer needs
+    if shared.effects.answer is not None:  # the heads one text's answer needs
         line = out.only_one(lines, "--answer ranks the heads of one text")
         found = asked.run(extractor, line)
-        presentation = replace(presentation, top=effects.ranked(presentation.top, found))
+        presentation = replace(presentation, top=shared.effects.ranked(presentation.top, found))
         results: Iterator[Result] = iter([found])
     else:
         results = (asked.run(extractor, line) for line in lines)
-    presentation.present((asked_for(found.maps) for found in results), environment)
+    presentation.present((asked_for(found.maps) for found in results), shared.environment)

@@ -14,20 +14,17 @@ from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.engine import LOCAL, EngineSettings, engine_settings
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.engine import engine_settings
+from attnviz.cli.option_kinds import output_option, picture_option
+from attnviz.cli.output import Environment
 from attnviz.cli.settings import (
     DEFAULT_READING,
-    DEFAULT_SETTINGS,
-    NO_PRODUCTS,
-    MapProducts,
-    ModelSettings,
     Reading,
     model_settings,
     reading_options,
-    request,
     row_products,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError, warn
 from attnviz.outputs import PICTURES, output_of_file
 from attnviz.safe_text import display_label
@@ -77,32 +74,17 @@ JobsOption = Annotated[
         help="With --engine ray: Ray workers, each holding the model.",
     ),
 ]
-OutputOption = Annotated[
-    str | None,
-    typer.Option(
-        "--output",
-        "-o",
-        metavar="PATH",
-        help="Write the statistics to PATH instead of stdout, whole or not at all; .json "
-        "or .csv picks the format.",
-    ),
-]
-PictureOption = Annotated[
-    str | None,
-    typer.Option(
-        "--picture",
-        metavar="PATH",
-        help="Also draw a layers × heads heatmap of each statistic's corpus mean "
-        "(.png, .svg or .pdf).",
-    ),
-]
+OutputOption = output_option(
+    "Write the statistics to PATH instead of stdout, whole or not at all; .json "
+    "or .csv picks the format."
+)
+PictureOption = picture_option(
+    "Also draw a layers × heads heatmap of each statistic's corpus mean (.png, .svg or .pdf)."
+)
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")]
 
 
-@model_settings
-@row_products
-@engine_settings
-@with_environment
+@sharing(engine_settings, row_products, model_settings)
 @reading_options
 def stats(
     source: SourceArgument,
@@ -114,10 +96,7 @@ def stats(
     output: OutputOption = None,
     picture: PictureOption = None,
     quiet: QuietOption = False,
-    environment: Environment = NO_TERMINAL,
-    run_on: EngineSettings = LOCAL,
-    products: MapProducts = NO_PRODUCTS,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Per-head statistics over a whole corpus: every statistic `heads` computes for
     one input, and the position of the top key.
@@ -134,7 +113,7 @@ def stats(
     """
     from itertools import islice
 
-    run_on.check(jobs)
+    shared.run_on.check(jobs)
     # A name that cannot be written is refused before any work, not after hours of it.
     if output is not None:
         output_format = out.data_file_format(output, output_format)
@@ -142,11 +121,11 @@ def stats(
     drawn = None if picture is None else output_of_file(picture, PICTURES)
     if picture is not None:
         check_writable(picture)
-    asked = request(reading, settings=settings, products=products)
+    asked = shared.request(reading)
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.corpus import CorpusWork
 
-    engine = run_on.open(jobs or 2, environment)
+    engine = shared.run_on.open(jobs or 2, shared.environment)
     skipped = Skipped()
     started = time.monotonic()
     with engine.session():  # left before the statistics are written
@@ -157,7 +136,7 @@ def stats(
         )
     skipped.add_failed(corpus)
     skipped.report(source, corpus.inputs, quiet, time.monotonic() - started)
-    _write(corpus, output_format, environment, destination=output or "-")
+    _write(corpus, output_format, shared.environment, destination=output or "-")
     if drawn is not None:
         # numpy: after the options are checked (a usage error loads none)
         from attnviz.render.statistics import statistics_picture

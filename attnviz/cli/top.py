@@ -9,17 +9,14 @@ import typer
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.settings import (
     DEFAULT_READING,
-    DEFAULT_SETTINGS,
-    ModelSettings,
     Reading,
     model_options_given,
     model_settings,
     reading_options,
-    request,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.safe_text import display_label
 from attnviz.schema import envelope
 
@@ -32,8 +29,7 @@ FormatOption = d.format_option(
 )
 
 
-@model_settings
-@with_environment
+@sharing(model_settings)
 @reading_options
 def top(
     text: d.OptionalTextArgument = None,
@@ -46,8 +42,7 @@ def top(
         int, typer.Option("-k", metavar="N", min=1, help="Key tokens per query token.")
     ] = 3,
     output_format: FormatOption = Output.TABLE,
-    environment: Environment = NO_TERMINAL,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """For each query token, its k most attended key tokens: one line per token.
 
@@ -60,12 +55,12 @@ def top(
     from attnviz.analysis.top import top_keys
     from attnviz.data_formats import dump_json
 
-    asked = request(reading, settings=settings, text=text, target=target, pair=pair)
+    asked = shared.request(reading, text=text, target=target, pair=pair)
 
     def extract(line: str) -> AttentionMaps:
-        return asked.maps(asked.open(environment), line)
+        return asked.maps(asked.open(shared.environment), line)
 
-    given = model_options_given(settings, reading, target, pair)
+    given = model_options_given(shared.settings, reading, target, pair)
     maps = out.text_or_saved(text, saved, extract, reading.layer, reading.head, given)
     if aggregate is not None:
         maps = combine(maps, aggregate)

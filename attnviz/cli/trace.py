@@ -11,17 +11,13 @@ from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output, Site
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.option_kinds import output_option
 from attnviz.cli.settings import (
-    DEFAULT_SETTINGS,
-    NO_EFFECTS,
-    Effects,
-    ModelSettings,
     Reading,
     pretrained_settings,
-    request,
     trace_options,
 )
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.outputs import PICTURES, formats_named, output_of_file
 from attnviz.request import asked_for
@@ -38,21 +34,13 @@ SiteOption = Annotated[
         "output).",
     ),
 ]
-PictureOption = Annotated[
-    str | None,
-    typer.Option(
-        "--output",
-        "-o",
-        metavar="PATH",
-        help="Draw the trace as a picture for a paper (.png, .svg or .pdf) or as an "
-        "interactive page (.html: each cell's layer, token and effect on hover) instead.",
-    ),
-]
+PictureOption = output_option(
+    "Draw the trace as a picture for a paper (.png, .svg or .pdf) or as an "
+    "interactive page (.html: each cell's layer, token and effect on hover) instead."
+)
 
 
-@pretrained_settings
-@trace_options
-@with_environment
+@sharing(trace_options, pretrained_settings)
 def trace(
     text: d.TextArgument,
     model: d.ModelOption = d.BUILTIN,
@@ -61,9 +49,7 @@ def trace(
     output_format: FormatOption = Output.TABLE,
     output: PictureOption = None,
     width: d.WidthOption = None,
-    environment: Environment = NO_TERMINAL,
-    effects: Effects = NO_EFFECTS,
-    settings: ModelSettings = DEFAULT_SETTINGS,
+    shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Causal tracing: for every layer and position, how much of the answer comes back
     when the clean run's activation there is put into the run on the corrupted text.
@@ -73,9 +59,9 @@ def trace(
     --versus logit(answer) - logit(versus). TEXT and --corrupt have as many tokens.
     --method gradient estimates every cell from one backward pass (any length).
     """
-    if effects.answer is None:
+    if shared.effects.answer is None:
         raise UsageError("trace measures what an answer needs: give --answer")
-    if effects.corrupt is None:
+    if shared.effects.corrupt is None:
         raise UsageError(
             "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
         )
@@ -84,13 +70,11 @@ def trace(
         raise UsageError(
             "-o writes a picture or a page; -f writes data to stdout: give one of them"
         )
-    asked = request(
-        Reading(model, None, layer), settings=settings, text=text, effects=effects, trace=site
-    )
-    effects.check(model)
+    asked = shared.request(Reading(model, None, layer), text=text, trace=site)
+    shared.effects.check(model)
     if output is not None:
         check_writable(output)  # before the model loads
-    extractor = asked.open(environment)
+    extractor = asked.open(shared.environment)
     line = out.only_one(out.inputs(text, extractor), "trace reads one text and its corrupted twin")
     found = asked_for(asked.run(extractor, line).trace)
     if drawn is Output.HTML:
@@ -117,5 +101,5 @@ def trace(
     else:
         from attnviz.render.effects import trace_table  # numpy and rich's drawing
 
-        console = out.stdout_console(d.ColourChoice.AUTO, width, environment)
+        console = out.stdout_console(d.ColourChoice.AUTO, width, shared.environment)
         console.print(trace_table(found, console.width))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import (
     PROBE_LENGTH,
     Extractor,
+    Progress,
     positions_asked,
 )
 from attnviz.maps import AttentionMaps
@@ -52,12 +53,12 @@ from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
-from attnviz.request import Explaining, Input, Request, Result, Sampling, check_text
+from attnviz.request import Explaining, Input, Request, Result, Sampling
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
     from attnviz.loading import ExtractorSpec
-    from attnviz.needle import Cell, NeedleResults, Sweep
+    from attnviz.needle import NeedleResults, Sweep
     from attnviz.pretrained.explain import QueryExplanation
     from attnviz.pretrained.generation import Generation
 
@@ -395,14 +396,7 @@ class PretrainedExtractor(Extractor):
     def _generate(self, prompt: str, sampling: Sampling, request: Request) -> Generation:
         return generate(self, prompt, sampling, request)
 
-    def needle(
-        self,
-        sweep: Sweep,
-        haystack: str | None = None,
-        progress: Callable[[int, int, Cell], None] | None = None,
-    ) -> NeedleResults:
-        if haystack is not None:
-            check_text(haystack, "haystack")
+    def _needle(self, sweep: Sweep, haystack: str | None, progress: Progress) -> NeedleResults:
         return run_sweep(self.loaded, sweep, haystack, progress)
 
     def _explain(self, asked: Explaining) -> QueryExplanation:

@@ -1,0 +1,74 @@
+"""What a command shares with others, given to it as one argument: its environment and
+the bundles of options it takes (:mod:`attnviz.cli.bundles`), so that a command's
+signature lists its own options and ``shared``, and names each bundle once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from attnviz.cli.bundles import Bundle, in_place_of
+from attnviz.cli.engine import LOCAL, EngineSettings
+from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.pictures import ALL_HEADS, DEFAULT_PICTURE, HeadChoice, PictureSettings
+from attnviz.cli.settings import (
+    DEFAULT_SETTINGS,
+    NO_EFFECTS,
+    NO_PRODUCTS,
+    Effects,
+    Job,
+    MapProducts,
+    ModelSettings,
+    Reading,
+    request,
+)
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A command's environment and its bundles of options; a bundle it does not take
+    holds its defaults."""
+
+    environment: Environment = NO_TERMINAL
+    settings: ModelSettings = DEFAULT_SETTINGS
+    products: MapProducts = NO_PRODUCTS
+    effects: Effects = NO_EFFECTS
+    choice: HeadChoice = ALL_HEADS
+    picture: PictureSettings = DEFAULT_PICTURE
+    run_on: EngineSettings = LOCAL
+
+    def request(self, reading: Reading, **asked: Any) -> Job:
+        """:func:`~attnviz.cli.settings.request` with this command's model settings,
+        products and effects (``asked`` may give others)."""
+        bundled: dict[str, Any] = {
+            "settings": self.settings,
+            "products": self.products,
+            "effects": self.effects,
+        }
+        return request(reading, **(bundled | asked))
+
+
+NOTHING_SHARED = Shared()
+
+
+def sharing(*bundles: Bundle) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A decorator giving a command its environment and ``bundles`` as one ``shared``
+    argument (a :class:`Shared`): the bundles' options take its place in the signature,
+    and so in ``--help``, in this order."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        def shared(made: dict[str, Any]) -> Shared:
+            environment = made.pop("environment")
+            return Shared(environment, **made)
+
+        given = in_place_of("shared", (_ENVIRONMENT, *bundles), shared)(command)
+        return with_environment(given)
+
+    return decorate
+
+
+# The environment travels through with_environment's ``environment`` argument.
+_ENVIRONMENT = Bundle(
+    "environment", {"environment": (Environment, NO_TERMINAL)}, lambda environment: environment
+)
