@@ -17,7 +17,7 @@ from attnviz.cli.settings import (
     map_products,
 )
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
-from attnviz.cli.show import FormatOption, OutputOption, Presentation
+from attnviz.cli.show import AS_GIVEN, Presentation, Presenting, presenting_options
 from attnviz.inputs import read_texts
 from attnviz.request import Sampling
 from attnviz.safe_text import display_label
@@ -113,6 +113,7 @@ StopOption = Annotated[
 
 
 @sharing(head_choice, map_products, generation_settings)
+@presenting_options
 def generate(
     prompt: PromptArgument,
     model: LanguageModelOption,
@@ -125,15 +126,7 @@ def generate(
     mode: GenerationModeOption = None,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
-    aggregate: d.AggregateOption = None,
-    values: d.ValuesOption = False,
-    terminal_view: d.TerminalViewOption = d.AUTO,
-    label_positions: d.LabelPositionsOption = False,
-    output_format: FormatOption = d.AUTO,
-    output: OutputOption = d.STDIO,
-    dtype: d.DtypeOption = d.Dtype.FLOAT32,
-    colour: d.ColourOption = d.ColourChoice.AUTO,
-    width: d.WidthOption = None,
+    presenting: Presenting = AS_GIVEN,
     shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Let a language model write after PROMPT, and show what it attended to.
@@ -150,29 +143,14 @@ def generate(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.pretrained.generation import GenerationInterrupted
 
-    presentation = Presentation.checked(
-        output_format=output_format,
-        output=output,
-        aggregate=aggregate,
-        choice=shared.choice,
-        terminal_view=terminal_view,
-        label_positions=label_positions,
-        environment=shared.environment,
-        dtype=dtype,
-        colour=colour,
-        width=width,
-        values=values,
-    )
+    presentation = presenting.checked(shared.choice, shared.environment)
     # Checked before the model loads.
     sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
-    products = (
-        shared.products.drawn(shared.settings, aggregate) if presentation.drawn else shared.products
-    )
     asked = shared.request(
         Reading(model, mode, layer, head),
         text=prompt,
-        products=products,
-        aggregate=aggregate,
+        products=presentation.products(shared),
+        aggregate=presenting.aggregate,
     )
     extractor = asked.open(shared.environment)
     text = out.only_one(read_texts(prompt))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnviz import signals
-from attnviz.atomic_files import check_writable, open_output
+from attnviz.atomic_files import open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -41,7 +41,7 @@ from attnviz.needle import (
     parse_depths,
     parse_lengths,
 )
-from attnviz.outputs import PICTURES, formats_named, output_of_file
+from attnviz.outputs import formats_named
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
@@ -181,12 +181,7 @@ def needle(
         strips_of = sweep.middle_cell() if cell is None else parse_cell(cell)
         sweep = replace(sweep, strips_of=strips_of)
     filler = None if haystack is None else read_whole(haystack)
-    if output is not None:
-        output_format = out.data_file_format(output, output_format)
-        check_writable(output)
-    drawn = None if picture is None else output_of_file(picture, PICTURES)
-    if picture is not None:
-        check_writable(picture)
+    output_format, drawn = out.results_destinations(output, output_format, picture)
     asked = shared.request(Reading(model))
     extractor = asked.open(shared.environment)
     done: list[Cell] = []

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from attnviz.atomic_files import write_text
+from attnviz.atomic_files import check_writable, write_text
 from attnviz.choices import Output, View
 from attnviz.cli.app import DEBUG
 from attnviz.cli.declarations import MAX_WIDTH, ColourChoice
 from attnviz.errors import UsageError, warn
 from attnviz.inputs import read_texts
-from attnviz.outputs import PICTURES, output_for, refuse_unused
+from attnviz.outputs import PICTURES, output_for, output_of_file, refuse_unused
 from attnviz.selection import resolve_held
 from attnviz.writers import ONE_TEXT
 
@@ -358,7 +358,23 @@ def draw(
         console.print(picture)
 
 
-def data_file_format(output: str, asked: Output) -> Output:
+def results_destinations(
+    output: str | None, asked: Output, picture: str | None
+) -> tuple[Output, Output | None]:
+    """Where a command's results (stats, needle) go, checked before any work (a name that
+    cannot be written is refused now, not after hours of it): the format of the data,
+    and the picture's (None: no --picture)."""
+    if output is not None:
+        asked = _data_file_format(output, asked)
+        check_writable(output)
+    if picture is None:
+        return asked, None
+    drawn = output_of_file(picture, PICTURES)
+    check_writable(picture)
+    return asked, drawn
+
+
+def _data_file_format(output: str, asked: Output) -> Output:
     """The format of a command's results (stats, needle) written to ``output`` with -o:
     its suffix's, json or csv; a picture is --picture's."""
     by_suffix = output_for(output)

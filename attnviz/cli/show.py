@@ -10,6 +10,7 @@ from attnviz.atomic_files import check_writable
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.bundles import bundle
 from attnviz.cli.option_kinds import output_option
 from attnviz.cli.output import Environment, between_sentences
 from attnviz.cli.pictures import HeadChoice, head_choice
@@ -30,6 +31,7 @@ from attnviz.writers import Rendering, write
 if TYPE_CHECKING:
     from attnviz.analysis.heads import TopHeads
     from attnviz.choices import Aggregate, Dtype
+    from attnviz.cli.settings import MapProducts
     from attnviz.head_columns import Detector
     from attnviz.maps import AttentionMaps
     from attnviz.request import Result
@@ -62,6 +64,72 @@ OutputOption = output_option(
 
 
 @dataclass(frozen=True)
+class Presenting:
+    """How show and generate present maps, as the command line gives them: each field
+    declares its option (:func:`~attnviz.cli.bundles.bundle`)."""
+
+    aggregate: d.AggregateOption = None
+    values: d.ValuesOption = False
+    terminal_view: d.TerminalViewOption = d.AUTO
+    label_positions: d.LabelPositionsOption = False
+    output_format: FormatOption = d.AUTO
+    output: OutputOption = d.STDIO
+    dtype: d.DtypeOption = d.Dtype.FLOAT32
+    colour: d.ColourOption = d.ColourChoice.AUTO
+    width: d.WidthOption = None
+
+    def checked(
+        self,
+        choice: HeadChoice,
+        environment: Environment,
+        detect: Detector | None = None,
+        answered: bool = False,
+        between: str | None = None,
+    ) -> Presentation:
+        """The output options checked together, before any model is loaded."""
+        output_format = self.output_format
+        by_suffix = _format_of(self.output)
+        if output_format is None and by_suffix is not None:
+            output_format = by_suffix  # -o maps.npz writes npz
+        elif by_suffix is not None and by_suffix is not output_format:
+            raise UsageError(
+                f"--format {output_format} and the suffix of {self.output} ({by_suffix.value}) "
+                "disagree: drop --format, or name the file for what it holds"
+            )
+        top = out.top_heads_for(choice, self.aggregate, detect, answered)
+        if output_format is None:  # a picture was asked for, even into a pipe
+            picture = self.terminal_view is not None or top is not None or self.values
+            # A file is no terminal, whatever stdout is: one that its suffix names no
+            # format of gets data.
+            onto_terminal = environment.stdout_is_terminal and self.output == d.STDIO
+            terminal = onto_terminal or picture or self.label_positions
+            output_format = Output.TERMINAL if terminal else Output.NDJSON
+        if output_format is Output.TERMINAL and self.output != d.STDIO:
+            raise UsageError(
+                "--output goes with a data --format; the terminal picture goes to stdout"
+            )
+        given = {
+            f"--color {self.colour.value}": self.colour is not d.ColourChoice.AUTO,
+            "--width": self.width is not None,
+            f"--view {self.terminal_view}": self.terminal_view is not None,
+            "--values": self.values,
+            "--top-heads": top is not None,
+            "--label-positions": self.label_positions,
+            f"--dtype {self.dtype.value}": self.dtype is not d.Dtype.FLOAT32,
+        }
+        drawn = self.terminal_view or View.AUTO if output_format is Output.TERMINAL else View.MODEL
+        refuse_inapplicable([flag for flag, was in given.items() if was], [output_format], drawn)
+        check_writable(self.output)  # before a model loads, or a generation runs for minutes
+        given = vars(self) | {"output_format": output_format}
+        return Presentation(**given, top=top, between=between)
+
+
+# Gives show and generate their presentation options as one ``presenting`` argument.
+presenting_options = bundle("presenting", Presenting)
+AS_GIVEN = Presenting()
+
+
+@dataclass(frozen=True)
 class Presentation:
     """How show (and generate) present maps: the output options, checked together before
     any model is loaded."""
@@ -78,70 +146,10 @@ class Presentation:
     top: TopHeads | None
     between: str | None = None
 
-    @classmethod
-    def checked(
-        cls,
-        *,
-        output_format: Output | None,
-        output: str,
-        aggregate: Aggregate | None,
-        choice: HeadChoice,
-        terminal_view: View | None,
-        label_positions: bool,
-        values: bool,
-        dtype: Dtype,
-        colour: d.ColourChoice,
-        width: int | None,
-        environment: Environment,
-        detect: Detector | None = None,
-        answered: bool = False,
-        **rest: object,
-    ) -> Presentation:
-        by_suffix = _format_of(output)
-        if output_format is None and by_suffix is not None:
-            output_format = by_suffix  # -o maps.npz writes npz
-        elif by_suffix is not None and by_suffix is not output_format:
-            raise UsageError(
-                f"--format {output_format} and the suffix of {output} ({by_suffix.value}) "
-                "disagree: drop --format, or name the file for what it holds"
-            )
-        top = out.top_heads_for(choice, aggregate, detect, answered)
-        if output_format is None:  # a picture was asked for, even into a pipe
-            picture = terminal_view is not None or top is not None or values
-            # A file is no terminal, whatever stdout is: one that its suffix names no
-            # format of gets data.
-            onto_terminal = environment.stdout_is_terminal and output == d.STDIO
-            terminal = onto_terminal or picture or label_positions
-            output_format = Output.TERMINAL if terminal else Output.NDJSON
-        if output_format is Output.TERMINAL and output != d.STDIO:
-            raise UsageError(
-                "--output goes with a data --format; the terminal picture goes to stdout"
-            )
-        given = {
-            f"--color {colour.value}": colour is not d.ColourChoice.AUTO,
-            "--width": width is not None,
-            f"--view {terminal_view}": terminal_view is not None,
-            "--values": values,
-            "--top-heads": top is not None,
-            "--label-positions": label_positions,
-            f"--dtype {dtype.value}": dtype is not d.Dtype.FLOAT32,
-        }
-        drawn = terminal_view or View.AUTO if output_format is Output.TERMINAL else View.MODEL
-        refuse_inapplicable([flag for flag, was in given.items() if was], [output_format], drawn)
-        check_writable(output)  # before a model loads, or a generation runs for minutes
-        return cls(
-            output_format=output_format,
-            output=output,
-            terminal_view=terminal_view,
-            label_positions=label_positions,
-            values=values,
-            dtype=dtype,
-            colour=colour,
-            width=width,
-            aggregate=aggregate,
-            top=top,
-            **rest,  # type: ignore[arg-type]
-        )
+    def products(self, shared: Shared) -> MapProducts:
+        """What the maps hold: a picture's, drawn whole, only what it can show."""
+        products = shared.products
+        return products.drawn(shared.settings, self.aggregate) if self.drawn else products
 
     @property
     def is_terminal(self) -> bool:
@@ -179,23 +187,16 @@ class Presentation:
 
 
 @sharing(answer_options, head_choice, map_products, model_settings)
+@presenting_options
 @reading_options
 def show(
     text: d.TextOrProbeArgument = None,
     detect: d.DetectOption = None,
     reading: Reading = DEFAULT_READING,
     target: d.TargetOption = None,
-    aggregate: d.AggregateOption = None,
-    values: d.ValuesOption = False,
-    terminal_view: d.TerminalViewOption = d.AUTO,
-    label_positions: d.LabelPositionsOption = False,
+    presenting: Presenting = AS_GIVEN,
     pair: d.PairOption = None,
     between: d.BetweenOption = None,
-    output_format: FormatOption = d.AUTO,
-    output: OutputOption = d.STDIO,
-    dtype: d.DtypeOption = d.Dtype.FLOAT32,
-    colour: d.ColourOption = d.ColourChoice.AUTO,
-    width: d.WidthOption = None,
     shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Show what every attention head attends to: a heatmap per head.
@@ -209,31 +210,20 @@ def show(
     answered as soon as it is read. Data goes to stdout, messages to stderr.
     """
     out.check_probe(detect, text, target, pair)
-    presentation = Presentation.checked(
-        output_format=output_format,
-        output=output,
-        aggregate=aggregate,
-        choice=shared.choice,
-        terminal_view=terminal_view,
-        label_positions=label_positions,
-        environment=shared.environment,
-        dtype=dtype,
-        colour=colour,
-        width=width,
-        values=values,
-        between=out.checked_between(between, pair),
-        detect=detect,
+    presentation = presenting.checked(
+        shared.choice,
+        shared.environment,
+        detect,
         answered=shared.effects.answer is not None,
+        between=out.checked_between(between, pair),
     )
     asked = shared.request(
         reading,
         text=text,
         target=target,
         pair=pair,
-        products=shared.products.drawn(shared.settings, aggregate)
-        if presentation.drawn
-        else shared.products,
-        aggregate=aggregate,
+        products=presentation.products(shared),
+        aggregate=presenting.aggregate,
     )
     shared.effects.drawing(reading.model, presentation.top)
     shared.products.ranking(presentation.top)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnviz.atomic_files import check_writable, open_output
+from attnviz.atomic_files import open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -26,7 +26,6 @@ from attnviz.cli.settings import (
 )
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError, warn
-from attnviz.outputs import PICTURES, output_of_file
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
@@ -114,13 +113,7 @@ def stats(
     from itertools import islice
 
     shared.run_on.check(jobs)
-    # A name that cannot be written is refused before any work, not after hours of it.
-    if output is not None:
-        output_format = out.data_file_format(output, output_format)
-        check_writable(output)
-    drawn = None if picture is None else output_of_file(picture, PICTURES)
-    if picture is not None:
-        check_writable(picture)
+    output_format, drawn = out.results_destinations(output, output_format, picture)
     asked = shared.request(reading)
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.corpus import CorpusWork
