@@ -5,7 +5,7 @@ signature lists its own options and ``shared``, and names each bundle once."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnviz.cli.bundles import Bundle, in_place_of
@@ -28,15 +28,15 @@ from attnviz.cli.settings import (
 @dataclass(frozen=True)
 class Shared:
     """A command's environment and its bundles of options; a bundle it does not take
-    holds its defaults."""
+    holds its defaults (those of :data:`NOTHING_SHARED`)."""
 
-    environment: Environment = NO_TERMINAL
-    settings: ModelSettings = DEFAULT_SETTINGS
-    products: MapProducts = NO_PRODUCTS
-    effects: Effects = NO_EFFECTS
-    choice: HeadChoice = ALL_HEADS
-    picture: PictureSettings = DEFAULT_PICTURE
-    run_on: EngineSettings = LOCAL
+    environment: Environment
+    settings: ModelSettings
+    products: MapProducts
+    effects: Effects
+    choice: HeadChoice
+    picture: PictureSettings
+    run_on: EngineSettings
 
     def request(self, reading: Reading, **asked: Any) -> Job:
         """:func:`~attnviz.cli.settings.request` with this command's model settings,
@@ -49,7 +49,9 @@ class Shared:
         return request(reading, **(bundled | asked))
 
 
-NOTHING_SHARED = Shared()
+NOTHING_SHARED = Shared(
+    NO_TERMINAL, DEFAULT_SETTINGS, NO_PRODUCTS, NO_EFFECTS, ALL_HEADS, DEFAULT_PICTURE, LOCAL
+)
 
 
 def sharing(*bundles: Bundle) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -59,8 +61,7 @@ def sharing(*bundles: Bundle) -> Callable[[Callable[..., None]], Callable[..., N
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         def shared(made: dict[str, Any]) -> Shared:
-            environment = made.pop("environment")
-            return Shared(environment, **made)
+            return replace(NOTHING_SHARED, **made)
 
         given = in_place_of("shared", (_ENVIRONMENT, *bundles), shared)(command)
         return with_environment(given)
