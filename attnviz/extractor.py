@@ -17,15 +17,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.heads import HeadTable
 from attnviz.choices import Ablation, Mode, Site, chosen
 from attnviz.errors import UsageError
-from attnviz.request import (
-    Explaining,
-    Input,
-    Request,
-    Result,
-    Sampling,
-    asked_for,
-    check_text,
-)
+from attnviz.request import Explaining, Input, Request, Result, Sampling, asked_for, check_text
 from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:

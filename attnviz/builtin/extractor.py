@@ -15,13 +15,7 @@ from attnviz.builtin.explain import explain
 from attnviz.builtin.tokenizer import count_tokens, tokenize
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, is_out_of_memory, warn
-from attnviz.extractor import (
-    PROBE_LENGTH,
-    Extractor,
-    Finder,
-    positions_asked,
-    without_pair,
-)
+from attnviz.extractor import PROBE_LENGTH, Extractor, Finder, positions_asked, without_pair
 from attnviz.maps import AttentionMaps
 from attnviz.request import Explaining, Input, Request
 from attnviz.selection import covering, resolve, resolve_one

@@ -15,21 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.builtin.config import BUILTIN as BUILTIN  # --model's default, for commands
-from attnviz.choices import (
-    Aggregate,
-    Attention,
-    Dtype,
-    Mode,
-    Output,
-    Projections,
-    View,
-    Weighting,
-)
-from attnviz.cli.completion import (
-    complete_device,
-    complete_device_map,
-    complete_model,
-)
+from attnviz.choices import Aggregate, Attention, Dtype, Mode, Output, Projections, View, Weighting
+from attnviz.cli.completion import complete_device, complete_device_map, complete_model
 from attnviz.head_columns import DETECTORS, Detector, listed
 from attnviz.outputs import PICTURE_VIEWS, TERMINAL_VIEWS
 

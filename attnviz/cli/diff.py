@@ -11,13 +11,7 @@ from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.output import Environment
-from attnviz.cli.settings import (
-    DEFAULT_READING,
-    Reading,
-    model_options_given,
-    model_settings,
-    reading_options,
-)
+from attnviz.cli.settings import DEFAULT_READING, Reading, model_settings, reading_options
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import ThresholdExceeded, UsageError
 from attnviz.inputs import read_texts
@@ -83,7 +77,7 @@ def diff(
     if len(sources) == 2:
         if against is not None:
             raise UsageError("give TEXT with --against, or two saved files without it")
-        given = model_options_given(shared.settings, reading, target, None)
+        given = shared.run_options_given(reading, target, None)
         refuse_unused(given, "a model run on TEXT", "two saved files")
         first, second = (
             out.select_held(_one_record(s), reading.layer, reading.head) for s in sources

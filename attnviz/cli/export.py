@@ -7,10 +7,7 @@ from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.option_kinds import output_option
-from attnviz.cli.pictures import (
-    head_choice,
-    picture_settings,
-)
+from attnviz.cli.pictures import head_choice, picture_settings
 from attnviz.cli.settings import (
     DEFAULT_READING,
     Reading,

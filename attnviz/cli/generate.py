@@ -11,11 +11,7 @@ from attnviz.cli import output as out
 from attnviz.cli.completion import complete_language_model
 from attnviz.cli.option_kinds import max_new_tokens_option
 from attnviz.cli.pictures import head_choice
-from attnviz.cli.settings import (
-    Reading,
-    generation_settings,
-    map_products,
-)
+from attnviz.cli.settings import Reading, generation_settings, map_products
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.cli.show import AS_GIVEN, Presentation, Presenting, presenting_options
 from attnviz.inputs import read_texts

@@ -20,7 +20,6 @@ from attnviz.cli.settings import (
     Job,
     Reading,
     effect_options,
-    model_options_given,
     model_settings,
     reading_options,
     row_products,
@@ -111,8 +110,7 @@ def heads(
 
     read = partial(_read, asked, shared.environment, shared.effects)
     statistics = partial(_read_product, read, "statistics")
-    given = model_options_given(shared.settings, reading, target, pair) + shared.products.given()
-    given += shared.effects.given()
+    given = shared.run_options_given(reading, target, pair)
     picture_format = _picture_checked(picture, shared.effects)
     if shared.effects.knockout is not None:
         knock = partial(_read_product, read, "knockout")

@@ -372,16 +372,6 @@ reading_options = bundle("reading", Reading)
 DEFAULT_READING = Reading()
 
 
-def model_options_given(
-    settings: ModelSettings, reading: Reading, target: str | None, pair: str | None
-) -> list[str]:
-    """The options of a model run given to a command: saved maps (--from) have no use for
-    them."""
-    given = ["--model"] if reading.model != d.BUILTIN else []
-    named = (("--mode", reading.mode), ("--target", target), ("--pair", pair))
-    return given + [flag for flag, value in named if value is not None] + settings.given()
-
-
 # Gives a command that writes maps the long-input options as one ``products`` argument.
 map_products = bundle("products", MapProducts)
 # The same without --pool and --weigh, for statistics, which read exact rows of weights.

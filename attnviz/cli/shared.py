@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from attnviz.cli.bundles import Bundle, in_place_of
+from attnviz.cli.declarations import BUILTIN
 from attnviz.cli.engine import LOCAL, EngineSettings
 from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import ALL_HEADS, DEFAULT_PICTURE, HeadChoice, PictureSettings
@@ -47,6 +48,16 @@ class Shared:
             "effects": self.effects,
         }
         return request(reading, **(bundled | asked))
+
+    def run_options_given(
+        self, reading: Reading, target: str | None, pair: str | None
+    ) -> list[str]:
+        """The options of a model run given to a command, as the command line spells
+        them: saved maps (--from) have no use for them."""
+        given = ["--model"] if reading.model != BUILTIN else []
+        named = (("--mode", reading.mode), ("--target", target), ("--pair", pair))
+        given += [flag for flag, value in named if value is not None]
+        return given + self.settings.given() + self.products.given() + self.effects.given()
 
 
 NOTHING_SHARED = Shared(

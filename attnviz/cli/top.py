@@ -9,13 +9,7 @@ import typer
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.settings import (
-    DEFAULT_READING,
-    Reading,
-    model_options_given,
-    model_settings,
-    reading_options,
-)
+from attnviz.cli.settings import DEFAULT_READING, Reading, model_settings, reading_options
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.safe_text import display_label
 from attnviz.schema import envelope
@@ -60,7 +54,7 @@ def top(
     def extract(line: str) -> AttentionMaps:
         return asked.maps(asked.open(shared.environment), line)
 
-    given = model_options_given(shared.settings, reading, target, pair)
+    given = shared.run_options_given(reading, target, pair)
     maps = out.text_or_saved(text, saved, extract, reading.layer, reading.head, given)
     if aggregate is not None:
         maps = combine(maps, aggregate)

@@ -12,11 +12,7 @@ from attnviz.choices import Output, Site
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.option_kinds import output_option
-from attnviz.cli.settings import (
-    Reading,
-    pretrained_settings,
-    trace_options,
-)
+from attnviz.cli.settings import Reading, pretrained_settings, trace_options
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.outputs import PICTURES, formats_named, output_of_file

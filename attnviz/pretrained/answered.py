@@ -12,13 +12,7 @@ from attnviz.analysis.heads import Answer, HeadEffects, Knockout
 from attnviz.analysis.trace import Trace
 from attnviz.choices import Method
 from attnviz.errors import UsageError, warn
-from attnviz.pretrained.effects import (
-    Anatomy,
-    Metric,
-    anatomy_of,
-    attribution,
-    head_effects,
-)
+from attnviz.pretrained.effects import Anatomy, Metric, anatomy_of, attribution, head_effects
 from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
 from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels

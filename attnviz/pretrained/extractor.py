@@ -9,32 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import (
-    HeadEffects,
-    HeadTable,
-    statistics_product,
-    statistics_rows,
-)
-from attnviz.analysis.products import (
-    keeps_everything,
-    of_whole,
-    product_for,
-    product_labels,
-)
+from attnviz.analysis.heads import HeadEffects, HeadTable, statistics_product, statistics_rows
+from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Attention, Method, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
-from attnviz.extractor import (
-    PROBE_LENGTH,
-    Extractor,
-    Progress,
-    positions_asked,
-)
+from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, traced
 from attnviz.pretrained.attention_modules import Family, layer_kinds, resolve_mode, stream_for
-from attnviz.pretrained.effects import (
-    anatomy_of,
-)
+from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import (
     ModelInputs,
     Side,

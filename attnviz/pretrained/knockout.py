@@ -18,14 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.errors import UsageError
-from attnviz.pretrained.effects import (
-    Anatomy,
-    Change,
-    Metric,
-    changed_metrics,
-    clean_pass,
-    hooked,
-)
+from attnviz.pretrained.effects import Anatomy, Change, Metric, changed_metrics, clean_pass, hooked
 
 if TYPE_CHECKING:
     import torch

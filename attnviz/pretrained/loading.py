@@ -19,13 +19,7 @@ from attnviz import signals
 from attnviz.choices import Attention
 from attnviz.errors import AttnvizError, UsageError, first_line, is_out_of_memory
 from attnviz.pretrained.attention_modules import Family, Stream, attention_streams, family_of
-from attnviz.pretrained.converted import (
-    Chunked,
-    Packaged,
-    Source,
-    converted_folder,
-    is_converted,
-)
+from attnviz.pretrained.converted import Chunked, Packaged, Source, converted_folder, is_converted
 from attnviz.pretrained.fused import DEFAULT_MEMORY
 from attnviz.pretrained.placement import Machine, check_device_map, choose_device, choose_dtype
 from attnviz.pretrained.quiet import quiet

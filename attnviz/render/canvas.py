@@ -22,11 +22,7 @@ import numpy as np
 
 from attnviz.choices import Output
 from attnviz.errors import UsageError
-from attnviz.render.layout import (
-    GridShape,
-    grid_layout,
-    head_layout,
-)
+from attnviz.render.layout import GridShape, grid_layout, head_layout
 from attnviz.render.png import encode_png
 from attnviz.render.style import (
     MAX_LABEL,
