@@ -26,6 +26,7 @@ from attnviz.atomic_files import STDIO
 from attnviz.choices import Aggregate
 from attnviz.errors import AttnvizError, SchemaError, UsageError
 from attnviz.inputs import BOM, decode, stdin_bytes
+from attnviz.panels import panels_of
 from attnviz.request import Recorded
 from attnviz.safe_text import display_label
 from attnviz.schema import READABLE_VERSIONS, envelope
@@ -130,7 +131,7 @@ def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
     # A row's query_index is its token's position, as json and npz record it (chosen rows
     # keep their positions; every row is its own position otherwise).
     positions = maps.query_positions or range(len(query_tokens))
-    for panel in maps.panels():
+    for panel in panels_of(maps):
         # An empty layer or head cell: the map was combined over that axis (an aggregate).
         layer, head = ("" if index is None else index for index in (panel.layer, panel.head))
         for row, position, query in zip(panel.matrix, positions, query_tokens, strict=True):

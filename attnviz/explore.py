@@ -28,6 +28,7 @@ from attnviz.atomic_files import open_output
 from attnviz.choices import Aggregate, Mode, Output, View
 from attnviz.head_columns import SUMMED, Needs
 from attnviz.maps import AttentionMaps
+from attnviz.panels import panels_of
 from attnviz.render.image import Painter
 from attnviz.render.style import Style
 from attnviz.render.terminal import render, render_grid
@@ -191,7 +192,7 @@ class ExploreApp(App[None]):
         if self.aggregate_method is None:  # the current head, in the grid too
             matrix = self.maps.head(self.maps.layers[self.layer], self.maps.heads[self.head])
         else:
-            matrix = next(view.panels()).matrix
+            matrix = next(panels_of(view)).matrix
         row = matrix[self.cursor]
         order = np.argsort(-row, kind="stable")[:8]
         lines = [Text(f"where {display_label(query)!r} looks", style="bold")]

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from attnviz.choices import Aggregate, Mode, Output, View, Weighting
 from attnviz.data_formats import document_of, fields_of, read_documents
 from attnviz.errors import SchemaError, UsageError
 from attnviz.request import Recorded
-from attnviz.selection import check_pool
+from attnviz.selection import check_pool, index_span
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadStatistics
@@ -26,15 +26,7 @@ if TYPE_CHECKING:
 # How schema-1 documents named their aggregates.
 
 
-def index_span(indices: Sequence[int]) -> str:
-    """``[0, 1, 2, 3]`` -> ``0–3``; ``[0, 2]`` -> ``0,2``."""
-    if len(indices) > 2 and list(indices) == list(range(indices[0], indices[-1] + 1)):
-        return f"{indices[0]}–{indices[-1]}"
-    return ",".join(map(str, indices))
-
-
 _REPR_TEXT = 40  # characters of the text that repr shows
-GENERATED = "▸"  # marks the labels of generated tokens in pictures
 BETWEEN = ("a-b", "b-a", "a-a", "b-b")  # rows of one sentence of a pair, columns of the other
 
 
@@ -42,13 +34,6 @@ def numbered(tokens: Sequence[str]) -> list[str]:
     """Each label that occurs more than once, followed by ``·`` and its position."""
     counts = Counter(tokens)
     return [f"{token}·{i}" if counts[token] > 1 else token for i, token in enumerate(tokens)]
-
-
-class MapPanel(NamedTuple):
-    layer: int | None  # None: combined over layers
-    head: int | None  # None: combined over heads
-    title: str
-    matrix: np.ndarray  # (query tokens, key tokens)
 
 
 @dataclass(eq=False)
@@ -197,35 +182,6 @@ class AttentionMaps:
                 raise UsageError(f"{name} {index} is not held: these maps hold {name}s {held}")
         return self.weights[self.layers.index(layer), self.heads.index(head)]
 
-    def panels(self) -> Iterator[MapPanel]:
-        """Every map with its title, in layer-major order."""
-        heads = index_span(self.heads)
-        for i in range(self.weights.shape[0]):
-            for j in range(self.weights.shape[1]):
-                matrix = self.weights[i, j]
-                if self.aggregate is None:
-                    layer, head = self.layers[i], self.heads[j]
-                    title = f"{self._layer_title(layer)} · head {head}"
-                    yield MapPanel(layer, head, title, matrix)
-                elif not self.aggregate.folds_layers:
-                    title = (
-                        f"{self._layer_title(self.layers[i])} · {self.aggregate} of heads {heads}"
-                    )
-                    yield MapPanel(self.layers[i], None, title, matrix)
-                else:
-                    title = (
-                        f"{self.aggregate.description} · layers {index_span(self.layers)} · "
-                        f"heads {heads}"
-                    )
-                    yield MapPanel(None, None, title, matrix)
-
-    def _layer_title(self, layer: int) -> str:
-        """How a picture names a layer: with its kind (global, or sliding N) where the
-        model's layers differ."""
-        if self.layer_kinds is None:
-            return f"layer {layer}"
-        return f"layer {layer} ({self.layer_kinds[self.layers.index(layer)]})"
-
     def select(
         self, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
     ) -> AttentionMaps:
@@ -341,48 +297,6 @@ class AttentionMaps:
         """The schema document: plain Python types, ready for ``json.dumps``. Without
         ``weights`` (the npz format keeps them as an array), every other field."""
         return document_of(self, weights=weights)
-
-    def context(self) -> str:
-        """What else a picture of these maps must say: where a pair's sentence B begins,
-        which sentences are kept, how many tokens were generated."""
-        notes = []
-        if self.weighting is Weighting.VALUE:
-            notes.append("value-weighted (weight × ‖W_O v‖)")
-        if self.pair_start is not None:
-            notes.append(f"sentence B from token {self.pair_start}")
-        if self.between is not None:
-            rows, columns = self.between.upper().split("-")
-            notes.append(
-                f"rows: sentence {rows}, columns: sentence {columns}, each row renormalised"
-            )
-        if self.prompt_length is not None and self.query_positions is None and not self.pooled:
-            generated = len(self.query_tokens) - self.prompt_length
-            notes.append(f"{generated} generated (▸) after a {self.prompt_length}-token prompt")
-        elif self.prompt_length is not None:
-            notes.append(f"generated (▸) after a {self.prompt_length}-token prompt")
-        if self.query_positions is not None:
-            tokens = f"token{'s' * (len(self.query_positions) > 1)}"
-            notes.append(f"rows: query {tokens} {index_span(self.query_positions)}")
-        if self.pooled is not None:
-            notes.append(f"{self.pooled} tokens per bin (rows averaged, columns summed)")
-        if self.span is not None:
-            notes.append(f"span: key token{'s' * (len(self.span) > 1)} {index_span(self.span)}")
-        if self.chat:
-            notes.append("read as a chat" + (" with a system prompt" if self.system else ""))
-        return "".join(f" · {note}" for note in notes)
-
-    def query_labels(self) -> list[str]:
-        """The query tokens as pictures label them: generated tokens marked with ``▸``."""
-        if self.prompt_length is None:
-            return list(self.query_tokens)
-        # Each row's first token position: its own, a chosen row's, or its bin's first.
-        starts = self.query_positions or [
-            row * (self.pooled or 1) for row in range(len(self.query_tokens))
-        ]
-        return [
-            f"{GENERATED}{token}" if start >= self.prompt_length else token
-            for start, token in zip(starts, self.query_tokens, strict=True)
-        ]
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> AttentionMaps:

@@ -8,6 +8,8 @@ diffs, explanations, the model list). Version 2 added ``query_special`` and
 
 from __future__ import annotations
 
+from dataclasses import fields
+from enum import Enum
 from functools import cache
 from typing import Any
 
@@ -28,6 +30,21 @@ def package_version() -> str:
 def envelope(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` stamped with the schema version and the attnviz version that wrote it."""
     return {"schema_version": SCHEMA_VERSION, "attnviz_version": package_version(), **body}
+
+
+def fields_document(record: Any, **given: Any) -> dict[str, Any]:
+    """A dataclass as a JSON document (:func:`envelope`): each field by name, in order (an
+    enum by its value, an array as :func:`json_numbers`), a field ``given`` as given, then
+    the rest of ``given``."""
+    body = {}
+    for field in fields(record):
+        value = given.pop(field.name) if field.name in given else getattr(record, field.name)
+        if isinstance(value, Enum):
+            value = value.value
+        elif hasattr(value, "ndim"):
+            value = json_numbers(value)
+        body[field.name] = value
+    return envelope(body | given)
 
 
 def json_numbers(values: Any) -> Any:

@@ -1,5 +1,6 @@
 """Parsing layer, head and row selections: ``2``, ``0,2``, ``0-2``, ``all``, ``-1``, ``last``;
-and token positions, which may also be given by text (``--rows``, ``--span``)."""
+and token positions, which may also be given by text (``--rows``, ``--span``); and
+writing a selection of indices as pictures and tables name it (:func:`index_span`)."""
 
 from __future__ import annotations
 
@@ -173,3 +174,10 @@ def check_pool(pool: object) -> None:
     """A number of bins to pool maps into: a whole number of at least 2 (None: no pooling)."""
     if pool is not None and (isinstance(pool, bool) or not isinstance(pool, int) or pool < 2):
         raise UsageError(f"--pool takes a number of bins of at least 2, not {pool!r}")
+
+
+def index_span(indices: Sequence[int]) -> str:
+    """``[0, 1, 2, 3]`` -> ``0–3``; ``[0, 2]`` -> ``0,2``."""
+    if len(indices) > 2 and list(indices) == list(range(indices[0], indices[-1] + 1)):
+        return f"{indices[0]}–{indices[-1]}"
+    return ",".join(map(str, indices))

@@ -26,7 +26,8 @@ from attnviz.schema import envelope
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadEffects, TopHeads
-    from attnviz.maps import AttentionMaps, MapPanel
+    from attnviz.maps import AttentionMaps
+    from attnviz.panels import MapPanel
 
 Piece = tuple[str, Callable[[IO[bytes]], object]]  # (file name suffix, writes the file)
 ONE_TEXT = "attnviz batch makes one output per line"  # what to do with several inputs

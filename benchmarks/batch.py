@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnviz.panels import panels_of
+
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_texts" / "sentences.txt"
 
 
@@ -32,7 +34,7 @@ def naive_rate(maps_list, sample: int, folder: Path) -> float:
     from attnviz.render.layout import head_figure_size
     from attnviz.render.style import Style
 
-    jobs = [(maps, panel) for maps in maps_list for panel in maps.panels()][:sample]
+    jobs = [(maps, panel) for maps in maps_list for panel in panels_of(maps)][:sample]
     started = time.perf_counter()
     for number, (maps, panel) in enumerate(jobs):
         size = head_figure_size(len(maps.query_tokens), len(maps.key_tokens))

@@ -13,6 +13,7 @@ import torch
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import UsageError
+from attnviz.panels import query_labels_of
 from attnviz.pretrained.generation import GenerationInterrupted, Sampling, generation_config
 
 PROMPT = "Hello I love you"
@@ -90,10 +91,10 @@ def test_generated_rows_and_bins_are_those_of_the_whole_maps(generators, blocks,
     # Where the prompt ends is kept, a token position (it was dropped): rows and bins that
     # begin after it are labelled as written.
     assert last.prompt_length == pooled.prompt_length == whole.prompt_length
-    marked = [label.startswith("▸") for label in last.query_labels()]
+    marked = [label.startswith("▸") for label in query_labels_of(last)]
     assert marked == [position >= whole.prompt_length for position in last.query_positions]
     starts = [row * pooled.pooled for row in range(len(pooled.query_tokens))]
-    marked = [label.startswith("▸") for label in pooled.query_labels()]
+    marked = [label.startswith("▸") for label in query_labels_of(pooled)]
     assert marked == [start >= whole.prompt_length for start in starts]
     again = attnviz.AttentionMaps.from_dict(json.loads(json.dumps(last.to_dict())))
     assert again.prompt_length == whole.prompt_length

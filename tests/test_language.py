@@ -13,6 +13,7 @@ import torch
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import UsageError
+from attnviz.panels import notes_of
 from tests import tiny_models
 
 A, B = "The man walked the dog", "Attention is all you need"
@@ -64,7 +65,7 @@ def test_between_keeps_one_sentences_rows_over_the_others_columns(tiny, which):
     np.testing.assert_allclose(kept.weights, expected, rtol=1e-6)
     assert kept.query_tokens == maps.query_tokens[rows]
     assert kept.key_tokens == maps.key_tokens[columns]
-    assert kept.between == which and "each row renormalised" in kept.context()
+    assert kept.between == which and "each row renormalised" in notes_of(kept)
     np.testing.assert_allclose(kept.weights.sum(-1), 1, atol=1e-6)
 
 
@@ -171,7 +172,7 @@ def test_a_saved_chat_records_its_template_and_system_prompt(chat_model, tmp_pat
         maps.save(tmp_path / name)
         (again,) = attnviz.read_maps(str(tmp_path / name))
         assert (again.chat, again.system) == (True, "Be brief")
-    assert "read as a chat with a system prompt" in maps.context()
+    assert "read as a chat with a system prompt" in notes_of(maps)
     plain = attnviz.load(chat_model).extract(A).to_dict()
     assert "chat" not in plain and "system" not in plain
 

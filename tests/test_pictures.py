@@ -16,6 +16,7 @@ from attnviz.analysis.heads import TopHeads
 from attnviz.choices import Output, View
 from attnviz.cli import app
 from attnviz.head_columns import RankBy
+from attnviz.panels import panels_of, query_labels_of
 from attnviz.render.canvas import GridCanvas, HeadCanvas
 from attnviz.render.image import Painter
 from attnviz.render.layout import grid_shape
@@ -34,7 +35,7 @@ def test_fast_png_matches_a_full_matplotlib_draw():
     from attnviz.render.style import Frame
 
     maps = attnviz.extract(TEXT, layers=0, heads=0)
-    panel = next(maps.panels())
+    panel = next(panels_of(maps))
     frame = Frame("header", tuple(maps.query_tokens), tuple(maps.key_tokens))
     canvas = HeadCanvas(5, 5, Style())
     fast = canvas.png(panel.matrix, frame, panel.title)
@@ -146,7 +147,7 @@ def test_a_pictures_header_and_title_lie_inside_the_canvas(text):
     from attnviz.render.style import Frame
 
     maps = attnviz.extract(text, layers=0, heads=0)
-    panel = next(maps.panels())
+    panel = next(panels_of(maps))
     queries, keys = len(maps.query_tokens), len(maps.key_tokens)
     canvas = HeadCanvas(queries, keys, Style())
     frame = Frame(
@@ -172,7 +173,7 @@ def test_model_view_labels_never_go_below_the_minimum(tokens, figsize):
     text = " ".join(f"w{i}" for i in range(tokens))
     maps = attnviz.extract(text)
     canvas = GridCanvas(grid_shape(maps, None), Style(figsize=figsize))
-    figure = canvas.whole(maps, list(maps.panels()))
+    figure = canvas.whole(maps, list(panels_of(maps)))
     figure.canvas.draw()
     sizes = [t.get_fontsize() for t in _texts(figure)]
     assert min(sizes) >= MIN_LABEL_POINTS
@@ -185,7 +186,7 @@ def test_paper_options_reach_the_figure():
     maps = attnviz.extract("Hello I love you")
     style = Style(figsize=(7, 4), font_size=11, title="Figure 2", vmax=0.5)
     canvas = GridCanvas(grid_shape(maps, None), style)
-    figure = canvas.whole(maps, list(maps.panels()))
+    figure = canvas.whole(maps, list(panels_of(maps)))
     assert tuple(figure.get_size_inches()) == (7, 4)
     assert canvas.header.get_text() == "Figure 2"
     headers = [*canvas.titles[:4], *canvas.row_headers]  # the heads' and the layers' names
@@ -193,7 +194,7 @@ def test_paper_options_reach_the_figure():
     bar = figure.axes[-1]
     assert "0.5" in bar.get_ylabel()  # the bar says weights above vmax are clipped
     untitled = GridCanvas(grid_shape(maps, None), Style(title=""))
-    untitled.whole(maps, list(maps.panels()))
+    untitled.whole(maps, list(panels_of(maps)))
     assert untitled.header.get_text() == "" and untitled.titles[0].get_text()  # panels keep theirs
 
 
@@ -204,7 +205,7 @@ def test_panel_titles_fit_their_panels_in_one_size_and_form(figsize, short):
     config = attnviz.BuiltinConfig(num_layers=1, num_heads=12, d_model=96)
     maps = attnviz.extract("The man walked the dog", config=config)  # two rows of 6 heads
     canvas = GridCanvas(grid_shape(maps, None), Style(figsize=figsize, font_size=9))
-    figure = canvas.whole(maps, list(maps.panels()))
+    figure = canvas.whole(maps, list(panels_of(maps)))
     renderer = figure.canvas.get_renderer()
     titles = [title.get_text() for title in canvas.titles]
     assert titles[11] == ("L0 H11" if short else "layer 0 · head 11")  # never cut
@@ -218,7 +219,7 @@ def test_a_model_view_names_heads_over_its_columns_and_layers_beside_its_rows():
     config = attnviz.BuiltinConfig(num_layers=3, num_heads=4)
     maps = attnviz.extract("The man walked the dog", config=config, layers="1-2")
     canvas = GridCanvas(grid_shape(maps, None), Style())
-    figure = canvas.whole(maps, list(maps.panels()))
+    figure = canvas.whole(maps, list(panels_of(maps)))
     renderer = figure.canvas.get_renderer()
     assert [title.get_text() for title in canvas.titles] == [
         *(f"head {head}" for head in range(4)),
@@ -258,9 +259,9 @@ def test_a_few_rows_over_many_keys_are_a_strip_tall_enough_to_see(rows):
     from attnviz.render.style import Frame
 
     maps = attnviz.extract(LONG, rows=rows, layers=0, heads=0)
-    panel = next(maps.panels())
+    panel = next(panels_of(maps))
     queries, keys = panel.matrix.shape
-    frame = Frame("header", tuple(maps.query_labels()), tuple(maps.key_tokens))
+    frame = Frame("header", tuple(query_labels_of(maps)), tuple(maps.key_tokens))
     style = Style()
     canvas = HeadCanvas(queries, keys, style)
     tall = min(MIN_MAP_SIDE, queries * HEAD_CELL) * style.dpi
@@ -308,7 +309,7 @@ def test_the_grids_fast_path_is_what_matplotlib_draws(panels):
     from PIL import Image
 
     maps = attnviz.extract("The cat sat on the mat", config=attnviz.BuiltinConfig(num_layers=3))
-    chosen = list(maps.panels()) if panels == "all" else TopHeads(5, RankBy.SINK).panels(maps)
+    chosen = list(panels_of(maps)) if panels == "all" else TopHeads(5, RankBy.SINK).panels(maps)
     canvas = GridCanvas(grid_shape(maps, None if panels == "all" else chosen), Style())
     fast = np.asarray(Image.open(io.BytesIO(canvas.png(maps, chosen))).convert("RGB"), int)
     whole = io.BytesIO()
@@ -332,7 +333,7 @@ def test_labels_taller_than_their_cells_are_pasted_whole():
 
     config = attnviz.BuiltinConfig(num_layers=6, num_heads=12, d_model=96)
     maps = attnviz.extract("The cat sat on the mat", config=config)
-    panels = list(maps.panels())
+    panels = list(panels_of(maps))
     canvas = GridCanvas(grid_shape(maps, None), Style(figsize=(7, 4.5), font_size=7))
     fast = np.asarray(Image.open(io.BytesIO(canvas.png(maps, panels))).convert("RGB"), int)
     whole = io.BytesIO()
@@ -353,7 +354,7 @@ def test_a_given_figure_size_gives_the_cells_what_this_inputs_labels_leave(words
     maps = attnviz.extract(" ".join(words * 4), layers=0, heads=0)
     style = Style(figsize=(3.5, 3.0), font_size=8)
     painter = Painter()
-    painter.head_picture(maps, next(maps.panels()), Output.PNG, style)
+    painter.head_picture(maps, next(panels_of(maps)), Output.PNG, style)
     ((_, canvas),) = painter.canvases.items()
     labels = (*maps.query_tokens, *maps.key_tokens)
     canvas._set_frame(Frame("header", tuple(maps.query_tokens), tuple(maps.key_tokens)))

@@ -14,6 +14,7 @@ import attnviz
 from attnviz.cli import app
 from attnviz.errors import AttnvizError, UsageError
 from attnviz.maps import read_maps
+from attnviz.panels import panels_of
 from attnviz.pretrained import LoadOptions
 from tests import tiny_models
 from tests.processes import ATTNVIZ
@@ -416,7 +417,7 @@ def test_maps_record_each_layers_kind_where_the_model_declares_them(tiny, tmp_pa
     assert maps.layer_kinds == ["sliding 4", "sliding 4", "global"]
     assert gemma3.extract("the dog ran", layers="2,0").layer_kinds == ["global", "sliding 4"]
     assert maps.select(layers=[2]).layer_kinds == ["global"]
-    assert [panel.title for panel in maps.select(heads=[1]).panels()] == [
+    assert [panel.title for panel in panels_of(maps.select(heads=[1]))] == [
         "layer 0 (sliding 4) · head 1", "layer 1 (sliding 4) · head 1", "layer 2 (global) · head 1"
     ]  # fmt: skip
     for suffix in ("json", "npz"):

@@ -17,6 +17,7 @@ import attnviz
 from attnviz.analysis.grid import pool_map
 from attnviz.cli import app
 from attnviz.errors import SchemaError, UsageError
+from attnviz.panels import panels_of
 from attnviz.pretrained import LoadOptions
 
 TEXT = "The man walked the dog and the animal didn't cross the street"
@@ -242,7 +243,7 @@ def test_pictures_of_weighted_maps_scale_colours_to_their_largest_value():
     assert Style().for_maps(attnviz.extract("Hello I love you")) == Style()
     assert "vmax" in Style().chosen() and "scale" not in Style().chosen()
     canvas = GridCanvas(grid_shape(maps, None), style)
-    figure = canvas.whole(maps, list(maps.panels()))
+    figure = canvas.whole(maps, list(panels_of(maps)))
     figure.canvas.draw()
     assert "value-weighted" in canvas.header.get_text()
     renderer = figure.canvas.get_renderer()

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.errors import UsageError
-from attnviz.maps import index_span
+from attnviz.panels import panels_of
+from attnviz.selection import index_span
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
@@ -69,7 +70,7 @@ def diff_maps(first: AttentionMaps, second: AttentionMaps) -> list[HeadDivergenc
             f"{_grid(second)}): select the same ones with --layer and --head"
         )
     rows = []
-    for panel, other in zip(first.panels(), second.panels(), strict=True):
+    for panel, other in zip(panels_of(first), panels_of(second), strict=True):
         per_row = jensen_shannon(panel.matrix, other.matrix)
         rows.append(
             HeadDivergence(

@@ -14,9 +14,11 @@ from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
 from attnviz.choices import Ablation, Method, Mode
 from attnviz.errors import UsageError
 from attnviz.head_columns import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
+from attnviz.panels import panels_of
 
 if TYPE_CHECKING:
-    from attnviz.maps import AttentionMaps, MapPanel
+    from attnviz.maps import AttentionMaps
+    from attnviz.panels import MapPanel
 
 DETECTOR_COLUMNS = frozenset(DETECTORS)
 # A table in a terminal has room for one set or the other: the statistics, or the
@@ -361,7 +363,7 @@ class TopHeads:
         present = [place for place, value in values.items() if value is not None]
         missing = [place for place, value in values.items() if value is None]
         ranked = sorted(present, key=values.__getitem__, reverse=by.ascending == self.lowest)
-        held = {(panel.layer, panel.head): panel for panel in maps.panels()}
+        held = {(panel.layer, panel.head): panel for panel in panels_of(maps)}
         panels = []
         for layer, head in (ranked + missing)[: self.count]:
             value = values[layer, head]  # None: one token has no previous token

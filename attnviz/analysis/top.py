@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnviz.panels import panels_of
+
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
 
@@ -15,7 +17,7 @@ def top_keys(maps: AttentionMaps, k: int) -> list[dict[str, Any]]:
     key). A key the query gives no weight (masked: a later token) is not one it attends
     to, so a query may have fewer than k."""
     blocks = []
-    for panel in maps.panels():
+    for panel in panels_of(maps):
         queries = []
         for query, row in zip(maps.query_tokens, panel.matrix, strict=True):
             order = [i for i in np.argsort(-row, kind="stable")[:k] if row[i] > 0]

@@ -19,7 +19,7 @@ import numpy as np
 
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError
-from attnviz.schema import envelope, json_numbers
+from attnviz.schema import fields_document, json_numbers
 
 if TYPE_CHECKING:
     from attnviz.builtin.attention import MultiHeadAttention
@@ -58,30 +58,18 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         """Every intermediate matrix by name; -∞ (hidden by the mask) is written as null."""
-        return envelope(
-            {
-                "model": self.model,
-                "mode": self.mode.value,
-                "layer": self.layer,
-                "head": self.head,
-                "query_tokens": self.query_tokens,
-                "key_tokens": self.key_tokens,
-                "d_model": self.d_model,
-                "head_dim": self.head_dim,
-                "steps": {
-                    step.name: {
-                        "formula": step.formula,
-                        "shape": list(step.matrix.shape),
-                        "rows": step.rows,
-                        "columns": step.columns,
-                        "matrix": json_numbers(np.atleast_2d(step.matrix)),
-                        "note": step.note,
-                    }
-                    for step in self.steps
-                },
-                "sentences": self.sentences,
+        steps = {
+            step.name: {
+                "formula": step.formula,
+                "shape": list(step.matrix.shape),
+                "rows": step.rows,
+                "columns": step.columns,
+                "matrix": json_numbers(np.atleast_2d(step.matrix)),
+                "note": step.note,
             }
-        )
+            for step in self.steps
+        }
+        return fields_document(self, steps=steps)
 
 
 def weighted_sum_sentence(query: str, weights: np.ndarray, keys: list[str], limit: int = 8) -> str:

@@ -30,6 +30,7 @@ from attnviz.head_columns import Detector, HeadColumn, Needs
 from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
 from attnviz.request import asked_for
 from attnviz.safe_text import display_label
+from attnviz.selection import index_span
 from attnviz.writers import write_table
 
 if TYPE_CHECKING:
@@ -206,7 +207,6 @@ def _write_knockout(
     from rich.text import Text
 
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.maps import index_span
 
     blocked = f"rows {index_span(found.rows)} may not read keys {index_span(found.span)}"
     title = (
@@ -264,7 +264,6 @@ def _table(
     from rich.text import Text
 
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.maps import index_span
 
     read = "" if table.query_positions is None else f" · rows {index_span(table.query_positions)}"
     if probed:
@@ -309,7 +308,6 @@ def _kinds_line(rows: list[HeadStatistics]) -> str:
     """Which layers are of which kind, in words ("" where all are global): the most
     common kind is "the others"."""
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.maps import index_span
 
     layers: dict[str, list[int]] = {}
     for row in rows:

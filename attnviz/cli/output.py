@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from attnviz.cli.pictures import HeadChoice
     from attnviz.extractor import Extractor
     from attnviz.head_columns import Detector
-    from attnviz.maps import AttentionMaps, MapPanel
+    from attnviz.maps import AttentionMaps
+    from attnviz.panels import MapPanel
 
 T = TypeVar("T")
 Read = TypeVar("Read")  # what a command reads of a text or of saved maps

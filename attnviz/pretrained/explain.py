@@ -21,7 +21,7 @@ from attnviz.errors import AttnvizError, AttnvizWarning, UsageError
 from attnviz.pretrained.encoding import model_inputs
 from attnviz.pretrained.fused import recording
 from attnviz.pretrained.labels import piece_labels
-from attnviz.schema import envelope, json_numbers
+from attnviz.schema import fields_document
 from attnviz.selection import resolve_one
 
 if TYPE_CHECKING:
@@ -56,24 +56,7 @@ class QueryExplanation:
 
     def to_dict(self) -> dict[str, Any]:
         """The row's numbers by name; -∞ (hidden by the mask) is written as null."""
-        return envelope(
-            {
-                "model": self.model,
-                "mode": self.mode.value,
-                "layer": self.layer,
-                "head": self.head,
-                "query_index": self.query_index,
-                "query_token": self.query_token,
-                "key_tokens": self.key_tokens,
-                "scale": self.scale,
-                "dots": json_numbers(self.dots),
-                "scaled": json_numbers(self.scaled),
-                "mask": json_numbers(self.mask),
-                "weights": json_numbers(self.weights),
-                "model_weights": json_numbers(self.model_weights),
-                "largest_difference": self.largest_difference,
-            }
-        )
+        return fields_document(self, largest_difference=self.largest_difference)
 
 
 def explain_query(

@@ -22,6 +22,7 @@ import numpy as np
 
 from attnviz.choices import Output
 from attnviz.errors import UsageError
+from attnviz.panels import notes_of, query_labels_of
 from attnviz.render.layout import GridShape, grid_layout, head_layout
 from attnviz.render.png import encode_png
 from attnviz.render.style import (
@@ -37,7 +38,8 @@ from attnviz.render.style import (
 )
 
 if TYPE_CHECKING:
-    from attnviz.maps import AttentionMaps, MapPanel
+    from attnviz.maps import AttentionMaps
+    from attnviz.panels import MapPanel
 
 _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
 
@@ -397,11 +399,11 @@ class GridCanvas:
     def _set_frame(self, maps: AttentionMaps, panels: Sequence[MapPanel]) -> list[Any]:
         """Put one input's header, titles and labels on their artists; return them all."""
         style = self.style
-        self.header.set_text(style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"))
+        self.header.set_text(style.titles(f"{maps.model} · {maps.mode} attention{notes_of(maps)}"))
         room = self.figure.bbox.width * 0.96  # a long model name and notes, on a few maps
         fit_text(self.header, self.canvas.get_renderer(), room, self.layout.header_size)
         labels = self.layout.labels
-        queries = [token_label(token) for token in maps.query_labels()][:: labels.query_step]
+        queries = [token_label(token) for token in query_labels_of(maps)][:: labels.query_step]
         keys = [token_label(token) for token in maps.key_tokens][:: labels.key_step]
         shown = len(panels) > 1 or style.title != ""
         if self.shape.headers:  # "head H" over the first row; "layer L" beside each row
@@ -458,7 +460,7 @@ class GridCanvas:
 
     def png(self, maps: AttentionMaps, panels: Sequence[MapPanel]) -> bytes:
         frame = (
-            maps.model, maps.mode, maps.context(), tuple(maps.query_labels()),
+            maps.model, maps.mode, notes_of(maps), tuple(query_labels_of(maps)),
             tuple(maps.key_tokens), tuple(panel.title for panel in panels),
         )  # fmt: skip
         if frame != self.frame_drawn:  # a new input: its labels and titles, drawn once

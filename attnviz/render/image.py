@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING
 
 from attnviz.choices import Output, View
 from attnviz.errors import UsageError, warn
+from attnviz.panels import notes_of, panels_of, query_labels_of
 from attnviz.render.canvas import GridCanvas, HeadCanvas
 from attnviz.render.layout import GridShape, grid_shape
 from attnviz.render.style import MAX_LABEL, VALUES_UP_TO, Frame, Style, token_label
 
 if TYPE_CHECKING:
-    from attnviz.maps import AttentionMaps, MapPanel
+    from attnviz.maps import AttentionMaps
+    from attnviz.panels import MapPanel
 
 
 def warn_missing(missing: set[str]) -> None:
@@ -71,7 +73,7 @@ class Painter:
     ) -> bytes:
         """The maps (or the chosen ``panels``) as small multiples: a row per layer, a column
         per head; a single layer's heads, and chosen panels, wrap into rows of six."""
-        shown = list(maps.panels()) if panels is None else list(panels)
+        shown = list(panels_of(maps)) if panels is None else list(panels)
         key = (grid_shape(maps, panels), style)
         if key not in self.grids:
             if len(self.grids) >= self.max_canvases:
@@ -87,8 +89,8 @@ class Painter:
     ) -> bytes:
         """One map of ``maps`` as picture bytes."""
         frame = Frame(
-            header=style.titles(f"{maps.model} · {maps.mode} attention{maps.context()}"),
-            query_labels=tuple(maps.query_labels()),
+            header=style.titles(f"{maps.model} · {maps.mode} attention{notes_of(maps)}"),
+            query_labels=tuple(query_labels_of(maps)),
             key_labels=tuple(maps.key_tokens),
         )
         label_chars = MAX_LABEL  # the margins of a given size fit this input's labels
@@ -172,7 +174,7 @@ class Painter:
                 suffix = f"-L{layer}" if layer is not None else ""
                 yield suffix, self.grid_picture(part, picture, style)
             return
-        for panel in maps.panels():
+        for panel in panels_of(maps):
             suffix = "".join(
                 f"-{letter}{index}"
                 for letter, index in (("L", panel.layer), ("H", panel.head))

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnviz.errors import UsageError
+from attnviz.panels import query_labels_of
 from attnviz.render.style import MAX_LABEL, MIN_LABEL_POINTS, Style, token_label
 
 if TYPE_CHECKING:
-    from attnviz.maps import AttentionMaps, MapPanel
+    from attnviz.maps import AttentionMaps
+    from attnviz.panels import MapPanel
 
 INCH = 72  # points
 MARGIN_LEFT = 1.15  # inches, room for query labels
@@ -220,7 +222,7 @@ def grid_shape(maps: AttentionMaps, panels: Sequence[MapPanel] | None) -> GridSh
         rows, headers = -(-count // columns), False
     elif rows == 1 and columns > GRID_COLUMNS:
         rows, columns = -(-columns // GRID_COLUMNS), GRID_COLUMNS
-    labels = [*maps.query_labels(), *maps.key_tokens]
+    labels = [*query_labels_of(maps), *maps.key_tokens]
     longest = max((len(token_label(token)) for token in labels), default=1)
     return GridShape(rows, columns, queries, keys, longest, count, headers)
 

@@ -33,6 +33,7 @@ from attnviz.analysis.aggregate import aggregate, unchainable
 from attnviz.analysis.grid import pool_labels, pool_map
 from attnviz.choices import Aggregate, Output, View
 from attnviz.outputs import view_for
+from attnviz.panels import notes_of, panels_of, query_labels_of
 from attnviz.render import palette
 from attnviz.render.effects import diverging_palette, metric_of
 from attnviz.render.style import token_label
@@ -110,7 +111,7 @@ def page_data(
     given, each head's effects on an answer."""
     panels: list[dict[str, Any]] = []
     matrices: list[np.ndarray] = []
-    for panel in maps.panels():
+    for panel in panels_of(maps):
         kind = "head" if maps.aggregate is None else maps.aggregate.value
         panels.append(
             {"layer": panel.layer, "head": panel.head, "kind": kind, "title": panel.title}
@@ -129,7 +130,7 @@ def page_data(
     if pool > 1 or maps.weighting is not None:  # value-weighted maps have no top of their own
         scale = max(float(matrix.max()) for matrix in matrices) or 1.0
     levels = np.clip(np.rint(np.stack(matrices) / scale * 255), 0, 255).astype(np.uint8)
-    query_labels = pool_labels(maps.query_labels(), pool)
+    query_labels = pool_labels(query_labels_of(maps), pool)
     key_labels = pool_labels(maps.key_tokens, pool)
 
     def flags(values: list[bool] | None, count: int) -> list[bool]:
@@ -143,7 +144,7 @@ def page_data(
             f"{queries} × {keys} tokens are pooled by {pool} to keep the page small: a cell "
             "is a group of neighbouring tokens (rows averaged, columns summed)"
         )
-    context = maps.context().removeprefix(" · ")
+    context = notes_of(maps).removeprefix(" · ")
     if context:
         notes.append(context)
     return {

@@ -25,11 +25,13 @@ from rich.table import Table
 from rich.text import Text
 
 from attnviz.analysis.grid import pool_labels, pool_map
+from attnviz.panels import notes_of, panels_of, query_labels_of
 from attnviz.render import palette
 from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:
-    from attnviz.maps import AttentionMaps, MapPanel
+    from attnviz.maps import AttentionMaps
+    from attnviz.panels import MapPanel
 
 _SHADES = " ·░▒▓█"  # blank only for exactly zero: masked keys stay visibly empty
 _MAX_ROW_LABEL = 12
@@ -197,8 +199,8 @@ def render(
     ``highlight_query`` marks one query token's row in every panel. ``panels``
     draws only those maps, in that order (the heads worth looking at first).
     """
-    shown = list(maps.panels()) if panels is None else list(panels)
-    query_labels = [display_label(token) for token in maps.query_labels()]
+    shown = list(panels_of(maps)) if panels is None else list(panels)
+    query_labels = [display_label(token) for token in query_labels_of(maps)]
     key_labels = [display_label(token) for token in maps.key_tokens]
     layout = choose_layout(query_labels, key_labels, width, values)
     pooled = [(title, pool_map(matrix, layout.pool)) for _, _, title, matrix in shown]
@@ -251,7 +253,7 @@ def _summary(maps: AttentionMaps) -> str:
         summary += f" · rows: {rows} query token{'s' * (rows > 1)}, {keys}"
     else:  # the context names the rows kept
         summary += f" · {keys}"
-    return summary + maps.context()
+    return summary + notes_of(maps)
 
 
 def _rows_sum_to_one(maps: AttentionMaps) -> bool:
