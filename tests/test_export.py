@@ -36,23 +36,9 @@ def test_export_writes_reproducible_pictures(runner, tmp_path, suffix, view):
 def test_head_png_has_the_layout_size_at_the_dpi(runner, tmp_path):
     for dpi in (72, 150):
         path = tmp_path / f"head-{dpi}.png"
-        result = runner.invoke(
-            app,
-            [
-                "export",
-                TEXT,
-                "--view",
-                "head",
-                "-l",
-                "0",
-                "--head",
-                "0",
-                "--dpi",
-                str(dpi),
-                "-o",
-                str(path),
-            ],
-        )
+        one_head = ["--view", "head", "-l", "0", "--head", "0"]
+        arguments = ["export", TEXT, *one_head, "--dpi", str(dpi), "-o", str(path)]
+        result = runner.invoke(app, arguments)
         assert result.exit_code == 0, result.stderr
         width, height = head_figure_size(5, 5)
         with Image.open(path) as image:
@@ -113,23 +99,8 @@ def test_export_an_aggregate(runner, tmp_path):
 def test_a_1024_token_map_makes_a_picture_of_bounded_size(runner, tmp_path):
     text = " ".join(f"w{i % 50}" for i in range(1024))
     path = tmp_path / "long.png"
-    result = runner.invoke(
-        app,
-        [
-            "export",
-            text,
-            "--view",
-            "head",
-            "-l",
-            "0",
-            "--head",
-            "0",
-            "--vmax",
-            "0.02",
-            "-o",
-            str(path),
-        ],
-    )
+    one_head = ["--view", "head", "-l", "0", "--head", "0"]
+    result = runner.invoke(app, ["export", text, *one_head, "--vmax", "0.02", "-o", str(path)])
     assert result.exit_code == 0, result.stderr
     with Image.open(path) as image:
         image.load()

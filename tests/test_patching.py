@@ -267,3 +267,35 @@ def test_the_gradient_estimates_are_the_same_with_each_layer_computed_again(
     np.testing.assert_allclose(again.dla, kept.dla, atol=1e-6)
     retraced = extractor.trace(TEXT, ANSWER, CORRUPT, site="attn", versus=VERSUS, method="gradient")
     np.testing.assert_allclose(retraced.effect, traced.effect, atol=1e-6)
+
+
+def test_a_records_last_positions_are_copies_not_views_of_the_whole_text(language_models):
+    """What a clean record reads at the last position holds one position's numbers, not
+    the (T, D) tensor it was read from (at 8,000 tokens, half a gigabyte over 30 layers)."""
+    from attnviz.pretrained import effects, patching
+
+    extractor = language_models["gemma2-lm"]
+    body = effects.anatomy_of(extractor.loaded)
+    ids = extractor.loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    answer_id = extractor.loaded.tokenizer(ANSWER)["input_ids"][-1]
+
+    def reduce(_layer, z, gradient):
+        return (z * gradient).sum((0, 1))
+
+    found = patching.gradients(
+        extractor.loaded.model,
+        body,
+        {"input_ids": ids},
+        effects.Metric(answer_id),
+        "heads",
+        reduce,
+        record=True,
+    )
+    clean = found.clean
+    assert clean is not None
+    last = [*clean.written, clean.residual, clean.normed]
+    last += [part for pair in clean.post_normed if pair is not None for part in pair]
+    assert len(last) == 3 * len(body.blocks) + 2  # gemma 2: post norms too
+    for tensor in last:
+        assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+        assert tensor.numel() == tensor.shape[-1]  # one position

@@ -308,7 +308,7 @@ def gradients(
             "every layer's activation (use --method exact)"
         )
     clean = None if finish is None else finish(logits, metric)
-    return Gradients(float(value), reduced, clean)
+    return Gradients(float(value.detach()), reduced, clean)
 
 
 # Bytes the backward pass may keep of a forward's activations before each layer is
