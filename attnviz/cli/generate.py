@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Annotated
 
 import typer
 
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.bundles import Bundle
 from attnviz.cli.completion import complete_language_model
 from attnviz.cli.option_kinds import max_new_tokens_option
 from attnviz.cli.pictures import head_choice
@@ -108,17 +110,31 @@ StopOption = Annotated[
 ]
 
 
+# The sampling options are Sampling's fields (attnviz.request), where their defaults and
+# checks are declared: the command gets a checked Sampling.
+_SAMPLING_OPTIONS = {
+    "max_new_tokens": MaxNewTokensOption,
+    "sample": SampleOption,
+    "temperature": TemperatureOption,
+    "top_p": TopPOption,
+    "seed": SeedOption,
+    "stop": StopOption,
+}
+sampling_options = Bundle(
+    "sampling",
+    {field.name: (_SAMPLING_OPTIONS[field.name], field.default) for field in fields(Sampling)},
+    Sampling,
+)
+GREEDY = Sampling()
+
+
 @sharing(head_choice, map_products, generation_settings)
 @presenting_options
+@sampling_options
 def generate(
     prompt: PromptArgument,
     model: LanguageModelOption,
-    max_new_tokens: MaxNewTokensOption = 20,
-    sample: SampleOption = False,
-    temperature: TemperatureOption = 1.0,
-    top_p: TopPOption = 1.0,
-    seed: SeedOption = 0,
-    stop: StopOption = True,
+    sampling: Sampling = GREEDY,
     mode: GenerationModeOption = None,
     layer: d.LayerOption = "all",
     head: d.HeadOption = "all",
@@ -140,8 +156,6 @@ def generate(
     from attnviz.pretrained.generation import GenerationInterrupted
 
     presentation = presenting.checked(shared.choice, shared.environment)
-    # Checked before the model loads.
-    sampling = Sampling(max_new_tokens, sample, temperature, top_p, seed, stop)
     asked = shared.request(
         Reading(model, mode, layer, head),
         text=prompt,
