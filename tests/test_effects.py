@@ -483,27 +483,29 @@ def test_a_text_cut_to_the_models_length_is_said_once_with_an_answer(runner, gen
     )
 
 
+@pytest.mark.parametrize("method", ["exact", "gradient"])
 @pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm"])
 def test_statistics_and_effects_come_from_one_encoding_and_one_clean_pass(
-    generators, family, monkeypatch
+    generators, family, method, monkeypatch
 ):
     """heads --answer encoded the text twice and ran the model twice before its effects'
-    passes: the statistics' pass, then the effects' clean pass, which now records them."""
+    passes: the statistics' pass, then the effects' clean pass, which now records them
+    (the gradient estimate's too, whose clean pass asks for gradients)."""
     from attnviz.pretrained import encoding
 
     extractor = attnviz.load(generators[family])
     alone = extractor.head_statistics(TEXT)
-    effects = extractor.head_effects(TEXT, ANSWER)
+    effects = extractor.head_effects(TEXT, ANSWER, method=method)
     encoded, forwards = [], []
     encode, forward = encoding.encode, extractor.loaded.model.forward
     monkeypatch.setattr(encoding, "encode", lambda *a, **k: encoded.append(1) or encode(*a, **k))
     monkeypatch.setattr(
         extractor.loaded.model, "forward", lambda *a, **k: forwards.append(1) or forward(*a, **k)
     )
-    extractor.head_effects(TEXT, ANSWER)
+    extractor.head_effects(TEXT, ANSWER, method=method)
     effects_alone = len(forwards)  # the clean pass, and the ablations' from the first layer
     encoded.clear(), forwards.clear()
-    both = extractor.head_statistics(TEXT, answer=ANSWER)
+    both = extractor.head_statistics(TEXT, answer=ANSWER, method=method)
     assert len(encoded) == 1 and len(forwards) == effects_alone
     for found, expected in zip(both.rows, alone.rows, strict=True):
         for name in ("entropy", "distance", "sink", "previous", "self"):
@@ -511,6 +513,26 @@ def test_statistics_and_effects_come_from_one_encoding_and_one_clean_pass(
     np.testing.assert_allclose(both.effects.ablation, effects.ablation, atol=1e-5)
     np.testing.assert_allclose(both.effects.dla, effects.dla, atol=1e-5)
     assert both.effects.log_prob == pytest.approx(effects.log_prob, abs=1e-6)
+
+
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm"])
+def test_statistics_of_a_gradient_pass_whose_layers_are_computed_again_are_read_once(
+    generators, family, monkeypatch
+):
+    """A long text's gradient pass computes each layer again in the backward pass, its
+    attention function too: the statistics are the forward's, read once."""
+    from attnviz.pretrained import patching
+
+    extractor = attnviz.load(generators[family])
+    alone = extractor.head_statistics(TEXT)
+    kept = extractor.head_effects(TEXT, ANSWER, method="gradient")
+    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    both = extractor.head_statistics(TEXT, answer=ANSWER, method="gradient")
+    for found, expected in zip(both.rows, alone.rows, strict=True):
+        for name in ("entropy", "distance", "sink", "previous", "self"):
+            assert found[name] == pytest.approx(expected[name], abs=1e-5)
+    np.testing.assert_allclose(both.effects.ablation, kept.ablation, atol=1e-6)
+    np.testing.assert_allclose(both.effects.dla, kept.dla, atol=1e-6)
 
 
 def test_one_request_reads_every_product_of_each_input(generators):

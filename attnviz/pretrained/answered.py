@@ -171,7 +171,9 @@ def effects_of(
                 )
         else:
             estimate = ablation_estimate(body, request.ablate)
-            at_clean = gradients(model, body, asked.arguments, metric, "heads", estimate, True)
+            at_clean = gradients(
+                model, body, asked.arguments, metric, "heads", estimate, True, during_clean
+            )
             assert at_clean.clean is not None
             clean = at_clean.clean
             dla = attribution(body, clean, metric, layers, heads)

@@ -11,7 +11,7 @@ import numpy as np
 
 from attnviz.analysis.heads import HeadEffects, HeadTable, statistics_product, statistics_rows
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
-from attnviz.choices import Attention, Method, Mode
+from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
 from attnviz.maps import AttentionMaps
@@ -349,8 +349,6 @@ class PretrainedExtractor(Extractor):
         recorded so (eager attention; maps reshaped into words or without special tokens;
         attention computed outside transformers' functions): two passes then."""
         if self.loaded.attention is Attention.EAGER or request.words or not request.special:
-            return None
-        if request.method is not Method.EXACT:  # the estimate's clean pass asks for gradients
             return None
         asked = answered(self, given, request)
         tables = _Tables(self, asked.mode, asked.layers, asked.inputs, request)

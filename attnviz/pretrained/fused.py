@@ -352,18 +352,21 @@ class ProductRecorder:
         """While it is entered, each forward pass of the model is recorded (the first of each
         wanted layer's calls); with ``stop``, the pass ends once the last is (``_Done``)."""
 
+        import torch
+
         def record(module, query, key, value, mask, args, kwargs) -> None:
             layer = self.owner.get(id(module))
-            if layer is None or layer in self.products:
+            if layer is None or layer in self.products:  # a layer computed again: its first
                 return
-            scores = scores_of(module, query, key, mask, args, kwargs)
-            if self.weigh:
-                scores.written = _written(self.model, module, scores.heads, value)
-            self.chosen[:] = resolve(self.heads, scores.heads, "head")
-            self.products[layer] = [
-                _reduce(scores, item, layout, self.chosen, self.memory)
-                for item, layout in enumerate(self.layouts)
-            ]
+            with torch.no_grad():  # a pass that asks for gradients keeps none of these
+                scores = scores_of(module, query, key, mask, args, kwargs)
+                if self.weigh:
+                    scores.written = _written(self.model, module, scores.heads, value)
+                self.chosen[:] = resolve(self.heads, scores.heads, "head")
+                self.products[layer] = [
+                    _reduce(scores, item, layout, self.chosen, self.memory)
+                    for item, layout in enumerate(self.layouts)
+                ]
             if stop and len(self.products) == len(self.wanted):
                 raise _Done
 

@@ -244,12 +244,14 @@ def gradients(
     site: str,
     reduce: Reduce,
     record: bool = False,
+    during: contextlib.AbstractContextManager | None = None,
 ) -> Gradients:
     """One forward and one backward pass: ``reduce`` of each layer's activation at
     ``site`` (``"heads"``: the output projections' inputs, or a :class:`Site`) and of the
     metric's gradient with respect to it, through the model's own attention; with
     ``record``, the run's :class:`Clean` record too (what direct logit attribution
-    reads), from the same pass."""
+    reads), from the same pass. ``during`` is entered around the forward pass (the heads'
+    statistics recorded as it goes)."""
     import torch
 
     kept: list[Any] = [None] * len(body.blocks)
@@ -285,6 +287,8 @@ def gradients(
         if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
             hooks.enter_context(_recomputed(body.blocks))
         finish = hooks.enter_context(clean_recording(body)) if record else None
+        if during is not None:
+            hooks.enter_context(during)
         embeddings = model.get_input_embeddings()
         hooks.enter_context(hooked(embeddings.register_forward_hook(leaf)))
         for layer in range(len(body.blocks)):
