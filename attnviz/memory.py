@@ -119,3 +119,18 @@ def _limits(mount: Path, path: str, limit_file: str, usage_file: str) -> list[Ro
         if folder == mount or mount not in folder.parents:
             return rooms
         folder = folder.parent
+
+
+def give_back_freed() -> None:
+    """Hands the pages of freed heap memory back to the system, where the C library can
+    (glibc's ``malloc_trim``; elsewhere nothing happens). glibc keeps freed blocks below
+    its mmap threshold, which grows up to 32 MiB, in its heap, and a block kept alive
+    above them pins the pages beneath: a long pass that keeps one tensor per layer while
+    it frees others as large holds the freed ones' pages too."""
+    import ctypes  # the C library only where this is asked for
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim(0)

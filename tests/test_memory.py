@@ -3,7 +3,9 @@ control group's; and requests that cannot fit refused before any work, in one li
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import resource
 import subprocess
 from pathlib import Path
@@ -119,3 +121,32 @@ def test_a_stack_past_a_cgroup_limit_is_refused_not_killed(tmp_path):
         group.rmdir()
     assert result.returncode == 2, result.stderr
     assert "left under this process's cgroup limit: choose a smaller --d-model" in result.stderr
+
+
+def _resident() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's heap")
+def test_freed_heap_blocks_pinned_by_blocks_kept_above_them_go_back_to_the_system():
+    """What a long gradient pass does to glibc's heap: blocks freed between blocks kept
+    stay resident (free() gives back only the heap's top) until they are handed back."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    size, count = 64 * 1024, 1600  # 100 MiB freed; each block under glibc's mmap threshold
+    freed, kept = [], []
+    for _ in range(count):
+        freed.append(libc.malloc(size))
+        ctypes.memset(freed[-1], 1, size)  # resident
+        kept.append(libc.malloc(size))
+    try:
+        for block in freed:
+            libc.free(block)
+        held = _resident()
+        memory.give_back_freed()
+        assert held - _resident() > 50 * 2**20
+    finally:
+        for block in kept:
+            libc.free(block)

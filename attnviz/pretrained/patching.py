@@ -31,6 +31,7 @@ import numpy as np
 
 from attnviz.choices import Ablation, Site
 from attnviz.errors import UsageError
+from attnviz.memory import give_back_freed
 from attnviz.pretrained.effects import (
     Anatomy,
     Change,
@@ -302,8 +303,11 @@ def gradients(
             hooks.enter_context(hooked(handle))
         logits = last_logits(model, arguments)
         value = metric.of(logits)[0]
-        try:  # the hooks read each layer on the way down to the embeddings
-            torch.autograd.grad(value, start, allow_unused=True)
+        # The hooks read each layer on the way down to the first layer's activation: below
+        # it (the first attention's backward, for heads) nothing is read.
+        lowest = next((activation for activation in kept if activation is not None), None)
+        try:
+            torch.autograd.grad(value, start if lowest is None else lowest, allow_unused=True)
         except RuntimeError as error:
             raise UsageError(f"--method gradient cannot read this model: {error}") from None
     if any(found is None for found in reduced):
@@ -372,8 +376,15 @@ def _recomputed(blocks: Sequence[Any]) -> Iterator[None]:
     contexts = functools.partial(create_selective_checkpoint_contexts, policy)
     for block in blocks:
 
-        def recomputed(*args: Any, _forward: Callable = block.forward, **kwargs: Any) -> Any:
-            return checkpoint(_forward, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+        def layer(*args: Any, _forward: Callable = block.forward, **kwargs: Any) -> Any:
+            # Run before each layer, forward and again in the backward pass: what the last
+            # layer freed would otherwise stay in this process (glibc), pinned by what
+            # each layer keeps.
+            give_back_freed()
+            return _forward(*args, **kwargs)
+
+        def recomputed(*args: Any, _layer: Callable = layer, **kwargs: Any) -> Any:
+            return checkpoint(_layer, *args, use_reentrant=False, context_fn=contexts, **kwargs)
 
         block.forward = recomputed  # an instance attribute: nn.Module calls it in its place
     try:
