@@ -291,8 +291,9 @@ def test_the_gradient_estimates_are_the_same_with_each_layer_computed_again(
 
 
 def test_a_records_last_positions_are_copies_not_views_of_the_whole_text(language_models):
-    """What a clean record reads at the last position holds one position's numbers, not
-    the (T, D) tensor it was read from (at 8,000 tokens, half a gigabyte over 30 layers)."""
+    """What a gradient pass's clean record reads at the last position holds one position's
+    numbers, not the (T, D) tensor it was read from (at 8,000 tokens, half a gigabyte over
+    30 layers)."""
     from attnviz.pretrained import effects, patching
 
     extractor = language_models["gemma2-lm"]
@@ -320,3 +321,6 @@ def test_a_records_last_positions_are_copies_not_views_of_the_whole_text(languag
     for tensor in last:
         assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
         assert tensor.numel() == tensor.shape[-1]  # one position
+    # Nor does it hold the layers' whole outputs, which only the exact sweeps start from:
+    # with --corrupt they would wait through the corrupted run's passes.
+    assert clean.block_outputs == [None] * len(body.blocks)

@@ -220,7 +220,7 @@ class Clean:
     metric: float
     log_prob: float  # the answer's
     head_inputs: list[torch.Tensor]  # (L) each output projection's input, (1, T, E)
-    block_outputs: list[Any]  # (L) each layer's output as it returned it
+    block_outputs: list[Any]  # (L) each layer's output as it returned it, where recorded
     # (L) at the last position: each attention's output (D,), and its post norm's input
     # and output (D,) where the layer has one
     written: list[Any]
@@ -236,12 +236,16 @@ def clean_pass(model: Any, body: Anatomy, arguments: dict, metric: Metric) -> Cl
 
 
 @contextlib.contextmanager
-def clean_recording(body: Anatomy) -> Iterator[Callable[[torch.Tensor, Metric], Clean]]:
+def clean_recording(
+    body: Anatomy, starts: bool = True
+) -> Iterator[Callable[[torch.Tensor, Metric], Clean]]:
     """While open, a pass records what later passes start from; the function given makes
     the :class:`Clean` record of it from its last logits (every tensor detached, so that a
     pass that asks for gradients hands on none of its graph). What is read at the last
     position is a copy of it: a view would hold the whole (T, D) tensor it was read from,
-    each layer's (at 8,000 tokens, half a gigabyte over SmolLM2's 30 layers)."""
+    each layer's (at 8,000 tokens, half a gigabyte over SmolLM2's 30 layers). Without
+    ``starts`` the layers' outputs are left out (``None``): only the exact sweeps start
+    from them, and they are as large again."""
     count = len(body.blocks)
     head_inputs: list[Any] = [None] * count
     block_outputs: list[Any] = [None] * count
@@ -275,17 +279,21 @@ def clean_recording(body: Anatomy) -> Iterator[Callable[[torch.Tensor, Metric], 
 
     with contextlib.ExitStack() as hooks:
         for layer in range(count):
-            for handle in (
+            handles = [
                 body.projections[layer].register_forward_pre_hook(
                     keep(head_inputs, layer, lambda args, _: args[0])
                 ),
                 body.projections[layer].register_forward_hook(
                     keep(written, layer, lambda _, output: _last(output))
                 ),
-                body.blocks[layer].register_forward_hook(
-                    keep(block_outputs, layer, lambda _, output: output)
-                ),
-            ):
+            ]
+            if starts:
+                handles.append(
+                    body.blocks[layer].register_forward_hook(
+                        keep(block_outputs, layer, lambda _, output: output)
+                    )
+                )
+            for handle in handles:
                 hooks.enter_context(hooked(handle))
             if body.post_norms[layer] is not None:
                 hook = keep(post_normed, layer, at_last)

@@ -251,8 +251,9 @@ def gradients(
     ``site`` (``"heads"``: the output projections' inputs, or a :class:`Site`) and of the
     metric's gradient with respect to it, through the model's own attention; with
     ``record``, the run's :class:`Clean` record too (what direct logit attribution
-    reads), from the same pass. ``during`` is entered around the forward pass (the heads'
-    statistics recorded as it goes)."""
+    and the patching estimate read; not the layers' outputs, which only the exact
+    sweeps start from), from the same pass. ``during`` is entered around the forward
+    pass (the heads' statistics recorded as it goes)."""
     import torch
 
     kept: list[Any] = [None] * len(body.blocks)
@@ -287,7 +288,7 @@ def gradients(
         hooks.enter_context(_weights_without_gradients(model))
         if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
             hooks.enter_context(_recomputed(body.blocks))
-        finish = hooks.enter_context(clean_recording(body)) if record else None
+        finish = hooks.enter_context(clean_recording(body, starts=False)) if record else None
         if during is not None:
             hooks.enter_context(during)
         embeddings = model.get_input_embeddings()
