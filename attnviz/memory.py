@@ -131,6 +131,6 @@ def give_back_freed() -> None:
 
     try:
         trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+    except (OSError, AttributeError, TypeError):  # not glibc (Windows: no CDLL(None))
         return
     trim(0)

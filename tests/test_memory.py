@@ -150,3 +150,14 @@ def test_freed_heap_blocks_pinned_by_blocks_kept_above_them_go_back_to_the_syste
     finally:
         for block in kept:
             libc.free(block)
+
+
+@pytest.mark.parametrize("missing", [AttributeError("no malloc_trim"), TypeError("no CDLL(None)")])
+def test_handing_the_heap_back_does_nothing_where_the_c_library_cannot(monkeypatch, missing):
+    """musl and macOS have no malloc_trim, Windows no CDLL(None): nothing to do there."""
+
+    def without(_name):
+        raise missing
+
+    monkeypatch.setattr(ctypes, "CDLL", without)
+    memory.give_back_freed()

@@ -177,14 +177,19 @@ def _recorded(body: Anatomy, site: Site) -> Iterator[list[Any]]:
 
     with contextlib.ExitStack() as hooks:
         for layer in range(len(body.blocks)):
-            module = site_module(body, site, layer)
-            handle = (
-                module.register_forward_pre_hook(keeper(layer), with_kwargs=True)
-                if site is Site.RESID
-                else module.register_forward_hook(keeper(layer))
-            )
-            hooks.enter_context(hooked(handle))
+            hooks.enter_context(hooked(_site_hook(body, site, layer, keeper(layer))))
         yield kept
+
+
+def _site_hook(body: Anatomy, site: str, layer: int, hook: Callable) -> Any:
+    """``hook`` where ``site`` (``"heads"``: the output projection's input, or a
+    :class:`Site`) is read in ``layer``: a forward pre-hook for an input (resid's, with
+    the keyword arguments), a forward hook for an output; its handle."""
+    if site == "heads":
+        return body.projections[layer].register_forward_pre_hook(hook)
+    if site == Site.RESID:
+        return body.blocks[layer].register_forward_pre_hook(hook, with_kwargs=True)
+    return site_module(body, Site(site), layer).register_forward_hook(hook)
 
 
 def _restoring(
@@ -294,14 +299,7 @@ def gradients(
         embeddings = model.get_input_embeddings()
         hooks.enter_context(hooked(embeddings.register_forward_hook(leaf)))
         for layer in range(len(body.blocks)):
-            if site == "heads":
-                handle = body.projections[layer].register_forward_pre_hook(keeper(layer))
-            elif site == Site.RESID:
-                module = body.blocks[layer]
-                handle = module.register_forward_pre_hook(keeper(layer), with_kwargs=True)
-            else:
-                handle = site_module(body, Site(site), layer).register_forward_hook(keeper(layer))
-            hooks.enter_context(hooked(handle))
+            hooks.enter_context(hooked(_site_hook(body, site, layer, keeper(layer))))
         logits = last_logits(model, arguments)
         value = metric.of(logits)[0]
         # The hooks read each layer on the way down to the first layer's activation: below
