@@ -11,6 +11,11 @@ computed once by each.
 
 The metric is logit(answer) - logit(versus) at the last position, less the corrupted run's.
 
+TransformerLens runs as its 4.x `TransformerBridge` over the converted model's folder
+(eager attention, the bridge's choice); nnsight as the loop one writes with it, one
+`trace` per patched run, on the model with its default (fused) attention. attnviz's
+`head_effects(..., corrupt=...)` computes the ablation sweep too, and it is timed whole.
+
 `--long N` sets attribution patching (`--method gradient`) beside the same estimate as
 each peer's tutorials write it (a clean run's activations cached; the corrupted run's
 and their gradients from one backward pass; grad * (clean - corrupt) summed), at N
@@ -18,10 +23,6 @@ tokens of a filler and the Eiffel fact: each head's patch, and the trace's resid
 (layers x positions). Each measurement runs in a process of its own: time, and the peak
 resident set above the loaded model. attnviz's patch estimate computes the ablation
 estimate too (a backward pass at the clean run), timed whole.
-TransformerLens runs as its 4.x `TransformerBridge` over the converted model's folder
-(eager attention, the bridge's choice); nnsight as the loop one writes with it, one
-`trace` per patched run, on the model with its default (fused) attention. attnviz's
-`head_effects(..., corrupt=...)` computes the ablation sweep too, and it is timed whole.
 
 Neither peer is a dependency of attnviz: run it in an environment of its own, e.g.
 
