@@ -1,4 +1,5 @@
-"""attnviz's patching beside TransformerLens's patching helpers and nnsight, on SmolLM2:
+"""attnviz's patching beside TransformerLens's patching helpers and nnsight, on SmolLM2
+(or `--model gemma3`):
 the same weights, the same token ids, side by side in one process, each product
 computed once by each.
 
@@ -73,8 +74,9 @@ class Twins:
         self.clean_text, self.corrupt_text, self.answer, self.versus = case
         self.clean = torch.tensor([tokenizer(self.clean_text)["input_ids"]])
         self.corrupt = torch.tensor([tokenizer(self.corrupt_text)["input_ids"]])
-        self.answer_id = tokenizer(self.answer)["input_ids"][0]
-        self.versus_id = tokenizer(self.versus)["input_ids"][0]
+        # Without the special tokens a tokenizer puts first (Gemma's <bos>).
+        self.answer_id = tokenizer(self.answer, add_special_tokens=False)["input_ids"][0]
+        self.versus_id = tokenizer(self.versus, add_special_tokens=False)["input_ids"][0]
 
     def metric(self, logits: torch.Tensor) -> torch.Tensor:
         return logits[0, -1, self.answer_id] - logits[0, -1, self.versus_id]
@@ -232,9 +234,11 @@ def _reduced(clean: list, corrupt: list, gradients: list, site: str, heads: int)
     return torch.stack(rows).numpy()
 
 
-def _measured(tool: str, site: str, tokens: int, folder: str) -> tuple[float, float, np.ndarray]:
+def _measured(
+    tool: str, site: str, tokens: int, model_name: str, folder: str
+) -> tuple[float, float, np.ndarray]:
     """In a fresh process: seconds, GiB above the loaded model, and one tool's estimate."""
-    extractor = attnviz.load("smollm2")
+    extractor = attnviz.load(model_name)
     tokenizer = extractor.loaded.tokenizer
     heads = extractor.loaded.model.config.num_attention_heads
     clean, corrupt = twins(tokenizer, tokens)
@@ -257,16 +261,16 @@ def _measured(tool: str, site: str, tokens: int, folder: str) -> tuple[float, fl
     return seconds, memory.above, found
 
 
-def long_estimates(tokens: int, tools: list[str]) -> None:
+def long_estimates(model_name: str, tokens: int, tools: list[str]) -> None:
     """Each tool's estimate, each in a process of its own, printed beside attnviz's."""
-    folder = attnviz.load("smollm2").loaded.model.config._name_or_path
+    folder = attnviz.load(model_name).loaded.model.config._name_or_path
     context = multiprocessing.get_context("spawn")
     for site in ("heads", "resid"):
         found: dict[str, tuple[float, float, np.ndarray]] = {}
         for tool in tools:
             with context.Pool(1) as pool:
                 try:
-                    found[tool] = pool.apply(_measured, (tool, site, tokens, folder))
+                    found[tool] = pool.apply(_measured, (tool, site, tokens, model_name, folder))
                 except Exception as error:  # one failed measurement must not lose the others
                     print(f"{site}, {tool}: failed: {type(error).__name__}: {error}", flush=True)
                     continue
@@ -299,9 +303,10 @@ def main() -> None:
     parser.add_argument("--sites", default="resid", help="trace sites, comma-separated")
     parser.add_argument("--long", type=int, help="the gradient estimates at this many tokens")
     parser.add_argument("--tools", default="attnviz,nnsight,transformer_lens")
+    parser.add_argument("--model", default="smollm2", help="smollm2 or gemma3")
     arguments = parser.parse_args()
     if arguments.long:
-        long_estimates(arguments.long, arguments.tools.split(","))
+        long_estimates(arguments.model, arguments.long, arguments.tools.split(","))
         return
     sites = [site for site in arguments.sites.split(",") if site]
     from nnsight import NNsight
@@ -309,13 +314,13 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    extractor = attnviz.load("smollm2")
+    extractor = attnviz.load(arguments.model)
     tokenizer = extractor.loaded.tokenizer
     folder = extractor.loaded.model.config._name_or_path
     bridge = TransformerBridge.boot_transformers(folder, dtype=torch.float32, device="cpu")
     hooked = NNsight(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval())
     heads = extractor.loaded.model.config.num_attention_heads
-    print(f"SmolLM2 ({folder}), float32, {torch.get_num_threads()} threads", flush=True)
+    print(f"{arguments.model} ({folder}), float32, {torch.get_num_threads()} threads", flush=True)
 
     ioi = Twins(tokenizer, IOI)
     ours = timed(
