@@ -102,14 +102,15 @@ def lens_patch(bridge, twins: Twins, site: str) -> np.ndarray:
     return found.cpu().numpy()
 
 
-def _site(layer, site: str):
-    """What nnsight patches at ``layer``: the module, and whether its input or output."""
+def _value(layer, site: str):
+    """What nnsight patches or reads at ``layer``: the heads' input to the output projection,
+    the residual stream entering the layer, or the attention's or the MLP's output."""
     return {
-        "heads": (layer.self_attn.o_proj, "input"),
-        "resid": (layer, "input"),
-        "attn": (layer.self_attn, "output"),
-        "mlp": (layer.mlp, "output"),
-    }[site]
+        "heads": lambda: layer.self_attn.o_proj.input,
+        "resid": lambda: layer.input,
+        "attn": lambda: layer.self_attn.output[0],
+        "mlp": lambda: layer.mlp.output,
+    }[site]()
 
 
 def nnsight_patch(model, twins: Twins, site: str, heads: int) -> np.ndarray:
@@ -119,10 +120,8 @@ def nnsight_patch(model, twins: Twins, site: str, heads: int) -> np.ndarray:
     clean: list = []
     with torch.no_grad():
         with model.trace(twins.clean):
-            for layer in range(count):
-                module, side = _site(layers[layer], site)
-                value = getattr(module, side)
-                clean.append((value[0] if site == "attn" else value).save())
+            for layer in layers:
+                clean.append(_value(layer, site).save())
         with model.trace(twins.corrupt):
             corrupted_logits = model.output.logits.save()
     corrupted = float(twins.metric(corrupted_logits))
@@ -136,9 +135,7 @@ def nnsight_patch(model, twins: Twins, site: str, heads: int) -> np.ndarray:
     for layer in range(count):
         for column, part in enumerate(parts):
             with torch.no_grad(), model.trace(twins.corrupt):
-                module, side = _site(layers[layer], site)
-                value = getattr(module, side)
-                target = value[0] if site == "attn" else value
+                target = _value(layers[layer], site)
                 if site == "heads":
                     target[..., part] = clean[layer][..., part]
                 else:
@@ -146,12 +143,6 @@ def nnsight_patch(model, twins: Twins, site: str, heads: int) -> np.ndarray:
                 logits = model.output.logits.save()
             effect[layer, column] = float(twins.metric(logits)) - corrupted
     return effect
-
-
-def _activation(layer, site: str):
-    """What the estimates read at ``layer`` with nnsight: the heads' input to the output
-    projection, or the residual stream entering the layer."""
-    return layer.self_attn.o_proj.input if site == "heads" else layer.input
 
 
 def attnviz_estimate(extractor, clean: str, corrupt: str, site: str) -> np.ndarray:
@@ -173,12 +164,12 @@ def nnsight_estimate(model, twins: Twins, site: str, heads: int) -> np.ndarray:
     clean: list = []
     with torch.no_grad(), model.trace(twins.clean):
         for layer in layers:
-            clean.append(_activation(layer, site).save())
+            clean.append(_value(layer, site).save())
     corrupt: list = []
     gradients: list = []
     with model.trace(twins.corrupt):
         for layer in layers:
-            corrupt.append(_activation(layer, site).save())
+            corrupt.append(_value(layer, site).save())
         metric = twins.metric(model.output.logits)
         with metric.backward():
             for activation in reversed(corrupt):
@@ -313,7 +304,6 @@ def main() -> None:
     from transformer_lens.model_bridge import TransformerBridge
     from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(0)
     extractor = attnviz.load(arguments.model)
     tokenizer = extractor.loaded.tokenizer
     folder = extractor.loaded.model.config._name_or_path
