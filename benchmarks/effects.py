@@ -13,9 +13,11 @@ each in a process of its own (time, and peak memory above the loaded model: samp
 /proc on the CPU, the device's peak allocation on a GPU): heads --answer --method gradient
 (one forward and one backward pass), the same with --corrupt (a second pair, on the
 corrupted text), and trace --method gradient; a plain model(ids), every position's logits,
-is shown beside, and the floor any gradient method has: a plain forward and backward pass
-(no hooks, weights frozen, every activation kept), each estimate's time printed against it
-too. Target: <= 3x the forward's time, <= its memory + 2 GB.
+is shown beside, the forward as attnviz's gradient passes run it (a sliding-window layer
+over its window alone; the same as the forward where the model has no such layer), and
+the floor any gradient method has: a plain forward and backward pass (no hooks, weights
+frozen, every activation kept), each estimate's time printed against it too. Target:
+<= 3x the forward's time, <= its memory + 2 GB.
 `--agreement N` ranks heads by the gradient estimate and by the exact sweep at N tokens
 (Spearman, top-10 overlap), for ablation and for patch.
 
@@ -34,6 +36,7 @@ import numpy as np
 import torch
 
 import attnviz
+from attnviz.pretrained.windowed import windowed
 
 PROMPT = "The capital of France is"
 ANSWER = " Paris"
@@ -174,6 +177,7 @@ class PeakMemory:
 MEASURED = (
     "forward",
     "forward, all logits",
+    "forward, by windows",
     "forward + backward",
     "heads gradient",
     "heads --corrupt",
@@ -210,6 +214,8 @@ def _measure(what: str, model: str, dtype: str, tokens: int) -> tuple[float, flo
         # own passes compute); "all logits" is a plain model(ids), every position's.
         "forward": lambda: forward(logits_to_keep=1),
         "forward, all logits": forward,
+        # What attnviz's gradient passes run: a sliding-window layer over its window alone.
+        "forward, by windows": lambda: _by_windows(loaded.model, ids),
         "forward + backward": forward_backward,
         "heads gradient": lambda: extractor.head_effects(
             clean, FACT_ANSWER, versus=FACT_VERSUS, method="gradient"
@@ -226,6 +232,11 @@ def _measure(what: str, model: str, dtype: str, tokens: int) -> tuple[float, flo
     with PeakMemory(device) as memory:
         seconds, _ = timed(work)
     return seconds, memory.above, ids.shape[1]
+
+
+def _by_windows(model, ids: torch.Tensor) -> None:
+    with windowed(model, {"input_ids": ids}), torch.inference_mode():
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
 
 def long_contexts(model: str, dtype: str, tokens: int) -> None:

@@ -121,7 +121,9 @@ def language_models(generators):
     import attnviz
     from tests.hook_references import FAMILIES
 
-    return {family: attnviz.load(generators[family]) for family in FAMILIES}
+    # Gemma 3 besides: its sliding-window layers run the fused kernel (not Gemma 2's
+    # soft-capped eager attention), which the gradient passes compute by windows.
+    return {family: attnviz.load(generators[family]) for family in (*FAMILIES, "gemma3-lm")}
 
 
 @pytest.fixture

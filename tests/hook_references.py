@@ -1,8 +1,8 @@
 """References written from plain transformers hooks, autograd and numpy, none of
 attnviz's code: what ablation, dla, patching, tracing, the gradient estimates, the
 detectors' scores and the needle's retrieval scores are held to, on the tiny models and
-SmolLM2. Each takes a model, its family's name (gpt2-lm, llama-lm or gemma2-lm; SmolLM2
-is read as a Llama) and token ids."""
+SmolLM2. Each takes a model, its family's name (gpt2-lm, llama-lm, gemma2-lm or gemma3-lm;
+SmolLM2 is read as a Llama) and token ids."""
 
 from __future__ import annotations
 

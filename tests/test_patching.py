@@ -2,7 +2,9 @@
 answer's logit difference (`--versus`) and the gradient estimates (`--method gradient`),
 each held to a reference from plain transformers hooks (tests/hook_references.py, none of
 attnviz's code), on tiny random GPT-2, Llama (grouped-query heads) and Gemma 2
-(post-attention norms, sliding windows). The trace command: tests/test_trace.py."""
+(post-attention norms, sliding windows), and Gemma 3 for the estimates (sliding windows
+through the fused kernel). The trace command: tests/test_trace.py; attention over a
+window: tests/test_windowed.py."""
 
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def test_versus_makes_the_metric_a_logit_difference(generators, language_models,
     assert found.on.clean_metric == pytest.approx(clean, abs=1e-5)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "gemma3-lm"])
 def test_gradient_estimates_equal_autograd_through_kept_activations(
     generators, language_models, family
 ):
@@ -214,6 +216,25 @@ def test_a_model_without_gradients_through_its_attention_is_refused(generators, 
         extractor.head_effects(TEXT, ANSWER, method="gradient")
     exact = extractor.head_effects(TEXT, ANSWER)  # the exact sweep needs no gradient
     assert np.isfinite(exact.ablation).all()
+
+
+def test_running_out_of_memory_in_the_backward_pass_is_said_as_such(
+    runner, generators, monkeypatch
+):
+    """A text too long for the device is not a model without gradients: exit 1, the
+    out-of-memory line, not the refusal of --method gradient (exit 2)."""
+
+    def out_of_memory(*_args, **_kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB.")
+
+    monkeypatch.setattr(torch.autograd, "grad", out_of_memory)
+    path = generators["llama-lm"]
+    result = runner.invoke(
+        app, ["heads", TEXT, "--model", path, "--answer", ANSWER, "--method", "gradient"]
+    )
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("attnviz: error: out of memory: ")
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_a_layer_computed_again_keeps_its_attention_and_does_not_run_it_again(

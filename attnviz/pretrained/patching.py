@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Ablation, Site
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, is_out_of_memory
 from attnviz.memory import give_back_freed
 from attnviz.pretrained.effects import (
     Anatomy,
@@ -47,6 +47,7 @@ from attnviz.pretrained.effects import (
     last_logits,
     replacer,
 )
+from attnviz.pretrained.windowed import windowed
 
 if TYPE_CHECKING:
     import torch
@@ -294,6 +295,8 @@ def gradients(
         if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
             hooks.enter_context(_recomputed(body.blocks))
         finish = hooks.enter_context(clean_recording(body, starts=False)) if record else None
+        # Before ``during``: a recording of the heads' statistics needs the whole maps.
+        hooks.enter_context(windowed(model, arguments))
         if during is not None:
             hooks.enter_context(during)
         embeddings = model.get_input_embeddings()
@@ -308,6 +311,8 @@ def gradients(
         try:
             torch.autograd.grad(value, start if lowest is None else lowest, allow_unused=True)
         except RuntimeError as error:
+            if is_out_of_memory(error):  # the text's length, not the model: said as such
+                raise
             raise UsageError(f"--method gradient cannot read this model: {error}") from None
     if any(found is None for found in reduced):
         raise UsageError(
@@ -444,7 +449,11 @@ def estimated_trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
 
     model, body, metric = twins.model, twins.body, twins.metric
 
-    with torch.inference_mode(), _recorded(body, site) as activations:
+    with (
+        torch.inference_mode(),
+        windowed(model, twins.clean_arguments),
+        _recorded(body, site) as activations,
+    ):
         logits = last_logits(model, twins.clean_arguments)
     clean = float(metric.of(logits)[0])
     log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
