@@ -43,7 +43,7 @@ def main() -> None:
         return [heads.ablation, heads.patch, traced.effect]
 
     def masked() -> list[np.ndarray]:
-        with mock.patch("attnviz.pretrained.windowed._applies", return_value=False):
+        with mock.patch("attnviz.pretrained.windowed.applies", return_value=False):
             return estimates()
 
     ways = {"by windows": estimates, "masked": masked}

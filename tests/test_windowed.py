@@ -4,6 +4,7 @@ mask written out, and to hooks on a tiny random Gemma 3."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -73,6 +74,33 @@ def test_the_gradient_passes_compute_sliding_layers_by_windows_and_restore_the_m
     assert blocks == [model.config.sliding_window] * 4
     assert model.config._attn_implementation == "sdpa"
     assert windowed.WINDOWED not in AttentionInterface._global_mapping
+
+
+def test_maps_and_the_statistics_clean_pass_read_sliding_layers_by_windows(
+    language_models, monkeypatch
+):
+    """The maps' pass (weights recorded block by block, held to eager attention in
+    tests/test_long.py) and the clean pass that records the heads' statistics for
+    `heads --answer --method gradient` run the sliding layers by windows too."""
+    extractor = language_models["gemma3-lm"]
+    window = extractor.loaded.model.config.sliding_window
+    blocks: list[int] = []
+    by_blocks = windowed.over_window
+
+    def counted(query, key, value, window, scaling=None):
+        blocks.append(window)
+        return by_blocks(query, key, value, window, scaling)
+
+    monkeypatch.setattr(windowed, "over_window", counted)
+    maps = extractor.extract(TEXT)
+    assert blocks == [window] * 2
+    rows, columns = np.indices(maps.weights.shape[-2:])
+    behind = columns <= rows - window
+    assert (maps.weights[:2][..., behind] == 0).all()  # the sliding layers
+    assert (maps.weights[2][..., behind] > 0).all()  # the global layer
+    blocks.clear()
+    extractor.head_statistics(TEXT, answer=ANSWER, corrupt=CORRUPT, method="gradient")
+    assert blocks == [window] * 4
 
 
 def test_a_text_no_longer_than_the_window_or_padded_runs_the_models_own_attention(

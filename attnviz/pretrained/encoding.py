@@ -22,7 +22,7 @@ from attnviz.analysis.grid import lookahead, row_error
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, first_line, warn
 from attnviz.pretrained.attention_modules import Family
-from attnviz.pretrained.fused import attention_implementation
+from attnviz.pretrained.implementations import attention_implementation
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.placement import check_maps_fit
 from attnviz.pretrained.quiet import quiet

@@ -360,7 +360,7 @@ class PretrainedExtractor(Extractor):
             tables.layouts,
             self.loaded.memory,
         )
-        effects = effects_of(self, asked, request, recorder.recording())
+        effects = effects_of(self, asked, request, recorder.recording(asked.arguments))
         try:
             per_input, heads = recorder.results()
         except Unrecordable:

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.products import Block, Product, WholeMaps
+from attnviz.pretrained.implementations import running
 from attnviz.pretrained.value_norms import (
     head_factors,
     input_matrix,
     output_projection,
     value_norms,
 )
+from attnviz.pretrained.windowed import applies, attention_by_windows
 from attnviz.selection import Selection, resolve
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 FUSED = "attnviz_fused"  # the attention implementation's name while attnviz records
 EAGER_RECORDING = "attnviz_eager"  # the same, passing through to eager attention (explain)
+FUSED_BY_WINDOWS = "attnviz_fused_windowed"  # the same, sliding windows computed by windows
 
 # The block's scores, their exponentials and the softmax exist at once, in float32.
 _COPIES_PER_BLOCK = 3
@@ -53,6 +56,9 @@ class Scores:
     mask: torch.Tensor | None  # (B, 1 or H, T, S): bool (True: may attend) or added to scores
     causal: bool  # no mask was given and the module is causal: a later key is hidden
     scaling: float  # what the dot products are multiplied by
+    # No mask was given and the module reads a sliding window: the key j is hidden from
+    # the query i where j <= i - window (with ``causal``, the window's layers by windows)
+    window: int | None = None
     softcap: float | None = None  # scores squashed to ±softcap by tanh (Gemma 2)
     position_bias: torch.Tensor | None = None  # (1 or B, H, T, S), added to the scores (T5)
     # (B, H, S): what each key writes through each head, ‖W_O^h v_j‖; the weights of a
@@ -92,6 +98,8 @@ class Scores:
             # their weights are 0.
             start, width = _visible(mask)
             mask = mask[:, :width]
+        elif self.causal and self.window is not None:  # keys behind every row's window
+            start = max(0, int(rows.min()) - self.window + 1)
         query = self.query[item, head, picked].float()  # (R, D)
         key = self.key[item, head // group, start:width].float()  # (W − start, D)
         read = (query * self.scaling) @ key.T  # (R, W − start): the keys some row may read
@@ -110,11 +118,12 @@ class Scores:
                 added = True
         elif self.causal:  # only keys after the first row can be hidden from a row
             first = int(rows[0]) + 1
-            later = (
-                torch.arange(first, width, device=read.device)[None, :]
-                > torch.as_tensor(rows, device=read.device)[:, None]
-            )  # (R, W − first)
-            read[:, first:].masked_fill_(later, lowest)
+            at = torch.as_tensor(rows, device=read.device)[:, None]
+            later = torch.arange(first, width, device=read.device)[None, :] > at  # (R, W − first)
+            read[:, first - start :].masked_fill_(later, lowest)
+            if self.window is not None:
+                columns = torch.arange(start, width, device=read.device)[None, :]
+                read.masked_fill_(columns <= at - self.window, lowest)  # (R, W − start)
         if added:  # an additive mask or bias may hold -inf: made finite
             read.clamp_(min=lowest)
         # The softmax and its logarithm from one exponential per weight (logsumexp, then
@@ -163,7 +172,7 @@ def scores_of(module: Any, query, key, mask, args: tuple, kwargs: dict) -> Score
     """The inputs of one call of an attention function, as :class:`Scores`."""
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
         raise Unrecordable("learned attention sinks")
-    scaling = kwargs.get("scaling")
+    scaling, window = kwargs.get("scaling"), kwargs.get("sliding_window")
     if scaling is None and args:
         raise Unrecordable("its attention function is given its settings by position")
     return Scores(
@@ -175,6 +184,7 @@ def scores_of(module: Any, query, key, mask, args: tuple, kwargs: dict) -> Score
         scaling=scaling if scaling is not None else query.shape[-1] ** -0.5,
         softcap=kwargs.get("softcap"),
         position_bias=kwargs.get("position_bias"),
+        window=window if mask is None and isinstance(window, int) else None,
     )
 
 
@@ -225,49 +235,29 @@ def _eager(module, query, key, value, mask, *args, **kwargs):
 
 
 @contextlib.contextmanager
-def attention_implementation(model: Any, name: str) -> Iterator[None]:
-    """Run ``model`` with the attention implementation ``name``; its own afterwards."""
-    own = getattr(model.config, "_attn_implementation", None) or "eager"
-    if own == name:
-        yield
-        return
-    model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(own)
-
-
-@contextlib.contextmanager
-def recording(model: Any, record: Callable[..., None], *, fused: bool = True) -> Iterator[None]:
+def recording(
+    model: Any, record: Callable[..., None], *, fused: bool = True, by_windows: bool = False
+) -> Iterator[None]:
     """Run ``model`` with an attention function that first calls ``record(module, query, key,
     value, mask, args, kwargs)`` and then runs the model's own attention: fused (with the masks
-    PyTorch's fused kernel takes) or eager (with additive masks). The model's attention
-    implementation and transformers' registries are left as they were."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+    PyTorch's fused kernel takes) or eager (with additive masks); fused ``by_windows``, a
+    sliding-window layer over its window alone and no mask built (where
+    :func:`attnviz.pretrained.windowed.applies`). The model's attention implementation and
+    transformers' registries are left as they were."""
+    from transformers.masking_utils import eager_mask, sdpa_mask
 
     name, run, masks = (
         (FUSED, _fused, sdpa_mask) if fused else (EAGER_RECORDING, _eager, eager_mask)
     )
+    if fused and by_windows:
+        name, run, masks = FUSED_BY_WINDOWS, attention_by_windows, None
 
     def attention(module, query, key, value, mask, *args, **kwargs):
         record(module, query, key, value, mask, args, kwargs)
         return run(module, query, key, value, mask, *args, **kwargs)
 
-    registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
-    before = [registry.get(name) for registry in registries]
-    AttentionInterface.register(name, attention)
-    AttentionMaskInterface.register(name, masks)
-    try:
-        with attention_implementation(model, name):
-            yield
-    finally:
-        for registry, previous in zip(registries, before, strict=True):
-            if previous is None:
-                registry.pop(name, None)
-            else:
-                registry[name] = previous
+    with running(model, name, attention, masks):
+        yield
 
 
 class _Done(Exception):
@@ -312,7 +302,7 @@ def fused_attention(
 
     recorder = ProductRecorder(model, modules, wanted, heads, layouts, memory, weigh=weigh)
     with (
-        recorder.recording(eager=eager, stop=True),
+        recorder.recording(arguments, eager=eager, stop=True),
         torch.inference_mode(),
         contextlib.suppress(_Done),
     ):
@@ -348,9 +338,12 @@ class ProductRecorder:
         self.products: dict[int, list[Product]] = {}
         self.chosen: list[int] = []
 
-    def recording(self, *, eager: bool = False, stop: bool = False) -> Any:
-        """While it is entered, each forward pass of the model is recorded (the first of each
-        wanted layer's calls); with ``stop``, the pass ends once the last is (``_Done``)."""
+    def recording(
+        self, arguments: dict[str, Any], *, eager: bool = False, stop: bool = False
+    ) -> Any:
+        """While it is entered, each forward pass of the model on ``arguments`` is recorded
+        (the first of each wanted layer's calls); with ``stop``, the pass ends once the last
+        is (``_Done``)."""
 
         import torch
 
@@ -370,7 +363,8 @@ class ProductRecorder:
             if stop and len(self.products) == len(self.wanted):
                 raise _Done
 
-        return recording(self.model, record, fused=not eager)
+        windows = applies(self.model, arguments)
+        return recording(self.model, record, fused=not eager, by_windows=windows)
 
     def results(self) -> tuple[list[list[np.ndarray]], list[int]]:
         """For each input, each wanted layer's product; and the head indices. Raises

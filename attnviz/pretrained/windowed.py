@@ -1,13 +1,16 @@
-"""Sliding-window attention computed over its window alone, for the effects' long passes.
+"""Sliding-window attention computed over its window alone.
 
 Through transformers' fused path, a layer that attends over a sliding window (Gemma 3,
 Mistral) runs PyTorch's kernel over the whole text with a T × T mask: at 32,768 tokens and
 a 512-token window, 32 times the scores the window needs, and a mask of T² bytes (with a
-copy in the scores' dtype inside the kernel). While :func:`windowed` is open, such a layer
-cuts its queries into blocks of W (the window) rows, each attending to its own block's keys
-and the block's before through the same fused kernel; the keys a query may read are the
-same, so are the numbers. A global layer runs the kernel causal, as the model's own fused
-path does without padding, and no mask is built at all.
+copy in the scores' dtype inside the kernel). Where it :func:`applies`,
+:func:`attention_by_windows` cuts such a layer's queries into blocks of W (the window)
+rows, each attending to its own block's keys and the block's before through the same
+fused kernel; the keys a query may read are the same, so are the numbers. A global layer
+runs the kernel causal, as the model's own fused path does without padding, and no mask
+is built at all. The gradient passes run it through :func:`windowed`; the passes that
+record maps and statistics through :func:`attnviz.pretrained.fused.recording`, which
+hands the blocks that compute weights the window instead of a mask.
 
 Shape letters: B texts, H query heads, K key/value heads, T tokens, D head size, W the
 window, N blocks.
@@ -19,7 +22,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from attnviz.pretrained.fused import attention_implementation
+from attnviz.pretrained.implementations import running
 
 if TYPE_CHECKING:
     import torch
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
 WINDOWED = "attnviz_windowed"  # the attention implementation's name while it is open
 
 
-def _applies(model: Any, arguments: dict) -> bool:
+def applies(model: Any, arguments: dict) -> bool:
     """Whether every attention call of ``model`` on ``arguments`` can do without a mask: a
     sliding window shorter than the text, the model's fused attention (no soft-capping,
     which that kernel does not do), token ids alone and no padding."""
@@ -50,26 +53,16 @@ def windowed(model: Any, arguments: dict) -> Iterator[None]:
     """While open, ``model`` computes each sliding-window layer's attention over the window
     alone, where that is the same computation for ``arguments`` (else nothing changes). The
     model's attention implementation and transformers' registry are left as they were."""
-    if not _applies(model, arguments):
+    if not applies(model, arguments):
         yield
         return
-    from transformers import AttentionInterface
-
-    registry = AttentionInterface._global_mapping
-    before = registry.get(WINDOWED)
-    # Not registered as a mask function: transformers then builds no mask for this name.
-    AttentionInterface.register(WINDOWED, _attention)
-    try:
-        with attention_implementation(model, WINDOWED):
-            yield
-    finally:
-        if before is None:
-            registry.pop(WINDOWED, None)
-        else:
-            registry[WINDOWED] = before
+    with running(
+        model, WINDOWED, attention_by_windows
+    ):  # no mask function: transformers builds none
+        yield
 
 
-def _attention(module, query, key, value, mask, *args, **kwargs):
+def attention_by_windows(module, query, key, value, mask, *args, **kwargs):
     """An attention function for transformers: (B, H, T, D) queries, (B, K, T, D) keys and
     values -> ((B, T, H, D), None). A call over a window shorter than the text is computed
     by blocks; any other as transformers' fused function computes it."""
