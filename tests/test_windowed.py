@@ -52,8 +52,22 @@ def test_attention_over_the_window_equals_the_whole_texts_masked(
         torch.testing.assert_close(found_gradient, expected_gradient, atol=1e-6, rtol=0)
 
 
+@pytest.fixture
+def blocks(monkeypatch) -> list[int]:
+    """The window of each attention call computed by windows, in the order of the calls."""
+    seen: list[int] = []
+    by_blocks = windowed.over_window
+
+    def counted(query, key, value, window, scaling=None):
+        seen.append(window)
+        return by_blocks(query, key, value, window, scaling)
+
+    monkeypatch.setattr(windowed, "over_window", counted)
+    return seen
+
+
 def test_the_gradient_passes_compute_sliding_layers_by_windows_and_restore_the_model(
-    language_models, monkeypatch
+    language_models, blocks
 ):
     """Gemma 3's two sliding layers (a window of 4, texts longer) run over their windows in
     both gradient passes (clean, corrupted); its global layer does not; the model runs its
@@ -62,36 +76,18 @@ def test_the_gradient_passes_compute_sliding_layers_by_windows_and_restore_the_m
 
     extractor = language_models["gemma3-lm"]
     model = extractor.loaded.model
-    blocks: list[int] = []
-    by_blocks = windowed.over_window
-
-    def counted(query, key, value, window, scaling=None):
-        blocks.append(window)
-        return by_blocks(query, key, value, window, scaling)
-
-    monkeypatch.setattr(windowed, "over_window", counted)
     extractor.head_effects(TEXT, ANSWER, versus=VERSUS, corrupt=CORRUPT, method="gradient")
     assert blocks == [model.config.sliding_window] * 4
     assert model.config._attn_implementation == "sdpa"
     assert windowed.WINDOWED not in AttentionInterface._global_mapping
 
 
-def test_maps_and_the_statistics_clean_pass_read_sliding_layers_by_windows(
-    language_models, monkeypatch
-):
+def test_maps_and_the_statistics_clean_pass_read_sliding_layers_by_windows(language_models, blocks):
     """The maps' pass (weights recorded block by block, held to eager attention in
     tests/test_long.py) and the clean pass that records the heads' statistics for
     `heads --answer --method gradient` run the sliding layers by windows too."""
     extractor = language_models["gemma3-lm"]
     window = extractor.loaded.model.config.sliding_window
-    blocks: list[int] = []
-    by_blocks = windowed.over_window
-
-    def counted(query, key, value, window, scaling=None):
-        blocks.append(window)
-        return by_blocks(query, key, value, window, scaling)
-
-    monkeypatch.setattr(windowed, "over_window", counted)
     maps = extractor.extract(TEXT)
     assert blocks == [window] * 2
     rows, columns = np.indices(maps.weights.shape[-2:])
