@@ -295,7 +295,8 @@ def gradients(
         if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
             hooks.enter_context(_recomputed(body.blocks))
         finish = hooks.enter_context(clean_recording(body, starts=False)) if record else None
-        # Before ``during``: a recording of the heads' statistics needs the whole maps.
+        # Before ``during``: a recording of the heads' statistics runs an attention function
+        # of its own (by windows too, where these apply), which must be the one called.
         hooks.enter_context(windowed(model, arguments))
         if during is not None:
             hooks.enter_context(during)

@@ -56,9 +56,8 @@ def windowed(model: Any, arguments: dict) -> Iterator[None]:
     if not applies(model, arguments):
         yield
         return
-    with running(
-        model, WINDOWED, attention_by_windows
-    ):  # no mask function: transformers builds none
+    # No mask function is given: transformers builds no mask.
+    with running(model, WINDOWED, attention_by_windows):
         yield
 
 
