@@ -15,6 +15,7 @@ from attnviz.cli import app
 from attnviz.errors import UsageError
 from attnviz.panels import query_labels_of
 from attnviz.pretrained.generation import GenerationInterrupted, Sampling, generation_config
+from tests.checks import model_tolerance
 
 PROMPT = "Hello I love you"
 
@@ -68,7 +69,8 @@ def test_decoder_maps_equal_the_models_own_step_by_step_attention(generators, na
     with torch.inference_mode():
         own = extractor.loaded.model(torch.tensor([sequence]), output_attentions=True).attentions
     for i, layer in enumerate(maps.layers):
-        np.testing.assert_allclose(maps.weights[i], own[layer][0].numpy(), atol=1e-6)
+        tolerance = model_tolerance(extractor.loaded.model.config)
+        np.testing.assert_allclose(maps.weights[i], own[layer][0].numpy(), atol=tolerance)
 
 
 @pytest.mark.parametrize("name", ["llama-lm", "bart-lm"])
@@ -283,7 +285,8 @@ def test_a_loaded_fused_model_is_read_exactly_and_left_as_it_was(
     model.set_attn_implementation("eager")
     with torch.inference_mode():
         own = model(torch.tensor([tokenizer(PROMPT)["input_ids"]]), output_attentions=True)
-    np.testing.assert_allclose(maps.weights, torch.cat(own.attentions).numpy(), atol=1e-6)
+    own_weights = torch.cat(own.attentions).numpy()
+    np.testing.assert_allclose(maps.weights, own_weights, atol=model_tolerance(model.config))
 
 
 def test_a_loaded_model_needs_its_fast_tokenizer(generators):
