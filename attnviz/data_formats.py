@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -35,9 +36,31 @@ if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
 
 
+# Characters that JSON may carry raw but that would reorder or break what a terminal
+# shows of a document (bidi marks and overrides, line and paragraph separators): written
+# as \u escapes, which decode to the same strings. JSON escapes control characters itself.
+_HIDDEN_IN_JSON = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
 def dump_json(document: Any) -> str:
-    """The one JSON spelling of every document attnviz writes: compact, UTF-8, one line."""
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n"
+    """The one JSON spelling of every document attnviz writes: compact, UTF-8, one line;
+    never NaN or Infinity, which are no JSON (a reader such as JavaScript's JSON.parse
+    rejects the whole document): a document holding one is an error."""
+    text = strict_json(document, ensure_ascii=False)
+    return _HIDDEN_IN_JSON.sub(lambda found: f"\\u{ord(found[0]):04x}", text) + "\n"
+
+
+def strict_json(value: Any, ensure_ascii: bool = True) -> str:
+    """``value`` as compact JSON, a non-finite number refused: what every JSON attnviz
+    writes goes through (a row of weights, numbers alone, needs no scan for hidden
+    characters; the page's data is ASCII)."""
+    try:
+        return json.dumps(value, ensure_ascii=ensure_ascii, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        raise AttnvizError(
+            "a result holds a number that is not finite (NaN or infinity), which JSON cannot "
+            "hold: nothing was written (see the model's weights)"
+        ) from None
 
 
 def write_json(maps: AttentionMaps, out: IO[bytes]) -> None:
@@ -55,7 +78,7 @@ def write_json(maps: AttentionMaps, out: IO[bytes]) -> None:
     for index, row in enumerate(weights.reshape(-1, weights.shape[-1])):
         if index:
             out.write(_row_separator(index, weights.shape))
-        out.write(json.dumps(plain_weights(row), separators=(",", ":")).encode("utf-8"))
+        out.write(strict_json(plain_weights(row)).encode("utf-8"))
     out.write(b"]" * (weights.ndim - 1) + tail.encode("utf-8"))
 
 
@@ -72,11 +95,18 @@ def _row_separator(index: int, shape: tuple[int, ...]) -> bytes:
 
 
 def dump_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
-    """Rows of a table as CSV with a header line, lines ended as the maps' CSV ends them."""
+    """Rows of a table as CSV with a header line, lines ended as the maps' CSV ends them.
+    Every text cell (a token, a text, a model's name) is written as the terminal shows
+    it, control characters made visible, as the maps' CSV writes its tokens: every
+    command's table comes through here."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(
+        {name: display_label(value) if isinstance(value, str) else value
+         for name, value in row.items()}
+        for row in rows
+    )  # fmt: skip
     return buffer.getvalue()
 
 

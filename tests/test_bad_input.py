@@ -443,3 +443,56 @@ def test_a_knockout_whose_span_holds_a_colon_says_how_it_was_split(runner, tmp_p
         "--knockout '1:2:3' is ROWS '1' and SPAN '2:3' (ROWS ends at the first colon), and "
         "'2:3' is not in the text",
     )
+
+
+# A token that would move the cursor (ESC), ring the bell (BEL), return the carriage
+# (CR) or turn the line around (a right-to-left override): no format of any command
+# that writes text may carry one raw. JSON escapes the first three itself and the
+# override as \u202e; the terminal, tables and CSV show them as ␛, ␇, ␍, \u202e.
+HOSTILE = "a \x1b[31mred\x07 b\r c\u202eevil"
+RAW = ("\x1b", "\x07", "\r", "\u202e")
+TEXT_FORMATS = [
+    ["show", "-f", "terminal"],
+    ["show", "-f", "json"],
+    ["show", "-f", "ndjson"],
+    ["show", "-f", "csv"],
+    ["heads", "-f", "table"],
+    ["heads", "-f", "json"],
+    ["heads", "-f", "csv"],
+    ["top", "-f", "table"],
+    ["top", "-f", "json"],
+    ["explain", "-f", "json"],
+    ["stats", "-f", "table"],  # stats reads a file: its one line is HOSTILE
+    ["stats", "-f", "json"],
+    ["stats", "-f", "csv"],
+]
+ANSWERED = ["--answer", " the", "--corrupt", HOSTILE]  # as many tokens: the same text
+ANSWER_FORMATS = [
+    ["trace", "-f", "table"],
+    ["trace", "-f", "json"],
+    ["trace", "-f", "csv"],
+    ["heads", "-f", "table"],
+    ["heads", "-f", "json"],
+    ["heads", "-f", "csv"],
+]
+
+
+@pytest.mark.parametrize("command", TEXT_FORMATS, ids=" ".join)
+def test_no_format_writes_a_tokens_control_characters_raw(runner, tmp_path, command):
+    given = HOSTILE
+    if command[0] == "stats":
+        given = str(tmp_path / "corpus.txt")
+        Path(given).write_text(HOSTILE.replace("\r", "") + "\n", encoding="utf-8")
+    result = runner.invoke(app, [command[0], given, *command[1:]])
+    assert result.exit_code == 0, result.stderr
+    assert not [raw for raw in RAW if raw in result.stdout], result.stdout
+
+
+@pytest.mark.parametrize("command", ANSWER_FORMATS, ids=" ".join)
+def test_no_format_of_an_answers_commands_writes_control_characters_raw(
+    runner, generators, command
+):
+    arguments = [command[0], HOSTILE, "--model", generators["gpt2-lm"], *ANSWERED]
+    result = runner.invoke(app, [*arguments, *command[1:]])
+    assert result.exit_code == 0, result.stderr
+    assert not [raw for raw in RAW if raw in result.stdout], result.stdout

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import os
 from importlib import resources
@@ -32,6 +31,7 @@ import numpy as np
 from attnviz.analysis.aggregate import aggregate, unchainable
 from attnviz.analysis.grid import pool_labels, pool_map
 from attnviz.choices import Aggregate, Output, View
+from attnviz.data_formats import strict_json
 from attnviz.outputs import view_for
 from attnviz.panels import notes_of, panels_of, query_labels_of
 from attnviz.render import palette
@@ -172,7 +172,7 @@ def page_data(
 
 def _script_json(data: dict) -> str:
     """JSON that cannot end the script element it sits in, whatever the tokens hold."""
-    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    text = strict_json(data)  # a NaN there would stop the page's script on a SyntaxError
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
