@@ -55,18 +55,28 @@ def read_bounded(stream: IO[bytes], where: str) -> bytes:
 
 def bounded_lines(stream: IO[bytes], where: str) -> Iterator[bytes]:
     """The lines of ``stream``, line ends kept, each at most :data:`MAX_TEXT_BYTES`: a
-    longer line is cut there (said in one line) and its rest passed over unkept."""
+    longer line is cut there (said in one line) and its rest passed over unkept, as far
+    as another :data:`MAX_TEXT_BYTES`; a line longer still ends the reading there (a
+    line that never ends, ``tr '\\0' a < /dev/zero``, would be read forever)."""
     number = 0
     while line := stream.readline(MAX_TEXT_BYTES + 1):
         number += 1
         if len(line) > MAX_TEXT_BYTES and not line.endswith(b"\n"):
-            while (rest := stream.readline(_PIECE)) and not rest.endswith(b"\n"):
-                pass
+            passed, ended = 0, False
+            while passed < MAX_TEXT_BYTES and (rest := stream.readline(_PIECE)):
+                passed += len(rest)
+                if ended := rest.endswith(b"\n"):
+                    break
+            ended = ended or passed < MAX_TEXT_BYTES  # the stream ended within the line
+            dropped = "the rest was dropped" if ended else "the rest of the input is not read"
             warn(
                 f"{where} line {number} is longer than {text_size(MAX_TEXT_BYTES)}: its "
-                f"first {text_size(MAX_TEXT_BYTES)} are read, the rest was dropped"
+                f"first {text_size(MAX_TEXT_BYTES)} are read, {dropped}"
             )
-            line = _whole_characters(line[:MAX_TEXT_BYTES])
+            yield _whole_characters(line[:MAX_TEXT_BYTES])
+            if not ended:
+                return
+            continue
         yield line
 
 
@@ -150,6 +160,23 @@ def read_texts(text: str) -> Iterator[str]:
         raise AttnvizError(f"cannot read standard input: {error.strerror or error}") from None
     if not seen:
         raise UsageError("standard input holds no text: give some words to look at")
+
+
+def read_option_text(value: str | None, option: str, text: str | None) -> str | None:
+    """An option's text (``--answer``, ``--versus``, ``--corrupt``) read as a TEXT
+    argument is: ``@PATH`` the whole of a file, ``@-`` all of stdin, ``@@`` a text that
+    begins with ``@``, with the same limits; a long corrupted text cannot travel as an
+    argument (Linux stops one at 128 KiB). Stdin is read once: ``@-`` where ``text``
+    reads it too is refused."""
+    if value is None or not value.startswith(FILE_PREFIX):
+        return value
+    if value.startswith(_LITERAL_AT):
+        return value[1:]
+    if value == FILE_PREFIX + STDIO and text is not None and text.lstrip(FILE_PREFIX) == STDIO:
+        raise UsageError(
+            f"{option} @- and TEXT {text} would both read standard input: give one of them a file"
+        )
+    return read_whole(value[1:])
 
 
 def read_whole(path: str) -> str:

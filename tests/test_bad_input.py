@@ -5,6 +5,7 @@ about processes, files and streams runs through the real `attnviz` process."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -378,6 +379,40 @@ def test_a_line_of_stdin_longer_than_the_limit_is_cut_and_the_next_read(runner, 
     assert "standard input line 1 is longer than 100 bytes" in result.stderr
     texts = [json.loads(line)["text"] for line in result.stdout.splitlines()]
     assert texts == ["a " * 50, "the next line"]
+
+
+class EndlessLine(io.RawIOBase):
+    """`tr '\\0' a < /dev/zero`: a line that never ends, counting what was read (it
+    ends after 64 MiB, so that a reader that would go on forever fails, not hangs)."""
+
+    def __init__(self) -> None:
+        self.read_bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.read_bytes >= 64 << 20:
+            return 0
+        buffer[:] = b"a" * len(buffer)
+        self.read_bytes += len(buffer)
+        return len(buffer)
+
+
+def test_a_stdin_line_that_never_ends_is_read_up_to_the_limit(runner, monkeypatch):
+    import attnviz.inputs
+
+    monkeypatch.setattr(attnviz.inputs, "MAX_TEXT_BYTES", 100)
+    endless = EndlessLine()
+    monkeypatch.setattr(attnviz.inputs, "stdin_bytes", lambda: io.BufferedReader(endless))
+    result = invoke(runner, ["show", "-", "-f", "ndjson"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == (
+        "attnviz: warning: standard input line 1 is longer than 100 bytes: its first 100 "
+        "bytes are read, the rest of the input is not read\n"
+    )
+    assert [json.loads(line)["text"] for line in result.stdout.splitlines()] == ["a" * 100]
+    assert endless.read_bytes < 100 * attnviz.inputs._PIECE  # the rest never read
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ window: tests/test_windowed.py."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import torch
 import attnviz
 from attnviz.cli import app
 from attnviz.request import Input, Request
+from tests.checks import failed_in_process
 from tests.hook_references import (
     ANSWER,
     CORRUPT,
@@ -161,6 +163,58 @@ def test_a_corrupted_text_of_another_length_is_refused_naming_both(runner, gener
     assert result.exit_code == 2 and result.stdout == ""
     assert "the corrupted text is 2 tokens and the text 6" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["heads", "trace"])
+def test_the_answers_texts_are_read_from_files_as_text_is(runner, generators, tmp_path, command):
+    """--corrupt, --versus and --answer read @FILE and @- as TEXT does: the same numbers as
+    the texts given as arguments."""
+    path = generators["gpt2-lm"]
+    files = {"corrupt": CORRUPT, "versus": VERSUS, "answer": ANSWER}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text + "\n", encoding="utf-8")  # the file's end dropped
+    given = [TEXT, "--model", path, "-f", "json"]
+    literal = runner.invoke(
+        app, [command, *given, "--answer", ANSWER, "--versus", VERSUS, "--corrupt", CORRUPT]
+    )
+    assert literal.exit_code == 0, literal.stderr
+    named = [f"--{name}={'@' + str(tmp_path / name)}" for name in files]
+    read = runner.invoke(app, [command, *given, *named])
+    assert read.exit_code == 0, read.stderr
+    assert read.stdout == literal.stdout
+    piped = runner.invoke(
+        app,
+        [command, *given, "--answer", ANSWER, "--versus", VERSUS, "--corrupt", "@-"],
+        input=CORRUPT,
+    )
+    assert piped.stdout == literal.stdout, piped.stderr
+
+
+def test_stdin_read_twice_is_refused(runner):
+    result = runner.invoke(
+        app, ["trace", "-", "--model", "some-model", "--answer", ANSWER, "--corrupt", "@-"]
+    )
+    failed_in_process(result, 2, "--corrupt @- and TEXT - would both read standard input")
+
+
+def test_a_long_corrupted_text_from_a_file_is_named_with_its_real_length(
+    runner, generators, tmp_path
+):
+    """200 KiB of corrupted text, more than an argument may hold and than the model reads:
+    read whole, and called the corrupted text, with its own length, in the warning and
+    the error."""
+    long_text = tmp_path / "corrupt.txt"
+    long_text.write_text("The cat sat on the mat. " * 8534, encoding="utf-8")
+    assert long_text.stat().st_size > 200 << 10
+    path = generators["gpt2-lm"]
+    result = runner.invoke(
+        app, ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", f"@{long_text}"]
+    )
+    assert result.exit_code == 2 and result.stdout == ""
+    warning, error = result.stderr.splitlines()
+    counted = re.search(r"the corrupted text has (\d+) tokens; the model reads at most", warning)
+    assert counted and int(counted[1]) > 50_000, warning
+    assert f"error: the corrupted text is {counted[1]} tokens and the text 6" in error
 
 
 def test_an_encoder_has_no_answer_to_trace(runner, tiny):

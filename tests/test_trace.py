@@ -75,6 +75,9 @@ def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, 
             "-o writes a picture or a page; -f writes data",
         ),
         (["--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.txt"], ".html"),
+        # a trace's rows are the model's own positions: no token dropped nor merged
+        (["--answer", ANSWER, "--corrupt", CORRUPT, "--words"], "No such option: --words"),
+        (["--answer", ANSWER, "--corrupt", CORRUPT, "--no-special"], "--no-special"),
     ],
 )
 def test_usage_errors_before_a_model_loads(runner, arguments, message):
@@ -113,3 +116,22 @@ def test_the_trace_page_shows_every_layer_and_position_and_its_effect_on_hover(
     assert tip.get_attribute("data-position") == "1"
     assert f"{found.effect[-1, 1]:+.3f}" in tip.text
     assert "corrupted" in browser.find_element("id", "notes").text
+
+
+def test_the_help_describes_what_trace_does_and_only_its_options(runner):
+    """The effects' options are shared with heads: their help says what the option is,
+    and each command's own help what it computes with it."""
+    result = runner.invoke(app, ["trace", "--help"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0
+    for heads_only in (
+        "each head",
+        "sorted by ablation",
+        "dla",
+        " --dtype",
+        "--words",
+        "--no-special",
+    ):
+        assert heads_only not in result.stdout, heads_only
+    assert "@FILE reads a file" in result.stdout
+    heads = runner.invoke(app, ["heads", "--help"], env={"COLUMNS": "300"}).stdout
+    assert "sorted by ablation" in heads and "patch (with --corrupt)" in heads

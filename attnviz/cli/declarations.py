@@ -373,8 +373,8 @@ ModelDtypeOption = Annotated[
         metavar="DTYPE",
         rich_help_panel=MODEL_PANEL,
         help="The precision of the weights: auto (the checkpoint's own on a GPU, float32 on "
-        "the CPU), float32, bfloat16 or float16. Maps are always written as float32 (or "
-        "--dtype).",
+        "the CPU), float32, bfloat16 or float16. It does not change the precision of what "
+        "is written.",
     ),
 ]
 DeviceMapOption = Annotated[

@@ -94,7 +94,11 @@ def heads(
     key with the most weight over all rows, and top_key_position its position.
     span (with --span): mean weight on the span's keys. With --rows, every
     statistic is read from those query rows only (what the last token reads).
-    ablation and dla (with --answer): what each head does to the answer.
+    ablation and dla (with --answer): how much the metric drops without each
+    head (its output zeroed, or --ablate mean) and what the head writes to the
+    answer's logit (W_U[answer] - W_U[versus] with --versus); sorted by ablation.
+    patch (with --corrupt): how much of the metric comes back when the head's
+    clean output is put into the run on the corrupted text.
     kind (json, csv; where layers differ): global or sliding N attention.
     """
     # numpy: after the options are checked (a usage error loads none)

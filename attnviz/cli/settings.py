@@ -20,6 +20,7 @@ from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
 from attnviz.head_columns import HeadColumn, Needs
+from attnviz.inputs import read_option_text
 from attnviz.outputs import refuse_unused
 from attnviz.request import Input, Request, asked_for
 from attnviz.safe_text import display_label
@@ -181,9 +182,8 @@ class Effects:
             metavar="TEXT",
             rich_help_panel=EFFECTS_PANEL,
             help="The words a causal language model should go on with, a space first where "
-            "the text would have one: each head gets ablation (how much the answer's first "
-            "token's log-probability drops without the head) and dla (what it writes to "
-            "that token's logit), sorted by ablation.",
+            "the text would have one: the metric is its first token's log-probability at the "
+            "last position. @FILE reads a file, as TEXT does.",
         ),
     ] = None
     ablate: Annotated[
@@ -203,7 +203,7 @@ class Effects:
             metavar="TEXT",
             rich_help_panel=EFFECTS_PANEL,
             help="A second answer: the metric becomes logit(answer) - logit(versus) at the "
-            "last position (each its first token), and dla reads W_U[answer] - W_U[versus].",
+            "last position (each its first token). @FILE reads a file.",
         ),
     ] = None
     corrupt: Annotated[
@@ -212,9 +212,8 @@ class Effects:
             "--corrupt",
             metavar="TEXT",
             rich_help_panel=EFFECTS_PANEL,
-            help="The text with one fact changed, as many tokens: each head gets patch (how "
-            "much of the metric comes back when its clean output is put into the run on "
-            "this text).",
+            help="The text with one fact changed, as many tokens: the run the clean "
+            "activations are put into. @FILE reads a file (a long text), as TEXT does.",
         ),
     ] = None
     method: Annotated[
@@ -251,6 +250,16 @@ class Effects:
 
     def given(self) -> list[str]:
         return given_flags(self)
+
+    def read(self, text: str | None) -> Effects:
+        """The texts of the answer, the second answer and the corrupted text read where
+        one names a file (``@FILE``, ``@-``), as TEXT is read beside them."""
+        return replace(
+            self,
+            answer=read_option_text(self.answer, "--answer", text),
+            versus=read_option_text(self.versus, "--versus", text),
+            corrupt=read_option_text(self.corrupt, "--corrupt", text),
+        )
 
     def knocked(self) -> tuple[str, str]:
         """The rows and the span of --knockout ROWS:SPAN."""
@@ -383,6 +392,11 @@ model_settings = bundle("settings", ModelSettings)
 _STACK_OPTIONS = ("num_layers", "num_heads", "d_model", "seed", "positions", "projections")
 # The same without the built-in stack's, for commands only pretrained models can serve.
 pretrained_settings = bundle("settings", ModelSettings, leave_out=(*_STACK_OPTIONS, "keep_case"))
+# trace patches the model's own positions: no token is dropped (--no-special) nor merged
+# (--words) in its rows.
+trace_settings = bundle(
+    "settings", ModelSettings, leave_out=(*_STACK_OPTIONS, "keep_case", "words", "special")
+)
 # generate writes tokens that are no word of a given text: --words has nothing to merge.
 generation_settings = bundle(
     "settings", ModelSettings, leave_out=(*_STACK_OPTIONS, "keep_case", "words")
@@ -491,6 +505,7 @@ def request(
             "--keep-case configure the built-in stack; they do not apply to --model"
         )
     products.check(aggregate)
+    effects = effects.read(text)
     parts = (target, pair, effects.answer, effects.versus, effects.corrupt)
     # Without TEXT (stdin, saved maps, the probe), the parts every input is read with are
     # checked with a stand-in text, and again with each line.

@@ -12,7 +12,7 @@ from attnviz.choices import Output, Site
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.option_kinds import output_option
-from attnviz.cli.settings import Reading, pretrained_settings, trace_options
+from attnviz.cli.settings import Reading, trace_options, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.outputs import PICTURES, formats_named, output_of_file
@@ -36,7 +36,7 @@ PictureOption = output_option(
 )
 
 
-@sharing(trace_options, pretrained_settings)
+@sharing(trace_options, trace_settings)
 def trace(
     text: d.TextArgument,
     model: d.ModelOption = d.BUILTIN,

@@ -102,6 +102,9 @@ class Answered:
         )
 
 
+CORRUPTED = "corrupted text"  # what messages call --corrupt's text
+
+
 def answered(extractor: PretrainedExtractor, given: Input, request: Request) -> Answered:
     """One text encoded for the effects on its answer (and its corrupted twin, of as many
     tokens): a model without an answer to read is refused before anything is encoded."""
@@ -121,11 +124,12 @@ def answered(extractor: PretrainedExtractor, given: Input, request: Request) -> 
         )
     corrupt = corrupt_arguments = None
     if given.corrupt is not None:
-        *_, corrupt_inputs = extractor._prepared([Input(given.corrupt)], request)
+        *_, corrupt_inputs = extractor._prepared([Input(given.corrupt)], request, CORRUPTED)
         corrupt = corrupt_inputs.keys[0]
         if corrupt.length != side.length:
             raise UsageError(
-                f"the corrupted text is {corrupt.length} tokens and the text {side.length}: "
+                f"the {CORRUPTED} is {corrupt.given_length} tokens and the text "
+                f"{side.given_length}: "
                 "patching puts each position's activation into the same position, so the "
                 "two must have as many tokens"
             )

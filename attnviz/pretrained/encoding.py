@@ -47,10 +47,16 @@ class Side:
     pair: str | None = None  # sentence B of a sentence pair
     template: list[bool] | None = None  # tokens a chat template added around the text
     cut: bool = False  # the model cannot read it all: its last tokens were dropped
+    whole_length: int | None = None  # where cut: how many tokens the whole text has
 
     @property
     def length(self) -> int:
         return len(self.encoding["input_ids"])
+
+    @property
+    def given_length(self) -> int:
+        """The whole text's tokens, the model's cut or not."""
+        return self.length if self.whole_length is None else self.whole_length
 
     def read(self) -> str:
         """The text as far as the model reads it: all of it, or up to the last token kept."""
@@ -176,7 +182,7 @@ def encode(
             f"the {what} tokenizes to nothing: {loaded.name}'s tokenizer drops every character "
             "of it (none is in its vocabulary)"
         )
-    return Side(encoding, text, pair, template, cut)
+    return Side(encoding, text, pair, template, cut, count if cut else None)
 
 
 def padded(sides: Sequence[Side], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,6 +212,7 @@ def model_inputs(
     items: Sequence[tuple[str, str | None, str | None]],
     mode: Mode,
     request: Request = PLAIN,  # the text as it is, no chat template
+    what: str = "text",  # what messages call the text: "corrupted text" for a corrupted twin
 ) -> ModelInputs:
     """Encode (text, target, pair) items for ``mode``: the text (with sentence B of a pair)
     feeds the encoder (or the only stack), the target the decoder of an encoder-decoder."""
@@ -213,7 +220,7 @@ def model_inputs(
 
     tokenizer = loaded.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    sources = [encode(loaded, text, "text", pair=pair, request=request) for text, _, pair in items]
+    sources = [encode(loaded, text, what, pair=pair, request=request) for text, _, pair in items]
     input_ids, attention_mask = padded(sources, pad_id)
     arguments: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
     typed = getattr(loaded.model.config, "type_vocab_size", 0) > 1  # RoBERTa has one type

@@ -225,10 +225,10 @@ class PretrainedExtractor(Extractor):
         return None if kinds is None else [kinds[i] for i in layers]
 
     def _prepared(
-        self, inputs: list[Input], request: Request
+        self, inputs: list[Input], request: Request, what: str = "text"
     ) -> tuple[Mode, list, list[int], ModelInputs]:
         """The mode the items are read in, its attention modules, the layers asked for and
-        the forward pass's inputs."""
+        the forward pass's inputs (``what`` the texts are, for messages)."""
         loaded = self.loaded
         items = [each.item for each in inputs]
         modes = {
@@ -245,7 +245,7 @@ class PretrainedExtractor(Extractor):
             )
         modules = self.modules(mode)
         layer_indices = resolve(request.layers, len(modules), "layer")
-        return mode, modules, layer_indices, model_inputs(loaded, items, mode, request)
+        return mode, modules, layer_indices, model_inputs(loaded, items, mode, request, what)
 
     def _positions(
         self, request: Request, query: Side, key: Side
