@@ -14,6 +14,7 @@ from attnviz.choices import Method
 from attnviz.errors import UsageError, warn
 from attnviz.pretrained.effects import Anatomy, Metric, anatomy_of, attribution, head_effects
 from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
+from attnviz.pretrained.finite import CORRUPTED_RUN, check_effects
 from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels
 from attnviz.pretrained.patching import (
@@ -185,9 +186,14 @@ def effects_of(
             if asked.corrupt_arguments is not None:
                 estimate = patch_estimate(body, clean.head_inputs)
                 corrupted = asked.corrupt_arguments
-                at_corrupt = gradients(model, body, corrupted, metric, "heads", estimate)
+                at_corrupt = gradients(
+                    model, body, corrupted, metric, "heads", estimate, run=CORRUPTED_RUN
+                )
                 patch = at_corrupt.of(layers)[:, heads]
                 corrupt_metric = at_corrupt.metric
+    for name, values in (("ablation", ablation), ("dla", dla), ("patch", patch)):
+        if values is not None:
+            check_effects(values, name, ("layer", layers), ("head", heads))
     on = asked.answer(
         log_prob=clean.log_prob,
         clean_metric=clean.metric,
@@ -244,6 +250,9 @@ def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Tr
             loaded.model, asked.body, asked.arguments, asked.corrupt_arguments, asked.metric
         )
         found = run(twins, site, asked.layers)
+    check_effects(
+        found.effect, "effect", ("layer", asked.layers), ("position", range(asked.side.length))
+    )
     on = asked.answer(
         log_prob=found.log_prob,
         clean_metric=found.clean_metric,

@@ -34,6 +34,7 @@ from attnviz.choices import Ablation
 from attnviz.errors import UsageError
 from attnviz.pretrained.attention_modules import Family, Stream
 from attnviz.pretrained.encoding import head_count
+from attnviz.pretrained.finite import check_metric
 from attnviz.pretrained.value_norms import output_projection
 
 if TYPE_CHECKING:
@@ -229,10 +230,15 @@ class Clean:
     normed: torch.Tensor  # (D,) its output there
 
 
-def clean_pass(model: Any, body: Anatomy, arguments: dict, metric: Metric) -> Clean:
+def clean_pass(
+    model: Any, body: Anatomy, arguments: dict, metric: Metric, run: str = "clean run"
+) -> Clean:
+    """One run's :class:`Clean` record (``run`` names it where its metric is not finite)."""
     with clean_recording(body) as finish:
         logits = last_logits(model, arguments)
-    return finish(logits, metric)
+    clean = finish(logits, metric)
+    check_metric(clean.metric, model, arguments, run)
+    return clean
 
 
 @contextlib.contextmanager

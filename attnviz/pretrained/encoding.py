@@ -376,6 +376,17 @@ def row_tolerance(model: Any) -> float:
     return TOLERANCE if model.dtype == torch.float32 else HALF_TOLERANCE
 
 
+def weights_not_finite(name: str, layer: int | None = None) -> AttnvizError:
+    """The error for a model whose attention weights hold NaN or infinity (its statistics
+    would be NaN, its pictures blank)."""
+    where = "" if layer is None else f" in layer {layer}"
+    return AttnvizError(
+        f"{name} returned attention weights that are not finite (NaN or infinity){where}: "
+        "its numbers are broken (a NaN weight in the checkpoint, or float16 overflowing: try "
+        "--model-dtype float32)"
+    )
+
+
 def check_weights(
     weights: np.ndarray,
     *,
@@ -387,6 +398,8 @@ def check_weights(
 ) -> None:
     """Refuse numbers that are not attention: rows must be distributions (unless weighted),
     causal maps must not look ahead (of rows at known query ``positions``, or square maps)."""
+    if not np.isfinite(weights).all():
+        raise weights_not_finite(name)
     worst = row_error(weights) if distributions else 0.0
     if worst > tolerance:
         raise AttnvizError(

@@ -28,6 +28,7 @@ from attnviz.pretrained.encoding import (
     model_inputs,
     on_device,
     row_tolerance,
+    weights_not_finite,
 )
 from attnviz.pretrained.explain import explain_query
 from attnviz.pretrained.fused import Layout, ProductRecorder, Unrecordable, fused_attention
@@ -425,6 +426,11 @@ class _Tables:
         ]
 
     def made(self, per_input: list[np.ndarray], heads: list[int]) -> list[HeadTable]:
+        for summed, key in zip(per_input, self.keys, strict=True):
+            # (L, H, statistics + keys): the weight each key received is finite in any map
+            broken = ~np.isfinite(summed[..., -key.length :]).all(axis=(1, 2))
+            if broken.any():
+                raise weights_not_finite(self.name, self.layers[int(np.argmax(broken))])
         return [
             HeadTable(
                 self.name,

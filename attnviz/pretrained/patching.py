@@ -47,6 +47,7 @@ from attnviz.pretrained.effects import (
     last_logits,
     replacer,
 )
+from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
 from attnviz.pretrained.windowed import windowed
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def head_patch(
         return install
 
     with torch.inference_mode():
-        corrupt = clean_pass(model, body, corrupt_arguments, metric)
+        corrupt = clean_pass(model, body, corrupt_arguments, metric, CORRUPTED_RUN)
         changes = [Change(layer, restored(layer, head)) for layer in layers for head in heads]
         effects = iter(changed_metrics(model, body, corrupt_arguments, metric, corrupt, changes))
     return corrupt.metric, np.array([[next(effects) for _ in heads] for _ in layers])
@@ -112,7 +113,7 @@ def trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
     with torch.inference_mode():
         with _recorded(body, site) as activations:
             clean = clean_pass(model, body, clean_arguments, metric)
-        corrupt = clean_pass(model, body, corrupt_arguments, metric)
+        corrupt = clean_pass(model, body, corrupt_arguments, metric, CORRUPTED_RUN)
         tokens = activations[0].shape[1]
 
         def restored(layer: int, position: int) -> Install:
@@ -252,6 +253,7 @@ def gradients(
     reduce: Reduce,
     record: bool = False,
     during: contextlib.AbstractContextManager | None = None,
+    run: str = "clean run",
 ) -> Gradients:
     """One forward and one backward pass: ``reduce`` of each layer's activation at
     ``site`` (``"heads"``: the output projections' inputs, or a :class:`Site`) and of the
@@ -259,7 +261,7 @@ def gradients(
     ``record``, the run's :class:`Clean` record too (what direct logit attribution
     and the patching estimate read; not the layers' outputs, which only the exact
     sweeps start from), from the same pass. ``during`` is entered around the forward
-    pass (the heads' statistics recorded as it goes)."""
+    pass (the heads' statistics recorded as it goes). ``run`` names the run in errors."""
     import torch
 
     kept: list[Any] = [None] * len(body.blocks)
@@ -309,12 +311,8 @@ def gradients(
         # The hooks read each layer on the way down to the first layer's activation: below
         # it (the first attention's backward, for heads) nothing is read.
         lowest = next((activation for activation in kept if activation is not None), None)
-        try:
-            torch.autograd.grad(value, start if lowest is None else lowest, allow_unused=True)
-        except RuntimeError as error:
-            if is_out_of_memory(error):  # the text's length, not the model: said as such
-                raise
-            raise UsageError(f"--method gradient cannot read this model: {error}") from None
+        _backward(value, start if lowest is None else lowest)
+    check_metric(float(value.detach()), model, arguments, run)
     if any(found is None for found in reduced):
         raise UsageError(
             "--method gradient cannot read this model: its output has no gradient through "
@@ -322,6 +320,18 @@ def gradients(
         )
     clean = None if finish is None else finish(logits, metric)
     return Gradients(float(value.detach()), reduced, clean)
+
+
+def _backward(value: torch.Tensor, down_to: Any) -> None:
+    """The backward pass from ``value`` down to ``down_to``, its hooks reading each layer."""
+    import torch
+
+    try:
+        torch.autograd.grad(value, down_to, allow_unused=True)
+    except RuntimeError as error:
+        if is_out_of_memory(error):  # the text's length, not the model: said as such
+            raise
+        raise UsageError(f"--method gradient cannot read this model: {error}") from None
 
 
 # Bytes the backward pass may keep of a forward's activations before each layer is
@@ -457,11 +467,14 @@ def estimated_trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
     ):
         logits = last_logits(model, twins.clean_arguments)
     clean = float(metric.of(logits)[0])
+    check_metric(clean, model, twins.clean_arguments, "clean run")
     log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
 
     def reduce(layer: int, corrupt: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
         moved = activations[layer][0].float() - corrupt[0].float()  # (T, D)
         return (moved * gradient[0].float()).sum(-1)
 
-    at_corrupt = gradients(model, body, twins.corrupt_arguments, metric, site, reduce)
+    at_corrupt = gradients(
+        model, body, twins.corrupt_arguments, metric, site, reduce, run=CORRUPTED_RUN
+    )
     return Traced(clean, at_corrupt.metric, log_prob, at_corrupt.of(layers))
