@@ -11,7 +11,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -22,7 +22,11 @@ STDIO = "-"
 
 @contextlib.contextmanager
 def open_output(
-    destination: str | Path, *, binary: bool = False, follow_links: bool = True
+    destination: str | Path,
+    *,
+    binary: bool = False,
+    follow_links: bool = True,
+    before_rename: Callable[[Path], None] | None = None,
 ) -> Iterator[IO[Any]]:
     """A stream to write to: stdout for ``-``, else a file that appears only when complete.
 
@@ -34,6 +38,8 @@ def open_output(
     through, never replaced. A symbolic link is followed to its target, which
     is replaced atomically; with ``follow_links=False`` (a batch's own folder)
     the link itself is replaced, so nothing lands outside the folder.
+    ``before_rename`` is given the whole temporary file just before it takes its name
+    (a batch claims its digest then).
     """
     if str(destination) == STDIO:
         stream = sys.stdout.buffer if binary else sys.stdout
@@ -66,6 +72,8 @@ def open_output(
             out.flush()
             # mkstemp made it private: give it the mode the file had, or the usual one.
             os.chmod(temporary, mode_bits if mode_bits is not None else usual_mode())
+            if before_rename is not None:
+                before_rename(Path(temporary))
             if os.name == "posix":  # renamed before closing, which would drop the mark
                 os.replace(temporary, target)
         if os.name != "posix":  # Windows renames no open file

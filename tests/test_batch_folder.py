@@ -13,6 +13,7 @@ import time
 import pytest
 
 from attnviz.batch.folder import FolderLock
+from attnviz.batch.manifest import digest_of
 from attnviz.cli import app
 from tests.checks import unrecorded
 from tests.processes import ATTNVIZ
@@ -425,12 +426,15 @@ def test_files_a_killed_run_claimed_but_never_recorded_go_with_the_next_run(runn
     assert _batch(runner, source, out).exit_code == 0
     manifest = out / "manifest.jsonl"
     first = manifest.read_text().splitlines()[0]
-    drawn = "0001-the-cat-sat-on-mat-1.png"
-    # As kill -9 leaves it: input 1's files (by an earlier request's formats too) claimed
-    # and written, never recorded.
-    claims = [json.dumps({"claim": [name]}) for name in ("0001-the-cat-sat-on-mat-1.json", drawn)]
-    manifest.write_text("\n".join([first, *claims, ""]))
+    drawn, begun = "0001-the-cat-sat-on-mat-1.png", "0001-the-cat-sat-on-mat-1.json"
+    # As kill -9 leaves it: input 1's files (by an earlier request's formats too) claimed,
+    # one drawn whole (its digest claimed), one begun (its empty placeholder), neither
+    # recorded.
     (out / drawn).write_bytes(b"drawn, never recorded")
+    (out / begun).write_bytes(b"")
+    whole = {"claim": [drawn], "digests": {drawn: digest_of(out / drawn)}}
+    claims = [json.dumps(line) for line in ({"claim": [begun]}, {"claim": [drawn]}, whole)]
+    manifest.write_text("\n".join([first, *claims, ""]))
     (out / "0001-the-cat-sat-on-mat-1.svg").write_bytes(b"the user's, named like it")
     result = _batch(runner, source, out, "--resume")
     assert result.exit_code == 0, result.stderr
@@ -591,3 +595,80 @@ def test_a_resumed_input_is_read_in_the_company_a_whole_run_gives_it(runner, tmp
     result = runner.invoke(app, [*arguments, "-o", str(resumed), "--resume"])
     assert result.exit_code == 0, result.stderr
     assert _contents(resumed) == _contents(whole)
+
+
+def test_a_users_file_that_appears_mid_run_is_never_written_over(runner, tmp_path, monkeypatch):
+    """The folder's foreign names were read once, as the run began: files the user put at
+    the names later inputs take, once the first input was recorded, were replaced."""
+    from attnviz.batch.manifest import Ledger
+
+    source = _inputs(tmp_path, 6)
+    named = tmp_path / "named"
+    options = ["-f", "png", "--view", "model"]
+    assert _batch(runner, source, named, *options).exit_code == 0
+    later = [name for name in _files(named) if not name.startswith(("0000-", "manifest"))]
+    assert len(later) == 10  # inputs 1-5, a json and a png each
+    out = tmp_path / "out"
+    claim = Ledger.claim
+
+    def drop_the_users_files_once_input_0_is_written(ledger, name):
+        if name.startswith("0001-") and not (out / later[0]).exists():
+            for each in later:
+                (out / each).write_bytes(b"the user's " + each.encode())
+        claim(ledger, name)
+
+    monkeypatch.setattr(Ledger, "claim", drop_the_users_files_once_input_0_is_written)
+    result = _batch(runner, source, out, *options)
+    assert result.exit_code == 3, result.stderr
+    assert "5 of 6 inputs failed" in result.stderr and "no batch made it" in result.stderr
+    assert {name: (out / name).read_bytes() for name in later} == {
+        name: b"the user's " + name.encode() for name in later
+    }
+    assert unrecorded(out) == set(later)
+
+
+def test_a_claim_added_by_hand_removes_nothing_that_no_batch_wrote(runner, tmp_path):
+    """A claim line forged into a manifest named the user's file, or the manifest itself:
+    --resume removed both, and the next --resume failed every input."""
+    source = _inputs(tmp_path, 3)
+    out = tmp_path / "out"
+    assert _batch(runner, source, out).exit_code == 0
+    (out / "summary.json").write_text('{"the": "user\'s"}')
+    manifest = out / "manifest.jsonl"
+    forged = ["summary.json", "manifest.jsonl", ".attnviz-batch.lock", "../in.txt"]
+    with manifest.open("a") as lines:
+        for name in forged:
+            lines.write(json.dumps({"claim": [name]}) + "\n")
+        # a digest forged beside it: still not what the file holds
+        lines.write(json.dumps({"claim": ["summary.json"], "digests": {"summary.json": {}}}))
+        lines.write("\n")
+    before = _contents(out)
+    result = _batch(runner, source, out, "--resume")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("warning") == 1, result.stderr
+    assert f"{out / 'summary.json'}: a manifest claims it, but its content is not" in (
+        result.stderr
+    )
+    assert (out / "summary.json").read_text() == '{"the": "user\'s"}'
+    assert source.is_file() and manifest.is_file()
+    assert _contents(out).keys() == before.keys()
+    again = _batch(runner, source, out, "--resume")
+    assert again.exit_code == 0 and again.stderr == "", again.stderr
+    assert len(_records(manifest)) == 3 and unrecorded(out) == {"summary.json"}
+
+
+def test_shards_read_one_at_a_time_write_a_whole_runs_bytes(runner, tmp_path, generators):
+    """docs/batch.md: shards read their inputs in their own slice's company (their numbers
+    may differ from a whole run's in the last bits); with --batch-size 1 every input is
+    read alone, and the shards' files are a whole run's, byte for byte."""
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\nHello I love you very much\na b\nThe man walked the dog\n")
+    common = ["batch", str(source), "--model", generators["llama-lm"], "-f", "json", "-q"]
+    common += ["--batch-size", "1"]
+    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+    assert runner.invoke(app, [*common, "-o", str(whole)]).exit_code == 0
+    for shard in ("1/2", "2/2"):
+        assert runner.invoke(app, [*common, "-o", str(sharded), "--shard", shard]).exit_code == 0
+    data = {name: blob for name, blob in _contents(sharded).items() if name.endswith(".json")}
+    assert len(data) == 4
+    assert data == {name: blob for name, blob in _contents(whole).items() if name in data}

@@ -107,7 +107,7 @@ class Batch:
                         claim(plan.manifest, self.outputs.fingerprint())
                     tally.started = True
                     _say_foreign(folder, plan)
-                    outputs = replace(self.outputs, ledger=Ledger(plan.manifest, plan.foreign))
+                    outputs = replace(self.outputs, ledger=Ledger(plan.manifest, plan.ours))
                     work = BatchWork(
                         self.inputs, spec, request, outputs, plan, batch_size, progress, tally
                     )

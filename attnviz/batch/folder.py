@@ -23,7 +23,8 @@ from attnviz.batch.manifest import (
     is_claim,
     manifest_name,
     read_contents,
-    remove_files,
+    remove_made,
+    say_kept,
 )
 from attnviz.errors import AttnvizError, UsageError, warn
 
@@ -36,9 +37,12 @@ class FolderPlan:
     earlier: dict[int, Record] = field(default_factory=dict)  # what --resume may skip
     absorbed: tuple[Path, ...] = ()  # their records are taken over; removed at the end
     replaced: tuple[Path, ...] = ()  # --overwrite: removed first, with the files they record
-    # The names in the folder that no manifest claims or records: the user's own files,
-    # never written over nor removed.
+    # The names in the folder that no manifest claims or records as the run begins: the
+    # user's own files, said once (the writers look again as they write).
     foreign: frozenset[str] = frozenset()
+    # The names the folder's manifests claim or record: a batch's own, which a run may
+    # write over.
+    ours: frozenset[str] = frozenset()
 
 
 def plan_folder(
@@ -74,7 +78,8 @@ def plan_folder(
                 "batch takes the same ones (to change them, run the whole batch again "
                 "without --shard, with --overwrite)"
             )
-    plan = FolderPlan(manifest=folder / own, foreign=_foreign(folder, contents))
+    ours = frozenset().union(*(found.claimed | found.recorded for found in contents.values()))
+    plan = FolderPlan(manifest=folder / own, foreign=_foreign(folder, contents), ours=ours)
     if overwrite:
         return dataclasses.replace(plan, replaced=tuple(folder / name for name in held))
     if not resume:
@@ -132,7 +137,8 @@ def remove_replaced(plan: FolderPlan, request: dict[str, Any]) -> None:
     meanwhile."""
     for manifest in plan.replaced:
         contents = read_contents(manifest)
-        remove_files(manifest.parent, sorted(contents.claimed | contents.recorded))
+        names = sorted(contents.claimed | contents.recorded)
+        say_kept(manifest.parent, remove_made(manifest.parent, names, contents))
         if manifest == plan.manifest:
             claim(manifest, request, anew=True)
         else:
@@ -264,9 +270,10 @@ def remove_left_behind(folder: Path, shard: tuple[int, int] | None) -> None:
         contents = {name: read_contents(folder / name) for name in manifests}
         siblings = set(_siblings(manifests, shard))
         recorded = set().union(*(found.recorded for found in contents.values()))
-        claimed = set().union(
-            *(found.claimed for name, found in contents.items() if name not in siblings)
-        )
+        known = Contents()
+        for name, found in contents.items():
+            known = known.merged(found) if name not in siblings else known
+        claimed = known.claimed
         ours = claimed | recorded
         while held := [
             path
@@ -280,7 +287,7 @@ def remove_left_behind(folder: Path, shard: tuple[int, int] | None) -> None:
                 )
                 return
             time.sleep(0.05)
-        remove_files(folder, sorted(claimed - recorded))
+        say_kept(folder, remove_made(folder, sorted(claimed - recorded), known))
         for name, found in contents.items():
             if name not in siblings and found.claimed:
                 _settle(folder / name)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from attnviz.atomic_files import file_blake2b, open_output
 from attnviz.batch.inputs import BatchInput
 from attnviz.data_formats import dump_json
-from attnviz.errors import AttnvizError
+from attnviz.errors import AttnvizError, warn
+from attnviz.outputs import BATCH
 
 MANIFEST = "manifest.jsonl"
 
@@ -76,16 +77,35 @@ def folder_manifests(folder: Path) -> dict[str, tuple[int, int] | None]:
 @dataclass
 class Contents:
     """What a manifest holds: its records (the last word on each input), the requests
-    its runs claimed (:func:`claim`) and the files they claimed before writing them
-    (:class:`Ledger`)."""
+    its runs claimed (:func:`claim`), the files they claimed before writing them
+    (:class:`Ledger`), and every digest a record or a claim gives a name: what a file of
+    that name held when a run wrote it."""
 
     records: dict[int, Record] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
     claimed: set[str] = field(default_factory=set)
+    digests: dict[str, list[FileDigest]] = field(default_factory=dict)
 
     @property
     def recorded(self) -> set[str]:
         return {name for record in self.records.values() for name in record.files}
+
+    def add_digests(self, digests: object) -> None:
+        """A line's digests, by name: one each, or a list (a compacted claim's)."""
+        if not isinstance(digests, dict):
+            return
+        for name, given in digests.items():
+            found = given if isinstance(given, list) else [given]
+            if _is_output_name(name):
+                self.digests.setdefault(name, []).extend(d for d in found if isinstance(d, dict))
+
+    def merged(self, other: Contents) -> Contents:
+        """Both manifests' claims and digests (what the folder's runs made)."""
+        both = Contents(claimed=self.claimed | other.claimed)
+        for digests in (self.digests, other.digests):
+            for name, found in digests.items():
+                both.digests.setdefault(name, []).extend(found)
+        return both
 
 
 def read_contents(path: Path) -> Contents:
@@ -101,12 +121,14 @@ def read_contents(path: Path) -> Contents:
             contents.records[record.index] = record
             if record.request is not None:
                 contents.requests.append(record.request)
+            contents.add_digests(record.digests)
             continue
         value = _parse_object(line)
         if list(value) == ["request"] and isinstance(value["request"], dict):
             contents.requests.append(value["request"])
-        elif list(value) == [_CLAIM] and isinstance(value[_CLAIM], list):
-            contents.claimed.update(name for name in value[_CLAIM] if _is_plain_name(name))
+        elif _is_claim_object(value):
+            contents.claimed.update(name for name in value[_CLAIM] if _is_output_name(name))
+            contents.add_digests(value.get(_DIGESTS))
     return contents
 
 
@@ -129,32 +151,65 @@ def claim(manifest: Path, request: dict[str, Any], *, anew: bool = False) -> Non
             out.write(line)
 
 
-_CLAIM = "claim"  # a files' claim line: {"claim": [names]}
+# A files' claim line: {"claim": [names]} before the files are made, and
+# {"claim": [names], "digests": {name: digest}} once they are whole, before they take
+# their names.
+_CLAIM, _DIGESTS = "claim", "digests"
+# What a batch writes: a claim naming anything else (a manifest, the lock, a name no
+# output takes) is no claim, whoever wrote it into the manifest.
+_OUTPUT_SUFFIXES = tuple(f".{output.value}" for output in BATCH)
 
 
 @dataclass(frozen=True)
 class Ledger:
     """How a run's writers account for the files they make in its folder: each name is
-    claimed in the run's manifest before its file is written (a run killed between the
-    two leaves a claim, which the next run settles, never an orphan nobody may remove),
-    and a file that no run of the folder made is never written over. Runs in any
-    process that writes the files (render workers, Ray workers)."""
+    claimed in the run's manifest before anything is made there, then held by an empty
+    placeholder made only if the name is free (``O_EXCL``: a file that appeared since
+    the run began is never written over), and its file's digest claimed once the file
+    is whole, before it takes the name. A run killed at any point leaves claims that
+    the next run settles (removing only an empty placeholder or a file whose content
+    is a claimed digest), never an orphan nobody may remove. Runs in any process that
+    writes the files (render workers, Ray workers)."""
 
     manifest: Path  # this run's
-    foreign: frozenset[str] = frozenset()  # names in the folder no run claimed or recorded
+    # Names the folder's manifests claim or record: a batch's own, which a run may write
+    # over (an input redone); any other name is written only where it is free.
+    ours: frozenset[str] = frozenset()
 
     def claim(self, name: str) -> None:
-        if name in self.foreign:
-            raise AttnvizError(
-                f"{self.manifest.parent / name} is there already and no batch made it: it is "
-                "left as it is (move it away, or write into another folder)"
-            )
+        """``name`` claimed for a file this run is about to write; refused (the input
+        fails) where a file no batch made holds it, or appears there meanwhile."""
+        path = self.manifest.parent / name
+        if name in self.ours:
+            append_line(self.manifest, dump_json({_CLAIM: [name]}))
+            return
+        if os.path.lexists(path):
+            raise self._taken(path)
         append_line(self.manifest, dump_json({_CLAIM: [name]}))
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))
+        except FileExistsError:  # it appeared between the look and the claim
+            raise self._taken(path) from None
+
+    def written(self, name: str, digest: FileDigest) -> None:
+        """The whole file's digest claimed, before it takes ``name``."""
+        append_line(self.manifest, dump_json({_CLAIM: [name], _DIGESTS: {name: digest}}))
+
+    @staticmethod
+    def _taken(path: Path) -> AttnvizError:
+        return AttnvizError(
+            f"{path} is there already and no batch made it: it is left as it is (move it "
+            "away, or write into another folder)"
+        )
+
+
+def _is_claim_object(value: dict[str, Any]) -> bool:
+    return _CLAIM in value and set(value) <= {_CLAIM, _DIGESTS} and isinstance(value[_CLAIM], list)
 
 
 def is_claim(line: str) -> bool:
     """Whether a manifest line is a files' claim."""
-    return list(_parse_object(line)) == [_CLAIM]
+    return _is_claim_object(_parse_object(line))
 
 
 def append_line(path: Path, line: str) -> None:
@@ -181,12 +236,43 @@ def _parse_object(line: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def remove_files(folder: Path, names: Iterable[str]) -> None:
-    """The files of these names in ``folder`` removed (a link there too, never its target)."""
+def remove_made(folder: Path, names: Iterable[str], known: Contents) -> list[str]:
+    """The files of these names in ``folder`` that a run made removed, as ``known`` (the
+    folder's manifests) tells them: a link at a name they claim or record (never its
+    target), an empty placeholder at a claimed name, a file whose content is a digest
+    given for its name. Returns the names kept: files whose content no run wrote (the
+    user's, or one a forged claim names), for the caller to say."""
+    kept = []
     for name in names:
         path = folder / name
-        if path.is_symlink() or path.is_file():
+        if path.is_symlink() or _made_by_a_run(path, name, known):
             path.unlink(missing_ok=True)
+        elif path.is_file():
+            kept.append(name)
+    return kept
+
+
+def _made_by_a_run(path: Path, name: str, known: Contents) -> bool:
+    try:
+        status = path.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISREG(status.st_mode):
+        return False
+    if status.st_size == 0:
+        return name in known.claimed  # a placeholder: a run stopped before the file was whole
+    sized = [d for d in known.digests.get(name, []) if d.get("size") == status.st_size]
+    return bool(sized) and any(_is_whole(path, digest) for digest in sized)
+
+
+def say_kept(folder: Path, kept: list[str]) -> None:
+    """One line for the claimed files kept because no run wrote what they hold."""
+    if kept:
+        more = f" and {len(kept) - 1} more" if len(kept) > 1 else ""
+        warn(
+            f"{folder / kept[0]}{more}: a manifest claims it, but its content is not what a "
+            "batch wrote: it is left as it is"
+        )
 
 
 def _parse_record(line: str) -> Record | None:
@@ -208,6 +294,17 @@ def _parse_record(line: str) -> Record | None:
 def _is_plain_name(name: object) -> bool:
     """A file name inside the folder: no folder part, no way out."""
     return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+
+
+def _is_output_name(name: object) -> bool:
+    """A name a batch's output may take: plain, a batch format's suffix, not hidden (the
+    lock, a temporary file)."""
+    return (
+        _is_plain_name(name)
+        and isinstance(name, str)
+        and name.endswith(_OUTPUT_SUFFIXES)
+        and not name.startswith(".")
+    )
 
 
 def is_complete(record: Record | None, item: BatchInput, folder: Path, request: dict) -> bool:
@@ -264,11 +361,14 @@ class Manifest:
             record = replace(record, files=earlier.files, digests=earlier.digests)
         elif earlier is not None:
             stale = [name for name in earlier.files if name not in record.files]
+        known = Contents()
         if stale:  # still the folder's own once the new record hides the old one
-            append_line(self.path, dump_json({_CLAIM: stale}))
+            digests = {name: ((earlier and earlier.digests) or {}).get(name) for name in stale}
+            known.add_digests(digests)
+            append_line(self.path, dump_json({_CLAIM: stale, _DIGESTS: digests}))
         self.records[record.index] = record
         append_line(self.path, dump_json(record.to_dict()))
-        remove_files(self.path.parent, stale)
+        say_kept(self.path.parent, remove_made(self.path.parent, stale, known))
 
     def close(self, finished: bool) -> None:
         """A finished run's manifest rewritten whole: one line per input, in input order,
@@ -276,13 +376,14 @@ class Manifest:
         writing some), which :func:`~attnviz.batch.folder.remove_left_behind` settles."""
         if not finished:
             return
-        claimed = set().union(
-            *(read_contents(path).claimed for path in (self.path, *self.absorbed))
-        )
+        known = Contents()
+        for path in (self.path, *self.absorbed):
+            known = known.merged(read_contents(path))
         recorded = {name for record in self.records.values() for name in record.files}
         lines = [dump_json(self.records[index].to_dict()) for index in sorted(self.records)]
-        if unsettled := sorted(claimed - recorded):
-            lines.append(dump_json({_CLAIM: unsettled}))
+        if unsettled := sorted(known.claimed - recorded):
+            digests = {name: known.digests[name] for name in unsettled if name in known.digests}
+            lines.append(dump_json({_CLAIM: unsettled, _DIGESTS: digests}))
         with open_output(self.path, follow_links=False) as out:
             out.writelines(lines)
         for manifest in self.absorbed:

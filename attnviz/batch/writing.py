@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import TopHeads
@@ -71,12 +72,27 @@ def write_outputs(
         # suffix: "", -L{layer}, -H{head} or -L{layer}-H{head}
         for suffix, write_file in pieces(maps, output_format, how):
             name = f"{stem}{suffix}.{output_format.value}"
-            if outputs.ledger is not None:
-                outputs.ledger.claim(name)
-            with open_output(outputs.folder / name, binary=True, follow_links=False) as out:
-                write_file(out)
-            written[name] = digest_of(outputs.folder / name)
+            written[name] = _write_file(outputs.folder / name, outputs.ledger, write_file)
     return written
+
+
+def _write_file(
+    path: Path, ledger: Ledger | None, write_file: Callable[[IO[bytes]], object]
+) -> FileDigest:
+    """One file written whole under its claim; its digest, claimed before the file takes
+    its name (so that the next run knows it for the batch's)."""
+    digest: list[FileDigest] = []
+    if ledger is not None:
+        ledger.claim(path.name)
+
+    def whole(temporary: Path) -> None:
+        digest.append(digest_of(temporary))
+        if ledger is not None:
+            ledger.written(path.name, digest[0])
+
+    with open_output(path, binary=True, follow_links=False, before_rename=whole) as out:
+        write_file(out)
+    return digest[0]
 
 
 Task = tuple[BatchInput, "AttentionMaps | Exception", Outputs]
