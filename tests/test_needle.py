@@ -291,7 +291,8 @@ def test_lengths_and_depths_are_read_as_documented():
 def test_a_sweep_stopped_midway_writes_its_finished_cells_marked_partial(
     runner, generators, tmp_path, monkeypatch, stop
 ):
-    """They were lost without a word."""
+    """They were lost without a word; then they were written over the finished sweep
+    that -o FILE held: now they go beside it, FILE left as it was."""
     from attnviz.cli.app import Terminated
     from attnviz.pretrained import needle as sweeping
 
@@ -307,13 +308,19 @@ def test_a_sweep_stopped_midway_writes_its_finished_cells_marked_partial(
     monkeypatch.setattr(sweeping, "read_while_writing", stopped_at_the_third)
     common = ["needle", "--model", generators["gemma3-lm"], *TINY_NEEDLE, "-n", "3", "-q"]
     common += ["--lengths", "150,220", "--depths", "0,1"]
-    result = runner.invoke(app, [*common, "-o", str(tmp_path / "sweep.json")])
+    earlier = tmp_path / "sweep.json"
+    earlier.write_text('{"an earlier, whole sweep": true}')
+    picture = tmp_path / "sweep.png"
+    result = runner.invoke(app, [*common, "-o", str(earlier), "--picture", str(picture)])
     assert result.exit_code == (130 if stop == "ctrl-c" else 143)
+    partial, drawn = tmp_path / "sweep.partial.json", tmp_path / "sweep.partial.png"
     assert result.stderr.startswith(
-        "attnviz: warning: interrupted after 2 of 4 cells: the 2 finished are written, marked "
-        "partial\n"
+        "attnviz: warning: interrupted after 2 of 4 cells: the 2 finished are written to "
+        f"{partial}, {drawn}, marked partial\n"
     )
-    document = json.loads((tmp_path / "sweep.json").read_text())
+    assert earlier.read_text() == '{"an earlier, whole sweep": true}'
+    assert drawn.read_bytes()[:4] == b"\x89PNG" and not picture.exists()
+    document = json.loads(partial.read_text())
     assert document["partial"] is True and document["cells_planned"] == 4
     assert [(cell["length"], cell["depth"]) for cell in document["cells"]] == [(150, 0), (150, 1)]
     calls.clear()

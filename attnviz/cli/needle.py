@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -192,9 +193,16 @@ def needle(
             raise
         with signals.deferred():  # a second signal waits until the finished cells are out
             results = NeedleResults(extractor.name, sweep, done)
+            # A file named for the sweep keeps what it held (an earlier, whole sweep) until a
+            # whole sweep replaces it: the finished cells go beside it.
+            beside = [name for name in (output, picture) if name not in (None, d.STDIO)]
+            where = f" to {', '.join(_partial(name) for name in beside)}" if beside else ""
             warn(
                 f"interrupted after {len(done)} of {len(sweep.cells())} cells: the {len(done)} "
-                "finished are written, marked partial"
+                f"finished are written{where}, marked partial"
+            )
+            output, picture = (
+                None if name is None else _partial(name) for name in (output, picture)
             )
             _outputs(
                 results, output_format, top, shared.environment, output, picture, drawn, top_heads
@@ -220,6 +228,15 @@ def _outputs(
 
         with open_output(str(picture), binary=True) as stream:
             stream.write(needle_picture(results, drawn, top, top_heads or 0))
+
+
+def _partial(name: str) -> str:
+    """Where an interrupted sweep's cells go instead of ``name``: ``sweep.json`` ->
+    ``sweep.partial.json`` (``-`` stays stdout)."""
+    if name == d.STDIO:
+        return name
+    path = Path(name)
+    return str(path.with_name(f"{path.stem}.partial{path.suffix}"))
 
 
 def _progress(done: list[Cell], quiet: bool):
