@@ -371,7 +371,7 @@ def test_numbers_that_are_not_attention_are_refused():
         _check_weights(uniform * 2, causal=False, name="m")
     with pytest.raises(AttnvizError, match="causal attention that looks ahead"):
         _check_weights(uniform, causal=True, name="m")
-    with pytest.raises(AttnvizError, match="rows do not sum to 1"):
+    with pytest.raises(AttnvizError, match="m returned attention weights that are not finite"):
         _check_weights(np.full((1, 1, 2, 2), np.nan, dtype=np.float32), causal=False, name="m")
 
 
