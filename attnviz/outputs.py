@@ -109,7 +109,7 @@ def formats_named(outputs: Iterable[Output]) -> str:
 
 def suffixes_of(outputs: Iterable[Output]) -> str:
     """``.png, .svg or .pdf``: the suffixes that name these outputs, for a message."""
-    return _listed([OUTPUTS[output].suffixes[0] for output in outputs], "or")
+    return _listed([OUTPUTS[o].suffixes[0] for o in outputs if OUTPUTS[o].suffixes], "or")
 
 
 def output_of_file(path: str | Path, allowed: Iterable[Output]) -> Output:

@@ -702,3 +702,15 @@ def test_text_formats_are_written_in_the_memory_of_a_row(output):
     finally:
         tracemalloc.stop()
     assert peak < 4 * maps.weights.nbytes, f"{peak / 1e6:.1f} MB for {output.value}"
+
+
+def test_a_file_whose_suffix_names_no_format_is_refused_and_nothing_written(runner, tmp_path):
+    """show -o x.jpg wrote NDJSON into a file named .jpg."""
+    from tests.checks import failed_in_process
+
+    for name in ("x.jpg", "maps.txt"):
+        result = runner.invoke(app, ["show", "Hello", "-o", str(tmp_path / name)])
+        failed_in_process(result, 2, f"cannot tell the format of {tmp_path / name}: name it")
+    assert list(tmp_path.iterdir()) == []
+    given = runner.invoke(app, ["show", "Hello", "-o", str(tmp_path / "maps.txt"), "-f", "json"])
+    assert given.exit_code == 0 and json.loads((tmp_path / "maps.txt").read_text())["text"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz.atomic_files import check_writable
@@ -24,7 +25,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
-from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable
+from attnviz.outputs import DATA, PICTURES, output_for, refuse_inapplicable, suffixes_of
 from attnviz.request import asked_for
 from attnviz.writers import Rendering, write
 
@@ -95,6 +96,11 @@ class Presenting:
             raise UsageError(
                 f"--format {output_format} and the suffix of {self.output} ({by_suffix.value}) "
                 "disagree: drop --format, or name the file for what it holds"
+            )
+        if output_format is None and by_suffix is None and Path(self.output).suffix:
+            raise UsageError(  # x.jpg: a format attnviz does not write, never ndjson in it
+                f"cannot tell the format of {self.output}: name it {suffixes_of(SHOWN)}, or "
+                "give --format"
             )
         top = out.top_heads_for(choice, self.aggregate, detect, answered)
         if output_format is None:  # a picture was asked for, even into a pipe
