@@ -204,6 +204,9 @@ class Request:
 
 
 _FIELDS = tuple(field.name for field in fields(Request))
+# The model's likeliest next tokens an answer keeps, with their probabilities (heads
+# --predictions shows some of them).
+PREDICTIONS = 100
 # The fields every fingerprint holds, given or not, as release 0.1's manifests do.
 _RELEASE_0_1 = ("mode", "layers", "heads", "special", "words", "raw_pieces", "chat", "system")
 _ASKED = ("maps", "statistics", "effects")  # what a request reads of each input

@@ -578,3 +578,68 @@ def test_heads_checks_the_text_and_the_answer_once(runner, generators, monkeypat
     )
     assert result.exit_code == 0, result.stderr
     assert sorted(checked) == ["answer", "text"]
+
+
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm"])
+def test_the_answers_rank_probability_and_the_models_next_tokens(generators, family):
+    """Held to the model's own next-token distribution for the same ids."""
+    extractor = attnviz.load(generators[family])
+    effects = extractor.head_effects(TEXT, ANSWER, method="gradient")
+    tokenizer, model = extractor.loaded.tokenizer, extractor.loaded.model
+    ids = tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        expected = model(ids).logits[0, -1].float().log_softmax(-1)
+    answer_id = tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
+    on = effects.on
+    assert on.rank == int((expected > expected[answer_id]).sum()) + 1
+    assert on.probability == pytest.approx(float(expected[answer_id].exp()), rel=1e-5)
+    best = expected.topk(10)
+    assert [token for token, _ in on.predictions[:10]] == [
+        tokenizer.decode([token]) for token in best.indices.tolist()
+    ]
+    np.testing.assert_allclose([p for _, p in on.predictions[:10]], best.values.exp(), rtol=1e-5)
+    assert len(on.predictions) == 100
+
+
+def test_an_answer_missing_its_space_is_said_with_its_twin(runner, generators):
+    """--answer "Paris" read a log-probability of -7.57 where " Paris" had -0.26, silently."""
+    from attnviz.cli import app
+
+    path = generators["gpt2-lm"]
+    on = attnviz.load(path).head_effects(TEXT, ANSWER, method="gradient").on
+    spaced = [token for token, _ in on.predictions[:10] if token[:1] == " " and token[1:]]
+    ranks = {}
+    for token in spaced:
+        found = runner.invoke(app, ["heads", TEXT, "--model", path, "--answer", token[1:], "-f",
+                                    "json", "--method", "gradient", "--top", "1"])  # fmt: skip
+        document = json.loads(found.stdout)
+        ranks[token] = (document["answer_rank"], document["answer_probability"], found.stderr)
+    twin, (rank, probability, said) = next((t, got) for t, got in ranks.items() if got[0] > 10)
+    twin_rank = [token for token, _ in on.predictions].index(twin) + 1
+    assert said == (
+        f"attnviz: warning: the answer {twin[1:]!r} is the model's next token number {rank:,} "
+        f"(probability {probability:.2g}); {twin!r}, with a space first, is number "
+        f"{twin_rank}: did you mean --answer {twin!r}?\n"
+    )
+    assert all(got[2] == "" for got in ranks.values() if got[0] <= 10)
+
+
+def test_predictions_list_the_models_next_tokens_above_the_table_and_in_json(runner, generators):
+    from attnviz.cli import app
+    from tests.checks import failed_in_process
+
+    path = generators["gpt2-lm"]
+    common = ["heads", TEXT, "--model", path, "--answer", ANSWER, "--top", "1"]
+    document = json.loads(runner.invoke(app, [*common, "-f", "json", "--predictions", "3"]).stdout)
+    listed = document["predictions"]
+    assert len(listed) == 3 and listed[0]["probability"] >= listed[2]["probability"]
+    table = runner.invoke(app, [*common, "--predictions", "3"], env={"COLUMNS": "300"}).stdout
+    said = " · ".join(f"{entry['token']!r} {entry['probability']:.3g}" for entry in listed)
+    assert f"the model's next tokens: {said}" in table
+    assert f"the model's number {document['answer_rank']:,})" in table
+    plain = json.loads(runner.invoke(app, [*common, "-f", "json"]).stdout)
+    assert "predictions" not in plain and plain["answer_rank"] == document["answer_rank"]
+    failed_in_process(runner.invoke(app, [*common, "-f", "csv", "--predictions", "3"]), 2, "csv")
+    failed_in_process(
+        runner.invoke(app, ["heads", TEXT, "--model", path, "--predictions", "3"]), 2, "--answer"
+    )

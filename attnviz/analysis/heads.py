@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -53,10 +54,17 @@ class Answer:
     corrupt: str | None = None  # the corrupted text, where effects are patched from it
     corrupt_metric: float | None = None
     method: Method = Method.EXACT
+    rank: int | None = None  # the answer token's place among the next tokens (1: likeliest)
+    # The model's likeliest next tokens after the text, with their probabilities.
+    predictions: tuple[tuple[str, float], ...] = ()
 
     @property
     def metric_name(self) -> str:
         return "log_prob" if self.versus is None else "logit_difference"
+
+    @property
+    def probability(self) -> float:
+        return math.exp(self.log_prob)
 
     def fields(self) -> dict[str, object]:
         """What a table of effects on it records beside its rows (the metric's fields only
@@ -66,6 +74,8 @@ class Answer:
             "answer_token": self.answer_token,
             "answer_log_prob": self.log_prob,
         }
+        if self.rank is not None:
+            found |= {"answer_rank": self.rank, "answer_probability": self.probability}
         if self.versus is not None:
             found |= {"versus": self.versus, "versus_token": self.versus_token}
         if self.versus is not None or self.corrupt is not None:

@@ -28,7 +28,7 @@ from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.head_columns import Detector, HeadColumn, Needs
 from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
-from attnviz.request import asked_for
+from attnviz.request import PREDICTIONS, asked_for
 from attnviz.safe_text import display_label
 from attnviz.selection import index_span
 from attnviz.writers import write_table
@@ -67,6 +67,17 @@ TopOption = Annotated[
     int | None,
     typer.Option("--top", metavar="N", min=1, help="Only the first N rows, after sorting."),
 ]
+PredictionsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--predictions",
+        metavar="N",
+        min=1,
+        max=PREDICTIONS,
+        help="With --answer, the model's N likeliest next tokens after the text, with their "
+        "probabilities, above the table (json: predictions).",
+    ),
+]
 
 
 @sharing(effect_options, row_products, model_settings)
@@ -83,6 +94,7 @@ def heads(
     top: TopOption = None,
     output_format: FormatOption = Output.TABLE,
     picture: PictureOption = None,
+    predictions: PredictionsOption = None,
     shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Statistics per head: what kind of head is this, and what does the answer need?
@@ -112,6 +124,7 @@ def heads(
         statistics=True,
     )
     shared.effects.check(reading.model, sort, saved=saved is not None)
+    _predictions_checked(predictions, shared.effects, output_format)
 
     read = partial(_read, asked, shared.environment, shared.effects)
     statistics = partial(_read_product, read, "statistics")
@@ -141,11 +154,27 @@ def heads(
     if output_format is not Output.TABLE:
         fields = {} if probe is None else {"probe": probe}
         fields |= {} if table.effects is None else table.effects.fields()
+        if predictions is not None and table.effects is not None:
+            listed = table.effects.on.predictions[:predictions]
+            fields["predictions"] = [{"token": t, "probability": p} for t, p in listed]
         names = [column.value for column in columns]
         write_table(output_format, as_dicts(rows, columns), names, d.STDIO, fields)
     else:
-        drawn = _table(table, rows, columns, probed=detect is not None)
+        drawn = _table(table, rows, columns, probed=detect is not None, predictions=predictions)
         out.stdout_console(d.ColourChoice.AUTO, None, shared.environment).print(drawn)
+
+
+def _predictions_checked(count: int | None, effects: Effects, output_format: Output) -> None:
+    if count is None:
+        return
+    if effects.answer is None or effects.knockout is not None:
+        raise UsageError(
+            "--predictions lists the next tokens an answer is read among: give --answer"
+        )
+    if output_format is Output.CSV:
+        raise UsageError(
+            "--predictions lists tokens beside the heads: csv holds heads alone (use json)"
+        )
 
 
 def _picture_checked(picture: str | None, effects: Effects) -> Output | None:
@@ -260,7 +289,11 @@ def _columns(
 
 
 def _table(
-    table: HeadTable, rows: list[HeadStatistics], columns: list[HeadColumn], probed: bool
+    table: HeadTable,
+    rows: list[HeadStatistics],
+    columns: list[HeadColumn],
+    probed: bool,
+    predictions: int | None = None,
 ) -> Group:
     """The rows as a rich table under a line saying what was read (a line of its own: a
     narrow table would wrap it), its caption saying what the columns mean."""
@@ -278,6 +311,11 @@ def _table(
     title = f"{display_label(table.model)} · {table.mode} attention · {table.key_count} key tokens"
     if table.effects is not None:
         title += "\n" + _answer_line(table.effects)
+    title += read
+    if table.effects is not None and predictions is not None:
+        listed = table.effects.on.predictions[:predictions]
+        said = " · ".join(f"{display_label(repr(t))} {p:.3g}" for t, p in listed)
+        title += f"\nthe model's next tokens: {said}"
     drawn = out.rows_table(
         caption=" · ".join(f"{column}: {column.help}" for column in columns if column.help),
     )
@@ -288,13 +326,15 @@ def _table(
     for row in rows:
         drawn.add_row(*(_cell(row[column], column) for column in columns))
     kinds = _kinds_line(table.rows)
-    return Group(Text(title + read + (f"\n{kinds}" if kinds else "")), drawn)
+    return Group(Text(title + (f"\n{kinds}" if kinds else "")), drawn)
 
 
 def _answer_line(effects: HeadEffects) -> str:
     """What the effects were measured on: the answer, the metric, the corrupted run."""
     on = effects.on
     line = f"answer {display_label(repr(on.answer_token))} · log-probability {number(on.log_prob)}"
+    if on.rank is not None:
+        line += f" (probability {on.probability:.3g}, the model's number {on.rank:,})"
     if on.versus_token is not None and on.clean_metric is not None:
         versus = display_label(repr(on.versus_token))
         line += f" · vs {versus}: logit difference {number(on.clean_metric)}"

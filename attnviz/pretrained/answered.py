@@ -26,7 +26,7 @@ from attnviz.pretrained.patching import (
     patch_estimate,
     trace,
 )
-from attnviz.request import Input, Request
+from attnviz.request import PREDICTIONS, Input, Request
 from attnviz.selection import resolve, token_positions
 
 if TYPE_CHECKING:
@@ -69,6 +69,41 @@ def answer_label(loaded: PretrainedModel, answer_id: int) -> str:
     blank (a bare space or word marker), its piece as the vocabulary spells it."""
     decoded = loaded.tokenizer.decode([answer_id])
     return decoded if decoded.strip() else str(loaded.tokenizer.convert_ids_to_tokens(answer_id))
+
+
+_TWIN_WITHIN = 10  # an answer this far down whose twin with a space is within: a warning
+
+
+def next_tokens(loaded: PretrainedModel, asked: Answered, log_probs: Any) -> dict[str, Any]:
+    """The answer's rank among the next tokens and the model's likeliest next tokens, from
+    the clean run's (vocabulary,) log-probabilities; an answer the model hardly expects
+    whose twin with a space first it does expect is said in one line (" Paris", not
+    "Paris", is the next word of most tokenizers)."""
+    import torch
+
+    def rank_of(token: int) -> int:
+        return int((log_probs > log_probs[token]).sum()) + 1
+
+    rank = rank_of(asked.metric.answer_id)
+    best = torch.topk(log_probs, min(PREDICTIONS, len(log_probs)))
+    predictions = tuple(
+        (answer_label(loaded, int(token)), float(value.exp()))
+        for value, token in zip(best.values, best.indices, strict=True)
+    )
+    given = asked.given.answer
+    if rank > _TWIN_WITHIN and given is not None and not given[:1].isspace():
+        twin = " " + given
+        try:
+            twin_rank = rank_of(answer_token(loaded, asked.side, twin))
+        except UsageError:  # no token of its own after the text: no twin
+            twin_rank = None
+        if twin_rank is not None and twin_rank <= _TWIN_WITHIN:
+            warn(
+                f"the answer {given!r} is the model's next token number {rank:,} (probability "
+                f"{float(log_probs[asked.metric.answer_id].exp()):.2g}); {twin!r}, with a space "
+                f"first, is number {twin_rank}: did you mean --answer {twin!r}?"
+            )
+    return {"rank": rank, "predictions": predictions}
 
 
 @dataclass(frozen=True)
@@ -199,6 +234,7 @@ def effects_of(
         clean_metric=clean.metric,
         corrupt_metric=corrupt_metric,
         method=request.method,
+        **next_tokens(extractor.loaded, asked, clean.next_log_probs),
     )
     return HeadEffects(on, request.ablate, layers, heads, ablation, dla, patch)
 

@@ -228,6 +228,7 @@ class Clean:
     post_normed: list[tuple[Any, Any] | None]
     residual: torch.Tensor  # (D,) the final norm's input at the last position
     normed: torch.Tensor  # (D,) its output there
+    next_log_probs: torch.Tensor  # (vocabulary,) float32 on the CPU: every next token's
 
 
 def clean_pass(
@@ -270,17 +271,18 @@ def clean_recording(
 
     def finish(logits: torch.Tensor, metric: Metric) -> Clean:
         logits = logits.detach()
-        log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
+        log_probs = logits[0].float().log_softmax(-1).cpu()
         residual, normed = final[0]
         return Clean(
             float(metric.of(logits)[0]),
-            log_prob,
+            float(log_probs[metric.answer_id]),
             head_inputs,
             block_outputs,
             written,
             post_normed,
             residual,
             normed,
+            log_probs,
         )
 
     with contextlib.ExitStack() as hooks:
