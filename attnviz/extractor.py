@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.heads import HeadTable
 from attnviz.choices import Ablation, Mode, Site, chosen
 from attnviz.errors import UsageError
+from attnviz.progress import Listener
 from attnviz.request import Explaining, Input, Request, Result, Sampling, asked_for, check_text
 from attnviz.selection import Selection, token_positions
 
@@ -63,23 +64,33 @@ class Extractor(ABC):
         request: Request | None = None,
         *,
         batch_size: int = 16,
+        progress: Listener | None = None,
         **options: Any,
     ) -> Iterator[Result]:
         """What ``request`` asks of each input, in order. Pretrained models read
         ``batch_size`` inputs per padded forward pass; each result equals what that input
-        gives alone. The request is checked before any work; each input as it is reached."""
+        gives alone. The request is checked before any work; each input as it is reached.
+        ``progress(what, done, total)`` is told how far each long pass has got (the exact
+        sweeps, a pass per batch of changes; the gradient passes, a step per layer up and
+        down)."""
         request = Request.of(request, options)
         _check_batch(inputs, batch_size, "run", "run([text])")
         self._check(request)
-        return self._run((as_input(each) for each in inputs), request, batch_size)
+        return self._run((as_input(each) for each in inputs), request, batch_size, progress)
 
     @abstractmethod
     def _check(self, request: Request) -> None:
         """Refuse, before any input is read, what this model cannot read at all."""
 
-    def _run(self, inputs: Iterator[Input], request: Request, batch_size: int) -> Iterator[Result]:
+    def _run(
+        self,
+        inputs: Iterator[Input],
+        request: Request,
+        batch_size: int,
+        progress: Listener | None = None,
+    ) -> Iterator[Result]:
         """Maps and the statistics read from them; no answer (a pretrained language model
-        reads effects)."""
+        reads effects), and no pass long enough to report on."""
         while chunk := list(islice(inputs, batch_size)):
             answered = request.effects and any(each.answer is not None for each in chunk)
             if answered or request.knockout is not None or request.trace is not None:

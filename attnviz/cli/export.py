@@ -72,7 +72,7 @@ def export(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.aggregate import aggregate as combine
 
-    found = asked.run(extractor, out.only_one(out.inputs(text, extractor)))
+    found = asked.run(extractor, out.only_one(out.inputs(text, extractor)), shared.environment)
     maps, top = asked_for(found.maps), shared.effects.ranked(top, found)
     if between is not None:
         maps = out.between_sentences(maps, between)

@@ -207,7 +207,7 @@ def _draw(table: HeadTable, sort: HeadColumn, picture: str, picture_format: Outp
 def _read(job: Job, environment: Environment, effects: Effects, line: str) -> Result:
     """What the job's request reads of one text (a knockout's span said as it was split)."""
     try:
-        return job.run(job.open(environment), line)
+        return job.run(job.open(environment), line, environment)
     except UsageError as error:
         raise effects.knocked_error(error) from None
 

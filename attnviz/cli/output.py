@@ -3,6 +3,7 @@ on, and the helpers that write one picture or one document."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from attnviz.head_columns import Detector
     from attnviz.maps import AttentionMaps
     from attnviz.panels import MapPanel
+    from attnviz.progress import Listener
 
 T = TypeVar("T")
 Read = TypeVar("Read")  # what a command reads of a text or of saved maps
@@ -391,3 +393,33 @@ def _data_file_format(output: str, asked: Output) -> Output:
             "pick one"
         )
     return by_suffix
+
+
+@contextlib.contextmanager
+def passes_shown(environment: Environment) -> Iterator[Listener | None]:
+    """A progress listener (:mod:`attnviz.progress`) drawing a bar per long pass on stderr
+    (what it does, done of total, time left) while it runs, gone when it ends; None when
+    stderr is not a terminal (a log gets no bars)."""
+    if not environment.stderr_is_terminal:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    bars = Progress(*columns, TimeRemainingColumn(), console=console, transient=True)
+    tasks: dict[str, Any] = {}
+
+    def listener(what: str, done: int, total: int) -> None:
+        if what not in tasks:
+            tasks[what] = bars.add_task(f"{what}s", total=total)
+        bars.update(tasks[what], completed=done, total=total)
+
+    with bars:
+        yield listener

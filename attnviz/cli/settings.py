@@ -436,9 +436,16 @@ class Job:
             return self.first
         return replace(self.first, text=text)
 
-    def run(self, extractor: Extractor, text: str) -> Result:
-        """What the request reads of one text."""
-        (found,) = extractor.run([self.input(text)], self.request)
+    def run(
+        self, extractor: Extractor, text: str, environment: Environment | None = None
+    ) -> Result:
+        """What the request reads of one text, its long passes shown on a terminal's
+        stderr (given the ``environment``)."""
+        # rich: only where a command runs a model (`attnviz --help` imports this module)
+        from attnviz.cli.output import NO_TERMINAL, passes_shown
+
+        with passes_shown(environment or NO_TERMINAL) as listener:
+            (found,) = extractor.run([self.input(text)], self.request, progress=listener)
         return found
 
     def maps(self, extractor: Extractor, text: str) -> AttentionMaps:

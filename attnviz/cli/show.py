@@ -237,7 +237,7 @@ def show(
     lines = out.inputs(text, extractor)
     if shared.effects.answer is not None:  # the heads one text's answer needs
         line = out.only_one(lines, "--answer ranks the heads of one text")
-        found = asked.run(extractor, line)
+        found = asked.run(extractor, line, shared.environment)
         presentation = replace(presentation, top=shared.effects.ranked(presentation.top, found))
         results: Iterator[Result] = iter([found])
     else:

@@ -72,7 +72,7 @@ def trace(
         check_writable(output)  # before the model loads
     extractor = asked.open(shared.environment)
     line = out.only_one(out.inputs(text, extractor), "trace reads one text and its corrupted twin")
-    found = asked_for(asked.run(extractor, line).trace)
+    found = asked_for(asked.run(extractor, line, shared.environment).trace)
     if drawn is Output.HTML:
         from attnviz.render.page import trace_page_html  # numpy: only for the page
 

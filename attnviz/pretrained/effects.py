@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,11 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Ablation
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, warn
 from attnviz.pretrained.attention_modules import Family, Stream
 from attnviz.pretrained.encoding import head_count
 from attnviz.pretrained.finite import check_metric
+from attnviz.pretrained.frozen_norms import frozen_norm, through_post_norm
 from attnviz.pretrained.value_norms import output_projection
+from attnviz.progress import advance
 
 if TYPE_CHECKING:
     import torch
@@ -347,7 +350,7 @@ def _attribution(
     """Each head's direct logit attribution, (L, H)."""
     import torch
 
-    frozen = _frozen_norm(body.norm, clean.residual, clean.normed)
+    frozen = frozen_norm(body.norm, clean.residual, clean.normed)
     direction = metric.direction(body.unembedding)  # (D,)
     result = np.zeros((len(layers), len(heads)))
     for row, layer in enumerate(layers):
@@ -360,27 +363,9 @@ def _attribution(
         written = projection(alone).float()  # (H + 1, D): each head's slice, then the bias
         written = written[:-1] - written[-1]
         if body.post_norms[layer] is not None:
-            written = _through_post_norm(body.post_norms[layer], clean, layer)(written)
+            written = through_post_norm(body.post_norms[layer], clean, layer)(written)
         result[row] = (frozen(written) @ direction).cpu().numpy()
     return result
-
-
-def _through_post_norm(
-    norm: Any, clean: Clean, layer: int
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A layer's post-attention norm frozen at the clean attention output's scale, once it is
-    seen to normalise that output (and not something else by the same name)."""
-    import torch
-
-    recorded = clean.post_normed[layer]
-    assert recorded is not None  # the clean pass records every post norm's
-    normed_input, normed_output = recorded
-    if not torch.allclose(normed_input.float(), clean.written[layer].float(), atol=1e-5):
-        raise UsageError(
-            f"attnviz cannot attribute layer {layer}'s heads: its post_attention_layernorm does "
-            "not normalise the attention's output"
-        )
-    return _frozen_norm(norm, normed_input, normed_output)
 
 
 def _head_size(head_input: torch.Tensor, heads: int) -> int:
@@ -390,56 +375,6 @@ def _head_size(head_input: torch.Tensor, heads: int) -> int:
             "do not share evenly: attnviz cannot tell one head's output from another's"
         )
     return head_input.shape[-1] // heads
-
-
-def _frozen_norm(
-    norm: Any, residual: torch.Tensor, normed: torch.Tensor
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The final norm as a linear map, its scale frozen at the clean residual's. A LayerNorm
-    centres, an RMSNorm does not; whose gain it is (the weight, or Gemma's 1 + weight) is
-    read from the form that gives back what the norm computed on the clean residual."""
-    import torch
-
-    x, y = residual.float(), normed.float()
-    weight = getattr(norm, "weight", None)
-    weight = torch.ones_like(x) if weight is None else weight.float()
-    bias = getattr(norm, "bias", None)
-    shift = torch.zeros_like(x) if bias is None else bias.float()
-    eps = next(
-        (
-            float(value)
-            for name in ("eps", "variance_epsilon", "epsilon")
-            if isinstance(value := getattr(norm, name, None), float | int)
-        ),
-        1e-6,
-    )
-    centred = "layernorm" in type(norm).__name__.lower()
-    moved = x - x.mean() if centred else x
-    scale = (moved.pow(2).mean() + eps).sqrt()
-    # The norm's output was rounded to the model's dtype: bfloat16 keeps 8 bits (2^-8).
-    tolerance = max(1e-3, 2 * torch.finfo(normed.dtype).eps)
-    for gain in (weight, 1 + weight):
-        if torch.allclose(
-            gain * moved / scale + shift,
-            y,
-            rtol=tolerance,
-            atol=tolerance * float(y.abs().max()),
-        ):
-            return _linear_norm(gain, scale, centred)
-    raise UsageError(
-        f"attnviz cannot read {type(norm).__name__} as a LayerNorm or an "
-        "RMSNorm: no direct logit attribution through it"
-    )
-
-
-def _linear_norm(
-    gain: torch.Tensor, scale: torch.Tensor, centred: bool
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    def frozen(written: torch.Tensor) -> torch.Tensor:  # (N, D) -> (N, D)
-        moved = written - written.mean(-1, keepdim=True) if centred else written
-        return gain * moved / scale
-
-    return frozen
 
 
 # What one batch row of a pass changes: hooks installed for the rows at these indices of the
@@ -481,7 +416,7 @@ def _ablation(
         return install
 
     changes = [Change(layer, without(layer, head)) for layer in layers for head in heads]
-    effects = iter(changed_metrics(model, body, arguments, metric, clean, changes))
+    effects = iter(changed_metrics(model, body, arguments, metric, clean, changes, "ablation"))
     return np.array([[next(effects) for _ in heads] for _ in layers])
 
 
@@ -494,17 +429,25 @@ def ablated(ablate: Ablation, outputs: torch.Tensor) -> torch.Tensor | float:
 
 
 def changed_metrics(
-    model: Any, body: Anatomy, arguments: dict, metric: Metric, base: Clean, changes: list[Change]
+    model: Any,
+    body: Anatomy,
+    arguments: dict,
+    metric: Metric,
+    base: Clean,
+    changes: list[Change],
+    what: str,
 ) -> list[float]:
     """The metric under each change of the ``base`` run (the clean run, or a corrupted
     one), less the base's. Changes are taken a pass's rows at a time, lowest first, so
     that a pass starts as high in the model as its lowest change, the layers below
-    handing on the base run's states."""
+    handing on the base run's states. ``what`` the changes measure (``"ablation"``) names
+    the sweep to a progress listener, and in the line said before a long one."""
     tokens = int(arguments["input_ids"].shape[1])
     rows = max(1, min(_ROWS_PER_PASS, _TOKENS_PER_PASS // tokens))
     order = sorted(range(len(changes)), key=lambda index: changes[index].first_layer)
     effects = [0.0] * len(changes)
     reuse, checked = True, False
+    started = time.monotonic()
     for first in range(0, len(order), rows):
         chunk = [changes[index] for index in order[first : first + rows]]
         start = chunk[0].first_layer if reuse else 0
@@ -520,7 +463,29 @@ def changed_metrics(
                 found = _changed_pass(model, body, arguments, metric, base, chunk, 0)
         for index, value in zip(order[first : first + rows], found, strict=False):
             effects[index] = value - base.metric
+        advance(what, min(first + rows, len(order)), len(order))
+        if first == 0:
+            _say_if_long(what, time.monotonic() - started, len(chunk), len(order))
     return effects
+
+
+LONG_SWEEP = 30.0  # seconds: an exact sweep expected to take longer is said first
+
+
+def _say_if_long(what: str, first: float, rows: int, changes: int) -> None:
+    """After a sweep's first pass (``first`` seconds for ``rows`` changes), one line where
+    the rest will take long: how long, and what the gradient estimate would cost (a
+    forward and a backward pass of the text, about three forward passes of one row; a
+    knockout has no estimate)."""
+    passes = -(-changes // rows)
+    left = first * (passes - 1)
+    if left < LONG_SWEEP:
+        return
+    estimate = "" if what == "knockout" else (
+        f"; --method gradient estimates every {what} from one forward and one backward pass "
+        f"(about {max(1.0, 3 * first / rows):.0f} s)"
+    )  # fmt: skip
+    warn(f"the exact {what} sweep runs {passes} passes, about {left:.0f} s more{estimate}")
 
 
 def _changed_pass(

@@ -37,6 +37,7 @@ from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
+from attnviz.progress import Listener, reporting
 from attnviz.request import Explaining, Input, Request, Result, Sampling
 from attnviz.selection import resolve
 
@@ -71,9 +72,17 @@ class PretrainedExtractor(Extractor):
         if request.knockout is not None:  # every input's knockout reads its answer
             anatomy_of(self.loaded)
 
-    def _run(self, inputs: Iterator[Input], request: Request, batch_size: int) -> Iterator[Result]:
+    def _run(
+        self,
+        inputs: Iterator[Input],
+        request: Request,
+        batch_size: int,
+        progress: Listener | None = None,
+    ) -> Iterator[Result]:
         while chunk := list(islice(inputs, batch_size)):
-            yield from self._read(chunk, request)
+            with reporting(progress):  # around the read alone, never across a yield
+                results = self._read(chunk, request)
+            yield from results
 
     def _read(self, chunk: list[Input], request: Request) -> list[Result]:
         """What the request asks of one batch of inputs. Maps and statistics are read of

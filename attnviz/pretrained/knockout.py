@@ -75,7 +75,7 @@ def knockout(
     with torch.inference_mode():
         clean = clean_pass(model, body, arguments, metric)
         changes = [blocked(first, last) for first, last in spans]
-        effects = changed_metrics(model, body, arguments, metric, clean, changes)
+        effects = changed_metrics(model, body, arguments, metric, clean, changes, "knockout")
     if not all(np.isfinite(effects)):
         raise UsageError("the knockout leaves a query row no key to read in a layer's own mask")
     return clean.metric, np.array(effects)

@@ -49,6 +49,7 @@ from attnviz.pretrained.effects import (
 )
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
 from attnviz.pretrained.windowed import windowed
+from attnviz.progress import advance
 
 if TYPE_CHECKING:
     import torch
@@ -77,7 +78,9 @@ def head_patch(
     with torch.inference_mode():
         corrupt = clean_pass(model, body, corrupt_arguments, metric, CORRUPTED_RUN)
         changes = [Change(layer, restored(layer, head)) for layer in layers for head in heads]
-        effects = iter(changed_metrics(model, body, corrupt_arguments, metric, corrupt, changes))
+        effects = iter(
+            changed_metrics(model, body, corrupt_arguments, metric, corrupt, changes, "patch")
+        )
     return corrupt.metric, np.array([[next(effects) for _ in heads] for _ in layers])
 
 
@@ -128,7 +131,9 @@ def trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
             for layer in layers
             for position in range(tokens)
         ]
-        effects = changed_metrics(model, body, corrupt_arguments, metric, corrupt, changes)
+        effects = changed_metrics(
+            model, body, corrupt_arguments, metric, corrupt, changes, "trace cell"
+        )
     effect = np.array(effects).reshape(len(layers), tokens)
     return Traced(clean.metric, corrupt.metric, clean.log_prob, effect)
 
@@ -267,6 +272,7 @@ def gradients(
     kept: list[Any] = [None] * len(body.blocks)
     reduced: list[Any] = [None] * len(body.blocks)
     start: list[torch.Tensor] = []
+    steps = _Steps(2 * len(body.blocks))  # each layer read on the way up, then down
 
     def keep(layer: int, activation: torch.Tensor) -> None:
         # The forward's own: a layer computed again in the backward pass runs the hooks
@@ -274,9 +280,11 @@ def gradients(
         if kept[layer] is not None or not activation.requires_grad:
             return
         kept[layer] = activation
+        steps.step()
 
         def read(gradient: torch.Tensor) -> None:
             reduced[layer] = reduce(layer, kept[layer].detach(), gradient.detach())
+            steps.step()
 
         activation.register_hook(read)
 
@@ -320,6 +328,17 @@ def gradients(
         )
     clean = None if finish is None else finish(logits, metric)
     return Gradients(float(value.detach()), reduced, clean)
+
+
+class _Steps:
+    """A gradient pass's steps, told to a progress listener as each is done."""
+
+    def __init__(self, total: int) -> None:
+        self.done, self.total = 0, total
+
+    def step(self) -> None:
+        self.done += 1
+        advance("gradient pass step", self.done, self.total)
 
 
 def _backward(value: torch.Tensor, down_to: Any) -> None:

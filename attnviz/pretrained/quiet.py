@@ -6,11 +6,13 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 
+from attnviz.errors import AttnvizWarning
+
 
 @contextlib.contextmanager
 def quiet(verbose: bool) -> Iterator[None]:
-    """Silence transformers' logging, progress bars and Python warnings unless verbose;
-    whatever was set before is set again afterwards."""
+    """Silence transformers' logging, progress bars and Python warnings unless verbose
+    (attnviz's own warnings pass); whatever was set before is set again afterwards."""
     if verbose:
         yield
         return
@@ -23,6 +25,8 @@ def quiet(verbose: bool) -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            # attnviz's own still reach the user: said once, as the caller's filters would
+            warnings.filterwarnings("default", category=AttnvizWarning)
             yield
     finally:
         hf_logging.set_verbosity(previous)

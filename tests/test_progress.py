@@ -1,0 +1,90 @@
+"""How far a long pass has got: what the exact sweeps and the gradient passes tell a
+listener, the bar a terminal's stderr shows, and the line said before a long sweep."""
+
+from __future__ import annotations
+
+import pytest
+
+import attnviz
+from attnviz.cli import app
+from attnviz.cli.output import Environment
+from attnviz.pretrained import effects as effects_module
+from attnviz.request import Input, Request
+from tests.hook_references import ANSWER, CORRUPT, TEXT
+
+TERMINAL_STDERR = Environment(stdout_is_terminal=False, stderr_is_terminal=True)
+
+
+def _told(extractor, request, given):
+    told: list[tuple[str, int, int]] = []
+    found = list(extractor.run([given], request, progress=lambda *step: told.append(step)))
+    return found, told
+
+
+def test_every_exact_sweep_tells_how_far_it_got(generators):
+    extractor = attnviz.load(generators["gpt2-lm"])
+    given = Input(TEXT, answer=ANSWER, corrupt=CORRUPT)
+    _, told = _told(extractor, Request(maps=False, effects=True), given)
+    heads = extractor.loaded.model.config.n_layer * extractor.loaded.model.config.n_head
+    for what in ("ablation", "patch"):
+        steps = [(done, total) for name, done, total in told if name == what]
+        assert steps and steps[-1] == (heads, heads), (what, told)
+        assert [done for done, _ in steps] == sorted({done for done, _ in steps})
+    _, traced = _told(extractor, Request(maps=False, trace="resid"), given)
+    cells = extractor.loaded.model.config.n_layer * 6  # layers × the text's 6 tokens
+    assert traced[-1] == ("trace cell", cells, cells)
+
+
+def test_a_gradient_pass_tells_each_layer_up_and_down(generators):
+    extractor = attnviz.load(generators["llama-lm"])
+    request = Request(maps=False, effects=True, method="gradient")
+    _, told = _told(extractor, request, Input(TEXT, answer=ANSWER))
+    layers = extractor.loaded.model.config.num_hidden_layers
+    assert told == [("gradient pass step", step, 2 * layers) for step in range(1, 2 * layers + 1)]
+
+
+def test_no_listener_no_telling(generators):
+    """Without a listener a read is what it was; a listener of a finished read hears no
+    more (it travels with the read alone)."""
+    extractor = attnviz.load(generators["gpt2-lm"])
+    request = Request(maps=False, effects=True)
+    (alone,) = extractor.run([Input(TEXT, answer=ANSWER)], request)
+    found, told = _told(extractor, request, Input(TEXT, answer=ANSWER))
+    assert told and (found[0].effects.ablation == alone.effects.ablation).all()
+    count = len(told)
+    list(extractor.run([Input(TEXT, answer=ANSWER)], request))
+    assert len(told) == count
+
+
+def test_a_terminals_stderr_shows_a_moving_count_a_pipe_none(runner, generators):
+    common = ["trace", TEXT, "--model", generators["gpt2-lm"], "--answer", ANSWER]
+    common += ["--corrupt", CORRUPT, "-f", "json"]
+    shown = runner.invoke(app, common, obj=TERMINAL_STDERR)
+    assert shown.exit_code == 0, shown.stderr
+    assert "trace cells" in shown.stderr and "/18" in shown.stderr  # 3 layers × 6 tokens
+    piped = runner.invoke(app, common)
+    assert piped.stderr == "" and piped.stdout == shown.stdout
+
+
+def test_a_long_exact_sweep_is_said_with_what_the_estimate_would_cost(
+    runner, generators, monkeypatch
+):
+    monkeypatch.setattr(effects_module, "LONG_SWEEP", 0.0)
+    common = ["heads", TEXT, "--model", generators["gpt2-lm"], "--answer", ANSWER, "--top", "1"]
+    result = runner.invoke(app, [*common, "--rows", "last"])
+    assert result.exit_code == 0, result.stderr
+    assert "attnviz: warning: the exact ablation sweep runs" in result.stderr
+    assert "--method gradient estimates every ablation from one forward and one backward" in (
+        result.stderr
+    )
+    quick = runner.invoke(app, [*common, "--method", "gradient"])
+    assert quick.stderr == "", quick.stderr
+
+
+@pytest.mark.parametrize("seconds", [0.0])
+def test_a_knockout_is_said_without_an_estimate(runner, generators, monkeypatch, seconds):
+    monkeypatch.setattr(effects_module, "LONG_SWEEP", seconds)
+    common = ["heads", TEXT, "--model", generators["gpt2-lm"], "--answer", ANSWER]
+    result = runner.invoke(app, [*common, "--knockout", "last:dog"])
+    assert result.exit_code == 0, result.stderr
+    assert "the exact knockout sweep runs" in result.stderr and "gradient" not in result.stderr
