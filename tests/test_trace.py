@@ -72,7 +72,7 @@ def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, 
         (["--answer", ANSWER, "--corrupt", CORRUPT, "--site", "ffn"], "ffn"),
         (
             ["--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.html", "-f", "csv"],
-            "-o writes a picture or a page; -f writes data",
+            "writes a picture or a page; -f writes data",
         ),
         (["--answer", ANSWER, "--corrupt", CORRUPT, "-o", "t.txt"], ".html"),
         # a trace's rows are the model's own positions: no token dropped nor merged

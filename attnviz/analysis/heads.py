@@ -12,14 +12,17 @@ import numpy as np
 
 from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
-from attnviz.choices import Ablation, Method, Mode
+from attnviz.choices import Ablation, Method, Mode, Output
 from attnviz.errors import UsageError
 from attnviz.head_columns import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
 from attnviz.panels import panels_of
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from attnviz.maps import AttentionMaps
     from attnviz.panels import MapPanel
+    from attnviz.render.image import Picture
 
 DETECTOR_COLUMNS = frozenset(DETECTORS)
 # A table in a terminal has room for one set or the other: the statistics, or the
@@ -99,6 +102,39 @@ class HeadEffects:
     ablation: np.ndarray  # (L, H)
     dla: np.ndarray  # (L, H)
     patch: np.ndarray | None = None  # (L, H)
+
+    def __repr__(self) -> str:
+        """A short header (a notebook shows the picture beside it), not the arrays."""
+        columns = ", ".join(
+            name for name in ("ablation", "dla", "patch") if getattr(self, name) is not None
+        )
+        return (
+            f"<HeadEffects on answer {self.on.answer_token!r} (log-probability "
+            f"{self.on.log_prob:.3f}): {len(self.layers)} layers × {len(self.heads)} heads, "
+            f"{columns}>"
+        )
+
+    def picture(
+        self, column: str | None = None, format: Output | str = "png", **style: Any
+    ) -> Picture:
+        """The layers × heads grid ``heads --picture`` draws of one effect: ``column``
+        ablation, dla or patch (by default patch where there is one, else ablation), in
+        diverging colours centred on 0. ``style``: ``dpi``, ``figsize``, ``font_size``,
+        ``title``, as export's options. ``.data`` holds the bytes; a notebook shows it."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.effects import effects_figure
+
+        return effects_figure(self, column, format, style)
+
+    def save(self, path: str | Path, column: str | None = None, **style: Any) -> None:
+        """:meth:`picture` written to ``path`` (.png, .svg or .pdf), whole or not at all."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.effects import save_figure
+
+        save_figure(path, lambda kind: self.picture(column, kind, **style))
+
+    def _repr_png_(self) -> bytes | None:
+        return self.picture()._repr_png_()
 
     @property
     def answer(self) -> str:

@@ -4,11 +4,17 @@ into the run on the corrupted text, at each layer × position of one site."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnviz.analysis.heads import Answer
-from attnviz.choices import Site
+from attnviz.choices import Output, Site
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from attnviz.render.image import Picture
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,34 @@ class Trace:
     corrupt_tokens: list[str]
     layers: list[int]
     effect: np.ndarray  # (L, T)
+
+    def __repr__(self) -> str:
+        """A short header (a notebook shows the picture beside it), not the arrays."""
+        on = self.on
+        return (
+            f"<Trace at {self.site.value} of {self.model}: answer {on.answer_token!r}, clean "
+            f"{on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}; {len(self.layers)} "
+            f"layers × {len(self.tokens)} positions>"
+        )
+
+    def picture(self, format: Output | str = "png", **style: Any) -> Picture:
+        """The layers × tokens picture ``trace --picture`` draws, the tokens the corrupted
+        text changed marked with an asterisk. ``style``: ``dpi``, ``figsize``,
+        ``font_size``, ``title``, as export's options. A notebook shows it."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.effects import trace_figure
+
+        return trace_figure(self, format, style)
+
+    def save(self, path: str | Path, **style: Any) -> None:
+        """:meth:`picture` written to ``path`` (.png, .svg or .pdf), whole or not at all."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.effects import save_figure
+
+        save_figure(path, lambda kind: self.picture(kind, **style))
+
+    def _repr_png_(self) -> bytes | None:
+        return self.picture()._repr_png_()
 
     def records(self) -> list[dict[str, object]]:
         """A row per layer × position, for a table of data (csv)."""

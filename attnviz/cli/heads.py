@@ -14,6 +14,7 @@ from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.output import Environment, number
+from attnviz.cli.pictures import PictureSettings, figure_settings
 from attnviz.cli.settings import (
     DEFAULT_READING,
     Effects,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from rich.console import Group
 
     from attnviz.analysis.heads import HeadEffects, HeadStatistics, HeadTable, Knockout
+    from attnviz.render.style import Style
     from attnviz.request import Result
 
 FormatOption = d.format_option(
@@ -80,7 +82,7 @@ PredictionsOption = Annotated[
 ]
 
 
-@sharing(effect_options, row_products, model_settings)
+@sharing(effect_options, row_products, model_settings, figure_settings)
 @reading_options
 def heads(
     text: d.OptionalTextArgument = None,
@@ -129,7 +131,7 @@ def heads(
     read = partial(_read, asked, shared.environment, shared.effects)
     statistics = partial(_read_product, read, "statistics")
     given = shared.run_options_given(reading, target, pair)
-    picture_format = _picture_checked(picture, shared.effects)
+    picture_format = _picture_checked(picture, shared.effects, shared.picture)
     if shared.effects.knockout is not None:
         knock = partial(_read_product, read, "knockout")
         found = out.text_or_saved(text, saved, knock, reading.layer, reading.head, given)
@@ -148,7 +150,7 @@ def heads(
         table = statistics(probe)
     sort = sort or _default_sort(detect, shared.effects)
     if picture is not None and picture_format is not None:
-        _draw(table, sort, picture, picture_format)
+        _draw(table, sort, picture, picture_format, shared.picture.style())
     rows = sort_rows(table.rows, sort, reverse)[:top]
     columns = _columns(table, output_format, detect, sort)
     if output_format is not Output.TABLE:
@@ -177,10 +179,14 @@ def _predictions_checked(count: int | None, effects: Effects, output_format: Out
         )
 
 
-def _picture_checked(picture: str | None, effects: Effects) -> Output | None:
+def _picture_checked(
+    picture: str | None, effects: Effects, style: PictureSettings
+) -> Output | None:
     """The picture's format, checked (and its file writable) before a model loads."""
     if picture is None:
+        refuse_unused(style.given(), "the picture (--picture FILE)", "a table")
         return None
+    style.style()
     if effects.answer is None or effects.knockout is not None:
         raise UsageError(
             "--picture draws each head's effect on an answer: give --answer (not --knockout)"
@@ -190,7 +196,9 @@ def _picture_checked(picture: str | None, effects: Effects) -> Output | None:
     return drawn
 
 
-def _draw(table: HeadTable, sort: HeadColumn, picture: str, picture_format: Output) -> None:
+def _draw(
+    table: HeadTable, sort: HeadColumn, picture: str, picture_format: Output, style: Style
+) -> None:
     """The layers × heads grid of the sorted effect (else patch, else ablation)."""
     from attnviz.render.effects import effects_picture  # matplotlib: only for a picture
 
@@ -199,9 +207,7 @@ def _draw(table: HeadTable, sort: HeadColumn, picture: str, picture_format: Outp
     column = sort.value if sort.needs in (Needs.ANSWER, Needs.CORRUPT) else None
     column = column or ("patch" if effects.patch is not None else "ablation")
     with open_output(picture, binary=True) as stream:
-        stream.write(
-            effects_picture(effects, column, table.model, output_of_file(picture, PICTURES))
-        )
+        stream.write(effects_picture(effects, column, table.model, picture_format, style))
 
 
 def _read(job: Job, environment: Environment, effects: Effects, line: str) -> Result:

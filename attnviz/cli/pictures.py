@@ -185,6 +185,9 @@ def parse_figsize(text: str) -> tuple[float, float]:
 # Gives a command the picture options as one ``picture: PictureSettings`` argument.
 picture_settings = bundle("picture", PictureSettings)
 DEFAULT_PICTURE = PictureSettings()
+# The same for a figure of effects (heads --picture, trace): its colours are a diverging
+# scale centred on 0, so no colour map, no printed weights, no top of the scale.
+figure_settings = bundle("picture", PictureSettings, leave_out=("cmap", "values", "vmax"))
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz.atomic_files import check_writable
@@ -41,6 +40,15 @@ if TYPE_CHECKING:
 # What show writes: the picture, data, a picture file or the page (auto: see the help).
 SHOWN = (Output.TERMINAL, *DATA, Output.HTML, *PICTURES)
 ShowFormat = d.some_of("ShowFormat", *SHOWN, auto=True)
+
+
+def _names_another_format(output: str) -> bool:
+    """A name whose suffix says it holds something that is not text (x.jpg, x.xlsx): a
+    name without one, or a text's (maps.txt), gets ndjson."""
+    import mimetypes
+
+    kind, _ = mimetypes.guess_type(output, strict=False)
+    return kind is not None and not kind.startswith("text/")
 
 
 def _format_of(output: str) -> Output | None:
@@ -97,10 +105,10 @@ class Presenting:
                 f"--format {output_format} and the suffix of {self.output} ({by_suffix.value}) "
                 "disagree: drop --format, or name the file for what it holds"
             )
-        if output_format is None and by_suffix is None and Path(self.output).suffix:
-            raise UsageError(  # x.jpg: a format attnviz does not write, never ndjson in it
-                f"cannot tell the format of {self.output}: name it {suffixes_of(SHOWN)}, or "
-                "give --format"
+        if output_format is None and by_suffix is None and _names_another_format(self.output):
+            raise UsageError(  # x.jpg: never ndjson under a picture's name
+                f"{self.output} names a format attnviz does not write: name it "
+                f"{suffixes_of(SHOWN)}, or give --format"
             )
         top = out.top_heads_for(choice, self.aggregate, detect, answered)
         if output_format is None:  # a picture was asked for, even into a pipe

@@ -11,11 +11,11 @@ from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output, Site
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.option_kinds import output_option
+from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, trace_options, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
-from attnviz.outputs import PICTURES, formats_named, output_of_file
+from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
 from attnviz.request import asked_for
 from attnviz.schema import envelope
 
@@ -30,13 +30,20 @@ SiteOption = Annotated[
         "output).",
     ),
 ]
-PictureOption = output_option(
-    "Draw the trace as a picture for a paper (.png, .svg or .pdf) or as an "
-    "interactive page (.html: each cell's layer, token and effect on hover) instead."
-)
+PictureOption = Annotated[
+    str | None,
+    typer.Option(
+        "--picture",
+        "-o",
+        metavar="PATH",
+        help="Draw the trace as a picture for a paper (.png, .svg or .pdf: the tokens the "
+        "corrupted text changed marked *) or as an interactive page (.html: each cell's "
+        "layer, token and effect on hover) instead.",
+    ),
+]
 
 
-@sharing(trace_options, trace_settings)
+@sharing(trace_options, trace_settings, figure_settings)
 def trace(
     text: d.TextArgument,
     model: d.ModelOption = d.BUILTIN,
@@ -64,8 +71,11 @@ def trace(
     drawn = None if output is None else output_of_file(output, (*PICTURES, Output.HTML))
     if drawn is not None and output_format is not Output.TABLE:
         raise UsageError(
-            "-o writes a picture or a page; -f writes data to stdout: give one of them"
+            "--picture (-o) writes a picture or a page; -f writes data to stdout: give one of them"
         )
+    if drawn not in PICTURES:
+        refuse_unused(shared.picture.given(), "a picture (--picture FILE.png)", "this output")
+    style = shared.picture.style()
     asked = shared.request(Reading(model, None, layer), text=text, trace=site)
     shared.effects.check(model)
     if output is not None:
@@ -84,7 +94,7 @@ def trace(
 
         assert output is not None
         with open_output(output, binary=True) as stream:
-            stream.write(trace_picture(found, drawn))
+            stream.write(trace_picture(found, drawn, style))
     elif output_format is Output.JSON:
         from attnviz.data_formats import dump_json  # the data formats read numpy
 

@@ -5,14 +5,21 @@ and a heads table's layers × heads grid of one effect (the IOI paper's figure).
 from __future__ import annotations
 
 import io
+import re
 import textwrap
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.choices import Output
+from attnviz.atomic_files import open_output
+from attnviz.choices import Output, chosen
+from attnviz.errors import UsageError
+from attnviz.outputs import PICTURES, output_of_file
 from attnviz.render.canvas import drawing, metadata
-from attnviz.render.style import token_label
+from attnviz.render.image import Picture
+from attnviz.render.style import Style, token_label
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -25,6 +32,7 @@ _WHITE, _RED, _BLUE = (
     np.array([178, 24, 43.0]),
     np.array([33, 102, 172.0]),
 )
+DEFAULT_STYLE = Style()
 _LAYER_LABEL = 9  # "layer 29 "
 _CELL = 7  # characters of a token's column: "+0.123 "
 
@@ -107,27 +115,42 @@ def trace_table(trace: Trace, width: int) -> RenderableType:
     return Group(*lines)
 
 
-def trace_picture(trace: Trace, picture: Output) -> bytes:
-    """The trace as a picture: layers × tokens, the tokens labelled."""
+def trace_picture(trace: Trace, picture: Output, style: Style = DEFAULT_STYLE) -> bytes:
+    """The trace as a picture: layers × tokens, the tokens labelled, those the corrupted
+    text changed marked with an asterisk (as ROME's figures mark the subject)."""
     tokens = len(trace.tokens)
     step = max(1, tokens // 120)
+    changed = [
+        token_label(token) + ("*" if token != corrupt else "")
+        for token, corrupt in zip(trace.tokens, trace.corrupt_tokens, strict=True)
+    ]
     return _diverging_picture(
         trace.effect,
         rows=[str(layer) for layer in trace.layers],
-        columns=[token_label(token) for token in trace.tokens[::step]],
+        columns=changed[::step],
         column_step=step,
-        title=_title(trace),
+        title=style.titles(_title(trace)),
+        unit=effect_unit(trace.on, "effect"),
         picture=picture,
+        style=style,
+        xlabel="* changed in the corrupted text",
     )
 
 
-def effects_picture(effects: HeadEffects, column: str, model: str, picture: Output) -> bytes:
+def effects_picture(
+    effects: HeadEffects,
+    column: str,
+    model: str,
+    picture: Output,
+    style: Style = DEFAULT_STYLE,
+) -> bytes:
     """One effect of every head (ablation, dla or patch) as a layers × heads grid."""
     grid = {"ablation": effects.ablation, "dla": effects.dla, "patch": effects.patch}[column]
-    assert grid is not None  # the table has the column
+    if grid is None:
+        raise UsageError(f"these effects have no {column}: patch needs a corrupted text")
     on = effects.on
-    metric = "log-probability" if on.versus is None else f"logit difference vs {on.versus_token!r}"
-    title = f"{model} · {column} · answer {on.answer_token!r} · {metric}"
+    title = " · ".join(part for part in (model, column, f"answer {on.answer_token!r}") if part)
+    title += f" · {metric_of(on)}"
     if on.method.value == "gradient":
         title += " · gradient estimate"
     return _diverging_picture(
@@ -135,11 +158,22 @@ def effects_picture(effects: HeadEffects, column: str, model: str, picture: Outp
         rows=[str(layer) for layer in effects.layers],
         columns=[str(head) for head in effects.heads],
         column_step=1,
-        title=title,
+        title=style.titles(title),
+        unit=effect_unit(on, column),
         picture=picture,
+        style=style,
         xlabel="head",
         rotation=0,
     )
+
+
+def effect_unit(on: Answer, column: str) -> str:
+    """What a colour bar's numbers are: a change in the metric, or a logit attribution."""
+    if column == "dla":
+        return "direct logit attribution (logits)"
+    if on.versus is None:
+        return "change in log-probability (nats)"
+    return "change in logit difference (logits)"
 
 
 def _diverging_picture(
@@ -149,17 +183,22 @@ def _diverging_picture(
     columns: list[str],
     column_step: int,
     title: str,
+    unit: str,
     picture: Output,
+    style: Style,
     xlabel: str = "",
     rotation: int = 90,
 ) -> bytes:
-    """A (rows, columns) grid in diverging colours centred on 0, with a colour bar."""
+    """A (rows, columns) grid in diverging colours centred on 0, with a colour bar that
+    says what the numbers are; sized, titled and lettered as ``style`` says."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     height, width = grid.shape
-    figure = Figure(figsize=(min(40.0, 2.2 + 0.32 * width), 1.6 + 0.28 * height), dpi=100)
+    size = style.figsize or (min(40.0, 2.2 + 0.32 * width), 1.6 + 0.28 * height)
+    small = style.font_size or 7
+    figure = Figure(figsize=size, dpi=style.dpi)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     largest = float(np.abs(grid).max()) or 1.0
@@ -171,14 +210,71 @@ def _diverging_picture(
         interpolation="nearest",
         aspect="auto",
     )
-    axes.set_xticks(range(0, width, column_step), columns, rotation=rotation, fontsize=7)
-    axes.set_yticks(range(height), rows, fontsize=7)
-    axes.set_ylabel("layer", fontsize=8)
-    axes.set_xlabel(xlabel, fontsize=8)
-    axes.set_title(textwrap.fill(title, int(figure.get_figwidth() * 11)), fontsize=8)
-    figure.colorbar(image, ax=axes).ax.tick_params(labelsize=7)
+    axes.set_xticks(range(0, width, column_step), columns, rotation=rotation, fontsize=small)
+    axes.set_yticks(range(height), rows, fontsize=small)
+    axes.set_ylabel("layer", fontsize=small + 1)
+    axes.set_xlabel(xlabel, fontsize=small + 1)
+    if title:
+        axes.set_title(wrapped(title, int(figure.get_figwidth() * 11)), fontsize=small + 1)
+    bar = figure.colorbar(image, ax=axes)
+    bar.ax.tick_params(labelsize=small)
+    bar.set_label(unit, fontsize=small)
     figure.tight_layout()
     out = io.BytesIO()
     with drawing(set()):
         figure.savefig(out, format=picture.value, metadata=metadata(picture))
     return out.getvalue()
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def wrapped(title: str, width: int) -> str:
+    """``title`` in lines of about ``width`` characters, never broken inside a quoted
+    token (``logit(' Paris')`` stays whole): a quote's spaces are held together."""
+    held = _QUOTED.sub(lambda found: found[0].replace(" ", "\u00a0"), title)
+    lines = textwrap.wrap(held, width, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines).replace("\u00a0", " ")
+
+
+# What a figure of effects takes of export's style options (its colours are the diverging
+# scale centred on 0, whatever the maps' colour map).
+FIGURE_STYLE = ("dpi", "figsize", "font_size", "title")
+
+
+def figure_style(style: dict[str, Any]) -> Style:
+    """The :class:`Style` of a figure of effects from keyword options, checked."""
+    unknown = [name for name in style if name not in FIGURE_STYLE]
+    if unknown:
+        raise UsageError(
+            f"{unknown[0]}: a figure of effects takes {', '.join(FIGURE_STYLE)} (its colours "
+            "are a diverging scale centred on 0)"
+        )
+    if "figsize" in style and style["figsize"] is not None:
+        style = {**style, "figsize": tuple(style["figsize"])}
+    return Style(**style)
+
+
+def effects_figure(
+    effects: HeadEffects, column: str | None, format: Output | str, style: dict[str, Any]
+) -> Picture:
+    """:meth:`HeadEffects.picture`: the grid of ``column`` (by default patch where there is
+    one, else ablation)."""
+    kind = chosen(Output, format, "picture format", among=PICTURES)
+    column = column or ("patch" if effects.patch is not None else "ablation")
+    if column not in ("ablation", "dla", "patch"):
+        raise UsageError(f"a head's effects are ablation, dla and patch, not {column!r}")
+    return Picture(effects_picture(effects, column, "", kind, figure_style(style)), kind)
+
+
+def trace_figure(trace: Trace, format: Output | str, style: dict[str, Any]) -> Picture:
+    """:meth:`Trace.picture`."""
+    kind = chosen(Output, format, "picture format", among=PICTURES)
+    return Picture(trace_picture(trace, kind, figure_style(style)), kind)
+
+
+def save_figure(path: str | Path, draw: Callable[[Output], Picture]) -> None:
+    """A figure written whole to ``path``, in the format its suffix names."""
+    kind = output_of_file(path, PICTURES)
+    with open_output(path, binary=True) as out:
+        out.write(draw(kind).data)

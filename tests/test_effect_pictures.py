@@ -1,0 +1,98 @@
+"""Figures of effects for a paper, from the command line and from Python: the size, dpi,
+fonts and title export takes; a labelled colour bar; titles never broken inside a quoted
+token; the tokens the corrupted text changed marked; a notebook shows them."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+import attnviz
+from attnviz.cli import app
+from attnviz.errors import UsageError
+from attnviz.render.effects import wrapped
+from tests.checks import failed_in_process
+from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS
+
+
+@pytest.fixture(scope="module")
+def measured(generators):
+    extractor = attnviz.load(generators["gpt2-lm"])
+    effects = extractor.head_effects(TEXT, ANSWER, corrupt=CORRUPT)
+    trace = extractor.trace(TEXT, ANSWER, CORRUPT, versus=VERSUS)
+    return effects, trace
+
+
+def _pixels(data: bytes) -> tuple[int, int]:
+    return Image.open(io.BytesIO(data)).size
+
+
+def test_effects_and_traces_draw_from_python_and_show_in_a_notebook(measured, tmp_path):
+    effects, trace = measured
+    for found in (effects, trace):
+        picture = found.picture()
+        assert picture.data.startswith(b"\x89PNG") and found._repr_png_() == picture.data
+        assert "array" not in repr(found) and len(repr(found)) < 200
+    assert repr(effects).startswith(f"<HeadEffects on answer {ANSWER!r}")
+    assert "3 layers × 4 heads, ablation, dla, patch" in repr(effects)
+    assert repr(trace).startswith("<Trace at resid of ") and "6 positions" in repr(trace)
+    effects.save(tmp_path / "dla.pdf", "dla", figsize=(3.5, 3), font_size=8, title="Figure 2")
+    trace.save(tmp_path / "trace.svg")
+    assert (tmp_path / "dla.pdf").read_bytes().startswith(b"%PDF")
+    assert b"<svg" in (tmp_path / "trace.svg").read_bytes()
+    with pytest.raises(UsageError, match="cmap: a figure of effects takes dpi"):
+        effects.picture(cmap="magma")
+    with pytest.raises(UsageError, match="not 'entropy'"):
+        effects.picture("entropy")
+
+
+def test_dpi_and_figsize_set_the_pixels(measured):
+    effects, trace = measured
+    for found in (effects, trace):
+        small, large = _pixels(found.picture(dpi=50).data), _pixels(found.picture(dpi=100).data)
+        assert large == (2 * small[0], 2 * small[1])
+    assert _pixels(effects.picture(figsize=(4, 3), dpi=100).data) == (400, 300)
+
+
+def test_the_colour_bar_says_what_the_numbers_are_and_changed_tokens_are_marked(measured):
+    effects, trace = measured
+    svg = trace.picture("svg").data.decode()
+    assert "change in logit difference (logits)" in svg  # trace was measured with a versus
+    changed = [t for t, c in zip(trace.tokens, trace.corrupt_tokens, strict=True) if t != c]
+    assert changed and all(f"{token.strip()}*" in svg for token in changed)
+    kept = [t for t, c in zip(trace.tokens, trace.corrupt_tokens, strict=True) if t == c]
+    assert all(f"{token.strip()}*" not in svg for token in kept)
+    drawn = effects.picture("dla", "svg").data.decode()
+    assert "direct logit attribution (logits)" in drawn and f"answer {ANSWER!r}" in drawn
+    assert "change in log-probability (nats)" in effects.picture("ablation", "svg").data.decode()
+
+
+def test_a_title_never_breaks_inside_a_quoted_token():
+    title = "smollm2 · trace at resid · answer ' Paris' · logit(' Paris') − logit(' Rome')"
+    for width in range(10, 60):
+        for line in wrapped(title, width).splitlines():
+            assert line.count("'") % 2 == 0, (width, line)
+
+
+def test_heads_and_trace_take_exports_figure_options(runner, generators, tmp_path):
+    path = generators["gpt2-lm"]
+    heads = ["heads", TEXT, "--model", path, "--answer", ANSWER]
+    sizes = {}
+    for dpi in (50, 100):
+        picture = tmp_path / f"heads-{dpi}.png"
+        result = runner.invoke(app, [*heads, "--picture", str(picture), "--dpi", str(dpi)])
+        assert result.exit_code == 0, result.stderr
+        sizes[dpi] = _pixels(picture.read_bytes())
+    assert sizes[100] == (2 * sizes[50][0], 2 * sizes[50][1])
+    trace = ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", CORRUPT]
+    for spelling in ("--picture", "-o"):
+        picture = tmp_path / f"trace{spelling}.png"
+        result = runner.invoke(app, [*trace, spelling, str(picture), "--figsize", "4,3"])
+        assert result.exit_code == 0, result.stderr
+        assert _pixels(picture.read_bytes()) == (400, 300)
+    failed_in_process(runner.invoke(app, [*heads, "--dpi", "50"]), 2, "--dpi applies to")
+    page = str(tmp_path / "trace.html")
+    failed_in_process(runner.invoke(app, [*trace, "-o", page, "--title", "x"]), 2, "--title")
+    failed_in_process(runner.invoke(app, [*trace, "--cmap", "magma"]), 2, "No such option")
