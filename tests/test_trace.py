@@ -135,3 +135,44 @@ def test_the_help_describes_what_trace_does_and_only_its_options(runner):
     assert "@FILE reads a file" in result.stdout
     heads = runner.invoke(app, ["heads", "--help"], env={"COLUMNS": "300"}).stdout
     assert "sorted by ablation" in heads and "patch (with --corrupt)" in heads
+
+
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm"])
+def test_normalized_restoring_the_only_changed_token_at_layer_0_gives_1(runner, generators, family):
+    """--normalize: (restored - corrupted) / (clean - corrupted). Restoring the residual
+    stream entering layer 0 at the one token the corrupted text changed makes the
+    corrupted run the clean one: all of the change comes back."""
+    corrupt = TEXT.replace(" dog", " man")
+    path = generators[family]
+    common = ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", corrupt]
+    plain = json.loads(runner.invoke(app, [*common, "-f", "json"]).stdout)
+    result = runner.invoke(app, [*common, "-f", "json", "--normalize"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    changed = [i for i, (a, b) in enumerate(zip(document["tokens"], document["corrupt_tokens"],
+                                                 strict=True)) if a != b]  # fmt: skip
+    assert len(changed) == 1 and document["normalized"] is True
+    effect = np.array(document["effect"])
+    assert effect[0, changed[0]] == pytest.approx(1.0, abs=1e-5)
+    taken = plain["clean_metric"] - plain["corrupt_metric"]
+    np.testing.assert_allclose(effect * taken, np.array(plain["effect"]), atol=1e-6)
+    rows = runner.invoke(app, [*common, "-f", "csv", "--normalize"]).stdout.splitlines()[1:]
+    assert float(rows[changed[0]].split(",")[-1]) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_normalize_needs_a_corruption_that_moves_the_metric(runner, generators):
+    from tests.checks import failed_in_process
+
+    path = generators["gpt2-lm"]
+    same = ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", TEXT, "--normalize"]
+    failed_in_process(runner.invoke(app, same), 2, "the corrupted text leaves the metric")
+    heads = ["heads", TEXT, "--model", path, "--answer", ANSWER, "--normalize"]
+    failed_in_process(runner.invoke(app, heads), 2, "--normalize reads patch effects")
+    corrupted = ["--corrupt", TEXT.replace(" dog", " man"), "-f", "json"]
+    document = json.loads(runner.invoke(app, [*heads, *corrupted]).stdout)
+    expected = json.loads(runner.invoke(app, [*heads[:-1], *corrupted]).stdout)
+    taken = expected["clean_metric"] - expected["corrupt_metric"]
+    by_head = {(row["layer"], row["head"]): row["patch"] for row in expected["heads"]}
+    for row in document["heads"]:
+        assert row["patch"] * taken == pytest.approx(by_head[row["layer"], row["head"]], abs=1e-6)
+        assert row["ablation"] is not None

@@ -57,6 +57,9 @@ class Answer:
     corrupt: str | None = None  # the corrupted text, where effects are patched from it
     corrupt_metric: float | None = None
     method: Method = Method.EXACT
+    # Patch effects given as the fraction of the corruption's change they bring back,
+    # (patched − corrupted) / (clean − corrupted), not in the metric's units.
+    normalized: bool = False
     rank: int | None = None  # the answer token's place among the next tokens (1: likeliest)
     # The model's likeliest next tokens after the text, with their probabilities.
     predictions: tuple[tuple[str, float], ...] = ()
@@ -68,6 +71,20 @@ class Answer:
     @property
     def probability(self) -> float:
         return math.exp(self.log_prob)
+
+    def corruption(self) -> float:
+        """clean − corrupted: what the corruption took of the metric, by which patch
+        effects are normalised (refused where it is 0: nothing was taken)."""
+        if self.clean_metric is None or self.corrupt_metric is None:
+            raise UsageError("--normalize reads patch effects as a fraction: give --corrupt")
+        change = self.clean_metric - self.corrupt_metric
+        if change == 0:
+            raise UsageError(
+                f"the corrupted text leaves the metric as it was ({self.clean_metric:.4g}): no "
+                "fraction of its change can be recovered (--normalize needs a corruption "
+                "that moves it)"
+            )
+        return change
 
     def fields(self) -> dict[str, object]:
         """What a table of effects on it records beside its rows (the metric's fields only
@@ -87,6 +104,8 @@ class Answer:
             found |= {"corrupt": self.corrupt, "corrupt_metric": self.corrupt_metric}
         if self.method is not Method.EXACT:
             found["method"] = self.method.value
+        if self.normalized:
+            found["normalized"] = True
         return found
 
 
@@ -147,6 +166,15 @@ class HeadEffects:
     @property
     def log_prob(self) -> float:
         return self.on.log_prob
+
+    def normalized(self) -> HeadEffects:
+        """The patch effects as the fraction of the corruption's change each head brings
+        back, (patched − corrupted) / (clean − corrupted): 1 all of it, 0 none (the IOI
+        paper's and TransformerLens's tutorials' reading); ablation and dla as they are."""
+        if self.patch is None:
+            raise UsageError("--normalize reads patch effects as a fraction: give --corrupt")
+        on = replace(self.on, normalized=True)
+        return replace(self, on=on, patch=self.patch / self.on.corruption())
 
     def of(self, layer: int, head: int) -> dict[str, float]:
         """One head's effects by column name."""

@@ -3,7 +3,7 @@ into the run on the corrupted text, at each layer × position of one site."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,6 +57,14 @@ class Trace:
 
     def _repr_png_(self) -> bytes | None:
         return self.picture()._repr_png_()
+
+    def normalized(self) -> Trace:
+        """Each cell's effect as the fraction of the corruption's change it brings back,
+        (restored − corrupted) / (clean − corrupted): 1 where restoring that one
+        activation gives the clean run's metric back."""
+        return replace(
+            self, on=replace(self.on, normalized=True), effect=self.effect / self.on.corruption()
+        )
 
     def records(self) -> list[dict[str, object]]:
         """A row per layer × position, for a table of data (csv)."""

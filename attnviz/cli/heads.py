@@ -148,6 +148,8 @@ def heads(
         refuse_unused(shared.effects.given(), "a text's next token", "the detectors' probe")
         probe = asked.open(shared.environment).detection_probe()
         table = statistics(probe)
+    if shared.effects.normalize and table.effects is not None:
+        table = table.with_effects(table.effects.normalized())
     sort = sort or _default_sort(detect, shared.effects)
     if picture is not None and picture_format is not None:
         _draw(table, sort, picture, picture_format, shared.picture.style())
@@ -349,6 +351,8 @@ def _answer_line(effects: HeadEffects) -> str:
         line += (
             f"\ncorrupted: {display_label(repr(on.corrupt))} · metric {number(on.corrupt_metric)}"
         )
+    if on.normalized:
+        line += " · patch: the fraction of the corruption's change brought back"
     if on.method.value == "gradient":
         line += " · gradient estimates"
     return line

@@ -216,6 +216,15 @@ class Effects:
             "activations are put into. @FILE reads a file (a long text), as TEXT does.",
         ),
     ] = None
+    normalize: Annotated[
+        bool,
+        typer.Option(
+            "--normalize",
+            rich_help_panel=EFFECTS_PANEL,
+            help="With --corrupt: patch effects as the fraction of the corruption's change they "
+            "bring back, (patched - corrupted) / (clean - corrupted): 1 all of it, 0 none.",
+        ),
+    ] = False
     method: Annotated[
         Method,
         typer.Option(
@@ -292,10 +301,12 @@ class Effects:
         # numpy: after the options are checked (a usage error loads none)
         from attnviz.extractor import no_next_token
 
+        if self.normalize and self.corrupt is None:
+            raise UsageError("--normalize reads patch effects as a fraction: give --corrupt")
         if self.knockout is None:
             refuse_unused(given_flags(self, ["window"]), "--knockout", "heads' effects")
         else:
-            patched = ["ablate", "versus", "corrupt", "method"]
+            patched = ["ablate", "versus", "corrupt", "method", "normalize"]
             refuse_unused(given_flags(self, patched), "heads' effects", "a knockout")
             self.knocked()
         if model == d.BUILTIN and not saved:
@@ -354,9 +365,11 @@ class Effects:
 effect_options = bundle("effects", Effects)
 # The same without the knockout's and the corrupted text's, for pictures of the heads an
 # answer needs (ranked by ablation or dla).
-answer_options = bundle("effects", Effects, leave_out=("knockout", "window", "corrupt"))
+answer_options = bundle(
+    "effects", Effects, leave_out=("knockout", "window", "corrupt", "normalize")
+)
 # The same with the corrupted text's, for export: its page tints each head by its patch.
-page_effect_options = bundle("effects", Effects, leave_out=("knockout", "window"))
+page_effect_options = bundle("effects", Effects, leave_out=("knockout", "window", "normalize"))
 # The answer's options that a trace reads (it lists layers × positions, not heads).
 trace_options = bundle("effects", Effects, leave_out=("ablate", "knockout", "window"))
 NO_EFFECTS = Effects()

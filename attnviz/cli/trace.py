@@ -83,6 +83,8 @@ def trace(
     extractor = asked.open(shared.environment)
     line = out.only_one(out.inputs(text, extractor), "trace reads one text and its corrupted twin")
     found = asked_for(asked.run(extractor, line, shared.environment).trace)
+    if shared.effects.normalize:
+        found = found.normalized()
     if drawn is Output.HTML:
         from attnviz.render.page import trace_page_html  # numpy: only for the page
 

@@ -65,6 +65,7 @@ def _title(trace: Trace) -> str:
         f"{metric_of(on)}: "
         f"clean {on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}"
         + (" · gradient estimate" if on.method.value == "gradient" else "")
+        + (" · as the fraction recovered" if on.normalized else "")
     )
 
 
@@ -107,11 +108,13 @@ def trace_table(trace: Trace, width: int) -> RenderableType:
             line.append(f"{value:+.3f}"[: _CELL - 1].rjust(_CELL - 1), style=style)
             line.append(" ")
         lines.append(line)
-    lines.append(
-        Text(
-            "effect: the metric with the clean activation restored there, less the corrupted run's"
-        )
+    said = (
+        "effect: the fraction of the corruption's change that restoring the clean activation "
+        "there brings back, (restored - corrupted) / (clean - corrupted)"
+        if trace.on.normalized
+        else "effect: the metric with the clean activation restored there, less the corrupted run's"
     )
+    lines.append(Text(said))
     return Group(*lines)
 
 
@@ -171,6 +174,8 @@ def effect_unit(on: Answer, column: str) -> str:
     """What a colour bar's numbers are: a change in the metric, or a logit attribution."""
     if column == "dla":
         return "direct logit attribution (logits)"
+    if on.normalized and column in ("patch", "effect"):
+        return "fraction of the corruption's change recovered"
     if on.versus is None:
         return "change in log-probability (nats)"
     return "change in logit difference (logits)"
