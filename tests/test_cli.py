@@ -174,3 +174,14 @@ def test_each_warning_is_one_line_said_once(runner, tmp_path):
     batch = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out"), "-l", "0", "-q"])
     assert batch.exit_code == 0
     assert batch.stderr.count("no installed font has 1 of the characters (𓀀)") == 1
+
+
+def test_table_and_terminal_are_one_idea_each_command_takes_either(runner):
+    """show --format terminal but heads --format table: a user typed the other and was
+    refused."""
+    heads = runner.invoke(app, ["heads", "a b c", "-f", "terminal"], env={"COLUMNS": "120"})
+    assert heads.exit_code == 0, heads.stderr
+    assert heads.stdout == runner.invoke(app, ["heads", "a b c"], env={"COLUMNS": "120"}).stdout
+    shown = runner.invoke(app, ["show", "a b", "-f", "table", "--width", "80"])
+    drawn = runner.invoke(app, ["show", "a b", "-f", "terminal", "--width", "80"])
+    assert shown.exit_code == 0 and shown.stdout == drawn.stdout and "╭" in shown.stdout

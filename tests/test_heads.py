@@ -70,3 +70,32 @@ def test_the_heads_table_caption_is_the_columns_help(runner):
     flat = " ".join(result.stdout.split())
     for column in (HeadColumn.ENTROPY, HeadColumn.TOP_KEY):
         assert " ".join(column.help.split()) in flat
+
+
+def test_a_terminals_table_shows_the_first_20_heads_and_says_how_many_more(
+    runner, tiny, monkeypatch
+):
+    """heads printed all 270 of SmolLM2's rows in a terminal; data gets every row."""
+    import attnviz.cli.heads as heads_module
+    from attnviz.cli.output import Environment
+
+    terminal = Environment(stdout_is_terminal=True, stderr_is_terminal=True)
+    common = ["heads", "The man walked the dog in the park", "--model", tiny["bert"]]
+    total, limit = 3 * 4, 5  # the tiny BERT's layers × heads; fewer than them shown
+    monkeypatch.setattr(heads_module, "TERMINAL_ROWS", limit)
+    wide = {"COLUMNS": "200"}
+    shown = runner.invoke(app, common, obj=terminal, env=wide)
+    every = runner.invoke(app, [*common, "--top", "all"], obj=terminal, env=wide)
+
+    def body(result):
+        return [line for line in result.stdout.splitlines() if line.strip()[:1].isdigit()]
+
+    assert shown.exit_code == 0, shown.stderr
+    assert len(body(shown)) == limit
+    assert f"… {total - limit} more heads: --top all lists every one" in shown.stdout
+    assert len(body(every)) == total and "more heads" not in every.stdout
+    assert len(body(runner.invoke(app, common, env=wide))) == total  # a pipe: every row
+    data = json.loads(runner.invoke(app, [*common, "-f", "json"], obj=terminal).stdout)
+    assert len(data["heads"]) == total
+    bad = runner.invoke(app, [*common, "--top", "0"])
+    assert bad.exit_code == 2 and "--top takes a number of rows" in bad.stderr

@@ -57,23 +57,42 @@ class ColourChoice(StrEnum):
 AUTO = "auto"  # a --format or --view value meaning: decided by the command (None)
 
 
+# Two spellings of one idea: a table or heatmaps drawn for a person to read. A command
+# that takes one takes the other for it (heads -f terminal, show -f table).
+_SAME_IDEA = {"table": "terminal", "terminal": "table"}
+
+
 def some_of(name: str, *members: StrEnum, auto: bool = False) -> Any:
     """A str enum of some ``members`` of one vocabulary (Output, View), and ``auto`` if
     asked, for typer to parse, complete and list as an option's choices. The option's
-    callback, :func:`as_whole`, gives the command the vocabulary's own members."""
+    callback, :func:`as_whole`, gives the command the vocabulary's own members. A member
+    with another spelling of its idea (:data:`_SAME_IDEA`) accepts that spelling too."""
     choices = [("AUTO", AUTO)] if auto else []
     choices += [(member.name, member.value) for member in members]
-    return StrEnum(name, choices, module=__name__)
+    values = {value for _, value in choices}
+    aliases = {
+        other: value
+        for value in values
+        if (other := _SAME_IDEA.get(value)) is not None and other not in values
+    }
+    choices += [(alias.upper(), alias) for alias in aliases]
+    parsed = StrEnum(name, choices, module=__name__)  # type: ignore[misc]
+    setattr(parsed, "_spelled_as", aliases)  # what as_whole reads an alias as  # noqa: B010
+    return parsed
 
 
 def as_whole(vocabulary: type[StrEnum]) -> Callable[[Any], Any]:
     """An option callback: what typer parsed, as members of ``vocabulary`` (a list stays a
-    list); ``auto`` as None."""
+    list), another spelling of an idea as the command's own; ``auto`` as None."""
+
+    def one(item: Any) -> Any:
+        aliases = getattr(type(item), "_spelled_as", {})
+        return vocabulary(aliases.get(str(item), str(item)))
 
     def whole(value: Any) -> Any:
         if isinstance(value, list):
-            return [vocabulary(item) for item in value]
-        return None if value is None or value == AUTO else vocabulary(value)
+            return [one(item) for item in value]
+        return None if value is None or value == AUTO else one(value)
 
     return whole
 

@@ -65,9 +65,16 @@ PictureOption = picture_option(
     "column if it is one, else patch with --corrupt, else ablation) in diverging colours "
     "(.png, .svg or .pdf)."
 )
+TERMINAL_ROWS = 20  # a terminal's table shows this many rows unless --top says otherwise
 TopOption = Annotated[
-    int | None,
-    typer.Option("--top", metavar="N", min=1, help="Only the first N rows, after sorting."),
+    str | None,
+    typer.Option(
+        "--top",
+        metavar="N",
+        help="Only the first N rows, after sorting; all: every row. [default: the first "
+        f"{TERMINAL_ROWS} in a terminal's table, every row elsewhere]",
+        show_default=False,
+    ),
 ]
 PredictionsOption = Annotated[
     int | None,
@@ -126,6 +133,7 @@ def heads(
         statistics=True,
     )
     shared.effects.check(reading.model, sort, saved=saved is not None)
+    shown = _rows_shown(top, output_format, shared.environment)
     _predictions_checked(predictions, shared.effects, output_format)
 
     read = partial(_read, asked, shared.environment, shared.effects)
@@ -135,7 +143,8 @@ def heads(
     if shared.effects.knockout is not None:
         knock = partial(_read_product, read, "knockout")
         found = out.text_or_saved(text, saved, knock, reading.layer, reading.head, given)
-        _write_knockout(found, output_format, sort, reverse, top, shared.environment)
+        knocked = None if top is None else shown  # a row per layer: every one unless asked
+        _write_knockout(found, output_format, sort, reverse, knocked, shared.environment)
         return
     probe = None
     if detect is None:
@@ -153,7 +162,8 @@ def heads(
     sort = sort or _default_sort(detect, shared.effects)
     if picture is not None and picture_format is not None:
         _draw(table, sort, picture, picture_format, shared.picture.style())
-    rows = sort_rows(table.rows, sort, reverse)[:top]
+    ranked = sort_rows(table.rows, sort, reverse)
+    rows = ranked[:shown]
     columns = _columns(table, output_format, detect, sort)
     if output_format is not Output.TABLE:
         fields = {} if probe is None else {"probe": probe}
@@ -165,7 +175,27 @@ def heads(
         write_table(output_format, as_dicts(rows, columns), names, d.STDIO, fields)
     else:
         drawn = _table(table, rows, columns, probed=detect is not None, predictions=predictions)
-        out.stdout_console(d.ColourChoice.AUTO, None, shared.environment).print(drawn)
+        console = out.stdout_console(d.ColourChoice.AUTO, None, shared.environment)
+        console.print(drawn)
+        if len(ranked) > len(rows) and top is None:
+            console.print(f"… {len(ranked) - len(rows)} more heads: --top all lists every one")
+
+
+def _rows_shown(top: str | None, output_format: Output, environment: Environment) -> int | None:
+    """How many rows to list (None: all): --top N, or all; without it, a terminal's table
+    the first :data:`TERMINAL_ROWS` (270 rows scroll what matters away), data every row."""
+    if top is None:
+        terminal = output_format is Output.TABLE and environment.stdout_is_terminal
+        return TERMINAL_ROWS if terminal else None
+    if top.strip().lower() == "all":
+        return None
+    try:
+        count = int(top)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise UsageError(f"--top takes a number of rows, at least 1, or all, not {top!r}")
+    return count
 
 
 def _predictions_checked(count: int | None, effects: Effects, output_format: Output) -> None:
