@@ -236,7 +236,8 @@ def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
 ):
     """export --answer --corrupt -o page.html: each head's frame in the model view carries
     the effect `heads` measures (patch, ablation, dla), red where the metric rises, blue
-    where it falls; sorting orders each layer's heads by it."""
+    where it falls; sorting orders each layer's heads by it. It opens on patch, what the
+    corrupted text was given for (it opened on ablation)."""
     model, text = generators["gpt2-lm"], "The man walked the dog because"
     corrupt = "The dog walked the man because"  # as many tokens
     path = tmp_path / "page.html"
@@ -248,6 +249,7 @@ def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
     assert page_errors(browser) == []
     data = browser.execute_script("return window.attnviz.data")
     assert set(data["effects"]["columns"]) == {"ablation", "dla", "patch"}
+    assert browser.execute_script("return document.getElementById('effect').value") == "patch"
     shown = {}
     for figure in browser.find_elements("css selector", "#grid figure[data-effect]"):
         entry = data["maps"][int(figure.get_attribute("data-index"))]
@@ -257,7 +259,7 @@ def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
         value = shown[entry["layer"], entry["head"]]
         assert (red >= blue) if value > 0 else (blue >= red)
     expected = {
-        (layer, head): table.of(layer, head)["ablation"]
+        (layer, head): table.of(layer, head)["patch"]
         for layer in table.layers
         for head in table.heads
     }
@@ -265,7 +267,7 @@ def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
     assert all(shown[place] == pytest.approx(expected[place], abs=1e-6) for place in expected)
 
     browser.execute_script(
-        "const s = document.getElementById('effect'); s.value = 'patch';"
+        "const s = document.getElementById('effect'); s.value = 'ablation';"
         "s.dispatchEvent(new Event('change'));"
         "document.getElementById('sort-effect').click();"
     )
@@ -275,8 +277,8 @@ def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
         for figure in browser.find_elements("css selector", "#grid figure[data-effect]")
         if data["maps"][int(figure.get_attribute("data-index"))]["layer"] == first_layer
     ]
-    patch = [table.of(first_layer, head)["patch"] for head in table.heads]
-    assert ordered == pytest.approx(sorted(patch, reverse=True), abs=1e-6)
+    ablation = [table.of(first_layer, head)["ablation"] for head in table.heads]
+    assert ordered == pytest.approx(sorted(ablation, reverse=True), abs=1e-6)
     assert "red raises it" in browser.find_element("id", "notes").text
 
 

@@ -84,7 +84,11 @@ def _effects_data(panels: list[dict[str, Any]], effects: HeadEffects) -> dict[st
     head the effects leave out), in the order of the page's maps."""
     held = {(layer, head) for layer in effects.layers for head in effects.heads}
     names = effects.of(effects.layers[0], effects.heads[0])  # the columns these effects have
-    columns: dict[str, list[float | None]] = {name: [] for name in names}
+    # The page opens on the first: what a corrupted text was given for, where it was.
+    first = ["patch"] if "patch" in names else []
+    columns: dict[str, list[float | None]] = {
+        name: [] for name in [*first, *(name for name in names if name not in first)]
+    }
     for panel in panels:
         place = (panel["layer"], panel["head"])
         found = effects.of(*place) if panel["kind"] == "head" and place in held else {}
