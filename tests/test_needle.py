@@ -326,3 +326,23 @@ def test_a_sweep_stopped_midway_writes_its_finished_cells_marked_partial(
     calls.clear()
     table = runner.invoke(app, common)
     assert "answered 0 of 2 cells (partial: 2 of 4)" in table.stdout
+
+
+def test_the_sweeps_picture_takes_exports_figure_options(runner, generators, tmp_path):
+    from io import BytesIO
+
+    from PIL import Image
+
+    common = ["needle", "--model", generators["gemma3-lm"], *TINY_NEEDLE, "-n", "2", "-q"]
+    common += ["--lengths", "150", "--depths", "0,1"]
+    sizes = []
+    for dpi in ("50", "100"):
+        picture = tmp_path / f"sweep-{dpi}.png"
+        result = runner.invoke(app, [*common, "--picture", str(picture), "--dpi", dpi])
+        assert result.exit_code == 0, result.stderr
+        sizes.append(Image.open(BytesIO(picture.read_bytes())).size)
+    assert sizes[1] == (2 * sizes[0][0], 2 * sizes[0][1])
+    sized = tmp_path / "sized.png"
+    assert runner.invoke(app, [*common, "--picture", str(sized), "--figsize", "6,4"]).exit_code == 0
+    assert Image.open(BytesIO(sized.read_bytes())).size == (600, 400)
+    failed_in_process(runner.invoke(app, [*common, "--title", "x"]), 2, "--title applies to")

@@ -24,6 +24,7 @@ from attnviz.cli.option_kinds import (
     top_heads_option,
 )
 from attnviz.cli.output import Environment, number, stdout_console
+from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, needle_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError, warn
@@ -42,7 +43,7 @@ from attnviz.needle import (
     parse_depths,
     parse_lengths,
 )
-from attnviz.outputs import formats_named
+from attnviz.outputs import formats_named, refuse_unused
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from rich.console import Group
 
     from attnviz.needle import Cell
+    from attnviz.render.style import Style
 
 SWEEP_PANEL = "Sweep"
 
@@ -137,7 +139,7 @@ CellOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No line per cell on stderr.")]
 
 
-@sharing(needle_settings)
+@sharing(needle_settings, figure_settings)
 def needle(
     model: LanguageModelOption,
     lengths: LengthsOption = DEFAULT_LENGTHS,
@@ -183,6 +185,9 @@ def needle(
         sweep = replace(sweep, strips_of=strips_of)
     filler = None if haystack is None else read_whole(haystack)
     output_format, drawn = out.results_destinations(output, output_format, picture)
+    if picture is None:
+        refuse_unused(shared.picture.given(), "the picture (--picture FILE)", "the sweep's data")
+    style = shared.picture.style()
     asked = shared.request(Reading(model))
     extractor = asked.open(shared.environment)
     done: list[Cell] = []
@@ -205,10 +210,20 @@ def needle(
                 None if name is None else _partial(name) for name in (output, picture)
             )
             _outputs(
-                results, output_format, top, shared.environment, output, picture, drawn, top_heads
+                results,
+                output_format,
+                top,
+                shared.environment,
+                output,
+                picture,
+                drawn,
+                top_heads,
+                style,
             )
         raise
-    _outputs(results, output_format, top, shared.environment, output, picture, drawn, top_heads)
+    _outputs(
+        results, output_format, top, shared.environment, output, picture, drawn, top_heads, style
+    )
 
 
 def _outputs(
@@ -220,6 +235,7 @@ def _outputs(
     picture: str | None,
     drawn: Output | None,
     top_heads: int | None,
+    style: Style,
 ) -> None:
     _write(results, output_format, top, environment, output or d.STDIO)
     if drawn is not None:
@@ -227,7 +243,7 @@ def _outputs(
         from attnviz.render.needle import needle_picture
 
         with open_output(str(picture), binary=True) as stream:
-            stream.write(needle_picture(results, drawn, top, top_heads or 0))
+            stream.write(needle_picture(results, drawn, top, top_heads or 0, style))
 
 
 def _partial(name: str) -> str:
