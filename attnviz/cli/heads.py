@@ -125,13 +125,7 @@ def heads(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
 
-    asked = shared.request(
-        reading,
-        text=text,
-        target=target,
-        pair=pair,
-        statistics=True,
-    )
+    asked = shared.request(reading, text=text, target=target, pair=pair, statistics=True)
     shared.effects.check(reading.model, sort, saved=saved is not None)
     shown = _rows_shown(top, output_format, shared.environment)
     _predictions_checked(predictions, shared.effects, output_format)
@@ -143,6 +137,8 @@ def heads(
     if shared.effects.knockout is not None:
         knock = partial(_read_product, read, "knockout")
         found = out.text_or_saved(text, saved, knock, reading.layer, reading.head, given)
+        if picture is not None:
+            found.save(picture, **shared.picture.figure())
         knocked = None if top is None else shown  # a row per layer: every one unless asked
         _write_knockout(found, output_format, sort, reverse, knocked, shared.environment)
         return
@@ -166,19 +162,26 @@ def heads(
     rows = ranked[:shown]
     columns = _columns(table, output_format, detect, sort)
     if output_format is not Output.TABLE:
-        fields = {} if probe is None else {"probe": probe}
-        fields |= {} if table.effects is None else table.effects.fields()
-        if predictions is not None and table.effects is not None:
-            listed = table.effects.on.predictions[:predictions]
-            fields["predictions"] = [{"token": t, "probability": p} for t, p in listed]
+        fields = _data_fields(table, probe, predictions)
         names = [column.value for column in columns]
         write_table(output_format, as_dicts(rows, columns), names, d.STDIO, fields)
-    else:
-        drawn = _table(table, rows, columns, probed=detect is not None, predictions=predictions)
-        console = out.stdout_console(d.ColourChoice.AUTO, None, shared.environment)
-        console.print(drawn)
-        if len(ranked) > len(rows) and top is None:
-            console.print(f"… {len(ranked) - len(rows)} more heads: --top all lists every one")
+        return
+    drawn = _table(table, rows, columns, probed=detect is not None, predictions=predictions)
+    console = out.stdout_console(d.ColourChoice.AUTO, None, shared.environment)
+    console.print(drawn)
+    if len(ranked) > len(rows) and top is None:
+        console.print(f"… {len(ranked) - len(rows)} more heads: --top all lists every one")
+
+
+def _data_fields(table: HeadTable, probe: str | None, predictions: int | None) -> dict[str, object]:
+    """What a heads file records beside its rows: the probe, the answer, its next tokens."""
+    fields: dict[str, object] = {} if probe is None else {"probe": probe}
+    if table.effects is not None:
+        fields |= table.effects.fields()
+    if table.effects is not None and predictions is not None:
+        listed = table.effects.on.predictions[:predictions]
+        fields["predictions"] = [{"token": t, "probability": p} for t, p in listed]
+    return fields
 
 
 def _rows_shown(top: str | None, output_format: Output, environment: Environment) -> int | None:
@@ -219,10 +222,8 @@ def _picture_checked(
         refuse_unused(style.given(), "the picture (--picture FILE)", "a table")
         return None
     style.style()
-    if effects.answer is None or effects.knockout is not None:
-        raise UsageError(
-            "--picture draws each head's effect on an answer: give --answer (not --knockout)"
-        )
+    if effects.answer is None:
+        raise UsageError("--picture draws each head's effect on an answer: give --answer")
     drawn = output_of_file(picture, PICTURES)
     check_writable(picture)
     return drawn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -187,7 +187,10 @@ def needle(
     output_format, drawn = out.results_destinations(output, output_format, picture)
     if picture is None:
         refuse_unused(shared.picture.given(), "the picture (--picture FILE)", "the sweep's data")
-    style = shared.picture.style()
+    written = _Written(
+        output_format, top, shared.environment, output, picture, drawn, top_heads,
+        shared.picture.style(),
+    )  # fmt: skip
     asked = shared.request(Reading(model))
     extractor = asked.open(shared.environment)
     done: list[Cell] = []
@@ -197,53 +200,50 @@ def needle(
         if not done:
             raise
         with signals.deferred():  # a second signal waits until the finished cells are out
-            results = NeedleResults(extractor.name, sweep, done)
-            # A file named for the sweep keeps what it held (an earlier, whole sweep) until a
-            # whole sweep replaces it: the finished cells go beside it.
-            beside = [name for name in (output, picture) if name not in (None, d.STDIO)]
-            where = f" to {', '.join(_partial(name) for name in beside)}" if beside else ""
+            partial = written.partial()
+            where = f" to {', '.join(partial.files())}" if partial.files() else ""
             warn(
                 f"interrupted after {len(done)} of {len(sweep.cells())} cells: the {len(done)} "
                 f"finished are written{where}, marked partial"
             )
-            output, picture = (
-                None if name is None else _partial(name) for name in (output, picture)
-            )
-            _outputs(
-                results,
-                output_format,
-                top,
-                shared.environment,
-                output,
-                picture,
-                drawn,
-                top_heads,
-                style,
-            )
+            partial.write(NeedleResults(extractor.name, sweep, done))
         raise
-    _outputs(
-        results, output_format, top, shared.environment, output, picture, drawn, top_heads, style
-    )
+    written.write(results)
 
 
-def _outputs(
-    results: NeedleResults,
-    output_format: Output,
-    top: int,
-    environment: Environment,
-    output: str | None,
-    picture: str | None,
-    drawn: Output | None,
-    top_heads: int | None,
-    style: Style,
-) -> None:
-    _write(results, output_format, top, environment, output or d.STDIO)
-    if drawn is not None:
-        # numpy: after the options are checked (a usage error loads none)
-        from attnviz.render.needle import needle_picture
+@dataclass(frozen=True)
+class _Written:
+    """Where and how a sweep's results go: data (to a file or stdout) and a picture."""
 
-        with open_output(str(picture), binary=True) as stream:
-            stream.write(needle_picture(results, drawn, top, top_heads or 0, style))
+    output_format: Output
+    top: int
+    environment: Environment
+    output: str | None
+    picture: str | None
+    drawn: Output | None
+    top_heads: int | None
+    style: Style
+
+    def files(self) -> list[str]:
+        return [name for name in (self.output, self.picture) if name not in (None, d.STDIO)]
+
+    def partial(self) -> _Written:
+        """An interrupted sweep's: a file named for the sweep keeps what it held (an
+        earlier, whole sweep) until a whole sweep replaces it; the finished cells go
+        beside it."""
+        named = (self.output, self.picture)
+        output, picture = (None if name is None else _partial(name) for name in named)
+        return replace(self, output=output, picture=picture)
+
+    def write(self, results: NeedleResults) -> None:
+        _write(results, self.output_format, self.top, self.environment, self.output or d.STDIO)
+        if self.drawn is not None:
+            # numpy: after the options are checked (a usage error loads none)
+            from attnviz.render.needle import needle_picture
+
+            drawing = needle_picture(results, self.drawn, self.top, self.top_heads or 0, self.style)
+            with open_output(str(self.picture), binary=True) as stream:
+                stream.write(drawing)
 
 
 def _partial(name: str) -> str:

@@ -13,7 +13,7 @@ from attnviz.cli.bundles import bundle, given_flags
 from attnviz.cli.option_kinds import top_heads_option
 from attnviz.errors import UsageError
 from attnviz.head_columns import EFFECTS, SUMMED, Detector, HeadColumn, Needs, RankBy, listed
-from attnviz.render.style import Style, check_colormap
+from attnviz.render.style import FIGURE_OPTIONS, Style, check_colormap
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
@@ -168,6 +168,11 @@ class PictureSettings:
         """The options given (not at their defaults), as flags: what applies only where a
         picture is drawn (attnviz.outputs.APPLIES_TO says where)."""
         return given_flags(self)
+
+    def figure(self) -> dict[str, object]:
+        """The options of a figure of effects (``HeadEffects.picture``'s keywords), checked."""
+        style = self.style()
+        return {name: getattr(style, name) for name in FIGURE_OPTIONS}
 
 
 def parse_figsize(text: str) -> tuple[float, float]:

@@ -19,12 +19,13 @@ from attnviz.errors import UsageError
 from attnviz.outputs import PICTURES, output_of_file
 from attnviz.render.canvas import drawing, metadata
 from attnviz.render.image import Picture
-from attnviz.render.style import Style, token_label
+from attnviz.render.style import FIGURE_OPTIONS, Style, token_label
+from attnviz.selection import index_span
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from attnviz.analysis.heads import Answer, HeadEffects
+    from attnviz.analysis.heads import Answer, HeadEffects, Knockout
     from attnviz.analysis.trace import Trace
 
 _WHITE, _RED, _BLUE = (
@@ -242,17 +243,12 @@ def wrapped(title: str, width: int) -> str:
     return "\n".join(lines).replace("\u00a0", " ")
 
 
-# What a figure of effects takes of export's style options (its colours are the diverging
-# scale centred on 0, whatever the maps' colour map).
-FIGURE_STYLE = ("dpi", "figsize", "font_size", "title")
-
-
 def figure_style(style: dict[str, Any]) -> Style:
     """The :class:`Style` of a figure of effects from keyword options, checked."""
-    unknown = [name for name in style if name not in FIGURE_STYLE]
+    unknown = [name for name in style if name not in FIGURE_OPTIONS]
     if unknown:
         raise UsageError(
-            f"{unknown[0]}: a figure of effects takes {', '.join(FIGURE_STYLE)} (its colours "
+            f"{unknown[0]}: a figure of effects takes {', '.join(FIGURE_OPTIONS)} (its colours "
             "are a diverging scale centred on 0)"
         )
     if "figsize" in style and style["figsize"] is not None:
@@ -276,6 +272,46 @@ def trace_figure(trace: Trace, format: Output | str, style: dict[str, Any]) -> P
     """:meth:`Trace.picture`."""
     kind = chosen(Output, format, "picture format", among=PICTURES)
     return Picture(trace_picture(trace, kind, figure_style(style)), kind)
+
+
+def knockout_figure(knockout: Knockout, format: Output | str, style: dict[str, Any]) -> Picture:
+    """:meth:`Knockout.picture`."""
+    kind = chosen(Output, format, "picture format", among=PICTURES)
+    return Picture(knockout_picture(knockout, kind, figure_style(style)), kind)
+
+
+def knockout_picture(knockout: Knockout, picture: Output, style: Style = DEFAULT_STYLE) -> bytes:
+    """A bar per layer: the change in the answer's log-probability with the query rows
+    kept from the span's keys in that layer's window, blue where it falls, red where it
+    rises (the diverging scale's ends)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    count = len(knockout.layers)
+    small = style.font_size or 7
+    figure = Figure(figsize=style.figsize or (5.0, 1.2 + 0.22 * count), dpi=style.dpi)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    colours = [np.array(diverging(float(sign), 1.0)) / 255 for sign in np.sign(knockout.change)]
+    axes.barh(range(count), knockout.change, color=colours)
+    axes.set_yticks(range(count), [str(layer) for layer in knockout.layers], fontsize=small)
+    axes.invert_yaxis()
+    axes.axvline(0, color="#555555", linewidth=0.6)
+    axes.tick_params(axis="x", labelsize=small)
+    axes.set_ylabel(f"layer (a window of {knockout.window})", fontsize=small + 1)
+    axes.set_xlabel("change in log-probability (nats)", fontsize=small + 1)
+    default = (
+        f"answer {knockout.answer_token!r} · rows {index_span(knockout.rows)} may not read "
+        f"keys {index_span(knockout.span)}"
+    )
+    title = style.titles(default)
+    if title:
+        axes.set_title(wrapped(title, int(figure.get_figwidth() * 11)), fontsize=small + 1)
+    figure.tight_layout()
+    out = io.BytesIO()
+    with drawing(set()):
+        figure.savefig(out, format=picture.value, metadata=metadata(picture))
+    return out.getvalue()
 
 
 def save_figure(path: str | Path, draw: Callable[[Output], Picture]) -> None:

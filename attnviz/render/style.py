@@ -13,6 +13,9 @@ from attnviz.safe_text import display_label
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
 
+# What a figure of effects (heads, traces, knockouts, needles) takes of a Style: its
+# colours are its own (a diverging scale centred on 0), whatever the maps' colour map.
+FIGURE_OPTIONS = ("dpi", "figsize", "font_size", "title")
 MAX_LABEL = 14  # characters of a token label before it is cut with an ellipsis
 VALUES_UP_TO = 16  # --values prints numbers in maps with at most this many rows and columns
 MIN_LABEL_POINTS = 6.0  # token labels are never smaller: they are thinned instead
