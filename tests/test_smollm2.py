@@ -205,3 +205,20 @@ def test_patch_and_trace_equal_plain_hooks_on_the_plain_model(smollm2, plain):
     traced = smollm2.trace(IOI, " Mary", IOI_CORRUPT, versus=" John", layers=[0, 12, 29])
     expected = reference_trace(model, "llama-lm", clean, corrupt, mary, john, "resid", [0, 12, 29])
     np.testing.assert_allclose(traced.effect, expected[[0, 12, 29]], atol=1e-4)
+
+
+def test_paris_without_its_space_is_said_with_its_twin(runner):
+    """SmolLM2 puts 'Paris' at number 44 of its next tokens after "The capital of France
+    is" and ' Paris' at number 1: the answer without its space read -7.57 silently."""
+    common = ["heads", "--model", "smollm2", "The capital of France is", "--method", "gradient"]
+    result = runner.invoke(app, [*common, "--answer", "Paris", "-f", "json", "--top", "1"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["answer_rank"] > 10
+    assert result.stderr.startswith(f"attnviz: warning: the answer 'Paris' is the model's next "
+                                    f"token number {document['answer_rank']:,} (")  # fmt: skip
+    assert "' Paris', with a space first, is number 1: did you mean --answer ' Paris'?" in (
+        result.stderr
+    )
+    spaced = runner.invoke(app, [*common, "--answer", " Paris", "-f", "json", "--top", "1"])
+    assert spaced.stderr == "" and json.loads(spaced.stdout)["answer_rank"] == 1
