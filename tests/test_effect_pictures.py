@@ -38,7 +38,7 @@ def test_effects_and_traces_draw_from_python_and_show_in_a_notebook(measured, tm
     assert repr(effects).startswith(f"<HeadEffects on answer {ANSWER!r}")
     assert "3 layers × 4 heads, ablation, dla, patch" in repr(effects)
     assert repr(trace).startswith("<Trace at resid of ") and "6 positions" in repr(trace)
-    effects.save(tmp_path / "dla.pdf", "dla", figsize=(3.5, 3), font_size=8, title="Figure 2")
+    effects.save(tmp_path / "dla.pdf", column="dla", figsize=(3.5, 3), font_size=8, title="Fig. 2")
     trace.save(tmp_path / "trace.svg")
     assert (tmp_path / "dla.pdf").read_bytes().startswith(b"%PDF")
     assert b"<svg" in (tmp_path / "trace.svg").read_bytes()

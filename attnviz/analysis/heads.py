@@ -109,8 +109,27 @@ class Answer:
         return found
 
 
+class Drawn:
+    """A result that draws itself (effects, a trace, a knockout): :meth:`save` writes its
+    picture by the suffix of a path, and a notebook shows the picture, not the arrays."""
+
+    def picture(self, *args: Any, **options: Any) -> Picture:  # each its own options
+        raise NotImplementedError
+
+    def save(self, path: str | Path, **options: Any) -> None:
+        """:meth:`picture` (with ``options``) written to ``path`` (.png, .svg or .pdf),
+        whole or not at all."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.effects import save_figure
+
+        save_figure(path, lambda kind: self.picture(format=kind, **options))
+
+    def _repr_png_(self) -> bytes | None:
+        return self.picture()._repr_png_()
+
+
 @dataclass(frozen=True)
-class HeadEffects:
+class HeadEffects(Drawn):
     """Each chosen head's effect on one answer token: ``ablation`` and ``dla``, and with a
     corrupted text ``patch``, (L, H) float64 in the order of ``layers`` and ``heads``."""
 
@@ -144,16 +163,6 @@ class HeadEffects:
         from attnviz.render.effects import effects_figure
 
         return effects_figure(self, column, format, style)
-
-    def save(self, path: str | Path, column: str | None = None, **style: Any) -> None:
-        """:meth:`picture` written to ``path`` (.png, .svg or .pdf), whole or not at all."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.effects import save_figure
-
-        save_figure(path, lambda kind: self.picture(column, kind, **style))
-
-    def _repr_png_(self) -> bytes | None:
-        return self.picture()._repr_png_()
 
     @property
     def answer(self) -> str:
@@ -190,7 +199,7 @@ class HeadEffects:
 
 
 @dataclass(frozen=True)
-class Knockout:
+class Knockout(Drawn):
     """The answer's log-probability change when some query rows may not read some keys,
     in a window of layers around each chosen layer."""
 
@@ -219,16 +228,6 @@ class Knockout:
         from attnviz.render.effects import knockout_figure
 
         return knockout_figure(self, format, style)
-
-    def save(self, path: str | Path, **style: Any) -> None:
-        """:meth:`picture` written to ``path`` (.png, .svg or .pdf), whole or not at all."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.effects import save_figure
-
-        save_figure(path, lambda kind: self.picture(kind, **style))
-
-    def _repr_png_(self) -> bytes | None:
-        return self.picture()._repr_png_()
 
     def records(self) -> list[dict[str, object]]:
         """A row per window: its layer, the layers it knocks out and the change."""

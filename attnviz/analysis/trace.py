@@ -8,17 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import Answer
+from attnviz.analysis.heads import Answer, Drawn
 from attnviz.choices import Output, Site
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from attnviz.render.image import Picture
 
 
 @dataclass(frozen=True)
-class Trace:
+class Trace(Drawn):
     """``effect`` is (layers, positions): the metric with the clean activation restored at
     that layer and position of ``site``, less the corrupted run's metric."""
 
@@ -47,16 +45,6 @@ class Trace:
         from attnviz.render.effects import trace_figure
 
         return trace_figure(self, format, style)
-
-    def save(self, path: str | Path, **style: Any) -> None:
-        """:meth:`picture` written to ``path`` (.png, .svg or .pdf), whole or not at all."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.effects import save_figure
-
-        save_figure(path, lambda kind: self.picture(kind, **style))
-
-    def _repr_png_(self) -> bytes | None:
-        return self.picture()._repr_png_()
 
     def normalized(self) -> Trace:
         """Each cell's effect as the fraction of the corruption's change it brings back,
