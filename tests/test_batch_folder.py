@@ -672,3 +672,29 @@ def test_shards_read_one_at_a_time_write_a_whole_runs_bytes(runner, tmp_path, ge
     data = {name: blob for name, blob in _contents(sharded).items() if name.endswith(".json")}
     assert len(data) == 4
     assert data == {name: blob for name, blob in _contents(whole).items() if name in data}
+
+
+def test_a_name_a_stopped_writer_of_the_run_claimed_is_the_runs_to_write(tmp_path):
+    """A Ray worker killed after claiming a name (its placeholder made, or its whole file
+    written and its digest claimed) has its input retried on another worker, which found
+    the name taken by "a file no batch made" and failed the input."""
+    from attnviz.batch.manifest import Ledger
+    from attnviz.errors import AttnvizError
+
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text('{"request": {}}\n')
+    killed = Ledger(manifest)
+    killed.claim("0006-placeholder.json")  # the placeholder, then the worker died
+    (tmp_path / "0007-whole.json").write_text("{}")
+    retried = Ledger(manifest)
+    retried.claim("0006-placeholder.json")  # the run's own: no error
+    whole = tmp_path / "0008-whole.json"
+    Ledger(manifest).claim(whole.name)
+    whole.write_text('{"written": true}')
+    Ledger(manifest).written(whole.name, digest_of(whole))
+    retried.claim(whole.name)  # its digest claimed: the run's own
+    with pytest.raises(AttnvizError, match="no batch made it"):
+        retried.claim("0007-whole.json")  # nobody claimed it: the user's
+    whole.write_text('{"changed": "by the user"}')
+    with pytest.raises(AttnvizError, match="no batch made it"):
+        retried.claim(whole.name)  # its content is no longer what the run wrote

@@ -180,7 +180,7 @@ class Ledger:
         """``name`` claimed for a file this run is about to write; refused (the input
         fails) where a file no batch made holds it, or appears there meanwhile."""
         path = self.manifest.parent / name
-        if name in self.ours:
+        if name in self.ours or self._made_here(path):
             append_line(self.manifest, dump_json({_CLAIM: [name]}))
             return
         if os.path.lexists(path):
@@ -190,6 +190,14 @@ class Ledger:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))
         except FileExistsError:  # it appeared between the look and the claim
             raise self._taken(path) from None
+
+    def _made_here(self, path: Path) -> bool:
+        """A file this run began and a writer of its left (a Ray worker stopped after
+        claiming the name: its input is retried elsewhere), as its manifest tells it:
+        the placeholder, or a whole file whose digest it claimed."""
+        return os.path.lexists(path) and _made_by_a_run(
+            path, path.name, read_contents(self.manifest)
+        )
 
     def written(self, name: str, digest: FileDigest) -> None:
         """The whole file's digest claimed, before it takes ``name``."""
