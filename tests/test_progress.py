@@ -88,3 +88,15 @@ def test_a_knockout_is_said_without_an_estimate(runner, generators, monkeypatch,
     result = runner.invoke(app, [*common, "--knockout", "last:dog"])
     assert result.exit_code == 0, result.stderr
     assert "the exact knockout sweep runs" in result.stderr and "gradient" not in result.stderr
+
+
+def test_a_needle_sweep_counts_its_cells_on_a_terminal(runner, generators):
+    common = ["needle", "--model", generators["gemma3-lm"], "--needle", "The code is red.",
+              "--question", "What is the code?", "--answer", "red", "-n", "2",
+              "--lengths", "150", "--depths", "0,1"]  # fmt: skip
+    shown = runner.invoke(app, common, obj=TERMINAL_STDERR)
+    assert shown.exit_code == 0, shown.stderr
+    assert "needle cells" in shown.stderr and "2/2" in shown.stderr
+    assert "attnviz: cell 2/2" in shown.stderr
+    quiet = runner.invoke(app, [*common, "-q"], obj=TERMINAL_STDERR)
+    assert "needle cells" not in quiet.stderr and "attnviz: cell" not in quiet.stderr

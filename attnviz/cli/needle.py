@@ -23,7 +23,7 @@ from attnviz.cli.option_kinds import (
     picture_option,
     top_heads_option,
 )
-from attnviz.cli.output import Environment, number, stdout_console
+from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, needle_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from rich.console import Group
 
     from attnviz.needle import Cell
+    from attnviz.progress import Listener
     from attnviz.render.style import Style
 
 SWEEP_PANEL = "Sweep"
@@ -195,7 +196,9 @@ def needle(
     extractor = asked.open(shared.environment)
     done: list[Cell] = []
     try:
-        results = extractor.needle(sweep, filler, _progress(done, quiet))
+        shown = out.passes_shown(NO_TERMINAL if quiet else shared.environment)
+        with shown as bar:  # on a terminal, a bar of cells under the lines
+            results = extractor.needle(sweep, filler, _progress(done, quiet, bar))
     except (KeyboardInterrupt, Terminated):
         if not done:
             raise
@@ -255,13 +258,15 @@ def _partial(name: str) -> str:
     return str(path.with_name(f"{path.stem}.partial{path.suffix}"))
 
 
-def _progress(done: list[Cell], quiet: bool):
+def _progress(done: list[Cell], quiet: bool, bar: Listener | None = None):
     """Each finished cell kept in ``done`` (an interrupted sweep writes those), and said
-    on stderr in a line unless ``quiet``."""
+    on stderr in a line unless ``quiet`` (and counted on a terminal's ``bar``)."""
     started = time.monotonic()
 
     def finished(count: int, cells: int, cell: Cell) -> None:
         done.append(cell)
+        if bar is not None:
+            bar("needle cell", count, cells)
         if quiet:
             return
         said = "answered" if cell.answered else f"not answered: {cell.response.strip()!r}"
