@@ -68,6 +68,7 @@ class Site(StrEnum):
     RESID = "resid"  # the residual stream entering the layer
     ATTN = "attn"  # the attention block's output (its output projection's)
     MLP = "mlp"  # the MLP's output
+    RESID_POST = "resid_post"  # the residual stream leaving the layer
 
 
 class Weighting(StrEnum):

@@ -210,7 +210,8 @@ class Extractor(ABC):
     ) -> Trace:
         """For each layer and position, how much of the metric (as :meth:`head_effects`
         reads it) comes back when the clean run's activation at ``site`` (``"resid"``, the
-        residual stream entering the layer; ``"attn"``; ``"mlp"``) is put into the run on
+        residual stream entering the layer; ``"attn"``; ``"mlp"``; ``"resid_post"``, the
+        residual stream leaving it) is put into the run on
         ``corrupt`` there: a (layers, positions) ``effect``. A causal language model only."""
         asked = _asking(request, options, trace=site)
         (found,) = self.run([Input(text, answer=answer, versus=versus, corrupt=corrupt)], asked)

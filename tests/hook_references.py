@@ -29,9 +29,10 @@ def output_projection(model, family, layer):
 
 
 def site_module(model, family, site, layer):
-    """The module whose input (resid) or output (attn, mlp) the site is."""
+    """The module whose input (resid) or output (attn, mlp, resid_post) the site is."""
     block = layers_of(model, family)[layer]
-    return {"resid": block, "attn": output_projection(model, family, layer), "mlp": block.mlp}[site]
+    attn = output_projection(model, family, layer)
+    return {"resid": block, "attn": attn, "mlp": block.mlp, "resid_post": block}[site]
 
 
 @functools.cache

@@ -113,19 +113,20 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(
             assert found.ablation[layer, head] == pytest.approx(ablation, abs=1e-5)
             assert found.patch[layer, head] == pytest.approx(patch, abs=1e-5)
     assert found.on.method == "gradient"
-    (traced,) = extractor.run(
-        [Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)],
-        Request(maps=False, trace="mlp", method="gradient"),
-    )
-    clean_mlp = recorded_at(model, family, clean_ids, "mlp")
-    corrupt_mlp = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "mlp")
-    expected = np.stack(
-        [
-            ((clean - a) * gradient).sum(-1).double().numpy()
-            for clean, (a, gradient) in zip(clean_mlp, corrupt_mlp, strict=True)
-        ]
-    )
-    np.testing.assert_allclose(traced.trace.effect, expected, atol=1e-5)
+    for site in ("mlp", "resid_post"):  # an output inside the layer, and the layer's own
+        (traced,) = extractor.run(
+            [Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)],
+            Request(maps=False, trace=site, method="gradient"),
+        )
+        clean_at = recorded_at(model, family, clean_ids, site)
+        corrupt_at = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, site)
+        expected = np.stack(
+            [
+                ((clean - a) * gradient).sum(-1).double().numpy()
+                for clean, (a, gradient) in zip(clean_at, corrupt_at, strict=True)
+            ]
+        )
+        np.testing.assert_allclose(traced.trace.effect, expected, atol=1e-5)
 
 
 def test_gradient_estimates_rank_heads_as_the_exact_sweep_on_a_smooth_change(

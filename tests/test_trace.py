@@ -27,7 +27,7 @@ from tests.hook_references import (
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("site", ["resid", "attn", "mlp"])
+@pytest.mark.parametrize("site", ["resid", "attn", "mlp", "resid_post"])
 def test_trace_equals_a_hook_restoring_each_layer_and_position(
     generators, language_models, family, site
 ):

@@ -26,8 +26,8 @@ SiteOption = Annotated[
         "--site",
         case_sensitive=False,
         help="Where the clean activation is restored in each layer: resid (the residual "
-        "stream entering the layer), attn (the attention block's output) or mlp (the MLP's "
-        "output).",
+        "stream entering the layer), attn (the attention block's output), mlp (the MLP's "
+        "output) or resid_post (the residual stream leaving the layer).",
     ),
 ]
 PictureOption = Annotated[

@@ -138,12 +138,16 @@ def trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
     return Traced(clean.metric, corrupt.metric, clean.log_prob, effect)
 
 
-def site_module(body: Anatomy, site: Site, layer: int) -> Any:
-    """The module whose input (resid) or output (attn, mlp) is the site in ``layer``."""
-    if site is Site.RESID:
-        return body.blocks[layer]
-    if site is Site.ATTN:
-        return body.projections[layer]
+@dataclass(frozen=True)
+class SitePoint:
+    """Where a site is read in each layer: a module of the layer, and whether the site is
+    its input (a pre-hook reads it, keywords included) or its output."""
+
+    module: Callable[[Anatomy, int], Any]
+    reads_input: bool
+
+
+def _mlp(body: Anatomy, layer: int) -> Any:
     mlp = getattr(body.blocks[layer], "mlp", None)
     if mlp is None:
         raise UsageError(
@@ -151,6 +155,28 @@ def site_module(body: Anatomy, site: Site, layer: int) -> Any:
             "no mlp): trace --site resid or attn"
         )
     return mlp
+
+
+# Every site, declared once: the trace's record and restore, and the gradient passes,
+# find it here. "heads" is the output projection's input, where the heads' outputs lie
+# side by side (what patch, ablation and their estimates read).
+SITES: dict[str, SitePoint] = {
+    "heads": SitePoint(lambda body, layer: body.projections[layer], reads_input=True),
+    Site.RESID: SitePoint(lambda body, layer: body.blocks[layer], reads_input=True),
+    Site.ATTN: SitePoint(lambda body, layer: body.projections[layer], reads_input=False),
+    Site.MLP: SitePoint(_mlp, reads_input=False),
+    Site.RESID_POST: SitePoint(lambda body, layer: body.blocks[layer], reads_input=False),
+}
+
+
+def site_module(body: Anatomy, site: str, layer: int) -> Any:
+    """The module whose input or output is the site in ``layer``."""
+    return SITES[site].module(body, layer)
+
+
+def _read(site: str, args: tuple, kwargs: dict, output: Any = None) -> torch.Tensor:
+    """The site's activation from what its module's hook is given."""
+    return _hidden(args, kwargs) if SITES[site].reads_input else _output(output)
 
 
 def _hidden(args: tuple, kwargs: dict) -> torch.Tensor:
@@ -178,9 +204,9 @@ def _recorded(body: Anatomy, site: Site) -> Iterator[list[Any]]:
     kept: list[Any] = [None] * len(body.blocks)
 
     def keeper(layer: int) -> Callable:
-        if site is Site.RESID:
-            return lambda _module, args, kwargs: kept.__setitem__(layer, _hidden(args, kwargs))
-        return lambda _module, _args, output: kept.__setitem__(layer, _output(output))
+        if SITES[site].reads_input:
+            return lambda _module, args, kwargs: kept.__setitem__(layer, _read(site, args, kwargs))
+        return lambda _module, args, output: kept.__setitem__(layer, _read(site, args, {}, output))
 
     with contextlib.ExitStack() as hooks:
         for layer in range(len(body.blocks)):
@@ -189,14 +215,12 @@ def _recorded(body: Anatomy, site: Site) -> Iterator[list[Any]]:
 
 
 def _site_hook(body: Anatomy, site: str, layer: int, hook: Callable) -> Any:
-    """``hook`` where ``site`` (``"heads"``: the output projection's input, or a
-    :class:`Site`) is read in ``layer``: a forward pre-hook for an input (resid's, with
-    the keyword arguments), a forward hook for an output; its handle."""
-    if site == "heads":
-        return body.projections[layer].register_forward_pre_hook(hook)
-    if site == Site.RESID:
-        return body.blocks[layer].register_forward_pre_hook(hook, with_kwargs=True)
-    return site_module(body, Site(site), layer).register_forward_hook(hook)
+    """``hook`` where ``site`` (:data:`SITES`) is read in ``layer``: a forward pre-hook, with
+    the keyword arguments, for an input; a forward hook for an output; its handle."""
+    module = site_module(body, site, layer)
+    if SITES[site].reads_input:
+        return module.register_forward_pre_hook(hook, with_kwargs=True)
+    return module.register_forward_hook(hook)
 
 
 def _restoring(
@@ -204,7 +228,7 @@ def _restoring(
 ) -> contextlib.AbstractContextManager:
     """A hook putting ``value`` (D,) at ``position`` of the batch's ``rows`` at the site."""
     module = site_module(body, site, layer)
-    if site is Site.RESID:
+    if SITES[site].reads_input:
 
         def restore_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
             hidden = _hidden(args, kwargs).clone()  # (B, T, D)
@@ -289,11 +313,9 @@ def gradients(
         activation.register_hook(read)
 
     def keeper(layer: int) -> Callable:
-        if site == "heads":
-            return lambda _module, args: keep(layer, args[0])
-        if site == Site.RESID:
-            return lambda _module, args, kwargs: keep(layer, _hidden(args, kwargs))
-        return lambda _module, _args, output: keep(layer, _output(output))
+        if SITES[site].reads_input:
+            return lambda _module, args, kwargs: keep(layer, _read(site, args, kwargs))
+        return lambda _module, args, output: keep(layer, _read(site, args, {}, output))
 
     def leaf(_module: Any, _args: tuple, output: torch.Tensor) -> torch.Tensor:
         # Every activation above depends on it, whether or not the weights ask for gradients.
