@@ -63,12 +63,22 @@ class Method(StrEnum):
 
 
 class Site(StrEnum):
-    """Where ``trace`` restores the clean run's activation, in each layer."""
+    """Where ``trace`` restores the clean run's activation, in each layer (what each one
+    is, for help and pictures: :data:`SITE_LABELS`; where it is read in a model:
+    ``attnviz.pretrained.patching.SITES``)."""
 
-    RESID = "resid"  # the residual stream entering the layer
-    ATTN = "attn"  # the attention block's output (its output projection's)
-    MLP = "mlp"  # the MLP's output
-    RESID_POST = "resid_post"  # the residual stream leaving the layer
+    RESID = "resid"
+    ATTN = "attn"
+    MLP = "mlp"
+    RESID_POST = "resid_post"
+
+
+SITE_LABELS = {
+    Site.RESID: "the residual stream entering the layer",
+    Site.ATTN: "the attention block's output",
+    Site.MLP: "the MLP's output",
+    Site.RESID_POST: "the residual stream leaving the layer",
+}
 
 
 class Weighting(StrEnum):

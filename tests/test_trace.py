@@ -176,3 +176,15 @@ def test_normalize_needs_a_corruption_that_moves_the_metric(runner, generators):
     for row in document["heads"]:
         assert row["patch"] * taken == pytest.approx(by_head[row["layer"], row["head"]], abs=1e-6)
         assert row["ablation"] is not None
+
+
+def test_every_site_is_in_the_help_and_the_table(runner):
+    """A site is declared once: its label for --help, its place in a model for the passes."""
+    from attnviz.choices import SITE_LABELS, Site
+    from attnviz.pretrained.patching import SITES
+
+    assert set(SITE_LABELS) == set(Site) and set(Site) <= set(SITES)
+    helped = runner.invoke(app, ["trace", "--help"], env={"COLUMNS": "400"})
+    shown = " ".join(helped.stdout.split())
+    for site, label in SITE_LABELS.items():
+        assert f"{site} ({label})" in shown

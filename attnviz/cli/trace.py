@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.atomic_files import check_writable, open_output
-from attnviz.choices import Output, Site
+from attnviz.choices import SITE_LABELS, Output, Site
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.pictures import figure_settings
@@ -25,9 +25,9 @@ SiteOption = Annotated[
     typer.Option(
         "--site",
         case_sensitive=False,
-        help="Where the clean activation is restored in each layer: resid (the residual "
-        "stream entering the layer), attn (the attention block's output), mlp (the MLP's "
-        "output) or resid_post (the residual stream leaving the layer).",
+        help="Where the clean activation is restored in each layer: "
+        + ", ".join(f"{site} ({label})" for site, label in SITE_LABELS.items())
+        + ".",
     ),
 ]
 PictureOption = Annotated[
