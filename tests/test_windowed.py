@@ -57,7 +57,7 @@ def test_attention_over_the_window_equals_the_whole_texts_masked(
 
 
 def _rounding(terms: int, expected: torch.Tensor) -> float:
-    return float32_tolerance(terms) * max(1.0, float(expected.abs().max()))
+    return float32_tolerance(terms) * max(1.0, float(expected.detach().abs().max()))
 
 
 @pytest.fixture
