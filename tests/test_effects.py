@@ -18,6 +18,7 @@ import torch
 import attnviz
 from attnviz.errors import UsageError
 from tests import hook_references as twins
+from tests.checks import model_tolerance
 from tests.hook_references import final_norm, log_prob, reference_ablation, reference_dla
 
 TEXT = "The man walked the dog because"
@@ -591,13 +592,22 @@ def test_the_answers_rank_probability_and_the_models_next_tokens(generators, fam
         expected = model(ids).logits[0, -1].float().log_softmax(-1)
     answer_id = tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
     on = effects.on
-    assert on.rank == int((expected > expected[answer_id]).sum()) + 1
-    assert on.probability == pytest.approx(float(expected[answer_id].exp()), rel=1e-5)
+    # Two float32 computations of the logits: tokens whose log-probabilities lie within
+    # their rounding of each other may rank either way.
+    tolerance = model_tolerance(model.config) * max(1.0, float(expected.abs().max()))
+    answer = expected[answer_id]
+    surely_above = int((expected > answer + tolerance).sum())
+    assert surely_above + 1 <= on.rank <= int((expected > answer - tolerance).sum()) + 1
+    assert on.probability == pytest.approx(float(answer.exp()), rel=tolerance)
     best = expected.topk(10)
-    assert [token for token, _ in on.predictions[:10]] == [
-        tokenizer.decode([token]) for token in best.indices.tolist()
-    ]
-    np.testing.assert_allclose([p for _, p in on.predictions[:10]], best.values.exp(), rtol=1e-5)
+    np.testing.assert_allclose(
+        [p for _, p in on.predictions[:10]], best.values.exp(), rtol=tolerance
+    )
+    by_token: dict[str, list[float]] = {}
+    for token, value in enumerate(expected.exp().tolist()):
+        by_token.setdefault(tokenizer.decode([token]), []).append(value)
+    for token, probability in on.predictions[:10]:  # each the model's own token, its number
+        assert min(abs(p - probability) for p in by_token[token]) <= tolerance * probability
     assert len(on.predictions) == 100
 
 
