@@ -172,7 +172,7 @@ def read_option_text(value: str | None, option: str, text: str | None) -> str | 
         return value
     if value.startswith(_LITERAL_AT):
         return value[1:]
-    if value == FILE_PREFIX + STDIO and text is not None and text.lstrip(FILE_PREFIX) == STDIO:
+    if value == FILE_PREFIX + STDIO and text in (STDIO, FILE_PREFIX + STDIO):
         raise UsageError(
             f"{option} @- and TEXT {text} would both read standard input: give one of them a file"
         )

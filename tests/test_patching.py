@@ -198,6 +198,21 @@ def test_stdin_read_twice_is_refused(runner):
     failed_in_process(result, 2, "--corrupt @- and TEXT - would both read standard input")
 
 
+def test_a_text_that_begins_with_at_leaves_stdin_to_an_option(monkeypatch):
+    """TEXT @@- is the words "@-", not standard input: --corrupt @- may read it."""
+    import io
+
+    import attnviz.inputs
+    from attnviz.errors import UsageError
+    from attnviz.inputs import read_option_text
+
+    monkeypatch.setattr(attnviz.inputs, "stdin_bytes", lambda: io.BytesIO(b"piped in\n"))
+    assert read_option_text("@@x", "--corrupt", "-") == "@x"
+    with pytest.raises(UsageError, match="would both read"):
+        read_option_text("@-", "--corrupt", "@-")
+    assert read_option_text("@-", "--corrupt", "@@-") == "piped in"
+
+
 def test_a_long_corrupted_text_from_a_file_is_named_with_its_real_length(
     runner, generators, tmp_path
 ):
