@@ -270,9 +270,10 @@ def remove_left_behind(folder: Path, shard: tuple[int, int] | None) -> None:
         contents = {name: read_contents(folder / name) for name in manifests}
         siblings = set(_siblings(manifests, shard))
         recorded = set().union(*(found.recorded for found in contents.values()))
-        known = Contents()
+        known = Contents()  # what this run and the runs before it claimed (not siblings')
         for name, found in contents.items():
-            known = known.merged(found) if name not in siblings else known
+            if name not in siblings:
+                known = known.merged(found)
         claimed = known.claimed
         ours = claimed | recorded
         while held := [

@@ -364,16 +364,16 @@ class Manifest:
         failed this time, its earlier files stay recorded (``--overwrite`` still removes
         them); where it was written anew, those of its earlier files it no longer has go."""
         earlier = self.records.get(record.index)
-        stale: list[str] = []
+        stale: dict[str, FileDigest | None] = {}  # earlier files it no longer gets, digests
         if earlier is not None and record.status == "failed":
             record = replace(record, files=earlier.files, digests=earlier.digests)
         elif earlier is not None:
-            stale = [name for name in earlier.files if name not in record.files]
+            written = earlier.digests or {}
+            stale = {name: written.get(name) for name in earlier.files if name not in record.files}
         known = Contents()
         if stale:  # still the folder's own once the new record hides the old one
-            digests = {name: ((earlier and earlier.digests) or {}).get(name) for name in stale}
-            known.add_digests(digests)
-            append_line(self.path, dump_json({_CLAIM: stale, _DIGESTS: digests}))
+            known.add_digests(stale)
+            append_line(self.path, dump_json({_CLAIM: list(stale), _DIGESTS: stale}))
         self.records[record.index] = record
         append_line(self.path, dump_json(record.to_dict()))
         say_kept(self.path.parent, remove_made(self.path.parent, stale, known))

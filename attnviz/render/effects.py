@@ -8,6 +8,7 @@ import io
 import re
 import textwrap
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -225,6 +226,11 @@ def _diverging_picture(
     bar = figure.colorbar(image, ax=axes)
     bar.ax.tick_params(labelsize=small)
     bar.set_label(unit, fontsize=small)
+    return _saved(figure, picture)
+
+
+def _saved(figure: Any, picture: Output) -> bytes:
+    """A figure laid out and written in ``picture``'s format."""
     figure.tight_layout()
     out = io.BytesIO()
     with drawing(set()):
@@ -256,28 +262,33 @@ def figure_style(style: dict[str, Any]) -> Style:
     return Style(**style)
 
 
+def _figure(
+    draw: Callable[[Output, Style], bytes], format: Output | str, style: dict[str, Any]
+) -> Picture:
+    """What ``draw`` makes in ``format`` with keyword ``style``, both checked, as a Picture."""
+    kind = chosen(Output, format, "picture format", among=PICTURES)
+    return Picture(draw(kind, figure_style(style)), kind)
+
+
 def effects_figure(
     effects: HeadEffects, column: str | None, format: Output | str, style: dict[str, Any]
 ) -> Picture:
     """:meth:`HeadEffects.picture`: the grid of ``column`` (by default patch where there is
     one, else ablation)."""
-    kind = chosen(Output, format, "picture format", among=PICTURES)
     column = column or ("patch" if effects.patch is not None else "ablation")
     if column not in ("ablation", "dla", "patch"):
         raise UsageError(f"a head's effects are ablation, dla and patch, not {column!r}")
-    return Picture(effects_picture(effects, column, "", kind, figure_style(style)), kind)
+    return _figure(partial(effects_picture, effects, column, ""), format, style)
 
 
 def trace_figure(trace: Trace, format: Output | str, style: dict[str, Any]) -> Picture:
     """:meth:`Trace.picture`."""
-    kind = chosen(Output, format, "picture format", among=PICTURES)
-    return Picture(trace_picture(trace, kind, figure_style(style)), kind)
+    return _figure(partial(trace_picture, trace), format, style)
 
 
 def knockout_figure(knockout: Knockout, format: Output | str, style: dict[str, Any]) -> Picture:
     """:meth:`Knockout.picture`."""
-    kind = chosen(Output, format, "picture format", among=PICTURES)
-    return Picture(knockout_picture(knockout, kind, figure_style(style)), kind)
+    return _figure(partial(knockout_picture, knockout), format, style)
 
 
 def knockout_picture(knockout: Knockout, picture: Output, style: Style = DEFAULT_STYLE) -> bytes:
@@ -307,11 +318,7 @@ def knockout_picture(knockout: Knockout, picture: Output, style: Style = DEFAULT
     title = style.titles(default)
     if title:
         axes.set_title(wrapped(title, int(figure.get_figwidth() * 11)), fontsize=small + 1)
-    figure.tight_layout()
-    out = io.BytesIO()
-    with drawing(set()):
-        figure.savefig(out, format=picture.value, metadata=metadata(picture))
-    return out.getvalue()
+    return _saved(figure, picture)
 
 
 def save_figure(path: str | Path, draw: Callable[[Output], Picture]) -> None:
