@@ -319,6 +319,11 @@ def test_a_sweep_stopped_midway_writes_its_finished_cells_marked_partial(
         f"{partial}, {drawn}, marked partial\n"
     )
     assert earlier.read_text() == '{"an earlier, whole sweep": true}'
+    calls.clear()  # stopped again: the partial cells before are kept, the new go beside them
+    again = runner.invoke(app, [*common, "-o", str(earlier)])
+    assert again.exit_code == (130 if stop == "ctrl-c" else 143)
+    assert f"written to {tmp_path / 'sweep.partial-2.json'}, marked" in again.stderr
+    assert (tmp_path / "sweep.partial-2.json").is_file()
     assert drawn.read_bytes()[:4] == b"\x89PNG" and not picture.exists()
     document = json.loads(partial.read_text())
     assert document["partial"] is True and document["cells_planned"] == 4

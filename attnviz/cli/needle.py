@@ -251,11 +251,20 @@ class _Written:
 
 def _partial(name: str) -> str:
     """Where an interrupted sweep's cells go instead of ``name``: ``sweep.json`` ->
-    ``sweep.partial.json`` (``-`` stays stdout)."""
+    ``sweep.partial.json``, or the first of ``sweep.partial-2.json``… that is free (a file
+    already there, an earlier sweep's or the user's, is never written over); ``-`` stays
+    stdout."""
     if name == d.STDIO:
         return name
     path = Path(name)
-    return str(path.with_name(f"{path.stem}.partial{path.suffix}"))
+    count = 1
+    while (found := path.with_name(f"{path.stem}.partial{_nth(count)}{path.suffix}")).exists():
+        count += 1
+    return str(found)
+
+
+def _nth(count: int) -> str:
+    return "" if count == 1 else f"-{count}"
 
 
 def _progress(done: list[Cell], quiet: bool, bar: Listener | None = None):
