@@ -65,19 +65,37 @@ class Method(StrEnum):
 class Site(StrEnum):
     """Where ``trace`` restores the clean run's activation, in each layer (what each one
     is, for help and pictures: :data:`SITE_LABELS`; where it is read in a model:
-    ``attnviz.pretrained.patching.SITES``)."""
+    ``attnviz.pretrained.sites.SITES``). A layer's site is restored a position at a time;
+    a head's (q, k, v, z) a head at a time, over every position or one position at a time."""
 
     RESID = "resid"
     ATTN = "attn"
+    RESID_MID = "resid_mid"
     MLP = "mlp"
     RESID_POST = "resid_post"
+    Q = "q"
+    K = "k"
+    V = "v"
+    Z = "z"
 
+    @property
+    def of_heads(self) -> bool:
+        """True where the site is split into heads (each restored alone)."""
+        return self in HEAD_SITES
+
+
+HEAD_SITES = frozenset({Site.Q, Site.K, Site.V, Site.Z})
 
 SITE_LABELS = {
     Site.RESID: "the residual stream entering the layer",
     Site.ATTN: "the attention block's output",
+    Site.RESID_MID: "the residual stream between the attention and the MLP",
     Site.MLP: "the MLP's output",
     Site.RESID_POST: "the residual stream leaving the layer",
+    Site.Q: "a head's queries, before rotary embeddings",
+    Site.K: "a key/value head's keys, before rotary embeddings",
+    Site.V: "a key/value head's values",
+    Site.Z: "a head's output, before the output projection",
 }
 
 

@@ -205,15 +205,18 @@ class Extractor(ABC):
         request: Request | None = None,
         *,
         site: Site | str = Site.RESID,
+        by_position: bool = False,
         versus: str | None = None,
         **options: Any,
     ) -> Trace:
         """For each layer and position, how much of the metric (as :meth:`head_effects`
         reads it) comes back when the clean run's activation at ``site`` (``"resid"``, the
-        residual stream entering the layer; ``"attn"``; ``"mlp"``; ``"resid_post"``, the
-        residual stream leaving it) is put into the run on
-        ``corrupt`` there: a (layers, positions) ``effect``. A causal language model only."""
-        asked = _asking(request, options, trace=site)
+        residual stream entering the layer; ``"attn"``; ``"resid_mid"``; ``"mlp"``;
+        ``"resid_post"``, the residual stream leaving it) is put into the run on
+        ``corrupt`` there: a (layers, positions) ``effect``. At a head's site (``"q"``,
+        ``"k"``, ``"v"``, ``"z"``) each head's at every position, (layers, heads), or
+        ``by_position``, (layers, heads, positions). A causal language model only."""
+        asked = _asking(request, options, trace=site, by_position=by_position)
         (found,) = self.run([Input(text, answer=answer, versus=versus, corrupt=corrupt)], asked)
         return asked_for(found.trace)
 

@@ -55,7 +55,8 @@ class Request:
     replaced by its mean over the text; and, where the input has a corrupted twin, each
     head's ``patch``); or, alone: with ``knockout`` (query rows, span keys), the change
     in the answer when those rows may not read those keys in ``window`` layers around
-    each layer; with ``trace`` (a site), the patching effect of each layer × position.
+    each layer; with ``trace`` (a site), the patching effect of each layer × position (of
+    each layer × head at a head's site: at every position, or ``by_position``).
     ``method`` measures effects exactly or by their gradient estimate. Several products
     may be asked at once: one pass over a text serves them.
     """
@@ -79,6 +80,7 @@ class Request:
     knockout: tuple[Selection, Selection] | None = None
     window: int = 1
     trace: Site | None = None
+    by_position: bool = False
     method: Method = Method.EXACT
 
     def __post_init__(self) -> None:
@@ -88,7 +90,7 @@ class Request:
             object.__setattr__(self, "weigh", chosen(Weighting, self.weigh, "weighting"))
         object.__setattr__(self, "layers", _selection(self.layers, "layer"))
         object.__setattr__(self, "heads", _selection(self.heads, "head"))
-        for name in ("special", "words", "raw_pieces", "chat", *_ASKED):
+        for name in ("special", "words", "raw_pieces", "chat", "by_position", *_ASKED):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} is True or False, not {getattr(self, name)!r}")
         if self.system is not None and not isinstance(self.system, str):
@@ -144,6 +146,11 @@ class Request:
             if getattr(self, alone) is not None and asked != [alone]:
                 other = next(name for name in asked if name != alone)
                 raise UsageError(f"a {alone} lists {lists}, not {other}: ask for it alone")
+        if self.by_position and (self.trace is None or not self.trace.of_heads):
+            raise UsageError(
+                "--by-position splits a head's effect by position: trace --site q, k, v or z "
+                "(a layer's site is read by position already)"
+            )
         if self.method is Method.GRADIENT and not (self.effects or self.trace is not None):
             raise UsageError("--method says how effects are measured: give --answer")
         if self.method is Method.GRADIENT and self.knockout is not None:
@@ -213,7 +220,7 @@ _ASKED = ("maps", "statistics", "effects")  # what a request reads of each input
 _ALONE_OR_NOT = (*_ASKED, "knockout", "trace")
 # The fields that say what is read of the maps, not which maps: a command sets them by
 # what it answers (the rest are its options, each under its field's name).
-PRODUCED = (*_ASKED, "ablate", "knockout", "window", "trace", "method")
+PRODUCED = (*_ASKED, "ablate", "knockout", "window", "trace", "by_position", "method")
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,50 @@ def output_projection(model, family, layer):
     return block.attn.c_proj if family == "gpt2-lm" else block.self_attn.o_proj
 
 
-def site_module(model, family, site, layer):
-    """The module whose input (resid) or output (attn, mlp, resid_post) the site is."""
+def mlp_input_norm(block):
+    """The norm the MLP reads the residual through: its input is the residual stream
+    between the attention and the MLP, the very tensor the layer adds the MLP's output to
+    (GPT-2's ln_2; Gemma's pre_feedforward_layernorm; Llama's post_attention_layernorm,
+    which in Gemma is the attention's post norm)."""
+    for name in ("ln_2", "pre_feedforward_layernorm", "post_attention_layernorm"):
+        if hasattr(block, name):
+            return getattr(block, name)
+    raise AssertionError(f"no MLP input norm in {type(block).__name__}")
+
+
+def site_point(model, family, site, layer):
+    """Where the site is in ``layer``: (module, kind, its columns in the tensor there).
+    kind: "pre" (the module's input), "post" (its output) or "in place" (the input of the
+    MLP's norm, written in place so that the residual carried past the MLP changes too)."""
     block = layers_of(model, family)[layer]
-    attn = output_projection(model, family, layer)
-    return {"resid": block, "attn": attn, "mlp": block.mlp, "resid_post": block}[site]
+    projection = output_projection(model, family, layer)
+    everything = slice(None)
+    if site in ("q", "k", "v"):
+        if family == "gpt2-lm":  # c_attn: queries, keys and values side by side
+            width = model.config.n_embd
+            third = "qkv".index(site)
+            return block.attn.c_attn, "post", slice(third * width, (third + 1) * width)
+        return getattr(block.self_attn, f"{site}_proj"), "post", everything
+    return {
+        "resid": (block, "pre", everything),
+        "attn": (projection, "post", everything),
+        "resid_mid": (mlp_input_norm(block), "in place", everything),
+        "mlp": (block.mlp, "post", everything),
+        "resid_post": (block, "post", everything),
+        "z": (projection, "pre", everything),
+    }[site]
+
+
+def site_module(model, family, site, layer):
+    """The module whose input or output the site is."""
+    return site_point(model, family, site, layer)[0]
+
+
+def head_size(model):
+    config = model.config
+    heads = getattr(config, "num_attention_heads", None) or config.n_head
+    width = getattr(config, "hidden_size", None) or config.n_embd
+    return getattr(config, "head_dim", None) or width // heads
 
 
 @functools.cache
@@ -88,36 +127,56 @@ def with_hidden(args, kwargs, hidden):
 
 
 def recorded_at(model, family, ids, site):
-    """Each layer's activation at ``site`` in a run on ``ids``, (T, D) per layer."""
+    """Each layer's tensor at ``site`` in a run on ``ids`` (all its columns), (T, W) per
+    layer."""
     kept = {}
 
-    def keeper(layer):
-        if site == "resid":
-            return "pre", lambda _m, args, kwargs: kept.__setitem__(
-                layer, hidden_of(args, kwargs)[0]
+    def keeper(layer, kind):
+        if kind == "post":
+            return lambda _m, _a, out: kept.__setitem__(
+                layer, (out[0] if isinstance(out, tuple) else out)[0]
             )
-        if site == "heads":
-            return "pre", lambda _m, args, kwargs: kept.__setitem__(layer, args[0][0])
-        return "post", lambda _m, _a, out: kept.__setitem__(layer, out[0])
+        return lambda _m, args, kwargs: kept.__setitem__(layer, hidden_of(args, kwargs)[0])
 
     count = len(layers_of(model, family))
     hooks = []
     for layer in range(count):
-        kind, function = keeper(layer)
-        module = (
-            output_projection(model, family, layer)
-            if site == "heads"
-            else site_module(model, family, site, layer)
-        )
-        hooks.append((module, kind, function))
+        module, kind, _ = site_point(model, family, site, layer)
+        hooks.append((module, "post" if kind == "post" else "pre", keeper(layer, kind)))
     metric_with_hooks(model, ids, 0, None, hooks)
     return [kept[layer].clone() for layer in range(count)]
+
+
+def restorer(kind, positions, columns, value):
+    """A hook putting ``value`` at (positions, columns) of the first row at a site."""
+    if kind == "post":
+
+        def restore(_m, _a, out):
+            tensor = out[0] if isinstance(out, tuple) else out
+            changed = tensor.clone()
+            changed[0, positions, columns] = value
+            return (changed, *out[1:]) if isinstance(out, tuple) else changed
+
+        return "post", restore
+    if kind == "in place":
+
+        def restore(_m, args, kwargs):
+            hidden_of(args, kwargs)[0, positions, columns] = value
+
+        return "pre", restore
+
+    def restore(_m, args, kwargs):
+        hidden = hidden_of(args, kwargs).clone()
+        hidden[0, positions, columns] = value
+        return with_hidden(args, kwargs, hidden)
+
+    return "pre", restore
 
 
 def reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id, layers=None):
     """The corrupted run's metric, and per head the metric with the head's clean slice of
     its output projection's input put into the corrupted run at every position, less it."""
-    clean = recorded_at(model, family, clean_ids, "heads")
+    clean = recorded_at(model, family, clean_ids, "z")
     corrupt = metric_with_hooks(model, corrupt_ids, answer_id, versus_id)
     heads = model.config.num_attention_heads
     size = clean[0].shape[-1] // heads
@@ -138,68 +197,78 @@ def reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id,
     return corrupt, result
 
 
-def reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site, layers=None):
-    """Per layer and position, the metric with the clean activation at the site put into
-    the corrupted run there, less the corrupted run's."""
+def reference_trace(
+    model,
+    family,
+    clean_ids,
+    corrupt_ids,
+    answer_id,
+    versus_id,
+    site,
+    layers=None,
+    by_position=False,
+):
+    """Per layer and position (at a head's site: per layer and head, or per layer, head
+    and position ``by_position``), the metric with the clean activation at the site put
+    into the corrupted run there, less the corrupted run's."""
     clean = recorded_at(model, family, clean_ids, site)
     corrupt = metric_with_hooks(model, corrupt_ids, answer_id, versus_id)
     tokens = clean_ids.shape[1]
-    result = np.zeros((len(clean), tokens))
+    every = slice(None)
+    _, _, first_columns = site_point(model, family, site, 0)
+    width = clean[0][:, first_columns].shape[-1]
+    if site in ("q", "k", "v", "z"):
+        size = head_size(model)
+        heads = range(width // size)
+        cells = (
+            [(h, p) for h in heads for p in range(tokens)]
+            if by_position
+            else [(h, None) for h in heads]
+        )
+        shape = (len(heads), tokens) if by_position else (len(heads),)
+    else:
+        size, cells, shape = width, [(0, p) for p in range(tokens)], (tokens,)
+    result = np.zeros((len(clean), *shape))
     for layer in range(len(clean)) if layers is None else layers:
-        module = site_module(model, family, site, layer)
-        for position in range(tokens):
-            value = clean[layer][position]
-            if site == "resid":
-
-                def restore(_m, args, kwargs, value=value, position=position):
-                    hidden = hidden_of(args, kwargs).clone()
-                    hidden[0, position] = value
-                    return with_hidden(args, kwargs, hidden)
-
-                hooks = [(module, "pre", restore)]
-            else:
-
-                def restore(_m, _a, out, value=value, position=position):
-                    changed = out.clone()
-                    changed[0, position] = value
-                    return changed
-
-                hooks = [(module, "post", restore)]
-            result[layer, position] = (
-                metric_with_hooks(model, corrupt_ids, answer_id, versus_id, hooks) - corrupt
+        module, kind, columns = site_point(model, family, site, layer)
+        start = columns.start or 0
+        for index, (head, position) in enumerate(cells):
+            part = slice(start + head * size, start + (head + 1) * size)
+            positions = every if position is None else position
+            value = clean[layer][positions, part]
+            hook_kind, hook = restorer(kind, positions, part, value)
+            restored = metric_with_hooks(
+                model, corrupt_ids, answer_id, versus_id, [(module, hook_kind, hook)]
             )
+            result[(layer, *np.unravel_index(index, shape))] = restored - corrupt
     return result
 
 
 def reference_gradients(model, family, ids, answer_id, versus_id, site):
-    """The metric's gradient with respect to each layer's activation at the site, by
-    autograd with the activations kept (retain_grad), (T, ·) per layer."""
+    """The metric's gradient with respect to each layer's tensor at the site (all its
+    columns), by autograd with the tensors kept (retain_grad), (T, W) per layer."""
     kept = {}
 
-    def keeper(layer):
-        def keep(tensor):
-            tensor.retain_grad()
-            kept[layer] = tensor
-
-        if site == "resid":
-            return "pre", lambda _m, args, kwargs: keep(hidden_of(args, kwargs))
-        if site == "heads":
-            return "pre", lambda _m, args, kwargs: keep(args[0])
-        return "post", lambda _m, _a, out: keep(out)
+    def keep(layer, tensor):
+        tensor.retain_grad()
+        kept[layer] = tensor
 
     model.requires_grad_(True)
     handles = []
     for layer in range(len(layers_of(model, family))):
-        kind, function = keeper(layer)
-        module = (
-            output_projection(model, family, layer)
-            if site == "heads"
-            else site_module(model, family, site, layer)
-        )
-        if kind == "pre":
-            handles.append(module.register_forward_pre_hook(function, with_kwargs=True))
+        module, kind, _ = site_point(model, family, site, layer)
+        if kind == "post":
+
+            def keep_output(_m, _a, out, layer=layer):
+                keep(layer, out[0] if isinstance(out, tuple) else out)
+
+            handles.append(module.register_forward_hook(keep_output))
         else:
-            handles.append(module.register_forward_hook(function))
+
+            def keep_input(_m, args, kwargs, layer=layer):
+                keep(layer, hidden_of(args, kwargs))
+
+            handles.append(module.register_forward_pre_hook(keep_input, with_kwargs=True))
     try:
         logits = model(input_ids=ids).logits
         last = logits[0, -1].float()

@@ -25,6 +25,7 @@ from tests.hook_references import (
     FAMILIES,
     TEXT,
     VERSUS,
+    head_size,
     layers_of,
     metric_with_hooks,
     output_projection,
@@ -32,6 +33,7 @@ from tests.hook_references import (
     recorded_at,
     reference_gradients,
     reference_patch,
+    site_point,
 )
 
 
@@ -99,8 +101,8 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(
         TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT, method="gradient"
     ).effects
     assert [parameter.requires_grad for parameter in model.parameters()] == asking
-    at_clean = reference_gradients(model, family, clean_ids, answer_id, versus_id, "heads")
-    at_corrupt = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "heads")
+    at_clean = reference_gradients(model, family, clean_ids, answer_id, versus_id, "z")
+    at_corrupt = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "z")
     heads = model.config.num_attention_heads
     size = at_clean[0][0].shape[-1] // heads
     for layer, ((z, gradient), (z_corrupt, gradient_corrupt)) in enumerate(
@@ -113,20 +115,37 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(
             assert found.ablation[layer, head] == pytest.approx(ablation, abs=1e-5)
             assert found.patch[layer, head] == pytest.approx(patch, abs=1e-5)
     assert found.on.method == "gradient"
-    for site in ("mlp", "resid_post"):  # an output inside the layer, and the layer's own
+    # an output inside the layer, the layer's own, the residual between its blocks (no
+    # module's boundary), and a head's queries and values (GQA's fewer heads in Llama)
+    for site, by_position in [
+        ("mlp", False), ("resid_post", False), ("resid_mid", False), ("q", True), ("v", False)
+    ]:  # fmt: skip
         (traced,) = extractor.run(
             [Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)],
-            Request(maps=False, trace=site, method="gradient"),
+            Request(maps=False, trace=site, method="gradient", by_position=by_position),
         )
         clean_at = recorded_at(model, family, clean_ids, site)
         corrupt_at = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, site)
         expected = np.stack(
             [
-                ((clean - a) * gradient).sum(-1).double().numpy()
-                for clean, (a, gradient) in zip(clean_at, corrupt_at, strict=True)
+                _estimated_cells(model, family, site, layer, (clean - a) * gradient, by_position)
+                for layer, (clean, (a, gradient)) in enumerate(
+                    zip(clean_at, corrupt_at, strict=True)
+                )
             ]
         )
         np.testing.assert_allclose(traced.trace.effect, expected, atol=1e-5)
+
+
+def _estimated_cells(model, family, site, layer, product, by_position):
+    """Σ of a site's (clean − corrupted) × gradient, (T, W), over each cell: a position's
+    width at a layer's site, a head's columns (and positions, unless by position)."""
+    columns = site_point(model, family, site, layer)[2]
+    product = product[:, columns].double()
+    if site not in ("q", "k", "v", "z"):
+        return product.sum(-1).numpy()
+    per_head = product.unflatten(-1, (-1, head_size(model))).sum(-1)  # (T, heads)
+    return (per_head.T if by_position else per_head.sum(0)).numpy()
 
 
 def test_gradient_estimates_rank_heads_as_the_exact_sweep_on_a_smooth_change(
@@ -400,7 +419,7 @@ def test_a_records_last_positions_are_copies_not_views_of_the_whole_text(languag
         body,
         {"input_ids": ids},
         effects.Metric(answer_id),
-        "heads",
+        "z",
         reduce,
         record=True,
     )

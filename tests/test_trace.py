@@ -28,7 +28,7 @@ from tests.hook_references import (
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("site", ["resid", "attn", "mlp", "resid_post"])
+@pytest.mark.parametrize("site", ["resid", "attn", "resid_mid", "mlp", "resid_post"])
 def test_trace_equals_a_hook_restoring_each_layer_and_position(
     generators, language_models, family, site
 ):
@@ -38,8 +38,34 @@ def test_trace_equals_a_hook_restoring_each_layer_and_position(
     given = Input(TEXT, answer=ANSWER, versus=VERSUS if site == "attn" else None, corrupt=CORRUPT)
     (found,) = extractor.run([given], Request(maps=False, trace=site))
     expected = reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site)
+    assert found.trace.axes == ("layer", "position")
     np.testing.assert_allclose(found.trace.effect, expected, atol=1e-5)
     assert len(found.trace.tokens) == clean_ids.shape[1] == len(found.trace.corrupt_tokens)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("site", ["q", "k", "v", "z"])
+@pytest.mark.parametrize("by_position", [False, True])
+def test_a_heads_site_equals_a_hook_restoring_each_head(
+    generators, language_models, family, site, by_position
+):
+    """Each head's slice of the projection's output (q, k, v: Llama's grouped key/value
+    heads are fewer) or of the output projection's input (z), restored at every position
+    or at one; z at every position is heads --corrupt's patch."""
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = prepared(
+        generators, language_models, family, versus=True
+    )
+    given = Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)
+    (found,) = extractor.run([given], Request(maps=False, trace=site, by_position=by_position))
+    expected = reference_trace(
+        model, family, clean_ids, corrupt_ids, answer_id, versus_id, site, by_position=by_position
+    )
+    assert found.trace.effect.shape == expected.shape
+    assert found.trace.axes == ("layer", "head", "position")[: 3 if by_position else 2]
+    np.testing.assert_allclose(found.trace.effect, expected, atol=1e-5)
+    if site == "z" and not by_position:
+        patch = extractor.head_effects(TEXT, ANSWER, versus=VERSUS, corrupt=CORRUPT).patch
+        np.testing.assert_allclose(found.trace.effect, patch, atol=1e-5)
 
 
 def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, tmp_path):
@@ -113,8 +139,8 @@ def test_the_trace_page_shows_every_layer_and_position_and_its_effect_on_hover(
     y = ((layers - 0.5) / layers) * box["height"] - box["height"] / 2
     ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).perform()
     tip = browser.find_element("id", "tooltip")
-    assert tip.get_attribute("data-layer") == str(found.layers[-1])
-    assert tip.get_attribute("data-position") == "1"
+    assert tip.get_attribute("data-row") == f"layer {found.layers[-1]}"
+    assert tip.get_attribute("data-column") == "1"
     assert f"{found.effect[-1, 1]:+.3f}" in tip.text
     assert "corrupted" in browser.find_element("id", "notes").text
 
@@ -186,7 +212,7 @@ def test_normalize_needs_a_corruption_that_moves_the_metric(runner, generators):
 def test_every_site_is_in_the_help_and_the_table(runner):
     """A site is declared once: its label for --help, its place in a model for the passes."""
     from attnviz.choices import SITE_LABELS, Site
-    from attnviz.pretrained.patching import SITES
+    from attnviz.pretrained.sites import SITES
 
     assert set(SITE_LABELS) == set(Site) and set(Site) <= set(SITES)
     helped = runner.invoke(app, ["trace", "--help"], env={"COLUMNS": "400"})

@@ -1,5 +1,6 @@
 """A trace: how much of the answer comes back when the clean run's activation is put
-into the run on the corrupted text, at each layer × position of one site."""
+into the run on the corrupted text, at each layer × position of one site (at a head's
+site, each layer × head, at every position or one position at a time)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Trace(Drawn):
-    """``effect`` is (layers, positions): the metric with the clean activation restored at
-    that layer and position of ``site``, less the corrupted run's metric."""
+    """``effect``: the metric with the clean activation restored at one cell of ``site``,
+    less the corrupted run's metric; its axes are :attr:`axes`: (layers, positions) at a
+    layer's site, (layers, heads) at a head's, (layers, heads, positions) ``by_position``."""
 
     model: str
     on: Answer  # its clean_metric and corrupt_metric are both runs'
@@ -26,15 +28,38 @@ class Trace(Drawn):
     tokens: list[str]  # the clean text's, as the tokenizer splits it
     corrupt_tokens: list[str]
     layers: list[int]
-    effect: np.ndarray  # (L, T)
+    effect: np.ndarray  # (L, T), (L, H) or (L, H, T)
+    by_position: bool = False
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """What each axis of ``effect`` counts."""
+        if not self.site.of_heads:
+            return ("layer", "position")
+        return ("layer", "head", "position") if self.by_position else ("layer", "head")
+
+    def grid(self) -> tuple[list[str], list[str] | None, np.ndarray]:
+        """The effect as a table for a picture: each row's label, each column's (None where
+        the columns are the positions) and the (rows, columns) values. A head's cells by
+        position are a row per layer and head."""
+        layer_rows = [f"layer {layer}" for layer in self.layers]
+        if self.axes == ("layer", "position"):
+            return layer_rows, None, self.effect
+        heads = self.effect.shape[1]
+        if self.axes == ("layer", "head"):
+            return layer_rows, [f"head {head}" for head in range(heads)], self.effect
+        rows = [f"L{layer} H{head}" for layer in self.layers for head in range(heads)]
+        return rows, None, self.effect.reshape(-1, self.effect.shape[-1])
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
         on = self.on
+        sizes = zip(self.axes, self.effect.shape, strict=True)
         return (
             f"<Trace at {self.site.value} of {self.model}: answer {on.answer_token!r}, clean "
-            f"{on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}; {len(self.layers)} "
-            f"layers × {len(self.tokens)} positions>"
+            f"{on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}; "
+            + " × ".join(f"{size} {axis}s" for axis, size in sizes)
+            + ">"
         )
 
     def picture(self, format: Output | str = "png", **style: Any) -> Picture:
@@ -55,27 +80,34 @@ class Trace(Drawn):
         )
 
     def records(self) -> list[dict[str, object]]:
-        """A row per layer × position, for a table of data (csv)."""
-        return [
-            {
-                "layer": layer,
-                "position": position,
-                "token": self.tokens[position],
-                "corrupt_token": self.corrupt_tokens[position],
-                "effect": float(self.effect[row, position]),
-            }
-            for row, layer in enumerate(self.layers)
-            for position in range(len(self.tokens))
-        ]
+        """A row per cell, for a table of data (csv): its layer, head and position (those
+        of its axes) and the effect."""
+        records = []
+        for index, value in np.ndenumerate(self.effect):
+            cell = dict(zip(self.axes, index, strict=True))
+            record: dict[str, object] = {"layer": self.layers[cell["layer"]]}
+            if "head" in cell:
+                record["head"] = cell["head"]
+            if "position" in cell:
+                position = cell["position"]
+                record.update(
+                    position=position,
+                    token=self.tokens[position],
+                    corrupt_token=self.corrupt_tokens[position],
+                )
+            records.append({**record, "effect": float(value)})
+        return records
 
     def fields(self) -> dict[str, object]:
         """What a file of this trace records beside its rows."""
-        return {"model": self.model, "site": self.site.value, **self.on.fields()}
+        by_position = {"by_position": True} if self.by_position else {}
+        return {"model": self.model, "site": self.site.value, **by_position, **self.on.fields()}
 
     def document(self) -> dict[str, object]:
-        """The whole trace as one JSON document: ``effect`` as layers × positions."""
+        """The whole trace as one JSON document: ``effect`` along ``axes``."""
         return {
             **self.fields(),
+            "axes": list(self.axes),
             "tokens": self.tokens,
             "corrupt_tokens": self.corrupt_tokens,
             "layers": self.layers,

@@ -329,12 +329,19 @@ class Effects:
                 "(--by ablation or dla)"
             )
 
-    def asked(self, statistics: bool, trace: Site | None = None) -> dict[str, Any]:
+    def asked(
+        self, statistics: bool, trace: Site | None = None, by_position: bool = False
+    ) -> dict[str, Any]:
         """What a request reads of each input for these options: its maps or, with
         ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
-        a knockout alone; or a ``trace`` at a site alone."""
+        a knockout alone; or a ``trace`` at a site alone (``by_position`` at a head's)."""
         if trace is not None:
-            return {"maps": False, "trace": trace, "method": self.method}
+            return {
+                "maps": False,
+                "trace": trace,
+                "by_position": by_position,
+                "method": self.method,
+            }
         if self.answer is None:  # --method alone is refused by the request
             return {"maps": not statistics, "statistics": statistics, "method": self.method}
         if self.knockout is not None:
@@ -491,6 +498,7 @@ def request(
     effects: Effects = NO_EFFECTS,
     statistics: bool = False,
     trace: Site | None = None,
+    by_position: bool = False,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
     text, target and answer (the text unless read from stdin), how the selection is
@@ -543,7 +551,7 @@ def request(
             heads=reading.head,
             **request_fields(settings),
             **request_fields(products),
-            **effects.asked(statistics, trace),
+            **effects.asked(statistics, trace, by_position),
         ),
         first=first,
         read_now=read_now,

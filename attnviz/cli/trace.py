@@ -30,6 +30,15 @@ SiteOption = Annotated[
         + ".",
     ),
 ]
+ByPositionOption = Annotated[
+    bool,
+    typer.Option(
+        "--by-position",
+        help="At a head's site (q, k, v, z), restore each head at one position at a time: "
+        "a row per layer and head, a column per position (without it, a head at every "
+        "position: a row per layer, a column per head).",
+    ),
+]
 PictureOption = Annotated[
     str | None,
     typer.Option(
@@ -49,6 +58,7 @@ def trace(
     model: d.ModelOption = d.BUILTIN,
     layer: d.LayerOption = "all",
     site: SiteOption = Site.RESID,
+    by_position: ByPositionOption = False,
     output_format: FormatOption = Output.TABLE,
     output: PictureOption = None,
     width: d.WidthOption = None,
@@ -60,6 +70,8 @@ def trace(
     effect = metric(corrupted run, clean activation restored at layer, position) -
     metric(corrupted run); the metric is the answer's log-probability, or with
     --versus logit(answer) - logit(versus). TEXT and --corrupt have as many tokens.
+    At a head's site (q, k, v, z) a head is restored at every position (or, with
+    --by-position, at one position at a time).
     --method gradient estimates every cell from one backward pass (any length).
     """
     if shared.effects.answer is None:
@@ -76,7 +88,9 @@ def trace(
     if drawn not in PICTURES:
         refuse_unused(shared.picture.given(), "a picture (--picture FILE.png)", "this output")
     style = shared.picture.style()
-    asked = shared.request(Reading(model, None, layer), text=text, trace=site)
+    asked = shared.request(
+        Reading(model, None, layer), text=text, trace=site, by_position=by_position
+    )
     shared.effects.check(model)
     if output is not None:
         check_writable(output)  # before the model loads

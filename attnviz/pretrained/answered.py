@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import Answer, HeadEffects, Knockout
 from attnviz.analysis.trace import Trace
-from attnviz.choices import Method
+from attnviz.choices import Method, Site
 from attnviz.errors import UsageError, warn
 from attnviz.pretrained.effects import Anatomy, Metric, anatomy_of, attribution, head_effects
 from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
@@ -212,7 +212,7 @@ def effects_of(
         else:
             estimate = ablation_estimate(body, request.ablate)
             at_clean = gradients(
-                model, body, asked.arguments, metric, "heads", estimate, True, during_clean
+                model, body, asked.arguments, metric, Site.Z, estimate, True, during_clean
             )
             assert at_clean.clean is not None
             clean = at_clean.clean
@@ -222,7 +222,7 @@ def effects_of(
                 estimate = patch_estimate(body, clean.head_inputs)
                 corrupted = asked.corrupt_arguments
                 at_corrupt = gradients(
-                    model, body, corrupted, metric, "heads", estimate, run=CORRUPTED_RUN
+                    model, body, corrupted, metric, Site.Z, estimate, run=CORRUPTED_RUN
                 )
                 patch = at_corrupt.of(layers)[:, heads]
                 corrupt_metric = at_corrupt.metric
@@ -271,7 +271,8 @@ def knocked_out(extractor: PretrainedExtractor, given: Input, request: Request) 
 
 
 def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Trace:
-    """Each layer × position's patching effect at the request's site."""
+    """Each cell's patching effect at the request's site: layer × position, or layer ×
+    head (× position)."""
     assert request.trace is not None
     if given.corrupt is None:
         raise UsageError(
@@ -285,17 +286,14 @@ def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Tr
         twins = Twins(
             loaded.model, asked.body, asked.arguments, asked.corrupt_arguments, asked.metric
         )
-        found = run(twins, site, asked.layers)
-    check_effects(
-        found.effect, "effect", ("layer", asked.layers), ("position", range(asked.side.length))
-    )
+        found = run(twins, site, asked.layers, request.by_position)
     on = asked.answer(
         log_prob=found.log_prob,
         clean_metric=found.clean_metric,
         corrupt_metric=found.corrupt_metric,
         method=request.method,
     )
-    return Trace(
+    result = Trace(
         extractor.name,
         on,
         site,
@@ -303,4 +301,12 @@ def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Tr
         piece_labels(loaded, asked.corrupt, request.raw_pieces).text,
         asked.layers,
         found.effect,
+        request.by_position,
     )
+    numbers = {"layer": asked.layers, "position": range(asked.side.length)}
+    axes = [
+        (axis, numbers.get(axis, range(size)))
+        for axis, size in zip(result.axes, found.effect.shape, strict=True)
+    ]
+    check_effects(found.effect, "effect", *axes)
+    return result

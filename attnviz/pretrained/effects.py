@@ -64,6 +64,13 @@ class Anatomy:
     norm: Any
     unembedding: Any
 
+    @property
+    def head_size(self) -> int:
+        """A head's size: its share of the output projection's input."""
+        projection = self.projections[0]
+        inputs = getattr(projection, "in_features", None) or projection.weight.shape[0]
+        return _head_size(int(inputs), self.heads)
+
 
 def anatomy_of(loaded: PretrainedModel) -> Anatomy:
     """The modules a head's effect passes through; a usage error for a model that has no
@@ -356,7 +363,7 @@ def _attribution(
     for row, layer in enumerate(layers):
         projection = body.projections[layer]
         last = clean.head_inputs[layer][0, -1]  # (E,)
-        size = _head_size(last, body.heads)
+        size = body.head_size
         alone = torch.zeros(len(heads) + 1, last.shape[0], dtype=last.dtype, device=last.device)
         for column, head in enumerate(heads):  # row k holds head k's slice, the last none
             alone[column, head * size : (head + 1) * size] = last[head * size : (head + 1) * size]
@@ -368,13 +375,14 @@ def _attribution(
     return result
 
 
-def _head_size(head_input: torch.Tensor, heads: int) -> int:
-    if head_input.shape[-1] % heads:
+def _head_size(width: int, heads: int) -> int:
+    """One head's share of an output projection's ``width`` inputs."""
+    if width % heads:
         raise UsageError(
-            f"the output projection reads {head_input.shape[-1]} numbers, which {heads} heads "
+            f"the output projection reads {width} numbers, which {heads} heads "
             "do not share evenly: attnviz cannot tell one head's output from another's"
         )
-    return head_input.shape[-1] // heads
+    return width // heads
 
 
 # What one batch row of a pass changes: hooks installed for the rows at these indices of the
@@ -516,7 +524,7 @@ def _changed_pass(
 
 def head_slice(head_input: torch.Tensor, heads: int, head: int) -> slice:
     """Where one head's output lies in its output projection's input, (…, E)."""
-    size = _head_size(head_input, heads)
+    size = _head_size(head_input.shape[-1], heads)
     return slice(head * size, (head + 1) * size)
 
 

@@ -25,21 +25,20 @@ def check_metric(value: float, model: Any, arguments: dict, run: str) -> None:
         raise not_finite(model, arguments, f"the answer's metric on the {run} is {value}")
 
 
-def check_effects(
-    values: Any, name: str, rows: tuple[str, Sequence[int]], columns: tuple[str, Sequence[int]]
-) -> None:
-    """Refuse an array of effects, (rows, columns), that holds NaN or infinity (an
-    estimate's gradient can where the metric did not), naming its first such cell by the
-    rows' and columns' own numbers (``("layer", layers)``)."""
+def check_effects(values: Any, name: str, *axes: tuple[str, Sequence[int]]) -> None:
+    """Refuse an array of effects, an axis per ``axes``, that holds NaN or infinity (an
+    estimate's gradient can where the metric did not), naming its first such cell by each
+    axis's own numbers (``("layer", layers)``)."""
     import numpy as np
 
     bad = np.argwhere(~np.isfinite(values))
     if len(bad):
-        row, column = (int(index) for index in bad[0])
-        (row_name, row_numbers), (column_name, column_numbers) = rows, columns
+        cell = tuple(int(index) for index in bad[0])
+        where = ", ".join(
+            f"{axis} {numbers[index]}" for (axis, numbers), index in zip(axes, cell, strict=True)
+        )
         raise AttnvizError(
-            f"the {name} of {row_name} {row_numbers[row]}, {column_name} "
-            f"{column_numbers[column]} is {values[row, column]}: the model's numbers are not "
+            f"the {name} of {where} is {values[cell]}: the model's numbers are not "
             "finite there (NaN or infinity), so its effects mean nothing"
         )
 

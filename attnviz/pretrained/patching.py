@@ -4,10 +4,9 @@ back when the clean run's activation is put into the corrupted run.
 - **patch** (a head): the metric with the head's clean output restored at every position
   of the corrupted run, less the corrupted run's metric. A head's output is its slice of
   the output projection's input, as for ablation.
-- **trace** (a layer × a position, at a site): the metric with the clean activation
-  restored at that layer and position, less the corrupted run's. ``resid`` is the
-  residual stream entering the layer, ``attn`` the attention block's output (its output
-  projection's), ``mlp`` the MLP's output.
+- **trace** (a layer × a position, at a site; a layer × a head, at a head's site, at every
+  position or at one): the metric with the clean activation restored there, less the
+  corrupted run's. The sites and where each lies: :mod:`attnviz.pretrained.sites`.
 
 Exactly (a forward pass per change, batched, each starting at its layer from the
 corrupted run's states: :func:`~attnviz.pretrained.effects.changed_metrics`), or by
@@ -48,6 +47,7 @@ from attnviz.pretrained.effects import (
     replacer,
 )
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
+from attnviz.pretrained.sites import Found, Units, reading, recorded, restoring, units_of
 from attnviz.pretrained.windowed import windowed
 from attnviz.progress import advance
 
@@ -107,142 +107,54 @@ class Twins:
     metric: Metric
 
 
-def trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
-    """Each of ``layers`` × each position's exact patching effect at ``site``."""
+def trace(twins: Twins, site: Site, layers: Sequence[int], by_position: bool = False) -> Traced:
+    """Each of ``layers`` × each cell's exact patching effect at ``site``: a position's
+    for a layer's site, a head's (at every position, or ``by_position``) for a head's."""
     import torch
 
     model, body, metric = twins.model, twins.body, twins.metric
     clean_arguments, corrupt_arguments = twins.clean_arguments, twins.corrupt_arguments
     with torch.inference_mode():
-        with _recorded(body, site) as activations:
+        with recorded(body, site) as activations:
             clean = clean_pass(model, body, clean_arguments, metric)
         corrupt = clean_pass(model, body, corrupt_arguments, metric, CORRUPTED_RUN)
-        tokens = activations[0].shape[1]
+        tokens, width = activations[0].shape[1], activations[0].shape[-1]
+        shape, where = cells(units_of(body, site, 0, width), site, tokens, by_position)
 
-        def restored(layer: int, position: int) -> Install:
+        def restored(layer: int, unit: int | None, position: int | None) -> Install:
             def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
-                value = activations[layer][0, position]  # (D,)
-                patches.enter_context(_restoring(body, site, layer, rows, position, value))
+                columns = units_of(body, site, layer, width).of(unit)
+                positions = slice(None) if position is None else position
+                patches.enter_context(
+                    restoring(body, site, layer, rows, (positions, columns), activations[layer])
+                )
 
             return install
 
         changes = [
-            Change(layer, restored(layer, position))
+            Change(layer, restored(layer, unit, position))
             for layer in layers
-            for position in range(tokens)
+            for unit, position in where
         ]
         effects = changed_metrics(
             model, body, corrupt_arguments, metric, corrupt, changes, "trace cell"
         )
-    effect = np.array(effects).reshape(len(layers), tokens)
+    effect = np.array(effects).reshape(len(layers), *shape)
     return Traced(clean.metric, corrupt.metric, clean.log_prob, effect)
 
 
-@dataclass(frozen=True)
-class SitePoint:
-    """Where a site is read in each layer: a module of the layer, and whether the site is
-    its input (a pre-hook reads it, keywords included) or its output."""
-
-    module: Callable[[Anatomy, int], Any]
-    reads_input: bool
-
-
-def _mlp(body: Anatomy, layer: int) -> Any:
-    mlp = getattr(body.blocks[layer], "mlp", None)
-    if mlp is None:
-        raise UsageError(
-            f"attnviz cannot find layer {layer}'s MLP ({type(body.blocks[layer]).__name__} has "
-            "no mlp): trace --site resid or attn"
-        )
-    return mlp
-
-
-# Every site, declared once: the trace's record and restore, and the gradient passes,
-# find it here. "heads" is the output projection's input, where the heads' outputs lie
-# side by side (what patch, ablation and their estimates read).
-SITES: dict[str, SitePoint] = {
-    "heads": SitePoint(lambda body, layer: body.projections[layer], reads_input=True),
-    Site.RESID: SitePoint(lambda body, layer: body.blocks[layer], reads_input=True),
-    Site.ATTN: SitePoint(lambda body, layer: body.projections[layer], reads_input=False),
-    Site.MLP: SitePoint(_mlp, reads_input=False),
-    Site.RESID_POST: SitePoint(lambda body, layer: body.blocks[layer], reads_input=False),
-}
-
-
-def site_module(body: Anatomy, site: str, layer: int) -> Any:
-    """The module whose input or output is the site in ``layer``."""
-    return SITES[site].module(body, layer)
-
-
-def _read(site: str, args: tuple, kwargs: dict, output: Any = None) -> torch.Tensor:
-    """The site's activation from what its module's hook is given."""
-    return _hidden(args, kwargs) if SITES[site].reads_input else _output(output)
-
-
-def _hidden(args: tuple, kwargs: dict) -> torch.Tensor:
-    """A layer's input hidden states, given by position or by name."""
-    return args[0] if args else kwargs["hidden_states"]
-
-
-def _with_hidden(args: tuple, kwargs: dict, hidden: torch.Tensor) -> tuple[tuple, dict]:
-    if args:
-        return (hidden, *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": hidden}
-
-
-def _output(output: Any) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _with_output(output: Any, value: torch.Tensor) -> Any:
-    return (value, *output[1:]) if isinstance(output, tuple) else value
-
-
-@contextlib.contextmanager
-def _recorded(body: Anatomy, site: Site) -> Iterator[list[Any]]:
-    """While open, each layer's activation at ``site`` is kept, (1, T, D) per layer."""
-    kept: list[Any] = [None] * len(body.blocks)
-
-    def keeper(layer: int) -> Callable:
-        if SITES[site].reads_input:
-            return lambda _module, args, kwargs: kept.__setitem__(layer, _read(site, args, kwargs))
-        return lambda _module, args, output: kept.__setitem__(layer, _read(site, args, {}, output))
-
-    with contextlib.ExitStack() as hooks:
-        for layer in range(len(body.blocks)):
-            hooks.enter_context(hooked(_site_hook(body, site, layer, keeper(layer))))
-        yield kept
-
-
-def _site_hook(body: Anatomy, site: str, layer: int, hook: Callable) -> Any:
-    """``hook`` where ``site`` (:data:`SITES`) is read in ``layer``: a forward pre-hook, with
-    the keyword arguments, for an input; a forward hook for an output; its handle."""
-    module = site_module(body, site, layer)
-    if SITES[site].reads_input:
-        return module.register_forward_pre_hook(hook, with_kwargs=True)
-    return module.register_forward_hook(hook)
-
-
-def _restoring(
-    body: Anatomy, site: Site, layer: int, rows: list[int], position: int, value: torch.Tensor
-) -> contextlib.AbstractContextManager:
-    """A hook putting ``value`` (D,) at ``position`` of the batch's ``rows`` at the site."""
-    module = site_module(body, site, layer)
-    if SITES[site].reads_input:
-
-        def restore_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            hidden = _hidden(args, kwargs).clone()  # (B, T, D)
-            hidden[rows, position] = value
-            return _with_hidden(args, kwargs, hidden)
-
-        return hooked(module.register_forward_pre_hook(restore_input, with_kwargs=True))
-
-    def restore_output(_module: Any, _args: tuple, output: Any) -> Any:
-        changed = _output(output).clone()  # (B, T, D)
-        changed[rows, position] = value
-        return _with_output(output, changed)
-
-    return hooked(module.register_forward_hook(restore_output))
+def cells(
+    units: Units, site: Site, tokens: int, by_position: bool
+) -> tuple[tuple[int, ...], list[tuple[int | None, int | None]]]:
+    """A layer's cells at ``site``: their shape, (T), (U) or (U, T), and each one's (unit,
+    position), None for all of them."""
+    if not site.of_heads:
+        return (tokens,), [(None, position) for position in range(tokens)]
+    if not by_position:
+        return (units.count,), [(unit, None) for unit in range(units.count)]
+    return (units.count, tokens), [
+        (unit, position) for unit in range(units.count) for position in range(tokens)
+    ]
 
 
 # Attribution patching: the gradient estimates.
@@ -278,14 +190,14 @@ def gradients(
     body: Anatomy,
     arguments: dict,
     metric: Metric,
-    site: str,
+    site: Site,
     reduce: Reduce,
     record: bool = False,
     during: contextlib.AbstractContextManager | None = None,
     run: str = "clean run",
 ) -> Gradients:
     """One forward and one backward pass: ``reduce`` of each layer's activation at
-    ``site`` (``"heads"``: the output projections' inputs, or a :class:`Site`) and of the
+    ``site`` (:data:`~attnviz.pretrained.sites.SITES`) and of the
     metric's gradient with respect to it, through the model's own attention; with
     ``record``, the run's :class:`Clean` record too (what direct logit attribution
     and the patching estimate read; not the layers' outputs, which only the exact
@@ -293,29 +205,27 @@ def gradients(
     pass (the heads' statistics recorded as it goes). ``run`` names the run in errors."""
     import torch
 
-    kept: list[Any] = [None] * len(body.blocks)
+    kept: list[Any] = [None] * len(body.blocks)  # each layer's (value, tensor of the graph)
     reduced: list[Any] = [None] * len(body.blocks)
     start: list[torch.Tensor] = []
     steps = _Steps(2 * len(body.blocks))  # each layer read on the way up, then down
 
-    def keep(layer: int, activation: torch.Tensor) -> None:
-        # The forward's own: a layer computed again in the backward pass runs the hooks
-        # inside it again, and what it computes there must not outlive that layer's step.
-        if kept[layer] is not None or not activation.requires_grad:
-            return
-        kept[layer] = activation
-        steps.step()
-
-        def read(gradient: torch.Tensor) -> None:
-            reduced[layer] = reduce(layer, kept[layer].detach(), gradient.detach())
+    def keeper(layer: int) -> Found:
+        def keep(value: torch.Tensor, graph: torch.Tensor) -> None:
+            # The forward's own: a layer computed again in the backward pass runs the hooks
+            # inside it again, and what it computes there must not outlive that layer's step.
+            if kept[layer] is not None or not graph.requires_grad:
+                return
+            kept[layer] = (value.detach(), graph)
             steps.step()
 
-        activation.register_hook(read)
+            def read(gradient: torch.Tensor) -> None:
+                reduced[layer] = reduce(layer, kept[layer][0], gradient.detach())
+                steps.step()
 
-    def keeper(layer: int) -> Callable:
-        if SITES[site].reads_input:
-            return lambda _module, args, kwargs: keep(layer, _read(site, args, kwargs))
-        return lambda _module, args, output: keep(layer, _read(site, args, {}, output))
+            graph.register_hook(read)
+
+        return keep
 
     def leaf(_module: Any, _args: tuple, output: torch.Tensor) -> torch.Tensor:
         # Every activation above depends on it, whether or not the weights ask for gradients.
@@ -335,12 +245,13 @@ def gradients(
         embeddings = model.get_input_embeddings()
         hooks.enter_context(hooked(embeddings.register_forward_hook(leaf)))
         for layer in range(len(body.blocks)):
-            hooks.enter_context(hooked(_site_hook(body, site, layer, keeper(layer))))
+            for handle in reading(body, site, layer, keeper(layer)):
+                hooks.enter_context(hooked(handle))
         logits = last_logits(model, arguments)
         value = metric.of(logits)[0]
         # The hooks read each layer on the way down to the first layer's activation: below
         # it (the first attention's backward, for heads) nothing is read.
-        lowest = next((activation for activation in kept if activation is not None), None)
+        lowest = next((graph for _, graph in filter(None, kept)), None)
         _backward(value, start if lowest is None else lowest)
     check_metric(float(value.detach()), model, arguments, run)
     if any(found is None for found in reduced):
@@ -494,9 +405,12 @@ def _per_head(body: Anatomy, head_input: torch.Tensor) -> torch.Tensor:
     return head_input[0].float().unflatten(-1, (body.heads, size))
 
 
-def estimated_trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
-    """Each of ``layers`` × each position's patching effect at ``site`` estimated:
-    ∂metric/∂a · (a_clean − a) at the corrupted run, summed over the width, (L, T)."""
+def estimated_trace(
+    twins: Twins, site: Site, layers: Sequence[int], by_position: bool = False
+) -> Traced:
+    """Each of ``layers`` × each cell's patching effect at ``site`` estimated (cells as
+    :func:`trace`'s): ∂metric/∂a · (a_clean − a) at the corrupted run, summed over the
+    cell's width (and a head's positions, unless ``by_position``)."""
     import torch
 
     model, body, metric = twins.model, twins.body, twins.metric
@@ -504,7 +418,7 @@ def estimated_trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
     with (
         torch.inference_mode(),
         windowed(model, twins.clean_arguments),
-        _recorded(body, site) as activations,
+        recorded(body, site) as activations,
     ):
         logits = last_logits(model, twins.clean_arguments)
     clean = float(metric.of(logits)[0])
@@ -512,8 +426,14 @@ def estimated_trace(twins: Twins, site: Site, layers: Sequence[int]) -> Traced:
     log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
 
     def reduce(layer: int, corrupt: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
-        moved = activations[layer][0].float() - corrupt[0].float()  # (T, D)
-        return (moved * gradient[0].float()).sum(-1)
+        units = units_of(body, site, layer, corrupt.shape[-1])
+        columns = units.columns
+        moved = activations[layer][0, :, columns].float() - corrupt[0, :, columns].float()
+        product = moved * gradient[0, :, columns].float()  # (T, U·Dh)
+        per_unit = product.unflatten(-1, (units.count, units.size)).sum(-1)  # (T, U)
+        if not site.of_heads:
+            return per_unit[:, 0]  # (T)
+        return per_unit.T if by_position else per_unit.sum(0)  # (U, T) or (U)
 
     at_corrupt = gradients(
         model, body, twins.corrupt_arguments, metric, site, reduce, run=CORRUPTED_RUN

@@ -63,7 +63,9 @@ def metric_of(on: Answer) -> str:
 def _title(trace: Trace) -> str:
     on = trace.on
     return (
-        f"{trace.model} · trace at {trace.site.value} · answer {on.answer_token!r} · "
+        f"{trace.model} · trace at {trace.site.value}"
+        + (" by position" if trace.by_position else "")
+        + f" · answer {on.answer_token!r} · "
         f"{metric_of(on)}: "
         f"clean {on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}"
         + (" · gradient estimate" if on.method.value == "gradient" else "")
@@ -84,26 +86,33 @@ def binned(effect: np.ndarray, columns: int) -> tuple[np.ndarray, int]:
 
 
 def trace_table(trace: Trace, width: int) -> RenderableType:
-    """The trace as rich text: a row per layer, a column per token (binned to fit)."""
+    """The trace as rich text: a row per layer (and head), a column per token (binned to
+    fit) or per head."""
     from rich.color import Color
     from rich.console import Group
     from rich.style import Style
     from rich.text import Text
 
-    columns = max(1, (width - _LAYER_LABEL) // _CELL)
-    effect, size = binned(trace.effect, columns)
-    largest = float(np.abs(trace.effect).max())
+    rows, headers, values = trace.grid()
+    label_width = max(_LAYER_LABEL, max(map(len, rows)) + 2)
+    columns = max(1, (width - label_width) // _CELL)
+    effect, size = binned(values, columns)
+    largest = float(np.abs(values).max())
     lines = [Text(_title(trace))]
     if size > 1:
         lines.append(Text(f"{size} positions per column, each showing its largest effect"))
-    header = Text(" " * _LAYER_LABEL)
+    header = Text(" " * label_width)
     for column in range(effect.shape[1]):
-        label = token_label(trace.tokens[column * size]) if size == 1 else str(column * size)
+        label = (
+            headers[column * size] if headers is not None
+            else token_label(trace.tokens[column * size]) if size == 1
+            else str(column * size)
+        )  # fmt: skip
         header.append(label[: _CELL - 1].ljust(_CELL))
     lines.append(header)
-    for row, layer in enumerate(trace.layers):
-        line = Text(f"layer {layer}".ljust(_LAYER_LABEL))
-        for value in effect[row]:
+    for label, row in zip(rows, effect, strict=True):
+        line = Text(label.ljust(label_width))
+        for value in row:
             red, green, blue = diverging(float(value), largest)
             ink = "black" if red + green + blue > 380 else "white"
             style = Style(color=Color.parse(ink), bgcolor=Color.from_rgb(red, green, blue))
@@ -121,24 +130,26 @@ def trace_table(trace: Trace, width: int) -> RenderableType:
 
 
 def trace_picture(trace: Trace, picture: Output, style: Style = DEFAULT_STYLE) -> bytes:
-    """The trace as a picture: layers × tokens, the tokens labelled, those the corrupted
-    text changed marked with an asterisk (as ROME's figures mark the subject)."""
-    tokens = len(trace.tokens)
-    step = max(1, tokens // 120)
+    """The trace as a picture: layers (and heads) × tokens, the tokens labelled, those the
+    corrupted text changed marked with an asterisk (as ROME's figures mark the subject);
+    or layers × heads."""
+    rows, headers, values = trace.grid()
+    step = max(1, values.shape[1] // 120)
     changed = [
         token_label(token) + ("*" if token != corrupt else "")
         for token, corrupt in zip(trace.tokens, trace.corrupt_tokens, strict=True)
     ]
     return _diverging_picture(
-        trace.effect,
-        rows=[str(layer) for layer in trace.layers],
-        columns=changed[::step],
+        values,
+        rows=[row.removeprefix("layer ") for row in rows],
+        ylabel="layer, head" if trace.by_position else "layer",
+        columns=(changed if headers is None else headers)[::step],
         column_step=step,
         title=style.titles(_title(trace)),
         unit=effect_unit(trace.on, "effect"),
         picture=picture,
         style=style,
-        xlabel="* changed in the corrupted text",
+        xlabel="* changed in the corrupted text" if headers is None else "",
     )
 
 
@@ -194,6 +205,7 @@ def _diverging_picture(
     picture: Output,
     style: Style,
     xlabel: str = "",
+    ylabel: str = "layer",
     rotation: int = 90,
 ) -> bytes:
     """A (rows, columns) grid in diverging colours centred on 0, with a colour bar that
@@ -219,7 +231,7 @@ def _diverging_picture(
     )
     axes.set_xticks(range(0, width, column_step), columns, rotation=rotation, fontsize=small)
     axes.set_yticks(range(height), rows, fontsize=small)
-    axes.set_ylabel("layer", fontsize=small + 1)
+    axes.set_ylabel(ylabel, fontsize=small + 1)
     axes.set_xlabel(xlabel, fontsize=small + 1)
     if title:
         axes.set_title(wrapped(title, int(figure.get_figwidth() * 11)), fontsize=small + 1)

@@ -197,8 +197,9 @@ def page_html(
 
 
 def trace_page_html(trace: Trace) -> str:
-    """A causal trace as one offline page: the layers × positions grid in diverging
-    colours, each cell's layer, token and effect on hover."""
+    """A causal trace as one offline page: the layers × positions grid (or layers ×
+    heads, or layers and heads × positions) in diverging colours, each cell's row, column
+    and effect on hover."""
     on = trace.on
     notes = [
         f"answer {on.answer_token!r} · {metric_of(on)}: clean {on.clean_metric:.3f}, "
@@ -208,11 +209,14 @@ def trace_page_html(trace: Trace) -> str:
     ]
     if on.method.value == "gradient":
         notes.append("estimated from gradients (attribution patching)")
+    rows, headers, values = trace.grid()
     data = {
         "tokens": [token_label(token) for token in trace.tokens],
         "corruptTokens": [token_label(token) for token in trace.corrupt_tokens],
         "layers": trace.layers,
-        "effect": np.round(trace.effect.astype(np.float64), 6).tolist(),
+        "rows": rows,
+        "columns": headers,  # null: the columns are the positions
+        "effect": np.round(values.astype(np.float64), 6).tolist(),
         "palette": [list(colour) for colour in diverging_palette()],
         "notes": notes,
     }

@@ -1,10 +1,12 @@
-// attnviz's trace page: the layers × positions grid of a causal trace, plain JavaScript,
+// attnviz's trace page: the layers × positions grid of a causal trace (or layers × heads,
+// or layers and heads × positions, at a head's site), plain JavaScript,
 // nothing fetched. Token text is only ever set with textContent: it is data, never markup.
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("attnviz-data").textContent);
   const $ = (id) => document.getElementById(id);
-  const rows = data.effect.length, columns = data.tokens.length;
+  const positions = data.columns === null; // else a column per head, labelled
+  const rows = data.effect.length, columns = positions ? data.tokens.length : data.columns.length;
   const top = Math.max(...data.effect.map((row) => Math.max(...row.map(Math.abs))), 0);
   // From blue (the metric falls) through white (0) to red (it rises), as attnviz's pictures.
   function colour(value) {
@@ -23,13 +25,13 @@
     image.data[p] = c[0]; image.data[p + 1] = c[1]; image.data[p + 2] = c[2]; image.data[p + 3] = 255;
   }
   g.putImageData(image, 0, 0);
-  $("trace-rows").replaceChildren(...data.layers.map((layer) => {
+  $("trace-rows").replaceChildren(...data.rows.map((label) => {
     const s = document.createElement("span");
-    s.textContent = `layer ${layer}`; s.style.height = `${down}px`; s.style.lineHeight = `${down}px`;
+    s.textContent = label; s.style.height = `${down}px`; s.style.lineHeight = `${down}px`;
     return s;
   }));
   const every = Math.ceil(12 / across); // labels never overlap: every n-th when cells are small
-  $("trace-columns").replaceChildren(...data.tokens.map((token, k) => {
+  $("trace-columns").replaceChildren(...(positions ? data.tokens : data.columns).map((token, k) => {
     const s = document.createElement("span");
     s.textContent = k % every === 0 ? token : ""; s.style.width = `${across}px`;
     return s;
@@ -42,9 +44,10 @@
     if (i < 0 || j < 0 || i >= rows || j >= columns) return;
     const tip = $("tooltip");
     tip.hidden = false;
-    tip.dataset.layer = data.layers[i]; tip.dataset.position = j;
+    tip.dataset.row = data.rows[i]; tip.dataset.column = j;
     const swapped = data.corruptTokens[j] === data.tokens[j] ? "" : ` (corrupted: ${data.corruptTokens[j]})`;
-    tip.textContent = `layer ${data.layers[i]} · position ${j} ${data.tokens[j]}${swapped}  ${sign(data.effect[i][j])}`;
+    const where = positions ? `position ${j} ${data.tokens[j]}${swapped}` : data.columns[j];
+    tip.textContent = `${data.rows[i]} · ${where}  ${sign(data.effect[i][j])}`;
     tip.style.left = `${event.clientX + 12}px`; tip.style.top = `${event.clientY + 12}px`;
   };
   canvas.onmouseleave = () => { $("tooltip").hidden = true; };

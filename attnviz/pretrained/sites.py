@@ -1,0 +1,278 @@
+"""Where each site lies in a decoder layer, declared once: the trace's record and restore,
+the patching of heads and the gradient passes all find a site's hook point here.
+
+A site is a tensor (B, T, W) that one module of the layer is given or returns (a column
+range of it, for a fused query/key/value projection), split into heads of the model's head
+size where the site is a head's. ``resid_mid`` lies at no module's boundary (GPT-2, Llama
+and Gemma keep the residual in a local): it is read as the layer's input plus what the
+attention block adds to it, and restored by setting what the attention block adds.
+
+Shape letters: B rows of a pass, T tokens, W the tensor's width, U the site's units in a
+layer (its heads, or 1), Dh a head's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.choices import Site
+from attnviz.errors import UsageError
+from attnviz.pretrained.effects import Anatomy, hooked
+
+if TYPE_CHECKING:
+    import torch
+
+# (body, layer, the tensor's width) -> the columns of the site in the module's tensor
+Part = Callable[[Anatomy, int, int], slice]
+
+
+def _whole(_body: Anatomy, _layer: int, _width: int) -> slice:
+    return slice(None)
+
+
+@dataclass(frozen=True)
+class SitePoint:
+    """Where a site is read in each layer: a module of the layer, whether the site is its
+    input (a pre-hook reads it, keywords included) or its output, which of its columns,
+    whether it is split into heads, and whether it is the layer's input plus that output."""
+
+    module: Callable[[Anatomy, int], Any]
+    reads_input: bool
+    part: Part = _whole
+    per_head: bool = False
+    adds_to_input: bool = False
+    shape: str = "(T, D)"
+
+
+def _mlp(body: Anatomy, layer: int) -> Any:
+    mlp = getattr(body.blocks[layer], "mlp", None)
+    if mlp is None:
+        raise UsageError(
+            f"attnviz cannot find layer {layer}'s MLP ({type(body.blocks[layer]).__name__} has "
+            "no mlp): trace --site resid or attn"
+        )
+    return mlp
+
+
+def _added(body: Anatomy, layer: int) -> Any:
+    """What the layer adds its attention's output to the residual through: the post norm
+    where the layer has one (Gemma 2 and 3), else the attention module itself."""
+    post_norm = body.post_norms[layer]
+    return body.attentions[layer] if post_norm is None else post_norm
+
+
+_SEPARATE = ("q_proj", "k_proj", "v_proj")
+_FUSED = ("c_attn", "qkv_proj")  # GPT-2's and Phi-3's: queries, keys and values side by side
+
+
+def _projections(body: Anatomy, layer: int) -> tuple[dict[str, Any], str | None]:
+    """The attention module's children, and the name of its fused projection, if any."""
+    children = dict(body.attentions[layer].named_children())
+    if all(name in children for name in _SEPARATE):
+        return children, None
+    fused = next((name for name in _FUSED if name in children), None)
+    if fused is None:
+        raise UsageError(
+            f"attnviz cannot find the query, key and value projections of layer {layer}'s "
+            f"attention ({type(body.attentions[layer]).__name__} has "
+            f"{', '.join(children) or 'no modules'}): trace --site z or a layer's site"
+        )
+    return children, fused
+
+
+def _qkv(which: int) -> SitePoint:
+    """The site of the query (0), key (1) or value (2) projection's output."""
+
+    def module(body: Anatomy, layer: int) -> Any:
+        children, fused = _projections(body, layer)
+        return children[fused or _SEPARATE[which]]
+
+    def part(body: Anatomy, layer: int, width: int) -> slice:
+        if _projections(body, layer)[1] is None:
+            return slice(None)
+        queries = body.heads * body.head_size  # then as many keys as values
+        keys = (width - queries) // 2
+        return [slice(0, queries), slice(queries, queries + keys), slice(queries + keys, width)][
+            which
+        ]
+
+    return SitePoint(module, reads_input=False, part=part, per_head=True, shape="(T, H, Dh)")
+
+
+# Every site, declared once. ``z`` is the output projection's input, where the heads'
+# outputs lie side by side (what patch, ablation and their estimates read).
+SITES: dict[Site, SitePoint] = {
+    Site.RESID: SitePoint(lambda body, layer: body.blocks[layer], reads_input=True),
+    Site.ATTN: SitePoint(lambda body, layer: body.projections[layer], reads_input=False),
+    Site.RESID_MID: SitePoint(_added, reads_input=False, adds_to_input=True),
+    Site.MLP: SitePoint(_mlp, reads_input=False),
+    Site.RESID_POST: SitePoint(lambda body, layer: body.blocks[layer], reads_input=False),
+    Site.Q: _qkv(0),
+    Site.K: _qkv(1),
+    Site.V: _qkv(2),
+    Site.Z: SitePoint(
+        lambda body, layer: body.projections[layer],
+        reads_input=True,
+        per_head=True,
+        shape="(T, H, Dh)",
+    ),
+}
+
+
+def site_module(body: Anatomy, site: Site, layer: int) -> Any:
+    """The module whose input or output holds the site in ``layer``."""
+    return SITES[site].module(body, layer)
+
+
+@dataclass(frozen=True)
+class Units:
+    """How a layer's site divides into what is restored alone: its columns in the module's
+    tensor, and ``count`` units of ``size`` columns each (heads, or the whole width)."""
+
+    columns: slice
+    count: int
+    size: int
+
+    def of(self, unit: int | None) -> slice:
+        """The columns of one unit (all of the site's for None) in the module's tensor."""
+        start = self.columns.start or 0
+        if unit is None:
+            return slice(start, start + self.count * self.size)
+        return slice(start + unit * self.size, start + (unit + 1) * self.size)
+
+
+def units_of(body: Anatomy, site: Site, layer: int, width: int) -> Units:
+    """``site``'s units in ``layer``, whose module's tensor is ``width`` wide."""
+    point = SITES[site]
+    columns = point.part(body, layer, width)
+    start, stop, _ = columns.indices(width)
+    if not point.per_head:
+        return Units(slice(start, stop), 1, stop - start)
+    size = body.head_size
+    if (stop - start) % size:
+        raise UsageError(
+            f"layer {layer}'s {site.value} holds {stop - start} numbers, which heads of "
+            f"{size} do not share evenly: attnviz cannot tell one head's from another's"
+        )
+    return Units(slice(start, stop), (stop - start) // size, size)
+
+
+# Called with a layer's site as the forward pass reads it: its value (1 or B, T, W) and the
+# tensor of the pass's graph whose gradient is the metric's gradient with respect to it.
+Found = Callable[["torch.Tensor", "torch.Tensor"], None]
+
+
+def reading(body: Anatomy, site: Site, layer: int, found: Found) -> list[Any]:
+    """Hooks calling ``found`` each time ``layer``'s site is computed; their handles."""
+    point = SITES[site]
+    module = point.module(body, layer)
+    if point.reads_input:
+
+        def read_input(_module: Any, args: tuple, kwargs: dict) -> None:
+            value = _hidden(args, kwargs)
+            found(value, value)
+
+        return [module.register_forward_pre_hook(read_input, with_kwargs=True)]
+    if not point.adds_to_input:
+
+        def read_output(_module: Any, _args: tuple, output: Any) -> None:
+            value = _output(output)
+            found(value, value)
+
+        return [module.register_forward_hook(read_output)]
+    entering: list[Any] = [None]
+
+    def enter(_module: Any, args: tuple, kwargs: dict) -> None:
+        entering[0] = _hidden(args, kwargs)
+
+    def read_sum(_module: Any, _args: tuple, output: Any) -> None:
+        added = _output(output)
+        found(entering[0] + added, added)  # the residual's own sum: the same numbers
+
+    return [
+        body.blocks[layer].register_forward_pre_hook(enter, with_kwargs=True),
+        module.register_forward_hook(read_sum),
+    ]
+
+
+@contextlib.contextmanager
+def recorded(body: Anatomy, site: Site) -> Iterator[list[Any]]:
+    """While open, each layer's value at ``site`` is kept, (1, T, W) per layer."""
+    kept: list[Any] = [None] * len(body.blocks)
+
+    def keeper(layer: int) -> Found:
+        return lambda value, _graph: kept.__setitem__(layer, value.detach())
+
+    with contextlib.ExitStack() as hooks:
+        for layer in range(len(body.blocks)):
+            for handle in reading(body, site, layer, keeper(layer)):
+                hooks.enter_context(hooked(handle))
+        yield kept
+
+
+def restoring(
+    body: Anatomy,
+    site: Site,
+    layer: int,
+    rows: list[int],
+    where: tuple[slice | int, slice],
+    clean: torch.Tensor,
+) -> contextlib.AbstractContextManager:
+    """Hooks putting ``clean`` (the clean run's value, (1, T, W)) at ``where`` (positions,
+    columns) of the batch's ``rows`` at the site in ``layer``."""
+    positions, columns = where
+    value = clean[0, positions, columns]
+    point = SITES[site]
+    module = point.module(body, layer)
+    stack = contextlib.ExitStack()
+    if point.reads_input:
+
+        def restore_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            hidden = _hidden(args, kwargs).clone()  # (B, T, W)
+            hidden[rows, positions, columns] = value
+            return _with_hidden(args, kwargs, hidden)
+
+        stack.enter_context(
+            hooked(module.register_forward_pre_hook(restore_input, with_kwargs=True))
+        )
+        return stack
+    entering: list[Any] = [None]
+
+    def enter(_module: Any, args: tuple, kwargs: dict) -> None:
+        entering[0] = _hidden(args, kwargs)
+
+    def restore_output(_module: Any, _args: tuple, output: Any) -> Any:
+        changed = _output(output).clone()  # (B, T, W)
+        if point.adds_to_input:  # what the attention adds: the clean residual, less the input
+            changed[rows, positions, columns] = value - entering[0][rows, positions, columns]
+        else:
+            changed[rows, positions, columns] = value
+        return _with_output(output, changed)
+
+    if point.adds_to_input:
+        block = body.blocks[layer]
+        stack.enter_context(hooked(block.register_forward_pre_hook(enter, with_kwargs=True)))
+    stack.enter_context(hooked(module.register_forward_hook(restore_output)))
+    return stack
+
+
+def _hidden(args: tuple, kwargs: dict) -> torch.Tensor:
+    """A module's input hidden states, given by position or by name."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_hidden(args: tuple, kwargs: dict, hidden: torch.Tensor) -> tuple[tuple, dict]:
+    if args:
+        return (hidden, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+def _output(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _with_output(output: Any, value: torch.Tensor) -> Any:
+    return (value, *output[1:]) if isinstance(output, tuple) else value
