@@ -48,10 +48,21 @@ class Attention(StrEnum):
 
 
 class Ablation(StrEnum):
-    """What a head's output is replaced by when its effect on an answer is measured."""
+    """What a head's output is replaced by when its effect on an answer is measured (what
+    each is, for help: :data:`ABLATION_LABELS`; what it reads beyond the text:
+    :data:`ABLATION_NEEDS`; its replacement: ``attnviz.pretrained.effects.REPLACEMENTS``)."""
 
-    ZERO = "zero"  # nothing written
-    MEAN = "mean"  # the head's mean output over the text's positions
+    ZERO = "zero"
+    MEAN = "mean"
+
+
+ABLATION_LABELS = {
+    Ablation.ZERO: "its output zeroed",
+    Ablation.MEAN: "its mean output over the text's positions",
+}
+# What an ablation reads beyond the text, where it reads more: "corrupt" (the corrupted
+# twin: its replacement is the head's output in the run on it, which then must be given).
+ABLATION_NEEDS: dict[Ablation, str] = {}
 
 
 class Method(StrEnum):

@@ -18,7 +18,16 @@ from attnviz.analysis.heads import HeadTable
 from attnviz.choices import Ablation, Mode, Site, chosen
 from attnviz.errors import UsageError
 from attnviz.progress import Listener
-from attnviz.request import Explaining, Input, Request, Result, Sampling, asked_for, check_text
+from attnviz.request import (
+    Explaining,
+    Input,
+    Request,
+    Result,
+    Sampling,
+    asked_for,
+    check_asked,
+    check_text,
+)
 from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:
@@ -76,7 +85,8 @@ class Extractor(ABC):
         request = Request.of(request, options)
         _check_batch(inputs, batch_size, "run", "run([text])")
         self._check(request)
-        return self._run((as_input(each) for each in inputs), request, batch_size, progress)
+        checked = (check_asked(request, as_input(each)) for each in inputs)
+        return self._run(checked, request, batch_size, progress)
 
     @abstractmethod
     def _check(self, request: Request) -> None:

@@ -18,7 +18,16 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_type_hints
 
-from attnviz.choices import Ablation, Method, Mode, Site, Weighting, chosen
+from attnviz.choices import (
+    ABLATION_LABELS,
+    ABLATION_NEEDS,
+    Ablation,
+    Method,
+    Mode,
+    Site,
+    Weighting,
+    chosen,
+)
 from attnviz.errors import SchemaError, UsageError
 from attnviz.selection import Selection, check_pool, check_syntax, text_of
 
@@ -260,6 +269,31 @@ class Input:
     def item(self) -> tuple[str, str | None, str | None]:
         """(text, target, pair): what is encoded."""
         return self.text, self.target, self.pair
+
+
+def check_asked(request: Request, given: Input) -> Input:
+    """``given``, once it holds what ``request`` asks of it (else a usage error): a trace
+    reads an answer and a corrupted twin; a knockout an answer alone; an ablation what its
+    kind reads (:data:`~attnviz.choices.ABLATION_NEEDS`). The one check of a request with
+    an input: the command line makes it of its first input before a model loads, and
+    :meth:`~attnviz.extractor.Extractor.run` of each input."""
+    if request.trace is not None and given.answer is None:
+        raise UsageError("trace measures what an answer needs: give --answer")
+    if request.trace is not None and given.corrupt is None:
+        raise UsageError(
+            "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
+        )
+    if request.knockout is not None and given.answer is None:
+        raise UsageError("a knockout reads what heads do to an answer: give the input one")
+    if request.knockout is not None and (given.versus is not None or given.corrupt is not None):
+        raise UsageError("a knockout reads the answer's log-probability: no --versus, --corrupt")
+    needs = ABLATION_NEEDS.get(request.ablate) if request.effects else None
+    if needs == "corrupt" and given.answer is not None and given.corrupt is None:
+        raise UsageError(
+            f"--ablate {request.ablate} reads {ABLATION_LABELS[request.ablate]} in the run on "
+            "the corrupted text: give --corrupt"
+        )
+    return given
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnviz.builtin.config import BuiltinConfig
-from attnviz.choices import Ablation, Aggregate, Attention, Method, Site
+from attnviz.choices import ABLATION_LABELS, Ablation, Aggregate, Attention, Method, Site
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
 from attnviz.head_columns import HeadColumn, Needs
 from attnviz.inputs import read_option_text
 from attnviz.outputs import refuse_unused
-from attnviz.request import Input, Request, asked_for
+from attnviz.request import Input, Request, asked_for, check_asked
 from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
@@ -192,8 +192,9 @@ class Effects:
             "--ablate",
             case_sensitive=False,
             rich_help_panel=EFFECTS_PANEL,
-            help="What replaces a head's output for its ablation: zero, or mean (its mean "
-            "over the text's positions).",
+            help="What replaces a head's output for its ablation: "
+            + ", ".join(f"{kind} ({label})" for kind, label in ABLATION_LABELS.items())
+            + ".",
         ),
     ] = Ablation.ZERO
     versus: Annotated[
@@ -543,16 +544,17 @@ def request(
         config = replace(named, **given) if named else BuiltinConfig(**given) if given else None
     except ValueError as error:
         raise UsageError(str(error)) from None
+    asked = Request(
+        mode=reading.mode,
+        layers=reading.layer,
+        heads=reading.head,
+        **request_fields(settings),
+        **request_fields(products),
+        **effects.asked(statistics, trace, by_position),
+    )
     return Job(
         spec=ExtractorSpec(model, config, settings.load_options() if model != d.BUILTIN else None),
-        request=Request(
-            mode=reading.mode,
-            layers=reading.layer,
-            heads=reading.head,
-            **request_fields(settings),
-            **request_fields(products),
-            **effects.asked(statistics, trace, by_position),
-        ),
-        first=first,
+        request=asked,
+        first=check_asked(asked, first),
         read_now=read_now,
     )

@@ -74,12 +74,6 @@ def trace(
     --by-position, at one position at a time).
     --method gradient estimates every cell from one backward pass (any length).
     """
-    if shared.effects.answer is None:
-        raise UsageError("trace measures what an answer needs: give --answer")
-    if shared.effects.corrupt is None:
-        raise UsageError(
-            "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
-        )
     drawn = None if output is None else output_of_file(output, (*PICTURES, Output.HTML))
     if drawn is not None and output_format is not Output.TABLE:
         raise UsageError(

@@ -10,9 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import Answer, HeadEffects, Knockout
 from attnviz.analysis.trace import Trace
-from attnviz.choices import Method, Site
+from attnviz.choices import ABLATION_NEEDS, Ablation, Method, Site
 from attnviz.errors import UsageError, warn
-from attnviz.pretrained.effects import Anatomy, Metric, anatomy_of, attribution, head_effects
+from attnviz.pretrained.effects import (
+    Ablating,
+    Anatomy,
+    Metric,
+    anatomy_of,
+    attribution,
+    clean_pass,
+    head_effects,
+)
 from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_effects
 from attnviz.pretrained.knockout import knockout, windows
@@ -200,9 +208,10 @@ def effects_of(
     layers = asked.layers
     patch = corrupt_metric = None
     with forward(extractor.loaded):
+        ablating = _ablating(model, asked, request.ablate)
         if request.method is Method.EXACT:
             measured = head_effects(
-                model, body, asked.arguments, metric, layers, heads, request.ablate, during_clean
+                model, body, asked.arguments, metric, layers, heads, ablating, during_clean
             )
             clean, ablation, dla = measured.clean, measured.ablation, measured.dla
             if asked.corrupt_arguments is not None:
@@ -210,7 +219,7 @@ def effects_of(
                     model, body, asked.corrupt_arguments, metric, clean, layers, heads
                 )
         else:
-            estimate = ablation_estimate(body, request.ablate)
+            estimate = ablation_estimate(body, ablating)
             at_clean = gradients(
                 model, body, asked.arguments, metric, Site.Z, estimate, True, during_clean
             )
@@ -239,13 +248,22 @@ def effects_of(
     return HeadEffects(on, request.ablate, layers, heads, ablation, dla, patch)
 
 
+def _ablating(model: Any, asked: Answered, kind: Ablation) -> Ablating:
+    """``kind`` of ablation with what it reads: the corrupted run's head outputs, where it
+    reads them (checked given by check_asked)."""
+    import torch
+
+    if ABLATION_NEEDS.get(kind) != "corrupt":
+        return Ablating(kind)
+    assert asked.corrupt_arguments is not None
+    with torch.inference_mode():
+        record = clean_pass(model, asked.body, asked.corrupt_arguments, asked.metric, CORRUPTED_RUN)
+    return Ablating(kind, record.head_inputs)
+
+
 def knocked_out(extractor: PretrainedExtractor, given: Input, request: Request) -> Knockout:
     """The answer's log-probability change with the request's knockout in each window."""
-    assert request.knockout is not None
-    if given.answer is None:
-        raise UsageError("a knockout reads what heads do to an answer: give the input one")
-    if given.versus is not None or given.corrupt is not None:
-        raise UsageError("a knockout reads the answer's log-probability: no --versus, --corrupt")
+    assert request.knockout is not None and given.answer is not None  # check_asked's
     asked = answered(extractor, given, request)
     rows, span = request.knockout
     side = asked.side
@@ -273,11 +291,7 @@ def knocked_out(extractor: PretrainedExtractor, given: Input, request: Request) 
 def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Trace:
     """Each cell's patching effect at the request's site: layer × position, or layer ×
     head (× position)."""
-    assert request.trace is not None
-    if given.corrupt is None:
-        raise UsageError(
-            "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
-        )
+    assert request.trace is not None  # its input checked by check_asked
     asked = answered(extractor, given, request)
     assert asked.corrupt is not None and asked.corrupt_arguments is not None
     loaded, site = extractor.loaded, request.trace

@@ -198,7 +198,7 @@ def head_effects(
     metric: Metric,
     layers: Sequence[int],
     heads: Sequence[int],
-    ablate: Ablation,
+    ablating: Ablating,
     during_clean: contextlib.AbstractContextManager | None = None,
 ) -> Measured:
     """The clean run of one encoded text, and the ablation effect and direct logit
@@ -210,7 +210,7 @@ def head_effects(
         clean = clean_pass(model, body, arguments, metric)
     dla = attribution(body, clean, metric, layers, heads)
     with torch.inference_mode():
-        ablation = _ablation(model, body, arguments, metric, clean, layers, heads, ablate)
+        ablation = _ablation(model, body, arguments, metric, clean, layers, heads, ablating)
     return Measured(clean, ablation, dla)
 
 
@@ -407,7 +407,7 @@ def _ablation(
     clean: Clean,
     layers: Sequence[int],
     heads: Sequence[int],
-    ablate: Ablation,
+    ablating: Ablating,
 ) -> np.ndarray:
     """Each head's ablation effect, (L, H): the answer's log-probability with the head's
     output replaced, less the clean one."""
@@ -415,7 +415,8 @@ def _ablation(
     def without(layer: int, head: int) -> Install:
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
             part = head_slice(clean.head_inputs[layer], body.heads, head)
-            value = ablated(ablate, clean.head_inputs[layer][0, :, part])
+            own = clean.head_inputs[layer][0, :, part]  # (T, Dh)
+            value = ablating.replacement(layer, own, lambda inputs: inputs[0, :, part])
             replace = replacer(rows, part, value)
             patches.enter_context(
                 hooked(body.projections[layer].register_forward_pre_hook(replace))
@@ -428,12 +429,28 @@ def _ablation(
     return np.array([[next(effects) for _ in heads] for _ in layers])
 
 
-def ablated(ablate: Ablation, outputs: torch.Tensor) -> torch.Tensor | float:
-    """What replaces a head's outputs at every position, (T, Dh), for its ablation (or
-    each head's, given every head's outputs, (T, H, Dh))."""
-    if ablate is Ablation.ZERO:
-        return 0.0
-    return outputs.mean(0)  # its mean over the text's positions, (Dh,) or (H, Dh)
+# What each kind of ablation puts in place of a head's outputs, given them in the run the
+# head is ablated in and, where the kind reads it (ABLATION_NEEDS), in the corrupted run:
+# (T, Dh) each, or every head's at once, (T, H, Dh).
+REPLACEMENTS: dict[Ablation, Callable[[Any, Any], Any]] = {
+    Ablation.ZERO: lambda _own, _corrupt: 0.0,
+    Ablation.MEAN: lambda own, _corrupt: own.mean(0),  # over the positions: (Dh) or (H, Dh)
+}
+
+
+@dataclass(frozen=True)
+class Ablating:
+    """A kind of ablation and what it reads: the corrupted run's output projection inputs,
+    (L) of (1, T, E), where the kind reads them."""
+
+    kind: Ablation
+    corrupt: list[Any] | None = None
+
+    def replacement(self, layer: int, own: torch.Tensor, view: Callable[[Any], Any]) -> Any:
+        """What replaces ``own``, a head's outputs (or every head's) in ``layer``; ``view``
+        takes a run's output projection input, (1, T, E), to the shape ``own`` has."""
+        corrupt = None if self.corrupt is None else view(self.corrupt[layer])
+        return REPLACEMENTS[self.kind](own, corrupt)
 
 
 def changed_metrics(

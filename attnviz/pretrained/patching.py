@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.choices import Ablation, Site
+from attnviz.choices import Site
 from attnviz.errors import UsageError, is_out_of_memory
 from attnviz.memory import give_back_freed
 from attnviz.pretrained.effects import (
+    Ablating,
     Anatomy,
     Change,
     Clean,
     Install,
     Metric,
-    ablated,
     changed_metrics,
     clean_pass,
     clean_recording,
@@ -376,13 +376,14 @@ def _weights_without_gradients(model: Any) -> Iterator[None]:
             parameter.requires_grad_(True)
 
 
-def ablation_estimate(body: Anatomy, ablate: Ablation) -> Reduce:
+def ablation_estimate(body: Anatomy, ablating: Ablating) -> Reduce:
     """Every head's ablation effect estimated, read at the clean run: Σ over positions of
     ∂metric/∂z · (z_ablated − z), (H) per layer."""
 
-    def reduce(_layer: int, z: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    def reduce(layer: int, z: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
         z, gradient = _per_head(body, z), _per_head(body, gradient)  # (T, H, Dh)
-        return (gradient * (ablated(ablate, z) - z)).sum((0, 2))
+        replaced = ablating.replacement(layer, z, lambda inputs: _per_head(body, inputs))
+        return (gradient * (replaced - z)).sum((0, 2))
 
     return reduce
 
