@@ -9,6 +9,7 @@ matplotlib.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
@@ -63,6 +64,36 @@ ABLATION_LABELS = {
 # What an ablation reads beyond the text, where it reads more: "corrupt" (the corrupted
 # twin: its replacement is the head's output in the run on it, which then must be given).
 ABLATION_NEEDS: dict[Ablation, str] = {}
+
+
+class Measure(StrEnum):
+    """What effects on an answer are measured by, at the last position (``--metric``; by
+    default the log-probability, or with a versus answer the logit difference). What each
+    is and its unit: :data:`MEASURES`; its function of the logits:
+    ``attnviz.pretrained.effects.MEASURED``. A Python caller may give a function instead."""
+
+    LOG_PROB = "log_prob"
+    LOGIT_DIFFERENCE = "logit_difference"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measure's words (``{answer}`` and ``{versus}`` stand for the tokens), its short
+    name, its unit, and whether it reads a versus answer (then needs one) or the answer
+    alone (then refuses one)."""
+
+    label: str
+    short: str
+    unit: str
+    versus: bool = False
+
+
+MEASURES = {
+    Measure.LOG_PROB: Measured("log-probability", "log-probability", "nats"),
+    Measure.LOGIT_DIFFERENCE: Measured(
+        "logit({answer}) − logit({versus})", "logit difference", "logits", versus=True
+    ),
+}
 
 
 class Method(StrEnum):

@@ -13,7 +13,7 @@ Only the standard library and attnviz's lowest modules are imported here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_type_hints
@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_type_hints
 from attnviz.choices import (
     ABLATION_LABELS,
     ABLATION_NEEDS,
+    MEASURES,
     Ablation,
+    Measure,
     Method,
     Mode,
     Site,
@@ -91,6 +93,10 @@ class Request:
     trace: Site | None = None
     by_position: bool = False
     method: Method = Method.EXACT
+    # a Measure (or its name), or a function of the last position's logits, (B, vocabulary)
+    # float32, giving (B,): what effects and traces are measured by; None: the
+    # log-probability, or with a versus answer the logit difference
+    metric: Measure | Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.mode is not None:
@@ -137,6 +143,10 @@ class Request:
     def _check_asked(self) -> None:
         object.__setattr__(self, "ablate", chosen(Ablation, self.ablate, "ablation"))
         object.__setattr__(self, "method", chosen(Method, self.method, "method"))
+        if self.metric is not None and not callable(self.metric):
+            object.__setattr__(self, "metric", chosen(Measure, self.metric, "metric"))
+        if self.metric is not None and not (self.effects or self.trace is not None):
+            raise UsageError("--metric says how effects are measured: give --answer")
         if self.trace is not None:
             object.__setattr__(self, "trace", chosen(Site, self.trace, "site"))
         window = self.window
@@ -229,7 +239,7 @@ _ASKED = ("maps", "statistics", "effects")  # what a request reads of each input
 _ALONE_OR_NOT = (*_ASKED, "knockout", "trace")
 # The fields that say what is read of the maps, not which maps: a command sets them by
 # what it answers (the rest are its options, each under its field's name).
-PRODUCED = (*_ASKED, "ablate", "knockout", "window", "trace", "by_position", "method")
+PRODUCED = (*_ASKED, "ablate", "knockout", "window", "trace", "by_position", "method", "metric")
 
 
 @dataclass(frozen=True)
@@ -287,6 +297,11 @@ def check_asked(request: Request, given: Input) -> Input:
         raise UsageError("a knockout reads what heads do to an answer: give the input one")
     if request.knockout is not None and (given.versus is not None or given.corrupt is not None):
         raise UsageError("a knockout reads the answer's log-probability: no --versus, --corrupt")
+    measure = measure_of(request, given)
+    if isinstance(measure, Measure) and MEASURES[measure].versus and given.versus is None:
+        raise UsageError(f"--metric {measure} reads a second answer: give --versus")
+    if isinstance(measure, Measure) and not MEASURES[measure].versus and given.versus:
+        raise UsageError(f"--metric {measure} reads the answer alone: no --versus")
     needs = ABLATION_NEEDS.get(request.ablate) if request.effects else None
     if needs == "corrupt" and given.answer is not None and given.corrupt is None:
         raise UsageError(
@@ -294,6 +309,14 @@ def check_asked(request: Request, given: Input) -> Input:
             "the corrupted text: give --corrupt"
         )
     return given
+
+
+def measure_of(request: Request, given: Input) -> Measure | Callable[[Any], Any]:
+    """What the effects on ``given``'s answer are measured by: the request's metric, or by
+    default the log-probability (the logit difference where the input has a versus)."""
+    if request.metric is not None:
+        return request.metric
+    return Measure.LOG_PROB if given.versus is None else Measure.LOGIT_DIFFERENCE
 
 
 @dataclass(frozen=True)

@@ -404,7 +404,7 @@ def test_a_records_last_positions_are_copies_not_views_of_the_whole_text(languag
     """What a gradient pass's clean record reads at the last position holds one position's
     numbers, not the (T, D) tensor it was read from (at 8,000 tokens, half a gigabyte over
     30 layers)."""
-    from attnviz.pretrained import effects, patching
+    from attnviz.pretrained import effects, metrics, patching
 
     extractor = language_models["gemma2-lm"]
     body = effects.anatomy_of(extractor.loaded)
@@ -418,7 +418,7 @@ def test_a_records_last_positions_are_copies_not_views_of_the_whole_text(languag
         extractor.loaded.model,
         body,
         {"input_ids": ids},
-        effects.Metric(answer_id),
+        metrics.Metric(answer_id),
         "z",
         reduce,
         record=True,

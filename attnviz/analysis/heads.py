@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
-from attnviz.choices import Ablation, Method, Mode, Output
+from attnviz.choices import MEASURES, Ablation, Measure, Method, Mode, Output
 from attnviz.errors import UsageError
 from attnviz.head_columns import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
 from attnviz.panels import panels_of
@@ -42,6 +42,9 @@ EFFECTS_TABLE = frozenset(
 }
 
 
+MEASURE_NAMES = frozenset(Measure)  # a StrEnum's members are their names
+
+
 @dataclass(frozen=True)
 class Answer:
     """What effects are measured on: the answer's first token after the text and, with a
@@ -64,13 +67,39 @@ class Answer:
     # The model's likeliest next tokens after the text, with their probabilities.
     predictions: tuple[tuple[str, float], ...] = ()
 
+    # the measure's name (a Measure's value, or a caller's function's name); None: the
+    # log-probability, or with a versus answer the logit difference
+    measure: str | None = None
+
     @property
     def metric_name(self) -> str:
-        return "log_prob" if self.versus is None else "logit_difference"
+        if self.measure is not None:
+            return self.measure
+        return Measure.LOG_PROB if self.versus is None else Measure.LOGIT_DIFFERENCE
+
+    @property
+    def metric_label(self) -> str:
+        """What the effects measure, in words: a measure's label with the tokens in it."""
+        if self.metric_name not in MEASURE_NAMES:
+            return f"metric {self.metric_name}"
+        label = MEASURES[Measure(self.metric_name)].label
+        return label.format(answer=repr(self.answer_token), versus=repr(self.versus_token))
+
+    def unit(self) -> str:
+        """A change in the metric, with its unit where the measure has one."""
+        if self.metric_name not in MEASURE_NAMES:
+            return f"change in {self.metric_name}"
+        measured = MEASURES[Measure(self.metric_name)]
+        return f"change in {measured.short} ({measured.unit})"
 
     @property
     def probability(self) -> float:
         return math.exp(self.log_prob)
+
+    @property
+    def measure_given(self) -> bool:
+        """True where the metric is not the default for the answer (log-probability)."""
+        return self.metric_name != Measure.LOG_PROB
 
     def corruption(self) -> float:
         """clean − corrupted: what the corruption took of the metric, by which patch
@@ -98,7 +127,7 @@ class Answer:
             found |= {"answer_rank": self.rank, "answer_probability": self.probability}
         if self.versus is not None:
             found |= {"versus": self.versus, "versus_token": self.versus_token}
-        if self.versus is not None or self.corrupt is not None:
+        if self.versus is not None or self.corrupt is not None or self.measure_given:
             found |= {"metric": self.metric_name, "clean_metric": self.clean_metric}
         if self.corrupt is not None:
             found |= {"corrupt": self.corrupt, "corrupt_metric": self.corrupt_metric}

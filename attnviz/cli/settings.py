@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnviz.builtin.config import BuiltinConfig
-from attnviz.choices import ABLATION_LABELS, Ablation, Aggregate, Attention, Method, Site
+from attnviz.choices import (
+    ABLATION_LABELS,
+    MEASURES,
+    Ablation,
+    Aggregate,
+    Attention,
+    Measure,
+    Method,
+    Site,
+)
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.errors import UsageError
@@ -207,6 +216,22 @@ class Effects:
             "last position (each its first token). @FILE reads a file.",
         ),
     ] = None
+    metric: Annotated[
+        Measure | None,
+        typer.Option(
+            "--metric",
+            case_sensitive=False,
+            rich_help_panel=EFFECTS_PANEL,
+            help="What effects are measured by at the last position: "
+            + ", ".join(
+                f"{kind} ({measured.label.format(answer='answer', versus='versus')}"
+                + (", with --versus" if measured.versus else "")
+                + ")"
+                for kind, measured in MEASURES.items()
+            )
+            + ". By default log_prob, or logit_difference with --versus.",
+        ),
+    ] = None
     corrupt: Annotated[
         str | None,
         typer.Option(
@@ -307,7 +332,7 @@ class Effects:
         if self.knockout is None:
             refuse_unused(given_flags(self, ["window"]), "--knockout", "heads' effects")
         else:
-            patched = ["ablate", "versus", "corrupt", "method", "normalize"]
+            patched = ["ablate", "versus", "metric", "corrupt", "method", "normalize"]
             refuse_unused(given_flags(self, patched), "heads' effects", "a knockout")
             self.knocked()
         if model == d.BUILTIN and not saved:
@@ -353,6 +378,7 @@ class Effects:
             "effects": True,
             "ablate": self.ablate,
             "method": self.method,
+            "metric": self.metric,
         }
 
     def knocked_error(self, error: UsageError) -> UsageError:

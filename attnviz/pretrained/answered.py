@@ -15,7 +15,6 @@ from attnviz.errors import UsageError, warn
 from attnviz.pretrained.effects import (
     Ablating,
     Anatomy,
-    Metric,
     anatomy_of,
     attribution,
     clean_pass,
@@ -25,6 +24,7 @@ from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_effects
 from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels
+from attnviz.pretrained.metrics import Metric
 from attnviz.pretrained.patching import (
     Twins,
     ablation_estimate,
@@ -34,7 +34,7 @@ from attnviz.pretrained.patching import (
     patch_estimate,
     trace,
 )
-from attnviz.request import PREDICTIONS, Input, Request
+from attnviz.request import PREDICTIONS, Input, Request, measure_of
 from attnviz.selection import resolve, token_positions
 
 if TYPE_CHECKING:
@@ -136,12 +136,14 @@ class Answered:
         """What the effects were measured on, with the runs' metrics given."""
         given = self.given
         assert given.answer is not None
+        measure = self.metric.measure
         return Answer(
             given.answer,
             self.token,
             versus=given.versus,
             versus_token=self.versus_token,
             corrupt=given.corrupt,
+            measure=getattr(measure, "value", getattr(measure, "__name__", "metric")),
             **measured,
         )
 
@@ -181,7 +183,7 @@ def answered(extractor: PretrainedExtractor, given: Input, request: Request) -> 
     return Answered(
         given=given,
         token=answer_label(loaded, answer_id),
-        metric=Metric(answer_id, versus_id),
+        metric=Metric(answer_id, versus_id, measure_of(request, given)),
         versus_token=None if versus_id is None else answer_label(loaded, versus_id),
         body=body,
         layers=layers,

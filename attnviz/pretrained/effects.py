@@ -37,6 +37,7 @@ from attnviz.pretrained.attention_modules import Family, Stream
 from attnviz.pretrained.encoding import head_count
 from attnviz.pretrained.finite import check_metric
 from attnviz.pretrained.frozen_norms import frozen_norm, through_post_norm
+from attnviz.pretrained.metrics import Metric
 from attnviz.pretrained.value_norms import output_projection
 from attnviz.progress import advance
 
@@ -156,29 +157,6 @@ def _final_norm(model: Any) -> Any:
             f"{len(norms)} norms sit beside its layers"
         )
     return norms[0]
-
-
-@dataclass(frozen=True)
-class Metric:
-    """What the effects measure at the last position: the answer token's log-probability,
-    or, with a ``versus`` token, logit(answer) − logit(versus)."""
-
-    answer_id: int
-    versus_id: int | None = None
-
-    def of(self, logits: torch.Tensor) -> torch.Tensor:
-        """(B, vocabulary) last logits -> (B,) the metric of each row."""
-        logits = logits.float()
-        if self.versus_id is None:
-            return logits.log_softmax(-1)[:, self.answer_id]
-        return logits[:, self.answer_id] - logits[:, self.versus_id]
-
-    def direction(self, unembedding: Any) -> torch.Tensor:
-        """(D,) what a residual at the last position adds to the metric's logits, read
-        through the unembedding: W_U[answer], less W_U[versus]."""
-        weight = unembedding.weight
-        direction = weight[self.answer_id].float()
-        return direction if self.versus_id is None else direction - weight[self.versus_id].float()
 
 
 @dataclass(frozen=True)

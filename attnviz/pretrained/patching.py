@@ -37,7 +37,6 @@ from attnviz.pretrained.effects import (
     Change,
     Clean,
     Install,
-    Metric,
     changed_metrics,
     clean_pass,
     clean_recording,
@@ -47,6 +46,7 @@ from attnviz.pretrained.effects import (
     replacer,
 )
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
+from attnviz.pretrained.metrics import Metric
 from attnviz.pretrained.sites import Found, Units, reading, recorded, restoring, units_of
 from attnviz.pretrained.windowed import windowed
 from attnviz.progress import advance

@@ -54,10 +54,8 @@ def diverging_palette(levels: int = 256) -> list[tuple[int, int, int]]:
 
 
 def metric_of(on: Answer) -> str:
-    """What the effects measure: the answer's log-probability or a logit difference."""
-    if on.versus is None:
-        return "log-probability"
-    return f"logit({on.answer_token!r}) − logit({on.versus_token!r})"
+    """What the effects measure: the measure's label, with the tokens in it."""
+    return on.metric_label
 
 
 def _title(trace: Trace) -> str:
@@ -189,9 +187,7 @@ def effect_unit(on: Answer, column: str) -> str:
         return "direct logit attribution (logits)"
     if on.normalized and column in ("patch", "effect"):
         return "fraction of the corruption's change recovered"
-    if on.versus is None:
-        return "change in log-probability (nats)"
-    return "change in logit difference (logits)"
+    return on.unit()
 
 
 def _diverging_picture(
