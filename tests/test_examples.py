@@ -1,6 +1,9 @@
 """The development guide's worked examples (docs/examples/*.patch) cannot go stale: each
-patch applies to a copy of today's tree, touches at most three files under attnviz/,
-and what it adds works in a real process of the patched copy."""
+patch applies to a copy of today's tree. A whole change (its code, --help, docs and tests)
+touches at most two files under attnviz/ and four outside tests/, and the quick suite
+passes on the tree with it applied (its own tests among them). The three older examples
+are code alone (at most three files under attnviz/), what each adds run in a real process
+of the patched copy."""
 
 from __future__ import annotations
 
@@ -58,13 +61,54 @@ def _weights(tree: Path, *arguments: str) -> np.ndarray:
     return np.array(json.loads(_attnviz(tree, "show", *arguments, "-f", "json"))["weights"])
 
 
+WHOLE = ("head-effect-resample-ablation", "trace-site-mlp-in", "metric-prob")
+
+
 def test_every_example_is_tested():
     assert {path.stem for path in EXAMPLES.glob("*.patch")} == {
         "data-format-tsv",
         "recorded-option-label",
         "head-statistic-max",
-        "head-effect-median-ablation",
+        *WHOLE,
     }
+
+
+def _touched(patch: Path) -> set[str]:
+    return {
+        line.split()[-1].removeprefix("b/")
+        for line in patch.read_text().splitlines()
+        if line.startswith("+++ ") and line.split()[-1] != "/dev/null"
+    } | {
+        line.split()[-1].removeprefix("a/")
+        for line in patch.read_text().splitlines()
+        if line.startswith("--- ") and line.split()[-1] != "/dev/null"
+    }
+
+
+@pytest.mark.parametrize("example", WHOLE)
+def test_a_whole_change_is_small_and_the_quick_suite_passes_with_it(example, tmp_path):
+    patch = EXAMPLES / f"{example}.patch"
+    touched = _touched(patch)
+    code = [path for path in touched if path.startswith("attnviz/")]
+    outside_tests = [path for path in touched if not path.startswith("tests/")]
+    assert 1 <= len(code) <= 2 and len(outside_tests) <= 4, sorted(touched)
+    tree = tmp_path / "tree"
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    for name in listed:
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tree / name)
+    subprocess.run(["git", "apply", "-p1", str(patch)], cwd=tree, check=True)
+    environment = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-n", "auto", "-p", "no:cacheprovider",
+         "-m", "not slow and not ray and not browser"],
+        cwd=tree, env=environment, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]
 
 
 def test_a_data_format_is_written_by_show_save_and_batch(tmp_path):
@@ -129,18 +173,3 @@ def test_a_head_statistic_reaches_heads_sort_and_stats(tmp_path):
     source.write_text("the cat sat\non the mat\n")
     corpus = json.loads(_attnviz(tree, "stats", str(source), "-f", "json", "-q"))
     assert "max" in json.dumps(corpus)
-
-
-def test_a_head_effect_reaches_heads_answer(tmp_path):
-    from tests import tiny_models
-
-    model = tiny_models.GENERATORS["gpt2-lm"](tmp_path / "gpt2")
-    tree = _patched("head-effect-median-ablation", tmp_path)
-    common = ["heads", TEXT, "--model", str(model), "--answer", " it", "-f", "json"]
-    median = json.loads(_attnviz(tree, *common, "--ablate", "median", cwd=tmp_path))
-    mean = json.loads(_attnviz(tree, *common, "--ablate", "mean", cwd=tmp_path))
-    assert median["ablate"] == "median" and mean["ablate"] == "mean"
-    by_median = {(row["layer"], row["head"]): row["ablation"] for row in median["heads"]}
-    by_mean = {(row["layer"], row["head"]): row["ablation"] for row in mean["heads"]}
-    assert all(np.isfinite(value) for value in by_median.values())
-    assert by_median != by_mean  # another replacement, another effect

@@ -45,7 +45,7 @@ def test_a_python_metric_that_gives_no_number_per_row_is_said(language_models):
     [
         (["--metric", "logit_difference"], "--metric logit_difference reads a second answer"),
         (["--metric", "log_prob", "--versus", VERSUS], "--metric log_prob reads the answer alone"),
-        (["--metric", "prob"], "is not one of 'log_prob', 'logit_difference'"),
+        (["--metric", "entropy"], "is not one of 'log_prob', 'logit_difference'"),
         (["--knockout", "last:0", "--metric", "log_prob"], "--metric"),
     ],
 )
