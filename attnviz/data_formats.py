@@ -94,13 +94,15 @@ def _row_separator(index: int, shape: tuple[int, ...]) -> bytes:
     return b"]" * ended + b"," + b"[" * ended
 
 
-def dump_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
+def dump_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str], delimiter: str = ",") -> str:
     """Rows of a table as CSV with a header line, lines ended as the maps' CSV ends them.
     Every text cell (a token, a text, a model's name) is written as the terminal shows
     it, control characters made visible, as the maps' CSV writes its tokens: every
     command's table comes through here."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
+    writer = csv.DictWriter(
+        buffer, fieldnames=list(columns), delimiter=delimiter, lineterminator="\n"
+    )
     writer.writeheader()
     writer.writerows(
         {name: display_label(value) if isinstance(value, str) else value
@@ -151,11 +153,14 @@ def write_npz(maps: AttentionMaps, out: IO[bytes]) -> None:
 _NPZ_ARRAYS = ("weights", "layers", "heads", "query_tokens", "key_tokens")
 
 
-def write_csv_rows(out: IO[str], maps: AttentionMaps, input_index: int) -> None:
-    """The long form of one input: a row per (layer, head, query, key). Tokens are
-    written as the terminal shows them, control characters made visible: CSV is read
-    on terminals, and a token is never an instruction to one."""
-    writer = csv.writer(out, lineterminator="\n")
+def write_csv_rows(
+    out: IO[str], maps: AttentionMaps, input_index: int, delimiter: str = ","
+) -> None:
+    """The long form of one input: a row per (layer, head, query, key), its cells
+    separated by ``delimiter``. Tokens are written as the terminal shows them, control
+    characters made visible: CSV is read on terminals, and a token is never an
+    instruction to one."""
+    writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
     query_tokens = [display_label(token) for token in maps.query_tokens]
     key_tokens = [display_label(token) for token in maps.key_tokens]
     # A row's query_index is its token's position, as json and npz record it (chosen rows

@@ -39,6 +39,9 @@ class OutputSpec:
     # imports no numpy or matplotlib. None: the command draws it on its console.
     writer: str | None = None
     records: bool = False  # a file holds one input's records after another's (a stream)
+    # A table as text, a line per row, its cells separated by this (csv's comma): how the
+    # maps' long form and every command's table of rows are written in it.
+    delimiter: str | None = None
 
 
 PICTURE_VIEWS = (View.HEAD, View.LAYER, View.MODEL)  # a picture's and the page's alike
@@ -52,7 +55,9 @@ OUTPUTS: dict[Output, OutputSpec] = {
         Kind.DATA, (".ndjson", ".jsonl"), (), "ndjson output", "json_pieces", records=True
     ),
     Output.NPZ: OutputSpec(Kind.DATA, (".npz",), (), "npz output", "npz_pieces"),
-    Output.CSV: OutputSpec(Kind.DATA, (".csv",), (), "csv output", "csv_pieces", records=True),
+    Output.CSV: OutputSpec(
+        Kind.DATA, (".csv",), (), "csv output", "csv_pieces", records=True, delimiter=","
+    ),
     Output.PNG: OutputSpec(
         Kind.PICTURE, (".png",), PICTURE_VIEWS, "a png picture", "picture_pieces"
     ),
@@ -75,6 +80,9 @@ def of_kind(*kinds: Kind) -> tuple[Output, ...]:
 
 
 PICTURES = of_kind(Kind.PICTURE)  # png, svg, pdf
+# What a command's table of rows (heads, stats, trace, needle) is written as: a json
+# document, or a line per row.
+TABLE_DATA = (Output.JSON, *(output for output, spec in OUTPUTS.items() if spec.delimiter))
 DATA = of_kind(Kind.DATA)  # json, ndjson, npz, csv
 # What a batch writes: every output with a writer that holds one input (a file each);
 # ndjson and csv, streams of records, have no place in a folder of files per input.
@@ -91,6 +99,11 @@ def output_for(path: str | Path) -> Output | None:
 def _listed(names: list[str], conjunction: str = "and") -> str:
     """'a, b and c' (or 'a, b or c'), for a message."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {conjunction} {names[-1]}"
+
+
+def suffixes_named(outputs: Iterable[Output]) -> str:
+    """``.json or .csv``: the files that name these outputs, as a help text lists them."""
+    return _listed([OUTPUTS[output].suffixes[0] for output in outputs], "or")
 
 
 def formats_named(outputs: Iterable[Output]) -> str:

@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING
 from attnviz.atomic_files import open_output
 from attnviz.choices import Dtype, Output, View
 from attnviz.errors import UsageError
-from attnviz.outputs import OUTPUTS, Kind
+from attnviz.outputs import OUTPUTS, Kind, formats_named
 from attnviz.render.style import Style
 from attnviz.schema import envelope
 
@@ -98,7 +98,8 @@ def csv_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int)
     def write_rows(out: IO[bytes]) -> None:
         text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
         try:
-            write_csv_rows(text, how.labelled(maps.astype(how.dtype)), number)
+            maps_of = how.labelled(maps.astype(how.dtype))
+            write_csv_rows(text, maps_of, number, OUTPUTS[output].delimiter or ",")
             text.flush()
         finally:
             text.detach()  # the destination stays open: its opener closes it
@@ -138,7 +139,11 @@ CSV_HEADER = (
     "key_token",
     "weight",
 )
-HEADERS = {Output.CSV: ",".join(CSV_HEADER) + "\n"}
+HEADERS = {
+    output: spec.delimiter.join(CSV_HEADER) + "\n"
+    for output, spec in OUTPUTS.items()
+    if spec.delimiter is not None
+}
 
 
 def pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int = 0) -> Iterator[Piece]:
@@ -173,7 +178,8 @@ def write(
     if next(items, None) is not None:
         if OUTPUTS[output].kind is Kind.DATA:
             raise UsageError(
-                f"several inputs: {output.value} holds one; use --format ndjson or csv"
+                f"several inputs: {output.value} holds one; use --format "
+                + formats_named(output for output, spec in OUTPUTS.items() if spec.records)
             )
         raise UsageError(f"this command reads one input, but several were given: {ONE_TEXT}")
     _check_one_file(first, output, how)
@@ -225,14 +231,16 @@ def write_table(
     key: str = "heads",
 ) -> None:
     """A command's table of rows (heads, stats) as data: json, a document holding the
-    ``fields`` and the rows under ``key``; csv, a line per row."""
+    ``fields`` and the rows under ``key``; csv (an output with a delimiter), a line per
+    row."""
     # numpy: only where this format is written (the writers themselves are light)
     from attnviz.data_formats import dump_csv, dump_json
 
+    delimiter = OUTPUTS[output].delimiter
     if output is Output.JSON:
         content = dump_json(envelope({**(fields or {}), key: rows}))
-    elif output is Output.CSV:
-        content = dump_csv(rows, columns)
+    elif delimiter is not None:
+        content = dump_csv(rows, columns, delimiter)
     else:
         raise ValueError(f"a table is written as json or csv, not {output}")
     with open_output(destination, binary=True) as out:

@@ -18,7 +18,7 @@ from attnviz.builtin.config import BUILTIN as BUILTIN  # --model's default, for 
 from attnviz.choices import Aggregate, Attention, Dtype, Mode, Output, Projections, View, Weighting
 from attnviz.cli.completion import complete_device, complete_device_map, complete_model
 from attnviz.head_columns import DETECTORS, Detector, listed
-from attnviz.outputs import PICTURE_VIEWS, TERMINAL_VIEWS
+from attnviz.outputs import PICTURE_VIEWS, TABLE_DATA, TERMINAL_VIEWS
 
 
 def number(low: float, high: float = math.inf) -> Callable[[str], float]:
@@ -132,7 +132,7 @@ def values_option(panel: str, help: str) -> Any:
     return Annotated[bool, typer.Option("--values", rich_help_panel=panel, help=help)]
 
 
-TABLES, REPORTS = (Output.TABLE, Output.JSON, Output.CSV), (Output.TABLE, Output.JSON)
+TABLES, REPORTS = (Output.TABLE, *TABLE_DATA), (Output.TABLE, Output.JSON)
 TableFormat = some_of("TableFormat", *TABLES)  # heads, stats, needle
 ReportFormat = some_of("ReportFormat", *REPORTS)  # explain, top, diff, models
 PictureView = some_of("PictureView", *PICTURE_VIEWS)

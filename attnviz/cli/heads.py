@@ -120,7 +120,7 @@ def heads(
     answer's logit (W_U[answer] - W_U[versus] with --versus); sorted by ablation.
     patch (with --corrupt): how much of the metric comes back when the head's
     clean output is put into the run on the corrupted text.
-    kind (json, csv; where layers differ): global or sliding N attention.
+    kind (in data; where layers differ): global or sliding N attention.
     """
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
@@ -208,9 +208,10 @@ def _predictions_checked(count: int | None, effects: Effects, output_format: Out
         raise UsageError(
             "--predictions lists the next tokens an answer is read among: give --answer"
         )
-    if output_format is Output.CSV:
+    if output_format not in (Output.TABLE, Output.JSON):
         raise UsageError(
-            "--predictions lists tokens beside the heads: csv holds heads alone (use json)"
+            f"--predictions lists tokens beside the heads: {output_format} holds heads alone "
+            "(use json)"
         )
 
 

@@ -43,7 +43,7 @@ from attnviz.needle import (
     parse_depths,
     parse_lengths,
 )
-from attnviz.outputs import formats_named, refuse_unused
+from attnviz.outputs import TABLE_DATA, formats_named, refuse_unused, suffixes_named
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
@@ -117,7 +117,7 @@ TopOption = Annotated[
     typer.Option("--top", metavar="N", min=1, help="Heads listed in the table and the picture."),
 ]
 OutputOption = output_option(
-    "Write the results to PATH instead of stdout; .json or .csv picks the format."
+    f"Write the results to PATH instead of stdout; {suffixes_named(TABLE_DATA)} picks the format."
 )
 PictureOption = picture_option(
     "Also draw the lengths × depths grid of answered cells beside the top retrieval "
@@ -296,8 +296,8 @@ def _write(
 ) -> None:
     if output_format is Output.JSON:
         write_table(Output.JSON, [], [], to, results.document(), key="_")
-    elif output_format is Output.CSV:
-        write_table(Output.CSV, results.rows(), ROW_COLUMNS, to)
+    elif output_format in TABLE_DATA:
+        write_table(output_format, results.rows(), ROW_COLUMNS, to)
     else:
         stdout_console(d.ColourChoice.AUTO, None, environment).print(_tables(results, top))
 

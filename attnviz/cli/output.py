@@ -22,7 +22,7 @@ from attnviz.cli.app import DEBUG
 from attnviz.cli.declarations import MAX_WIDTH, ColourChoice
 from attnviz.errors import UsageError, warn
 from attnviz.inputs import read_texts
-from attnviz.outputs import PICTURES, output_for, output_of_file, refuse_unused
+from attnviz.outputs import PICTURES, TABLE_DATA, output_for, output_of_file, refuse_unused
 from attnviz.selection import resolve_held
 from attnviz.writers import ONE_TEXT
 
@@ -383,9 +383,10 @@ def _data_file_format(output: str, asked: Output) -> Output:
     by_suffix = output_for(output)
     if by_suffix in PICTURES:
         raise UsageError(f"-o writes the results as data: draw the picture with --picture {output}")
-    if by_suffix not in (Output.JSON, Output.CSV):
+    if by_suffix not in TABLE_DATA:
         if asked is Output.TABLE:
-            raise UsageError(f"cannot tell the format of {output}: name it .json or .csv")
+            named = " or ".join(f".{each.value}" for each in TABLE_DATA)
+            raise UsageError(f"cannot tell the format of {output}: name it {named}")
         return asked
     if asked is not Output.TABLE and asked is not by_suffix:
         raise UsageError(

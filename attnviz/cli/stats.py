@@ -26,6 +26,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError, warn
+from attnviz.outputs import TABLE_DATA, formats_named, suffixes_named
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
@@ -39,7 +40,7 @@ PROGRESS_SECONDS = 5  # between progress lines on stderr
 
 FormatOption = d.format_option(
     d.TableFormat,
-    "table: corpus means per head. json, csv: a row per (layer, head, "
+    f"table: corpus means per head. {formats_named(TABLE_DATA)}: a row per (layer, head, "
     "statistic) with count, mean, std and the 5th, 50th and 95th percentiles (exact, "
     "interpolated as numpy's percentile, up to 100 inputs; past that within 1%).",
 )
@@ -74,8 +75,8 @@ JobsOption = Annotated[
     ),
 ]
 OutputOption = output_option(
-    "Write the statistics to PATH instead of stdout, whole or not at all; .json "
-    "or .csv picks the format."
+    "Write the statistics to PATH instead of stdout, whole or not at all; "
+    f"{suffixes_named(TABLE_DATA)} picks the format."
 )
 PictureOption = picture_option(
     "Also draw a layers × heads heatmap of each statistic's corpus mean (.png, .svg or .pdf)."

@@ -15,7 +15,7 @@ from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, trace_options, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
-from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
+from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
 from attnviz.request import asked_for
 from attnviz.schema import envelope
 
@@ -109,11 +109,11 @@ def trace(
         from attnviz.data_formats import dump_json  # the data formats read numpy
 
         out.write_stdout(dump_json(envelope(found.document())))
-    elif output_format is Output.CSV:
+    elif output_format in TABLE_DATA:
         from attnviz.writers import write_table  # the writers read numpy
 
         records = found.records()
-        write_table(Output.CSV, records, list(records[0]), d.STDIO)
+        write_table(output_format, records, list(records[0]), d.STDIO)
     else:
         from attnviz.render.effects import trace_table  # numpy and rich's drawing
 
