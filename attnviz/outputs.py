@@ -101,11 +101,6 @@ def _listed(names: list[str], conjunction: str = "and") -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {conjunction} {names[-1]}"
 
 
-def suffixes_named(outputs: Iterable[Output]) -> str:
-    """``.json or .csv``: the files that name these outputs, as a help text lists them."""
-    return _listed([OUTPUTS[output].suffixes[0] for output in outputs], "or")
-
-
 def formats_named(outputs: Iterable[Output]) -> str:
     """``png, svg, pdf, json, npz or html (the interactive page)``: the formats an option
     takes, as its help lists them; the page is said to be one."""

@@ -43,7 +43,7 @@ from attnviz.needle import (
     parse_depths,
     parse_lengths,
 )
-from attnviz.outputs import TABLE_DATA, formats_named, refuse_unused, suffixes_named
+from attnviz.outputs import TABLE_DATA, formats_named, refuse_unused, suffixes_of
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
@@ -117,7 +117,7 @@ TopOption = Annotated[
     typer.Option("--top", metavar="N", min=1, help="Heads listed in the table and the picture."),
 ]
 OutputOption = output_option(
-    f"Write the results to PATH instead of stdout; {suffixes_named(TABLE_DATA)} picks the format."
+    f"Write the results to PATH instead of stdout; {suffixes_of(TABLE_DATA)} picks the format."
 )
 PictureOption = picture_option(
     "Also draw the lengths × depths grid of answered cells beside the top retrieval "

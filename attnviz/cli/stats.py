@@ -26,7 +26,7 @@ from attnviz.cli.settings import (
 )
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError, warn
-from attnviz.outputs import TABLE_DATA, formats_named, suffixes_named
+from attnviz.outputs import TABLE_DATA, formats_named, suffixes_of
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
@@ -76,7 +76,7 @@ JobsOption = Annotated[
 ]
 OutputOption = output_option(
     "Write the statistics to PATH instead of stdout, whole or not at all; "
-    f"{suffixes_named(TABLE_DATA)} picks the format."
+    f"{suffixes_of(TABLE_DATA)} picks the format."
 )
 PictureOption = picture_option(
     "Also draw a layers × heads heatmap of each statistic's corpus mean (.png, .svg or .pdf)."
