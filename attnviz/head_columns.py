@@ -49,6 +49,9 @@ class Column:
     beside_detectors: bool = False  # shown in the detectors' table too (detectors are)
     ascending: bool = False  # sorted smallest first (places), else largest first
     in_corpus: bool | None = None  # summed over a corpus by stats (None: if per is given)
+    # In the terminal's table of statistics, which fits 80 characters: a column left out
+    # is shown there when the table is sorted by it (data holds every column).
+    in_terminal: bool = True
 
 
 class HeadColumn(StrEnum):
@@ -63,6 +66,7 @@ class HeadColumn(StrEnum):
     beside_detectors: bool
     ascending: bool
     in_corpus: bool
+    in_terminal: bool
 
     def __new__(cls, column: Column | str) -> HeadColumn:
         # Called with each member's Column as the class is made; HeadColumn("sink") later
@@ -77,6 +81,7 @@ class HeadColumn(StrEnum):
         member.beside_detectors = column.beside_detectors or column.detector
         member.ascending = column.ascending
         member.in_corpus = column.per is not None if column.in_corpus is None else column.in_corpus
+        member.in_terminal = column.in_terminal
         return member
 
     # A head's place needs no help in a table's caption.

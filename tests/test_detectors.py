@@ -79,7 +79,7 @@ def test_a_head_that_reads_only_the_first_token_scores_nothing():
 
 def test_an_induction_head_built_by_hand_scores_one():
     """Each second-half row puts all its weight on the token after its first copy."""
-    from attnviz.analysis.products import HeadStatisticsProduct, of_whole
+    from attnviz.analysis.products import SLOT, HeadStatisticsProduct, of_whole
 
     tokens = ["<s>", "a", "b", "c", "a", "b", "c"]
     weights = np.zeros((1, 7, 7), dtype=np.float32)
@@ -87,7 +87,10 @@ def test_an_induction_head_built_by_hand_scores_one():
     for row, key in ((4, 2), (5, 3), (6, 4)):  # a -> b, b -> c, c -> the a after it
         weights[0, row, key] = 1
     product = HeadStatisticsProduct(1, 7, 7, [0], aligned=True, causal=True, tokens=tokens)
-    *_, previous_token, duplicate, induction = of_whole(product, weights)[0, :9]
+    found = of_whole(product, weights)[0]
+    previous_token, duplicate, induction = (
+        found[SLOT[name]] for name in ("previous_token", "duplicate_token", "induction")
+    )
     assert induction == pytest.approx(1.0) and duplicate == 0 and previous_token == 0
 
 

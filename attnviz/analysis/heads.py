@@ -28,7 +28,11 @@ DETECTOR_COLUMNS = frozenset(DETECTORS)
 # A table in a terminal has room for one set or the other: the statistics, or the
 # detectors' scores with what explains them (the weight on the first token, left out).
 # Each layer's kind is said above the table, where "sliding 512" takes no column.
-STATISTICS_TABLE = frozenset(HeadColumn) - DETECTOR_COLUMNS - {HeadColumn.KIND}
+STATISTICS_TABLE = (
+    frozenset(column for column in HeadColumn if column.in_terminal)
+    - DETECTOR_COLUMNS
+    - {HeadColumn.KIND}
+)
 DETECTORS_TABLE = frozenset(column for column in HeadColumn if column.beside_detectors)
 # With an answer: its effects, beside where the head looks.
 EFFECTS_TABLE = frozenset(

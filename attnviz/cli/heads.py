@@ -310,7 +310,7 @@ def _columns(
 ) -> list[HeadColumn]:
     """Data holds every column; the table, the statistics', the detectors' (with
     --detect, or sorted by a detector's score) or the effects' (with --answer), so that
-    it fits 80 characters."""
+    it fits 80 characters, and the column it is sorted by."""
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import (
         DETECTOR_COLUMNS,
@@ -324,8 +324,8 @@ def _columns(
     if detect is not None or sort in DETECTOR_COLUMNS:
         return table.columns(DETECTORS_TABLE)
     if table.effects is not None:
-        return table.columns(EFFECTS_TABLE)
-    return table.columns(STATISTICS_TABLE)
+        return table.columns(EFFECTS_TABLE | {sort})
+    return table.columns(STATISTICS_TABLE | {sort})
 
 
 def _table(
