@@ -160,7 +160,7 @@ def test_the_help_describes_what_trace_does_and_only_its_options(runner):
     ):
         assert heads_only not in result.stdout, heads_only
     assert "@FILE reads a file" in result.stdout
-    heads = runner.invoke(app, ["heads", "--help"], env={"COLUMNS": "300"}).stdout
+    heads = " ".join(runner.invoke(app, ["heads", "--help"], env={"COLUMNS": "300"}).stdout.split())
     assert "sorted by ablation" in heads and "patch (with --corrupt)" in heads
 
 

@@ -108,15 +108,11 @@ def heads(
 ) -> None:
     """Statistics per head: what kind of head is this, and what does the answer need?
 
-    entropy: nats, averaged over query rows (ln n when uniform over n keys).
-    distance: mean |query position - key position|, attention-weighted.
-    sink: mean weight on the first token and special tokens. previous: mean
-    weight on the token just before. self: mean weight on itself. top_key: the
-    key with the most weight over all rows, and top_key_position its position.
-    span (with --span): mean weight on the span's keys. With --rows, every
-    statistic is read from those query rows only (what the last token reads).
+    {statistics} top_key: the key with the most weight over all rows, and
+    top_key_position its position. With --rows, every statistic is read from those
+    query rows only (what the last token reads).
     ablation and dla (with --answer): how much the metric drops without each
-    head (its output zeroed, or --ablate mean) and what the head writes to the
+    head (its output replaced as --ablate says) and what the head writes to the
     answer's logit (W_U[answer] - W_U[versus] with --versus); sorted by ablation.
     patch (with --corrupt): how much of the metric comes back when the head's
     clean output is put into the run on the corrupted text.
@@ -171,6 +167,16 @@ def heads(
     console.print(drawn)
     if len(ranked) > len(rows) and top is None:
         console.print(f"… {len(ranked) - len(rows)} more heads: --top all lists every one")
+
+
+# Each statistic's line of the help, from its declaration (a new one is listed by itself).
+heads.__doc__ = (heads.__doc__ or "").format(
+    statistics=" ".join(
+        f"{column}{' (with --span)' if column.needs is Needs.SPAN else ''}: {column.help}."
+        for column in HeadColumn
+        if column.per is not None and not column.detector
+    )
+)
 
 
 def _data_fields(table: HeadTable, probe: str | None, predictions: int | None) -> dict[str, object]:
