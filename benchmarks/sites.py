@@ -23,7 +23,7 @@ import torch
 import attnviz
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.hook_references import reference_trace  # noqa: E402 (the repository's tests)
+from tests.hook_references import reference_trace  # the repository's tests, put on the path
 
 TEXT = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
