@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -102,9 +103,9 @@ def main() -> None:
     traced(extractor, "resid", False, "exact", options)  # warm-up
     for site, by_position in SITES:
         name = site + (" by position" if by_position else "")
-        exact_s, exact = timed(lambda: traced(extractor, site, by_position, "exact", options))
+        exact_s, exact = timed(partial(traced, extractor, site, by_position, "exact", options))
         estimate_s, estimate = timed(
-            lambda: traced(extractor, site, by_position, "gradient", options)
+            partial(traced, extractor, site, by_position, "gradient", options)
         )
         line = (
             f"{name:16} {exact.effect.shape!s:14} exact {exact_s:6.2f} s, estimate "
@@ -117,8 +118,8 @@ def main() -> None:
             line += f", |exact - hooks| {np.abs(exact.effect - expected).max():.2e}"
         if against is not None:
             other = traced(against, site, by_position, "exact", options).effect
-            scale = np.abs(other).max()
-            line += f", |{options.dtype} - {options.against}| {np.abs(exact.effect - other).max() / scale:.2e} of the largest"
+            share = np.abs(exact.effect - other).max() / np.abs(other).max()
+            line += f", |{options.dtype} - {options.against}| {share:.2e} of the largest"
         print(line, flush=True)
 
 
