@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from attnviz.choices import Weighting
+from attnviz.safe_text import display_label
 from attnviz.selection import index_span
 
 if TYPE_CHECKING:
@@ -93,4 +94,5 @@ def notes_of(maps: AttentionMaps) -> str:
         notes.append(f"span: key token{'s' * (len(maps.span) > 1)} {index_span(maps.span)}")
     if maps.chat:
         notes.append("read as a chat" + (" with a system prompt" if maps.system else ""))
+    notes += [display_label(note) for note in maps.recorded.notes()]  # a user's words
     return "".join(f" · {note}" for note in notes)

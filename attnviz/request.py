@@ -428,7 +428,10 @@ class Recorded:
     """What maps keep of the request that made them, beyond the tokens and positions they
     hold. Saved maps write and read these fields by this declaration alone (each under
     its name, left out at its default; its type checks what a file holds): a new
-    recorded option is a field here and the request's value for it in :meth:`Request.recorded`."""
+    recorded option is a field here and the request's value for it in
+    :meth:`Request.recorded`. A field whose metadata has a ``note`` (a format string of its
+    value) is said by every picture of the maps, the terminal's and the page's, where it
+    is not at its default (:meth:`notes`)."""
 
     chat: bool = False  # the text was read as one user message in the chat template,
     system: str | None = None  # after this system prompt
@@ -454,6 +457,14 @@ class Recorded:
                 raise SchemaError(f"{field.name} must be {_KINDS[kind]}, not {value!r}")
         if self.system is not None and not self.chat:
             raise SchemaError("system is the system prompt of a chat: it needs chat true")
+
+    def notes(self) -> list[str]:
+        """What pictures say of the fields with a ``note``, where not at their default."""
+        return [
+            field.metadata["note"].format(value)
+            for field in fields(self)
+            if "note" in field.metadata and (value := getattr(self, field.name)) != field.default
+        ]
 
     def document(self) -> dict[str, Any]:
         """The fields a saved document holds: those not at their default, as JSON values."""
