@@ -216,20 +216,20 @@ class Request:
         the fields of release 0.1 always, a field added since only where it is given, so
         that an earlier batch's manifest still matches."""
         values: dict[str, Any] = {}
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if field.name in PRODUCED:  # what is read of the maps, not what decides them
+        for declared in fields(self):
+            value = getattr(self, declared.name)
+            if declared.name in PRODUCED:  # what is read of the maps, not what decides them
                 continue
-            if field.name not in _RELEASE_0_1 and value == field.default:
+            if declared.name not in _RELEASE_0_1 and value == declared.default:
                 continue
-            values[field.name] = (
+            values[declared.name] = (
                 value.value if isinstance(value, Enum) else
                 list(value) if isinstance(value, tuple) else value
             )  # fmt: skip
         return values
 
 
-_FIELDS = tuple(field.name for field in fields(Request))
+_FIELDS = tuple(declared.name for declared in fields(Request))
 # The model's likeliest next tokens an answer keeps, with their probabilities (heads
 # --predictions shows some of them).
 PREDICTIONS = 100
@@ -441,44 +441,49 @@ class Recorded:
 
     def __post_init__(self) -> None:
         hints = get_type_hints(Recorded)
-        for field in fields(self):
-            kinds = get_args(hints[field.name]) or (hints[field.name],)
+        for declared in fields(self):
+            kinds = get_args(hints[declared.name]) or (hints[declared.name],)
             kind = next(kind for kind in kinds if kind is not type(None))
-            value = getattr(self, field.name)
+            value = getattr(self, declared.name)
             if value is None and type(None) in kinds:
                 continue
             if issubclass(kind, Enum):
                 try:
-                    object.__setattr__(self, field.name, kind(value))
+                    object.__setattr__(self, declared.name, kind(value))
                 except ValueError:
                     names = ", ".join(member.value for member in kind)
-                    raise SchemaError(f"{field.name} is one of {names}, not {value!r}") from None
+                    raise SchemaError(f"{declared.name} is one of {names}, not {value!r}") from None
             elif type(value) is not kind:
-                raise SchemaError(f"{field.name} must be {_KINDS[kind]}, not {value!r}")
+                raise SchemaError(f"{declared.name} must be {_KINDS[kind]}, not {value!r}")
         if self.system is not None and not self.chat:
             raise SchemaError("system is the system prompt of a chat: it needs chat true")
 
     def notes(self) -> list[str]:
         """What pictures say of the fields with a ``note``, where not at their default."""
         return [
-            field.metadata["note"].format(value)
-            for field in fields(self)
-            if "note" in field.metadata and (value := getattr(self, field.name)) != field.default
+            declared.metadata["note"].format(value)
+            for declared in fields(self)
+            if "note" in declared.metadata
+            and (value := getattr(self, declared.name)) != declared.default
         ]
 
     def document(self) -> dict[str, Any]:
         """The fields a saved document holds: those not at their default, as JSON values."""
         return {
-            field.name: value.value if isinstance(value, Enum) else value
-            for field in fields(self)
-            if (value := getattr(self, field.name)) != field.default
+            declared.name: value.value if isinstance(value, Enum) else value
+            for declared in fields(self)
+            if (value := getattr(self, declared.name)) != declared.default
         }
 
     @classmethod
     def read(cls, document: Mapping[str, Any]) -> Recorded:
         """The record a saved document holds (checked: a SchemaError says what is wrong)."""
         return cls(
-            **{field.name: document[field.name] for field in fields(cls) if field.name in document}
+            **{
+                declared.name: document[declared.name]
+                for declared in fields(cls)
+                if declared.name in document
+            }
         )
 
 
