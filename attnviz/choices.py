@@ -108,7 +108,8 @@ class Site(StrEnum):
     """Where ``trace`` restores the clean run's activation, in each layer (what each one
     is, for help and pictures: :data:`SITE_LABELS`; where it is read in a model:
     ``attnviz.pretrained.sites.SITES``). A layer's site is restored a position at a time;
-    a head's (q, k, v, z) a head at a time, over every position or one position at a time."""
+    a head's (q, k, v, z, pattern) a head at a time, over every position or one position
+    at a time (the pattern's: a query's row)."""
 
     RESID = "resid"
     ATTN = "attn"
@@ -119,6 +120,7 @@ class Site(StrEnum):
     K = "k"
     V = "v"
     Z = "z"
+    PATTERN = "pattern"
 
     @property
     def of_heads(self) -> bool:
@@ -126,7 +128,7 @@ class Site(StrEnum):
         return self in HEAD_SITES
 
 
-HEAD_SITES = frozenset({Site.Q, Site.K, Site.V, Site.Z})
+HEAD_SITES = frozenset({Site.Q, Site.K, Site.V, Site.Z, Site.PATTERN})
 
 SITE_LABELS = {
     Site.RESID: "the residual stream entering the layer",
@@ -138,6 +140,7 @@ SITE_LABELS = {
     Site.K: "a key/value head's keys, before rotary embeddings",
     Site.V: "a key/value head's values",
     Site.Z: "a head's output, before the output projection",
+    Site.PATTERN: "a head's attention weights (by position: a query's row)",
 }
 
 

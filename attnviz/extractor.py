@@ -224,7 +224,7 @@ class Extractor(ABC):
         residual stream entering the layer; ``"attn"``; ``"resid_mid"``; ``"mlp"``;
         ``"resid_post"``, the residual stream leaving it) is put into the run on
         ``corrupt`` there: a (layers, positions) ``effect``. At a head's site (``"q"``,
-        ``"k"``, ``"v"``, ``"z"``) each head's at every position, (layers, heads), or
+        ``"k"``, ``"v"``, ``"z"``, ``"pattern"``) each head's at every position, (layers, heads), or
         ``by_position``, (layers, heads, positions). A causal language model only."""
         asked = _asking(request, options, trace=site, by_position=by_position)
         (found,) = self.run([Input(text, answer=answer, versus=versus, corrupt=corrupt)], asked)

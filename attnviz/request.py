@@ -166,9 +166,10 @@ class Request:
                 other = next(name for name in asked if name != alone)
                 raise UsageError(f"a {alone} lists {lists}, not {other}: ask for it alone")
         if self.by_position and (self.trace is None or not self.trace.of_heads):
+            heads = ", ".join(site.value for site in Site if site.of_heads)
             raise UsageError(
-                "--by-position splits a head's effect by position: trace --site q, k, v or z "
-                "(a layer's site is read by position already)"
+                f"--by-position splits a head's effect by position: trace --site {heads} (a "
+                "layer's site is read by position already)"
             )
         if self.method is Method.GRADIENT and not (self.effects or self.trace is not None):
             raise UsageError("--method says how effects are measured: give --answer")

@@ -6,7 +6,9 @@ SmolLM2 is read as a Llama) and token ids."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from unittest import mock
 
 import numpy as np
 import torch
@@ -418,3 +420,90 @@ def prepared(generators, language_models, family, versus=False):
     answer_id = answer_token_id(path, TEXT, ANSWER)
     versus_id = answer_token_id(path, TEXT, VERSUS) if versus else None
     return extractor, extractor.loaded.model, ids, answer_id, versus_id
+
+
+@contextlib.contextmanager
+def eager_weights(model, change):
+    """While open, the model runs its eager attention, and each layer's attention weights
+    (the output of its softmax, the n-th call being layer n's) pass through
+    ``change(layer, weights)``, (1, H, T, S)."""
+    real = torch.nn.functional.softmax
+    calls = [0]
+
+    def softmax(*args, **kwargs):
+        layer, calls[0] = calls[0], calls[0] + 1
+        return change(layer, real(*args, **kwargs))
+
+    own = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with mock.patch("torch.nn.functional.softmax", softmax):
+            yield
+    finally:
+        model.set_attn_implementation(own)
+
+
+def patterns_of(model, ids):
+    """Each layer's attention weights in an eager run on ``ids``, (H, T, S) per layer."""
+    kept = {}
+
+    def keep(layer, weights):
+        kept[layer] = weights[0].detach().clone()
+        return weights
+
+    with eager_weights(model, keep), torch.no_grad():
+        model(input_ids=ids)
+    return [kept[layer] for layer in sorted(kept)]
+
+
+def reference_pattern_trace(
+    model, clean_ids, corrupt_ids, answer_id, versus_id, layers=None, by_position=False
+):
+    """Per layer and head (and query position ``by_position``), the metric with the head's
+    clean attention weights put into the corrupted run's eager attention, less the
+    corrupted run's."""
+    clean = patterns_of(model, clean_ids)
+    corrupt = metric_with_hooks(model, corrupt_ids, answer_id, versus_id)
+    heads, tokens = clean[0].shape[0], clean_ids.shape[1]
+    shape = (heads, tokens) if by_position else (heads,)
+    result = np.zeros((len(clean), *shape))
+    for layer in range(len(clean)) if layers is None else layers:
+        for cell in np.ndindex(*shape):
+            head, rows = cell[0], (cell[1] if by_position else slice(None))
+
+            def change(at, weights, layer=layer, head=head, rows=rows):
+                if at != layer:
+                    return weights
+                weights = weights.clone()
+                weights[0, head, rows] = clean[layer][head, rows]
+                return weights
+
+            with eager_weights(model, change):
+                restored = metric_with_hooks(model, corrupt_ids, answer_id, versus_id)
+            result[(layer, *cell)] = restored - corrupt
+    return result
+
+
+def reference_pattern_gradients(model, ids, answer_id, versus_id):
+    """Each layer's attention weights in an eager run and the metric's gradient with
+    respect to them, by autograd, ((H, T, S), (H, T, S)) per layer."""
+    kept = {}
+
+    def keep(layer, weights):
+        weights.retain_grad()
+        kept[layer] = weights
+        return weights
+
+    model.requires_grad_(True)
+    try:
+        with eager_weights(model, keep):
+            last = model(input_ids=ids).logits[0, -1].float()
+        metric = (
+            last.log_softmax(-1)[answer_id]
+            if versus_id is None
+            else last[answer_id] - last[versus_id]
+        )
+        metric.backward()
+    finally:
+        model.zero_grad(set_to_none=True)
+    return [(kept[layer][0].detach(), kept[layer].grad[0]) for layer in sorted(kept)]

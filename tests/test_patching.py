@@ -18,7 +18,7 @@ import torch
 import attnviz
 from attnviz.cli import app
 from attnviz.request import Input, Request
-from tests.checks import failed_in_process
+from tests.checks import failed_in_process, model_tolerance
 from tests.hook_references import (
     ANSWER,
     CORRUPT,
@@ -33,6 +33,7 @@ from tests.hook_references import (
     recorded_at,
     reference_gradients,
     reference_patch,
+    reference_pattern_gradients,
     site_point,
 )
 
@@ -135,6 +136,37 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(
             ]
         )
         np.testing.assert_allclose(traced.trace.effect, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "gemma3-lm"])
+def test_a_patterns_estimate_equals_autograd_through_the_eager_weights(
+    generators, language_models, family
+):
+    """Σ over a head's weights of ∂m/∂A · (A_clean − A) at the corrupted run, the gradient
+    read at the eager softmax's output."""
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = prepared(
+        generators, language_models, family, versus=True
+    )
+    clean = [
+        weights
+        for weights, _ in reference_pattern_gradients(model, clean_ids, answer_id, versus_id)
+    ]
+    at_corrupt = reference_pattern_gradients(model, corrupt_ids, answer_id, versus_id)
+    for by_position in (False, True):
+        (traced,) = extractor.run(
+            [Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)],
+            Request(maps=False, trace="pattern", method="gradient", by_position=by_position),
+        )
+        expected = np.stack(
+            [
+                ((a_clean - a) * gradient).sum(-1).double().numpy()  # (H, T)
+                for a_clean, (a, gradient) in zip(clean, at_corrupt, strict=True)
+            ]
+        )
+        expected = expected if by_position else expected.sum(-1)
+        tolerance = model_tolerance(model.config)  # the effects are 1e-4 and less
+        assert np.abs(expected).max() > 10 * tolerance
+        np.testing.assert_allclose(traced.trace.effect, expected, atol=tolerance)
 
 
 def _estimated_cells(model, family, site, layer, product, by_position):

@@ -23,6 +23,7 @@ from tests.hook_references import (
     TEXT,
     VERSUS,
     prepared,
+    reference_pattern_trace,
     reference_trace,
 )
 
@@ -66,6 +67,31 @@ def test_a_heads_site_equals_a_hook_restoring_each_head(
     if site == "z" and not by_position:
         patch = extractor.head_effects(TEXT, ANSWER, versus=VERSUS, corrupt=CORRUPT).patch
         np.testing.assert_allclose(found.trace.effect, patch, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "gemma3-lm"])
+@pytest.mark.parametrize("by_position", [False, True])
+def test_a_heads_pattern_equals_its_weights_put_into_eager_attention(
+    generators, language_models, family, by_position
+):
+    """A head's clean attention weights (at every query row, or one row at a time) put
+    into the corrupted run's own eager attention, its softmax's output replaced: no
+    module holds them, and attnviz restores them through the head's output, z = A v."""
+    extractor, model, (clean_ids, corrupt_ids), answer_id, versus_id = prepared(
+        generators, language_models, family, versus=True
+    )
+    given = Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)
+    request = Request(maps=False, trace="pattern", by_position=by_position)
+    (found,) = extractor.run([given], request)
+    expected = reference_pattern_trace(
+        model, clean_ids, corrupt_ids, answer_id, versus_id, by_position=by_position
+    )
+    assert found.trace.effect.shape == expected.shape
+    # The tiny models' weights are near uniform: their effects are 1e-4 or less, so the
+    # tolerance is float32's rounding through the model, which they exceed tenfold.
+    tolerance = model_tolerance(model.config)
+    assert np.abs(expected).max() > 10 * tolerance
+    np.testing.assert_allclose(found.trace.effect, expected, atol=tolerance)
 
 
 def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, tmp_path):

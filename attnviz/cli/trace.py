@@ -34,7 +34,8 @@ ByPositionOption = Annotated[
     bool,
     typer.Option(
         "--by-position",
-        help="At a head's site (q, k, v, z), restore each head at one position at a time: "
+        help="At a head's site (q, k, v, z, pattern), restore a head at one position at a "
+        "time (a pattern: one query's row): "
         "a row per layer and head, a column per position (without it, a head at every "
         "position: a row per layer, a column per head).",
     ),
@@ -70,7 +71,7 @@ def trace(
     effect = metric(corrupted run, clean activation restored at layer, position) -
     metric(corrupted run); the metric is the answer's log-probability, or with
     --versus logit(answer) - logit(versus). TEXT and --corrupt have as many tokens.
-    At a head's site (q, k, v, z) a head is restored at every position (or, with
+    At a head's site (q, k, v, z, pattern) a head is restored at every position (or, with
     --by-position, at one position at a time).
     --method gradient estimates every cell from one backward pass (any length).
     """

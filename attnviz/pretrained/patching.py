@@ -47,7 +47,16 @@ from attnviz.pretrained.effects import (
 )
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
 from attnviz.pretrained.metrics import Metric
-from attnviz.pretrained.sites import Found, Units, reading, recorded, restoring, units_of
+from attnviz.pretrained.sites import (
+    SITES,
+    Found,
+    Units,
+    reading,
+    recorded,
+    restoring,
+    site_width,
+    units_of,
+)
 from attnviz.pretrained.windowed import windowed
 from attnviz.progress import advance
 
@@ -115,10 +124,10 @@ def trace(twins: Twins, site: Site, layers: Sequence[int], by_position: bool = F
     model, body, metric = twins.model, twins.body, twins.metric
     clean_arguments, corrupt_arguments = twins.clean_arguments, twins.corrupt_arguments
     with torch.inference_mode():
-        with recorded(body, site) as activations:
+        with recorded(model, body, site) as activations:
             clean = clean_pass(model, body, clean_arguments, metric)
         corrupt = clean_pass(model, body, corrupt_arguments, metric, CORRUPTED_RUN)
-        tokens, width = activations[0].shape[1], activations[0].shape[-1]
+        tokens, width = site_width(body, site, activations[0])
         shape, where = cells(units_of(body, site, 0, width), site, tokens, by_position)
 
         def restored(layer: int, unit: int | None, position: int | None) -> Install:
@@ -419,24 +428,61 @@ def estimated_trace(
     with (
         torch.inference_mode(),
         windowed(model, twins.clean_arguments),
-        recorded(body, site) as activations,
+        recorded(model, body, site) as activations,
     ):
         logits = last_logits(model, twins.clean_arguments)
     clean = float(metric.of(logits)[0])
     check_metric(clean, model, twins.clean_arguments, "clean run")
     log_prob = float(logits.float().log_softmax(-1)[0, metric.answer_id])
+    if SITES[site].pattern:
+        reduce, read_at = _pattern_estimate(twins, activations, by_position), Site.Z
+    else:
+        reduce, read_at = _site_estimate(body, site, activations, by_position), site
+    at_corrupt = gradients(
+        model, body, twins.corrupt_arguments, metric, read_at, reduce, run=CORRUPTED_RUN
+    )
+    return Traced(clean, at_corrupt.metric, log_prob, at_corrupt.of(layers))
+
+
+def _site_estimate(body: Anatomy, site: Site, clean: list[Any], by_position: bool) -> Reduce:
+    """∂metric/∂a · (a_clean − a), summed over each cell; ``clean``: each layer's record."""
 
     def reduce(layer: int, corrupt: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
         units = units_of(body, site, layer, corrupt.shape[-1])
         columns = units.columns
-        moved = activations[layer][0, :, columns].float() - corrupt[0, :, columns].float()
+        moved = clean[layer][0, :, columns].float() - corrupt[0, :, columns].float()
         product = moved * gradient[0, :, columns].float()  # (T, U·Dh)
         per_unit = product.unflatten(-1, (units.count, units.size)).sum(-1)  # (T, U)
         if not site.of_heads:
             return per_unit[:, 0]  # (T)
         return per_unit.T if by_position else per_unit.sum(0)  # (U, T) or (U)
 
-    at_corrupt = gradients(
-        model, body, twins.corrupt_arguments, metric, site, reduce, run=CORRUPTED_RUN
-    )
-    return Traced(clean, at_corrupt.metric, log_prob, at_corrupt.of(layers))
+    return reduce
+
+
+def _pattern_estimate(twins: Twins, clean: list[Any], by_position: bool) -> Reduce:
+    """∂metric/∂A · (A_clean − A) at the corrupted run, read through each head's output:
+    z = A v, so ∂metric/∂A_ij = ∂metric/∂z_i · v_j, and the sum over a head's weights is
+    Σ_i ∂metric/∂z_i · ((A_clean − A) v)_i (the corrupted run's weights and values read
+    by one pass of its own first)."""
+    import torch
+
+    body = twins.body
+    with (
+        torch.inference_mode(),
+        recorded(twins.model, body, Site.PATTERN) as corrupt,
+        recorded(twins.model, body, Site.V) as values,
+    ):
+        last_logits(twins.model, twins.corrupt_arguments)
+
+    def reduce(layer: int, _z: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+        value = values[layer]  # (1, S, W)
+        units = units_of(body, Site.V, layer, value.shape[-1])
+        per_kv = value[0, :, units.columns].float().unflatten(-1, (units.count, units.size))
+        per_head = per_kv.repeat_interleave(body.heads // units.count, dim=1)  # (S, H, Dh)
+        moved = clean[layer][0].float() - corrupt[layer][0].float()  # (H, T, S)
+        changed = torch.einsum("hts,shd->thd", moved, per_head)  # (T, H, Dh): Δz
+        product = (_per_head(body, gradient) * changed).sum(-1)  # (T, H)
+        return product.T if by_position else product.sum(0)
+
+    return reduce

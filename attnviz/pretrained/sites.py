@@ -6,6 +6,11 @@ range of it, for a fused query/key/value projection), split into heads of the mo
 size where the site is a head's. ``resid_mid`` lies at no module's boundary (GPT-2, Llama
 and Gemma keep the residual in a local): it is read as the layer's input plus what the
 attention block adds to it, and restored by setting what the attention block adds.
+``pattern``, a head's attention weights, is no module's tensor either: it is recorded from
+the model's own eager attention (each attention module returns its weights there), and
+restored through what the head outputs, z = A v, with the run's own values (a head's
+output is linear in its weights for fixed values, so that is exactly the run with the
+weights restored).
 
 Shape letters: B rows of a pass, T tokens, W the tensor's width, U the site's units in a
 layer (its heads, or 1), Dh a head's size.
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.choices import Site
 from attnviz.errors import UsageError
 from attnviz.pretrained.effects import Anatomy, hooked
+from attnviz.pretrained.implementations import attention_implementation
 
 if TYPE_CHECKING:
     import torch
@@ -45,6 +51,8 @@ class SitePoint:
     per_head: bool = False
     adds_to_input: bool = False
     shape: str = "(T, D)"
+    # the heads' attention weights: recorded from eager attention, restored through z
+    pattern: bool = False
 
 
 def _mlp(body: Anatomy, layer: int) -> Any:
@@ -118,6 +126,14 @@ SITES: dict[Site, SitePoint] = {
         reads_input=True,
         per_head=True,
         shape="(T, H, Dh)",
+    ),
+    # its units are z's: a head is restored by setting its output
+    Site.PATTERN: SitePoint(
+        lambda body, layer: body.projections[layer],
+        reads_input=True,
+        per_head=True,
+        shape="(H, T, S)",
+        pattern=True,
     ),
 }
 
@@ -199,17 +215,27 @@ def reading(body: Anatomy, site: Site, layer: int, found: Found) -> list[Any]:
 
 
 @contextlib.contextmanager
-def recorded(body: Anatomy, site: Site) -> Iterator[list[Any]]:
-    """While open, each layer's value at ``site`` is kept, (1, T, W) per layer."""
+def recorded(model: Any, body: Anatomy, site: Site) -> Iterator[list[Any]]:
+    """While open, each layer's value at ``site`` is kept, (1, T, W) per layer (a
+    pattern's, (1, H, T, S), from the model's eager attention, which the pass then runs)."""
     kept: list[Any] = [None] * len(body.blocks)
 
     def keeper(layer: int) -> Found:
         return lambda value, _graph: kept.__setitem__(layer, value.detach())
 
+    def weights_of(layer: int) -> Callable:
+        return lambda _module, _args, output: kept.__setitem__(layer, output[1].detach())
+
     with contextlib.ExitStack() as hooks:
         for layer in range(len(body.blocks)):
+            if SITES[site].pattern:
+                handle = body.attentions[layer].register_forward_hook(weights_of(layer))
+                hooks.enter_context(hooked(handle))
+                continue
             for handle in reading(body, site, layer, keeper(layer)):
                 hooks.enter_context(hooked(handle))
+        if SITES[site].pattern:
+            hooks.enter_context(attention_implementation(model, "eager"))
         yield kept
 
 
@@ -223,9 +249,11 @@ def restoring(
 ) -> contextlib.AbstractContextManager:
     """Hooks putting ``clean`` (the clean run's value, (1, T, W)) at ``where`` (positions,
     columns) of the batch's ``rows`` at the site in ``layer``."""
+    point = SITES[site]
+    if point.pattern:
+        return _pattern_restoring(body, layer, rows, where, clean)
     positions, columns = where
     value = clean[0, positions, columns]
-    point = SITES[site]
     module = point.module(body, layer)
     stack = contextlib.ExitStack()
     if point.reads_input:
@@ -276,3 +304,44 @@ def _output(output: Any) -> torch.Tensor:
 
 def _with_output(output: Any, value: torch.Tensor) -> Any:
     return (value, *output[1:]) if isinstance(output, tuple) else value
+
+
+def site_width(body: Anatomy, site: Site, record: torch.Tensor) -> tuple[int, int]:
+    """(tokens, width) of a layer's record at ``site``: the width its units divide (a
+    pattern's are the heads' outputs, z)."""
+    if SITES[site].pattern:
+        return record.shape[2], body.heads * body.head_size
+    return record.shape[1], record.shape[-1]
+
+
+def _pattern_restoring(
+    body: Anatomy,
+    layer: int,
+    rows: list[int],
+    where: tuple[slice | int, slice],
+    clean: torch.Tensor,
+) -> contextlib.AbstractContextManager:
+    """Hooks giving one head, in the batch's ``rows``, its clean attention weights at the
+    query ``positions`` of ``where``: its output there set to those weights times the
+    pass's own values, z = A v (``clean``: the clean run's weights, (1, H, T, S))."""
+    positions, columns = where
+    head = (columns.start or 0) // body.head_size
+    values: list[Any] = [None]
+
+    def keep_values(_module: Any, _args: tuple, output: Any) -> None:
+        values[0] = _output(output)  # (B, S, W): this pass's own
+
+    def restore(_module: Any, args: tuple) -> tuple:
+        value = values[0]
+        units = units_of(body, Site.V, layer, value.shape[-1])
+        kv = head // (body.heads // units.count)  # the key/value head the head reads
+        weights = clean[0, head, positions].to(value.dtype)  # (T, S) or (S)
+        z = args[0].clone()  # (B, T, E)
+        z[rows, positions, columns] = weights @ value[rows][:, :, units.of(kv)]
+        return (z, *args[1:])
+
+    stack = contextlib.ExitStack()
+    v_module = SITES[Site.V].module(body, layer)
+    stack.enter_context(hooked(v_module.register_forward_hook(keep_values)))
+    stack.enter_context(hooked(body.projections[layer].register_forward_pre_hook(restore)))
+    return stack
