@@ -235,6 +235,41 @@ def test_normalize_needs_a_corruption_that_moves_the_metric(runner, generators):
         assert row["ablation"] is not None
 
 
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm"])
+def test_every_sites_declared_shape_is_what_a_layer_records(language_models, family):
+    """SITES says each site's shape in letters (T tokens, D the width, H query heads, K
+    key/value heads, Dh a head's size, S keys): each layer's record has it."""
+    import torch
+
+    from attnviz.pretrained.effects import anatomy_of, last_logits
+    from attnviz.pretrained.sites import SITES, recorded, site_width, units_of
+
+    extractor = language_models[family]
+    model, config = extractor.loaded.model, extractor.loaded.model.config
+    body = anatomy_of(extractor.loaded)
+    ids = extractor.loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    heads = body.heads
+    sizes = {
+        "T": ids.shape[1],
+        "S": ids.shape[1],
+        "D": getattr(config, "hidden_size", None) or config.n_embd,
+        "H": heads,
+        "K": getattr(config, "num_key_value_heads", None) or heads,
+        "Dh": body.head_size,
+    }
+    for site, point in SITES.items():
+        with torch.inference_mode(), recorded(model, body, site) as kept:
+            last_logits(model, {"input_ids": ids})
+        expected = tuple(sizes[letter] for letter in point.shape.strip("()").split(", "))
+        if point.pattern:
+            assert tuple(kept[0].shape[1:]) == expected, site
+            continue
+        tokens, width = site_width(body, site, kept[0])
+        units = units_of(body, site, 0, width)
+        found = (tokens, units.count, units.size) if point.per_head else (tokens, units.size)
+        assert found == expected, site
+
+
 def test_every_site_is_in_the_help_and_the_table(runner):
     """A site is declared once: its label for --help, its place in a model for the passes."""
     from attnviz.choices import SITE_LABELS, Site

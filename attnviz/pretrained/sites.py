@@ -13,7 +13,8 @@ output is linear in its weights for fixed values, so that is exactly the run wit
 weights restored).
 
 Shape letters: B rows of a pass, T tokens, W the tensor's width, U the site's units in a
-layer (its heads, or 1), Dh a head's size.
+layer (its heads, or 1), Dh a head's size; in a site's declared shape, D the model's width,
+H its query heads, K its key/value heads, S the keys.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def _qkv(which: int) -> SitePoint:
             which
         ]
 
-    return SitePoint(module, reads_input=False, part=part, per_head=True, shape="(T, H, Dh)")
+    shape = "(T, H, Dh)" if which == 0 else "(T, K, Dh)"  # K key/value heads
+    return SitePoint(module, reads_input=False, part=part, per_head=True, shape=shape)
 
 
 # Every site, declared once. ``z`` is the output projection's input, where the heads'
