@@ -114,7 +114,7 @@ def main() -> None:
         )
         if options.reference and not by_position and site != "pattern":
             expected = reference_trace(
-                model, "llama-lm", ids[0], ids[1], answer, versus, site, by_position=by_position
+                model, ids[0], ids[1], answer, versus, site, by_position=by_position
             )
             line += f", |exact - hooks| {np.abs(exact.effect - expected).max():.2e}"
         if against is not None:

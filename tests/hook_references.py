@@ -1,8 +1,9 @@
 """References written from plain transformers hooks, autograd and numpy, none of
 attnviz's code: what ablation, dla, patching, tracing, the gradient estimates, the
 detectors' scores and the needle's retrieval scores are held to, on the tiny models and
-SmolLM2. Each takes a model, its family's name (gpt2-lm, llama-lm, gemma2-lm or gemma3-lm;
-SmolLM2 is read as a Llama) and token ids."""
+SmolLM2. Each takes a model and token ids, and finds what it reads among the model's own
+modules (its layers, their attention and MLP, the norms), never by the family's name: a
+new family needs only its tiny model's builder."""
 
 from __future__ import annotations
 
@@ -21,13 +22,23 @@ ANSWER, VERSUS = " it", " the"
 FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm"]
 
 
-def layers_of(model, family):
-    return model.transformer.h if family == "gpt2-lm" else model.model.layers
+def layers_of(model):
+    """The model's decoder layers: the one list of modules its base model holds."""
+    lists = [
+        module for module in model.base_model.children() if isinstance(module, torch.nn.ModuleList)
+    ]
+    assert len(lists) == 1, f"{type(model).__name__} holds {len(lists)} lists of layers"
+    return lists[0]
 
 
-def output_projection(model, family, layer):
-    block = layers_of(model, family)[layer]
-    return block.attn.c_proj if family == "gpt2-lm" else block.self_attn.o_proj
+def attention_of(block):
+    """A decoder layer's self-attention module (Llama's self_attn, GPT-2's attn)."""
+    return getattr(block, "self_attn", None) or block.attn
+
+
+def output_projection(model, layer):
+    attention = attention_of(layers_of(model)[layer])
+    return getattr(attention, "o_proj", None) or attention.c_proj
 
 
 def mlp_input_norm(block):
@@ -41,19 +52,20 @@ def mlp_input_norm(block):
     raise AssertionError(f"no MLP input norm in {type(block).__name__}")
 
 
-def site_point(model, family, site, layer):
+def site_point(model, site, layer):
     """Where the site is in ``layer``: (module, kind, its columns in the tensor there).
     kind: "pre" (the module's input), "post" (its output) or "in place" (the input of the
     MLP's norm, written in place so that the residual carried past the MLP changes too)."""
-    block = layers_of(model, family)[layer]
-    projection = output_projection(model, family, layer)
+    block = layers_of(model)[layer]
+    projection = output_projection(model, layer)
     everything = slice(None)
     if site in ("q", "k", "v"):
-        if family == "gpt2-lm":  # c_attn: queries, keys and values side by side
+        attention = attention_of(block)
+        if not hasattr(attention, "q_proj"):  # GPT-2's c_attn: q, k and v side by side
             width = model.config.n_embd
             third = "qkv".index(site)
-            return block.attn.c_attn, "post", slice(third * width, (third + 1) * width)
-        return getattr(block.self_attn, f"{site}_proj"), "post", everything
+            return attention.c_attn, "post", slice(third * width, (third + 1) * width)
+        return getattr(attention, f"{site}_proj"), "post", everything
     return {
         "resid": (block, "pre", everything),
         "attn": (projection, "post", everything),
@@ -64,9 +76,9 @@ def site_point(model, family, site, layer):
     }[site]
 
 
-def site_module(model, family, site, layer):
+def site_module(model, site, layer):
     """The module whose input or output the site is."""
-    return site_point(model, family, site, layer)[0]
+    return site_point(model, site, layer)[0]
 
 
 def head_size(model):
@@ -128,7 +140,7 @@ def with_hidden(args, kwargs, hidden):
     return args, {**kwargs, "hidden_states": hidden}
 
 
-def recorded_at(model, family, ids, site):
+def recorded_at(model, ids, site):
     """Each layer's tensor at ``site`` in a run on ``ids`` (all its columns), (T, W) per
     layer."""
     kept = {}
@@ -140,10 +152,10 @@ def recorded_at(model, family, ids, site):
             )
         return lambda _m, args, kwargs: kept.__setitem__(layer, hidden_of(args, kwargs)[0])
 
-    count = len(layers_of(model, family))
+    count = len(layers_of(model))
     hooks = []
     for layer in range(count):
-        module, kind, _ = site_point(model, family, site, layer)
+        module, kind, _ = site_point(model, site, layer)
         hooks.append((module, "post" if kind == "post" else "pre", keeper(layer, kind)))
     metric_with_hooks(model, ids, 0, None, hooks)
     return [kept[layer].clone() for layer in range(count)]
@@ -175,10 +187,10 @@ def restorer(kind, positions, columns, value):
     return "pre", restore
 
 
-def reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id, layers=None):
+def reference_patch(model, clean_ids, corrupt_ids, answer_id, versus_id, layers=None):
     """The corrupted run's metric, and per head the metric with the head's clean slice of
     its output projection's input put into the corrupted run at every position, less it."""
-    clean = recorded_at(model, family, clean_ids, "z")
+    clean = recorded_at(model, clean_ids, "z")
     corrupt = metric_with_hooks(model, corrupt_ids, answer_id, versus_id)
     heads = model.config.num_attention_heads
     size = clean[0].shape[-1] // heads
@@ -192,7 +204,7 @@ def reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id,
                 changed[0, :, part] = clean[layer][:, part]
                 return (changed, *args[1:]), kwargs
 
-            hooks = [(output_projection(model, family, layer), "pre", restore)]
+            hooks = [(output_projection(model, layer), "pre", restore)]
             result[layer, head] = (
                 metric_with_hooks(model, corrupt_ids, answer_id, versus_id, hooks) - corrupt
             )
@@ -201,7 +213,6 @@ def reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id,
 
 def reference_trace(
     model,
-    family,
     clean_ids,
     corrupt_ids,
     answer_id,
@@ -213,11 +224,11 @@ def reference_trace(
     """Per layer and position (at a head's site: per layer and head, or per layer, head
     and position ``by_position``), the metric with the clean activation at the site put
     into the corrupted run there, less the corrupted run's."""
-    clean = recorded_at(model, family, clean_ids, site)
+    clean = recorded_at(model, clean_ids, site)
     corrupt = metric_with_hooks(model, corrupt_ids, answer_id, versus_id)
     tokens = clean_ids.shape[1]
     every = slice(None)
-    _, _, first_columns = site_point(model, family, site, 0)
+    _, _, first_columns = site_point(model, site, 0)
     width = clean[0][:, first_columns].shape[-1]
     if site in ("q", "k", "v", "z"):
         size = head_size(model)
@@ -232,7 +243,7 @@ def reference_trace(
         size, cells, shape = width, [(0, p) for p in range(tokens)], (tokens,)
     result = np.zeros((len(clean), *shape))
     for layer in range(len(clean)) if layers is None else layers:
-        module, kind, columns = site_point(model, family, site, layer)
+        module, kind, columns = site_point(model, site, layer)
         start = columns.start or 0
         for index, (head, position) in enumerate(cells):
             part = slice(start + head * size, start + (head + 1) * size)
@@ -246,7 +257,7 @@ def reference_trace(
     return result
 
 
-def reference_gradients(model, family, ids, answer_id, versus_id, site):
+def reference_gradients(model, ids, answer_id, versus_id, site):
     """The metric's gradient with respect to each layer's tensor at the site (all its
     columns), by autograd with the tensors kept (retain_grad), (T, W) per layer."""
     kept = {}
@@ -257,8 +268,8 @@ def reference_gradients(model, family, ids, answer_id, versus_id, site):
 
     model.requires_grad_(True)
     handles = []
-    for layer in range(len(layers_of(model, family))):
-        module, kind, _ = site_point(model, family, site, layer)
+    for layer in range(len(layers_of(model))):
+        module, kind, _ = site_point(model, site, layer)
         if kind == "post":
 
             def keep_output(_m, _a, out, layer=layer):
@@ -287,8 +298,12 @@ def reference_gradients(model, family, ids, answer_id, versus_id, site):
     return [(kept[layer][0].detach(), kept[layer].grad[0]) for layer in sorted(kept)]
 
 
-def final_norm(model, family):
-    return model.transformer.ln_f if family == "gpt2-lm" else model.model.norm
+def final_norm(model):
+    """The norm beside the layers in the base model (Llama's norm, GPT-2's ln_f)."""
+    (norm,) = (
+        module for module in model.base_model.children() if "norm" in type(module).__name__.lower()
+    )
+    return norm
 
 
 def log_prob(model, ids, answer_id):
@@ -296,13 +311,13 @@ def log_prob(model, ids, answer_id):
         return float(model(input_ids=ids).logits[0, -1].float().log_softmax(-1)[answer_id])
 
 
-def reference_ablation(model, family, ids, answer_id, layers, heads, mean=False):
+def reference_ablation(model, ids, answer_id, layers, heads, mean=False):
     """One whole forward per head, a hook zeroing (or averaging) its slice."""
     clean = log_prob(model, ids, answer_id)
     size = model.config.hidden_size // model.config.num_attention_heads
     result = np.zeros((len(layers), len(heads)))
     for row, layer in enumerate(layers):
-        projection = output_projection(model, family, layer)
+        projection = output_projection(model, layer)
         for column, head in enumerate(heads):
             part = slice(head * size, (head + 1) * size)
 
@@ -319,23 +334,23 @@ def reference_ablation(model, family, ids, answer_id, layers, heads, mean=False)
     return result
 
 
-def reference_dla(model, family, ids, answer_id, layers, heads):
+def reference_dla(model, ids, answer_id, layers, heads):
     """From recorded states: each head's slice times its rows (or columns) of the output
     projection's matrix, through the final norm with the clean residual's scale, dotted
     with the answer's row of the unembedding."""
     recorded = {}
     handles = [
-        output_projection(model, family, layer).register_forward_pre_hook(
+        output_projection(model, layer).register_forward_pre_hook(
             lambda _m, args, layer=layer: recorded.__setitem__(layer, args[0][0, -1])
         )
         for layer in layers
     ] + [
-        output_projection(model, family, layer).register_forward_hook(
+        output_projection(model, layer).register_forward_hook(
             lambda _m, _a, out, layer=layer: recorded.__setitem__(("out", layer), out[0, -1])
         )
         for layer in layers
     ]
-    norm = final_norm(model, family)
+    norm = final_norm(model)
     handles.append(
         norm.register_forward_pre_hook(lambda _m, args: recorded.__setitem__("x", args[0][0, -1]))
     )
@@ -349,29 +364,47 @@ def reference_dla(model, family, ids, answer_id, layers, heads):
     unembedding = model.lm_head.weight[answer_id].double()
     result = np.zeros((len(layers), len(heads)))
     for row, layer in enumerate(layers):
-        projection = output_projection(model, family, layer)
+        projection = output_projection(model, layer)
         for column, head in enumerate(heads):
             part = slice(head * size, (head + 1) * size)
             z = recorded[layer][part].double()
-            if family == "gpt2-lm":  # Conv1D: (in, out)
+            if type(projection).__name__ == "Conv1D":  # GPT-2's: (in, out)
                 written = z @ projection.weight[part, :].double()
+            else:  # a Linear: (out, in)
+                written = projection.weight[:, part].double() @ z
+            post = _post_attention_norm(layers_of(model)[layer])
+            if post is not None:  # the attention's output normed before the residual
+                out = recorded["out", layer].double()
+                written = written / torch.sqrt(out.pow(2).mean() + _eps(post)) * _gain(post)
+            if isinstance(norm, torch.nn.LayerNorm):
                 centred = written - written.mean()
                 normed = centred / torch.sqrt(x.var(unbiased=False) + norm.eps)
                 normed = normed * norm.weight.double()
-            elif family == "llama-lm":  # Linear: (out, in); RMSNorm
-                written = projection.weight[:, part].double() @ z
-                rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
-                normed = written / rms * norm.weight.double()
-            else:  # Gemma: the attention's output normed before the residual; gains 1 + w
-                written = projection.weight[:, part].double() @ z
-                post = model.model.layers[layer].post_attention_layernorm
-                out = recorded["out", layer].double()
-                written = written / torch.sqrt(out.pow(2).mean() + post.eps)
-                written = written * (1 + post.weight.double())
-                rms = torch.sqrt(x.pow(2).mean() + norm.eps)
-                normed = written / rms * (1 + norm.weight.double())
+            else:  # an RMS norm
+                normed = written / torch.sqrt(x.pow(2).mean() + _eps(norm)) * _gain(norm)
             result[row, column] = float((normed @ unembedding).detach())
     return result
+
+
+def _post_attention_norm(block):
+    """The norm of the attention's output, in a layer that norms each sublayer's output
+    too (it then has a post-feedforward norm); None in GPT-2 and Llama."""
+    if hasattr(block, "post_feedforward_layernorm"):
+        return block.post_attention_layernorm
+    return None
+
+
+def _eps(norm):
+    return getattr(norm, "variance_epsilon", None) or norm.eps
+
+
+def _gain(norm):
+    """What an RMS norm multiplies the normed vector by, read from what it makes of a
+    vector of ones (whose RMS is 1): w in Llama, 1 + w in Gemma, whichever it is."""
+    ones = torch.ones(norm.weight.shape[0], dtype=torch.float64)
+    with torch.no_grad():
+        out = norm(ones.to(norm.weight.dtype)).double()
+    return out * torch.sqrt(torch.tensor(1 + _eps(norm), dtype=torch.float64))
 
 
 def transformer_lens_score(attention, tokens, detector):

@@ -1,7 +1,7 @@
 """What heads do to an answer: each effect against an independent few-line reference.
 
-The references reach into each family's modules by their own names (GPT-2's c_proj,
-Llama's o_proj) and rerun the whole model per head; attnviz finds the modules itself,
+The references reach into the model's own modules, found by what they are (GPT-2's c_proj,
+Llama's o_proj; a LayerNorm or an RMS norm and its gain) and rerun the whole model per head; attnviz finds the modules itself,
 batches heads and starts its passes above the clean one. Families: GPT-2 (LayerNorm,
 Conv1D projections), Llama (RMSNorm, grouped-query heads), Gemma 2 (the attention's
 output normed before the residual, gains of 1 + weight, sliding-window layers).
@@ -32,7 +32,7 @@ def _loaded(generators, family, dtype="auto"):
     options = attnviz.LoadOptions(dtype=dtype)
     extractor = attnviz.load(generators[family], load_options=options)
     model = extractor.loaded.model
-    norms = [final_norm(model, family)]
+    norms = [final_norm(model)]
     if family == "gemma2-lm":
         norms += [layer.post_attention_layernorm for layer in model.model.layers]
     generator = torch.Generator().manual_seed(1)
@@ -54,7 +54,7 @@ def test_ablation_equals_a_hook_rerunning_the_model_per_head(generators, family,
     assert effects.answer_token == extractor.loaded.tokenizer.decode([answer_id])
     assert effects.log_prob == pytest.approx(log_prob(model, ids, answer_id), abs=1e-5)
     expected = reference_ablation(
-        model, family, ids, answer_id, effects.layers, effects.heads, mean=ablate == "mean"
+        model, ids, answer_id, effects.layers, effects.heads, mean=ablate == "mean"
     )
     assert np.abs(expected).max() > 1e-3  # the heads do change the answer
     np.testing.assert_allclose(effects.ablation, expected, atol=1e-4)
@@ -66,7 +66,7 @@ def test_dla_equals_the_heads_writing_read_through_the_frozen_norm(generators, f
     effects = extractor.head_effects(TEXT, ANSWER)
     ids = extractor.loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
     answer_id = extractor.loaded.tokenizer(TEXT + ANSWER)["input_ids"][ids.shape[1]]
-    expected = reference_dla(model, family, ids, answer_id, effects.layers, effects.heads)
+    expected = reference_dla(model, ids, answer_id, effects.layers, effects.heads)
     assert np.abs(expected).max() > 1e-3
     np.testing.assert_allclose(effects.dla, expected, atol=1e-4)
 

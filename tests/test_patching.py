@@ -50,7 +50,7 @@ def test_patch_equals_a_hook_restoring_each_heads_clean_output(
     found = extractor.head_statistics(
         TEXT, answer=ANSWER, versus=VERSUS if versus else None, corrupt=CORRUPT
     ).effects
-    corrupt, expected = reference_patch(model, family, clean_ids, corrupt_ids, answer_id, versus_id)
+    corrupt, expected = reference_patch(model, clean_ids, corrupt_ids, answer_id, versus_id)
     np.testing.assert_allclose(found.patch, expected, atol=1e-5)
     assert found.on.corrupt_metric == pytest.approx(corrupt, abs=1e-5)
     assert found.on.clean_metric == pytest.approx(
@@ -70,7 +70,7 @@ def test_versus_makes_the_metric_a_logit_difference(generators, language_models,
     clean = metric_with_hooks(model, clean_ids, answer_id, versus_id)
     heads = model.config.num_attention_heads
     size = model.config.hidden_size // heads if family == "gpt2-lm" else model.config.head_dim
-    for layer in range(len(layers_of(model, family))):
+    for layer in range(len(layers_of(model))):
         for head in range(heads):
             part = slice(head * size, (head + 1) * size)
 
@@ -79,7 +79,7 @@ def test_versus_makes_the_metric_a_logit_difference(generators, language_models,
                 changed[..., part] = 0
                 return (changed, *args[1:]), kwargs
 
-            hooks = [(output_projection(model, family, layer), "pre", zero)]
+            hooks = [(output_projection(model, layer), "pre", zero)]
             expected = metric_with_hooks(model, clean_ids, answer_id, versus_id, hooks) - clean
             assert found.ablation[layer, head] == pytest.approx(expected, abs=1e-5)
     answer_dla = extractor.head_effects(TEXT, ANSWER).dla
@@ -102,8 +102,8 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(
         TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT, method="gradient"
     ).effects
     assert [parameter.requires_grad for parameter in model.parameters()] == asking
-    at_clean = reference_gradients(model, family, clean_ids, answer_id, versus_id, "z")
-    at_corrupt = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, "z")
+    at_clean = reference_gradients(model, clean_ids, answer_id, versus_id, "z")
+    at_corrupt = reference_gradients(model, corrupt_ids, answer_id, versus_id, "z")
     heads = model.config.num_attention_heads
     size = at_clean[0][0].shape[-1] // heads
     for layer, ((z, gradient), (z_corrupt, gradient_corrupt)) in enumerate(
@@ -125,11 +125,11 @@ def test_gradient_estimates_equal_autograd_through_kept_activations(
             [Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)],
             Request(maps=False, trace=site, method="gradient", by_position=by_position),
         )
-        clean_at = recorded_at(model, family, clean_ids, site)
-        corrupt_at = reference_gradients(model, family, corrupt_ids, answer_id, versus_id, site)
+        clean_at = recorded_at(model, clean_ids, site)
+        corrupt_at = reference_gradients(model, corrupt_ids, answer_id, versus_id, site)
         expected = np.stack(
             [
-                _estimated_cells(model, family, site, layer, (clean - a) * gradient, by_position)
+                _estimated_cells(model, site, layer, (clean - a) * gradient, by_position)
                 for layer, (clean, (a, gradient)) in enumerate(
                     zip(clean_at, corrupt_at, strict=True)
                 )
@@ -169,10 +169,10 @@ def test_a_patterns_estimate_equals_autograd_through_the_eager_weights(
         np.testing.assert_allclose(traced.trace.effect, expected, atol=tolerance)
 
 
-def _estimated_cells(model, family, site, layer, product, by_position):
+def _estimated_cells(model, site, layer, product, by_position):
     """Σ of a site's (clean − corrupted) × gradient, (T, W), over each cell: a position's
     width at a layer's site, a head's columns (and positions, unless by position)."""
-    columns = site_point(model, family, site, layer)[2]
+    columns = site_point(model, site, layer)[2]
     product = product[:, columns].double()
     if site not in ("q", "k", "v", "z"):
         return product.sum(-1).numpy()

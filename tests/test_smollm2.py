@@ -144,9 +144,9 @@ def test_answer_effects_equal_a_hook_rerun_of_the_plain_model(smollm2, plain):
     (answer_id,) = tokenizer(" Paris", add_special_tokens=False)["input_ids"]
     assert effects.answer_token == " Paris"
     layers, heads = effects.layers, effects.heads
-    ablation = reference_ablation(model, "llama-lm", ids, answer_id, layers, heads)
+    ablation = reference_ablation(model, ids, answer_id, layers, heads)
     np.testing.assert_allclose(effects.ablation, ablation, atol=1e-4)
-    dla = reference_dla(model, "llama-lm", ids, answer_id, layers, heads)
+    dla = reference_dla(model, ids, answer_id, layers, heads)
     np.testing.assert_allclose(effects.dla, dla, atol=1e-4)
     assert effects.ablation.min() < -1  # a head the answer needs: zeroed, e^-1 of it is left
 
@@ -198,12 +198,12 @@ def test_patch_and_trace_equal_plain_hooks_on_the_plain_model(smollm2, plain):
     (john,) = tokenizer(" John", add_special_tokens=False)["input_ids"]
     layers = [20, 23]
     effects = smollm2.head_effects(IOI, " Mary", versus=" John", corrupt=IOI_CORRUPT, layers=layers)
-    corrupt_metric, patch = reference_patch(model, "llama-lm", clean, corrupt, mary, john, layers)
+    corrupt_metric, patch = reference_patch(model, clean, corrupt, mary, john, layers)
     np.testing.assert_allclose(effects.patch, patch[layers], atol=1e-4)
     assert effects.on.corrupt_metric == pytest.approx(corrupt_metric, abs=1e-4)
     assert effects.patch.max() > 5  # layer 23 head 3 brings most of the answer back
     traced = smollm2.trace(IOI, " Mary", IOI_CORRUPT, versus=" John", layers=[0, 12, 29])
-    expected = reference_trace(model, "llama-lm", clean, corrupt, mary, john, "resid", [0, 12, 29])
+    expected = reference_trace(model, clean, corrupt, mary, john, "resid", [0, 12, 29])
     np.testing.assert_allclose(traced.effect, expected[[0, 12, 29]], atol=1e-4)
 
 

@@ -38,7 +38,7 @@ def test_trace_equals_a_hook_restoring_each_layer_and_position(
     )
     given = Input(TEXT, answer=ANSWER, versus=VERSUS if site == "attn" else None, corrupt=CORRUPT)
     (found,) = extractor.run([given], Request(maps=False, trace=site))
-    expected = reference_trace(model, family, clean_ids, corrupt_ids, answer_id, versus_id, site)
+    expected = reference_trace(model, clean_ids, corrupt_ids, answer_id, versus_id, site)
     assert found.trace.axes == ("layer", "position")
     np.testing.assert_allclose(found.trace.effect, expected, atol=1e-5)
     assert len(found.trace.tokens) == clean_ids.shape[1] == len(found.trace.corrupt_tokens)
@@ -59,7 +59,7 @@ def test_a_heads_site_equals_a_hook_restoring_each_head(
     given = Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)
     (found,) = extractor.run([given], Request(maps=False, trace=site, by_position=by_position))
     expected = reference_trace(
-        model, family, clean_ids, corrupt_ids, answer_id, versus_id, site, by_position=by_position
+        model, clean_ids, corrupt_ids, answer_id, versus_id, site, by_position=by_position
     )
     assert found.trace.effect.shape == expected.shape
     assert found.trace.axes == ("layer", "head", "position")[: 3 if by_position else 2]
