@@ -1,8 +1,9 @@
 """What heads do to an answer: each effect against an independent few-line reference.
 
-The references reach into the model's own modules, found by what they are (GPT-2's c_proj,
-Llama's o_proj; a LayerNorm or an RMS norm and its gain) and rerun the whole model per head; attnviz finds the modules itself,
-batches heads and starts its passes above the clean one. Families: GPT-2 (LayerNorm,
+The references reach into the model's own modules, found by what they are (GPT-2's
+c_proj, Llama's o_proj; a LayerNorm or an RMS norm and its gain) and rerun the whole
+model per head; attnviz finds the modules itself, batches heads and starts its passes
+above the clean one. Families: GPT-2 (LayerNorm,
 Conv1D projections), Llama (RMSNorm, grouped-query heads), Gemma 2 (the attention's
 output normed before the residual, gains of 1 + weight, sliding-window layers).
 """
