@@ -114,6 +114,13 @@ def metric_of(logits, answer_id, versus_id):
     return float(last[answer_id] - last[versus_id])
 
 
+def graph_metric(last, answer_id, versus_id):
+    """The metric of the last position's float32 logits, (vocabulary), kept in the graph."""
+    if versus_id is None:
+        return last.log_softmax(-1)[answer_id]
+    return last[answer_id] - last[versus_id]
+
+
 def metric_with_hooks(model, ids, answer_id, versus_id, hooks=()):
     """The metric of one forward pass with ``hooks`` ((module, kind, function)) on."""
     handles = []
@@ -283,14 +290,8 @@ def reference_gradients(model, ids, answer_id, versus_id, site):
 
             handles.append(module.register_forward_pre_hook(keep_input, with_kwargs=True))
     try:
-        logits = model(input_ids=ids).logits
-        last = logits[0, -1].float()
-        metric = (
-            last.log_softmax(-1)[answer_id]
-            if versus_id is None
-            else last[answer_id] - last[versus_id]
-        )
-        metric.backward()
+        last = model(input_ids=ids).logits[0, -1].float()
+        graph_metric(last, answer_id, versus_id).backward()
     finally:
         for handle in handles:
             handle.remove()
@@ -531,12 +532,7 @@ def reference_pattern_gradients(model, ids, answer_id, versus_id):
     try:
         with eager_weights(model, keep):
             last = model(input_ids=ids).logits[0, -1].float()
-        metric = (
-            last.log_softmax(-1)[answer_id]
-            if versus_id is None
-            else last[answer_id] - last[versus_id]
-        )
-        metric.backward()
+        graph_metric(last, answer_id, versus_id).backward()
     finally:
         model.zero_grad(set_to_none=True)
     return [(kept[layer][0].detach(), kept[layer].grad[0]) for layer in sorted(kept)]
