@@ -43,7 +43,6 @@ from attnviz.pretrained.effects import (
     head_slice,
     hooked,
     last_logits,
-    replacer,
 )
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
 from attnviz.pretrained.metrics import Metric
@@ -78,9 +77,12 @@ def head_patch(
 
     def restored(layer: int, head: int) -> Install:
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
+            # a head's output at every position: the trace's z site, found where it is
             part = head_slice(clean.head_inputs[layer], body.heads, head)
-            hook = replacer(rows, part, clean.head_inputs[layer][0, :, part])  # (T, Dh)
-            patches.enter_context(hooked(body.projections[layer].register_forward_pre_hook(hook)))
+            where = (slice(None), part)
+            patches.enter_context(
+                restoring(body, Site.Z, layer, rows, where, clean.head_inputs[layer])
+            )
 
         return install
 
