@@ -32,6 +32,7 @@ from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
@@ -103,7 +104,12 @@ class Extractor(ABC):
         reads effects), and no pass long enough to report on."""
         while chunk := list(islice(inputs, batch_size)):
             answered = request.effects and any(each.answer is not None for each in chunk)
-            if answered or request.knockout is not None or request.trace is not None:
+            if (
+                answered
+                or request.knockout is not None
+                or request.trace is not None
+                or request.lens
+            ):
                 raise no_next_token(self.name)
             for each, maps in zip(chunk, self._extract_many(chunk, request), strict=True):
                 table = HeadTable.of(maps) if request.statistics else None
@@ -229,6 +235,21 @@ class Extractor(ABC):
         asked = _asking(request, options, trace=site, by_position=by_position)
         (found,) = self.run([Input(text, answer=answer, versus=versus, corrupt=corrupt)], asked)
         return asked_for(found.trace)
+
+    def lens(
+        self,
+        text: str,
+        answer: str | None = None,
+        request: Request | None = None,
+        **options: Any,
+    ) -> Lens:
+        """The logit lens: each layer's residual stream, at every position, read through
+        the final norm and the unembedding: ``.top`` (the likeliest next token), ``.top_ids``,
+        ``.probability`` and, with an ``answer``, ``.answer`` (its first token's
+        log-probability), each (layers, positions). A causal language model only."""
+        asked = _asking(request, options, lens=True)
+        (found,) = self.run([Input(text, answer=answer)], asked)
+        return asked_for(found.lens)
 
     def knockout(
         self,

@@ -35,6 +35,7 @@ from attnviz.selection import Selection, check_pool, check_syntax, text_of
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
     from attnviz.maps import AttentionMaps
 
@@ -67,9 +68,11 @@ class Request:
     head's ``patch``); or, alone: with ``knockout`` (query rows, span keys), the change
     in the answer when those rows may not read those keys in ``window`` layers around
     each layer; with ``trace`` (a site), the patching effect of each layer × position (of
-    each layer × head at a head's site: at every position, or ``by_position``).
-    ``method`` measures effects exactly or by their gradient estimate. Several products
-    may be asked at once: one pass over a text serves them.
+    each layer × head at a head's site: at every position, or ``by_position``); with
+    ``lens``, the logit lens: each layer's residual stream read through the final norm and
+    the unembedding, at every position. ``method`` measures effects exactly or by their
+    gradient estimate. Several products may be asked at once: one pass over a text serves
+    them.
     """
 
     mode: Mode | None = None
@@ -92,6 +95,7 @@ class Request:
     window: int = 1
     trace: Site | None = None
     by_position: bool = False
+    lens: bool = False
     method: Method = Method.EXACT
     # a Measure (or its name), or a function of the last position's logits, (B, vocabulary)
     # float32, giving (B,): what effects and traces are measured by; None: the
@@ -105,7 +109,7 @@ class Request:
             object.__setattr__(self, "weigh", chosen(Weighting, self.weigh, "weighting"))
         object.__setattr__(self, "layers", _selection(self.layers, "layer"))
         object.__setattr__(self, "heads", _selection(self.heads, "head"))
-        for name in ("special", "words", "raw_pieces", "chat", "by_position", *_ASKED):
+        for name in ("special", "words", "raw_pieces", "chat", "by_position", "lens", *_ASKED):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} is True or False, not {getattr(self, name)!r}")
         if self.system is not None and not isinstance(self.system, str):
@@ -161,8 +165,13 @@ class Request:
         asked = [name for name in _ALONE_OR_NOT if getattr(self, name) not in (None, False)]
         if not asked:
             raise UsageError("nothing is asked: a request reads maps, statistics or effects")
-        for alone, lists in (("knockout", "layers"), ("trace", "layers × positions")):
-            if getattr(self, alone) is not None and asked != [alone]:
+        alone_lists = (
+            ("knockout", "layers"),
+            ("trace", "layers × positions"),
+            ("lens", "layers × positions"),
+        )
+        for alone, lists in alone_lists:
+            if getattr(self, alone) not in (None, False) and asked != [alone]:
                 other = next(name for name in asked if name != alone)
                 raise UsageError(f"a {alone} lists {lists}, not {other}: ask for it alone")
         if self.by_position and (self.trace is None or not self.trace.of_heads):
@@ -237,10 +246,20 @@ PREDICTIONS = 100
 # The fields every fingerprint holds, given or not, as release 0.1's manifests do.
 _RELEASE_0_1 = ("mode", "layers", "heads", "special", "words", "raw_pieces", "chat", "system")
 _ASKED = ("maps", "statistics", "effects")  # what a request reads of each input
-_ALONE_OR_NOT = (*_ASKED, "knockout", "trace")
+_ALONE_OR_NOT = (*_ASKED, "knockout", "trace", "lens")
 # The fields that say what is read of the maps, not which maps: a command sets them by
 # what it answers (the rest are its options, each under its field's name).
-PRODUCED = (*_ASKED, "ablate", "knockout", "window", "trace", "by_position", "method", "metric")
+PRODUCED = (
+    *_ASKED,
+    "ablate",
+    "knockout",
+    "window",
+    "trace",
+    "by_position",
+    "lens",
+    "method",
+    "metric",
+)
 
 
 @dataclass(frozen=True)
@@ -294,6 +313,10 @@ def check_asked(request: Request, given: Input) -> Input:
         raise UsageError(
             "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
         )
+    if request.lens and (given.versus is not None or given.corrupt is not None):
+        raise UsageError(
+            "the logit lens reads the answer's log-probability: no --versus, --corrupt"
+        )
     if request.knockout is not None and given.answer is None:
         raise UsageError("a knockout reads what heads do to an answer: give the input one")
     if request.knockout is not None and (given.versus is not None or given.corrupt is not None):
@@ -330,6 +353,7 @@ class Result:
     effects: HeadEffects | None = None
     knockout: Knockout | None = None
     trace: Trace | None = None
+    lens: Lens | None = None
 
 
 @dataclass(frozen=True)

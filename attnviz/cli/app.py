@@ -93,6 +93,9 @@ COMMANDS = {
     "trace": CommandEntry(
         "attnviz.cli.trace", "Causal tracing: which layer and position an answer needs."
     ),
+    "lens": CommandEntry(
+        "attnviz.cli.lens", "The logit lens: what each layer would predict at each position."
+    ),
     "top": CommandEntry(
         "attnviz.cli.top", "For each query token, the key tokens it attends to most."
     ),

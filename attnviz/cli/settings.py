@@ -356,11 +356,17 @@ class Effects:
             )
 
     def asked(
-        self, statistics: bool, trace: Site | None = None, by_position: bool = False
+        self,
+        statistics: bool,
+        trace: Site | None = None,
+        by_position: bool = False,
+        lens: bool = False,
     ) -> dict[str, Any]:
         """What a request reads of each input for these options: its maps or, with
         ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
         a knockout alone; or a ``trace`` at a site alone (``by_position`` at a head's)."""
+        if lens:
+            return {"maps": False, "lens": True}
         if trace is not None:
             return {
                 "maps": False,
@@ -406,6 +412,21 @@ answer_options = bundle(
 page_effect_options = bundle("effects", Effects, leave_out=("knockout", "window", "normalize"))
 # The answer's options that a trace reads (it lists layers × positions, not heads).
 trace_options = bundle("effects", Effects, leave_out=("ablate", "knockout", "window"))
+# The lens reads an answer's log-probability alone, at every layer and position.
+lens_options = bundle(
+    "effects",
+    Effects,
+    leave_out=(
+        "ablate",
+        "versus",
+        "metric",
+        "corrupt",
+        "normalize",
+        "method",
+        "knockout",
+        "window",
+    ),
+)
 NO_EFFECTS = Effects()
 
 DEFAULT_SETTINGS = ModelSettings()
@@ -526,6 +547,7 @@ def request(
     statistics: bool = False,
     trace: Site | None = None,
     by_position: bool = False,
+    lens: bool = False,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
     text, target and answer (the text unless read from stdin), how the selection is
@@ -576,7 +598,7 @@ def request(
         heads=reading.head,
         **request_fields(settings),
         **request_fields(products),
-        **effects.asked(statistics, trace, by_position),
+        **effects.asked(statistics, trace, by_position, lens),
     )
     return Job(
         spec=ExtractorSpec(model, config, settings.load_options() if model != d.BUILTIN else None),

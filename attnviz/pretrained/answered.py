@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import Answer, HeadEffects, Knockout
+from attnviz.analysis.lens import Lens
 from attnviz.analysis.trace import Trace
 from attnviz.choices import ABLATION_NEEDS, Ablation, Method, Site
 from attnviz.errors import UsageError, warn
@@ -24,6 +25,7 @@ from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_effects
 from attnviz.pretrained.knockout import knockout, windows
 from attnviz.pretrained.labels import piece_labels
+from attnviz.pretrained.lens import logit_lens
 from attnviz.pretrained.metrics import Metric
 from attnviz.pretrained.patching import (
     Twins,
@@ -326,3 +328,30 @@ def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Tr
     ]
     check_effects(found.effect, "effect", *axes)
     return result
+
+
+def lensed(extractor: PretrainedExtractor, given: Input, request: Request) -> Lens:
+    """The logit lens of one text: each chosen layer × position's likeliest next token,
+    its probability, and the answer's log-probability where the input has one."""
+    loaded = extractor.loaded
+    if given.target is not None or given.pair is not None:
+        raise UsageError("the logit lens reads one text: no target, no sentence pair")
+    body = anatomy_of(loaded)
+    _, _, layers, inputs = extractor._prepared([given], request)
+    side = inputs.keys[0]
+    answer_id = None if given.answer is None else answer_token(loaded, side, given.answer)
+    with forward(loaded):
+        top_ids, probability, answer = logit_lens(
+            loaded.model, body, on_device(loaded, inputs.arguments), answer_id
+        )
+    top_ids, probability = top_ids[layers], probability[layers]
+    return Lens(
+        extractor.name,
+        piece_labels(loaded, side, request.raw_pieces).text,
+        layers,
+        [[answer_label(loaded, int(token)) for token in row] for row in top_ids],
+        top_ids,
+        probability,
+        None if answer_id is None else answer_label(loaded, answer_id),
+        None if answer is None else answer[layers],
+    )

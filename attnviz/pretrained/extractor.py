@@ -15,7 +15,7 @@ from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
 from attnviz.maps import AttentionMaps
-from attnviz.pretrained.answered import answered, effects_of, knocked_out, traced
+from attnviz.pretrained.answered import answered, effects_of, knocked_out, lensed, traced
 from attnviz.pretrained.attention_modules import Family, layer_kinds, resolve_mode, stream_for
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import (
@@ -93,6 +93,8 @@ class PretrainedExtractor(Extractor):
             return [Result(each, knockout=knocked_out(self, each, request)) for each in chunk]
         if request.trace is not None:
             return [Result(each, trace=traced(self, each, request)) for each in chunk]
+        if request.lens:
+            return [Result(each, lens=lensed(self, each, request)) for each in chunk]
         maps: Sequence[AttentionMaps | None] = (
             self._extract_many(chunk, request) if request.maps else [None] * len(chunk)
         )

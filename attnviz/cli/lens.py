@@ -1,0 +1,89 @@
+"""`attnviz lens`: the logit lens, each layer's residual stream read through the final norm
+and the unembedding at every position: the next token each layer would predict."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from attnviz.atomic_files import check_writable, open_output
+from attnviz.choices import Output
+from attnviz.cli import declarations as d
+from attnviz.cli import output as out
+from attnviz.cli.pictures import figure_settings
+from attnviz.cli.settings import Reading, lens_options, trace_settings
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
+from attnviz.errors import UsageError
+from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
+from attnviz.request import asked_for
+from attnviz.schema import envelope
+
+FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
+PictureOption = Annotated[
+    str | None,
+    typer.Option(
+        "--picture",
+        "-o",
+        metavar="PATH",
+        help="Draw the lens as a picture for a paper (.png, .svg or .pdf): layers × "
+        "positions in the top token's probability, each cell labelled with its token.",
+    ),
+]
+
+
+@sharing(lens_options, trace_settings, figure_settings)
+def lens(
+    text: d.TextArgument,
+    model: d.ModelOption = d.BUILTIN,
+    layer: d.LayerOption = "all",
+    output_format: FormatOption = Output.TABLE,
+    output: PictureOption = None,
+    width: d.WidthOption = None,
+    shared: Shared = NOTHING_SHARED,
+) -> None:
+    """The logit lens: at every layer and position, the token the residual stream leaving
+    that layer predicts next, read through the model's final norm (at that residual's
+    own scale) and its unembedding, with its probability; with --answer, the answer's
+    first token's log-probability there too. The last layer's is the model's own
+    prediction.
+    """
+    drawn = None if output is None else output_of_file(output, PICTURES)
+    if drawn is not None and output_format is not Output.TABLE:
+        raise UsageError(
+            "--picture (-o) writes a picture; -f writes data to stdout: give one of them"
+        )
+    if drawn is None:
+        refuse_unused(shared.picture.given(), "a picture (--picture FILE.png)", "this output")
+    style = shared.picture.style()
+    asked = shared.request(Reading(model, None, layer), text=text, lens=True)
+    if model == d.BUILTIN:
+        # numpy: after the options are checked (a usage error loads none)
+        from attnviz.extractor import no_next_token
+
+        raise no_next_token(d.BUILTIN)
+    if output is not None:
+        check_writable(output)  # before the model loads
+    extractor = asked.open(shared.environment)
+    line = out.only_one(out.inputs(text, extractor), "lens reads one text")
+    found = asked_for(asked.run(extractor, line, shared.environment).lens)
+    if drawn is not None:
+        from attnviz.render.lens import lens_picture  # matplotlib: only for a picture
+
+        assert output is not None
+        with open_output(output, binary=True) as stream:
+            stream.write(lens_picture(found, drawn, style))
+    elif output_format is Output.JSON:
+        from attnviz.data_formats import dump_json  # the data formats read numpy
+
+        out.write_stdout(dump_json(envelope(found.document())))
+    elif output_format in TABLE_DATA:
+        from attnviz.writers import write_table  # the writers read numpy
+
+        records = found.records()
+        write_table(output_format, records, list(records[0]), d.STDIO)
+    else:
+        from attnviz.render.lens import lens_table  # numpy and rich's drawing
+
+        console = out.stdout_console(d.ColourChoice.AUTO, width, shared.environment)
+        console.print(lens_table(found, console.width))
