@@ -50,6 +50,7 @@ def test_a_whole_change_is_small_and_the_quick_suite_passes_with_it(example, tmp
     touched = _touched(patch)
     code = [path for path in touched if path.startswith("attnviz/")]
     outside_tests = [path for path in touched if not path.startswith("tests/")]
+    assert "docs/cli.md" not in touched  # written from the help in the patched tree
     assert 1 <= len(code) <= 2 and len(outside_tests) <= 4, sorted(touched)
     tree = tmp_path / "tree"
     listed = subprocess.run(
@@ -62,6 +63,8 @@ def test_a_whole_change_is_small_and_the_quick_suite_passes_with_it(example, tmp
             shutil.copy2(ROOT / name, tree / name)
     subprocess.run(["git", "apply", "-p1", str(patch)], cwd=tree, check=True)
     environment = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+    # the command-line reference is written from the help, as after any change of it
+    subprocess.run([sys.executable, "docs/cli_reference.py"], cwd=tree, env=environment, check=True)
     suite = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-n", "auto", "-p", "no:cacheprovider",
          "-m", "not slow and not ray and not browser"],

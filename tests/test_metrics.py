@@ -47,12 +47,16 @@ def test_a_python_metric_that_gives_no_number_per_row_is_said(language_models):
         (["--metric", "log_prob", "--versus", VERSUS], "--metric log_prob reads the answer alone"),
         (["--metric", "entropy"], "is not one of 'log_prob', 'logit_difference'"),
         (["--knockout", "last:0", "--metric", "log_prob"], "--metric"),
+        # trace reads --metric too (it once left it out of its request, silently)
+        (["trace", "--corrupt", CORRUPT, "--metric", "logit_difference"], "a second answer"),
     ],
 )
 def test_a_metric_that_does_not_fit_the_answers_is_refused_before_loading(
     runner, arguments, message
 ):
-    result = runner.invoke(app, ["heads", TEXT, "--answer", ANSWER, *arguments])
+    command = ["trace"] if arguments[0] == "trace" else ["heads"]
+    arguments = arguments[1:] if arguments[0] == "trace" else arguments
+    result = runner.invoke(app, [*command, TEXT, "--answer", ANSWER, *arguments])
     assert result.exit_code == 2, result.stderr
     assert message in result.stderr and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1

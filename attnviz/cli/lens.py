@@ -11,8 +11,9 @@ from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.bundles import bundle
 from attnviz.cli.pictures import figure_settings
-from attnviz.cli.settings import Reading, lens_options, trace_settings
+from attnviz.cli.settings import Effects, Reading, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
@@ -20,6 +21,21 @@ from attnviz.request import asked_for
 from attnviz.schema import envelope
 
 FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
+# The lens reads an answer's log-probability alone, at every layer and position.
+lens_options = bundle(
+    "effects",
+    Effects,
+    leave_out=(
+        "ablate",
+        "versus",
+        "metric",
+        "corrupt",
+        "normalize",
+        "method",
+        "knockout",
+        "window",
+    ),
+)
 PictureOption = Annotated[
     str | None,
     typer.Option(

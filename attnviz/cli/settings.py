@@ -365,15 +365,9 @@ class Effects:
         """What a request reads of each input for these options: its maps or, with
         ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
         a knockout alone; or a ``trace`` at a site alone (``by_position`` at a head's)."""
-        if lens:
-            return {"maps": False, "lens": True}
-        if trace is not None:
-            return {
-                "maps": False,
-                "trace": trace,
-                "by_position": by_position,
-                "method": self.method,
-            }
+        if lens or trace is not None:  # each alone
+            at = {} if trace is None else {"trace": trace, "by_position": by_position}
+            return {"maps": False, "lens": lens, "method": self.method, "metric": self.metric, **at}
         if self.answer is None:  # --method alone is refused by the request
             return {"maps": not statistics, "statistics": statistics, "method": self.method}
         if self.knockout is not None:
@@ -412,21 +406,6 @@ answer_options = bundle(
 page_effect_options = bundle("effects", Effects, leave_out=("knockout", "window", "normalize"))
 # The answer's options that a trace reads (it lists layers × positions, not heads).
 trace_options = bundle("effects", Effects, leave_out=("ablate", "knockout", "window"))
-# The lens reads an answer's log-probability alone, at every layer and position.
-lens_options = bundle(
-    "effects",
-    Effects,
-    leave_out=(
-        "ablate",
-        "versus",
-        "metric",
-        "corrupt",
-        "normalize",
-        "method",
-        "knockout",
-        "window",
-    ),
-)
 NO_EFFECTS = Effects()
 
 DEFAULT_SETTINGS = ModelSettings()
