@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from attnviz.atomic_files import check_writable, write_text
+from attnviz.atomic_files import STDIO, check_writable, write_text
 from attnviz.choices import Output, View
 from attnviz.cli.app import DEBUG
 from attnviz.cli.declarations import MAX_WIDTH, ColourChoice
@@ -172,6 +172,22 @@ def only_one(items: Iterable[T], hint: str = ONE_TEXT) -> T:
     if next(stream, None) is not None:
         raise UsageError(f"this command reads one input, but several were given: {hint}")
     return first
+
+
+def write_data(found: Any, output_format: Output) -> None:
+    """A command's result (a trace, a lens) on stdout as data: its JSON document, or its
+    records as a table of rows (csv)."""
+    if output_format is Output.JSON:
+        # numpy: the data formats read it
+        from attnviz.data_formats import dump_json
+        from attnviz.schema import envelope
+
+        write_stdout(dump_json(envelope(found.document())))
+        return
+    from attnviz.writers import write_table  # the writers read numpy
+
+    records = found.records()
+    write_table(output_format, records, list(records[0]), STDIO)
 
 
 def write_stdout(content: str) -> None:

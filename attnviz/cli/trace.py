@@ -17,7 +17,6 @@ from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
 from attnviz.request import asked_for
-from attnviz.schema import envelope
 
 FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
 SiteOption = Annotated[
@@ -106,15 +105,8 @@ def trace(
         assert output is not None
         with open_output(output, binary=True) as stream:
             stream.write(trace_picture(found, drawn, style))
-    elif output_format is Output.JSON:
-        from attnviz.data_formats import dump_json  # the data formats read numpy
-
-        out.write_stdout(dump_json(envelope(found.document())))
     elif output_format in TABLE_DATA:
-        from attnviz.writers import write_table  # the writers read numpy
-
-        records = found.records()
-        write_table(output_format, records, list(records[0]), d.STDIO)
+        out.write_data(found, output_format)
     else:
         from attnviz.render.effects import trace_table  # numpy and rich's drawing
 
