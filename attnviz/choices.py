@@ -222,3 +222,18 @@ class Projections(StrEnum):
 class Engine(StrEnum):
     LOCAL = "local"  # this machine: worker processes for rendering (--jobs)
     RAY = "ray"  # a Ray cluster, or a local Ray: one model per worker
+
+
+class CircuitMethod(StrEnum):
+    """How ``circuit`` scores each edge (what each is: :data:`CIRCUIT_METHOD_LABELS`)."""
+
+    EXACT = "exact"
+    GRADIENT = "gradient"
+    IG = "ig"
+
+
+CIRCUIT_METHOD_LABELS = {
+    CircuitMethod.EXACT: "a forward pass per edge, batched",
+    CircuitMethod.GRADIENT: "edge attribution patching, EAP: one forward and one backward pass",
+    CircuitMethod.IG: "EAP with integrated gradients, EAP-IG: --steps backward passes",
+}

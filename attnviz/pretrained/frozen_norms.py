@@ -18,16 +18,24 @@ if TYPE_CHECKING:
 def frozen_norm(
     norm: Any, residual: torch.Tensor, normed: torch.Tensor
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The final norm as a linear map, its scale frozen at the clean residual's. A LayerNorm
-    centres, an RMSNorm does not; whose gain it is (the weight, or Gemma's 1 + weight) is
-    read from the form that gives back what the norm computed on the clean residual."""
+    """The final norm as a linear map, its scale frozen at the clean residual's (D,)."""
+    return linear_norm(*norm_form(norm, residual, normed))
+
+
+def norm_form(
+    norm: Any, residual: torch.Tensor, normed: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """What ``norm`` did to ``residual`` (..., D), giving ``normed``: its gain (D), its scale
+    for each row (..., 1), float32, and whether it centres. A LayerNorm centres, an RMSNorm
+    does not; whose gain it is (the weight, or Gemma's 1 + weight) is read from the form
+    that gives back what the norm computed."""
     import torch
 
     x, y = residual.float(), normed.float()
     weight = getattr(norm, "weight", None)
-    weight = torch.ones_like(x) if weight is None else weight.float()
+    weight = torch.ones(x.shape[-1], device=x.device) if weight is None else weight.float()
     bias = getattr(norm, "bias", None)
-    shift = torch.zeros_like(x) if bias is None else bias.float()
+    shift = torch.zeros_like(weight) if bias is None else bias.float()
     eps = next(
         (
             float(value)
@@ -37,8 +45,8 @@ def frozen_norm(
         1e-6,
     )
     centred = "layernorm" in type(norm).__name__.lower()
-    moved = x - x.mean() if centred else x
-    scale = (moved.pow(2).mean() + eps).sqrt()
+    moved = x - x.mean(-1, keepdim=True) if centred else x
+    scale = (moved.pow(2).mean(-1, keepdim=True) + eps).sqrt()
     # The norm's output was rounded to the model's dtype: bfloat16 keeps 8 bits (2^-8).
     tolerance = max(1e-3, 2 * torch.finfo(normed.dtype).eps)
     for gain in (weight, 1 + weight):
@@ -48,10 +56,10 @@ def frozen_norm(
             rtol=tolerance,
             atol=tolerance * float(y.abs().max()),
         ):
-            return linear_norm(gain, scale, centred)
+            return gain, scale, centred
     raise UsageError(
-        f"attnviz cannot read {type(norm).__name__} as a LayerNorm or an "
-        "RMSNorm: no direct logit attribution through it"
+        f"attnviz cannot read {type(norm).__name__} as a LayerNorm or an RMSNorm: no "
+        "attribution through it"
     )
 
 

@@ -244,7 +244,7 @@ def gradients(
         return start[-1]
 
     with torch.enable_grad(), contextlib.ExitStack() as hooks:
-        hooks.enter_context(_weights_without_gradients(model))
+        hooks.enter_context(weights_without_gradients(model))
         if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
             hooks.enter_context(_recomputed(body.blocks))
         finish = hooks.enter_context(clean_recording(body, starts=False)) if record else None
@@ -263,7 +263,7 @@ def gradients(
         # The hooks read each layer on the way down to the first layer's activation: below
         # it (the first attention's backward, for heads) nothing is read.
         lowest = next((graph for _, graph in filter(None, kept)), None)
-        _backward(value, start if lowest is None else lowest)
+        backward_to(value, start if lowest is None else lowest)
     check_metric(float(value.detach()), model, arguments, run)
     if any(found is None for found in reduced):
         raise UsageError(
@@ -285,12 +285,14 @@ class _Steps:
         advance("gradient pass step", self.done, self.total)
 
 
-def _backward(value: torch.Tensor, down_to: Any) -> None:
-    """The backward pass from ``value`` down to ``down_to``, its hooks reading each layer."""
+def backward_to(value: torch.Tensor, down_to: Any) -> tuple[torch.Tensor | None, ...]:
+    """The backward pass from ``value`` down to ``down_to`` (a tensor or a list of them),
+    its hooks reading each layer: the gradient of each (None where ``value`` does not
+    depend on it)."""
     import torch
 
     try:
-        torch.autograd.grad(value, down_to, allow_unused=True)
+        return torch.autograd.grad(value, down_to, allow_unused=True)
     except RuntimeError as error:
         if is_out_of_memory(error):  # the text's length, not the model: said as such
             raise
@@ -373,7 +375,7 @@ def _recomputed(blocks: Sequence[Any]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _weights_without_gradients(model: Any) -> Iterator[None]:
+def weights_without_gradients(model: Any) -> Iterator[None]:
     """While open, no weight asks for a gradient (each is given back as it was): the
     forward pass then keeps only what the activations' gradients need, not every matmul's
     input for its weight's gradient (at 8,000 tokens, gigabytes)."""

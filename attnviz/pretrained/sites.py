@@ -190,24 +190,24 @@ def reading(body: Anatomy, site: Site, layer: int, found: Found) -> list[Any]:
     if point.reads_input:
 
         def read_input(_module: Any, args: tuple, kwargs: dict) -> None:
-            value = _hidden(args, kwargs)
+            value = hidden_of(args, kwargs)
             found(value, value)
 
         return [module.register_forward_pre_hook(read_input, with_kwargs=True)]
     if not point.adds_to_input:
 
         def read_output(_module: Any, _args: tuple, output: Any) -> None:
-            value = _output(output)
+            value = output_of(output)
             found(value, value)
 
         return [module.register_forward_hook(read_output)]
     entering: list[Any] = [None]
 
     def enter(_module: Any, args: tuple, kwargs: dict) -> None:
-        entering[0] = _hidden(args, kwargs)
+        entering[0] = hidden_of(args, kwargs)
 
     def read_sum(_module: Any, _args: tuple, output: Any) -> None:
-        added = _output(output)
+        added = output_of(output)
         found(entering[0] + added, added)  # the residual's own sum: the same numbers
 
     return [
@@ -261,9 +261,9 @@ def restoring(
     if point.reads_input:
 
         def restore_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            hidden = _hidden(args, kwargs).clone()  # (B, T, W)
+            hidden = hidden_of(args, kwargs).clone()  # (B, T, W)
             hidden[rows, positions, columns] = value
-            return _with_hidden(args, kwargs, hidden)
+            return with_hidden(args, kwargs, hidden)
 
         stack.enter_context(
             hooked(module.register_forward_pre_hook(restore_input, with_kwargs=True))
@@ -272,15 +272,15 @@ def restoring(
     entering: list[Any] = [None]
 
     def enter(_module: Any, args: tuple, kwargs: dict) -> None:
-        entering[0] = _hidden(args, kwargs)
+        entering[0] = hidden_of(args, kwargs)
 
     def restore_output(_module: Any, _args: tuple, output: Any) -> Any:
-        changed = _output(output).clone()  # (B, T, W)
+        changed = output_of(output).clone()  # (B, T, W)
         if point.adds_to_input:  # what the attention adds: the clean residual, less the input
             changed[rows, positions, columns] = value - entering[0][rows, positions, columns]
         else:
             changed[rows, positions, columns] = value
-        return _with_output(output, changed)
+        return with_output(output, changed)
 
     if point.adds_to_input:
         block = body.blocks[layer]
@@ -289,22 +289,22 @@ def restoring(
     return stack
 
 
-def _hidden(args: tuple, kwargs: dict) -> torch.Tensor:
+def hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
     """A module's input hidden states, given by position or by name."""
     return args[0] if args else kwargs["hidden_states"]
 
 
-def _with_hidden(args: tuple, kwargs: dict, hidden: torch.Tensor) -> tuple[tuple, dict]:
+def with_hidden(args: tuple, kwargs: dict, hidden: torch.Tensor) -> tuple[tuple, dict]:
     if args:
         return (hidden, *args[1:]), kwargs
     return args, {**kwargs, "hidden_states": hidden}
 
 
-def _output(output: Any) -> torch.Tensor:
+def output_of(output: Any) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _with_output(output: Any, value: torch.Tensor) -> Any:
+def with_output(output: Any, value: torch.Tensor) -> Any:
     return (value, *output[1:]) if isinstance(output, tuple) else value
 
 
@@ -331,7 +331,7 @@ def _pattern_restoring(
     values: list[Any] = [None]
 
     def keep_values(_module: Any, _args: tuple, output: Any) -> None:
-        values[0] = _output(output)  # (B, S, W): this pass's own
+        values[0] = output_of(output)  # (B, S, W): this pass's own
 
     def restore(_module: Any, args: tuple) -> tuple:
         value = values[0]
