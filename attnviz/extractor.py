@@ -9,13 +9,14 @@ that both can build on it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import HeadTable
-from attnviz.choices import Ablation, Mode, Site, chosen
+from attnviz.choices import Ablation, CircuitMethod, Mode, Site, chosen
+from attnviz.circuit_options import CircuitOptions
 from attnviz.errors import UsageError
 from attnviz.progress import Listener
 from attnviz.request import (
@@ -31,6 +32,7 @@ from attnviz.request import (
 from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
@@ -109,6 +111,7 @@ class Extractor(ABC):
                 or request.knockout is not None
                 or request.trace is not None
                 or request.lens
+                or request.circuit is not None
             ):
                 raise no_next_token(self.name)
             for each, maps in zip(chunk, self._extract_many(chunk, request), strict=True):
@@ -250,6 +253,60 @@ class Extractor(ABC):
         asked = _asking(request, options, lens=True)
         (found,) = self.run([Input(text, answer=answer)], asked)
         return asked_for(found.lens)
+
+    def circuit(
+        self,
+        text: str | None = None,
+        answer: str | None = None,
+        corrupt: str | None = None,
+        request: Request | None = None,
+        *,
+        versus: str | None = None,
+        pairs: Iterable[Input | Mapping[str, str]] | None = None,
+        method: CircuitMethod | str = CircuitMethod.GRADIENT,
+        steps: int | None = None,
+        edges: int | str | None = None,
+        curve: Sequence[int] = (),
+        refine: int | None = None,
+        progress: Listener | None = None,
+        **options: Any,
+    ) -> Circuit:
+        """Every edge between the model's heads and MLPs (:mod:`attnviz.analysis.graph`)
+        scored on an answer: the change in the metric (as :meth:`head_effects` reads it)
+        when that edge alone carries the corrupted run's value, by ``method`` ("exact",
+        "gradient": EAP, "ig": EAP-IG with ``steps`` points; ``refine`` K: the estimate's
+        top K again exactly); the circuit of the ``edges`` largest |scores| (100 by
+        default, "all", 0…) and its faithfulness, and each size of ``curve``. One
+        ``text`` with its ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a
+        mapping of text, answer, versus, corrupt): every score the mean over them. A
+        causal language model only."""
+        circuit = CircuitOptions(method, steps, edges, tuple(curve), refine)
+        asked = _asking(request, options, circuit=circuit)
+        if (text is None) == (pairs is None):
+            raise UsageError("give a text (with its answer and corrupted twin) or pairs, not both")
+        if pairs is None:
+            assert text is not None
+            given = [Input(text, answer=answer, versus=versus, corrupt=corrupt)]
+        else:
+            if answer is not None or corrupt is not None or versus is not None:
+                raise UsageError("each pair holds its answer, versus and corrupted text")
+            given = [each if isinstance(each, Input) else Input(**each) for each in pairs]
+        if not given:
+            raise UsageError("pairs is empty: a circuit is measured on at least one pair")
+        for each in given:
+            check_asked(asked, each)
+        return self._circuit(given, asked, None, progress)
+
+    def _circuit(
+        self,
+        inputs: list[Input],
+        request: Request,
+        names: list[str] | None,
+        progress: Listener | None,
+    ) -> Circuit:
+        """What :meth:`circuit` asks, its inputs checked (``names`` say each in an
+        error)."""
+        raise no_next_token(self.name)
 
     def knockout(
         self,

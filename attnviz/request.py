@@ -30,6 +30,7 @@ from attnviz.choices import (
     Weighting,
     chosen,
 )
+from attnviz.circuit_options import CircuitOptions
 from attnviz.errors import SchemaError, UsageError
 from attnviz.selection import Selection, check_pool, check_syntax, text_of
 
@@ -70,9 +71,11 @@ class Request:
     each layer; with ``trace`` (a site), the patching effect of each layer × position (of
     each layer × head at a head's site: at every position, or ``by_position``); with
     ``lens``, the logit lens: each layer's residual stream read through the final norm and
-    the unembedding, at every position. ``method`` measures effects exactly or by their
-    gradient estimate. Several products may be asked at once: one pass over a text serves
-    them.
+    the unembedding, at every position; with ``circuit`` (what it asks), every edge
+    between heads scored on the answer and a circuit's faithfulness (asked of texts
+    together: :meth:`~attnviz.extractor.Extractor.circuit`). ``method`` measures effects
+    exactly or by their gradient estimate. Several products may be asked at once: one
+    pass over a text serves them.
     """
 
     mode: Mode | None = None
@@ -96,6 +99,7 @@ class Request:
     trace: Site | None = None
     by_position: bool = False
     lens: bool = False
+    circuit: CircuitOptions | None = None
     method: Method = Method.EXACT
     # a Measure (or its name), or a function of the last position's logits, (B, vocabulary)
     # float32, giving (B,): what effects and traces are measured by; None: the
@@ -149,10 +153,13 @@ class Request:
         object.__setattr__(self, "method", chosen(Method, self.method, "method"))
         if self.metric is not None and not callable(self.metric):
             object.__setattr__(self, "metric", chosen(Measure, self.metric, "metric"))
-        if self.metric is not None and not (self.effects or self.trace is not None):
+        answered = self.effects or self.trace is not None or self.circuit is not None
+        if self.metric is not None and not answered:
             raise UsageError("--metric says how effects are measured: give --answer")
         if self.trace is not None:
             object.__setattr__(self, "trace", chosen(Site, self.trace, "site"))
+        if self.circuit is not None and not isinstance(self.circuit, CircuitOptions):
+            raise UsageError(f"circuit is CircuitOptions, not {type(self.circuit).__name__}")
         window = self.window
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise UsageError(f"--window is a number of layers, at least 1, not {window!r}")
@@ -169,6 +176,7 @@ class Request:
             ("knockout", "layers"),
             ("trace", "layers × positions"),
             ("lens", "layers × positions"),
+            ("circuit", "edges"),
         )
         for alone, lists in alone_lists:
             if getattr(self, alone) not in (None, False) and asked != [alone]:
@@ -246,7 +254,7 @@ PREDICTIONS = 100
 # The fields every fingerprint holds, given or not, as release 0.1's manifests do.
 _RELEASE_0_1 = ("mode", "layers", "heads", "special", "words", "raw_pieces", "chat", "system")
 _ASKED = ("maps", "statistics", "effects")  # what a request reads of each input
-_ALONE_OR_NOT = (*_ASKED, "knockout", "trace", "lens")
+_ALONE_OR_NOT = (*_ASKED, "knockout", "trace", "lens", "circuit")
 # The fields that say what is read of the maps, not which maps: a command sets them by
 # what it answers (the rest are its options, each under its field's name).
 PRODUCED = (
@@ -257,6 +265,7 @@ PRODUCED = (
     "trace",
     "by_position",
     "lens",
+    "circuit",
     "method",
     "metric",
 )
@@ -312,6 +321,11 @@ def check_asked(request: Request, given: Input) -> Input:
     if request.trace is not None and given.corrupt is None:
         raise UsageError(
             "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
+        )
+    if request.circuit is not None and (given.answer is None or given.corrupt is None):
+        raise UsageError(
+            "circuit carries the corrupted run's values along edges, measured on an answer: "
+            "give --answer and --corrupt (or --pairs FILE.jsonl)"
         )
     if request.lens and (given.versus is not None or given.corrupt is not None):
         raise UsageError(

@@ -17,6 +17,7 @@ from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, lensed, traced
 from attnviz.pretrained.attention_modules import Family, layer_kinds, resolve_mode, stream_for
+from attnviz.pretrained.circuit import circuited
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import (
     ModelInputs,
@@ -42,6 +43,7 @@ from attnviz.request import Explaining, Input, Request, Result, Sampling
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
     from attnviz.loading import ExtractorSpec
     from attnviz.needle import NeedleResults, Sweep
     from attnviz.pretrained.explain import QueryExplanation
@@ -95,6 +97,8 @@ class PretrainedExtractor(Extractor):
             return [Result(each, trace=traced(self, each, request)) for each in chunk]
         if request.lens:
             return [Result(each, lens=lensed(self, each, request)) for each in chunk]
+        if request.circuit is not None:
+            raise UsageError("a circuit is read of its pairs together: ask Extractor.circuit")
         maps: Sequence[AttentionMaps | None] = (
             self._extract_many(chunk, request) if request.maps else [None] * len(chunk)
         )
@@ -388,6 +392,16 @@ class PretrainedExtractor(Extractor):
 
     def _generate(self, prompt: str, sampling: Sampling, request: Request) -> Generation:
         return generate(self, prompt, sampling, request)
+
+    def _circuit(
+        self,
+        inputs: list[Input],
+        request: Request,
+        names: list[str] | None,
+        progress: Listener | None,
+    ) -> Circuit:
+        with reporting(progress):
+            return circuited(self, inputs, request, names)
 
     def _needle(self, sweep: Sweep, haystack: str | None, progress: Progress) -> NeedleResults:
         return run_sweep(self.loaded, sweep, haystack, progress)

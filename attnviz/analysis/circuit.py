@@ -1,0 +1,148 @@
+"""A circuit: every edge of a model's graph scored on an answer (one text and its corrupted
+twin, or the mean over a dataset of pairs), the circuit of the largest |scores| and how
+faithful it is: (m(circuit) − m(corrupt)) / (m(clean) − m(corrupt)), where m(circuit) is
+the clean run with every edge outside the circuit carrying the corrupted run's value (over
+a dataset, each m the mean over the pairs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.analysis.graph import Graph
+from attnviz.analysis.heads import Answer, Drawn
+from attnviz.choices import CircuitMethod, Output
+
+if TYPE_CHECKING:
+    from attnviz.render.image import Picture
+
+
+def ranked(graph: Graph, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every edge's (upstream, downstream) indices, largest |score| first (ties in the
+    graph's order)."""
+    upstream, downstream = graph.edge_list()
+    order = np.argsort(-np.abs(scores[upstream, downstream]), kind="stable")
+    return upstream[order], downstream[order]
+
+
+def kept_masks(graph: Graph, scores: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """For each size n, the circuit of the n edges of largest |score|: (C, U, N) bool."""
+    upstream, downstream = ranked(graph, scores)
+    masks = np.zeros((len(sizes), *graph.edges.shape), dtype=bool)
+    for row, size in enumerate(sizes):
+        masks[row, upstream[:size], downstream[:size]] = True
+    return masks
+
+
+def faithfulness_of(circuit: float, clean: float, corrupt: float) -> float | None:
+    """(m(circuit) − m(corrupt)) / (m(clean) − m(corrupt)); None where the corruption
+    changes nothing (no fraction of 0 is defined)."""
+    taken = clean - corrupt
+    return None if taken == 0 else (circuit - corrupt) / taken
+
+
+@dataclass(frozen=True)
+class Circuit(Drawn):
+    """Every edge's score (``scores``, (upstream, downstream); 0 where there is no edge),
+    by ``method``, the mean over ``pairs`` texts and their corrupted twins; the circuit
+    of the ``kept`` edges of largest |score| and its ``faithfulness``; the ``curve`` of
+    (edges, faithfulness) at other sizes. ``answer`` says what the metric measures (the
+    first pair's words; its metrics are the means over the pairs)."""
+
+    model: str
+    graph: Graph
+    scores: np.ndarray
+    method: CircuitMethod
+    steps: int | None
+    pairs: int
+    answer: Answer
+    kept: int
+    faithfulness: float | None
+    curve: tuple[tuple[int, float | None], ...] = ()
+    # where --refine computed an estimate's top edges exactly: (upstream, downstream) bool
+    exact: np.ndarray | None = None
+    # each upstream node's output at the last position through the unembedding: its tokens
+    # promoted most, where read (the picture labels heads with them)
+    promoted: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        """A short header (a notebook shows the picture beside it), not the arrays."""
+        faithful = "" if self.faithfulness is None else f", faithfulness {self.faithfulness:.3f}"
+        return (
+            f"<Circuit of {self.model}: {self.graph.count:,} edges by {self.method.value}, "
+            f"{self.pairs} pair{'s' if self.pairs != 1 else ''}; {self.kept} kept{faithful}>"
+        )
+
+    @property
+    def clean_metric(self) -> float:
+        assert self.answer.clean_metric is not None  # a circuit measures both runs
+        return self.answer.clean_metric
+
+    @property
+    def corrupt_metric(self) -> float:
+        assert self.answer.corrupt_metric is not None
+        return self.answer.corrupt_metric
+
+    def edges(self, count: int | None = None) -> list[tuple[str, str, float]]:
+        """The ``count`` edges of largest |score| (every edge for None): (from, to, score)."""
+        upstream, downstream = ranked(self.graph, self.scores)
+        chosen = zip(upstream[:count], downstream[:count], strict=True)
+        return [
+            (self.graph.upstream[u], self.graph.downstream[d], float(self.scores[u, d]))
+            for u, d in chosen
+        ]
+
+    def in_circuit(self) -> np.ndarray:
+        """(upstream, downstream) bool: the kept edges."""
+        return kept_masks(self.graph, self.scores, [self.kept])[0]
+
+    def picture(self, format: Output | str = "png", **style: Any) -> Picture:
+        """The circuit as a graph (layers bottom to top; edge width by |score|, colour by
+        sign) beside its faithfulness curve: what ``circuit --picture`` draws."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.circuit import circuit_figure
+
+        return circuit_figure(self, format, style)
+
+    def records(self) -> list[dict[str, object]]:
+        """A row per edge, largest |score| first, for a table of data (csv)."""
+        upstream, downstream = ranked(self.graph, self.scores)
+        kept = self.in_circuit()
+        rows = []
+        for rank, (u, d) in enumerate(zip(upstream, downstream, strict=True), 1):
+            row: dict[str, object] = {
+                "rank": rank,
+                "from": self.graph.upstream[u],
+                "to": self.graph.downstream[d],
+                "score": float(self.scores[u, d]),
+                "in_circuit": bool(kept[u, d]),
+            }
+            if self.exact is not None:
+                row["exact"] = bool(self.exact[u, d])
+            rows.append(row)
+        return rows
+
+    def document(self) -> dict[str, object]:
+        """The whole circuit as one JSON document."""
+        nodes = list(dict.fromkeys([*self.graph.upstream, *self.graph.downstream]))
+        kept = [[first, then] for first, then, _ in self.edges(self.kept)]
+        edges = [{"from": first, "to": then, "score": score} for first, then, score in self.edges()]
+        if self.exact is not None:
+            upstream, downstream = ranked(self.graph, self.scores)
+            for edge, u, d in zip(edges, upstream, downstream, strict=True):
+                edge["exact"] = bool(self.exact[u, d])
+        return {
+            "model": self.model,
+            "method": self.method.value,
+            **({} if self.steps is None else {"steps": self.steps}),
+            "pairs": self.pairs,
+            "metric": self.answer.metric_name,
+            "clean_metric": self.clean_metric,
+            "corrupt_metric": self.corrupt_metric,
+            "nodes": nodes,
+            "edges": edges,
+            "circuit": {"edges": kept, "faithfulness": self.faithfulness},
+            "curve": [{"edges": size, "faithfulness": value} for size, value in self.curve],
+        }

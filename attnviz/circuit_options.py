@@ -1,0 +1,76 @@
+"""What ``circuit`` asks, checked once: how each edge is scored and which circuits are
+measured (the request's ``circuit`` field; the CLI's options are these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnviz.choices import CircuitMethod
+from attnviz.errors import UsageError
+
+ALL = "all"
+DEFAULT_EDGES = 100  # the circuit kept where --edges is not given (or every edge, if fewer)
+DEFAULT_STEPS = 5  # EAP-IG's points between the corrupted and the clean input embeddings
+
+
+@dataclass(frozen=True)
+class CircuitOptions:
+    """Edges scored by ``method`` (``steps`` points for ``ig``; ``refine`` K: the top K
+    of an estimate computed exactly); the circuit of the ``edges`` largest |scores| (an
+    int, ``"all"``, or None: 100, or every edge where there are fewer) measured for its
+    faithfulness, and each size of ``curve`` too."""
+
+    method: CircuitMethod = CircuitMethod.GRADIENT
+    steps: int | None = None
+    edges: int | str | None = None
+    curve: tuple[int, ...] = ()
+    refine: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "method", CircuitMethod(self.method))
+        except ValueError:
+            named = ", ".join(method.value for method in CircuitMethod)
+            raise UsageError(f"method {self.method!r} is none of {named}") from None
+        if self.steps is not None and self.method is not CircuitMethod.IG:
+            raise UsageError("--steps counts EAP-IG's points: give it with --method ig")
+        if self.method is CircuitMethod.IG:
+            object.__setattr__(self, "steps", DEFAULT_STEPS if self.steps is None else self.steps)
+            _count(self.steps, "--steps", least=1)
+        if self.refine is not None:
+            if self.method is CircuitMethod.EXACT:
+                raise UsageError(
+                    "--refine computes an estimate's top edges exactly: give --method gradient "
+                    "or ig (--method exact scores every edge exactly)"
+                )
+            _count(self.refine, "--refine", least=1)
+        if self.edges is not None and self.edges != ALL:
+            _count(self.edges, "--edges", least=0)
+        curve = tuple(self.curve)
+        for size in curve:
+            _count(size, "--curve", least=0)
+        object.__setattr__(self, "curve", tuple(sorted(set(curve))))
+
+    def kept(self, count: int) -> int:
+        """How many edges the circuit keeps, in a graph of ``count`` edges."""
+        if self.edges is None:
+            return min(DEFAULT_EDGES, count)
+        return count if self.edges == ALL else self.fitting(int(self.edges), count, "--edges")
+
+    def sizes(self, count: int) -> list[int]:
+        """The curve's sizes, each checked against the graph's ``count`` edges."""
+        return [self.fitting(size, count, "--curve") for size in self.curve]
+
+    @staticmethod
+    def fitting(size: int, count: int, option: str) -> int:
+        if size > count:
+            raise UsageError(
+                f"{option} {size} is more edges than the model's graph has ({count:,}): give "
+                f"at most {count:,}, or {ALL}"
+            )
+        return size
+
+
+def _count(value: object, option: str, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UsageError(f"{option} is a whole number of at least {least}, not {value!r}")

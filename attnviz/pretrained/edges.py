@@ -1,0 +1,508 @@
+"""Edges between a decoder's heads and MLPs (:class:`~attnviz.analysis.graph.Graph`),
+scored on a text and its corrupted twin, and a circuit's faithfulness.
+
+An upstream node's output in a run is what it adds to the residual stream there: the
+input's embeddings (the first layer's input), a head's slice of the output projection's
+input times its slice of the output projection (in a layer with a post-attention norm,
+Gemma's, its share of that norm's output: the same scale and gain as the run's whole
+attention output, so that the heads' shares add up to what the layer adds), an MLP's
+output (through its post norm where the layer has one). A downstream node's input is the
+residual stream as it reads it: each head's query, key or value input is a copy of the
+residual of its own, put through the layer's attention norm and that head's rows of the
+projection; an MLP's input is its norm's input; the logits' the final norm's input.
+
+An edge u → d carrying the corrupted run's value: d's input gets out_u(corrupt) −
+out_u(run) added, where out_u(run) is u's output in the run being made (in the clean run
+with one edge changed, its clean output: u comes before d). Scored:
+
+- **exact**: the metric with that edge alone changed, less the clean metric (a batched
+  forward pass per edge, each starting at its downstream layer);
+- **gradient** (edge attribution patching, Syed et al. 2023): (out_u(corrupt) −
+  out_u(clean)) · ∂metric/∂in_d at the clean run, summed over positions, from one
+  forward and one backward pass;
+- **ig** (EAP-IG, Hanna et al. 2024): the same with ∂metric/∂in_d averaged over the runs
+  whose input embeddings lie k/N of the way from the corrupted to the clean ones, k = 1…N
+  (N = 1 is the gradient estimate).
+
+A circuit's faithfulness: the metric of the clean run with every edge outside the circuit
+carrying the corrupted value (all edges kept: the clean run; none: the corrupted one).
+
+Shape letters: B rows of a pass, T tokens, U upstream nodes, N downstream nodes, n the
+nodes of one group (a layer's heads, or one), D the model's width, Dh a head's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.analysis.graph import LOGITS, READS, Graph
+from attnviz.choices import Site
+from attnviz.errors import UsageError
+from attnviz.pretrained.effects import (
+    Anatomy,
+    Change,
+    Clean,
+    changed_metrics,
+    clean_recording,
+    hooked,
+    last_logits,
+)
+from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
+from attnviz.pretrained.frozen_norms import norm_form
+from attnviz.pretrained.metrics import Metric
+from attnviz.pretrained.patching import backward_to, weights_without_gradients
+from attnviz.pretrained.sites import SITES, hidden_of, output_of, units_of, with_hidden, with_output
+from attnviz.pretrained.value_norms import input_matrix
+from attnviz.pretrained.windowed import windowed
+from attnviz.progress import advance
+
+if TYPE_CHECKING:
+    import torch
+
+_QKV = {"q": Site.Q, "k": Site.K, "v": Site.V}
+# What a pass adds to a group of downstream inputs, given when the pass reaches them:
+# (the batch rows, (R, T, n, D)), or None where it adds nothing there.
+Added = Callable[[], "tuple[Any, torch.Tensor] | None"]
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """Where each layer's heads and MLP read the residual stream: the norm the attention's
+    input comes out of (its input the layer's input) and the norm the MLP's comes out of."""
+
+    body: Anatomy
+    graph: Graph
+    attention_norms: list[Any]  # (L)
+    mlp_norms: list[Any]  # (L)
+
+
+@dataclass
+class Runs:
+    """A text and its corrupted twin, read once each: what every edge's run starts from."""
+
+    wiring: Wiring
+    model: Any
+    arguments: dict
+    corrupt_arguments: dict
+    metric: Metric
+    clean: Clean  # the clean run's record (its layers' outputs, where exact passes start)
+    corrupt_metric: float
+    clean_written: torch.Tensor  # (1, T, U, D) every upstream node's output
+    corrupt_written: torch.Tensor  # (1, T, U, D)
+    clean_embedded: torch.Tensor  # (1, T, D) the input embeddings' output
+    corrupt_embedded: torch.Tensor
+
+    @property
+    def difference(self) -> torch.Tensor:
+        """(T, U, D) each upstream node's corrupted output less its clean one."""
+        return (self.corrupt_written - self.clean_written)[0]
+
+
+def read_twins(
+    model: Any, body: Anatomy, arguments: dict, corrupt_arguments: dict, metric: Metric
+) -> Runs:
+    """The clean and the corrupted run, each recording every upstream node's output and
+    the input embeddings (the clean one finds the norms, and records where exact passes
+    start)."""
+    import torch
+
+    graph = graph_of(body)
+    with torch.inference_mode():
+        with (
+            _norms_found(body) as norms,
+            clean_recording(body) as finish,
+            _written(body) as written,
+            _embedded(model) as embedded,
+        ):
+            logits = last_logits(model, arguments)
+        clean = finish(logits, metric)
+        check_metric(clean.metric, model, arguments, "clean run")
+        clean_written = torch.cat(written, dim=2)
+        with _written(body) as written, _embedded(model) as corrupt_embedded:
+            corrupt_logits = last_logits(model, corrupt_arguments)
+        corrupt_metric = float(metric.of(corrupt_logits)[0])
+        check_metric(corrupt_metric, model, corrupt_arguments, CORRUPTED_RUN)
+    return Runs(
+        Wiring(body, graph, *norms),
+        model,
+        arguments,
+        corrupt_arguments,
+        metric,
+        clean,
+        corrupt_metric,
+        clean_written,
+        torch.cat(written, dim=2),
+        embedded[0],
+        corrupt_embedded[0],
+    )
+
+
+def graph_of(body: Anatomy) -> Graph:
+    """The graph of ``body``'s layers, query heads and key/value heads."""
+    projection = SITES[Site.K].module(body, 0)
+    width = input_matrix(projection).shape[1]
+    kv_heads = units_of(body, Site.K, 0, width).count
+    return Graph(len(body.blocks), body.heads, kv_heads)
+
+
+@contextlib.contextmanager
+def _norms_found(body: Anatomy) -> Iterator[tuple[list[Any], list[Any]]]:
+    """While open, a pass finds each layer's attention norm and MLP norm: the child of the
+    layer whose output the attention (the MLP) is given. The attention norm must read the
+    layer's input, which a head's copy of the residual then stands in for."""
+    count = len(body.blocks)
+    attention_norms: list[Any] = [None] * count
+    mlp_norms: list[Any] = [None] * count
+    entering: list[Any] = [None] * count
+    made: dict[int, tuple[Any, Any, Any]] = {}  # id(output) -> (module, its input, output)
+
+    def keep_made(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        if args or "hidden_states" in kwargs:
+            made[id(output)] = (module, hidden_of(args, kwargs), output)
+
+    def finder(into: list[Any], layer: int) -> Callable:
+        def find(_module: Any, args: tuple, kwargs: dict) -> None:
+            found = made.get(id(hidden_of(args, kwargs)))
+            into[layer] = None if found is None else found[:2]
+
+        return find
+
+    with contextlib.ExitStack() as hooks:
+        for layer, block in enumerate(body.blocks):
+            enter = lambda _m, args, kwargs, layer=layer: entering.__setitem__(  # noqa: E731
+                layer, hidden_of(args, kwargs)
+            )
+            hooks.enter_context(hooked(block.register_forward_pre_hook(enter, with_kwargs=True)))
+            for child in block.children():
+                hook = child.register_forward_hook(keep_made, with_kwargs=True)
+                hooks.enter_context(hooked(hook))
+            for into, module in (
+                (attention_norms, body.attentions[layer]),
+                (mlp_norms, _mlp(body, layer)),
+            ):
+                hook = module.register_forward_pre_hook(finder(into, layer), with_kwargs=True)
+                hooks.enter_context(hooked(hook))
+        yield attention_norms, mlp_norms
+    for layer in range(count):
+        attention, mlp = attention_norms[layer], mlp_norms[layer]
+        if attention is None or attention[1] is not entering[layer] or mlp is None:
+            raise UsageError(
+                f"attnviz cannot find the norms layer {layer}'s attention and MLP read the "
+                "residual stream through: circuits read pre-norm decoders (GPT-2, Llama, Gemma, …)"
+            )
+        attention_norms[layer], mlp_norms[layer] = attention[0], mlp[0]
+
+
+def _mlp(body: Anatomy, layer: int) -> Any:
+    return SITES[Site.MLP].module(body, layer)
+
+
+def _mlp_written(body: Anatomy, layer: int) -> Any:
+    """What adds the MLP's output to the residual stream: its post norm where the layer has
+    one (Gemma 2 and 3), else the MLP."""
+    block = body.blocks[layer]
+    return getattr(block, "post_feedforward_layernorm", None) or _mlp(body, layer)
+
+
+def _slot_of_heads(layer: int) -> int:
+    """Where ``layer``'s heads' outputs are kept in :func:`_written`'s list: after the input
+    and two slots (heads, MLP) per layer below."""
+    return 1 + 2 * layer
+
+
+@contextlib.contextmanager
+def _written(body: Anatomy) -> Iterator[list[Any]]:
+    """While open, a pass keeps every upstream node's output as it is computed, (B, T, n, D)
+    per slot: the input, then each layer's heads and its MLP (the graph's upstream order)."""
+    kept: list[Any] = [None] * (1 + 2 * len(body.blocks))
+    heads_in: list[Any] = [None] * len(body.blocks)
+
+    def keep_input(_module: Any, args: tuple, kwargs: dict) -> None:
+        kept[0] = hidden_of(args, kwargs).unsqueeze(2)
+
+    def keep_heads(layer: int) -> Callable:
+        def keep(_module: Any, args: tuple) -> None:
+            shares = _head_shares(body, layer, args[0])  # (B, T, H, D)
+            if body.post_norms[layer] is None:
+                kept[_slot_of_heads(layer)] = shares
+            else:
+                heads_in[layer] = shares
+
+        return keep
+
+    def keep_post_normed(layer: int) -> Callable:
+        def keep(module: Any, args: tuple, output: Any) -> None:
+            gain, scale, centred = norm_form(module, args[0], output_of(output))
+            shares = heads_in[layer].float()
+            if centred:
+                shares = shares - shares.mean(-1, keepdim=True)
+            normed = gain * shares / scale.unsqueeze(2)  # the run's own scale and gain
+            kept[_slot_of_heads(layer)] = normed.to(heads_in[layer].dtype)
+
+        return keep
+
+    def keep_mlp(layer: int) -> Callable:
+        def keep(_module: Any, _args: tuple, output: Any) -> None:
+            kept[_slot_of_heads(layer) + 1] = output_of(output).unsqueeze(2)
+
+        return keep
+
+    with contextlib.ExitStack() as hooks:
+        first = body.blocks[0].register_forward_pre_hook(keep_input, with_kwargs=True)
+        hooks.enter_context(hooked(first))
+        for layer in range(len(body.blocks)):
+            handles = [
+                body.projections[layer].register_forward_pre_hook(keep_heads(layer)),
+                _mlp_written(body, layer).register_forward_hook(keep_mlp(layer)),
+            ]
+            post_norm = body.post_norms[layer]
+            if post_norm is not None:
+                if getattr(body.projections[layer], "bias", None) is not None:
+                    raise UsageError(
+                        f"layer {layer}'s attention output has a bias and a post norm: its "
+                        "heads' shares of what the layer adds cannot be told apart"
+                    )
+                handles.append(post_norm.register_forward_hook(keep_post_normed(layer)))
+            for handle in handles:
+                hooks.enter_context(hooked(handle))
+        yield kept
+
+
+def _head_shares(body: Anatomy, layer: int, z: torch.Tensor) -> torch.Tensor:
+    """(B, T, E) an output projection's input -> (B, T, H, D) what each head's slice adds
+    through its slice of the projection (the bias left out: no head's)."""
+    import torch
+
+    matrix = input_matrix(body.projections[layer])  # (E, D)
+    assert matrix is not None  # anatomy_of found a Linear or a Conv1D
+    per_head = matrix.to(z.dtype).view(body.heads, body.head_size, -1)  # (H, Dh, D)
+    return torch.einsum("bthe,hed->bthd", z.unflatten(-1, (body.heads, body.head_size)), per_head)
+
+
+@contextlib.contextmanager
+def _embedded(model: Any) -> Iterator[list[Any]]:
+    """While open, a pass keeps its input embeddings' output, (B, T, D)."""
+    kept: list[Any] = [None]
+
+    def keep(_module: Any, _args: tuple, output: Any) -> None:
+        kept[0] = output
+
+    with hooked(model.get_input_embeddings().register_forward_hook(keep)):
+        yield kept
+
+
+def _changed_inputs(
+    wiring: Wiring, layer: int, letter: str, added: Added
+) -> contextlib.AbstractContextManager:
+    """Hooks adding what ``added`` gives to the inputs of one group of downstream nodes:
+    ``layer``'s query, key or value inputs (``letter``), its MLP's (``m``), or the logits'
+    (layer L). A head's input is recomputed from its own copy of the residual: the
+    attention norm of (the layer's input + what is added), through its rows of the
+    projection."""
+    import torch
+
+    body = wiring.body
+    stack = contextlib.ExitStack()
+    if letter not in READS:
+        norm = body.norm if letter == LOGITS else wiring.mlp_norms[layer]
+
+        def add_to_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+            found = added()
+            if found is None:
+                return None
+            rows, delta = found
+            hidden = hidden_of(args, kwargs).clone()  # (B, T, D)
+            hidden[rows] = hidden[rows] + delta[:, :, 0].to(hidden.dtype)
+            return with_hidden(args, kwargs, hidden)
+
+        stack.enter_context(hooked(norm.register_forward_pre_hook(add_to_input, with_kwargs=True)))
+        return stack
+    norm, residual = wiring.attention_norms[layer], [None]
+    site = _QKV[letter]
+    module = SITES[site].module(body, layer)
+
+    def keep(_module: Any, args: tuple, kwargs: dict) -> None:
+        residual[0] = hidden_of(args, kwargs)
+
+    def recompute(_module: Any, _args: tuple, output: Any) -> Any:
+        found = added()
+        if found is None:
+            return None
+        rows, delta = found
+        projected = output_of(output).clone()  # (B, T, W)
+        units = units_of(body, site, layer, projected.shape[-1])
+        copies = residual[0][rows].unsqueeze(2) + delta.to(projected.dtype)  # (R, T, n, D)
+        matrix = input_matrix(module)[:, units.columns].to(projected.dtype)  # (D, n × Dh)
+        rows_of = matrix.view(matrix.shape[0], units.count, units.size)  # (D, n, Dh)
+        # forward: not the hooks, which read the layer's own call of the norm
+        value = torch.einsum("rtnd,dnh->rtnh", norm.forward(copies), rows_of)
+        bias = getattr(module, "bias", None)
+        if bias is not None:
+            value = value + bias[units.columns].view(units.count, units.size)
+        projected[rows, :, units.columns] = value.flatten(2)
+        return with_output(output, projected)
+
+    stack.enter_context(hooked(norm.register_forward_pre_hook(keep, with_kwargs=True)))
+    stack.enter_context(hooked(module.register_forward_hook(recompute)))
+    return stack
+
+
+def _groups(graph: Graph) -> Iterator[tuple[int, str, int, int]]:
+    """Each group of downstream nodes: (layer, letter, its first index, how many)."""
+    for layer in range(graph.layers):
+        first = graph.reads(layer)
+        sizes = (graph.heads, graph.kv_heads, graph.kv_heads, 1)
+        for letter, size in zip((*READS, "m"), sizes, strict=True):
+            yield layer, letter, first, size
+            first += size
+    yield graph.layers, LOGITS, len(graph.downstream) - 1, 1
+
+
+def _readable(graph: Graph, first: int) -> int:
+    """How many upstream nodes come before the downstream node ``first``."""
+    return int(graph.edges[:, first].sum())
+
+
+def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Each edge's exact score: the metric of the clean run with that edge alone carrying
+    the corrupted value, less the clean metric; batched passes, each starting at the
+    lowest downstream layer among its rows."""
+    import torch
+
+    graph = runs.wiring.graph
+    difference = runs.difference  # (T, U, D)
+    where = {
+        first + unit: (layer, letter, unit, size)
+        for layer, letter, first, size in _groups(graph)
+        for unit in range(size)
+    }
+
+    def carried(upstream: int, downstream: int) -> Change:
+        layer, letter, unit, size = where[downstream]
+
+        def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
+            delta = difference.new_zeros(len(rows), difference.shape[0], size, difference.shape[2])
+            delta[:, :, unit] = difference[:, upstream]
+            patches.enter_context(
+                _changed_inputs(runs.wiring, layer, letter, lambda: (rows, delta))
+            )
+
+        return Change(layer, install)
+
+    changes = [carried(upstream, downstream) for upstream, downstream in edges]
+    with torch.inference_mode():
+        found = changed_metrics(
+            runs.model, runs.wiring.body, runs.arguments, runs.metric, runs.clean, changes, "edge"
+        )
+    return np.array(found, dtype=np.float64)
+
+
+def estimated_scores(runs: Runs, steps: int | None = None) -> np.ndarray:
+    """Every edge's estimated score, (U, N) (0 where there is no edge): (out_u(corrupt) −
+    out_u(clean)) · ∂metric/∂in_d summed over positions, the gradient at the clean run
+    (``steps`` None) or averaged over ``steps`` runs from the corrupted input embeddings
+    to the clean ones (EAP-IG)."""
+    import torch
+
+    points = [None] if steps is None else [(k + 1) / steps for k in range(steps)]
+    total = None
+    for done, point in enumerate(points):
+        gradient = _input_gradients(runs, point)
+        total = gradient if total is None else total + gradient
+        advance("gradient pass", done + 1, len(points))
+    assert total is not None
+    with torch.inference_mode():
+        scores = torch.einsum("tud,tnd->un", runs.difference.float(), total / len(points))
+    graph = runs.wiring.graph
+    return np.where(graph.edges, scores.cpu().numpy().astype(np.float64), 0.0)
+
+
+def _input_gradients(runs: Runs, point: float | None) -> torch.Tensor:
+    """∂metric/∂in_d for every downstream node, (T, N, D) float32, from one forward and
+    one backward pass: at the clean run, or (``point`` k/N) with the input embeddings that
+    far from the corrupted ones to the clean ones."""
+    import torch
+
+    wiring = runs.wiring
+    leaves: list[torch.Tensor] = []
+
+    def leaf(size: int) -> Added:
+        def add() -> tuple[Any, torch.Tensor]:
+            # the forward's own: a layer computed again for the backward pass adds none
+            shape = (*runs.clean_embedded.shape[:2], size, runs.clean_embedded.shape[-1])
+            made = torch.zeros(
+                shape, dtype=runs.clean_embedded.dtype, device=runs.clean_embedded.device
+            )
+            leaves.append(made.requires_grad_(True))
+            return slice(None), made
+
+        return add
+
+    def between(_module: Any, _args: tuple, _output: Any) -> torch.Tensor:
+        corrupt, clean = runs.corrupt_embedded, runs.clean_embedded
+        return (corrupt + point * (clean - corrupt)).requires_grad_(True)
+
+    with torch.enable_grad(), contextlib.ExitStack() as hooks:
+        hooks.enter_context(weights_without_gradients(runs.model))
+        hooks.enter_context(windowed(runs.model, runs.arguments))
+        if point is not None:
+            embeddings = runs.model.get_input_embeddings()
+            hooks.enter_context(hooked(embeddings.register_forward_hook(between)))
+        for layer, letter, _first, size in _groups(wiring.graph):
+            hooks.enter_context(_changed_inputs(wiring, layer, letter, leaf(size)))
+        logits = last_logits(runs.model, runs.arguments)
+        value = runs.metric.of(logits)[0]
+        found = backward_to(value, leaves)
+    gradients = [
+        torch.zeros_like(made) if gradient is None else gradient
+        for made, gradient in zip(leaves, found, strict=True)
+    ]
+    return torch.cat(gradients, dim=2)[0].float()  # (T, N, D)
+
+
+def circuit_metrics(runs: Runs, kept: np.ndarray) -> list[float]:
+    """The metric of the clean run with every edge outside each circuit carrying the
+    corrupted value: ``kept`` (C, U, N) bool, whether each edge is in each circuit. A
+    pass of one row per circuit, as the clean run was: every edge kept changes nothing,
+    and gives the clean metric itself."""
+    import torch
+
+    found: list[float] = []
+    for done, circuit in enumerate(kept):
+        with torch.inference_mode():
+            found.append(_circuit_pass(runs, circuit))
+        advance("circuit", done + 1, len(kept))
+    return found
+
+
+def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
+    """The metric with every edge outside ``kept`` (U, N) carrying the corrupted value."""
+    import torch
+
+    wiring, graph = runs.wiring, runs.wiring.graph
+    outside = torch.as_tensor(graph.edges & ~kept, device=runs.clean_written.device)
+    corrupt = runs.corrupt_written  # (1, T, U, D)
+    with contextlib.ExitStack() as hooks:
+        written = hooks.enter_context(_written(wiring.body))
+
+        def corrupted(first: int, size: int) -> Added:
+            def add() -> tuple[Any, torch.Tensor] | None:
+                readable = _readable(graph, first)
+                mask = outside[:readable, first : first + size].to(corrupt.dtype)  # (u, n)
+                if not mask.any():
+                    return None
+                current = torch.cat([part for part in written if part is not None], dim=2)
+                difference = corrupt[:, :, :readable] - current[:, :, :readable]  # (1, T, u, D)
+                return slice(None), torch.einsum("btud,un->btnd", difference, mask)
+
+            return add
+
+        for layer, letter, first, size in _groups(graph):
+            hooks.enter_context(_changed_inputs(wiring, layer, letter, corrupted(first, size)))
+        logits = last_logits(runs.model, runs.arguments)
+    return float(runs.metric.of(logits)[0])
