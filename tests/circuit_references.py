@@ -1,0 +1,243 @@
+"""Circuits written from plain transformers hooks and autograd, none of attnviz's code: the
+nodes and edges of a decoder, a run in which chosen edges carry the corrupted run's value,
+the exact edge scores, EAP and EAP-IG, and a circuit's metric. The modules are found by
+their names and the model's structure (hook_references' helpers), the heads' columns from
+the configuration.
+
+An upstream node's output: the first layer's input (``input``); a head's slice of the
+output projection's input through the projection, the bias taken off (in a layer with a
+post-attention norm, times that norm's gain over the RMS of the whole attention output,
+as the norm scales it); an MLP's: the layer's output less the MLP norm's input. A
+downstream node's input: a head's query, key or value is its columns of the projection
+of the attention norm of (the layer's input + what is added); an MLP's and the logits'
+their norm's input + what is added.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tests.hook_references import (
+    _eps,
+    _gain,
+    _post_attention_norm,
+    attention_of,
+    final_norm,
+    graph_metric,
+    hidden_of,
+    layers_of,
+    mlp_input_norm,
+    output_projection,
+    with_hidden,
+)
+
+
+def shape_of(model):
+    """(layers, query heads, key/value heads, head size)."""
+    config = model.config
+    heads = getattr(config, "num_attention_heads", None) or config.n_head
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    width = getattr(config, "hidden_size", None) or config.n_embd
+    size = getattr(config, "head_dim", None) or width // heads
+    return len(layers_of(model)), heads, kv, size
+
+
+def nodes(model):
+    """Upstream and downstream node names, in the order the model computes them, and the
+    edges: every (upstream, downstream) with the upstream node computed first."""
+    layers, heads, kv, _ = shape_of(model)
+    group = "h" if kv == heads else "kv"
+    upstream, downstream = [("input", -1)], []
+    for layer in range(layers):
+        upstream += [(f"a{layer}.h{head}", 2 * layer) for head in range(heads)]
+        upstream.append((f"m{layer}", 2 * layer + 1))
+        downstream += [(f"a{layer}.h{head}.q", 2 * layer) for head in range(heads)]
+        for letter in "kv":
+            downstream += [(f"a{layer}.{group}{unit}.{letter}", 2 * layer) for unit in range(kv)]
+        downstream.append((f"m{layer}", 2 * layer + 1))
+    downstream.append(("logits", 2 * layers))
+    edges = [(u, d) for u, at in upstream for d, reads in downstream if at < reads]
+    return [name for name, _ in upstream], [name for name, _ in downstream], edges
+
+
+def _attention_norm(block):
+    for name in ("ln_1", "input_layernorm"):
+        if hasattr(block, name):
+            return getattr(block, name)
+    raise AssertionError(f"no attention input norm in {type(block).__name__}")
+
+
+def _columns(model, letter, unit):
+    """(projection module, its columns of ``letter``'s ``unit``) in a layer's attention."""
+    _, heads, kv, size = shape_of(model)
+
+    def at(attention):
+        if hasattr(attention, "q_proj"):
+            return getattr(attention, f"{letter}_proj"), slice(unit * size, (unit + 1) * size)
+        start = "qkv".index(letter) * heads * size + unit * size  # GPT-2's c_attn
+        return attention.c_attn, slice(start, start + size)
+
+    return at
+
+
+def run(model, ids, answer_id, versus_id, added=None, embedded=None, graph=False):
+    """One forward pass: its metric and every upstream node's output, (T, D) each.
+    ``added(name, outputs)`` gives what a downstream node's input gets added ((T, D)), or
+    None, from the outputs computed so far; ``embedded`` replaces the input embeddings'
+    output. With ``graph`` the metric stays a tensor of the graph."""
+    layers, heads, kv, size = shape_of(model)
+    group = "h" if kv == heads else "kv"
+    outputs, entering, mid, raw = {}, {}, {}, {}
+    hooks = []
+
+    def add(name):
+        return None if added is None else added(name, outputs)
+
+    for layer, block in enumerate(layers_of(model)):
+        attention = attention_of(block)
+        projection = output_projection(model, layer)
+        post = _post_attention_norm(block)
+        gain = None if post is None else _gain(post)  # before its hooks: it calls the norm
+
+        def enter(_m, args, kwargs, layer=layer):
+            entering[layer] = hidden_of(args, kwargs)
+            if layer == 0:
+                outputs["input"] = entering[layer][0]
+
+        def heads_out(_m, args, layer=layer, projection=projection, post=post):
+            z = args[0][0]  # (T, E)
+            bias = projection.forward(torch.zeros_like(z[:1]))  # not through these hooks
+            shares = []
+            for head in range(heads):
+                alone = torch.zeros_like(z)
+                alone[:, head * size : (head + 1) * size] = z[:, head * size : (head + 1) * size]
+                shares.append(projection.forward(alone) - bias)
+            if post is None:
+                for head, share in enumerate(shares):
+                    outputs[f"a{layer}.h{head}"] = share
+            else:
+                raw[layer] = shares
+
+        def post_normed(_m, args, _out, layer=layer, post=post, gain=gain):
+            whole = args[0][0]
+            scale = torch.sqrt(whole.pow(2).mean(-1, keepdim=True) + _eps(post))
+            for head, share in enumerate(raw[layer]):
+                outputs[f"a{layer}.h{head}"] = share / scale * gain.to(share.dtype)
+
+        def keep_mid(_m, args, kwargs, layer=layer):
+            mid[layer] = hidden_of(args, kwargs)[0]
+
+        def mlp_added(_m, args, kwargs, layer=layer):
+            delta = add(f"m{layer}")
+            if delta is None:
+                return None
+            return with_hidden(args, kwargs, hidden_of(args, kwargs) + delta)
+
+        def leaving(_m, _a, out, layer=layer):
+            hidden = out[0] if isinstance(out, tuple) else out
+            outputs[f"m{layer}"] = hidden[0] - mid[layer]
+
+        hooks += [
+            block.register_forward_pre_hook(enter, with_kwargs=True),
+            projection.register_forward_pre_hook(heads_out),
+            mlp_input_norm(block).register_forward_pre_hook(keep_mid, with_kwargs=True),
+            mlp_input_norm(block).register_forward_pre_hook(mlp_added, with_kwargs=True),
+            block.register_forward_hook(leaving),
+        ]
+        if post is not None:
+            hooks.append(post.register_forward_hook(post_normed))
+        for letter, count in (("q", heads), ("k", kv), ("v", kv)):
+            for unit in range(count):
+                module, columns = _columns(model, letter, unit)(attention)
+                name = f"a{layer}.{'h' if letter == 'q' else group}{unit}.{letter}"
+
+                def own_input(_m, _a, out, layer=layer, module=module, columns=columns, name=name):
+                    delta = add(name)
+                    if delta is None:
+                        return None
+                    norm = _attention_norm(layers_of(model)[layer])
+                    copy = entering[layer] + delta
+                    changed = out.clone()
+                    changed[..., columns] = module.forward(norm.forward(copy))[..., columns]
+                    return changed
+
+                hooks.append(module.register_forward_hook(own_input))
+
+    def logits_added(_m, args, kwargs):
+        delta = add("logits")
+        return None if delta is None else with_hidden(args, kwargs, hidden_of(args, kwargs) + delta)
+
+    hooks.append(final_norm(model).register_forward_pre_hook(logits_added, with_kwargs=True))
+    if embedded is not None:
+        embeddings = model.get_input_embeddings()
+        hooks.append(embeddings.register_forward_hook(lambda _m, _a, _o: embedded))
+    try:
+        with torch.set_grad_enabled(graph):
+            last = model(input_ids=ids).logits[0, -1].float()
+            metric = graph_metric(last, answer_id, versus_id)
+    finally:
+        for handle in hooks:
+            handle.remove()
+    return (metric if graph else float(metric)), outputs
+
+
+def carried_metric(model, ids, corrupt, answer_id, versus_id, carried):
+    """The metric of the clean run in which each (upstream, downstream) edge of
+    ``carried`` carries the corrupted run's value (``corrupt``: its outputs, from
+    :func:`run`): d's input gets out_u(corrupt) − out_u(this run) added, summed over its
+    carried edges."""
+    into = {}
+    for upstream, downstream in carried:
+        into.setdefault(downstream, []).append(upstream)
+
+    def added(name, outputs):
+        if name not in into:
+            return None
+        return sum(corrupt[u] - outputs[u] for u in into[name])
+
+    return run(model, ids, answer_id, versus_id, added)[0]
+
+
+def exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges):
+    """Each edge's metric with it alone carrying the corrupted value, less the clean one."""
+    clean = run(model, ids, answer_id, versus_id)[0]
+    _, corrupt = run(model, corrupt_ids, answer_id, versus_id)
+    return {
+        edge: carried_metric(model, ids, corrupt, answer_id, versus_id, [edge]) - clean
+        for edge in edges
+    }
+
+
+def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None):
+    """Every edge's (out_u(corrupt) − out_u(clean)) · ∂metric/∂in_d, summed over positions:
+    the gradient at the clean run, or averaged over ``steps`` runs whose input embeddings
+    are k/steps of the way from the corrupted ones to the clean ones, k = 1…steps."""
+    _, downstream, edges = nodes(model)
+    _, clean = run(model, ids, answer_id, versus_id)
+    _, corrupt = run(model, corrupt_ids, answer_id, versus_id)
+    embeddings = model.get_input_embeddings()
+    with torch.no_grad():
+        clean_embedded, corrupt_embedded = embeddings(ids), embeddings(corrupt_ids)
+    points = [None] if steps is None else [(k + 1) / steps for k in range(steps)]
+    gradients = {name: 0 for name in downstream}
+    for point in points:
+        leaves = {name: torch.zeros_like(clean["input"], requires_grad=True) for name in downstream}
+        embedded = (
+            None
+            if point is None
+            else corrupt_embedded + point * (clean_embedded - corrupt_embedded)
+        )
+        metric, _ = run(
+            model,
+            ids,
+            answer_id,
+            versus_id,
+            lambda name, _outputs: leaves[name],
+            embedded,
+            graph=True,
+        )
+        found = torch.autograd.grad(metric, list(leaves.values()), allow_unused=True)
+        for name, gradient in zip(leaves, found, strict=True):
+            if gradient is not None:
+                gradients[name] = gradients[name] + gradient / len(points)
+    return {(u, d): float(((corrupt[u] - clean[u]) * gradients[d]).sum()) for u, d in edges}

@@ -1,0 +1,176 @@
+"""Circuits (`Extractor.circuit`): every edge's score, exact, EAP and EAP-IG, and a
+circuit's faithfulness, held to tests/circuit_references.py (plain hooks and autograd)
+on the tiny GPT-2, Llama (grouped-query heads) and Gemma 2 and 3 (post-attention norms);
+the invariants (every edge kept gives 1, none 0; a dataset's scores the mean of its
+pairs')."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests import circuit_references as reference
+from tests.checks import model_tolerance
+from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS, prepared
+
+FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm", "gemma3-lm"]
+
+
+def _scores(circuit):
+    return {(first, then): score for first, then, score in circuit.edges()}
+
+
+def _setup(generators, language_models, family):
+    extractor, model, (ids, corrupt_ids), answer_id, versus_id = prepared(
+        generators, language_models, family, versus=True
+    )
+    return extractor, model, ids, corrupt_ids, answer_id, versus_id
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_graph_is_every_writer_before_every_reader(generators, language_models, family):
+    extractor, model, *_ = _setup(generators, language_models, family)
+    circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0)
+    upstream, downstream, edges = reference.nodes(model)
+    assert circuit.graph.upstream == upstream
+    assert circuit.graph.downstream == downstream
+    assert set(_scores(circuit)) == set(edges)
+    assert circuit.graph.count == len(edges)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_exact_scores_equal_the_edge_carried_by_plain_hooks(generators, language_models, family):
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact")
+    found = _scores(circuit)
+    edges = sorted(found)[::3]  # every third edge: each is a forward pass of the reference
+    expected = reference.exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges)
+    tolerance = model_tolerance(model.config)
+    worst = max(abs(found[edge] - expected[edge]) for edge in edges)
+    assert worst <= tolerance, (worst, tolerance)
+    assert max(abs(value) for value in expected.values()) > 100 * tolerance  # not all ~0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("steps", [None, 3])
+def test_eap_and_eap_ig_equal_autograd_through_plain_hooks(
+    generators, language_models, family, steps
+):
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    method = "gradient" if steps is None else "ig"
+    circuit = extractor.circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, method=method, steps=steps, edges=0
+    )
+    found = _scores(circuit)
+    expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps)
+    tolerance = model_tolerance(model.config)
+    worst = max(abs(found[edge] - expected[edge]) for edge in expected)
+    assert worst <= tolerance, (worst, tolerance)
+    assert max(abs(value) for value in expected.values()) > 100 * tolerance
+
+
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm"])
+def test_ig_of_one_step_is_eap(generators, language_models, family):
+    extractor, model, *_ = _setup(generators, language_models, family)
+    eap = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0)
+    ig = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="ig", steps=1, edges=0)
+    np.testing.assert_allclose(ig.scores, eap.scores, atol=model_tolerance(model.config))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_faithfulness_equals_the_circuit_run_by_plain_hooks(generators, language_models, family):
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    circuit = extractor.circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact", edges=7, curve=[0, 3, 20]
+    )
+    clean = reference.run(model, ids, answer_id, versus_id)[0]
+    corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+    _, _, edges = reference.nodes(model)
+    tolerance = model_tolerance(model.config)
+    assert abs(circuit.clean_metric - clean) <= tolerance
+    assert abs(circuit.corrupt_metric - corrupt_metric) <= tolerance
+    ranked = [(first, then) for first, then, _ in circuit.edges()]
+    for size, faithfulness in [(circuit.kept, circuit.faithfulness), *circuit.curve]:
+        outside = [edge for edge in edges if edge not in ranked[:size]]
+        metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+        expected = (metric - corrupt_metric) / (clean - corrupt_metric)
+        assert abs(faithfulness - expected) <= tolerance / abs(clean - corrupt_metric), size
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_edge_kept_gives_one_and_none_gives_zero(generators, language_models, family):
+    extractor, model, *_ = _setup(generators, language_models, family)
+    circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges="all", curve=[0])
+    assert circuit.kept == circuit.graph.count
+    assert circuit.faithfulness == 1.0  # nothing changed: the clean run itself
+    ((size, none),) = circuit.curve
+    taken = abs(circuit.clean_metric - circuit.corrupt_metric)
+    assert size == 0 and abs(none) <= model_tolerance(model.config) / taken
+
+
+def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generators, language_models):
+    extractor, model, *_ = _setup(generators, language_models, "llama-lm")
+    pairs = [
+        {"text": TEXT, "answer": ANSWER, "versus": VERSUS, "corrupt": CORRUPT},
+        # of another length, and not the first pair's twins swapped (their means would tie)
+        {
+            "text": "The man saw the dog because",
+            "answer": ANSWER,
+            "versus": VERSUS,
+            "corrupt": "The dog saw the man because",
+        },
+    ]
+    both = extractor.circuit(pairs=pairs, method="exact", edges=5)
+    alone = [extractor.circuit(**pair, method="exact", edges=0) for pair in pairs]
+    tolerance = model_tolerance(model.config)
+    np.testing.assert_allclose(both.scores, (alone[0].scores + alone[1].scores) / 2, atol=tolerance)
+    assert both.pairs == 2
+    clean = np.mean([each.clean_metric for each in alone])
+    corrupt = np.mean([each.corrupt_metric for each in alone])
+    assert abs(both.clean_metric - clean) <= tolerance
+    # the same circuit measured on each pair: the means' fraction
+    kept = [(first, then) for first, then, _ in both.edges(both.kept)]
+    measured = []
+    for pair in pairs:
+        extractor_, model_, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
+            generators, language_models, pair
+        )
+        _, corrupt_outputs = reference.run(model_, corrupt_ids, answer_id, versus_id)
+        outside = [edge for edge in reference.nodes(model_)[2] if edge not in kept]
+        measured.append(
+            reference.carried_metric(model_, ids, corrupt_outputs, answer_id, versus_id, outside)
+        )
+    expected = (np.mean(measured) - corrupt) / (clean - corrupt)
+    assert abs(both.faithfulness - expected) <= tolerance / abs(clean - corrupt)
+
+
+def _pair_ids(generators, language_models, pair):
+    from tests.hook_references import answer_token_id, token_ids
+
+    path = generators["llama-lm"]
+    extractor = language_models["llama-lm"]
+    ids, corrupt_ids = token_ids(path, pair["text"]), token_ids(path, pair["corrupt"])
+    answer_id = answer_token_id(path, pair["text"], pair["answer"])
+    versus_id = answer_token_id(path, pair["text"], pair["versus"])
+    return extractor, extractor.loaded.model, ids, corrupt_ids, answer_id, versus_id
+
+
+def test_refine_computes_the_estimates_top_edges_exactly(generators, language_models):
+    extractor, model, *_ = _setup(generators, language_models, "gemma2-lm")
+    estimate = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0)
+    exact = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact", edges=0)
+    refined = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, refine=6, edges=0)
+    top = [(first, then) for first, then, _ in estimate.edges(6)]
+    found, exact_scores, estimated = _scores(refined), _scores(exact), _scores(estimate)
+    tolerance = model_tolerance(model.config)
+    assert all(abs(found[edge] - exact_scores[edge]) <= tolerance for edge in top)
+    rest = [edge for edge in estimated if edge not in top]
+    assert all(found[edge] == estimated[edge] for edge in rest)
+    assert refined.exact is not None and int(refined.exact.sum()) == 6
+    assert any(abs(found[edge] - estimated[edge]) > 10 * tolerance for edge in top)
