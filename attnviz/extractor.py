@@ -291,11 +291,45 @@ class Extractor(ABC):
             if answer is not None or corrupt is not None or versus is not None:
                 raise UsageError("each pair holds its answer, versus and corrupted text")
             given = [each if isinstance(each, Input) else Input(**each) for each in pairs]
-        if not given:
-            raise UsageError("pairs is empty: a circuit is measured on at least one pair")
-        for each in given:
-            check_asked(asked, each)
-        return self._circuit(given, asked, None, progress)
+        return self.circuit_of(given, asked, progress=progress)
+
+    def circuit_of(
+        self,
+        inputs: list[Input],
+        request: Request,
+        names: list[str] | None = None,
+        progress: Listener | None = None,
+    ) -> Circuit:
+        """The circuit a request asks (its ``circuit`` field), over ``inputs`` (each a text
+        with its answer and corrupted twin), each checked first; ``names`` say each input
+        in an error ("pair 1"… by default)."""
+        if request.circuit is None:
+            raise UsageError("the request asks no circuit: give it circuit=CircuitOptions(...)")
+        if not inputs:
+            raise UsageError("no pairs: a circuit is measured on at least one")
+        for index, each in enumerate(inputs):
+            try:
+                check_asked(request, each)
+            except UsageError as error:
+                raise UsageError(pair_error(error, index, len(inputs), names)) from None
+        mixed = next(
+            (
+                index
+                for index, each in enumerate(inputs)
+                if (each.versus is None) != (inputs[0].versus is None)
+            ),
+            None,
+        )
+        if mixed is not None:
+            raise UsageError(
+                pair_error(
+                    UsageError("every pair is measured alike: give each a versus answer, or none"),
+                    mixed,
+                    len(inputs),
+                    names,
+                )
+            )
+        return self._circuit(inputs, request, names, progress)
 
     def _circuit(
         self,
@@ -404,6 +438,14 @@ class Extractor(ABC):
     @abstractmethod
     def _explain(self, asked: Explaining) -> Any:
         """What :meth:`explain` asks, its text and mode checked."""
+
+
+def pair_error(error: Exception, index: int, count: int, names: list[str] | None) -> str:
+    """What went wrong with one of ``count`` pairs, named as given ("pair 1"… by default;
+    a single pair given without a name is not named)."""
+    if names is None and count == 1:
+        return str(error)
+    return f"{names[index] if names else f'pair {index + 1}'}: {error}"
 
 
 def no_next_token(model: str) -> UsageError:

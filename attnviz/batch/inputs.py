@@ -29,6 +29,8 @@ class BatchInput:
     id: str | None = None
     pair: str | None = None  # sentence B of a sentence pair (JSONL "pair")
     answer: str | None = None  # what a causal language model should go on with (JSONL "answer")
+    versus: str | None = None  # a second answer (JSONL "versus"): circuits' logit difference
+    corrupt: str | None = None  # the text's corrupted twin (JSONL "corrupt"): circuits' pairs
     error: str | None = None  # why this line could not be read as an input
     blank: bool = False  # a blank line: skipped, not an input that failed
     name: str = ""  # the stem of its output files
@@ -146,21 +148,24 @@ def _read_json_line(item: BatchInput, content: str) -> None:
         return
     text, target, name = value.get("text"), value.get("target"), value.get("id")
     pair, answer = value.get("pair"), value.get("answer")
+    versus, corrupt = value.get("versus"), value.get("corrupt")
     if not isinstance(text, str):
         item.error = f'line {item.line} has no "text" string'
         return
-    for field_name, part in (("target", target), ("pair", pair), ("answer", answer)):
+    named = {"target": target, "pair": pair, "answer": answer, "versus": versus, "corrupt": corrupt}
+    for field_name, part in named.items():
         if part is not None and not isinstance(part, str):
             item.error = f'line {item.line}: "{field_name}" must be a string'
             return
     if answer is not None and not answer.strip():
         item.error = f'line {item.line}: "answer" is empty'
         return
-    parts = (text, target, pair, answer, name)
+    parts = (text, *named.values(), name)
     if not all(_is_text(part) for part in parts if isinstance(part, str)):
         item.error = f"line {item.line} holds a lone surrogate (a \\ud800-style escape): not text"
         return
     item.text, item.target, item.pair, item.answer = text, target, pair, answer
+    item.versus, item.corrupt = versus, corrupt
     item.id = None if name is None else str(name)
 
 

@@ -96,6 +96,9 @@ COMMANDS = {
     "lens": CommandEntry(
         "attnviz.cli.lens", "The logit lens: what each layer would predict at each position."
     ),
+    "circuit": CommandEntry(
+        "attnviz.cli.circuit", "Circuits: which paths between heads carry an answer."
+    ),
     "top": CommandEntry(
         "attnviz.cli.top", "For each query token, the key tokens it attends to most."
     ),

@@ -36,6 +36,7 @@ from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
+    from attnviz.circuit_options import CircuitOptions
     from attnviz.cli.output import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
@@ -361,10 +362,13 @@ class Effects:
         trace: Site | None = None,
         by_position: bool = False,
         lens: bool = False,
+        circuit: CircuitOptions | None = None,
     ) -> dict[str, Any]:
         """What a request reads of each input for these options: its maps or, with
         ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
-        a knockout alone; or a ``trace`` at a site alone (``by_position`` at a head's)."""
+        a knockout alone; or a ``trace`` at a site, the lens or a ``circuit``, alone."""
+        if circuit is not None:
+            return {"maps": False, "circuit": circuit, "metric": self.metric}
         if lens or trace is not None:  # each alone
             at = {} if trace is None else {"trace": trace, "by_position": by_position}
             return {"maps": False, "lens": lens, "method": self.method, "metric": self.metric, **at}
@@ -527,6 +531,7 @@ def request(
     trace: Site | None = None,
     by_position: bool = False,
     lens: bool = False,
+    circuit: CircuitOptions | None = None,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
     text, target and answer (the text unless read from stdin), how the selection is
@@ -577,7 +582,7 @@ def request(
         heads=reading.head,
         **request_fields(settings),
         **request_fields(products),
-        **effects.asked(statistics, trace, by_position, lens),
+        **effects.asked(statistics, trace, by_position, lens, circuit),
     )
     return Job(
         spec=ExtractorSpec(model, config, settings.load_options() if model != d.BUILTIN else None),

@@ -13,6 +13,7 @@ import numpy as np
 from attnviz.analysis.circuit import Circuit, faithfulness_of, kept_masks, ranked
 from attnviz.choices import CircuitMethod
 from attnviz.errors import UsageError, warn
+from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answer_label, answered
 from attnviz.pretrained.edges import (
     Runs,
@@ -39,9 +40,9 @@ def circuited(
 ) -> Circuit:
     """The circuit of ``inputs`` (each a text, its answer and its corrupted twin; a
     usage error names the input by ``names``, "pair 1"… by default)."""
+    names = list(names) if names is not None else None
     options = request.circuit
     assert options is not None and inputs  # asked of a circuit request, with inputs
-    names = names or [f"pair {index + 1}" for index in range(len(inputs))]
     kept_runs: dict[int, tuple[Answered, Runs]] = {}
 
     def runs_of(index: int) -> tuple[Answered, Runs]:
@@ -57,9 +58,7 @@ def circuited(
                 extractor.loaded.model, body, asked.arguments, asked.corrupt_arguments, asked.metric
             )
         except UsageError as error:
-            raise UsageError(
-                f"{names[index]}: {error}" if len(inputs) > 1 else str(error)
-            ) from None
+            raise UsageError(pair_error(error, index, len(inputs), names)) from None
         if len(inputs) == 1:
             kept_runs[index] = asked, runs
         return asked, runs
@@ -69,7 +68,7 @@ def circuited(
         graph = first_runs.wiring.graph
         kept, sizes = options.kept(graph.count), options.sizes(graph.count)
         scores, clean, corrupt, last = _mean_scores(
-            len(inputs), runs_of, first, options.method, options.steps
+            len(inputs), runs_of, options.method, options.steps
         )
         exact = None
         if options.refine is not None:
@@ -104,19 +103,13 @@ RunsOf = Callable[[int], "tuple[Answered, Runs]"]
 
 
 def _mean_scores(
-    count: int, runs_of: RunsOf, first: Answered, method: CircuitMethod, steps: int | None
+    count: int, runs_of: RunsOf, method: CircuitMethod, steps: int | None
 ) -> tuple[np.ndarray, float, float, Any]:
     """Every edge's score, the mean over the pairs; the mean clean and corrupted
     metrics, and every upstream node's mean clean output at the last position, (U, D)."""
     total, clean, corrupt, last = None, 0.0, 0.0, 0.0
     for index in range(count):
-        asked, runs = runs_of(index)
-        measure, first_measure = _measure(asked), _measure(first)
-        if measure != first_measure:
-            raise UsageError(
-                f"pair {index + 1} is measured by {measure} and pair 1 by {first_measure}: "
-                "give every pair a versus answer, or none"
-            )
+        _, runs = runs_of(index)
         if method is CircuitMethod.EXACT:
             graph = runs.wiring.graph
             upstream, downstream = graph.edge_list()
@@ -132,10 +125,6 @@ def _mean_scores(
         last = last + runs.clean_written[0, -1].float()
     assert total is not None
     return total / count, clean / count, corrupt / count, last / count
-
-
-def _measure(asked: Answered) -> str:
-    return asked.answer(log_prob=0.0).metric_name
 
 
 def _refined(

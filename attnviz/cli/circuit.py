@@ -1,0 +1,239 @@
+"""`attnviz circuit`: every edge between a model's heads and MLPs scored on an answer, from
+one text and its corrupted twin or a dataset of pairs, and the faithfulness of the circuit
+of the top edges."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated
+
+import typer
+
+from attnviz.atomic_files import check_writable, open_output
+from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Output
+from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, CircuitOptions
+from attnviz.cli import declarations as d
+from attnviz.cli import output as out
+from attnviz.cli.bundles import bundle
+from attnviz.cli.pictures import figure_settings
+from attnviz.cli.settings import Effects, Reading, request, trace_settings
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
+from attnviz.errors import UsageError
+from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
+from attnviz.request import Input
+
+FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
+# A circuit's edges carry a corrupted run's values, measured on an answer; its own
+# --method says how edges are scored.
+circuit_options = bundle(
+    "effects", Effects, leave_out=("ablate", "knockout", "window", "normalize", "method")
+)
+TextOption = Annotated[
+    str | None,
+    typer.Argument(metavar="TEXT", show_default=False, help=f"{d.TEXT_HELP} (or give --pairs)."),
+]
+PairsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pairs",
+        metavar="FILE.jsonl",
+        help='A dataset: one {"text", "answer", "versus", "corrupt"} per line ("versus" in '
+        "every line or in none; each text and its corrupted twin of as many tokens): every "
+        "score is the mean over the pairs.",
+    ),
+]
+MethodOption = Annotated[
+    CircuitMethod,
+    typer.Option(
+        "--method",
+        case_sensitive=False,
+        help="How each edge is scored: "
+        + ", ".join(f"{method} ({label})" for method, label in CIRCUIT_METHOD_LABELS.items())
+        + ".",
+    ),
+]
+StepsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--steps",
+        min=1,
+        help=f"EAP-IG's points between the corrupted and the clean input embeddings "
+        f"(--method ig; {DEFAULT_STEPS} by default).",
+    ),
+]
+RefineOption = Annotated[
+    int | None,
+    typer.Option("--refine", metavar="K", help="Score the estimate's top K edges again exactly."),
+]
+EdgesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--edges",
+        metavar="N",
+        help=f"The circuit: the N edges of largest |score| ({ALL} or 0 allowed; "
+        f"{DEFAULT_EDGES} by default, or every edge where there are fewer). Its faithfulness: "
+        "(m(circuit) - m(corrupt)) / (m(clean) - m(corrupt)), every edge outside it "
+        "carrying the corrupted run's value.",
+    ),
+]
+CurveOption = Annotated[
+    str | None,
+    typer.Option(
+        "--curve",
+        metavar="N,N,…",
+        help="Measure the faithfulness of the circuits of these sizes too (10,30,100,300).",
+    ),
+]
+RowsOption = Annotated[int, typer.Option("--rows", min=1, help="How many edges the table shows.")]
+PictureOption = Annotated[
+    str | None,
+    typer.Option(
+        "--picture",
+        "-o",
+        metavar="PATH",
+        help="Draw the circuit as a graph, with its faithfulness curve, for a paper "
+        "(.png, .svg or .pdf).",
+    ),
+]
+
+
+@sharing(circuit_options, trace_settings, figure_settings)
+def circuit(
+    text: TextOption = None,
+    model: d.ModelOption = d.BUILTIN,
+    pairs: PairsOption = None,
+    method: MethodOption = CircuitMethod.GRADIENT,
+    steps: StepsOption = None,
+    refine: RefineOption = None,
+    edges: EdgesOption = None,
+    curve: CurveOption = None,
+    output_format: FormatOption = Output.TABLE,
+    output: PictureOption = None,
+    rows: RowsOption = 20,
+    width: d.WidthOption = None,
+    shared: Shared = NOTHING_SHARED,
+) -> None:
+    """Circuits: which paths between heads carry the answer. Every edge from what writes to
+    the residual stream (the input, each head, each MLP) to what reads it above (each
+    head's query, key and value, each MLP, the logits) gets a score: the change in the
+    metric when that edge alone carries the corrupted run's value into the clean run.
+    The circuit of the top --edges is measured exactly for its faithfulness.
+
+    The metric is the answer's log-probability, or with --versus logit(answer) -
+    logit(versus). TEXT and --corrupt have as many tokens; --pairs FILE.jsonl gives many.
+    """
+    drawn = None if output is None else output_of_file(output, PICTURES)
+    if drawn is not None and output_format is not Output.TABLE:
+        raise UsageError(
+            "--picture (-o) writes a picture; -f writes data to stdout: give one of them"
+        )
+    if drawn is None:
+        refuse_unused(shared.picture.given(), "a picture (--picture FILE.png)", "this output")
+    style = shared.picture.style()
+    options = CircuitOptions(method, steps, _edges(edges), _sizes(curve), refine)
+    inputs, names = _pairs(pairs, text, shared.effects) if pairs is not None else (None, None)
+    first = inputs[0] if inputs else None
+    effects = (
+        shared.effects
+        if first is None
+        else replace(
+            shared.effects, answer=first.answer, versus=first.versus, corrupt=first.corrupt
+        )
+    )
+    asked = request(
+        Reading(model),
+        settings=shared.settings,
+        effects=effects,
+        text=text if first is None else first.text,
+        circuit=options,
+    )
+    if model == d.BUILTIN:
+        # numpy: after the options are checked (a usage error loads none)
+        from attnviz.extractor import no_next_token
+
+        raise no_next_token(d.BUILTIN)
+    if output is not None:
+        check_writable(output)  # before the model loads
+    extractor = asked.open(shared.environment)
+    if inputs is None:
+        line = out.only_one(out.inputs(text, extractor), "give many pairs with --pairs FILE.jsonl")
+        inputs = [asked.input(line)]
+    with out.passes_shown(shared.environment) as listener:
+        found = extractor.circuit_of(inputs, asked.request, names, listener)
+    if drawn is not None:
+        from attnviz.render.circuit import circuit_picture  # matplotlib: only for a picture
+
+        assert output is not None
+        with open_output(output, binary=True) as stream:
+            stream.write(circuit_picture(found, drawn, style))
+    elif output_format in TABLE_DATA:
+        out.write_data(found, output_format)
+    else:
+        from attnviz.render.circuit import circuit_table  # numpy and rich's drawing
+
+        console = out.stdout_console(d.ColourChoice.AUTO, width, shared.environment)
+        console.print(circuit_table(found, console.width, rows))
+
+
+def _edges(value: str | None) -> int | str | None:
+    if value is None or value == ALL:
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"--edges is a number of edges or {ALL}, not {value!r}") from None
+
+
+def _sizes(value: str | None) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    try:
+        return tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--curve is numbers of edges with commas between, not {value!r}"
+        ) from None
+
+
+def _pairs(path: str, text: str | None, effects: Effects) -> tuple[list[Input], list[str]]:
+    """The pairs of a JSONL file, each checked, and the line each came from."""
+    if text is not None:
+        raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl, not both")
+    named = (
+        ("--answer", effects.answer),
+        ("--versus", effects.versus),
+        ("--corrupt", effects.corrupt),
+    )
+    given = [flag for flag, value in named if value is not None]
+    if given:
+        raise UsageError(
+            f"each line of --pairs holds its answer, versus and corrupted text: no {given[0]}"
+        )
+    # the batch package (its runner's imports with it): only where --pairs is given
+    from attnviz.batch.inputs import iter_inputs
+
+    inputs, names = [], []
+    for item in iter_inputs(path):
+        if item.blank:
+            continue
+        where = f"{path}, line {item.line}"
+        if item.error is not None:
+            raise UsageError(f"{path}: {item.error}")
+        missing = next(
+            (name for name in ("answer", "corrupt") if getattr(item, name) is None), None
+        )
+        if missing is not None:
+            raise UsageError(
+                f'{where} has no "{missing}": each pair holds text, answer and corrupt'
+            )
+        assert item.text is not None
+        try:
+            inputs.append(
+                Input(item.text, answer=item.answer, versus=item.versus, corrupt=item.corrupt)
+            )
+        except UsageError as error:
+            raise UsageError(f"{where}: {error}") from None
+        names.append(where)
+    if not inputs:
+        raise UsageError(f"{path} holds no pairs: one JSON object per line")
+    return inputs, names

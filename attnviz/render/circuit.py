@@ -1,0 +1,193 @@
+"""A circuit drawn: its top edges as a table in the terminal; as a picture, the circuit as a
+graph (layers bottom to top, heads and MLPs as nodes, an edge's width by |score| and its
+colour by sign) beside its faithfulness curve."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Output
+from attnviz.render.effects import DEFAULT_STYLE, _figure, _saved, diverging, wrapped
+from attnviz.render.style import Style, token_label
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from attnviz.analysis.circuit import Circuit
+    from attnviz.render.image import Picture
+
+
+def _title(circuit: Circuit) -> str:
+    steps = f" ({circuit.steps} steps)" if circuit.method is CircuitMethod.IG else ""
+    pairs = "" if circuit.pairs == 1 else f", the mean over {circuit.pairs} pairs"
+    return (
+        f"{circuit.model} · circuit by {circuit.method.value}{steps}{pairs} · "
+        f"{circuit.answer.metric_label}"
+    )
+
+
+def faithfulness_lines(circuit: Circuit) -> list[str]:
+    """The circuit's faithfulness, and its curve's, in words."""
+
+    def said(value: float | None) -> str:
+        return "not defined (the corruption changes nothing)" if value is None else f"{value:.3f}"
+
+    lines = [
+        f"clean {circuit.clean_metric:.4f}, corrupted {circuit.corrupt_metric:.4f}; "
+        f"circuit of {circuit.kept:,} of {circuit.graph.count:,} edges: faithfulness "
+        f"{said(circuit.faithfulness)}"
+    ]
+    lines += [f"  {size:,} edges: faithfulness {said(value)}" for size, value in circuit.curve]
+    return lines
+
+
+def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
+    """The ``rows`` edges of largest |score| as a rich table, then the faithfulness."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=_title(circuit), title_justify="left")
+    for name, justify in (("#", "right"), ("from", "left"), ("to", "left"), ("score", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    refined = circuit.exact is not None
+    if refined:
+        table.add_column("exact", justify="center")
+    largest = max((abs(score) for *_, score in circuit.edges(rows)), default=0.0)
+    index = {name: number for number, name in enumerate(circuit.graph.upstream)}
+    downstream = {name: number for number, name in enumerate(circuit.graph.downstream)}
+    for rank, (first, then, score) in enumerate(circuit.edges(rows), 1):
+        red, green, blue = diverging(score, largest)
+        cells = [
+            str(rank),
+            first,
+            then,
+            Text(f"{score:+.4f}", style=f"on rgb({red},{green},{blue})"),
+        ]
+        if refined:
+            assert circuit.exact is not None
+            cells.append("✓" if circuit.exact[index[first], downstream[then]] else "")
+        table.add_row(*cells)
+    unit = circuit.answer.unit()
+    notes = [
+        Text(f"score: the {unit} when that edge alone carries the corrupted run's value"),
+        *(Text(line) for line in faithfulness_lines(circuit)),
+    ]
+    if circuit.method is not CircuitMethod.EXACT:
+        notes.append(Text(f"{circuit.method.value}: {CIRCUIT_METHOD_LABELS[circuit.method]}"))
+    return Group(table, *notes)
+
+
+def _positions(circuit: Circuit) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+    """Where each node is drawn, (x, y): the input at the bottom, each layer's heads on a
+    row and its MLP above them, the logits on top; and the head a downstream node is
+    drawn at (a query, key or value input at its head; a key/value head's at its first
+    query head)."""
+    graph = circuit.graph
+    middle = (graph.heads - 1) / 2
+    at = {"input": (middle, 0.0), "logits": (middle, 2.0 * graph.layers + 1)}
+    for layer in range(graph.layers):
+        for head in range(graph.heads):
+            at[f"a{layer}.h{head}"] = (float(head), 2.0 * layer + 1)
+        at[f"m{layer}"] = (middle, 2.0 * layer + 2)
+    drawn_at = {}
+    group = graph.heads // graph.kv_heads
+    for name in graph.downstream:
+        parts = name.split(".")
+        if len(parts) == 3:  # a head's input: q of its head, k and v of their group's first
+            unit = int(parts[1].lstrip("hkv"))
+            head = unit if parts[2] == "q" else unit * group
+            drawn_at[name] = f"{parts[0]}.h{head}"
+        else:
+            drawn_at[name] = name
+    return at, drawn_at
+
+
+def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_STYLE) -> bytes:
+    """The circuit as a graph, and beside it the faithfulness at each size measured."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    graph = circuit.graph
+    at, drawn_at = _positions(circuit)
+    small = style.font_size or 7
+    size = style.figsize or (4.0 + 0.7 * graph.heads + 3.5, 2.0 + 0.45 * graph.layers)
+    figure = Figure(figsize=size, dpi=style.dpi)
+    FigureCanvasAgg(figure)
+    axes, curve = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
+    edges = circuit.edges(circuit.kept)
+    largest = max((abs(score) for *_, score in edges), default=0.0) or 1.0
+    used = {"input", "logits"}
+    for first, then, score in reversed(edges):  # the strongest drawn last, on top
+        target = drawn_at[then]
+        used |= {first, target}
+        (x0, y0), (x1, y1) = at[first], at[target]
+        colour = tuple(channel / 255 for channel in diverging(score, largest))
+        arrow = {
+            "arrowstyle": "-|>",
+            "color": colour,
+            "lw": 0.4 + 3.6 * abs(score) / largest,
+            "shrinkA": 0,
+            "shrinkB": 0,
+            "connectionstyle": "arc3,rad=0.08",
+        }
+        axes.annotate("", xy=(x1, y1 - 0.12), xytext=(x0, y0 + 0.12), arrowprops=arrow)
+    index = {name: number for number, name in enumerate(graph.upstream)}
+    for name, (x, y) in at.items():
+        kept = name in used
+        axes.scatter([x], [y], s=60 if kept else 8, c="#333333" if kept else "#cccccc", zorder=3)
+        if kept and name != "logits":
+            promoted = circuit.promoted[index[name]] if circuit.promoted else ""
+            label = (
+                name
+                if not promoted or name == "input"
+                else f"{name}\n→{token_label(promoted)[:10]}"
+            )
+            axes.annotate(label, (x, y), xytext=(4, 3), textcoords="offset points",
+                          fontsize=max(4, small - 2), zorder=4)  # fmt: skip
+        elif name == "logits":
+            axes.annotate(
+                "logits", (x, y), xytext=(4, 3), textcoords="offset points", fontsize=small
+            )
+    rows = [2 * layer + 1 for layer in range(graph.layers)]
+    axes.set_yticks(rows, [f"layer {layer}" for layer in range(graph.layers)], fontsize=small)
+    axes.set_xticks(range(graph.heads), [f"h{head}" for head in range(graph.heads)], fontsize=small)
+    axes.set_xlim(-0.8, graph.heads - 0.2)
+    axes.set_ylim(-0.6, 2 * graph.layers + 1.6)
+    for side in ("top", "right"):
+        axes.spines[side].set_visible(False)
+    title = style.titles(_title(circuit))
+    if title:
+        axes.set_title(wrapped(title, int(figure.get_figwidth() * 8)), fontsize=small + 1)
+    _curve(curve, circuit, small)
+    return _saved(figure, picture)
+
+
+def _curve(axes: Any, circuit: Circuit, small: int) -> None:
+    """Faithfulness against the circuit's size: the curve's points and the circuit's."""
+    points = sorted(
+        (size, value)
+        for size, value in [*circuit.curve, (circuit.kept, circuit.faithfulness)]
+        if value is not None
+    )
+    if points:
+        sizes, values = (np.array(part) for part in zip(*points, strict=True))
+        axes.plot(sizes, values, marker="o", color="#333333", lw=1)
+        if circuit.faithfulness is not None:
+            axes.scatter([circuit.kept], [circuit.faithfulness], s=50, c="#c0392b", zorder=3)
+        if sizes.max() > 10 * max(1, sizes[sizes > 0].min(initial=1)):
+            axes.set_xscale("symlog", linthresh=1)
+    axes.axhline(1.0, color="#999999", lw=0.6, ls="--")
+    axes.axhline(0.0, color="#999999", lw=0.6, ls=":")
+    axes.set_xlabel("edges kept", fontsize=small)
+    axes.set_ylabel("faithfulness", fontsize=small)
+    axes.tick_params(labelsize=small)
+    axes.set_title("faithfulness (1: the clean run, 0: the corrupted)", fontsize=small)
+
+
+def circuit_figure(circuit: Circuit, format: Output | str, style: dict[str, Any]) -> Picture:
+    """:meth:`Circuit.picture`."""
+    return _figure(partial(circuit_picture, circuit), format, style)
