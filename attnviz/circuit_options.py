@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnviz.choices import CircuitMethod
+from attnviz.choices import CircuitMethod, chosen
 from attnviz.errors import UsageError
 
 ALL = "all"
@@ -27,11 +27,7 @@ class CircuitOptions:
     refine: int | None = None
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "method", CircuitMethod(self.method))
-        except ValueError:
-            named = ", ".join(method.value for method in CircuitMethod)
-            raise UsageError(f"method {self.method!r} is none of {named}") from None
+        object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))
         if self.steps is not None and self.method is not CircuitMethod.IG:
             raise UsageError("--steps counts EAP-IG's points: give it with --method ig")
         if self.method is CircuitMethod.IG:

@@ -280,7 +280,9 @@ class Extractor(ABC):
         ``text`` with its ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a
         mapping of text, answer, versus, corrupt): every score the mean over them. A
         causal language model only."""
-        circuit = CircuitOptions(method, steps, edges, tuple(curve), refine)
+        circuit = CircuitOptions(
+            chosen(CircuitMethod, method, "method"), steps, edges, tuple(curve), refine
+        )
         asked = _asking(request, options, circuit=circuit)
         if (text is None) == (pairs is None):
             raise UsageError("give a text (with its answer and corrupted twin) or pairs, not both")

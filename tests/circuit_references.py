@@ -69,7 +69,7 @@ def _attention_norm(block):
 
 def _columns(model, letter, unit):
     """(projection module, its columns of ``letter``'s ``unit``) in a layer's attention."""
-    _, heads, kv, size = shape_of(model)
+    _, heads, _, size = shape_of(model)
 
     def at(attention):
         if hasattr(attention, "q_proj"):
@@ -85,7 +85,7 @@ def run(model, ids, answer_id, versus_id, added=None, embedded=None, graph=False
     ``added(name, outputs)`` gives what a downstream node's input gets added ((T, D)), or
     None, from the outputs computed so far; ``embedded`` replaces the input embeddings'
     output. With ``graph`` the metric stays a tensor of the graph."""
-    layers, heads, kv, size = shape_of(model)
+    _, heads, kv, size = shape_of(model)
     group = "h" if kv == heads else "kv"
     outputs, entering, mid, raw = {}, {}, {}, {}
     hooks = []
@@ -232,7 +232,7 @@ def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None):
             ids,
             answer_id,
             versus_id,
-            lambda name, _outputs: leaves[name],
+            lambda name, _outputs, leaves=leaves: leaves[name],
             embedded,
             graph=True,
         )

@@ -138,7 +138,7 @@ def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generator
     kept = [(first, then) for first, then, _ in both.edges(both.kept)]
     measured = []
     for pair in pairs:
-        extractor_, model_, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
+        _, model_, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
             generators, language_models, pair
         )
         _, corrupt_outputs = reference.run(model_, corrupt_ids, answer_id, versus_id)

@@ -107,7 +107,7 @@ def _mean_scores(
 ) -> tuple[np.ndarray, float, float, Any]:
     """Every edge's score, the mean over the pairs; the mean clean and corrupted
     metrics, and every upstream node's mean clean output at the last position, (U, D)."""
-    total, clean, corrupt, last = None, 0.0, 0.0, 0.0
+    total, clean, corrupt, last = None, 0.0, 0.0, None
     for index in range(count):
         _, runs = runs_of(index)
         if method is CircuitMethod.EXACT:
@@ -122,8 +122,9 @@ def _mean_scores(
         total = scores if total is None else total + scores
         clean += runs.clean.metric
         corrupt += runs.corrupt_metric
-        last = last + runs.clean_written[0, -1].float()
-    assert total is not None
+        written = runs.clean_written[0, -1].float()  # (U, D)
+        last = written if last is None else last + written
+    assert total is not None and last is not None  # at least one pair
     return total / count, clean / count, corrupt / count, last / count
 
 

@@ -144,8 +144,7 @@ def read_twins(
 
 def graph_of(body: Anatomy) -> Graph:
     """The graph of ``body``'s layers, query heads and key/value heads."""
-    projection = SITES[Site.K].module(body, 0)
-    width = input_matrix(projection).shape[1]
+    width = _matrix(SITES[Site.K].module(body, 0)).shape[1]
     kv_heads = units_of(body, Site.K, 0, width).count
     return Graph(len(body.blocks), body.heads, kv_heads)
 
@@ -273,13 +272,23 @@ def _written(body: Anatomy) -> Iterator[list[Any]]:
         yield kept
 
 
+def _matrix(projection: Any) -> torch.Tensor:
+    """A projection's weight as (inputs, outputs), float32 (:func:`input_matrix`)."""
+    matrix = input_matrix(projection)
+    if matrix is None:
+        raise UsageError(
+            f"attnviz cannot read {type(projection).__name__} as a linear projection: circuits "
+            "read Linear and GPT-2's Conv1D projections"
+        )
+    return matrix
+
+
 def _head_shares(body: Anatomy, layer: int, z: torch.Tensor) -> torch.Tensor:
     """(B, T, E) an output projection's input -> (B, T, H, D) what each head's slice adds
     through its slice of the projection (the bias left out: no head's)."""
     import torch
 
-    matrix = input_matrix(body.projections[layer])  # (E, D)
-    assert matrix is not None  # anatomy_of found a Linear or a Conv1D
+    matrix = _matrix(body.projections[layer])  # (E, D)
     per_head = matrix.to(z.dtype).view(body.heads, body.head_size, -1)  # (H, Dh, D)
     return torch.einsum("bthe,hed->bthd", z.unflatten(-1, (body.heads, body.head_size)), per_head)
 
@@ -322,7 +331,7 @@ def _changed_inputs(
 
         stack.enter_context(hooked(norm.register_forward_pre_hook(add_to_input, with_kwargs=True)))
         return stack
-    norm, residual = wiring.attention_norms[layer], [None]
+    norm, residual = wiring.attention_norms[layer], [torch.empty(0)]
     site = _QKV[letter]
     module = SITES[site].module(body, layer)
 
@@ -337,7 +346,7 @@ def _changed_inputs(
         projected = output_of(output).clone()  # (B, T, W)
         units = units_of(body, site, layer, projected.shape[-1])
         copies = residual[0][rows].unsqueeze(2) + delta.to(projected.dtype)  # (R, T, n, D)
-        matrix = input_matrix(module)[:, units.columns].to(projected.dtype)  # (D, n × Dh)
+        matrix = _matrix(module)[:, units.columns].to(projected.dtype)  # (D, n × Dh)
         rows_of = matrix.view(matrix.shape[0], units.count, units.size)  # (D, n, Dh)
         # forward: not the hooks, which read the layer's own call of the norm
         value = torch.einsum("rtnd,dnh->rtnh", norm.forward(copies), rows_of)
@@ -444,8 +453,9 @@ def _input_gradients(runs: Runs, point: float | None) -> torch.Tensor:
         return add
 
     def between(_module: Any, _args: tuple, _output: Any) -> torch.Tensor:
+        assert point is not None  # hooked only for a point between the runs
         corrupt, clean = runs.corrupt_embedded, runs.clean_embedded
-        return (corrupt + point * (clean - corrupt)).requires_grad_(True)
+        return corrupt + point * (clean - corrupt)
 
     with torch.enable_grad(), contextlib.ExitStack() as hooks:
         hooks.enter_context(weights_without_gradients(runs.model))

@@ -61,7 +61,7 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
     downstream = {name: number for number, name in enumerate(circuit.graph.downstream)}
     for rank, (first, then, score) in enumerate(circuit.edges(rows), 1):
         red, green, blue = diverging(score, largest)
-        cells = [
+        cells: list[RenderableType] = [
             str(rank),
             first,
             then,
@@ -113,7 +113,7 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
 
     graph = circuit.graph
     at, drawn_at = _positions(circuit)
-    small = style.font_size or 7
+    small = int(style.font_size or 7)
     size = style.figsize or (4.0 + 0.7 * graph.heads + 3.5, 2.0 + 0.45 * graph.layers)
     figure = Figure(figsize=size, dpi=style.dpi)
     FigureCanvasAgg(figure)
