@@ -65,9 +65,12 @@ if TYPE_CHECKING:
     import torch
 
 _QKV = {"q": Site.Q, "k": Site.K, "v": Site.V}
-# What a pass adds to a group of downstream inputs, given when the pass reaches them:
-# (the batch rows, (R, T, n, D)), or None where it adds nothing there.
-Added = Callable[[], "tuple[Any, torch.Tensor] | None"]
+_TOKENS_PER_GRADIENT_PASS = 512  # rows × tokens of one of EAP-IG's passes: its points
+
+# What a pass adds to a group of downstream inputs, given the residual stream they read
+# there, (B, T, D), when the pass reaches them: (the batch rows, (R, T, n, D)), or None
+# where it adds nothing there.
+Added = Callable[["torch.Tensor"], "tuple[Any, torch.Tensor] | None"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class Runs:
     corrupt_written: torch.Tensor  # (1, T, U, D)
     clean_embedded: torch.Tensor  # (1, T, D) the input embeddings' output
     corrupt_embedded: torch.Tensor
+    # (2L + 1) of (1, T, D): the residual stream where each layer's heads, then its MLP,
+    # then the logits read it, in the corrupted run
+    corrupt_read: list[torch.Tensor]
 
     @property
     def difference(self) -> torch.Tensor:
@@ -123,12 +129,17 @@ def read_twins(
         clean = finish(logits, metric)
         check_metric(clean.metric, model, arguments, "clean run")
         clean_written = torch.cat(written, dim=2)
-        with _written(body) as written, _embedded(model) as corrupt_embedded:
+        wiring = Wiring(body, graph, *norms)
+        with (
+            _written(body) as written,
+            _embedded(model) as corrupt_embedded,
+            _read_residuals(wiring) as corrupt_read,
+        ):
             corrupt_logits = last_logits(model, corrupt_arguments)
         corrupt_metric = float(metric.of(corrupt_logits)[0])
         check_metric(corrupt_metric, model, corrupt_arguments, CORRUPTED_RUN)
     return Runs(
-        Wiring(body, graph, *norms),
+        wiring,
         model,
         arguments,
         corrupt_arguments,
@@ -139,7 +150,35 @@ def read_twins(
         torch.cat(written, dim=2),
         embedded[0],
         corrupt_embedded[0],
+        corrupt_read,
     )
+
+
+@contextlib.contextmanager
+def _read_residuals(wiring: Wiring) -> Iterator[list[Any]]:
+    """While open, a pass keeps the residual stream where each downstream group reads it:
+    each layer's attention norm's input, its MLP norm's, and the final norm's."""
+    body = wiring.body
+    norms = [
+        norm
+        for layer in range(len(body.blocks))
+        for norm in (wiring.attention_norms[layer], wiring.mlp_norms[layer])
+    ]
+    norms.append(body.norm)
+    kept: list[Any] = [None] * len(norms)
+
+    def keeper(point: int) -> Callable:
+        def keep(_module: Any, args: tuple, kwargs: dict) -> None:
+            kept[point] = hidden_of(args, kwargs)
+
+        return keep
+
+    with contextlib.ExitStack() as hooks:
+        for point, norm in enumerate(norms):
+            hooks.enter_context(
+                hooked(norm.register_forward_pre_hook(keeper(point), with_kwargs=True))
+            )
+        yield kept
 
 
 def graph_of(body: Anatomy) -> Graph:
@@ -321,7 +360,7 @@ def _changed_inputs(
         norm = body.norm if letter == LOGITS else wiring.mlp_norms[layer]
 
         def add_to_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-            found = added()
+            found = added(hidden_of(args, kwargs))
             if found is None:
                 return None
             rows, delta = found
@@ -339,7 +378,7 @@ def _changed_inputs(
         residual[0] = hidden_of(args, kwargs)
 
     def recompute(_module: Any, _args: tuple, output: Any) -> Any:
-        found = added()
+        found = added(residual[0])
         if found is None:
             return None
         rows, delta = found
@@ -398,7 +437,7 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]]) -> np.ndarray:
             delta = difference.new_zeros(len(rows), difference.shape[0], size, difference.shape[2])
             delta[:, :, unit] = difference[:, upstream]
             patches.enter_context(
-                _changed_inputs(runs.wiring, layer, letter, lambda: (rows, delta))
+                _changed_inputs(runs.wiring, layer, letter, lambda _residual: (rows, delta))
             )
 
         return Change(layer, install)
@@ -415,15 +454,19 @@ def estimated_scores(runs: Runs, steps: int | None = None) -> np.ndarray:
     """Every edge's estimated score, (U, N) (0 where there is no edge): (out_u(corrupt) −
     out_u(clean)) · ∂metric/∂in_d summed over positions, the gradient at the clean run
     (``steps`` None) or averaged over ``steps`` runs from the corrupted input embeddings
-    to the clean ones (EAP-IG)."""
+    to the clean ones (EAP-IG), as many of them a pass's rows as fit."""
     import torch
 
-    points = [None] if steps is None else [(k + 1) / steps for k in range(steps)]
+    points: list[float | None] = [None]
+    if steps is not None:
+        points = [(k + 1) / steps for k in range(steps)]
+    tokens = runs.clean_embedded.shape[1]
+    rows = max(1, _TOKENS_PER_GRADIENT_PASS // tokens)
     total = None
-    for done, point in enumerate(points):
-        gradient = _input_gradients(runs, point)
+    for first in range(0, len(points), rows):
+        gradient = _input_gradients(runs, points[first : first + rows])
         total = gradient if total is None else total + gradient
-        advance("gradient pass", done + 1, len(points))
+        advance("gradient pass", min(first + rows, len(points)), len(points))
     assert total is not None
     with torch.inference_mode():
         scores = torch.einsum("tud,tnd->un", runs.difference.float(), total / len(points))
@@ -431,19 +474,23 @@ def estimated_scores(runs: Runs, steps: int | None = None) -> np.ndarray:
     return np.where(graph.edges, scores.cpu().numpy().astype(np.float64), 0.0)
 
 
-def _input_gradients(runs: Runs, point: float | None) -> torch.Tensor:
-    """∂metric/∂in_d for every downstream node, (T, N, D) float32, from one forward and
-    one backward pass: at the clean run, or (``point`` k/N) with the input embeddings that
-    far from the corrupted ones to the clean ones."""
+def _input_gradients(runs: Runs, points: list[float | None]) -> torch.Tensor:
+    """∂metric/∂in_d for every downstream node, (T, N, D) float32, summed over one pass's
+    rows: a forward and a backward pass, a row per point (None: the clean run; k/N: the
+    input embeddings that far from the corrupted ones to the clean ones)."""
     import torch
 
     wiring = runs.wiring
     leaves: list[torch.Tensor] = []
+    rows = len(points)
+    arguments = {
+        name: value.expand(rows, *value.shape[1:]) for name, value in runs.arguments.items()
+    }
 
     def leaf(size: int) -> Added:
-        def add() -> tuple[Any, torch.Tensor]:
+        def add(_residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
             # the forward's own: a layer computed again for the backward pass adds none
-            shape = (*runs.clean_embedded.shape[:2], size, runs.clean_embedded.shape[-1])
+            shape = (rows, runs.clean_embedded.shape[1], size, runs.clean_embedded.shape[-1])
             made = torch.zeros(
                 shape, dtype=runs.clean_embedded.dtype, device=runs.clean_embedded.device
             )
@@ -453,26 +500,26 @@ def _input_gradients(runs: Runs, point: float | None) -> torch.Tensor:
         return add
 
     def between(_module: Any, _args: tuple, _output: Any) -> torch.Tensor:
-        assert point is not None  # hooked only for a point between the runs
-        corrupt, clean = runs.corrupt_embedded, runs.clean_embedded
-        return corrupt + point * (clean - corrupt)
+        corrupt, clean = runs.corrupt_embedded, runs.clean_embedded  # (1, T, D)
+        share = torch.tensor(points, dtype=clean.dtype, device=clean.device)[:, None, None]
+        return corrupt + share * (clean - corrupt)  # (R, T, D)
 
     with torch.enable_grad(), contextlib.ExitStack() as hooks:
         hooks.enter_context(weights_without_gradients(runs.model))
-        hooks.enter_context(windowed(runs.model, runs.arguments))
-        if point is not None:
+        hooks.enter_context(windowed(runs.model, arguments))
+        if points != [None]:
             embeddings = runs.model.get_input_embeddings()
             hooks.enter_context(hooked(embeddings.register_forward_hook(between)))
         for layer, letter, _first, size in _groups(wiring.graph):
             hooks.enter_context(_changed_inputs(wiring, layer, letter, leaf(size)))
-        logits = last_logits(runs.model, runs.arguments)
-        value = runs.metric.of(logits)[0]
+        logits = last_logits(runs.model, arguments)
+        value = runs.metric.of(logits).sum()  # each row's gradient in its own leaves
         found = backward_to(value, leaves)
     gradients = [
         torch.zeros_like(made) if gradient is None else gradient
         for made, gradient in zip(leaves, found, strict=True)
     ]
-    return torch.cat(gradients, dim=2)[0].float()  # (T, N, D)
+    return torch.cat(gradients, dim=2).sum(0).float()  # (T, N, D)
 
 
 def circuit_metrics(runs: Runs, kept: np.ndarray) -> list[float]:
@@ -491,28 +538,52 @@ def circuit_metrics(runs: Runs, kept: np.ndarray) -> list[float]:
 
 
 def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
-    """The metric with every edge outside ``kept`` (U, N) carrying the corrupted value."""
+    """The metric with every edge outside ``kept`` (U, N) carrying the corrupted value.
+    Each downstream input gets what every edge into it would carry, the corrupted
+    residual less the current one (their difference is the sum of every upstream node's,
+    biases cancelling), less what the kept edges carry back: out_u(corrupt) − out_u(now)
+    of each kept u. A group whose every edge is kept is left as the pass computes it."""
     import torch
 
     wiring, graph = runs.wiring, runs.wiring.graph
-    outside = torch.as_tensor(graph.edges & ~kept, device=runs.clean_written.device)
+    inside = graph.edges & kept
     corrupt = runs.corrupt_written  # (1, T, U, D)
     with contextlib.ExitStack() as hooks:
         written = hooks.enter_context(_written(wiring.body))
 
-        def corrupted(first: int, size: int) -> Added:
-            def add() -> tuple[Any, torch.Tensor] | None:
-                readable = _readable(graph, first)
-                mask = outside[:readable, first : first + size].to(corrupt.dtype)  # (u, n)
-                if not mask.any():
-                    return None
-                current = torch.cat([part for part in written if part is not None], dim=2)
-                difference = corrupt[:, :, :readable] - current[:, :, :readable]  # (1, T, u, D)
-                return slice(None), torch.einsum("btud,un->btnd", difference, mask)
+        def corrupted(point: int, first: int, size: int) -> Added:
+            keep = inside[:, first : first + size]  # (U, n)
+            if (keep == graph.edges[:, first : first + size]).all():
+                return lambda _residual: None
+            users = np.nonzero(keep.any(1))[0]
+            weights = torch.as_tensor(keep[users], dtype=corrupt.dtype, device=corrupt.device)
+
+            def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
+                away = runs.corrupt_read[point] - residual  # (1, T, D)
+                delta = away.unsqueeze(2).expand(-1, -1, size, -1)  # (1, T, n, D)
+                if len(users):
+                    now = torch.stack([_current(graph, written, u) for u in users], dim=2)
+                    carried = corrupt[:, :, users] - now  # (1, T, k, D)
+                    delta = delta - torch.einsum("btkd,kn->btnd", carried, weights)
+                return slice(None), delta
 
             return add
 
         for layer, letter, first, size in _groups(graph):
-            hooks.enter_context(_changed_inputs(wiring, layer, letter, corrupted(first, size)))
+            point = 2 * layer + (letter == "m")  # the logits' is 2L
+            hooks.enter_context(
+                _changed_inputs(wiring, layer, letter, corrupted(point, first, size))
+            )
         logits = last_logits(runs.model, runs.arguments)
     return float(runs.metric.of(logits)[0])
+
+
+def _current(graph: Graph, written: list[Any], upstream: int) -> torch.Tensor:
+    """An upstream node's output in the pass so far, (1, T, D), from :func:`_written`'s
+    slots: the input, then each layer's heads and its MLP."""
+    if upstream == 0:
+        return written[0][:, :, 0]
+    layer, within = divmod(upstream - 1, graph.heads + 1)
+    if within < graph.heads:
+        return written[_slot_of_heads(layer)][:, :, within]
+    return written[_slot_of_heads(layer) + 1][:, :, 0]
