@@ -222,3 +222,36 @@ def test_paris_without_its_space_is_said_with_its_twin(runner):
     )
     spaced = runner.invoke(app, [*common, "--answer", " Paris", "-f", "json", "--top", "1"])
     assert spaced.stderr == "" and json.loads(spaced.stdout)["answer_rank"] == 1
+
+
+def test_circuit_scores_and_faithfulness_equal_plain_hooks_on_the_plain_model(smollm2, plain):
+    """The indirect-object sentence's circuit: every edge's EAP score, the exact scores of
+    its top edges (--refine) and a circuit's faithfulness, against plain hooks on the
+    plain model (tests/circuit_references.py), to 1e-4."""
+    from tests import circuit_references as reference
+
+    model, tokenizer = plain
+    clean, corrupt = (torch.tensor([tokenizer(text)["input_ids"]]) for text in (IOI, IOI_CORRUPT))
+    (mary,) = tokenizer(" Mary", add_special_tokens=False)["input_ids"]
+    (john,) = tokenizer(" John", add_special_tokens=False)["input_ids"]
+    circuit = smollm2.circuit(IOI, " Mary", IOI_CORRUPT, versus=" John", refine=12, edges=300)
+    assert circuit.exact is not None
+    found = {(first, then): score for first, then, score in circuit.edges()}
+    exact = [(first, then) for first, then, _ in circuit.edges() if circuit.exact[
+        circuit.graph.upstream.index(first), circuit.graph.downstream.index(then)
+    ]]  # fmt: skip
+    expected = reference.exact_scores(model, clean, corrupt, mary, john, exact)
+    assert max(abs(found[edge] - expected[edge]) for edge in exact) <= 1e-4
+    estimated = smollm2.circuit(IOI, " Mary", IOI_CORRUPT, versus=" John", edges=0)
+    expected = reference.estimated_scores(model, clean, corrupt, mary, john)
+    scores = {(first, then): score for first, then, score in estimated.edges()}
+    assert max(abs(scores[edge] - expected[edge]) for edge in expected) <= 1e-4
+    _, corrupt_outputs = reference.run(model, corrupt, mary, john)
+    kept = {(first, then) for first, then, _ in circuit.edges(circuit.kept)}
+    outside = [edge for edge in reference.nodes(model)[2] if edge not in kept]
+    metric = reference.carried_metric(model, clean, corrupt_outputs, mary, john, outside)
+    clean_metric = reference.run(model, clean, mary, john)[0]
+    corrupt_metric = reference.run(model, corrupt, mary, john)[0]
+    expected_faithfulness = (metric - corrupt_metric) / (clean_metric - corrupt_metric)
+    assert circuit.faithfulness == pytest.approx(expected_faithfulness, abs=1e-4)
+    assert circuit.clean_metric - circuit.corrupt_metric > 1  # the corruption takes the answer
