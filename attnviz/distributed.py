@@ -36,6 +36,7 @@ from attnviz.batch.run import (
 )
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
 from attnviz.render.image import Painter
+from attnviz.request import Input
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
@@ -330,8 +331,8 @@ class StatisticsWorker:
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        (listed,) = batch["task"]  # one task: a JSON list of [line, item, answer]
-        items = [(line, tuple(item), answer) for line, item, answer in json.loads(listed)]
+        (listed,) = batch["task"]  # one task: a JSON list of [line, input's fields]
+        items = [(line, Input(**fields)) for line, fields in json.loads(listed)]
         partial = CorpusStatistics()
         with _warnings_kept() as said:
             for _ in partial.add_corpus(self.extractor, items, self.request, self.batch_size):
@@ -345,7 +346,7 @@ def corpus_statistics(work: CorpusWork, workers: Workers) -> CorpusStatistics:
     ``progress`` is told how many inputs are merged, after each task."""
     _quiet_progress()
     corpus = CorpusStatistics()
-    listed = [[line, list(item), answer] for line, item, answer in work.lines]
+    listed = [[line, asdict(given)] for line, given in work.lines]
     if not listed:
         return corpus
     constructor = {"spec": work.spec, "request": work.request, "threads": workers.cpus}

@@ -117,7 +117,7 @@ class HeadColumn(StrEnum):
         "how much of the metric comes back when the head's clean output is put into the "
         "run on the --corrupt text, at every position",
         needs=Needs.CORRUPT,
-        in_corpus=False,
+        in_corpus=True,
     )
     ENTROPY = Column(
         "entropy",

@@ -13,7 +13,7 @@ from attnviz.batch.writing import Outputs
 from attnviz.choices import Output, View
 from attnviz.loading import ExtractorSpec
 from attnviz.render.style import Style
-from attnviz.request import Request
+from attnviz.request import Input, Request
 
 
 def test_the_local_engine_loads_the_model_once_through_its_loader():
@@ -23,7 +23,7 @@ def test_the_local_engine_loads_the_model_once_through_its_loader():
         loaded.append(spec)
         return spec.load()
 
-    lines = [(1, ("the cat sat", None, None), None), (2, ("on the mat", None, None), None)]
+    lines = [(1, Input("the cat sat")), (2, Input("on the mat"))]
     counted = []
     work = CorpusWork(iter(lines), ExtractorSpec(), Request(), 1, counted.append)
     corpus = engines.Local(load=load).statistics(work)

@@ -27,7 +27,7 @@ def test_corpus_means_equal_the_mean_of_heads_over_the_same_inputs():
     corpus = CorpusStatistics().add_all(extractor.head_tables(TEXTS))
     per_input = [head_statistics(extractor.extract(text)) for text in TEXTS]
     rows = {(row["layer"], row["head"], row["statistic"]): row for row in corpus.rows()}
-    unasked = ("span", "ablation", "dla")  # no span, no answer
+    unasked = ("span", "ablation", "dla", "patch")  # no span, no answer
     assert corpus.statistics() == [name for name in STATISTICS if name not in unasked]
     for name in corpus.statistics():
         for position in range(len(per_input[0])):
@@ -99,7 +99,7 @@ def test_memory_is_bounded_by_the_heads_not_the_inputs():
     for table in extractor.head_tables(TEXTS * 20):
         corpus.add(table)
     assert corpus.inputs == 100
-    assert len(corpus.cells) == 2 * 4 * (len(STATISTICS) - 3)  # no span, no answer asked for
+    assert len(corpus.cells) == 2 * 4 * (len(STATISTICS) - 4)  # no span, no answer asked for
     assert all(cell.running.count == 100 for cell in corpus.cells.values())
 
 
@@ -118,6 +118,7 @@ def test_stats_through_the_cli(runner, tmp_path):
         "span",
         "ablation",
         "dla",
+        "patch",
     }
     assert picture.read_bytes().startswith(b"\x89PNG")
     everything = runner.invoke(app, ["stats", str(source), "-f", "csv"])
@@ -256,7 +257,8 @@ def test_inputs_the_model_cannot_read_are_left_out_and_the_rest_go_on(runner, ti
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["inputs"] == 5
     warning, summary = result.stderr.splitlines()
-    assert warning.startswith("attnviz: warning: skipped what could not be read: line 5 nests")
+    # the empty sentence B is refused as its line is read, before the model sees it
+    assert warning.startswith("attnviz: warning: skipped what could not be read: line 3: the pair")
     assert warning.endswith("(and 2 more lines)")
     assert "5 inputs, 3 unreadable skipped" in summary
     alone = runner.invoke(app, [*command, "--batch-size", "1"])  # no pass fails whole
@@ -293,6 +295,43 @@ def test_stats_averages_each_heads_effects_over_the_inputs_with_an_answer(
                 assert row["count"] == 2
                 assert row["mean"] == pytest.approx(np.mean(values), abs=1e-6)
             assert rows[(layer, head, "entropy")]["count"] == 3
+
+
+PATCHED = [
+    {"text": "The man walked the dog because", "answer": " it", "versus": " the",
+     "corrupt": "The dog walked the man because"},
+    {"text": "The man saw the dog because", "answer": " it", "versus": " the"},  # no twin
+    {"text": "The man saw the dog because", "answer": " it", "versus": " the",
+     "corrupt": "The dog saw the man because"},
+]  # fmt: skip
+
+
+def test_stats_averages_each_heads_patch_over_the_inputs_with_a_corrupted_twin(
+    runner, generators, tmp_path
+):
+    model = generators["llama-lm"]
+    source = tmp_path / "patched.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item in PATCHED))
+    result = runner.invoke(app, ["stats", str(source), "--model", model, "-f", "json", "-q"])
+    assert result.exit_code == 0, result.stderr
+    rows = {(r["layer"], r["head"], r["statistic"]): r for r in json.loads(result.stdout)["heads"]}
+    extractor = attnviz.load(model)
+    effects = [
+        extractor.head_effects(item["text"], item["answer"], versus=item["versus"],
+                               corrupt=item.get("corrupt"))
+        for item in PATCHED
+    ]  # fmt: skip
+    for layer in effects[0].layers:
+        for head in effects[0].heads:
+            patched = [
+                found.of(layer, head)["patch"] for found in effects if found.patch is not None
+            ]
+            assert rows[(layer, head, "patch")]["count"] == 2
+            assert rows[(layer, head, "patch")]["mean"] == pytest.approx(np.mean(patched), abs=1e-6)
+            ablation = [found.of(layer, head)["ablation"] for found in effects]
+            assert rows[(layer, head, "ablation")]["mean"] == pytest.approx(
+                np.mean(ablation), abs=1e-6
+            )
 
 
 def test_an_answer_the_model_cannot_read_skips_its_input(runner, tiny, tmp_path):

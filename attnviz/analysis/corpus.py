@@ -20,18 +20,18 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import AttnvizError, describe
-from attnviz.extractor import as_input
 from attnviz.head_columns import CORPUS
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
-    from attnviz.extractor import Extractor, Item
+    from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
-    from attnviz.request import Request
+    from attnviz.request import Input, Request
 
 STATISTICS = tuple(column.value for column in CORPUS)  # what stats sums, in its order
-# One input of a corpus: its line number, the item and the answer it carries (or None).
-Line = tuple[int, "Item", str | None]
+# One input of a corpus: its line number and the input (its answer, versus answer and
+# corrupted twin where it carries them).
+Line = tuple[int, "Input"]
 QUANTILES = (0.05, 0.5, 0.95)
 
 
@@ -164,18 +164,18 @@ class CorpusStatistics:
         request: Request,
         batch_size: int,
     ) -> Iterator[int]:
-        """Add the statistics of every (line number, item, answer), ``batch_size`` items
-        per forward pass, and each head's effects on the answers given (a causal language
-        model's); yields the inputs counted after each pass. A pass that fails is read
-        again one item at a time: an item the model cannot read (an empty sentence B, a
-        target an encoder has no use for, an answer an encoder has no head for) is counted
-        as failed, with its line, and the rest go on."""
+        """Add the statistics of every (line number, input), ``batch_size`` inputs per
+        forward pass, and each head's effects on the answers given (a causal language
+        model's; its patch where an input has a corrupted twin); yields the inputs counted
+        after each pass. A pass that fails is read again one item at a time: an item the
+        model cannot read (an empty sentence B, a target an encoder has no use for, an
+        answer an encoder has no head for) is counted as failed, with its line, and the
+        rest go on."""
 
         asked = replace(request, maps=False, statistics=True, effects=True)
 
         def tables(chunk: list[Line]) -> list[HeadTable]:
-            inputs = [as_input(item, answer) for _, item, answer in chunk]
-            read = extractor.run(inputs, asked, batch_size=len(chunk))
+            read = extractor.run([given for _, given in chunk], asked, batch_size=len(chunk))
             return [found.statistics for found in read if found.statistics is not None]
 
         self.model = self.model or extractor.name
@@ -185,9 +185,9 @@ class CorpusStatistics:
             try:
                 self.add_all(tables(chunk))
             except (AttnvizError, ValueError):
-                for line, item, answer in chunk:
+                for line, given in chunk:
                     try:
-                        self.add_all(tables([(line, item, answer)]))
+                        self.add_all(tables([(line, given)]))
                     except (AttnvizError, ValueError) as error:
                         self.failed += 1
                         self.first_failure = self.first_failure or (

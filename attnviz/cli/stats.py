@@ -27,6 +27,7 @@ from attnviz.cli.settings import (
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError, warn
 from attnviz.outputs import TABLE_DATA, formats_named, suffixes_of
+from attnviz.request import Input
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 
@@ -52,7 +53,8 @@ SourceArgument = Annotated[
         metavar="INPUT",
         help="A text file (a sentence per line), a JSONL file (objects with text and "
         "optional target and answer: each head's ablation and dla on it, summed over the "
-        "inputs that have one), or - for stdin: as batch reads them.",
+        "inputs that have one; with versus, the logit difference; with corrupt, the "
+        "corrupted twin, each head's patch too), or - for stdin: as batch reads them.",
     ),
 ]
 LimitOption = Annotated[
@@ -149,7 +151,7 @@ class Skipped:
     first_error: str = ""
 
     def readable(self, source: str) -> Iterator[Line]:
-        """(line number, item, answer) of every readable input of ``source``, counting the
+        """(line number, input) of every readable input of ``source``, counting the
         rest."""
         # numpy: after the options are checked (a usage error loads none)
         from attnviz.batch.inputs import iter_inputs
@@ -157,11 +159,19 @@ class Skipped:
         for item in iter_inputs(source):
             if item.blank:
                 self.blank += 1
-            elif item.error is not None:
+                continue
+            error = item.error
+            if error is None:
+                try:
+                    text, target, pair = item.item
+                    given = Input(text, target, pair, item.answer, item.versus, item.corrupt)
+                except UsageError as refused:
+                    error = f"line {item.line}: {refused}"
+            if error is not None:
                 self.unreadable += 1
-                self.first_error = self.first_error or str(item.error)
+                self.first_error = self.first_error or str(error)
             else:
-                yield item.line, item.item, item.answer
+                yield item.line, given
 
     def add_failed(self, corpus: CorpusStatistics) -> None:
         """Count in the inputs the model could not read."""

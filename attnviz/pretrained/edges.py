@@ -562,7 +562,7 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
                 away = runs.corrupt_read[point] - residual  # (1, T, D)
                 delta = away.unsqueeze(2).expand(-1, -1, size, -1)  # (1, T, n, D)
                 if len(users):
-                    now = torch.stack([_current(graph, written, u) for u in users], dim=2)
+                    now = torch.stack([_current(graph, written, int(u)) for u in users], dim=2)
                     carried = corrupt[:, :, users] - now  # (1, T, k, D)
                     delta = delta - torch.einsum("btkd,kn->btnd", carried, weights)
                 return slice(None), delta
