@@ -14,6 +14,7 @@ Ray is an optional extra (``attnviz[ray]``), imported only here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -21,7 +22,9 @@ import pickle
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
 
 from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch.inputs import BatchInput
@@ -34,16 +37,21 @@ from attnviz.batch.run import (
     records_of,
     start_batch,
 )
+from attnviz.choices import CircuitMethod
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
+from attnviz.extractor import check_pairs
+from attnviz.pretrained import circuit
 from attnviz.render.image import Painter
 from attnviz.request import Input
 
 if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
     from attnviz.batch.inputs import BatchInput
     from attnviz.batch.run import BatchWork, Tally
     from attnviz.batch.writing import Outputs
     from attnviz.loading import ExtractorSpec
+    from attnviz.pretrained.extractor import PretrainedExtractor
     from attnviz.request import Request
 
 
@@ -361,3 +369,103 @@ def corpus_statistics(work: CorpusWork, workers: Workers) -> CorpusStatistics:
         corpus.merge(pickle.loads(row["partial"]))
         work.progress(corpus.inputs)
     return corpus
+
+
+class CircuitWorker:
+    """One worker of ``circuit``: a model; each task gives back the sum of one pass over
+    its pairs (pickled), or the one-line error a pair met (a usage error stays one)."""
+
+    def __init__(
+        self,
+        spec: ExtractorSpec,
+        request: Request,
+        threads: int,
+        count: int,
+        names: list[str] | None,
+    ) -> None:
+        _use_threads(threads)
+        # a circuit's request is refused by any other model before it reaches a worker
+        extractor = cast("PretrainedExtractor", spec.load())
+        self.runs_of = circuit.PairRuns(extractor, request, count, names)
+        self.extractor = extractor
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        (listed,) = batch["task"]  # one task: a JSON list of [place, input's fields]
+        pairs = [(index, Input(**fields)) for index, fields in json.loads(listed)]
+        phase, argument = pickle.loads(batch["pass"][0])  # between attnviz's own processes
+        passes = {
+            "scored": lambda: circuit.scored(self.runs_of, pairs, *argument),
+            "exact": lambda: circuit.exact_summed(self.runs_of, pairs, argument),
+            "measured": lambda: circuit.measured_summed(self.runs_of, pairs, argument),
+            "promoted": lambda: circuit.promoted(self.extractor, argument),
+        }
+        with _warnings_kept() as said:
+            try:
+                found: Any = passes[phase]()
+            except AttnvizError as error:
+                found = error
+        return {"found": [pickle.dumps(found)], "warnings": [json.dumps(said)]}
+
+
+@dataclass
+class RayPhases:
+    """The passes of a circuit spread over Ray workers: the pairs cut into tasks, each
+    pass a map over them, the sums added here (:class:`attnviz.pretrained.circuit.Phases`)."""
+
+    work: circuit.CircuitWork
+    workers: Workers
+
+    def _summed(self, phase: str, argument: Any, first_only: bool = False) -> list[Any]:
+        import ray.data
+
+        pairs = [[index, asdict(given)] for index, given in enumerate(self.work.inputs)]
+        listed = pairs[:1] if first_only else pairs
+        size = max(1, -(-len(listed) // (self.workers.count * 4)))
+        passed = pickle.dumps((phase, argument))
+        rows = [
+            {"task": json.dumps(listed[start : start + size]), "pass": passed}
+            for start in range(0, len(listed), size)
+        ]
+        constructor = {
+            "spec": self.work.spec,
+            "request": self.work.request,
+            "threads": self.workers.cpus,
+            "count": len(self.work.inputs),
+            "names": self.work.names,
+        }
+        results = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+            CircuitWorker,
+            fn_constructor_kwargs=constructor,
+            batch_size=1,
+            **self.workers.map_options(),
+        )
+        found = []
+        for row in results.iter_rows():
+            _say(row["warnings"])
+            value = pickle.loads(row["found"])
+            if isinstance(value, AttnvizError):
+                raise value
+            found.append(value)
+        return found
+
+    def scored(self, method: CircuitMethod, steps: int | None) -> circuit.Scored:
+        parts = self._summed("scored", (method, steps))
+        return functools.reduce(circuit.Scored.merged, parts)
+
+    def exact(self, edges: list[circuit.Edge]) -> np.ndarray:
+        return np.sum(self._summed("exact", edges), axis=0)
+
+    def measured(self, kept: np.ndarray) -> np.ndarray:
+        return np.sum(self._summed("measured", kept), axis=0)
+
+    def promoted(self, last: np.ndarray) -> tuple[str, ...]:
+        (labels,) = self._summed("promoted", last, first_only=True)
+        return labels
+
+
+def circuit_found(work: circuit.CircuitWork, workers: Workers) -> Circuit:
+    """As :meth:`attnviz.extractor.Extractor.circuit_of`, the pairs read by Ray workers."""
+    _quiet_progress()
+    check_pairs(work.inputs, work.request, work.names)
+    assert work.request.circuit is not None  # check_pairs'
+    return circuit.circuit_of(RayPhases(work, workers), work.request.circuit)

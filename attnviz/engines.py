@@ -21,10 +21,12 @@ from attnviz.batch.run import Reader, run_batch
 from attnviz.distributed import Workers, ray_session
 
 if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
     from attnviz.batch.run import BatchWork, Tally
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
+    from attnviz.pretrained.circuit import CircuitWork
 
 
 class Engine(Protocol):
@@ -39,7 +41,11 @@ class Engine(Protocol):
         ...
 
     def statistics(self, work: CorpusWork) -> CorpusStatistics:
-        """The per-head statistics of every (line number, item, answer)."""
+        """The per-head statistics of every (line number, input)."""
+        ...
+
+    def circuit(self, work: CircuitWork) -> Circuit:
+        """The circuit of every pair: each pass's sums over the pairs added up."""
         ...
 
 
@@ -68,6 +74,10 @@ class Local:
             work.progress(inputs)
         return corpus
 
+    def circuit(self, work: CircuitWork) -> Circuit:
+        extractor = self.load(work.spec)
+        return extractor.circuit_of(work.inputs, work.request, work.names, work.progress)
+
 
 @dataclass(frozen=True)
 class Ray:
@@ -85,6 +95,9 @@ class Ray:
 
     def statistics(self, work: CorpusWork) -> CorpusStatistics:
         return distributed.corpus_statistics(work, self.workers)
+
+    def circuit(self, work: CircuitWork) -> Circuit:
+        return distributed.circuit_found(work, self.workers)
 
 
 # The type checker holds both engines to the interface (make lint runs it).

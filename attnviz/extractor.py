@@ -305,32 +305,7 @@ class Extractor(ABC):
         """The circuit a request asks (its ``circuit`` field), over ``inputs`` (each a text
         with its answer and corrupted twin), each checked first; ``names`` say each input
         in an error ("pair 1"… by default)."""
-        if request.circuit is None:
-            raise UsageError("the request asks no circuit: give it circuit=CircuitOptions(...)")
-        if not inputs:
-            raise UsageError("no pairs: a circuit is measured on at least one")
-        for index, each in enumerate(inputs):
-            try:
-                check_asked(request, each)
-            except UsageError as error:
-                raise UsageError(pair_error(error, index, len(inputs), names)) from None
-        mixed = next(
-            (
-                index
-                for index, each in enumerate(inputs)
-                if (each.versus is None) != (inputs[0].versus is None)
-            ),
-            None,
-        )
-        if mixed is not None:
-            raise UsageError(
-                pair_error(
-                    UsageError("every pair is measured alike: give each a versus answer, or none"),
-                    mixed,
-                    len(inputs),
-                    names,
-                )
-            )
+        check_pairs(inputs, request, names)
         return self._circuit(inputs, request, names, progress)
 
     def _circuit(
@@ -440,6 +415,24 @@ class Extractor(ABC):
     @abstractmethod
     def _explain(self, asked: Explaining) -> Any:
         """What :meth:`explain` asks, its text and mode checked."""
+
+
+def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) -> None:
+    """A circuit request's pairs, each checked (named by ``names`` in an error): each with
+    its answer and corrupted twin, and every one with a versus answer or none."""
+    if request.circuit is None:
+        raise UsageError("the request asks no circuit: give it circuit=CircuitOptions(...)")
+    if not inputs:
+        raise UsageError("no pairs: a circuit is measured on at least one")
+    for index, each in enumerate(inputs):
+        try:
+            check_asked(request, each)
+        except UsageError as error:
+            raise UsageError(pair_error(error, index, len(inputs), names)) from None
+    for index, each in enumerate(inputs):
+        if (each.versus is None) != (inputs[0].versus is None):
+            alike = UsageError("every pair is measured alike: give each a versus answer, or none")
+            raise UsageError(pair_error(alike, index, len(inputs), names))
 
 
 def pair_error(error: Exception, index: int, count: int, names: list[str] | None) -> str:

@@ -446,3 +446,36 @@ def test_a_text_cut_to_the_models_length_is_said_under_ray(runner, local_ray, ti
     assert local.exit_code == remote.exit_code == 0, remote.stderr
     assert "were dropped" in local.stderr
     assert remote.stderr == local.stderr
+
+
+def test_a_circuit_over_pairs_on_ray_equals_the_local_one(runner, local_ray, generators, tmp_path):
+    from tests.test_circuit_cli import OTHER, PAIR
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(pair) + "\n" for pair in [PAIR, OTHER, PAIR]))
+    common = ["circuit", "--pairs", pairs, "--model", generators["llama-lm"], "-f", "json"]
+    common += ["--refine", "4", "--edges", "10", "--curve", "0,30"]
+    with torch_threads(1):  # a worker's one CPU
+        local = run(runner, *common)
+    remote = run(runner, *common, "--engine", "ray", "--jobs", "2")
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.stderr
+    mine, theirs = json.loads(local.stdout), json.loads(remote.stdout)
+    assert mine["pairs"] == theirs["pairs"] == 3
+    assert [edge["to"] for edge in mine["edges"][:10]] == [
+        edge["to"] for edge in theirs["edges"][:10]
+    ]
+    for a, b in zip(mine["edges"], theirs["edges"], strict=True):
+        assert (a["from"], a["to"]) == (b["from"], b["to"])
+        assert a["score"] == pytest.approx(b["score"], abs=1e-6)
+    assert mine["circuit"]["faithfulness"] == pytest.approx(
+        theirs["circuit"]["faithfulness"], abs=1e-5
+    )
+    assert mine["curve"] == pytest.approx(theirs["curve"]) or [
+        point["edges"] for point in mine["curve"]
+    ] == [point["edges"] for point in theirs["curve"]]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(p) + "\n" for p in [PAIR, {**OTHER, "corrupt": "The dog"}]))
+    refused = run(runner, "circuit", "--pairs", bad, "--model", generators["llama-lm"],
+                  "--engine", "ray", "--jobs", "2")  # fmt: skip
+    assert refused.exit_code == 2, refused.stderr
+    assert refused.stdout == "" and "line 2: the corrupted text is" in refused.stderr

@@ -15,10 +15,12 @@ from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, CircuitOp
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.bundles import bundle
+from attnviz.cli.engine import JobsOption, engine_settings
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Effects, Reading, request, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
+from attnviz.inputs import read_texts
 from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
 from attnviz.request import Input
 
@@ -97,7 +99,7 @@ PictureOption = Annotated[
 ]
 
 
-@sharing(circuit_options, trace_settings, figure_settings)
+@sharing(circuit_options, trace_settings, figure_settings, engine_settings)
 def circuit(
     text: TextOption = None,
     model: d.ModelOption = d.BUILTIN,
@@ -111,6 +113,7 @@ def circuit(
     output: PictureOption = None,
     rows: RowsOption = 20,
     width: d.WidthOption = None,
+    jobs: JobsOption = None,
     shared: Shared = NOTHING_SHARED,
 ) -> None:
     """Circuits: which paths between heads carry the answer. Every edge from what writes to
@@ -122,6 +125,7 @@ def circuit(
     The metric is the answer's log-probability, or with --versus logit(answer) -
     logit(versus). TEXT and --corrupt have as many tokens; --pairs FILE.jsonl gives many.
     """
+    shared.run_on.check(jobs)
     drawn = None if output is None else output_of_file(output, PICTURES)
     if drawn is not None and output_format is not Output.TABLE:
         raise UsageError(
@@ -131,6 +135,8 @@ def circuit(
         refuse_unused(shared.picture.given(), "a picture (--picture FILE.png)", "this output")
     style = shared.picture.style()
     options = CircuitOptions(method, steps, _edges(edges), _sizes(curve), refine)
+    if text is None and pairs is None:
+        raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl")
     inputs, names = _pairs(pairs, text, shared.effects) if pairs is not None else (None, None)
     first = inputs[0] if inputs else None
     effects = (
@@ -154,12 +160,16 @@ def circuit(
         raise no_next_token(d.BUILTIN)
     if output is not None:
         check_writable(output)  # before the model loads
-    extractor = asked.open(shared.environment)
     if inputs is None:
-        line = out.only_one(out.inputs(text, extractor), "give many pairs with --pairs FILE.jsonl")
+        assert text is not None  # refused above without --pairs
+        line = out.only_one(read_texts(text), "give many pairs with --pairs FILE.jsonl")
         inputs = [asked.input(line)]
-    with out.passes_shown(shared.environment) as listener:
-        found = extractor.circuit_of(inputs, asked.request, names, listener)
+    # numpy: after the options are checked (a usage error loads none)
+    from attnviz.pretrained.circuit import CircuitWork
+
+    engine = shared.run_on.open(jobs or 2, shared.environment)
+    with engine.session(), out.passes_shown(shared.environment) as listener:
+        found = engine.circuit(CircuitWork(inputs, names, asked.spec, asked.request, listener))
     if drawn is not None:
         from attnviz.render.circuit import circuit_picture  # matplotlib: only for a picture
 

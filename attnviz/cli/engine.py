@@ -68,6 +68,20 @@ GpusPerWorkerOption = Annotated[
 ]
 
 
+JobsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        metavar="N",
+        min=1,
+        max=1024,
+        show_default="2",
+        help="With --engine ray: Ray workers, each holding the model.",
+    ),
+]
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Where the work runs, as the command line gives it: each field declares its option."""

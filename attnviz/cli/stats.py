@@ -14,7 +14,7 @@ from attnviz.atomic_files import open_output
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.engine import engine_settings
+from attnviz.cli.engine import JobsOption, engine_settings
 from attnviz.cli.option_kinds import output_option, picture_option
 from attnviz.cli.output import Environment
 from attnviz.cli.settings import (
@@ -63,18 +63,6 @@ LimitOption = Annotated[
 BatchSizeOption = Annotated[
     int,
     typer.Option("--batch-size", metavar="N", min=1, max=1024, help="Inputs per forward pass."),
-]
-JobsOption = Annotated[
-    int | None,
-    typer.Option(
-        "--jobs",
-        "-j",
-        metavar="N",
-        min=1,
-        max=1024,
-        show_default="2",
-        help="With --engine ray: Ray workers, each holding the model.",
-    ),
 ]
 OutputOption = output_option(
     "Write the statistics to PATH instead of stdout, whole or not at all; "

@@ -1,12 +1,15 @@
-"""A circuit found over one text and its corrupted twin, or a dataset of such pairs: every
-edge scored on each pair (:mod:`attnviz.pretrained.edges`) and the scores' mean, the
-top edges of an estimate computed again exactly where asked (``refine``), then the
-faithfulness of the circuits asked for, each pair measured with the same circuit."""
+"""A circuit found over one text and its corrupted twin, or a dataset of such pairs, in
+passes over the pairs whose results add up (so that Ray workers can share the pairs): every
+edge scored on each pair (:mod:`attnviz.pretrained.edges`), summed; the top edges of an
+estimate computed again exactly where asked (``refine``), summed; then the metric of the
+circuits asked for on each pair, summed. The driver (:func:`circuit_of`) turns the sums
+into means and the circuit."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -25,130 +28,240 @@ from attnviz.pretrained.edges import (
 from attnviz.pretrained.encoding import forward
 
 if TYPE_CHECKING:
-    from attnviz.pretrained.effects import Anatomy
+    from attnviz.analysis.graph import Graph
+    from attnviz.analysis.heads import Answer
+    from attnviz.circuit_options import CircuitOptions
+    from attnviz.loading import ExtractorSpec
     from attnviz.pretrained.extractor import PretrainedExtractor
+    from attnviz.progress import Listener
     from attnviz.request import Input, Request
 
 _PROMOTED = 1  # tokens a node's label names
+Indexed = Sequence[tuple[int, "Input"]]  # pairs, each with its place in the dataset
+Edge = tuple[int, int]  # (upstream, downstream)
 
 
-def circuited(
-    extractor: PretrainedExtractor,
-    inputs: Sequence[Input],
-    request: Request,
-    names: Sequence[str] | None = None,
-) -> Circuit:
-    """The circuit of ``inputs`` (each a text, its answer and its corrupted twin; a
-    usage error names the input by ``names``, "pair 1"… by default)."""
-    names = list(names) if names is not None else None
-    options = request.circuit
-    assert options is not None and inputs  # asked of a circuit request, with inputs
-    kept_runs: dict[int, tuple[Answered, Runs]] = {}
+@dataclass(frozen=True)
+class CircuitWork:
+    """The work of ``circuit``, as every engine takes it: the pairs (and what names each
+    in an error), the model to load and the request (its ``circuit`` field)."""
 
-    def runs_of(index: int) -> tuple[Answered, Runs]:
-        """A pair's runs: kept for a single pair, read again for each pass over a dataset
-        (each pair's records are as large as its text × every node)."""
-        if index in kept_runs:
-            return kept_runs[index]
-        try:
-            asked = answered(extractor, inputs[index], request)
-            body = asked.body
-            assert asked.corrupt_arguments is not None  # check_asked's
-            runs = read_twins(
-                extractor.loaded.model, body, asked.arguments, asked.corrupt_arguments, asked.metric
-            )
-        except UsageError as error:
-            raise UsageError(pair_error(error, index, len(inputs), names)) from None
-        if len(inputs) == 1:
-            kept_runs[index] = asked, runs
-        return asked, runs
+    inputs: list[Input]
+    names: list[str] | None
+    spec: ExtractorSpec
+    request: Request
+    progress: Listener | None = None
 
-    with forward(extractor.loaded):
-        first, first_runs = runs_of(0)
-        graph = first_runs.wiring.graph
-        kept, sizes = options.kept(graph.count), options.sizes(graph.count)
-        scores, clean, corrupt, last = _mean_scores(
-            len(inputs), runs_of, options.method, options.steps
+
+@dataclass(frozen=True)
+class Scored:
+    """What scoring some pairs adds up: every edge's score (U, N), both runs' metrics and
+    every upstream node's clean output at the last position (U, D), each summed over the
+    ``pairs``; and the answer of the first of them (its words and measure)."""
+
+    model: str
+    graph: Graph
+    pairs: int
+    scores: np.ndarray
+    clean: float
+    corrupt: float
+    last: np.ndarray
+    first: int  # the place of the first pair in the dataset
+    answer: Answer
+
+    def merged(self, other: Scored) -> Scored:
+        """The sums of both (from two workers)."""
+        first = self if self.first <= other.first else other
+        return replace(
+            first,
+            pairs=self.pairs + other.pairs,
+            scores=self.scores + other.scores,
+            clean=self.clean + other.clean,
+            corrupt=self.corrupt + other.corrupt,
+            last=self.last + other.last,
         )
-        exact = None
-        if options.refine is not None:
-            scores, exact = _refined(len(inputs), runs_of, scores, options.refine)
-        masks = kept_masks(graph, scores, [kept, *sizes])
-        measured = np.mean(
-            [circuit_metrics(runs_of(index)[1], masks) for index in range(len(inputs))], axis=0
-        )
-        promoted = _promoted(extractor, first.body, last)
+
+
+class Phases(Protocol):
+    """The passes over every pair, each giving back its sum: in this process
+    (:class:`Here`), or spread over Ray workers (``attnviz.distributed``)."""
+
+    def scored(self, method: CircuitMethod, steps: int | None) -> Scored: ...
+
+    def exact(self, edges: list[Edge]) -> np.ndarray:
+        """Each edge's exact score summed over the pairs, (K,)."""
+        ...
+
+    def measured(self, kept: np.ndarray) -> np.ndarray:
+        """Each circuit's metric (``kept``: (C, U, N)) summed over the pairs, (C,)."""
+        ...
+
+    def promoted(self, last: np.ndarray) -> tuple[str, ...]:
+        """Each upstream node's token promoted most by ``last`` (U, D)."""
+        ...
+
+
+def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
+    """The circuit the options ask, from the passes over the pairs."""
+    scored = phases.scored(options.method, options.steps)
+    count, graph = scored.pairs, scored.graph
+    kept, sizes = options.kept(graph.count), options.sizes(graph.count)
+    scores, exact = scored.scores / count, None
+    if options.refine is not None:
+        upstream, downstream = ranked(graph, scores)
+        chosen = [(int(u), int(d)) for u, d in zip(upstream, downstream, strict=True)]
+        chosen = chosen[: options.refine]
+        values = phases.exact(chosen) / count
+        exact = np.zeros(graph.edges.shape, dtype=bool)
+        for (u, d), value in zip(chosen, values, strict=True):
+            scores[u, d], exact[u, d] = value, True
+    clean, corrupt = scored.clean / count, scored.corrupt / count
+    measured = phases.measured(kept_masks(graph, scores, [kept, *sizes])) / count
     faithful = [faithfulness_of(float(value), clean, corrupt) for value in measured]
     if faithful[0] is None:
         warn("the corrupted text changes nothing of the metric: faithfulness is not defined")
+    answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     return Circuit(
-        extractor.name,
+        scored.model,
         graph,
         scores,
         options.method,
         options.steps,
-        len(inputs),
-        first.answer(
-            log_prob=first_runs.clean.log_prob, clean_metric=clean, corrupt_metric=corrupt
-        ),
+        count,
+        answer,
         kept,
         faithful[0],
         tuple(zip(sizes, faithful[1:], strict=True)),
         exact,
-        promoted,
+        phases.promoted(scored.last / count),
     )
 
 
-RunsOf = Callable[[int], "tuple[Answered, Runs]"]
+class PairRuns:
+    """Each pair's two runs, read for a pass: kept across the passes where there is one
+    pair, read again for each pass over a dataset (each pair's records are as large as its
+    text × every node)."""
+
+    def __init__(
+        self, extractor: PretrainedExtractor, request: Request, count: int, names: list[str] | None
+    ) -> None:
+        self.extractor, self.request, self.count, self.names = extractor, request, count, names
+        self.kept: dict[int, tuple[Answered, Runs]] = {}
+
+    def __call__(self, index: int, given: Input) -> tuple[Answered, Runs]:
+        if index in self.kept:
+            return self.kept[index]
+        try:
+            asked = answered(self.extractor, given, self.request)
+            assert asked.corrupt_arguments is not None  # check_asked's
+            runs = read_twins(
+                self.extractor.loaded.model,
+                asked.body,
+                asked.arguments,
+                asked.corrupt_arguments,
+                asked.metric,
+            )
+        except UsageError as error:
+            raise UsageError(pair_error(error, index, self.count, self.names)) from None
+        if self.count == 1:
+            self.kept[index] = asked, runs
+        return asked, runs
 
 
-def _mean_scores(
-    count: int, runs_of: RunsOf, method: CircuitMethod, steps: int | None
-) -> tuple[np.ndarray, float, float, Any]:
-    """Every edge's score, the mean over the pairs; the mean clean and corrupted
-    metrics, and every upstream node's mean clean output at the last position, (U, D)."""
-    total, clean, corrupt, last = None, 0.0, 0.0, None
-    for index in range(count):
-        _, runs = runs_of(index)
+def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int | None) -> Scored:
+    """Every edge's score, both metrics and the last position's outputs, summed over
+    ``pairs``."""
+    found: Scored | None = None
+    for index, given in pairs:
+        asked, runs = runs_of(index, given)
+        graph = runs.wiring.graph
         if method is CircuitMethod.EXACT:
-            graph = runs.wiring.graph
             upstream, downstream = graph.edge_list()
             scores = np.zeros(graph.edges.shape)
-            scores[upstream, downstream] = exact_scores(
-                runs, list(zip(upstream, downstream, strict=True))
-            )
+            edges = list(zip(upstream, downstream, strict=True))
+            scores[upstream, downstream] = exact_scores(runs, edges)
         else:
             scores = estimated_scores(runs, steps)
-        total = scores if total is None else total + scores
-        clean += runs.clean.metric
-        corrupt += runs.corrupt_metric
-        written = runs.clean_written[0, -1].float()  # (U, D)
-        last = written if last is None else last + written
-    assert total is not None and last is not None  # at least one pair
-    return total / count, clean / count, corrupt / count, last / count
+        alone = Scored(
+            runs_of.extractor.name,
+            graph,
+            1,
+            scores,
+            runs.clean.metric,
+            runs.corrupt_metric,
+            runs.clean_written[0, -1].float().cpu().numpy(),
+            index,
+            asked.answer(log_prob=runs.clean.log_prob),
+        )
+        found = alone if found is None else found.merged(alone)
+    assert found is not None  # asked of at least one pair
+    return found
 
 
-def _refined(
-    count: int, runs_of: RunsOf, scores: np.ndarray, refine: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The scores with the ``refine`` edges of largest estimated |score| computed exactly
-    (the mean over the pairs), and where they are."""
-    graph = runs_of(0)[1].wiring.graph
-    upstream, downstream = ranked(graph, scores)
-    chosen = list(zip(upstream[:refine], downstream[:refine], strict=True))
-    exact = np.mean([exact_scores(runs_of(index)[1], chosen) for index in range(count)], axis=0)
-    refined, where = scores.copy(), np.zeros(graph.edges.shape, dtype=bool)
-    for (u, d), value in zip(chosen, exact, strict=True):
-        refined[u, d], where[u, d] = value, True
-    return refined, where
+def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.ndarray:
+    """Each edge's exact score, summed over ``pairs``."""
+    return sum((exact_scores(runs_of(index, given)[1], edges) for index, given in pairs),
+               np.zeros(len(edges)))  # fmt: skip
 
 
-def _promoted(extractor: PretrainedExtractor, body: Anatomy, last: Any) -> tuple[str, ...]:
+def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.ndarray:
+    """Each circuit's metric, summed over ``pairs``."""
+    found = [circuit_metrics(runs_of(index, given)[1], kept) for index, given in pairs]
+    return np.sum(found, axis=0)
+
+
+def promoted(extractor: PretrainedExtractor, last: np.ndarray) -> tuple[str, ...]:
     """Each upstream node's token promoted most: its mean output at the last position,
     (U, D), read through the unembedding."""
     import torch
 
+    from attnviz.pretrained.effects import anatomy_of
+
+    unembedding = anatomy_of(extractor.loaded).unembedding.weight
     with torch.inference_mode():
-        logits = last @ body.unembedding.weight.float().T  # (U, V)
+        written = torch.as_tensor(last, device=unembedding.device)
+        logits = written @ unembedding.float().T  # (U, V)
         best = torch.topk(logits, _PROMOTED, dim=-1).indices[:, 0]
     return tuple(answer_label(extractor.loaded, int(token)) for token in best)
+
+
+@dataclass
+class Here:
+    """Every pass over the pairs in this process, on one loaded model."""
+
+    extractor: PretrainedExtractor
+    request: Request
+    inputs: list[Input]
+    names: list[str] | None
+
+    def __post_init__(self) -> None:
+        self.runs_of = PairRuns(self.extractor, self.request, len(self.inputs), self.names)
+        self.pairs = list(enumerate(self.inputs))
+
+    def _passing(self, run: Callable[[], Any]) -> Any:
+        with forward(self.extractor.loaded):
+            return run()
+
+    def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
+        return self._passing(lambda: scored(self.runs_of, self.pairs, method, steps))
+
+    def exact(self, edges: list[Edge]) -> np.ndarray:
+        return self._passing(lambda: exact_summed(self.runs_of, self.pairs, edges))
+
+    def measured(self, kept: np.ndarray) -> np.ndarray:
+        return self._passing(lambda: measured_summed(self.runs_of, self.pairs, kept))
+
+    def promoted(self, last: np.ndarray) -> tuple[str, ...]:
+        return promoted(self.extractor, last)
+
+
+def circuited(
+    extractor: PretrainedExtractor,
+    inputs: list[Input],
+    request: Request,
+    names: list[str] | None = None,
+) -> Circuit:
+    """The circuit of ``inputs`` (each a text, its answer and its corrupted twin; a
+    usage error names the input by ``names``, "pair 1"… by default), read here."""
+    assert request.circuit is not None and inputs  # asked of a circuit request, with inputs
+    return circuit_of(Here(extractor, request, inputs, names), request.circuit)
