@@ -179,7 +179,7 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
             upstream, downstream = graph.edge_list()
             scores = np.zeros(graph.edges.shape)
             edges = list(zip(upstream, downstream, strict=True))
-            scores[upstream, downstream] = exact_scores(runs, edges)
+            scores[upstream, downstream] = exact_scores(runs, edges, say_long=found is None)
         else:
             scores = estimated_scores(runs, steps)
         alone = Scored(
@@ -199,9 +199,11 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
 
 
 def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.ndarray:
-    """Each edge's exact score, summed over ``pairs``."""
-    return sum((exact_scores(runs_of(index, given)[1], edges) for index, given in pairs),
-               np.zeros(len(edges)))  # fmt: skip
+    """Each edge's exact score, summed over ``pairs`` (a long sweep said of the first)."""
+    total = np.zeros(len(edges))
+    for done, (index, given) in enumerate(pairs):
+        total += exact_scores(runs_of(index, given)[1], edges, say_long=not done)
+    return total
 
 
 def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.ndarray:

@@ -416,10 +416,10 @@ def _readable(graph: Graph, first: int) -> int:
     return int(graph.edges[:, first].sum())
 
 
-def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]]) -> np.ndarray:
+def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = True) -> np.ndarray:
     """Each edge's exact score: the metric of the clean run with that edge alone carrying
     the corrupted value, less the clean metric; batched passes, each starting at the
-    lowest downstream layer among its rows."""
+    lowest downstream layer among its rows (a long sweep said first, if ``say_long``)."""
     import torch
 
     graph = runs.wiring.graph
@@ -445,7 +445,14 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]]) -> np.ndarray:
     changes = [carried(upstream, downstream) for upstream, downstream in edges]
     with torch.inference_mode():
         found = changed_metrics(
-            runs.model, runs.wiring.body, runs.arguments, runs.metric, runs.clean, changes, "edge"
+            runs.model,
+            runs.wiring.body,
+            runs.arguments,
+            runs.metric,
+            runs.clean,
+            changes,
+            "edge",
+            say_long,
         )
     return np.array(found, dtype=np.float64)
 

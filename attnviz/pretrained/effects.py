@@ -439,9 +439,11 @@ def changed_metrics(
     base: Clean,
     changes: list[Change],
     what: str,
+    say_long: bool = True,
 ) -> list[float]:
     """The metric under each change of the ``base`` run (the clean run, or a corrupted
-    one), less the base's. Changes are taken a pass's rows at a time, lowest first, so
+    one), less the base's (a sweep that will take long said first, unless not
+    ``say_long``). Changes are taken a pass's rows at a time, lowest first, so
     that a pass starts as high in the model as its lowest change, the layers below
     handing on the base run's states. ``what`` the changes measure (``"ablation"``) names
     the sweep to a progress listener, and in the line said before a long one."""
@@ -467,7 +469,7 @@ def changed_metrics(
         for index, value in zip(order[first : first + rows], found, strict=False):
             effects[index] = value - base.metric
         advance(what, min(first + rows, len(order)), len(order))
-        if first == 0:
+        if first == 0 and say_long:
             _say_if_long(what, time.monotonic() - started, len(chunk), len(order))
     return effects
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Output
+from attnviz.analysis.heads import MEASURE_NAMES
+from attnviz.choices import CIRCUIT_METHOD_LABELS, MEASURES, CircuitMethod, Measure, Output
 from attnviz.render.effects import DEFAULT_STYLE, _figure, _saved, diverging, wrapped
 from attnviz.render.style import Style, token_label
 
@@ -24,9 +25,16 @@ def _title(circuit: Circuit) -> str:
     steps = f" ({circuit.steps} steps)" if circuit.method is CircuitMethod.IG else ""
     pairs = "" if circuit.pairs == 1 else f", the mean over {circuit.pairs} pairs"
     return (
-        f"{circuit.model} · circuit by {circuit.method.value}{steps}{pairs} · "
-        f"{circuit.answer.metric_label}"
+        f"{circuit.model} · circuit by {circuit.method.value}{steps}{pairs} · {_measured(circuit)}"
     )
+
+
+def _measured(circuit: Circuit) -> str:
+    """What the metric measures: with one pair's tokens, or over pairs in words."""
+    name = circuit.answer.metric_name
+    if circuit.pairs == 1 or name not in MEASURE_NAMES:
+        return circuit.answer.metric_label
+    return MEASURES[Measure(name)].label.format(answer="answer", versus="versus")
 
 
 def faithfulness_lines(circuit: Circuit) -> list[str]:
@@ -50,7 +58,7 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=_title(circuit), title_justify="left")
+    table = Table()
     for name, justify in (("#", "right"), ("from", "left"), ("to", "left"), ("score", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     refined = circuit.exact is not None
@@ -78,7 +86,7 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
     ]
     if circuit.method is not CircuitMethod.EXACT:
         notes.append(Text(f"{circuit.method.value}: {CIRCUIT_METHOD_LABELS[circuit.method]}"))
-    return Group(table, *notes)
+    return Group(Text(_title(circuit)), table, *notes)
 
 
 def _positions(circuit: Circuit) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
@@ -87,12 +95,12 @@ def _positions(circuit: Circuit) -> tuple[dict[str, tuple[float, float]], dict[s
     drawn at (a query, key or value input at its head; a key/value head's at its first
     query head)."""
     graph = circuit.graph
-    middle = (graph.heads - 1) / 2
+    middle, mlps = (graph.heads - 1) / 2, graph.heads + 0.5  # the MLPs in a column of their own
     at = {"input": (middle, 0.0), "logits": (middle, 2.0 * graph.layers + 1)}
     for layer in range(graph.layers):
         for head in range(graph.heads):
             at[f"a{layer}.h{head}"] = (float(head), 2.0 * layer + 1)
-        at[f"m{layer}"] = (middle, 2.0 * layer + 2)
+        at[f"m{layer}"] = (mlps, 2.0 * layer + 1.6)
     drawn_at = {}
     group = graph.heads // graph.kv_heads
     for name in graph.downstream:
@@ -125,11 +133,12 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
         target = drawn_at[then]
         used |= {first, target}
         (x0, y0), (x1, y1) = at[first], at[target]
-        colour = tuple(channel / 255 for channel in diverging(score, largest))
+        strength = np.sign(score) * (abs(score) / largest) ** 0.5  # the faint ones still seen
+        colour = tuple(channel / 255 for channel in diverging(float(strength), 1.0))
         arrow = {
             "arrowstyle": "-|>",
             "color": colour,
-            "lw": 0.4 + 3.6 * abs(score) / largest,
+            "lw": 0.3 + 3.7 * abs(strength),
             "shrinkA": 0,
             "shrinkB": 0,
             "connectionstyle": "arc3,rad=0.08",
@@ -154,8 +163,10 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
             )
     rows = [2 * layer + 1 for layer in range(graph.layers)]
     axes.set_yticks(rows, [f"layer {layer}" for layer in range(graph.layers)], fontsize=small)
-    axes.set_xticks(range(graph.heads), [f"h{head}" for head in range(graph.heads)], fontsize=small)
-    axes.set_xlim(-0.8, graph.heads - 0.2)
+    columns = [*range(graph.heads), graph.heads + 0.5]
+    labels = [*(f"h{head}" for head in range(graph.heads)), "MLP"]
+    axes.set_xticks(columns, labels, fontsize=small)
+    axes.set_xlim(-0.8, graph.heads + 1.3)
     axes.set_ylim(-0.6, 2 * graph.layers + 1.6)
     for side in ("top", "right"):
         axes.spines[side].set_visible(False)
