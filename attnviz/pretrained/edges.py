@@ -68,8 +68,8 @@ _QKV = {"q": Site.Q, "k": Site.K, "v": Site.V}
 _TOKENS_PER_GRADIENT_PASS = 512  # rows × tokens of one of EAP-IG's passes: its points
 
 # What a pass adds to a group of downstream inputs, given the residual stream they read
-# there, (B, T, D), when the pass reaches them: (the batch rows, (R, T, n, D)), or None
-# where it adds nothing there.
+# there, (B, T, D), when the pass reaches them: (the batch rows, (R, T, n, D), or
+# (R, T, 1, D): the same for every node of the group), or None where it adds nothing.
 Added = Callable[["torch.Tensor"], "tuple[Any, torch.Tensor] | None"]
 
 
@@ -386,13 +386,17 @@ def _changed_inputs(
         units = units_of(body, site, layer, projected.shape[-1])
         copies = residual[0][rows].unsqueeze(2) + delta.to(projected.dtype)  # (R, T, n, D)
         matrix = _matrix(module)[:, units.columns].to(projected.dtype)  # (D, n × Dh)
-        rows_of = matrix.view(matrix.shape[0], units.count, units.size)  # (D, n, Dh)
         # forward: not the hooks, which read the layer's own call of the norm
-        value = torch.einsum("rtnd,dnh->rtnh", norm.forward(copies), rows_of)
+        normed = norm.forward(copies)
+        if delta.shape[2] == 1:  # one input for every unit: projected at once
+            value = normed[:, :, 0] @ matrix  # (R, T, n × Dh)
+        else:
+            rows_of = matrix.view(matrix.shape[0], units.count, units.size)  # (D, n, Dh)
+            value = torch.einsum("rtnd,dnh->rtnh", normed, rows_of).flatten(2)
         bias = getattr(module, "bias", None)
         if bias is not None:
-            value = value + bias[units.columns].view(units.count, units.size)
-        projected[rows, :, units.columns] = value.flatten(2)
+            value = value + bias[units.columns]
+        projected[rows, :, units.columns] = value
         return with_output(output, projected)
 
     stack.enter_context(hooked(norm.register_forward_pre_hook(keep, with_kwargs=True)))
@@ -567,12 +571,12 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
 
             def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
                 away = runs.corrupt_read[point] - residual  # (1, T, D)
-                delta = away.unsqueeze(2).expand(-1, -1, size, -1)  # (1, T, n, D)
-                if len(users):
-                    now = torch.stack([_current(graph, written, int(u)) for u in users], dim=2)
-                    carried = corrupt[:, :, users] - now  # (1, T, k, D)
-                    delta = delta - torch.einsum("btkd,kn->btnd", carried, weights)
-                return slice(None), delta
+                if not len(users):  # every node of the group reads the corrupted residual
+                    return slice(None), away.unsqueeze(2)
+                now = torch.stack([_current(graph, written, int(u)) for u in users], dim=2)
+                carried = corrupt[:, :, users] - now  # (1, T, k, D)
+                kept_back = torch.einsum("btkd,kn->btnd", carried, weights)  # (1, T, n, D)
+                return slice(None), away.unsqueeze(2) - kept_back
 
             return add
 
