@@ -55,7 +55,12 @@ def _twins(extractor, pair: dict):
     request = Request(maps=False, circuit=CircuitOptions())
     asked = answered(extractor, Input(**pair), request)
     return asked, lambda: read_twins(
-        extractor.loaded.model, asked.body, asked.arguments, asked.corrupt_arguments, asked.metric
+        extractor.loaded.model,
+        asked.body,
+        asked.arguments,
+        asked.corrupt_arguments,
+        asked.metric,
+        starts=False,  # as an estimate reads them: no exact pass starts from them
     )
 
 

@@ -154,12 +154,16 @@ class PairRuns:
         try:
             asked = answered(self.extractor, given, self.request)
             assert asked.corrupt_arguments is not None  # check_asked's
+            options = self.request.circuit
+            assert options is not None  # a circuit's request
+            exact = options.method is CircuitMethod.EXACT or options.refine is not None
             runs = read_twins(
                 self.extractor.loaded.model,
                 asked.body,
                 asked.arguments,
                 asked.corrupt_arguments,
                 asked.metric,
+                starts=exact,  # only the exact sweeps start from the layers' outputs
             )
         except UsageError as error:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None

@@ -110,18 +110,23 @@ class Runs:
 
 
 def read_twins(
-    model: Any, body: Anatomy, arguments: dict, corrupt_arguments: dict, metric: Metric
+    model: Any,
+    body: Anatomy,
+    arguments: dict,
+    corrupt_arguments: dict,
+    metric: Metric,
+    starts: bool = True,
 ) -> Runs:
     """The clean and the corrupted run, each recording every upstream node's output and
-    the input embeddings (the clean one finds the norms, and records where exact passes
-    start)."""
+    the input embeddings (the clean one finds the norms, and with ``starts`` records where
+    exact passes start: each layer's output)."""
     import torch
 
     graph = graph_of(body)
     with torch.inference_mode():
         with (
             _norms_found(body) as norms,
-            clean_recording(body) as finish,
+            clean_recording(body, starts) as finish,
             _written(body) as written,
             _embedded(model) as embedded,
         ):
