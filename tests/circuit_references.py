@@ -18,6 +18,10 @@ from __future__ import annotations
 import torch
 
 from tests.hook_references import (
+    ANSWER,
+    CORRUPT,
+    TEXT,
+    VERSUS,
     _eps,
     _gain,
     _post_attention_norm,
@@ -30,6 +34,16 @@ from tests.hook_references import (
     output_projection,
     with_hidden,
 )
+
+# Two pairs of the tiny models' datasets: each text and its twin of as many tokens, the
+# second pair of another length.
+PAIR = {"text": TEXT, "answer": ANSWER, "versus": VERSUS, "corrupt": CORRUPT}
+OTHER = {
+    "text": "The man saw the dog because",
+    "answer": ANSWER,
+    "versus": VERSUS,
+    "corrupt": "The dog saw the man because",
+}
 
 
 def shape_of(model):

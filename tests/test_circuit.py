@@ -11,6 +11,7 @@ import pytest
 
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
+from tests.circuit_references import OTHER, PAIR
 from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS, prepared
 
 FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm", "gemma3-lm"]
@@ -116,16 +117,7 @@ def test_every_edge_kept_gives_one_and_none_gives_zero(generators, language_mode
 
 def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generators, language_models):
     extractor, model, *_ = _setup(generators, language_models, "llama-lm")
-    pairs = [
-        {"text": TEXT, "answer": ANSWER, "versus": VERSUS, "corrupt": CORRUPT},
-        # of another length, and not the first pair's twins swapped (their means would tie)
-        {
-            "text": "The man saw the dog because",
-            "answer": ANSWER,
-            "versus": VERSUS,
-            "corrupt": "The dog saw the man because",
-        },
-    ]
+    pairs = [PAIR, OTHER]  # the second of another length, not the first's twins swapped
     both = extractor.circuit(pairs=pairs, method="exact", edges=5)
     alone = [extractor.circuit(**pair, method="exact", edges=0) for pair in pairs]
     tolerance = model_tolerance(model.config)

@@ -13,6 +13,7 @@ import pytest
 
 from attnviz.cli import app
 from tests.checks import failed_in_process, model_tolerance
+from tests.circuit_references import OTHER, PAIR
 from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS
 
 TWINS = ["--answer", ANSWER, "--versus", VERSUS, "--corrupt", CORRUPT]
@@ -62,15 +63,6 @@ def _write_pairs(folder, lines):
     path = folder / "pairs.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return str(path)
-
-
-PAIR = {"text": TEXT, "answer": ANSWER, "versus": VERSUS, "corrupt": CORRUPT}
-OTHER = {
-    "text": "The man saw the dog because",
-    "answer": ANSWER,
-    "versus": VERSUS,
-    "corrupt": "The dog saw the man because",
-}
 
 
 def test_pairs_give_the_mean_over_the_dataset(runner, generators, language_models, tmp_path):

@@ -21,6 +21,7 @@ import pytest
 
 from attnviz.cli import app
 from tests.checks import manifest as records_in
+from tests.circuit_references import OTHER, PAIR
 from tests.processes import ATTNVIZ
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
@@ -449,8 +450,6 @@ def test_a_text_cut_to_the_models_length_is_said_under_ray(runner, local_ray, ti
 
 
 def test_a_circuit_over_pairs_on_ray_equals_the_local_one(runner, local_ray, generators, tmp_path):
-    from tests.test_circuit_cli import OTHER, PAIR
-
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps(pair) + "\n" for pair in [PAIR, OTHER, PAIR]))
     common = ["circuit", "--pairs", pairs, "--model", generators["llama-lm"], "-f", "json"]

@@ -5,7 +5,7 @@ of the top edges."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,6 +23,10 @@ from attnviz.errors import UsageError
 from attnviz.inputs import read_texts
 from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
 from attnviz.request import Input
+
+if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
+    from attnviz.render.style import Style
 
 FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
 # A circuit's edges carry a corrupted run's values, measured on an answer; its own
@@ -170,6 +174,20 @@ def circuit(
     engine = shared.run_on.open(jobs or 2, shared.environment)
     with engine.session(), out.passes_shown(shared.environment) as listener:
         found = engine.circuit(CircuitWork(inputs, names, asked.spec, asked.request, listener))
+    _write(found, drawn, output, output_format, style, width, rows, shared.environment)
+
+
+def _write(
+    found: Circuit,
+    drawn: Output | None,
+    output: str | None,
+    output_format: Output,
+    style: Style,
+    width: int | None,
+    rows: int,
+    environment: out.Environment,
+) -> None:
+    """The circuit as the options ask: a picture, data on stdout, or the table."""
     if drawn is not None:
         from attnviz.render.circuit import circuit_picture  # matplotlib: only for a picture
 
@@ -181,7 +199,7 @@ def circuit(
     else:
         from attnviz.render.circuit import circuit_table  # numpy and rich's drawing
 
-        console = out.stdout_console(d.ColourChoice.AUTO, width, shared.environment)
+        console = out.stdout_console(d.ColourChoice.AUTO, width, environment)
         console.print(circuit_table(found, console.width, rows))
 
 

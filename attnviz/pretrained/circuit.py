@@ -25,6 +25,7 @@ from attnviz.pretrained.edges import (
     exact_scores,
     read_twins,
 )
+from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
 
 if TYPE_CHECKING:
@@ -220,8 +221,6 @@ def promoted(extractor: PretrainedExtractor, last: np.ndarray) -> tuple[str, ...
     """Each upstream node's token promoted most: its mean output at the last position,
     (U, D), read through the unembedding."""
     import torch
-
-    from attnviz.pretrained.effects import anatomy_of
 
     unembedding = anatomy_of(extractor.loaded).unembedding.weight
     with torch.inference_mode():

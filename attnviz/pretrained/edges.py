@@ -56,7 +56,15 @@ from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
 from attnviz.pretrained.frozen_norms import norm_form
 from attnviz.pretrained.metrics import Metric
 from attnviz.pretrained.patching import backward_to, weights_without_gradients
-from attnviz.pretrained.sites import SITES, hidden_of, output_of, units_of, with_hidden, with_output
+from attnviz.pretrained.sites import (
+    SITES,
+    hidden_of,
+    norms_found,
+    output_of,
+    units_of,
+    with_hidden,
+    with_output,
+)
 from attnviz.pretrained.value_norms import input_matrix
 from attnviz.pretrained.windowed import windowed
 from attnviz.progress import advance
@@ -125,7 +133,7 @@ def read_twins(
     graph = graph_of(body)
     with torch.inference_mode():
         with (
-            _norms_found(body) as norms,
+            norms_found(body) as norms,
             clean_recording(body, starts) as finish,
             _written(body) as written,
             _embedded(model) as embedded,
@@ -191,54 +199,6 @@ def graph_of(body: Anatomy) -> Graph:
     width = _matrix(SITES[Site.K].module(body, 0)).shape[1]
     kv_heads = units_of(body, Site.K, 0, width).count
     return Graph(len(body.blocks), body.heads, kv_heads)
-
-
-@contextlib.contextmanager
-def _norms_found(body: Anatomy) -> Iterator[tuple[list[Any], list[Any]]]:
-    """While open, a pass finds each layer's attention norm and MLP norm: the child of the
-    layer whose output the attention (the MLP) is given. The attention norm must read the
-    layer's input, which a head's copy of the residual then stands in for."""
-    count = len(body.blocks)
-    attention_norms: list[Any] = [None] * count
-    mlp_norms: list[Any] = [None] * count
-    entering: list[Any] = [None] * count
-    made: dict[int, tuple[Any, Any, Any]] = {}  # id(output) -> (module, its input, output)
-
-    def keep_made(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
-        if args or "hidden_states" in kwargs:
-            made[id(output)] = (module, hidden_of(args, kwargs), output)
-
-    def finder(into: list[Any], layer: int) -> Callable:
-        def find(_module: Any, args: tuple, kwargs: dict) -> None:
-            found = made.get(id(hidden_of(args, kwargs)))
-            into[layer] = None if found is None else found[:2]
-
-        return find
-
-    with contextlib.ExitStack() as hooks:
-        for layer, block in enumerate(body.blocks):
-            enter = lambda _m, args, kwargs, layer=layer: entering.__setitem__(  # noqa: E731
-                layer, hidden_of(args, kwargs)
-            )
-            hooks.enter_context(hooked(block.register_forward_pre_hook(enter, with_kwargs=True)))
-            for child in block.children():
-                hook = child.register_forward_hook(keep_made, with_kwargs=True)
-                hooks.enter_context(hooked(hook))
-            for into, module in (
-                (attention_norms, body.attentions[layer]),
-                (mlp_norms, _mlp(body, layer)),
-            ):
-                hook = module.register_forward_pre_hook(finder(into, layer), with_kwargs=True)
-                hooks.enter_context(hooked(hook))
-        yield attention_norms, mlp_norms
-    for layer in range(count):
-        attention, mlp = attention_norms[layer], mlp_norms[layer]
-        if attention is None or attention[1] is not entering[layer] or mlp is None:
-            raise UsageError(
-                f"attnviz cannot find the norms layer {layer}'s attention and MLP read the "
-                "residual stream through: circuits read pre-norm decoders (GPT-2, Llama, Gemma, …)"
-            )
-        attention_norms[layer], mlp_norms[layer] = attention[0], mlp[0]
 
 
 def _mlp(body: Anatomy, layer: int) -> Any:
