@@ -107,8 +107,9 @@ def speed(extractor, runs: int, count: int, steps: int) -> None:
     started = time.perf_counter()
     circuit = extractor.circuit(pairs=dataset, edges=1000)
     elapsed = time.perf_counter() - started
+    each = elapsed / count * 1000
     print(f"  {count} pairs by EAP, the faithfulness of 1,000 edges: {elapsed:.1f} s "
-          f"({elapsed / count * 1000:.0f} ms a pair); faithfulness {circuit.faithfulness:.3f}")  # fmt: skip
+          f"({each:.0f} ms a pair); faithfulness {circuit.faithfulness:.3f}")  # fmt: skip
 
 
 def compare(extractor, refine: int, sizes: list[int], steps: int) -> None:
