@@ -166,3 +166,19 @@ def test_refine_computes_the_estimates_top_edges_exactly(generators, language_mo
     assert all(found[edge] == estimated[edge] for edge in rest)
     assert refined.exact is not None and int(refined.exact.sum()) == 6
     assert any(abs(found[edge] - estimated[edge]) > 10 * tolerance for edge in top)
+
+
+def test_a_metric_given_as_a_function_of_the_logits_scores_as_its_measure(
+    generators, language_models
+):
+    extractor, model, _, _, answer_id, versus_id = _setup(generators, language_models, "llama-lm")
+
+    def difference(logits):  # as TransformerLens users write theirs: (B, V) -> (B,)
+        return logits[:, answer_id] - logits[:, versus_id]
+
+    by_function = extractor.circuit(TEXT, ANSWER, CORRUPT, metric=difference, edges=10)
+    by_versus = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=10)
+    tolerance = model_tolerance(model.config)
+    np.testing.assert_allclose(by_function.scores, by_versus.scores, atol=tolerance)
+    assert by_function.faithfulness == pytest.approx(by_versus.faithfulness, abs=1e-4)
+    assert by_function.answer.metric_name == "difference"
