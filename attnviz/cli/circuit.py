@@ -62,6 +62,7 @@ StepsOption = Annotated[
     int | None,
     typer.Option(
         "--steps",
+        metavar="N",
         min=1,
         help=f"EAP-IG's points between the corrupted and the clean input embeddings "
         f"(--method ig; {DEFAULT_STEPS} by default).",

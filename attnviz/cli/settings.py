@@ -239,8 +239,9 @@ class Effects:
             "--corrupt",
             metavar="TEXT",
             rich_help_panel=EFFECTS_PANEL,
-            help="The text with one fact changed, as many tokens: the run the clean "
-            "activations are put into. @FILE reads a file (a long text), as TEXT does.",
+            help="The text with one fact changed, as many tokens: its run takes the clean "
+            "activations (heads, trace), or gives its values to a circuit's edges (circuit). "
+            "@FILE reads a file (a long text), as TEXT does.",
         ),
     ] = None
     normalize: Annotated[
