@@ -55,11 +55,13 @@ class Ablation(StrEnum):
 
     ZERO = "zero"
     MEAN = "mean"
+    NONE = "none"  # no ablation sweep: dla, and patch where asked, alone
 
 
 ABLATION_LABELS = {
     Ablation.ZERO: "its output zeroed",
     Ablation.MEAN: "its mean output over the text's positions",
+    Ablation.NONE: "no ablation sweep: dla, and patch with --corrupt, alone",
 }
 # What an ablation reads beyond the text, where it reads more: "corrupt" (the corrupted
 # twin: its replacement is the head's output in the run on it, which then must be given).

@@ -15,7 +15,8 @@ The metric is logit(answer) - logit(versus) at the last position, less the corru
 TransformerLens runs as its 4.x `TransformerBridge` over the converted model's folder
 (eager attention, the bridge's choice); nnsight as the loop one writes with it, one
 `trace` per patched run, on the model with its default (fused) attention. attnviz's
-`head_effects(..., corrupt=...)` computes the ablation sweep too, and it is timed whole.
+`head_effects(..., corrupt=...)` is timed with the ablation sweep (as `heads --corrupt`
+runs by default) and alone (`--ablate none`).
 
 `--long N` sets attribution patching (`--method gradient`) beside the same estimate as
 each peer's tutorials write it (a clean run's activations cached; the corrupted run's
@@ -313,21 +314,26 @@ def main() -> None:
     print(f"{arguments.model} ({folder}), float32, {torch.get_num_threads()} threads", flush=True)
 
     ioi = Twins(tokenizer, IOI)
-    ours = timed(
-        lambda: (
-            extractor.head_effects(
-                ioi.clean_text, ioi.answer, versus=ioi.versus, corrupt=ioi.corrupt_text
-            ).patch
+    peers = {
+        "TransformerLens": timed(lambda: lens_patch(bridge, ioi, "heads")),
+        "nnsight": timed(lambda: nnsight_patch(hooked, ioi, "heads", heads)),
+    }
+    for ablate, said in (
+        ("zero", "with the ablation sweep"),
+        ("none", "patch alone, --ablate none"),
+    ):
+        ours = timed(
+            lambda ablate=ablate: (
+                extractor.head_effects(
+                    ioi.clean_text,
+                    ioi.answer,
+                    versus=ioi.versus,
+                    corrupt=ioi.corrupt_text,
+                    ablate=ablate,
+                ).patch
+            )
         )
-    )
-    compare(
-        f"patch, {ioi.clean.shape[1]} tokens (attnviz: with the ablation sweep)",
-        ours,
-        {
-            "TransformerLens": timed(lambda: lens_patch(bridge, ioi, "heads")),
-            "nnsight": timed(lambda: nnsight_patch(hooked, ioi, "heads", heads)),
-        },
-    )
+        compare(f"patch, {ioi.clean.shape[1]} tokens (attnviz: {said})", ours, peers)
     eiffel = Twins(tokenizer, EIFFEL)
     for site in sites:
         ours = timed(

@@ -654,3 +654,54 @@ def test_predictions_list_the_models_next_tokens_above_the_table_and_in_json(run
     failed_in_process(
         runner.invoke(app, ["heads", TEXT, "--model", path, "--predictions", "3"]), 2, "--answer"
     )
+
+
+@pytest.mark.parametrize("method", ["exact", "gradient"])
+def test_ablate_none_runs_no_ablation_and_gives_the_same_dla_and_patch(
+    runner, generators, monkeypatch, method
+):
+    """Head patching asked alone: the ablation sweep (or its estimate) is never run; dla
+    and patch are those of the whole read."""
+    from attnviz.cli import app
+
+    model, corrupt = generators["llama-lm"], twins.CORRUPT
+    extractor = attnviz.load(model)
+    whole = extractor.head_effects(TEXT, ANSWER, corrupt=corrupt, method=method)
+
+    def refused(*_args, **_kwargs):
+        raise AssertionError("the ablation sweep ran")
+
+    monkeypatch.setattr("attnviz.pretrained.effects._ablation", refused)
+    monkeypatch.setattr("attnviz.pretrained.answered.ablation_estimate", refused)
+    alone = extractor.head_effects(TEXT, ANSWER, corrupt=corrupt, method=method, ablate="none")
+    assert alone.ablation is None and alone.patch is not None
+    np.testing.assert_array_equal(alone.dla, whole.dla)
+    np.testing.assert_allclose(alone.patch, whole.patch, atol=1e-6)
+    assert alone.picture().data.startswith(b"\x89PNG")  # the patch, drawn by default
+    command = ["heads", "--model", model, TEXT, "--answer", ANSWER, "--corrupt", corrupt]
+    command += ["--ablate", "none", "--method", method, "-f", "json"]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["heads"]
+    assert "ablation" not in rows[0] and "patch" in rows[0]
+    assert [row["patch"] for row in rows] == sorted((row["patch"] for row in rows), reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["heads", "--sort", "ablation"], "--ablate none skips"),
+        (["show", "--top-heads", "2"], "--by ablation reads an effect this run left out"),
+    ],
+)
+def test_what_reads_the_ablation_is_refused_without_it(runner, generators, arguments, message):
+    from attnviz.cli import app
+
+    command, *rest = arguments
+    result = runner.invoke(
+        app,
+        [command, "--model", generators["llama-lm"], TEXT, "--answer", ANSWER, "--ablate", "none",
+         *rest],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and result.stdout == ""

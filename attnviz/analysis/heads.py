@@ -170,7 +170,7 @@ class HeadEffects(Drawn):
     ablate: Ablation
     layers: list[int]
     heads: list[int]
-    ablation: np.ndarray  # (L, H)
+    ablation: np.ndarray | None  # (L, H); None with --ablate none
     dla: np.ndarray  # (L, H)
     patch: np.ndarray | None = None  # (L, H)
 
@@ -189,7 +189,7 @@ class HeadEffects(Drawn):
         self, column: str | None = None, format: Output | str = "png", **style: Any
     ) -> Picture:
         """The layers × heads grid ``heads --picture`` draws of one effect: ``column``
-        ablation, dla or patch (by default patch where there is one, else ablation), in
+        ablation, dla or patch (by default patch, else ablation, else dla), in
         diverging colours centred on 0. ``style``: ``dpi``, ``figsize``, ``font_size``,
         ``title``, as export's options. ``.data`` holds the bytes; a notebook shows it."""
         # the drawing sits above the data it draws (it imports them)
@@ -218,12 +218,24 @@ class HeadEffects(Drawn):
         on = replace(self.on, normalized=True)
         return replace(self, on=on, patch=self.patch / self.on.corruption())
 
+    def drawn_column(self) -> str:
+        """The effect a picture draws unless told: patch, else ablation, else dla."""
+        return next(
+            name for name in ("patch", "ablation", "dla") if getattr(self, name) is not None
+        )
+
     def of(self, layer: int, head: int) -> dict[str, float]:
         """One head's effects by column name."""
         row, column = self.layers.index(layer), self.heads.index(head)
-        found = {"ablation": float(self.ablation[row, column]), "dla": float(self.dla[row, column])}
-        if self.patch is not None:
-            found["patch"] = float(self.patch[row, column])
+        found = {
+            name: float(values[row, column])
+            for name, values in (
+                ("ablation", self.ablation),
+                ("dla", self.dla),
+                ("patch", self.patch),
+            )
+            if values is not None
+        }
         return found
 
     def fields(self) -> dict[str, object]:
@@ -346,7 +358,8 @@ class HeadTable:
 
     def columns(self, shown: Collection[HeadColumn] = tuple(HeadColumn)) -> list[HeadColumn]:
         """Those of the ``shown`` columns that apply: span only where a span was given, the
-        effects only where an answer was."""
+        effects only where an answer was (ablation where it was run)."""
+        left_out = self.effects is not None and self.effects.ablation is None
         given = {
             Needs.SPAN: bool(self.span),
             Needs.ANSWER: self.effects is not None,
@@ -354,7 +367,11 @@ class HeadTable:
             Needs.KINDS: any(row.kind is not None for row in self.rows),
         }
         return [
-            column for column in HeadColumn if column in shown and given.get(column.needs, True)
+            column
+            for column in HeadColumn
+            if column in shown
+            and given.get(column.needs, True)
+            and not (left_out and column is HeadColumn.ABLATION)
         ]
 
     def with_effects(self, effects: HeadEffects) -> HeadTable:
@@ -509,6 +526,8 @@ class TopHeads:
         if by.needs is Needs.ANSWER:
             if self.effects is None:
                 raise UsageError(f"--by {self.by} ranks heads by their effect on an answer")
+            if by.value not in self.effects.of(maps.layers[0], maps.heads[0]):
+                raise UsageError(f"--by {self.by} reads an effect this run left out: --by dla")
             return {
                 (layer, head): self.effects.of(layer, head)[by.value]
                 for layer in maps.layers

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnviz.atomic_files import check_writable, open_output
-from attnviz.choices import Output
+from attnviz.choices import Ablation, Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.option_kinds import picture_option
@@ -245,7 +245,7 @@ def _draw(
     effects = table.effects
     assert effects is not None
     column = sort.value if sort.needs in (Needs.ANSWER, Needs.CORRUPT) else None
-    column = column or ("patch" if effects.patch is not None else "ablation")
+    column = column or effects.drawn_column()
     with open_output(picture, binary=True) as stream:
         stream.write(effects_picture(effects, column, table.model, picture_format, style))
 
@@ -308,7 +308,11 @@ def _default_sort(detect: Detector | None, effects: Effects) -> HeadColumn:
     """The detector's score, the heads the answer needs most, or the heads in order."""
     if detect is not None:
         return HeadColumn(detect.value)
-    return HeadColumn.LAYER if effects.answer is None else HeadColumn.ABLATION
+    if effects.answer is None:
+        return HeadColumn.LAYER
+    if effects.ablate is Ablation.NONE:  # no ablation sweep: what was asked
+        return HeadColumn.DLA if effects.corrupt is None else HeadColumn.PATCH
+    return HeadColumn.ABLATION
 
 
 def _columns(

@@ -316,6 +316,8 @@ class Effects:
             raise UsageError(
                 f"--sort {sort} ranks heads by their effect on an answer: give --answer"
             )
+        if sort is HeadColumn.ABLATION and self.ablate is Ablation.NONE:
+            raise UsageError("--sort ablation reads the ablation sweep, which --ablate none skips")
         if sort is not None and sort.needs is Needs.CORRUPT and self.corrupt is None:
             raise UsageError(
                 f"--sort {sort} ranks heads by what they bring back from a corrupted run: "

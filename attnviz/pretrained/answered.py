@@ -16,6 +16,7 @@ from attnviz.errors import UsageError, warn
 from attnviz.pretrained.effects import (
     Ablating,
     Anatomy,
+    Clean,
     anatomy_of,
     attribution,
     clean_pass,
@@ -223,14 +224,9 @@ def effects_of(
                     model, body, asked.corrupt_arguments, metric, clean, layers, heads
                 )
         else:
-            estimate = ablation_estimate(body, ablating)
-            at_clean = gradients(
-                model, body, asked.arguments, metric, Site.Z, estimate, True, during_clean
-            )
-            assert at_clean.clean is not None
-            clean = at_clean.clean
+            clean, ablation = _estimated_ablation(model, asked, ablating, layers, during_clean)
+            ablation = None if ablation is None else ablation[:, heads]
             dla = attribution(body, clean, metric, layers, heads)
-            ablation = at_clean.of(layers)[:, heads]
             if asked.corrupt_arguments is not None:
                 estimate = patch_estimate(body, clean.head_inputs)
                 corrupted = asked.corrupt_arguments
@@ -250,6 +246,28 @@ def effects_of(
         **next_tokens(extractor.loaded, asked, clean.next_log_probs),
     )
     return HeadEffects(on, request.ablate, layers, heads, ablation, dla, patch)
+
+
+def _estimated_ablation(
+    model: Any,
+    asked: Answered,
+    ablating: Ablating,
+    layers: list[int],
+    during_clean: contextlib.AbstractContextManager | None,
+) -> tuple[Clean, Any]:
+    """The clean run's record and every head's ablation estimate, (L, H), from one forward
+    and one backward pass; without an ablation (Ablation.NONE), the record of a forward
+    pass alone and None."""
+    import torch
+
+    body, metric = asked.body, asked.metric
+    if ablating.kind is Ablation.NONE:
+        with torch.inference_mode(), during_clean or contextlib.nullcontext():
+            return clean_pass(model, body, asked.arguments, metric), None
+    estimate = ablation_estimate(body, ablating)
+    at_clean = gradients(model, body, asked.arguments, metric, Site.Z, estimate, True, during_clean)
+    assert at_clean.clean is not None
+    return at_clean.clean, at_clean.of(layers)
 
 
 def _ablating(model: Any, asked: Answered, kind: Ablation) -> Ablating:

@@ -165,7 +165,7 @@ class Measured:
     from), and each head's ablation effect and direct logit attribution, (L, H) each."""
 
     clean: Clean
-    ablation: np.ndarray
+    ablation: np.ndarray | None  # None: no ablation asked (Ablation.NONE)
     dla: np.ndarray
 
 
@@ -187,6 +187,8 @@ def head_effects(
     with torch.inference_mode(), during_clean or contextlib.nullcontext():
         clean = clean_pass(model, body, arguments, metric)
     dla = attribution(body, clean, metric, layers, heads)
+    if ablating.kind is Ablation.NONE:
+        return Measured(clean, None, dla)
     with torch.inference_mode():
         ablation = _ablation(model, body, arguments, metric, clean, layers, heads, ablating)
     return Measured(clean, ablation, dla)

@@ -283,7 +283,7 @@ def effects_figure(
 ) -> Picture:
     """:meth:`HeadEffects.picture`: the grid of ``column`` (by default patch where there is
     one, else ablation)."""
-    column = column or ("patch" if effects.patch is not None else "ablation")
+    column = column or effects.drawn_column()
     if column not in ("ablation", "dla", "patch"):
         raise UsageError(f"a head's effects are ablation, dla and patch, not {column!r}")
     return _figure(partial(effects_picture, effects, column, ""), format, style)
