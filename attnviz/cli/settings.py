@@ -27,6 +27,7 @@ from attnviz.choices import (
 )
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
+from attnviz.cli.option_kinds import memory_size
 from attnviz.errors import UsageError
 from attnviz.head_columns import HeadColumn, Needs
 from attnviz.inputs import read_option_text
@@ -107,23 +108,6 @@ class ModelSettings:
         """The options of how a pretrained model runs its attention that were given."""
         given = {"--attention": self.attention is not Attention.AUTO, "--memory": self.memory}
         return [flag for flag, was_given in given.items() if was_given]
-
-
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
-
-
-def memory_size(text: str) -> int:
-    """Bytes from ``256M``, ``1G``, ``512K`` or a plain number of bytes."""
-    number, unit = text.strip().upper().rstrip("B").rstrip("I"), ""
-    if number[-1:] in _UNITS:
-        number, unit = number[:-1], number[-1]
-    try:
-        size = int(float(number) * _UNITS[unit])
-    except ValueError:
-        size = 0
-    if size < 2**20:
-        raise UsageError(f"--memory takes a size of at least 1M, such as 256M or 1G, not {text!r}")
-    return size
 
 
 @dataclass(frozen=True)
