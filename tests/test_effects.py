@@ -675,8 +675,9 @@ def test_ablate_none_runs_no_ablation_and_gives_the_same_dla_and_patch(
     monkeypatch.setattr("attnviz.pretrained.answered.ablation_estimate", refused)
     alone = extractor.head_effects(TEXT, ANSWER, corrupt=corrupt, method=method, ablate="none")
     assert alone.ablation is None and alone.patch is not None
-    np.testing.assert_array_equal(alone.dla, whole.dla)
-    np.testing.assert_allclose(alone.patch, whole.patch, atol=1e-6)
+    tolerance = model_tolerance(extractor.loaded.model.config)  # a pass with or without grad
+    np.testing.assert_allclose(alone.dla, whole.dla, atol=tolerance)
+    np.testing.assert_allclose(alone.patch, whole.patch, atol=tolerance)
     assert alone.picture().data.startswith(b"\x89PNG")  # the patch, drawn by default
     command = ["heads", "--model", model, TEXT, "--answer", ANSWER, "--corrupt", corrupt]
     command += ["--ablate", "none", "--method", method, "-f", "json"]

@@ -61,31 +61,12 @@ class Graph:
         """How many edges the graph has."""
         return int(self.edges.sum())
 
-    def head(self, layer: int, head: int) -> int:
-        """The upstream index of head ``head`` of ``layer``."""
-        return 1 + layer * (self.heads + 1) + head
-
-    def mlp(self, layer: int) -> int:
-        """The upstream index of MLP ``layer``."""
-        return 1 + layer * (self.heads + 1) + self.heads
-
     def reads(self, layer: int) -> int:
         """The downstream index of ``layer``'s first query input; its key inputs follow its
         query heads, its value inputs its key/value heads, then its MLP's input."""
         return layer * (self.heads + 2 * self.kv_heads + 1)
 
-    def upstream_layer(self, index: int) -> int:
-        """The layer an upstream node is computed in: -1 for the input."""
-        return -1 if index == 0 else (index - 1) // (self.heads + 1)
-
-    def downstream_layer(self, index: int) -> int:
-        """The layer a downstream node reads in: ``layers`` for the logits."""
-        return index // (self.heads + 2 * self.kv_heads + 1)
-
     def edge_list(self) -> tuple[np.ndarray, np.ndarray]:
         """Every edge's (upstream, downstream) indices, in the order of ``edges``."""
         upstream, downstream = np.nonzero(self.edges)
         return upstream, downstream
-
-    def named(self, upstream: int, downstream: int) -> str:
-        return f"{self.upstream[upstream]} → {self.downstream[downstream]}"
