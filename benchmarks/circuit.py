@@ -14,7 +14,7 @@ Speed, side by side in one process on one loaded model (medians of --runs):
 exactly (the mean over the pairs): Spearman of each estimate with the exact scores there,
 the top edges both share, and the faithfulness of each ranking's circuits at equal sizes.
 
-    python benchmarks/circuit.py [--runs 5] [--count 100] [--steps 5]
+    python benchmarks/circuit.py [--runs 5] [--count 100] [--steps 5] [--model M --dtype D]
     python benchmarks/circuit.py --compare [--refine 300] [--sizes 100,300,1000,3000,10000]
 """
 
@@ -32,7 +32,8 @@ import torch
 import attnviz
 from attnviz.analysis.circuit import faithfulness_of, kept_masks
 from attnviz.pretrained.answered import answered
-from attnviz.pretrained.edges import circuit_metrics, estimated_scores, read_twins
+from attnviz.pretrained.edge_estimates import estimated_scores
+from attnviz.pretrained.edges import circuit_metrics, read_twins, users_of
 from attnviz.request import Input, Request
 from benchmarks.ioi_pairs import pairs as ioi_pairs
 
@@ -40,11 +41,15 @@ PAIRS = Path(__file__).resolve().parent.parent / "sample_texts" / "ioi_pairs.jso
 
 
 def _median(function, runs: int) -> float:
+    """The median time of ``runs`` calls after a warm one, each waiting for the GPU where
+    the model runs on one (a call returns before the device has done)."""
     function()  # warm
     samples = []
     for _ in range(runs):
         started = time.perf_counter()
         function()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         samples.append(time.perf_counter() - started)
     return statistics.median(samples)
 
@@ -54,13 +59,14 @@ def _twins(extractor, pair: dict):
 
     request = Request(maps=False, circuit=CircuitOptions())
     asked = answered(extractor, Input(**pair), request)
-    return asked, lambda: read_twins(
+    return asked, lambda users=None: read_twins(
         extractor.loaded.model,
         asked.body,
         asked.arguments,
         asked.corrupt_arguments,
         asked.metric,
         starts=False,  # as an estimate reads them: no exact pass starts from them
+        users=users,  # the record a circuit's pass reads, where given
     )
 
 
@@ -75,16 +81,16 @@ def speed(extractor, runs: int, count: int, steps: int) -> None:
 
     def floor() -> None:
         embedded = model.get_input_embeddings()(ids).detach().requires_grad_(True)
-        logits = model(inputs_embeds=embedded, use_cache=False).logits[0, -1].float()
-        (logits[answer] - logits[versus]).backward()
+        logits = model(inputs_embeds=embedded, use_cache=False, logits_to_keep=1).logits
+        (logits[0, -1, answer].float() - logits[0, -1, versus].float()).backward()
 
     def forward() -> None:
         with torch.inference_mode():
-            model(input_ids=ids, use_cache=False)
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
-    runs_of = read()
-    graph = runs_of.wiring.graph
-    one = kept_masks(graph, estimated_scores(runs_of), [1000])
+    graph = read().wiring.graph
+    one = kept_masks(graph, estimated_scores(read()), [1000])
+    runs_of = read(users_of(graph, one))
     timed = {
         "forward": _median(forward, runs),
         "forward + backward (the floor)": _median(floor, runs),
@@ -96,8 +102,11 @@ def speed(extractor, runs: int, count: int, steps: int) -> None:
             lambda: circuit_metrics(runs_of, one), runs
         ),
     }
-    print(f"SmolLM2, one IOI pair of {ids.shape[1]} tokens; {graph.count:,} edges; torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads")  # fmt: skip
+    where = f"{torch.get_num_threads()} threads"
+    if model.device.type == "cuda":
+        where = torch.cuda.get_device_name(model.device)
+    print(f"{extractor.name} ({model.dtype}), one IOI pair of {ids.shape[1]} tokens; "
+          f"{graph.count:,} edges; torch {torch.__version__}, {where}")  # fmt: skip
     base = timed["forward + backward (the floor)"]
     for name, seconds in timed.items():
         print(f"  {name:48} {seconds * 1000:8.1f} ms  {seconds / base:5.2f}x the floor")
@@ -146,7 +155,7 @@ def compare(extractor, refine: int, sizes: list[int], steps: int) -> None:
         clean = corrupt = 0.0
         for pair in dataset:
             _, read = _twins(extractor, pair)
-            runs = read()
+            runs = read(users_of(graph, masks))
             values += np.array(circuit_metrics(runs, masks))
             clean, corrupt = clean + runs.clean.metric, corrupt + runs.corrupt_metric
         count = len(dataset)
@@ -164,8 +173,12 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true")
     parser.add_argument("--refine", type=int, default=300)
     parser.add_argument("--sizes", default="100,300,1000,3000,10000")
+    parser.add_argument("--model", default="smollm2", help="an alias or a model folder")
+    parser.add_argument("--dtype", default="auto", help="the weights' dtype")
     arguments = parser.parse_args()
-    extractor = attnviz.load("smollm2")
+    extractor = attnviz.load(
+        arguments.model, load_options=attnviz.LoadOptions(dtype=arguments.dtype)
+    )
     if arguments.compare:
         sizes = [int(size) for size in arguments.sizes.split(",")]
         compare(extractor, arguments.refine, sizes, arguments.steps)

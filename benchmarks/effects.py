@@ -12,17 +12,19 @@ of the same model and text (computing the last position's logits, as attnviz's p
 each in a process of its own (time, and peak memory above the loaded model: sampled from
 /proc on the CPU, the device's peak allocation on a GPU): heads --answer --method gradient
 (one forward and one backward pass), the same with --corrupt (a second pair, on the
-corrupted text), and trace --method gradient; a plain model(ids), every position's logits,
-is shown beside, the forward as attnviz's gradient passes run it (a sliding-window layer
-over its window alone; the same as the forward where the model has no such layer), and
-the floor any gradient method has: a plain forward and backward pass (no hooks, weights
-frozen, every activation kept), each estimate's time printed against it too. Target:
+corrupted text), trace --method gradient, and circuit --method gradient and --method ig
+--steps 5 (every edge scored, the top 100 edges' faithfulness measured); a plain
+model(ids), every position's logits, is shown beside, the forward as attnviz's gradient
+passes run it (a sliding-window layer over its window alone; the same as the forward
+where the model has no such layer), and the floor any gradient method has: a plain
+forward and backward pass (no hooks, weights frozen, every activation kept), each
+estimate's time printed against it too. Target:
 <= 3x the forward's time, <= its memory + 2 GB.
 `--agreement N` ranks heads by the gradient estimate and by the exact sweep at N tokens
 (Spearman, top-10 overlap), for ablation and for patch.
 
     python benchmarks/effects.py [--runs 3] [--tokens 256]
-    python benchmarks/effects.py --long 8000 [--model smollm2] [--dtype bfloat16]
+    python benchmarks/effects.py --long 8000 [--model smollm2] [--dtype bfloat16] [--what ...]
     python benchmarks/effects.py --agreement 1000
 """
 
@@ -182,6 +184,8 @@ MEASURED = (
     "heads gradient",
     "heads --corrupt",
     "trace gradient",
+    "circuit gradient",
+    "circuit ig",
 )
 
 
@@ -226,6 +230,14 @@ def _measure(what: str, model: str, dtype: str, tokens: int) -> tuple[float, flo
         "trace gradient": lambda: extractor.trace(
             clean, FACT_ANSWER, corrupt, versus=FACT_VERSUS, method="gradient"
         ),
+        # The whole command: both runs read, the scores, both runs read again for the
+        # circuit of the top 100 edges, its faithfulness pass.
+        "circuit gradient": lambda: extractor.circuit(
+            clean, FACT_ANSWER, corrupt, versus=FACT_VERSUS, method="gradient"
+        ),
+        "circuit ig": lambda: extractor.circuit(
+            clean, FACT_ANSWER, corrupt, versus=FACT_VERSUS, method="ig", steps=5
+        ),
     }[what]
     if device.type == "cuda":
         work()
@@ -239,14 +251,17 @@ def _by_windows(model, ids: torch.Tensor) -> None:
         model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
 
-def long_contexts(model: str, dtype: str, tokens: int) -> None:
-    """Each measurement printed as it is made: a run cut short keeps what it measured."""
+def long_contexts(model: str, dtype: str, tokens: int, asked: list[str]) -> None:
+    """Each measurement printed as it is made: a run cut short keeps what it measured.
+    ``asked`` chooses among the measurements (the forward, the baseline, always runs)."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     baseline: tuple[float, float] | None = None
     floor = 0.0  # the plain forward and backward pass's seconds
     for what in MEASURED:
+        if what != "forward" and asked and what not in asked:
+            continue
         with context.Pool(1) as pool:
             try:
                 took, used, length = pool.apply(_measure, (what, model, dtype, tokens))
@@ -301,10 +316,17 @@ def main() -> None:
     parser.add_argument("--agreement", type=int, metavar="N", help="gradient vs exact at N tokens")
     parser.add_argument("--model", default="smollm2", help="an alias or a model folder")
     parser.add_argument("--dtype", default="auto", help="the weights' dtype (--long)")
+    parser.add_argument(
+        "--what", default="", help="--long's measurements, comma-separated (all by default)"
+    )
     options = parser.parse_args()
     torch.manual_seed(0)
     if options.long:
-        long_contexts(options.model, options.dtype, options.long)
+        asked = [what for what in options.what.split(",") if what]
+        unknown = sorted(set(asked) - set(MEASURED))
+        if unknown:
+            parser.error(f"unknown --what {', '.join(unknown)}: one of {', '.join(MEASURED)}")
+        long_contexts(options.model, options.dtype, options.long, asked)
         return
     if options.agreement:
         agreement(options.model, options.agreement)

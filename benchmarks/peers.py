@@ -4,7 +4,8 @@ the same weights, the same token ids, side by side in one process, each product
 computed once by each.
 
 - patch: each head's clean output (its slice of the output projection's input) put into
-  the corrupted run at every position, on the indirect-object sentence and its twin;
+  the corrupted run at every position, on the indirect-object sentence and its twin (or,
+  with `--tokens N`, on N tokens of a filler and the Eiffel fact against the Colosseum);
   TransformerLens's `get_act_patch_attn_head_out_all_pos`.
 - trace: each layer × position's clean activation put into the corrupted run, on the
   Eiffel fact and the Colosseum; `resid` (`get_act_patch_resid_pre`), `attn`
@@ -294,6 +295,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sites", default="resid", help="trace sites, comma-separated")
     parser.add_argument("--long", type=int, help="the gradient estimates at this many tokens")
+    parser.add_argument(
+        "--tokens", type=int, help="patch the filler and the Eiffel fact at this many tokens"
+    )
     parser.add_argument("--tools", default="attnviz,nnsight,transformer_lens")
     parser.add_argument("--model", default="smollm2", help="smollm2 or gemma3")
     arguments = parser.parse_args()
@@ -313,7 +317,11 @@ def main() -> None:
     heads = extractor.loaded.model.config.num_attention_heads
     print(f"{arguments.model} ({folder}), float32, {torch.get_num_threads()} threads", flush=True)
 
-    ioi = Twins(tokenizer, IOI)
+    if arguments.tokens:
+        clean, corrupt = twins(tokenizer, arguments.tokens)
+        ioi = Twins(tokenizer, (clean, corrupt, FACT_ANSWER, FACT_VERSUS))
+    else:
+        ioi = Twins(tokenizer, IOI)
     peers = {
         "TransformerLens": timed(lambda: lens_patch(bridge, ioi, "heads")),
         "nnsight": timed(lambda: nnsight_patch(hooked, ioi, "heads", heads)),

@@ -18,12 +18,14 @@ from attnviz.choices import CircuitMethod
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answer_label, answered
+from attnviz.pretrained.edge_estimates import estimated_scores
 from attnviz.pretrained.edges import (
     Runs,
     circuit_metrics,
-    estimated_scores,
     exact_scores,
+    graph_of,
     read_twins,
+    users_of,
 )
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
@@ -139,9 +141,10 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
 
 
 class PairRuns:
-    """Each pair's two runs, read for a pass: kept across the passes where there is one
-    pair, read again for each pass over a dataset (each pair's records are as large as its
-    text × every node)."""
+    """Each pair's two runs, read for a pass: to score edges (kept across the scoring
+    passes where there is one pair, read again for each pass over a dataset: each pair's
+    record is as large as its text × every node), or to measure circuits (read for the
+    pass, with the outputs its circuits carry back)."""
 
     def __init__(
         self, extractor: PretrainedExtractor, request: Request, count: int, names: list[str] | None
@@ -149,8 +152,11 @@ class PairRuns:
         self.extractor, self.request, self.count, self.names = extractor, request, count, names
         self.kept: dict[int, tuple[Answered, Runs]] = {}
 
-    def __call__(self, index: int, given: Input) -> tuple[Answered, Runs]:
-        if index in self.kept:
+    def __call__(
+        self, index: int, given: Input, users: np.ndarray | None = None
+    ) -> tuple[Answered, Runs]:
+        """The pair's runs: its scoring record, or with ``users`` its measuring record."""
+        if users is None and index in self.kept:
             return self.kept[index]
         try:
             asked = answered(self.extractor, given, self.request)
@@ -164,11 +170,13 @@ class PairRuns:
                 asked.arguments,
                 asked.corrupt_arguments,
                 asked.metric,
-                starts=exact,  # only the exact sweeps start from the layers' outputs
+                # only the exact sweeps start from the layers' outputs
+                starts=exact and users is None,
+                users=users,
             )
         except UsageError as error:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
-        if self.count == 1:
+        if self.count == 1 and users is None:
             self.kept[index] = asked, runs
         return asked, runs
 
@@ -187,6 +195,7 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
             scores[upstream, downstream] = exact_scores(runs, edges, say_long=found is None)
         else:
             scores = estimated_scores(runs, steps)
+        assert runs.clean_last is not None  # a scoring record
         alone = Scored(
             runs_of.extractor.name,
             graph,
@@ -194,7 +203,7 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
             scores,
             runs.clean.metric,
             runs.corrupt_metric,
-            runs.clean_written[0, -1].float().cpu().numpy(),
+            runs.clean_last.float().cpu().numpy(),
             index,
             asked.answer(log_prob=runs.clean.log_prob),
         )
@@ -213,7 +222,13 @@ def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.nda
 
 def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.ndarray:
     """Each circuit's metric, summed over ``pairs``."""
-    found = [circuit_metrics(runs_of(index, given)[1], kept) for index, given in pairs]
+    users: np.ndarray | None = None
+    found = []
+    for index, given in pairs:
+        runs_of.kept.pop(index, None)  # its scoring record, read no more, goes first
+        if users is None:  # the same graph for every pair: one model
+            users = users_of(graph_of(anatomy_of(runs_of.extractor.loaded)), kept)
+        found.append(circuit_metrics(runs_of(index, given, users)[1], kept))
     return np.sum(found, axis=0)
 
 

@@ -55,7 +55,6 @@ from attnviz.pretrained.effects import (
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
 from attnviz.pretrained.frozen_norms import norm_form
 from attnviz.pretrained.metrics import Metric
-from attnviz.pretrained.patching import backward_to, weights_without_gradients
 from attnviz.pretrained.sites import (
     SITES,
     hidden_of,
@@ -66,14 +65,12 @@ from attnviz.pretrained.sites import (
     with_output,
 )
 from attnviz.pretrained.value_norms import input_matrix
-from attnviz.pretrained.windowed import windowed
 from attnviz.progress import advance
 
 if TYPE_CHECKING:
     import torch
 
-_QKV = {"q": Site.Q, "k": Site.K, "v": Site.V}
-_TOKENS_PER_GRADIENT_PASS = 512  # rows × tokens of one of EAP-IG's passes: its points
+QKV = {"q": Site.Q, "k": Site.K, "v": Site.V}
 
 # What a pass adds to a group of downstream inputs, given the residual stream they read
 # there, (B, T, D), when the pass reaches them: (the batch rows, (R, T, n, D), or
@@ -94,7 +91,11 @@ class Wiring:
 
 @dataclass
 class Runs:
-    """A text and its corrupted twin, read once each: what every edge's run starts from."""
+    """A text and its corrupted twin, read once each: what every edge's run starts from.
+    Read to score edges (:func:`read_twins`), they hold every upstream node's corrupted
+    output less its clean one; read to measure circuits (``users`` given), the corrupted
+    outputs of the nodes that kept edges carry back and the residual stream where each
+    group reads it."""
 
     wiring: Wiring
     model: Any
@@ -103,18 +104,18 @@ class Runs:
     metric: Metric
     clean: Clean  # the clean run's record (its layers' outputs, where exact passes start)
     corrupt_metric: float
-    clean_written: torch.Tensor  # (1, T, U, D) every upstream node's output
-    corrupt_written: torch.Tensor  # (1, T, U, D)
+    # (U, D) every upstream node's clean output at the last position (scoring record)
+    clean_last: torch.Tensor | None
     clean_embedded: torch.Tensor  # (1, T, D) the input embeddings' output
     corrupt_embedded: torch.Tensor
+    # (U, T, D) each upstream node's corrupted output less its clean one: one node's a
+    # contiguous block, so that a group's scores are one matrix product (scoring record)
+    difference: torch.Tensor | None = None
+    # slot -> (1, T, n, D) the users' corrupted outputs (measuring record; see _written)
+    corrupt_written: dict[int, torch.Tensor] | None = None
     # (2L + 1) of (1, T, D): the residual stream where each layer's heads, then its MLP,
-    # then the logits read it, in the corrupted run
-    corrupt_read: list[torch.Tensor]
-
-    @property
-    def difference(self) -> torch.Tensor:
-        """(T, U, D) each upstream node's corrupted output less its clean one."""
-        return (self.corrupt_written - self.clean_written)[0]
+    # then the logits read it, in the corrupted run (measuring record)
+    corrupt_read: list[torch.Tensor] | None = None
 
 
 def read_twins(
@@ -124,30 +125,38 @@ def read_twins(
     corrupt_arguments: dict,
     metric: Metric,
     starts: bool = True,
+    users: np.ndarray | None = None,
 ) -> Runs:
-    """The clean and the corrupted run, each recording every upstream node's output and
-    the input embeddings (the clean one finds the norms, and with ``starts`` records where
-    exact passes start: each layer's output)."""
+    """The clean and the corrupted run, each recording the upstream nodes' outputs and the
+    input embeddings (the clean one finds the norms, and with ``starts`` records where
+    exact passes start: each layer's output). Without ``users``, the scoring record: every
+    node's difference between the runs; with them (upstream indices), the measuring
+    record: those nodes' corrupted outputs and the corrupted residual stream."""
     import torch
 
     graph = graph_of(body)
+    slots = None if users is None else {_slot_of(graph, int(upstream)) for upstream in users}
     with torch.inference_mode():
+        record = _Record(graph, arguments)
+        written = _written(body, record.clean_into) if slots is None else contextlib.nullcontext()
         with (
             norms_found(body) as norms,
             clean_recording(body, starts) as finish,
-            _written(body) as written,
+            written,
             _embedded(model) as embedded,
         ):
             logits = last_logits(model, arguments)
         clean = finish(logits, metric)
         check_metric(clean.metric, model, arguments, "clean run")
-        clean_written = torch.cat(written, dim=2)
         wiring = Wiring(body, graph, *norms)
-        with (
-            _written(body) as written,
-            _embedded(model) as corrupt_embedded,
-            _read_residuals(wiring) as corrupt_read,
-        ):
+        corrupt_written: dict[int, torch.Tensor] = {}
+        store = record.less_clean if slots is None else _kept_in(corrupt_written)
+        with contextlib.ExitStack() as recording:
+            recording.enter_context(_written(body, store, slots))
+            corrupt_embedded = recording.enter_context(_embedded(model))
+            corrupt_read = None
+            if slots is not None:
+                corrupt_read = recording.enter_context(_read_residuals(wiring))
             corrupt_logits = last_logits(model, corrupt_arguments)
         corrupt_metric = float(metric.of(corrupt_logits)[0])
         check_metric(corrupt_metric, model, corrupt_arguments, CORRUPTED_RUN)
@@ -159,12 +168,52 @@ def read_twins(
         metric,
         clean,
         corrupt_metric,
-        clean_written,
-        torch.cat(written, dim=2),
+        record.last,
         embedded[0],
         corrupt_embedded[0],
-        corrupt_read,
+        difference=record.difference if slots is None else None,
+        corrupt_written=None if slots is None else corrupt_written,
+        corrupt_read=corrupt_read,
     )
+
+
+class _Record:
+    """Where the scoring record is written as the runs go: the clean run's outputs into one
+    (U, T, D) block (and their last position apart), then the corrupted run's less them, in
+    place: one node's (T, D) at a time beside the block, never two blocks."""
+
+    def __init__(self, graph: Graph, arguments: dict) -> None:
+        self.graph = graph
+        self.tokens = int(arguments["input_ids"].shape[1])
+        self.difference: Any = None
+        self.last: Any = None
+
+    def _block(self, value: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        if self.difference is None:  # sized and typed by the first output: the input's
+            shape = (len(self.graph.upstream), self.tokens, value.shape[-1])
+            self.difference = torch.empty(shape, dtype=value.dtype, device=value.device)
+            self.last = torch.empty((shape[0], shape[2]), dtype=value.dtype, device=value.device)
+        return self.difference
+
+    def clean_into(self, slot: int, value: torch.Tensor) -> None:
+        """``value`` (1, T, n, D): a slot's clean outputs."""
+        columns = _columns(self.graph, slot)
+        self._block(value)[columns] = value[0].transpose(0, 1)
+        self.last[columns] = value[0, -1]
+
+    def less_clean(self, slot: int, value: torch.Tensor) -> None:
+        """``value`` (1, T, n, D): a slot's corrupted outputs, less the clean ones there."""
+        block = self._block(value)[_columns(self.graph, slot)]  # (n, T, D)
+        block.neg_().add_(value[0].transpose(0, 1))
+
+
+def _kept_in(kept: dict[int, Any]) -> Callable[[int, Any], None]:
+    def keep(slot: int, value: Any) -> None:
+        kept[slot] = value
+
+    return keep
 
 
 @contextlib.contextmanager
@@ -196,7 +245,7 @@ def _read_residuals(wiring: Wiring) -> Iterator[list[Any]]:
 
 def graph_of(body: Anatomy) -> Graph:
     """The graph of ``body``'s layers, query heads and key/value heads."""
-    width = _matrix(SITES[Site.K].module(body, 0)).shape[1]
+    width = matrix_of(SITES[Site.K].module(body, 0)).shape[1]
     kv_heads = units_of(body, Site.K, 0, width).count
     return Graph(len(body.blocks), body.heads, kv_heads)
 
@@ -212,27 +261,47 @@ def _mlp_written(body: Anatomy, layer: int) -> Any:
     return getattr(block, "post_feedforward_layernorm", None) or _mlp(body, layer)
 
 
-def _slot_of_heads(layer: int) -> int:
-    """Where ``layer``'s heads' outputs are kept in :func:`_written`'s list: after the input
-    and two slots (heads, MLP) per layer below."""
-    return 1 + 2 * layer
+def _columns(graph: Graph, slot: int) -> slice:
+    """Where a slot of :func:`_written` lies among the upstream nodes: the input (slot 0),
+    then each layer's heads (1 + 2l) and its MLP (2 + 2l)."""
+    if slot == 0:
+        return slice(0, 1)
+    layer, mlp = divmod(slot - 1, 2)
+    first = 1 + layer * (graph.heads + 1)
+    if mlp:
+        return slice(first + graph.heads, first + graph.heads + 1)
+    return slice(first, first + graph.heads)
+
+
+def _slot_of(graph: Graph, upstream: int) -> int:
+    """The slot of :func:`_written` holding an upstream node's output."""
+    if upstream == 0:
+        return 0
+    layer, within = divmod(upstream - 1, graph.heads + 1)
+    return 1 + 2 * layer + int(within == graph.heads)
+
+
+Store = Callable[[int, "torch.Tensor"], None]  # a slot's outputs, (B, T, n, D), as computed
 
 
 @contextlib.contextmanager
-def _written(body: Anatomy) -> Iterator[list[Any]]:
-    """While open, a pass keeps every upstream node's output as it is computed, (B, T, n, D)
-    per slot: the input, then each layer's heads and its MLP (the graph's upstream order)."""
-    kept: list[Any] = [None] * (1 + 2 * len(body.blocks))
+def _written(body: Anatomy, store: Store, slots: set[int] | None = None) -> Iterator[None]:
+    """While open, a pass hands each slot of upstream nodes' outputs to ``store`` as it is
+    computed: the input (slot 0), then each layer's heads (1 + 2l) and its MLP (2 + 2l), the
+    graph's upstream order; only ``slots``, where given."""
     heads_in: list[Any] = [None] * len(body.blocks)
 
+    def wanted(slot: int) -> bool:
+        return slots is None or slot in slots
+
     def keep_input(_module: Any, args: tuple, kwargs: dict) -> None:
-        kept[0] = hidden_of(args, kwargs).unsqueeze(2)
+        store(0, hidden_of(args, kwargs).unsqueeze(2))
 
     def keep_heads(layer: int) -> Callable:
         def keep(_module: Any, args: tuple) -> None:
             shares = _head_shares(body, layer, args[0])  # (B, T, H, D)
             if body.post_norms[layer] is None:
-                kept[_slot_of_heads(layer)] = shares
+                store(1 + 2 * layer, shares)
             else:
                 heads_in[layer] = shares
 
@@ -242,41 +311,44 @@ def _written(body: Anatomy) -> Iterator[list[Any]]:
         def keep(module: Any, args: tuple, output: Any) -> None:
             gain, scale, centred = norm_form(module, args[0], output_of(output))
             shares = heads_in[layer].float()
+            heads_in[layer] = None
             if centred:
                 shares = shares - shares.mean(-1, keepdim=True)
             normed = gain * shares / scale.unsqueeze(2)  # the run's own scale and gain
-            kept[_slot_of_heads(layer)] = normed.to(heads_in[layer].dtype)
+            store(1 + 2 * layer, normed.to(args[0].dtype))
 
         return keep
 
     def keep_mlp(layer: int) -> Callable:
         def keep(_module: Any, _args: tuple, output: Any) -> None:
-            kept[_slot_of_heads(layer) + 1] = output_of(output).unsqueeze(2)
+            store(2 + 2 * layer, output_of(output).unsqueeze(2))
 
         return keep
 
     with contextlib.ExitStack() as hooks:
-        first = body.blocks[0].register_forward_pre_hook(keep_input, with_kwargs=True)
-        hooks.enter_context(hooked(first))
+        if wanted(0):
+            first = body.blocks[0].register_forward_pre_hook(keep_input, with_kwargs=True)
+            hooks.enter_context(hooked(first))
         for layer in range(len(body.blocks)):
-            handles = [
-                body.projections[layer].register_forward_pre_hook(keep_heads(layer)),
-                _mlp_written(body, layer).register_forward_hook(keep_mlp(layer)),
-            ]
-            post_norm = body.post_norms[layer]
-            if post_norm is not None:
-                if getattr(body.projections[layer], "bias", None) is not None:
-                    raise UsageError(
-                        f"layer {layer}'s attention output has a bias and a post norm: its "
-                        "heads' shares of what the layer adds cannot be told apart"
-                    )
-                handles.append(post_norm.register_forward_hook(keep_post_normed(layer)))
+            handles = []
+            if wanted(2 + 2 * layer):
+                handles.append(_mlp_written(body, layer).register_forward_hook(keep_mlp(layer)))
+            if wanted(1 + 2 * layer):
+                handles.append(body.projections[layer].register_forward_pre_hook(keep_heads(layer)))
+                post_norm = body.post_norms[layer]
+                if post_norm is not None:
+                    if getattr(body.projections[layer], "bias", None) is not None:
+                        raise UsageError(
+                            f"layer {layer}'s attention output has a bias and a post norm: "
+                            "its heads' shares of what the layer adds cannot be told apart"
+                        )
+                    handles.append(post_norm.register_forward_hook(keep_post_normed(layer)))
             for handle in handles:
                 hooks.enter_context(hooked(handle))
-        yield kept
+        yield
 
 
-def _matrix(projection: Any) -> torch.Tensor:
+def matrix_of(projection: Any) -> torch.Tensor:
     """A projection's weight as (inputs, outputs), float32 (:func:`input_matrix`)."""
     matrix = input_matrix(projection)
     if matrix is None:
@@ -292,7 +364,7 @@ def _head_shares(body: Anatomy, layer: int, z: torch.Tensor) -> torch.Tensor:
     through its slice of the projection (the bias left out: no head's)."""
     import torch
 
-    matrix = _matrix(body.projections[layer])  # (E, D)
+    matrix = matrix_of(body.projections[layer])  # (E, D)
     per_head = matrix.to(z.dtype).view(body.heads, body.head_size, -1)  # (H, Dh, D)
     return torch.einsum("bthe,hed->bthd", z.unflatten(-1, (body.heads, body.head_size)), per_head)
 
@@ -336,7 +408,7 @@ def _changed_inputs(
         stack.enter_context(hooked(norm.register_forward_pre_hook(add_to_input, with_kwargs=True)))
         return stack
     norm, residual = wiring.attention_norms[layer], [torch.empty(0)]
-    site = _QKV[letter]
+    site = QKV[letter]
     module = SITES[site].module(body, layer)
 
     def keep(_module: Any, args: tuple, kwargs: dict) -> None:
@@ -350,7 +422,7 @@ def _changed_inputs(
         projected = output_of(output).clone()  # (B, T, W)
         units = units_of(body, site, layer, projected.shape[-1])
         copies = residual[0][rows].unsqueeze(2) + delta.to(projected.dtype)  # (R, T, n, D)
-        matrix = _matrix(module)[:, units.columns].to(projected.dtype)  # (D, n × Dh)
+        matrix = matrix_of(module)[:, units.columns].to(projected.dtype)  # (D, n × Dh)
         # forward: not the hooks, which read the layer's own call of the norm
         normed = norm.forward(copies)
         if delta.shape[2] == 1:  # one input for every unit: projected at once
@@ -369,7 +441,7 @@ def _changed_inputs(
     return stack
 
 
-def _groups(graph: Graph) -> Iterator[tuple[int, str, int, int]]:
+def groups(graph: Graph) -> Iterator[tuple[int, str, int, int]]:
     """Each group of downstream nodes: (layer, letter, its first index, how many)."""
     for layer in range(graph.layers):
         first = graph.reads(layer)
@@ -380,7 +452,7 @@ def _groups(graph: Graph) -> Iterator[tuple[int, str, int, int]]:
     yield graph.layers, LOGITS, len(graph.downstream) - 1, 1
 
 
-def _readable(graph: Graph, first: int) -> int:
+def readable(graph: Graph, first: int) -> int:
     """How many upstream nodes come before the downstream node ``first``."""
     return int(graph.edges[:, first].sum())
 
@@ -392,10 +464,11 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
     import torch
 
     graph = runs.wiring.graph
-    difference = runs.difference  # (T, U, D)
+    difference = runs.difference  # (U, T, D)
+    assert difference is not None  # a scoring record
     where = {
         first + unit: (layer, letter, unit, size)
-        for layer, letter, first, size in _groups(graph)
+        for layer, letter, first, size in groups(graph)
         for unit in range(size)
     }
 
@@ -403,8 +476,8 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
         layer, letter, unit, size = where[downstream]
 
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
-            delta = difference.new_zeros(len(rows), difference.shape[0], size, difference.shape[2])
-            delta[:, :, unit] = difference[:, upstream]
+            delta = difference.new_zeros(len(rows), difference.shape[1], size, difference.shape[2])
+            delta[:, :, unit] = difference[upstream]
             patches.enter_context(
                 _changed_inputs(runs.wiring, layer, letter, lambda _residual: (rows, delta))
             )
@@ -426,83 +499,24 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
     return np.array(found, dtype=np.float64)
 
 
-def estimated_scores(runs: Runs, steps: int | None = None) -> np.ndarray:
-    """Every edge's estimated score, (U, N) (0 where there is no edge): (out_u(corrupt) −
-    out_u(clean)) · ∂metric/∂in_d summed over positions, the gradient at the clean run
-    (``steps`` None) or averaged over ``steps`` runs from the corrupted input embeddings
-    to the clean ones (EAP-IG), as many of them a pass's rows as fit."""
-    import torch
-
-    points: list[float | None] = [None]
-    if steps is not None:
-        points = [(k + 1) / steps for k in range(steps)]
-    tokens = runs.clean_embedded.shape[1]
-    rows = max(1, _TOKENS_PER_GRADIENT_PASS // tokens)
-    total = None
-    for first in range(0, len(points), rows):
-        gradient = _input_gradients(runs, points[first : first + rows])
-        total = gradient if total is None else total + gradient
-        advance("gradient pass", min(first + rows, len(points)), len(points))
-    assert total is not None
-    with torch.inference_mode():
-        scores = torch.einsum("tud,tnd->un", runs.difference.float(), total / len(points))
-    graph = runs.wiring.graph
-    return np.where(graph.edges, scores.cpu().numpy().astype(np.float64), 0.0)
-
-
-def _input_gradients(runs: Runs, points: list[float | None]) -> torch.Tensor:
-    """∂metric/∂in_d for every downstream node, (T, N, D) float32, summed over one pass's
-    rows: a forward and a backward pass, a row per point (None: the clean run; k/N: the
-    input embeddings that far from the corrupted ones to the clean ones)."""
-    import torch
-
-    wiring = runs.wiring
-    leaves: list[torch.Tensor] = []
-    rows = len(points)
-    arguments = {
-        name: value.expand(rows, *value.shape[1:]) for name, value in runs.arguments.items()
-    }
-
-    def leaf(size: int) -> Added:
-        def add(_residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
-            # the forward's own: a layer computed again for the backward pass adds none
-            shape = (rows, runs.clean_embedded.shape[1], size, runs.clean_embedded.shape[-1])
-            made = torch.zeros(
-                shape, dtype=runs.clean_embedded.dtype, device=runs.clean_embedded.device
-            )
-            leaves.append(made.requires_grad_(True))
-            return slice(None), made
-
-        return add
-
-    def between(_module: Any, _args: tuple, _output: Any) -> torch.Tensor:
-        corrupt, clean = runs.corrupt_embedded, runs.clean_embedded  # (1, T, D)
-        share = torch.tensor(points, dtype=clean.dtype, device=clean.device)[:, None, None]
-        return corrupt + share * (clean - corrupt)  # (R, T, D)
-
-    with torch.enable_grad(), contextlib.ExitStack() as hooks:
-        hooks.enter_context(weights_without_gradients(runs.model))
-        hooks.enter_context(windowed(runs.model, arguments))
-        if points != [None]:
-            embeddings = runs.model.get_input_embeddings()
-            hooks.enter_context(hooked(embeddings.register_forward_hook(between)))
-        for layer, letter, _first, size in _groups(wiring.graph):
-            hooks.enter_context(_changed_inputs(wiring, layer, letter, leaf(size)))
-        logits = last_logits(runs.model, arguments)
-        value = runs.metric.of(logits).sum()  # each row's gradient in its own leaves
-        found = backward_to(value, leaves)
-    gradients = [
-        torch.zeros_like(made) if gradient is None else gradient
-        for made, gradient in zip(leaves, found, strict=True)
-    ]
-    return torch.cat(gradients, dim=2).sum(0).float()  # (T, N, D)
+def users_of(graph: Graph, kept: np.ndarray) -> np.ndarray:
+    """The upstream nodes whose outputs the circuits ``kept`` (C, U, N) carry back: those
+    with a kept edge into a group not every edge of which is kept (a group every edge of
+    which is kept is left alone)."""
+    needed = np.zeros(graph.edges.shape[0], dtype=bool)
+    for circuit in graph.edges & kept:
+        for _layer, _letter, first, size in groups(graph):
+            part = circuit[:, first : first + size]
+            if not (part == graph.edges[:, first : first + size]).all():
+                needed |= part.any(1)
+    return np.nonzero(needed)[0]
 
 
 def circuit_metrics(runs: Runs, kept: np.ndarray) -> list[float]:
     """The metric of the clean run with every edge outside each circuit carrying the
-    corrupted value: ``kept`` (C, U, N) bool, whether each edge is in each circuit. A
-    pass of one row per circuit, as the clean run was: every edge kept changes nothing,
-    and gives the clean metric itself."""
+    corrupted value: ``kept`` (C, U, N) bool, whether each edge is in each circuit (the
+    runs read with at least :func:`users_of` them). A pass of one row per circuit, as the
+    clean run was: every edge kept changes nothing, and gives the clean metric itself."""
     import torch
 
     found: list[float] = []
@@ -522,30 +536,35 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
     import torch
 
     wiring, graph = runs.wiring, runs.wiring.graph
+    corrupt, corrupt_read = runs.corrupt_written, runs.corrupt_read
+    assert corrupt is not None and corrupt_read is not None  # a measuring record
     inside = graph.edges & kept
-    corrupt = runs.corrupt_written  # (1, T, U, D)
+    written: dict[int, torch.Tensor] = {}
     with contextlib.ExitStack() as hooks:
-        written = hooks.enter_context(_written(wiring.body))
+        hooks.enter_context(_written(wiring.body, _kept_in(written), set(corrupt)))
 
         def corrupted(point: int, first: int, size: int) -> Added:
             keep = inside[:, first : first + size]  # (U, n)
             if (keep == graph.edges[:, first : first + size]).all():
                 return lambda _residual: None
-            users = np.nonzero(keep.any(1))[0]
-            weights = torch.as_tensor(keep[users], dtype=corrupt.dtype, device=corrupt.device)
+            users = [int(upstream) for upstream in np.nonzero(keep.any(1))[0]]
+            read = corrupt_read[point]  # (1, T, D)
+            weights = torch.as_tensor(keep[users], dtype=read.dtype, device=read.device)
 
             def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
-                away = runs.corrupt_read[point] - residual  # (1, T, D)
-                if not len(users):  # every node of the group reads the corrupted residual
+                away = read - residual  # (1, T, D)
+                if not users:  # every node of the group reads the corrupted residual
                     return slice(None), away.unsqueeze(2)
-                now = torch.stack([_current(graph, written, int(u)) for u in users], dim=2)
-                carried = corrupt[:, :, users] - now  # (1, T, k, D)
+                carried = torch.stack(
+                    [_output(graph, corrupt, u) - _output(graph, written, u) for u in users],
+                    dim=2,
+                )  # (1, T, k, D)
                 kept_back = torch.einsum("btkd,kn->btnd", carried, weights)  # (1, T, n, D)
                 return slice(None), away.unsqueeze(2) - kept_back
 
             return add
 
-        for layer, letter, first, size in _groups(graph):
+        for layer, letter, first, size in groups(graph):
             point = 2 * layer + (letter == "m")  # the logits' is 2L
             hooks.enter_context(
                 _changed_inputs(wiring, layer, letter, corrupted(point, first, size))
@@ -554,12 +573,7 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
     return float(runs.metric.of(logits)[0])
 
 
-def _current(graph: Graph, written: list[Any], upstream: int) -> torch.Tensor:
-    """An upstream node's output in the pass so far, (1, T, D), from :func:`_written`'s
-    slots: the input, then each layer's heads and its MLP."""
-    if upstream == 0:
-        return written[0][:, :, 0]
-    layer, within = divmod(upstream - 1, graph.heads + 1)
-    if within < graph.heads:
-        return written[_slot_of_heads(layer)][:, :, within]
-    return written[_slot_of_heads(layer) + 1][:, :, 0]
+def _output(graph: Graph, written: dict[int, Any], upstream: int) -> torch.Tensor:
+    """An upstream node's output, (1, T, D), from the slots of :func:`_written` kept."""
+    slot = _slot_of(graph, upstream)
+    return written[slot][:, :, upstream - _columns(graph, slot).start]

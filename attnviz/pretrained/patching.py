@@ -245,8 +245,7 @@ def gradients(
 
     with torch.enable_grad(), contextlib.ExitStack() as hooks:
         hooks.enter_context(weights_without_gradients(model))
-        if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
-            hooks.enter_context(_recomputed(body.blocks))
+        hooks.enter_context(recomputed_when_long(model, body, arguments))
         finish = hooks.enter_context(clean_recording(body, starts=False)) if record else None
         # Before ``during``: a recording of the heads' statistics runs an attention function
         # of its own (by windows too, where these apply), which must be the one called.
@@ -304,6 +303,16 @@ def backward_to(value: torch.Tensor, down_to: Any) -> tuple[torch.Tensor | None,
 # attention, whose output is kept, for memory that no longer grows with what every layer
 # computes.
 KEPT_FOR_BACKWARD = 2 * 2**30
+
+
+def recomputed_when_long(
+    model: Any, body: Anatomy, arguments: dict
+) -> contextlib.AbstractContextManager:
+    """Each layer computed again in the backward pass (:func:`_recomputed`) where one
+    forward pass of ``arguments`` would keep more than :data:`KEPT_FOR_BACKWARD` for it."""
+    if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
+        return _recomputed(body.blocks)
+    return contextlib.nullcontext()
 
 
 def _kept_for_backward(model: Any, arguments: dict) -> int:

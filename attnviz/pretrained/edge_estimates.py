@@ -1,0 +1,218 @@
+"""Every edge's score estimated from gradients (:mod:`attnviz.pretrained.edges`' graph):
+edge attribution patching (EAP, Syed et al. 2023) and its integrated gradients (EAP-IG,
+Hanna et al. 2024), from forward and backward passes that copy no downstream input.
+
+Shape letters: R rows of a pass (its points), T tokens, U upstream nodes, N downstream
+nodes, n the nodes of one group, D the model's width, Dh a head's size.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.analysis.graph import LOGITS, READS
+from attnviz.choices import Site
+from attnviz.pretrained.edges import QKV, Runs, Wiring, groups, matrix_of, readable
+from attnviz.pretrained.effects import Anatomy, hooked, last_logits
+from attnviz.pretrained.patching import (
+    backward_to,
+    recomputed_when_long,
+    weights_without_gradients,
+)
+from attnviz.pretrained.sites import SITES, hidden_of, output_of, units_of
+from attnviz.pretrained.windowed import windowed
+from attnviz.progress import advance
+
+if TYPE_CHECKING:
+    import torch
+
+_TOKENS_PER_GRADIENT_PASS = 512  # rows × tokens of one of EAP-IG's passes: its points
+
+
+def estimated_scores(runs: Runs, steps: int | None = None) -> np.ndarray:
+    """Every edge's estimated score, (U, N) (0 where there is no edge): (out_u(corrupt) −
+    out_u(clean)) · ∂metric/∂in_d summed over positions, the gradient at the clean run
+    (``steps`` None) or averaged over ``steps`` runs from the corrupted input embeddings
+    to the clean ones (EAP-IG), as many of them a pass's rows as fit."""
+    import torch
+
+    points: list[float | None] = [None]
+    if steps is not None:
+        points = [(k + 1) / steps for k in range(steps)]
+    tokens = runs.clean_embedded.shape[1]
+    rows = max(1, _TOKENS_PER_GRADIENT_PASS // tokens)
+    graph = runs.wiring.graph
+    total = torch.zeros(graph.edges.shape, device=runs.clean_embedded.device)  # (U, N)
+    for first in range(0, len(points), rows):
+        _gradient_pass(runs, points[first : first + rows], total)
+        advance("gradient pass", min(first + rows, len(points)), len(points))
+    scores = (total / len(points)).cpu().numpy().astype(np.float64)
+    return np.where(graph.edges, scores, 0.0)
+
+
+def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) -> None:
+    """One forward and one backward pass, a row per point (None: the clean run; k/N: the
+    input embeddings that far from the corrupted ones to the clean ones), adding to
+    ``total`` (U, N) every edge's difference · ∂metric/∂in_d summed over the rows.
+
+    No downstream input is copied: at every point each one equals the residual its group
+    reads, so ∂metric/∂in_d is the group's norm's backward (at that residual) of what the
+    group's read gives back: a head's rows of its projection times the gradient of its
+    columns, or the gradient of the norm's output (MLPs, logits). Each group's scores are
+    taken as its gradient arrives in the backward pass, which keeps no (T, N, D)."""
+    import torch
+
+    wiring, graph = runs.wiring, runs.wiring.graph
+    body, difference = wiring.body, runs.difference
+    assert difference is not None  # a scoring record
+    count = len(points)
+    arguments = {
+        name: value.expand(count, *value.shape[1:]) for name, value in runs.arguments.items()
+    }
+    readings = _readings(wiring)
+    residuals: dict[int, torch.Tensor] = {}  # each read point's input, (R, T, D)
+    waiting = collections.Counter(reading.point for reading in readings)  # groups per point
+    read: set[int] = set()  # the groups whose gradient is awaited
+    leaf: list[torch.Tensor] = []
+
+    def keep_residual(point: int) -> Callable:
+        def keep(_module: Any, args: tuple, kwargs: dict) -> None:
+            if point not in residuals:  # the forward's own, not a layer computed again
+                residuals[point] = hidden_of(args, kwargs).detach()
+
+        return keep
+
+    def scorer(group: int, reading: _Reading) -> Callable:
+        def score(gradient: torch.Tensor) -> None:
+            inputs = reading.inputs_gradient(body, residuals[reading.point], gradient)
+            waiting[reading.point] -= 1
+            if not waiting[reading.point]:  # every group reading it is done
+                del residuals[reading.point]
+            before = readable(graph, reading.first)  # the upstream nodes before it
+            total[:before, reading.first : reading.first + reading.size] += _contracted(
+                difference[:before], inputs
+            )
+
+        def keep(_module: Any, _args: tuple, output: Any) -> None:
+            value = output_of(output)
+            if group in read or not value.requires_grad:
+                return
+            read.add(group)
+            value.register_hook(score)
+
+        return keep
+
+    with torch.enable_grad(), contextlib.ExitStack() as hooks:
+        hooks.enter_context(weights_without_gradients(runs.model))
+        hooks.enter_context(recomputed_when_long(runs.model, body, arguments))
+        hooks.enter_context(windowed(runs.model, arguments))
+        embeddings = runs.model.get_input_embeddings()
+        hooks.enter_context(hooked(embeddings.register_forward_hook(_start(runs, points, leaf))))
+        for group, reading in enumerate(readings):
+            keep = keep_residual(reading.point)  # a point read by several groups: kept once
+            hooks.enter_context(
+                hooked(reading.norm.register_forward_pre_hook(keep, with_kwargs=True))
+            )
+            score = scorer(group, reading)
+            hooks.enter_context(hooked(reading.module.register_forward_hook(score)))
+        logits = last_logits(runs.model, arguments)
+        value = runs.metric.of(logits).sum()  # each row's gradient through its own run
+        backward_to(value, leaf)
+
+
+def _start(runs: Runs, points: list[float | None], leaf: list[Any]) -> Callable:
+    """A hook on the input embeddings giving the pass's start, kept in ``leaf``: the
+    clean run's embeddings (point None), or each row's between the corrupted and the
+    clean ones, (R, T, D); every activation above depends on it, whether or not the
+    weights ask for gradients."""
+    import torch
+
+    def start(_module: Any, _args: tuple, output: torch.Tensor) -> torch.Tensor:
+        if points == [None]:
+            leaf.append(output.detach().requires_grad_(True))
+        else:
+            corrupt, clean = runs.corrupt_embedded, runs.clean_embedded  # (1, T, D)
+            share = torch.tensor(points, dtype=clean.dtype, device=clean.device)[:, None, None]
+            leaf.append((corrupt + share * (clean - corrupt)).requires_grad_(True))
+        return leaf[-1]
+
+    return start
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How a group of downstream nodes reads the residual stream: through ``norm`` (its
+    input the residual at ``point``: a layer's heads 2l, its MLP 2l + 1, the logits 2L),
+    then ``module``, whose output's gradient the group's is computed from; the group's
+    ``size`` nodes are downstream nodes ``first``…; ``site`` Q, K or V for heads."""
+
+    norm: Any
+    module: Any
+    point: int
+    first: int
+    size: int
+    layer: int
+    site: Site | None
+
+    def given(self, body: Anatomy, gradient: torch.Tensor) -> torch.Tensor:
+        """What the norm's output gets back from ``gradient``, the gradient of
+        ``module``'s output, for each node of the group: (R, T, n, D)."""
+        import torch
+
+        if self.site is None:  # the norm's own output, read whole
+            return gradient.unsqueeze(2)
+        units = units_of(body, self.site, self.layer, gradient.shape[-1])
+        matrix = matrix_of(self.module)[:, units.columns].to(gradient.dtype)  # (D, n × Dh)
+        rows_of = matrix.view(matrix.shape[0], units.count, units.size)  # (D, n, Dh)
+        per_unit = gradient[..., units.columns].unflatten(-1, (units.count, units.size))
+        return torch.einsum("rtnh,dnh->rtnd", per_unit, rows_of)
+
+    def inputs_gradient(
+        self, body: Anatomy, residual: torch.Tensor, gradient: torch.Tensor
+    ) -> torch.Tensor:
+        """∂metric/∂in_d for each node of the group, summed over the rows, (T, n, D): the
+        norm's backward at ``residual`` (R, T, D) of what it gets back from ``gradient``."""
+        import torch
+
+        given = self.given(body, gradient)  # (R, T, n, D)
+        with torch.enable_grad():
+            copies = residual.unsqueeze(2).expand(given.shape).requires_grad_(True)
+            (inputs,) = torch.autograd.grad(self.norm.forward(copies), copies, given)
+        return inputs.sum(0)
+
+
+def _readings(wiring: Wiring) -> list[_Reading]:
+    """Every group's reading, in :func:`_groups`' order."""
+    body, found = wiring.body, []
+    for layer, letter, first, size in groups(wiring.graph):
+        if letter in READS:
+            site = QKV[letter]
+            norm, module = wiring.attention_norms[layer], SITES[site].module(body, layer)
+            found.append(_Reading(norm, module, 2 * layer, first, size, layer, site))
+        else:
+            norm = body.norm if letter == LOGITS else wiring.mlp_norms[layer]
+            point = 2 * layer + (letter == "m")  # the logits' is 2L
+            found.append(_Reading(norm, norm, point, first, size, layer, None))
+    return found
+
+
+_UPSTREAM_AT_ONCE = 16  # upstream nodes' differences widened to float32 at a time
+
+
+def _contracted(difference: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """Σ over positions and width of ``difference`` (U, T, D) times ``gradient`` (T, n, D):
+    (U, n) float32, one matrix product (a few nodes at a time where the model's dtype is
+    narrower, so that no float32 copy of the whole difference is made)."""
+    import torch
+
+    flat = gradient.float().transpose(0, 1).flatten(1)  # (n, T × D)
+    if difference.dtype == torch.float32:
+        return difference.flatten(1) @ flat.T
+    parts = [part.flatten(1).float() @ flat.T for part in difference.split(_UPSTREAM_AT_ONCE)]
+    return torch.cat(parts)
