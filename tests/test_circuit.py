@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attnviz.pretrained import edge_estimates, patching
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
 from tests.circuit_references import OTHER, PAIR
@@ -72,6 +73,24 @@ def test_eap_and_eap_ig_equal_autograd_through_plain_hooks(
     worst = max(abs(found[edge] - expected[edge]) for edge in expected)
     assert worst <= tolerance, (worst, tolerance)
     assert max(abs(value) for value in expected.values()) > 100 * tolerance
+
+
+@pytest.mark.parametrize("family", ["llama-lm", "gemma3-lm"])
+def test_eap_ig_of_a_long_text_recomputing_layers_a_position_at_a_time_equals_autograd(
+    generators, language_models, family, monkeypatch
+):
+    """As a long text runs: each layer computed again in the backward pass (its residuals
+    read there), each group's gradient taken a block of positions at a time."""
+    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    monkeypatch.setattr(edge_estimates, "_ELEMENTS_AT_ONCE", 1)
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="ig", steps=2, edges=0)
+    found = _scores(circuit)
+    expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, 2)
+    worst = max(abs(found[edge] - expected[edge]) for edge in expected)
+    assert worst <= model_tolerance(model.config), worst
 
 
 @pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm"])

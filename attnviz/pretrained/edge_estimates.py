@@ -23,6 +23,7 @@ from attnviz.pretrained.effects import Anatomy, hooked, last_logits
 from attnviz.pretrained.patching import (
     backward_to,
     recomputed_when_long,
+    recomputes,
     weights_without_gradients,
 )
 from attnviz.pretrained.sites import SITES, hidden_of, output_of, units_of
@@ -71,33 +72,42 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
     wiring, graph = runs.wiring, runs.wiring.graph
     body, difference = wiring.body, runs.difference
     assert difference is not None  # a scoring record
-    count = len(points)
-    arguments = {
-        name: value.expand(count, *value.shape[1:]) for name, value in runs.arguments.items()
-    }
+    arguments = {name: value.expand(len(points), -1) for name, value in runs.arguments.items()}
     readings = _readings(wiring)
     residuals: dict[int, torch.Tensor] = {}  # each read point's input, (R, T, D)
     waiting = collections.Counter(reading.point for reading in readings)  # groups per point
     read: set[int] = set()  # the groups whose gradient is awaited
     leaf: list[torch.Tensor] = []
 
+    # Where layers are computed again in the backward pass, a layer's residuals are taken
+    # then, just before its gradients arrive, not kept from the forward (L × (T, D)).
+    again = recomputes(runs.model, arguments)
+    backward: list[bool] = []
+
     def keep_residual(point: int) -> Callable:
         def keep(_module: Any, args: tuple, kwargs: dict) -> None:
-            if point not in residuals:  # the forward's own, not a layer computed again
+            inside_layer = point < 2 * graph.layers  # the final norm's is never computed again
+            if again and inside_layer and not backward:
+                return
+            if backward or point not in residuals:  # else a forward's own, read again
                 residuals[point] = hidden_of(args, kwargs).detach()
 
         return keep
 
     def scorer(group: int, reading: _Reading) -> Callable:
         def score(gradient: torch.Tensor) -> None:
-            inputs = reading.inputs_gradient(body, residuals[reading.point], gradient)
+            residual = residuals[reading.point]
             waiting[reading.point] -= 1
             if not waiting[reading.point]:  # every group reading it is done
                 del residuals[reading.point]
             before = readable(graph, reading.first)  # the upstream nodes before it
-            total[:before, reading.first : reading.first + reading.size] += _contracted(
-                difference[:before], inputs
-            )
+            into = total[:before, reading.first : reading.first + reading.size]
+            rows, tokens = gradient.shape[:2]
+            step = max(1, _ELEMENTS_AT_ONCE // (rows * reading.size * residual.shape[-1]))
+            for start in range(0, tokens, step):  # positions a block at a time: no copy
+                block = slice(start, start + step)  # of every position's (R, T, n, D)
+                inputs = reading.inputs_gradient(body, residual[:, block], gradient[:, block])
+                into += _contracted(difference[:before, block], inputs)
 
         def keep(_module: Any, _args: tuple, output: Any) -> None:
             value = output_of(output)
@@ -123,6 +133,7 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
             hooks.enter_context(hooked(reading.module.register_forward_hook(score)))
         logits = last_logits(runs.model, arguments)
         value = runs.metric.of(logits).sum()  # each row's gradient through its own run
+        backward.append(True)
         backward_to(value, leaf)
 
 
@@ -202,13 +213,14 @@ def _readings(wiring: Wiring) -> list[_Reading]:
     return found
 
 
+_ELEMENTS_AT_ONCE = 2**22  # of a group's (R, T, n, D) gradients, a block of positions
 _UPSTREAM_AT_ONCE = 16  # upstream nodes' differences widened to float32 at a time
 
 
 def _contracted(difference: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
-    """Σ over positions and width of ``difference`` (U, T, D) times ``gradient`` (T, n, D):
-    (U, n) float32, one matrix product (a few nodes at a time where the model's dtype is
-    narrower, so that no float32 copy of the whole difference is made)."""
+    """Σ over positions and width of ``difference`` (U, T, D), a block of positions of the
+    whole, times ``gradient`` (T, n, D): (U, n) float32, one matrix product (a few nodes at
+    a time where the model's dtype is narrower: no float32 copy of the whole)."""
     import torch
 
     flat = gradient.float().transpose(0, 1).flatten(1)  # (n, T × D)

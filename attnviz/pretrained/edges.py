@@ -111,7 +111,7 @@ class Runs:
     # (U, T, D) each upstream node's corrupted output less its clean one: one node's a
     # contiguous block, so that a group's scores are one matrix product (scoring record)
     difference: torch.Tensor | None = None
-    # slot -> (1, T, n, D) the users' corrupted outputs (measuring record; see _written)
+    # upstream node -> (1, T, D) the users' corrupted outputs (measuring record)
     corrupt_written: dict[int, torch.Tensor] | None = None
     # (2L + 1) of (1, T, D): the residual stream where each layer's heads, then its MLP,
     # then the logits read it, in the corrupted run (measuring record)
@@ -150,7 +150,9 @@ def read_twins(
         check_metric(clean.metric, model, arguments, "clean run")
         wiring = Wiring(body, graph, *norms)
         corrupt_written: dict[int, torch.Tensor] = {}
-        store = record.less_clean if slots is None else _kept_in(corrupt_written)
+        store: Store = record.less_clean
+        if users is not None:
+            store = _users_kept(graph, {int(upstream) for upstream in users}, corrupt_written)
         with contextlib.ExitStack() as recording:
             recording.enter_context(_written(body, store, slots))
             corrupt_embedded = recording.enter_context(_embedded(model))
@@ -209,9 +211,14 @@ class _Record:
         block.neg_().add_(value[0].transpose(0, 1))
 
 
-def _kept_in(kept: dict[int, Any]) -> Callable[[int, Any], None]:
+def _users_kept(graph: Graph, users: set[int], kept: dict[int, Any]) -> Store:
+    """A store of :func:`_written` keeping each of ``users``' outputs, (B, T, D), apart from
+    the other nodes of its slot."""
+
     def keep(slot: int, value: Any) -> None:
-        kept[slot] = value
+        columns = _columns(graph, slot)
+        for upstream in users.intersection(range(columns.start, columns.stop)):
+            kept[upstream] = value[:, :, upstream - columns.start].clone()
 
     return keep
 
@@ -541,26 +548,28 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
     inside = graph.edges & kept
     written: dict[int, torch.Tensor] = {}
     with contextlib.ExitStack() as hooks:
-        hooks.enter_context(_written(wiring.body, _kept_in(written), set(corrupt)))
+        users = set(corrupt)
+        slots = {_slot_of(graph, upstream) for upstream in users}
+        hooks.enter_context(_written(wiring.body, _users_kept(graph, users, written), slots))
 
         def corrupted(point: int, first: int, size: int) -> Added:
             keep = inside[:, first : first + size]  # (U, n)
             if (keep == graph.edges[:, first : first + size]).all():
                 return lambda _residual: None
-            users = [int(upstream) for upstream in np.nonzero(keep.any(1))[0]]
+            carriers = [int(upstream) for upstream in np.nonzero(keep.any(1))[0]]
             read = corrupt_read[point]  # (1, T, D)
-            weights = torch.as_tensor(keep[users], dtype=read.dtype, device=read.device)
+            weights = torch.as_tensor(keep[carriers], dtype=read.dtype, device=read.device)
 
             def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
-                away = read - residual  # (1, T, D)
-                if not users:  # every node of the group reads the corrupted residual
-                    return slice(None), away.unsqueeze(2)
-                carried = torch.stack(
-                    [_output(graph, corrupt, u) - _output(graph, written, u) for u in users],
-                    dim=2,
-                )  # (1, T, k, D)
-                kept_back = torch.einsum("btkd,kn->btnd", carried, weights)  # (1, T, n, D)
-                return slice(None), away.unsqueeze(2) - kept_back
+                away = (read - residual).unsqueeze(2)  # (1, T, 1, D)
+                if not carriers:  # every node of the group reads the corrupted residual
+                    return slice(None), away
+                delta = away.repeat(1, 1, size, 1)  # (1, T, n, D)
+                # one carrier at a time: no (T, k, D) of them at once
+                for upstream, into in zip(carriers, weights, strict=True):
+                    carried = corrupt[upstream] - written[upstream]  # (1, T, D)
+                    delta -= carried.unsqueeze(2) * into[:, None]
+                return slice(None), delta
 
             return add
 
@@ -571,9 +580,3 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
             )
         logits = last_logits(runs.model, runs.arguments)
     return float(runs.metric.of(logits)[0])
-
-
-def _output(graph: Graph, written: dict[int, Any], upstream: int) -> torch.Tensor:
-    """An upstream node's output, (1, T, D), from the slots of :func:`_written` kept."""
-    slot = _slot_of(graph, upstream)
-    return written[slot][:, :, upstream - _columns(graph, slot).start]

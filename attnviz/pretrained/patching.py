@@ -310,9 +310,14 @@ def recomputed_when_long(
 ) -> contextlib.AbstractContextManager:
     """Each layer computed again in the backward pass (:func:`_recomputed`) where one
     forward pass of ``arguments`` would keep more than :data:`KEPT_FOR_BACKWARD` for it."""
-    if _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD:
+    if recomputes(model, arguments):
         return _recomputed(body.blocks)
     return contextlib.nullcontext()
+
+
+def recomputes(model: Any, arguments: dict) -> bool:
+    """Whether :func:`recomputed_when_long` computes layers again for ``arguments``."""
+    return _kept_for_backward(model, arguments) > KEPT_FOR_BACKWARD
 
 
 def _kept_for_backward(model: Any, arguments: dict) -> int:
