@@ -25,6 +25,7 @@ from attnviz.render.style import Style
 from attnviz.schema import envelope
 
 if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.heads import HeadEffects, TopHeads
     from attnviz.maps import AttentionMaps
     from attnviz.panels import MapPanel
@@ -46,6 +47,7 @@ class Rendering:
     title: str = ""  # the page's heading ("" : the model and the mode)
     painter: object = None  # a Painter kept across inputs (a batch worker's); None: a new one
     effects: HeadEffects | None = None  # the page tints each head by its effects on an answer
+    circuit: Circuit | None = None  # the page draws the circuit that carries the answer
 
     def labelled(self, maps: AttentionMaps) -> AttentionMaps:
         return maps.with_positions() if self.label_positions else maps
@@ -124,7 +126,13 @@ def page_pieces(
     # numpy: only where this format is written (the writers themselves are light)
     from attnviz.render.page import page_html
 
-    page = page_html(how.labelled(maps), view=how.view, title=how.title, effects=how.effects)
+    page = page_html(
+        how.labelled(maps),
+        view=how.view,
+        title=how.title,
+        effects=how.effects,
+        circuit=how.circuit,
+    )
     yield "", _text(page)
 
 

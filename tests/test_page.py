@@ -282,6 +282,54 @@ def test_the_page_tints_each_head_by_its_effect_and_sorts_by_it(
     assert "red raises it" in browser.find_element("id", "notes").text
 
 
+def test_the_page_draws_the_circuit_an_edges_score_on_hover_a_heads_map_on_click(
+    browser, runner, generators, tmp_path
+):
+    """export --answer --corrupt -o page.html: a circuit view draws the kept edges of the
+    circuit `circuit` finds (EAP, its defaults), each with its score; hovering one says
+    it, clicking a head opens that head's map."""
+    model, text = generators["gpt2-lm"], "The man walked the dog because"
+    corrupt = "The dog walked the man because"
+    path = tmp_path / "page.html"
+    arguments = ["export", text, "--model", model, "--answer", " it", "--versus", " the"]
+    result = runner.invoke(app, [*arguments, "--corrupt", corrupt, "-o", str(path)])
+    assert result.exit_code == 0, result.stderr
+    found = attnviz.load(model).circuit(text, " it", corrupt, versus=" the")
+    expected = {(first, then): score for first, then, score in found.edges(found.kept)}
+    open_page(browser, path)
+    browser.find_element("id", "tab-circuit").click()
+    edges = browser.find_elements("css selector", "#circuit path.edge")
+    drawn = {
+        (edge.get_attribute("data-from"), edge.get_attribute("data-to")): float(
+            edge.get_attribute("data-score")
+        )
+        for edge in edges
+    }
+    assert drawn.keys() == expected.keys() and len(drawn) == found.kept
+    assert all(drawn[edge] == pytest.approx(expected[edge], abs=1e-6) for edge in expected)
+    strongest = edges[-1]  # drawn last, on top
+    browser.execute_script(
+        "const box = arguments[0].getBoundingClientRect();"
+        "const at = {clientX: box.x, clientY: box.y};"
+        "arguments[0].dispatchEvent(new MouseEvent('mousemove', at));",
+        strongest,
+    )
+    first, then = strongest.get_attribute("data-from"), strongest.get_attribute("data-to")
+    assert browser.find_element("id", "tooltip").text.startswith(f"{first} → {then}  ")
+    assert "faithfulness" in browser.find_element("id", "circuit-lines").text
+    node = browser.find_element("css selector", "#circuit circle.node.head.used")
+    layer, head = (int(part) for part in re.findall(r"\d+", node.get_attribute("data-name")))
+    node.click()
+    shown = browser.execute_script(
+        "const s = window.attnviz.state; const d = window.attnviz.data;"
+        "const own = d.maps.filter((m) => m.layer === d.maps.filter((n) => n.layer !== null)"
+        ".map((n) => n.layer).filter((v, i, a) => a.indexOf(v) === i)[s.layer]);"
+        "return [s.view, own[s.head].layer, own[s.head].head];"
+    )
+    assert shown == ["head", layer, head]
+    assert page_errors(browser) == []
+
+
 def test_a_corrupted_text_without_the_page_is_refused(runner, generators, tmp_path):
     arguments = ["export", "a b", "--model", generators["gpt2-lm"], "--answer", " it"]
     result = runner.invoke(app, [*arguments, "--corrupt", "a c", "-o", str(tmp_path / "x.png")])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnviz.atomic_files import check_writable
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
@@ -10,6 +12,7 @@ from attnviz.cli.option_kinds import output_option
 from attnviz.cli.pictures import head_choice, picture_settings
 from attnviz.cli.settings import (
     DEFAULT_READING,
+    NO_PRODUCTS,
     Reading,
     map_products,
     model_settings,
@@ -20,6 +23,10 @@ from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.outputs import PICTURES, output_of_file, refuse_inapplicable
 from attnviz.request import asked_for
 from attnviz.writers import Rendering, write
+
+if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
+    from attnviz.extractor import Extractor
 
 
 @sharing(page_effect_options, head_choice, picture_settings, map_products, model_settings)
@@ -47,7 +54,9 @@ def export(
     Rows are query tokens, columns key tokens, with a colour bar from 0 to 1
     and a title naming the model, the mode, the layer and the head. The same
     input always gives a byte-identical file. The page (one offline file) has the
-    same three views, switched in it; --view picks the one it opens on.
+    same three views, switched in it; --view picks the one it opens on. With --answer
+    and --corrupt the page also draws the circuit that carries the answer (as `circuit`
+    scores it, by EAP): an edge's score on hover, a head's map on a click.
     """
     out.check_probe(detect, text, target, pair)
     drawn = output_of_file(output, (*PICTURES, Output.HTML))
@@ -72,13 +81,36 @@ def export(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.aggregate import aggregate as combine
 
-    found = asked.run(extractor, out.only_one(out.inputs(text, extractor)), shared.environment)
+    line = out.only_one(out.inputs(text, extractor))
+    found = asked.run(extractor, line, shared.environment)
     maps, top = asked_for(found.maps), shared.effects.ranked(top, found)
+    circuit = None
+    if drawn is Output.HTML and shared.effects.corrupt is not None:
+        circuit = _circuit(shared, reading, text, extractor, line)
     if between is not None:
         maps = out.between_sentences(maps, between)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     how = Rendering(
-        view, style, top, label_positions, title=shared.picture.title or "", effects=found.effects
+        view,
+        style,
+        top,
+        label_positions,
+        title=shared.picture.title or "",
+        effects=found.effects,
+        circuit=circuit,
     )
     write([maps], drawn, output, how)
+
+
+def _circuit(
+    shared: Shared, reading: Reading, text: str | None, extractor: Extractor, line: str
+) -> Circuit:
+    """The circuit the page draws beside the maps: every edge scored by EAP on the
+    answer and the corrupted twin, the top edges kept (``circuit``'s defaults)."""
+    # numpy: after the options are checked (a usage error loads none)
+    from attnviz.circuit_options import CircuitOptions
+
+    job = shared.request(reading, text=text, products=NO_PRODUCTS, circuit=CircuitOptions())
+    with out.passes_shown(shared.environment) as listener:
+        return extractor.circuit_of([job.input(line)], job.request, progress=listener)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from attnviz.render.image import Picture
 
 
-def _title(circuit: Circuit) -> str:
+def circuit_title(circuit: Circuit) -> str:
     steps = f" ({circuit.steps} steps)" if circuit.method is CircuitMethod.IG else ""
     pairs = "" if circuit.pairs == 1 else f", the mean over {circuit.pairs} pairs"
     return (
@@ -86,10 +86,10 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
     ]
     if circuit.method is not CircuitMethod.EXACT:
         notes.append(Text(f"{circuit.method.value}: {CIRCUIT_METHOD_LABELS[circuit.method]}"))
-    return Group(Text(_title(circuit)), table, *notes)
+    return Group(Text(circuit_title(circuit)), table, *notes)
 
 
-def _positions(circuit: Circuit) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+def circuit_layout(circuit: Circuit) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
     """Where each node is drawn, (x, y): the input at the bottom, each layer's heads on a
     row and its MLP above them, the logits on top; and the head a downstream node is
     drawn at (a query, key or value input at its head; a key/value head's at its first
@@ -120,7 +120,7 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
     from matplotlib.figure import Figure
 
     graph = circuit.graph
-    at, drawn_at = _positions(circuit)
+    at, drawn_at = circuit_layout(circuit)
     small = int(style.font_size or 7)
     size = style.figsize or (4.0 + 0.7 * graph.heads + 3.5, 2.0 + 0.45 * graph.layers)
     figure = Figure(figsize=size, dpi=style.dpi)
@@ -170,7 +170,7 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
     axes.set_ylim(-0.6, 2 * graph.layers + 1.6)
     for side in ("top", "right"):
         axes.spines[side].set_visible(False)
-    title = style.titles(_title(circuit))
+    title = style.titles(circuit_title(circuit))
     if title:
         axes.set_title(wrapped(title, int(figure.get_figwidth() * 8)), fontsize=small + 1)
     _curve(curve, circuit, small)

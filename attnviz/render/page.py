@@ -10,7 +10,8 @@ Content-Security-Policy forbids the page to load anything at all.
 
 With the heads' effects on an answer (``export --answer``), the model view tints each
 head's frame by one effect (diverging colours centred on 0) and can sort each layer's
-heads by it.
+heads by it; with a corrupted twin (``--corrupt``), a fourth view draws the circuit that
+carries the answer: its edges (an edge's score on hover), a head's map a click away.
 
 Token text is data: it travels inside a JSON block in which ``<``, ``>`` and
 ``&`` are escaped, and the script only ever sets it as text, never as markup.
@@ -39,6 +40,7 @@ from attnviz.render.effects import diverging_palette, metric_of
 from attnviz.render.style import token_label
 
 if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.heads import HeadEffects
     from attnviz.analysis.trace import Trace
     from attnviz.maps import AttentionMaps
@@ -104,15 +106,48 @@ def _effects_data(panels: list[dict[str, Any]], effects: HeadEffects) -> dict[st
     }
 
 
+def _circuit_data(circuit: Circuit) -> dict[str, Any]:
+    """The circuit as the page draws it: each node where the picture puts it (layers
+    bottom to top), labelled with the token it promotes; each kept edge's score."""
+    from attnviz.render.circuit import circuit_layout, circuit_title, faithfulness_lines
+
+    at, drawn_at = circuit_layout(circuit)
+    index = {name: number for number, name in enumerate(circuit.graph.upstream)}
+    promoted = circuit.promoted or ()
+    return {
+        "title": circuit_title(circuit),
+        "lines": faithfulness_lines(circuit),
+        "layers": circuit.graph.layers,
+        "heads": circuit.graph.heads,
+        "nodes": [
+            {
+                "name": name,
+                "x": x,
+                "y": y,
+                "promotes": token_label(promoted[index[name]])
+                if name in index and promoted and name != "input"
+                else None,
+            }
+            for name, (x, y) in at.items()
+        ],
+        "edges": [
+            [first, then, drawn_at[then], float(score)]
+            for first, then, score in circuit.edges(circuit.kept)
+        ],
+        "palette": [list(colour) for colour in diverging_palette()],
+    }
+
+
 def page_data(
     maps: AttentionMaps,
     *,
     budget: int = MAX_CELLS,
     view: str = "model",
     effects: HeadEffects | None = None,
+    circuit: Circuit | None = None,
 ) -> dict:
     """What the page's script reads: tokens, flags, every map as 8-bit levels and, where
-    given, each head's effects on an answer."""
+    given, each head's effects on an answer and the circuit that carries it."""
     panels: list[dict[str, Any]] = []
     matrices: list[np.ndarray] = []
     for panel in panels_of(maps):
@@ -171,6 +206,7 @@ def page_data(
         and maps.weighting is None,
         "palette": [list(palette.rgb(level / 255)) for level in range(256)],
         "effects": None if effects is None else _effects_data(panels, effects),
+        "circuit": None if circuit is None else _circuit_data(circuit),
     }
 
 
@@ -187,11 +223,13 @@ def page_html(
     view: View | str = View.MODEL,
     title: str = "",
     effects: HeadEffects | None = None,
+    circuit: Circuit | None = None,
 ) -> str:
     """The whole page for ``maps`` as one string, opening on ``view`` (head, layer or
     model; any other is a usage error); with ``effects``, the heads' effects on an answer
-    tint the model view."""
-    data = page_data(maps, budget=budget, view=view_for(view, Output.HTML).value, effects=effects)
+    tint the model view; with ``circuit``, the circuit view draws it."""
+    opens = view_for(view, Output.HTML).value
+    data = page_data(maps, budget=budget, view=opens, effects=effects, circuit=circuit)
     heading = title or f"{maps.model} · {maps.mode.value} attention"
     return _document(heading, data, "page")
 

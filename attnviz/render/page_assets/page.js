@@ -82,9 +82,10 @@
     state.head = Math.min(state.head, choices().length - 1);
     headSelect.value = state.head;
   }
+  const views = data.circuit ? ["layer", "model", "head", "circuit"] : ["layer", "model", "head"];
   function setView(view) {
     state.view = view;
-    for (const name of ["layer", "model", "head"]) {
+    for (const name of views) {
       $(`view-${name}`).classList.toggle("shown", name === view);
       $(`tab-${name}`).setAttribute("aria-selected", String(name === view));
     }
@@ -98,6 +99,7 @@
     if (state.view === "layer") drawLines();
     if (state.view === "model") drawGrid();
     if (state.view === "head") drawMap();
+    if (state.view === "circuit") drawCircuit();
   }
 
   // --- layer view: lines from query tokens to key tokens, a colour per head -------
@@ -273,6 +275,82 @@
     canvas.onmouseleave = () => { $("tooltip").hidden = true; };
   }
 
+  // --- circuit view: the edges that carry the answer (export --answer --corrupt) -----
+  // Layers bottom to top, heads across and each layer's MLP in a column of its own, as
+  // attnviz's circuit picture; an edge's width by |score|, its colour by sign.
+  function openHead(name) {
+    const [, layer, head] = name.match(/^a(\d+)\.h(\d+)$/).map(Number);
+    const at = layers.indexOf(layer);
+    const k = at < 0 ? -1 : (byLayer.get(layer) || []).findIndex((m) => m.head === head);
+    if (k < 0) return; // that head's map is not on this page (--layer/--head left it out)
+    state.layer = at; state.head = k; state.checked = new Set([k]);
+    setView("head");
+  }
+  function drawCircuit() {
+    const c = data.circuit, svg = $("circuit"), ns = "http://www.w3.org/2000/svg";
+    $("axes").textContent = c.title;
+    $("circuit-lines").textContent = c.lines.join("\n");
+    const across = 56, down = 22, left = 70, bottom = 20;
+    const labels = 110; // room for the MLP column's labels on the right
+    const width = left + (c.heads + 2.2) * across + labels, height = bottom + (2 * c.layers + 2.4) * down;
+    const px = (x) => left + (x + 0.8) * across, py = (y) => height - bottom - (y + 0.6) * down;
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("width", width); svg.setAttribute("height", height);
+    const make = (tag, attributes) => {
+      const element = document.createElementNS(ns, tag);
+      for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
+      return element;
+    };
+    const where = new Map(c.nodes.map((n) => [n.name, n]));
+    const largest = Math.max(...c.edges.map((e) => Math.abs(e[3])), 0) || 1;
+    const used = new Set(["input", "logits"]);
+    const parts = [];
+    for (let layer = 0; layer < c.layers; layer++) {
+      const label = make("text", { x: 4, y: py(2 * layer + 1) + 4, class: "axis" });
+      label.textContent = `layer ${layer}`;
+      parts.push(label);
+    }
+    for (const [first, then, drawnAt, score] of [...c.edges].reverse()) { // strongest on top
+      const from = where.get(first), to = where.get(drawnAt);
+      used.add(first); used.add(drawnAt);
+      const strength = Math.sign(score) * Math.sqrt(Math.abs(score) / largest); // faint ones seen
+      const x0 = px(from.x), y0 = py(from.y) - 4, x1 = px(to.x), y1 = py(to.y) + 4;
+      const bend = 0.08 * Math.hypot(x1 - x0, y1 - y0);
+      const path = make("path", {
+        d: `M${x0},${y0} Q${(x0 + x1) / 2 + bend},${(y0 + y1) / 2} ${x1},${y1}`,
+        class: "edge",
+        stroke: `rgb(${c.palette[Math.round(((strength + 1) / 2) * 255)].join(",")})`,
+        "stroke-width": (0.6 + 4.4 * Math.abs(strength)).toFixed(2),
+        "stroke-opacity": 0.85,
+      });
+      Object.assign(path.dataset, { from: first, to: then, score });
+      path.addEventListener("mousemove", (event) => {
+        const tip = $("tooltip");
+        tip.hidden = false;
+        tip.textContent = `${first} → ${then}  ${score >= 0 ? "+" : ""}${score.toFixed(4)}`;
+        tip.style.left = `${event.clientX + 12}px`; tip.style.top = `${event.clientY + 12}px`;
+      });
+      path.addEventListener("mouseleave", () => { $("tooltip").hidden = true; });
+      parts.push(path);
+    }
+    for (const node of c.nodes) {
+      const kept = used.has(node.name), head = /^a\d+\.h\d+$/.test(node.name);
+      const dot = make("circle", {
+        cx: px(node.x), cy: py(node.y), r: kept ? 4.5 : 2,
+        class: `node${kept ? " used" : ""}${head ? " head" : ""}`,
+      });
+      dot.dataset.name = node.name;
+      if (kept && head) dot.addEventListener("click", () => openHead(node.name));
+      parts.push(dot);
+      if (kept) {
+        const text = make("text", { x: px(node.x) + 6, y: py(node.y) - 4 });
+        text.textContent = node.promotes ? `${node.name} →${node.promotes.slice(0, 10)}` : node.name;
+        parts.push(text);
+      }
+    }
+    svg.replaceChildren(...parts);
+  }
+
   // --- wiring -----------------------------------------------------------------------
   for (const button of document.querySelectorAll(".tabs button")) {
     button.addEventListener("click", () => setView(button.dataset.view));
@@ -306,6 +384,10 @@
       `frames: each head's effect on ${JSON.stringify(effects.answer)} (${effects.metric}${estimate}): ` +
       "red raises it, blue lowers it"
     );
+  }
+  if (data.circuit) {
+    $("tab-circuit").hidden = false;
+    data.notes.push("circuit: the edges that carry the answer; hover an edge for its score, click a head for its map");
   }
   $("notes").textContent = data.notes.join(" · ");
   window.attnviz = { data, state, weight: rawWeight, setView };
