@@ -36,6 +36,7 @@ from attnviz.data_formats import strict_json
 from attnviz.outputs import view_for
 from attnviz.panels import notes_of, panels_of, query_labels_of
 from attnviz.render import palette
+from attnviz.render.circuit import circuit_layout, circuit_title, faithfulness_lines
 from attnviz.render.effects import diverging_palette, metric_of
 from attnviz.render.style import token_label
 
@@ -109,8 +110,6 @@ def _effects_data(panels: list[dict[str, Any]], effects: HeadEffects) -> dict[st
 def _circuit_data(circuit: Circuit) -> dict[str, Any]:
     """The circuit as the page draws it: each node where the picture puts it (layers
     bottom to top), labelled with the token it promotes; each kept edge's score."""
-    from attnviz.render.circuit import circuit_layout, circuit_title, faithfulness_lines
-
     at, drawn_at = circuit_layout(circuit)
     index = {name: number for number, name in enumerate(circuit.graph.upstream)}
     promoted = circuit.promoted or ()
