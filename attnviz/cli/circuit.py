@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from attnviz.atomic_files import check_writable, open_output
+from attnviz.atomic_files import check_writable
 from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Output
 from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, CircuitOptions
 from attnviz.cli import declarations as d
@@ -21,7 +21,7 @@ from attnviz.cli.settings import Effects, Reading, request, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.inputs import read_texts
-from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
+from attnviz.outputs import formats_named
 from attnviz.request import Input
 
 if TYPE_CHECKING:
@@ -131,13 +131,7 @@ def circuit(
     logit(versus). TEXT and --corrupt have as many tokens; --pairs FILE.jsonl gives many.
     """
     shared.run_on.check(jobs)
-    drawn = None if output is None else output_of_file(output, PICTURES)
-    if drawn is not None and output_format is not Output.TABLE:
-        raise UsageError(
-            "--picture (-o) writes a picture; -f writes data to stdout: give one of them"
-        )
-    if drawn is None:
-        refuse_unused(shared.picture.given(), "a picture (--picture FILE.png)", "this output")
+    drawn = out.picture_or_data(output, output_format, shared.picture.given())
     style = shared.picture.style()
     options = CircuitOptions(method, steps, _edges(edges), _sizes(curve), refine)
     if text is None and pairs is None:
@@ -189,19 +183,19 @@ def _write(
     environment: out.Environment,
 ) -> None:
     """The circuit as the options ask: a picture, data on stdout, or the table."""
-    if drawn is not None:
+
+    def picture() -> bytes:
         from attnviz.render.circuit import circuit_picture  # matplotlib: only for a picture
 
-        assert output is not None
-        with open_output(output, binary=True) as stream:
-            stream.write(circuit_picture(found, drawn, style))
-    elif output_format in TABLE_DATA:
-        out.write_data(found, output_format)
-    else:
+        assert drawn is not None
+        return circuit_picture(found, drawn, style)
+
+    def table(columns: int) -> object:
         from attnviz.render.circuit import circuit_table  # numpy and rich's drawing
 
-        console = out.stdout_console(d.ColourChoice.AUTO, width, environment)
-        console.print(circuit_table(found, console.width, rows))
+        return circuit_table(found, columns, rows)
+
+    out.write_drawn(found, drawn, output, output_format, picture, table, width, environment)
 
 
 def _edges(value: str | None) -> int | str | None:

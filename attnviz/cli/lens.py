@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.atomic_files import check_writable, open_output
+from attnviz.atomic_files import check_writable
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -15,8 +15,7 @@ from attnviz.cli.bundles import bundle
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Effects, Reading, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
-from attnviz.errors import UsageError
-from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
+from attnviz.outputs import formats_named
 from attnviz.request import asked_for
 
 FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
@@ -63,13 +62,7 @@ def lens(
     first token's log-probability there too. The last layer's is the model's own
     prediction.
     """
-    drawn = None if output is None else output_of_file(output, PICTURES)
-    if drawn is not None and output_format is not Output.TABLE:
-        raise UsageError(
-            "--picture (-o) writes a picture; -f writes data to stdout: give one of them"
-        )
-    if drawn is None:
-        refuse_unused(shared.picture.given(), "a picture (--picture FILE.png)", "this output")
+    drawn = out.picture_or_data(output, output_format, shared.picture.given())
     style = shared.picture.style()
     asked = shared.request(Reading(model, None, layer), text=text, lens=True)
     if model == d.BUILTIN:
@@ -82,16 +75,16 @@ def lens(
     extractor = asked.open(shared.environment)
     line = out.only_one(out.inputs(text, extractor), "lens reads one text")
     found = asked_for(asked.run(extractor, line, shared.environment).lens)
-    if drawn is not None:
+
+    def picture() -> bytes:
         from attnviz.render.lens import lens_picture  # matplotlib: only for a picture
 
-        assert output is not None
-        with open_output(output, binary=True) as stream:
-            stream.write(lens_picture(found, drawn, style))
-    elif output_format in TABLE_DATA:
-        out.write_data(found, output_format)
-    else:
+        assert drawn is not None
+        return lens_picture(found, drawn, style)
+
+    def table(columns: int) -> object:
         from attnviz.render.lens import lens_table  # numpy and rich's drawing
 
-        console = out.stdout_console(d.ColourChoice.AUTO, width, shared.environment)
-        console.print(lens_table(found, console.width))
+        return lens_table(found, columns)
+
+    out.write_drawn(found, drawn, output, output_format, picture, table, width, shared.environment)

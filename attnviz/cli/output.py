@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from attnviz.atomic_files import STDIO, check_writable, write_text
+from attnviz.atomic_files import STDIO, check_writable, open_output, write_text
 from attnviz.choices import Output, View
 from attnviz.cli.app import DEBUG
 from attnviz.cli.declarations import MAX_WIDTH, ColourChoice
@@ -172,6 +172,49 @@ def only_one(items: Iterable[T], hint: str = ONE_TEXT) -> T:
     if next(stream, None) is not None:
         raise UsageError(f"this command reads one input, but several were given: {hint}")
     return first
+
+
+def picture_or_data(
+    output: str | None,
+    output_format: Output,
+    picture_options: list[str],
+    kinds: tuple[Output, ...] = PICTURES,
+) -> Output | None:
+    """What a command that draws a picture (-o FILE, of ``kinds``) or writes data (-f)
+    writes: the picture's format, or None for data or the table; both asked, or picture
+    options (``picture_options``, as given) without a picture, a usage error."""
+    drawn = None if output is None else output_of_file(output, kinds)
+    what = "a picture" if kinds == PICTURES else "a picture or a page"
+    if drawn is not None and output_format is not Output.TABLE:
+        raise UsageError(
+            f"--picture (-o) writes {what}; -f writes data to stdout: give one of them"
+        )
+    if drawn not in PICTURES:
+        refuse_unused(picture_options, "a picture (--picture FILE.png)", "this output")
+    return drawn
+
+
+def write_drawn(
+    found: Any,
+    drawn: Output | None,
+    output: str | None,
+    output_format: Output,
+    picture: Callable[[], bytes],
+    table: Callable[[int], Any],
+    width: int | None,
+    environment: Environment,
+) -> None:
+    """``found`` as :func:`picture_or_data` chose: ``picture()``'s bytes into ``output``,
+    data on stdout, or ``table(width)``'s rich renderable there."""
+    if drawn is not None:
+        assert output is not None
+        with open_output(output, binary=True) as stream:
+            stream.write(picture())
+    elif output_format in TABLE_DATA:
+        write_data(found, output_format)
+    else:
+        console = stdout_console(ColourChoice.AUTO, width, environment)
+        console.print(table(console.width))
 
 
 def write_data(found: Any, output_format: Output) -> None:

@@ -7,15 +7,14 @@ from typing import Annotated
 
 import typer
 
-from attnviz.atomic_files import check_writable, open_output
+from attnviz.atomic_files import check_writable
 from attnviz.choices import SITE_LABELS, Output, Site
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, trace_options, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
-from attnviz.errors import UsageError
-from attnviz.outputs import PICTURES, TABLE_DATA, formats_named, output_of_file, refuse_unused
+from attnviz.outputs import PICTURES, formats_named
 from attnviz.request import asked_for
 
 FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
@@ -74,13 +73,9 @@ def trace(
     --by-position, at one position at a time).
     --method gradient estimates every cell from one backward pass (any length).
     """
-    drawn = None if output is None else output_of_file(output, (*PICTURES, Output.HTML))
-    if drawn is not None and output_format is not Output.TABLE:
-        raise UsageError(
-            "--picture (-o) writes a picture or a page; -f writes data to stdout: give one of them"
-        )
-    if drawn not in PICTURES:
-        refuse_unused(shared.picture.given(), "a picture (--picture FILE.png)", "this output")
+    drawn = out.picture_or_data(
+        output, output_format, shared.picture.given(), (*PICTURES, Output.HTML)
+    )
     style = shared.picture.style()
     asked = shared.request(
         Reading(model, None, layer), text=text, trace=site, by_position=by_position
@@ -93,22 +88,20 @@ def trace(
     found = asked_for(asked.run(extractor, line, shared.environment).trace)
     if shared.effects.normalize:
         found = found.normalized()
-    if drawn is Output.HTML:
-        from attnviz.render.page import trace_page_html  # numpy: only for the page
 
-        assert output is not None
-        with open_output(output, binary=True) as stream:
-            stream.write(trace_page_html(found).encode("utf-8"))
-    elif drawn is not None:
+    def picture() -> bytes:
+        if drawn is Output.HTML:
+            from attnviz.render.page import trace_page_html  # numpy: only for the page
+
+            return trace_page_html(found).encode("utf-8")
         from attnviz.render.effects import trace_picture  # matplotlib: only for a picture
 
-        assert output is not None
-        with open_output(output, binary=True) as stream:
-            stream.write(trace_picture(found, drawn, style))
-    elif output_format in TABLE_DATA:
-        out.write_data(found, output_format)
-    else:
+        assert drawn is not None
+        return trace_picture(found, drawn, style)
+
+    def table(columns: int) -> object:
         from attnviz.render.effects import trace_table  # numpy and rich's drawing
 
-        console = out.stdout_console(d.ColourChoice.AUTO, width, shared.environment)
-        console.print(trace_table(found, console.width))
+        return trace_table(found, columns)
+
+    out.write_drawn(found, drawn, output, output_format, picture, table, width, shared.environment)
