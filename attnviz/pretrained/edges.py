@@ -141,7 +141,7 @@ def read_twins(
         written = _written(body, record.clean_into) if slots is None else contextlib.nullcontext()
         with (
             norms_found(body) as norms,
-            clean_recording(body, starts) as finish,
+            clean_recording(body, starts, head_inputs=False) as finish,
             written,
             _embedded(model) as embedded,
         ):

@@ -234,7 +234,7 @@ def clean_pass(
 
 @contextlib.contextmanager
 def clean_recording(
-    body: Anatomy, starts: bool = True
+    body: Anatomy, starts: bool = True, head_inputs: bool = True
 ) -> Iterator[Callable[[torch.Tensor, Metric], Clean]]:
     """While open, a pass records what later passes start from; the function given makes
     the :class:`Clean` record of it from its last logits (every tensor detached, so that a
@@ -242,9 +242,10 @@ def clean_recording(
     position is a copy of it: a view would hold the whole (T, D) tensor it was read from,
     each layer's (at 8,000 tokens, half a gigabyte over SmolLM2's 30 layers). Without
     ``starts`` the layers' outputs are left out (``None``): only the exact sweeps start
-    from them, and they are as large again."""
+    from them, and they are as large again; without ``head_inputs``, the heads' inputs to
+    the output projections (what direct logit attribution and patching read)."""
     count = len(body.blocks)
-    head_inputs: list[Any] = [None] * count
+    inputs: list[Any] = [None] * count
     block_outputs: list[Any] = [None] * count
     written: list[Any] = [None] * count
     post_normed: list[Any] = [None] * count
@@ -266,7 +267,7 @@ def clean_recording(
         return Clean(
             float(metric.of(logits)[0]),
             float(log_probs[metric.answer_id]),
-            head_inputs,
+            inputs,
             block_outputs,
             written,
             post_normed,
@@ -278,13 +279,16 @@ def clean_recording(
     with contextlib.ExitStack() as hooks:
         for layer in range(count):
             handles = [
-                body.projections[layer].register_forward_pre_hook(
-                    keep(head_inputs, layer, lambda args, _: args[0])
-                ),
                 body.projections[layer].register_forward_hook(
                     keep(written, layer, lambda _, output: _last(output))
                 ),
             ]
+            if head_inputs:
+                handles.append(
+                    body.projections[layer].register_forward_pre_hook(
+                        keep(inputs, layer, lambda args, _: args[0])
+                    )
+                )
             if starts:
                 handles.append(
                     body.blocks[layer].register_forward_hook(
