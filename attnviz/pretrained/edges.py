@@ -33,6 +33,7 @@ nodes of one group (a layer's heads, or one), D the model's width, Dh a head's s
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -547,6 +548,7 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
     assert corrupt is not None and corrupt_read is not None  # a measuring record
     inside = graph.edges & kept
     written: dict[int, torch.Tensor] = {}
+    readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
     with contextlib.ExitStack() as hooks:
         users = set(corrupt)
         slots = {_slot_of(graph, upstream) for upstream in users}
@@ -557,6 +559,7 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
             if (keep == graph.edges[:, first : first + size]).all():
                 return lambda _residual: None
             carriers = [int(upstream) for upstream in np.nonzero(keep.any(1))[0]]
+            readers.update(carriers)
             read = corrupt_read[point]  # (1, T, D)
             weights = torch.as_tensor(keep[carriers], dtype=read.dtype, device=read.device)
 
@@ -569,6 +572,9 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
                 for upstream, into in zip(carriers, weights, strict=True):
                     carried = corrupt[upstream] - written[upstream]  # (1, T, D)
                     delta -= carried.unsqueeze(2) * into[:, None]
+                    readers[upstream] -= 1
+                    if not readers[upstream]:  # carried to its last group: held no longer
+                        del written[upstream]
                 return slice(None), delta
 
             return add
