@@ -48,8 +48,10 @@ def test_every_view_is_drawn_somewhere_and_the_terminal_shares_none():
 
 def test_the_page_names_its_views_as_the_pictures_do():
     page = resources.files("attnviz.render").joinpath("page_assets", "page.html").read_text()
-    assert re.findall(r'data-view="(\w+)"', page) == ["layer", "model", "head"]
-    assert set(re.findall(r'data-view="(\w+)"', page)) == {view.value for view in PICTURE_VIEWS}
+    views = re.findall(r'data-view="(\w+)"', page)
+    # the maps' views, then the circuit's (shown where a corrupted text gave a circuit)
+    assert views == ["layer", "model", "head", "circuit"]
+    assert set(views[:-1]) == {view.value for view in PICTURE_VIEWS}
 
 
 def test_a_view_an_output_does_not_draw_is_refused_naming_those_it_does():

@@ -287,7 +287,7 @@
     setView("head");
   }
   function drawCircuit() {
-    const c = data.circuit, svg = $("circuit"), ns = "http://www.w3.org/2000/svg";
+    const c = data.circuit, svg = $("circuit"), ns = svg.namespaceURI; // the page names no address
     $("axes").textContent = c.title;
     $("circuit-lines").textContent = c.lines.join("\n");
     const across = 56, down = 22, left = 70, bottom = 20;
