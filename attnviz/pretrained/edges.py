@@ -136,10 +136,10 @@ def read_twins(
     import torch
 
     graph = graph_of(body)
-    slots = None if users is None else {_slot_of(graph, int(upstream)) for upstream in users}
+    wanted = None if users is None else {int(upstream) for upstream in users}
     with torch.inference_mode():
         record = _Record(graph, arguments)
-        written = _written(body, record.clean_into) if slots is None else contextlib.nullcontext()
+        written = _written(body, record.clean_into) if wanted is None else contextlib.nullcontext()
         with (
             norms_found(body) as norms,
             clean_recording(body, starts, head_inputs=False) as finish,
@@ -151,14 +151,13 @@ def read_twins(
         check_metric(clean.metric, model, arguments, "clean run")
         wiring = Wiring(body, graph, *norms)
         corrupt_written: dict[int, torch.Tensor] = {}
-        store: Store = record.less_clean
-        if users is not None:
-            store = _users_kept(graph, {int(upstream) for upstream in users}, corrupt_written)
         with contextlib.ExitStack() as recording:
-            recording.enter_context(_written(body, store, slots))
             corrupt_embedded = recording.enter_context(_embedded(model))
             corrupt_read = None
-            if slots is not None:
+            if wanted is None:
+                recording.enter_context(_written(body, record.less_clean))
+            else:
+                recording.enter_context(_users_written(body, graph, wanted, corrupt_written))
                 corrupt_read = recording.enter_context(_read_residuals(wiring))
             corrupt_logits = last_logits(model, corrupt_arguments)
         corrupt_metric = float(metric.of(corrupt_logits)[0])
@@ -174,8 +173,8 @@ def read_twins(
         record.last,
         embedded[0],
         corrupt_embedded[0],
-        difference=record.difference if slots is None else None,
-        corrupt_written=None if slots is None else corrupt_written,
+        difference=record.difference if wanted is None else None,
+        corrupt_written=None if wanted is None else corrupt_written,
         corrupt_read=corrupt_read,
     )
 
@@ -212,16 +211,18 @@ class _Record:
         block.neg_().add_(value[0].transpose(0, 1))
 
 
-def _users_kept(graph: Graph, users: set[int], kept: dict[int, Any]) -> Store:
-    """A store of :func:`_written` keeping each of ``users``' outputs, (B, T, D), apart from
-    the other nodes of its slot."""
+def _users_written(
+    body: Anatomy, graph: Graph, users: set[int], kept: dict[int, Any]
+) -> contextlib.AbstractContextManager:
+    """:func:`_written` of the slots holding ``users``, keeping each user's output, (B, T, D),
+    in ``kept`` apart from the other nodes of its slot."""
 
     def keep(slot: int, value: Any) -> None:
         columns = _columns(graph, slot)
         for upstream in users.intersection(range(columns.start, columns.stop)):
             kept[upstream] = value[:, :, upstream - columns.start].clone()
 
-    return keep
+    return _written(body, keep, {_slot_of(graph, upstream) for upstream in users})
 
 
 @contextlib.contextmanager
@@ -550,9 +551,7 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
     written: dict[int, torch.Tensor] = {}
     readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
     with contextlib.ExitStack() as hooks:
-        users = set(corrupt)
-        slots = {_slot_of(graph, upstream) for upstream in users}
-        hooks.enter_context(_written(wiring.body, _users_kept(graph, users, written), slots))
+        hooks.enter_context(_users_written(wiring.body, graph, set(corrupt), written))
 
         def corrupted(point: int, first: int, size: int) -> Added:
             keep = inside[:, first : first + size]  # (U, n)
