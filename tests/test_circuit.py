@@ -161,15 +161,48 @@ def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generator
     assert abs(both.faithfulness - expected) <= tolerance / abs(clean - corrupt)
 
 
-def _pair_ids(generators, language_models, pair):
+def _pair_ids(generators, language_models, pair, family="llama-lm"):
     from tests.hook_references import answer_token_id, token_ids
 
-    path = generators["llama-lm"]
-    extractor = language_models["llama-lm"]
+    path = generators[family]
+    extractor = language_models[family]
     ids, corrupt_ids = token_ids(path, pair["text"]), token_ids(path, pair["corrupt"])
     answer_id = answer_token_id(path, pair["text"], pair["answer"])
     versus_id = answer_token_id(path, pair["text"], pair["versus"])
     return extractor, extractor.loaded.model, ids, corrupt_ids, answer_id, versus_id
+
+
+# Twins that share their first words: attnviz's records and changed runs hold only the
+# positions from the first token where they differ on (before it the runs are the same).
+LATE = {**PAIR, "corrupt": "The man walked the man because"}
+
+
+@pytest.mark.parametrize("family", ["llama-lm", "gemma3-lm"])
+def test_twins_differing_late_score_and_measure_as_the_references_of_every_position(
+    generators, language_models, family
+):
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
+        generators, language_models, LATE, family
+    )
+    shared = int((ids[0] == corrupt_ids[0]).long().cumprod(0).sum())
+    assert 4 <= shared < ids.shape[1]  # "The man walked the" at least
+    tolerance = model_tolerance(model.config)
+    estimate = _scores(extractor.circuit(**LATE, method="ig", steps=2, edges=0))
+    expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, 2)
+    assert max(abs(estimate[edge] - expected[edge]) for edge in expected) <= tolerance
+    assert max(abs(value) for value in expected.values()) > 100 * tolerance
+    circuit = extractor.circuit(**LATE, method="exact", edges=9, curve=[40])
+    found = _scores(circuit)
+    edges = sorted(found)[::5]
+    exact = reference.exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges)
+    assert max(abs(found[edge] - exact[edge]) for edge in edges) <= tolerance
+    corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+    taken = circuit.clean_metric - corrupt_metric
+    ranked = [(first, then) for first, then, _ in circuit.edges()]
+    for size, faithfulness in [(circuit.kept, circuit.faithfulness), *circuit.curve]:
+        outside = [edge for edge in found if edge not in ranked[:size]]
+        metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+        assert abs(faithfulness - (metric - corrupt_metric) / taken) <= tolerance / abs(taken)
 
 
 def test_refine_computes_the_estimates_top_edges_exactly(generators, language_models):

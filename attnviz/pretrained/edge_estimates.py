@@ -2,7 +2,8 @@
 edge attribution patching (EAP, Syed et al. 2023) and its integrated gradients (EAP-IG,
 Hanna et al. 2024), from forward and backward passes that copy no downstream input.
 
-Shape letters: R rows of a pass (its points), T tokens, U upstream nodes, N downstream
+Shape letters: R rows of a pass (its points), T tokens, S the positions from the first
+where the twins differ on (before it every difference is 0), U upstream nodes, N downstream
 nodes, n the nodes of one group, D the model's width, Dh a head's size.
 """
 
@@ -70,7 +71,7 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
     import torch
 
     wiring, graph = runs.wiring, runs.wiring.graph
-    body, difference = wiring.body, runs.difference
+    body, difference, start = wiring.body, runs.difference, runs.start
     assert difference is not None  # a scoring record
     arguments = {name: value.expand(len(points), -1) for name, value in runs.arguments.items()}
     readings = _readings(wiring)
@@ -90,22 +91,25 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
             if again and inside_layer and not backward:
                 return
             if backward or point not in residuals:  # else a forward's own, read again
+                # whole: an operation here would be one more than the layer's own forward
+                # ran, where the layer is computed again (its checkpoint counts them)
                 residuals[point] = hidden_of(args, kwargs).detach()
 
         return keep
 
     def scorer(group: int, reading: _Reading) -> Callable:
         def score(gradient: torch.Tensor) -> None:
-            residual = residuals[reading.point]
+            residual = residuals[reading.point][:, start:]  # (R, S, D)
             waiting[reading.point] -= 1
             if not waiting[reading.point]:  # every group reading it is done
                 del residuals[reading.point]
             before = readable(graph, reading.first)  # the upstream nodes before it
             into = total[:before, reading.first : reading.first + reading.size]
+            gradient = gradient[:, start:]  # (R, S, W)
             rows, tokens = gradient.shape[:2]
             step = max(1, _ELEMENTS_AT_ONCE // (rows * reading.size * residual.shape[-1]))
-            for start in range(0, tokens, step):  # positions a block at a time: no copy
-                block = slice(start, start + step)  # of every position's (R, T, n, D)
+            for first in range(0, tokens, step):  # positions a block at a time: no copy
+                block = slice(first, first + step)  # of every position's (R, S, n, D)
                 inputs = reading.inputs_gradient(body, residual[:, block], gradient[:, block])
                 into += _contracted(difference[:before, block], inputs)
 
@@ -218,8 +222,8 @@ _UPSTREAM_AT_ONCE = 16  # upstream nodes' differences widened to float32 at a ti
 
 
 def _contracted(difference: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
-    """Σ over positions and width of ``difference`` (U, T, D), a block of positions of the
-    whole, times ``gradient`` (T, n, D): (U, n) float32, one matrix product (a few nodes at
+    """Σ over positions and width of ``difference`` (U, S, D), a block of positions of the
+    whole, times ``gradient`` (S, n, D): (U, n) float32, one matrix product (a few nodes at
     a time where the model's dtype is narrower: no float32 copy of the whole)."""
     import torch
 

@@ -13,7 +13,9 @@ projection; an MLP's input is its norm's input; the logits' the final norm's inp
 
 An edge u → d carrying the corrupted run's value: d's input gets out_u(corrupt) −
 out_u(run) added, where out_u(run) is u's output in the run being made (in the clean run
-with one edge changed, its clean output: u comes before d). Scored:
+with one edge changed, its clean output: u comes before d). Before the first token where
+the twins differ, every run is the same (a decoder's position reads none after it): the
+records hold, and the runs change, only the positions from that token on. Scored:
 
 - **exact**: the metric with that edge alone changed, less the clean metric (a batched
   forward pass per edge, each starting at its downstream layer);
@@ -27,7 +29,8 @@ with one edge changed, its clean output: u comes before d). Scored:
 A circuit's faithfulness: the metric of the clean run with every edge outside the circuit
 carrying the corrupted value (all edges kept: the clean run; none: the corrupted one).
 
-Shape letters: B rows of a pass, T tokens, U upstream nodes, N downstream nodes, n the
+Shape letters: B rows of a pass, T tokens, S the positions from the first where the twins
+differ on (:attr:`Runs.start`), U upstream nodes, N downstream nodes, n the
 nodes of one group (a layer's heads, or one), D the model's width, Dh a head's size.
 """
 
@@ -73,9 +76,10 @@ if TYPE_CHECKING:
 
 QKV = {"q": Site.Q, "k": Site.K, "v": Site.V}
 
-# What a pass adds to a group of downstream inputs, given the residual stream they read
-# there, (B, T, D), when the pass reaches them: (the batch rows, (R, T, n, D), or
-# (R, T, 1, D): the same for every node of the group), or None where it adds nothing.
+# What a pass adds to a group of downstream inputs from its runs' start on, given the
+# residual stream they read there, (B, S, D), when the pass reaches them: (the batch rows,
+# (R, S, n, D), or (R, S, 1, D): the same for every node of the group), or None where it
+# adds nothing.
 Added = Callable[["torch.Tensor"], "tuple[Any, torch.Tensor] | None"]
 
 
@@ -103,18 +107,19 @@ class Runs:
     arguments: dict
     corrupt_arguments: dict
     metric: Metric
+    start: int  # the first position where the twins' tokens differ (T where none does)
     clean: Clean  # the clean run's record (its layers' outputs, where exact passes start)
     corrupt_metric: float
     # (U, D) every upstream node's clean output at the last position (scoring record)
     clean_last: torch.Tensor | None
     clean_embedded: torch.Tensor  # (1, T, D) the input embeddings' output
     corrupt_embedded: torch.Tensor
-    # (U, T, D) each upstream node's corrupted output less its clean one: one node's a
+    # (U, S, D) each upstream node's corrupted output less its clean one: one node's a
     # contiguous block, so that a group's scores are one matrix product (scoring record)
     difference: torch.Tensor | None = None
-    # upstream node -> (1, T, D) the users' corrupted outputs (measuring record)
+    # upstream node -> (1, S, D) the users' corrupted outputs (measuring record)
     corrupt_written: dict[int, torch.Tensor] | None = None
-    # (2L + 1) of (1, T, D): the residual stream where each layer's heads, then its MLP,
+    # (2L + 1) of (1, S, D): the residual stream where each layer's heads, then its MLP,
     # then the logits read it, in the corrupted run (measuring record)
     corrupt_read: list[torch.Tensor] | None = None
 
@@ -137,8 +142,9 @@ def read_twins(
 
     graph = graph_of(body)
     wanted = None if users is None else {int(upstream) for upstream in users}
+    start = first_difference(arguments, corrupt_arguments)
     with torch.inference_mode():
-        record = _Record(graph, arguments)
+        record = _Record(graph, arguments, start)
         written = _written(body, record.clean_into) if wanted is None else contextlib.nullcontext()
         with (
             norms_found(body) as norms,
@@ -157,8 +163,8 @@ def read_twins(
             if wanted is None:
                 recording.enter_context(_written(body, record.less_clean))
             else:
-                recording.enter_context(_users_written(body, graph, wanted, corrupt_written))
-                corrupt_read = recording.enter_context(_read_residuals(wiring))
+                recording.enter_context(_users_written(body, graph, wanted, corrupt_written, start))
+                corrupt_read = recording.enter_context(_read_residuals(wiring, start))
             corrupt_logits = last_logits(model, corrupt_arguments)
         corrupt_metric = float(metric.of(corrupt_logits)[0])
         check_metric(corrupt_metric, model, corrupt_arguments, CORRUPTED_RUN)
@@ -168,6 +174,7 @@ def read_twins(
         arguments,
         corrupt_arguments,
         metric,
+        start,
         clean,
         corrupt_metric,
         record.last,
@@ -179,14 +186,23 @@ def read_twins(
     )
 
 
-class _Record:
-    """Where the scoring record is written as the runs go: the clean run's outputs into one
-    (U, T, D) block (and their last position apart), then the corrupted run's less them, in
-    place: one node's (T, D) at a time beside the block, never two blocks."""
+def first_difference(arguments: dict, corrupt_arguments: dict) -> int:
+    """The first position where the twins' tokens differ, or their length where none does."""
+    ids, corrupt_ids = arguments["input_ids"][0], corrupt_arguments["input_ids"][0]
+    differing = (ids != corrupt_ids).nonzero()
+    return int(differing[0, 0]) if len(differing) else len(ids)
 
-    def __init__(self, graph: Graph, arguments: dict) -> None:
+
+class _Record:
+    """Where the scoring record is written as the runs go: the clean run's outputs from
+    ``start`` on into one (U, S, D) block (and their last position apart), then the
+    corrupted run's less them, in place: one node's (S, D) at a time beside the block,
+    never two blocks."""
+
+    def __init__(self, graph: Graph, arguments: dict, start: int) -> None:
         self.graph = graph
-        self.tokens = int(arguments["input_ids"].shape[1])
+        self.start = start
+        self.tokens = int(arguments["input_ids"].shape[1]) - start
         self.difference: Any = None
         self.last: Any = None
 
@@ -202,33 +218,34 @@ class _Record:
     def clean_into(self, slot: int, value: torch.Tensor) -> None:
         """``value`` (1, T, n, D): a slot's clean outputs."""
         columns = _columns(self.graph, slot)
-        self._block(value)[columns] = value[0].transpose(0, 1)
+        self._block(value)[columns] = value[0, self.start :].transpose(0, 1)
         self.last[columns] = value[0, -1]
 
     def less_clean(self, slot: int, value: torch.Tensor) -> None:
         """``value`` (1, T, n, D): a slot's corrupted outputs, less the clean ones there."""
-        block = self._block(value)[_columns(self.graph, slot)]  # (n, T, D)
-        block.neg_().add_(value[0].transpose(0, 1))
+        block = self._block(value)[_columns(self.graph, slot)]  # (n, S, D)
+        block.neg_().add_(value[0, self.start :].transpose(0, 1))
 
 
 def _users_written(
-    body: Anatomy, graph: Graph, users: set[int], kept: dict[int, Any]
+    body: Anatomy, graph: Graph, users: set[int], kept: dict[int, Any], start: int
 ) -> contextlib.AbstractContextManager:
-    """:func:`_written` of the slots holding ``users``, keeping each user's output, (B, T, D),
-    in ``kept`` apart from the other nodes of its slot."""
+    """:func:`_written` of the slots holding ``users``, keeping each user's output from
+    ``start`` on, (B, S, D), in ``kept`` apart from the other nodes of its slot."""
 
     def keep(slot: int, value: Any) -> None:
         columns = _columns(graph, slot)
         for upstream in users.intersection(range(columns.start, columns.stop)):
-            kept[upstream] = value[:, :, upstream - columns.start].clone()
+            kept[upstream] = value[:, start:, upstream - columns.start].clone()
 
     return _written(body, keep, {_slot_of(graph, upstream) for upstream in users})
 
 
 @contextlib.contextmanager
-def _read_residuals(wiring: Wiring) -> Iterator[list[Any]]:
-    """While open, a pass keeps the residual stream where each downstream group reads it:
-    each layer's attention norm's input, its MLP norm's, and the final norm's."""
+def _read_residuals(wiring: Wiring, start: int) -> Iterator[list[Any]]:
+    """While open, a pass keeps the residual stream from ``start`` on where each downstream
+    group reads it: each layer's attention norm's input, its MLP norm's, and the final
+    norm's."""
     body = wiring.body
     norms = [
         norm
@@ -240,7 +257,7 @@ def _read_residuals(wiring: Wiring) -> Iterator[list[Any]]:
 
     def keeper(point: int) -> Callable:
         def keep(_module: Any, args: tuple, kwargs: dict) -> None:
-            kept[point] = hidden_of(args, kwargs)
+            kept[point] = hidden_of(args, kwargs)[:, start:].clone()  # (B, S, D)
 
         return keep
 
@@ -391,13 +408,13 @@ def _embedded(model: Any) -> Iterator[list[Any]]:
 
 
 def _changed_inputs(
-    wiring: Wiring, layer: int, letter: str, added: Added
+    wiring: Wiring, layer: int, letter: str, added: Added, start: int
 ) -> contextlib.AbstractContextManager:
-    """Hooks adding what ``added`` gives to the inputs of one group of downstream nodes:
-    ``layer``'s query, key or value inputs (``letter``), its MLP's (``m``), or the logits'
-    (layer L). A head's input is recomputed from its own copy of the residual: the
-    attention norm of (the layer's input + what is added), through its rows of the
-    projection."""
+    """Hooks adding what ``added`` gives to the inputs of one group of downstream nodes, from
+    position ``start`` on: ``layer``'s query, key or value inputs (``letter``), its MLP's
+    (``m``), or the logits' (layer L). A head's input is recomputed from its own copy of
+    the residual there: the attention norm of (the layer's input + what is added), through
+    its rows of the projection."""
     import torch
 
     body = wiring.body
@@ -406,12 +423,12 @@ def _changed_inputs(
         norm = body.norm if letter == LOGITS else wiring.mlp_norms[layer]
 
         def add_to_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-            found = added(hidden_of(args, kwargs))
+            found = added(hidden_of(args, kwargs)[:, start:])
             if found is None:
                 return None
             rows, delta = found
             hidden = hidden_of(args, kwargs).clone()  # (B, T, D)
-            hidden[rows] = hidden[rows] + delta[:, :, 0].to(hidden.dtype)
+            hidden[rows, start:] = hidden[rows, start:] + delta[:, :, 0].to(hidden.dtype)
             return with_hidden(args, kwargs, hidden)
 
         stack.enter_context(hooked(norm.register_forward_pre_hook(add_to_input, with_kwargs=True)))
@@ -421,7 +438,7 @@ def _changed_inputs(
     module = SITES[site].module(body, layer)
 
     def keep(_module: Any, args: tuple, kwargs: dict) -> None:
-        residual[0] = hidden_of(args, kwargs)
+        residual[0] = hidden_of(args, kwargs)[:, start:]  # (B, S, D)
 
     def recompute(_module: Any, _args: tuple, output: Any) -> Any:
         found = added(residual[0])
@@ -430,19 +447,19 @@ def _changed_inputs(
         rows, delta = found
         projected = output_of(output).clone()  # (B, T, W)
         units = units_of(body, site, layer, projected.shape[-1])
-        copies = residual[0][rows].unsqueeze(2) + delta.to(projected.dtype)  # (R, T, n, D)
+        copies = residual[0][rows].unsqueeze(2) + delta.to(projected.dtype)  # (R, S, n, D)
         matrix = matrix_of(module)[:, units.columns].to(projected.dtype)  # (D, n × Dh)
         # forward: not the hooks, which read the layer's own call of the norm
         normed = norm.forward(copies)
         if delta.shape[2] == 1:  # one input for every unit: projected at once
-            value = normed[:, :, 0] @ matrix  # (R, T, n × Dh)
+            value = normed[:, :, 0] @ matrix  # (R, S, n × Dh)
         else:
             rows_of = matrix.view(matrix.shape[0], units.count, units.size)  # (D, n, Dh)
             value = torch.einsum("rtnd,dnh->rtnh", normed, rows_of).flatten(2)
         bias = getattr(module, "bias", None)
         if bias is not None:
             value = value + bias[units.columns]
-        projected[rows, :, units.columns] = value
+        projected[rows, start:, units.columns] = value
         return with_output(output, projected)
 
     stack.enter_context(hooked(norm.register_forward_pre_hook(keep, with_kwargs=True)))
@@ -487,9 +504,10 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
             delta = difference.new_zeros(len(rows), difference.shape[1], size, difference.shape[2])
             delta[:, :, unit] = difference[upstream]
-            patches.enter_context(
-                _changed_inputs(runs.wiring, layer, letter, lambda _residual: (rows, delta))
+            adding = _changed_inputs(
+                runs.wiring, layer, letter, lambda _residual: (rows, delta), runs.start
             )
+            patches.enter_context(adding)
 
         return Change(layer, install)
 
@@ -551,7 +569,7 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
     written: dict[int, torch.Tensor] = {}
     readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
     with contextlib.ExitStack() as hooks:
-        hooks.enter_context(_users_written(wiring.body, graph, set(corrupt), written))
+        hooks.enter_context(_users_written(wiring.body, graph, set(corrupt), written, runs.start))
 
         def corrupted(point: int, first: int, size: int) -> Added:
             keep = inside[:, first : first + size]  # (U, n)
@@ -559,17 +577,17 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
                 return lambda _residual: None
             carriers = [int(upstream) for upstream in np.nonzero(keep.any(1))[0]]
             readers.update(carriers)
-            read = corrupt_read[point]  # (1, T, D)
+            read = corrupt_read[point]  # (1, S, D)
             weights = torch.as_tensor(keep[carriers], dtype=read.dtype, device=read.device)
 
             def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
-                away = (read - residual).unsqueeze(2)  # (1, T, 1, D)
+                away = (read - residual).unsqueeze(2)  # (1, S, 1, D)
                 if not carriers:  # every node of the group reads the corrupted residual
                     return slice(None), away
-                delta = away.repeat(1, 1, size, 1)  # (1, T, n, D)
-                # one carrier at a time: no (T, k, D) of them at once
+                delta = away.repeat(1, 1, size, 1)  # (1, S, n, D)
+                # one carrier at a time: no (S, k, D) of them at once
                 for upstream, into in zip(carriers, weights, strict=True):
-                    carried = corrupt[upstream] - written[upstream]  # (1, T, D)
+                    carried = corrupt[upstream] - written[upstream]  # (1, S, D)
                     delta -= carried.unsqueeze(2) * into[:, None]
                     readers[upstream] -= 1
                     if not readers[upstream]:  # carried to its last group: held no longer
@@ -580,8 +598,7 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
 
         for layer, letter, first, size in groups(graph):
             point = 2 * layer + (letter == "m")  # the logits' is 2L
-            hooks.enter_context(
-                _changed_inputs(wiring, layer, letter, corrupted(point, first, size))
-            )
+            adding = corrupted(point, first, size)
+            hooks.enter_context(_changed_inputs(wiring, layer, letter, adding, runs.start))
         logits = last_logits(runs.model, runs.arguments)
     return float(runs.metric.of(logits)[0])
