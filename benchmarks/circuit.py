@@ -33,7 +33,8 @@ import attnviz
 from attnviz.analysis.circuit import faithfulness_of, kept_masks
 from attnviz.pretrained.answered import answered
 from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import circuit_metrics, read_twins, users_of
+from attnviz.pretrained.edges import read_twins
+from attnviz.pretrained.faithfulness import circuit_metrics, users_of
 from attnviz.request import Input, Request
 from benchmarks.ioi_pairs import pairs as ioi_pairs
 

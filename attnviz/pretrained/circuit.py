@@ -19,16 +19,10 @@ from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answer_label, answered
 from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import (
-    Runs,
-    circuit_metrics,
-    exact_scores,
-    graph_of,
-    read_twins,
-    users_of,
-)
+from attnviz.pretrained.edges import Runs, exact_scores, graph_of, read_twins
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
+from attnviz.pretrained.faithfulness import circuit_metrics, users_of
 
 if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph

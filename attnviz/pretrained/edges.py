@@ -27,7 +27,8 @@ records hold, and the runs change, only the positions from that token on. Scored
   (N = 1 is the gradient estimate).
 
 A circuit's faithfulness: the metric of the clean run with every edge outside the circuit
-carrying the corrupted value (all edges kept: the clean run; none: the corrupted one).
+carrying the corrupted value (all edges kept: the clean run; none: the corrupted one),
+run by :mod:`attnviz.pretrained.faithfulness`.
 
 Shape letters: B rows of a pass, T tokens, S the positions from the first where the twins
 differ on (:attr:`Runs.start`), U upstream nodes, N downstream nodes, n the
@@ -36,7 +37,6 @@ nodes of one group (a layer's heads, or one), D the model's width, Dh a head's s
 
 from __future__ import annotations
 
-import collections
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -69,7 +69,6 @@ from attnviz.pretrained.sites import (
     with_output,
 )
 from attnviz.pretrained.value_norms import input_matrix
-from attnviz.progress import advance
 
 if TYPE_CHECKING:
     import torch
@@ -107,7 +106,7 @@ class Runs:
     arguments: dict
     corrupt_arguments: dict
     metric: Metric
-    start: int  # the first position where the twins' tokens differ (T where none does)
+    start: int  # the first position where the twins' tokens differ (:func:`first_difference`)
     clean: Clean  # the clean run's record (its layers' outputs, where exact passes start)
     corrupt_metric: float
     # (U, D) every upstream node's clean output at the last position (scoring record)
@@ -145,7 +144,9 @@ def read_twins(
     start = first_difference(arguments, corrupt_arguments)
     with torch.inference_mode():
         record = _Record(graph, arguments, start)
-        written = _written(body, record.clean_into) if wanted is None else contextlib.nullcontext()
+        written = (
+            _written(body, record.clean_into, start) if wanted is None else contextlib.nullcontext()
+        )
         with (
             norms_found(body) as norms,
             clean_recording(body, starts, head_inputs=False) as finish,
@@ -161,9 +162,9 @@ def read_twins(
             corrupt_embedded = recording.enter_context(_embedded(model))
             corrupt_read = None
             if wanted is None:
-                recording.enter_context(_written(body, record.less_clean))
+                recording.enter_context(_written(body, record.less_clean, start))
             else:
-                recording.enter_context(_users_written(body, graph, wanted, corrupt_written, start))
+                recording.enter_context(users_written(body, graph, wanted, corrupt_written, start))
                 corrupt_read = recording.enter_context(_read_residuals(wiring, start))
             corrupt_logits = last_logits(model, corrupt_arguments)
         corrupt_metric = float(metric.of(corrupt_logits)[0])
@@ -187,10 +188,11 @@ def read_twins(
 
 
 def first_difference(arguments: dict, corrupt_arguments: dict) -> int:
-    """The first position where the twins' tokens differ, or their length where none does."""
+    """The first position where the twins' tokens differ (the last where none does: what
+    the last position's outputs are read from)."""
     ids, corrupt_ids = arguments["input_ids"][0], corrupt_arguments["input_ids"][0]
     differing = (ids != corrupt_ids).nonzero()
-    return int(differing[0, 0]) if len(differing) else len(ids)
+    return int(differing[0, 0]) if len(differing) else len(ids) - 1
 
 
 class _Record:
@@ -201,7 +203,6 @@ class _Record:
 
     def __init__(self, graph: Graph, arguments: dict, start: int) -> None:
         self.graph = graph
-        self.start = start
         self.tokens = int(arguments["input_ids"].shape[1]) - start
         self.difference: Any = None
         self.last: Any = None
@@ -216,18 +217,18 @@ class _Record:
         return self.difference
 
     def clean_into(self, slot: int, value: torch.Tensor) -> None:
-        """``value`` (1, T, n, D): a slot's clean outputs."""
+        """``value`` (1, S, n, D): a slot's clean outputs from the start on."""
         columns = _columns(self.graph, slot)
-        self._block(value)[columns] = value[0, self.start :].transpose(0, 1)
+        self._block(value)[columns] = value[0].transpose(0, 1)
         self.last[columns] = value[0, -1]
 
     def less_clean(self, slot: int, value: torch.Tensor) -> None:
-        """``value`` (1, T, n, D): a slot's corrupted outputs, less the clean ones there."""
+        """``value`` (1, S, n, D): a slot's corrupted outputs, less the clean ones there."""
         block = self._block(value)[_columns(self.graph, slot)]  # (n, S, D)
-        block.neg_().add_(value[0, self.start :].transpose(0, 1))
+        block.neg_().add_(value[0].transpose(0, 1))
 
 
-def _users_written(
+def users_written(
     body: Anatomy, graph: Graph, users: set[int], kept: dict[int, Any], start: int
 ) -> contextlib.AbstractContextManager:
     """:func:`_written` of the slots holding ``users``, keeping each user's output from
@@ -236,9 +237,9 @@ def _users_written(
     def keep(slot: int, value: Any) -> None:
         columns = _columns(graph, slot)
         for upstream in users.intersection(range(columns.start, columns.stop)):
-            kept[upstream] = value[:, start:, upstream - columns.start].clone()
+            kept[upstream] = value[:, :, upstream - columns.start].clone()
 
-    return _written(body, keep, {_slot_of(graph, upstream) for upstream in users})
+    return _written(body, keep, start, {_slot_of(graph, upstream) for upstream in users})
 
 
 @contextlib.contextmanager
@@ -307,25 +308,27 @@ def _slot_of(graph: Graph, upstream: int) -> int:
     return 1 + 2 * layer + int(within == graph.heads)
 
 
-Store = Callable[[int, "torch.Tensor"], None]  # a slot's outputs, (B, T, n, D), as computed
+Store = Callable[[int, "torch.Tensor"], None]  # a slot's outputs, (B, S, n, D), as computed
 
 
 @contextlib.contextmanager
-def _written(body: Anatomy, store: Store, slots: set[int] | None = None) -> Iterator[None]:
-    """While open, a pass hands each slot of upstream nodes' outputs to ``store`` as it is
-    computed: the input (slot 0), then each layer's heads (1 + 2l) and its MLP (2 + 2l), the
-    graph's upstream order; only ``slots``, where given."""
+def _written(
+    body: Anatomy, store: Store, start: int, slots: set[int] | None = None
+) -> Iterator[None]:
+    """While open, a pass hands each slot of upstream nodes' outputs from position ``start``
+    on to ``store`` as it is computed: the input (slot 0), then each layer's heads (1 + 2l)
+    and its MLP (2 + 2l), the graph's upstream order; only ``slots``, where given."""
     heads_in: list[Any] = [None] * len(body.blocks)
 
     def wanted(slot: int) -> bool:
         return slots is None or slot in slots
 
     def keep_input(_module: Any, args: tuple, kwargs: dict) -> None:
-        store(0, hidden_of(args, kwargs).unsqueeze(2))
+        store(0, hidden_of(args, kwargs)[:, start:].unsqueeze(2))
 
     def keep_heads(layer: int) -> Callable:
         def keep(_module: Any, args: tuple) -> None:
-            shares = _head_shares(body, layer, args[0])  # (B, T, H, D)
+            shares = _head_shares(body, layer, args[0][:, start:])  # (B, S, H, D)
             if body.post_norms[layer] is None:
                 store(1 + 2 * layer, shares)
             else:
@@ -335,7 +338,8 @@ def _written(body: Anatomy, store: Store, slots: set[int] | None = None) -> Iter
 
     def keep_post_normed(layer: int) -> Callable:
         def keep(module: Any, args: tuple, output: Any) -> None:
-            gain, scale, centred = norm_form(module, args[0], output_of(output))
+            normed = output_of(output)[:, start:]
+            gain, scale, centred = norm_form(module, args[0][:, start:], normed)
             shares = heads_in[layer].float()
             heads_in[layer] = None
             if centred:
@@ -347,7 +351,7 @@ def _written(body: Anatomy, store: Store, slots: set[int] | None = None) -> Iter
 
     def keep_mlp(layer: int) -> Callable:
         def keep(_module: Any, _args: tuple, output: Any) -> None:
-            store(2 + 2 * layer, output_of(output).unsqueeze(2))
+            store(2 + 2 * layer, output_of(output)[:, start:].unsqueeze(2))
 
         return keep
 
@@ -407,7 +411,7 @@ def _embedded(model: Any) -> Iterator[list[Any]]:
         yield kept
 
 
-def _changed_inputs(
+def changed_inputs(
     wiring: Wiring, layer: int, letter: str, added: Added, start: int
 ) -> contextlib.AbstractContextManager:
     """Hooks adding what ``added`` gives to the inputs of one group of downstream nodes, from
@@ -504,7 +508,7 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
             delta = difference.new_zeros(len(rows), difference.shape[1], size, difference.shape[2])
             delta[:, :, unit] = difference[upstream]
-            adding = _changed_inputs(
+            adding = changed_inputs(
                 runs.wiring, layer, letter, lambda _residual: (rows, delta), runs.start
             )
             patches.enter_context(adding)
@@ -524,81 +528,3 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
             say_long,
         )
     return np.array(found, dtype=np.float64)
-
-
-def users_of(graph: Graph, kept: np.ndarray) -> np.ndarray:
-    """The upstream nodes whose outputs the circuits ``kept`` (C, U, N) carry back: those
-    with a kept edge into a group not every edge of which is kept (a group every edge of
-    which is kept is left alone)."""
-    needed = np.zeros(graph.edges.shape[0], dtype=bool)
-    for circuit in graph.edges & kept:
-        for _layer, _letter, first, size in groups(graph):
-            part = circuit[:, first : first + size]
-            if not (part == graph.edges[:, first : first + size]).all():
-                needed |= part.any(1)
-    return np.nonzero(needed)[0]
-
-
-def circuit_metrics(runs: Runs, kept: np.ndarray) -> list[float]:
-    """The metric of the clean run with every edge outside each circuit carrying the
-    corrupted value: ``kept`` (C, U, N) bool, whether each edge is in each circuit (the
-    runs read with at least :func:`users_of` them). A pass of one row per circuit, as the
-    clean run was: every edge kept changes nothing, and gives the clean metric itself."""
-    import torch
-
-    found: list[float] = []
-    for done, circuit in enumerate(kept):
-        with torch.inference_mode():
-            found.append(_circuit_pass(runs, circuit))
-        advance("circuit", done + 1, len(kept))
-    return found
-
-
-def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
-    """The metric with every edge outside ``kept`` (U, N) carrying the corrupted value.
-    Each downstream input gets what every edge into it would carry, the corrupted
-    residual less the current one (their difference is the sum of every upstream node's,
-    biases cancelling), less what the kept edges carry back: out_u(corrupt) − out_u(now)
-    of each kept u. A group whose every edge is kept is left as the pass computes it."""
-    import torch
-
-    wiring, graph = runs.wiring, runs.wiring.graph
-    corrupt, corrupt_read = runs.corrupt_written, runs.corrupt_read
-    assert corrupt is not None and corrupt_read is not None  # a measuring record
-    inside = graph.edges & kept
-    written: dict[int, torch.Tensor] = {}
-    readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
-    with contextlib.ExitStack() as hooks:
-        hooks.enter_context(_users_written(wiring.body, graph, set(corrupt), written, runs.start))
-
-        def corrupted(point: int, first: int, size: int) -> Added:
-            keep = inside[:, first : first + size]  # (U, n)
-            if (keep == graph.edges[:, first : first + size]).all():
-                return lambda _residual: None
-            carriers = [int(upstream) for upstream in np.nonzero(keep.any(1))[0]]
-            readers.update(carriers)
-            read = corrupt_read[point]  # (1, S, D)
-            weights = torch.as_tensor(keep[carriers], dtype=read.dtype, device=read.device)
-
-            def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
-                away = (read - residual).unsqueeze(2)  # (1, S, 1, D)
-                if not carriers:  # every node of the group reads the corrupted residual
-                    return slice(None), away
-                delta = away.repeat(1, 1, size, 1)  # (1, S, n, D)
-                # one carrier at a time: no (S, k, D) of them at once
-                for upstream, into in zip(carriers, weights, strict=True):
-                    carried = corrupt[upstream] - written[upstream]  # (1, S, D)
-                    delta -= carried.unsqueeze(2) * into[:, None]
-                    readers[upstream] -= 1
-                    if not readers[upstream]:  # carried to its last group: held no longer
-                        del written[upstream]
-                return slice(None), delta
-
-            return add
-
-        for layer, letter, first, size in groups(graph):
-            point = 2 * layer + (letter == "m")  # the logits' is 2L
-            adding = corrupted(point, first, size)
-            hooks.enter_context(_changed_inputs(wiring, layer, letter, adding, runs.start))
-        logits = last_logits(runs.model, runs.arguments)
-    return float(runs.metric.of(logits)[0])

@@ -1,0 +1,101 @@
+"""A circuit's faithfulness pass (:mod:`attnviz.pretrained.edges`' graph and records): the
+clean run with every edge outside the circuit carrying the corrupted value.
+
+Shape letters: T tokens, S the positions from the first where the twins differ on, U
+upstream nodes, N downstream nodes, n the nodes of one group, D the model's width.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnviz.pretrained.edges import Added, Runs, changed_inputs, groups, users_written
+from attnviz.pretrained.effects import last_logits
+from attnviz.progress import advance
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnviz.analysis.graph import Graph
+
+
+def users_of(graph: Graph, kept: np.ndarray) -> np.ndarray:
+    """The upstream nodes whose outputs the circuits ``kept`` (C, U, N) carry back: those
+    with a kept edge into a group not every edge of which is kept (a group every edge of
+    which is kept is left alone)."""
+    needed = np.zeros(graph.edges.shape[0], dtype=bool)
+    for circuit in graph.edges & kept:
+        for _layer, _letter, first, size in groups(graph):
+            part = circuit[:, first : first + size]
+            if not (part == graph.edges[:, first : first + size]).all():
+                needed |= part.any(1)
+    return np.nonzero(needed)[0]
+
+
+def circuit_metrics(runs: Runs, kept: np.ndarray) -> list[float]:
+    """The metric of the clean run with every edge outside each circuit carrying the
+    corrupted value: ``kept`` (C, U, N) bool, whether each edge is in each circuit (the
+    runs read with at least :func:`users_of` them). A pass of one row per circuit, as the
+    clean run was: every edge kept changes nothing, and gives the clean metric itself."""
+    import torch
+
+    found: list[float] = []
+    for done, circuit in enumerate(kept):
+        with torch.inference_mode():
+            found.append(_circuit_pass(runs, circuit))
+        advance("circuit", done + 1, len(kept))
+    return found
+
+
+def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
+    """The metric with every edge outside ``kept`` (U, N) carrying the corrupted value.
+    Each downstream input gets what every edge into it would carry, the corrupted
+    residual less the current one (their difference is the sum of every upstream node's,
+    biases cancelling), less what the kept edges carry back: out_u(corrupt) − out_u(now)
+    of each kept u. A group whose every edge is kept is left as the pass computes it."""
+    import torch
+
+    wiring, graph = runs.wiring, runs.wiring.graph
+    corrupt, corrupt_read = runs.corrupt_written, runs.corrupt_read
+    assert corrupt is not None and corrupt_read is not None  # a measuring record
+    inside = graph.edges & kept
+    written: dict[int, torch.Tensor] = {}
+    readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
+    with contextlib.ExitStack() as hooks:
+        hooks.enter_context(users_written(wiring.body, graph, set(corrupt), written, runs.start))
+
+        def corrupted(point: int, first: int, size: int) -> Added:
+            keep = inside[:, first : first + size]  # (U, n)
+            if (keep == graph.edges[:, first : first + size]).all():
+                return lambda _residual: None
+            carriers = [int(upstream) for upstream in np.nonzero(keep.any(1))[0]]
+            readers.update(carriers)
+            read = corrupt_read[point]  # (1, S, D)
+            weights = torch.as_tensor(keep[carriers], dtype=read.dtype, device=read.device)
+
+            def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
+                away = (read - residual).unsqueeze(2)  # (1, S, 1, D)
+                if not carriers:  # every node of the group reads the corrupted residual
+                    return slice(None), away
+                delta = away.repeat(1, 1, size, 1)  # (1, S, n, D)
+                # one carrier at a time: no (S, k, D) of them at once
+                for upstream, into in zip(carriers, weights, strict=True):
+                    carried = corrupt[upstream] - written[upstream]  # (1, S, D)
+                    delta -= carried.unsqueeze(2) * into[:, None]
+                    readers[upstream] -= 1
+                    if not readers[upstream]:  # carried to its last group: held no longer
+                        del written[upstream]
+                return slice(None), delta
+
+            return add
+
+        for layer, letter, first, size in groups(graph):
+            point = 2 * layer + (letter == "m")  # the logits' is 2L
+            adding = corrupted(point, first, size)
+            hooks.enter_context(changed_inputs(wiring, layer, letter, adding, runs.start))
+        logits = last_logits(runs.model, runs.arguments)
+    return float(runs.metric.of(logits)[0])
