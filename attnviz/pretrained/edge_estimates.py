@@ -91,8 +91,7 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
             if again and inside_layer and not backward:
                 return
             if backward or point not in residuals:  # else a forward's own, read again
-                # whole: an operation here would be one more than the layer's own forward
-                # ran, where the layer is computed again (its checkpoint counts them)
+                # whole: a slice would be an operation more than a recomputed layer's count
                 residuals[point] = hidden_of(args, kwargs).detach()
 
         return keep
