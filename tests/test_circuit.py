@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from attnviz.pretrained import edge_estimates, patching
+from attnviz.pretrained import faithfulness as faithfulness_pass
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
 from tests.circuit_references import OTHER, PAIR
@@ -91,6 +92,19 @@ def test_eap_ig_of_a_long_text_recomputing_layers_a_position_at_a_time_equals_au
     expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, 2)
     worst = max(abs(found[edge] - expected[edge]) for edge in expected)
     assert worst <= model_tolerance(model.config), worst
+
+
+def test_a_narrow_dtypes_differences_contract_widened_a_part_at_a_time(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(edge_estimates, "_ELEMENTS_AT_ONCE", 2 * 3 * 4)  # 2 nodes a part
+    generator = torch.Generator().manual_seed(0)
+    difference = torch.randn(5, 3, 4, generator=generator).to(torch.bfloat16)  # (U, S, D)
+    gradient = torch.randn(3, 2, 4, generator=generator)  # (S, n, D)
+    found = edge_estimates._contracted(difference, gradient)
+    expected = torch.einsum("usd,snd->un", difference.double(), gradient.double())
+    assert found.dtype == torch.float32
+    torch.testing.assert_close(found.double(), expected, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm"])
@@ -179,8 +193,10 @@ LATE = {**PAIR, "corrupt": "The man walked the man because"}
 
 @pytest.mark.parametrize("family", ["llama-lm", "gemma3-lm"])
 def test_twins_differing_late_score_and_measure_as_the_references_of_every_position(
-    generators, language_models, family
+    generators, language_models, family, monkeypatch
 ):
+    """As a long text runs besides: a kept edge's carried value one node at a time."""
+    monkeypatch.setattr(faithfulness_pass, "_ELEMENTS_AT_ONCE", 1)
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
         generators, language_models, LATE, family
     )

@@ -216,18 +216,20 @@ def _readings(wiring: Wiring) -> list[_Reading]:
     return found
 
 
-_ELEMENTS_AT_ONCE = 2**22  # of a group's (R, T, n, D) gradients, a block of positions
-_UPSTREAM_AT_ONCE = 16  # upstream nodes' differences widened to float32 at a time
+_ELEMENTS_AT_ONCE = 2**22  # of a group's (R, T, n, D) gradients, a block of positions,
+# and of the upstream nodes' differences widened to float32 at a time
 
 
 def _contracted(difference: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     """Σ over positions and width of ``difference`` (U, S, D), a block of positions of the
-    whole, times ``gradient`` (S, n, D): (U, n) float32, one matrix product (a few nodes at
-    a time where the model's dtype is narrower: no float32 copy of the whole)."""
+    whole, times ``gradient`` (S, n, D): (U, n) float32, one matrix product (nodes a part
+    of _ELEMENTS_AT_ONCE at a time where the model's dtype is narrower: no float32 copy
+    of the whole)."""
     import torch
 
-    flat = gradient.float().transpose(0, 1).flatten(1)  # (n, T × D)
+    flat = gradient.float().transpose(0, 1).flatten(1)  # (n, S × D)
     if difference.dtype == torch.float32:
         return difference.flatten(1) @ flat.T
-    parts = [part.flatten(1).float() @ flat.T for part in difference.split(_UPSTREAM_AT_ONCE)]
+    nodes = max(1, _ELEMENTS_AT_ONCE // max(1, flat.shape[1]))
+    parts = [part.flatten(1).float() @ flat.T for part in difference.split(nodes)]
     return torch.cat(parts)

@@ -63,10 +63,20 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
     corrupt, corrupt_read = runs.corrupt_written, runs.corrupt_read
     assert corrupt is not None and corrupt_read is not None  # a measuring record
     inside = graph.edges & kept
-    written: dict[int, torch.Tensor] = {}
+    written: dict[int, torch.Tensor] = {}  # each user's output in this pass, (1, S, D)
+    carried: dict[int, torch.Tensor] = {}  # out_u(corrupt) − out_u(now), once u is read
     readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
     with contextlib.ExitStack() as hooks:
         hooks.enter_context(users_written(wiring.body, graph, set(corrupt), written, runs.start))
+
+        def carried_by(upstream: int) -> torch.Tensor:
+            """What ``upstream`` carries back, (S, D); held until its last group has it."""
+            if upstream not in carried:
+                carried[upstream] = (corrupt[upstream] - written.pop(upstream))[0]
+            readers[upstream] -= 1
+            if readers[upstream]:
+                return carried[upstream]
+            return carried.pop(upstream)  # carried to its last group: held no longer
 
         def corrupted(point: int, first: int, size: int) -> Added:
             keep = inside[:, first : first + size]  # (U, n)
@@ -76,19 +86,18 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
             readers.update(carriers)
             read = corrupt_read[point]  # (1, S, D)
             weights = torch.as_tensor(keep[carriers], dtype=read.dtype, device=read.device)
+            # carriers a matrix product at a time: at most _ELEMENTS_AT_ONCE of (k, S, D)
+            step = max(1, _ELEMENTS_AT_ONCE // max(1, read[0].numel()))
 
             def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
                 away = (read - residual).unsqueeze(2)  # (1, S, 1, D)
                 if not carriers:  # every node of the group reads the corrupted residual
                     return slice(None), away
                 delta = away.repeat(1, 1, size, 1)  # (1, S, n, D)
-                # one carrier at a time: no (S, k, D) of them at once
-                for upstream, into in zip(carriers, weights, strict=True):
-                    carried = corrupt[upstream] - written[upstream]  # (1, S, D)
-                    delta -= carried.unsqueeze(2) * into[:, None]
-                    readers[upstream] -= 1
-                    if not readers[upstream]:  # carried to its last group: held no longer
-                        del written[upstream]
+                for at in range(0, len(carriers), step):
+                    part = carriers[at : at + step]
+                    stacked = torch.stack([carried_by(upstream) for upstream in part])  # (k, S, D)
+                    delta[0] -= torch.einsum("ksd,kn->snd", stacked, weights[at : at + step])
                 return slice(None), delta
 
             return add
@@ -99,3 +108,6 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
             hooks.enter_context(changed_inputs(wiring, layer, letter, adding, runs.start))
         logits = last_logits(runs.model, runs.arguments)
     return float(runs.metric.of(logits)[0])
+
+
+_ELEMENTS_AT_ONCE = 2**22  # of the nodes a group's kept edges carry back, stacked
