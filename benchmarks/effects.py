@@ -13,7 +13,9 @@ each in a process of its own (time, and peak memory above the loaded model: samp
 /proc on the CPU, the device's peak allocation on a GPU): heads --answer --method gradient
 (one forward and one backward pass), the same with --corrupt (a second pair, on the
 corrupted text), trace --method gradient, and circuit --method gradient and --method ig
---steps 5 (every edge scored, the top 100 edges' faithfulness measured); a plain
+--steps 5 (every edge scored, the top 100 edges' faithfulness measured; the twins differ
+in the fact's subject, near the end, and "circuit early twins" in the second token too,
+so that every position's difference is kept); a plain
 model(ids), every position's logits, is shown beside, the forward as attnviz's gradient
 passes run it (a sliding-window layer over its window alone; the same as the forward
 where the model has no such layer), and the floor any gradient method has: a plain
@@ -186,6 +188,7 @@ MEASURED = (
     "trace gradient",
     "circuit gradient",
     "circuit ig",
+    "circuit early twins",
 )
 
 
@@ -238,12 +241,24 @@ def _measure(what: str, model: str, dtype: str, tokens: int) -> tuple[float, flo
         "circuit ig": lambda: extractor.circuit(
             clean, FACT_ANSWER, corrupt, versus=FACT_VERSUS, method="ig", steps=5
         ),
+        # The twins differing from the filler's second word on too: every position's
+        # difference is recorded (else only those from the first differing token on).
+        "circuit early twins": lambda: extractor.circuit(
+            clean, FACT_ANSWER, _early(corrupt), versus=FACT_VERSUS, method="gradient"
+        ),
     }[what]
     if device.type == "cuda":
         work()
     with PeakMemory(device) as memory:
         seconds, _ = timed(work)
     return seconds, memory.above, ids.shape[1]
+
+
+def _early(corrupt: str) -> str:
+    """The corrupted twin changed in its first words as well (the filler's "old": "new",
+    a token for a token)."""
+    assert corrupt.startswith("The old ")
+    return "The new " + corrupt.removeprefix("The old ")
 
 
 def _by_windows(model, ids: torch.Tensor) -> None:

@@ -94,6 +94,35 @@ def test_eap_ig_of_a_long_text_recomputing_layers_a_position_at_a_time_equals_au
     assert worst <= model_tolerance(model.config), worst
 
 
+def test_a_group_whose_gradient_never_comes_scores_0_beside_its_points_others(
+    generators, language_models, monkeypatch
+):
+    """The groups reading one residual are scored together once their gradients have come;
+    one that gets none (as if the metric did not depend on it) is scored 0 after the pass."""
+    from attnviz.pretrained.edges import groups
+
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, "llama-lm"
+    )
+    arrive = edge_estimates._PointScores.arrive
+
+    def none_for_layer_0s_keys(self, group, gradient):
+        if group != 1:  # layer 0's key group: (q, k, v, m) per layer
+            arrive(self, group, gradient)
+
+    monkeypatch.setattr(edge_estimates._PointScores, "arrive", none_for_layer_0s_keys)
+    circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0)
+    _, _, first, size = list(groups(circuit.graph))[1]
+    keys = set(circuit.graph.downstream[first : first + size])
+    found = _scores(circuit)
+    expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id)
+    assert all(found[edge] == 0 for edge in expected if edge[1] in keys)
+    others = [edge for edge in expected if edge[1] not in keys]
+    worst = max(abs(found[edge] - expected[edge]) for edge in others)
+    assert worst <= model_tolerance(model.config)
+    assert any(abs(expected[edge]) > 0 for edge in expected if edge[1] in keys)
+
+
 def test_a_narrow_dtypes_differences_contract_widened_a_part_at_a_time(monkeypatch):
     import torch
 

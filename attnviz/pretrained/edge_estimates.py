@@ -66,17 +66,15 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
     No downstream input is copied: at every point each one equals the residual its group
     reads, so ∂metric/∂in_d is the group's norm's backward (at that residual) of what the
     group's read gives back: a head's rows of its projection times the gradient of its
-    columns, or the gradient of the norm's output (MLPs, logits). Each group's scores are
-    taken as its gradient arrives in the backward pass, which keeps no (T, N, D)."""
+    columns, or the gradient of the norm's output (MLPs, logits). The groups reading one
+    residual (a layer's queries, keys and values) are scored together as soon as their
+    gradients have arrived in the backward pass, which keeps no (T, N, D)."""
     import torch
 
-    wiring, graph = runs.wiring, runs.wiring.graph
-    body, difference, start = wiring.body, runs.difference, runs.start
-    assert difference is not None  # a scoring record
+    graph, body = runs.wiring.graph, runs.wiring.body
     arguments = {name: value.expand(len(points), -1) for name, value in runs.arguments.items()}
-    readings = _readings(wiring)
-    residuals: dict[int, torch.Tensor] = {}  # each read point's input, (R, T, D)
-    waiting = collections.Counter(reading.point for reading in readings)  # groups per point
+    readings = _readings(runs.wiring)
+    scores = _PointScores(runs, readings, total)
     read: set[int] = set()  # the groups whose gradient is awaited
     leaf: list[torch.Tensor] = []
 
@@ -90,34 +88,20 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
             inside_layer = point < 2 * graph.layers  # the final norm's is never computed again
             if again and inside_layer and not backward:
                 return
-            if backward or point not in residuals:  # else a forward's own, read again
+            if backward or point not in scores.residuals:  # else a forward's own, read again
                 # whole: a slice would be an operation more than a recomputed layer's count
-                residuals[point] = hidden_of(args, kwargs).detach()
+                scores.residuals[point] = hidden_of(args, kwargs).detach()
 
         return keep
 
-    def scorer(group: int, reading: _Reading) -> Callable:
-        def score(gradient: torch.Tensor) -> None:
-            residual = residuals[reading.point][:, start:]  # (R, S, D)
-            waiting[reading.point] -= 1
-            if not waiting[reading.point]:  # every group reading it is done
-                del residuals[reading.point]
-            before = readable(graph, reading.first)  # the upstream nodes before it
-            into = total[:before, reading.first : reading.first + reading.size]
-            gradient = gradient[:, start:]  # (R, S, W)
-            rows, tokens = gradient.shape[:2]
-            step = max(1, _ELEMENTS_AT_ONCE // (rows * reading.size * residual.shape[-1]))
-            for first in range(0, tokens, step):  # positions a block at a time: no copy
-                block = slice(first, first + step)  # of every position's (R, S, n, D)
-                inputs = reading.inputs_gradient(body, residual[:, block], gradient[:, block])
-                into += _contracted(difference[:before, block], inputs)
-
+    def awaiting(group: int, reading: _Reading) -> Callable:
         def keep(_module: Any, _args: tuple, output: Any) -> None:
             value = output_of(output)
             if group in read or not value.requires_grad:
                 return
             read.add(group)
-            value.register_hook(score)
+            scores.awaited[reading.point] += 1
+            value.register_hook(lambda gradient: scores.arrive(group, gradient))
 
         return keep
 
@@ -132,12 +116,64 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
             hooks.enter_context(
                 hooked(reading.norm.register_forward_pre_hook(keep, with_kwargs=True))
             )
-            score = scorer(group, reading)
-            hooks.enter_context(hooked(reading.module.register_forward_hook(score)))
+            watch = awaiting(group, reading)
+            hooks.enter_context(hooked(reading.module.register_forward_hook(watch)))
         logits = last_logits(runs.model, arguments)
         value = runs.metric.of(logits).sum()  # each row's gradient through its own run
         backward.append(True)
         backward_to(value, leaf)
+        scores.finish()
+
+
+class _PointScores:
+    """Each read point's scores, taken once the gradients of the groups reading it have
+    arrived: one norm backward and one contraction for the point's nodes together."""
+
+    def __init__(self, runs: Runs, readings: list[_Reading], total: torch.Tensor) -> None:
+        assert runs.difference is not None  # a scoring record
+        self.body, self.graph, self.start = runs.wiring.body, runs.wiring.graph, runs.start
+        self.difference, self.total = runs.difference, total
+        self.readings = readings
+        self.residuals: dict[int, torch.Tensor] = {}  # each read point's input, (R, T, D)
+        self.awaited: collections.Counter[int] = collections.Counter()  # groups per point
+        self.arrived: dict[int, dict[int, torch.Tensor]] = collections.defaultdict(dict)
+
+    def arrive(self, group: int, gradient: torch.Tensor) -> None:
+        """A group's gradient, (R, T, W): its point scored if it was the last awaited."""
+        point = self.readings[group].point
+        self.arrived[point][group] = gradient
+        if len(self.arrived[point]) == self.awaited[point]:
+            self._score(point)
+
+    def finish(self) -> None:
+        """Score the points some of whose groups got no gradient (0 for those)."""
+        for point in list(self.arrived):
+            self._score(point)
+
+    def _score(self, point: int) -> None:
+        import torch
+
+        arrived = self.arrived.pop(point)
+        members = [group for group, reading in enumerate(self.readings) if reading.point == point]
+        first = self.readings[members[0]].first  # the point's nodes: contiguous downstream
+        size = sum(self.readings[group].size for group in members)
+        before = readable(self.graph, first)  # the upstream nodes before them
+        into = self.total[:before, first : first + size]
+        residual = self.residuals.pop(point)[:, self.start :]  # (R, S, D)
+        norm = self.readings[members[0]].norm
+        rows, tokens, width = residual.shape
+        step = max(1, _ELEMENTS_AT_ONCE // (rows * size * width))
+        for at in range(0, tokens, step):  # positions a block at a time: no copy of every
+            piece = residual[:, at : at + step]  # position's (R, S, n, D)
+            block = slice(self.start + at, self.start + at + piece.shape[1])
+            given = [  # (R, s, n, D) each: what the norm's output gets back
+                self.readings[group].given(self.body, arrived[group][:, block])
+                if group in arrived
+                else piece.new_zeros(rows, piece.shape[1], self.readings[group].size, width)
+                for group in members
+            ]
+            inputs = _norm_backward(norm, piece, torch.cat(given, 2))
+            into += _contracted(self.difference[:before, at : at + step], inputs)
 
 
 def _start(runs: Runs, points: list[float | None], leaf: list[Any]) -> Callable:
@@ -187,18 +223,16 @@ class _Reading:
         per_unit = gradient[..., units.columns].unflatten(-1, (units.count, units.size))
         return torch.einsum("rtnh,dnh->rtnd", per_unit, rows_of)
 
-    def inputs_gradient(
-        self, body: Anatomy, residual: torch.Tensor, gradient: torch.Tensor
-    ) -> torch.Tensor:
-        """∂metric/∂in_d for each node of the group, summed over the rows, (T, n, D): the
-        norm's backward at ``residual`` (R, T, D) of what it gets back from ``gradient``."""
-        import torch
 
-        given = self.given(body, gradient)  # (R, T, n, D)
-        with torch.enable_grad():
-            copies = residual.unsqueeze(2).expand(given.shape).requires_grad_(True)
-            (inputs,) = torch.autograd.grad(self.norm.forward(copies), copies, given)
-        return inputs.sum(0)
+def _norm_backward(norm: Any, residual: torch.Tensor, given: torch.Tensor) -> torch.Tensor:
+    """∂metric/∂in_d for each node of a point, summed over the rows, (T, n, D): ``norm``'s
+    backward at ``residual`` (R, T, D) of what its output gets back, ``given`` (R, T, n, D)."""
+    import torch
+
+    with torch.enable_grad():
+        copies = residual.unsqueeze(2).expand(given.shape).requires_grad_(True)
+        (inputs,) = torch.autograd.grad(norm.forward(copies), copies, given)
+    return inputs.sum(0)
 
 
 def _readings(wiring: Wiring) -> list[_Reading]:
