@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz.pretrained import edge_estimates, patching
+from attnviz.pretrained import differences, edge_estimates, patching
 from attnviz.pretrained import faithfulness as faithfulness_pass
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
@@ -134,6 +134,29 @@ def test_a_narrow_dtypes_differences_contract_widened_a_part_at_a_time(monkeypat
     expected = torch.einsum("usd,snd->un", difference.double(), gradient.double())
     assert found.dtype == torch.float32
     torch.testing.assert_close(found.double(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_compact_record_scores_as_the_references(
+    generators, language_models, family, monkeypatch
+):
+    """Where one (U, S, D) block would be large: the heads' differences kept as their output
+    projection's inputs (over the run's scale before a post norm), widened a position at a
+    time for EAP and a node at a time for the exact passes."""
+    monkeypatch.setattr(differences, "_FULL_AT_MOST", 0)
+    monkeypatch.setattr(edge_estimates, "_ELEMENTS_AT_ONCE", 1)
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    tolerance = model_tolerance(model.config)
+    found = _scores(extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0))
+    expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id)
+    assert max(abs(found[edge] - expected[edge]) for edge in expected) <= tolerance
+    exact = _scores(extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact"))
+    edges = sorted(exact)[::7]
+    assert any(first.startswith("a") for first, _ in edges)  # heads' edges among them
+    carried = reference.exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges)
+    assert max(abs(exact[edge] - carried[edge]) for edge in edges) <= tolerance
 
 
 @pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm"])

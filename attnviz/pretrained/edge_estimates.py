@@ -19,7 +19,8 @@ import numpy as np
 
 from attnviz.analysis.graph import LOGITS, READS
 from attnviz.choices import Site
-from attnviz.pretrained.edges import QKV, Runs, Wiring, groups, matrix_of, readable
+from attnviz.pretrained.differences import matrix_of
+from attnviz.pretrained.edges import QKV, Runs, Wiring, groups, readable
 from attnviz.pretrained.effects import Anatomy, hooked, last_logits
 from attnviz.pretrained.patching import (
     backward_to,
@@ -130,9 +131,9 @@ class _PointScores:
     arrived: one norm backward and one contraction for the point's nodes together."""
 
     def __init__(self, runs: Runs, readings: list[_Reading], total: torch.Tensor) -> None:
-        assert runs.difference is not None  # a scoring record
+        assert runs.differences is not None  # a scoring record
         self.body, self.graph, self.start = runs.wiring.body, runs.wiring.graph, runs.start
-        self.difference, self.total = runs.difference, total
+        self.differences, self.total = runs.differences, total
         self.readings = readings
         self.residuals: dict[int, torch.Tensor] = {}  # each read point's input, (R, T, D)
         self.awaited: collections.Counter[int] = collections.Counter()  # groups per point
@@ -162,7 +163,8 @@ class _PointScores:
         residual = self.residuals.pop(point)[:, self.start :]  # (R, S, D)
         norm = self.readings[members[0]].norm
         rows, tokens, width = residual.shape
-        step = max(1, _ELEMENTS_AT_ONCE // (rows * size * width))
+        widened = before if self.differences.compact else 0  # the rows widened at once
+        step = max(1, _ELEMENTS_AT_ONCE // (max(rows * size, widened) * width))
         for at in range(0, tokens, step):  # positions a block at a time: no copy of every
             piece = residual[:, at : at + step]  # position's (R, S, n, D)
             block = slice(self.start + at, self.start + at + piece.shape[1])
@@ -173,7 +175,8 @@ class _PointScores:
                 for group in members
             ]
             inputs = _norm_backward(norm, piece, torch.cat(given, 2))
-            into += _contracted(self.difference[:before, at : at + step], inputs)
+            difference = self.differences.rows(before, slice(at, at + step))
+            into += _contracted(difference, inputs)
 
 
 def _start(runs: Runs, points: list[float | None], leaf: list[Any]) -> Callable:

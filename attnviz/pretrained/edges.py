@@ -47,6 +47,14 @@ import numpy as np
 from attnviz.analysis.graph import LOGITS, READS, Graph
 from attnviz.choices import Site
 from attnviz.errors import UsageError
+from attnviz.pretrained.differences import (
+    Differences,
+    Recorder,
+    columns,
+    head_mixing,
+    matrix_of,
+    slot_of,
+)
 from attnviz.pretrained.effects import (
     Anatomy,
     Change,
@@ -68,7 +76,6 @@ from attnviz.pretrained.sites import (
     with_hidden,
     with_output,
 )
-from attnviz.pretrained.value_norms import input_matrix
 
 if TYPE_CHECKING:
     import torch
@@ -113,9 +120,8 @@ class Runs:
     clean_last: torch.Tensor | None
     clean_embedded: torch.Tensor  # (1, T, D) the input embeddings' output
     corrupt_embedded: torch.Tensor
-    # (U, S, D) each upstream node's corrupted output less its clean one: one node's a
-    # contiguous block, so that a group's scores are one matrix product (scoring record)
-    difference: torch.Tensor | None = None
+    # each upstream node's corrupted output less its clean one (scoring record)
+    differences: Differences | None = None
     # upstream node -> (1, S, D) the users' corrupted outputs (measuring record)
     corrupt_written: dict[int, torch.Tensor] | None = None
     # (2L + 1) of (1, S, D): the residual stream where each layer's heads, then its MLP,
@@ -143,10 +149,10 @@ def read_twins(
     wanted = None if users is None else {int(upstream) for upstream in users}
     start = first_difference(arguments, corrupt_arguments)
     with torch.inference_mode():
-        record = _Record(graph, arguments, start)
-        written = (
-            _written(body, record.clean_into, start) if wanted is None else contextlib.nullcontext()
-        )
+        record = Recorder(graph, int(arguments["input_ids"].shape[1]) - start)
+        written: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if wanted is None:
+            written = _written(body, record.clean_output, start, heads=record.clean_heads)
         with (
             norms_found(body) as norms,
             clean_recording(body, starts, head_inputs=False) as finish,
@@ -162,7 +168,9 @@ def read_twins(
             corrupt_embedded = recording.enter_context(_embedded(model))
             corrupt_read = None
             if wanted is None:
-                recording.enter_context(_written(body, record.less_clean, start))
+                recording.enter_context(
+                    _written(body, record.corrupt_output, start, heads=record.corrupt_heads)
+                )
             else:
                 recording.enter_context(users_written(body, graph, wanted, corrupt_written, start))
                 corrupt_read = recording.enter_context(_read_residuals(wiring, start))
@@ -181,7 +189,7 @@ def read_twins(
         record.last,
         embedded[0],
         corrupt_embedded[0],
-        difference=record.difference if wanted is None else None,
+        differences=record.differences() if wanted is None else None,
         corrupt_written=None if wanted is None else corrupt_written,
         corrupt_read=corrupt_read,
     )
@@ -195,39 +203,6 @@ def first_difference(arguments: dict, corrupt_arguments: dict) -> int:
     return int(differing[0, 0]) if len(differing) else len(ids) - 1
 
 
-class _Record:
-    """Where the scoring record is written as the runs go: the clean run's outputs from
-    ``start`` on into one (U, S, D) block (and their last position apart), then the
-    corrupted run's less them, in place: one node's (S, D) at a time beside the block,
-    never two blocks."""
-
-    def __init__(self, graph: Graph, arguments: dict, start: int) -> None:
-        self.graph = graph
-        self.tokens = int(arguments["input_ids"].shape[1]) - start
-        self.difference: Any = None
-        self.last: Any = None
-
-    def _block(self, value: torch.Tensor) -> torch.Tensor:
-        import torch
-
-        if self.difference is None:  # sized and typed by the first output: the input's
-            shape = (len(self.graph.upstream), self.tokens, value.shape[-1])
-            self.difference = torch.empty(shape, dtype=value.dtype, device=value.device)
-            self.last = torch.empty((shape[0], shape[2]), dtype=value.dtype, device=value.device)
-        return self.difference
-
-    def clean_into(self, slot: int, value: torch.Tensor) -> None:
-        """``value`` (1, S, n, D): a slot's clean outputs from the start on."""
-        columns = _columns(self.graph, slot)
-        self._block(value)[columns] = value[0].transpose(0, 1)
-        self.last[columns] = value[0, -1]
-
-    def less_clean(self, slot: int, value: torch.Tensor) -> None:
-        """``value`` (1, S, n, D): a slot's corrupted outputs, less the clean ones there."""
-        block = self._block(value)[_columns(self.graph, slot)]  # (n, S, D)
-        block.neg_().add_(value[0].transpose(0, 1))
-
-
 def users_written(
     body: Anatomy, graph: Graph, users: set[int], kept: dict[int, Any], start: int
 ) -> contextlib.AbstractContextManager:
@@ -235,11 +210,11 @@ def users_written(
     ``start`` on, (B, S, D), in ``kept`` apart from the other nodes of its slot."""
 
     def keep(slot: int, value: Any) -> None:
-        columns = _columns(graph, slot)
-        for upstream in users.intersection(range(columns.start, columns.stop)):
-            kept[upstream] = value[:, :, upstream - columns.start].clone()
+        where = columns(graph, slot)
+        for upstream in users.intersection(range(where.start, where.stop)):
+            kept[upstream] = value[:, :, upstream - where.start].clone()
 
-    return _written(body, keep, start, {_slot_of(graph, upstream) for upstream in users})
+    return _written(body, keep, start, {slot_of(graph, upstream) for upstream in users})
 
 
 @contextlib.contextmanager
@@ -288,51 +263,49 @@ def _mlp_written(body: Anatomy, layer: int) -> Any:
     return getattr(block, "post_feedforward_layernorm", None) or _mlp(body, layer)
 
 
-def _columns(graph: Graph, slot: int) -> slice:
-    """Where a slot of :func:`_written` lies among the upstream nodes: the input (slot 0),
-    then each layer's heads (1 + 2l) and its MLP (2 + 2l)."""
-    if slot == 0:
-        return slice(0, 1)
-    layer, mlp = divmod(slot - 1, 2)
-    first = 1 + layer * (graph.heads + 1)
-    if mlp:
-        return slice(first + graph.heads, first + graph.heads + 1)
-    return slice(first, first + graph.heads)
-
-
-def _slot_of(graph: Graph, upstream: int) -> int:
-    """The slot of :func:`_written` holding an upstream node's output."""
-    if upstream == 0:
-        return 0
-    layer, within = divmod(upstream - 1, graph.heads + 1)
-    return 1 + 2 * layer + int(within == graph.heads)
-
-
 Store = Callable[[int, "torch.Tensor"], None]  # a slot's outputs, (B, S, n, D), as computed
+# a layer's heads as their output projection's inputs, (B, S, E), and their mixing
+HeadStore = Callable[[int, "torch.Tensor", "torch.Tensor"], None]
 
 
 @contextlib.contextmanager
 def _written(
-    body: Anatomy, store: Store, start: int, slots: set[int] | None = None
+    body: Anatomy,
+    store: Store,
+    start: int,
+    slots: set[int] | None = None,
+    heads: HeadStore | None = None,
 ) -> Iterator[None]:
     """While open, a pass hands each slot of upstream nodes' outputs from position ``start``
     on to ``store`` as it is computed: the input (slot 0), then each layer's heads (1 + 2l)
-    and its MLP (2 + 2l), the graph's upstream order; only ``slots``, where given."""
+    and its MLP (2 + 2l), the graph's upstream order; only ``slots``, where given. With
+    ``heads``, a layer's heads go there instead, as inputs of the output projection
+    (divided by the run's scale where a post norm follows) and their mixing
+    (:func:`head_mixing`)."""
     heads_in: list[Any] = [None] * len(body.blocks)
 
     def wanted(slot: int) -> bool:
         return slots is None or slot in slots
+
+    def give(layer: int, inputs: torch.Tensor, mixing: torch.Tensor) -> None:
+        import torch  # heavy: imported where a pass runs
+
+        if heads is not None:
+            heads(layer, inputs, mixing)
+            return
+        per_head = inputs.float().unflatten(-1, (body.heads, body.head_size))  # (B, S, H, Dh)
+        shares = torch.einsum("bshe,hed->bshd", per_head, mixing)  # (B, S, H, D)
+        store(1 + 2 * layer, shares.to(inputs.dtype))
 
     def keep_input(_module: Any, args: tuple, kwargs: dict) -> None:
         store(0, hidden_of(args, kwargs)[:, start:].unsqueeze(2))
 
     def keep_heads(layer: int) -> Callable:
         def keep(_module: Any, args: tuple) -> None:
-            shares = _head_shares(body, layer, args[0][:, start:])  # (B, S, H, D)
             if body.post_norms[layer] is None:
-                store(1 + 2 * layer, shares)
+                give(layer, args[0][:, start:], head_mixing(body, layer))
             else:
-                heads_in[layer] = shares
+                heads_in[layer] = args[0][:, start:]  # (B, S, E)
 
         return keep
 
@@ -340,12 +313,9 @@ def _written(
         def keep(module: Any, args: tuple, output: Any) -> None:
             normed = output_of(output)[:, start:]
             gain, scale, centred = norm_form(module, args[0][:, start:], normed)
-            shares = heads_in[layer].float()
+            inputs = (heads_in[layer].float() / scale).to(normed.dtype)  # the run's own scale
             heads_in[layer] = None
-            if centred:
-                shares = shares - shares.mean(-1, keepdim=True)
-            normed = gain * shares / scale.unsqueeze(2)  # the run's own scale and gain
-            store(1 + 2 * layer, normed.to(args[0].dtype))
+            give(layer, inputs, head_mixing(body, layer, gain, centred))
 
         return keep
 
@@ -376,27 +346,6 @@ def _written(
             for handle in handles:
                 hooks.enter_context(hooked(handle))
         yield
-
-
-def matrix_of(projection: Any) -> torch.Tensor:
-    """A projection's weight as (inputs, outputs), float32 (:func:`input_matrix`)."""
-    matrix = input_matrix(projection)
-    if matrix is None:
-        raise UsageError(
-            f"attnviz cannot read {type(projection).__name__} as a linear projection: circuits "
-            "read Linear and GPT-2's Conv1D projections"
-        )
-    return matrix
-
-
-def _head_shares(body: Anatomy, layer: int, z: torch.Tensor) -> torch.Tensor:
-    """(B, T, E) an output projection's input -> (B, T, H, D) what each head's slice adds
-    through its slice of the projection (the bias left out: no head's)."""
-    import torch
-
-    matrix = matrix_of(body.projections[layer])  # (E, D)
-    per_head = matrix.to(z.dtype).view(body.heads, body.head_size, -1)  # (H, Dh, D)
-    return torch.einsum("bthe,hed->bthd", z.unflatten(-1, (body.heads, body.head_size)), per_head)
 
 
 @contextlib.contextmanager
@@ -494,8 +443,8 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
     import torch
 
     graph = runs.wiring.graph
-    difference = runs.difference  # (U, T, D)
-    assert difference is not None  # a scoring record
+    differences = runs.differences
+    assert differences is not None  # a scoring record
     where = {
         first + unit: (layer, letter, unit, size)
         for layer, letter, first, size in groups(graph)
@@ -506,8 +455,9 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
         layer, letter, unit, size = where[downstream]
 
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
-            delta = difference.new_zeros(len(rows), difference.shape[1], size, difference.shape[2])
-            delta[:, :, unit] = difference[upstream]
+            difference = differences.of(upstream)  # (S, D)
+            delta = difference.new_zeros(len(rows), difference.shape[0], size, difference.shape[1])
+            delta[:, :, unit] = difference
             adding = changed_inputs(
                 runs.wiring, layer, letter, lambda _residual: (rows, delta), runs.start
             )

@@ -1,0 +1,173 @@
+"""Each upstream node's corrupted output less its clean one, from the twins' first
+differing token on: the record that edges are scored from (:mod:`attnviz.pretrained.edges`).
+
+Held as one (U, S, D) block where that is small. Where it is not (a long text whose twins
+differ early), a head's difference is kept as its slice of the output projection's input,
+(S, Dh) (divided by the run's own scale where a post norm follows: Gemma's), and widened
+through its slice of the projection (with that norm's gain) a block of positions at a
+time: on SmolLM2 the heads' part is 9× smaller, on Gemma 3 2.5×.
+
+Shape letters: S the positions from the start on, U upstream nodes, L layers, H heads, Dh
+a head's size, E = H × Dh, D the model's width.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from attnviz.analysis.graph import Graph
+from attnviz.errors import UsageError
+from attnviz.pretrained.value_norms import input_matrix
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnviz.pretrained.effects import Anatomy
+
+_FULL_AT_MOST = 2**29  # bytes: a record this small is one (U, S, D) block
+
+
+def matrix_of(projection: Any) -> torch.Tensor:
+    """A projection's weight as (inputs, outputs), float32 (:func:`input_matrix`)."""
+    matrix = input_matrix(projection)
+    if matrix is None:
+        raise UsageError(
+            f"attnviz cannot read {type(projection).__name__} as a linear projection: circuits "
+            "read Linear and GPT-2's Conv1D projections"
+        )
+    return matrix
+
+
+def head_mixing(
+    body: Anatomy, layer: int, gain: torch.Tensor | None = None, centred: bool = False
+) -> torch.Tensor:
+    """(H, Dh, D) float32: what each head's slice of the output projection's input adds
+    through its slice of the projection, then (where a post norm follows, the input
+    divided by the run's scale) the norm's centring and gain."""
+    matrix = matrix_of(body.projections[layer])  # (E, D)
+    if centred:
+        matrix = matrix - matrix.mean(-1, keepdim=True)
+    if gain is not None:
+        matrix = matrix * gain
+    return matrix.view(body.heads, body.head_size, -1)
+
+
+def columns(graph: Graph, slot: int) -> slice:
+    """Where a slot of upstream nodes lies among them: the input (slot 0), then each
+    layer's heads (1 + 2l) and its MLP (2 + 2l)."""
+    if slot == 0:
+        return slice(0, 1)
+    layer, mlp = divmod(slot - 1, 2)
+    first = 1 + layer * (graph.heads + 1)
+    if mlp:
+        return slice(first + graph.heads, first + graph.heads + 1)
+    return slice(first, first + graph.heads)
+
+
+def slot_of(graph: Graph, upstream: int) -> int:
+    """The slot of :func:`columns` holding an upstream node."""
+    if upstream == 0:
+        return 0
+    layer, within = divmod(upstream - 1, graph.heads + 1)
+    return 1 + 2 * layer + int(within == graph.heads)
+
+
+class Recorder:
+    """Where the scoring record is written as the runs go: the clean run's outputs from the
+    start on (and every node's at the last position, apart), then the corrupted run's less
+    them, in place: one slot at a time beside the record, never two records. The input
+    and the MLPs are given as outputs, (1, S, 1, D); the heads as (1, S, E) inputs of the
+    output projection with their mixing (:func:`head_mixing`)."""
+
+    def __init__(self, graph: Graph, positions: int) -> None:
+        self.graph, self.positions = graph, positions
+        self.wide: Any = None  # (1 + L, S, D): the input's and each MLP's
+        self.heads: Any = None  # (L, S, E)
+        self.mixing: list[Any] = [None] * graph.layers  # (L) of (H, Dh, D)
+        self.last: Any = None  # (U, D)
+
+    def clean_output(self, slot: int, value: torch.Tensor) -> None:
+        if self.wide is None:  # sized and typed by the first output: the input's
+            width = value.shape[-1]
+            self.wide = value.new_empty((1 + self.graph.layers, self.positions, width))
+            self.last = value.new_empty((len(self.graph.upstream), width))
+        self.wide[(slot + 1) // 2] = value[0, :, 0]
+        self.last[columns(self.graph, slot)] = value[0, -1]
+
+    def corrupt_output(self, slot: int, value: torch.Tensor) -> None:
+        self.wide[(slot + 1) // 2].neg_().add_(value[0, :, 0])
+
+    def clean_heads(self, layer: int, value: torch.Tensor, mixing: torch.Tensor) -> None:
+        import torch
+
+        if self.heads is None:  # sized by the first layer's
+            self.heads = value.new_empty((self.graph.layers, self.positions, value.shape[-1]))
+        self.heads[layer] = value[0]
+        self.mixing[layer] = mixing
+        last = value[0, -1].float().view(mixing.shape[0], mixing.shape[1])  # (H, Dh)
+        shares = torch.einsum("he,hed->hd", last, mixing)
+        self.last[columns(self.graph, 1 + 2 * layer)] = shares.to(self.last.dtype)
+
+    def corrupt_heads(self, layer: int, value: torch.Tensor, _mixing: torch.Tensor) -> None:
+        self.heads[layer].neg_().add_(value[0])
+
+    def differences(self) -> Differences:
+        return Differences(self.graph, self.wide, self.heads, self.mixing)
+
+
+class Differences:
+    """Every upstream node's corrupted output less its clean one, (U, S, D), read a node
+    or a block of positions at a time; one block where it is small."""
+
+    def __init__(
+        self, graph: Graph, wide: torch.Tensor, heads: torch.Tensor, mixing: list[torch.Tensor]
+    ) -> None:
+        self.graph = graph
+        self.wide: Any = wide  # (1 + L, S, D) the input's and the MLPs', until widened
+        self.heads: Any = heads  # (L, S, E)
+        self.mixing = mixing  # (L) of (H, Dh, D)
+        self.positions, self.width = wide.shape[1:]
+        count = len(graph.upstream)
+        self.block: Any = None  # (U, S, D) where small
+        if count * self.positions * self.width * wide.element_size() <= _FULL_AT_MOST:
+            self.block = self._assembled(count, slice(None))
+            self.wide = self.heads = None
+
+    @property
+    def compact(self) -> bool:
+        """Whether each read widens the heads' record (no (U, S, D) block is kept)."""
+        return self.block is None
+
+    def rows(self, before: int, positions: slice) -> torch.Tensor:
+        """(before, s, D): the first ``before`` upstream nodes (whole layers) at
+        ``positions``."""
+        if self.block is not None:
+            return self.block[:before, positions]
+        return self._assembled(before, positions)
+
+    def of(self, upstream: int) -> torch.Tensor:
+        """(S, D): one node's difference."""
+        if self.block is not None:
+            return self.block[upstream]
+        slot = slot_of(self.graph, upstream)
+        if slot % 2 == 0:  # the input's or an MLP's
+            return self.wide[slot // 2]
+        layer, head = (slot - 1) // 2, upstream - columns(self.graph, slot).start
+        inputs = self.heads[layer].unflatten(-1, (self.graph.heads, -1))[:, head]  # (S, Dh)
+        return (inputs.float() @ self.mixing[layer][head]).to(self.wide.dtype)
+
+    def _assembled(self, before: int, positions: slice) -> torch.Tensor:
+        import torch
+
+        graph = self.graph
+        layers = (before - 1) // (graph.heads + 1)  # whole layers' heads and MLPs before
+        heads_too = before - 1 - layers * (graph.heads + 1) == graph.heads  # an MLP's read
+        wide = self.wide[: 1 + layers, positions]  # (w, s, D)
+        out = wide.new_empty((before, wide.shape[1], self.width))
+        for index, rows in enumerate(wide):
+            out[columns(graph, 2 * index)] = rows
+        for layer in range(layers + heads_too):
+            inputs = self.heads[layer, positions].float().unflatten(-1, (graph.heads, -1))
+            shares = torch.einsum("she,hed->hsd", inputs, self.mixing[layer])  # (H, s, D)
+            out[columns(graph, 1 + 2 * layer)] = shares.to(out.dtype)
+        return out
