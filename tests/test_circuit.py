@@ -123,6 +123,20 @@ def test_a_group_whose_gradient_never_comes_scores_0_beside_its_points_others(
     assert any(abs(expected[edge]) > 0 for edge in expected if edge[1] in keys)
 
 
+def test_a_long_records_passes_give_the_freed_pages_back_at_each_layer(
+    generators, language_models, monkeypatch
+):
+    from attnviz.pretrained import edges
+
+    given_back = []
+    monkeypatch.setattr(edges, "_GIVEN_BACK_FROM", 0)  # every record counts as long
+    monkeypatch.setattr(edges, "give_back_freed", lambda: given_back.append(True))
+    extractor, model, *_ = _setup(generators, language_models, "llama-lm")
+    extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=5)
+    # both runs read to score, both read again to measure, the circuit's pass
+    assert len(given_back) == 5 * model.config.num_hidden_layers
+
+
 def test_a_narrow_dtypes_differences_contract_widened_a_part_at_a_time(monkeypatch):
     import torch
 

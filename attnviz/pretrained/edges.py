@@ -47,6 +47,7 @@ import numpy as np
 from attnviz.analysis.graph import LOGITS, READS, Graph
 from attnviz.choices import Site
 from attnviz.errors import UsageError
+from attnviz.memory import give_back_freed
 from attnviz.pretrained.differences import (
     Differences,
     Recorder,
@@ -148,8 +149,9 @@ def read_twins(
     graph = graph_of(body)
     wanted = None if users is None else {int(upstream) for upstream in users}
     start = first_difference(arguments, corrupt_arguments)
-    with torch.inference_mode():
-        record = Recorder(graph, int(arguments["input_ids"].shape[1]) - start)
+    positions = int(arguments["input_ids"].shape[1]) - start
+    with torch.inference_mode(), given_back_each_layer(model, body, positions):
+        record = Recorder(graph, positions)
         written: contextlib.AbstractContextManager = contextlib.nullcontext()
         if wanted is None:
             written = _written(body, record.clean_output, start, heads=record.clean_heads)
@@ -193,6 +195,29 @@ def read_twins(
         corrupt_written=None if wanted is None else corrupt_written,
         corrupt_read=corrupt_read,
     )
+
+
+_GIVEN_BACK_FROM = 2**20  # numbers in one node's record, (S, D)
+
+
+@contextlib.contextmanager
+def given_back_each_layer(model: Any, body: Anatomy, positions: int) -> Iterator[None]:
+    """While open, where a node's record of ``positions`` is large, each layer's pass starts
+    by handing back the pages freed since (:func:`give_back_freed`): glibc keeps blocks up
+    to 32 MiB in its heap, and the records kept between the layers' freed activations
+    would pin those pages (at 8,192 tokens, a gigabyte more)."""
+    width = model.get_input_embeddings().weight.shape[1]
+    if positions * width < _GIVEN_BACK_FROM:
+        yield
+        return
+
+    def give_back(_module: Any, _args: tuple) -> None:
+        give_back_freed()
+
+    with contextlib.ExitStack() as hooks:
+        for block in body.blocks:
+            hooks.enter_context(hooked(block.register_forward_pre_hook(give_back)))
+        yield
 
 
 def first_difference(arguments: dict, corrupt_arguments: dict) -> int:

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.pretrained.edges import Added, Runs, changed_inputs, groups, users_written
+from attnviz.pretrained.edges import (
+    Added,
+    Runs,
+    changed_inputs,
+    given_back_each_layer,
+    groups,
+    users_written,
+)
 from attnviz.pretrained.effects import last_logits
 from attnviz.progress import advance
 
@@ -66,7 +73,9 @@ def _circuit_pass(runs: Runs, kept: np.ndarray) -> float:
     written: dict[int, torch.Tensor] = {}  # each user's output in this pass, (1, S, D)
     carried: dict[int, torch.Tensor] = {}  # out_u(corrupt) − out_u(now), once u is read
     readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
+    positions = len(corrupt_read[0][0])
     with contextlib.ExitStack() as hooks:
+        hooks.enter_context(given_back_each_layer(runs.model, wiring.body, positions))
         hooks.enter_context(users_written(wiring.body, graph, set(corrupt), written, runs.start))
 
         def carried_by(upstream: int) -> torch.Tensor:
