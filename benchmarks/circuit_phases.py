@@ -1,0 +1,80 @@
+"""A circuit's memory phase by phase (issue 62): both runs read to score every edge, the
+gradient pass (EAP), both runs read again to measure the circuit of the top 100 edges,
+its faithfulness pass; each phase's peak above what the process held when it began
+(benchmarks/effects.py's PeakMemory), after a warm forward, in one process.
+
+The twins are benchmarks/effects.py's (a filler text ending in a fact, the fact's
+subject changed); with --early they differ in their second token too, so that every
+position is recorded.
+
+    python benchmarks/circuit_phases.py [--model gemma3] [--tokens 8192] [--early]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import attnviz
+from attnviz.analysis.circuit import kept_masks
+from attnviz.circuit_options import CircuitOptions
+from attnviz.pretrained.answered import answered
+from attnviz.pretrained.edge_estimates import estimated_scores
+from attnviz.pretrained.edges import read_twins
+from attnviz.pretrained.faithfulness import circuit_metrics, users_of
+from attnviz.request import Input, Request
+from benchmarks.effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, twins
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="gemma3", help="an alias or a model folder")
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--early", action="store_true", help="the twins differ from token 1")
+    options = parser.parse_args()
+    extractor = attnviz.load(options.model)
+    model = extractor.loaded.model
+    clean, corrupt = twins(extractor.loaded.tokenizer, options.tokens)
+    given = Input(clean, answer=FACT_ANSWER, versus=FACT_VERSUS, corrupt=corrupt)
+    asked = answered(extractor, given, Request(maps=False, circuit=CircuitOptions()))
+    corrupt_arguments = dict(asked.corrupt_arguments)
+    if options.early:
+        ids = corrupt_arguments["input_ids"].clone()
+        ids[0, 1] = ids[0, 2]
+        corrupt_arguments["input_ids"] = ids
+    device = model.device
+
+    def read(users=None):  # as a circuit reads them: no exact pass starts from them
+        return read_twins(
+            model, asked.body, asked.arguments, corrupt_arguments, asked.metric, False, users
+        )
+
+    def phase(name: str, work):
+        started = time.perf_counter()
+        with PeakMemory(device) as memory:
+            found = work()
+        seconds = time.perf_counter() - started
+        print(f"  {name:40} +{memory.above:.2f} GiB  {seconds:6.1f} s", flush=True)
+        return found
+
+    with torch.inference_mode():
+        model(**asked.arguments, use_cache=False, logits_to_keep=1)  # warm
+    forward = lambda: model(**asked.arguments, use_cache=False, logits_to_keep=1)  # noqa: E731
+    print(f"{extractor.name}, {asked.arguments['input_ids'].shape[1]} tokens, on {device}:")
+    with torch.inference_mode():
+        phase("a forward", forward)
+    runs = phase("both runs read to score", read)
+    print(f"  (the twins differ from position {runs.start} on)")
+    scores = phase("the gradient pass, that record held", lambda: estimated_scores(runs))
+    graph = runs.wiring.graph
+    del runs
+    kept = kept_masks(graph, scores, [100])
+    users = users_of(graph, kept)
+    runs = phase(f"both runs read to measure ({len(users)} users)", lambda: read(users))
+    phase("the circuit's pass, that record held", lambda: circuit_metrics(runs, kept))
+
+
+if __name__ == "__main__":
+    main()
