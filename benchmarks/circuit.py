@@ -7,7 +7,8 @@ Speed, side by side in one process on one loaded model (medians of --runs):
 - EAP per pair: both runs recorded, one forward and one backward pass with every
   downstream input's own copy (target <= 3x the floor);
 - EAP-IG with N steps (target <= (N + 2)x the floor);
-- one faithfulness point, the circuit's pass (target <= 2 forwards; the forward beside);
+- one faithfulness point, the circuit's pass: two rows, the corrupted run beside the
+  circuit's (target <= 2 forwards; the forward beside);
 - a whole dataset of --count pairs by EAP, with the faithfulness of 1,000 edges.
 
 --compare: EAP and EAP-IG over the dataset, the top --refine edges of EAP-IG scored
@@ -34,7 +35,7 @@ from attnviz.analysis.circuit import faithfulness_of, kept_masks
 from attnviz.pretrained.answered import answered
 from attnviz.pretrained.edge_estimates import estimated_scores
 from attnviz.pretrained.edges import read_twins
-from attnviz.pretrained.faithfulness import circuit_metrics, users_of
+from attnviz.pretrained.faithfulness import Twins, circuit_metrics
 from attnviz.request import Input, Request
 from benchmarks.ioi_pairs import pairs as ioi_pairs
 
@@ -60,15 +61,19 @@ def _twins(extractor, pair: dict):
 
     request = Request(maps=False, circuit=CircuitOptions())
     asked = answered(extractor, Input(**pair), request)
-    return asked, lambda users=None: read_twins(
+    return asked, lambda: read_twins(
         extractor.loaded.model,
         asked.body,
         asked.arguments,
         asked.corrupt_arguments,
         asked.metric,
         starts=False,  # as an estimate reads them: no exact pass starts from them
-        users=users,  # the record a circuit's pass reads, where given
     )
+
+
+def _as_passed(asked, runs) -> Twins:
+    """The pair as a circuit's pass reads it."""
+    return Twins(runs.wiring, runs.model, asked.arguments, asked.corrupt_arguments, asked.metric)
 
 
 def speed(extractor, runs: int, count: int, steps: int) -> None:
@@ -89,9 +94,11 @@ def speed(extractor, runs: int, count: int, steps: int) -> None:
         with torch.inference_mode():
             model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
-    graph = read().wiring.graph
-    one = kept_masks(graph, estimated_scores(read()), [1000])
-    runs_of = read(users_of(graph, one))
+    record = read()
+    graph = record.wiring.graph
+    one = kept_masks(graph, estimated_scores(record), [1000])
+    passed = _as_passed(asked, record)
+    del record
     timed = {
         "forward": _median(forward, runs),
         "forward + backward (the floor)": _median(floor, runs),
@@ -100,7 +107,7 @@ def speed(extractor, runs: int, count: int, steps: int) -> None:
             lambda: estimated_scores(read(), steps), runs
         ),
         "a faithfulness point (the circuit's pass)": _median(
-            lambda: circuit_metrics(runs_of, one), runs
+            lambda: circuit_metrics(passed, one), runs
         ),
     }
     where = f"{torch.get_num_threads()} threads"
@@ -155,9 +162,9 @@ def compare(extractor, refine: int, sizes: list[int], steps: int) -> None:
         values = np.zeros(len(sizes))
         clean = corrupt = 0.0
         for pair in dataset:
-            _, read = _twins(extractor, pair)
-            runs = read(users_of(graph, masks))
-            values += np.array(circuit_metrics(runs, masks))
+            asked, read = _twins(extractor, pair)
+            runs = read()
+            values += np.array(circuit_metrics(_as_passed(asked, runs), masks))
             clean, corrupt = clean + runs.clean.metric, corrupt + runs.corrupt_metric
         count = len(dataset)
         faithful = [

@@ -1,6 +1,6 @@
 """A circuit's memory phase by phase (issue 62): both runs read to score every edge, the
-gradient pass (EAP), both runs read again to measure the circuit of the top 100 edges,
-its faithfulness pass; each phase's peak above what the process held when it began
+gradient pass (EAP), the faithfulness pass of the circuit of the top 100 edges (two rows:
+the corrupted run beside the circuit's); each phase's peak above what the process held when it began
 (benchmarks/effects.py's PeakMemory), after a warm forward, in one process.
 
 The twins are benchmarks/effects.py's (a filler text ending in a fact, the fact's
@@ -13,6 +13,7 @@ position is recorded.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import torch
@@ -23,7 +24,7 @@ from attnviz.circuit_options import CircuitOptions
 from attnviz.pretrained.answered import answered
 from attnviz.pretrained.edge_estimates import estimated_scores
 from attnviz.pretrained.edges import read_twins
-from attnviz.pretrained.faithfulness import circuit_metrics, users_of
+from attnviz.pretrained.faithfulness import Twins, circuit_metrics
 from attnviz.request import Input, Request
 from benchmarks.effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, twins
 
@@ -46,10 +47,9 @@ def main() -> None:
         corrupt_arguments["input_ids"] = ids
     device = model.device
 
-    def read(users=None):  # as a circuit reads them: no exact pass starts from them
-        return read_twins(
-            model, asked.body, asked.arguments, corrupt_arguments, asked.metric, False, users
-        )
+    def read():  # as a circuit reads them: no exact pass starts from them
+        arguments, metric = asked.arguments, asked.metric
+        return read_twins(model, asked.body, arguments, corrupt_arguments, metric, False)
 
     def phase(name: str, work):
         started = time.perf_counter()
@@ -67,13 +67,11 @@ def main() -> None:
         phase("a forward", forward)
     runs = phase("both runs read to score", read)
     print(f"  (the twins differ from position {runs.start} on)")
-    scores = phase("the gradient pass, that record held", lambda: estimated_scores(runs))
-    graph = runs.wiring.graph
+    scores = phase("the gradient pass, that record held", functools.partial(estimated_scores, runs))
+    passed = Twins(runs.wiring, model, asked.arguments, corrupt_arguments, asked.metric)
+    kept = kept_masks(runs.wiring.graph, scores, [100])
     del runs
-    kept = kept_masks(graph, scores, [100])
-    users = users_of(graph, kept)
-    runs = phase(f"both runs read to measure ({len(users)} users)", lambda: read(users))
-    phase("the circuit's pass, that record held", lambda: circuit_metrics(runs, kept))
+    phase("the circuit's pass (two rows)", lambda: circuit_metrics(passed, kept))
 
 
 if __name__ == "__main__":

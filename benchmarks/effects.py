@@ -233,8 +233,8 @@ def _measure(what: str, model: str, dtype: str, tokens: int) -> tuple[float, flo
         "trace gradient": lambda: extractor.trace(
             clean, FACT_ANSWER, corrupt, versus=FACT_VERSUS, method="gradient"
         ),
-        # The whole command: both runs read, the scores, both runs read again for the
-        # circuit of the top 100 edges, its faithfulness pass.
+        # The whole command: both runs read, the scores, the faithfulness pass of the
+        # circuit of the top 100 edges (two rows: the corrupted run beside the circuit's).
         "circuit gradient": lambda: extractor.circuit(
             clean, FACT_ANSWER, corrupt, versus=FACT_VERSUS, method="gradient"
         ),

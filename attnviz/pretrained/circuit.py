@@ -7,7 +7,7 @@ into means and the circuit."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,10 +19,10 @@ from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answer_label, answered
 from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import Runs, exact_scores, graph_of, read_twins
+from attnviz.pretrained.edges import Runs, Wiring, exact_scores, read_twins
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
-from attnviz.pretrained.faithfulness import circuit_metrics, users_of
+from attnviz.pretrained.faithfulness import Twins, circuit_metrics
 
 if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
@@ -113,8 +113,17 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         for (u, d), value in zip(chosen, values, strict=True):
             scores[u, d], exact[u, d] = value, True
     clean, corrupt = scored.clean / count, scored.corrupt / count
-    measured = phases.measured(kept_masks(graph, scores, [kept, *sizes])) / count
-    faithful = [faithfulness_of(float(value), clean, corrupt) for value in measured]
+    # every edge kept is the clean run and none the corrupted, by definition: not run
+    every = [kept, *sizes]
+    between = [size for size in every if 0 < size < graph.count]
+    measured: Iterator[float] = iter([])
+    if between:
+        measured = iter(phases.measured(kept_masks(graph, scores, between)) / count)
+    metrics = [
+        clean if size == graph.count else corrupt if size == 0 else float(next(measured))
+        for size in every
+    ]
+    faithful = [faithfulness_of(metric, clean, corrupt) for metric in metrics]
     if faithful[0] is None:
         warn("the corrupted text changes nothing of the metric: faithfulness is not defined")
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
@@ -135,44 +144,59 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
 
 
 class PairRuns:
-    """Each pair's two runs, read for a pass: to score edges (kept across the scoring
-    passes where there is one pair, read again for each pass over a dataset: each pair's
-    record is as large as its text × every node), or to measure circuits (read for the
-    pass, with the outputs its circuits carry back)."""
+    """Each pair's two runs, read to score edges (kept across the scoring passes where
+    there is one pair, read again for each pass over a dataset: each pair's record is as
+    large as its text × every node), or a pair as a circuit's pass reads it
+    (:meth:`twins`: no record, the model's wiring found by an earlier read)."""
 
     def __init__(
         self, extractor: PretrainedExtractor, request: Request, count: int, names: list[str] | None
     ) -> None:
         self.extractor, self.request, self.count, self.names = extractor, request, count, names
         self.kept: dict[int, tuple[Answered, Runs]] = {}
+        self.wiring: Wiring | None = None  # the model's, found by the first read
 
-    def __call__(
-        self, index: int, given: Input, users: np.ndarray | None = None
-    ) -> tuple[Answered, Runs]:
-        """The pair's runs: its scoring record, or with ``users`` its measuring record."""
-        if users is None and index in self.kept:
+    def __call__(self, index: int, given: Input) -> tuple[Answered, Runs]:
+        """The pair's runs and their scoring record."""
+        if index in self.kept:
             return self.kept[index]
+        asked = self._answered(index, given)
+        options = self.request.circuit
+        assert asked.corrupt_arguments is not None and options is not None  # a circuit's
+        exact = options.method is CircuitMethod.EXACT or options.refine is not None
         try:
-            asked = answered(self.extractor, given, self.request)
-            assert asked.corrupt_arguments is not None  # check_asked's
-            options = self.request.circuit
-            assert options is not None  # a circuit's request
-            exact = options.method is CircuitMethod.EXACT or options.refine is not None
             runs = read_twins(
                 self.extractor.loaded.model,
                 asked.body,
                 asked.arguments,
                 asked.corrupt_arguments,
                 asked.metric,
-                # only the exact sweeps start from the layers' outputs
-                starts=exact and users is None,
-                users=users,
+                starts=exact,  # only the exact sweeps start from the layers' outputs
             )
         except UsageError as error:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
-        if self.count == 1 and users is None:
+        self.wiring = runs.wiring
+        if self.count == 1:
             self.kept[index] = asked, runs
         return asked, runs
+
+    def twins(self, index: int, given: Input) -> Twins:
+        """The pair as a circuit's pass reads it."""
+        self.kept.pop(index, None)  # its scoring record, read no more, goes first
+        if self.wiring is None:  # no pair read here yet (a worker that scored none)
+            self(index, given)
+            self.kept.pop(index, None)
+        assert self.wiring is not None  # found by the read
+        asked = self._answered(index, given)
+        assert asked.corrupt_arguments is not None  # check_asked's
+        model = self.extractor.loaded.model
+        return Twins(self.wiring, model, asked.arguments, asked.corrupt_arguments, asked.metric)
+
+    def _answered(self, index: int, given: Input) -> Answered:
+        try:
+            return answered(self.extractor, given, self.request)
+        except UsageError as error:
+            raise UsageError(pair_error(error, index, self.count, self.names)) from None
 
 
 def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int | None) -> Scored:
@@ -189,7 +213,6 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
             scores[upstream, downstream] = exact_scores(runs, edges, say_long=found is None)
         else:
             scores = estimated_scores(runs, steps)
-        assert runs.clean_last is not None  # a scoring record
         alone = Scored(
             runs_of.extractor.name,
             graph,
@@ -216,13 +239,7 @@ def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.nda
 
 def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.ndarray:
     """Each circuit's metric, summed over ``pairs``."""
-    users: np.ndarray | None = None
-    found = []
-    for index, given in pairs:
-        runs_of.kept.pop(index, None)  # its scoring record, read no more, goes first
-        if users is None:  # the same graph for every pair: one model
-            users = users_of(graph_of(anatomy_of(runs_of.extractor.loaded)), kept)
-        found.append(circuit_metrics(runs_of(index, given, users)[1], kept))
+    found = [circuit_metrics(runs_of.twins(index, given), kept) for index, given in pairs]
     return np.sum(found, axis=0)
 
 

@@ -131,7 +131,6 @@ class _PointScores:
     arrived: one norm backward and one contraction for the point's nodes together."""
 
     def __init__(self, runs: Runs, readings: list[_Reading], total: torch.Tensor) -> None:
-        assert runs.differences is not None  # a scoring record
         self.body, self.graph, self.start = runs.wiring.body, runs.wiring.graph, runs.start
         self.differences, self.total = runs.differences, total
         self.readings = readings

@@ -103,11 +103,8 @@ class Wiring:
 
 @dataclass
 class Runs:
-    """A text and its corrupted twin, read once each: what every edge's run starts from.
-    Read to score edges (:func:`read_twins`), they hold every upstream node's corrupted
-    output less its clean one; read to measure circuits (``users`` given), the corrupted
-    outputs of the nodes that kept edges carry back and the residual stream where each
-    group reads it."""
+    """A text and its corrupted twin, read once each to score edges: what every edge's run
+    starts from, and every upstream node's corrupted output less its clean one."""
 
     wiring: Wiring
     model: Any
@@ -117,17 +114,10 @@ class Runs:
     start: int  # the first position where the twins' tokens differ (:func:`first_difference`)
     clean: Clean  # the clean run's record (its layers' outputs, where exact passes start)
     corrupt_metric: float
-    # (U, D) every upstream node's clean output at the last position (scoring record)
-    clean_last: torch.Tensor | None
+    clean_last: torch.Tensor  # (U, D) every upstream node's clean output at the last position
     clean_embedded: torch.Tensor  # (1, T, D) the input embeddings' output
     corrupt_embedded: torch.Tensor
-    # each upstream node's corrupted output less its clean one (scoring record)
-    differences: Differences | None = None
-    # upstream node -> (1, S, D) the users' corrupted outputs (measuring record)
-    corrupt_written: dict[int, torch.Tensor] | None = None
-    # (2L + 1) of (1, S, D): the residual stream where each layer's heads, then its MLP,
-    # then the logits read it, in the corrupted run (measuring record)
-    corrupt_read: list[torch.Tensor] | None = None
+    differences: Differences  # each upstream node's corrupted output less its clean one
 
 
 def read_twins(
@@ -137,50 +127,35 @@ def read_twins(
     corrupt_arguments: dict,
     metric: Metric,
     starts: bool = True,
-    users: np.ndarray | None = None,
 ) -> Runs:
     """The clean and the corrupted run, each recording the upstream nodes' outputs and the
     input embeddings (the clean one finds the norms, and with ``starts`` records where
-    exact passes start: each layer's output). Without ``users``, the scoring record: every
-    node's difference between the runs; with them (upstream indices), the measuring
-    record: those nodes' corrupted outputs and the corrupted residual stream."""
+    exact passes start: each layer's output)."""
     import torch
 
     graph = graph_of(body)
-    wanted = None if users is None else {int(upstream) for upstream in users}
     start = first_difference(arguments, corrupt_arguments)
     positions = int(arguments["input_ids"].shape[1]) - start
     with torch.inference_mode(), given_back_each_layer(model, body, positions):
         record = Recorder(graph, positions)
-        written: contextlib.AbstractContextManager = contextlib.nullcontext()
-        if wanted is None:
-            written = _written(body, record.clean_output, start, heads=record.clean_heads)
         with (
             norms_found(body) as norms,
             clean_recording(body, starts, head_inputs=False) as finish,
-            written,
+            _written(body, record.clean_output, start, heads=record.clean_heads),
             _embedded(model) as embedded,
         ):
             logits = last_logits(model, arguments)
         clean = finish(logits, metric)
         check_metric(clean.metric, model, arguments, "clean run")
-        wiring = Wiring(body, graph, *norms)
-        corrupt_written: dict[int, torch.Tensor] = {}
-        with contextlib.ExitStack() as recording:
-            corrupt_embedded = recording.enter_context(_embedded(model))
-            corrupt_read = None
-            if wanted is None:
-                recording.enter_context(
-                    _written(body, record.corrupt_output, start, heads=record.corrupt_heads)
-                )
-            else:
-                recording.enter_context(users_written(body, graph, wanted, corrupt_written, start))
-                corrupt_read = recording.enter_context(_read_residuals(wiring, start))
+        with (
+            _embedded(model) as corrupt_embedded,
+            _written(body, record.corrupt_output, start, heads=record.corrupt_heads),
+        ):
             corrupt_logits = last_logits(model, corrupt_arguments)
         corrupt_metric = float(metric.of(corrupt_logits)[0])
         check_metric(corrupt_metric, model, corrupt_arguments, CORRUPTED_RUN)
     return Runs(
-        wiring,
+        Wiring(body, graph, *norms),
         model,
         arguments,
         corrupt_arguments,
@@ -191,9 +166,7 @@ def read_twins(
         record.last,
         embedded[0],
         corrupt_embedded[0],
-        differences=record.differences() if wanted is None else None,
-        corrupt_written=None if wanted is None else corrupt_written,
-        corrupt_read=corrupt_read,
+        record.differences(),
     )
 
 
@@ -240,34 +213,6 @@ def users_written(
             kept[upstream] = value[:, :, upstream - where.start].clone()
 
     return _written(body, keep, start, {slot_of(graph, upstream) for upstream in users})
-
-
-@contextlib.contextmanager
-def _read_residuals(wiring: Wiring, start: int) -> Iterator[list[Any]]:
-    """While open, a pass keeps the residual stream from ``start`` on where each downstream
-    group reads it: each layer's attention norm's input, its MLP norm's, and the final
-    norm's."""
-    body = wiring.body
-    norms = [
-        norm
-        for layer in range(len(body.blocks))
-        for norm in (wiring.attention_norms[layer], wiring.mlp_norms[layer])
-    ]
-    norms.append(body.norm)
-    kept: list[Any] = [None] * len(norms)
-
-    def keeper(point: int) -> Callable:
-        def keep(_module: Any, args: tuple, kwargs: dict) -> None:
-            kept[point] = hidden_of(args, kwargs)[:, start:].clone()  # (B, S, D)
-
-        return keep
-
-    with contextlib.ExitStack() as hooks:
-        for point, norm in enumerate(norms):
-            hooks.enter_context(
-                hooked(norm.register_forward_pre_hook(keeper(point), with_kwargs=True))
-            )
-        yield kept
 
 
 def graph_of(body: Anatomy) -> Graph:
@@ -469,7 +414,6 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
 
     graph = runs.wiring.graph
     differences = runs.differences
-    assert differences is not None  # a scoring record
     where = {
         first + unit: (layer, letter, unit, size)
         for layer, letter, first, size in groups(graph)
