@@ -134,6 +134,9 @@ class _PointScores:
         self.body, self.graph, self.start = runs.wiring.body, runs.wiring.graph, runs.start
         self.differences, self.total = runs.differences, total
         self.readings = readings
+        self.members = collections.defaultdict(list)  # each point's groups, in order
+        for group, reading in enumerate(readings):
+            self.members[reading.point].append(group)
         self.residuals: dict[int, torch.Tensor] = {}  # each read point's input, (R, T, D)
         self.awaited: collections.Counter[int] = collections.Counter()  # groups per point
         self.arrived: dict[int, dict[int, torch.Tensor]] = collections.defaultdict(dict)
@@ -154,7 +157,7 @@ class _PointScores:
         import torch
 
         arrived = self.arrived.pop(point)
-        members = [group for group, reading in enumerate(self.readings) if reading.point == point]
+        members = self.members[point]
         first = self.readings[members[0]].first  # the point's nodes: contiguous downstream
         size = sum(self.readings[group].size for group in members)
         before = readable(self.graph, first)  # the upstream nodes before them
