@@ -1,7 +1,9 @@
-"""A circuit's memory phase by phase (issue 62): both runs read to score every edge, the
-gradient pass (EAP), the faithfulness pass of the circuit of the top 100 edges (two rows:
-the corrupted run beside the circuit's); each phase's peak above what the process held when it began
-(benchmarks/effects.py's PeakMemory), after a warm forward, in one process.
+"""A circuit's memory phase by phase (issue 62): both runs read to score every edge and
+the gradient pass (EAP), a part of the positions at a time where the record is large (as
+a circuit reads them), then the faithfulness pass of the circuit of the top 100 edges
+(two rows: the corrupted run beside the circuit's); each phase's peak above what the
+process held when it began (benchmarks/effects.py's PeakMemory) and above the loaded
+model, after a warm forward, in one process.
 
 The twins are benchmarks/effects.py's (a filler text ending in a fact, the fact's
 subject changed); with --early they differ in their second token too, so that every
@@ -22,8 +24,9 @@ import attnviz
 from attnviz.analysis.circuit import kept_masks
 from attnviz.circuit_options import CircuitOptions
 from attnviz.pretrained.answered import answered
+from attnviz.pretrained.differences import parts
 from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import read_twins
+from attnviz.pretrained.edges import first_difference, graph_of, read_twins
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
 from attnviz.request import Input, Request
 from benchmarks.effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, twins
@@ -47,16 +50,21 @@ def main() -> None:
         corrupt_arguments["input_ids"] = ids
     device = model.device
 
-    def read():  # as a circuit reads them: no exact pass starts from them
+    def read(part):  # as a circuit reads them: no exact pass starts from them
         arguments, metric = asked.arguments, asked.metric
-        return read_twins(model, asked.body, arguments, corrupt_arguments, metric, False)
+        return read_twins(model, asked.body, arguments, corrupt_arguments, metric, False, part)
+
+    with PeakMemory(device) as loaded:  # what the loaded model holds: the peaks' base
+        pass
 
     def phase(name: str, work):
         started = time.perf_counter()
         with PeakMemory(device) as memory:
             found = work()
         seconds = time.perf_counter() - started
-        print(f"  {name:40} +{memory.above:.2f} GiB  {seconds:6.1f} s", flush=True)
+        peak = (memory.peak - loaded.start) / 2**30
+        print(f"  {name:40} +{memory.above:.2f} GiB (peak: the model + {peak:.2f} GiB)  "
+              f"{seconds:6.1f} s", flush=True)  # fmt: skip
         return found
 
     with torch.inference_mode():
@@ -65,12 +73,25 @@ def main() -> None:
     print(f"{extractor.name}, {asked.arguments['input_ids'].shape[1]} tokens, on {device}:")
     with torch.inference_mode():
         phase("a forward", forward)
-    runs = phase("both runs read to score", read)
-    print(f"  (the twins differ from position {runs.start} on)")
-    scores = phase("the gradient pass, that record held", functools.partial(estimated_scores, runs))
-    passed = Twins(runs.wiring, model, asked.arguments, corrupt_arguments, asked.metric)
-    kept = kept_masks(runs.wiring.graph, scores, [100])
-    del runs
+    ids = asked.arguments["input_ids"]
+    start = first_difference(asked.arguments, corrupt_arguments)
+    embedding = model.get_input_embeddings().weight
+    body = asked.body
+    positions = slice(start, ids.shape[1])
+    width, heads_width = embedding.shape[1], body.heads * body.head_size
+    spans = parts(graph_of(body), positions, width, heads_width, embedding.element_size())
+    print(f"  (the twins differ from position {start} on: {len(spans)} part(s))")
+    scores = 0
+    for part in spans:
+        name = f"both runs read to score, {part.start}-{part.stop - 1}"
+        runs = phase(name, functools.partial(read, part))
+        scores += phase(
+            "the gradient pass, that record held", functools.partial(estimated_scores, runs)
+        )
+        wiring = runs.wiring
+        del runs
+    passed = Twins(wiring, model, asked.arguments, corrupt_arguments, asked.metric)
+    kept = kept_masks(wiring.graph, scores, [100])
     phase("the circuit's pass (two rows)", lambda: circuit_metrics(passed, kept))
 
 

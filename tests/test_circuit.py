@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attnviz.pretrained import circuit as circuit_module
 from attnviz.pretrained import differences, edge_estimates, patching
 from attnviz.pretrained import faithfulness as faithfulness_pass
 from tests import circuit_references as reference
@@ -173,6 +174,39 @@ def test_a_compact_record_scores_as_the_references(
     assert max(abs(exact[edge] - carried[edge]) for edge in edges) <= tolerance
 
 
+@pytest.mark.parametrize("family", ["llama-lm", "gemma3-lm"])
+def test_an_estimate_read_in_parts_of_the_positions_equals_autograd(
+    generators, language_models, family, monkeypatch
+):
+    """Where even the compact record is large, the estimate reads its twins a part of the
+    positions at a time (a read of both runs and a gradient pass each): the scores add up
+    to the whole's, the metrics and the last position's outputs (the nodes' labels) are
+    the whole's."""
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    whole = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="ig", steps=2, edges=0)
+    reads = []
+    read_twins = circuit_module.read_twins
+    monkeypatch.setattr(
+        circuit_module,
+        "read_twins",
+        lambda *args, **kwargs: reads.append(kwargs["part"]) or read_twins(*args, **kwargs),
+    )
+    monkeypatch.setattr(differences, "_PART_AT_MOST", 1)  # a part a position
+    parted = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="ig", steps=2, edges=0)
+    start = int((ids[0] != corrupt_ids[0]).nonzero()[0, 0])
+    assert reads == [slice(at, at + 1) for at in reversed(range(start, ids.shape[1]))]
+    expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, 2)
+    found = _scores(parted)
+    assert max(abs(found[edge] - expected[edge]) for edge in expected) <= model_tolerance(
+        model.config
+    )
+    metrics = (parted.clean_metric, parted.corrupt_metric)
+    assert metrics == (whole.clean_metric, whole.corrupt_metric)
+    assert parted.promoted == whole.promoted and len(whole.promoted) == len(whole.graph.upstream)
+
+
 @pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm"])
 def test_ig_of_one_step_is_eap(generators, language_models, family):
     extractor, model, *_ = _setup(generators, language_models, family)
@@ -182,7 +216,16 @@ def test_ig_of_one_step_is_eap(generators, language_models, family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_faithfulness_equals_the_circuit_run_by_plain_hooks(generators, language_models, family):
+@pytest.mark.parametrize("compact", [False, True])
+def test_faithfulness_equals_the_circuit_run_by_plain_hooks(
+    generators, language_models, family, compact, monkeypatch
+):
+    """With ``compact``, as on a long text: a head carried back is held as its slice of
+    the output projection's input and widened where a group reads it."""
+    from attnviz.pretrained import edges
+
+    if compact:
+        monkeypatch.setattr(edges, "_CARRIED_COMPACT_FROM", 0)
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
         generators, language_models, family
     )

@@ -358,13 +358,15 @@ def test_running_out_of_memory_in_the_backward_pass_is_said_as_such(
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_a_layer_computed_again_keeps_its_attention_and_does_not_run_it_again(
-    language_models, monkeypatch
+@pytest.mark.parametrize("keys_at_most", [0, 2048])
+def test_a_layer_computed_again_keeps_a_long_attention_and_runs_a_short_one_again(
+    language_models, monkeypatch, keys_at_most
 ):
-    """Recomputing a layer in the backward pass recomputes its norms and MLP, not its fused
-    attention (most of a long text's cost): the kernel runs once per layer, as without. Its
-    backward runs in every layer but the first: below the first layer's heads nothing is
-    read."""
+    """Recomputing a layer in the backward pass recomputes its norms and MLP, and its fused
+    attention only where that reads at most _KEYS_RECOMPUTED_AT_MOST keys (a sliding
+    window's blocks): a long one (most of a long text's cost) runs once per layer, as
+    without, a short one once more in each layer. Its backward runs in every layer but the
+    first: below the first layer's heads nothing is read."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from attnviz.pretrained import patching
@@ -382,12 +384,26 @@ def test_a_layer_computed_again_keeps_its_attention_and_does_not_run_it_again(
 
     extractor = language_models["llama-lm"]
     monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    monkeypatch.setattr(patching, "_KEYS_RECOMPUTED_AT_MOST", keys_at_most)  # TEXT: 2 < T < 2048
     with Kernels() as kernels:
         extractor.head_effects(TEXT, ANSWER, method="gradient")
     layers = extractor.loaded.model.config.num_hidden_layers
     forward = [count for name, count in kernels.counted.items() if "backward" not in name]
     backward = [count for name, count in kernels.counted.items() if "backward" in name]
-    assert (forward, backward) == ([layers], [layers - 1])
+    again = 0 if keys_at_most == 0 else layers
+    assert (forward, backward) == ([layers + again], [layers - 1])
+
+
+def test_a_recomputed_layer_keeps_long_attention_and_every_attention_off_the_cpu():
+    from attnviz.pretrained import patching
+
+    def keys(count, device="cpu"):
+        return torch.empty(1, 1, count, 8, device=device)  # (B, K, T, D)
+
+    at_most = patching._KEYS_RECOMPUTED_AT_MOST
+    assert patching.attention_kept(keys(at_most + 1))
+    assert not patching.attention_kept(keys(at_most))
+    assert patching.attention_kept(keys(at_most, "meta"))  # a device that is not the CPU
 
 
 def test_each_layer_computed_again_first_hands_back_the_heap_the_last_one_freed(

@@ -18,8 +18,16 @@ from attnviz.choices import CircuitMethod
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answer_label, answered
+from attnviz.pretrained.differences import parts as record_parts
 from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import Runs, Wiring, exact_scores, read_twins
+from attnviz.pretrained.edges import (
+    Runs,
+    Wiring,
+    exact_scores,
+    first_difference,
+    graph_of,
+    read_twins,
+)
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
@@ -156,14 +164,15 @@ class PairRuns:
         self.kept: dict[int, tuple[Answered, Runs]] = {}
         self.wiring: Wiring | None = None  # the model's, found by the first read
 
-    def __call__(self, index: int, given: Input) -> tuple[Answered, Runs]:
-        """The pair's runs and their scoring record."""
+    def __call__(
+        self, index: int, given: Input, part: slice | None = None
+    ) -> tuple[Answered, Runs]:
+        """The pair's runs and their scoring record (of ``part`` of its positions, where
+        given: :meth:`parts`)."""
         if index in self.kept:
             return self.kept[index]
         asked = self._answered(index, given)
-        options = self.request.circuit
-        assert asked.corrupt_arguments is not None and options is not None  # a circuit's
-        exact = options.method is CircuitMethod.EXACT or options.refine is not None
+        assert asked.corrupt_arguments is not None  # check_asked's
         try:
             runs = read_twins(
                 self.extractor.loaded.model,
@@ -171,14 +180,42 @@ class PairRuns:
                 asked.arguments,
                 asked.corrupt_arguments,
                 asked.metric,
-                starts=exact,  # only the exact sweeps start from the layers' outputs
+                starts=self._exact,  # only the exact sweeps start from the layers' outputs
+                part=part,
             )
         except UsageError as error:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
         self.wiring = runs.wiring
-        if self.count == 1:
+        if self.count == 1 and part is None:
             self.kept[index] = asked, runs
         return asked, runs
+
+    def parts(self, index: int, given: Input) -> list[slice | None]:
+        """The parts of the pair's positions its estimate reads a record of at a time
+        (:func:`~attnviz.pretrained.differences.parts`, the last position's first): one,
+        the whole, for exact scores, which read any node's record at any time."""
+        if self._exact:
+            return [None]
+        asked = self._answered(index, given)
+        assert asked.corrupt_arguments is not None  # check_asked's
+        ids = asked.arguments["input_ids"]
+        start = first_difference(asked.arguments, asked.corrupt_arguments)
+        embedding = self.extractor.loaded.model.get_input_embeddings().weight  # (V, D)
+        body = asked.body
+        found = record_parts(
+            graph_of(body),
+            slice(start, int(ids.shape[1])),
+            int(embedding.shape[1]),
+            body.heads * body.head_size,
+            embedding.element_size(),
+        )
+        return [None] if len(found) == 1 else list(found)
+
+    @property
+    def _exact(self) -> bool:
+        options = self.request.circuit
+        assert options is not None  # a circuit's request
+        return options.method is CircuitMethod.EXACT or options.refine is not None
 
     def twins(self, index: int, given: Input) -> Twins:
         """The pair as a circuit's pass reads it."""
@@ -204,29 +241,48 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
     ``pairs``."""
     found: Scored | None = None
     for index, given in pairs:
-        asked, runs = runs_of(index, given)
-        graph = runs.wiring.graph
-        if method is CircuitMethod.EXACT:
-            upstream, downstream = graph.edge_list()
-            scores = np.zeros(graph.edges.shape)
-            edges = list(zip(upstream, downstream, strict=True))
-            scores[upstream, downstream] = exact_scores(runs, edges, say_long=found is None)
-        else:
-            scores = estimated_scores(runs, steps)
-        alone = Scored(
-            runs_of.extractor.name,
-            graph,
-            1,
-            scores,
-            runs.clean.metric,
-            runs.corrupt_metric,
-            runs.clean_last.float().cpu().numpy(),
-            index,
-            asked.answer(log_prob=runs.clean.log_prob),
-        )
+        parts = runs_of.parts(index, given)
+        alone = _pair_scored(runs_of, index, given, parts[0], method, steps, found is None)
+        for part in parts[1:]:  # the last position's part first: its outputs are the pair's
+            _, runs = runs_of(index, given, part)
+            alone.scores[...] += estimated_scores(runs, steps)
+            del runs  # its record, before the next part's is read
         found = alone if found is None else found.merged(alone)
     assert found is not None  # asked of at least one pair
     return found
+
+
+def _pair_scored(
+    runs_of: PairRuns,
+    index: int,
+    given: Input,
+    part: slice | None,
+    method: CircuitMethod,
+    steps: int | None,
+    say_long: bool,
+) -> Scored:
+    """One pair's scores (of ``part`` of its positions, where given), its metrics and its
+    last position's outputs."""
+    asked, runs = runs_of(index, given, part)
+    graph = runs.wiring.graph
+    if method is CircuitMethod.EXACT:
+        upstream, downstream = graph.edge_list()
+        scores = np.zeros(graph.edges.shape)
+        edges = list(zip(upstream, downstream, strict=True))
+        scores[upstream, downstream] = exact_scores(runs, edges, say_long=say_long)
+    else:
+        scores = estimated_scores(runs, steps)
+    return Scored(
+        runs_of.extractor.name,
+        graph,
+        1,
+        scores,
+        runs.clean.metric,
+        runs.corrupt_metric,
+        runs.clean_last.float().cpu().numpy(),
+        index,
+        asked.answer(log_prob=runs.clean.log_prob),
+    )
 
 
 def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.ndarray:

@@ -13,6 +13,7 @@ a head's size, E = H × Dh, D the model's width.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.graph import Graph
@@ -25,11 +26,13 @@ if TYPE_CHECKING:
     from attnviz.pretrained.effects import Anatomy
 
 _FULL_AT_MOST = 2**29  # bytes: a record this small is one (U, S, D) block
+_PART_AT_MOST = 2**29  # bytes: an estimate reads a larger record a part of it at a time
 
 
-def matrix_of(projection: Any) -> torch.Tensor:
-    """A projection's weight as (inputs, outputs), float32 (:func:`input_matrix`)."""
-    matrix = input_matrix(projection)
+def matrix_of(projection: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A projection's weight as (inputs, outputs), in ``dtype`` (float32 unless given:
+    :func:`input_matrix`)."""
+    matrix = input_matrix(projection, dtype)
     if matrix is None:
         raise UsageError(
             f"attnviz cannot read {type(projection).__name__} as a linear projection: circuits "
@@ -50,6 +53,22 @@ def head_mixing(
     if gain is not None:
         matrix = matrix * gain
     return matrix.view(body.heads, body.head_size, -1)
+
+
+def parts(
+    graph: Graph, positions: slice, width: int, heads_width: int, element_size: int
+) -> list[slice]:
+    """``positions`` in as few equal parts as keep each part's record within _PART_AT_MOST
+    bytes, the part reaching the last position first (``heads_width``: E, the output
+    projection's input). Each part costs a read of both runs and a gradient pass: for a
+    long text whose twins differ early, a record of gigabytes held a part at a time."""
+    count = positions.stop - positions.start
+    per_position = len(graph.upstream) * width * element_size  # one block's
+    if per_position * count > _FULL_AT_MOST:  # compact: the input's, the MLPs', the heads'
+        per_position = ((1 + graph.layers) * width + graph.layers * heads_width) * element_size
+    pieces = min(count, max(1, -(-per_position * count // _PART_AT_MOST)))  # a position at least
+    bounds = [positions.start + count * piece // pieces for piece in range(pieces + 1)]
+    return [slice(first, last) for first, last in itertools.pairwise(bounds)][::-1]
 
 
 def columns(graph: Graph, slot: int) -> slice:

@@ -19,6 +19,7 @@ import numpy as np
 
 from attnviz.analysis.graph import LOGITS, READS
 from attnviz.choices import Site
+from attnviz.memory import block_size
 from attnviz.pretrained.differences import matrix_of
 from attnviz.pretrained.edges import QKV, Runs, Wiring, groups, readable
 from attnviz.pretrained.effects import Anatomy, hooked, last_logits
@@ -131,7 +132,8 @@ class _PointScores:
     arrived: one norm backward and one contraction for the point's nodes together."""
 
     def __init__(self, runs: Runs, readings: list[_Reading], total: torch.Tensor) -> None:
-        self.body, self.graph, self.start = runs.wiring.body, runs.wiring.graph, runs.start
+        self.body, self.graph = runs.wiring.body, runs.wiring.graph
+        self.start, self.stop = runs.start, runs.stop  # the positions scored
         self.differences, self.total = runs.differences, total
         self.readings = readings
         self.members = collections.defaultdict(list)  # each point's groups, in order
@@ -162,11 +164,12 @@ class _PointScores:
         size = sum(self.readings[group].size for group in members)
         before = readable(self.graph, first)  # the upstream nodes before them
         into = self.total[:before, first : first + size]
-        residual = self.residuals.pop(point)[:, self.start :]  # (R, S, D)
+        residual = self.residuals.pop(point)[:, self.start : self.stop]  # (R, S, D)
         norm = self.readings[members[0]].norm
         rows, tokens, width = residual.shape
         widened = before if self.differences.compact else 0  # the rows widened at once
-        step = max(1, _ELEMENTS_AT_ONCE // (max(rows * size, widened) * width))
+        at_once = block_size(_ELEMENTS_AT_ONCE, residual.device)
+        step = max(1, at_once // (max(rows * size, widened) * width))
         for at in range(0, tokens, step):  # positions a block at a time: no copy of every
             piece = residual[:, at : at + step]  # position's (R, S, n, D)
             block = slice(self.start + at, self.start + at + piece.shape[1])
@@ -223,7 +226,7 @@ class _Reading:
         if self.site is None:  # the norm's own output, read whole
             return gradient.unsqueeze(2)
         units = units_of(body, self.site, self.layer, gradient.shape[-1])
-        matrix = matrix_of(self.module)[:, units.columns].to(gradient.dtype)  # (D, n × Dh)
+        matrix = matrix_of(self.module, gradient.dtype)[:, units.columns]  # (D, n × Dh)
         rows_of = matrix.view(matrix.shape[0], units.count, units.size)  # (D, n, Dh)
         per_unit = gradient[..., units.columns].unflatten(-1, (units.count, units.size))
         return torch.einsum("rtnh,dnh->rtnd", per_unit, rows_of)
@@ -269,6 +272,6 @@ def _contracted(difference: torch.Tensor, gradient: torch.Tensor) -> torch.Tenso
     flat = gradient.float().transpose(0, 1).flatten(1)  # (n, S × D)
     if difference.dtype == torch.float32:
         return difference.flatten(1) @ flat.T
-    nodes = max(1, _ELEMENTS_AT_ONCE // max(1, flat.shape[1]))
+    nodes = max(1, block_size(_ELEMENTS_AT_ONCE, flat.device) // max(1, flat.shape[1]))
     parts = [part.flatten(1).float() @ flat.T for part in difference.split(nodes)]
     return torch.cat(parts)

@@ -112,9 +112,10 @@ class Runs:
     corrupt_arguments: dict
     metric: Metric
     start: int  # the first position where the twins' tokens differ (:func:`first_difference`)
+    stop: int  # the record holds positions start…stop − 1: all from start on, or a part
     clean: Clean  # the clean run's record (its layers' outputs, where exact passes start)
     corrupt_metric: float
-    clean_last: torch.Tensor  # (U, D) every upstream node's clean output at the last position
+    clean_last: torch.Tensor  # (U, D) every upstream node's clean output at the record's last
     clean_embedded: torch.Tensor  # (1, T, D) the input embeddings' output
     corrupt_embedded: torch.Tensor
     differences: Differences  # each upstream node's corrupted output less its clean one
@@ -127,21 +128,27 @@ def read_twins(
     corrupt_arguments: dict,
     metric: Metric,
     starts: bool = True,
+    part: slice | None = None,
 ) -> Runs:
     """The clean and the corrupted run, each recording the upstream nodes' outputs and the
     input embeddings (the clean one finds the norms, and with ``starts`` records where
-    exact passes start: each layer's output)."""
+    exact passes start: each layer's output): at the positions from the first where the
+    twins differ on, or at ``part`` of them (:func:`~attnviz.pretrained.differences.parts`;
+    the last position's outputs then the part's last's)."""
     import torch
 
     graph = graph_of(body)
     start = first_difference(arguments, corrupt_arguments)
-    positions = int(arguments["input_ids"].shape[1]) - start
-    with torch.inference_mode(), given_back_each_layer(model, body, positions):
-        record = Recorder(graph, positions)
+    positions = slice(start, int(arguments["input_ids"].shape[1]))
+    if part is not None:
+        positions = part
+    count = positions.stop - positions.start
+    with torch.inference_mode(), given_back_each_layer(model, body, count):
+        record = Recorder(graph, count)
         with (
             norms_found(body) as norms,
             clean_recording(body, starts, head_inputs=False) as finish,
-            _written(body, record.clean_output, start, heads=record.clean_heads),
+            _written(body, record.clean_output, positions, heads=record.clean_heads),
             _embedded(model) as embedded,
         ):
             logits = last_logits(model, arguments)
@@ -149,7 +156,7 @@ def read_twins(
         check_metric(clean.metric, model, arguments, "clean run")
         with (
             _embedded(model) as corrupt_embedded,
-            _written(body, record.corrupt_output, start, heads=record.corrupt_heads),
+            _written(body, record.corrupt_output, positions, heads=record.corrupt_heads),
         ):
             corrupt_logits = last_logits(model, corrupt_arguments)
         corrupt_metric = float(metric.of(corrupt_logits)[0])
@@ -160,7 +167,8 @@ def read_twins(
         arguments,
         corrupt_arguments,
         metric,
-        start,
+        positions.start,
+        positions.stop,
         clean,
         corrupt_metric,
         record.last,
@@ -171,6 +179,10 @@ def read_twins(
 
 
 _GIVEN_BACK_FROM = 2**20  # numbers in one node's record, (S, D)
+# numbers in a node's (S, D) from which a head carried back in a circuit's pass is held
+# as its (S, Dh) input: below it, widening it at each group that reads it costs more time
+# (SmolLM2 at 14 tokens: a point 10% slower) than the memory saved is worth
+_CARRIED_COMPACT_FROM = 2**20
 
 
 @contextlib.contextmanager
@@ -201,18 +213,50 @@ def first_difference(arguments: dict, corrupt_arguments: dict) -> int:
     return int(differing[0, 0]) if len(differing) else len(ids) - 1
 
 
-def users_written(
-    body: Anatomy, graph: Graph, users: set[int], kept: dict[int, Any], start: int
+def users_carried(
+    body: Anatomy, graph: Graph, users: set[int], kept: dict[int, Carried], start: int
 ) -> contextlib.AbstractContextManager:
-    """:func:`_written` of the slots holding ``users``, keeping each user's output from
-    ``start`` on, (B, S, D), in ``kept`` apart from the other nodes of its slot."""
+    """:func:`_written` of the slots holding ``users``, keeping in ``kept`` what each user
+    carries back in a circuit's pass (row 0 the corrupted run): its output in row 0 less
+    its output in row 1, from ``start`` on, formed as it is computed; on a long text a
+    head's as its slice of the output projection's input, (S, Dh), and its mixing (the
+    output (S, D) when :meth:`Carried.widened`)."""
 
     def keep(slot: int, value: Any) -> None:
         where = columns(graph, slot)
         for upstream in users.intersection(range(where.start, where.stop)):
-            kept[upstream] = value[:, :, upstream - where.start].clone()
+            unit = upstream - where.start
+            kept[upstream] = Carried(value[0, :, unit] - value[1, :, unit])
 
-    return _written(body, keep, start, {slot_of(graph, upstream) for upstream in users})
+    def keep_heads(layer: int, inputs: Any, mixing: Any) -> None:
+        where = columns(graph, 1 + 2 * layer)
+        per_head = inputs.unflatten(-1, (body.heads, body.head_size))  # (2, S, H, Dh)
+        for upstream in users.intersection(range(where.start, where.stop)):
+            head = upstream - where.start
+            away = per_head[0, :, head] - per_head[1, :, head]  # (S, Dh)
+            carried = Carried(away, mixing[head])
+            if away.shape[0] * mixing.shape[-1] < _CARRIED_COMPACT_FROM:  # widened once
+                carried = Carried(carried.widened())
+            kept[upstream] = carried
+
+    slots = {slot_of(graph, upstream) for upstream in users}
+    return _written(body, keep, slice(start, None), slots, heads=keep_heads)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What an upstream node carries back: its output, (S, D), or a head's slice of its
+    output projection's input, (S, Dh), and the (Dh, D) mixing that widens it (on Gemma 3
+    2.5× smaller than the output it stands for)."""
+
+    value: Any
+    mixing: Any = None
+
+    def widened(self) -> torch.Tensor:
+        """(S, D)."""
+        if self.mixing is None:
+            return self.value
+        return (self.value.float() @ self.mixing).to(self.value.dtype)
 
 
 def graph_of(body: Anatomy) -> Graph:
@@ -242,12 +286,12 @@ HeadStore = Callable[[int, "torch.Tensor", "torch.Tensor"], None]
 def _written(
     body: Anatomy,
     store: Store,
-    start: int,
+    positions: slice,
     slots: set[int] | None = None,
     heads: HeadStore | None = None,
 ) -> Iterator[None]:
-    """While open, a pass hands each slot of upstream nodes' outputs from position ``start``
-    on to ``store`` as it is computed: the input (slot 0), then each layer's heads (1 + 2l)
+    """While open, a pass hands each slot of upstream nodes' outputs at ``positions`` to
+    ``store`` as it is computed: the input (slot 0), then each layer's heads (1 + 2l)
     and its MLP (2 + 2l), the graph's upstream order; only ``slots``, where given. With
     ``heads``, a layer's heads go there instead, as inputs of the output projection
     (divided by the run's scale where a post norm follows) and their mixing
@@ -268,21 +312,21 @@ def _written(
         store(1 + 2 * layer, shares.to(inputs.dtype))
 
     def keep_input(_module: Any, args: tuple, kwargs: dict) -> None:
-        store(0, hidden_of(args, kwargs)[:, start:].unsqueeze(2))
+        store(0, hidden_of(args, kwargs)[:, positions].unsqueeze(2))
 
     def keep_heads(layer: int) -> Callable:
         def keep(_module: Any, args: tuple) -> None:
             if body.post_norms[layer] is None:
-                give(layer, args[0][:, start:], head_mixing(body, layer))
+                give(layer, args[0][:, positions], head_mixing(body, layer))
             else:
-                heads_in[layer] = args[0][:, start:]  # (B, S, E)
+                heads_in[layer] = args[0][:, positions]  # (B, S, E)
 
         return keep
 
     def keep_post_normed(layer: int) -> Callable:
         def keep(module: Any, args: tuple, output: Any) -> None:
-            normed = output_of(output)[:, start:]
-            gain, scale, centred = norm_form(module, args[0][:, start:], normed)
+            normed = output_of(output)[:, positions]
+            gain, scale, centred = norm_form(module, args[0][:, positions], normed)
             inputs = (heads_in[layer].float() / scale).to(normed.dtype)  # the run's own scale
             heads_in[layer] = None
             give(layer, inputs, head_mixing(body, layer, gain, centred))
@@ -291,7 +335,7 @@ def _written(
 
     def keep_mlp(layer: int) -> Callable:
         def keep(_module: Any, _args: tuple, output: Any) -> None:
-            store(2 + 2 * layer, output_of(output)[:, start:].unsqueeze(2))
+            store(2 + 2 * layer, output_of(output)[:, positions].unsqueeze(2))
 
         return keep
 
@@ -349,7 +393,7 @@ def changed_inputs(
             found = added(hidden_of(args, kwargs)[:, start:])
             if found is None:
                 return None
-            rows, delta = found
+            rows, delta = _as_slice(found[0]), found[1]
             hidden = hidden_of(args, kwargs).clone()  # (B, T, D)
             hidden[rows, start:] = hidden[rows, start:] + delta[:, :, 0].to(hidden.dtype)
             return with_hidden(args, kwargs, hidden)
@@ -367,11 +411,11 @@ def changed_inputs(
         found = added(residual[0])
         if found is None:
             return None
-        rows, delta = found
+        rows, delta = _as_slice(found[0]), found[1]
         projected = output_of(output).clone()  # (B, T, W)
         units = units_of(body, site, layer, projected.shape[-1])
         copies = residual[0][rows].unsqueeze(2) + delta.to(projected.dtype)  # (R, S, n, D)
-        matrix = matrix_of(module)[:, units.columns].to(projected.dtype)  # (D, n × Dh)
+        matrix = matrix_of(module, projected.dtype)[:, units.columns]  # (D, n × Dh)
         # forward: not the hooks, which read the layer's own call of the norm
         normed = norm.forward(copies)
         if delta.shape[2] == 1:  # one input for every unit: projected at once
@@ -388,6 +432,14 @@ def changed_inputs(
     stack.enter_context(hooked(norm.register_forward_pre_hook(keep, with_kwargs=True)))
     stack.enter_context(hooked(module.register_forward_hook(recompute)))
     return stack
+
+
+def _as_slice(rows: Any) -> Any:
+    """Consecutive batch rows as a slice: indexing with it is a view, where a list is an index
+    tensor copied to the device (on a GPU, a wait for every queued operation)."""
+    if isinstance(rows, list) and rows and rows == list(range(rows[0], rows[0] + len(rows))):
+        return slice(rows[0], rows[0] + len(rows))
+    return rows
 
 
 def groups(graph: Graph) -> Iterator[tuple[int, str, int, int]]:

@@ -17,14 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnviz.memory import block_size
 from attnviz.pretrained.edges import (
     Added,
+    Carried,
     Wiring,
     changed_inputs,
     first_difference,
     given_back_each_layer,
     groups,
-    users_written,
+    users_carried,
 )
 from attnviz.pretrained.effects import last_logits
 from attnviz.progress import advance
@@ -46,19 +48,6 @@ class Twins:
     arguments: dict
     corrupt_arguments: dict
     metric: Metric
-
-
-def users_of(graph: Graph, kept: np.ndarray) -> np.ndarray:
-    """The upstream nodes whose outputs the circuits ``kept`` (C, U, N) carry back: those
-    with a kept edge into a group not every edge of which is kept (a group every edge of
-    which is kept is left alone)."""
-    needed = np.zeros(graph.edges.shape[0], dtype=bool)
-    for circuit in graph.edges & kept:
-        for _layer, _letter, first, size in groups(graph):
-            part = circuit[:, first : first + size]
-            if not (part == graph.edges[:, first : first + size]).all():
-                needed |= part.any(1)
-    return np.nonzero(needed)[0]
 
 
 def circuit_metrics(twins: Twins, kept: np.ndarray) -> list[float]:
@@ -92,53 +81,86 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
         for name, value in twins.arguments.items()
     }
     inside = graph.edges & kept
-    users = {int(upstream) for upstream in users_of(graph, kept[None])}
-    written: dict[int, torch.Tensor] = {}  # each user's outputs in both rows, (2, S, D)
-    carried: dict[int, torch.Tensor] = {}  # out_u(corrupt) − out_u(now), once u is read
+    carriers_of = _carriers(graph, inside)
+    users = {int(upstream) for found in carriers_of if found is not None for upstream in found}
+    carried: dict[int, Carried] = {}  # out_u(corrupt) − out_u(now), once computed
     readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
     positions = int(twins.arguments["input_ids"].shape[1]) - start
     with contextlib.ExitStack() as hooks:
         hooks.enter_context(given_back_each_layer(twins.model, wiring.body, positions))
-        hooks.enter_context(users_written(wiring.body, graph, users, written, start))
+        hooks.enter_context(users_carried(wiring.body, graph, users, carried, start))
 
         def carried_by(upstream: int) -> torch.Tensor:
             """What ``upstream`` carries back, (S, D); held until its last group has it."""
-            if upstream not in carried:
-                outputs = written.pop(upstream)
-                carried[upstream] = outputs[0] - outputs[1]
             readers[upstream] -= 1
             if readers[upstream]:
-                return carried[upstream]
-            return carried.pop(upstream)  # carried to its last group: held no longer
+                return carried[upstream].widened()
+            return carried.pop(upstream).widened()  # to its last group: held no longer
 
-        def corrupted(first: int, size: int) -> Added:
-            keep = inside[:, first : first + size]  # (U, n)
-            if (keep == graph.edges[:, first : first + size]).all():
+        weights: list[torch.Tensor] = []  # each group's, on the device once the pass starts
+
+        def corrupted(group: int) -> Added:
+            found = carriers_of[group]
+            if found is None:  # every edge kept: the group is left alone
                 return lambda _residual: None
-            carriers = [int(upstream) for upstream in np.nonzero(keep.any(1))[0]]
+            carriers = [int(upstream) for upstream in found]
             readers.update(carriers)
 
             def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
                 away = (residual[0] - residual[1])[None, :, None]  # (1, S, 1, D)
                 if not carriers:  # every node of the group reads the corrupted residual
-                    return [1], away
-                weights = torch.as_tensor(keep[carriers], dtype=away.dtype, device=away.device)
+                    return _CIRCUIT_ROW, away
+                if not weights:
+                    weights.extend(_on_device(graph, inside, carriers_of, away))
                 # carriers a matrix product at a time: at most _ELEMENTS_AT_ONCE of (k, S, D)
-                step = max(1, _ELEMENTS_AT_ONCE // max(1, residual[0].numel()))
-                delta = away.repeat(1, 1, size, 1)  # (1, S, n, D)
+                at_once = block_size(_ELEMENTS_AT_ONCE, residual.device)
+                step = max(1, at_once // max(1, residual[0].numel()))
+                delta = away  # (1, S, n, D) once a carrier is subtracted
                 for at in range(0, len(carriers), step):
                     part = carriers[at : at + step]
                     stacked = torch.stack([carried_by(upstream) for upstream in part])  # (k, S, D)
-                    delta[0] -= torch.einsum("ksd,kn->snd", stacked, weights[at : at + step])
-                return [1], delta
+                    taken = torch.einsum("ksd,kn->snd", stacked, weights[group][at : at + step])
+                    delta = delta - taken  # a new (1, S, n, D) the first time, broadcast
+                return _CIRCUIT_ROW, delta
 
             return add
 
-        for layer, letter, first, size in groups(graph):
-            adding = corrupted(first, size)
+        for group, (layer, letter, _first, _size) in enumerate(groups(graph)):
+            adding = corrupted(group)
             hooks.enter_context(changed_inputs(wiring, layer, letter, adding, start))
         logits = last_logits(twins.model, both)
     return float(twins.metric.of(logits)[1])
 
 
 _ELEMENTS_AT_ONCE = 2**22  # of the nodes a group's kept edges carry back, stacked
+_CIRCUIT_ROW = slice(1, 2)  # the pass's row changed: a slice, so that indexing is a view
+
+
+def _carriers(graph: Graph, inside: np.ndarray) -> list[np.ndarray | None]:
+    """For each group, the upstream nodes its kept edges carry back (None where every edge
+    into the group is kept: the group is left as the pass computes it)."""
+    found: list[np.ndarray | None] = []
+    for _layer, _letter, first, size in groups(graph):
+        keep = inside[:, first : first + size]  # (U, n)
+        if (keep == graph.edges[:, first : first + size]).all():
+            found.append(None)
+        else:
+            found.append(np.nonzero(keep.any(1))[0])
+    return found
+
+
+def _on_device(
+    graph: Graph, inside: np.ndarray, carriers_of: list[np.ndarray | None], like: torch.Tensor
+) -> list[torch.Tensor]:
+    """Each group's kept edges from its carriers, (k, n) in ``like``'s dtype, on its
+    device in one copy: a copy of each would wait on a GPU for every queued operation."""
+    import torch
+
+    shapes, flat = [], []
+    for carriers, (_layer, _letter, first, size) in zip(carriers_of, groups(graph), strict=True):
+        rows = inside[:, first : first + size][carriers] if carriers is not None else []
+        shapes.append((len(rows), size))
+        flat.append(np.asarray(rows, dtype=np.float32).reshape(-1))
+    copied = torch.as_tensor(np.concatenate(flat), dtype=like.dtype, device=like.device)
+    parts = copied.split([rows * size for rows, size in shapes])
+    return [part.view(shape) for part, shape in zip(parts, shapes, strict=True)]

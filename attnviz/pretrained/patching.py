@@ -345,12 +345,29 @@ _FUSED_ATTENTION = (
 )
 
 
+# On the CPU, a fused attention call over at most this many keys (a sliding window's
+# blocks) is computed again in the backward pass, not kept: over 2,048 keys a query's
+# scores and sum cost about what a layer's MLP does for its token (Gemma 3: 2.1 of 3.9 M
+# products), and its output is as large as the layer's input (at 8,192 tokens, 15 of
+# Gemma 3's 18 layers: 0.5 GiB). A GPU keeps them: there Gemma 3's estimate at 32,768
+# tokens met its memory target keeping them, and its time target was missed in a run
+# computing them again (docs/performance.md).
+_KEYS_RECOMPUTED_AT_MOST = 2048
+
+
+def attention_kept(key: torch.Tensor) -> bool:
+    """Whether a recomputed layer keeps a fused attention call's output, given its keys
+    (B, K, T, D): on a GPU always, on the CPU over more than _KEYS_RECOMPUTED_AT_MOST."""
+    return key.device.type != "cpu" or key.shape[-2] > _KEYS_RECOMPUTED_AT_MOST
+
+
 @contextlib.contextmanager
 def _recomputed(blocks: Sequence[Any]) -> Iterator[None]:
-    """While open, each layer keeps only its input and its fused attention's outputs for the
-    backward pass and computes the rest again there (torch's non-reentrant, selective
-    checkpointing: the graph, and the gradients of the activations inside a layer, stay
-    as they were). Recomputing the attention would cost most of a forward pass."""
+    """While open, each layer keeps only its input and its fused attention's outputs over
+    long key spans for the backward pass and computes the rest again there (torch's
+    non-reentrant, selective checkpointing: the graph, and the gradients of the
+    activations inside a layer, stay as they were). Recomputing a global attention would
+    cost most of a forward pass; a sliding window's costs less than its layer's MLP."""
     import functools
 
     import torch
@@ -362,10 +379,10 @@ def _recomputed(blocks: Sequence[Any]) -> Iterator[None]:
 
     kept = {getattr(torch.ops.aten, name).default for name in _FUSED_ATTENTION}
 
-    def policy(_context: Any, operation: Any, *_args: Any, **_kwargs: Any) -> CheckpointPolicy:
-        return (
-            CheckpointPolicy.MUST_SAVE if operation in kept else CheckpointPolicy.PREFER_RECOMPUTE
-        )
+    def policy(_context: Any, operation: Any, *args: Any, **_kwargs: Any) -> CheckpointPolicy:
+        if operation in kept and attention_kept(args[1]):  # (query, key, value, …)
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
 
     contexts = functools.partial(create_selective_checkpoint_contexts, policy)
     for block in blocks:

@@ -37,16 +37,17 @@ def output_projection(model: Any, attention: Any) -> Any | None:
     return getattr(getattr(parent, "output", None), "dense", None)
 
 
-def input_matrix(projection: Any) -> torch.Tensor | None:
-    """``projection``'s weight as (inputs, outputs), float32: what each input feature adds
-    to the output (a Linear's weight transposed, a GPT-2 Conv1D's as it is); None for a
-    layer of another kind."""
+def input_matrix(projection: Any, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+    """``projection``'s weight as (inputs, outputs), in ``dtype`` (float32 unless given; the
+    weight itself, no copy, in its own): what each input feature adds to the output (a
+    Linear's weight transposed, a GPT-2 Conv1D's as it is); None for a layer of another
+    kind."""
     import torch
 
     if isinstance(projection, torch.nn.Linear):
-        return projection.weight.detach().float().T
+        return projection.weight.detach().to(dtype or torch.float32).T
     if type(projection).__name__ == "Conv1D":  # transformers' GPT-2 projection: x W + b
-        return projection.weight.detach().float()
+        return projection.weight.detach().to(dtype or torch.float32)
     return None
 
 
