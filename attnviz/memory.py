@@ -3,7 +3,8 @@ available, what its address-space limit leaves (``ulimit -v``, ``prlimit --as``)
 what its control group's limit leaves (a container's, a systemd unit's). Checks
 before long work compare their needs with it, so that a request that cannot fit is
 refused in one line instead of dying: past the address-space limit an allocation
-fails, past a cgroup's the kernel kills the process without a word (stdlib only)."""
+fails, past a cgroup's the kernel kills the process without a word. And how many numbers
+a computation done a block at a time holds at once on a device (stdlib only)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """What memory a process may still take: the machine's, its address-space limit's, its
-control group's; and requests that cannot fit refused before any work, in one line."""
+control group's; and requests that cannot fit refused before any work, in one line; how
+many numbers a block of work holds on each device."""
 
 from __future__ import annotations
 
@@ -161,3 +162,12 @@ def test_handing_the_heap_back_does_nothing_where_the_c_library_cannot(monkeypat
 
     monkeypatch.setattr(ctypes, "CDLL", without)
     memory.give_back_freed()
+
+
+def test_a_block_holds_the_cpus_numbers_there_and_more_on_an_accelerator():
+    """Blocks sized for a CPU's memory are thousands of small launches on a GPU: there a
+    block holds more numbers, and on the CPU exactly what its caller asked."""
+    import torch
+
+    assert memory.block_size(2**22, torch.device("cpu")) == 2**22
+    assert memory.block_size(2**22, torch.device("meta")) > 2**22  # any device but the CPU
