@@ -165,13 +165,19 @@ class PairRuns:
         self.wiring: Wiring | None = None  # the model's, found by the first read
 
     def __call__(
-        self, index: int, given: Input, part: slice | None = None
+        self,
+        index: int,
+        given: Input,
+        part: slice | None = None,
+        asked: Answered | None = None,
     ) -> tuple[Answered, Runs]:
         """The pair's runs and their scoring record (of ``part`` of its positions, where
-        given: :meth:`parts`)."""
+        given: :meth:`parts`; ``asked``: the pair as :meth:`answered` read it, where it
+        has been)."""
         if index in self.kept:
             return self.kept[index]
-        asked = self._answered(index, given)
+        if asked is None:
+            asked = self.answered(index, given)
         assert asked.corrupt_arguments is not None  # check_asked's
         try:
             runs = read_twins(
@@ -190,13 +196,12 @@ class PairRuns:
             self.kept[index] = asked, runs
         return asked, runs
 
-    def parts(self, index: int, given: Input) -> list[slice | None]:
+    def parts(self, asked: Answered) -> Sequence[slice | None]:
         """The parts of the pair's positions its estimate reads a record of at a time
         (:func:`~attnviz.pretrained.differences.parts`, the last position's first): one,
         the whole, for exact scores, which read any node's record at any time."""
         if self._exact:
             return [None]
-        asked = self._answered(index, given)
         assert asked.corrupt_arguments is not None  # check_asked's
         ids = asked.arguments["input_ids"]
         start = first_difference(asked.arguments, asked.corrupt_arguments)
@@ -209,7 +214,7 @@ class PairRuns:
             body.heads * body.head_size,
             embedding.element_size(),
         )
-        return [None] if len(found) == 1 else list(found)
+        return [None] if len(found) == 1 else found
 
     @property
     def _exact(self) -> bool:
@@ -224,12 +229,13 @@ class PairRuns:
             self(index, given)
             self.kept.pop(index, None)
         assert self.wiring is not None  # found by the read
-        asked = self._answered(index, given)
+        asked = self.answered(index, given)
         assert asked.corrupt_arguments is not None  # check_asked's
         model = self.extractor.loaded.model
         return Twins(self.wiring, model, asked.arguments, asked.corrupt_arguments, asked.metric)
 
-    def _answered(self, index: int, given: Input) -> Answered:
+    def answered(self, index: int, given: Input) -> Answered:
+        """The pair tokenized and its metric found (a pair's error names its line)."""
         try:
             return answered(self.extractor, given, self.request)
         except UsageError as error:
@@ -241,10 +247,11 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
     ``pairs``."""
     found: Scored | None = None
     for index, given in pairs:
-        parts = runs_of.parts(index, given)
-        alone = _pair_scored(runs_of, index, given, parts[0], method, steps, found is None)
+        asked = runs_of.answered(index, given)
+        parts = runs_of.parts(asked)
+        alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, found is None)
         for part in parts[1:]:  # the last position's part first: its outputs are the pair's
-            _, runs = runs_of(index, given, part)
+            _, runs = runs_of(index, given, part, asked)
             alone.scores[...] += estimated_scores(runs, steps)
             del runs  # its record, before the next part's is read
         found = alone if found is None else found.merged(alone)
@@ -256,6 +263,7 @@ def _pair_scored(
     runs_of: PairRuns,
     index: int,
     given: Input,
+    asked: Answered,
     part: slice | None,
     method: CircuitMethod,
     steps: int | None,
@@ -263,7 +271,7 @@ def _pair_scored(
 ) -> Scored:
     """One pair's scores (of ``part`` of its positions, where given), its metrics and its
     last position's outputs."""
-    asked, runs = runs_of(index, given, part)
+    asked, runs = runs_of(index, given, part, asked)
     graph = runs.wiring.graph
     if method is CircuitMethod.EXACT:
         upstream, downstream = graph.edge_list()

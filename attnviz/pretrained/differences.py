@@ -55,6 +55,11 @@ def head_mixing(
     return matrix.view(body.heads, body.head_size, -1)
 
 
+def _held_whole(graph: Graph, positions: int, width: int, element_size: int) -> bool:
+    """Whether a record of ``positions`` is held as one (U, S, D) block (not compact)."""
+    return len(graph.upstream) * positions * width * element_size <= _FULL_AT_MOST
+
+
 def parts(
     graph: Graph, positions: slice, width: int, heads_width: int, element_size: int
 ) -> list[slice]:
@@ -64,7 +69,7 @@ def parts(
     long text whose twins differ early, a record of gigabytes held a part at a time."""
     count = positions.stop - positions.start
     per_position = len(graph.upstream) * width * element_size  # one block's
-    if per_position * count > _FULL_AT_MOST:  # compact: the input's, the MLPs', the heads'
+    if not _held_whole(graph, count, width, element_size):  # the input's, MLPs', heads'
         per_position = ((1 + graph.layers) * width + graph.layers * heads_width) * element_size
     pieces = min(count, max(1, -(-per_position * count // _PART_AT_MOST)))  # a position at least
     bounds = [positions.start + count * piece // pieces for piece in range(pieces + 1)]
@@ -146,10 +151,9 @@ class Differences:
         self.heads: Any = heads  # (L, S, E)
         self.mixing = mixing  # (L) of (H, Dh, D)
         self.positions, self.width = wide.shape[1:]
-        count = len(graph.upstream)
         self.block: Any = None  # (U, S, D) where small
-        if count * self.positions * self.width * wide.element_size() <= _FULL_AT_MOST:
-            self.block = self._assembled(count, slice(None))
+        if _held_whole(graph, self.positions, self.width, wide.element_size()):
+            self.block = self._assembled(len(graph.upstream), slice(None))
             self.wide = self.heads = None
 
     @property
