@@ -247,6 +247,46 @@ def test_faithfulness_equals_the_circuit_run_by_plain_hooks(
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_a_layers_reads_change_together_leaving_those_whose_every_edge_is_kept(
+    generators, language_models, family
+):
+    """A pass changes a layer's query, key and value inputs together (one norm, one
+    product): here layer 0's keys alone, then layer 1's queries and values with its keys'
+    edges all kept (left as computed), and the logits' input."""
+    from attnviz.circuit_options import CircuitOptions
+    from attnviz.request import Input, Request
+
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    request = Request(maps=False, circuit=CircuitOptions())
+    pair = Input(TEXT, answer=ANSWER, versus=VERSUS, corrupt=CORRUPT)
+    twins = circuit_module.PairRuns(extractor, request, 1, None).twins(0, pair)
+    graph = twins.wiring.graph
+    upstream, downstream, _ = reference.nodes(model)
+    outside = [
+        ("input", name) for name in downstream if name.startswith("a0.") and name.endswith(".k")
+    ]
+    outside += [
+        (first, name)
+        for first in upstream[:2]
+        for name in downstream
+        if name.startswith("a1.") and not name.endswith(".k")
+    ]
+    outside.append((upstream[-1], "logits"))
+    kept = graph.edges.copy()
+    for first, then in outside:
+        kept[upstream.index(first), downstream.index(then)] = False
+    groups = faithfulness_pass._changed(graph, graph.edges & kept)
+    found_groups = [(group.layer, group.letters) for group in groups]
+    assert found_groups == [(0, "k"), (1, "qv"), (graph.layers, "logits")]
+    (found,) = faithfulness_pass.circuit_metrics(twins, kept[None])
+    corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)[1]
+    expected = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+    assert abs(found - expected) <= model_tolerance(model.config)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_every_edge_kept_gives_one_and_none_gives_zero(generators, language_models, family):
     extractor, model, *_ = _setup(generators, language_models, family)
     circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges="all", curve=[0])

@@ -70,12 +70,12 @@ from attnviz.pretrained.frozen_norms import norm_form
 from attnviz.pretrained.metrics import Metric
 from attnviz.pretrained.sites import (
     SITES,
+    Units,
     hidden_of,
     norms_found,
     output_of,
     units_of,
     with_hidden,
-    with_output,
 )
 
 if TYPE_CHECKING:
@@ -229,15 +229,26 @@ def users_carried(
             kept[upstream] = Carried(value[0, :, unit] - value[1, :, unit])
 
     def keep_heads(layer: int, inputs: Any, mixing: Any) -> None:
+        import torch
+
         where = columns(graph, 1 + 2 * layer)
-        per_head = inputs.unflatten(-1, (body.heads, body.head_size))  # (2, S, H, Dh)
-        for upstream in users.intersection(range(where.start, where.stop)):
-            head = upstream - where.start
-            away = per_head[0, :, head] - per_head[1, :, head]  # (S, Dh)
-            carried = Carried(away, mixing[head])
-            if away.shape[0] * mixing.shape[-1] < _CARRIED_COMPACT_FROM:  # widened once
-                carried = Carried(carried.widened())
-            kept[upstream] = carried
+        heads = sorted(
+            upstream - where.start
+            for upstream in users.intersection(range(where.start, where.stop))
+        )
+        # the span of heads from the first user to the last: a slice is a view, where a
+        # list of heads is an index tensor (on a GPU, copied from the host)
+        span = slice(heads[0], heads[-1] + 1)
+        per_head = inputs.unflatten(-1, (body.heads, body.head_size))[:, :, span]  # (2, S, h, Dh)
+        away = per_head[0] - per_head[1]  # (S, h, Dh)
+        if away.shape[0] * mixing.shape[-1] < _CARRIED_COMPACT_FROM:  # widened once, at once
+            heads_first = away.transpose(0, 1).float()  # (h, S, Dh)
+            widened = torch.bmm(heads_first, mixing[span]).to(away.dtype)  # (h, S, D)
+            for head in heads:
+                kept[where.start + head] = Carried(widened[head - span.start])
+            return
+        for head in heads:
+            kept[where.start + head] = Carried(away[:, head - span.start], mixing[head])
 
     slots = {slot_of(graph, upstream) for upstream in users}
     return _written(body, keep, slice(start, None), slots, heads=keep_heads)
@@ -375,19 +386,18 @@ def _embedded(model: Any) -> Iterator[list[Any]]:
 
 
 def changed_inputs(
-    wiring: Wiring, layer: int, letter: str, added: Added, start: int
+    wiring: Wiring, layer: int, letters: str, added: Added, start: int
 ) -> contextlib.AbstractContextManager:
     """Hooks adding what ``added`` gives to the inputs of one group of downstream nodes, from
-    position ``start`` on: ``layer``'s query, key or value inputs (``letter``), its MLP's
-    (``m``), or the logits' (layer L). A head's input is recomputed from its own copy of
-    the residual there: the attention norm of (the layer's input + what is added), through
-    its rows of the projection."""
-    import torch
-
+    position ``start`` on: ``layer``'s query, key or value inputs (``letters``: any of
+    "qkv", changed together, ``added``'s nodes the query heads', then the key heads',
+    then the value heads'), its MLP's (``m``), or the logits' (layer L). A head's input is
+    recomputed from its own copy of the residual there: the attention norm of (the layer's
+    input + what is added), through its rows of the projection."""
     body = wiring.body
     stack = contextlib.ExitStack()
-    if letter not in READS:
-        norm = body.norm if letter == LOGITS else wiring.mlp_norms[layer]
+    if letters in ("m", LOGITS):
+        norm = body.norm if letters == LOGITS else wiring.mlp_norms[layer]
 
         def add_to_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
             found = added(hidden_of(args, kwargs)[:, start:])
@@ -400,38 +410,85 @@ def changed_inputs(
 
         stack.enter_context(hooked(norm.register_forward_pre_hook(add_to_input, with_kwargs=True)))
         return stack
-    norm, residual = wiring.attention_norms[layer], [torch.empty(0)]
-    site = QKV[letter]
-    module = SITES[site].module(body, layer)
+    sites = [QKV[letter] for letter in letters]
+    modules = [SITES[site].module(body, layer) for site in sites]
+    state: dict[str, Any] = {}  # the layer's call: its residual, then what is recomputed
 
     def keep(_module: Any, args: tuple, kwargs: dict) -> None:
-        residual[0] = hidden_of(args, kwargs)[:, start:]  # (B, S, D)
+        state.clear()
+        state["residual"] = hidden_of(args, kwargs)[:, start:]  # (B, S, D)
 
-    def recompute(_module: Any, _args: tuple, output: Any) -> Any:
-        found = added(residual[0])
-        if found is None:
+    def recomputed(dtype: torch.dtype) -> tuple[Any, torch.Tensor, list[Units]] | None:
+        """The rows changed, each letter's units and their new values, (R, S, N × Dh):
+        computed by the first of the letters' projections to run, in its output's dtype."""
+        if "found" not in state:
+            state["found"] = _recomputed(
+                wiring, layer, sites, modules, added(state["residual"]), state["residual"], dtype
+            )
+        return state["found"]
+
+    def write(owner: Any) -> Callable:
+        def recompute(_module: Any, _args: tuple, output: Any) -> Any:
+            projected = output_of(output)  # (B, T, W)
+            found = recomputed(projected.dtype)
+            if found is None:
+                return None
+            rows, value, units_each = found
+            offset = 0
+            for module, units in zip(modules, units_each, strict=True):
+                width = units.count * units.size
+                if module is owner:  # GPT-2 computes all three in one
+                    piece = value[..., offset : offset + width]
+                    bias = getattr(module, "bias", None)
+                    if bias is not None:
+                        piece = piece + bias[units.columns]
+                    # in place: the passes run in inference mode, and the projection's
+                    # output is its own until the hook returns (a copy is a launch more)
+                    projected[rows, start:, units.columns] = piece
+                offset += width
             return None
-        rows, delta = _as_slice(found[0]), found[1]
-        projected = output_of(output).clone()  # (B, T, W)
-        units = units_of(body, site, layer, projected.shape[-1])
-        copies = residual[0][rows].unsqueeze(2) + delta.to(projected.dtype)  # (R, S, n, D)
-        matrix = matrix_of(module, projected.dtype)[:, units.columns]  # (D, n × Dh)
-        # forward: not the hooks, which read the layer's own call of the norm
-        normed = norm.forward(copies)
-        if delta.shape[2] == 1:  # one input for every unit: projected at once
-            value = normed[:, :, 0] @ matrix  # (R, S, n × Dh)
-        else:
-            rows_of = matrix.view(matrix.shape[0], units.count, units.size)  # (D, n, Dh)
-            value = torch.einsum("rtnd,dnh->rtnh", normed, rows_of).flatten(2)
-        bias = getattr(module, "bias", None)
-        if bias is not None:
-            value = value + bias[units.columns]
-        projected[rows, start:, units.columns] = value
-        return with_output(output, projected)
 
+        return recompute
+
+    norm = wiring.attention_norms[layer]
     stack.enter_context(hooked(norm.register_forward_pre_hook(keep, with_kwargs=True)))
-    stack.enter_context(hooked(module.register_forward_hook(recompute)))
+    for owner in dict.fromkeys(modules):
+        stack.enter_context(hooked(owner.register_forward_hook(write(owner))))
     return stack
+
+
+def _recomputed(
+    wiring: Wiring,
+    layer: int,
+    sites: list[Site],
+    modules: list[Any],
+    found: tuple[Any, torch.Tensor] | None,
+    residual: torch.Tensor,
+    dtype: torch.dtype,
+) -> tuple[Any, torch.Tensor, list[Units]] | None:
+    """:func:`changed_inputs`' new values of a layer's head inputs, (R, S, N × Dh), the
+    rows changed and each site's units, given what is added (``found``) to their copies
+    of the ``residual``: one norm and one product for every site (without the bias)."""
+    import torch
+
+    if found is None:
+        return None
+    rows, delta = _as_slice(found[0]), found[1]  # delta (R, S, N, D) or (R, S, 1, D)
+    units_each, matrices = [], []
+    for site, module in zip(sites, modules, strict=True):
+        matrix = matrix_of(module, dtype)  # (D, W)
+        units = units_of(wiring.body, site, layer, matrix.shape[1])
+        units_each.append(units)
+        matrices.append(matrix[:, units.columns])
+    matrix = matrices[0] if len(matrices) == 1 else torch.cat(matrices, 1)  # (D, N × Dh)
+    copies = residual[rows].unsqueeze(2) + delta.to(dtype)  # (R, S, N or 1, D)
+    # forward: not the hooks, which read the layer's own call of the norm
+    normed = wiring.attention_norms[layer].forward(copies)
+    if delta.shape[2] == 1:  # one input for every unit: projected at once
+        return rows, normed[:, :, 0] @ matrix, units_each
+    rows_of = matrix.view(matrix.shape[0], delta.shape[2], -1)  # (D, N, Dh)
+    value = torch.einsum("rtnd,dnh->rtnh", normed, rows_of).flatten(2)
+    return rows, value, units_each
 
 
 def _as_slice(rows: Any) -> Any:

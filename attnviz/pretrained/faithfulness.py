@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnviz.analysis.graph import READS
 from attnviz.memory import block_size
 from attnviz.pretrained.edges import (
     Added,
@@ -81,8 +82,8 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
         for name, value in twins.arguments.items()
     }
     inside = graph.edges & kept
-    carriers_of = _carriers(graph, inside)
-    users = {int(upstream) for found in carriers_of if found is not None for upstream in found}
+    changed = _changed(graph, inside)
+    users = {int(upstream) for group in changed for upstream in group.carriers}
     carried: dict[int, Carried] = {}  # out_u(corrupt) − out_u(now), once computed
     readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
     positions = int(twins.arguments["input_ids"].shape[1]) - start
@@ -99,11 +100,8 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
 
         weights: list[torch.Tensor] = []  # each group's, on the device once the pass starts
 
-        def corrupted(group: int) -> Added:
-            found = carriers_of[group]
-            if found is None:  # every edge kept: the group is left alone
-                return lambda _residual: None
-            carriers = [int(upstream) for upstream in found]
+        def corrupted(index: int, group: _Group) -> Added:
+            carriers = [int(upstream) for upstream in group.carriers]
             readers.update(carriers)
 
             def add(residual: torch.Tensor) -> tuple[Any, torch.Tensor]:
@@ -111,7 +109,7 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
                 if not carriers:  # every node of the group reads the corrupted residual
                     return _CIRCUIT_ROW, away
                 if not weights:
-                    weights.extend(_on_device(graph, inside, carriers_of, away))
+                    weights.extend(_on_device(inside, changed, away))
                 # carriers a matrix product at a time: at most _ELEMENTS_AT_ONCE of (k, S, D)
                 at_once = block_size(_ELEMENTS_AT_ONCE, residual.device)
                 step = max(1, at_once // max(1, residual[0].numel()))
@@ -119,15 +117,17 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
                 for at in range(0, len(carriers), step):
                     part = carriers[at : at + step]
                     stacked = torch.stack([carried_by(upstream) for upstream in part])  # (k, S, D)
-                    taken = torch.einsum("ksd,kn->snd", stacked, weights[group][at : at + step])
-                    delta = delta - taken  # a new (1, S, n, D) the first time, broadcast
+                    # a matrix product: on small texts an einsum's planning costs more
+                    taken = weights[index][:, at : at + step] @ stacked.flatten(1)  # (n, S × D)
+                    # a new (1, S, n, D) the first time, broadcast
+                    delta = delta - taken.view(-1, *stacked.shape[1:]).transpose(0, 1)
                 return _CIRCUIT_ROW, delta
 
             return add
 
-        for group, (layer, letter, _first, _size) in enumerate(groups(graph)):
-            adding = corrupted(group)
-            hooks.enter_context(changed_inputs(wiring, layer, letter, adding, start))
+        for index, group in enumerate(changed):
+            adding = corrupted(index, group)
+            hooks.enter_context(changed_inputs(wiring, group.layer, group.letters, adding, start))
         logits = last_logits(twins.model, both)
     return float(twins.metric.of(logits)[1])
 
@@ -136,31 +136,44 @@ _ELEMENTS_AT_ONCE = 2**22  # of the nodes a group's kept edges carry back, stack
 _CIRCUIT_ROW = slice(1, 2)  # the pass's row changed: a slice, so that indexing is a view
 
 
-def _carriers(graph: Graph, inside: np.ndarray) -> list[np.ndarray | None]:
-    """For each group, the upstream nodes its kept edges carry back (None where every edge
-    into the group is kept: the group is left as the pass computes it)."""
-    found: list[np.ndarray | None] = []
-    for _layer, _letter, first, size in groups(graph):
-        keep = inside[:, first : first + size]  # (U, n)
-        if (keep == graph.edges[:, first : first + size]).all():
-            found.append(None)
+@dataclass(frozen=True)
+class _Group:
+    """Downstream nodes a circuit's pass changes together: those of a layer's query, key and
+    value inputs whose edges are not all kept (one norm and one product for them all), an
+    MLP's input, or the logits'. A group whose every edge is kept is left as the pass
+    computes it."""
+
+    layer: int
+    letters: str  # :func:`changed_inputs`'
+    nodes: np.ndarray  # (n) their downstream indices, in the letters' order
+    carriers: np.ndarray  # the upstream nodes whose kept edges into them carry back
+
+
+def _changed(graph: Graph, inside: np.ndarray) -> list[_Group]:
+    """The groups a pass keeping the edges ``inside`` (U, N) changes, in the pass's order."""
+    touched = (inside != graph.edges).any(0)  # (N) whether a node has an edge left out
+    found: list[tuple[int, str, list[int]]] = []
+    for layer, letter, first, size in groups(graph):
+        if not touched[first : first + size].any():
+            continue
+        nodes = list(range(first, first + size))
+        if letter in READS and found and found[-1][0] == layer and found[-1][1][-1] in READS:
+            found[-1] = (layer, found[-1][1] + letter, found[-1][2] + nodes)
         else:
-            found.append(np.nonzero(keep.any(1))[0])
-    return found
+            found.append((layer, letter, nodes))
+    return [
+        _Group(layer, letters, np.array(nodes), np.nonzero(inside[:, nodes].any(1))[0])
+        for layer, letters, nodes in found
+    ]
 
 
-def _on_device(
-    graph: Graph, inside: np.ndarray, carriers_of: list[np.ndarray | None], like: torch.Tensor
-) -> list[torch.Tensor]:
-    """Each group's kept edges from its carriers, (k, n) in ``like``'s dtype, on its
+def _on_device(inside: np.ndarray, changed: list[_Group], like: torch.Tensor) -> list[torch.Tensor]:
+    """Each group's kept edges from its carriers, (n, k) in ``like``'s dtype, on its
     device in one copy: a copy of each would wait on a GPU for every queued operation."""
     import torch
 
-    shapes, flat = [], []
-    for carriers, (_layer, _letter, first, size) in zip(carriers_of, groups(graph), strict=True):
-        rows = inside[:, first : first + size][carriers] if carriers is not None else []
-        shapes.append((len(rows), size))
-        flat.append(np.asarray(rows, dtype=np.float32).reshape(-1))
+    rows = [inside[group.carriers][:, group.nodes].T for group in changed]
+    flat = [np.asarray(found, dtype=np.float32).reshape(-1) for found in rows]
     copied = torch.as_tensor(np.concatenate(flat), dtype=like.dtype, device=like.device)
-    parts = copied.split([rows * size for rows, size in shapes])
-    return [part.view(shape) for part, shape in zip(parts, shapes, strict=True)]
+    parts = copied.split([found.size for found in rows])
+    return [part.view(found.shape) for part, found in zip(parts, rows, strict=True)]
