@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnviz.pretrained import circuit as circuit_module
-from attnviz.pretrained import differences, edge_estimates, patching
+from attnviz.pretrained import differences, edge_estimates, edges, patching
 from attnviz.pretrained import faithfulness as faithfulness_pass
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
@@ -127,10 +127,10 @@ def test_a_group_whose_gradient_never_comes_scores_0_beside_its_points_others(
 def test_a_long_records_passes_give_the_freed_pages_back_at_each_layer(
     generators, language_models, monkeypatch
 ):
-    from attnviz.pretrained import edges
 
     given_back = []
     monkeypatch.setattr(edges, "_GIVEN_BACK_FROM", 0)  # every record counts as long
+    monkeypatch.setattr(edges, "_TWINS_TOGETHER_BELOW", 0)  # the twins read apart
     monkeypatch.setattr(edges, "give_back_freed", lambda: given_back.append(True))
     extractor, model, *_ = _setup(generators, language_models, "llama-lm")
     extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=5)
@@ -182,6 +182,7 @@ def test_an_estimate_read_in_parts_of_the_positions_equals_autograd(
     positions at a time (a read of both runs and a gradient pass each): the scores add up
     to the whole's, the metrics and the last position's outputs (the nodes' labels) are
     the whole's."""
+    monkeypatch.setattr(edges, "_TWINS_TOGETHER_BELOW", 0)  # as a long text's: read apart
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
         generators, language_models, family
     )
@@ -222,8 +223,6 @@ def test_faithfulness_equals_the_circuit_run_by_plain_hooks(
 ):
     """With ``compact``, as on a long text: a head carried back is held as its slice of
     the output projection's input and widened where a group reads it."""
-    from attnviz.pretrained import edges
-
     if compact:
         monkeypatch.setattr(edges, "_CARRIED_COMPACT_FROM", 0)
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
@@ -234,13 +233,13 @@ def test_faithfulness_equals_the_circuit_run_by_plain_hooks(
     )
     clean = reference.run(model, ids, answer_id, versus_id)[0]
     corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
-    _, _, edges = reference.nodes(model)
+    _, _, every_edge = reference.nodes(model)
     tolerance = model_tolerance(model.config)
     assert abs(circuit.clean_metric - clean) <= tolerance
     assert abs(circuit.corrupt_metric - corrupt_metric) <= tolerance
     ranked = [(first, then) for first, then, _ in circuit.edges()]
     for size, faithfulness in [(circuit.kept, circuit.faithfulness), *circuit.curve]:
-        outside = [edge for edge in edges if edge not in ranked[:size]]
+        outside = [edge for edge in every_edge if edge not in ranked[:size]]
         metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
         expected = (metric - corrupt_metric) / (clean - corrupt_metric)
         assert abs(faithfulness - expected) <= tolerance / abs(clean - corrupt_metric), size
@@ -370,7 +369,10 @@ def test_twins_differing_late_score_and_measure_as_the_references_of_every_posit
         assert abs(faithfulness - (metric - corrupt_metric) / taken) <= tolerance / abs(taken)
 
 
-def test_refine_computes_the_estimates_top_edges_exactly(generators, language_models):
+def test_refine_computes_the_estimates_top_edges_exactly(generators, language_models, monkeypatch):
+    # an exact pass starts from the clean run read alone; the estimate reads it so too,
+    # so that the edges left unrefined keep the very scores of the estimate alone
+    monkeypatch.setattr(edges, "_TWINS_TOGETHER_BELOW", 0)
     extractor, model, *_ = _setup(generators, language_models, "gemma2-lm")
     estimate = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0)
     exact = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact", edges=0)

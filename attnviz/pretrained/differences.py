@@ -121,6 +121,15 @@ class Recorder:
     def corrupt_output(self, slot: int, value: torch.Tensor) -> None:
         self.wide[(slot + 1) // 2].neg_().add_(value[0, :, 0])
 
+    def both_outputs(self, slot: int, value: torch.Tensor) -> None:
+        """Both runs' outputs in one pass: rows the clean run's, the corrupted one's."""
+        self.clean_output(slot, value[:1])
+        self.corrupt_output(slot, value[1:])
+
+    def both_heads(self, layer: int, value: torch.Tensor, mixing: torch.Tensor) -> None:
+        self.clean_heads(layer, value[:1], mixing)
+        self.corrupt_heads(layer, value[1:], mixing)
+
     def clean_heads(self, layer: int, value: torch.Tensor, mixing: torch.Tensor) -> None:
         import torch
 

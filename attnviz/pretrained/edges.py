@@ -134,32 +134,42 @@ def read_twins(
     input embeddings (the clean one finds the norms, and with ``starts`` records where
     exact passes start: each layer's output): at the positions from the first where the
     twins differ on, or at ``part`` of them (:func:`~attnviz.pretrained.differences.parts`;
-    the last position's outputs then the part's last's)."""
+    the last position's outputs then the part's last's). Short twins read without
+    ``starts`` run as two rows of one pass: on a GPU a pass's launches, not its
+    arithmetic, are its time there; long ones run apart, each keeping its own activations."""
     import torch
 
     graph = graph_of(body)
     start = first_difference(arguments, corrupt_arguments)
-    positions = slice(start, int(arguments["input_ids"].shape[1]))
-    if part is not None:
-        positions = part
+    tokens = int(arguments["input_ids"].shape[1])
+    positions = slice(start, tokens) if part is None else part
     count = positions.stop - positions.start
+    width = model.get_input_embeddings().weight.shape[1]
+    together = not starts and tokens * width < _TWINS_TOGETHER_BELOW
     with torch.inference_mode(), given_back_each_layer(model, body, count):
         record = Recorder(graph, count)
+        store, heads = record.clean_output, record.clean_heads
+        if together:  # rows: the clean run, the corrupted one
+            store, heads = record.both_outputs, record.both_heads
         with (
             norms_found(body) as norms,
             clean_recording(body, starts, head_inputs=False) as finish,
-            _written(body, record.clean_output, positions, heads=record.clean_heads),
+            _written(body, store, positions, heads=heads),
             _embedded(model) as embedded,
         ):
-            logits = last_logits(model, arguments)
-        clean = finish(logits, metric)
+            read = stacked(arguments, corrupt_arguments) if together else arguments
+            logits = last_logits(model, read)
+        clean = finish(logits, metric)  # row 0's
         check_metric(clean.metric, model, arguments, "clean run")
-        with (
-            _embedded(model) as corrupt_embedded,
-            _written(body, record.corrupt_output, positions, heads=record.corrupt_heads),
-        ):
-            corrupt_logits = last_logits(model, corrupt_arguments)
-        corrupt_metric = float(metric.of(corrupt_logits)[0])
+        clean_embedded, corrupt_embedded = embedded[0][:1], embedded[0][1:]
+        if not together:
+            with (
+                _embedded(model) as corrupt_read,
+                _written(body, record.corrupt_output, positions, heads=record.corrupt_heads),
+            ):
+                logits = last_logits(model, corrupt_arguments)
+            corrupt_embedded = corrupt_read[0]
+        corrupt_metric = float(metric.of(logits)[-1])
         check_metric(corrupt_metric, model, corrupt_arguments, CORRUPTED_RUN)
     return Runs(
         Wiring(body, graph, *norms),
@@ -172,13 +182,26 @@ def read_twins(
         clean,
         corrupt_metric,
         record.last,
-        embedded[0],
-        corrupt_embedded[0],
+        clean_embedded,
+        corrupt_embedded,
         record.differences(),
     )
 
 
 _GIVEN_BACK_FROM = 2**20  # numbers in one node's record, (S, D)
+_TWINS_TOGETHER_BELOW = 2**20  # numbers in a run's (T, D): twins read as one pass's rows
+
+
+def stacked(first: dict, second: dict) -> dict:
+    """Two texts' arguments as the rows of one pass (as many tokens each)."""
+    import torch
+
+    return {
+        name: torch.cat([value, second[name]]) if isinstance(value, torch.Tensor) else value
+        for name, value in first.items()
+    }
+
+
 # numbers in a node's (S, D) from which a head carried back in a circuit's pass is held
 # as its (S, Dh) input: below it, widening it at each group that reads it costs more time
 # (SmolLM2 at 14 tokens: a point 10% slower) than the memory saved is worth

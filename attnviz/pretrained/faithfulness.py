@@ -27,6 +27,7 @@ from attnviz.pretrained.edges import (
     first_difference,
     given_back_each_layer,
     groups,
+    stacked,
     users_carried,
 )
 from attnviz.pretrained.effects import last_logits
@@ -75,12 +76,7 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
 
     wiring, graph = twins.wiring, twins.wiring.graph
     start = first_difference(twins.arguments, twins.corrupt_arguments)
-    both = {  # row 0 the corrupted run, row 1 the circuit's
-        name: torch.cat([twins.corrupt_arguments[name], value])
-        if isinstance(value, torch.Tensor)
-        else value
-        for name, value in twins.arguments.items()
-    }
+    both = stacked(twins.corrupt_arguments, twins.arguments)  # rows: corrupted, circuit's
     inside = graph.edges & kept
     changed = _changed(graph, inside)
     users = {int(upstream) for group in changed for upstream in group.carriers}
