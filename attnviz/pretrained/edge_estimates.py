@@ -23,6 +23,7 @@ from attnviz.memory import block_size
 from attnviz.pretrained.differences import matrix_of
 from attnviz.pretrained.edges import QKV, Runs, Wiring, groups, readable
 from attnviz.pretrained.effects import Anatomy, hooked, last_logits
+from attnviz.pretrained.frozen_norms import NormForm, form_of
 from attnviz.pretrained.patching import (
     backward_to,
     recomputed_when_long,
@@ -75,7 +76,7 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
 
     graph, body = runs.wiring.graph, runs.wiring.body
     arguments = {name: value.expand(len(points), -1) for name, value in runs.arguments.items()}
-    readings = _readings(runs.wiring)
+    readings = _readings(runs.wiring, runs.clean_embedded)
     scores = _PointScores(runs, readings, total)
     read: set[int] = set()  # the groups whose gradient is awaited
     leaf: list[torch.Tensor] = []
@@ -165,7 +166,7 @@ class _PointScores:
         before = readable(self.graph, first)  # the upstream nodes before them
         into = self.total[:before, first : first + size]
         residual = self.residuals.pop(point)[:, self.start : self.stop]  # (R, S, D)
-        norm = self.readings[members[0]].norm
+        form = self.readings[members[0]].form
         rows, tokens, width = residual.shape
         widened = before if self.differences.compact else 0  # the rows widened at once
         at_once = block_size(_ELEMENTS_AT_ONCE, residual.device)
@@ -179,7 +180,7 @@ class _PointScores:
                 else piece.new_zeros(rows, piece.shape[1], self.readings[group].size, width)
                 for group in members
             ]
-            inputs = _norm_backward(norm, piece, torch.cat(given, 2))
+            inputs = form.backward(piece, torch.cat(given, 2)).sum(0)  # (s, n, D): rows summed
             difference = self.differences.rows(before, slice(at, at + step))
             into += _contracted(difference, inputs)
 
@@ -211,6 +212,7 @@ class _Reading:
     ``size`` nodes are downstream nodes ``first``…; ``site`` Q, K or V for heads."""
 
     norm: Any
+    form: NormForm
     module: Any
     point: int
     first: int
@@ -232,29 +234,31 @@ class _Reading:
         return torch.einsum("rtnh,dnh->rtnd", per_unit, rows_of)
 
 
-def _norm_backward(norm: Any, residual: torch.Tensor, given: torch.Tensor) -> torch.Tensor:
-    """∂metric/∂in_d for each node of a point, summed over the rows, (T, n, D): ``norm``'s
-    backward at ``residual`` (R, T, D) of what its output gets back, ``given`` (R, T, n, D)."""
+def _readings(wiring: Wiring, like: torch.Tensor) -> list[_Reading]:
+    """Every group's reading, in :func:`groups`' order; each norm's form read from a probe
+    (as wide as ``like``, on its device and in its dtype) once for each class of norm."""
     import torch
 
-    with torch.enable_grad():
-        copies = residual.unsqueeze(2).expand(given.shape).requires_grad_(True)
-        (inputs,) = torch.autograd.grad(norm.forward(copies), copies, given)
-    return inputs.sum(0)
-
-
-def _readings(wiring: Wiring) -> list[_Reading]:
-    """Every group's reading, in :func:`_groups`' order."""
     body, found = wiring.body, []
+    kinds: dict[type, NormForm] = {}
+
+    def form(norm: Any) -> NormForm:
+        if type(norm) not in kinds:
+            probe = torch.linspace(-1.0, 2.0, like.shape[-1], device=like.device, dtype=like.dtype)
+            with torch.no_grad():
+                kinds[type(norm)] = form_of(norm, probe, norm.forward(probe))
+        return kinds[type(norm)].like(norm)
+
     for layer, letter, first, size in groups(wiring.graph):
         if letter in READS:
             site = QKV[letter]
             norm, module = wiring.attention_norms[layer], SITES[site].module(body, layer)
-            found.append(_Reading(norm, module, 2 * layer, first, size, layer, site))
+            reading = _Reading(norm, form(norm), module, 2 * layer, first, size, layer, site)
         else:
             norm = body.norm if letter == LOGITS else wiring.mlp_norms[layer]
             point = 2 * layer + (letter == "m")  # the logits' is 2L
-            found.append(_Reading(norm, norm, point, first, size, layer, None))
+            reading = _Reading(norm, form(norm), norm, point, first, size, layer, None)
+        found.append(reading)
     return found
 
 

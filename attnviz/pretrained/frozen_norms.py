@@ -1,10 +1,12 @@
-"""Norms read as linear maps: a norm's scale frozen at what it was in the clean run, so
-that what one head writes can be followed through it to the logits (direct logit
-attribution; TransformerLens's ``apply_ln=True``)."""
+"""Norms read as what they are, a LayerNorm or an RMSNorm (:class:`NormForm`): as linear
+maps, a norm's scale frozen at what it was in the clean run, so that what one head writes
+can be followed through it to the logits (direct logit attribution; TransformerLens's
+``apply_ln=True``); and their backward written out, for the gradients edges are scored by."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import UsageError
@@ -26,16 +28,83 @@ def norm_form(
     norm: Any, residual: torch.Tensor, normed: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """What ``norm`` did to ``residual`` (..., D), giving ``normed``: its gain (D), its scale
-    for each row (..., 1), float32, and whether it centres. A LayerNorm centres, an RMSNorm
-    does not; whose gain it is (the weight, or Gemma's 1 + weight) is read from the form
-    that gives back what the norm computed."""
+    for each row (..., 1), float32, and whether it centres (:func:`form_of`)."""
+    form = form_of(norm, residual, normed)
+    return form.gain, form.scale(residual.float()), form.centred
+
+
+@dataclass(frozen=True)
+class NormForm:
+    """A LayerNorm (``centred``) or an RMSNorm: gain × (x, centred where it centres) /
+    √(mean square + eps), plus a bias; its gain the weight plus ``offset`` (Gemma's 1)."""
+
+    gain: torch.Tensor  # (D) float32
+    centred: bool
+    eps: float
+    offset: float
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., 1): each row's divisor, x (..., D) float32."""
+        moved = x - x.mean(-1, keepdim=True) if self.centred else x
+        return (moved.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()
+
+    def like(self, norm: Any) -> NormForm:
+        """Another norm of the same kind: its own gain and eps."""
+        return _form(norm, self.centred, self.offset, self.gain)
+
+    def backward(self, x: torch.Tensor, given: torch.Tensor) -> torch.Tensor:
+        """What the norm's input gets back, (..., n, D) float32, from ``given`` (..., n, D),
+        what each of n copies of its output gets, at the input ``x`` (..., D): with x̂ the
+        normed input and r its divisor, (h − mean h (where it centres) − x̂ mean(h x̂)) / r,
+        h = gain × given. Written out: autograd's engine costs a launch-bound GPU more
+        than the arithmetic, once for each group of nodes."""
+        x = x.float()
+        moved = x - x.mean(-1, keepdim=True) if self.centred else x
+        scale = (moved.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # (..., 1)
+        normed = (moved / scale).unsqueeze(-2)  # (..., 1, D)
+        h = given.float() * self.gain  # (..., n, D)
+        if self.centred:
+            h = h - h.mean(-1, keepdim=True)
+        return (h - normed * (h * normed).mean(-1, keepdim=True)) / scale.unsqueeze(-2)
+
+
+def form_of(norm: Any, residual: torch.Tensor, normed: torch.Tensor) -> NormForm:
+    """The form of ``norm``, which gave ``normed`` from ``residual`` (..., D). A LayerNorm
+    centres, an RMSNorm does not; whose gain it is (the weight, or Gemma's 1 + weight) is
+    read from the form that gives back what the norm computed."""
     import torch
 
     x, y = residual.float(), normed.float()
-    weight = getattr(norm, "weight", None)
-    weight = torch.ones(x.shape[-1], device=x.device) if weight is None else weight.float()
+    centred = "layernorm" in type(norm).__name__.lower()
     bias = getattr(norm, "bias", None)
-    shift = torch.zeros_like(weight) if bias is None else bias.float()
+    shift = 0.0 if bias is None else bias.float()
+    # The norm's output was rounded to the model's dtype: bfloat16 keeps 8 bits (2^-8).
+    tolerance = max(1e-3, 2 * torch.finfo(normed.dtype).eps)
+    for offset in (0.0, 1.0):
+        form = _form(norm, centred, offset, x)
+        if torch.allclose(
+            form.gain * (x - x.mean(-1, keepdim=True) if centred else x) / form.scale(x) + shift,
+            y,
+            rtol=tolerance,
+            atol=tolerance * float(y.abs().max()),
+        ):
+            return form
+    raise UsageError(
+        f"attnviz cannot read {type(norm).__name__} as a LayerNorm or an RMSNorm: no "
+        "attribution through it"
+    )
+
+
+def _form(norm: Any, centred: bool, offset: float, like: torch.Tensor) -> NormForm:
+    """``norm``'s form with its gain its weight + ``offset`` (ones where it has no weight,
+    as wide as ``like`` and on its device)."""
+    import torch
+
+    weight = getattr(norm, "weight", None)
+    if weight is None:
+        gain = torch.ones(like.shape[-1], device=like.device)
+    else:
+        gain = weight.float() + offset if offset else weight.float()
     eps = next(
         (
             float(value)
@@ -44,23 +113,7 @@ def norm_form(
         ),
         1e-6,
     )
-    centred = "layernorm" in type(norm).__name__.lower()
-    moved = x - x.mean(-1, keepdim=True) if centred else x
-    scale = (moved.pow(2).mean(-1, keepdim=True) + eps).sqrt()
-    # The norm's output was rounded to the model's dtype: bfloat16 keeps 8 bits (2^-8).
-    tolerance = max(1e-3, 2 * torch.finfo(normed.dtype).eps)
-    for gain in (weight, 1 + weight):
-        if torch.allclose(
-            gain * moved / scale + shift,
-            y,
-            rtol=tolerance,
-            atol=tolerance * float(y.abs().max()),
-        ):
-            return gain, scale, centred
-    raise UsageError(
-        f"attnviz cannot read {type(norm).__name__} as a LayerNorm or an RMSNorm: no "
-        "attribution through it"
-    )
+    return NormForm(gain, centred, eps, offset)
 
 
 def linear_norm(
