@@ -112,11 +112,11 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
                 delta = away  # (1, S, n, D) once a carrier is subtracted
                 for at in range(0, len(carriers), step):
                     part = carriers[at : at + step]
-                    stacked = torch.stack([carried_by(upstream) for upstream in part])  # (k, S, D)
+                    back = torch.stack([carried_by(upstream) for upstream in part])  # (k, S, D)
                     # a matrix product: on small texts an einsum's planning costs more
-                    taken = weights[index][:, at : at + step] @ stacked.flatten(1)  # (n, S × D)
+                    taken = weights[index][:, at : at + step] @ back.flatten(1)  # (n, S × D)
                     # a new (1, S, n, D) the first time, broadcast
-                    delta = delta - taken.view(-1, *stacked.shape[1:]).transpose(0, 1)
+                    delta = delta - taken.view(-1, *back.shape[1:]).transpose(0, 1)
                 return _CIRCUIT_ROW, delta
 
             return add

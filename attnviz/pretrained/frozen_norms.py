@@ -75,6 +75,9 @@ def form_of(norm: Any, residual: torch.Tensor, normed: torch.Tensor) -> NormForm
     import torch
 
     x, y = residual.float(), normed.float()
+    weight = getattr(norm, "weight", None)
+    if weight is not None and tuple(weight.shape) != (x.shape[-1],):  # not a gain
+        raise _not_a_norm(norm)
     centred = "layernorm" in type(norm).__name__.lower()
     bias = getattr(norm, "bias", None)
     shift = 0.0 if bias is None else bias.float()
@@ -89,7 +92,11 @@ def form_of(norm: Any, residual: torch.Tensor, normed: torch.Tensor) -> NormForm
             atol=tolerance * float(y.abs().max()),
         ):
             return form
-    raise UsageError(
+    raise _not_a_norm(norm)
+
+
+def _not_a_norm(norm: Any) -> UsageError:
+    return UsageError(
         f"attnviz cannot read {type(norm).__name__} as a LayerNorm or an RMSNorm: no "
         "attribution through it"
     )
