@@ -241,13 +241,16 @@ def _readings(wiring: Wiring, like: torch.Tensor) -> list[_Reading]:
 
     body, found = wiring.body, []
     kinds: dict[type, NormForm] = {}
+    forms: dict[Any, NormForm] = {}  # each norm's: a layer's queries, keys, values share one
 
     def form(norm: Any) -> NormForm:
         if type(norm) not in kinds:
             probe = torch.linspace(-1.0, 2.0, like.shape[-1], device=like.device, dtype=like.dtype)
             with torch.no_grad():
                 kinds[type(norm)] = form_of(norm, probe, norm.forward(probe))
-        return kinds[type(norm)].like(norm)
+        if norm not in forms:
+            forms[norm] = kinds[type(norm)].like(norm)
+        return forms[norm]
 
     for layer, letter, first, size in groups(wiring.graph):
         if letter in READS:

@@ -45,8 +45,12 @@ class NormForm:
 
     def scale(self, x: torch.Tensor) -> torch.Tensor:
         """(..., 1): each row's divisor, x (..., D) float32."""
+        return self._moved_and_scale(x)[1]
+
+    def _moved_and_scale(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x centred where the norm centres, (..., D), and each row's divisor, (..., 1)."""
         moved = x - x.mean(-1, keepdim=True) if self.centred else x
-        return (moved.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()
+        return moved, (moved.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()
 
     def like(self, norm: Any) -> NormForm:
         """Another norm of the same kind: its own gain and eps."""
@@ -58,9 +62,7 @@ class NormForm:
         normed input and r its divisor, (h − mean h (where it centres) − x̂ mean(h x̂)) / r,
         h = gain × given. Written out: autograd's engine costs a launch-bound GPU more
         than the arithmetic, once for each group of nodes."""
-        x = x.float()
-        moved = x - x.mean(-1, keepdim=True) if self.centred else x
-        scale = (moved.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # (..., 1)
+        moved, scale = self._moved_and_scale(x.float())  # (..., D), (..., 1)
         normed = (moved / scale).unsqueeze(-2)  # (..., 1, D)
         h = given.float() * self.gain  # (..., n, D)
         if self.centred:
@@ -85,8 +87,9 @@ def form_of(norm: Any, residual: torch.Tensor, normed: torch.Tensor) -> NormForm
     tolerance = max(1e-3, 2 * torch.finfo(normed.dtype).eps)
     for offset in (0.0, 1.0):
         form = _form(norm, centred, offset, x)
+        moved, scale = form._moved_and_scale(x)
         if torch.allclose(
-            form.gain * (x - x.mean(-1, keepdim=True) if centred else x) / form.scale(x) + shift,
+            form.gain * moved / scale + shift,
             y,
             rtol=tolerance,
             atol=tolerance * float(y.abs().max()),
