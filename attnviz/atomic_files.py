@@ -5,6 +5,7 @@ work."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -33,9 +34,10 @@ def open_output(
     A regular file (or none yet) is written under a temporary name in its own
     folder and renamed into place on success, keeping an existing file's
     permission bits; on any failure the temporary file is removed, so an
-    interrupted write never leaves a truncated file. A character device, FIFO
-    or socket (``/dev/null``, ``/dev/stdout``, a named pipe) is written
-    through, never replaced. A symbolic link is followed to its target, which
+    interrupted write never leaves a truncated file. A character device or FIFO
+    (``/dev/null``, ``/dev/stdout``, a named pipe that a process reads) is written
+    through, never replaced; a block device, a socket and a FIFO nobody reads are
+    refused. A symbolic link is followed to its target, which
     is replaced atomically; with ``follow_links=False`` (a batch's own folder)
     the link itself is replaced, so nothing lands outside the folder.
     ``before_rename`` is given the whole temporary file just before it takes its name
@@ -141,7 +143,10 @@ def check_writable(destination: str | Path) -> None:
     it is opened and abandoned, which removes its temporary file and leaves whatever
     the name held untouched. The temporary files an earlier writer of the same name
     left when it was killed (nothing could remove them then) are removed now."""
-    if str(destination) == STDIO or _is_special(Path(destination)):
+    if str(destination) == STDIO:
+        return
+    if _is_special(Path(destination)):
+        _check_special(Path(destination))
         return
     with contextlib.suppress(_Probe), open_output(destination, binary=True):
         raise _Probe
@@ -160,12 +165,37 @@ def _is_special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _check_special(path: Path) -> None:
+    """Refuse a special file that is no place for output: a block device (a disk, which
+    would be written over) or a socket (which cannot be opened). A character device
+    (``/dev/null``, a terminal) and a FIFO are written through; whether a FIFO has a
+    reader is found when it is written (opening it to look would end its reader's read)."""
+    mode = path.stat().st_mode
+    if stat.S_ISBLK(mode):
+        raise UsageError(f"cannot write {path}: it is a block device; give a file name")
+    if stat.S_ISSOCK(mode):
+        raise UsageError(f"cannot write {path}: it is a socket; give a file name")
+
+
 def _write_through(path: Path, binary: bool) -> Iterator[IO[Any]]:
+    """A device or FIFO written in place. A FIFO that no process reads is refused at once,
+    never waited for: opening it to write would block until a reader came."""
+    _check_special(path)
+    fifo = stat.S_ISFIFO(path.stat().st_mode)
     try:
-        out = path.open("wb") if binary else path.open("w", encoding="utf-8")
+        descriptor = os.open(path, os.O_WRONLY | (os.O_NONBLOCK if fifo else 0))
     except OSError as error:
+        if fifo and error.errno == errno.ENXIO:
+            raise AttnvizError(
+                f"cannot write {path}: it is a named pipe that no process reads; start its "
+                "reader first, or give a file name"
+            ) from None
         raise AttnvizError(f"cannot write {path}: {error.strerror}") from None
-    with out:
+    if fifo:
+        os.set_blocking(descriptor, True)  # a reader is there: wait on it as it reads
+    with os.fdopen(
+        descriptor, "wb" if binary else "w", encoding=None if binary else "utf-8"
+    ) as out:
         yield cast(IO[Any], WholeWrites(out))
 
 

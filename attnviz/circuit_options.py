@@ -18,12 +18,12 @@ class CircuitOptions:
     """Edges scored by ``method`` (``steps`` points for ``ig``; ``refine`` K: the top K
     of an estimate computed exactly); the circuit of the ``edges`` largest |scores| (an
     int, ``"all"``, or None: 100, or every edge where there are fewer) measured for its
-    faithfulness, and each size of ``curve`` too."""
+    faithfulness, and each size of ``curve`` too (ints or ``"all"``, each measured once)."""
 
     method: CircuitMethod = CircuitMethod.GRADIENT
     steps: int | None = None
     edges: int | str | None = None
-    curve: tuple[int, ...] = ()
+    curve: tuple[int | str, ...] = ()
     refine: int | None = None
 
     def __post_init__(self) -> None:
@@ -44,27 +44,42 @@ class CircuitOptions:
             _count(self.edges, "--edges", least=0)
         curve = tuple(self.curve)
         for size in curve:
-            _count(size, "--curve", least=0)
-        object.__setattr__(self, "curve", tuple(sorted(set(curve))))
+            if size != ALL:
+                _count(size, "--curve", least=0)
+        # a size given twice is one circuit: sorted, "all" last
+        once = sorted(set(curve), key=lambda size: (size == ALL, 0 if size == ALL else size))
+        object.__setattr__(self, "curve", tuple(once))
 
     def kept(self, count: int) -> int:
         """How many edges the circuit keeps, in a graph of ``count`` edges."""
         if self.edges is None:
             return min(DEFAULT_EDGES, count)
-        return count if self.edges == ALL else self.fitting(int(self.edges), count, "--edges")
+        return count if self.edges == ALL else _fitting(int(self.edges), count, "--edges")
 
     def sizes(self, count: int) -> list[int]:
-        """The curve's sizes, each checked against the graph's ``count`` edges."""
-        return [self.fitting(size, count, "--curve") for size in self.curve]
+        """The curve's sizes in a graph of ``count`` edges, each checked, each once."""
+        sizes = (
+            count if size == ALL else _fitting(int(size), count, "--curve") for size in self.curve
+        )
+        return list(dict.fromkeys(sizes))
 
-    @staticmethod
-    def fitting(size: int, count: int, option: str) -> int:
-        if size > count:
-            raise UsageError(
-                f"{option} {size} is more edges than the model's graph has ({count:,}): give "
-                f"at most {count:,}, or {ALL}"
-            )
-        return size
+    def refined(self, count: int) -> int | None:
+        """How many of the estimate's top edges are computed again exactly, checked against
+        the graph's ``count`` edges."""
+        if self.refine is None:
+            return None
+        return _fitting(self.refine, count, "--refine", whole="--method exact")
+
+
+def _fitting(size: int, count: int, option: str, whole: str = ALL) -> int:
+    """``size`` edges of a graph of ``count``; more is refused, naming ``whole``, what asks
+    for every edge."""
+    if size > count:
+        raise UsageError(
+            f"{option} {size} is more edges than the model's graph has ({count:,}): give "
+            f"at most {count:,}, or {whole}"
+        )
+    return size
 
 
 def _count(value: object, option: str, least: int) -> None:

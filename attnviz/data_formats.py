@@ -50,17 +50,25 @@ def dump_json(document: Any) -> str:
     return _HIDDEN_IN_JSON.sub(lambda found: f"\\u{ord(found[0]):04x}", text) + "\n"
 
 
+# A JSON string, or a negative zero standing as a number (-0.0 is written as 0.0: a zero
+# difference has no sign worth showing, and "-0.0" reads as a negative result).
+_STRING_OR_NEGATIVE_ZERO = re.compile(r'"(?:[^"\\]|\\.)*"|-0\.0(?![0-9eE])')
+
+
 def strict_json(value: Any, ensure_ascii: bool = True) -> str:
-    """``value`` as compact JSON, a non-finite number refused: what every JSON attnviz
-    writes goes through (a row of weights, numbers alone, needs no scan for hidden
-    characters; the page's data is ASCII)."""
+    """``value`` as compact JSON, a non-finite number refused and a negative zero written
+    as 0.0: what every JSON attnviz writes goes through (a row of weights, numbers alone,
+    needs no scan for hidden characters; the page's data is ASCII)."""
     try:
-        return json.dumps(value, ensure_ascii=ensure_ascii, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, ensure_ascii=ensure_ascii, separators=(",", ":"), allow_nan=False)
     except ValueError:
         raise AttnvizError(
             "a result holds a number that is not finite (NaN or infinity), which JSON cannot "
             "hold: nothing was written (see the model's weights)"
         ) from None
+    if "-0.0" not in text:
+        return text
+    return _STRING_OR_NEGATIVE_ZERO.sub(lambda found: found[0].lstrip("-"), text)
 
 
 def write_json(maps: AttentionMaps, out: IO[bytes]) -> None:
@@ -94,21 +102,37 @@ def _row_separator(index: int, shape: tuple[int, ...]) -> bytes:
     return b"]" * ended + b"," + b"[" * ended
 
 
+# A text cell a spreadsheet would read as a formula: one that begins with =, +, - or @
+# (after any apostrophes, so that the rule reads back: see csv_text).
+_FORMULA = re.compile(r"'*[=+\-@]")
+
+
+def csv_text(text: str) -> str:
+    """A text cell of CSV: shown as the terminal shows it (control characters made
+    visible), and never a formula: a cell a spreadsheet would run (``=cmd|calc``,
+    ``+1``, ``-x``, ``@SUM``) gets an apostrophe before it, which spreadsheets hide.
+    To read a cell back, drop the first character of a cell that is apostrophes and then
+    one of ``=+-@`` (the rule's cells, and only they, begin so)."""
+    shown = display_label(text)
+    return f"'{shown}" if _FORMULA.match(shown) else shown
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, str):
+        return csv_text(value)
+    return value + 0.0 if isinstance(value, float) else value  # -0.0 written as 0.0
+
+
 def dump_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str], delimiter: str = ",") -> str:
     """Rows of a table as CSV with a header line, lines ended as the maps' CSV ends them.
-    Every text cell (a token, a text, a model's name) is written as the terminal shows
-    it, control characters made visible, as the maps' CSV writes its tokens: every
-    command's table comes through here."""
+    Every text cell (a token, a text, a model's name) is :func:`csv_text`, as the maps'
+    CSV writes its tokens: every command's table comes through here."""
     buffer = io.StringIO()
     writer = csv.DictWriter(
         buffer, fieldnames=list(columns), delimiter=delimiter, lineterminator="\n"
     )
     writer.writeheader()
-    writer.writerows(
-        {name: display_label(value) if isinstance(value, str) else value
-         for name, value in row.items()}
-        for row in rows
-    )  # fmt: skip
+    writer.writerows({name: _csv_cell(value) for name, value in row.items()} for row in rows)
     return buffer.getvalue()
 
 
@@ -157,12 +181,12 @@ def write_csv_rows(
     out: IO[str], maps: AttentionMaps, input_index: int, delimiter: str = ","
 ) -> None:
     """The long form of one input: a row per (layer, head, query, key), its cells
-    separated by ``delimiter``. Tokens are written as the terminal shows them, control
-    characters made visible: CSV is read on terminals, and a token is never an
-    instruction to one."""
+    separated by ``delimiter``. Tokens are :func:`csv_text`: written as the terminal
+    shows them, control characters made visible (CSV is read on terminals, and a token is
+    never an instruction to one), and never a spreadsheet's formula."""
     writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
-    query_tokens = [display_label(token) for token in maps.query_tokens]
-    key_tokens = [display_label(token) for token in maps.key_tokens]
+    query_tokens = [csv_text(token) for token in maps.query_tokens]
+    key_tokens = [csv_text(token) for token in maps.key_tokens]
     # A row's query_index is its token's position, as json and npz record it (chosen rows
     # keep their positions; every row is its own position otherwise).
     positions = maps.query_positions or range(len(query_tokens))
@@ -297,7 +321,9 @@ def _npy_member(archive: zipfile.ZipFile, member: str, name: str) -> np.ndarray:
 
 
 def cell_texts(matrix: np.ndarray) -> np.ndarray:
-    """Each weight as text: float16 with its own shortest digits, float32 with eight."""
+    """Each weight as text: float16 with its own shortest digits, float32 with eight; a
+    negative zero (a difference of maps) as 0."""
+    matrix = matrix + matrix.dtype.type(0)  # -0.0 + 0.0 is 0.0
     if matrix.dtype == np.float16:
         return matrix.astype(str)
     return np.char.mod("%.8g", matrix)

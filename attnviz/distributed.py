@@ -47,6 +47,7 @@ from attnviz.request import Input
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
+    from attnviz.analysis.graph import Graph
     from attnviz.batch.inputs import BatchInput
     from attnviz.batch.run import BatchWork, Tally
     from attnviz.batch.writing import Outputs
@@ -398,6 +399,7 @@ class CircuitWorker:
             "exact": lambda: circuit.exact_summed(self.runs_of, pairs, argument),
             "measured": lambda: circuit.measured_summed(self.runs_of, pairs, argument),
             "promoted": lambda: circuit.promoted(self.extractor, argument),
+            "graph": lambda: circuit.graph_of_model(self.extractor),
         }
         with _warnings_kept() as said:
             try:
@@ -447,6 +449,10 @@ class RayPhases:
                 raise value
             found.append(value)
         return found
+
+    def graph(self) -> Graph:
+        (graph,) = self._summed("graph", None, first_only=True)
+        return graph
 
     def scored(self, method: CircuitMethod, steps: int | None) -> circuit.Scored:
         parts = self._summed("scored", (method, steps))

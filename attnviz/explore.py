@@ -209,7 +209,7 @@ class ExploreApp(App[None]):
         lines = [Text(f"layer {layer} · head {head}", style="bold")]
         for name in EXPLORED:
             value = stats[name]
-            lines.append(Text(f"{name:>9}  {'–' if value is None else f'{value:.3f}'}"))
+            lines.append(Text(f"{name:>9}  {'–' if value is None else f'{value:z.3f}'}"))
         lines.append(Text(f"{'top key':>9}  {display_label(stats.top_key)}"))
         return Group(*lines)
 

@@ -113,7 +113,7 @@ class Extractor(ABC):
                 or request.lens
                 or request.circuit is not None
             ):
-                raise no_next_token(self.name)
+                raise no_next_token(self.name, request.next_token_reader)
             for each, maps in zip(chunk, self._extract_many(chunk, request), strict=True):
                 table = HeadTable.of(maps) if request.statistics else None
                 yield Result(each, maps if request.maps else None, table)
@@ -266,7 +266,7 @@ class Extractor(ABC):
         method: CircuitMethod | str = CircuitMethod.GRADIENT,
         steps: int | None = None,
         edges: int | str | None = None,
-        curve: Sequence[int] = (),
+        curve: Sequence[int | str] = (),
         refine: int | None = None,
         progress: Listener | None = None,
         **options: Any,
@@ -276,7 +276,8 @@ class Extractor(ABC):
         when that edge alone carries the corrupted run's value, by ``method`` ("exact",
         "gradient": EAP, "ig": EAP-IG with ``steps`` points; ``refine`` K: the estimate's
         top K again exactly); the circuit of the ``edges`` largest |scores| (100 by
-        default, "all", 0…) and its faithfulness, and each size of ``curve``. One
+        default, "all", 0…) and its faithfulness, and each size of ``curve`` (sizes or "all",
+        each measured once). One
         ``text`` with its ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a
         mapping of text, answer, versus, corrupt): every score the mean over them. A
         causal language model only."""
@@ -317,7 +318,7 @@ class Extractor(ABC):
     ) -> Circuit:
         """What :meth:`circuit` asks, its inputs checked (``names`` say each in an
         error)."""
-        raise no_next_token(self.name)
+        raise no_next_token(self.name, request.next_token_reader)
 
     def knockout(
         self,
@@ -443,10 +444,11 @@ def pair_error(error: Exception, index: int, count: int, names: list[str] | None
     return f"{names[index] if names else f'pair {index + 1}'}: {error}"
 
 
-def no_next_token(model: str) -> UsageError:
-    """The refusal of an answer by a model that predicts no next token."""
+def no_next_token(model: str, reader: str = "--answer") -> UsageError:
+    """The refusal by a model that predicts no next token of what reads one: ``reader``
+    names what was asked (``--answer``, ``the lens``)."""
     return UsageError(
-        f"{model} has no next token to read: --answer needs a causal language model "
+        f"{model} has no next token to read: {reader} needs a causal language model "
         "(--model smollm2, a GPT-2 or Llama folder); the built-in stack has no unembedding"
     )
 

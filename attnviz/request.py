@@ -204,6 +204,18 @@ class Request:
             )
 
     @property
+    def next_token_reader(self) -> str:
+        """What of this request reads a model's next token, as a refusal by a model
+        without one names it: the lens, a circuit, a trace, or the answer."""
+        if self.lens:
+            return "the lens"
+        if self.circuit is not None:
+            return "a circuit"
+        if self.trace is not None:
+            return "a trace"
+        return "--answer"
+
+    @property
     def whole(self) -> bool:
         """True when every query row of every map is asked for, unpooled."""
         return self.rows is None and self.pool is None

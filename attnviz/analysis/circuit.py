@@ -40,7 +40,9 @@ def faithfulness_of(circuit: float, clean: float, corrupt: float) -> float | Non
     """(m(circuit) − m(corrupt)) / (m(clean) − m(corrupt)); None where the corruption
     changes nothing (no fraction of 0 is defined)."""
     taken = clean - corrupt
-    return None if taken == 0 else (circuit - corrupt) / taken
+    if taken == 0:
+        return None
+    return (circuit - corrupt) / taken + 0.0  # + 0.0: no -0.0 where the circuit is corrupt
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Circuit(Drawn):
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
-        faithful = "" if self.faithfulness is None else f", faithfulness {self.faithfulness:.3f}"
+        faithful = "" if self.faithfulness is None else f", faithfulness {self.faithfulness:z.3f}"
         return (
             f"<Circuit of {self.model}: {self.graph.count:,} edges by {self.method.value}, "
             f"{self.pairs} pair{'s' if self.pairs != 1 else ''}; {self.kept} kept{faithful}>"

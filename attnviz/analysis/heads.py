@@ -113,7 +113,7 @@ class Answer:
         change = self.clean_metric - self.corrupt_metric
         if change == 0:
             raise UsageError(
-                f"the corrupted text leaves the metric as it was ({self.clean_metric:.4g}): no "
+                f"the corrupted text leaves the metric as it was ({self.clean_metric:z.4g}): no "
                 "fraction of its change can be recovered (--normalize needs a corruption "
                 "that moves it)"
             )
@@ -181,7 +181,7 @@ class HeadEffects(Drawn):
         )
         return (
             f"<HeadEffects on answer {self.on.answer_token!r} (log-probability "
-            f"{self.on.log_prob:.3f}): {len(self.layers)} layers × {len(self.heads)} heads, "
+            f"{self.on.log_prob:z.3f}): {len(self.layers)} layers × {len(self.heads)} heads, "
             f"{columns}>"
         )
 
@@ -516,7 +516,7 @@ class TopHeads:
         panels = []
         for layer, head in (ranked + missing)[: self.count]:
             value = values[layer, head]  # None: one token has no previous token
-            shown = "–" if value is None else f"{value:.3f}"
+            shown = "–" if value is None else f"{value:z.3f}"
             title = f"layer {layer} · head {head} · {self.by} {shown}"
             panels.append(held[layer, head]._replace(title=title))
         return panels

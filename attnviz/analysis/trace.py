@@ -57,7 +57,7 @@ class Trace(Drawn):
         sizes = zip(self.axes, self.effect.shape, strict=True)
         return (
             f"<Trace at {self.site.value} of {self.model}: answer {on.answer_token!r}, clean "
-            f"{on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}; "
+            f"{on.clean_metric:z.3f}, corrupted {on.corrupt_metric:z.3f}; "
             + " × ".join(f"{size} {axis}s" for axis, size in sizes)
             + ">"
         )

@@ -88,7 +88,8 @@ CurveOption = Annotated[
     typer.Option(
         "--curve",
         metavar="N,N,…",
-        help="Measure the faithfulness of the circuits of these sizes too (10,30,100,300).",
+        help=f"Measure the faithfulness of the circuits of these sizes too (10,30,100,300; "
+        f"{ALL}: every edge); a size given twice is measured once.",
     ),
 ]
 RowsOption = Annotated[int, typer.Option("--rows", min=1, help="How many edges the table shows.")]
@@ -156,7 +157,7 @@ def circuit(
         # numpy: after the options are checked (a usage error loads none)
         from attnviz.extractor import no_next_token
 
-        raise no_next_token(d.BUILTIN)
+        raise no_next_token(d.BUILTIN, "a circuit")
     if output is not None:
         check_writable(output)  # before the model loads
     if inputs is None:
@@ -207,14 +208,14 @@ def _edges(value: str | None) -> int | str | None:
         raise UsageError(f"--edges is a number of edges or {ALL}, not {value!r}") from None
 
 
-def _sizes(value: str | None) -> tuple[int, ...]:
+def _sizes(value: str | None) -> tuple[int | str, ...]:
     if value is None:
         return ()
     try:
-        return tuple(int(part) for part in value.split(","))
+        return tuple(part if part == ALL else int(part) for part in value.split(","))
     except ValueError:
         raise UsageError(
-            f"--curve is numbers of edges with commas between, not {value!r}"
+            f"--curve is numbers of edges (or {ALL}) with commas between, not {value!r}"
         ) from None
 
 

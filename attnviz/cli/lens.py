@@ -69,7 +69,7 @@ def lens(
         # numpy: after the options are checked (a usage error loads none)
         from attnviz.extractor import no_next_token
 
-        raise no_next_token(d.BUILTIN)
+        raise no_next_token(d.BUILTIN, "the lens")
     if output is not None:
         check_writable(output)  # before the model loads
     extractor = asked.open(shared.environment)

@@ -362,7 +362,7 @@ def rows_table(**options: Any) -> Table:
 def number(value: float) -> str:
     """A statistic for a person to read: three decimals below 100, one from there on (a
     distance of 1028.5 tokens), so that a column of them keeps to eight characters."""
-    return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
+    return f"{value:z.3f}" if abs(value) < 100 else f"{value:z.1f}"
 
 
 def column_header(name: str) -> str:

@@ -161,7 +161,7 @@ def answered(extractor: PretrainedExtractor, given: Input, request: Request) -> 
     assert given.answer is not None  # asked of inputs with an answer
     if given.target is not None or given.pair is not None:
         raise UsageError("effects on an answer read one text: no target, no sentence pair")
-    body = anatomy_of(loaded)
+    body = anatomy_of(loaded, request.next_token_reader)
     mode, modules, layers, inputs = extractor._prepared([given], request)
     side = inputs.keys[0]
     answer_id = answer_token(loaded, side, given.answer)
@@ -354,7 +354,7 @@ def lensed(extractor: PretrainedExtractor, given: Input, request: Request) -> Le
     loaded = extractor.loaded
     if given.target is not None or given.pair is not None:
         raise UsageError("the logit lens reads one text: no target, no sentence pair")
-    body = anatomy_of(loaded)
+    body = anatomy_of(loaded, request.next_token_reader)
     _, _, layers, inputs = extractor._prepared([given], request)
     side = inputs.keys[0]
     answer_id = None if given.answer is None else answer_token(loaded, side, given.answer)

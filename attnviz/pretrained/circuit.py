@@ -7,7 +7,7 @@ into means and the circuit."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -91,6 +91,10 @@ class Phases(Protocol):
     """The passes over every pair, each giving back its sum: in this process
     (:class:`Here`), or spread over Ray workers (``attnviz.distributed``)."""
 
+    def graph(self) -> Graph:
+        """The model's graph, read before any pass."""
+        ...
+
     def scored(self, method: CircuitMethod, steps: int | None) -> Scored: ...
 
     def exact(self, edges: list[Edge]) -> np.ndarray:
@@ -107,29 +111,33 @@ class Phases(Protocol):
 
 
 def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
-    """The circuit the options ask, from the passes over the pairs."""
+    """The circuit the options ask, from the passes over the pairs (its sizes checked
+    against the model's graph before any pass)."""
+    edge_count = phases.graph().count
+    kept, sizes = options.kept(edge_count), options.sizes(edge_count)
+    refine = options.refined(edge_count)
     scored = phases.scored(options.method, options.steps)
     count, graph = scored.pairs, scored.graph
-    kept, sizes = options.kept(graph.count), options.sizes(graph.count)
     scores, exact = scored.scores / count, None
-    if options.refine is not None:
+    if refine is not None:
         upstream, downstream = ranked(graph, scores)
         chosen = [(int(u), int(d)) for u, d in zip(upstream, downstream, strict=True)]
-        chosen = chosen[: options.refine]
+        chosen = chosen[:refine]
         values = phases.exact(chosen) / count
         exact = np.zeros(graph.edges.shape, dtype=bool)
         for (u, d), value in zip(chosen, values, strict=True):
             scores[u, d], exact[u, d] = value, True
     clean, corrupt = scored.clean / count, scored.corrupt / count
-    # every edge kept is the clean run and none the corrupted, by definition: not run
+    # every edge kept is the clean run and none the corrupted, by definition: not run;
+    # a size asked twice (the circuit's own among the curve's) is measured once
     every = [kept, *sizes]
-    between = [size for size in every if 0 < size < graph.count]
-    measured: Iterator[float] = iter([])
+    between = sorted({size for size in every if 0 < size < graph.count})
+    measured: dict[int, float] = {}
     if between:
-        measured = iter(phases.measured(kept_masks(graph, scores, between)) / count)
+        found = phases.measured(kept_masks(graph, scores, between)) / count
+        measured = dict(zip(between, found.tolist(), strict=True))
     metrics = [
-        clean if size == graph.count else corrupt if size == 0 else float(next(measured))
-        for size in every
+        clean if size == graph.count else corrupt if size == 0 else measured[size] for size in every
     ]
     faithful = [faithfulness_of(metric, clean, corrupt) for metric in metrics]
     if faithful[0] is None:
@@ -307,6 +315,11 @@ def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.n
     return np.sum(found, axis=0)
 
 
+def graph_of_model(extractor: PretrainedExtractor) -> Graph:
+    """The graph of the extractor's model, read from its modules (no text is run)."""
+    return graph_of(anatomy_of(extractor.loaded, "a circuit"))
+
+
 def promoted(extractor: PretrainedExtractor, last: np.ndarray) -> tuple[str, ...]:
     """Each upstream node's token promoted most: its mean output at the last position,
     (U, D), read through the unembedding."""
@@ -336,6 +349,9 @@ class Here:
     def _passing(self, run: Callable[[], Any]) -> Any:
         with forward(self.extractor.loaded):
             return run()
+
+    def graph(self) -> Graph:
+        return graph_of_model(self.extractor)
 
     def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
         return self._passing(lambda: scored(self.runs_of, self.pairs, method, steps))

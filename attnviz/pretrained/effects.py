@@ -73,9 +73,10 @@ class Anatomy:
         return _head_size(int(inputs), self.heads)
 
 
-def anatomy_of(loaded: PretrainedModel) -> Anatomy:
+def anatomy_of(loaded: PretrainedModel, reader: str = "--answer") -> Anatomy:
     """The modules a head's effect passes through; a usage error for a model that has no
-    answer to read (an encoder, an encoder-decoder, a decoder without its head)."""
+    answer to read (an encoder, an encoder-decoder, a decoder without its head), naming
+    what would have read it (``reader``: ``--answer``, ``the lens``)."""
     model = loaded.model
     unembedding = model.get_output_embeddings()
     if loaded.family is not Family.DECODER or unembedding is None:
@@ -85,7 +86,7 @@ def anatomy_of(loaded: PretrainedModel) -> Anatomy:
             else f"an {loaded.family.value} model"
         )
         raise UsageError(
-            f"{loaded.name} is {what}: --answer reads the next token of a causal language "
+            f"{loaded.name} is {what}: {reader} reads the next token of a causal language "
             "model (GPT-2, Llama, SmolLM2, …)"
         )
     names = {module: name for name, module in model.named_modules()}

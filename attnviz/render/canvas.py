@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Output
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, warn
 from attnviz.panels import notes_of, query_labels_of
 from attnviz.render.layout import GridShape, grid_layout, head_layout
 from attnviz.render.png import encode_png
@@ -83,6 +83,30 @@ def drawing(missing_glyphs: set[str]) -> Iterator[None]:
         for caught_warning in caught
         if (match := _MISSING_GLYPH.search(str(caught_warning.message)))
     )
+
+
+def warn_missing(missing: set[str]) -> None:
+    """One line naming the characters no installed font has (drawn as boxes)."""
+    shown = "".join(sorted(missing)[:20]) + ("…" if len(missing) > 20 else "")
+    warn(
+        f"no installed font has {len(missing)} of the characters ({shown}); they are drawn "
+        "as boxes. Install a font that covers them, such as Noto Sans CJK or Noto Color Emoji."
+    )
+
+
+def saved(figure: Any, picture: Output, laid_out: bool = False) -> bytes:
+    """A figure written in ``picture``'s format, laid out first unless ``laid_out`` (its
+    room set by hand): the characters no font has, met in either, said in one warning,
+    not as matplotlib's warning per glyph."""
+    missing: set[str] = set()
+    out = io.BytesIO()
+    with drawing(missing):
+        if not laid_out:
+            figure.tight_layout()
+        figure.savefig(out, format=picture.value, metadata=metadata(picture))
+    if missing:
+        warn_missing(missing)
+    return out.getvalue()
 
 
 def fit_text(text: Any, renderer: Any, room: float, largest: float, cut: bool = True) -> bool:

@@ -11,7 +11,8 @@ import numpy as np
 
 from attnviz.analysis.heads import MEASURE_NAMES
 from attnviz.choices import CIRCUIT_METHOD_LABELS, MEASURES, CircuitMethod, Measure, Output
-from attnviz.render.effects import DEFAULT_STYLE, _figure, _saved, diverging, wrapped
+from attnviz.render.canvas import saved
+from attnviz.render.effects import DEFAULT_STYLE, _figure, diverging, wrapped
 from attnviz.render.style import Style, token_label
 
 if TYPE_CHECKING:
@@ -41,10 +42,10 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
     """The circuit's faithfulness, and its curve's, in words."""
 
     def said(value: float | None) -> str:
-        return "not defined (the corruption changes nothing)" if value is None else f"{value:.3f}"
+        return "not defined (the corruption changes nothing)" if value is None else f"{value:z.3f}"
 
     lines = [
-        f"clean {circuit.clean_metric:.4f}, corrupted {circuit.corrupt_metric:.4f}; "
+        f"clean {circuit.clean_metric:z.4f}, corrupted {circuit.corrupt_metric:z.4f}; "
         f"circuit of {circuit.kept:,} of {circuit.graph.count:,} edges: faithfulness "
         f"{said(circuit.faithfulness)}"
     ]
@@ -73,7 +74,7 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
             str(rank),
             first,
             then,
-            Text(f"{score:+.4f}", style=f"on rgb({red},{green},{blue})"),
+            Text(f"{score:+z.4f}", style=f"on rgb({red},{green},{blue})"),
         ]
         if refined:
             assert circuit.exact is not None
@@ -174,7 +175,7 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
     if title:
         axes.set_title(wrapped(title, int(figure.get_figwidth() * 8)), fontsize=small + 1)
     _curve(curve, circuit, small)
-    return _saved(figure, picture)
+    return saved(figure, picture)
 
 
 def _curve(axes: Any, circuit: Circuit, small: int) -> None:

@@ -4,7 +4,6 @@ and a heads table's layers × heads grid of one effect (the IOI paper's figure).
 
 from __future__ import annotations
 
-import io
 import re
 import textwrap
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from attnviz.atomic_files import open_output
 from attnviz.choices import Output, chosen
 from attnviz.errors import UsageError
 from attnviz.outputs import PICTURES, output_of_file
-from attnviz.render.canvas import drawing, metadata
+from attnviz.render.canvas import saved
 from attnviz.render.image import Picture
 from attnviz.render.style import FIGURE_OPTIONS, Style, token_label
 from attnviz.selection import index_span
@@ -65,7 +64,7 @@ def _title(trace: Trace) -> str:
         + (" by position" if trace.by_position else "")
         + f" · answer {on.answer_token!r} · "
         f"{metric_of(on)}: "
-        f"clean {on.clean_metric:.3f}, corrupted {on.corrupt_metric:.3f}"
+        f"clean {on.clean_metric:z.3f}, corrupted {on.corrupt_metric:z.3f}"
         + (" · gradient estimate" if on.method.value == "gradient" else "")
         + (" · as the fraction recovered" if on.normalized else "")
     )
@@ -114,7 +113,7 @@ def trace_table(trace: Trace, width: int) -> RenderableType:
             red, green, blue = diverging(float(value), largest)
             ink = "black" if red + green + blue > 380 else "white"
             style = Style(color=Color.parse(ink), bgcolor=Color.from_rgb(red, green, blue))
-            line.append(f"{value:+.3f}"[: _CELL - 1].rjust(_CELL - 1), style=style)
+            line.append(f"{value:+z.3f}"[: _CELL - 1].rjust(_CELL - 1), style=style)
             line.append(" ")
         lines.append(line)
     said = (
@@ -234,16 +233,7 @@ def _diverging_picture(
     bar = figure.colorbar(image, ax=axes)
     bar.ax.tick_params(labelsize=small)
     bar.set_label(unit, fontsize=small)
-    return _saved(figure, picture)
-
-
-def _saved(figure: Any, picture: Output) -> bytes:
-    """A figure laid out and written in ``picture``'s format."""
-    figure.tight_layout()
-    out = io.BytesIO()
-    with drawing(set()):
-        figure.savefig(out, format=picture.value, metadata=metadata(picture))
-    return out.getvalue()
+    return saved(figure, picture)
 
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
@@ -326,7 +316,7 @@ def knockout_picture(knockout: Knockout, picture: Output, style: Style = DEFAULT
     title = style.titles(default)
     if title:
         axes.set_title(wrapped(title, int(figure.get_figwidth() * 11)), fontsize=small + 1)
-    return _saved(figure, picture)
+    return saved(figure, picture)
 
 
 def save_figure(path: str | Path, draw: Callable[[Output], Picture]) -> None:

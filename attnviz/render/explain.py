@@ -27,8 +27,8 @@ def _number(value: float, step: str) -> str:
     if step == "mask":
         return "0"
     if step == "weights":  # probabilities: no sign to read past
-        return f"{value:.2f}"
-    return f"{value:+.2f}".replace("-", "−")
+        return f"{value:z.2f}"
+    return f"{value:+z.2f}".replace("-", "−")
 
 
 def _keep(count: int, room: int) -> list[int | None]:

@@ -21,21 +21,13 @@ from typing import TYPE_CHECKING
 from attnviz.choices import Output, View
 from attnviz.errors import UsageError, warn
 from attnviz.panels import notes_of, panels_of, query_labels_of
-from attnviz.render.canvas import GridCanvas, HeadCanvas
+from attnviz.render.canvas import GridCanvas, HeadCanvas, warn_missing
 from attnviz.render.layout import GridShape, grid_shape
 from attnviz.render.style import MAX_LABEL, VALUES_UP_TO, Frame, Style, token_label
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
     from attnviz.panels import MapPanel
-
-
-def warn_missing(missing: set[str]) -> None:
-    shown = "".join(sorted(missing)[:20]) + ("…" if len(missing) > 20 else "")
-    warn(
-        f"no installed font has {len(missing)} of the characters ({shown}); they are drawn "
-        "as boxes. Install a font that covers them, such as Noto Sans CJK or Noto Color Emoji."
-    )
 
 
 class Painter:

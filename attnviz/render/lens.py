@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Output
-from attnviz.render.effects import DEFAULT_STYLE, _figure, _saved, wrapped
+from attnviz.render.canvas import saved
+from attnviz.render.effects import DEFAULT_STYLE, _figure, wrapped
 from attnviz.render.style import Style, token_label
 
 if TYPE_CHECKING:
@@ -66,9 +67,9 @@ def lens_table(lens: Lens, width: int) -> RenderableType:
         best = np.unravel_index(int(np.argmax(lens.answer)), lens.answer.shape)
         lines.append(Text(
             f"the answer {lens.answer_token!r} is likeliest at layer {lens.layers[best[0]]}, "
-            f"position {best[1]}: log-probability {float(lens.answer[best]):.3f}; at the last "
+            f"position {best[1]}: log-probability {float(lens.answer[best]):z.3f}; at the last "
             f"position, layer by layer: "
-            + ", ".join(f"{value:.2f}" for value in lens.answer[:, -1])
+            + ", ".join(f"{value:z.2f}" for value in lens.answer[:, -1])
         ))  # fmt: skip
     return Group(*lines)
 
@@ -108,7 +109,7 @@ def lens_picture(lens: Lens, picture: Output, style: Style = DEFAULT_STYLE) -> b
     bar = figure.colorbar(image, ax=axes)
     bar.ax.tick_params(labelsize=small)
     bar.set_label("probability of the top token", fontsize=small)
-    return _saved(figure, picture)
+    return saved(figure, picture)
 
 
 def lens_figure(lens: Lens, format: Output | str, style: dict[str, Any]) -> Picture:

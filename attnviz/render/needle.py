@@ -5,13 +5,12 @@ writes."""
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnviz.choices import Output
-from attnviz.render.canvas import drawing, metadata
+from attnviz.render.canvas import saved
 from attnviz.render.style import Style
 from attnviz.safe_text import display_label
 
@@ -83,10 +82,7 @@ def needle_picture(
         figure.suptitle(title, fontsize=points(9))
     total = height + strip_count * strip_height
     figure.subplots_adjust(left=0.1, right=0.97, bottom=0.42 / total + 0.02, top=1 - 0.52 / total)
-    out = io.BytesIO()
-    with drawing(set()):
-        figure.savefig(out, format=picture.value, metadata=metadata(picture))
-    return out.getvalue()
+    return saved(figure, picture, laid_out=True)
 
 
 def _grid(axes: Axes, results: NeedleResults, points: _Points) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from attnviz.analysis.aggregate import aggregate, unchainable
 from attnviz.analysis.grid import pool_labels, pool_map
+from attnviz.atomic_files import write_text
 from attnviz.choices import Aggregate, Output, View
 from attnviz.data_formats import strict_json
 from attnviz.outputs import view_for
@@ -239,8 +240,8 @@ def trace_page_html(trace: Trace) -> str:
     and effect on hover."""
     on = trace.on
     notes = [
-        f"answer {on.answer_token!r} · {metric_of(on)}: clean {on.clean_metric:.3f}, "
-        f"corrupted {on.corrupt_metric:.3f}",
+        f"answer {on.answer_token!r} · {metric_of(on)}: clean {on.clean_metric:z.3f}, "
+        f"corrupted {on.corrupt_metric:z.3f}",
         "a cell: how much of the metric comes back with the clean activation restored "
         "there (red raises it, blue lowers it)",
     ]
@@ -299,7 +300,7 @@ def show_html(
         os.close(handle)
         path = name
     target = Path(path)
-    target.write_text(page_html(maps), encoding="utf-8")
+    write_text(page_html(maps), target)  # whole or not at all, as every file attnviz writes
     if open_browser:
         webbrowser.open(target.resolve().as_uri())
     return target

@@ -3,14 +3,13 @@ corpus mean, side by side."""
 
 from __future__ import annotations
 
-import io
 import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnviz.choices import Output
-from attnviz.render.canvas import drawing, metadata
+from attnviz.render.canvas import saved
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
@@ -47,7 +46,4 @@ def statistics_picture(corpus: CorpusStatistics, picture: Output) -> bytes:
         figure.colorbar(image, ax=ax).ax.tick_params(labelsize=6)
     figure.suptitle(f"{corpus.model} · corpus means over {corpus.inputs} inputs", fontsize=10)
     figure.subplots_adjust(left=0.06, right=0.97, bottom=0.1, top=0.86, wspace=0.45, hspace=0.6)
-    out = io.BytesIO()
-    with drawing(set()):
-        figure.savefig(out, format=picture.value, metadata=metadata(picture))
-    return out.getvalue()
+    return saved(figure, picture, laid_out=True)

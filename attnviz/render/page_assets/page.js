@@ -65,6 +65,11 @@
     return c;
   }
   function fmt(w) { return w.toFixed(2); }
+  // Signed with `digits` decimals; what rounds to zero is +0.0…, never -0.0….
+  function signed(v, digits) {
+    const shown = Math.abs(v) < 0.5 * 10 ** -digits ? 0 : v;
+    return `${shown >= 0 ? "+" : ""}${shown.toFixed(digits)}`;
+  }
   function headColour(k, n) { return `hsl(${Math.round((k * 360) / Math.max(n, 1))}, 70%, 45%)`; }
 
   // --- controls ---------------------------------------------------------------
@@ -226,7 +231,7 @@
         if (value !== null) {
           figure.dataset.effect = value;
           canvas.style.border = `3px solid ${effectColour(value)}`;
-          caption.textContent += ` · ${value >= 0 ? "+" : ""}${value.toFixed(3)}`;
+          caption.textContent += ` · ${signed(value, 3)}`;
         }
         figure.append(canvas, caption);
         const layerIndex = row < layers.length ? row : state.layer;
@@ -327,7 +332,7 @@
       path.addEventListener("mousemove", (event) => {
         const tip = $("tooltip");
         tip.hidden = false;
-        tip.textContent = `${first} → ${then}  ${score >= 0 ? "+" : ""}${score.toFixed(4)}`;
+        tip.textContent = `${first} → ${then}  ${signed(score, 4)}`;
         tip.style.left = `${event.clientX + 12}px`; tip.style.top = `${event.clientY + 12}px`;
       });
       path.addEventListener("mouseleave", () => { $("tooltip").hidden = true; });

@@ -36,7 +36,11 @@
     s.textContent = k % every === 0 ? token : ""; s.style.width = `${across}px`;
     return s;
   }));
-  const sign = (v) => `${v >= 0 ? "+" : ""}${v.toFixed(3)}`;
+  // Signed, three decimals; what rounds to zero is +0.000, never -0.000.
+  const sign = (v) => {
+    const shown = Math.abs(v) < 0.0005 ? 0 : v;
+    return `${shown >= 0 ? "+" : ""}${shown.toFixed(3)}`;
+  };
   canvas.onmousemove = (event) => {
     const box = canvas.getBoundingClientRect();
     const i = Math.floor(((event.clientY - box.top) / box.height) * rows);
