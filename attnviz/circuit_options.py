@@ -11,6 +11,9 @@ from attnviz.errors import UsageError
 ALL = "all"
 DEFAULT_EDGES = 100  # the circuit kept where --edges is not given (or every edge, if fewer)
 DEFAULT_STEPS = 5  # EAP-IG's points between the corrupted and the clean input embeddings
+# The most points asked: EAP-IG's own runs take 5 to 100; past a thousand the estimate
+# changes little and each point is a forward and a backward pass of every pair.
+MOST_STEPS = 1000
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class CircuitOptions:
             raise UsageError("--steps counts EAP-IG's points: give it with --method ig")
         if self.method is CircuitMethod.IG:
             object.__setattr__(self, "steps", DEFAULT_STEPS if self.steps is None else self.steps)
-            _count(self.steps, "--steps", least=1)
+            _count(self.steps, "--steps", least=1, most=MOST_STEPS)
         if self.refine is not None:
             if self.method is CircuitMethod.EXACT:
                 raise UsageError(
@@ -82,6 +85,8 @@ def _fitting(size: int, count: int, option: str, whole: str = ALL) -> int:
     return size
 
 
-def _count(value: object, option: str, least: int) -> None:
+def _count(value: object, option: str, least: int, most: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise UsageError(f"{option} is a whole number of at least {least}, not {value!r}")
+    if most is not None and value > most:
+        raise UsageError(f"{option} is at most {most:,}, not {value:,}")

@@ -18,6 +18,11 @@ from contextvars import ContextVar
 # (what, done, total): "ablation", 64, 270
 Listener = Callable[[str, int, int], None]
 
+# Told once a long pass's first part is done: (seconds it took, steps done, steps in all);
+# it says, before the rest, what will take over LONG_REST seconds.
+FirstPart = Callable[[float, int, int], None]
+LONG_REST = 30.0
+
 _LISTENER: ContextVar[Listener | None] = ContextVar("attnviz_progress", default=None)
 
 

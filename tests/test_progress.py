@@ -69,7 +69,7 @@ def test_a_terminals_stderr_shows_a_moving_count_a_pipe_none(runner, generators)
 def test_a_long_exact_sweep_is_said_with_what_the_estimate_would_cost(
     runner, generators, monkeypatch
 ):
-    monkeypatch.setattr(effects_module, "LONG_SWEEP", 0.0)
+    monkeypatch.setattr(effects_module, "LONG_REST", 0.0)
     common = ["heads", TEXT, "--model", generators["gpt2-lm"], "--answer", ANSWER, "--top", "1"]
     result = runner.invoke(app, [*common, "--rows", "last"])
     assert result.exit_code == 0, result.stderr
@@ -83,7 +83,7 @@ def test_a_long_exact_sweep_is_said_with_what_the_estimate_would_cost(
 
 @pytest.mark.parametrize("seconds", [0.0])
 def test_a_knockout_is_said_without_an_estimate(runner, generators, monkeypatch, seconds):
-    monkeypatch.setattr(effects_module, "LONG_SWEEP", seconds)
+    monkeypatch.setattr(effects_module, "LONG_REST", seconds)
     common = ["heads", TEXT, "--model", generators["gpt2-lm"], "--answer", ANSWER]
     result = runner.invoke(app, [*common, "--knockout", "last:dog"])
     assert result.exit_code == 0, result.stderr

@@ -11,7 +11,7 @@ import typer
 
 from attnviz.atomic_files import check_writable
 from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Output
-from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, CircuitOptions
+from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.bundles import bundle
@@ -65,7 +65,7 @@ StepsOption = Annotated[
         metavar="N",
         min=1,
         help=f"EAP-IG's points between the corrupted and the clean input embeddings "
-        f"(--method ig; {DEFAULT_STEPS} by default).",
+        f"(--method ig; {DEFAULT_STEPS} by default, at most {MOST_STEPS:,}).",
     ),
 ]
 RefineOption = Annotated[

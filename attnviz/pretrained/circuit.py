@@ -15,6 +15,7 @@ import numpy as np
 
 from attnviz.analysis.circuit import Circuit, faithfulness_of, kept_masks, ranked
 from attnviz.choices import CircuitMethod
+from attnviz.circuit_options import DEFAULT_STEPS
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answer_label, answered
@@ -31,6 +32,7 @@ from attnviz.pretrained.edges import (
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
+from attnviz.progress import LONG_REST, FirstPart
 
 if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
@@ -250,14 +252,55 @@ class PairRuns:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
 
 
+@dataclass(frozen=True)
+class Cost:
+    """A pass of a circuit over its pairs that will take long, said once, after the first
+    pair's first part, before the rest: ``what`` the pass does, ``repeats`` times the first
+    pair's work in all (each pair, each part of its positions), and what costs less."""
+
+    what: str
+    repeats: int
+    cheaper: str = ""
+
+    def __call__(self, seconds: float, done: int, total: int) -> None:
+        left = seconds * (total * self.repeats - done) / done
+        if left >= LONG_REST:
+            cheaper = f"; {self.cheaper}" if self.cheaper else ""
+            warn(f"{self.what} takes about {left:,.0f} s more{cheaper}")
+
+
+def _unsaid(_seconds: float, _done: int, _total: int) -> None:
+    """The pairs after the first: their cost was said with it."""
+
+
+def scoring_cost(method: CircuitMethod, steps: int | None, repeats: int) -> Cost:
+    """What is said of scoring every edge that will take long, and what costs less."""
+    if method is CircuitMethod.EXACT:
+        return Cost(
+            "scoring every edge exactly",
+            repeats,
+            "--method gradient (EAP) estimates every edge from one forward and one backward "
+            "pass a pair, and --refine K computes its top K edges exactly",
+        )
+    if method is CircuitMethod.IG:
+        return Cost(
+            f"EAP-IG at {steps:,} points a pair",
+            repeats,
+            f"--method gradient (EAP) reads one point a pair, --steps {DEFAULT_STEPS} (the "
+            f"default) {DEFAULT_STEPS}",
+        )
+    return Cost("scoring every edge by EAP", repeats)
+
+
 def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int | None) -> Scored:
     """Every edge's score, both metrics and the last position's outputs, summed over
-    ``pairs``."""
+    ``pairs`` (a long scoring said after the dataset's first pair's first pass)."""
     found: Scored | None = None
     for index, given in pairs:
         asked = runs_of.answered(index, given)
         parts = runs_of.parts(asked)
-        alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, found is None)
+        told = _unsaid if index else scoring_cost(method, steps, runs_of.count * len(parts))
+        alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, told)
         for part in parts[1:]:  # the last position's part first: its outputs are the pair's
             _, runs = runs_of(index, given, part, asked)
             alone.scores[...] += estimated_scores(runs, steps)
@@ -275,19 +318,19 @@ def _pair_scored(
     part: slice | None,
     method: CircuitMethod,
     steps: int | None,
-    say_long: bool,
+    told: FirstPart,
 ) -> Scored:
     """One pair's scores (of ``part`` of its positions, where given), its metrics and its
-    last position's outputs."""
+    last position's outputs (``told`` hears how long its first pass took)."""
     asked, runs = runs_of(index, given, part, asked)
     graph = runs.wiring.graph
     if method is CircuitMethod.EXACT:
         upstream, downstream = graph.edge_list()
         scores = np.zeros(graph.edges.shape)
         edges = list(zip(upstream, downstream, strict=True))
-        scores[upstream, downstream] = exact_scores(runs, edges, say_long=say_long)
+        scores[upstream, downstream] = exact_scores(runs, edges, told)
     else:
-        scores = estimated_scores(runs, steps)
+        scores = estimated_scores(runs, steps, told)
     return Scored(
         runs_of.extractor.name,
         graph,
@@ -304,14 +347,27 @@ def _pair_scored(
 def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.ndarray:
     """Each edge's exact score, summed over ``pairs`` (a long sweep said of the first)."""
     total = np.zeros(len(edges))
-    for done, (index, given) in enumerate(pairs):
-        total += exact_scores(runs_of(index, given)[1], edges, say_long=not done)
+    cost = Cost(
+        f"computing the top {len(edges):,} edges exactly",
+        runs_of.count,
+        "a smaller --refine costs less in proportion",
+    )
+    for index, given in pairs:
+        total += exact_scores(runs_of(index, given)[1], edges, _unsaid if index else cost)
     return total
 
 
 def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.ndarray:
-    """Each circuit's metric, summed over ``pairs``."""
-    found = [circuit_metrics(runs_of.twins(index, given), kept) for index, given in pairs]
+    """Each circuit's metric, summed over ``pairs`` (a long measure said of the first)."""
+    cost = Cost(
+        f"measuring the faithfulness of {len(kept):,} circuits",
+        runs_of.count,
+        "each size of --curve is one more pass a pair",
+    )
+    found = [
+        circuit_metrics(runs_of.twins(index, given), kept, _unsaid if index else cost)
+        for index, given in pairs
+    ]
     return np.sum(found, axis=0)
 
 

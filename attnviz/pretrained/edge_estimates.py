@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from attnviz.pretrained.patching import (
 )
 from attnviz.pretrained.sites import SITES, hidden_of, output_of, units_of
 from attnviz.pretrained.windowed import windowed
-from attnviz.progress import advance
+from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:
     import torch
@@ -40,11 +41,14 @@ if TYPE_CHECKING:
 _TOKENS_PER_GRADIENT_PASS = 512  # rows × tokens of one of EAP-IG's passes: its points
 
 
-def estimated_scores(runs: Runs, steps: int | None = None) -> np.ndarray:
+def estimated_scores(
+    runs: Runs, steps: int | None = None, told: FirstPart | None = None
+) -> np.ndarray:
     """Every edge's estimated score, (U, N) (0 where there is no edge): (out_u(corrupt) −
     out_u(clean)) · ∂metric/∂in_d summed over positions, the gradient at the clean run
     (``steps`` None) or averaged over ``steps`` runs from the corrupted input embeddings
-    to the clean ones (EAP-IG), as many of them a pass's rows as fit."""
+    to the clean ones (EAP-IG), as many of them a pass's rows as fit (``told`` hears how
+    long the first pass took)."""
     import torch
 
     points: list[float | None] = [None]
@@ -54,9 +58,12 @@ def estimated_scores(runs: Runs, steps: int | None = None) -> np.ndarray:
     rows = max(1, _TOKENS_PER_GRADIENT_PASS // tokens)
     graph = runs.wiring.graph
     total = torch.zeros(graph.edges.shape, device=runs.clean_embedded.device)  # (U, N)
+    started = time.monotonic()
     for first in range(0, len(points), rows):
         _gradient_pass(runs, points[first : first + rows], total)
         advance("gradient pass", min(first + rows, len(points)), len(points))
+        if first == 0 and told is not None:
+            told(time.monotonic() - started, min(rows, len(points)), len(points))
     scores = (total / len(points)).cpu().numpy().astype(np.float64)
     return np.where(graph.edges, scores, 0.0)
 

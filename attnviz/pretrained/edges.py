@@ -81,6 +81,8 @@ from attnviz.pretrained.sites import (
 if TYPE_CHECKING:
     import torch
 
+    from attnviz.progress import FirstPart
+
 QKV = {"q": Site.Q, "k": Site.K, "v": Site.V}
 
 # What a pass adds to a group of downstream inputs from its runs' start on, given the
@@ -538,10 +540,12 @@ def readable(graph: Graph, first: int) -> int:
     return int(graph.edges[:, first].sum())
 
 
-def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = True) -> np.ndarray:
+def exact_scores(
+    runs: Runs, edges: Sequence[tuple[int, int]], told: FirstPart | None = None
+) -> np.ndarray:
     """Each edge's exact score: the metric of the clean run with that edge alone carrying
     the corrupted value, less the clean metric; batched passes, each starting at the
-    lowest downstream layer among its rows (a long sweep said first, if ``say_long``)."""
+    lowest downstream layer among its rows (``told`` hears how long the first took)."""
     import torch
 
     graph = runs.wiring.graph
@@ -576,6 +580,6 @@ def exact_scores(runs: Runs, edges: Sequence[tuple[int, int]], say_long: bool = 
             runs.clean,
             changes,
             "edge",
-            say_long,
+            told,
         )
     return np.array(found, dtype=np.float64)

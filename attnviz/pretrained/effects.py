@@ -27,6 +27,7 @@ import inspect
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from attnviz.pretrained.finite import check_metric
 from attnviz.pretrained.frozen_norms import frozen_norm, through_post_norm
 from attnviz.pretrained.metrics import Metric
 from attnviz.pretrained.value_norms import output_projection
-from attnviz.progress import advance
+from attnviz.progress import LONG_REST, FirstPart, advance
 
 if TYPE_CHECKING:
     import torch
@@ -446,17 +447,25 @@ def changed_metrics(
     base: Clean,
     changes: list[Change],
     what: str,
-    say_long: bool = True,
+    told: FirstPart | None = None,
 ) -> list[float]:
     """The metric under each change of the ``base`` run (the clean run, or a corrupted
-    one), less the base's (a sweep that will take long said first, unless not
-    ``say_long``). Changes are taken a pass's rows at a time, lowest first, so
+    one), less the base's. Changes are taken a pass's rows at a time, lowest first, so
     that a pass starts as high in the model as its lowest change, the layers below
     handing on the base run's states. ``what`` the changes measure (``"ablation"``) names
-    the sweep to a progress listener, and in the line said before a long one."""
+    the sweep to a progress listener, and in the line said before a long one; ``told``
+    hears how long the first pass took (by default, :func:`say_if_long` of the sweep)."""
     tokens = int(arguments["input_ids"].shape[1])
     rows = max(1, min(_ROWS_PER_PASS, _TOKENS_PER_PASS // tokens))
     order = sorted(range(len(changes)), key=lambda index: changes[index].first_layer)
+    # A pass costs the layers it computes, from its lowest change's on: the first, from
+    # the lowest, costs the most of them.
+    layers = len(body.blocks)
+    costs = [
+        len(order[first : first + rows]) * (layers + 1 - changes[order[first]].first_layer)
+        for first in range(0, len(order), rows)
+    ]
+    told = told or partial(say_if_long, what, len(costs), rows)
     effects = [0.0] * len(changes)
     reuse, checked = True, False
     started = time.monotonic()
@@ -476,22 +485,18 @@ def changed_metrics(
         for index, value in zip(order[first : first + rows], found, strict=False):
             effects[index] = value - base.metric
         advance(what, min(first + rows, len(order)), len(order))
-        if first == 0 and say_long:
-            _say_if_long(what, time.monotonic() - started, len(chunk), len(order))
+        if first == 0:
+            told(time.monotonic() - started, costs[0], sum(costs))
     return effects
 
 
-LONG_SWEEP = 30.0  # seconds: an exact sweep expected to take longer is said first
-
-
-def _say_if_long(what: str, first: float, rows: int, changes: int) -> None:
-    """After a sweep's first pass (``first`` seconds for ``rows`` changes), one line where
-    the rest will take long: how long, and what the gradient estimate would cost (a
-    forward and a backward pass of the text, about three forward passes of one row; a
-    knockout has no estimate)."""
-    passes = -(-changes // rows)
-    left = first * (passes - 1)
-    if left < LONG_SWEEP:
+def say_if_long(what: str, passes: int, rows: int, first: float, done: int, total: int) -> None:
+    """After the first of a sweep's ``passes`` of ``rows`` changes (``first`` seconds for
+    ``done`` of the ``total`` work), one line where the rest will take long: how long,
+    and what the gradient estimate would cost (a forward and a backward pass of the text,
+    about three forward passes of one row; a knockout has no estimate)."""
+    left = first * (total - done) / done
+    if left < LONG_REST:
         return
     estimate = "" if what == "knockout" else (
         f"; --method gradient estimates every {what} from one forward and one backward pass "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from attnviz.pretrained.edges import (
     users_carried,
 )
 from attnviz.pretrained.effects import last_logits
-from attnviz.progress import advance
+from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:
     import torch
@@ -52,17 +53,21 @@ class Twins:
     metric: Metric
 
 
-def circuit_metrics(twins: Twins, kept: np.ndarray) -> list[float]:
+def circuit_metrics(twins: Twins, kept: np.ndarray, told: FirstPart | None = None) -> list[float]:
     """The metric of the clean run with every edge outside each circuit carrying the
     corrupted value: ``kept`` (C, U, N) bool, whether each edge is in each circuit. A
-    pass of two rows per circuit: the corrupted run, and the circuit's."""
+    pass of two rows per circuit: the corrupted run, and the circuit's (``told`` hears how
+    long the first took)."""
     import torch
 
     found: list[float] = []
+    started = time.monotonic()
     for done, circuit in enumerate(kept):
         with torch.inference_mode():
             found.append(_circuit_pass(twins, circuit))
         advance("circuit", done + 1, len(kept))
+        if done == 0 and told is not None:
+            told(time.monotonic() - started, 1, len(kept))
     return found
 
 
