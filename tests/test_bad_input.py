@@ -531,3 +531,32 @@ def test_no_format_of_an_answers_commands_writes_control_characters_raw(
     result = runner.invoke(app, [*arguments, *command[1:]])
     assert result.exit_code == 0, result.stderr
     assert not [raw for raw in RAW if raw in result.stdout], result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["show", "a b", "-f", "json", "-o", "{fifo}.json"],
+        ["export", "a b", "-o", "{fifo}.png"],
+        ["heads", "a b", "--model", "{gpt2}", "--answer", " c", "--picture", "{fifo}.png"],
+    ],
+)
+def test_a_fifo_nobody_reads_is_refused_never_waited_on(generators, tmp_path, command):
+    """Opening a FIFO to write waits for a reader: with none, the command ended its work
+    and then blocked for ever. It is refused at once, one line, exit 1."""
+    fifo = tmp_path / "pipe"
+    arguments = [part.format(fifo=fifo, gpt2=generators["gpt2-lm"]) for part in command]
+    os.mkfifo(arguments[-1])
+    result = attnviz(*arguments, timeout=120)
+    one_error_line(result, 1, "it is a named pipe that no process reads; start its reader")
+    assert result.stdout == b""
+
+
+def test_a_socket_as_the_output_is_refused_before_the_model_loads(runner, tmp_path):
+    import socket
+
+    path = tmp_path / "maps.json"
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(path))
+        result = invoke(runner, ["show", "a b", "--model", "no/such/model", "-o", str(path)])
+    failed_in_process(result, 2, "it is a socket; give a file name")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 
 import numpy as np
 import pytest
@@ -136,3 +138,88 @@ def test_text_and_pairs_are_one_or_the_other(runner, generators, tmp_path):
     failed_in_process(result, 2, "not both")
     result = runner.invoke(app, ["circuit", "--pairs", pairs, "--model", path, "--answer", "x"])
     failed_in_process(result, 2, "no --answer")
+
+
+def test_refine_past_the_graph_is_refused_before_any_pass(runner, generators, monkeypatch):
+    """As --edges is: one line, exit 2, and not after scoring every edge first."""
+    import attnviz.pretrained.circuit as circuit_module
+
+    def never(*_arguments):
+        raise AssertionError("a pass ran before the sizes were checked")
+
+    monkeypatch.setattr(circuit_module, "scored", never)
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS]
+    result = runner.invoke(app, [*common, "--refine", "100000"])
+    failed_in_process(result, 2, "--refine 100000 is more edges than the model's graph has")
+    assert "--method exact" in result.stderr
+    for option in ("--edges", "--curve"):
+        failed_in_process(runner.invoke(app, [*common, option, "100000"]), 2, "more edges")
+
+
+def test_curve_all_is_every_edge_and_a_size_asked_twice_is_measured_once(
+    runner, generators, monkeypatch
+):
+    import attnviz.pretrained.circuit as circuit_module
+
+    measured = []
+    original = circuit_module.circuit_metrics
+
+    def counted(twins, kept, told=None):
+        measured.append(len(kept))
+        return original(twins, kept, told)
+
+    monkeypatch.setattr(circuit_module, "circuit_metrics", counted)
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "-f", "json"]
+    result = runner.invoke(app, [*common, "--edges", "5", "--curve", "5,all,5,0"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    count = len(document["edges"])
+    assert [point["edges"] for point in document["curve"]] == [0, 5, count]
+    assert document["curve"][-1]["faithfulness"] == 1.0
+    assert document["curve"][1]["faithfulness"] == document["circuit"]["faithfulness"]
+    assert measured == [1]  # the circuit of 5 edges: one pass, not one for --edges and one more
+    assert json.loads(runner.invoke(app, [*common, "--edges", "all"]).stdout)["curve"] == []
+
+
+def test_no_output_says_a_negative_zero(runner, generators):
+    """The circuit of 0 edges is the corrupted run: faithfulness 0, never -0.0, in either
+    order of the twins (one of them has the clean metric below the corrupted one)."""
+    path = generators["gemma2-lm"]
+    for text, corrupt in ((TEXT, CORRUPT), (CORRUPT, TEXT)):
+        common = ["circuit", text, "--model", path, "--answer", ANSWER, "--corrupt", corrupt]
+        common += ["--edges", "0", "--curve", "0"]
+        for output in ("json", "csv", "table"):
+            result = runner.invoke(app, [*common, "-f", output])
+            assert result.exit_code == 0, result.stderr
+            assert not re.search(r"-0\.0+\b(?![1-9])", result.stdout), (output, result.stdout)
+        document = json.loads(runner.invoke(app, [*common, "-f", "json"]).stdout)
+        assert math.copysign(1.0, document["circuit"]["faithfulness"]) == 1.0
+
+
+def test_a_long_circuit_says_its_cost_and_what_costs_less(
+    runner, generators, monkeypatch, tmp_path
+):
+    """Once, after the first pair's first pass, for each pass over the pairs that will
+    take over LONG_REST seconds: scoring, refining, measuring."""
+    import attnviz.pretrained.circuit as circuit_module
+
+    monkeypatch.setattr(circuit_module, "LONG_REST", 0.0)
+    pairs = ["--pairs", _write_pairs(tmp_path, [PAIR, OTHER])]
+    common = ["circuit", "--model", generators["llama-lm"], *pairs, "--edges", "5", "-f", "json"]
+    exact = runner.invoke(app, [*common, "--method", "exact"])
+    assert exact.exit_code == 0, exact.stderr
+    lines = exact.stderr.splitlines()
+    scoring = [line for line in lines if "scoring every edge exactly takes about" in line]
+    assert len(scoring) == 1 and "--method gradient (EAP)" in scoring[0]
+    assert sum("measuring the faithfulness of 1 circuit takes" in line for line in lines) == 1
+    ig = runner.invoke(app, [*common, "--method", "ig", "--steps", "7", "--refine", "3"])
+    assert ig.exit_code == 0, ig.stderr
+    assert ig.stderr.count("EAP-IG at 7 points a pair takes about") == 1
+    assert "--method gradient (EAP) reads one point a pair" in ig.stderr
+    assert ig.stderr.count("computing the top 3 edges exactly takes about") == 1
+    assert all(line.startswith("attnviz: warning: ") for line in ig.stderr.splitlines())
+
+
+def test_steps_have_an_upper_bound(runner, generators):
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "--method", "ig"]
+    failed_in_process(runner.invoke(app, [*common, "--steps", "1001"]), 2, "--steps is at most")

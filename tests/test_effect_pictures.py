@@ -111,3 +111,53 @@ def test_a_knockout_draws_from_python_and_with_heads_picture(runner, generators,
     result = runner.invoke(app, [*arguments, "--knockout", "last:dog", "--picture", str(picture)])
     assert result.exit_code == 0, result.stderr
     assert picture.read_bytes() == knocked.picture().data
+
+
+# An Egyptian hieroglyph: in none of the fonts matplotlib draws labels with.
+NO_FONT_HAS = "𓀀"
+
+
+def test_every_figure_says_a_missing_glyph_in_one_warning_and_nothing_else(
+    measured, language_models
+):
+    """matplotlib warns per glyph, with attnviz's source path, from the layout as well as
+    from the drawing: every figure of results says the characters in one line of its
+    own instead, however many labels hold them."""
+    import dataclasses
+    import warnings
+
+    from attnviz.errors import AttnvizWarning
+
+    effects, trace = measured
+    extractor = language_models["gpt2-lm"]
+    lens = extractor.lens(TEXT)
+    circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, edges=5)
+    figures = {
+        "effects": dataclasses.replace(
+            effects, on=dataclasses.replace(effects.on, answer_token=NO_FONT_HAS)
+        ),
+        "trace": dataclasses.replace(trace, tokens=[NO_FONT_HAS] * len(trace.tokens)),
+        "lens": dataclasses.replace(lens, tokens=[NO_FONT_HAS] * len(lens.tokens)),
+        "circuit": dataclasses.replace(
+            circuit, promoted=tuple(NO_FONT_HAS for _ in circuit.promoted)
+        ),
+    }
+    for name, found in figures.items():
+        for picture in ("png", "svg"):
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                found.picture(format=picture)
+            assert [type(each.message) for each in said] == [AttnvizWarning], (name, said)
+            message = str(said[0].message)
+            assert message.startswith(f"no installed font has 1 of the characters ({NO_FONT_HAS})")
+
+
+def test_the_lens_picture_says_a_missing_glyph_once_on_the_command_line(
+    runner, generators, tmp_path
+):
+    picture = tmp_path / "lens.png"
+    arguments = ["lens", f"{NO_FONT_HAS} a b c", "--model", generators["gpt2-lm"]]
+    result = runner.invoke(app, [*arguments, "--picture", str(picture)])
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.startswith("attnviz: warning: no installed font has 1 of the characters")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""

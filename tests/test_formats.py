@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -717,3 +719,48 @@ def test_a_file_whose_suffix_names_no_format_is_refused_and_nothing_written(runn
     assert list(tmp_path.iterdir()) == []
     given = runner.invoke(app, ["show", "Hello", "-o", str(tmp_path / "x.jpg"), "-f", "json"])
     assert given.exit_code == 0 and json.loads((tmp_path / "x.jpg").read_text())["text"]
+
+
+# Cells a spreadsheet would run as formulas, one that looks like the rule's own output, and
+# cells that are none of these.
+FORMULAS = ["=cmd|calc", "+1", "-x", "@SUM(A1)", "'=x", "''+y", "'s", "a=b", "x"]
+
+
+def _read_back(cell: str) -> str:
+    """docs/data.md's rule, written out: drop the apostrophe before a cell that is
+    apostrophes and then one of = + - @."""
+    return cell[1:] if re.match(r"'+[=+\-@]", cell) else cell
+
+
+def test_csv_text_cells_are_never_formulas_and_read_back(runner, generators, tmp_path):
+    maps = attnviz.load().extract(" ".join("abcdefghi"))
+    maps = maps.replace(query_tokens=FORMULAS, key_tokens=FORMULAS)
+    path = tmp_path / "maps.csv"
+    maps.save(path)
+    rows = list(csv.DictReader(path.open(encoding="utf-8", newline="")))
+    for column in ("query_token", "key_token"):
+        cells = list(dict.fromkeys(row[column] for row in rows))
+        assert not any(cell[0] in "=+-@" for cell in cells), cells
+        assert [_read_back(cell) for cell in cells] == FORMULAS
+    # every other command's table of data (the lens' here) keeps the same rule
+    common = ["lens", "=cmd|calc +1 -x @SUM", "--model", generators["gpt2-lm"]]
+    tokens = json.loads(runner.invoke(app, [*common, "-f", "json"]).stdout)["tokens"]
+    lensed = list(csv.DictReader(io.StringIO(runner.invoke(app, [*common, "-f", "csv"]).stdout)))
+    assert not any(row[name][0] in "=+-@" for row in lensed for name in ("token", "top"))
+    shown = [_read_back(row["token"]) for row in lensed if row["layer"] == lensed[0]["layer"]]
+    assert shown == tokens
+
+
+def test_a_negative_zero_is_written_as_zero_in_json_and_csv():
+    """-0.0 (0 times a negative number, a difference that cancels) reads as a negative
+    result; no format writes it, and a text that says "-0.0" stays as it is."""
+    from attnviz.data_formats import cell_texts, dump_csv, dump_json
+
+    document = {"value": -0.0, "values": [-0.0, -0.05, 0.0], "token": "-0.0", 'a"-0.0': -0.0}
+    written = dump_json(document)
+    assert json.loads(written) == document
+    assert [math.copysign(1, value) for value in json.loads(written)["values"]] == [1, -1, 1]
+    assert written == '{"value":0.0,"values":[0.0,-0.05,0.0],"token":"-0.0","a\\"-0.0":0.0}\n'
+    table = dump_csv([{"token": "-0.0", "value": -0.0}], ["token", "value"])
+    assert table.splitlines()[1] == "'-0.0,0.0"
+    assert cell_texts(np.array([-0.0, 0.5], dtype=np.float32)).tolist() == ["0", "0.5"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnviz.cli import app
-from tests.checks import model_tolerance
+from tests.checks import failed_in_process, model_tolerance
 from tests.hook_references import ANSWER, TEXT, answer_token_id, final_norm, layers_of
 
 
@@ -99,3 +99,12 @@ def test_lens_usage_errors(runner, arguments, message):
     result = runner.invoke(app, ["lens", TEXT, *arguments])
     assert result.exit_code == 2, result.stderr
     assert message in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("model", ["builtin", "bert", "bart"])
+def test_a_model_without_a_next_token_is_refused_naming_the_lens(runner, tiny, model):
+    """No --answer was given: the refusal names what asked for the next token, the lens."""
+    arguments = [] if model == "builtin" else ["--model", tiny[model]]
+    result = runner.invoke(app, ["lens", TEXT, *arguments])
+    failed_in_process(result, 2, "the lens")
+    assert "--answer" not in result.stderr

@@ -360,7 +360,7 @@ def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.nda
 def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.ndarray:
     """Each circuit's metric, summed over ``pairs`` (a long measure said of the first)."""
     cost = Cost(
-        f"measuring the faithfulness of {len(kept):,} circuits",
+        f"measuring the faithfulness of {len(kept):,} circuit{'s' if len(kept) != 1 else ''}",
         runs_of.count,
         "each size of --curve is one more pass a pair",
     )
