@@ -288,7 +288,7 @@ def test_an_encoder_has_no_answer_to_trace(runner, tiny):
     result = runner.invoke(
         app, ["trace", TEXT, "--model", tiny["bert"], "--answer", ANSWER, "--corrupt", CORRUPT]
     )
-    assert result.exit_code == 2 and "--answer reads the next token" in result.stderr
+    assert result.exit_code == 2 and "a trace reads the next token" in result.stderr
 
 
 def test_heads_with_a_corrupted_text_lists_patch_and_both_metrics(runner, generators):
