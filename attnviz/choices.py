@@ -234,6 +234,14 @@ class CircuitMethod(StrEnum):
     IG = "ig"
 
 
+class Select(StrEnum):
+    """How a circuit's edges are chosen from the scores (:mod:`attnviz.analysis.selections`)."""
+
+    TOP = "top"  # the N edges of largest |score|
+    GREEDY = "greedy"  # EAP-IG's: from the logits up, an edge only into a node already kept
+    THRESHOLD = "threshold"  # every edge of |score| at least T
+
+
 CIRCUIT_METHOD_LABELS = {
     CircuitMethod.EXACT: "a forward pass per edge, batched",
     CircuitMethod.GRADIENT: "edge attribution patching, EAP: one forward and one backward pass",

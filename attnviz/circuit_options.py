@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnviz.choices import CircuitMethod, chosen
+from attnviz.choices import CircuitMethod, Select, chosen
 from attnviz.errors import UsageError
 
 ALL = "all"
@@ -19,18 +19,25 @@ MOST_STEPS = 1000
 @dataclass(frozen=True)
 class CircuitOptions:
     """Edges scored by ``method`` (``steps`` points for ``ig``; ``refine`` K: the top K
-    of an estimate computed exactly); the circuit of the ``edges`` largest |scores| (an
-    int, ``"all"``, or None: 100, or every edge where there are fewer) measured for its
-    faithfulness, and each size of ``curve`` too (ints or ``"all"``, each measured once)."""
+    of an estimate computed exactly); the circuit chosen by ``select`` (top or greedy:
+    ``edges`` of them, an int, ``"all"``, or None: 100, or every edge where there are
+    fewer; threshold: every edge of |score| at least ``threshold``), its dead ends out if
+    ``prune``, measured for its faithfulness, and each size of ``curve`` too (ints or
+    ``"all"``, each measured once)."""
 
     method: CircuitMethod = CircuitMethod.GRADIENT
     steps: int | None = None
     edges: int | str | None = None
     curve: tuple[int | str, ...] = ()
     refine: int | None = None
+    select: Select = Select.TOP
+    threshold: float | None = None
+    prune: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))
+        object.__setattr__(self, "select", chosen(Select, self.select, "selection"))
+        self._check_selection()
         if self.steps is not None and self.method is not CircuitMethod.IG:
             raise UsageError("--steps counts EAP-IG's points: give it with --method ig")
         if self.method is CircuitMethod.IG:
@@ -53,8 +60,31 @@ class CircuitOptions:
         once = sorted(set(curve), key=lambda size: (size == ALL, 0 if size == ALL else size))
         object.__setattr__(self, "curve", tuple(once))
 
-    def kept(self, count: int) -> int:
-        """How many edges the circuit keeps, in a graph of ``count`` edges."""
+    def _check_selection(self) -> None:
+        if self.select is not Select.THRESHOLD:
+            if self.threshold is not None:
+                raise UsageError("--threshold is --select threshold's: give both, or neither")
+            return
+        if self.threshold is None:
+            raise UsageError(
+                "--select threshold keeps every edge of |score| at least T: give --threshold T"
+            )
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, int | float):
+            raise UsageError(f"--threshold is a number, not {self.threshold!r}")
+        if not 0 <= self.threshold < float("inf"):
+            raise UsageError(f"--threshold is a |score|, 0 or more, not {self.threshold!r}")
+        for option, given in (("--edges", self.edges is not None), ("--curve", bool(self.curve))):
+            if given:
+                raise UsageError(
+                    f"{option} counts the edges of --select top or greedy: --select threshold "
+                    "keeps every edge of |score| at least --threshold"
+                )
+
+    def asked(self, count: int) -> float:
+        """What the circuit is chosen by, in a graph of ``count`` edges: how many edges it
+        keeps (top, greedy), or the least |score| it keeps (threshold)."""
+        if self.threshold is not None:
+            return float(self.threshold)
         if self.edges is None:
             return min(DEFAULT_EDGES, count)
         return count if self.edges == ALL else _fitting(int(self.edges), count, "--edges")

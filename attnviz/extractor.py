@@ -15,7 +15,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import HeadTable
-from attnviz.choices import Ablation, CircuitMethod, Mode, Site, chosen
+from attnviz.choices import Ablation, CircuitMethod, Mode, Select, Site, chosen
 from attnviz.circuit_options import CircuitOptions
 from attnviz.errors import UsageError
 from attnviz.progress import Listener
@@ -268,6 +268,9 @@ class Extractor(ABC):
         edges: int | str | None = None,
         curve: Sequence[int | str] = (),
         refine: int | None = None,
+        select: Select | str = Select.TOP,
+        threshold: float | None = None,
+        prune: bool = True,
         progress: Listener | None = None,
         **options: Any,
     ) -> Circuit:
@@ -275,14 +278,23 @@ class Extractor(ABC):
         scored on an answer: the change in the metric (as :meth:`head_effects` reads it)
         when that edge alone carries the corrupted run's value, by ``method`` ("exact",
         "gradient": EAP, "ig": EAP-IG with ``steps`` points; ``refine`` K: the estimate's
-        top K again exactly); the circuit of the ``edges`` largest |scores| (100 by
-        default, "all", 0…) and its faithfulness, and each size of ``curve`` (sizes or "all",
-        each measured once). One
+        top K again exactly); the circuit chosen by ``select`` ("top": the ``edges``
+        largest |scores|, 100 by default, "all", 0…; "greedy": EAP-IG's, from the logits
+        up; "threshold": every edge of |score| at least ``threshold``), its dead ends out if
+        ``prune``, and its faithfulness, and each size of ``curve`` (sizes or "all", each
+        measured once). One
         ``text`` with its ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a
         mapping of text, answer, versus, corrupt): every score the mean over them. A
         causal language model only."""
         circuit = CircuitOptions(
-            chosen(CircuitMethod, method, "method"), steps, edges, tuple(curve), refine
+            chosen(CircuitMethod, method, "method"),
+            steps,
+            edges,
+            tuple(curve),
+            refine,
+            chosen(Select, select, "selection"),
+            threshold,
+            prune,
         )
         asked = _asking(request, options, circuit=circuit)
         if (text is None) == (pairs is None):

@@ -60,6 +60,12 @@ def nodes(model):
     """Upstream and downstream node names, in the order the model computes them, and the
     edges: every (upstream, downstream) with the upstream node computed first."""
     layers, heads, kv, _ = shape_of(model)
+    return nodes_of_shape(layers, heads, kv)
+
+
+def nodes_of_shape(layers, heads, kv):
+    """:func:`nodes` of a model of ``layers`` layers, ``heads`` query heads and ``kv``
+    key/value heads."""
     group = "h" if kv == heads else "kv"
     upstream, downstream = [("input", -1)], []
     for layer in range(layers):
@@ -255,3 +261,114 @@ def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None):
             if gradient is not None:
                 gradients[name] = gradients[name] + gradient / len(points)
     return {(u, d): float(((corrupt[u] - clean[u]) * gradients[d]).sum()) for u, d in edges}
+
+
+# Circuits chosen from scores, written from EAP-IG's definitions (hannamw/EAP-IG's
+# Graph.apply_topn, apply_greedy, apply_threshold and prune) over edges named as above, a
+# node at a time: no array, none of attnviz's selection code. A head's own inputs are its
+# query and its key/value head's key and value (shared by the heads of its group); an
+# MLP's its input; the logits are always in the circuit, and the input node needs no
+# edge into it.
+
+
+def owners(layers, heads, kv):
+    """Each downstream node's name -> the upstream nodes it is an input of."""
+    group = heads // kv
+    found = {}
+    for name in nodes_of_shape(layers, heads, kv)[1]:
+        parts = name.split(".")
+        if name == "logits":
+            found[name] = set()
+        elif len(parts) == 1:  # an MLP's input
+            found[name] = {name}
+        elif parts[2] == "q":
+            found[name] = {f"{parts[0]}.{parts[1]}"}
+        else:
+            unit = int(parts[1].lstrip("hkv"))
+            members = range(unit * group, (unit + 1) * group) if kv != heads else [unit]
+            found[name] = {f"{parts[0]}.h{head}" for head in members}
+    return found
+
+
+def top_edges(scores, count):
+    """The ``count`` edges of largest |score| (``scores``: edge -> score, in the graph's
+    order; ties keep it)."""
+    ordered = sorted(scores, key=lambda edge: -abs(scores[edge]))  # a stable sort
+    return set(ordered[:count])
+
+
+def threshold_edges(scores, threshold):
+    return {edge for edge, score in scores.items() if abs(score) >= threshold}
+
+
+def greedy_edges(scores, count, owned):
+    """From the logits up: each step takes the candidate of largest |score|, the
+    candidates being the edges into the logits and into any input of a node taken."""
+    taken, joined = set(), set()
+    candidates = [edge for edge in scores if edge[1] == "logits"]
+    while count > 0 and candidates:
+        best = max(candidates, key=lambda edge: abs(scores[edge]))
+        candidates.remove(best)
+        taken.add(best)
+        count -= 1
+        upstream = best[0]
+        if upstream not in joined:
+            joined.add(upstream)
+            candidates += [
+                edge
+                for edge in scores
+                if upstream in owned[edge[1]] and edge not in taken and edge not in candidates
+            ]
+    return taken
+
+
+def prune(kept, owned):
+    """Dead ends out, until nothing changes: a node stays where an edge leaves it and one
+    enters one of its inputs (the input node needs none); an edge where both ends stay."""
+    kept = set(kept)
+    while True:
+        leaving = {first for first, _ in kept}
+        entering = {node for _, then in kept for node in owned[then]} | {"input"}
+        staying = leaving & entering
+        left = {
+            (first, then)
+            for first, then in kept
+            if first in staying and (then == "logits" or owned[then] & staying)
+        }
+        if left == kept:
+            return kept
+        kept = left
+
+
+def chosen(shape, scores, select, asked, pruned):
+    """The edges a circuit holds, chosen from ``scores`` (edge name pair -> score) by
+    ``select`` with ``asked`` (a size, or a threshold), its dead ends out if ``pruned``,
+    in a model of ``shape`` (layers, query heads, key/value heads)."""
+    in_order = {edge: scores[edge] for edge in nodes_of_shape(*shape)[2]}  # the graph's order
+    owned = owners(*shape)
+    if select == "threshold":
+        kept = threshold_edges(in_order, asked)
+    elif select == "greedy":
+        kept = greedy_edges(in_order, int(asked), owned)
+    else:
+        kept = top_edges(in_order, int(asked))
+    return prune(kept, owned) if pruned else kept
+
+
+def circuits_measured(model, circuit):
+    """(the edges it holds, its faithfulness) of the circuit and each of its curve's,
+    each circuit's edges chosen by the reference here (and held to the circuit's own)."""
+    scores = {(first, then): score for first, then, score in circuit.edges()}
+    shape = shape_of(model)[:3]
+
+    def kept_of(asked):
+        return chosen(shape, scores, circuit.select, asked, circuit.prune)
+
+    kept = kept_of(circuit.asked)
+    assert kept == {(first, then) for first, then, _ in circuit.kept_edges()}
+    measured = [(kept, circuit.faithfulness)]
+    for point in circuit.curve:
+        kept = kept_of(point.asked)
+        assert len(kept) == point.kept
+        measured.append((kept, point.faithfulness))
+    return measured

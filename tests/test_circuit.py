@@ -237,9 +237,8 @@ def test_faithfulness_equals_the_circuit_run_by_plain_hooks(
     tolerance = model_tolerance(model.config)
     assert abs(circuit.clean_metric - clean) <= tolerance
     assert abs(circuit.corrupt_metric - corrupt_metric) <= tolerance
-    ranked = [(first, then) for first, then, _ in circuit.edges()]
-    for size, faithfulness in [(circuit.kept, circuit.faithfulness), *circuit.curve]:
-        outside = [edge for edge in every_edge if edge not in ranked[:size]]
+    for kept, faithfulness in reference.circuits_measured(model, circuit):
+        outside = [edge for edge in every_edge if edge not in kept]
         metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
         expected = (metric - corrupt_metric) / (clean - corrupt_metric)
         assert abs(faithfulness - expected) <= tolerance / abs(clean - corrupt_metric), size
@@ -291,9 +290,9 @@ def test_every_edge_kept_gives_one_and_none_gives_zero(generators, language_mode
     circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges="all", curve=[0])
     assert circuit.kept == circuit.graph.count
     assert circuit.faithfulness == 1.0  # nothing changed: the clean run itself
-    ((size, none),) = circuit.curve
+    ((size, kept, none),) = circuit.curve
     taken = abs(circuit.clean_metric - circuit.corrupt_metric)
-    assert size == 0 and abs(none) <= model_tolerance(model.config) / taken
+    assert size == kept == 0 and abs(none) <= model_tolerance(model.config) / taken
 
 
 def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generators, language_models):
@@ -308,7 +307,7 @@ def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generator
     corrupt = np.mean([each.corrupt_metric for each in alone])
     assert abs(both.clean_metric - clean) <= tolerance
     # the same circuit measured on each pair: the means' fraction
-    kept = [(first, then) for first, then, _ in both.edges(both.kept)]
+    kept = [(first, then) for first, then, _ in both.kept_edges()]
     measured = []
     for pair in pairs:
         _, model_, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
@@ -362,9 +361,8 @@ def test_twins_differing_late_score_and_measure_as_the_references_of_every_posit
     assert max(abs(found[edge] - exact[edge]) for edge in edges) <= tolerance
     corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
     taken = circuit.clean_metric - corrupt_metric
-    ranked = [(first, then) for first, then, _ in circuit.edges()]
-    for size, faithfulness in [(circuit.kept, circuit.faithfulness), *circuit.curve]:
-        outside = [edge for edge in found if edge not in ranked[:size]]
+    for kept, faithfulness in reference.circuits_measured(model, circuit):
+        outside = [edge for edge in found if edge not in kept]
         metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
         assert abs(faithfulness - (metric - corrupt_metric) / taken) <= tolerance / abs(taken)
 
@@ -401,3 +399,66 @@ def test_a_metric_given_as_a_function_of_the_logits_scores_as_its_measure(
     np.testing.assert_allclose(by_function.scores, by_versus.scores, atol=tolerance)
     assert by_function.faithfulness == pytest.approx(by_versus.faithfulness, abs=1e-4)
     assert by_function.answer.metric_name == "difference"
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 2), (3, 6, 3), (1, 3, 1), (4, 2, 2)])
+def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
+    """top, greedy and threshold, pruned or not, on random scores: the masks equal the
+    reference's edges, chosen a node at a time from EAP-IG's definitions."""
+    from attnviz.analysis.graph import Graph
+    from attnviz.analysis.selections import nodes_of, selected
+
+    graph = Graph(*shape)
+    generator = np.random.default_rng(sum(shape))
+    scores = np.where(graph.edges, generator.normal(size=graph.edges.shape), 0.0)
+    named = {
+        (graph.upstream[u], graph.downstream[d]): float(scores[u, d])
+        for u, d in zip(*graph.edge_list(), strict=True)
+    }
+    magnitudes = sorted(abs(value) for value in named.values())
+    for select, values in (
+        ("top", [0, 1, 5, graph.count // 3, graph.count]),
+        ("greedy", [1, 5, graph.count // 3, graph.count]),
+        ("threshold", [magnitudes[-1], magnitudes[len(magnitudes) // 2], 0.0]),
+    ):
+        for asked in values:
+            for pruned in (True, False):
+                mask = selected(graph, scores, select, asked, pruned)
+                found = {
+                    (graph.upstream[u], graph.downstream[d]) for u, d in zip(*np.nonzero(mask))
+                }
+                expected = reference.chosen(shape, named, select, asked, pruned)
+                assert found == expected, (select, asked, pruned)
+                if pruned:  # every node left has an edge out of it, and each edge's stays
+                    held = {graph.upstream[u] for u in np.nonzero(nodes_of(graph, mask))[0]}
+                    assert held == {first for first, _ in found}
+    owned = reference.owners(*shape)
+    for d, name in enumerate(graph.downstream):
+        assert {graph.upstream[u] for u in np.nonzero(graph.inputs[:, d])[0]} == owned[name]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_and_unpruned_circuits_are_measured_as_the_hooks_measure_them(
+    generators, language_models, family
+):
+    """What --select greedy and --no-prune keep, their faithfulness at each size equal to
+    the circuit run by plain hooks (on Gemma 2 and 3 pruning changes it: a head's output
+    is its share at the post-attention norm's scale)."""
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    clean = reference.run(model, ids, answer_id, versus_id)[0]
+    corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+    _, _, every_edge = reference.nodes(model)
+    tolerance = model_tolerance(model.config) / abs(clean - corrupt_metric)
+    for select, prune in (("greedy", True), ("greedy", False), ("top", False)):
+        circuit = extractor.circuit(
+            TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=12, curve=[4, 30], select=select,
+            prune=prune,
+        )  # fmt: skip
+        assert circuit.select == select and circuit.prune == prune and circuit.asked == 12
+        for kept, faithfulness in reference.circuits_measured(model, circuit):
+            outside = [edge for edge in every_edge if edge not in kept]
+            metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+            expected = (metric - corrupt_metric) / (clean - corrupt_metric)
+            assert abs(faithfulness - expected) <= tolerance, (select, prune, len(kept))

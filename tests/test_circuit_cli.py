@@ -32,8 +32,9 @@ def test_the_table_json_and_csv_say_the_circuit(runner, generators, language_mod
     )
     (first, then, _), *_ = expected.edges(1)
     assert first in drawn.stdout and then in drawn.stdout
-    assert f"circuit of 9 of {expected.graph.count} edges: faithfulness" in drawn.stdout
-    assert "30 edges: faithfulness" in drawn.stdout
+    kept = f"circuit of {expected.kept} of {expected.graph.count} edges (top 9, dead ends pruned)"
+    assert f"{kept}: faithfulness" in drawn.stdout
+    assert f"30 asked, {expected.curve[1].kept} kept: faithfulness" in drawn.stdout
     document = json.loads(runner.invoke(app, [*common, "-f", "json"]).stdout)
     assert {"clean_metric", "corrupt_metric", "nodes", "edges", "circuit", "curve"} <= set(document)
     assert len(document["edges"]) == expected.graph.count
@@ -41,12 +42,16 @@ def test_the_table_json_and_csv_say_the_circuit(runner, generators, language_mod
     tolerance = model_tolerance(language_models["llama-lm"].loaded.model.config)
     for edge_from, edge_to, score in expected.edges():
         assert abs(scores[edge_from, edge_to] - score) <= tolerance
-    assert len(document["circuit"]["edges"]) == 9
-    assert abs(document["circuit"]["faithfulness"] - expected.faithfulness) <= 1e-4
-    assert [point["edges"] for point in document["curve"]] == [0, 30]
+    said = document["circuit"]
+    assert (said["select"], said["asked"], said["prune"]) == ("top", 9, True)
+    assert len(said["edges"]) == said["kept"] == expected.kept
+    assert sum(edge["in_circuit"] for edge in document["edges"]) == expected.kept
+    assert abs(said["faithfulness"] - expected.faithfulness) <= 1e-4
+    assert [point["asked"] for point in document["curve"]] == [0, 30]
+    assert [point["kept"] for point in document["curve"]] == [0, expected.curve[1].kept]
     rows = list(csv.DictReader(io.StringIO(runner.invoke(app, [*common, "-f", "csv"]).stdout)))
     assert len(rows) == expected.graph.count
-    assert sum(row["in_circuit"] == "True" for row in rows) == 9
+    assert sum(row["in_circuit"] == "True" for row in rows) == expected.kept
     assert [int(row["rank"]) for row in rows] == list(range(1, len(rows) + 1))
 
 
@@ -174,7 +179,7 @@ def test_curve_all_is_every_edge_and_a_size_asked_twice_is_measured_once(
     assert result.exit_code == 0, result.stderr
     document = json.loads(result.stdout)
     count = len(document["edges"])
-    assert [point["edges"] for point in document["curve"]] == [0, 5, count]
+    assert [point["asked"] for point in document["curve"]] == [0, 5, count]
     assert document["curve"][-1]["faithfulness"] == 1.0
     assert document["curve"][1]["faithfulness"] == document["circuit"]["faithfulness"]
     assert measured == [1]  # the circuit of 5 edges: one pass, not one for --edges and one more
@@ -223,3 +228,25 @@ def test_a_long_circuit_says_its_cost_and_what_costs_less(
 def test_steps_have_an_upper_bound(runner, generators):
     common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "--method", "ig"]
     failed_in_process(runner.invoke(app, [*common, "--steps", "1001"]), 2, "--steps is at most")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--select", "best"], "--select"),
+        (["--threshold", "0.1"], "--threshold is --select threshold's"),
+        (["--select", "threshold"], "give --threshold T"),
+        (["--select", "threshold", "--threshold", "-1"], "0 or more"),
+        (["--select", "threshold", "--threshold", "0.1", "--edges", "5"], "--edges counts"),
+        (["--select", "threshold", "--threshold", "0.1", "--curve", "5"], "--curve counts"),
+        (["--select", "threshold", "--threshold", "1e9"], "--threshold 1e+09 keeps no edge"),
+    ],
+)
+def test_selection_errors_are_one_line(runner, generators, arguments, message):
+    result = runner.invoke(
+        app, ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, *arguments]
+    )
+    if arguments == ["--select", "best"]:  # typer's own check of a choice
+        assert result.exit_code == 2 and message in result.stderr and result.stdout == ""
+        return
+    failed_in_process(result, 2, message)

@@ -295,7 +295,7 @@ def test_the_page_draws_the_circuit_an_edges_score_on_hover_a_heads_map_on_click
     result = runner.invoke(app, [*arguments, "--corrupt", corrupt, "-o", str(path)])
     assert result.exit_code == 0, result.stderr
     found = attnviz.load(model).circuit(text, " it", corrupt, versus=" the")
-    expected = {(first, then): score for first, then, score in found.edges(found.kept)}
+    expected = {(first, then): score for first, then, score in found.kept_edges()}
     open_page(browser, path)
     browser.find_element("id", "tab-circuit").click()
     edges = browser.find_elements("css selector", "#circuit path.edge")

@@ -247,7 +247,7 @@ def test_circuit_scores_and_faithfulness_equal_plain_hooks_on_the_plain_model(sm
     scores = {(first, then): score for first, then, score in estimated.edges()}
     assert max(abs(scores[edge] - expected[edge]) for edge in expected) <= 1e-4
     _, corrupt_outputs = reference.run(model, corrupt, mary, john)
-    kept = {(first, then) for first, then, _ in circuit.edges(circuit.kept)}
+    kept = {(first, then) for first, then, _ in circuit.kept_edges()}
     outside = [edge for edge in reference.nodes(model)[2] if edge not in kept]
     metric = reference.carried_metric(model, clean, corrupt_outputs, mary, john, outside)
     clean_metric = reference.run(model, clean, mary, john)[0]

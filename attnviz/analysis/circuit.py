@@ -1,5 +1,6 @@
 """A circuit: every edge of a model's graph scored on an answer (one text and its corrupted
-twin, or the mean over a dataset of pairs), the circuit of the largest |scores| and how
+twin, or the mean over a dataset of pairs), the circuit chosen from them
+(:mod:`attnviz.analysis.selections`) and how
 faithful it is: (m(circuit) − m(corrupt)) / (m(clean) − m(corrupt)), where m(circuit) is
 the clean run with every edge outside the circuit carrying the corrupted run's value (over
 a dataset, each m the mean over the pairs)."""
@@ -7,13 +8,14 @@ a dataset, each m the mean over the pairs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from attnviz.analysis.graph import Graph
 from attnviz.analysis.heads import Answer, Drawn
-from attnviz.choices import CircuitMethod, Output
+from attnviz.analysis.selections import nodes_of
+from attnviz.choices import CircuitMethod, Output, Select
 
 if TYPE_CHECKING:
     from attnviz.render.image import Picture
@@ -27,15 +29,6 @@ def ranked(graph: Graph, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return upstream[order], downstream[order]
 
 
-def kept_masks(graph: Graph, scores: np.ndarray, sizes: list[int]) -> np.ndarray:
-    """For each size n, the circuit of the n edges of largest |score|: (C, U, N) bool."""
-    upstream, downstream = ranked(graph, scores)
-    masks = np.zeros((len(sizes), *graph.edges.shape), dtype=bool)
-    for row, size in enumerate(sizes):
-        masks[row, upstream[:size], downstream[:size]] = True
-    return masks
-
-
 def faithfulness_of(circuit: float, clean: float, corrupt: float) -> float | None:
     """(m(circuit) − m(corrupt)) / (m(clean) − m(corrupt)); None where the corruption
     changes nothing (no fraction of 0 is defined)."""
@@ -45,13 +38,23 @@ def faithfulness_of(circuit: float, clean: float, corrupt: float) -> float | Non
     return (circuit - corrupt) / taken + 0.0  # + 0.0: no -0.0 where the circuit is corrupt
 
 
+class CurvePoint(NamedTuple):
+    """A circuit of the curve: the size asked, the edges it kept, its faithfulness."""
+
+    asked: int
+    kept: int
+    faithfulness: float | None
+
+
 @dataclass(frozen=True)
 class Circuit(Drawn):
     """Every edge's score (``scores``, (upstream, downstream); 0 where there is no edge),
-    by ``method``, the mean over ``pairs`` texts and their corrupted twins; the circuit
-    of the ``kept`` edges of largest |score| and its ``faithfulness``; the ``curve`` of
-    (edges, faithfulness) at other sizes. ``answer`` says what the metric measures (the
-    first pair's words; its metrics are the means over the pairs)."""
+    by ``method``, the mean over ``pairs`` texts and their corrupted twins; the circuit,
+    ``in_graph`` (the edges it holds), chosen by ``select`` from the scores with ``asked``
+    (a size, or a threshold), its dead ends pruned if ``prune``, and its
+    ``faithfulness``; the ``curve`` of the circuits of other sizes. ``answer`` says what
+    the metric measures (the first pair's words; its metrics are the means over the
+    pairs)."""
 
     model: str
     graph: Graph
@@ -60,9 +63,12 @@ class Circuit(Drawn):
     steps: int | None
     pairs: int
     answer: Answer
-    kept: int
+    select: Select
+    asked: float
+    prune: bool
+    in_graph: np.ndarray  # (U, N) bool
     faithfulness: float | None
-    curve: tuple[tuple[int, float | None], ...] = ()
+    curve: tuple[CurvePoint, ...] = ()
     # where --refine computed an estimate's top edges exactly: (upstream, downstream) bool
     exact: np.ndarray | None = None
     # each upstream node's output at the last position through the unembedding: its tokens
@@ -76,6 +82,17 @@ class Circuit(Drawn):
             f"<Circuit of {self.model}: {self.graph.count:,} edges by {self.method.value}, "
             f"{self.pairs} pair{'s' if self.pairs != 1 else ''}; {self.kept} kept{faithful}>"
         )
+
+    @property
+    def kept(self) -> int:
+        """How many edges the circuit holds."""
+        return int(self.in_graph.sum())
+
+    @property
+    def nodes(self) -> list[str]:
+        """The heads and MLPs the circuit holds (and the input, where an edge leaves it)."""
+        held = nodes_of(self.graph, self.in_graph)
+        return [name for name, kept in zip(self.graph.upstream, held, strict=True) if kept]
 
     @property
     def clean_metric(self) -> float:
@@ -96,9 +113,14 @@ class Circuit(Drawn):
             for u, d in chosen
         ]
 
-    def in_circuit(self) -> np.ndarray:
-        """(upstream, downstream) bool: the kept edges."""
-        return kept_masks(self.graph, self.scores, [self.kept])[0]
+    def kept_edges(self) -> list[tuple[str, str, float]]:
+        """The circuit's edges, largest |score| first: (from, to, score)."""
+        upstream, downstream = ranked(self.graph, self.scores)
+        held = self.in_graph[upstream, downstream]
+        return [
+            (self.graph.upstream[u], self.graph.downstream[d], float(self.scores[u, d]))
+            for u, d in zip(upstream[held], downstream[held], strict=True)
+        ]
 
     def picture(self, format: Output | str = "png", **style: Any) -> Picture:
         """The circuit as a graph (layers bottom to top; edge width by |score|, colour by
@@ -111,7 +133,7 @@ class Circuit(Drawn):
     def records(self) -> list[dict[str, object]]:
         """A row per edge, largest |score| first, for a table of data (csv)."""
         upstream, downstream = ranked(self.graph, self.scores)
-        kept = self.in_circuit()
+        kept = self.in_graph
         rows = []
         for rank, (u, d) in enumerate(zip(upstream, downstream, strict=True), 1):
             row: dict[str, object] = {
@@ -129,11 +151,14 @@ class Circuit(Drawn):
     def document(self) -> dict[str, object]:
         """The whole circuit as one JSON document."""
         nodes = list(dict.fromkeys([*self.graph.upstream, *self.graph.downstream]))
-        kept = [[first, then] for first, then, _ in self.edges(self.kept)]
-        edges = [{"from": first, "to": then, "score": score} for first, then, score in self.edges()]
-        if self.exact is not None:
-            upstream, downstream = ranked(self.graph, self.scores)
-            for edge, u, d in zip(edges, upstream, downstream, strict=True):
+        kept = [[first, then] for first, then, _ in self.kept_edges()]
+        upstream, downstream = ranked(self.graph, self.scores)
+        edges: list[dict[str, object]] = []
+        for first, then, score in self.edges():
+            edges.append({"from": first, "to": then, "score": score})
+        for edge, u, d in zip(edges, upstream, downstream, strict=True):
+            edge["in_circuit"] = bool(self.in_graph[u, d])
+            if self.exact is not None:
                 edge["exact"] = bool(self.exact[u, d])
         return {
             "model": self.model,
@@ -145,6 +170,14 @@ class Circuit(Drawn):
             "corrupt_metric": self.corrupt_metric,
             "nodes": nodes,
             "edges": edges,
-            "circuit": {"edges": kept, "faithfulness": self.faithfulness},
-            "curve": [{"edges": size, "faithfulness": value} for size, value in self.curve],
+            "circuit": {
+                "select": self.select.value,
+                "asked": self.asked,
+                "prune": self.prune,
+                "kept": self.kept,
+                "nodes": self.nodes,
+                "edges": kept,
+                "faithfulness": self.faithfulness,
+            },
+            "curve": [point._asdict() for point in self.curve],
         }

@@ -34,6 +34,9 @@ class Graph:
     upstream: list[str] = field(init=False)
     downstream: list[str] = field(init=False)
     edges: np.ndarray = field(init=False)  # (U, N) bool: whether u → d is an edge
+    # (U, N) bool: whether d is one of u's own inputs (a head's query, its key/value head's
+    # key and value, an MLP's input); the logits are no node's, the input has none
+    inputs: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         kv = "h" if self.kv_heads == self.heads else "kv"
@@ -55,6 +58,18 @@ class Graph:
         object.__setattr__(self, "downstream", downstream)
         edges = np.array(written)[:, None] < np.array(read)[None, :]
         object.__setattr__(self, "edges", edges)
+        index = {name: number for number, name in enumerate(downstream)}
+        inputs = np.zeros(edges.shape, dtype=bool)
+        group = self.heads // self.kv_heads
+        for u, name in enumerate(upstream[1:], 1):
+            if name.startswith("m"):
+                inputs[u, index[name]] = True
+                continue
+            attention, head = name.split(".")
+            inputs[u, index[f"{name}.q"]] = True
+            for letter in READS[1:]:
+                inputs[u, index[f"{attention}.{kv}{int(head[1:]) // group}.{letter}"]] = True
+        object.__setattr__(self, "inputs", inputs)
 
     @property
     def count(self) -> int:
@@ -65,6 +80,16 @@ class Graph:
         """The downstream index of ``layer``'s first query input; its key inputs follow its
         query heads, its value inputs its key/value heads, then its MLP's input."""
         return layer * (self.heads + 2 * self.kv_heads + 1)
+
+    def inputs_of(self, node: str) -> list[str]:
+        """The downstream nodes that are ``node``'s own inputs (none for the input)."""
+        (found,) = np.nonzero(self.inputs[self.upstream.index(node)])
+        return [self.downstream[d] for d in found]
+
+    def outputs_of(self, node: str) -> list[str]:
+        """The downstream nodes ``node``'s output reaches: an edge to each."""
+        (found,) = np.nonzero(self.edges[self.upstream.index(node)])
+        return [self.downstream[d] for d in found]
 
     def edge_list(self) -> tuple[np.ndarray, np.ndarray]:
         """Every edge's (upstream, downstream) indices, in the order of ``edges``."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnviz.atomic_files import check_writable
-from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Output
+from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Output, Select
 from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -83,6 +83,29 @@ EdgesOption = Annotated[
         "carrying the corrupted run's value.",
     ),
 ]
+SelectOption = Annotated[
+    Select,
+    typer.Option(
+        "--select",
+        case_sensitive=False,
+        help="How the circuit is chosen from the scores: top (the --edges N of largest "
+        "|score|), greedy (EAP-IG's: from the logits up, an edge only into a node already "
+        "kept) or threshold (every edge of |score| at least --threshold).",
+    ),
+]
+ThresholdOption = Annotated[
+    float | None,
+    typer.Option("--threshold", metavar="T", help="--select threshold's least |score|."),
+]
+PruneOption = Annotated[
+    bool,
+    typer.Option(
+        "--prune/--no-prune",
+        help="Take the circuit's dead ends out (edges from a node no edge of it enters, or "
+        "into a node no edge of it leaves), as EAP-IG's code does: the sizes asked and kept "
+        "are both said.",
+    ),
+]
 CurveOption = Annotated[
     str | None,
     typer.Option(
@@ -114,6 +137,9 @@ def circuit(
     steps: StepsOption = None,
     refine: RefineOption = None,
     edges: EdgesOption = None,
+    select: SelectOption = Select.TOP,
+    threshold: ThresholdOption = None,
+    prune: PruneOption = True,
     curve: CurveOption = None,
     output_format: FormatOption = Output.TABLE,
     output: PictureOption = None,
@@ -134,7 +160,9 @@ def circuit(
     shared.run_on.check(jobs)
     drawn = out.picture_or_data(output, output_format, shared.picture.given())
     style = shared.picture.style()
-    options = CircuitOptions(method, steps, _edges(edges), _sizes(curve), refine)
+    options = CircuitOptions(
+        method, steps, _edges(edges), _sizes(curve), refine, select, threshold, prune
+    )
     if text is None and pairs is None:
         raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl")
     inputs, names = _pairs(pairs, text, shared.effects) if pairs is not None else (None, None)

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from attnviz.analysis.circuit import Circuit, faithfulness_of, kept_masks, ranked
-from attnviz.choices import CircuitMethod
+from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked
+from attnviz.analysis.selections import selected
+from attnviz.choices import CircuitMethod, Select
 from attnviz.circuit_options import DEFAULT_STEPS
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
@@ -116,7 +117,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     """The circuit the options ask, from the passes over the pairs (its sizes checked
     against the model's graph before any pass)."""
     edge_count = phases.graph().count
-    kept, sizes = options.kept(edge_count), options.sizes(edge_count)
+    asked, sizes = options.asked(edge_count), options.sizes(edge_count)
     refine = options.refined(edge_count)
     scored = phases.scored(options.method, options.steps)
     count, graph = scored.pairs, scored.graph
@@ -129,22 +130,23 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         exact = np.zeros(graph.edges.shape, dtype=bool)
         for (u, d), value in zip(chosen, values, strict=True):
             scores[u, d], exact[u, d] = value, True
-    clean, corrupt = scored.clean / count, scored.corrupt / count
-    # every edge kept is the clean run and none the corrupted, by definition: not run;
-    # a size asked twice (the circuit's own among the curve's) is measured once
-    every = [kept, *sizes]
-    between = sorted({size for size in every if 0 < size < graph.count})
-    measured: dict[int, float] = {}
-    if between:
-        found = phases.measured(kept_masks(graph, scores, between)) / count
-        measured = dict(zip(between, found.tolist(), strict=True))
-    metrics = [
-        clean if size == graph.count else corrupt if size == 0 else measured[size] for size in every
+    masks = [
+        selected(graph, scores, options.select, size, options.prune) for size in (asked, *sizes)
     ]
-    faithful = [faithfulness_of(metric, clean, corrupt) for metric in metrics]
+    if options.select is Select.THRESHOLD and not masks[0].any():
+        largest = float(np.abs(scores[graph.edges]).max())
+        raise UsageError(
+            f"--threshold {asked:g} keeps no edge: the largest |score| is {largest:.4g}"
+        )
+    clean, corrupt = scored.clean / count, scored.corrupt / count
+    faithful = faithfulness_measured(phases, graph, masks, clean, corrupt, count)
     if faithful[0] is None:
         warn("the corrupted text changes nothing of the metric: faithfulness is not defined")
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
+    curve = [
+        CurvePoint(size, int(mask.sum()), value)
+        for size, mask, value in zip(sizes, masks[1:], faithful[1:], strict=True)
+    ]
     return Circuit(
         scored.model,
         graph,
@@ -153,12 +155,45 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         options.steps,
         count,
         answer,
-        kept,
+        options.select,
+        asked,
+        options.prune,
+        masks[0],
         faithful[0],
-        tuple(zip(sizes, faithful[1:], strict=True)),
+        tuple(curve),
         exact,
         phases.promoted(scored.last / count),
     )
+
+
+def faithfulness_measured(
+    phases: Phases,
+    graph: Graph,
+    masks: list[np.ndarray],
+    clean: float,
+    corrupt: float,
+    pairs: int,
+) -> list[float | None]:
+    """Each circuit's faithfulness (``masks``, each (U, N) bool): no edge is the corrupted
+    run and every edge the clean one, by definition (not run); a circuit given twice is
+    measured once, in one pass over the pairs for all of them."""
+    keys = [mask.tobytes() for mask in masks]
+    between: dict[bytes, np.ndarray] = {}
+    for key, mask in zip(keys, masks, strict=True):
+        if mask.any() and not (mask == graph.edges).all():
+            between.setdefault(key, mask)
+    measured: dict[bytes, float] = {}
+    if between:
+        found = phases.measured(np.stack(list(between.values()))) / pairs
+        measured = dict(zip(between, found.tolist(), strict=True))
+
+    def metric(key: bytes, mask: np.ndarray) -> float:
+        return measured[key] if key in measured else clean if mask.any() else corrupt
+
+    return [
+        faithfulness_of(metric(key, mask), clean, corrupt)
+        for key, mask in zip(keys, masks, strict=True)
+    ]
 
 
 class PairRuns:

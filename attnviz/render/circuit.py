@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.heads import MEASURE_NAMES
-from attnviz.choices import CIRCUIT_METHOD_LABELS, MEASURES, CircuitMethod, Measure, Output
+from attnviz.choices import CIRCUIT_METHOD_LABELS, MEASURES, CircuitMethod, Measure, Output, Select
 from attnviz.render.canvas import saved
 from attnviz.render.effects import DEFAULT_STYLE, _figure, diverging, wrapped
 from attnviz.render.style import Style, token_label
@@ -44,12 +44,21 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
     def said(value: float | None) -> str:
         return "not defined (the corruption changes nothing)" if value is None else f"{value:z.3f}"
 
+    rule = (
+        f"|score| ≥ {circuit.asked:g}"
+        if circuit.select is Select.THRESHOLD
+        else f"{circuit.select.value} {int(circuit.asked):,}"
+    )
+    pruned = ", dead ends pruned" if circuit.prune else ""
     lines = [
         f"clean {circuit.clean_metric:z.4f}, corrupted {circuit.corrupt_metric:z.4f}; "
-        f"circuit of {circuit.kept:,} of {circuit.graph.count:,} edges: faithfulness "
-        f"{said(circuit.faithfulness)}"
+        f"circuit of {circuit.kept:,} of {circuit.graph.count:,} edges ({rule}{pruned}): "
+        f"faithfulness {said(circuit.faithfulness)}"
     ]
-    lines += [f"  {size:,} edges: faithfulness {said(value)}" for size, value in circuit.curve]
+    lines += [
+        f"  {point.asked:,} asked, {point.kept:,} kept: faithfulness {said(point.faithfulness)}"
+        for point in circuit.curve
+    ]
     return lines
 
 
@@ -127,7 +136,7 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
     figure = Figure(figsize=size, dpi=style.dpi)
     FigureCanvasAgg(figure)
     axes, curve = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
-    edges = circuit.edges(circuit.kept)
+    edges = circuit.kept_edges()
     largest = max((abs(score) for *_, score in edges), default=0.0) or 1.0
     used = {"input", "logits"}
     for first, then, score in reversed(edges):  # the strongest drawn last, on top
@@ -181,8 +190,8 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
 def _curve(axes: Any, circuit: Circuit, small: int) -> None:
     """Faithfulness against the circuit's size: the curve's points and the circuit's."""
     points = sorted(
-        (size, value)
-        for size, value in [*circuit.curve, (circuit.kept, circuit.faithfulness)]
+        (kept, value)
+        for _, kept, value in [*circuit.curve, (circuit.asked, circuit.kept, circuit.faithfulness)]
         if value is not None
     )
     if points:

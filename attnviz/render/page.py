@@ -132,7 +132,7 @@ def _circuit_data(circuit: Circuit) -> dict[str, Any]:
         ],
         "edges": [
             [first, then, drawn_at[then], float(score)]
-            for first, then, score in circuit.edges(circuit.kept)
+            for first, then, score in circuit.kept_edges()
         ],
         "palette": [list(colour) for colour in diverging_palette()],
     }

@@ -1,0 +1,100 @@
+"""Which edges of a scored graph make a circuit: one function, :func:`selected`, turns the
+scores and what was asked into the circuit's mask over the edges, (U, N) bool, which every
+pass, file and picture reads.
+
+The rules are EAP-IG's (hannamw/EAP-IG, ``Graph.apply_topn``, ``apply_greedy``,
+``apply_threshold`` and ``prune``), on attnviz's graph, whose key and value inputs are a
+key/value head's, shared by the query heads of its group:
+
+- ``top``: the N edges of largest |score| (ties in the graph's order).
+- ``greedy``: from the logits up: at each step the edge of largest |score| among those
+  into the logits or into an input of a node already in the circuit, its upstream node
+  then joining the circuit (a key/value input is an input of every head of its group).
+- ``threshold``: every edge of |score| at least T.
+- ``prune`` (after any of them): over and over, a node (a head, an MLP) stays only where
+  an edge of the circuit leaves it and one enters one of its inputs (the input node needs
+  none), and an edge only where both its ends stay (the logits always do), until nothing
+  changes: dead ends, which carry nothing from the input to the logits, go.
+
+Shape letters: U upstream nodes, N downstream nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from attnviz.analysis.graph import Graph
+from attnviz.choices import Select
+
+
+def selected(
+    graph: Graph, scores: np.ndarray, select: Select, asked: float, prune: bool = True
+) -> np.ndarray:
+    """The circuit's edges, (U, N) bool: chosen from ``scores`` (U, N) by ``select``,
+    ``asked`` its size (top, greedy) or its threshold, dead ends pruned if ``prune``."""
+    select = Select(select)
+    magnitude = np.where(graph.edges, np.abs(scores), -np.inf)
+    if select is Select.THRESHOLD:
+        mask = graph.edges & (magnitude >= asked)
+    elif select is Select.GREEDY:
+        mask = _greedy(graph, magnitude, int(asked))
+    else:
+        mask = _top(graph, magnitude, int(asked))
+    return pruned(graph, mask) if prune else mask
+
+
+def _top(graph: Graph, magnitude: np.ndarray, count: int) -> np.ndarray:
+    upstream, downstream = graph.edge_list()
+    order = np.argsort(-magnitude[upstream, downstream], kind="stable")[:count]
+    mask = np.zeros(graph.edges.shape, dtype=bool)
+    mask[upstream[order], downstream[order]] = True
+    return mask
+
+
+def _greedy(graph: Graph, magnitude: np.ndarray, count: int) -> np.ndarray:
+    """EAP-IG's greedy selection: a heap of the edges into what the circuit holds, the
+    largest |score| taken first (ties: the graph's order)."""
+    mask = np.zeros(graph.edges.shape, dtype=bool)
+    offered = np.zeros(len(graph.downstream), dtype=bool)  # (N) whose edges are in the heap
+    joined = np.zeros(len(graph.upstream), dtype=bool)  # (U)
+    heap: list[tuple[float, int, int]] = []
+
+    def offer(downstream: np.ndarray) -> None:
+        for d in downstream[~offered[downstream]]:
+            offered[d] = True
+            for u in np.nonzero(graph.edges[:, d])[0]:
+                heapq.heappush(heap, (-magnitude[u, d], int(u), int(d)))
+
+    offer(np.array([len(graph.downstream) - 1]))  # the logits
+    while count > 0 and heap:
+        _, u, d = heapq.heappop(heap)
+        mask[u, d] = True
+        count -= 1
+        if not joined[u]:
+            joined[u] = True
+            offer(np.nonzero(graph.inputs[u])[0])
+    return mask
+
+
+def nodes_of(graph: Graph, mask: np.ndarray) -> np.ndarray:
+    """The nodes a circuit holds, (U,) bool: those an edge of it leaves and one enters (one
+    of their inputs; the input node needs none)."""
+    leaving = np.any(mask, axis=1)
+    entering = np.any(graph.inputs & np.any(mask, axis=0)[None, :], axis=1)
+    entering[0] = True  # the input node
+    return leaving & entering
+
+
+def pruned(graph: Graph, mask: np.ndarray) -> np.ndarray:
+    """``mask`` without its dead ends: EAP-IG's ``prune``, repeated until nothing changes."""
+    mask = mask.copy()
+    while True:
+        nodes = nodes_of(graph, mask)
+        reading = (graph.inputs & nodes[:, None]).any(axis=0)  # (N) an input of a node kept
+        reading[-1] = True  # the logits
+        kept = mask & nodes[:, None] & reading[None, :]
+        if (kept == mask).all():
+            return kept
+        mask = kept
