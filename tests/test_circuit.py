@@ -241,7 +241,7 @@ def test_faithfulness_equals_the_circuit_run_by_plain_hooks(
         outside = [edge for edge in every_edge if edge not in kept]
         metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
         expected = (metric - corrupt_metric) / (clean - corrupt_metric)
-        assert abs(faithfulness - expected) <= tolerance / abs(clean - corrupt_metric), size
+        assert abs(faithfulness - expected) <= tolerance / abs(clean - corrupt_metric), len(kept)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -425,7 +425,7 @@ def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
             for pruned in (True, False):
                 mask = selected(graph, scores, select, asked, pruned)
                 found = {
-                    (graph.upstream[u], graph.downstream[d]) for u, d in zip(*np.nonzero(mask))
+                    (graph.upstream[u], graph.downstream[d]) for u, d in zip(*np.nonzero(mask), strict=True)
                 }
                 expected = reference.chosen(shape, named, select, asked, pruned)
                 assert found == expected, (select, asked, pruned)
