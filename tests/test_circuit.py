@@ -424,8 +424,10 @@ def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
         for asked in values:
             for pruned in (True, False):
                 mask = selected(graph, scores, select, asked, pruned)
+                upstream, downstream = np.nonzero(mask)
                 found = {
-                    (graph.upstream[u], graph.downstream[d]) for u, d in zip(*np.nonzero(mask), strict=True)
+                    (graph.upstream[u], graph.downstream[d])
+                    for u, d in zip(upstream, downstream, strict=True)
                 }
                 expected = reference.chosen(shape, named, select, asked, pruned)
                 assert found == expected, (select, asked, pruned)
