@@ -33,6 +33,8 @@ class CircuitOptions:
     select: Select = Select.TOP
     threshold: float | None = None
     prune: bool = True
+    # a circuit's JSON document (circuit -f json) whose scores are taken, not scored again
+    scores: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))

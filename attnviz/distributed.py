@@ -450,6 +450,10 @@ class RayPhases:
             found.append(value)
         return found
 
+    @property
+    def pairs(self) -> int:
+        return len(self.work.inputs)
+
     def graph(self) -> Graph:
         (graph,) = self._summed("graph", None, first_only=True)
         return graph

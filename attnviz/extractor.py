@@ -271,6 +271,7 @@ class Extractor(ABC):
         select: Select | str = Select.TOP,
         threshold: float | None = None,
         prune: bool = True,
+        scores: str | None = None,
         progress: Listener | None = None,
         **options: Any,
     ) -> Circuit:
@@ -282,7 +283,8 @@ class Extractor(ABC):
         largest |scores|, 100 by default, "all", 0…; "greedy": EAP-IG's, from the logits
         up; "threshold": every edge of |score| at least ``threshold``), its dead ends out if
         ``prune``, and its faithfulness, and each size of ``curve`` (sizes or "all", each
-        measured once). One
+        measured once); ``scores``, a circuit's JSON document (:meth:`Circuit.document`)
+        over the same pairs, gives the scores without scoring again. One
         ``text`` with its ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a
         mapping of text, answer, versus, corrupt): every score the mean over them. A
         causal language model only."""
@@ -295,6 +297,7 @@ class Extractor(ABC):
             chosen(Select, select, "selection"),
             threshold,
             prune,
+            scores,
         )
         asked = _asking(request, options, circuit=circuit)
         if (text is None) == (pairs is None):

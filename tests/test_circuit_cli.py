@@ -250,3 +250,70 @@ def test_selection_errors_are_one_line(runner, generators, arguments, message):
         assert result.exit_code == 2 and message in result.stderr and result.stdout == ""
         return
     failed_in_process(result, 2, message)
+
+
+def test_a_circuit_written_as_json_reads_back_and_is_measured_again_without_scoring(
+    runner, generators, language_models, tmp_path, monkeypatch
+):
+    """-f json holds everything: Circuit.load gives the same scores, mask and measures;
+    --scores measures another selection and curve over the same pair, scoring nothing,
+    and finds what a whole run finds."""
+    import attnviz.pretrained.circuit as circuit_module
+    from attnviz.analysis.circuit import Circuit
+
+    path = generators["gemma2-lm"]
+    common = ["circuit", TEXT, "--model", path, *TWINS]
+    written = runner.invoke(app, [*common, "--edges", "9", "--curve", "0,30", "-f", "json"])
+    assert written.exit_code == 0, written.stderr
+    saved = tmp_path / "circuit.json"
+    saved.write_text(written.stdout, encoding="utf-8")
+    expected = language_models["gemma2-lm"].circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=9, curve=[0, 30]
+    )
+    found = Circuit.load(saved)
+    np.testing.assert_array_equal(found.in_graph, expected.in_graph)
+    np.testing.assert_allclose(found.scores, expected.scores, atol=1e-6)
+    assert found.curve == expected.curve and found.faithfulness == expected.faithfulness
+    assert (found.select, found.asked, found.prune, found.kept) == ("top", 9, True, expected.kept)
+
+    def never(*_arguments):
+        raise AssertionError("the pair was scored again")
+
+    monkeypatch.setattr(circuit_module, "scored", never)
+    again = ["--scores", str(saved), "--select", "greedy", "--edges", "12", "--curve", "40"]
+    measured = json.loads(runner.invoke(app, [*common, *again, "-f", "json"]).stdout)
+    monkeypatch.undo()
+    whole = language_models["gemma2-lm"].circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=12, curve=[40], select="greedy"
+    )
+    assert measured["circuit"]["kept"] == whole.kept
+    assert abs(measured["circuit"]["faithfulness"] - whole.faithfulness) <= 1e-5
+    assert abs(measured["curve"][0]["faithfulness"] - whole.curve[0].faithfulness) <= 1e-5
+
+
+def test_a_scores_file_that_is_not_this_circuits_is_refused_in_one_line(
+    runner, generators, tmp_path
+):
+    common = ["circuit", TEXT, *TWINS]
+    written = runner.invoke(app, [*common, "--model", generators["llama-lm"], "-f", "json"])
+    whole = tmp_path / "circuit.json"
+    whole.write_text(written.stdout, encoding="utf-8")
+    cut = tmp_path / "cut.json"
+    cut.write_text(written.stdout[: len(written.stdout) // 2], encoding="utf-8")
+    maps = tmp_path / "maps.json"
+    maps.write_text(runner.invoke(app, ["show", "a b", "-f", "json"]).stdout, encoding="utf-8")
+    document = json.loads(written.stdout)
+    document["edges"] = document["edges"][:-1]
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(document), encoding="utf-8")
+    pairs = _write_pairs(tmp_path, [PAIR, OTHER])
+    for arguments, message in (
+        (["--model", generators["gpt2-lm"], "--scores", str(whole)], "this model has"),
+        (["--model", generators["llama-lm"], "--scores", str(cut)], "is not a circuit's JSON"),
+        (["--model", generators["llama-lm"], "--scores", str(maps)], "is not a circuit"),
+        (["--model", generators["llama-lm"], "--scores", str(short)], "edges"),
+        (["--model", generators["llama-lm"], "--scores", str(tmp_path / "none.json")], "no such"),
+    ):
+        failed_in_process(runner.invoke(app, [*common, *arguments]), 2, message)
+    other = ["circuit", "--pairs", pairs, "--model", generators["llama-lm"], "--scores", str(whole)]
+    failed_in_process(runner.invoke(app, other), 2, "was scored on 1 pair, not 2")

@@ -8,6 +8,7 @@ a dataset, each m the mean over the pairs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -16,6 +17,7 @@ from attnviz.analysis.graph import Graph
 from attnviz.analysis.heads import Answer, Drawn
 from attnviz.analysis.selections import nodes_of
 from attnviz.choices import CircuitMethod, Output, Select
+from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
     from attnviz.render.image import Picture
@@ -113,6 +115,11 @@ class Circuit(Drawn):
             for u, d in chosen
         ]
 
+    @classmethod
+    def load(cls, path: str | Path) -> Circuit:
+        """A circuit written by ``circuit -f json`` (or :meth:`document`), read back."""
+        return read_circuit(path)
+
     def kept_edges(self) -> list[tuple[str, str, float]]:
         """The circuit's edges, largest |score| first: (from, to, score)."""
         upstream, downstream = ranked(self.graph, self.scores)
@@ -160,14 +167,23 @@ class Circuit(Drawn):
             edge["in_circuit"] = bool(self.in_graph[u, d])
             if self.exact is not None:
                 edge["exact"] = bool(self.exact[u, d])
+        on = self.answer
         return {
+            "kind": CIRCUIT_KIND,
             "model": self.model,
+            "graph": {
+                "layers": self.graph.layers,
+                "heads": self.graph.heads,
+                "kv_heads": self.graph.kv_heads,
+            },
             "method": self.method.value,
             **({} if self.steps is None else {"steps": self.steps}),
             "pairs": self.pairs,
             "metric": self.answer.metric_name,
+            "answer": {name: getattr(on, name) for name in _ANSWER_FIELDS},
             "clean_metric": self.clean_metric,
             "corrupt_metric": self.corrupt_metric,
+            "promoted": list(self.promoted),
             "nodes": nodes,
             "edges": edges,
             "circuit": {
@@ -181,3 +197,138 @@ class Circuit(Drawn):
             },
             "curve": [point._asdict() for point in self.curve],
         }
+
+
+CIRCUIT_KIND = "circuit"  # what a circuit's document says it is
+# What a circuit's document keeps of its answer (the rest is a head's effects').
+_ANSWER_FIELDS = ("answer", "answer_token", "log_prob", "versus", "versus_token", "corrupt")
+
+
+def read_circuit(path: str | Path) -> Circuit:
+    """A circuit written by ``circuit -f json`` (:meth:`Circuit.document`), read back: its
+    scores, its mask, its measures; a file that is not one is a usage error naming it."""
+    import json
+
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {path}: {error}") from None
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as error:
+        raise UsageError(f"{path} is not a circuit's JSON document ({error})") from None
+    return circuit_of_document(document, str(path))
+
+
+def circuit_of_document(document: Any, where: str) -> Circuit:
+    """:func:`read_circuit` of a document read already (``where`` names it in errors)."""
+    read = _Reader(document, where)
+    if read.document.get("kind") != CIRCUIT_KIND:
+        raise UsageError(f'{where} is not a circuit (no "kind": "{CIRCUIT_KIND}"): write one '
+                         "with attnviz circuit -f json")  # fmt: skip
+    shape = read.part("graph", dict)
+    graph = Graph(*(_Reader(shape, where).whole(name) for name in ("layers", "heads", "kv_heads")))
+    if read.part("nodes", list) != list(dict.fromkeys([*graph.upstream, *graph.downstream])):
+        raise UsageError(f"{where}: its nodes are not those of its graph's layers and heads")
+    scores = np.zeros(graph.edges.shape)
+    in_graph = np.zeros(graph.edges.shape, dtype=bool)
+    exact = np.zeros(graph.edges.shape, dtype=bool)
+    upstream = {name: index for index, name in enumerate(graph.upstream)}
+    downstream = {name: index for index, name in enumerate(graph.downstream)}
+    seen = np.zeros(graph.edges.shape, dtype=bool)
+    refined = False
+    for edge in read.part("edges", list):
+        each = _Reader(edge, f"{where}, an edge")
+        u, d = upstream.get(each.part("from", str), -1), downstream.get(each.part("to", str), -1)
+        if u < 0 or d < 0 or not graph.edges[u, d] or seen[u, d]:
+            raise UsageError(f"{where}: {edge!r} is no edge of its graph, or is given twice")
+        seen[u, d] = True
+        scores[u, d] = each.number("score")
+        in_graph[u, d] = each.part("in_circuit", bool)
+        if "exact" in edge:
+            refined = True
+            exact[u, d] = each.part("exact", bool)
+    if not (seen == graph.edges).all():
+        raise UsageError(f"{where} holds {int(seen.sum()):,} of its graph's {graph.count:,} edges")
+    chosen = _Reader(read.part("circuit", dict), f"{where}, its circuit")
+    answer = _Reader(read.part("answer", dict), f"{where}, its answer")
+    curve = [_Reader(point, f"{where}, its curve") for point in read.part("curve", list)]
+    steps = read.document.get("steps")
+    return Circuit(
+        read.part("model", str),
+        graph,
+        scores,
+        read.choice("method", CircuitMethod),
+        None if steps is None else read.whole("steps"),
+        read.whole("pairs"),
+        Answer(
+            answer.part("answer", str),
+            answer.part("answer_token", str),
+            answer.number("log_prob"),
+            answer.optional("versus", str),
+            answer.optional("versus_token", str),
+            read.number("clean_metric"),
+            answer.optional("corrupt", str),
+            read.number("corrupt_metric"),
+            measure=read.part("metric", str),
+        ),
+        chosen.choice("select", Select),
+        chosen.whole("asked")
+        if isinstance(chosen.document.get("asked"), int)
+        else chosen.number("asked"),
+        chosen.part("prune", bool),
+        in_graph,
+        chosen.optional_number("faithfulness"),
+        tuple(
+            CurvePoint(
+                point.whole("asked"), point.whole("kept"), point.optional_number("faithfulness")
+            )
+            for point in curve
+        ),
+        exact if refined else None,
+        tuple(read.part("promoted", list)),
+    )
+
+
+class _Reader:
+    """The fields of one JSON object of a circuit's document, each checked: a wrong or
+    missing one is a usage error naming the file and the field."""
+
+    def __init__(self, document: Any, where: str) -> None:
+        if not isinstance(document, dict):
+            raise UsageError(f"{where} is not a JSON object: no circuit's document")
+        self.document, self.where = document, where
+
+    def part(self, name: str, kind: type) -> Any:
+        value = self.document.get(name)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise UsageError(f'{self.where} has no "{name}" {kind.__name__}: no circuit written '
+                             "by attnviz circuit -f json, or one cut short")  # fmt: skip
+        return value
+
+    def optional(self, name: str, kind: type) -> Any:
+        return None if self.document.get(name) is None else self.part(name, kind)
+
+    def number(self, name: str) -> float:
+        value = self.document.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return float(self.part(name, float))
+
+    def optional_number(self, name: str) -> float | None:
+        return None if self.document.get(name) is None else self.number(name)
+
+    def whole(self, name: str) -> int:
+        value = self.part(name, int)
+        if value < 0:
+            raise UsageError(f'{self.where}: "{name}" is {value}, below 0')
+        return int(value)
+
+    def choice(self, name: str, kind: type[Select] | type[CircuitMethod]) -> Any:
+        value = self.part(name, str)
+        try:
+            return kind(value)
+        except ValueError:
+            raise UsageError(f'{self.where}: "{name}" is {value!r}, none of attnviz\'s') from None

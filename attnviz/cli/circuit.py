@@ -106,6 +106,16 @@ PruneOption = Annotated[
         "are both said.",
     ),
 ]
+ScoresOption = Annotated[
+    str | None,
+    typer.Option(
+        "--scores",
+        metavar="FILE.json",
+        help="Take every edge's score (and both runs' metrics) from a circuit written by "
+        "circuit -f json over the same pairs, not scoring again: measure other sizes, "
+        "selections or a curve, or draw it.",
+    ),
+]
 CurveOption = Annotated[
     str | None,
     typer.Option(
@@ -140,6 +150,7 @@ def circuit(
     select: SelectOption = Select.TOP,
     threshold: ThresholdOption = None,
     prune: PruneOption = True,
+    scores: ScoresOption = None,
     curve: CurveOption = None,
     output_format: FormatOption = Output.TABLE,
     output: PictureOption = None,
@@ -161,7 +172,7 @@ def circuit(
     drawn = out.picture_or_data(output, output_format, shared.picture.given())
     style = shared.picture.style()
     options = CircuitOptions(
-        method, steps, _edges(edges), _sizes(curve), refine, select, threshold, prune
+        method, steps, _edges(edges), _sizes(curve), refine, select, threshold, prune, scores
     )
     if text is None and pairs is None:
         raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl")
@@ -188,6 +199,11 @@ def circuit(
         raise no_next_token(d.BUILTIN, "a circuit")
     if output is not None:
         check_writable(output)  # before the model loads
+    if scores is not None:
+        # numpy: after the options are checked (a usage error loads none)
+        from attnviz.analysis.circuit import read_circuit
+
+        read_circuit(scores)  # a file that is no circuit is refused before the model loads
     if inputs is None:
         assert text is not None  # refused above without --pairs
         line = out.only_one(read_texts(text), "give many pairs with --pairs FILE.jsonl")

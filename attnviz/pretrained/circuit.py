@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked
+from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked, read_circuit
 from attnviz.analysis.selections import selected
 from attnviz.choices import CircuitMethod, Select
 from attnviz.circuit_options import DEFAULT_STEPS
@@ -76,6 +76,9 @@ class Scored:
     last: np.ndarray
     first: int  # the place of the first pair in the dataset
     answer: Answer
+    method: CircuitMethod
+    steps: int | None
+    exact: np.ndarray | None = None  # (U, N) bool: the edges scored exactly, where some were
 
     def merged(self, other: Scored) -> Scored:
         """The sums of both (from two workers)."""
@@ -93,6 +96,11 @@ class Scored:
 class Phases(Protocol):
     """The passes over every pair, each giving back its sum: in this process
     (:class:`Here`), or spread over Ray workers (``attnviz.distributed``)."""
+
+    @property
+    def pairs(self) -> int:
+        """How many pairs the passes go over."""
+        ...
 
     def graph(self) -> Graph:
         """The model's graph, read before any pass."""
@@ -115,13 +123,16 @@ class Phases(Protocol):
 
 def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     """The circuit the options ask, from the passes over the pairs (its sizes checked
-    against the model's graph before any pass)."""
+    against the model's graph before any pass; its scores read from a file where the
+    options name one)."""
+    if options.scores is not None:
+        phases = Given(phases, read_circuit(options.scores), options.scores)
     edge_count = phases.graph().count
     asked, sizes = options.asked(edge_count), options.sizes(edge_count)
     refine = options.refined(edge_count)
     scored = phases.scored(options.method, options.steps)
     count, graph = scored.pairs, scored.graph
-    scores, exact = scored.scores / count, None
+    scores, exact = scored.scores / count, scored.exact
     if refine is not None:
         upstream, downstream = ranked(graph, scores)
         chosen = [(int(u), int(d)) for u, d in zip(upstream, downstream, strict=True)]
@@ -151,8 +162,8 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         scored.model,
         graph,
         scores,
-        options.method,
-        options.steps,
+        scored.method,
+        scored.steps,
         count,
         answer,
         options.select,
@@ -194,6 +205,64 @@ def faithfulness_measured(
         faithfulness_of(metric(key, mask), clean, corrupt)
         for key, mask in zip(keys, masks, strict=True)
     ]
+
+
+@dataclass(frozen=True)
+class Given:
+    """The passes of a circuit whose scores were read from a file (``--scores``): the
+    scoring pass is the file's; computing edges exactly and measuring circuits run over
+    the pairs as ever, which must be the file's pairs (their count is checked)."""
+
+    phases: Phases
+    circuit: Circuit
+    path: str
+
+    @property
+    def pairs(self) -> int:
+        return self.phases.pairs
+
+    def graph(self) -> Graph:
+        graph, given = self.phases.graph(), self.circuit.graph
+        shape = (graph.layers, graph.heads, graph.kv_heads)
+        if shape != (given.layers, given.heads, given.kv_heads):
+            raise UsageError(
+                f"--scores {self.path} is the circuit of a model of {given.layers} layers × "
+                f"{given.heads} heads ({given.kv_heads} key/value heads); this model has "
+                f"{graph.layers} × {graph.heads} ({graph.kv_heads})"
+            )
+        if self.circuit.pairs != self.phases.pairs:
+            raise UsageError(
+                f"--scores {self.path} was scored on {self.circuit.pairs} pair"
+                f"{'s' if self.circuit.pairs != 1 else ''}, not {self.phases.pairs}: give the "
+                "pairs it was scored on"
+            )
+        return graph
+
+    def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
+        found, count = self.circuit, self.circuit.pairs
+        return Scored(
+            found.model,
+            found.graph,
+            count,
+            found.scores * count,
+            found.clean_metric * count,
+            found.corrupt_metric * count,
+            np.zeros((len(found.graph.upstream), 1)),  # promoted is the file's
+            0,
+            found.answer,
+            found.method,
+            found.steps,
+            found.exact,
+        )
+
+    def exact(self, edges: list[Edge]) -> np.ndarray:
+        return self.phases.exact(edges)
+
+    def measured(self, kept: np.ndarray) -> np.ndarray:
+        return self.phases.measured(kept)
+
+    def promoted(self, last: np.ndarray) -> tuple[str, ...]:
+        return self.circuit.promoted
 
 
 class PairRuns:
@@ -376,6 +445,8 @@ def _pair_scored(
         runs.clean_last.float().cpu().numpy(),
         index,
         asked.answer(log_prob=runs.clean.log_prob),
+        method,
+        steps,
     )
 
 
@@ -435,23 +506,27 @@ class Here:
 
     def __post_init__(self) -> None:
         self.runs_of = PairRuns(self.extractor, self.request, len(self.inputs), self.names)
-        self.pairs = list(enumerate(self.inputs))
+        self.indexed = list(enumerate(self.inputs))
 
     def _passing(self, run: Callable[[], Any]) -> Any:
         with forward(self.extractor.loaded):
             return run()
 
+    @property
+    def pairs(self) -> int:
+        return len(self.inputs)
+
     def graph(self) -> Graph:
         return graph_of_model(self.extractor)
 
     def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
-        return self._passing(lambda: scored(self.runs_of, self.pairs, method, steps))
+        return self._passing(lambda: scored(self.runs_of, self.indexed, method, steps))
 
     def exact(self, edges: list[Edge]) -> np.ndarray:
-        return self._passing(lambda: exact_summed(self.runs_of, self.pairs, edges))
+        return self._passing(lambda: exact_summed(self.runs_of, self.indexed, edges))
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
-        return self._passing(lambda: measured_summed(self.runs_of, self.pairs, kept))
+        return self._passing(lambda: measured_summed(self.runs_of, self.indexed, kept))
 
     def promoted(self, last: np.ndarray) -> tuple[str, ...]:
         return promoted(self.extractor, last)
