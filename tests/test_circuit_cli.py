@@ -61,7 +61,8 @@ def test_the_picture_is_written(runner, generators, tmp_path, suffix):
     common = ["circuit", TEXT, "--model", generators["gemma2-lm"], *TWINS, "--curve", "0,10"]
     result = runner.invoke(app, [*common, "--edges", "8", "--picture", str(picture)])
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == ""
+    table = runner.invoke(app, [*common, "--edges", "8"]).stdout
+    assert result.stdout == table and "faithfulness" in table  # the picture beside the table
     head = picture.read_bytes()[:100]
     assert head.startswith(b"\x89PNG") if suffix == "png" else b"<svg" in picture.read_bytes()
 

@@ -160,4 +160,15 @@ def test_the_lens_picture_says_a_missing_glyph_once_on_the_command_line(
     result = runner.invoke(app, [*arguments, "--picture", str(picture)])
     assert result.exit_code == 0, result.stderr
     assert result.stderr.startswith("attnviz: warning: no installed font has 1 of the characters")
-    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "logit lens" in result.stdout  # the table too
+
+
+def test_a_picture_saves_itself_to_a_file_of_its_format(measured, tmp_path):
+    effects, trace = measured
+    path = tmp_path / "trace.svg"
+    drawn = trace.picture(format="svg")
+    drawn.save(path)
+    assert path.read_bytes() == drawn.data
+    with pytest.raises(UsageError, match="names a png picture; this one is svg"):
+        drawn.save(tmp_path / "trace.png")
+    assert not (tmp_path / "trace.png").exists()

@@ -204,13 +204,14 @@ def write_drawn(
     width: int | None,
     environment: Environment,
 ) -> None:
-    """``found`` as :func:`picture_or_data` chose: ``picture()``'s bytes into ``output``,
-    data on stdout, or ``table(width)``'s rich renderable there."""
+    """``found`` as :func:`picture_or_data` chose: ``picture()``'s bytes into ``output``
+    beside the table (as ``heads --picture`` writes them), data on stdout, or
+    ``table(width)``'s rich renderable there."""
     if drawn is not None:
         assert output is not None
         with open_output(output, binary=True) as stream:
             stream.write(picture())
-    elif output_format in TABLE_DATA:
+    if output_format in TABLE_DATA:
         write_data(found, output_format)
     else:
         console = stdout_console(ColourChoice.AUTO, width, environment)
