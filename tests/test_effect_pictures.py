@@ -164,7 +164,7 @@ def test_the_lens_picture_says_a_missing_glyph_once_on_the_command_line(
 
 
 def test_a_picture_saves_itself_to_a_file_of_its_format(measured, tmp_path):
-    effects, trace = measured
+    _, trace = measured
     path = tmp_path / "trace.svg"
     drawn = trace.picture(format="svg")
     drawn.save(path)
