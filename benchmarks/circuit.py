@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 import attnviz
-from attnviz.analysis.circuit import faithfulness_of, kept_masks
+from attnviz.analysis.circuit import faithfulness_of
+from attnviz.analysis.selections import selected
 from attnviz.pretrained.answered import answered
 from attnviz.pretrained.edge_estimates import estimated_scores
 from attnviz.pretrained.edges import read_twins
@@ -96,7 +97,7 @@ def speed(extractor, runs: int, count: int, steps: int) -> None:
 
     record = read()
     graph = record.wiring.graph
-    one = kept_masks(graph, estimated_scores(record), [1000])
+    one = selected(graph, estimated_scores(record), "top", 1000, prune=False)[None]
     passed = _as_passed(asked, record)
     del record
     timed = {
@@ -158,7 +159,7 @@ def compare(extractor, refine: int, sizes: list[int], steps: int) -> None:
     rankings = {**found, "exact top": refined}
     print("faithfulness at equal sizes (" + ", ".join(str(size) for size in sizes) + " edges):")
     for name, circuit in rankings.items():
-        masks = kept_masks(graph, circuit.scores, sizes)
+        masks = np.stack([selected(graph, circuit.scores, "top", size, False) for size in sizes])
         values = np.zeros(len(sizes))
         clean = corrupt = 0.0
         for pair in dataset:

@@ -21,7 +21,7 @@ import time
 import torch
 
 import attnviz
-from attnviz.analysis.circuit import kept_masks
+from attnviz.analysis.selections import selected
 from attnviz.circuit_options import CircuitOptions
 from attnviz.pretrained.answered import answered
 from attnviz.pretrained.differences import parts
@@ -91,7 +91,7 @@ def main() -> None:
         wiring = runs.wiring
         del runs
     passed = Twins(wiring, model, asked.arguments, corrupt_arguments, asked.metric)
-    kept = kept_masks(wiring.graph, scores, [100])
+    kept = selected(wiring.graph, scores, "top", 100, prune=False)[None]
     phase("the circuit's pass (two rows)", lambda: circuit_metrics(passed, kept))
 
 

@@ -100,8 +100,6 @@ def test_a_group_whose_gradient_never_comes_scores_0_beside_its_points_others(
 ):
     """The groups reading one residual are scored together once their gradients have come;
     one that gets none (as if the metric did not depend on it) is scored 0 after the pass."""
-    from attnviz.pretrained.edges import groups
-
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
         generators, language_models, "llama-lm"
     )
@@ -113,7 +111,7 @@ def test_a_group_whose_gradient_never_comes_scores_0_beside_its_points_others(
 
     monkeypatch.setattr(edge_estimates._PointScores, "arrive", none_for_layer_0s_keys)
     circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0)
-    _, _, first, size = list(groups(circuit.graph))[1]
+    _, _, first, size, _ = circuit.graph.groups()[1]
     keys = set(circuit.graph.downstream[first : first + size])
     found = _scores(circuit)
     expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id)
@@ -464,3 +462,54 @@ def test_greedy_and_unpruned_circuits_are_measured_as_the_hooks_measure_them(
             metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
             expected = (metric - corrupt_metric) / (clean - corrupt_metric)
             assert abs(faithfulness - expected) <= tolerance, (select, prune, len(kept))
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_graph_of_unusual_sizes_goes_through_every_pass_as_the_hooks_do(
+    tmp_path_factory, monkeypatch, compact
+):
+    """Three layers of eight query heads sharing two key/value heads (groups of four) and a
+    post-attention norm (Gemma 2): the graph's layout (slots, groups, reads) is the one
+    every pass asks; EAP, EAP-IG, exact scores and a circuit's faithfulness equal the
+    plain-hook references, with the record whole and compact."""
+    import transformers
+
+    import attnviz
+    from tests import tiny_models
+    from tests.hook_references import answer_token_id, token_ids
+
+    if compact:
+        monkeypatch.setattr(differences, "_FULL_AT_MOST", 0)
+        monkeypatch.setattr(edges, "_CARRIED_COMPACT_FROM", 0)
+    path = str(tiny_models._metaspace_decoder(
+        transformers.Gemma2ForCausalLM, transformers.Gemma2Config,
+        tmp_path_factory.mktemp("unusual"), num_hidden_layers=3, num_attention_heads=8,
+        num_key_value_heads=2, attn_logit_softcapping=1.0, sliding_window=4,
+    ))  # fmt: skip
+    extractor = attnviz.load(path)
+    model = extractor.loaded.model
+    assert reference.shape_of(model)[:3] == (3, 8, 2)
+    ids, corrupt_ids = token_ids(path, TEXT), token_ids(path, CORRUPT)
+    answer_id, versus_id = answer_token_id(path, TEXT, ANSWER), answer_token_id(path, TEXT, VERSUS)
+    tolerance = model_tolerance(model.config)
+    for steps in (None, 2):
+        method = "gradient" if steps is None else "ig"
+        found = _scores(extractor.circuit(
+            TEXT, ANSWER, CORRUPT, versus=VERSUS, method=method, steps=steps, edges=0
+        ))  # fmt: skip
+        expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps)
+        assert max(abs(found[edge] - expected[edge]) for edge in expected) <= tolerance
+    circuit = extractor.circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact", edges=15, curve=[60]
+    )
+    found = _scores(circuit)
+    sample = sorted(found)[::11]
+    exact = reference.exact_scores(model, ids, corrupt_ids, answer_id, versus_id, sample)
+    assert max(abs(found[edge] - exact[edge]) for edge in sample) <= tolerance
+    clean = reference.run(model, ids, answer_id, versus_id)[0]
+    corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+    for kept, faithfulness in reference.circuits_measured(model, circuit):
+        outside = [edge for edge in found if edge not in kept]
+        metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+        expected_faithfulness = (metric - corrupt_metric) / (clean - corrupt_metric)
+        assert abs(faithfulness - expected_faithfulness) <= tolerance / abs(clean - corrupt_metric)

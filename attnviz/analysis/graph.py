@@ -9,6 +9,12 @@ heads share key/value heads: one input per key/value head, as the model computes
 ``m{l}`` (the MLP's input) and ``logits`` (the final norm's input). An edge u → d carries
 u's output into d's input alone, so one edge can change one head's query and nothing else.
 
+Where nodes sit in a pass, which every pass, record and picture asks this module for:
+upstream nodes write in **slots**, the input (slot 0), then each layer l's heads
+(1 + 2l) and its MLP (2 + 2l), in the order of ``upstream``; downstream nodes read in
+**groups** (:class:`Group`), each from one **point** of the residual stream: a layer's
+queries, keys and values from 2l, its MLP from 2l + 1, the logits from 2L.
+
 Shape letters: U upstream nodes, N downstream nodes, L layers, H query heads, K key/value
 heads.
 """
@@ -16,11 +22,22 @@ heads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 INPUT, LOGITS = "input", "logits"
 READS = ("q", "k", "v")  # what a head reads the residual stream as, in this order
+
+
+class Group(NamedTuple):
+    """Downstream nodes read from one point of the residual stream together."""
+
+    layer: int  # L for the logits
+    letter: str  # "q", "k", "v", "m" (an MLP's input) or "logits"
+    first: int  # the first of them, a downstream index
+    size: int  # how many
+    point: int  # where they read: 2l (a layer's heads), 2l + 1 (its MLP), 2L (the logits)
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,65 @@ class Graph:
         """The downstream index of ``layer``'s first query input; its key inputs follow its
         query heads, its value inputs its key/value heads, then its MLP's input."""
         return layer * (self.heads + 2 * self.kv_heads + 1)
+
+    def groups(self) -> list[Group]:
+        """Every group of downstream nodes, in the order the model reads them."""
+        found = []
+        for layer in range(self.layers):
+            first = self.reads(layer)
+            sizes = (self.heads, self.kv_heads, self.kv_heads, 1)
+            for letter, size in zip((*READS, "m"), sizes, strict=True):
+                found.append(Group(layer, letter, first, size, 2 * layer + (letter == "m")))
+                first += size
+        found.append(Group(self.layers, LOGITS, len(self.downstream) - 1, 1, 2 * self.layers))
+        return found
+
+    def readable(self, first: int) -> int:
+        """How many upstream nodes come before the downstream node ``first``: those its
+        edges come from."""
+        return int(self.edges[:, first].sum())
+
+    @staticmethod
+    def heads_slot(layer: int) -> int:
+        """The slot ``layer``'s heads write in."""
+        return 1 + 2 * layer
+
+    @staticmethod
+    def mlp_slot(layer: int) -> int:
+        """The slot ``layer``'s MLP writes in."""
+        return 2 + 2 * layer
+
+    @staticmethod
+    def slot_parts(slot: int) -> tuple[int, bool]:
+        """A slot's layer (-1: the input's) and whether it holds heads."""
+        layer, mlp = divmod(slot - 1, 2)
+        return (-1, False) if slot == 0 else (layer, not mlp)
+
+    def columns(self, slot: int) -> slice:
+        """Where a slot's upstream nodes lie among them."""
+        if slot == 0:
+            return slice(0, 1)
+        layer, heads = self.slot_parts(slot)
+        first = 1 + layer * (self.heads + 1)
+        return (
+            slice(first, first + self.heads)
+            if heads
+            else slice(first + self.heads, first + self.heads + 1)
+        )
+
+    def slot_of(self, upstream: int) -> int:
+        """The slot an upstream node writes in."""
+        if upstream == 0:
+            return 0
+        layer, within = divmod(upstream - 1, self.heads + 1)
+        return self.mlp_slot(layer) if within == self.heads else self.heads_slot(layer)
+
+    def drawn_at(self, downstream: str) -> str:
+        """The upstream node a downstream one belongs to, as a picture draws it: a query,
+        key or value input at its head (a key/value head's at its group's first query
+        head), an MLP's input at the MLP, the logits at themselves."""
+        owners = np.nonzero(self.inputs[:, self.downstream.index(downstream)])[0]
+        return self.upstream[owners[0]] if len(owners) else downstream
 
     def inputs_of(self, node: str) -> list[str]:
         """The downstream nodes that are ``node``'s own inputs (none for the input)."""

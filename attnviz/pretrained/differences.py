@@ -76,26 +76,6 @@ def parts(
     return [slice(first, last) for first, last in itertools.pairwise(bounds)][::-1]
 
 
-def columns(graph: Graph, slot: int) -> slice:
-    """Where a slot of upstream nodes lies among them: the input (slot 0), then each
-    layer's heads (1 + 2l) and its MLP (2 + 2l)."""
-    if slot == 0:
-        return slice(0, 1)
-    layer, mlp = divmod(slot - 1, 2)
-    first = 1 + layer * (graph.heads + 1)
-    if mlp:
-        return slice(first + graph.heads, first + graph.heads + 1)
-    return slice(first, first + graph.heads)
-
-
-def slot_of(graph: Graph, upstream: int) -> int:
-    """The slot of :func:`columns` holding an upstream node."""
-    if upstream == 0:
-        return 0
-    layer, within = divmod(upstream - 1, graph.heads + 1)
-    return 1 + 2 * layer + int(within == graph.heads)
-
-
 class Recorder:
     """Where the scoring record is written as the runs go: the clean run's outputs from the
     start on (and every node's at the last position, apart), then the corrupted run's less
@@ -115,11 +95,15 @@ class Recorder:
             width = value.shape[-1]
             self.wide = value.new_empty((1 + self.graph.layers, self.positions, width))
             self.last = value.new_empty((len(self.graph.upstream), width))
-        self.wide[(slot + 1) // 2] = value[0, :, 0]
-        self.last[columns(self.graph, slot)] = value[0, -1]
+        self.wide[self._wide_row(slot)] = value[0, :, 0]
+        self.last[self.graph.columns(slot)] = value[0, -1]
 
     def corrupt_output(self, slot: int, value: torch.Tensor) -> None:
-        self.wide[(slot + 1) // 2].neg_().add_(value[0, :, 0])
+        self.wide[self._wide_row(slot)].neg_().add_(value[0, :, 0])
+
+    def _wide_row(self, slot: int) -> int:
+        """The row of ``wide`` that holds a slot's output: the input's, then each MLP's."""
+        return self.graph.slot_parts(slot)[0] + 1
 
     def both_outputs(self, slot: int, value: torch.Tensor) -> None:
         """Both runs' outputs in one pass: rows the clean run's, the corrupted one's."""
@@ -139,7 +123,7 @@ class Recorder:
         self.mixing[layer] = mixing
         last = value[0, -1].float().view(mixing.shape[0], mixing.shape[1])  # (H, Dh)
         shares = torch.einsum("he,hed->hd", last, mixing)
-        self.last[columns(self.graph, 1 + 2 * layer)] = shares.to(self.last.dtype)
+        self.last[self.graph.columns(self.graph.heads_slot(layer))] = shares.to(self.last.dtype)
 
     def corrupt_heads(self, layer: int, value: torch.Tensor, _mixing: torch.Tensor) -> None:
         self.heads[layer].neg_().add_(value[0])
@@ -181,10 +165,11 @@ class Differences:
         """(S, D): one node's difference."""
         if self.block is not None:
             return self.block[upstream]
-        slot = slot_of(self.graph, upstream)
-        if slot % 2 == 0:  # the input's or an MLP's
-            return self.wide[slot // 2]
-        layer, head = (slot - 1) // 2, upstream - columns(self.graph, slot).start
+        slot = self.graph.slot_of(upstream)
+        layer, heads = self.graph.slot_parts(slot)
+        if not heads:  # the input's or an MLP's
+            return self.wide[layer + 1]
+        head = upstream - self.graph.columns(slot).start
         inputs = self.heads[layer].unflatten(-1, (self.graph.heads, -1))[:, head]  # (S, Dh)
         return (inputs.float() @ self.mixing[layer][head]).to(self.wide.dtype)
 
@@ -192,14 +177,15 @@ class Differences:
         import torch
 
         graph = self.graph
-        layers = (before - 1) // (graph.heads + 1)  # whole layers' heads and MLPs before
-        heads_too = before - 1 - layers * (graph.heads + 1) == graph.heads  # an MLP's read
-        wide = self.wide[: 1 + layers, positions]  # (w, s, D)
+        # the last node read: an MLP (its layer's heads and MLP read whole) or a layer's
+        # heads (an MLP's read: its own layer's heads, not its MLP)
+        last, heads = graph.slot_parts(graph.slot_of(before - 1))
+        wide = self.wide[: last + (1 if heads else 2), positions]  # (w, s, D)
         out = wide.new_empty((before, wide.shape[1], self.width))
-        for index, rows in enumerate(wide):
-            out[columns(graph, 2 * index)] = rows
-        for layer in range(layers + heads_too):
+        for index, rows in enumerate(wide):  # the input's, then each MLP's
+            out[graph.columns(0 if index == 0 else graph.mlp_slot(index - 1))] = rows
+        for layer in range(last + 1):
             inputs = self.heads[layer, positions].float().unflatten(-1, (graph.heads, -1))
             shares = torch.einsum("she,hed->hsd", inputs, self.mixing[layer])  # (H, s, D)
-            out[columns(graph, 1 + 2 * layer)] = shares.to(out.dtype)
+            out[graph.columns(graph.heads_slot(layer))] = shares.to(out.dtype)
         return out

@@ -22,7 +22,7 @@ from attnviz.analysis.graph import LOGITS, READS
 from attnviz.choices import Site
 from attnviz.memory import block_size
 from attnviz.pretrained.differences import matrix_of
-from attnviz.pretrained.edges import QKV, Runs, Wiring, groups, readable
+from attnviz.pretrained.edges import QKV, Runs, Wiring
 from attnviz.pretrained.effects import Anatomy, hooked, last_logits
 from attnviz.pretrained.frozen_norms import NormForm, form_of
 from attnviz.pretrained.patching import (
@@ -81,7 +81,7 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
     gradients have arrived in the backward pass, which keeps no (T, N, D)."""
     import torch
 
-    graph, body = runs.wiring.graph, runs.wiring.body
+    body = runs.wiring.body
     arguments = {name: value.expand(len(points), -1) for name, value in runs.arguments.items()}
     readings = _readings(runs.wiring, runs.clean_embedded)
     scores = _PointScores(runs, readings, total)
@@ -93,9 +93,11 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
     again = recomputes(runs.model, arguments)
     backward: list[bool] = []
 
+    final = readings[-1].point  # the final norm's, whose input is never computed again
+
     def keep_residual(point: int) -> Callable:
         def keep(_module: Any, args: tuple, kwargs: dict) -> None:
-            inside_layer = point < 2 * graph.layers  # the final norm's is never computed again
+            inside_layer = point < final
             if again and inside_layer and not backward:
                 return
             if backward or point not in scores.residuals:  # else a forward's own, read again
@@ -170,7 +172,7 @@ class _PointScores:
         members = self.members[point]
         first = self.readings[members[0]].first  # the point's nodes: contiguous downstream
         size = sum(self.readings[group].size for group in members)
-        before = readable(self.graph, first)  # the upstream nodes before them
+        before = self.graph.readable(first)  # the upstream nodes before them
         into = self.total[:before, first : first + size]
         residual = self.residuals.pop(point)[:, self.start : self.stop]  # (R, S, D)
         form = self.readings[members[0]].form
@@ -242,7 +244,7 @@ class _Reading:
 
 
 def _readings(wiring: Wiring, like: torch.Tensor) -> list[_Reading]:
-    """Every group's reading, in :func:`groups`' order; each norm's form read from a probe
+    """Every group's reading, in the order of the graph's groups; each norm's form read from a probe
     (as wide as ``like``, on its device and in its dtype) once for each class of norm."""
     import torch
 
@@ -259,14 +261,13 @@ def _readings(wiring: Wiring, like: torch.Tensor) -> list[_Reading]:
             forms[norm] = kinds[type(norm)].like(norm)
         return forms[norm]
 
-    for layer, letter, first, size in groups(wiring.graph):
+    for layer, letter, first, size, point in wiring.graph.groups():
         if letter in READS:
             site = QKV[letter]
             norm, module = wiring.attention_norms[layer], SITES[site].module(body, layer)
-            reading = _Reading(norm, form(norm), module, 2 * layer, first, size, layer, site)
+            reading = _Reading(norm, form(norm), module, point, first, size, layer, site)
         else:
             norm = body.norm if letter == LOGITS else wiring.mlp_norms[layer]
-            point = 2 * layer + (letter == "m")  # the logits' is 2L
             reading = _Reading(norm, form(norm), norm, point, first, size, layer, None)
         found.append(reading)
     return found

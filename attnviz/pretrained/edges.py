@@ -44,17 +44,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.graph import LOGITS, READS, Graph
+from attnviz.analysis.graph import LOGITS, Graph
 from attnviz.choices import Site
 from attnviz.errors import UsageError
 from attnviz.memory import give_back_freed
 from attnviz.pretrained.differences import (
     Differences,
     Recorder,
-    columns,
     head_mixing,
     matrix_of,
-    slot_of,
 )
 from attnviz.pretrained.effects import (
     Anatomy,
@@ -248,7 +246,7 @@ def users_carried(
     output (S, D) when :meth:`Carried.widened`)."""
 
     def keep(slot: int, value: Any) -> None:
-        where = columns(graph, slot)
+        where = graph.columns(slot)
         for upstream in users.intersection(range(where.start, where.stop)):
             unit = upstream - where.start
             kept[upstream] = Carried(value[0, :, unit] - value[1, :, unit])
@@ -256,7 +254,7 @@ def users_carried(
     def keep_heads(layer: int, inputs: Any, mixing: Any) -> None:
         import torch
 
-        where = columns(graph, 1 + 2 * layer)
+        where = graph.columns(graph.heads_slot(layer))
         heads = sorted(
             upstream - where.start
             for upstream in users.intersection(range(where.start, where.stop))
@@ -275,7 +273,7 @@ def users_carried(
         for head in heads:
             kept[where.start + head] = Carried(away[:, head - span.start], mixing[head])
 
-    slots = {slot_of(graph, upstream) for upstream in users}
+    slots = {graph.slot_of(upstream) for upstream in users}
     return _written(body, keep, slice(start, None), slots, heads=keep_heads)
 
 
@@ -327,8 +325,8 @@ def _written(
     heads: HeadStore | None = None,
 ) -> Iterator[None]:
     """While open, a pass hands each slot of upstream nodes' outputs at ``positions`` to
-    ``store`` as it is computed: the input (slot 0), then each layer's heads (1 + 2l)
-    and its MLP (2 + 2l), the graph's upstream order; only ``slots``, where given. With
+    ``store`` as it is computed, in the graph's slots (:class:`Graph`: the input, then
+    each layer's heads and its MLP); only ``slots``, where given. With
     ``heads``, a layer's heads go there instead, as inputs of the output projection
     (divided by the run's scale where a post norm follows) and their mixing
     (:func:`head_mixing`)."""
@@ -345,7 +343,7 @@ def _written(
             return
         per_head = inputs.float().unflatten(-1, (body.heads, body.head_size))  # (B, S, H, Dh)
         shares = torch.einsum("bshe,hed->bshd", per_head, mixing)  # (B, S, H, D)
-        store(1 + 2 * layer, shares.to(inputs.dtype))
+        store(Graph.heads_slot(layer), shares.to(inputs.dtype))
 
     def keep_input(_module: Any, args: tuple, kwargs: dict) -> None:
         store(0, hidden_of(args, kwargs)[:, positions].unsqueeze(2))
@@ -371,7 +369,7 @@ def _written(
 
     def keep_mlp(layer: int) -> Callable:
         def keep(_module: Any, _args: tuple, output: Any) -> None:
-            store(2 + 2 * layer, output_of(output)[:, positions].unsqueeze(2))
+            store(Graph.mlp_slot(layer), output_of(output)[:, positions].unsqueeze(2))
 
         return keep
 
@@ -381,9 +379,9 @@ def _written(
             hooks.enter_context(hooked(first))
         for layer in range(len(body.blocks)):
             handles = []
-            if wanted(2 + 2 * layer):
+            if wanted(Graph.mlp_slot(layer)):
                 handles.append(_mlp_written(body, layer).register_forward_hook(keep_mlp(layer)))
-            if wanted(1 + 2 * layer):
+            if wanted(Graph.heads_slot(layer)):
                 handles.append(body.projections[layer].register_forward_pre_hook(keep_heads(layer)))
                 post_norm = body.post_norms[layer]
                 if post_norm is not None:
@@ -524,22 +522,6 @@ def _as_slice(rows: Any) -> Any:
     return rows
 
 
-def groups(graph: Graph) -> Iterator[tuple[int, str, int, int]]:
-    """Each group of downstream nodes: (layer, letter, its first index, how many)."""
-    for layer in range(graph.layers):
-        first = graph.reads(layer)
-        sizes = (graph.heads, graph.kv_heads, graph.kv_heads, 1)
-        for letter, size in zip((*READS, "m"), sizes, strict=True):
-            yield layer, letter, first, size
-            first += size
-    yield graph.layers, LOGITS, len(graph.downstream) - 1, 1
-
-
-def readable(graph: Graph, first: int) -> int:
-    """How many upstream nodes come before the downstream node ``first``."""
-    return int(graph.edges[:, first].sum())
-
-
 def exact_scores(
     runs: Runs, edges: Sequence[tuple[int, int]], told: FirstPart | None = None
 ) -> np.ndarray:
@@ -552,7 +534,7 @@ def exact_scores(
     differences = runs.differences
     where = {
         first + unit: (layer, letter, unit, size)
-        for layer, letter, first, size in groups(graph)
+        for layer, letter, first, size, _ in graph.groups()
         for unit in range(size)
     }
 

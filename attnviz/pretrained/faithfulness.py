@@ -27,7 +27,6 @@ from attnviz.pretrained.edges import (
     changed_inputs,
     first_difference,
     given_back_each_layer,
-    groups,
     stacked,
     users_carried,
 )
@@ -154,7 +153,7 @@ def _changed(graph: Graph, inside: np.ndarray) -> list[_Group]:
     """The groups a pass keeping the edges ``inside`` (U, N) changes, in the pass's order."""
     touched = (inside != graph.edges).any(0)  # (N) whether a node has an edge left out
     found: list[tuple[int, str, list[int]]] = []
-    for layer, letter, first, size in groups(graph):
+    for layer, letter, first, size, _ in graph.groups():
         if not touched[first : first + size].any():
             continue
         nodes = list(range(first, first + size))

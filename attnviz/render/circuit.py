@@ -111,16 +111,7 @@ def circuit_layout(circuit: Circuit) -> tuple[dict[str, tuple[float, float]], di
         for head in range(graph.heads):
             at[f"a{layer}.h{head}"] = (float(head), 2.0 * layer + 1)
         at[f"m{layer}"] = (mlps, 2.0 * layer + 1.6)
-    drawn_at = {}
-    group = graph.heads // graph.kv_heads
-    for name in graph.downstream:
-        parts = name.split(".")
-        if len(parts) == 3:  # a head's input: q of its head, k and v of their group's first
-            unit = int(parts[1].lstrip("hkv"))
-            head = unit if parts[2] == "q" else unit * group
-            drawn_at[name] = f"{parts[0]}.h{head}"
-        else:
-            drawn_at[name] = name
+    drawn_at = {name: graph.drawn_at(name) for name in graph.downstream}
     return at, drawn_at
 
 
