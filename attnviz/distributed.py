@@ -400,6 +400,7 @@ class CircuitWorker:
             "measured": lambda: circuit.measured_summed(self.runs_of, pairs, argument),
             "promoted": lambda: circuit.promoted(self.extractor, argument),
             "graph": lambda: circuit.graph_of_model(self.extractor),
+            "checked": lambda: circuit.pairs_checked(self.runs_of, pairs),
         }
         with _warnings_kept() as said:
             try:
@@ -457,6 +458,9 @@ class RayPhases:
     def graph(self) -> Graph:
         (graph,) = self._summed("graph", None, first_only=True)
         return graph
+
+    def checked(self) -> None:
+        self._summed("checked", None)
 
     def scored(self, method: CircuitMethod, steps: int | None) -> circuit.Scored:
         parts = self._summed("scored", (method, steps))

@@ -26,10 +26,11 @@ def test_the_table_json_and_csv_say_the_circuit(runner, generators, language_mod
     common = ["circuit", TEXT, "--model", path, *TWINS, "--edges", "9", "--curve", "0,30"]
     drawn = runner.invoke(app, [*common, "--rows", "5", "--width", "120"])
     assert drawn.exit_code == 0, drawn.stderr
-    assert drawn.stderr == ""
     expected = language_models["llama-lm"].circuit(
         TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=9, curve=[0, 30]
     )
+    low = expected.faithfulness < 0.1  # said in one line
+    assert drawn.stderr.count("\n") == low and ("faithfulness below 0.1" in drawn.stderr) == low
     (first, then, _), *_ = expected.edges(1)
     assert first in drawn.stdout and then in drawn.stdout
     kept = f"circuit of {expected.kept} of {expected.graph.count} edges (top 9, dead ends pruned)"
@@ -318,3 +319,31 @@ def test_a_scores_file_that_is_not_this_circuits_is_refused_in_one_line(
         failed_in_process(runner.invoke(app, [*common, *arguments]), 2, message)
     other = ["circuit", "--pairs", pairs, "--model", generators["llama-lm"], "--scores", str(whole)]
     failed_in_process(runner.invoke(app, other), 2, "was scored on 1 pair, not 2")
+
+
+def test_every_pair_is_checked_before_the_first_is_scored(
+    runner, generators, tmp_path, monkeypatch
+):
+    import attnviz.pretrained.circuit as circuit_module
+
+    def never(*_arguments):
+        raise AssertionError("a pair was scored before every pair was checked")
+
+    monkeypatch.setattr(circuit_module, "scored", never)
+    pairs = _write_pairs(tmp_path, [PAIR, OTHER, {**OTHER, "corrupt": "The dog saw"}])
+    result = runner.invoke(app, ["circuit", "--pairs", pairs, "--model", generators["llama-lm"]])
+    failed_in_process(result, 2, "pairs.jsonl, line 3: the corrupted text is")
+
+
+def test_a_circuit_that_keeps_little_says_so_with_what_to_try(runner, generators, monkeypatch):
+    import attnviz.pretrained.circuit as circuit_module
+
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "-f", "json"]
+    monkeypatch.setattr(circuit_module, "LOW_FAITHFULNESS", 2.0)  # every circuit keeps little
+    said = runner.invoke(app, [*common, "--edges", "20"])
+    assert said.exit_code == 0, said.stderr
+    (line,) = said.stderr.splitlines()
+    assert line.startswith("attnviz: warning: the circuit of ") and "try more --edges" in line
+    assert runner.invoke(app, [*common, "--edges", "0"]).stderr == ""  # none asked: scores only
+    monkeypatch.setattr(circuit_module, "LOW_FAITHFULNESS", -1.0)
+    assert runner.invoke(app, [*common, "--edges", "20"]).stderr == ""

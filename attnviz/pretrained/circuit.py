@@ -106,6 +106,11 @@ class Phases(Protocol):
         """The model's graph, read before any pass."""
         ...
 
+    def checked(self) -> None:
+        """Every pair tokenized and checked (its twin's length, its answers), before any
+        pass: a bad pair is refused before the first is scored."""
+        ...
+
     def scored(self, method: CircuitMethod, steps: int | None) -> Scored: ...
 
     def exact(self, edges: list[Edge]) -> np.ndarray:
@@ -121,6 +126,9 @@ class Phases(Protocol):
         ...
 
 
+LOW_FAITHFULNESS = 0.1  # a circuit below it is said to keep little of the answer
+
+
 def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     """The circuit the options ask, from the passes over the pairs (its sizes checked
     against the model's graph before any pass; its scores read from a file where the
@@ -130,6 +138,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     edge_count = phases.graph().count
     asked, sizes = options.asked(edge_count), options.sizes(edge_count)
     refine = options.refined(edge_count)
+    phases.checked()
     scored = phases.scored(options.method, options.steps)
     count, graph = scored.pairs, scored.graph
     scores, exact = scored.scores / count, scored.exact
@@ -153,6 +162,12 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     faithful = faithfulness_measured(phases, graph, masks, clean, corrupt, count)
     if faithful[0] is None:
         warn("the corrupted text changes nothing of the metric: faithfulness is not defined")
+    elif masks[0].any() and faithful[0] < LOW_FAITHFULNESS:
+        warn(
+            f"the circuit of {int(masks[0].sum()):,} edges keeps {faithful[0]:z.3f} of what the "
+            f"corruption takes (faithfulness below {LOW_FAITHFULNESS}): try more --edges, "
+            "--select greedy, or --curve to see where it rises"
+        )
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     curve = [
         CurvePoint(size, int(mask.sum()), value)
@@ -237,6 +252,9 @@ class Given:
                 "pairs it was scored on"
             )
         return graph
+
+    def checked(self) -> None:
+        self.phases.checked()
 
     def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
         found, count = self.circuit, self.circuit.pairs
@@ -477,6 +495,12 @@ def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.n
     return np.sum(found, axis=0)
 
 
+def pairs_checked(runs_of: PairRuns, pairs: Indexed) -> None:
+    """Each pair tokenized and checked, as a pass would read it (no pass runs)."""
+    for index, given in pairs:
+        runs_of.answered(index, given)
+
+
 def graph_of_model(extractor: PretrainedExtractor) -> Graph:
     """The graph of the extractor's model, read from its modules (no text is run)."""
     return graph_of(anatomy_of(extractor.loaded, "a circuit"))
@@ -518,6 +542,9 @@ class Here:
 
     def graph(self) -> Graph:
         return graph_of_model(self.extractor)
+
+    def checked(self) -> None:
+        pairs_checked(self.runs_of, self.indexed)
 
     def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
         return self._passing(lambda: scored(self.runs_of, self.indexed, method, steps))
