@@ -25,6 +25,7 @@ EXAMPLES_NAMED = (
     "head-effect-resample-ablation",
     "trace-site-mlp-in",
     "metric-prob",
+    "circuit-select-signed",
 )
 
 
