@@ -207,6 +207,7 @@ class Output(StrEnum):
     SVG = "svg"
     PDF = "pdf"
     HTML = "html"  # the interactive page
+    EAP_IG = "eap-ig"  # a circuit as hannamw/EAP-IG's graph file
 
 
 class Dtype(StrEnum):

@@ -27,6 +27,7 @@ class Kind(StrEnum):
     DATA = "data"  # the maps (or a command's results) as a document
     PICTURE = "picture"  # a picture file
     PAGE = "page"  # the interactive HTML page
+    FOREIGN = "foreign"  # another tool's file (a circuit as EAP-IG's graph), to stdout
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ OUTPUTS: dict[Output, OutputSpec] = {
     Output.HTML: OutputSpec(
         Kind.PAGE, (".html", ".htm"), PICTURE_VIEWS, "the interactive page", "page_pieces"
     ),
+    Output.EAP_IG: OutputSpec(Kind.FOREIGN, (), (), "EAP-IG's graph file"),
 }
 _BY_SUFFIX = {suffix: output for output, spec in OUTPUTS.items() for suffix in spec.suffixes}
 

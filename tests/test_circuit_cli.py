@@ -347,3 +347,51 @@ def test_a_circuit_that_keeps_little_says_so_with_what_to_try(runner, generators
     assert runner.invoke(app, [*common, "--edges", "0"]).stderr == ""  # none asked: scores only
     monkeypatch.setattr(circuit_module, "LOW_FAITHFULNESS", -1.0)
     assert runner.invoke(app, [*common, "--edges", "20"]).stderr == ""
+
+
+def _eap_ig_read(document, heads, kv_heads):
+    """EAP-IG's graph file under attnviz's edge names: each edge's score (a query head's
+    key and value copies summed into their key/value head's) and whether it is in the
+    circuit (every copy alike)."""
+    group, kv = heads // kv_heads, "h" if kv_heads == heads else "kv"
+    scores, kept = {}, {}
+    for name, edge in document["edges"].items():
+        parent, child = name.split("->")
+        if child.endswith(">"):
+            head_name, letter = child[:-1].split("<")
+            layer, head = head_name.split(".")
+            unit = head if letter == "q" else f"{kv}{int(head[1:]) // group}"
+            child = f"{layer}.{unit}.{letter}"
+        scores[parent, child] = scores.get((parent, child), 0.0) + edge["score"]
+        kept.setdefault((parent, child), set()).add(edge["in_graph"])
+    assert all(len(alike) == 1 for alike in kept.values())
+    return scores, {edge for edge, alike in kept.items() if alike == {True}}
+
+
+def test_eap_ig_s_graph_file_holds_the_circuit_its_copies_summing_to_the_grouped_scores(
+    runner, generators, language_models
+):
+    """-f eap-ig: EAP-IG's Graph.to_json layout (cfg, nodes, edges named parent->child<q>);
+    a grouped key/value edge becomes one edge per query head of its group whose scores sum
+    to attnviz's, all in the circuit or none; its nodes are the circuit's."""
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "--edges", "20"]
+    document = json.loads(runner.invoke(app, [*common, "-f", "eap-ig"]).stdout)
+    expected = language_models["llama-lm"].circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=20)
+    graph = expected.graph
+    assert document["cfg"] == {
+        "n_layers": graph.layers, "n_heads": graph.heads, "parallel_attn_mlp": False,
+        "d_model": language_models["llama-lm"].loaded.model.config.hidden_size,
+    }  # fmt: skip
+    copies = [
+        graph.heads // graph.kv_heads if graph.downstream[d].split(".")[-1] in "kv" else 1
+        for d in graph.edge_list()[1]
+    ]
+    assert len(document["edges"]) == sum(copies)
+    scores, kept = _eap_ig_read(document, graph.heads, graph.kv_heads)
+    found = {(first, then): score for first, then, score in expected.edges()}
+    assert scores.keys() == found.keys()
+    assert max(abs(scores[edge] - found[edge]) for edge in found) <= 1e-6
+    assert kept == {(first, then) for first, then, _ in expected.kept_edges()}
+    held = {name for name, node in document["nodes"].items() if node["in_graph"]}
+    assert held == {*expected.nodes, "logits"}
+    failed_in_process(runner.invoke(app, [*common, "-f", "eap-ig", "--picture", "c.png"]), 2, "-f")

@@ -76,6 +76,7 @@ class Circuit(Drawn):
     # each upstream node's output at the last position through the unembedding: its tokens
     # promoted most, where read (the picture labels heads with them)
     promoted: tuple[str, ...] = ()
+    width: int | None = None  # the model's, d_model (another tool's graph file names it)
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
@@ -175,6 +176,7 @@ class Circuit(Drawn):
                 "layers": self.graph.layers,
                 "heads": self.graph.heads,
                 "kv_heads": self.graph.kv_heads,
+                "width": self.width,
             },
             "method": self.method.value,
             **({} if self.steps is None else {"steps": self.steps}),
@@ -289,6 +291,7 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         ),
         exact if refined else None,
         tuple(read.part("promoted", list)),
+        None if shape.get("width") is None else _Reader(shape, where).whole("width"),
     )
 
 

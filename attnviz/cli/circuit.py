@@ -28,7 +28,12 @@ if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
     from attnviz.render.style import Style
 
-FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
+CircuitFormat = d.some_of("CircuitFormat", *d.TABLES, Output.EAP_IG)
+FormatOption = d.format_option(
+    CircuitFormat,
+    f"{formats_named(d.TABLES)}, or eap-ig: the circuit as hannamw/EAP-IG's graph file "
+    "(Graph.from_json reads it).",
+)
 # A circuit's edges carry a corrupted run's values, measured on an answer; its own
 # --method says how edges are scored.
 circuit_options = bundle(
@@ -240,6 +245,12 @@ def _write(
 
         return circuit_table(found, columns, rows)
 
+    if output_format is Output.EAP_IG:
+        from attnviz.analysis.eap_ig import eap_ig_document  # numpy: its scores
+        from attnviz.data_formats import dump_json
+
+        out.write_stdout(dump_json(eap_ig_document(found)))
+        return
     out.write_drawn(found, drawn, output, output_format, picture, table, width, environment)
 
 

@@ -79,6 +79,7 @@ class Scored:
     method: CircuitMethod
     steps: int | None
     exact: np.ndarray | None = None  # (U, N) bool: the edges scored exactly, where some were
+    width: int | None = None  # the model's d_model, where known
 
     def merged(self, other: Scored) -> Scored:
         """The sums of both (from two workers)."""
@@ -189,6 +190,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         tuple(curve),
         exact,
         phases.promoted(scored.last / count),
+        scored.width,
     )
 
 
@@ -271,6 +273,7 @@ class Given:
             found.method,
             found.steps,
             found.exact,
+            found.width,
         )
 
     def exact(self, edges: list[Edge]) -> np.ndarray:
@@ -465,6 +468,7 @@ def _pair_scored(
         asked.answer(log_prob=runs.clean.log_prob),
         method,
         steps,
+        width=int(runs.clean_last.shape[-1]),
     )
 
 
