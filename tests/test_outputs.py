@@ -237,15 +237,16 @@ def test_picture_styling_where_no_picture_file_is_drawn_is_refused(runner, tmp_p
 
 def test_every_output_that_is_written_names_a_writer_and_the_rest_are_refused():
     """The registry writes: each data, picture and page output names its writer in
-    attnviz.writers; the terminal and the table, drawn by their commands, have none,
-    and asking to write them is an error, never a default format."""
+    attnviz.writers; the terminal, the table and another tool's file (written by their
+    commands) have none, and asking to write maps as them is an error, never a default
+    format."""
     import attnviz
     from attnviz import writers
     from attnviz.outputs import OUTPUTS, Kind
 
     maps = attnviz.extract("a b")
     for output, spec in OUTPUTS.items():
-        if spec.kind in (Kind.TERMINAL, Kind.TABLE):
+        if spec.kind in (Kind.TERMINAL, Kind.TABLE, Kind.FOREIGN):
             assert spec.writer is None
             with pytest.raises(ValueError, match="no writer"):
                 list(writers.pieces(maps, output, writers.Rendering()))
