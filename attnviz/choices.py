@@ -243,6 +243,13 @@ class Select(StrEnum):
     THRESHOLD = "threshold"  # every edge of |score| at least T
 
 
+class Level(StrEnum):
+    """What a circuit is chosen by: its edges, or its nodes (heads and MLPs)."""
+
+    EDGE = "edge"
+    NODE = "node"  # the nodes of largest |score|, the edges between them
+
+
 CIRCUIT_METHOD_LABELS = {
     CircuitMethod.EXACT: "a forward pass per edge, batched",
     CircuitMethod.GRADIENT: "edge attribution patching, EAP: one forward and one backward pass",

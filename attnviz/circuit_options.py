@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnviz.choices import CircuitMethod, Select, chosen
+from attnviz.choices import CircuitMethod, Level, Select, chosen
 from attnviz.errors import UsageError
 
 ALL = "all"
 DEFAULT_EDGES = 100  # the circuit kept where --edges is not given (or every edge, if fewer)
+DEFAULT_NODES = 20  # a node circuit's, where --nodes is not given (or every node, if fewer)
 DEFAULT_STEPS = 5  # EAP-IG's points between the corrupted and the clean input embeddings
 # The most points asked: EAP-IG's own runs take 5 to 100; past a thousand the estimate
 # changes little and each point is a forward and a backward pass of every pair.
@@ -35,10 +36,14 @@ class CircuitOptions:
     prune: bool = True
     # a circuit's JSON document (circuit -f json) whose scores are taken, not scored again
     scores: str | None = None
+    level: Level = Level.EDGE
+    nodes: int | str | None = None  # a node circuit's size (level node), as edges is
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))
         object.__setattr__(self, "select", chosen(Select, self.select, "selection"))
+        object.__setattr__(self, "level", chosen(Level, self.level, "level"))
+        self._check_level()
         self._check_selection()
         if self.steps is not None and self.method is not CircuitMethod.IG:
             raise UsageError("--steps counts EAP-IG's points: give it with --method ig")
@@ -62,6 +67,25 @@ class CircuitOptions:
         once = sorted(set(curve), key=lambda size: (size == ALL, 0 if size == ALL else size))
         object.__setattr__(self, "curve", tuple(once))
 
+    def _check_level(self) -> None:
+        if self.level is Level.EDGE:
+            if self.nodes is not None:
+                raise UsageError(
+                    "--nodes counts a node circuit's heads and MLPs: give --level node"
+                )
+            return
+        if self.edges is not None:
+            raise UsageError("--level node chooses nodes: give --nodes N, not --edges")
+        if self.refine is not None:
+            raise UsageError(
+                "--refine computes edges exactly: a node circuit is chosen by its nodes' "
+                "scores (--method exact patches each node)"
+            )
+        if self.select is Select.GREEDY:
+            raise UsageError("--select greedy takes edges from the logits up: --level edge")
+        if self.nodes is not None and self.nodes != ALL:
+            _count(self.nodes, "--nodes", least=0)
+
     def _check_selection(self) -> None:
         if self.select is not Select.THRESHOLD:
             if self.threshold is not None:
@@ -83,19 +107,31 @@ class CircuitOptions:
                 )
 
     def asked(self, count: int) -> float:
-        """What the circuit is chosen by, in a graph of ``count`` edges: how many edges it
-        keeps (top, greedy), or the least |score| it keeps (threshold)."""
+        """What the circuit is chosen by, in a graph of ``count`` edges (or nodes, at the
+        node level): how many it keeps (top, greedy), or the least |score| (threshold)."""
         if self.threshold is not None:
             return float(self.threshold)
-        if self.edges is None:
-            return min(DEFAULT_EDGES, count)
-        return count if self.edges == ALL else _fitting(int(self.edges), count, "--edges")
+        given, default, option = self._size()
+        if given is None:
+            return min(default, count)
+        return count if given == ALL else _fitting(int(given), count, option, unit=self._unit)
+
+    @property
+    def _unit(self) -> str:
+        return "nodes" if self.level is Level.NODE else "edges"
+
+    def _size(self) -> tuple[int | str | None, int, str]:
+        """The size given (edges, or nodes), its default and its option."""
+        if self.level is Level.NODE:
+            return self.nodes, DEFAULT_NODES, "--nodes"
+        return self.edges, DEFAULT_EDGES, "--edges"
 
     def sizes(self, count: int) -> list[int]:
-        """The curve's sizes in a graph of ``count`` edges, each checked, each once."""
-        sizes = (
-            count if size == ALL else _fitting(int(size), count, "--curve") for size in self.curve
-        )
+        """The curve's sizes in a graph of ``count`` edges (or nodes), each checked, once."""
+        sizes = [
+            count if size == ALL else _fitting(int(size), count, "--curve", unit=self._unit)
+            for size in self.curve
+        ]
         return list(dict.fromkeys(sizes))
 
     def refined(self, count: int) -> int | None:
@@ -106,12 +142,12 @@ class CircuitOptions:
         return _fitting(self.refine, count, "--refine", whole="--method exact")
 
 
-def _fitting(size: int, count: int, option: str, whole: str = ALL) -> int:
-    """``size`` edges of a graph of ``count``; more is refused, naming ``whole``, what asks
-    for every edge."""
+def _fitting(size: int, count: int, option: str, whole: str = ALL, unit: str = "edges") -> int:
+    """``size`` of a graph's ``count`` edges (or nodes: ``unit``); more is refused, naming
+    ``whole``, what asks for every one."""
     if size > count:
         raise UsageError(
-            f"{option} {size} is more edges than the model's graph has ({count:,}): give "
+            f"{option} {size} is more {unit} than the model's graph has ({count:,}): give "
             f"at most {count:,}, or {whole}"
         )
     return size

@@ -15,7 +15,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import HeadTable
-from attnviz.choices import Ablation, CircuitMethod, Mode, Select, Site, chosen
+from attnviz.choices import Ablation, CircuitMethod, Level, Mode, Select, Site, chosen
 from attnviz.circuit_options import CircuitOptions
 from attnviz.errors import UsageError
 from attnviz.progress import Listener
@@ -272,6 +272,8 @@ class Extractor(ABC):
         threshold: float | None = None,
         prune: bool = True,
         scores: str | None = None,
+        level: Level | str = Level.EDGE,
+        nodes: int | str | None = None,
         progress: Listener | None = None,
         **options: Any,
     ) -> Circuit:
@@ -283,21 +285,25 @@ class Extractor(ABC):
         largest |scores|, 100 by default, "all", 0…; "greedy": EAP-IG's, from the logits
         up; "threshold": every edge of |score| at least ``threshold``), its dead ends out if
         ``prune``, and its faithfulness, and each size of ``curve`` (sizes or "all", each
-        measured once); ``scores``, a circuit's JSON document (:meth:`Circuit.document`)
+        measured once); ``level`` "node" chooses ``nodes`` heads and MLPs by their own
+        scores (exact node patching, or the sum of their edges' estimates) and keeps the
+        edges between them; ``scores``, a circuit's JSON document (:meth:`Circuit.document`)
         over the same pairs, gives the scores without scoring again. One
         ``text`` with its ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a
         mapping of text, answer, versus, corrupt): every score the mean over them. A
         causal language model only."""
         circuit = CircuitOptions(
-            chosen(CircuitMethod, method, "method"),
-            steps,
-            edges,
-            tuple(curve),
-            refine,
-            chosen(Select, select, "selection"),
-            threshold,
-            prune,
-            scores,
+            method=chosen(CircuitMethod, method, "method"),
+            steps=steps,
+            edges=edges,
+            curve=tuple(curve),
+            refine=refine,
+            select=chosen(Select, select, "selection"),
+            threshold=threshold,
+            prune=prune,
+            scores=scores,
+            level=chosen(Level, level, "level"),
+            nodes=nodes,
         )
         asked = _asking(request, options, circuit=circuit)
         if (text is None) == (pairs is None):

@@ -355,6 +355,24 @@ def chosen(shape, scores, select, asked, pruned):
     return prune(kept, owned) if pruned else kept
 
 
+def node_circuit(shape, node_scores, select, asked, pruned):
+    """A node circuit (EAP-IG's apply_topn(level="node") and apply_threshold): the nodes
+    of largest |score| (or of |score| at least ``asked``), and every edge from one of them
+    into an input of one of them or into the logits; dead ends out if ``pruned``."""
+    names, _, edges = nodes_of_shape(*shape)
+    owned = owners(*shape)
+    if select == "threshold":
+        chosen = {name for name in names if abs(node_scores[name]) >= asked}
+    else:
+        chosen = set(sorted(names, key=lambda name: -abs(node_scores[name]))[: int(asked)])
+    kept = {
+        (first, then)
+        for first, then in edges
+        if first in chosen and (then == "logits" or owned[then] & chosen)
+    }
+    return prune(kept, owned) if pruned else kept
+
+
 def circuits_measured(model, circuit):
     """(the edges it holds, its faithfulness) of the circuit and each of its curve's,
     each circuit's edges chosen by the reference here (and held to the circuit's own)."""
@@ -362,6 +380,9 @@ def circuits_measured(model, circuit):
     shape = shape_of(model)[:3]
 
     def kept_of(asked):
+        if circuit.level == "node":
+            named = dict(zip(circuit.graph.upstream, circuit.node_scores, strict=True))
+            return node_circuit(shape, named, circuit.select, asked, circuit.prune)
         return chosen(shape, scores, circuit.select, asked, circuit.prune)
 
     kept = kept_of(circuit.asked)

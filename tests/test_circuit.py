@@ -432,6 +432,22 @@ def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
                 if pruned:  # every node left has an edge out of it, and each edge's stays
                     held = {graph.upstream[u] for u in np.nonzero(nodes_of(graph, mask))[0]}
                     assert held == {first for first, _ in found}
+    node_scores = generator.normal(size=len(graph.upstream))
+    named_nodes = dict(zip(graph.upstream, node_scores, strict=True))
+    for select, values in (
+        ("top", [0, 1, 3, len(graph.upstream)]),
+        ("threshold", [float(np.median(np.abs(node_scores))), 0.0]),
+    ):
+        for asked in values:
+            for pruned in (True, False):
+                mask = selected(graph, scores, select, asked, pruned, node_scores)
+                upstream, downstream = np.nonzero(mask)
+                found = {
+                    (graph.upstream[u], graph.downstream[d])
+                    for u, d in zip(upstream, downstream, strict=True)
+                }
+                expected = reference.node_circuit(shape, named_nodes, select, asked, pruned)
+                assert found == expected, ("node", select, asked, pruned)
     owned = reference.owners(*shape)
     for d, name in enumerate(graph.downstream):
         assert {graph.upstream[u] for u in np.nonzero(graph.inputs[:, d])[0]} == owned[name]
@@ -513,3 +529,38 @@ def test_a_graph_of_unusual_sizes_goes_through_every_pass_as_the_hooks_do(
         metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
         expected_faithfulness = (metric - corrupt_metric) / (clean - corrupt_metric)
         assert abs(faithfulness - expected_faithfulness) <= tolerance / abs(clean - corrupt_metric)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_node_circuits_equal_eap_igs_definitions_and_the_hooks(generators, language_models, family):
+    """--level node: exact node scores are the metric with the node's output carrying its
+    corrupted value into all it reaches (plain hooks), an estimate's the sum of the node's
+    edges'; the circuit is every edge between the top nodes, as EAP-IG's node-level top-n
+    and prune keep it, measured as the hooks measure it."""
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    clean = reference.run(model, ids, answer_id, versus_id)[0]
+    corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+    _, _, every_edge = reference.nodes(model)
+    tolerance = model_tolerance(model.config)
+    exact = extractor.circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact", level="node", nodes=4,
+        curve=[7],
+    )  # fmt: skip
+    for name, score in zip(exact.graph.upstream, exact.node_scores, strict=True):
+        outside = [edge for edge in every_edge if edge[0] == name]
+        metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+        assert abs(score - (metric - clean)) <= tolerance, name
+    estimate = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, level="node", nodes=6)
+    rows = {name: 0.0 for name in estimate.graph.upstream}
+    for first, _, score in estimate.edges():
+        rows[first] += score
+    found = dict(zip(estimate.graph.upstream, estimate.node_scores, strict=True))
+    assert max(abs(found[name] - rows[name]) for name in rows) <= 1e-9
+    for circuit in (exact, estimate):
+        for kept, faithfulness in reference.circuits_measured(model, circuit):
+            outside = [edge for edge in every_edge if edge not in kept]
+            metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+            expected = (metric - corrupt_metric) / (clean - corrupt_metric)
+            assert abs(faithfulness - expected) <= tolerance / abs(clean - corrupt_metric)

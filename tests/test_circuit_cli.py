@@ -242,6 +242,12 @@ def test_steps_have_an_upper_bound(runner, generators):
         (["--select", "threshold", "--threshold", "0.1", "--edges", "5"], "--edges counts"),
         (["--select", "threshold", "--threshold", "0.1", "--curve", "5"], "--curve counts"),
         (["--select", "threshold", "--threshold", "1e9"], "--threshold 1e+09 keeps no edge"),
+        (["--nodes", "3"], "--nodes counts a node circuit's heads and MLPs: give --level node"),
+        (["--level", "node", "--nodes", "3", "--edges", "5"], "give --nodes N, not --edges"),
+        (["--level", "node", "--refine", "5"], "--refine computes edges exactly"),
+        (["--level", "node", "--select", "greedy"], "--select greedy takes edges"),
+        (["--level", "node", "--nodes", "1000"], "--nodes 1000 is more nodes than"),
+        (["--level", "node", "--nodes", "some"], "--nodes is a number of nodes or all"),
     ],
 )
 def test_selection_errors_are_one_line(runner, generators, arguments, message):
@@ -277,6 +283,13 @@ def test_a_circuit_written_as_json_reads_back_and_is_measured_again_without_scor
     np.testing.assert_allclose(found.scores, expected.scores, atol=1e-6)
     assert found.curve == expected.curve and found.faithfulness == expected.faithfulness
     assert (found.select, found.asked, found.prune, found.kept) == ("top", 9, True, expected.kept)
+    nodes = runner.invoke(app, [*common, "--level", "node", "--nodes", "5", "-f", "json"])
+    node_file = tmp_path / "nodes.json"
+    node_file.write_text(nodes.stdout, encoding="utf-8")
+    by_nodes = Circuit.load(node_file)
+    assert by_nodes.level == "node" and by_nodes.asked == 5
+    assert len(by_nodes.node_scores) == len(by_nodes.graph.upstream)
+    assert json.loads(nodes.stdout)["circuit"]["kept"] == by_nodes.kept
 
     def never(*_arguments):
         raise AssertionError("the pair was scored again")

@@ -16,7 +16,7 @@ import numpy as np
 from attnviz.analysis.graph import Graph
 from attnviz.analysis.heads import Answer, Drawn
 from attnviz.analysis.selections import nodes_of
-from attnviz.choices import CircuitMethod, Output, Select
+from attnviz.choices import CircuitMethod, Level, Output, Select
 from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -77,6 +77,9 @@ class Circuit(Drawn):
     # promoted most, where read (the picture labels heads with them)
     promoted: tuple[str, ...] = ()
     width: int | None = None  # the model's, d_model (another tool's graph file names it)
+    level: Level = Level.EDGE  # what was chosen: edges, or nodes (their edges between them)
+    # (U,) each upstream node's score, where the circuit was chosen by its nodes
+    node_scores: np.ndarray | None = None
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
@@ -188,7 +191,9 @@ class Circuit(Drawn):
             "promoted": list(self.promoted),
             "nodes": nodes,
             "edges": edges,
+            "node_scores": None if self.node_scores is None else self.node_scores.tolist(),
             "circuit": {
+                "level": self.level.value,
                 "select": self.select.value,
                 "asked": self.asked,
                 "prune": self.prune,
@@ -292,7 +297,22 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         exact if refined else None,
         tuple(read.part("promoted", list)),
         None if shape.get("width") is None else _Reader(shape, where).whole("width"),
+        chosen.choice("level", Level),
+        _node_scores(read.document.get("node_scores"), len(graph.upstream), where),
     )
+
+
+def _node_scores(value: Any, count: int, where: str) -> np.ndarray | None:
+    """A node circuit's node scores, (U,), checked; None for an edge circuit's."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != count
+        or not all(isinstance(each, int | float) and not isinstance(each, bool) for each in value)
+    ):
+        raise UsageError(f'{where}: "node_scores" is not a number for each of its {count} nodes')
+    return np.array(value, dtype=np.float64)
 
 
 class _Reader:
@@ -329,7 +349,7 @@ class _Reader:
             raise UsageError(f'{self.where}: "{name}" is {value}, below 0')
         return int(value)
 
-    def choice(self, name: str, kind: type[Select] | type[CircuitMethod]) -> Any:
+    def choice(self, name: str, kind: type[Select] | type[CircuitMethod] | type[Level]) -> Any:
         value = self.part(name, str)
         try:
             return kind(value)

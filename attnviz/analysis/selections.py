@@ -11,6 +11,9 @@ key/value head's, shared by the query heads of its group:
   into the logits or into an input of a node already in the circuit, its upstream node
   then joining the circuit (a key/value input is an input of every head of its group).
 - ``threshold``: every edge of |score| at least T.
+- at the node level, ``top`` and ``threshold`` choose nodes (heads, MLPs, the input) by
+  their own scores, and the circuit is every edge between chosen nodes (and into the
+  logits), as EAP-IG's ``apply_topn(level="node")`` keeps them once pruned.
 - ``prune`` (after any of them): over and over, a node (a head, an MLP) stays only where
   an edge of the circuit leaves it and one enters one of its inputs (the input node needs
   none), and an edge only where both its ends stay (the logits always do), until nothing
@@ -30,11 +33,21 @@ from attnviz.choices import Select
 
 
 def selected(
-    graph: Graph, scores: np.ndarray, select: Select, asked: float, prune: bool = True
+    graph: Graph,
+    scores: np.ndarray,
+    select: Select,
+    asked: float,
+    prune: bool = True,
+    node_scores: np.ndarray | None = None,
 ) -> np.ndarray:
     """The circuit's edges, (U, N) bool: chosen from ``scores`` (U, N) by ``select``,
-    ``asked`` its size (top, greedy) or its threshold, dead ends pruned if ``prune``."""
+    ``asked`` its size (top, greedy) or its threshold, dead ends pruned if ``prune``. With
+    ``node_scores`` (U,), a node circuit: its nodes chosen so from them, its edges those
+    between them (and into the logits)."""
     select = Select(select)
+    if node_scores is not None:
+        mask = _between(graph, _nodes_chosen(node_scores, select, asked))
+        return pruned(graph, mask) if prune else mask
     magnitude = np.where(graph.edges, np.abs(scores), -np.inf)
     if select is Select.THRESHOLD:
         mask = graph.edges & (magnitude >= asked)
@@ -43,6 +56,25 @@ def selected(
     else:
         mask = _top(graph, magnitude, int(asked))
     return pruned(graph, mask) if prune else mask
+
+
+def _nodes_chosen(node_scores: np.ndarray, select: Select, asked: float) -> np.ndarray:
+    """(U,) bool: the nodes of largest |score| (ties in the graph's order), or those of
+    |score| at least the threshold."""
+    magnitude = np.abs(node_scores)
+    if select is Select.THRESHOLD:
+        return magnitude >= asked
+    chosen = np.zeros(len(node_scores), dtype=bool)
+    chosen[np.argsort(-magnitude, kind="stable")[: int(asked)]] = True
+    return chosen
+
+
+def _between(graph: Graph, nodes: np.ndarray) -> np.ndarray:
+    """(U, N) bool: every edge from a node of ``nodes`` (U,) into an input of one of them,
+    or into the logits."""
+    reading = np.any(graph.inputs & nodes[:, None], axis=0)
+    reading[-1] = True  # the logits
+    return graph.edges & nodes[:, None] & reading[None, :]
 
 
 def _top(graph: Graph, magnitude: np.ndarray, count: int) -> np.ndarray:

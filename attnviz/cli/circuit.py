@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnviz.atomic_files import check_writable
-from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Output, Select
+from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Output, Select
 from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -98,6 +98,25 @@ SelectOption = Annotated[
         "kept) or threshold (every edge of |score| at least --threshold).",
     ),
 ]
+LevelOption = Annotated[
+    Level,
+    typer.Option(
+        "--level",
+        case_sensitive=False,
+        help="What the circuit is chosen by: edge (its edges' scores), or node (heads and "
+        "MLPs by their own scores: --method exact patches each node, an estimate sums its "
+        "edges'; the circuit is the edges between the nodes chosen).",
+    ),
+]
+NodesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--nodes",
+        metavar="N",
+        help="--level node's circuit: the N nodes of largest |score| (all allowed; 20 by "
+        "default, or every node where there are fewer).",
+    ),
+]
 ThresholdOption = Annotated[
     float | None,
     typer.Option("--threshold", metavar="T", help="--select threshold's least |score|."),
@@ -155,6 +174,8 @@ def circuit(
     select: SelectOption = Select.TOP,
     threshold: ThresholdOption = None,
     prune: PruneOption = True,
+    level: LevelOption = Level.EDGE,
+    nodes: NodesOption = None,
     scores: ScoresOption = None,
     curve: CurveOption = None,
     output_format: FormatOption = Output.TABLE,
@@ -177,7 +198,17 @@ def circuit(
     drawn = out.picture_or_data(output, output_format, shared.picture.given())
     style = shared.picture.style()
     options = CircuitOptions(
-        method, steps, _edges(edges), _sizes(curve), refine, select, threshold, prune, scores
+        method=method,
+        steps=steps,
+        edges=_count_of(edges, "--edges"),
+        curve=_sizes(curve),
+        refine=refine,
+        select=select,
+        threshold=threshold,
+        prune=prune,
+        scores=scores,
+        level=level,
+        nodes=_count_of(nodes, "--nodes"),
     )
     if text is None and pairs is None:
         raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl")
@@ -254,13 +285,15 @@ def _write(
     out.write_drawn(found, drawn, output, output_format, picture, table, width, environment)
 
 
-def _edges(value: str | None) -> int | str | None:
+def _count_of(value: str | None, option: str) -> int | str | None:
+    """--edges' or --nodes' value: a number, or all."""
     if value is None or value == ALL:
         return value
     try:
         return int(value)
     except ValueError:
-        raise UsageError(f"--edges is a number of edges or {ALL}, not {value!r}") from None
+        what = option.removeprefix("--")
+        raise UsageError(f"{option} is a number of {what} or {ALL}, not {value!r}") from None
 
 
 def _sizes(value: str | None) -> tuple[int | str, ...]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked, read_circuit
 from attnviz.analysis.selections import selected
-from attnviz.choices import CircuitMethod, Select
+from attnviz.choices import CircuitMethod, Level, Select
 from attnviz.circuit_options import DEFAULT_STEPS
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
@@ -136,9 +136,11 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     options name one)."""
     if options.scores is not None:
         phases = Given(phases, read_circuit(options.scores), options.scores)
-    edge_count = phases.graph().count
-    asked, sizes = options.asked(edge_count), options.sizes(edge_count)
-    refine = options.refined(edge_count)
+    graph = phases.graph()
+    node_level = options.level is Level.NODE
+    units = len(graph.upstream) if node_level else graph.count  # what the sizes count
+    asked, sizes = options.asked(units), options.sizes(units)
+    refine = options.refined(graph.count)
     phases.checked()
     scored = phases.scored(options.method, options.steps)
     count, graph = scored.pairs, scored.graph
@@ -151,23 +153,26 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         exact = np.zeros(graph.edges.shape, dtype=bool)
         for (u, d), value in zip(chosen, values, strict=True):
             scores[u, d], exact[u, d] = value, True
+    clean, corrupt = scored.clean / count, scored.corrupt / count
+    nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
     masks = [
-        selected(graph, scores, options.select, size, options.prune) for size in (asked, *sizes)
+        selected(graph, scores, options.select, size, options.prune, nodes)
+        for size in (asked, *sizes)
     ]
     if options.select is Select.THRESHOLD and not masks[0].any():
         largest = float(np.abs(scores[graph.edges]).max())
         raise UsageError(
             f"--threshold {asked:g} keeps no edge: the largest |score| is {largest:.4g}"
         )
-    clean, corrupt = scored.clean / count, scored.corrupt / count
     faithful = faithfulness_measured(phases, graph, masks, clean, corrupt, count)
     if faithful[0] is None:
         warn("the corrupted text changes nothing of the metric: faithfulness is not defined")
     elif masks[0].any() and faithful[0] < LOW_FAITHFULNESS:
         warn(
             f"the circuit of {int(masks[0].sum()):,} edges keeps {faithful[0]:z.3f} of what the "
-            f"corruption takes (faithfulness below {LOW_FAITHFULNESS}): try more --edges, "
-            "--select greedy, or --curve to see where it rises"
+            f"corruption takes (faithfulness below {LOW_FAITHFULNESS}): try "
+            + ("more --nodes" if node_level else "more --edges, --select greedy, --level node")
+            + ", or --curve to see where it rises"
         )
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     curve = [
@@ -191,7 +196,29 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         exact,
         phases.promoted(scored.last / count),
         scored.width,
+        options.level,
+        nodes,
     )
+
+
+def node_scores(
+    phases: Phases,
+    graph: Graph,
+    scores: np.ndarray,
+    method: CircuitMethod,
+    clean: float,
+    pairs: int,
+) -> np.ndarray:
+    """Each upstream node's score, (U,): exactly (``method`` exact), the metric with the
+    node's output carrying its corrupted value into everything that reads it, less the
+    clean metric (a pass over the pairs for each node); else the estimate's, the sum of
+    the node's edges' (a node's output reaches every input above it through the residual
+    stream, so its gradient is the sum of theirs)."""
+    if method is not CircuitMethod.EXACT:
+        return np.asarray(scores.sum(axis=1), dtype=np.float64)
+    masks = np.repeat(graph.edges[None], len(graph.upstream), axis=0)  # (U, U, N)
+    masks[np.arange(len(graph.upstream)), np.arange(len(graph.upstream))] = False
+    return np.asarray(phases.measured(masks) / pairs - clean, dtype=np.float64)
 
 
 def faithfulness_measured(

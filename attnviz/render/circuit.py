@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.heads import MEASURE_NAMES
-from attnviz.choices import CIRCUIT_METHOD_LABELS, MEASURES, CircuitMethod, Measure, Output, Select
+from attnviz.choices import (
+    CIRCUIT_METHOD_LABELS,
+    MEASURES,
+    CircuitMethod,
+    Level,
+    Measure,
+    Output,
+    Select,
+)
 from attnviz.render.canvas import saved
 from attnviz.render.effects import DEFAULT_STYLE, _figure, diverging, wrapped
 from attnviz.render.style import Style, token_label
@@ -44,10 +52,11 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
     def said(value: float | None) -> str:
         return "not defined (the corruption changes nothing)" if value is None else f"{value:z.3f}"
 
+    nodes = " nodes" if circuit.level is Level.NODE else ""
     rule = (
-        f"|score| ≥ {circuit.asked:g}"
+        f"{nodes.strip() or 'edges'} of |score| ≥ {circuit.asked:g}"
         if circuit.select is Select.THRESHOLD
-        else f"{circuit.select.value} {int(circuit.asked):,}"
+        else f"{circuit.select.value} {int(circuit.asked):,}{nodes}"
     )
     pruned = ", dead ends pruned" if circuit.prune else ""
     lines = [
