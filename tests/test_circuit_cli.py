@@ -208,9 +208,9 @@ def test_a_long_circuit_says_its_cost_and_what_costs_less(
 ):
     """Once, after the first pair's first pass, for each pass over the pairs that will
     take over LONG_REST seconds: scoring, refining, measuring."""
-    import attnviz.pretrained.circuit as circuit_module
+    import attnviz.pretrained.circuit_cost as cost_module
 
-    monkeypatch.setattr(circuit_module, "LONG_REST", 0.0)
+    monkeypatch.setattr(cost_module, "LONG_REST", 0.0)
     pairs = ["--pairs", _write_pairs(tmp_path, [PAIR, OTHER])]
     common = ["circuit", "--model", generators["llama-lm"], *pairs, "--edges", "5", "-f", "json"]
     exact = runner.invoke(app, [*common, "--method", "exact"])

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnviz.atomic_files import check_writable
-from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Output, Select
-from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
+from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.bundles import bundle
+from attnviz.cli.circuit_choices import CircuitChoices, circuit_choices
 from attnviz.cli.engine import JobsOption, engine_settings
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Effects, Reading, request, trace_settings
@@ -39,6 +39,7 @@ FormatOption = d.format_option(
 circuit_options = bundle(
     "effects", Effects, leave_out=("ablate", "knockout", "window", "normalize", "method")
 )
+NO_CHOICES = CircuitChoices()  # in place of the choices' options (circuit_choices)
 TextOption = Annotated[
     str | None,
     typer.Argument(metavar="TEXT", show_default=False, help=f"{d.TEXT_HELP} (or give --pairs)."),
@@ -51,102 +52,6 @@ PairsOption = Annotated[
         help='A dataset: one {"text", "answer", "versus", "corrupt"} per line ("versus" in '
         "every line or in none; each text and its corrupted twin of as many tokens): every "
         "score is the mean over the pairs.",
-    ),
-]
-MethodOption = Annotated[
-    CircuitMethod,
-    typer.Option(
-        "--method",
-        case_sensitive=False,
-        help="How each edge is scored: "
-        + ", ".join(f"{method} ({label})" for method, label in CIRCUIT_METHOD_LABELS.items())
-        + ".",
-    ),
-]
-StepsOption = Annotated[
-    int | None,
-    typer.Option(
-        "--steps",
-        metavar="N",
-        min=1,
-        help=f"EAP-IG's points between the corrupted and the clean input embeddings "
-        f"(--method ig; {DEFAULT_STEPS} by default, at most {MOST_STEPS:,}).",
-    ),
-]
-RefineOption = Annotated[
-    int | None,
-    typer.Option("--refine", metavar="K", help="Score the estimate's top K edges again exactly."),
-]
-EdgesOption = Annotated[
-    str | None,
-    typer.Option(
-        "--edges",
-        metavar="N",
-        help=f"The circuit: the N edges of largest |score| ({ALL} or 0 allowed; "
-        f"{DEFAULT_EDGES} by default, or every edge where there are fewer). Its faithfulness: "
-        "(m(circuit) - m(corrupt)) / (m(clean) - m(corrupt)), every edge outside it "
-        "carrying the corrupted run's value.",
-    ),
-]
-SelectOption = Annotated[
-    Select,
-    typer.Option(
-        "--select",
-        case_sensitive=False,
-        help="How the circuit is chosen from the scores: top (the --edges N of largest "
-        "|score|), greedy (EAP-IG's: from the logits up, an edge only into a node already "
-        "kept) or threshold (every edge of |score| at least --threshold).",
-    ),
-]
-LevelOption = Annotated[
-    Level,
-    typer.Option(
-        "--level",
-        case_sensitive=False,
-        help="What the circuit is chosen by: edge (its edges' scores), or node (heads and "
-        "MLPs by their own scores: --method exact patches each node, an estimate sums its "
-        "edges'; the circuit is the edges between the nodes chosen).",
-    ),
-]
-NodesOption = Annotated[
-    str | None,
-    typer.Option(
-        "--nodes",
-        metavar="N",
-        help="--level node's circuit: the N nodes of largest |score| (all allowed; 20 by "
-        "default, or every node where there are fewer).",
-    ),
-]
-ThresholdOption = Annotated[
-    float | None,
-    typer.Option("--threshold", metavar="T", help="--select threshold's least |score|."),
-]
-PruneOption = Annotated[
-    bool,
-    typer.Option(
-        "--prune/--no-prune",
-        help="Take the circuit's dead ends out (edges from a node no edge of it enters, or "
-        "into a node no edge of it leaves), as EAP-IG's code does: the sizes asked and kept "
-        "are both said.",
-    ),
-]
-ScoresOption = Annotated[
-    str | None,
-    typer.Option(
-        "--scores",
-        metavar="FILE.json",
-        help="Take every edge's score (and both runs' metrics) from a circuit written by "
-        "circuit -f json over the same pairs, not scoring again: measure other sizes, "
-        "selections or a curve, or draw it.",
-    ),
-]
-CurveOption = Annotated[
-    str | None,
-    typer.Option(
-        "--curve",
-        metavar="N,N,…",
-        help=f"Measure the faithfulness of the circuits of these sizes too (10,30,100,300; "
-        f"{ALL}: every edge); a size given twice is measured once.",
     ),
 ]
 RowsOption = Annotated[int, typer.Option("--rows", min=1, help="How many edges the table shows.")]
@@ -163,21 +68,12 @@ PictureOption = Annotated[
 
 
 @sharing(circuit_options, trace_settings, figure_settings, engine_settings)
+@circuit_choices
 def circuit(
     text: TextOption = None,
     model: d.ModelOption = d.BUILTIN,
     pairs: PairsOption = None,
-    method: MethodOption = CircuitMethod.GRADIENT,
-    steps: StepsOption = None,
-    refine: RefineOption = None,
-    edges: EdgesOption = None,
-    select: SelectOption = Select.TOP,
-    threshold: ThresholdOption = None,
-    prune: PruneOption = True,
-    level: LevelOption = Level.EDGE,
-    nodes: NodesOption = None,
-    scores: ScoresOption = None,
-    curve: CurveOption = None,
+    choices: CircuitChoices = NO_CHOICES,
     output_format: FormatOption = Output.TABLE,
     output: PictureOption = None,
     rows: RowsOption = 20,
@@ -197,19 +93,7 @@ def circuit(
     shared.run_on.check(jobs)
     drawn = out.picture_or_data(output, output_format, shared.picture.given())
     style = shared.picture.style()
-    options = CircuitOptions(
-        method=method,
-        steps=steps,
-        edges=_count_of(edges, "--edges"),
-        curve=_sizes(curve),
-        refine=refine,
-        select=select,
-        threshold=threshold,
-        prune=prune,
-        scores=scores,
-        level=level,
-        nodes=_count_of(nodes, "--nodes"),
-    )
+    options = choices.options()
     if text is None and pairs is None:
         raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl")
     inputs, names = _pairs(pairs, text, shared.effects) if pairs is not None else (None, None)
@@ -235,11 +119,11 @@ def circuit(
         raise no_next_token(d.BUILTIN, "a circuit")
     if output is not None:
         check_writable(output)  # before the model loads
-    if scores is not None:
+    if options.scores is not None:
         # numpy: after the options are checked (a usage error loads none)
         from attnviz.analysis.circuit import read_circuit
 
-        read_circuit(scores)  # a file that is no circuit is refused before the model loads
+        read_circuit(options.scores)  # no circuit's file is refused before the model loads
     if inputs is None:
         assert text is not None  # refused above without --pairs
         line = out.only_one(read_texts(text), "give many pairs with --pairs FILE.jsonl")
@@ -277,34 +161,13 @@ def _write(
         return circuit_table(found, columns, rows)
 
     if output_format is Output.EAP_IG:
-        from attnviz.analysis.eap_ig import eap_ig_document  # numpy: its scores
+        # numpy: the scores and the JSON writer read it
+        from attnviz.analysis.eap_ig import eap_ig_document
         from attnviz.data_formats import dump_json
 
         out.write_stdout(dump_json(eap_ig_document(found)))
         return
     out.write_drawn(found, drawn, output, output_format, picture, table, width, environment)
-
-
-def _count_of(value: str | None, option: str) -> int | str | None:
-    """--edges' or --nodes' value: a number, or all."""
-    if value is None or value == ALL:
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        what = option.removeprefix("--")
-        raise UsageError(f"{option} is a number of {what} or {ALL}, not {value!r}") from None
-
-
-def _sizes(value: str | None) -> tuple[int | str, ...]:
-    if value is None:
-        return ()
-    try:
-        return tuple(part if part == ALL else int(part) for part in value.split(","))
-    except ValueError:
-        raise UsageError(
-            f"--curve is numbers of edges (or {ALL}) with commas between, not {value!r}"
-        ) from None
 
 
 def _pairs(path: str, text: str | None, effects: Effects) -> tuple[list[Input], list[str]]:

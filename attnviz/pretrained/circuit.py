@@ -16,10 +16,10 @@ import numpy as np
 from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked, read_circuit
 from attnviz.analysis.selections import selected
 from attnviz.choices import CircuitMethod, Level, Select
-from attnviz.circuit_options import DEFAULT_STEPS
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answer_label, answered
+from attnviz.pretrained.circuit_cost import Cost, scoring_cost, unsaid
 from attnviz.pretrained.differences import parts as record_parts
 from attnviz.pretrained.edge_estimates import estimated_scores
 from attnviz.pretrained.edges import (
@@ -33,7 +33,7 @@ from attnviz.pretrained.edges import (
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
-from attnviz.progress import LONG_REST, FirstPart
+from attnviz.progress import FirstPart
 
 if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
@@ -404,46 +404,6 @@ class PairRuns:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
 
 
-@dataclass(frozen=True)
-class Cost:
-    """A pass of a circuit over its pairs that will take long, said once, after the first
-    pair's first part, before the rest: ``what`` the pass does, ``repeats`` times the first
-    pair's work in all (each pair, each part of its positions), and what costs less."""
-
-    what: str
-    repeats: int
-    cheaper: str = ""
-
-    def __call__(self, seconds: float, done: int, total: int) -> None:
-        left = seconds * (total * self.repeats - done) / done
-        if left >= LONG_REST:
-            cheaper = f"; {self.cheaper}" if self.cheaper else ""
-            warn(f"{self.what} takes about {left:,.0f} s more{cheaper}")
-
-
-def _unsaid(_seconds: float, _done: int, _total: int) -> None:
-    """The pairs after the first: their cost was said with it."""
-
-
-def scoring_cost(method: CircuitMethod, steps: int | None, repeats: int) -> Cost:
-    """What is said of scoring every edge that will take long, and what costs less."""
-    if method is CircuitMethod.EXACT:
-        return Cost(
-            "scoring every edge exactly",
-            repeats,
-            "--method gradient (EAP) estimates every edge from one forward and one backward "
-            "pass a pair, and --refine K computes its top K edges exactly",
-        )
-    if method is CircuitMethod.IG:
-        return Cost(
-            f"EAP-IG at {steps:,} points a pair",
-            repeats,
-            f"--method gradient (EAP) reads one point a pair, --steps {DEFAULT_STEPS} (the "
-            f"default) {DEFAULT_STEPS}",
-        )
-    return Cost("scoring every edge by EAP", repeats)
-
-
 def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int | None) -> Scored:
     """Every edge's score, both metrics and the last position's outputs, summed over
     ``pairs`` (a long scoring said after the dataset's first pair's first pass)."""
@@ -451,7 +411,7 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
     for index, given in pairs:
         asked = runs_of.answered(index, given)
         parts = runs_of.parts(asked)
-        told = _unsaid if index else scoring_cost(method, steps, runs_of.count * len(parts))
+        told = unsaid if index else scoring_cost(method, steps, runs_of.count * len(parts))
         alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, told)
         for part in parts[1:]:  # the last position's part first: its outputs are the pair's
             _, runs = runs_of(index, given, part, asked)
@@ -508,7 +468,7 @@ def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.nda
         "a smaller --refine costs less in proportion",
     )
     for index, given in pairs:
-        total += exact_scores(runs_of(index, given)[1], edges, _unsaid if index else cost)
+        total += exact_scores(runs_of(index, given)[1], edges, unsaid if index else cost)
     return total
 
 
@@ -520,7 +480,7 @@ def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.n
         "each size of --curve is one more pass a pair",
     )
     found = [
-        circuit_metrics(runs_of.twins(index, given), kept, _unsaid if index else cost)
+        circuit_metrics(runs_of.twins(index, given), kept, unsaid if index else cost)
         for index, given in pairs
     ]
     return np.sum(found, axis=0)

@@ -1,0 +1,163 @@
+"""`attnviz circuit`'s choices of how edges are scored and which circuits are measured:
+one option per field of :class:`~attnviz.circuit_options.CircuitOptions`, named as it is,
+given to the command as one bundle (:class:`CircuitChoices`) that makes the options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Annotated
+
+import typer
+
+from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Select
+from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
+from attnviz.cli.bundles import bundle
+from attnviz.errors import UsageError
+
+MethodOption = Annotated[
+    CircuitMethod,
+    typer.Option(
+        "--method",
+        case_sensitive=False,
+        help="How each edge is scored: "
+        + ", ".join(f"{method} ({label})" for method, label in CIRCUIT_METHOD_LABELS.items())
+        + ".",
+    ),
+]
+StepsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--steps",
+        metavar="N",
+        min=1,
+        help=f"EAP-IG's points between the corrupted and the clean input embeddings "
+        f"(--method ig; {DEFAULT_STEPS} by default, at most {MOST_STEPS:,}).",
+    ),
+]
+RefineOption = Annotated[
+    int | None,
+    typer.Option("--refine", metavar="K", help="Score the estimate's top K edges again exactly."),
+]
+EdgesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--edges",
+        metavar="N",
+        help=f"The circuit: the N edges of largest |score| ({ALL} or 0 allowed; "
+        f"{DEFAULT_EDGES} by default, or every edge where there are fewer). Its faithfulness: "
+        "(m(circuit) - m(corrupt)) / (m(clean) - m(corrupt)), every edge outside it "
+        "carrying the corrupted run's value.",
+    ),
+]
+SelectOption = Annotated[
+    Select,
+    typer.Option(
+        "--select",
+        case_sensitive=False,
+        help="How the circuit is chosen from the scores: top (the --edges N of largest "
+        "|score|), greedy (EAP-IG's: from the logits up, an edge only into a node already "
+        "kept) or threshold (every edge of |score| at least --threshold).",
+    ),
+]
+LevelOption = Annotated[
+    Level,
+    typer.Option(
+        "--level",
+        case_sensitive=False,
+        help="What the circuit is chosen by: edge (its edges' scores), or node (heads and "
+        "MLPs by their own scores: --method exact patches each node, an estimate sums its "
+        "edges'; the circuit is the edges between the nodes chosen).",
+    ),
+]
+NodesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--nodes",
+        metavar="N",
+        help="--level node's circuit: the N nodes of largest |score| (all allowed; 20 by "
+        "default, or every node where there are fewer).",
+    ),
+]
+ThresholdOption = Annotated[
+    float | None,
+    typer.Option("--threshold", metavar="T", help="--select threshold's least |score|."),
+]
+PruneOption = Annotated[
+    bool,
+    typer.Option(
+        "--prune/--no-prune",
+        help="Take the circuit's dead ends out (edges from a node no edge of it enters, or "
+        "into a node no edge of it leaves), as EAP-IG's code does: the sizes asked and kept "
+        "are both said.",
+    ),
+]
+ScoresOption = Annotated[
+    str | None,
+    typer.Option(
+        "--scores",
+        metavar="FILE.json",
+        help="Take every edge's score (and both runs' metrics) from a circuit written by "
+        "circuit -f json over the same pairs, not scoring again: measure other sizes, "
+        "selections or a curve, or draw it.",
+    ),
+]
+CurveOption = Annotated[
+    str | None,
+    typer.Option(
+        "--curve",
+        metavar="N,N,…",
+        help=f"Measure the faithfulness of the circuits of these sizes too (10,30,100,300; "
+        f"{ALL}: every edge); a size given twice is measured once.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class CircuitChoices:
+    """The options of :class:`CircuitOptions` as the command line gives them (a size or
+    "all" as text), each field named as the option's field."""
+
+    method: MethodOption = CircuitMethod.GRADIENT
+    steps: StepsOption = None
+    refine: RefineOption = None
+    edges: EdgesOption = None
+    select: SelectOption = Select.TOP
+    threshold: ThresholdOption = None
+    prune: PruneOption = True
+    level: LevelOption = Level.EDGE
+    nodes: NodesOption = None
+    scores: ScoresOption = None
+    curve: CurveOption = None
+
+    def options(self) -> CircuitOptions:
+        """The options these choices make, checked."""
+        given = {field.name: getattr(self, field.name) for field in fields(self)}
+        given["edges"] = _count_of(self.edges, "--edges")
+        given["nodes"] = _count_of(self.nodes, "--nodes")
+        given["curve"] = _sizes(self.curve)
+        return CircuitOptions(**given)
+
+
+circuit_choices = bundle("choices", CircuitChoices)
+
+
+def _count_of(value: str | None, option: str) -> int | str | None:
+    """--edges' or --nodes' value: a number, or all."""
+    if value is None or value == ALL:
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        what = option.removeprefix("--")
+        raise UsageError(f"{option} is a number of {what} or {ALL}, not {value!r}") from None
+
+
+def _sizes(value: str | None) -> tuple[int | str, ...]:
+    if value is None:
+        return ()
+    try:
+        return tuple(part if part == ALL else int(part) for part in value.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--curve is numbers of edges (or {ALL}) with commas between, not {value!r}"
+        ) from None
