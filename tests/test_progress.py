@@ -100,3 +100,25 @@ def test_a_needle_sweep_counts_its_cells_on_a_terminal(runner, generators):
     assert "attnviz: cell 2/2" in shown.stderr
     quiet = runner.invoke(app, [*common, "-q"], obj=TERMINAL_STDERR)
     assert "needle cells" not in quiet.stderr and "attnviz: cell" not in quiet.stderr
+
+
+def test_a_circuit_over_a_dataset_counts_its_pairs_in_each_pass(language_models):
+    """Each pass over the pairs (scoring, measuring) says how many pairs it has done of
+    all, so a bar over the whole run is honest where each pair's own passes restart."""
+    from tests.circuit_references import OTHER, PAIR
+
+    told = []
+    language_models["llama-lm"].circuit(
+        pairs=[PAIR, OTHER], edges=5, progress=lambda *said: told.append(said)
+    )
+    pairs = [said for said in told if said[0].endswith("pair")]
+    assert pairs == [("scored pair", 1, 2), ("scored pair", 2, 2),
+                     ("measured pair", 1, 2), ("measured pair", 2, 2)]  # fmt: skip
+
+
+def test_a_bar_names_its_steps_in_the_plural():
+    from attnviz.cli.output import plural
+
+    assert [plural(what) for what in ("patch", "gradient pass", "edge", "scored pair")] == [
+        "patches", "gradient passes", "edges", "scored pairs"
+    ]  # fmt: skip

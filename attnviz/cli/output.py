@@ -456,6 +456,11 @@ def _data_file_format(output: str, asked: Output) -> Output:
     return by_suffix
 
 
+def plural(what: str) -> str:
+    """``patch``: ``patches``; ``gradient pass``: ``gradient passes``; ``edge``: ``edges``."""
+    return what + ("es" if what.endswith(("s", "sh", "ch", "x")) else "s")
+
+
 @contextlib.contextmanager
 def passes_shown(environment: Environment) -> Iterator[Listener | None]:
     """A progress listener (:mod:`attnviz.progress`) drawing a bar per long pass on stderr
@@ -479,7 +484,7 @@ def passes_shown(environment: Environment) -> Iterator[Listener | None]:
 
     def listener(what: str, done: int, total: int) -> None:
         if what not in tasks:
-            tasks[what] = bars.add_task(f"{what}s", total=total)
+            tasks[what] = bars.add_task(plural(what), total=total)
         bars.update(tasks[what], completed=done, total=total)
 
     with bars:

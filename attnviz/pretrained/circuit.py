@@ -33,7 +33,7 @@ from attnviz.pretrained.edges import (
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
-from attnviz.progress import FirstPart
+from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
@@ -418,6 +418,7 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
             alone.scores[...] += estimated_scores(runs, steps)
             del runs  # its record, before the next part's is read
         found = alone if found is None else found.merged(alone)
+        advance("scored pair", index + 1, runs_of.count)
     assert found is not None  # asked of at least one pair
     return found
 
@@ -469,6 +470,7 @@ def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.nda
     )
     for index, given in pairs:
         total += exact_scores(runs_of(index, given)[1], edges, unsaid if index else cost)
+        advance("refined pair", index + 1, runs_of.count)
     return total
 
 
@@ -479,10 +481,10 @@ def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.n
         runs_of.count,
         "each size of --curve is one more pass a pair",
     )
-    found = [
-        circuit_metrics(runs_of.twins(index, given), kept, unsaid if index else cost)
-        for index, given in pairs
-    ]
+    found = []
+    for index, given in pairs:
+        found.append(circuit_metrics(runs_of.twins(index, given), kept, unsaid if index else cost))
+        advance("measured pair", index + 1, runs_of.count)
     return np.sum(found, axis=0)
 
 
