@@ -172,3 +172,30 @@ def test_a_picture_saves_itself_to_a_file_of_its_format(measured, tmp_path):
     with pytest.raises(UsageError, match="names a png picture; this one is svg"):
         drawn.save(tmp_path / "trace.png")
     assert not (tmp_path / "trace.png").exists()
+
+
+def test_a_circuits_node_labels_never_overlap(language_models):
+    """Every node labelled, with a long promoted token, in a small figure: each label is
+    fitted to the room before the next head (shrunk, then cut), so no two overlap."""
+    import dataclasses
+
+    from attnviz.choices import Output
+    from attnviz.render.canvas import saved
+    from attnviz.render.circuit import circuit_drawing
+    from attnviz.render.style import Style
+
+    circuit = language_models["gpt2-lm"].circuit(TEXT, ANSWER, CORRUPT, edges="all")
+    long_tokens = tuple("promotedtoken" for _ in circuit.promoted)
+    circuit = dataclasses.replace(circuit, promoted=long_tokens)
+    for size, labelled in (((3.0, 2.5), 1), ((5.0, 3.0), circuit.graph.heads)):
+        figure, fit_labels = circuit_drawing(circuit, Style(figsize=size))
+        saved(figure, Output.PNG, then=fit_labels)
+        renderer = figure.canvas.get_renderer()
+        boxes = [
+            text.get_window_extent(renderer) for text in figure.axes[0].texts if text.get_text()
+        ]
+        # where no room is left a label goes (the axes name every node): in the larger
+        # figure every head of a layer keeps its own
+        assert len(boxes) >= labelled
+        for first, box in enumerate(boxes):
+            assert not any(box.overlaps(other) for other in boxes[first + 1 :]), size

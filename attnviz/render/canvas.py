@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -94,15 +94,23 @@ def warn_missing(missing: set[str]) -> None:
     )
 
 
-def saved(figure: Any, picture: Output, laid_out: bool = False) -> bytes:
+def saved(
+    figure: Any,
+    picture: Output,
+    laid_out: bool = False,
+    then: Callable[[Any], None] | None = None,
+) -> bytes:
     """A figure written in ``picture``'s format, laid out first unless ``laid_out`` (its
-    room set by hand): the characters no font has, met in either, said in one warning,
+    room set by hand), and ``then`` given its renderer (to fit labels to the room the
+    layout left them): the characters no font has, met in any of it, said in one warning,
     not as matplotlib's warning per glyph."""
     missing: set[str] = set()
     out = io.BytesIO()
     with drawing(missing):
         if not laid_out:
             figure.tight_layout()
+        if then is not None:
+            then(figure.canvas.get_renderer())
         figure.savefig(out, format=picture.value, metadata=metadata(picture))
     if missing:
         warn_missing(missing)

@@ -4,6 +4,7 @@ colour by sign) beside its faithfulness curve."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from attnviz.choices import (
     Output,
     Select,
 )
-from attnviz.render.canvas import saved
+from attnviz.render.canvas import fit_text, saved
 from attnviz.render.effects import DEFAULT_STYLE, _figure, diverging, wrapped
 from attnviz.render.style import Style, token_label
 
@@ -126,6 +127,13 @@ def circuit_layout(circuit: Circuit) -> tuple[dict[str, tuple[float, float]], di
 
 def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_STYLE) -> bytes:
     """The circuit as a graph, and beside it the faithfulness at each size measured."""
+    figure, fit_labels = circuit_drawing(circuit, style)
+    return saved(figure, picture, then=fit_labels)
+
+
+def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any], None]]:
+    """The circuit's figure, and what fits its node labels, once it is laid out, to the
+    room between a head and the next (shrunk, then cut in the middle): no two overlap."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -155,6 +163,7 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
         }
         axes.annotate("", xy=(x1, y1 - 0.12), xytext=(x0, y0 + 0.12), arrowprops=arrow)
     index = {name: number for number, name in enumerate(graph.upstream)}
+    node_labels = []
     for name, (x, y) in at.items():
         kept = name in used
         axes.scatter([x], [y], s=60 if kept else 8, c="#333333" if kept else "#cccccc", zorder=3)
@@ -165,8 +174,8 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
                 if not promoted or name == "input"
                 else f"{name}\n→{token_label(promoted)[:10]}"
             )
-            axes.annotate(label, (x, y), xytext=(4, 3), textcoords="offset points",
-                          fontsize=max(4, small - 2), zorder=4)  # fmt: skip
+            at_node = {"xytext": (4, 3), "textcoords": "offset points", "zorder": 4}
+            node_labels.append(axes.annotate(label, (x, y), fontsize=max(4, small - 2), **at_node))
         elif name == "logits":
             axes.annotate(
                 "logits", (x, y), xytext=(4, 3), textcoords="offset points", fontsize=small
@@ -184,7 +193,21 @@ def circuit_picture(circuit: Circuit, picture: Output, style: Style = DEFAULT_ST
     if title:
         axes.set_title(wrapped(title, int(figure.get_figwidth() * 8)), fontsize=small + 1)
     _curve(curve, circuit, small)
-    return saved(figure, picture)
+
+    def fit_labels(renderer: Any) -> None:
+        # a label starts 4 points right of its node: it has the rest of the way to the next
+        room = axes.transData.transform((1, 0))[0] - axes.transData.transform((0, 0))[0]
+        room -= 6 * figure.dpi / 72  # the offset, and 2 points between labels
+        for text in node_labels:
+            fitted = []
+            for line in text.get_text().split("\n"):
+                text.set_text(line)
+                fit_text(text, renderer, room, text.get_fontsize())
+                if text.get_window_extent(renderer).width <= room:  # else left out: the
+                    fitted.append(text.get_text())  # axes' ticks name every node anyway
+            text.set_text("\n".join(fitted))
+
+    return figure, fit_labels
 
 
 def _curve(axes: Any, circuit: Circuit, small: int) -> None:
