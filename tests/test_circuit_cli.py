@@ -408,3 +408,32 @@ def test_eap_ig_s_graph_file_holds_the_circuit_its_copies_summing_to_the_grouped
     held = {name for name, node in document["nodes"].items() if node["in_graph"]}
     assert held == {*expected.nodes, "logits"}
     failed_in_process(runner.invoke(app, [*common, "-f", "eap-ig", "--picture", "c.png"]), 2, "-f")
+
+
+def test_a_circuit_written_for_eap_ig_reads_back_to_the_same_masks_and_faithfulness(
+    runner, generators, tmp_path
+):
+    """-f eap-ig, read back by --scores (its key/value copies summed into their grouped
+    edge), chooses the same circuits and measures the same faithfulness as -f json does;
+    EAP-IG's file holds no metrics: one EAP pass reads them."""
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "--method", "ig"]
+    asked = ["--edges", "20", "--curve", "5,40"]
+    for output in ("json", "eap-ig"):
+        written = runner.invoke(app, [*common, *asked, "-f", output])
+        assert written.exit_code == 0, written.stderr
+        (tmp_path / f"{output}.json").write_text(written.stdout, encoding="utf-8")
+    original = json.loads((tmp_path / "json.json").read_text())
+    for output in ("json", "eap-ig"):
+        again = ["--scores", str(tmp_path / f"{output}.json"), *asked, "-f", "json"]
+        read = json.loads(runner.invoke(app, [*common, *again]).stdout)
+        assert read["circuit"]["edges"] == original["circuit"]["edges"], output
+        assert abs(read["circuit"]["faithfulness"] - original["circuit"]["faithfulness"]) < 1e-6
+        for point, expected in zip(read["curve"], original["curve"], strict=True):
+            assert point["kept"] == expected["kept"]
+            assert abs(point["faithfulness"] - expected["faithfulness"]) < 1e-6
+        assert read["source"] == str(tmp_path / f"{output}.json")
+    document = json.loads((tmp_path / "eap-ig.json").read_text())
+    document["cfg"]["n_heads"] += 1
+    (tmp_path / "other.json").write_text(json.dumps(document), encoding="utf-8")
+    other = runner.invoke(app, [*common, "--scores", str(tmp_path / "other.json")])
+    failed_in_process(other, 2, "is EAP-IG's graph of a model of 2 layers × 5 heads")

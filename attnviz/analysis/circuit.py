@@ -80,6 +80,7 @@ class Circuit(Drawn):
     level: Level = Level.EDGE  # what was chosen: edges, or nodes (their edges between them)
     # (U,) each upstream node's score, where the circuit was chosen by its nodes
     node_scores: np.ndarray | None = None
+    source: str | None = None  # the file its scores were read from (not scored here)
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
@@ -182,6 +183,7 @@ class Circuit(Drawn):
                 "width": self.width,
             },
             "method": self.method.value,
+            **({} if self.source is None else {"source": self.source}),
             **({} if self.steps is None else {"steps": self.steps}),
             "pairs": self.pairs,
             "metric": self.answer.metric_name,
@@ -214,6 +216,12 @@ _ANSWER_FIELDS = ("answer", "answer_token", "log_prob", "versus", "versus_token"
 def read_circuit(path: str | Path) -> Circuit:
     """A circuit written by ``circuit -f json`` (:meth:`Circuit.document`), read back: its
     scores, its mask, its measures; a file that is not one is a usage error naming it."""
+    return circuit_of_document(json_document(path), str(path))
+
+
+def json_document(path: str | Path) -> Any:
+    """The JSON document of a circuit's file, read whole; one that cannot be read is a
+    usage error naming it."""
     import json
 
     try:
@@ -226,7 +234,7 @@ def read_circuit(path: str | Path) -> Circuit:
         document = json.loads(text)
     except (json.JSONDecodeError, RecursionError, ValueError) as error:
         raise UsageError(f"{path} is not a circuit's JSON document ({error})") from None
-    return circuit_of_document(document, str(path))
+    return document
 
 
 def circuit_of_document(document: Any, where: str) -> Circuit:
@@ -299,6 +307,7 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         None if shape.get("width") is None else _Reader(shape, where).whole("width"),
         chosen.choice("level", Level),
         _node_scores(read.document.get("node_scores"), len(graph.upstream), where),
+        read.optional("source", str),
     )
 
 

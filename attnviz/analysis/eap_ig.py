@@ -9,18 +9,22 @@ per key/value head, as the model computes them. A grouped edge u → a{l}.kv{g}.
 written as one edge into each query head of the group, each with the grouped score
 divided among them equally, in the circuit where the grouped edge is: the copies sum to
 attnviz's score, as EAP-IG's own scores of them do (the key/value head's input gradient
-is the sum of its query heads').
+is the sum of its query heads'). Read back (``circuit --scores``), the copies' scores are
+summed into the grouped edge's, which is in the circuit where any copy is.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from attnviz.analysis.graph import LOGITS
+import numpy as np
+
+from attnviz.analysis.circuit import Circuit, circuit_of_document, json_document
+from attnviz.analysis.graph import LOGITS, Graph
 from attnviz.analysis.selections import nodes_of
-
-if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
+from attnviz.errors import UsageError
 
 
 def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
@@ -53,3 +57,71 @@ def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
         "d_model": circuit.width,
     }
     return {"cfg": config, "nodes": nodes, "edges": edges}
+
+
+@dataclass(frozen=True)
+class EapIgGraph:
+    """An EAP-IG graph file read: its model's layers and query heads, and each edge's
+    score and whether it is in the circuit, under EAP-IG's edge names."""
+
+    layers: int
+    heads: int
+    edges: dict[str, tuple[float, bool]]
+    path: str
+
+    def on(self, graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+        """Its scores and circuit on a model's graph, (U, N) each: a query head's key and
+        value copies summed into their key/value head's edge, in the circuit where any is."""
+        if (self.layers, self.heads) != (graph.layers, graph.heads):
+            raise UsageError(
+                f"--scores {self.path} is EAP-IG's graph of a model of {self.layers} layers × "
+                f"{self.heads} heads; this model has {graph.layers} × {graph.heads}"
+            )
+        upstream = {name: index for index, name in enumerate(graph.upstream)}
+        downstream = {name: index for index, name in enumerate(graph.downstream)}
+        group, kv = graph.heads // graph.kv_heads, "h" if graph.kv_heads == graph.heads else "kv"
+        scores = np.zeros(graph.edges.shape)
+        kept = np.zeros(graph.edges.shape, dtype=bool)
+        for name, (score, in_graph) in self.edges.items():
+            parent, _, child = name.partition("->")
+            if child.endswith(">"):  # a head's q, k or v input: k and v its key/value head's
+                head_name, _, letter = child[:-1].partition("<")
+                layer, _, head = head_name.partition(".")
+                unit = head if letter == "q" else f"{kv}{int(head[1:] or -1) // group}"
+                child = f"{layer}.{unit}.{letter}"
+            u, d = upstream.get(parent, -1), downstream.get(child, -1)
+            if u < 0 or d < 0 or not graph.edges[u, d]:
+                raise UsageError(f"{self.path}: {name!r} is no edge of this model's graph")
+            scores[u, d] += score
+            kept[u, d] |= in_graph
+        return scores, kept
+
+
+def read_scores(path: str | Path) -> Circuit | EapIgGraph:
+    """A file of scores for ``circuit --scores``: a circuit written by ``circuit -f json``,
+    or EAP-IG's graph file (``cfg``, ``nodes``, ``edges``)."""
+    document = json_document(path)
+    if not (isinstance(document, dict) and "cfg" in document):
+        return circuit_of_document(document, str(path))
+    config = document["cfg"] if isinstance(document["cfg"], dict) else {}
+    layers, heads, edges = config.get("n_layers"), config.get("n_heads"), document.get("edges")
+    if not (_whole(layers) and _whole(heads) and isinstance(edges, dict)):
+        raise UsageError(
+            f'{path} is no EAP-IG graph file: its "cfg" names no n_layers and n_heads, or '
+            'it has no "edges"'
+        )
+    read: dict[str, tuple[float, bool]] = {}
+    for name, edge in edges.items():
+        fields: dict[str, Any] = edge if isinstance(edge, dict) else {}
+        score, in_graph = fields.get("score"), fields.get("in_graph")
+        if not isinstance(score, int | float) or isinstance(score, bool):
+            raise UsageError(f'{path}: edge {name!r} has no "score" number')
+        if not isinstance(in_graph, bool):
+            raise UsageError(f'{path}: edge {name!r} has no "in_graph" true or false')
+        read[name] = (float(score), in_graph)
+    assert isinstance(layers, int) and isinstance(heads, int)  # _whole's
+    return EapIgGraph(layers, heads, read, str(path))
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

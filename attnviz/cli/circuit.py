@@ -121,9 +121,9 @@ def circuit(
         check_writable(output)  # before the model loads
     if options.scores is not None:
         # numpy: after the options are checked (a usage error loads none)
-        from attnviz.analysis.circuit import read_circuit
+        from attnviz.analysis.eap_ig import read_scores
 
-        read_circuit(options.scores)  # no circuit's file is refused before the model loads
+        read_scores(options.scores)  # no circuit's file is refused before the model loads
     if inputs is None:
         assert text is not None  # refused above without --pairs
         line = out.only_one(read_texts(text), "give many pairs with --pairs FILE.jsonl")

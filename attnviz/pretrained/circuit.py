@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked, read_circuit
+from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked
+from attnviz.analysis.eap_ig import EapIgGraph, read_scores
 from attnviz.analysis.selections import selected
 from attnviz.choices import CircuitMethod, Level, Select
 from attnviz.errors import UsageError, warn
@@ -80,6 +81,7 @@ class Scored:
     steps: int | None
     exact: np.ndarray | None = None  # (U, N) bool: the edges scored exactly, where some were
     width: int | None = None  # the model's d_model, where known
+    source: str | None = None  # the file the scores were read from, where they were
 
     def merged(self, other: Scored) -> Scored:
         """The sums of both (from two workers)."""
@@ -135,7 +137,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     against the model's graph before any pass; its scores read from a file where the
     options name one)."""
     if options.scores is not None:
-        phases = Given(phases, read_circuit(options.scores), options.scores)
+        phases = Given(phases, read_scores(options.scores), options.scores)
     graph = phases.graph()
     node_level = options.level is Level.NODE
     units = len(graph.upstream) if node_level else graph.count  # what the sizes count
@@ -198,6 +200,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         scored.width,
         options.level,
         nodes,
+        scored.source,
     )
 
 
@@ -255,10 +258,11 @@ def faithfulness_measured(
 class Given:
     """The passes of a circuit whose scores were read from a file (``--scores``): the
     scoring pass is the file's; computing edges exactly and measuring circuits run over
-    the pairs as ever, which must be the file's pairs (their count is checked)."""
+    the pairs as ever, which must be the file's pairs (their count is checked). EAP-IG's
+    graph file holds no metrics: one EAP pass a pair reads them (and the answer)."""
 
     phases: Phases
-    circuit: Circuit
+    circuit: Circuit | EapIgGraph
     path: str
 
     @property
@@ -266,6 +270,10 @@ class Given:
         return self.phases.pairs
 
     def graph(self) -> Graph:
+        if isinstance(self.circuit, EapIgGraph):
+            graph = self.phases.graph()
+            self.circuit.on(graph)  # refused now if it is not this model's graph
+            return graph
         graph, given = self.phases.graph(), self.circuit.graph
         shape = (graph.layers, graph.heads, graph.kv_heads)
         if shape != (given.layers, given.heads, given.kv_heads):
@@ -286,6 +294,10 @@ class Given:
         self.phases.checked()
 
     def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
+        if isinstance(self.circuit, EapIgGraph):
+            read = self.phases.scored(CircuitMethod.GRADIENT, None)
+            scores, _ = self.circuit.on(read.graph)
+            return replace(read, scores=scores * read.pairs, source=self.path)
         found, count = self.circuit, self.circuit.pairs
         return Scored(
             found.model,
@@ -301,6 +313,7 @@ class Given:
             found.steps,
             found.exact,
             found.width,
+            self.path,
         )
 
     def exact(self, edges: list[Edge]) -> np.ndarray:
@@ -310,6 +323,8 @@ class Given:
         return self.phases.measured(kept)
 
     def promoted(self, last: np.ndarray) -> tuple[str, ...]:
+        if isinstance(self.circuit, EapIgGraph):
+            return self.phases.promoted(last)
         return self.circuit.promoted
 
 

@@ -34,9 +34,12 @@ if TYPE_CHECKING:
 def circuit_title(circuit: Circuit) -> str:
     steps = f" ({circuit.steps} steps)" if circuit.method is CircuitMethod.IG else ""
     pairs = "" if circuit.pairs == 1 else f", the mean over {circuit.pairs} pairs"
-    return (
-        f"{circuit.model} · circuit by {circuit.method.value}{steps}{pairs} · {_measured(circuit)}"
+    scored = (
+        f"by {circuit.method.value}{steps}"
+        if circuit.source is None
+        else f"of the scores in {circuit.source}"
     )
+    return f"{circuit.model} · circuit {scored}{pairs} · {_measured(circuit)}"
 
 
 def _measured(circuit: Circuit) -> str:
@@ -104,7 +107,7 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
         Text(f"score: the {unit} when that edge alone carries the corrupted run's value"),
         *(Text(line) for line in faithfulness_lines(circuit)),
     ]
-    if circuit.method is not CircuitMethod.EXACT:
+    if circuit.method is not CircuitMethod.EXACT and circuit.source is None:
         notes.append(Text(f"{circuit.method.value}: {CIRCUIT_METHOD_LABELS[circuit.method]}"))
     return Group(Text(circuit_title(circuit)), table, *notes)
 
