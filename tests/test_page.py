@@ -298,6 +298,9 @@ def test_the_page_draws_the_circuit_an_edges_score_on_hover_a_heads_map_on_click
     expected = {(first, then): score for first, then, score in found.kept_edges()}
     open_page(browser, path)
     browser.find_element("id", "tab-circuit").click()
+    # the maps' controls do nothing in the circuit view: hidden there, back with the maps
+    maps_controls = ("layer", "head", "hide-special", "axes")
+    assert not any(browser.find_element("id", name).is_displayed() for name in maps_controls)
     edges = browser.find_elements("css selector", "#circuit path.edge")
     drawn = {
         (edge.get_attribute("data-from"), edge.get_attribute("data-to")): float(
@@ -327,6 +330,7 @@ def test_the_page_draws_the_circuit_an_edges_score_on_hover_a_heads_map_on_click
         "return [s.view, own[s.head].layer, own[s.head].head];"
     )
     assert shown == ["head", layer, head]
+    assert all(browser.find_element("id", name).is_displayed() for name in maps_controls)
     assert page_errors(browser) == []
 
 

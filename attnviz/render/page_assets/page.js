@@ -90,6 +90,7 @@
   const views = data.circuit ? ["layer", "model", "head", "circuit"] : ["layer", "model", "head"];
   function setView(view) {
     state.view = view;
+    document.body.dataset.view = view;  // the circuit view hides the maps' controls (page.css)
     for (const name of views) {
       $(`view-${name}`).classList.toggle("shown", name === view);
       $(`tab-${name}`).setAttribute("aria-selected", String(name === view));
