@@ -320,6 +320,16 @@ def test_the_page_draws_the_circuit_an_edges_score_on_hover_a_heads_map_on_click
     first, then = strongest.get_attribute("data-from"), strongest.get_attribute("data-to")
     assert browser.find_element("id", "tooltip").text.startswith(f"{first} → {then}  ")
     assert "faithfulness" in browser.find_element("id", "circuit-lines").text
+    # no two labels overlap: each head's fits before the next head's dot
+    boxes = browser.execute_script(
+        "return [...document.querySelectorAll('#circuit text.label')].map((t) => {"
+        "const b = t.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; });"
+    )
+    assert len(boxes) >= 2
+    for first, (left, top, right, bottom) in enumerate(boxes):
+        for other in boxes[first + 1 :]:
+            apart = right <= other[0] or other[2] <= left or bottom <= other[1] or other[3] <= top
+            assert apart, (boxes[first], other)
     node = browser.find_element("css selector", "#circuit circle.node.head.used")
     layer, head = (int(part) for part in re.findall(r"\d+", node.get_attribute("data-name")))
     node.click()

@@ -349,12 +349,25 @@
       if (kept && head) dot.addEventListener("click", () => openHead(node.name));
       parts.push(dot);
       if (kept) {
-        const text = make("text", { x: px(node.x) + 6, y: py(node.y) - 4 });
+        const text = make("text", { x: px(node.x) + 6, y: py(node.y) - 4, class: "label" });
         text.textContent = node.promotes ? `${node.name} →${node.promotes.slice(0, 10)}` : node.name;
+        if (head) text.dataset.room = across - 10; // up to the next head's dot
         parts.push(text);
       }
     }
     svg.replaceChildren(...parts);
+    for (const text of svg.querySelectorAll("text.label[data-room]")) fit(text, Number(text.dataset.room));
+  }
+
+  // A label no wider than `room`: smaller, down to 7px, then cut at its end; the node it
+  // names is there to hover or click (its head opens), so nothing is lost.
+  function fit(text, room) {
+    for (let size = 11; size >= 7 && text.getComputedTextLength() > room; size -= 1) {
+      text.setAttribute("font-size", size);
+    }
+    while (text.getComputedTextLength() > room && text.textContent.length > 1) {
+      text.textContent = `${text.textContent.slice(0, -2)}…`;
+    }
   }
 
   // --- wiring -----------------------------------------------------------------------
