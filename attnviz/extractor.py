@@ -19,6 +19,7 @@ from attnviz.choices import Ablation, CircuitMethod, Level, Mode, Select, Site, 
 from attnviz.circuit_options import CircuitOptions
 from attnviz.errors import UsageError
 from attnviz.progress import Listener
+from attnviz.progress_bars import bars, shown_here
 from attnviz.request import (
     Explaining,
     Input,
@@ -274,7 +275,7 @@ class Extractor(ABC):
         scores: str | None = None,
         level: Level | str = Level.EDGE,
         nodes: int | str | None = None,
-        progress: Listener | None = None,
+        progress: Listener | bool = True,
         **options: Any,
     ) -> Circuit:
         """Every edge between the model's heads and MLPs (:mod:`attnviz.analysis.graph`)
@@ -291,7 +292,9 @@ class Extractor(ABC):
         over the same pairs, gives the scores without scoring again. One
         ``text`` with its ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a
         mapping of text, answer, versus, corrupt): every score the mean over them. A
-        causal language model only."""
+        causal language model only. ``progress``: a bar per pass on stderr where a
+        terminal or a notebook shows it (True), none (False), or a listener told each step
+        (:mod:`attnviz.progress`)."""
         circuit = CircuitOptions(
             method=chosen(CircuitMethod, method, "method"),
             steps=steps,
@@ -315,7 +318,11 @@ class Extractor(ABC):
             if answer is not None or corrupt is not None or versus is not None:
                 raise UsageError("each pair holds its answer, versus and corrupted text")
             given = [each if isinstance(each, Input) else Input(**each) for each in pairs]
-        return self.circuit_of(given, asked, progress=progress)
+        if progress is True and shown_here():  # a person watches: bars on stderr
+            with bars() as listener:
+                return self.circuit_of(given, asked, progress=listener)
+        told = progress if callable(progress) else None
+        return self.circuit_of(given, asked, progress=told)
 
     def circuit_of(
         self,

@@ -117,8 +117,38 @@ def test_a_circuit_over_a_dataset_counts_its_pairs_in_each_pass(language_models)
 
 
 def test_a_bar_names_its_steps_in_the_plural():
-    from attnviz.cli.output import plural
+    from attnviz.progress_bars import plural
 
     assert [plural(what) for what in ("patch", "gradient pass", "edge", "scored pair")] == [
         "patches", "gradient passes", "edges", "scored pairs"
     ]  # fmt: skip
+
+
+def test_circuit_from_python_shows_bars_where_a_person_watches_unless_told_not_to(
+    language_models, monkeypatch, capsys
+):
+    """In a terminal or a notebook Extractor.circuit draws its bars (progress=True, the
+    default); progress=False, or a log's stderr, draws none."""
+    import contextlib
+
+    import attnviz.extractor as extractor_module
+
+    drawn = []
+
+    @contextlib.contextmanager
+    def bars():
+        yield lambda *said: drawn.append(said)
+
+    monkeypatch.setattr(extractor_module, "bars", bars)
+    extractor = language_models["llama-lm"]
+    for watched, progress, shown in (
+        (True, True, True),
+        (True, False, False),
+        (False, True, False),
+    ):
+        drawn.clear()
+        monkeypatch.setattr(extractor_module, "shown_here", lambda watched=watched: watched)
+        extractor.circuit(TEXT, ANSWER, CORRUPT, edges=5, progress=progress)
+        assert bool(drawn) == shown, (watched, progress)
+        assert ("scored pair", 1, 1) in drawn or not shown
+    assert capsys.readouterr().err == ""

@@ -23,6 +23,7 @@ from attnviz.cli.declarations import MAX_WIDTH, ColourChoice
 from attnviz.errors import UsageError, warn
 from attnviz.inputs import read_texts
 from attnviz.outputs import PICTURES, TABLE_DATA, output_for, output_of_file, refuse_unused
+from attnviz.progress_bars import bars
 from attnviz.selection import resolve_held
 from attnviz.writers import ONE_TEXT
 
@@ -456,11 +457,6 @@ def _data_file_format(output: str, asked: Output) -> Output:
     return by_suffix
 
 
-def plural(what: str) -> str:
-    """``patch``: ``patches``; ``gradient pass``: ``gradient passes``; ``edge``: ``edges``."""
-    return what + ("es" if what.endswith(("s", "sh", "ch", "x")) else "s")
-
-
 @contextlib.contextmanager
 def passes_shown(environment: Environment) -> Iterator[Listener | None]:
     """A progress listener (:mod:`attnviz.progress`) drawing a bar per long pass on stderr
@@ -469,23 +465,6 @@ def passes_shown(environment: Environment) -> Iterator[Listener | None]:
     if not environment.stderr_is_terminal:
         yield None
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
     console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    bars = Progress(*columns, TimeRemainingColumn(), console=console, transient=True)
-    tasks: dict[str, Any] = {}
-
-    def listener(what: str, done: int, total: int) -> None:
-        if what not in tasks:
-            tasks[what] = bars.add_task(plural(what), total=total)
-        bars.update(tasks[what], completed=done, total=total)
-
-    with bars:
+    with bars(console) as listener:
         yield listener
