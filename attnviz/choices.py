@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from attnviz.errors import UsageError
 
@@ -255,3 +255,9 @@ CIRCUIT_METHOD_LABELS = {
     CircuitMethod.GRADIENT: "edge attribution patching, EAP: one forward and one backward pass",
     CircuitMethod.IG: "EAP with integrated gradients, EAP-IG: --steps backward passes",
 }
+
+
+def labelled(labels: dict[Any, str]) -> str:
+    """A vocabulary's words each with what it is, as an option's help lists them: ``zero
+    (…), mean (…)``."""
+    return ", ".join(f"{word} ({label})" for word, label in labels.items())

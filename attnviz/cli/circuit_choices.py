@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Select
+from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Select, labelled
 from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
 from attnviz.cli.bundles import bundle
 from attnviz.errors import UsageError
@@ -19,9 +19,7 @@ MethodOption = Annotated[
     typer.Option(
         "--method",
         case_sensitive=False,
-        help="How each edge is scored: "
-        + ", ".join(f"{method} ({label})" for method, label in CIRCUIT_METHOD_LABELS.items())
-        + ".",
+        help="How each edge is scored: " + labelled(CIRCUIT_METHOD_LABELS) + ".",
     ),
 ]
 StepsOption = Annotated[

@@ -24,6 +24,7 @@ from attnviz.choices import (
     Measure,
     Method,
     Site,
+    labelled,
 )
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags, request_fields
@@ -187,7 +188,7 @@ class Effects:
             case_sensitive=False,
             rich_help_panel=EFFECTS_PANEL,
             help="What replaces a head's output for its ablation: "
-            + ", ".join(f"{kind} ({label})" for kind, label in ABLATION_LABELS.items())
+            + labelled(ABLATION_LABELS)
             + ".",
         ),
     ] = Ablation.ZERO

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.atomic_files import check_writable
-from attnviz.choices import SITE_LABELS, Output, Site
+from attnviz.choices import SITE_LABELS, Output, Site, labelled
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.pictures import figure_settings
@@ -23,9 +23,7 @@ SiteOption = Annotated[
     typer.Option(
         "--site",
         case_sensitive=False,
-        help="Where the clean activation is restored in each layer: "
-        + ", ".join(f"{site} ({label})" for site, label in SITE_LABELS.items())
-        + ".",
+        help="Where the clean activation is restored in each layer: " + labelled(SITE_LABELS) + ".",
     ),
 ]
 ByPositionOption = Annotated[
