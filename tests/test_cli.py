@@ -123,9 +123,13 @@ def test_generate_completes_only_models_that_write_and_devices_complete(tmp_path
 
 @pytest.mark.parametrize("device_map", ["bogus", "auto:1", "mps:1", "cuda:x"])
 def test_a_bad_device_map_is_refused_before_loading(runner, device_map, monkeypatch):
+    import attnviz.loading
     from attnviz.pretrained import loading
 
-    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("loaded"))
+    # both names of it: attnviz.loading took its own when first imported, which must not be
+    # while this one is patched (later tests would load through it)
+    for module in (loading, attnviz.loading):
+        monkeypatch.setattr(module, "load_model", lambda *a, **k: pytest.fail("loaded"))
     result = runner.invoke(app, ["show", "a b", "--model", "minilm", "--device-map", device_map])
     assert result.exit_code == 2
     assert result.stderr.startswith(f"attnviz: error: --device-map {device_map!r}: give auto,")
