@@ -350,3 +350,35 @@ def test_a_corrupted_text_without_the_page_is_refused(runner, generators, tmp_pa
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "--corrupt applies to the page" in result.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_circuit_in_a_notebook_is_its_header_and_its_own_interactive_graph(
+    browser, language_models, tmp_path
+):
+    """A Circuit's _repr_html_: its one-line header, then its own page in a sandboxed
+    frame (offline: the page's circuit view without the maps), every kept edge drawn with
+    its score, an edge's score on hover, the labels apart."""
+    import html
+
+    circuit = language_models["gpt2-lm"].circuit(
+        "The man walked the dog because", " it", "The dog walked the man because", edges=12
+    )
+    shown = circuit._repr_html_()
+    assert shown.startswith(f"<p><code>{html.escape(repr(circuit))}</code></p><iframe srcdoc=")
+    assert "sandbox='allow-scripts'" in shown and "://" not in shown
+    page = html.unescape(shown.split('srcdoc="', 1)[1].split('" style=', 1)[0])
+    path = tmp_path / "circuit.html"
+    path.write_text(page, encoding="utf-8")
+    open_page(browser, path)
+    edges = browser.find_elements("css selector", "#circuit path.edge")
+    drawn = {(edge.get_attribute("data-from"), edge.get_attribute("data-to")) for edge in edges}
+    assert drawn == {(first, then) for first, then, _ in circuit.kept_edges()}
+    browser.execute_script(
+        "const box = arguments[0].getBoundingClientRect();"
+        "const at = {clientX: box.x, clientY: box.y};"
+        "arguments[0].dispatchEvent(new MouseEvent('mousemove', at));",
+        edges[-1],
+    )
+    assert " → " in browser.find_element("id", "tooltip").text
+    assert "faithfulness" in browser.find_element("id", "circuit-lines").text
+    assert page_errors(browser) == []

@@ -120,6 +120,14 @@ class Circuit(Drawn):
             for u, d in chosen
         ]
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the one-line header, then the circuit's own page (its graph, an
+        edge's score on hover), offline and self-contained."""
+        # the drawing sits above the data it draws (it imports them)
+        from attnviz.render.page import circuit_notebook_html
+
+        return circuit_notebook_html(self)
+
     @classmethod
     def load(cls, path: str | Path) -> Circuit:
         """A circuit written by ``circuit -f json`` (or :meth:`document`), read back."""

@@ -231,7 +231,14 @@ def page_html(
     opens = view_for(view, Output.HTML).value
     data = page_data(maps, budget=budget, view=opens, effects=effects, circuit=circuit)
     heading = title or f"{maps.model} · {maps.mode.value} attention"
-    return _document(heading, data, "page")
+    return _document(heading, data, "page", uses=("circuit",))
+
+
+def circuit_page_html(circuit: Circuit) -> str:
+    """A circuit's own page, offline and self-contained: its faithfulness lines and its
+    graph (the page's circuit view, without the maps), an edge's score on hover."""
+    data = {"circuit": _circuit_data(circuit)}
+    return _document(circuit_title(circuit), data, "circuit_page", uses=("circuit",))
 
 
 def trace_page_html(trace: Trace) -> str:
@@ -261,9 +268,9 @@ def trace_page_html(trace: Trace) -> str:
     return _document(f"{trace.model} · trace at {trace.site.value}", data, "trace")
 
 
-def _document(heading: str, data: dict, assets: str) -> str:
-    """A page: the style, the markup and the script of ``assets`` (page or trace), and
-    ``data`` for the script."""
+def _document(heading: str, data: dict, assets: str, uses: tuple[str, ...] = ()) -> str:
+    """A page: the style, the markup and the script of ``assets`` (page, trace or
+    circuit_page), the scripts it ``uses`` before it, and ``data`` for them."""
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='Content-Security-Policy' content=\"{_POLICY}\">"
@@ -272,17 +279,30 @@ def _document(heading: str, data: dict, assets: str) -> str:
         f"<body><h1 id='heading'>{html.escape(heading)}</h1>"
         f"{_asset(f'{assets}.html')}"
         f"<script type='application/json' id='attnviz-data'>{_script_json(data)}</script>"
-        f"<script>{_asset(f'{assets}.js')}</script></body></html>\n"
+        + "".join(f"<script>{_asset(f'{script}.js')}</script>" for script in (*uses, assets))
+        + "</body></html>\n"
     )
 
 
 def notebook_html(maps: AttentionMaps) -> str:
     """The page in an iframe's ``srcdoc``: no require.js, the same in JupyterLab, the
     classic Notebook, VS Code and Colab; bounded in size."""
-    page = page_html(maps, budget=NOTEBOOK_CELLS)
+    return _framed(page_html(maps, budget=NOTEBOOK_CELLS), 720)
+
+
+def circuit_notebook_html(circuit: Circuit) -> str:
+    """A circuit as a notebook shows it: its one-line header, then its own page framed."""
+    height = 160 + 44 * circuit.graph.layers + 18 * len(circuit.curve)
+    return f"<p><code>{html.escape(repr(circuit))}</code></p>" + _framed(
+        circuit_page_html(circuit), height
+    )
+
+
+def _framed(page: str, height: int) -> str:
+    """A page in an iframe's ``srcdoc``, its scripts allowed and nothing else."""
     return (
         f'<iframe srcdoc="{html.escape(page, quote=True)}" '
-        "style='width:100%;height:720px;border:1px solid #8884' "
+        f"style='width:100%;height:{height}px;border:1px solid #8884' "
         "sandbox='allow-scripts'></iframe>"
     )
 
