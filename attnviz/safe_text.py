@@ -27,6 +27,15 @@ def _visible(character: str) -> str:
     return character
 
 
+VISIBLE_SPACE = "␣"  # a space where a label must show it: a lone space, or a token's own
+
+
+def spaces_shown(text: str) -> str:
+    """``text`` as a label shows a token's decoded text: :func:`display_label`, each
+    space a visible one (a token's leading space is part of it)."""
+    return display_label(text).replace(" ", VISIBLE_SPACE)
+
+
 def display_label(token: str) -> str:
     """Return ``token`` with every control or format character made visible.
 

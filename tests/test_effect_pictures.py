@@ -199,3 +199,23 @@ def test_a_circuits_node_labels_never_overlap(language_models):
         assert len(boxes) >= labelled
         for first, box in enumerate(boxes):
             assert not any(box.overlaps(other) for other in boxes[first + 1 :]), size
+
+
+def test_a_circuits_labels_are_the_tokenizers_own_text_its_spaces_shown(language_models):
+    """A byte-level vocabulary's symbols (Ġ for a space, Ā… for control bytes) are never
+    shown: a node's token is the tokenizer's decoding, a space in it shown as ␣ and a
+    control character as its symbol."""
+    import dataclasses
+
+    from attnviz.render.circuit import circuit_drawing
+    from attnviz.render.style import Style
+
+    circuit = language_models["gpt2-lm"].circuit(TEXT, ANSWER, CORRUPT, edges="all")
+    byte_symbols = {chr(code) for code in range(0x100, 0x144)}
+    assert not any(set(token) & byte_symbols for token in circuit.promoted)
+    promoted = (circuit.promoted[0], " because", "\x1e", *circuit.promoted[3:])  # a0.h0, a0.h1
+    shown = dataclasses.replace(circuit, promoted=promoted)
+    figure, _ = circuit_drawing(shown, Style(figsize=(9.0, 4.0)))
+    labels = [text.get_text() for text in figure.axes[0].texts]
+    assert any(label.endswith("→␣because") for label in labels), labels
+    assert any(label.endswith("→␞") for label in labels), labels

@@ -19,7 +19,7 @@ from attnviz.analysis.selections import selected
 from attnviz.choices import CircuitMethod, Level, Select
 from attnviz.errors import UsageError, warn
 from attnviz.extractor import pair_error
-from attnviz.pretrained.answered import Answered, answer_label, answered
+from attnviz.pretrained.answered import Answered, answered
 from attnviz.pretrained.circuit_cost import Cost, scoring_cost, unsaid
 from attnviz.pretrained.differences import parts as record_parts
 from attnviz.pretrained.edge_estimates import estimated_scores
@@ -524,7 +524,10 @@ def promoted(extractor: PretrainedExtractor, last: np.ndarray) -> tuple[str, ...
         written = torch.as_tensor(last, device=unembedding.device)
         logits = written @ unembedding.float().T  # (U, V)
         best = torch.topk(logits, _PROMOTED, dim=-1).indices[:, 0]
-    return tuple(answer_label(extractor.loaded, int(token)) for token in best)
+    # the tokenizer's own decoding (a space, not a byte-level vocabulary's Ġ), which the
+    # pictures show with its spaces visible
+    decode = extractor.loaded.tokenizer.decode
+    return tuple(decode([int(token)]) for token in best)
 
 
 @dataclass

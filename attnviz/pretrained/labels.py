@@ -16,8 +16,7 @@ from attnviz.errors import UsageError
 from attnviz.pretrained.encoding import Side
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.request import Request
-
-VISIBLE_SPACE = "␣"
+from attnviz.safe_text import VISIBLE_SPACE
 
 
 @dataclass

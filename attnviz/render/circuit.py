@@ -22,7 +22,8 @@ from attnviz.choices import (
 )
 from attnviz.render.canvas import fit_text, saved
 from attnviz.render.effects import DEFAULT_STYLE, _figure, diverging, wrapped
-from attnviz.render.style import Style, token_label
+from attnviz.render.style import Style
+from attnviz.safe_text import spaces_shown
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -175,7 +176,7 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
             label = (
                 name
                 if not promoted or name == "input"
-                else f"{name}\n→{token_label(promoted)[:10]}"
+                else f"{name}\n→{spaces_shown(promoted)[:10]}"
             )
             at_node = {"xytext": (4, 3), "textcoords": "offset points", "zorder": 4}
             node_labels.append(axes.annotate(label, (x, y), fontsize=max(4, small - 2), **at_node))

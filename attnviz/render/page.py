@@ -40,6 +40,7 @@ from attnviz.render import palette
 from attnviz.render.circuit import circuit_layout, circuit_title, faithfulness_lines
 from attnviz.render.effects import diverging_palette, metric_of
 from attnviz.render.style import token_label
+from attnviz.safe_text import spaces_shown
 
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
@@ -124,7 +125,7 @@ def _circuit_data(circuit: Circuit) -> dict[str, Any]:
                 "name": name,
                 "x": x,
                 "y": y,
-                "promotes": token_label(promoted[index[name]])
+                "promotes": spaces_shown(promoted[index[name]])
                 if name in index and promoted and name != "input"
                 else None,
             }
