@@ -172,14 +172,17 @@ class Circuit(Drawn):
         """The whole circuit as one JSON document."""
         nodes = list(dict.fromkeys([*self.graph.upstream, *self.graph.downstream]))
         kept = [[first, then] for first, then, _ in self.kept_edges()]
-        upstream, downstream = ranked(self.graph, self.scores)
         edges: list[dict[str, object]] = []
-        for first, then, score in self.edges():
-            edges.append({"from": first, "to": then, "score": score})
-        for edge, u, d in zip(edges, upstream, downstream, strict=True):
-            edge["in_circuit"] = bool(self.in_graph[u, d])
+        for u, d in zip(*ranked(self.graph, self.scores), strict=True):
+            edge = {
+                "from": self.graph.upstream[u],
+                "to": self.graph.downstream[d],
+                "score": float(self.scores[u, d]),
+                "in_circuit": bool(self.in_graph[u, d]),
+            }
             if self.exact is not None:
                 edge["exact"] = bool(self.exact[u, d])
+            edges.append(edge)
         on = self.answer
         return {
             "kind": CIRCUIT_KIND,

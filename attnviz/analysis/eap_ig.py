@@ -15,6 +15,7 @@ summed into the grouped edge's, which is in the circuit where any copy is.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,9 @@ def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
     return {"cfg": config, "nodes": nodes, "edges": edges}
 
 
+_HEAD_INPUT = re.compile(r"a(\d+)\.h(\d+)<([qkv])>")  # EAP-IG's name of a head's input
+
+
 @dataclass(frozen=True)
 class EapIgGraph:
     """An EAP-IG graph file read: its model's layers and query heads, and each edge's
@@ -84,11 +88,11 @@ class EapIgGraph:
         kept = np.zeros(graph.edges.shape, dtype=bool)
         for name, (score, in_graph) in self.edges.items():
             parent, _, child = name.partition("->")
-            if child.endswith(">"):  # a head's q, k or v input: k and v its key/value head's
-                head_name, _, letter = child[:-1].partition("<")
-                layer, _, head = head_name.partition(".")
-                unit = head if letter == "q" else f"{kv}{int(head[1:] or -1) // group}"
-                child = f"{layer}.{unit}.{letter}"
+            input_of = _HEAD_INPUT.fullmatch(child)
+            if input_of:  # a head's q, k or v input: k and v its key/value head's
+                layer, head, letter = input_of.groups()
+                unit = f"h{head}" if letter == "q" else f"{kv}{int(head) // group}"
+                child = f"a{layer}.{unit}.{letter}"
             u, d = upstream.get(parent, -1), downstream.get(child, -1)
             if u < 0 or d < 0 or not graph.edges[u, d]:
                 raise UsageError(f"{self.path}: {name!r} is no edge of this model's graph")
