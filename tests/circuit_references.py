@@ -15,6 +15,9 @@ their norm's input + what is added.
 
 from __future__ import annotations
 
+import sys
+from unittest import mock
+
 import torch
 
 from tests.hook_references import (
@@ -261,6 +264,59 @@ def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None):
             if gradient is not None:
                 gradients[name] = gradients[name] + gradient / len(points)
     return {(u, d): float(((corrupt[u] - clean[u]) * gradients[d]).sum()) for u, d in edges}
+
+
+def copied_scores(model, ids, corrupt_ids, answer_id, versus_id):
+    """EAP's scores as EAP-IG's graph has them where key/value heads are grouped: each
+    query head reads a key and a value of its own (``a{l}.h{h}<k>``), so an edge into a
+    key/value head's input is an edge into each query head's copy. The copies are the
+    model's own: its ``repeat_kv`` output, one (T, Dh) slice a query head; a copy's
+    gradient is carried back to its key/value head's input (through the rotary embedding
+    and the projection, by autograd) alone. (upstream, (layer, query head, letter)) ->
+    score."""
+    layers, heads, kv, _ = shape_of(model)
+    group = heads // kv
+    upstream, downstream, _ = nodes(model)
+    _, clean = run(model, ids, answer_id, versus_id)
+    _, corrupt = run(model, corrupt_ids, answer_id, versus_id)
+    leaves = {name: torch.zeros_like(clean["input"], requires_grad=True) for name in downstream}
+    repeated = []  # (what repeat_kv got, what it gave): a layer's keys, then its values
+    modeling = sys.modules[type(attention_of(layers_of(model)[0])).__module__]
+    real = modeling.repeat_kv
+
+    def recorded(states, times):
+        copies = real(states, times)
+        repeated.append((states, copies))
+        return copies
+
+    own = model.config._attn_implementation
+    model.set_attn_implementation("eager")  # the attention that calls repeat_kv
+    try:
+        with mock.patch.object(modeling, "repeat_kv", recorded):
+            metric, _ = run(
+                model, ids, answer_id, versus_id, lambda name, _o: leaves[name], graph=True
+            )
+    finally:
+        model.set_attn_implementation(own)
+    assert len(repeated) == 2 * layers, "a key and a value call of repeat_kv a layer"
+    copies_gradients = torch.autograd.grad(
+        metric, [copies for _, copies in repeated], retain_graph=True
+    )
+    scores = {}
+    for call, ((states, _), gradient) in enumerate(zip(repeated, copies_gradients, strict=True)):
+        layer, letter = divmod(call, 2)
+        letter = "kv"[letter]
+        for head in range(heads):
+            unit = head // group
+            alone = torch.zeros_like(states)  # (1, K, T, Dh): this copy's gradient only
+            alone[:, unit] = gradient[:, head]
+            (input_gradient,) = torch.autograd.grad(
+                states, leaves[f"a{layer}.kv{unit}.{letter}"], alone, retain_graph=True
+            )
+            for name in upstream[: 1 + layer * (heads + 1)]:  # written before layer's reads
+                change = corrupt[name] - clean[name]
+                scores[name, (layer, head, letter)] = float((change * input_gradient).sum())
+    return scores
 
 
 # Circuits chosen from scores, written from EAP-IG's definitions (hannamw/EAP-IG's

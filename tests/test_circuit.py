@@ -78,6 +78,38 @@ def test_eap_and_eap_ig_equal_autograd_through_plain_hooks(
 
 
 @pytest.mark.parametrize("family", ["llama-lm", "gemma3-lm"])
+def test_eap_igs_key_and_value_copies_a_query_head_each_sum_to_the_grouped_score(
+    generators, language_models, family
+):
+    """EAP-IG's graph gives each query head its own key and value input; their EAP scores,
+    taken through the model's own repeat_kv, sum to attnviz's score of the key/value
+    head's input (what ``-f eap-ig`` writes and ``--scores`` reads back rest on this)."""
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="gradient", edges=0)
+    graph = circuit.graph
+    group = graph.heads // graph.kv_heads
+    assert group > 1, "a model whose key/value heads are grouped"
+    copies = reference.copied_scores(model, ids, corrupt_ids, answer_id, versus_id)
+    tolerance = model_tolerance(model.config)
+    spread = 0.0
+    for (first, then), score in _scores(circuit).items():
+        layer, unit, letter = then.split(".") if then.count(".") == 2 else (None,) * 3
+        if letter not in ("k", "v"):
+            continue
+        members = [copies[first, (int(layer[1:]), head, letter)] for head in _members(unit, group)]
+        assert abs(sum(members) - score) <= tolerance, (first, then)
+        spread = max(spread, max(members) - min(members))
+    assert spread > 100 * tolerance  # the copies are not the grouped score split equally
+
+
+def _members(unit, group):
+    first = int(unit.lstrip("kv")) * group
+    return range(first, first + group)
+
+
+@pytest.mark.parametrize("family", ["llama-lm", "gemma3-lm"])
 def test_eap_ig_of_a_long_text_recomputing_layers_a_position_at_a_time_equals_autograd(
     generators, language_models, family, monkeypatch
 ):
