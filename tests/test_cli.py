@@ -160,7 +160,8 @@ def test_bare_attnviz_prints_the_help_and_succeeds(runner):
     assert result.stdout.startswith("Usage: attnviz") and "explain" in result.stdout
 
 
-def test_each_warning_is_one_line_said_once(runner, tmp_path):
+def test_each_warning_is_one_line_said_once(runner, tmp_path, monkeypatch):
+    from attnviz.render import fonts
     from tests import tiny_models
 
     short = str(tiny_models.gpt2(tmp_path / "short", n_positions=8))
@@ -173,6 +174,7 @@ def test_each_warning_is_one_line_said_once(runner, tmp_path):
     assert (
         explained.stderr.count("attnviz: warning:") == 1 and "Token indices" not in explained.stderr
     )
+    monkeypatch.setattr(fonts.Fonts, "text", lambda _self, text: text)  # glyphs go missing
     source = tmp_path / "glyphs.txt"
     source.write_text("𓀀 a\n𓀀 b\n𓀀 c\n")
     batch = runner.invoke(app, ["batch", str(source), "-o", str(tmp_path / "out"), "-l", "0", "-q"])

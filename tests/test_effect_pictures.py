@@ -5,6 +5,7 @@ token; the tokens the corrupted text changed marked; a notebook shows them."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from PIL import Image
@@ -113,20 +114,25 @@ def test_a_knockout_draws_from_python_and_with_heads_picture(runner, generators,
     assert picture.read_bytes() == knocked.picture().data
 
 
-# An Egyptian hieroglyph: in none of the fonts matplotlib draws labels with.
-NO_FONT_HAS = "𓀀"
+# An Egyptian hieroglyph (in none of the fonts of the stack where only matplotlib's are
+# installed) and a control character (safe_text shows it as ␞, in none of them either).
+NO_FONT_HAS = "𓀀\x1e"
 
 
-def test_every_figure_says_a_missing_glyph_in_one_warning_and_nothing_else(
+def _drawn_text(svg):
+    """The texts an SVG of matplotlib's draws, as it writes each beside its glyphs."""
+    return " ".join(re.findall(r"<!-- (.*?) -->", svg))
+
+
+def test_every_figure_draws_what_no_font_has_as_its_escape_with_no_warning(
     measured, language_models
 ):
-    """matplotlib warns per glyph, with attnviz's source path, from the layout as well as
-    from the drawing: every figure of results says the characters in one line of its
-    own instead, however many labels hold them."""
+    """No box and no warning: every character of every figure's texts is one the font
+    stack has, a character none of its fonts has drawn as its escape."""
     import dataclasses
     import warnings
 
-    from attnviz.errors import AttnvizWarning
+    from attnviz.render.fonts import Fonts
 
     effects, trace = measured
     extractor = language_models["gpt2-lm"]
@@ -142,25 +148,28 @@ def test_every_figure_says_a_missing_glyph_in_one_warning_and_nothing_else(
             circuit, promoted=tuple(NO_FONT_HAS for _ in circuit.promoted)
         ),
     }
+    fonts = Fonts.installed()
     for name, found in figures.items():
-        for picture in ("png", "svg"):
-            with warnings.catch_warnings(record=True) as said:
-                warnings.simplefilter("always")
-                found.picture(format=picture)
-            assert [type(each.message) for each in said] == [AttnvizWarning], (name, said)
-            message = str(said[0].message)
-            assert message.startswith(f"no installed font has 1 of the characters ({NO_FONT_HAS})")
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            found.picture(format="png")
+            drawn = _drawn_text(found.picture(format="svg").data.decode())
+        assert said == [], (name, said)
+        assert all(ord(character) in fonts.characters for character in drawn if character != " ")
+        if ord("𓀀") not in fonts.characters:
+            assert "\\U00013000" in drawn, name
+        if ord("␞") not in fonts.characters:
+            assert "\\x1e" in drawn, name
 
 
-def test_the_lens_picture_says_a_missing_glyph_once_on_the_command_line(
+def test_the_lens_picture_of_a_character_no_font_has_says_nothing_on_the_command_line(
     runner, generators, tmp_path
 ):
     picture = tmp_path / "lens.png"
     arguments = ["lens", f"{NO_FONT_HAS} a b c", "--model", generators["gpt2-lm"]]
     result = runner.invoke(app, [*arguments, "--picture", str(picture)])
-    assert result.exit_code == 0, result.stderr
-    assert result.stderr.startswith("attnviz: warning: no installed font has 1 of the characters")
-    assert result.stderr.count("\n") == 1 and "logit lens" in result.stdout  # the table too
+    assert result.exit_code == 0 and result.stderr == ""
+    assert picture.read_bytes().startswith(b"\x89PNG") and "logit lens" in result.stdout
 
 
 def test_a_picture_saves_itself_to_a_file_of_its_format(measured, tmp_path):

@@ -3,6 +3,8 @@ reproducible, at the size asked, and its refusals."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from PIL import Image
 
@@ -55,12 +57,40 @@ def test_values_and_colormap(runner, tmp_path):
     assert plain.read_bytes() != coloured.read_bytes()
 
 
-def test_a_missing_glyph_is_a_warning_not_a_crash(runner, tmp_path):
-    path = tmp_path / "glyph.png"
-    # An Egyptian hieroglyph: in none of the fonts matplotlib draws labels with.
+# An Egyptian hieroglyph: in none of the fonts of the stack on a machine that has only
+# what matplotlib ships, and the Control Pictures' ␞ (safe_text's way of showing 0x1e).
+NO_FONT_HAS = "𓀀"
+
+
+def test_a_character_no_font_has_is_drawn_as_its_escape_with_no_warning(runner, tmp_path):
+    from attnviz.render.fonts import Fonts
+
+    path = tmp_path / "glyph.svg"
+    text = f"{NO_FONT_HAS} hello\x1e"
     result = runner.invoke(
-        app, ["export", "𓀀 hello", "--view", "head", "-l", "0", "--head", "0", "-o", str(path)]
+        app, ["export", text, "--view", "head", "-l", "0", "--head", "0", "-o", str(path)]
     )
+    assert result.exit_code == 0 and result.stderr == ""
+    drawn = " ".join(re.findall(r"<!-- (.*?) -->", path.read_text()))  # SVG's text, as drawn
+    fonts = Fonts.installed()
+    assert all(ord(character) in fonts.characters for character in drawn if character != " ")
+    assert ("\\U00013000" in drawn) == (ord(NO_FONT_HAS) not in fonts.characters)
+    assert "hello" in drawn
+
+
+def test_a_glyph_missing_from_a_face_of_the_stack_is_one_warning_not_a_crash(
+    runner, tmp_path, monkeypatch
+):
+    """The net under the stack: a face that lacks a glyph its family's regular face has
+    (here: a stack that claims every character) is said in one line, the picture written."""
+    from attnviz.render import fonts
+
+    monkeypatch.setattr(fonts.Fonts, "text", lambda _self, text: text)
+    path = tmp_path / "glyph.png"
+    result = runner.invoke(
+        app, ["export", f"{NO_FONT_HAS} hello", "--view", "head", "-l", "0", "--head", "0",
+              "-o", str(path)]
+    )  # fmt: skip
     assert result.exit_code == 0
     assert path.read_bytes().startswith(b"\x89PNG")
     assert result.stderr.startswith("attnviz: warning: no installed font has 1 of the characters")

@@ -23,6 +23,7 @@ import numpy as np
 from attnviz.choices import Output
 from attnviz.errors import UsageError, warn
 from attnviz.panels import notes_of, query_labels_of
+from attnviz.render.fonts import Fonts
 from attnviz.render.layout import GridShape, grid_layout, head_layout
 from attnviz.render.png import encode_png
 from attnviz.render.style import (
@@ -100,12 +101,14 @@ def saved(
     laid_out: bool = False,
     then: Callable[[Any], None] | None = None,
 ) -> bytes:
-    """A figure written in ``picture``'s format, laid out first unless ``laid_out`` (its
+    """A figure written in ``picture``'s format, its texts in the font stack (each
+    character none of its fonts has escaped), laid out first unless ``laid_out`` (its
     room set by hand), and ``then`` given its renderer (to fit labels to the room the
-    layout left them): the characters no font has, met in any of it, said in one warning,
-    not as matplotlib's warning per glyph."""
+    layout left them): a glyph still missing (a face of the stack that lacks it), met in
+    any of it, said in one warning, not as matplotlib's warning per glyph."""
     missing: set[str] = set()
     out = io.BytesIO()
+    Fonts.installed().dress(figure)
     with drawing(missing):
         if not laid_out:
             figure.tight_layout()
@@ -222,6 +225,8 @@ class HeadCanvas:
                 for q in range(queries)
                 for k in range(keys)
             ]
+        self.fonts = Fonts.installed()
+        self.fonts.dress(self.figure)
         with drawing(self.missing_glyphs):
             self.canvas.draw()
         self.blank = self.canvas.copy_from_bbox(self.figure.bbox)
@@ -238,21 +243,21 @@ class HeadCanvas:
 
     def _set_frame(self, frame: Frame) -> list[Any]:
         """Put one input's header and labels on their artists; return those artists."""
-        self.header.set_text(frame.header)
+        self.header.set_text(self.fonts.text(frame.header))
         # A short map's figure is narrow, and a model name (builtin:layers=…) is long.
         room = self.figure.bbox.width * 0.96
         fit_text(self.header, self.canvas.get_renderer(), room, self.style.font_size or 9.0)
         key_labels = frame.key_labels[:: self.labels.key_step]
         for artist, label in zip(self.key_labels, key_labels, strict=True):
-            artist.set_text(token_label(label))
+            artist.set_text(self.fonts.text(token_label(label)))
         query_labels = frame.query_labels[:: self.labels.query_step]
         for artist, label in zip(self.query_labels, query_labels, strict=True):
-            artist.set_text(token_label(label))
+            artist.set_text(self.fonts.text(token_label(label)))
         return [self.header, *self.key_labels, *self.query_labels]
 
     def _set_cells(self, matrix: np.ndarray, title: str) -> None:
         self.image.set_data(matrix)
-        self.title.set_text(title)
+        self.title.set_text(self.fonts.text(title))
         for artist, weight in zip(self.values, matrix.ravel(), strict=False):
             artist.set_text(cell_text(weight))
             artist.set_color("black" if weight / self.style.top > 0.6 else "white")
@@ -364,6 +369,8 @@ class GridCanvas:
             note = axes_note(labels.key_step, labels.query_step).splitlines()[-1]
             self.figure.text(0.005, 0.005, note, fontsize=MIN_LABEL_POINTS)
         self._add_colour_bar()
+        self.fonts = Fonts.installed()
+        self.fonts.dress(self.figure)
         with drawing(self.missing_glyphs):
             self.canvas.draw()
         self.blank = self.canvas.copy_from_bbox(self.figure.bbox)
@@ -431,12 +438,14 @@ class GridCanvas:
     def _set_frame(self, maps: AttentionMaps, panels: Sequence[MapPanel]) -> list[Any]:
         """Put one input's header, titles and labels on their artists; return them all."""
         style = self.style
-        self.header.set_text(style.titles(f"{maps.model} · {maps.mode} attention{notes_of(maps)}"))
+        header = style.titles(f"{maps.model} · {maps.mode} attention{notes_of(maps)}")
+        self.header.set_text(self.fonts.text(header))
         room = self.figure.bbox.width * 0.96  # a long model name and notes, on a few maps
         fit_text(self.header, self.canvas.get_renderer(), room, self.layout.header_size)
         labels = self.layout.labels
-        queries = [token_label(token) for token in query_labels_of(maps)][:: labels.query_step]
-        keys = [token_label(token) for token in maps.key_tokens][:: labels.key_step]
+        queries = [self.fonts.text(token_label(token)) for token in query_labels_of(maps)]
+        keys = [self.fonts.text(token_label(token)) for token in maps.key_tokens]
+        queries, keys = queries[:: labels.query_step], keys[:: labels.key_step]
         shown = len(panels) > 1 or style.title != ""
         if self.shape.headers:  # "head H" over the first row; "layer L" beside each row
             columns = self.shape.columns
@@ -454,7 +463,7 @@ class GridCanvas:
                     artist.set_text(short_title(row_header))
         else:
             titles, size = self._fitted_titles(
-                tuple(panel.title for panel in panels) if shown else ()
+                tuple(self.fonts.text(panel.title) for panel in panels) if shown else ()
             )
         drawn: list[Any] = [self.header, *self.row_headers]
         for n, (title, (rows, columns)) in enumerate(zip(self.titles, self.labels, strict=True)):
