@@ -512,6 +512,34 @@ def test_greedy_and_unpruned_circuits_are_measured_as_the_hooks_measure_them(
             assert abs(faithfulness - expected) <= tolerance, (select, prune, len(kept))
 
 
+@pytest.mark.parametrize(("family", "moves"), [("gemma3-lm", True), ("llama-lm", False)])
+def test_where_pruning_moves_the_faithfulness_it_is_said_in_one_line(
+    language_models, family, moves
+):
+    """Gemma 3's heads share the norm after attention: the 20 edges chosen and the 12 left
+    after pruning are measured apart, both said. Llama's dead ends carry the corrupted
+    value either way: pruning takes some out, and nothing is measured twice or said."""
+    import warnings
+
+    extractor = language_models[family]
+    asked = {"edges": 20, "versus": VERSUS}
+    unpruned = extractor.circuit(TEXT, ANSWER, CORRUPT, prune=False, **asked)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        pruned = extractor.circuit(TEXT, ANSWER, CORRUPT, **asked)
+    assert pruned.kept < unpruned.kept == 20
+    if not moves:
+        assert said == [] and pruned.faithfulness == pytest.approx(unpruned.faithfulness)
+        return
+    (line,) = [str(each.message) for each in said]
+    assert line.startswith(
+        f"pruning took {20 - pruned.kept} dead-end edges out of the circuit (20 → "
+        f"{pruned.kept}) and moved its faithfulness from {unpruned.faithfulness:.3f} to "
+        f"{pruned.faithfulness:.3f}: "
+    )
+    assert abs(pruned.faithfulness - unpruned.faithfulness) > 0.01
+
+
 @pytest.mark.parametrize("compact", [False, True])
 def test_a_graph_of_unusual_sizes_goes_through_every_pass_as_the_hooks_do(
     tmp_path_factory, monkeypatch, compact

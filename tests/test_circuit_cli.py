@@ -349,16 +349,16 @@ def test_every_pair_is_checked_before_the_first_is_scored(
 
 
 def test_a_circuit_that_keeps_little_says_so_with_what_to_try(runner, generators, monkeypatch):
-    import attnviz.pretrained.circuit as circuit_module
+    from attnviz.pretrained import circuit_notes
 
     common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "-f", "json"]
-    monkeypatch.setattr(circuit_module, "LOW_FAITHFULNESS", 2.0)  # every circuit keeps little
+    monkeypatch.setattr(circuit_notes, "LOW_FAITHFULNESS", 2.0)  # every circuit keeps little
     said = runner.invoke(app, [*common, "--edges", "20"])
     assert said.exit_code == 0, said.stderr
     (line,) = said.stderr.splitlines()
     assert line.startswith("attnviz: warning: the circuit of ") and "try more --edges" in line
     assert runner.invoke(app, [*common, "--edges", "0"]).stderr == ""  # none asked: scores only
-    monkeypatch.setattr(circuit_module, "LOW_FAITHFULNESS", -1.0)
+    monkeypatch.setattr(circuit_notes, "LOW_FAITHFULNESS", -1.0)
     assert runner.invoke(app, [*common, "--edges", "20"]).stderr == ""
 
 

@@ -255,7 +255,10 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         raise UsageError(f'{where} is not a circuit (no "kind": "{CIRCUIT_KIND}"): write one '
                          "with attnviz circuit -f json")  # fmt: skip
     shape = read.part("graph", dict)
-    graph = Graph(*(_Reader(shape, where).whole(name) for name in ("layers", "heads", "kv_heads")))
+    layers, heads, kv_heads = (
+        _Reader(shape, where).whole(name) for name in ("layers", "heads", "kv_heads")
+    )
+    graph = Graph(layers, heads, kv_heads)
     if read.part("nodes", list) != list(dict.fromkeys([*graph.upstream, *graph.downstream])):
         raise UsageError(f"{where}: its nodes are not those of its graph's layers and heads")
     scores = np.zeros(graph.edges.shape)

@@ -48,6 +48,10 @@ class Graph:
     layers: int
     heads: int
     kv_heads: int
+    # Whether a norm after attention scales a layer's heads' outputs together (Gemma 2
+    # and 3): a head's output is then its share of the norm's, so every head of the layer
+    # changes what each carries, and an edge of a dead end can move a circuit's metric.
+    post_norms: bool = False
     upstream: list[str] = field(init=False)
     downstream: list[str] = field(init=False)
     edges: np.ndarray = field(init=False)  # (U, N) bool: whether u → d is an edge

@@ -17,10 +17,11 @@ from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranke
 from attnviz.analysis.eap_ig import EapIgGraph, read_scores
 from attnviz.analysis.selections import selected
 from attnviz.choices import CircuitMethod, Level, Select
-from attnviz.errors import UsageError, warn
+from attnviz.errors import UsageError
 from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answered
 from attnviz.pretrained.circuit_cost import Cost, scoring_cost, unsaid
+from attnviz.pretrained.circuit_notes import say_faithfulness, say_pruning_moved
 from attnviz.pretrained.differences import parts as record_parts
 from attnviz.pretrained.edge_estimates import estimated_scores
 from attnviz.pretrained.edges import (
@@ -129,9 +130,6 @@ class Phases(Protocol):
         ...
 
 
-LOW_FAITHFULNESS = 0.1  # a circuit below it is said to keep little of the answer
-
-
 def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     """The circuit the options ask, from the passes over the pairs (its sizes checked
     against the model's graph before any pass; its scores read from a file where the
@@ -139,6 +137,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     if options.scores is not None:
         phases = Given(phases, read_scores(options.scores), options.scores)
     graph = phases.graph()
+    post_norms = graph.post_norms  # the model's (a file's graph, read below, has none)
     node_level = options.level is Level.NODE
     units = len(graph.upstream) if node_level else graph.count  # what the sizes count
     asked, sizes = options.asked(units), options.sizes(units)
@@ -166,16 +165,19 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         raise UsageError(
             f"--threshold {asked:g} keeps no edge: the largest |score| is {largest:.4g}"
         )
-    faithful = faithfulness_measured(phases, graph, masks, clean, corrupt, count)
-    if faithful[0] is None:
-        warn("the corrupted text changes nothing of the metric: faithfulness is not defined")
-    elif masks[0].any() and faithful[0] < LOW_FAITHFULNESS:
-        warn(
-            f"the circuit of {int(masks[0].sum()):,} edges keeps {faithful[0]:z.3f} of what the "
-            f"corruption takes (faithfulness below {LOW_FAITHFULNESS}): try "
-            + ("more --nodes" if node_level else "more --edges, --select greedy, --level node")
-            + ", or --curve to see where it rises"
-        )
+    as_chosen = (  # unpruned, to say what pruning did where it can move the metric
+        selected(graph, scores, options.select, asked, False, nodes)
+        if options.prune and post_norms
+        else masks[0]
+    )
+    compared = bool((as_chosen != masks[0]).any())
+    faithful = faithfulness_measured(
+        phases, graph, [*masks, as_chosen] if compared else masks, clean, corrupt, count
+    )
+    kept = int(masks[0].sum())
+    if compared:
+        say_pruning_moved(int(as_chosen.sum()), kept, faithful.pop(), faithful[0])
+    say_faithfulness(faithful[0], kept, node_level)
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     curve = [
         CurvePoint(size, int(mask.sum()), value)

@@ -297,7 +297,8 @@ def graph_of(body: Anatomy) -> Graph:
     """The graph of ``body``'s layers, query heads and key/value heads."""
     width = matrix_of(SITES[Site.K].module(body, 0)).shape[1]
     kv_heads = units_of(body, Site.K, 0, width).count
-    return Graph(len(body.blocks), body.heads, kv_heads)
+    post_norms = any(norm is not None for norm in body.post_norms)
+    return Graph(len(body.blocks), body.heads, kv_heads, post_norms)
 
 
 def _mlp(body: Anatomy, layer: int) -> Any:

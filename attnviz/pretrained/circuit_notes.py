@@ -1,0 +1,37 @@
+"""What a circuit's run says of the circuit it found, each in one line on stderr: a
+faithfulness that is not defined or keeps little of the answer, and pruning that moved
+it."""
+
+from __future__ import annotations
+
+from attnviz.errors import warn
+
+LOW_FAITHFULNESS = 0.1  # a circuit below it is said to keep little of the answer
+_PRINTED = 5e-4  # faithfulness is printed to 0.001: a smaller move is not said
+
+
+def say_faithfulness(faithfulness: float | None, edges: int, node_level: bool) -> None:
+    """Where the circuit of ``edges`` edges is no circuit to trust, and what to try."""
+    if faithfulness is None:
+        warn("the corrupted text changes nothing of the metric: faithfulness is not defined")
+    elif edges and faithfulness < LOW_FAITHFULNESS:
+        warn(
+            f"the circuit of {edges:,} edges keeps {faithfulness:z.3f} of what the corruption "
+            f"takes (faithfulness below {LOW_FAITHFULNESS}): try "
+            + ("more --nodes" if node_level else "more --edges, --select greedy, --level node")
+            + ", or --curve to see where it rises"
+        )
+
+
+def say_pruning_moved(chosen: int, kept: int, before: float | None, after: float | None) -> None:
+    """Where pruning the circuit of ``chosen`` edges to ``kept`` moved its faithfulness
+    from ``before`` to ``after``: in a model with norms after attention an edge of a dead
+    end still counts."""
+    if before is None or after is None or abs(after - before) < _PRINTED:
+        return
+    warn(
+        f"pruning took {chosen - kept:,} dead-end edges out of the circuit ({chosen:,} → "
+        f"{kept:,}) and moved its faithfulness from {before:z.3f} to {after:z.3f}: this "
+        "model's heads share the norm after attention, so an edge that leads nowhere still "
+        "changes what they carry; --no-prune measures the circuit as chosen"
+    )
