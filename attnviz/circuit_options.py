@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnviz.analysis.mib import MIB, mib_sizes
 from attnviz.choices import CircuitMethod, Level, Select, chosen
 from attnviz.errors import UsageError
 
@@ -24,7 +25,7 @@ class CircuitOptions:
     ``edges`` of them, an int, ``"all"``, or None: 100, or every edge where there are
     fewer; threshold: every edge of |score| at least ``threshold``), its dead ends out if
     ``prune``, measured for its faithfulness, and each size of ``curve`` too (ints or
-    ``"all"``, each measured once)."""
+    ``"all"``, each measured once; or ``"mib"`` alone: MIB's ten fractions of the graph)."""
 
     method: CircuitMethod = CircuitMethod.GRADIENT
     steps: int | None = None
@@ -60,6 +61,12 @@ class CircuitOptions:
         if self.edges is not None and self.edges != ALL:
             _count(self.edges, "--edges", least=0)
         curve = tuple(self.curve)
+        if MIB in curve:
+            if len(curve) > 1:
+                raise UsageError(
+                    f"--curve {MIB} is MIB's ten fractions of the graph: give it alone"
+                )
+            return
         for size in curve:
             if size != ALL:
                 _count(size, "--curve", least=0)
@@ -126,13 +133,17 @@ class CircuitOptions:
             return self.nodes, DEFAULT_NODES, "--nodes"
         return self.edges, DEFAULT_EDGES, "--edges"
 
-    def sizes(self, count: int) -> list[int]:
-        """The curve's sizes in a graph of ``count`` edges (or nodes), each checked, once."""
+    def sizes(self, count: int) -> list[tuple[int, float]]:
+        """The curve's sizes in a graph of ``count`` edges (or nodes), each checked, once,
+        with the fraction of them each is; MIB's ten, each (a small graph's fractions can
+        round down to one size)."""
+        if self.curve == (MIB,):
+            return mib_sizes(count)
         sizes = [
             count if size == ALL else _fitting(int(size), count, "--curve", unit=self._unit)
             for size in self.curve
         ]
-        return list(dict.fromkeys(sizes))
+        return [(size, size / count) for size in dict.fromkeys(sizes)]
 
     def refined(self, count: int) -> int | None:
         """How many of the estimate's top edges are computed again exactly, checked against

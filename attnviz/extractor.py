@@ -286,7 +286,8 @@ class Extractor(ABC):
         largest |scores|, 100 by default, "all", 0…; "greedy": EAP-IG's, from the logits
         up; "threshold": every edge of |score| at least ``threshold``), its dead ends out if
         ``prune``, and its faithfulness, and each size of ``curve`` (sizes or "all", each
-        measured once); ``level`` "node" chooses ``nodes`` heads and MLPs by their own
+        measured once; or ["mib"]: MIB's ten fractions, with its CPR and CMD in
+        :attr:`Circuit.areas`); ``level`` "node" chooses ``nodes`` heads and MLPs by their own
         scores (exact node patching, or the sum of their edges' estimates) and keeps the
         edges between them; ``scores``, a circuit's JSON document (:meth:`Circuit.document`)
         over the same pairs, gives the scores without scoring again. One

@@ -449,3 +449,25 @@ def circuits_measured(model, circuit):
         assert len(kept) == point.kept
         measured.append((kept, point.faithfulness))
     return measured
+
+
+# MIB's integrated faithfulness (Mueller et al. 2025; hannamw/MIB-circuit-track's
+# evaluation): circuits of 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50 and 100 percent of the
+# graph's edges (or nodes), each the top int(percent / 100 × count); CPR the trapezoid
+# area under their faithfulness over the fractions, CMD the one between it and 1.
+MIB_PERCENT = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
+
+
+def mib_fractions():
+    return [percent / 100 for percent in MIB_PERCENT]
+
+
+def mib_areas(faithfulness):
+    """(CPR, CMD) of the faithfulness at each of MIB's fractions."""
+    fractions = mib_fractions()
+    under = between = 0.0
+    for k in range(1, len(fractions)):
+        width = fractions[k] - fractions[k - 1]
+        under += width * (faithfulness[k - 1] + faithfulness[k]) / 2
+        between += width * (abs(faithfulness[k - 1] - 1) + abs(faithfulness[k] - 1)) / 2
+    return under, between

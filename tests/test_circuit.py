@@ -320,9 +320,9 @@ def test_every_edge_kept_gives_one_and_none_gives_zero(generators, language_mode
     circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges="all", curve=[0])
     assert circuit.kept == circuit.graph.count
     assert circuit.faithfulness == 1.0  # nothing changed: the clean run itself
-    ((size, kept, none),) = circuit.curve
+    ((size, kept, none, fraction),) = circuit.curve
     taken = abs(circuit.clean_metric - circuit.corrupt_metric)
-    assert size == kept == 0 and abs(none) <= model_tolerance(model.config) / taken
+    assert size == kept == fraction == 0 and abs(none) <= model_tolerance(model.config) / taken
 
 
 def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generators, language_models):
@@ -510,6 +510,42 @@ def test_greedy_and_unpruned_circuits_are_measured_as_the_hooks_measure_them(
             metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
             expected = (metric - corrupt_metric) / (clean - corrupt_metric)
             assert abs(faithfulness - expected) <= tolerance, (select, prune, len(kept))
+
+
+@pytest.mark.parametrize(
+    ("family", "level"), [("llama-lm", "edge"), ("gemma3-lm", "edge"), ("gpt2-lm", "node")]
+)
+def test_mibs_curve_is_its_ten_fractions_measured_as_the_hooks_measure_them(
+    generators, language_models, family, level
+):
+    """--curve mib: a circuit at each of MIB's fractions of the edges (of the nodes at the
+    node level), chosen and pruned as the reference chooses it, its faithfulness the
+    hooks'; CPR and CMD the reference's trapezoids over the hooks' faithfulness."""
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
+        generators, language_models, family
+    )
+    size = {"nodes": 6} if level == "node" else {"edges": 12}
+    circuit = extractor.circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, curve=["mib"], level=level, **size
+    )
+    count = len(circuit.graph.upstream) if level == "node" else circuit.graph.count
+    fractions = reference.mib_fractions()
+    assert [point.fraction for point in circuit.curve] == pytest.approx(fractions, abs=1e-15)
+    assert [point.asked for point in circuit.curve] == [int(f * count) for f in fractions]
+    clean = reference.run(model, ids, answer_id, versus_id)[0]
+    corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+    _, _, every_edge = reference.nodes(model)
+    tolerance = model_tolerance(model.config) / abs(clean - corrupt_metric)
+    expected = []
+    for kept, faithfulness in reference.circuits_measured(model, circuit)[1:]:
+        outside = [edge for edge in every_edge if edge not in kept]
+        metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+        expected.append((metric - corrupt_metric) / (clean - corrupt_metric))
+        assert abs(faithfulness - expected[-1]) <= tolerance, len(kept)
+    assert len({round(value, 6) for value in expected}) > 2  # the points differ
+    cpr, cmd = reference.mib_areas(expected)
+    assert circuit.areas.cpr == pytest.approx(cpr, abs=tolerance)
+    assert circuit.areas.cmd == pytest.approx(cmd, abs=tolerance)
 
 
 @pytest.mark.parametrize(("family", "moves"), [("gemma3-lm", True), ("llama-lm", False)])

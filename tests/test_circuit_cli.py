@@ -13,9 +13,10 @@ import re
 import numpy as np
 import pytest
 
+from attnviz.analysis.circuit import Circuit
 from attnviz.cli import app
 from tests.checks import failed_in_process, model_tolerance
-from tests.circuit_references import OTHER, PAIR
+from tests.circuit_references import OTHER, PAIR, mib_fractions
 from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS
 
 TWINS = ["--answer", ANSWER, "--versus", VERSUS, "--corrupt", CORRUPT]
@@ -35,7 +36,8 @@ def test_the_table_json_and_csv_say_the_circuit(runner, generators, language_mod
     assert first in drawn.stdout and then in drawn.stdout
     kept = f"circuit of {expected.kept} of {expected.graph.count} edges (top 9, dead ends pruned)"
     assert f"{kept}: faithfulness" in drawn.stdout
-    assert f"30 asked, {expected.curve[1].kept} kept: faithfulness" in drawn.stdout
+    share = f"{30 / expected.graph.count:.1%}"
+    assert f"30 asked ({share}), {expected.curve[1].kept} kept: faithfulness" in drawn.stdout
     document = json.loads(runner.invoke(app, [*common, "-f", "json"]).stdout)
     assert {"clean_metric", "corrupt_metric", "nodes", "edges", "circuit", "curve"} <= set(document)
     assert len(document["edges"]) == expected.graph.count
@@ -50,6 +52,8 @@ def test_the_table_json_and_csv_say_the_circuit(runner, generators, language_mod
     assert abs(said["faithfulness"] - expected.faithfulness) <= 1e-4
     assert [point["asked"] for point in document["curve"]] == [0, 30]
     assert [point["kept"] for point in document["curve"]] == [0, expected.curve[1].kept]
+    assert [point["fraction"] for point in document["curve"]] == [0, 30 / expected.graph.count]
+    assert document["cpr"] is None and document["cmd"] is None  # no MIB curve
     rows = list(csv.DictReader(io.StringIO(runner.invoke(app, [*common, "-f", "csv"]).stdout)))
     assert len(rows) == expected.graph.count
     assert sum(row["in_circuit"] == "True" for row in rows) == expected.kept
@@ -120,6 +124,7 @@ def test_bad_pairs_are_named_by_their_line(runner, generators, tmp_path, lines, 
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--steps", "3"], "--method ig"),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--edges", "some"], "--edges is a number"),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "5,x"], "--curve is numbers"),
+        (["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "mib,5"], "give it alone"),
         (["--corrupt", "The dog", "--answer", ANSWER], "the corrupted text is"),
     ],
 )
@@ -241,6 +246,7 @@ def test_steps_have_an_upper_bound(runner, generators):
         (["--select", "threshold", "--threshold", "-1"], "0 or more"),
         (["--select", "threshold", "--threshold", "0.1", "--edges", "5"], "--edges counts"),
         (["--select", "threshold", "--threshold", "0.1", "--curve", "5"], "--curve counts"),
+        (["--select", "threshold", "--threshold", "0.1", "--curve", "mib"], "--curve counts"),
         (["--select", "threshold", "--threshold", "1e9"], "--threshold 1e+09 keeps no edge"),
         (["--nodes", "3"], "--nodes counts a node circuit's heads and MLPs: give --level node"),
         (["--level", "node", "--nodes", "3", "--edges", "5"], "give --nodes N, not --edges"),
@@ -408,6 +414,34 @@ def test_eap_ig_s_graph_file_holds_the_circuit_its_copies_summing_to_the_grouped
     held = {name for name, node in document["nodes"].items() if node["in_graph"]}
     assert held == {*expected.nodes, "logits"}
     failed_in_process(runner.invoke(app, [*common, "-f", "eap-ig", "--picture", "c.png"]), 2, "-f")
+
+
+def test_mibs_curve_gives_its_areas_in_the_table_the_json_and_the_picture_and_reads_back(
+    runner, language_models, generators, tmp_path
+):
+    """--curve mib: the table says CPR and CMD, the JSON gives them (null for any other
+    curve) with each point's fraction; the file read back by --scores measures the same
+    curve; the picture's curve panel names both areas."""
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "--curve", "mib"]
+    expected = language_models["llama-lm"].circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, curve=["mib"]
+    )
+    table = runner.invoke(app, [*common, "--width", "200"])
+    assert table.exit_code == 0, table.stderr
+    cpr, cmd = expected.areas
+    assert f"CPR {cpr:.3f} (under the curve), CMD {cmd:.3f} (between it and 1)" in table.stdout
+    assert "  0 asked (0.1%), 0 kept" in table.stdout
+    written = runner.invoke(app, [*common, "-f", "json"]).stdout
+    document = json.loads(written)
+    assert abs(document["cpr"] - cpr) <= 1e-6 and abs(document["cmd"] - cmd) <= 1e-6
+    assert [point["fraction"] for point in document["curve"]] == pytest.approx(mib_fractions())
+    (tmp_path / "mib.json").write_text(written, encoding="utf-8")
+    assert Circuit.load(tmp_path / "mib.json").areas == (document["cpr"], document["cmd"])
+    again = ["--scores", str(tmp_path / "mib.json"), "-f", "json"]
+    read = json.loads(runner.invoke(app, [*common, *again]).stdout)
+    assert abs(read["cpr"] - cpr) <= 1e-6 and abs(read["cmd"] - cmd) <= 1e-6
+    svg = expected.picture("svg").data.decode()
+    assert f"CPR {cpr:.3f}" in svg and f"CMD {cmd:.3f}" in svg
 
 
 def test_a_circuit_written_for_eap_ig_reads_back_to_the_same_masks_and_faithfulness(

@@ -15,6 +15,7 @@ import numpy as np
 
 from attnviz.analysis.graph import Graph
 from attnviz.analysis.heads import Answer, Drawn
+from attnviz.analysis.mib import Areas, areas_of
 from attnviz.analysis.selections import nodes_of
 from attnviz.choices import CircuitMethod, Level, Output, Select
 from attnviz.errors import UsageError
@@ -41,11 +42,13 @@ def faithfulness_of(circuit: float, clean: float, corrupt: float) -> float | Non
 
 
 class CurvePoint(NamedTuple):
-    """A circuit of the curve: the size asked, the edges it kept, its faithfulness."""
+    """A circuit of the curve: the size asked, the edges it kept, its faithfulness, and
+    the fraction of the graph's edges (or nodes) it was asked as (MIB's, for its curve)."""
 
     asked: int
     kept: int
     faithfulness: float | None
+    fraction: float
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,11 @@ class Circuit(Drawn):
     def kept(self) -> int:
         """How many edges the circuit holds."""
         return int(self.in_graph.sum())
+
+    @property
+    def areas(self) -> Areas | None:
+        """MIB's CPR and CMD, where the curve is its ten fractions (``curve=["mib"]``)."""
+        return areas_of([(point.fraction, point.faithfulness) for point in self.curve])
 
     @property
     def nodes(self) -> list[str]:
@@ -183,7 +191,7 @@ class Circuit(Drawn):
             if self.exact is not None:
                 edge["exact"] = bool(self.exact[u, d])
             edges.append(edge)
-        on = self.answer
+        on, areas = self.answer, self.areas
         return {
             "kind": CIRCUIT_KIND,
             "model": self.model,
@@ -216,6 +224,7 @@ class Circuit(Drawn):
                 "faithfulness": self.faithfulness,
             },
             "curve": [point._asdict() for point in self.curve],
+            **dict.fromkeys(Areas._fields) | ({} if areas is None else areas._asdict()),
         }
 
 
@@ -312,7 +321,10 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         chosen.optional_number("faithfulness"),
         tuple(
             CurvePoint(
-                point.whole("asked"), point.whole("kept"), point.optional_number("faithfulness")
+                point.whole("asked"),
+                point.whole("kept"),
+                point.optional_number("faithfulness"),
+                point.number("fraction"),
             )
             for point in curve
         ),

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.analysis.mib import MIB
 from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Select, labelled
 from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
 from attnviz.cli.bundles import bundle
@@ -105,7 +106,8 @@ CurveOption = Annotated[
         "--curve",
         metavar="N,N,…",
         help=f"Measure the faithfulness of the circuits of these sizes too (10,30,100,300; "
-        f"{ALL}: every edge); a size given twice is measured once.",
+        f"{ALL}: every edge); a size given twice is measured once. {MIB}: MIB's ten fractions "
+        "of the edges (of the nodes, with --level node), and its CPR and CMD.",
     ),
 ]
 
@@ -154,8 +156,8 @@ def _sizes(value: str | None) -> tuple[int | str, ...]:
     if value is None:
         return ()
     try:
-        return tuple(part if part == ALL else int(part) for part in value.split(","))
+        return tuple(part if part in (ALL, MIB) else int(part) for part in value.split(","))
     except ValueError:
         raise UsageError(
-            f"--curve is numbers of edges (or {ALL}) with commas between, not {value!r}"
+            f"--curve is numbers of edges (or {ALL}) with commas between, or {MIB}, not {value!r}"
         ) from None

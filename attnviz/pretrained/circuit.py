@@ -158,7 +158,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
     masks = [
         selected(graph, scores, options.select, size, options.prune, nodes)
-        for size in (asked, *sizes)
+        for size in (asked, *(size for size, _ in sizes))
     ]
     if options.select is Select.THRESHOLD and not masks[0].any():
         largest = float(np.abs(scores[graph.edges]).max())
@@ -180,8 +180,8 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     say_faithfulness(faithful[0], kept, node_level)
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     curve = [
-        CurvePoint(size, int(mask.sum()), value)
-        for size, mask, value in zip(sizes, masks[1:], faithful[1:], strict=True)
+        CurvePoint(size, int(mask.sum()), value, fraction)
+        for (size, fraction), mask, value in zip(sizes, masks[1:], faithful[1:], strict=True)
     ]
     return Circuit(
         scored.model,

@@ -70,9 +70,15 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         f"faithfulness {said(circuit.faithfulness)}"
     ]
     lines += [
-        f"  {point.asked:,} asked, {point.kept:,} kept: faithfulness {said(point.faithfulness)}"
+        f"  {point.asked:,} asked ({point.fraction:.1%}), {point.kept:,} kept: faithfulness "
+        f"{said(point.faithfulness)}"
         for point in circuit.curve
     ]
+    if circuit.areas is not None:
+        lines.append(
+            f"MIB's areas over its ten fractions: CPR {circuit.areas.cpr:z.3f} (under the "
+            f"curve), CMD {circuit.areas.cmd:z.3f} (between it and 1)"
+        )
     return lines
 
 
@@ -215,10 +221,15 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
 
 
 def _curve(axes: Any, circuit: Circuit, small: int) -> None:
-    """Faithfulness against the circuit's size: the curve's points and the circuit's."""
+    """Faithfulness against the circuit's size: the curve's points and the circuit's; or
+    MIB's curve, against its fractions, with its two areas shaded."""
+    if circuit.areas is not None:
+        _mib_curve(axes, circuit, small)
+        return
+    measured = [(point.kept, point.faithfulness) for point in circuit.curve]
     points = sorted(
         (kept, value)
-        for _, kept, value in [*circuit.curve, (circuit.asked, circuit.kept, circuit.faithfulness)]
+        for kept, value in [*measured, (circuit.kept, circuit.faithfulness)]
         if value is not None
     )
     if points:
@@ -234,6 +245,28 @@ def _curve(axes: Any, circuit: Circuit, small: int) -> None:
     axes.set_ylabel("faithfulness", fontsize=small)
     axes.tick_params(labelsize=small)
     axes.set_title("faithfulness (1: the clean run, 0: the corrupted)", fontsize=small)
+
+
+def _mib_curve(axes: Any, circuit: Circuit, small: int) -> None:
+    """MIB's ten points on the fractions' linear scale (the one its areas are taken on):
+    CPR the area under the curve, CMD the area between it and 1."""
+    assert circuit.areas is not None
+    fractions = np.array([point.fraction for point in circuit.curve])
+    values = np.array([point.faithfulness for point in circuit.curve], dtype=np.float64)
+    cpr, cmd = circuit.areas
+    axes.fill_between(fractions, 0, values, color="#3b6fb6", alpha=0.25, lw=0,
+                      label=f"CPR {cpr:z.3f}")  # fmt: skip
+    axes.fill_between(fractions, values, 1, color="#c0392b", alpha=0.18, lw=0,
+                      label=f"CMD {cmd:z.3f}")  # fmt: skip
+    axes.plot(fractions, values, marker="o", color="#333333", lw=1, ms=3)
+    axes.axhline(1.0, color="#999999", lw=0.6, ls="--")
+    axes.axhline(0.0, color="#999999", lw=0.6, ls=":")
+    unit = "nodes" if circuit.level is Level.NODE else "edges"
+    axes.set_xlabel(f"fraction of the {unit} (MIB's ten)", fontsize=small)
+    axes.set_ylabel("faithfulness", fontsize=small)
+    axes.tick_params(labelsize=small)
+    axes.legend(fontsize=small, loc="lower right", frameon=False)
+    axes.set_title("MIB's integrated faithfulness", fontsize=small)
 
 
 def circuit_figure(circuit: Circuit, format: Output | str, style: dict[str, Any]) -> Picture:

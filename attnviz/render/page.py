@@ -293,7 +293,7 @@ def notebook_html(maps: AttentionMaps) -> str:
 
 def circuit_notebook_html(circuit: Circuit) -> str:
     """A circuit as a notebook shows it: its one-line header, then its own page framed."""
-    height = 160 + 44 * circuit.graph.layers + 18 * len(circuit.curve)
+    height = 142 + 44 * circuit.graph.layers + 18 * len(faithfulness_lines(circuit))
     return f"<p><code>{html.escape(repr(circuit))}</code></p>" + _framed(
         circuit_page_html(circuit), height
     )

@@ -1,0 +1,44 @@
+"""MIB's integrated faithfulness (Mueller et al. 2025, the circuit localisation track, as
+hannamw/MIB-circuit-track's ``evaluate_area_under_curve`` computes it): a method's
+circuits at ten fractions of the graph's edges (of its nodes, at the node level), each
+the top ``int(fraction × count)`` chosen and pruned, measured; **CPR** is the area under
+their faithfulness over the fractions, **CMD** the area between it and 1, both by
+trapezoids on the fractions' linear scale (0.001 to 1: at most 0.999 each)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import NamedTuple
+
+MIB = "mib"  # --curve mib: the circuits at MIB's fractions
+MIB_FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+class Areas(NamedTuple):
+    """MIB's two areas over its fractions: CPR (higher is better), CMD (lower is)."""
+
+    cpr: float
+    cmd: float
+
+
+def mib_sizes(count: int) -> list[tuple[int, float]]:
+    """Each of MIB's fractions of ``count`` edges (or nodes): (its size, the fraction),
+    rounded down as MIB's evaluation rounds it."""
+    return [(int(fraction * count), fraction) for fraction in MIB_FRACTIONS]
+
+
+def areas_of(points: Sequence[tuple[float, float | None]]) -> Areas | None:
+    """CPR and CMD of a curve of (fraction, faithfulness) points, where they are MIB's ten
+    fractions, in order, each with a faithfulness; else None."""
+    if tuple(fraction for fraction, _ in points) != MIB_FRACTIONS:
+        return None
+    values = [value for _, value in points]
+    if any(value is None for value in values):
+        return None
+    cpr = cmd = 0.0
+    for (x1, f1), (x2, f2) in pairwise(points):
+        assert f1 is not None and f2 is not None  # checked above
+        cpr += (x2 - x1) * (f1 + f2) / 2
+        cmd += (x2 - x1) * (abs(1 - f1) + abs(1 - f2)) / 2
+    return Areas(cpr + 0.0, cmd + 0.0)
