@@ -64,3 +64,11 @@ def test_maps_equal_the_plain_scripts_past_the_window(gemma3, plain):
     behind = np.tril(np.ones((len(ids), len(ids)), bool), -model.config.sliding_window)
     assert maps.weights[0][:, behind].max() == 0
     assert maps.weights[5][:, behind].max() > 0
+
+
+def test_the_task_pairs_hold_under_its_tokenizer(plain):
+    """Each text of sample_texts' task pairs as long as its twin, each answer and versus
+    one token after its text."""
+    from tests.task_files import token_failures
+
+    assert token_failures(plain[1]) == []

@@ -255,3 +255,11 @@ def test_circuit_scores_and_faithfulness_equal_plain_hooks_on_the_plain_model(sm
     expected_faithfulness = (metric - corrupt_metric) / (clean_metric - corrupt_metric)
     assert circuit.faithfulness == pytest.approx(expected_faithfulness, abs=1e-4)
     assert circuit.clean_metric - circuit.corrupt_metric > 1  # the corruption takes the answer
+
+
+def test_the_task_pairs_hold_under_its_tokenizer(plain):
+    """Each text of sample_texts' task pairs as long as its twin, each answer and versus
+    one token after its text."""
+    from tests.task_files import token_failures
+
+    assert token_failures(plain[1]) == []
