@@ -72,6 +72,23 @@ def test_the_lens_equals_each_layer_read_through_the_final_norm(
     )
 
 
+def test_the_lens_tokens_are_the_tokenizers_text_a_space_shown_as_one(
+    runner, generators, language_models
+):
+    """Each cell's token is the tokenizer's decoding of its id (GPT-2's byte-level
+    vocabulary spells a leading space Ġ); the table shows its spaces as ␣, never Ġ."""
+    lens = language_models["gpt2-lm"].lens(TEXT)
+    decode = language_models["gpt2-lm"].loaded.tokenizer.decode
+    for row, ids in zip(lens.top, lens.top_ids, strict=True):
+        assert row == [decode([int(token)]) for token in ids]
+    spaced = {token for row in lens.top for token in row if token.startswith(" ")}
+    assert spaced, "some predicted token begins with a space"
+    drawn = runner.invoke(app, ["lens", TEXT, "--model", generators["gpt2-lm"], "--width", "200"])
+    assert drawn.exit_code == 0, drawn.stderr
+    assert "Ġ" not in drawn.stdout
+    assert all("␣" + token[1:][:7] in drawn.stdout for token in spaced)
+
+
 def test_lens_writes_a_table_json_csv_and_a_picture(runner, generators, tmp_path):
     path = generators["gpt2-lm"]
     common = ["lens", TEXT, "--model", path]

@@ -26,7 +26,7 @@ class Lens(Drawn):
     model: str
     tokens: list[str]  # the text's, as the tokenizer splits it
     layers: list[int]
-    top: list[list[str]]  # (L, T)
+    top: list[list[str]]  # (L, T), each the tokenizer's decoding of its token
     top_ids: np.ndarray  # (L, T)
     probability: np.ndarray  # (L, T)
     answer_token: str | None = None

@@ -367,7 +367,9 @@ def lensed(extractor: PretrainedExtractor, given: Input, request: Request) -> Le
         extractor.name,
         piece_labels(loaded, side, request.raw_pieces).text,
         layers,
-        [[answer_label(loaded, int(token)) for token in row] for row in top_ids],
+        # the tokenizer's own decoding (a space, not a byte-level vocabulary's Ġ), which
+        # the table and the picture show with its spaces visible
+        [[loaded.tokenizer.decode([int(token)]) for token in row] for row in top_ids],
         top_ids,
         probability,
         None if answer_id is None else answer_label(loaded, answer_id),

@@ -12,6 +12,7 @@ from attnviz.choices import Output
 from attnviz.render.canvas import saved
 from attnviz.render.effects import DEFAULT_STYLE, _figure, wrapped
 from attnviz.render.style import Style, token_label
+from attnviz.safe_text import spaces_shown
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -53,7 +54,7 @@ def lens_table(lens: Lens, width: int) -> RenderableType:
                 color=Color.parse("black" if shade > 130 else "white"),
                 bgcolor=Color.from_rgb(shade, 255 if shade > 130 else shade, shade),
             )
-            cell = token_label(lens.top[row][position])[: _CELL - 1]
+            cell = spaces_shown(lens.top[row][position])[: _CELL - 1]
             line.append(cell.ljust(_CELL - 1), style=style)
             line.append(" ")
         lines.append(line)
@@ -95,7 +96,7 @@ def lens_picture(lens: Lens, picture: Output, style: Style = DEFAULT_STYLE) -> b
         for row in range(height):
             for position in range(width):
                 ink = "white" if lens.probability[row, position] > 0.6 else "black"
-                label = token_label(lens.top[row][position])[:8]
+                label = spaces_shown(lens.top[row][position])[:8]
                 axes.text(position, row, label, ha="center", va="center",
                           fontsize=max(4, small - 2), color=ink)  # fmt: skip
     step = max(1, width // 120)
