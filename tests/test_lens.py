@@ -125,3 +125,23 @@ def test_a_model_without_a_next_token_is_refused_naming_the_lens(runner, tiny, m
     result = runner.invoke(app, ["lens", TEXT, *arguments])
     failed_in_process(result, 2, "the lens")
     assert "--answer" not in result.stderr
+
+
+def test_the_lens_table_aligns_its_rows_at_any_layer_count():
+    from rich.console import Console
+
+    from attnviz.analysis.lens import Lens
+    from attnviz.render.lens import lens_table
+
+    layers = [0, 9, 10, 99, 100, 101]
+    lens = Lens(
+        "m", ["a", "b"], layers, [[" x", "y"] for _ in layers],
+        np.zeros((6, 2), dtype=int), np.full((6, 2), 0.5),
+    )  # fmt: skip
+    console = Console(width=60, record=True, color_system=None)
+    console.print(lens_table(lens, 60))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if line.strip().startswith("a "))
+    rows = [line for line in lines if line.startswith("layer ")]
+    assert len(rows) == len(layers)
+    assert {row.index("␣x") for row in rows} == {header.index("a")}

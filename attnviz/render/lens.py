@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from attnviz.analysis.lens import Lens
     from attnviz.render.image import Picture
 
-_LABEL = 9  # "layer 29 "
 _CELL = 9  # characters of a column: a predicted token, cut to 8
 
 
@@ -37,17 +36,18 @@ def lens_table(lens: Lens, width: int) -> RenderableType:
     from rich.style import Style as Ink
     from rich.text import Text
 
-    columns = max(1, (width - _LABEL) // _CELL)
+    label = len(f"layer {max(lens.layers, default=0)} ")  # the widest row's label, aligned
+    columns = max(1, (width - label) // _CELL)
     first = max(0, len(lens.tokens) - columns)
     lines = [Text(_title(lens))]
     if first:
         lines.append(Text(f"positions {first} to {len(lens.tokens) - 1} (the last that fit)"))
-    header = Text(" " * _LABEL)
+    header = Text(" " * label)
     for token in lens.tokens[first:]:
         header.append(token_label(token)[: _CELL - 1].ljust(_CELL))
     lines.append(header)
     for row, layer in enumerate(lens.layers):
-        line = Text(f"layer {layer}".ljust(_LABEL))
+        line = Text(f"layer {layer}".ljust(label))
         for position in range(first, len(lens.tokens)):
             shade = int(255 - 200 * float(lens.probability[row, position]))
             style = Ink(
