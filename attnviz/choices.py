@@ -76,24 +76,51 @@ class Measure(StrEnum):
 
     LOG_PROB = "log_prob"
     LOGIT_DIFFERENCE = "logit_difference"
+    PROB = "prob"
+    PROB_DIFFERENCE = "prob_difference"
+    KL = "kl"
 
 
 @dataclass(frozen=True)
 class Measured:
     """A measure's words (``{answer}`` and ``{versus}`` stand for the tokens), its short
-    name, its unit, and whether it reads a versus answer (then needs one) or the answer
-    alone (then refuses one)."""
+    name, its unit; whether it reads a versus answer (True: needs one; False: refuses
+    one; None: reads neither, and takes either); whether it reads the clean run's
+    next-token distribution (``clean``); whether its gradient at the clean run is 0
+    (``flat_at_clean``: attribution patching, EAP, estimates nothing from it); whether it
+    is linear in the last logits, so that a head's output has a direction to be read
+    along (``direction``: direct logit attribution)."""
 
     label: str
     short: str
     unit: str
-    versus: bool = False
+    versus: bool | None = False
+    clean: bool = False
+    flat_at_clean: bool = False
+    direction: bool = True
 
 
 MEASURES = {
     Measure.LOG_PROB: Measured("log-probability", "log-probability", "nats"),
     Measure.LOGIT_DIFFERENCE: Measured(
         "logit({answer}) − logit({versus})", "logit difference", "logits", versus=True
+    ),
+    Measure.PROB: Measured("p({answer})", "probability", "p", direction=False),
+    Measure.PROB_DIFFERENCE: Measured(
+        "p({answer}) − p({versus})",
+        "probability difference",
+        "p",
+        versus=True,
+        direction=False,
+    ),
+    Measure.KL: Measured(
+        "KL(clean ‖ run) of the next token",
+        "KL divergence from the clean run",
+        "nats",
+        versus=None,
+        clean=True,
+        flat_at_clean=True,
+        direction=False,
     ),
 }
 

@@ -348,10 +348,8 @@ def check_asked(request: Request, given: Input) -> Input:
     if request.knockout is not None and (given.versus is not None or given.corrupt is not None):
         raise UsageError("a knockout reads the answer's log-probability: no --versus, --corrupt")
     measure = measure_of(request, given)
-    if isinstance(measure, Measure) and MEASURES[measure].versus and given.versus is None:
-        raise UsageError(f"--metric {measure} reads a second answer: give --versus")
-    if isinstance(measure, Measure) and not MEASURES[measure].versus and given.versus:
-        raise UsageError(f"--metric {measure} reads the answer alone: no --versus")
+    if isinstance(measure, Measure):
+        _check_measure(request, given, measure)
     needs = ABLATION_NEEDS.get(request.ablate) if request.effects else None
     if needs == "corrupt" and given.answer is not None and given.corrupt is None:
         raise UsageError(
@@ -359,6 +357,27 @@ def check_asked(request: Request, given: Input) -> Input:
             "the corrupted text: give --corrupt"
         )
     return given
+
+
+def _check_measure(request: Request, given: Input, measure: Measure) -> None:
+    """The measure's table (:data:`~attnviz.choices.MEASURES`) against what is given: a
+    versus answer where it reads one (none where it reads the answer alone), and a
+    method it gives something to (EAP and attribution patching read its gradient at the
+    clean run)."""
+    measured = MEASURES[measure]
+    if measured.versus is True and given.versus is None:
+        raise UsageError(f"--metric {measure} reads a second answer: give --versus")
+    if measured.versus is False and given.versus is not None:
+        raise UsageError(f"--metric {measure} reads the answer alone: no --versus")
+    circuit = request.circuit
+    by_gradient = (circuit.method if circuit is not None else request.method) == "gradient"
+    if measured.flat_at_clean and by_gradient:
+        instead = "--method ig or exact" if circuit is not None else "--method exact"
+        raise UsageError(
+            f"--metric {measure} is at its least, 0, at the clean run, so its gradient there "
+            f"is 0: --method gradient (attribution patching) estimates nothing from it; give "
+            f"{instead}"
+        )
 
 
 def measure_of(request: Request, given: Input) -> Measure | Callable[[Any], Any]:

@@ -104,7 +104,9 @@ def _columns(model, letter, unit):
 
 
 def run(model, ids, answer_id, versus_id, added=None, embedded=None, graph=False):
-    """One forward pass: its metric and every upstream node's output, (T, D) each.
+    """One forward pass: its metric (of ``answer_id`` and ``versus_id``, or ``answer_id``
+    a function of the last position's float32 logits) and every upstream node's output,
+    (T, D) each.
     ``added(name, outputs)`` gives what a downstream node's input gets added ((T, D)), or
     None, from the outputs computed so far; ``embedded`` replaces the input embeddings'
     output. With ``graph`` the metric stays a tensor of the graph."""
@@ -197,7 +199,9 @@ def run(model, ids, answer_id, versus_id, added=None, embedded=None, graph=False
     try:
         with torch.set_grad_enabled(graph):
             last = model(input_ids=ids).logits[0, -1].float()
-            metric = graph_metric(last, answer_id, versus_id)
+            metric = (  # a metric given as a function of the last logits
+                answer_id(last) if callable(answer_id) else graph_metric(last, answer_id, versus_id)
+            )
     finally:
         for handle in hooks:
             handle.remove()
@@ -471,3 +475,16 @@ def mib_areas(faithfulness):
         under += width * (faithfulness[k - 1] + faithfulness[k]) / 2
         between += width * (abs(faithfulness[k - 1] - 1) + abs(faithfulness[k] - 1)) / 2
     return under, between
+
+
+def kl_from(model, ids):
+    """KL(clean ‖ run) of the next token as a function of a run's last logits, the clean
+    run that of ``ids``: Σ p_clean (log p_clean − log p_run)."""
+    with torch.no_grad():
+        clean = model(input_ids=ids).logits[0, -1].double()
+    p, log_p = clean.softmax(-1), clean.log_softmax(-1)
+
+    def kl(last):
+        return (p * (log_p - last.double().log_softmax(-1))).sum()
+
+    return kl

@@ -108,6 +108,10 @@ def answer_token_id(model_path, text, answer):
 
 
 def metric_of(logits, answer_id, versus_id):
+    """The metric of a pass's logits: of the answer (and versus) token, or ``answer_id``
+    a function of the last position's logits (the KL from a clean run, say)."""
+    if callable(answer_id):
+        return float(answer_id(logits[0, -1]))
     last = logits[0, -1].double()
     if versus_id is None:
         return float(last.log_softmax(-1)[answer_id])

@@ -24,7 +24,7 @@ EXAMPLES_NAMED = (
     "head-statistic-max",
     "head-effect-resample-ablation",
     "trace-site-mlp-in",
-    "metric-prob",
+    "metric-logit",
     "circuit-select-signed",
 )
 

@@ -171,7 +171,7 @@ class HeadEffects(Drawn):
     layers: list[int]
     heads: list[int]
     ablation: np.ndarray | None  # (L, H); None with --ablate none
-    dla: np.ndarray  # (L, H)
+    dla: np.ndarray | None  # (L, H); None for a metric not linear in the logits
     patch: np.ndarray | None = None  # (L, H)
 
     def __repr__(self) -> str:
@@ -526,8 +526,11 @@ class TopHeads:
         if by.needs is Needs.ANSWER:
             if self.effects is None:
                 raise UsageError(f"--by {self.by} ranks heads by their effect on an answer")
-            if by.value not in self.effects.of(maps.layers[0], maps.heads[0]):
-                raise UsageError(f"--by {self.by} reads an effect this run left out: --by dla")
+            read = self.effects.of(maps.layers[0], maps.heads[0])
+            if by.value not in read:
+                raise UsageError(
+                    f"--by {self.by} reads an effect this run left out: --by " + " or ".join(read)
+                )
             return {
                 (layer, head): self.effects.of(layer, head)[by.value]
                 for layer in maps.layers

@@ -5,7 +5,7 @@ layers × positions; exactly, or by attribution patching's gradient estimate."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.heads import Answer, HeadEffects, Knockout
@@ -21,6 +21,7 @@ from attnviz.pretrained.effects import (
     attribution,
     clean_pass,
     head_effects,
+    last_logits,
 )
 from attnviz.pretrained.encoding import ModelInputs, Side, forward, on_device
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_effects
@@ -183,15 +184,23 @@ def answered(extractor: PretrainedExtractor, given: Input, request: Request) -> 
                 "two must have as many tokens"
             )
         corrupt_arguments = on_device(loaded, corrupt_inputs.arguments)
+    arguments = on_device(loaded, inputs.arguments)
+    metric = Metric(answer_id, versus_id, measure_of(request, given))
+    if metric.reads_clean:  # the clean run's next-token distribution, read once
+        import torch
+
+        with forward(loaded), torch.inference_mode():
+            clean = last_logits(loaded.model, arguments)[0].float()
+        metric = replace(metric, clean=clean)
     return Answered(
         given=given,
         token=answer_label(loaded, answer_id),
-        metric=Metric(answer_id, versus_id, measure_of(request, given)),
+        metric=metric,
         versus_token=None if versus_id is None else answer_label(loaded, versus_id),
         body=body,
         layers=layers,
         side=side,
-        arguments=on_device(loaded, inputs.arguments),
+        arguments=arguments,
         mode=mode,
         modules=modules,
         inputs=inputs,

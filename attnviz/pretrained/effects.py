@@ -168,7 +168,7 @@ class Measured:
 
     clean: Clean
     ablation: np.ndarray | None  # None: no ablation asked (Ablation.NONE)
-    dla: np.ndarray
+    dla: np.ndarray | None  # None: a metric with no direction (not linear in the logits)
 
 
 def head_effects(
@@ -198,9 +198,13 @@ def head_effects(
 
 def attribution(
     body: Anatomy, clean: Clean, metric: Metric, layers: Sequence[int], heads: Sequence[int]
-) -> np.ndarray:
-    """Each head's direct logit attribution from a clean run's record, (L, H)."""
+) -> np.ndarray | None:
+    """Each head's direct logit attribution from a clean run's record, (L, H); None for a
+    metric with no direction (one not linear in the logits)."""
     import torch
+
+    if not metric.has_direction:
+        return None
 
     with torch.inference_mode():
         return _attribution(body, clean, metric, layers, heads)

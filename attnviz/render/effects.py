@@ -160,7 +160,7 @@ def effects_picture(
     """One effect of every head (ablation, dla or patch) as a layers × heads grid."""
     grid = {"ablation": effects.ablation, "dla": effects.dla, "patch": effects.patch}[column]
     if grid is None:
-        raise UsageError(f"these effects have no {column}: patch needs a corrupted text")
+        raise UsageError(f"these effects have no {column}: {_LEFT_OUT[column]}")
     on = effects.on
     title = " · ".join(part for part in (model, column, f"answer {on.answer_token!r}") if part)
     title += f" · {metric_of(on)}"
@@ -178,6 +178,13 @@ def effects_picture(
         xlabel="head",
         rotation=0,
     )
+
+
+_LEFT_OUT = {  # why a run's effects leave a column out
+    "ablation": "--ablate none leaves it out",
+    "dla": "the metric is not linear in the logits, so no direction to attribute along",
+    "patch": "patch needs a corrupted text",
+}
 
 
 def effect_unit(on: Answer, column: str) -> str:
