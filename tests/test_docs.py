@@ -52,6 +52,20 @@ def test_the_readme_fits_about_two_screens():
     assert len(README.splitlines()) <= 80
 
 
+def test_the_performance_page_holds_the_present_figures_only():
+    """Each benchmark's latest table, with its command: how figures moved is git's."""
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert len(page.splitlines()) < 300
+    for section in re.split(r"^## ", page, flags=re.M)[1:]:
+        assert "benchmarks/" in section, section.splitlines()[0]  # the command that made it
+
+
+def test_no_doc_speaks_of_the_work_sessions_that_wrote_it():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    said = [path.name for path in pages if re.search(r"\bsessions?\b", path.read_text(), re.I)]
+    assert said == []
+
+
 def python_blocks() -> list[tuple[str, int, str]]:
     """Every Python block of the README and the manual: (file, its number, its code)."""
     found = []
