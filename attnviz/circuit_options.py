@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnviz.analysis.bootstrap import MOST_RESAMPLES
 from attnviz.analysis.mib import MIB, mib_sizes
 from attnviz.choices import CircuitMethod, Level, Select, chosen
 from attnviz.errors import UsageError
@@ -25,7 +26,9 @@ class CircuitOptions:
     ``edges`` of them, an int, ``"all"``, or None: 100, or every edge where there are
     fewer; threshold: every edge of |score| at least ``threshold``), its dead ends out if
     ``prune``, measured for its faithfulness, and each size of ``curve`` too (ints or
-    ``"all"``, each measured once; or ``"mib"`` alone: MIB's ten fractions of the graph)."""
+    ``"all"``, each measured once; or ``"mib"`` alone: MIB's ten fractions of the graph);
+    ``bootstrap`` B: the scores bootstrapped over B resamples of the pairs
+    (:mod:`attnviz.analysis.bootstrap`)."""
 
     method: CircuitMethod = CircuitMethod.GRADIENT
     steps: int | None = None
@@ -39,6 +42,8 @@ class CircuitOptions:
     scores: str | None = None
     level: Level = Level.EDGE
     nodes: int | str | None = None  # a node circuit's size (level node), as edges is
+    # B: every edge's score bootstrapped over B resamples of the pairs (its sign held)
+    bootstrap: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))
@@ -60,6 +65,8 @@ class CircuitOptions:
             _count(self.refine, "--refine", least=1)
         if self.edges is not None and self.edges != ALL:
             _count(self.edges, "--edges", least=0)
+        if self.bootstrap is not None:
+            self._check_bootstrap()
         curve = tuple(self.curve)
         if MIB in curve:
             if len(curve) > 1:
@@ -92,6 +99,19 @@ class CircuitOptions:
             raise UsageError("--select greedy takes edges from the logits up: --level edge")
         if self.nodes is not None and self.nodes != ALL:
             _count(self.nodes, "--nodes", least=0)
+
+    def _check_bootstrap(self) -> None:
+        _count(self.bootstrap, "--bootstrap", least=2, most=MOST_RESAMPLES)
+        if self.scores is not None:
+            raise UsageError(
+                "--bootstrap resamples each pair's scores as they are made: score again, "
+                "not with --scores"
+            )
+        if self.refine is not None:
+            raise UsageError(
+                "--refine computes the top edges exactly over the pairs as given: not with "
+                "--bootstrap"
+            )
 
     def _check_selection(self) -> None:
         if self.select is not Select.THRESHOLD:

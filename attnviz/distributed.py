@@ -462,8 +462,10 @@ class RayPhases:
     def checked(self) -> None:
         self._summed("checked", None)
 
-    def scored(self, method: CircuitMethod, steps: int | None) -> circuit.Scored:
-        parts = self._summed("scored", (method, steps))
+    def scored(
+        self, method: CircuitMethod, steps: int | None, bootstrap: int | None
+    ) -> circuit.Scored:
+        parts = self._summed("scored", (method, steps, bootstrap))
         return functools.reduce(circuit.Scored.merged, parts)
 
     def exact(self, edges: list[circuit.Edge]) -> np.ndarray:

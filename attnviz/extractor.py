@@ -275,6 +275,7 @@ class Extractor(ABC):
         scores: str | None = None,
         level: Level | str = Level.EDGE,
         nodes: int | str | None = None,
+        bootstrap: int | None = None,
         progress: Listener | bool = True,
         **options: Any,
     ) -> Circuit:
@@ -290,7 +291,9 @@ class Extractor(ABC):
         :attr:`Circuit.areas`); ``level`` "node" chooses ``nodes`` heads and MLPs by their own
         scores (exact node patching, or the sum of their edges' estimates) and keeps the
         edges between them; ``scores``, a circuit's JSON document (:meth:`Circuit.document`)
-        over the same pairs, gives the scores without scoring again. One
+        over the same pairs, gives the scores without scoring again; ``bootstrap`` B
+        bootstraps every score over B resamples of the pairs (an edge whose sign turns
+        scores 0; :mod:`attnviz.analysis.bootstrap`). One
         ``text`` with its ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a
         mapping of text, answer, versus, corrupt): every score the mean over them. A
         causal language model only. ``progress``: a bar per pass on stderr where a
@@ -308,6 +311,7 @@ class Extractor(ABC):
             scores=scores,
             level=chosen(Level, level, "level"),
             nodes=nodes,
+            bootstrap=bootstrap,
         )
         asked = _asking(request, options, circuit=circuit)
         if (text is None) == (pairs is None):

@@ -325,6 +325,38 @@ def test_every_edge_kept_gives_one_and_none_gives_zero(generators, language_mode
     assert size == kept == fraction == 0 and abs(none) <= model_tolerance(model.config) / taken
 
 
+THIRD = {  # a third pair of the tiny models' dataset, as long as its twin
+    "text": "The girl saw the cat because",
+    "answer": ANSWER,
+    "versus": VERSUS,
+    "corrupt": "The cat saw the girl because",
+}
+
+
+@pytest.mark.parametrize("method", ["gradient", "exact"])
+def test_bootstrapped_scores_are_the_resamples_of_each_pairs_own_scores(
+    generators, language_models, method
+):
+    """--bootstrap B: B resamples of the pairs, drawn as analysis/bootstrap documents
+    (numpy's default_rng(0) multinomial); each edge the mean of the resamples' means
+    where every resample gives it one sign, else 0; the circuit chosen from those."""
+    extractor, model, *_ = _setup(generators, language_models, "llama-lm")
+    pairs = [PAIR, OTHER, THIRD]
+    circuit = extractor.circuit(pairs=pairs, method=method, bootstrap=7, edges=10)
+    alone = np.stack(
+        [extractor.circuit(pairs=[pair], method=method, edges=0).scores for pair in pairs]
+    )
+    draws = np.random.default_rng(0).multinomial(3, [1 / 3] * 3, size=7)  # (B, pairs)
+    means = np.einsum("bi,iun->bun", draws, alone) / 3
+    held = (means > 0).all(0) | (means < 0).all(0)
+    edges = circuit.graph.edges
+    assert held[edges].any() and not held[edges].all()  # some signs turn with the draws
+    expected = np.where(held, means.mean(0), 0.0)
+    np.testing.assert_allclose(circuit.scores, expected, atol=model_tolerance(model.config))
+    assert circuit.bootstrap == 7
+    reference.circuits_measured(model, circuit)  # its circuit chosen from those scores
+
+
 def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generators, language_models):
     extractor, model, *_ = _setup(generators, language_models, "llama-lm")
     pairs = [PAIR, OTHER]  # the second of another length, not the first's twins swapped

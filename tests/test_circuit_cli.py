@@ -125,6 +125,16 @@ def test_bad_pairs_are_named_by_their_line(runner, generators, tmp_path, lines, 
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--edges", "some"], "--edges is a number"),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "5,x"], "--curve is numbers"),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "mib,5"], "give it alone"),
+        (["--corrupt", CORRUPT, "--answer", ANSWER, "--bootstrap", "1"], "--bootstrap is a"),
+        (["--corrupt", CORRUPT, "--answer", ANSWER, "--bootstrap", "201"], "at most 200"),
+        (
+            ["--corrupt", CORRUPT, "--answer", ANSWER, "--bootstrap", "5", "--refine", "3"],
+            "not with --bootstrap",
+        ),
+        (
+            ["--corrupt", CORRUPT, "--answer", ANSWER, "--bootstrap", "5", "--scores", "c.json"],
+            "not with --scores",
+        ),
         (["--corrupt", "The dog", "--answer", ANSWER], "the corrupted text is"),
     ],
 )
@@ -414,6 +424,25 @@ def test_eap_ig_s_graph_file_holds_the_circuit_its_copies_summing_to_the_grouped
     held = {name for name, node in document["nodes"].items() if node["in_graph"]}
     assert held == {*expected.nodes, "logits"}
     failed_in_process(runner.invoke(app, [*common, "-f", "eap-ig", "--picture", "c.png"]), 2, "-f")
+
+
+def test_a_bootstrapped_circuit_says_so_in_its_table_and_its_file(
+    runner, language_models, generators, tmp_path
+):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(pair) + "\n" for pair in [PAIR, OTHER]))
+    common = ["circuit", "--pairs", str(pairs), "--model", generators["llama-lm"]]
+    expected = language_models["llama-lm"].circuit(pairs=[PAIR, OTHER], bootstrap=4)
+    held = int((expected.scores[expected.graph.edges] != 0).sum())
+    table = runner.invoke(app, [*common, "--bootstrap", "4", "--width", "200"])
+    assert table.exit_code == 0, table.stderr
+    assert f"bootstrapped over 4 resamples of the pairs: {held:,} of " in table.stdout
+    document = json.loads(runner.invoke(app, [*common, "--bootstrap", "4", "-f", "json"]).stdout)
+    assert document["bootstrap"] == 4
+    (tmp_path / "c.json").write_text(json.dumps(document), encoding="utf-8")
+    assert Circuit.load(tmp_path / "c.json").bootstrap == 4
+    plain = json.loads(runner.invoke(app, [*common, "-f", "json"]).stdout)
+    assert plain["bootstrap"] is None
 
 
 def test_mibs_curve_gives_its_areas_in_the_table_the_json_and_the_picture_and_reads_back(

@@ -474,6 +474,16 @@ def test_a_circuit_over_pairs_on_ray_equals_the_local_one(runner, local_ray, gen
     assert mine["curve"] == pytest.approx(theirs["curve"]) or [
         point["edges"] for point in mine["curve"]
     ] == [point["edges"] for point in theirs["curve"]]
+    booted = [*common[:6], "--bootstrap", "5", "--edges", "10"]  # each worker draws alike
+    with torch_threads(1):
+        local = run(runner, *booted)
+    remote = run(runner, *booted, "--engine", "ray", "--jobs", "2")
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.stderr
+    mine, theirs = json.loads(local.stdout), json.loads(remote.stdout)
+    assert mine["bootstrap"] == theirs["bootstrap"] == 5
+    for a, b in zip(mine["edges"], theirs["edges"], strict=True):
+        assert a["score"] == pytest.approx(b["score"], abs=1e-6)
+    assert sum(edge["score"] == 0 for edge in mine["edges"]) > 0  # some signs turned
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(p) + "\n" for p in [PAIR, {**OTHER, "corrupt": "The dog"}]))
     refused = run(runner, "circuit", "--pairs", bad, "--model", generators["llama-lm"],

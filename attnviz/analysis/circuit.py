@@ -84,6 +84,7 @@ class Circuit(Drawn):
     # (U,) each upstream node's score, where the circuit was chosen by its nodes
     node_scores: np.ndarray | None = None
     source: str | None = None  # the file its scores were read from (not scored here)
+    bootstrap: int | None = None  # B: its scores bootstrapped over B resamples of the pairs
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
@@ -205,6 +206,7 @@ class Circuit(Drawn):
             **({} if self.source is None else {"source": self.source}),
             **({} if self.steps is None else {"steps": self.steps}),
             "pairs": self.pairs,
+            "bootstrap": self.bootstrap,
             "metric": self.answer.metric_name,
             "answer": {name: getattr(on, name) for name in _ANSWER_FIELDS},
             "clean_metric": self.clean_metric,
@@ -334,6 +336,7 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         chosen.choice("level", Level),
         _node_scores(read.document.get("node_scores"), len(graph.upstream), where),
         read.optional("source", str),
+        None if read.document.get("bootstrap") is None else read.whole("bootstrap"),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.analysis.bootstrap import MOST_RESAMPLES
 from attnviz.analysis.mib import MIB
 from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Select, labelled
 from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
@@ -77,6 +78,16 @@ NodesOption = Annotated[
         "default, or every node where there are fewer).",
     ),
 ]
+BootstrapOption = Annotated[
+    int | None,
+    typer.Option(
+        "--bootstrap",
+        metavar="B",
+        help="Bootstrap every edge's score over B resamples of the pairs (2 to "
+        f"{MOST_RESAMPLES}): the mean of the resamples' means, 0 where an edge's sign turns "
+        "between them.",
+    ),
+]
 ThresholdOption = Annotated[
     float | None,
     typer.Option("--threshold", metavar="T", help="--select threshold's least |score|."),
@@ -128,6 +139,7 @@ class CircuitChoices:
     nodes: NodesOption = None
     scores: ScoresOption = None
     curve: CurveOption = None
+    bootstrap: BootstrapOption = None
 
     def options(self) -> CircuitOptions:
         """The options these choices make, checked."""

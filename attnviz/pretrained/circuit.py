@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from attnviz.analysis.bootstrap import bootstrapped, resamples
 from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked
 from attnviz.analysis.eap_ig import EapIgGraph, read_scores
 from attnviz.analysis.selections import selected
@@ -83,10 +84,15 @@ class Scored:
     exact: np.ndarray | None = None  # (U, N) bool: the edges scored exactly, where some were
     width: int | None = None  # the model's d_model, where known
     source: str | None = None  # the file the scores were read from, where they were
+    # (B, U, N) each resample's summed scores, each pair counted as often as it is drawn
+    resampled: np.ndarray | None = None
 
     def merged(self, other: Scored) -> Scored:
         """The sums of both (from two workers)."""
         first = self if self.first <= other.first else other
+        resampled = None
+        if self.resampled is not None and other.resampled is not None:
+            resampled = self.resampled + other.resampled
         return replace(
             first,
             pairs=self.pairs + other.pairs,
@@ -94,6 +100,7 @@ class Scored:
             clean=self.clean + other.clean,
             corrupt=self.corrupt + other.corrupt,
             last=self.last + other.last,
+            resampled=resampled,
         )
 
 
@@ -115,7 +122,10 @@ class Phases(Protocol):
         pass: a bad pair is refused before the first is scored."""
         ...
 
-    def scored(self, method: CircuitMethod, steps: int | None) -> Scored: ...
+    def scored(self, method: CircuitMethod, steps: int | None, bootstrap: int | None) -> Scored:
+        """Every edge's score summed over the pairs (and over each of ``bootstrap``
+        resamples of them, where asked)."""
+        ...
 
     def exact(self, edges: list[Edge]) -> np.ndarray:
         """Each edge's exact score summed over the pairs, (K,)."""
@@ -143,9 +153,11 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     asked, sizes = options.asked(units), options.sizes(units)
     refine = options.refined(graph.count)
     phases.checked()
-    scored = phases.scored(options.method, options.steps)
+    scored = phases.scored(options.method, options.steps, options.bootstrap)
     count, graph = scored.pairs, scored.graph
     scores, exact = scored.scores / count, scored.exact
+    if scored.resampled is not None:  # each edge's sign held over the resamples, or 0
+        scores, _ = bootstrapped(scored.resampled, count)
     if refine is not None:
         upstream, downstream = ranked(graph, scores)
         chosen = [(int(u), int(d)) for u, d in zip(upstream, downstream, strict=True)]
@@ -203,6 +215,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         options.level,
         nodes,
         scored.source,
+        options.bootstrap,
     )
 
 
@@ -295,9 +308,10 @@ class Given:
     def checked(self) -> None:
         self.phases.checked()
 
-    def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
+    def scored(self, method: CircuitMethod, steps: int | None, bootstrap: int | None) -> Scored:
+        assert bootstrap is None  # refused with --scores (CircuitOptions)
         if isinstance(self.circuit, EapIgGraph):
-            read = self.phases.scored(CircuitMethod.GRADIENT, None)
+            read = self.phases.scored(CircuitMethod.GRADIENT, None, None)
             scores, _ = self.circuit.on(read.graph)
             return replace(read, scores=scores * read.pairs, source=self.path)
         found, count = self.circuit, self.circuit.pairs
@@ -421,9 +435,18 @@ class PairRuns:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
 
 
-def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int | None) -> Scored:
+def scored(
+    runs_of: PairRuns,
+    pairs: Indexed,
+    method: CircuitMethod,
+    steps: int | None,
+    bootstrap: int | None = None,
+) -> Scored:
     """Every edge's score, both metrics and the last position's outputs, summed over
-    ``pairs`` (a long scoring said after the dataset's first pair's first pass)."""
+    ``pairs`` (a long scoring said after the dataset's first pair's first pass), and with
+    ``bootstrap`` B each resample's sum too, each pair as often as the resample draws it
+    (the draws are the dataset's, made alike in every worker)."""
+    drawn = None if bootstrap is None else resamples(bootstrap, runs_of.count)  # (B, n)
     found: Scored | None = None
     for index, given in pairs:
         asked = runs_of.answered(index, given)
@@ -434,6 +457,8 @@ def scored(runs_of: PairRuns, pairs: Indexed, method: CircuitMethod, steps: int 
             _, runs = runs_of(index, given, part, asked)
             alone.scores[...] += estimated_scores(runs, steps)
             del runs  # its record, before the next part's is read
+        if drawn is not None:
+            alone = replace(alone, resampled=drawn[:, index, None, None] * alone.scores)
         found = alone if found is None else found.merged(alone)
         advance("scored pair", index + 1, runs_of.count)
     assert found is not None  # asked of at least one pair
@@ -559,8 +584,8 @@ class Here:
     def checked(self) -> None:
         pairs_checked(self.runs_of, self.indexed)
 
-    def scored(self, method: CircuitMethod, steps: int | None) -> Scored:
-        return self._passing(lambda: scored(self.runs_of, self.indexed, method, steps))
+    def scored(self, method: CircuitMethod, steps: int | None, bootstrap: int | None) -> Scored:
+        return self._passing(lambda: scored(self.runs_of, self.indexed, method, steps, bootstrap))
 
     def exact(self, edges: list[Edge]) -> np.ndarray:
         return self._passing(lambda: exact_summed(self.runs_of, self.indexed, edges))

@@ -74,6 +74,12 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         f"{said(point.faithfulness)}"
         for point in circuit.curve
     ]
+    if circuit.bootstrap is not None:
+        held = int((circuit.scores[circuit.graph.edges] != 0).sum())
+        lines.append(
+            f"scores bootstrapped over {circuit.bootstrap} resamples of the pairs: {held:,} "
+            f"of {circuit.graph.count:,} edges kept their sign in every one (the rest score 0)"
+        )
     if circuit.areas is not None:
         lines.append(
             f"MIB's areas over its ten fractions: CPR {circuit.areas.cpr:z.3f} (under the "
