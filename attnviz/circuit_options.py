@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnviz.analysis.bootstrap import MOST_RESAMPLES
 from attnviz.analysis.mib import MIB, mib_sizes
 from attnviz.choices import CircuitMethod, Level, Select, chosen
 from attnviz.errors import UsageError
@@ -17,6 +16,9 @@ DEFAULT_STEPS = 5  # EAP-IG's points between the corrupted and the clean input e
 # The most points asked: EAP-IG's own runs take 5 to 100; past a thousand the estimate
 # changes little and each point is a forward and a backward pass of every pair.
 MOST_STEPS = 1000
+# The most resamples --bootstrap asks: each is a (U, N) sum kept beside the scores
+# (SmolLM2: 1.2 MB).
+MOST_RESAMPLES = 200
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from attnviz.choices import CircuitMethod
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
 from attnviz.extractor import check_pairs
 from attnviz.pretrained import circuit
+from attnviz.pretrained.circuit_phases import Edge, Scored
 from attnviz.render.image import Painter
 from attnviz.request import Input
 
@@ -413,7 +414,8 @@ class CircuitWorker:
 @dataclass
 class RayPhases:
     """The passes of a circuit spread over Ray workers: the pairs cut into tasks, each
-    pass a map over them, the sums added here (:class:`attnviz.pretrained.circuit.Phases`)."""
+    pass a map over them, the sums added here
+    (:class:`attnviz.pretrained.circuit_phases.Phases`)."""
 
     work: circuit.CircuitWork
     workers: Workers
@@ -464,11 +466,11 @@ class RayPhases:
 
     def scored(
         self, method: CircuitMethod, steps: int | None, bootstrap: int | None
-    ) -> circuit.Scored:
+    ) -> Scored:
         parts = self._summed("scored", (method, steps, bootstrap))
-        return functools.reduce(circuit.Scored.merged, parts)
+        return functools.reduce(Scored.merged, parts)
 
-    def exact(self, edges: list[circuit.Edge]) -> np.ndarray:
+    def exact(self, edges: list[Edge]) -> np.ndarray:
         return np.sum(self._summed("exact", edges), axis=0)
 
     def measured(self, kept: np.ndarray) -> np.ndarray:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 RESAMPLE_SEED = 0
-# The most resamples asked: each is a (U, N) sum kept beside the scores (SmolLM2: 1.2 MB).
-MOST_RESAMPLES = 200
 
 
 def resamples(count: int, pairs: int) -> np.ndarray:

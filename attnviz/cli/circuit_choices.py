@@ -9,10 +9,16 @@ from typing import Annotated
 
 import typer
 
-from attnviz.analysis.bootstrap import MOST_RESAMPLES
 from attnviz.analysis.mib import MIB
 from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Select, labelled
-from attnviz.circuit_options import ALL, DEFAULT_EDGES, DEFAULT_STEPS, MOST_STEPS, CircuitOptions
+from attnviz.circuit_options import (
+    ALL,
+    DEFAULT_EDGES,
+    DEFAULT_STEPS,
+    MOST_RESAMPLES,
+    MOST_STEPS,
+    CircuitOptions,
+)
 from attnviz.cli.bundles import bundle
 from attnviz.errors import UsageError
 

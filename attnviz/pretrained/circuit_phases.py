@@ -1,0 +1,94 @@
+"""What the passes of a circuit over its pairs give back and how they are asked for: the
+sums of scoring (:class:`Scored`) and the phases every engine runs (:class:`Phases`: in
+this process, :class:`attnviz.pretrained.circuit.Here`; over Ray workers,
+``attnviz.distributed``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.analysis.graph import Graph
+    from attnviz.analysis.heads import Answer
+    from attnviz.choices import CircuitMethod
+
+Edge = tuple[int, int]  # (upstream, downstream)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What scoring some pairs adds up: every edge's score (U, N), both runs' metrics and
+    every upstream node's clean output at the last position (U, D), each summed over the
+    ``pairs``; and the answer of the first of them (its words and measure)."""
+
+    model: str
+    graph: Graph
+    pairs: int
+    scores: np.ndarray
+    clean: float
+    corrupt: float
+    last: np.ndarray
+    first: int  # the place of the first pair in the dataset
+    answer: Answer
+    method: CircuitMethod
+    steps: int | None
+    exact: np.ndarray | None = None  # (U, N) bool: the edges scored exactly, where some were
+    width: int | None = None  # the model's d_model, where known
+    source: str | None = None  # the file the scores were read from, where they were
+    # (B, U, N) each resample's summed scores, each pair counted as often as it is drawn
+    resampled: np.ndarray | None = None
+
+    def merged(self, other: Scored) -> Scored:
+        """The sums of both (from two workers)."""
+        first = self if self.first <= other.first else other
+        resampled = None
+        if self.resampled is not None and other.resampled is not None:
+            resampled = self.resampled + other.resampled
+        return replace(
+            first,
+            pairs=self.pairs + other.pairs,
+            scores=self.scores + other.scores,
+            clean=self.clean + other.clean,
+            corrupt=self.corrupt + other.corrupt,
+            last=self.last + other.last,
+            resampled=resampled,
+        )
+
+
+class Phases(Protocol):
+    """The passes over every pair, each giving back its sum: in this process
+    (``attnviz.pretrained.circuit.Here``), or spread over Ray workers (``attnviz.distributed``)."""
+
+    @property
+    def pairs(self) -> int:
+        """How many pairs the passes go over."""
+        ...
+
+    def graph(self) -> Graph:
+        """The model's graph, read before any pass."""
+        ...
+
+    def checked(self) -> None:
+        """Every pair tokenized and checked (its twin's length, its answers), before any
+        pass: a bad pair is refused before the first is scored."""
+        ...
+
+    def scored(self, method: CircuitMethod, steps: int | None, bootstrap: int | None) -> Scored:
+        """Every edge's score summed over the pairs (and over each of ``bootstrap``
+        resamples of them, where asked)."""
+        ...
+
+    def exact(self, edges: list[Edge]) -> np.ndarray:
+        """Each edge's exact score summed over the pairs, (K,)."""
+        ...
+
+    def measured(self, kept: np.ndarray) -> np.ndarray:
+        """Each circuit's metric (``kept``: (C, U, N)) summed over the pairs, (C,)."""
+        ...
+
+    def promoted(self, last: np.ndarray) -> tuple[str, ...]:
+        """Each upstream node's token promoted most by ``last`` (U, D)."""
+        ...
