@@ -464,9 +464,7 @@ class RayPhases:
     def checked(self) -> None:
         self._summed("checked", None)
 
-    def scored(
-        self, method: CircuitMethod, steps: int | None, bootstrap: int | None
-    ) -> Scored:
+    def scored(self, method: CircuitMethod, steps: int | None, bootstrap: int | None) -> Scored:
         parts = self._summed("scored", (method, steps, bootstrap))
         return functools.reduce(Scored.merged, parts)
 

@@ -12,7 +12,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attnviz.atomic_files import file_blake2b, open_output
 from attnviz.batch.inputs import BatchInput
@@ -21,9 +21,6 @@ from attnviz.errors import AttnvizError, warn
 from attnviz.outputs import BATCH
 
 MANIFEST = "manifest.jsonl"
-
-if TYPE_CHECKING:
-    from attnviz.batch.folder import FolderPlan
 
 
 @dataclass
@@ -353,10 +350,16 @@ class Manifest:
     """Appends a record per finished input, each line written whole; at the end, compacts
     and removes the manifests whose records it took over."""
 
-    def __init__(self, plan: FolderPlan, request: dict) -> None:
-        self.path = plan.manifest  # claimed already (:func:`claim`): lines go on after it
-        self.absorbed = plan.absorbed
-        self.records = dict(plan.earlier)
+    def __init__(
+        self,
+        path: Path,
+        request: dict,
+        earlier: dict[int, Record] | None = None,
+        absorbed: tuple[Path, ...] = (),
+    ) -> None:
+        self.path = path  # claimed already (:func:`claim`): lines go on after it
+        self.absorbed = absorbed  # earlier manifests whose records it takes over
+        self.records = dict(earlier or {})  # what --resume skipped, kept
         self.request = request  # stamped on every record this run adds
 
     def add(self, record: Record) -> None:

@@ -129,7 +129,7 @@ def start_batch(work: BatchWork) -> tuple[set[int], Manifest]:
     }
     work.tally.skipped = len(work.inputs) - len(pending)
     remove_replaced(plan, request)
-    return pending, Manifest(plan, request=request)
+    return pending, Manifest(plan.manifest, request, plan.earlier, plan.absorbed)
 
 
 def check_failures(records: Sequence[Record], total: int, manifest_path: Path) -> None:

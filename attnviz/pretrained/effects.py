@@ -360,7 +360,9 @@ def _attribution(
         written = projection(alone).float()  # (H + 1, D): each head's slice, then the bias
         written = written[:-1] - written[-1]
         if body.post_norms[layer] is not None:
-            written = through_post_norm(body.post_norms[layer], clean, layer)(written)
+            post_norm = body.post_norms[layer]
+            recorded, seen = clean.post_normed[layer], clean.written[layer]
+            written = through_post_norm(post_norm, recorded, seen, layer)(written)
         result[row] = (frozen(written) @ direction).cpu().numpy()
     return result
 

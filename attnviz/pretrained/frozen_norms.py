@@ -14,8 +14,6 @@ from attnviz.errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-    from attnviz.pretrained.effects import Clean
-
 
 def frozen_norm(
     norm: Any, residual: torch.Tensor, normed: torch.Tensor
@@ -137,16 +135,16 @@ def linear_norm(
 
 
 def through_post_norm(
-    norm: Any, clean: Clean, layer: int
+    norm: Any, recorded: tuple[Any, Any] | None, written: torch.Tensor, layer: int
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """A layer's post-attention norm frozen at the clean attention output's scale, once it is
-    seen to normalise that output (and not something else by the same name)."""
+    seen to normalise that output, ``written`` (and not something else by the same name):
+    ``recorded``, the norm's input and output in the clean pass."""
     import torch
 
-    recorded = clean.post_normed[layer]
     assert recorded is not None  # the clean pass records every post norm's
     normed_input, normed_output = recorded
-    if not torch.allclose(normed_input.float(), clean.written[layer].float(), atol=1e-5):
+    if not torch.allclose(normed_input.float(), written.float(), atol=1e-5):
         raise UsageError(
             f"attnviz cannot attribute layer {layer}'s heads: its post_attention_layernorm does "
             "not normalise the attention's output"
