@@ -24,8 +24,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
     from attnviz.batch.run import BatchWork, Tally
-    from attnviz.extractor import Extractor
-    from attnviz.loading import ExtractorSpec
+    from attnviz.extractor import Extractor, Spec
     from attnviz.pretrained.circuit import CircuitWork
 
 
@@ -49,7 +48,7 @@ class Engine(Protocol):
         ...
 
 
-def _load(spec: ExtractorSpec) -> Extractor:
+def _load(spec: Spec) -> Extractor:
     return spec.load()
 
 
@@ -59,7 +58,7 @@ class Local:
 
     jobs: int = 1
     # How the model is loaded: the command line shows a spinner meanwhile.
-    load: Callable[[ExtractorSpec], Extractor] = field(default=_load, compare=False)
+    load: Callable[[Spec], Extractor] = field(default=_load, compare=False)
 
     def session(self) -> AbstractContextManager[object]:
         return contextlib.nullcontext()

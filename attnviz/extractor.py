@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attnviz.analysis.heads import HeadTable
 from attnviz.choices import Ablation, CircuitMethod, Level, Mode, Select, Site, chosen
@@ -37,10 +37,19 @@ if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
-    from attnviz.loading import ExtractorSpec
+    from attnviz.generated import Generation
     from attnviz.maps import AttentionMaps
     from attnviz.needle import Cell, NeedleResults, Sweep
-    from attnviz.pretrained.generation import Generation
+
+class Spec(Protocol):
+    """What an extractor was built from and builds it again (in another process, say):
+    :class:`attnviz.loading.ExtractorSpec`, as the extractors below the loader know it."""
+
+    @property
+    def model(self) -> str: ...
+
+    def load(self) -> Extractor: ...
+
 
 # A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
 Item = str | tuple[str, str | None] | tuple[str, str | None, str | None]
@@ -61,7 +70,7 @@ class Extractor(ABC):
     (``mode="masked", layers=0``), checked before any work.
     """
 
-    spec: ExtractorSpec
+    spec: Spec
 
     @property
     @abstractmethod

@@ -111,8 +111,8 @@ def test_attnviz_has_no_import_cycles():
 
 
 # The circles left when imports for type checkers count too (issue 74 takes them apart):
-# results that import their renderers, which name the results' types; and the extractor
-# interface, the loader and the extractors that name each other.
+# results that import their renderers, which name the results' types; and the pretrained
+# extractor and the modules of its products, which take it as their argument.
 KNOWN_TYPED_CIRCLES = [
     {"attnviz.maps", "attnviz.panels", "attnviz.notebook", "attnviz.data_formats"}
     | {"attnviz.request", "attnviz.writers"}
@@ -121,9 +121,7 @@ KNOWN_TYPED_CIRCLES = [
         f"attnviz.render.{name}"
         for name in ("canvas", "circuit", "effects", "image", "layout", "lens", "page", "style")
     },
-    {"attnviz.extractor", "attnviz.loading"}
-    | {f"attnviz.builtin.{name}" for name in ("explain", "extractor")}
-    | {
+    {
         f"attnviz.pretrained.{name}"
         for name in ("answered", "circuit", "explain", "extractor", "generation", "needle")
     },

@@ -23,7 +23,7 @@ from attnviz.schema import fields_document, json_numbers
 
 if TYPE_CHECKING:
     from attnviz.builtin.attention import MultiHeadAttention
-    from attnviz.builtin.extractor import BuiltinExtractor
+    from attnviz.builtin.model import BuiltinTransformer
 
 
 @dataclass
@@ -125,14 +125,20 @@ STEPS: tuple[tuple[str, str, str, str, str], ...] = (
 
 
 def explain(
-    extractor: BuiltinExtractor, text: str, *, mode: Mode, target: str | None, layer: int, head: int
+    stack: BuiltinTransformer,
+    source: list[str],
+    queries: list[str] | None,
+    *,
+    mode: Mode,
+    layer: int,
+    head: int,
 ) -> Explanation:
-    """Walk through head ``head`` of layer ``layer`` of the extractor's stack on ``text``."""
+    """Walk through head ``head`` of layer ``layer`` of the built-in ``stack`` on the
+    text's tokens ``source`` (and a target's, ``queries``, in cross mode); the caller
+    names the model."""
     import torch
 
-    source = extractor.tokens(text, "text")
-    queries = extractor.tokens(target, "target") if target is not None else source
-    stack = extractor.stack
+    queries = source if queries is None else queries
     cross = mode is Mode.CROSS
     block = stack.decoder[layer] if cross else stack.encoder[layer]
     module = cast("MultiHeadAttention", block.cross_attention if cross else block.attention)
@@ -158,7 +164,7 @@ def explain(
     with torch.inference_mode():
         matrices = _compute(module, [tensor[0] for tensor in seen["inputs"]], seen["causal"], head)
     explanation = _explanation(matrices, seen["causal"], head, module.num_heads, queries, source)
-    explanation.model, explanation.mode, explanation.layer = extractor.name, mode, layer
+    explanation.mode, explanation.layer = mode, layer
     _check_against(explanation, seen["weights"][0, head], seen["output"][0])
     return explanation
 

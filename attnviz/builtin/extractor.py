@@ -23,7 +23,7 @@ from attnviz.selection import covering, resolve, resolve_one
 if TYPE_CHECKING:
     from attnviz.builtin.explain import Explanation
     from attnviz.builtin.model import BuiltinTransformer
-    from attnviz.loading import ExtractorSpec
+    from attnviz.extractor import Spec
 
 # The built-in stack keeps whole (tokens x tokens) maps in memory: 4,096 tokens
 # peak under 1 GB (benchmarks/memory.py); longer texts are cut, with a warning.
@@ -31,7 +31,7 @@ MAX_TOKENS = 4096
 
 
 class BuiltinExtractor(Extractor):
-    def __init__(self, config: BuiltinConfig, spec: ExtractorSpec) -> None:
+    def __init__(self, config: BuiltinConfig, spec: Spec) -> None:
         self.config = config
         self.spec = spec
         self._stack: BuiltinTransformer | None = None
@@ -164,7 +164,11 @@ class BuiltinExtractor(Extractor):
         check_target(mode, asked.target)
         layer = resolve_one(asked.layer, self.config.num_layers, "layer")
         head = resolve_one(asked.head, self.config.num_heads, "head")
-        return explain(self, asked.text, mode=mode, target=asked.target, layer=layer, head=head)
+        source = self.tokens(asked.text, "text")
+        queries = None if asked.target is None else self.tokens(asked.target, "target")
+        explanation = explain(self.stack, source, queries, mode=mode, layer=layer, head=head)
+        explanation.model = self.name
+        return explanation
 
 
 def check_target(mode: Mode, target: str | None) -> None:

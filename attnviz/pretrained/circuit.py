@@ -42,7 +42,7 @@ from attnviz.progress import FirstPart, advance
 if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
     from attnviz.circuit_options import CircuitOptions
-    from attnviz.loading import ExtractorSpec
+    from attnviz.extractor import Spec
     from attnviz.pretrained.extractor import PretrainedExtractor
     from attnviz.progress import Listener
     from attnviz.request import Input, Request
@@ -58,7 +58,7 @@ class CircuitWork:
 
     inputs: list[Input]
     names: list[str] | None
-    spec: ExtractorSpec
+    spec: Spec
     request: Request
     progress: Listener | None = None
 

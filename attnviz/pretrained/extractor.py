@@ -44,14 +44,14 @@ from attnviz.selection import resolve
 
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
-    from attnviz.loading import ExtractorSpec
+    from attnviz.extractor import Spec
+    from attnviz.generated import Generation
     from attnviz.needle import NeedleResults, Sweep
     from attnviz.pretrained.explain import QueryExplanation
-    from attnviz.pretrained.generation import Generation
 
 
 class PretrainedExtractor(Extractor):
-    def __init__(self, loaded: PretrainedModel, spec: ExtractorSpec) -> None:
+    def __init__(self, loaded: PretrainedModel, spec: Spec) -> None:
         self.loaded = loaded
         self.spec = spec
 

@@ -16,11 +16,11 @@ Shape letters: L layers, H heads, T query tokens, S key tokens.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, ExitCode, UsageError
+from attnviz.generated import Generation
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.attention_modules import Family
 from attnviz.pretrained.encoding import ModelInputs, Side, encode
@@ -32,16 +32,6 @@ from attnviz.selection import resolve
 
 if TYPE_CHECKING:
     from attnviz.pretrained.extractor import PretrainedExtractor
-
-
-@dataclass
-class Generation:
-    """What a model wrote after a prompt, and the attention of the whole sequence."""
-
-    prompt: str  # as far as the model read it (a prompt too long for it is cut)
-    text: str  # the generated continuation, decoded without special tokens
-    maps: AttentionMaps  # prompt_length marks where the generated rows begin
-    finished: str  # "end of sequence" or "length"
 
 
 class GenerationInterrupted(AttnvizError):
