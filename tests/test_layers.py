@@ -111,8 +111,7 @@ def test_attnviz_has_no_import_cycles():
 
 
 # The circles left when imports for type checkers count too (issue 74 takes them apart):
-# results that import their renderers, which name the results' types; and the pretrained
-# extractor and the modules of its products, which take it as their argument.
+# results that import their renderers, which name the results' types.
 KNOWN_TYPED_CIRCLES = [
     {"attnviz.maps", "attnviz.panels", "attnviz.notebook", "attnviz.data_formats"}
     | {"attnviz.request", "attnviz.writers"}
@@ -120,10 +119,6 @@ KNOWN_TYPED_CIRCLES = [
     | {
         f"attnviz.render.{name}"
         for name in ("canvas", "circuit", "effects", "image", "layout", "lens", "page", "style")
-    },
-    {
-        f"attnviz.pretrained.{name}"
-        for name in ("answered", "circuit", "explain", "extractor", "generation", "needle")
     },
 ]
 

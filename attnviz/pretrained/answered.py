@@ -43,8 +43,8 @@ from attnviz.selection import resolve, token_positions
 
 if TYPE_CHECKING:
     from attnviz.choices import Mode
-    from attnviz.pretrained.extractor import PretrainedExtractor
     from attnviz.pretrained.loading import PretrainedModel
+    from attnviz.pretrained.reader import ModelReader
 
 
 def answer_token(loaded: PretrainedModel, side: Side, answer: str) -> int:
@@ -155,7 +155,7 @@ class Answered:
 CORRUPTED = "corrupted text"  # what messages call --corrupt's text
 
 
-def answered(extractor: PretrainedExtractor, given: Input, request: Request) -> Answered:
+def answered(extractor: ModelReader, given: Input, request: Request) -> Answered:
     """One text encoded for the effects on its answer (and its corrupted twin, of as many
     tokens): a model without an answer to read is refused before anything is encoded."""
     loaded = extractor.loaded
@@ -210,7 +210,7 @@ def answered(extractor: PretrainedExtractor, given: Input, request: Request) -> 
 
 
 def effects_of(
-    extractor: PretrainedExtractor,
+    extractor: ModelReader,
     asked: Answered,
     request: Request,
     during_clean: contextlib.AbstractContextManager | None = None,
@@ -292,7 +292,7 @@ def _ablating(model: Any, asked: Answered, kind: Ablation) -> Ablating:
     return Ablating(kind, record.head_inputs)
 
 
-def knocked_out(extractor: PretrainedExtractor, given: Input, request: Request) -> Knockout:
+def knocked_out(extractor: ModelReader, given: Input, request: Request) -> Knockout:
     """The answer's log-probability change with the request's knockout in each window."""
     assert request.knockout is not None and given.answer is not None  # check_asked's
     asked = answered(extractor, given, request)
@@ -319,7 +319,7 @@ def knocked_out(extractor: PretrainedExtractor, given: Input, request: Request) 
     )
 
 
-def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Trace:
+def traced(extractor: ModelReader, given: Input, request: Request) -> Trace:
     """Each cell's patching effect at the request's site: layer × position, or layer ×
     head (× position)."""
     assert request.trace is not None  # its input checked by check_asked
@@ -357,7 +357,7 @@ def traced(extractor: PretrainedExtractor, given: Input, request: Request) -> Tr
     return result
 
 
-def lensed(extractor: PretrainedExtractor, given: Input, request: Request) -> Lens:
+def lensed(extractor: ModelReader, given: Input, request: Request) -> Lens:
     """The logit lens of one text: each chosen layer × position's likeliest next token,
     its probability, and the answer's log-probability where the input has one."""
     loaded = extractor.loaded

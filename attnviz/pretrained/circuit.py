@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
     from attnviz.circuit_options import CircuitOptions
     from attnviz.extractor import Spec
-    from attnviz.pretrained.extractor import PretrainedExtractor
+    from attnviz.pretrained.reader import ModelReader
     from attnviz.progress import Listener
     from attnviz.request import Input, Request
 
@@ -274,7 +274,7 @@ class PairRuns:
     (:meth:`twins`: no record, the model's wiring found by an earlier read)."""
 
     def __init__(
-        self, extractor: PretrainedExtractor, request: Request, count: int, names: list[str] | None
+        self, extractor: ModelReader, request: Request, count: int, names: list[str] | None
     ) -> None:
         self.extractor, self.request, self.count, self.names = extractor, request, count, names
         self.kept: dict[int, tuple[Answered, Runs]] = {}
@@ -459,12 +459,12 @@ def pairs_checked(runs_of: PairRuns, pairs: Indexed) -> None:
         runs_of.answered(index, given)
 
 
-def graph_of_model(extractor: PretrainedExtractor) -> Graph:
+def graph_of_model(extractor: ModelReader) -> Graph:
     """The graph of the extractor's model, read from its modules (no text is run)."""
     return graph_of(anatomy_of(extractor.loaded, "a circuit"))
 
 
-def promoted(extractor: PretrainedExtractor, last: np.ndarray) -> tuple[str, ...]:
+def promoted(extractor: ModelReader, last: np.ndarray) -> tuple[str, ...]:
     """Each upstream node's token promoted most: its mean output at the last position,
     (U, D), read through the unembedding."""
     import torch
@@ -484,7 +484,7 @@ def promoted(extractor: PretrainedExtractor, last: np.ndarray) -> tuple[str, ...
 class Here:
     """Every pass over the pairs in this process, on one loaded model."""
 
-    extractor: PretrainedExtractor
+    extractor: ModelReader
     request: Request
     inputs: list[Input]
     names: list[str] | None
@@ -521,7 +521,7 @@ class Here:
 
 
 def circuited(
-    extractor: PretrainedExtractor,
+    extractor: ModelReader,
     inputs: list[Input],
     request: Request,
     names: list[str] | None = None,

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from attnviz.pretrained.encoding import ModelInputs
-    from attnviz.pretrained.extractor import PretrainedExtractor
     from attnviz.pretrained.loading import PretrainedModel
+    from attnviz.pretrained.reader import ModelReader
 
 
 @dataclass
@@ -60,7 +60,7 @@ class QueryExplanation:
 
 
 def explain_query(
-    extractor: PretrainedExtractor,
+    extractor: ModelReader,
     text: str,
     *,
     mode: Mode,

@@ -31,7 +31,7 @@ from attnviz.request import Input, Request, Sampling
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
-    from attnviz.pretrained.extractor import PretrainedExtractor
+    from attnviz.pretrained.reader import ModelReader
 
 
 class GenerationInterrupted(AttnvizError):
@@ -63,7 +63,7 @@ class _Collector:
 
 
 def generate(
-    extractor: PretrainedExtractor,
+    extractor: ModelReader,
     prompt: str,
     sampling: Sampling,
     request: Request,
@@ -164,7 +164,7 @@ def _end_ids(config: Any) -> set[int]:
 
 
 def _maps(
-    extractor: PretrainedExtractor,
+    extractor: ModelReader,
     source: Side,
     sequence: list[int],
     mode: Mode,
