@@ -9,14 +9,15 @@ Speed, side by side in one process on one loaded model (medians of --runs):
 - EAP-IG with N steps (target <= (N + 2)x the floor);
 - one faithfulness point, the circuit's pass: two rows, the corrupted run beside the
   circuit's (target <= 2 forwards; the forward beside);
-- a whole dataset of --count pairs by EAP, with the faithfulness of 1,000 edges.
+- a whole dataset of --count pairs by EAP, with the faithfulness of 1,000 edges; the
+  same with MIB's curve (--curve mib: its CPR and CMD) and with --bootstrap 20.
 
 --compare: EAP and EAP-IG over the dataset, the top --refine edges of EAP-IG scored
 exactly (the mean over the pairs): Spearman of each estimate with the exact scores there,
 the top edges both share, and the faithfulness of each ranking's circuits at equal sizes.
 
-    python benchmarks/circuit.py [--runs 5] [--count 100] [--steps 5] [--model M --dtype D]
-    python benchmarks/circuit.py --compare [--refine 300] [--sizes 100,300,1000,3000,10000]
+    python -m benchmarks.circuit [--runs 5] [--count 100] [--steps 5] [--model M --dtype D]
+    python -m benchmarks.circuit --compare [--refine 300] [--sizes 100,300,1000,3000,10000]
 """
 
 from __future__ import annotations
@@ -128,6 +129,20 @@ def speed(extractor, runs: int, count: int, steps: int) -> None:
     each = elapsed / count * 1000
     print(f"  {count} pairs by EAP, the faithfulness of 1,000 edges: {elapsed:.1f} s "
           f"({each:.0f} ms a pair); faithfulness {circuit.faithfulness:.3f}")  # fmt: skip
+    started = time.perf_counter()
+    mib = extractor.circuit(pairs=dataset, edges=1000, curve=["mib"])
+    took = time.perf_counter() - started
+    assert mib.areas is not None
+    print(f"  the same with --curve mib (ten more circuits in the measuring pass): {took:.1f} s "
+          f"= {took / elapsed:.2f}x; CPR {mib.areas.cpr:.3f}, CMD {mib.areas.cmd:.3f}; "
+          + ", ".join(f"{p.fraction:g}: {p.faithfulness:.3f}" for p in mib.curve))  # fmt: skip
+    started = time.perf_counter()
+    booted = extractor.circuit(pairs=dataset, edges=1000, bootstrap=20)
+    took = time.perf_counter() - started
+    held = int((booted.scores[booted.graph.edges] != 0).sum())
+    print(f"  the same with --bootstrap 20: {took:.1f} s = {took / elapsed:.2f}x; {held:,} of "
+          f"{booted.graph.count:,} edges kept their sign; faithfulness of 1,000 edges "
+          f"{booted.faithfulness:.3f}")  # fmt: skip
 
 
 def compare(extractor, refine: int, sizes: list[int], steps: int) -> None:

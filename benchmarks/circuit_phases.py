@@ -9,7 +9,7 @@ The twins are benchmarks/effects.py's (a filler text ending in a fact, the fact'
 subject changed); with --early they differ in their second token too, so that every
 position is recorded.
 
-    python benchmarks/circuit_phases.py [--model gemma3] [--tokens 8192] [--early]
+    python -m benchmarks.circuit_phases [--model gemma3] [--tokens 8192] [--early]
 """
 
 from __future__ import annotations
