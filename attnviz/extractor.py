@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
     from attnviz.needle import Cell, NeedleResults, Sweep
 
+
 class Spec(Protocol):
     """What an extractor was built from and builds it again (in another process, say):
     :class:`attnviz.loading.ExtractorSpec`, as the extractors below the loader know it."""

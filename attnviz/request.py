@@ -369,6 +369,12 @@ def _check_measure(request: Request, given: Input, measure: Measure) -> None:
         raise UsageError(f"--metric {measure} reads a second answer: give --versus")
     if measured.versus is False and given.versus is not None:
         raise UsageError(f"--metric {measure} reads the answer alone: no --versus")
+    nothing_read = request.ablate is Ablation.NONE and given.corrupt is None
+    if request.effects and not measured.direction and nothing_read:
+        raise UsageError(
+            f"--metric {measure} has no dla (it is not linear in the logits) and --ablate "
+            "none leaves the ablation out: give --corrupt (patch) or an ablation"
+        )
     circuit = request.circuit
     by_gradient = (circuit.method if circuit is not None else request.method) == "gradient"
     if measured.flat_at_clean and by_gradient:

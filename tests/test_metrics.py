@@ -195,6 +195,7 @@ def test_a_python_metric_may_take_the_clean_logits_too(language_models):
         (["heads", "--metric", "prob", "--versus", VERSUS], "reads the answer alone"),
         (["heads", "--metric", "prob_difference"], "reads a second answer: give --versus"),
         (["heads", "--metric", "kl", "--picture", "x.png", "--sort", "dla"], "have no dla"),
+        (["heads", "--metric", "prob", "--ablate", "none"], "give --corrupt (patch) or an"),
     ],
 )
 def test_the_measures_table_refuses_in_one_line(runner, generators, arguments, message):
