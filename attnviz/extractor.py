@@ -15,6 +15,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from attnviz.analysis.heads import HeadTable
+from attnviz.asked import check_asked
 from attnviz.choices import Ablation, CircuitMethod, Level, Mode, Select, Site, chosen
 from attnviz.circuit_options import CircuitOptions
 from attnviz.errors import UsageError
@@ -27,7 +28,6 @@ from attnviz.request import (
     Result,
     Sampling,
     asked_for,
-    check_asked,
     check_text,
 )
 from attnviz.selection import Selection, token_positions

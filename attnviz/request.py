@@ -19,9 +19,6 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_type_hints
 
 from attnviz.choices import (
-    ABLATION_LABELS,
-    ABLATION_NEEDS,
-    MEASURES,
     Ablation,
     Measure,
     Method,
@@ -320,78 +317,6 @@ class Input:
     def item(self) -> tuple[str, str | None, str | None]:
         """(text, target, pair): what is encoded."""
         return self.text, self.target, self.pair
-
-
-def check_asked(request: Request, given: Input) -> Input:
-    """``given``, once it holds what ``request`` asks of it (else a usage error): a trace
-    reads an answer and a corrupted twin; a knockout an answer alone; an ablation what its
-    kind reads (:data:`~attnviz.choices.ABLATION_NEEDS`). The one check of a request with
-    an input: the command line makes it of its first input before a model loads, and
-    :meth:`~attnviz.extractor.Extractor.run` of each input."""
-    if request.trace is not None and given.answer is None:
-        raise UsageError("trace measures what an answer needs: give --answer")
-    if request.trace is not None and given.corrupt is None:
-        raise UsageError(
-            "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
-        )
-    if request.circuit is not None and (given.answer is None or given.corrupt is None):
-        raise UsageError(
-            "circuit carries the corrupted run's values along edges, measured on an answer: "
-            "give --answer and --corrupt (or --pairs FILE.jsonl)"
-        )
-    if request.lens and (given.versus is not None or given.corrupt is not None):
-        raise UsageError(
-            "the logit lens reads the answer's log-probability: no --versus, --corrupt"
-        )
-    if request.knockout is not None and given.answer is None:
-        raise UsageError("a knockout reads what heads do to an answer: give the input one")
-    if request.knockout is not None and (given.versus is not None or given.corrupt is not None):
-        raise UsageError("a knockout reads the answer's log-probability: no --versus, --corrupt")
-    measure = measure_of(request, given)
-    if isinstance(measure, Measure):
-        _check_measure(request, given, measure)
-    needs = ABLATION_NEEDS.get(request.ablate) if request.effects else None
-    if needs == "corrupt" and given.answer is not None and given.corrupt is None:
-        raise UsageError(
-            f"--ablate {request.ablate} reads {ABLATION_LABELS[request.ablate]} in the run on "
-            "the corrupted text: give --corrupt"
-        )
-    return given
-
-
-def _check_measure(request: Request, given: Input, measure: Measure) -> None:
-    """The measure's table (:data:`~attnviz.choices.MEASURES`) against what is given: a
-    versus answer where it reads one (none where it reads the answer alone), and a
-    method it gives something to (EAP and attribution patching read its gradient at the
-    clean run)."""
-    measured = MEASURES[measure]
-    if measured.versus is True and given.versus is None:
-        raise UsageError(f"--metric {measure} reads a second answer: give --versus")
-    if measured.versus is False and given.versus is not None:
-        raise UsageError(f"--metric {measure} reads the answer alone: no --versus")
-    nothing_read = request.ablate is Ablation.NONE and given.corrupt is None
-    if request.effects and not measured.direction and nothing_read:
-        raise UsageError(
-            f"--metric {measure} has no dla (it is not linear in the logits) and --ablate "
-            "none leaves the ablation out: give --corrupt (patch) or an ablation"
-        )
-    circuit = request.circuit
-    by_gradient = (circuit.method if circuit is not None else request.method) == "gradient"
-    if measured.flat_at_clean and by_gradient:
-        instead = "--method ig or exact" if circuit is not None else "--method exact"
-        raise UsageError(
-            f"--metric {measure} is at its least, 0, at the clean run, so its gradient there "
-            f"is 0: --method gradient (attribution patching) estimates nothing from it; give "
-            f"{instead}"
-        )
-
-
-def measure_of(request: Request, given: Input) -> Measure | Callable[[Any], Any]:
-    """What the effects on ``given``'s answer are measured by: the request's metric, or by
-    default the log-probability (the logit difference where the input has a versus)."""
-    if request.metric is not None:
-        return request.metric
-    return Measure.LOG_PROB if given.versus is None else Measure.LOGIT_DIFFERENCE
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from attnviz.asked import check_asked
 from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import (
     ABLATION_LABELS,
@@ -33,7 +34,7 @@ from attnviz.errors import UsageError
 from attnviz.head_columns import HeadColumn, Needs
 from attnviz.inputs import read_option_text
 from attnviz.outputs import refuse_unused
-from attnviz.request import Input, Request, asked_for, check_asked
+from attnviz.request import Input, Request, asked_for
 from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.heads import Answer, HeadEffects, Knockout
 from attnviz.analysis.lens import Lens
 from attnviz.analysis.trace import Trace
+from attnviz.asked import measure_of
 from attnviz.choices import ABLATION_NEEDS, Ablation, Method, Site
 from attnviz.errors import UsageError, warn
 from attnviz.pretrained.effects import (
@@ -38,7 +39,7 @@ from attnviz.pretrained.patching import (
     patch_estimate,
     trace,
 )
-from attnviz.request import PREDICTIONS, Input, Request, measure_of
+from attnviz.request import PREDICTIONS, Input, Request
 from attnviz.selection import resolve, token_positions
 
 if TYPE_CHECKING:
