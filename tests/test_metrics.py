@@ -186,6 +186,23 @@ def test_a_python_metric_may_take_the_clean_logits_too(language_models):
     assert given.faithfulness == pytest.approx(built_in.faithfulness, abs=1e-4)
 
 
+def test_a_metric_whose_second_argument_has_a_default_gets_the_logits_alone():
+    from attnviz.pretrained.metrics import Metric
+
+    seen = []
+
+    def top(logits, k=1):  # a caller's own option, not the clean run's logits
+        seen.append(k)
+        return logits.topk(k, dim=-1).values.sum(-1)
+
+    metric = Metric(0, None, top)
+    assert not metric.reads_clean
+    import torch
+
+    assert metric.of(torch.zeros(2, 5)).shape == (2,) and seen == [1]
+    assert Metric(0, None, lambda logits, clean: logits[:, 0]).reads_clean
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

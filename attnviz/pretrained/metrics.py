@@ -93,8 +93,9 @@ def _takes_clean(function: Callable[..., Any]) -> bool:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: the logits alone
         return False
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    needed = [p for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty]
+    return len(needed) >= 2  # a second argument with a default is the caller's own
 
 
 def _given_metric(
