@@ -12,9 +12,11 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from attnviz.cli import app
 from attnviz.errors import UsageError
+from attnviz.pretrained.metrics import Metric
 from tests import circuit_references as reference
 from tests.checks import failed_in_process
 from tests.hook_references import (
@@ -187,8 +189,6 @@ def test_a_python_metric_may_take_the_clean_logits_too(language_models):
 
 
 def test_a_metric_whose_second_argument_has_a_default_gets_the_logits_alone():
-    from attnviz.pretrained.metrics import Metric
-
     seen = []
 
     def top(logits, k=1):  # a caller's own option, not the clean run's logits
@@ -197,8 +197,6 @@ def test_a_metric_whose_second_argument_has_a_default_gets_the_logits_alone():
 
     metric = Metric(0, None, top)
     assert not metric.reads_clean
-    import torch
-
     assert metric.of(torch.zeros(2, 5)).shape == (2,) and seen == [1]
     assert Metric(0, None, lambda logits, clean: logits[:, 0]).reads_clean
 
