@@ -474,7 +474,7 @@ def test_a_circuit_over_pairs_on_ray_equals_the_local_one(runner, local_ray, gen
     assert mine["curve"] == pytest.approx(theirs["curve"]) or [
         point["edges"] for point in mine["curve"]
     ] == [point["edges"] for point in theirs["curve"]]
-    booted = [*common[:6], "--bootstrap", "5", "--edges", "10"]  # each worker draws alike
+    booted = [*common[:7], "--bootstrap", "5", "--edges", "10"]  # each worker draws alike
     with torch_threads(1):
         local = run(runner, *booted)
     remote = run(runner, *booted, "--engine", "ray", "--jobs", "2")
