@@ -83,7 +83,7 @@ def _check_measure(request: Request, given: Input, measure: Measure) -> None:
         )
 
 
-def measure_of(request: Request, given: Input) -> Measure | Callable[[Any], Any]:
+def measure_of(request: Request, given: Input) -> Measure | Callable[..., Any]:
     """What the effects on ``given``'s answer are measured by: the request's metric, or by
     default the log-probability (the logit difference where the input has a versus)."""
     if request.metric is not None:

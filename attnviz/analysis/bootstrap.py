@@ -21,9 +21,9 @@ def resamples(count: int, pairs: int) -> np.ndarray:
     return draws.multinomial(pairs, np.full(pairs, 1.0 / pairs), size=count)
 
 
-def bootstrapped(resampled: np.ndarray, pairs: int) -> tuple[np.ndarray, np.ndarray]:
-    """From each resample's summed scores, (B, U, N): every edge's bootstrapped score and
-    whether its sign held in every resample, (U, N) each."""
+def bootstrapped(resampled: np.ndarray, pairs: int) -> np.ndarray:
+    """From each resample's summed scores, (B, U, N): every edge's bootstrapped score,
+    (U, N), 0 where its sign did not hold in every resample."""
     means = resampled / pairs
-    held = np.asarray((means > 0).all(axis=0) | (means < 0).all(axis=0))
-    return np.where(held, means.mean(axis=0), 0.0), held
+    held = (means > 0).all(axis=0) | (means < 0).all(axis=0)
+    return np.where(held, means.mean(axis=0), 0.0)

@@ -80,7 +80,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     count, graph = scored.pairs, scored.graph
     scores, exact = scored.scores / count, scored.exact
     if scored.resampled is not None:  # each edge's sign held over the resamples, or 0
-        scores, _ = bootstrapped(scored.resampled, count)
+        scores = bootstrapped(scored.resampled, count)
     if refine is not None:
         upstream, downstream = ranked(graph, scores)
         chosen = [(int(u), int(d)) for u, d in zip(upstream, downstream, strict=True)]
