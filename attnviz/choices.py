@@ -260,6 +260,7 @@ class CircuitMethod(StrEnum):
     EXACT = "exact"
     GRADIENT = "gradient"
     IG = "ig"
+    OPTIMIZE = "optimize"
 
 
 class Select(StrEnum):
@@ -281,6 +282,8 @@ CIRCUIT_METHOD_LABELS = {
     CircuitMethod.EXACT: "a forward pass per edge, batched",
     CircuitMethod.GRADIENT: "edge attribution patching, EAP: one forward and one backward pass",
     CircuitMethod.IG: "EAP with integrated gradients, EAP-IG: --steps backward passes",
+    CircuitMethod.OPTIMIZE: "a mask over the edges trained for faithfulness from EAP-IG's "
+    "scores: --train-steps forward and backward passes",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnviz.analysis.circuit import Training
 from attnviz.analysis.mib import MIB, mib_sizes
 from attnviz.choices import CircuitMethod, Level, Select, chosen
 from attnviz.errors import UsageError
@@ -19,6 +20,18 @@ MOST_STEPS = 1000
 # The most resamples --bootstrap asks: each is a (U, N) sum kept beside the scores
 # (SmolLM2: 1.2 MB).
 MOST_RESAMPLES = 200
+# --method optimize's training (:mod:`attnviz.pretrained.optimized`): defaults that gave
+# SmolLM2's and Gemma 3's IOI circuits their faithfulness (docs/effects.md), and bounds
+# past which Adam on a mask's logits only jumps or only stands
+DEFAULT_TRAIN_STEPS = 300
+DEFAULT_LEARNING_RATE = 0.1
+DEFAULT_SPARSITY = 1.0
+MOST_TRAIN_STEPS = 100_000
+MOST_LEARNING_RATE = 10.0
+MOST_SPARSITY = 1000.0
+
+
+_FROM_IG = (CircuitMethod.IG, CircuitMethod.OPTIMIZE)  # scored by EAP-IG (optimize: to start)
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,11 @@ class CircuitOptions:
     nodes: int | str | None = None  # a node circuit's size (level node), as edges is
     # B: every edge's score bootstrapped over B resamples of the pairs (its sign held)
     bootstrap: int | None = None
+    # --method optimize's: Adam's steps (a pair each), its learning rate, the weight of
+    # the mask's mean in the loss
+    train_steps: int | None = None
+    learning_rate: float | None = None
+    sparsity: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))
@@ -53,9 +71,12 @@ class CircuitOptions:
         object.__setattr__(self, "level", chosen(Level, self.level, "level"))
         self._check_level()
         self._check_selection()
-        if self.steps is not None and self.method is not CircuitMethod.IG:
-            raise UsageError("--steps counts EAP-IG's points: give it with --method ig")
-        if self.method is CircuitMethod.IG:
+        if self.steps is not None and self.method not in _FROM_IG:
+            raise UsageError(
+                "--steps counts EAP-IG's points: give it with --method ig (or optimize)"
+            )
+        self._check_training()
+        if self.method in _FROM_IG:
             object.__setattr__(self, "steps", DEFAULT_STEPS if self.steps is None else self.steps)
             _count(self.steps, "--steps", least=1, most=MOST_STEPS)
         if self.refine is not None:
@@ -82,6 +103,43 @@ class CircuitOptions:
         # a size given twice is one circuit: sorted, "all" last
         once = sorted(set(curve), key=lambda size: (size == ALL, 0 if size == ALL else size))
         object.__setattr__(self, "curve", tuple(once))
+
+    def _check_training(self) -> None:
+        given = {
+            "--train-steps": self.train_steps,
+            "--learning-rate": self.learning_rate,
+            "--sparsity": self.sparsity,
+        }
+        if self.method is not CircuitMethod.OPTIMIZE:
+            for option, value in given.items():
+                if value is not None:
+                    raise UsageError(f"{option} is --method optimize's: give both, or neither")
+            return
+        for option, refused in (
+            ("--refine", self.refine is not None),
+            ("--bootstrap", self.bootstrap is not None),
+            ("--level node", self.level is Level.NODE),
+        ):
+            if refused:
+                raise UsageError(
+                    f"--method optimize learns a mask over the edges: not with {option}"
+                )
+        steps = DEFAULT_TRAIN_STEPS if self.train_steps is None else self.train_steps
+        _count(steps, "--train-steps", least=1, most=MOST_TRAIN_STEPS)
+        rate = DEFAULT_LEARNING_RATE if self.learning_rate is None else self.learning_rate
+        _number(rate, "--learning-rate", MOST_LEARNING_RATE, least_open=True)
+        sparsity = DEFAULT_SPARSITY if self.sparsity is None else self.sparsity
+        _number(sparsity, "--sparsity", MOST_SPARSITY, least_open=False)
+        object.__setattr__(self, "train_steps", steps)
+        object.__setattr__(self, "learning_rate", float(rate))
+        object.__setattr__(self, "sparsity", float(sparsity))
+
+    @property
+    def training(self) -> Training:
+        """--method optimize's training, as asked."""
+        assert self.train_steps is not None and self.learning_rate is not None
+        assert self.sparsity is not None  # filled in for --method optimize
+        return Training(self.train_steps, self.learning_rate, self.sparsity)
 
     def _check_level(self) -> None:
         if self.level is Level.EDGE:
@@ -184,6 +242,16 @@ def _fitting(size: int, count: int, option: str, whole: str = ALL, unit: str = "
             f"at most {count:,}, or {whole}"
         )
     return size
+
+
+def _number(value: object, option: str, most: float, least_open: bool) -> None:
+    """A number from 0 (``least_open``: above 0) to ``most``; NaN is none."""
+    fits = False
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        fits = (value > 0 if least_open else value >= 0) and value <= most
+    if not fits:
+        low = "above 0" if least_open else "0 or more"
+        raise UsageError(f"{option} is a number {low}, at most {most:g}, not {value!r}")
 
 
 def _count(value: object, option: str, least: int, most: int | None = None) -> None:

@@ -46,7 +46,7 @@ from attnviz.render.image import Painter
 from attnviz.request import Input
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
+    from attnviz.analysis.circuit import Circuit, Training
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
     from attnviz.analysis.graph import Graph
     from attnviz.batch.inputs import BatchInput
@@ -399,6 +399,7 @@ class CircuitWorker:
             "scored": lambda: circuit.scored(self.runs_of, pairs, *argument),
             "exact": lambda: circuit.exact_summed(self.runs_of, pairs, argument),
             "measured": lambda: circuit.measured_summed(self.runs_of, pairs, argument),
+            "optimized": lambda: circuit.optimized_over(self.runs_of, pairs, *argument),
             "promoted": lambda: circuit.promoted(self.extractor, argument),
             "graph": lambda: circuit.graph_of_model(self.extractor),
             "checked": lambda: circuit.pairs_checked(self.runs_of, pairs),
@@ -420,12 +421,16 @@ class RayPhases:
     work: circuit.CircuitWork
     workers: Workers
 
-    def _summed(self, phase: str, argument: Any, first_only: bool = False) -> list[Any]:
+    def _summed(
+        self, phase: str, argument: Any, first_only: bool = False, whole: bool = False
+    ) -> list[Any]:
+        """Each task's result of ``phase``: the pairs cut into tasks (the first pair alone
+        where ``first_only``; every pair in one task where ``whole``)."""
         import ray.data
 
         pairs = [[index, asdict(given)] for index, given in enumerate(self.work.inputs)]
         listed = pairs[:1] if first_only else pairs
-        size = max(1, -(-len(listed) // (self.workers.count * 4)))
+        size = len(listed) if whole else max(1, -(-len(listed) // (self.workers.count * 4)))
         passed = pickle.dumps((phase, argument))
         rows = [
             {"task": json.dumps(listed[start : start + size]), "pass": passed}
@@ -473,6 +478,13 @@ class RayPhases:
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
         return np.sum(self._summed("measured", kept), axis=0)
+
+    def optimized(
+        self, start: np.ndarray, gap: float, training: Training
+    ) -> tuple[np.ndarray, Training]:
+        # one worker trains: each step's update needs the step before's
+        (learned,) = self._summed("optimized", (start, gap, training), whole=True)
+        return learned
 
     def promoted(self, last: np.ndarray) -> tuple[str, ...]:
         (labels,) = self._summed("promoted", last, first_only=True)

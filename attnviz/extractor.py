@@ -286,6 +286,9 @@ class Extractor(ABC):
         level: Level | str = Level.EDGE,
         nodes: int | str | None = None,
         bootstrap: int | None = None,
+        train_steps: int | None = None,
+        learning_rate: float | None = None,
+        sparsity: float | None = None,
         progress: Listener | bool = True,
         **options: Any,
     ) -> Circuit:
@@ -293,7 +296,9 @@ class Extractor(ABC):
         scored on an answer: the change in the metric (as :meth:`head_effects` reads it)
         when that edge alone carries the corrupted run's value, by ``method`` ("exact",
         "gradient": EAP, "ig": EAP-IG with ``steps`` points; ``refine`` K: the estimate's
-        top K again exactly); the circuit chosen by ``select`` ("top": the ``edges``
+        top K again exactly; "optimize": a mask over the edges learned from EAP-IG's scores
+        in ``train_steps`` of Adam at ``learning_rate``, ``sparsity`` the weight of its mean,
+        :mod:`attnviz.pretrained.optimized`); the circuit chosen by ``select`` ("top": the ``edges``
         largest |scores|, 100 by default, "all", 0…; "greedy": EAP-IG's, from the logits
         up; "threshold": every edge of |score| at least ``threshold``), its dead ends out if
         ``prune``, and its faithfulness, and each size of ``curve`` (sizes or "all", each
@@ -322,6 +327,9 @@ class Extractor(ABC):
             level=chosen(Level, level, "level"),
             nodes=nodes,
             bootstrap=bootstrap,
+            train_steps=train_steps,
+            learning_rate=learning_rate,
+            sparsity=sparsity,
         )
         asked = _asking(request, options, circuit=circuit)
         if (text is None) == (pairs is None):

@@ -43,6 +43,14 @@ def advance(what: str, done: int, total: int) -> None:
         listener(what, done, total)
 
 
+def note(what: str, news: str) -> None:
+    """A running figure of the pass ``what`` (an optimiser's loss), for a listener that
+    shows one: one with a ``noted(what, news)`` method (the bars); others are not told."""
+    noted = getattr(_LISTENER.get(), "noted", None)
+    if noted is not None:
+        noted(what, news)
+
+
 def listened() -> bool:
     """Whether anyone is told: a pass skips what it would measure only for the telling."""
     return _LISTENER.get() is not None

@@ -43,12 +43,23 @@ def bars(console: Any = None) -> Iterator[Listener]:
     console = console or Console(stderr=True, markup=False, highlight=False)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     progress = Progress(*columns, TimeRemainingColumn(), console=console, transient=True)
-    tasks: dict[str, Any] = {}
-
-    def listener(what: str, done: int, total: int) -> None:
-        if what not in tasks:
-            tasks[what] = progress.add_task(plural(what), total=total)
-        progress.update(tasks[what], completed=done, total=total)
-
     with progress:
-        yield listener
+        yield _Bars(progress)
+
+
+class _Bars:
+    """The listener :func:`bars` yields: a bar per pass, its running figure (where a pass
+    notes one, :func:`attnviz.progress.note`) beside what it does."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if what not in self.tasks:
+            self.tasks[what] = self.progress.add_task(plural(what), total=total)
+        self.progress.update(self.tasks[what], completed=done, total=total)
+
+    def noted(self, what: str, news: str) -> None:
+        if what in self.tasks:
+            self.progress.update(self.tasks[what], description=f"{plural(what)} · {news}")

@@ -225,6 +225,23 @@ def carried_metric(model, ids, corrupt, answer_id, versus_id, carried):
     return run(model, ids, answer_id, versus_id, added)[0]
 
 
+def masked_metric(model, ids, corrupt, answer_id, versus_id, weights):
+    """The metric of the clean run in which each edge (upstream, downstream) of
+    ``weights`` carries w × its value in this run + (1 − w) × the corrupted run's: d's input
+    gets Σ_u (1 − w_ud)(out_u(corrupt) − out_u(this run)). A tensor of the graph: its
+    gradient reaches the weights (tensors)."""
+    into = {}
+    for (upstream, downstream), weight in weights.items():
+        into.setdefault(downstream, []).append((upstream, weight))
+
+    def added(name, outputs):
+        if name not in into:
+            return None
+        return sum((1 - weight) * (corrupt[u] - outputs[u]) for u, weight in into[name])
+
+    return run(model, ids, answer_id, versus_id, added, graph=True)[0]
+
+
 def exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges):
     """Each edge's metric with it alone carrying the corrupted value, less the clean one."""
     clean = run(model, ids, answer_id, versus_id)[0]

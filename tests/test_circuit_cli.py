@@ -136,6 +136,20 @@ def test_bad_pairs_are_named_by_their_line(runner, generators, tmp_path, lines, 
             "not with --scores",
         ),
         (["--corrupt", "The dog", "--answer", ANSWER], "the corrupted text is"),
+        (["--corrupt", CORRUPT, "--answer", ANSWER, "--sparsity", "1"], "--method optimize's"),
+        (
+            ["--corrupt", CORRUPT, "--answer", ANSWER, "--method", "optimize", "--refine", "3"],
+            "not with --refine",
+        ),
+        (
+            [*TWINS, "--method", "optimize", "--bootstrap", "3"],
+            "not with --bootstrap",
+        ),
+        ([*TWINS, "--method", "optimize", "--level", "node"], "not with --level node"),
+        ([*TWINS, "--method", "optimize", "--learning-rate", "0"], "--learning-rate is a number"),
+        ([*TWINS, "--method", "optimize", "--learning-rate", "nan"], "--learning-rate is a"),
+        ([*TWINS, "--method", "optimize", "--sparsity", "-1"], "--sparsity is a number 0 or"),
+        ([*TWINS, "--method", "optimize", "--train-steps", "0"], "--train-steps is a whole"),
     ],
 )
 def test_usage_errors_are_one_line(runner, generators, arguments, message):

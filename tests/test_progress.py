@@ -152,3 +152,30 @@ def test_circuit_from_python_shows_bars_where_a_person_watches_unless_told_not_t
         assert bool(drawn) == shown, (watched, progress)
         assert ("scored pair", 1, 1) in drawn or not shown
     assert capsys.readouterr().err == ""
+
+
+def test_the_training_bar_shows_its_loss_and_a_plain_listener_hears_the_steps(language_models):
+    """--method optimize notes its loss as it trains: the bars show it beside the steps;
+    a listener without ``noted`` is told the steps alone."""
+    import io
+
+    from rich.console import Console
+
+    from attnviz.progress import advance, note, reporting
+    from attnviz.progress_bars import bars
+    from tests.circuit_references import OTHER, PAIR
+
+    told = []
+    language_models["llama-lm"].circuit(
+        pairs=[PAIR, OTHER], method="optimize", train_steps=3, edges=5,
+        progress=lambda *said: told.append(said),
+    )  # fmt: skip
+    assert [said for said in told if said[0] == "training step"] == [
+        ("training step", step, 3) for step in (1, 2, 3)
+    ]
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with bars(console) as listener, reporting(listener):
+        advance("training step", 1, 3)
+        note("training step", "loss 0.25")
+        (task,) = listener.progress.tasks
+        assert task.description == "training steps · loss 0.25"

@@ -51,6 +51,17 @@ class CurvePoint(NamedTuple):
     fraction: float
 
 
+class Training(NamedTuple):
+    """How ``--method optimize`` learned its mask (:mod:`attnviz.pretrained.optimized`):
+    ``steps`` of Adam at ``learning_rate``, a pair each, ``sparsity`` the weight of the
+    mask's mean in the loss; and each step's loss, once learned."""
+
+    steps: int
+    learning_rate: float
+    sparsity: float
+    losses: tuple[float, ...] = ()
+
+
 @dataclass(frozen=True)
 class Circuit(Drawn):
     """Every edge's score (``scores``, (upstream, downstream); 0 where there is no edge),
@@ -85,6 +96,7 @@ class Circuit(Drawn):
     node_scores: np.ndarray | None = None
     source: str | None = None  # the file its scores were read from (not scored here)
     bootstrap: int | None = None  # B: its scores bootstrapped over B resamples of the pairs
+    training: Training | None = None  # how its scores were learned (--method optimize)
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
@@ -207,6 +219,7 @@ class Circuit(Drawn):
             **({} if self.steps is None else {"steps": self.steps}),
             "pairs": self.pairs,
             "bootstrap": self.bootstrap,
+            "training": None if self.training is None else self.training._asdict(),
             "metric": self.answer.metric_name,
             "answer": {name: getattr(on, name) for name in _ANSWER_FIELDS},
             "clean_metric": self.clean_metric,
@@ -337,6 +350,23 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         _node_scores(read.document.get("node_scores"), len(graph.upstream), where),
         read.optional("source", str),
         None if read.document.get("bootstrap") is None else read.whole("bootstrap"),
+        _training(read.document.get("training"), where),
+    )
+
+
+def _training(value: Any, where: str) -> Training | None:
+    """How an optimised circuit's mask was learned, checked; None for another's."""
+    if value is None:
+        return None
+    read = _Reader(value, f"{where}, its training")
+    losses = read.part("losses", list)
+    if not all(isinstance(each, int | float) and not isinstance(each, bool) for each in losses):
+        raise UsageError(f'{where}: its training\'s "losses" are not all numbers')
+    return Training(
+        read.whole("steps"),
+        read.number("learning_rate"),
+        read.number("sparsity"),
+        tuple(float(each) for each in losses),
     )
 
 

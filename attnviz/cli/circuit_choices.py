@@ -14,9 +14,15 @@ from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Select,
 from attnviz.circuit_options import (
     ALL,
     DEFAULT_EDGES,
+    DEFAULT_LEARNING_RATE,
+    DEFAULT_SPARSITY,
     DEFAULT_STEPS,
+    DEFAULT_TRAIN_STEPS,
+    MOST_LEARNING_RATE,
     MOST_RESAMPLES,
+    MOST_SPARSITY,
     MOST_STEPS,
+    MOST_TRAIN_STEPS,
     CircuitOptions,
 )
 from attnviz.cli.bundles import bundle
@@ -37,7 +43,36 @@ StepsOption = Annotated[
         metavar="N",
         min=1,
         help=f"EAP-IG's points between the corrupted and the clean input embeddings "
-        f"(--method ig; {DEFAULT_STEPS} by default, at most {MOST_STEPS:,}).",
+        f"(--method ig, and optimize's start; {DEFAULT_STEPS} by default, at most "
+        f"{MOST_STEPS:,}).",
+    ),
+]
+TrainStepsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--train-steps",
+        metavar="N",
+        help=f"--method optimize: Adam's steps, a pair each ({DEFAULT_TRAIN_STEPS} by default, "
+        f"at most {MOST_TRAIN_STEPS:,}).",
+    ),
+]
+LearningRateOption = Annotated[
+    float | None,
+    typer.Option(
+        "--learning-rate",
+        metavar="R",
+        help="--method optimize: Adam's learning rate on the mask's logits "
+        f"({DEFAULT_LEARNING_RATE:g} by default; above 0, at most {MOST_LEARNING_RATE:g}).",
+    ),
+]
+SparsityOption = Annotated[
+    float | None,
+    typer.Option(
+        "--sparsity",
+        metavar="S",
+        help=f"--method optimize: the weight of the mask's mean in the loss, beside the "
+        f"squared share of the answer lost ({DEFAULT_SPARSITY:g} by default; 0 to "
+        f"{MOST_SPARSITY:g}).",
     ),
 ]
 RefineOption = Annotated[
@@ -146,6 +181,9 @@ class CircuitChoices:
     scores: ScoresOption = None
     curve: CurveOption = None
     bootstrap: BootstrapOption = None
+    train_steps: TrainStepsOption = None
+    learning_rate: LearningRateOption = None
+    sparsity: SparsityOption = None
 
     def options(self) -> CircuitOptions:
         """The options these choices make, checked."""

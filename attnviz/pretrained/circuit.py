@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.bootstrap import bootstrapped, resamples
-from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked
+from attnviz.analysis.circuit import Circuit, CurvePoint, Training, faithfulness_of, ranked
 from attnviz.analysis.eap_ig import EapIgGraph, read_scores
 from attnviz.analysis.selections import selected
 from attnviz.choices import CircuitMethod, Level, Select
+from attnviz.circuit_options import DEFAULT_EDGES
 from attnviz.errors import UsageError
 from attnviz.extractor import pair_error
 from attnviz.pretrained.answered import Answered, answered
@@ -37,6 +38,7 @@ from attnviz.pretrained.edges import (
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
+from attnviz.pretrained.optimized import optimized, starting_logits
 from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:
@@ -76,11 +78,17 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     asked, sizes = options.asked(units), options.sizes(units)
     refine = options.refined(graph.count)
     phases.checked()
-    scored = phases.scored(options.method, options.steps, options.bootstrap)
+    optimize = options.method is CircuitMethod.OPTIMIZE
+    scoring = CircuitMethod.IG if optimize else options.method  # optimize starts from EAP-IG
+    scored = phases.scored(scoring, options.steps, options.bootstrap)
     count, graph = scored.pairs, scored.graph
     scores, exact = scored.scores / count, scored.exact
     if scored.resampled is not None:  # each edge's sign held over the resamples, or 0
         scores = bootstrapped(scored.resampled, count)
+    clean, corrupt = scored.clean / count, scored.corrupt / count
+    training = None
+    if optimize:
+        scores, training = optimized_scores(phases, graph, scores, asked, clean - corrupt, options)
     if refine is not None:
         upstream, downstream = ranked(graph, scores)
         chosen = [(int(u), int(d)) for u, d in zip(upstream, downstream, strict=True)]
@@ -89,7 +97,6 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         exact = np.zeros(graph.edges.shape, dtype=bool)
         for (u, d), value in zip(chosen, values, strict=True):
             scores[u, d], exact[u, d] = value, True
-    clean, corrupt = scored.clean / count, scored.corrupt / count
     nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
     masks = [
         selected(graph, scores, options.select, size, options.prune, nodes)
@@ -122,7 +129,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         scored.model,
         graph,
         scores,
-        scored.method,
+        options.method if optimize else scored.method,
         scored.steps,
         count,
         answer,
@@ -139,7 +146,28 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         nodes,
         scored.source,
         options.bootstrap,
+        training,
     )
+
+
+def optimized_scores(
+    phases: Phases,
+    graph: Graph,
+    scores: np.ndarray,
+    asked: float,
+    gap: float,
+    options: CircuitOptions,
+) -> tuple[np.ndarray, Training]:
+    """The mask learned from ``scores`` (EAP-IG's means), starting with the circuit asked
+    for at one half (a threshold's circuit: DEFAULT_EDGES), and its training."""
+    if gap == 0:
+        raise UsageError(
+            "the corrupted texts leave the metric as the clean ones do (their means are "
+            "equal): no faithfulness to optimise; give pairs whose twins change the answer"
+        )
+    size = DEFAULT_EDGES if options.select is Select.THRESHOLD else int(asked)
+    start = starting_logits(graph, scores, size)
+    return phases.optimized(start, gap, options.training)
 
 
 def node_scores(
@@ -260,6 +288,11 @@ class Given:
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
         return self.phases.measured(kept)
+
+    def optimized(
+        self, start: np.ndarray, gap: float, training: Training
+    ) -> tuple[np.ndarray, Training]:
+        return self.phases.optimized(start, gap, training)
 
     def promoted(self, last: np.ndarray) -> tuple[str, ...]:
         if isinstance(self.circuit, EapIgGraph):
@@ -453,6 +486,22 @@ def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.n
     return np.sum(found, axis=0)
 
 
+def optimized_over(
+    runs_of: PairRuns, pairs: Indexed, start: np.ndarray, gap: float, training: Training
+) -> tuple[np.ndarray, Training]:
+    """The mask learned over ``pairs`` (all of them: each step reads one), each pair read
+    once (its twins are small: its arguments and metric)."""
+    read: dict[int, Twins] = {}
+
+    def twins_of(place: int) -> Twins:
+        if place not in read:
+            index, given = pairs[place]
+            read[place] = runs_of.twins(index, given)
+        return read[place]
+
+    return optimized(twins_of, len(pairs), start, gap, training)
+
+
 def pairs_checked(runs_of: PairRuns, pairs: Indexed) -> None:
     """Each pair tokenized and checked, as a pass would read it (no pass runs)."""
     for index, given in pairs:
@@ -515,6 +564,13 @@ class Here:
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
         return self._passing(lambda: measured_summed(self.runs_of, self.indexed, kept))
+
+    def optimized(
+        self, start: np.ndarray, gap: float, training: Training
+    ) -> tuple[np.ndarray, Training]:
+        return self._passing(
+            lambda: optimized_over(self.runs_of, self.indexed, start, gap, training)
+        )
 
     def promoted(self, last: np.ndarray) -> tuple[str, ...]:
         return promoted(self.extractor, last)

@@ -18,7 +18,11 @@ def say_faithfulness(faithfulness: float | None, edges: int, node_level: bool) -
         warn(
             f"the circuit of {edges:,} edges keeps {faithfulness:z.3f} of what the corruption "
             f"takes (faithfulness below {LOW_FAITHFULNESS}): try "
-            + ("more --nodes" if node_level else "more --edges, --select greedy, --level node")
+            + (
+                "more --nodes"
+                if node_level
+                else "more --edges, --method optimize, --select greedy, --level node"
+            )
             + ", or --curve to see where it rises"
         )
 
@@ -29,9 +33,10 @@ def say_pruning_moved(chosen: int, kept: int, before: float | None, after: float
     end still counts."""
     if before is None or after is None or abs(after - before) < _PRINTED:
         return
+    taken = chosen - kept
     warn(
-        f"pruning took {chosen - kept:,} dead-end edges out of the circuit ({chosen:,} → "
-        f"{kept:,}) and moved its faithfulness from {before:z.3f} to {after:z.3f}: this "
-        "model's heads share the norm after attention, so an edge that leads nowhere still "
-        "changes what they carry; --no-prune measures the circuit as chosen"
+        f"pruning took {taken:,} dead-end edge{'s' if taken != 1 else ''} out of the circuit "
+        f"({chosen:,} → {kept:,}) and moved its faithfulness from {before:z.3f} to "
+        f"{after:z.3f}: this model's heads share the norm after attention, so an edge that "
+        "leads nowhere still changes what they carry; --no-prune measures the circuit as chosen"
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from attnviz.analysis.circuit import Training
     from attnviz.analysis.graph import Graph
     from attnviz.analysis.heads import Answer
     from attnviz.choices import CircuitMethod
@@ -87,6 +88,13 @@ class Phases(Protocol):
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
         """Each circuit's metric (``kept``: (C, U, N)) summed over the pairs, (C,)."""
+        ...
+
+    def optimized(
+        self, start: np.ndarray, gap: float, training: Training
+    ) -> tuple[np.ndarray, Training]:
+        """The mask learned over the pairs from the logits ``start`` (U, N), and the
+        training with its losses (:func:`attnviz.pretrained.optimized.optimized`)."""
         ...
 
     def promoted(self, last: np.ndarray) -> tuple[str, ...]:

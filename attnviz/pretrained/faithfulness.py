@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,17 +73,52 @@ def circuit_metrics(twins: Twins, kept: np.ndarray, told: FirstPart | None = Non
 
 def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
     """The metric with every edge outside ``kept`` (U, N) carrying the corrupted value.
-    Each downstream input gets what every edge into it would carry, the corrupted
-    residual less the current one (their difference is the sum of every upstream node's,
-    biases cancelling), less what the kept edges carry back: out_u(corrupt) − out_u(now)
-    of each kept u. A group whose every edge is kept is left as the pass computes it."""
+    A group whose every edge is kept is left as the pass computes it."""
+    graph = twins.wiring.graph
+    inside = graph.edges & kept
+    changed = _changed(graph, inside)
+    return float(_pass(twins, changed, lambda like: _on_device(inside, changed, like)))
+
+
+def masked_metric(twins: Twins, mask: torch.Tensor) -> torch.Tensor:
+    """The metric with each edge carrying ``mask`` × its value in this run + (1 − ``mask``)
+    × the corrupted run's (``mask``: (U, N) in [0, 1], float32; 1 where an edge is whole),
+    differentiable in ``mask``: every group is changed, every node with an edge into it
+    a carrier."""
+    graph = twins.wiring.graph
+    every = _grouped(graph, np.asarray(graph.edges.any(0)), graph.edges)
+    edges = mask * _as_tensor(graph.edges, mask)  # no weight where there is no edge
+
+    def weights(like: torch.Tensor) -> list[torch.Tensor]:
+        on = edges.to(like.device, like.dtype)
+        return [
+            on[_as_tensor(group.carriers, on)][:, _as_tensor(group.nodes, on)].T for group in every
+        ]
+
+    return _pass(twins, every, weights)
+
+
+def _as_tensor(found: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.as_tensor(found, device=like.device)
+
+
+def _pass(
+    twins: Twins,
+    changed: list[_Group],
+    weights_of: Callable[[torch.Tensor], list[torch.Tensor]],
+) -> torch.Tensor:
+    """The circuit row's metric, (): each input of the ``changed`` groups gets what every
+    edge into it would carry, the corrupted residual less the current one (their
+    difference is the sum of every upstream node's, biases cancelling), less what each
+    carrier carries back, out_u(corrupt) − out_u(now), weighted by ``weights_of`` (each
+    group's (n, k), made like the first residual)."""
     import torch
 
     wiring, graph = twins.wiring, twins.wiring.graph
     start = first_difference(twins.arguments, twins.corrupt_arguments)
     both = stacked(twins.corrupt_arguments, twins.arguments)  # rows: corrupted, circuit's
-    inside = graph.edges & kept
-    changed = _changed(graph, inside)
     users = {int(upstream) for group in changed for upstream in group.carriers}
     carried: dict[int, Carried] = {}  # out_u(corrupt) − out_u(now), once computed
     readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
@@ -109,7 +145,7 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
                 if not carriers:  # every node of the group reads the corrupted residual
                     return _CIRCUIT_ROW, away
                 if not weights:
-                    weights.extend(_on_device(inside, changed, away))
+                    weights.extend(weights_of(away))
                 # carriers a matrix product at a time: at most _ELEMENTS_AT_ONCE of (k, S, D)
                 at_once = block_size(_ELEMENTS_AT_ONCE, residual.device)
                 step = max(1, at_once // max(1, residual[0].numel()))
@@ -129,7 +165,7 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
             adding = corrupted(index, group)
             hooks.enter_context(changed_inputs(wiring, group.layer, group.letters, adding, start))
         logits = last_logits(twins.model, both)
-    return float(twins.metric.of(logits)[1])
+    return twins.metric.of(logits)[1]
 
 
 _ELEMENTS_AT_ONCE = 2**22  # of the nodes a group's kept edges carry back, stacked
@@ -151,7 +187,12 @@ class _Group:
 
 def _changed(graph: Graph, inside: np.ndarray) -> list[_Group]:
     """The groups a pass keeping the edges ``inside`` (U, N) changes, in the pass's order."""
-    touched = (inside != graph.edges).any(0)  # (N) whether a node has an edge left out
+    return _grouped(graph, (inside != graph.edges).any(0), inside)
+
+
+def _grouped(graph: Graph, touched: np.ndarray, carrying: np.ndarray) -> list[_Group]:
+    """The groups of the ``touched`` downstream nodes (N,) in the pass's order, each
+    node's carriers those of ``carrying`` (U, N): the edges kept (or every edge)."""
     found: list[tuple[int, str, list[int]]] = []
     for layer, letter, first, size, _ in graph.groups():
         if not touched[first : first + size].any():
@@ -162,7 +203,7 @@ def _changed(graph: Graph, inside: np.ndarray) -> list[_Group]:
         else:
             found.append((layer, letter, nodes))
     return [
-        _Group(layer, letters, np.array(nodes), np.nonzero(inside[:, nodes].any(1))[0])
+        _Group(layer, letters, np.array(nodes), np.nonzero(carrying[:, nodes].any(1))[0])
         for layer, letters, nodes in found
     ]
 

@@ -28,12 +28,14 @@ from attnviz.safe_text import spaces_shown
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from attnviz.analysis.circuit import Circuit
+    from attnviz.analysis.circuit import Circuit, Training
     from attnviz.render.image import Picture
 
 
 def circuit_title(circuit: Circuit) -> str:
     steps = f" ({circuit.steps} steps)" if circuit.method is CircuitMethod.IG else ""
+    if circuit.training is not None:
+        steps = f" (from EAP-IG at {circuit.steps} steps, {circuit.training.steps} training steps)"
     pairs = "" if circuit.pairs == 1 else f", the mean over {circuit.pairs} pairs"
     scored = (
         f"by {circuit.method.value}{steps}"
@@ -41,6 +43,34 @@ def circuit_title(circuit: Circuit) -> str:
         else f"of the scores in {circuit.source}"
     )
     return f"{circuit.model} · circuit {scored}{pairs} · {_measured(circuit)}"
+
+
+def score_line(circuit: Circuit) -> str:
+    """What an edge's score is."""
+    if circuit.training is not None:
+        return (
+            "score: the edge's learned mask (1: it carries its value in the run, 0: the "
+            "corrupted run's)"
+        )
+    unit = circuit.answer.unit()
+    return f"score: the {unit} when that edge alone carries the corrupted run's value"
+
+
+def training_line(training: Training, pairs: int) -> str:
+    """How the mask was learned: its settings and its loss from the first pass over the
+    pairs to the last (each the mean of as many steps as there are pairs)."""
+    said = (
+        f"trained: {training.steps:,} steps at learning rate {training.learning_rate:g}, "
+        f"sparsity {training.sparsity:g}"
+    )
+    window = min(pairs, len(training.losses))
+    if not window:
+        return said
+    first, last = training.losses[:window], training.losses[-window:]
+    return (
+        f"{said}; loss {sum(first) / window:.4g} → {sum(last) / window:.4g} (means of "
+        f"{window} step{'s' if window != 1 else ''})"
+    )
 
 
 def _measured(circuit: Circuit) -> str:
@@ -115,13 +145,11 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
             assert circuit.exact is not None
             cells.append("✓" if circuit.exact[index[first], downstream[then]] else "")
         table.add_row(*cells)
-    unit = circuit.answer.unit()
-    notes = [
-        Text(f"score: the {unit} when that edge alone carries the corrupted run's value"),
-        *(Text(line) for line in faithfulness_lines(circuit)),
-    ]
+    notes = [Text(score_line(circuit)), *(Text(line) for line in faithfulness_lines(circuit))]
     if circuit.method is not CircuitMethod.EXACT and circuit.source is None:
         notes.append(Text(f"{circuit.method.value}: {CIRCUIT_METHOD_LABELS[circuit.method]}"))
+    if circuit.training is not None:
+        notes.append(Text(training_line(circuit.training, circuit.pairs)))
     return Group(Text(circuit_title(circuit)), table, *notes)
 
 
