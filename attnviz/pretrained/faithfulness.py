@@ -80,14 +80,18 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
     return float(_pass(twins, changed, lambda like: _on_device(inside, changed, like)))
 
 
-def masked_metric(twins: Twins, mask: torch.Tensor) -> torch.Tensor:
+def masked_metric(
+    twins: Twins, mask: torch.Tensor, support: np.ndarray | None = None
+) -> torch.Tensor:
     """The metric with each edge carrying ``mask`` × its value in this run + (1 − ``mask``)
     × the corrupted run's (``mask``: (U, N) in [0, 1], float32; 1 where an edge is whole),
-    differentiable in ``mask``: every group is changed, every node with an edge into it
-    a carrier."""
+    differentiable in ``mask``: every group is changed, every node with an edge of
+    ``support`` (U, N) bool into it a carrier (by default every edge; an edge outside it
+    carries its corrupted value, whatever its mask)."""
     graph = twins.wiring.graph
-    every = _grouped(graph, np.asarray(graph.edges.any(0)), graph.edges)
-    edges = mask * _as_tensor(graph.edges, mask)  # no weight where there is no edge
+    carrying = graph.edges if support is None else graph.edges & support
+    every = _grouped(graph, np.asarray(graph.edges.any(0)), carrying)
+    edges = mask * _as_tensor(carrying, mask)  # no weight where no edge carries
 
     def weights(like: torch.Tensor) -> list[torch.Tensor]:
         on = edges.to(like.device, like.dtype)

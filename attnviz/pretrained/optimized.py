@@ -5,9 +5,12 @@ formulation (Bhaskar et al. 2024, "Finding Transformer Circuits with Edge Prunin
 with a deterministic sigmoid mask and a penalty on its mean in place of their hard-concrete
 L0 and target sparsity. The loss is the circuit's metric's distance from the clean run's,
 as a share of the clean run's distance from the corrupted one, squared, plus
-``sparsity`` × the mask's mean over the edges. The mask starts from EAP-IG's order: the
-circuit asked for at about one half, the edges above it more, those below less; the learned
-mask is each edge's score, read by the selections and by ``--curve``.
+``sparsity`` × the mask's mean. The mask starts from EAP-IG's order (its warm start, as
+the 2025 MIB shared task's entries started): the circuit asked for at about one half,
+the edges above it more, those below less; only the top CANDIDATES × the circuit's size
+are trained, the others carrying their corrupted values. The learned mask is each edge's
+score, read by the selections and by ``--curve``: the candidates first, by their mask,
+then the others in EAP-IG's order.
 
 Shape letters: U upstream nodes, N downstream nodes.
 """
@@ -31,23 +34,34 @@ if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
     from attnviz.pretrained.faithfulness import Twins
 
-# How far the starting mask's logits spread: the top edge starts at sigmoid(SPREAD), the
-# circuit asked for at one half, twice its size at sigmoid(−SPREAD), and no lower than
-# sigmoid(−FLOOR) (an edge EAP-IG scored 0 still has a gradient to rise by).
+# The starting mask's logits, by EAP-IG's rank: the top edge at SPREAD, the circuit asked
+# for at 0 (one half), twice its size at −SPREAD, CANDIDATES times its size at LOWEST;
+# those are trained, and none falls below LOWEST. Every other edge stays in EAP-IG's order
+# between TAIL[0] and TAIL[1], below every candidate: the circuits larger than the
+# candidates are EAP-IG's, and a mask of e^-20 weighs nothing in the pass.
 SPREAD = 4.0
-FLOOR = 8.0
+CANDIDATES = 4
+LOWEST = SPREAD * (1 - CANDIDATES)
+TAIL = (-20.0, -30.0)
 
 
 def starting_logits(graph: Graph, scores: np.ndarray, asked: int) -> np.ndarray:
-    """(U, N) the mask's logits before training: by rank of |score| among the graph's
-    edges, SPREAD × (asked − rank) / asked, at least −FLOOR (0 where there is no edge)."""
+    """(U, N) the mask's logits before training (0 where there is no edge): by rank of
+    |score| among the graph's edges, SPREAD × (asked − rank) / asked for the candidates,
+    the top CANDIDATES × asked; the rest from TAIL[0] down to TAIL[1]."""
     upstream, downstream = np.nonzero(graph.edges)
     order = np.argsort(-np.abs(scores[upstream, downstream]), kind="stable")
     rank = np.empty(len(order))
     rank[order] = np.arange(len(order))
     size = max(1, asked)
+    candidates = min(len(order), CANDIDATES * size)
+    below = (rank - candidates) / max(1, len(order) - candidates)  # 0 to 1 past them
     logits = np.zeros(graph.edges.shape)
-    logits[upstream, downstream] = np.maximum(SPREAD * (size - rank) / size, -FLOOR)
+    logits[upstream, downstream] = np.where(
+        rank < candidates,
+        SPREAD * (size - rank) / size,
+        TAIL[0] + below * (TAIL[1] - TAIL[0]),
+    )
     return logits
 
 
@@ -66,7 +80,8 @@ def optimized(
     import torch
 
     graph = twins_of(0).wiring.graph
-    edges = torch.as_tensor(graph.edges)
+    trained = graph.edges & (start >= LOWEST)  # the candidates (starting_logits')
+    candidates = torch.as_tensor(trained)
     logits = torch.tensor(start, dtype=torch.float32, requires_grad=True)
     optimizer = torch.optim.Adam([logits], lr=training.learning_rate)
     order = _order(pairs, training.steps)
@@ -82,13 +97,15 @@ def optimized(
                 with torch.no_grad():
                     logits_clean = last_logits(twins.model, twins.arguments)
                     clean[index] = float(twins.metric.of(logits_clean)[0])
-            mask = torch.sigmoid(logits)  # (U, N)
-            metric = masked_metric(twins, mask).float().cpu()
+            mask = torch.sigmoid(logits) * candidates  # (U, N): 0 past the candidates
+            metric = masked_metric(twins, mask, trained).float().cpu()
             distance = ((metric - clean[index]) / gap) ** 2
-            loss = distance + training.sparsity * mask[edges].mean()
+            loss = distance + training.sparsity * mask[candidates].mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            with torch.no_grad():  # a candidate stays above every other edge
+                logits.copy_(torch.where(candidates, logits.clamp(min=LOWEST), logits))
             losses.append(float(loss.detach()))
             advance("training step", step + 1, len(order))
             note("training step", f"loss {np.mean(losses[-pairs:]):.4f}")

@@ -1,0 +1,122 @@
+"""MIB's circuit measures (Mueller et al. 2025) for attnviz's methods, on real models and
+the tasks of sample_texts/: each method scores the first half of a task's pairs; its
+circuits at MIB's ten fractions of the edges are measured on those pairs (CPR, CMD, the
+faithfulness at 1% of the edges) and on the other half, which no method saw (held out,
+as MIB keeps a test split).
+
+Methods: EAP (gradient), EAP-IG (ig, --steps points), EAP-IG with its top 1% of edges
+computed exactly (ig --refine), and optimize (a mask trained from EAP-IG's scores). The
+time is the whole circuit command's: scoring (and training) and the ten circuits measured.
+
+    python -m benchmarks.mib [--models smollm2,gemma3] [--tasks ioi,capital,addition,agreement]
+        [--methods gradient,ig,refined,optimize] [--steps 5] [--train-steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+import attnviz
+from attnviz.analysis.circuit import CurvePoint
+from attnviz.analysis.mib import areas_of, mib_sizes
+from attnviz.analysis.selections import selected
+from attnviz.choices import CircuitMethod, Select
+from attnviz.circuit_options import CircuitOptions
+from attnviz.pretrained.circuit import Here, faithfulness_measured, graph_of_model
+from attnviz.request import Input, Request
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_texts"
+ONE_PERCENT = 0.01
+
+
+def _pairs(task: str) -> list[Input]:
+    lines = (SAMPLES / f"{task}_pairs.jsonl").read_text(encoding="utf-8").splitlines()
+    return [Input(**json.loads(line)) for line in lines if line.strip()]
+
+
+def _asked(method: str, count: int, steps: int, train_steps: int) -> dict:
+    """The circuit call's arguments of a method, its circuit 1% of the graph's edges."""
+    size = int(ONE_PERCENT * count)
+    common = {"edges": size, "curve": ["mib"], "progress": False}
+    if method == "refined":
+        return common | {"method": "ig", "steps": steps, "refine": size}
+    if method == "optimize":
+        return common | {"method": "optimize", "steps": steps, "train_steps": train_steps}
+    if method == "ig":
+        return common | {"method": "ig", "steps": steps}
+    return common | {"method": method}
+
+
+def held_out(extractor, scores: np.ndarray, graph, pairs: list[Input]) -> list[CurvePoint]:
+    """The faithfulness of the circuits chosen from ``scores`` at MIB's fractions, over
+    ``pairs`` (their clean and corrupted metrics read by one EAP pass each)."""
+    request = Request(maps=False, circuit=CircuitOptions())
+    phases = Here(extractor, request, pairs, None)
+    scored = phases.scored(CircuitMethod.GRADIENT, None, None)
+    count = len(pairs)
+    clean, corrupt = scored.clean / count, scored.corrupt / count
+    sizes = mib_sizes(graph.count)
+    masks = [selected(graph, scores, Select.TOP, size, True, None) for size, _ in sizes]
+    found = faithfulness_measured(phases, graph, masks, clean, corrupt, count)
+    return [
+        CurvePoint(size, int(mask.sum()), value, fraction)
+        for (size, fraction), mask, value in zip(sizes, masks, found, strict=True)
+    ]
+
+
+def _at_one_percent(curve) -> float | None:
+    (point,) = [point for point in curve if point.fraction == ONE_PERCENT]
+    return point.faithfulness
+
+
+def _said(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="smollm2,gemma3")
+    parser.add_argument("--tasks", default="ioi,capital,addition,agreement")
+    parser.add_argument("--methods", default="gradient,ig,refined,optimize")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--train-steps", type=int, default=300)
+    arguments = parser.parse_args()
+    print(
+        "| model | task | method | CPR | CMD | faithfulness at 1% | held out: CPR | CMD | "
+        "at 1% | time |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for model in arguments.models.split(","):
+        extractor = attnviz.load(model)
+        count = graph_of_model(extractor).count
+        for task in arguments.tasks.split(","):
+            pairs = _pairs(task)
+            half = len(pairs) // 2
+            seen, unseen = pairs[:half], pairs[half:]
+            for method in arguments.methods.split(","):
+                asked = _asked(method, count, arguments.steps, arguments.train_steps)
+                started = time.perf_counter()
+                circuit = extractor.circuit(pairs=seen, **asked)
+                took = time.perf_counter() - started
+                areas = circuit.areas
+                assert areas is not None  # a MIB curve
+                other = held_out(extractor, circuit.scores, circuit.graph, unseen)
+                other_areas = areas_of([(point.fraction, point.faithfulness) for point in other])
+                assert other_areas is not None
+                one_percent = _said(_at_one_percent(circuit.curve))
+                print(
+                    f"| {model} | {task} ({half}+{len(unseen)} pairs) | {method} | "
+                    f"{areas.cpr:.3f} | {areas.cmd:.3f} | {one_percent} | "
+                    f"{other_areas.cpr:.3f} | {other_areas.cmd:.3f} | "
+                    f"{_said(_at_one_percent(other))} | {took:.0f} s |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
