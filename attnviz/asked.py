@@ -11,6 +11,7 @@ from typing import Any
 from attnviz.choices import (
     ABLATION_LABELS,
     ABLATION_NEEDS,
+    INTERVENTIONS,
     MEASURES,
     Ablation,
     Measure,
@@ -31,10 +32,13 @@ def check_asked(request: Request, given: Input) -> Input:
         raise UsageError(
             "trace puts the clean run's activations into a run on a corrupted text: give --corrupt"
         )
-    if request.circuit is not None and (given.answer is None or given.corrupt is None):
+    circuit = request.circuit
+    if circuit is not None and given.answer is None:
+        raise UsageError("circuit measures its edges on an answer: give --answer")
+    if circuit is not None and INTERVENTIONS[circuit.ablation].corrupt and given.corrupt is None:
         raise UsageError(
             "circuit carries the corrupted run's values along edges, measured on an answer: "
-            "give --answer and --corrupt (or --pairs FILE.jsonl)"
+            "give --answer and --corrupt (or --pairs FILE.jsonl), or --ablation zero"
         )
     if request.lens and (given.versus is not None or given.corrupt is not None):
         raise UsageError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from attnviz.errors import UsageError
 
@@ -261,6 +261,31 @@ class CircuitMethod(StrEnum):
     GRADIENT = "gradient"
     IG = "ig"
     OPTIMIZE = "optimize"
+
+
+class Intervention(StrEnum):
+    """What an edge outside a circuit carries (``circuit --ablation``; what each is and
+    reads: :data:`INTERVENTIONS`)."""
+
+    PATCH = "patch"
+    ZERO = "zero"
+
+
+class Intervened(NamedTuple):
+    """What an intervention is, whether it reads the pairs' corrupted texts, and whether
+    EAP-IG can interpolate to it (from the corrupted text's input embeddings)."""
+
+    label: str
+    corrupt: bool
+    interpolated: bool
+
+
+INTERVENTIONS = {
+    Intervention.PATCH: Intervened("its value in the run on the corrupted text", True, True),
+    Intervention.ZERO: Intervened(
+        "zero: every node's output replaced by 0 in the clean text's run", False, False
+    ),
+}
 
 
 class Select(StrEnum):

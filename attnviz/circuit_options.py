@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from attnviz.analysis.circuit import Training
 from attnviz.analysis.mib import MIB, mib_sizes
-from attnviz.choices import CircuitMethod, Level, Select, chosen
+from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select, chosen
 from attnviz.errors import UsageError
 
 ALL = "all"
@@ -64,9 +64,13 @@ class CircuitOptions:
     train_steps: int | None = None
     learning_rate: float | None = None
     sparsity: float | None = None
+    # what an edge outside the circuit carries, in scoring and in faithfulness
+    ablation: Intervention = Intervention.PATCH
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))
+        object.__setattr__(self, "ablation", chosen(Intervention, self.ablation, "ablation"))
+        self._check_ablation()
         object.__setattr__(self, "select", chosen(Select, self.select, "selection"))
         object.__setattr__(self, "level", chosen(Level, self.level, "level"))
         self._check_level()
@@ -76,7 +80,7 @@ class CircuitOptions:
                 "--steps counts EAP-IG's points: give it with --method ig (or optimize)"
             )
         self._check_training()
-        if self.method in _FROM_IG:
+        if self.scored_by is CircuitMethod.IG:
             object.__setattr__(self, "steps", DEFAULT_STEPS if self.steps is None else self.steps)
             _count(self.steps, "--steps", least=1, most=MOST_STEPS)
         if self.refine is not None:
@@ -103,6 +107,32 @@ class CircuitOptions:
         # a size given twice is one circuit: sorted, "all" last
         once = sorted(set(curve), key=lambda size: (size == ALL, 0 if size == ALL else size))
         object.__setattr__(self, "curve", tuple(once))
+
+    @property
+    def scored_by(self) -> CircuitMethod:
+        """How the edges are scored first: by the method, optimize from EAP-IG's scores
+        (EAP's where the ablation gives EAP-IG nothing to interpolate from)."""
+        if self.method is not CircuitMethod.OPTIMIZE:
+            return self.method
+        interpolated = INTERVENTIONS[self.ablation].interpolated
+        return CircuitMethod.IG if interpolated else CircuitMethod.GRADIENT
+
+    def _check_ablation(self) -> None:
+        if INTERVENTIONS[self.ablation].interpolated:
+            return
+        if self.method is CircuitMethod.IG or (
+            self.method is CircuitMethod.OPTIMIZE and self.steps is not None
+        ):
+            raise UsageError(
+                f"EAP-IG interpolates from the corrupted text's input embeddings: --ablation "
+                f"{self.ablation} has none (as in EAP-IG's code); give --method gradient, "
+                "exact or optimize (without --steps), or --ablation patch"
+            )
+        if self.scores is not None:
+            raise UsageError(
+                f"--scores takes a patched circuit's scores and metrics: not with --ablation "
+                f"{self.ablation}"
+            )
 
     def _check_training(self) -> None:
         given = {

@@ -242,27 +242,39 @@ def masked_metric(model, ids, corrupt, answer_id, versus_id, weights):
     return run(model, ids, answer_id, versus_id, added, graph=True)[0]
 
 
-def exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges):
-    """Each edge's metric with it alone carrying the corrupted value, less the clean one."""
+def zeroed(model, ids, answer_id, versus_id):
+    """Every upstream node's output replaced by zero (``--ablation zero``'s corrupted
+    outputs): zeros shaped as the clean run's."""
+    _, clean = run(model, ids, answer_id, versus_id)
+    return {name: torch.zeros_like(output) for name, output in clean.items()}
+
+
+def exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges, corrupt=None):
+    """Each edge's metric with it alone carrying the corrupted value, less the clean one
+    (``corrupt``: the nodes' corrupted outputs given, not run)."""
     clean = run(model, ids, answer_id, versus_id)[0]
-    _, corrupt = run(model, corrupt_ids, answer_id, versus_id)
+    if corrupt is None:
+        _, corrupt = run(model, corrupt_ids, answer_id, versus_id)
     return {
         edge: carried_metric(model, ids, corrupt, answer_id, versus_id, [edge]) - clean
         for edge in edges
     }
 
 
-def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None):
+def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None, corrupt=None):
     """Every edge's (out_u(corrupt) − out_u(clean)) · ∂metric/∂in_d, summed over positions:
     the gradient at the clean run, or averaged over ``steps`` runs whose input embeddings
-    are k/steps of the way from the corrupted ones to the clean ones, k = 1…steps."""
+    are k/steps of the way from the corrupted ones to the clean ones, k = 1…steps.
+    ``corrupt``: the nodes' corrupted outputs given (an ablation's), not run."""
     _, downstream, edges = nodes(model)
     _, clean = run(model, ids, answer_id, versus_id)
-    _, corrupt = run(model, corrupt_ids, answer_id, versus_id)
-    embeddings = model.get_input_embeddings()
-    with torch.no_grad():
-        clean_embedded, corrupt_embedded = embeddings(ids), embeddings(corrupt_ids)
+    if corrupt is None:
+        _, corrupt = run(model, corrupt_ids, answer_id, versus_id)
     points = [None] if steps is None else [(k + 1) / steps for k in range(steps)]
+    if steps is not None:
+        embeddings = model.get_input_embeddings()
+        with torch.no_grad():
+            clean_embedded, corrupt_embedded = embeddings(ids), embeddings(corrupt_ids)
     gradients = {name: 0 for name in downstream}
     for point in points:
         leaves = {name: torch.zeros_like(clean["input"], requires_grad=True) for name in downstream}

@@ -17,7 +17,7 @@ from attnviz.analysis.graph import Graph
 from attnviz.analysis.heads import Answer, Drawn
 from attnviz.analysis.mib import Areas, areas_of
 from attnviz.analysis.selections import nodes_of
-from attnviz.choices import CircuitMethod, Level, Output, Select
+from attnviz.choices import CircuitMethod, Intervention, Level, Output, Select
 from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ class Circuit(Drawn):
     source: str | None = None  # the file its scores were read from (not scored here)
     bootstrap: int | None = None  # B: its scores bootstrapped over B resamples of the pairs
     training: Training | None = None  # how its scores were learned (--method optimize)
+    ablation: Intervention = Intervention.PATCH  # what an edge outside it carries
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
@@ -215,6 +216,7 @@ class Circuit(Drawn):
                 "width": self.width,
             },
             "method": self.method.value,
+            "ablation": self.ablation.value,
             **({} if self.source is None else {"source": self.source}),
             **({} if self.steps is None else {"steps": self.steps}),
             "pairs": self.pairs,
@@ -244,6 +246,7 @@ class Circuit(Drawn):
 
 
 CIRCUIT_KIND = "circuit"  # what a circuit's document says it is
+PATCHED = Intervention.PATCH
 # What a circuit's document keeps of its answer (the rest is a head's effects').
 _ANSWER_FIELDS = ("answer", "answer_token", "log_prob", "versus", "versus_token", "corrupt")
 
@@ -351,6 +354,9 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         read.optional("source", str),
         None if read.document.get("bootstrap") is None else read.whole("bootstrap"),
         _training(read.document.get("training"), where),
+        read.choice("ablation", Intervention)
+        if "ablation" in read.document
+        else Intervention.PATCH,
     )
 
 
@@ -417,7 +423,9 @@ class _Reader:
             raise UsageError(f'{self.where}: "{name}" is {value}, below 0')
         return int(value)
 
-    def choice(self, name: str, kind: type[Select] | type[CircuitMethod] | type[Level]) -> Any:
+    def choice(
+        self, name: str, kind: type[Select] | type[CircuitMethod] | type[Level] | type[Intervention]
+    ) -> Any:
         value = self.part(name, str)
         try:
             return kind(value)

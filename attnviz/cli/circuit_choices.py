@@ -10,7 +10,15 @@ from typing import Annotated
 import typer
 
 from attnviz.analysis.mib import MIB
-from attnviz.choices import CIRCUIT_METHOD_LABELS, CircuitMethod, Level, Select, labelled
+from attnviz.choices import (
+    CIRCUIT_METHOD_LABELS,
+    INTERVENTIONS,
+    CircuitMethod,
+    Intervention,
+    Level,
+    Select,
+    labelled,
+)
 from attnviz.circuit_options import (
     ALL,
     DEFAULT_EDGES,
@@ -73,6 +81,16 @@ SparsityOption = Annotated[
         help=f"--method optimize: the weight of the mask's mean in the loss, beside the "
         f"squared share of the answer lost ({DEFAULT_SPARSITY:g} by default; 0 to "
         f"{MOST_SPARSITY:g}).",
+    ),
+]
+AblationOption = Annotated[
+    Intervention,
+    typer.Option(
+        "--ablation",
+        case_sensitive=False,
+        help="What an edge outside the circuit carries, in scoring and in faithfulness: "
+        + labelled({kind: each.label for kind, each in INTERVENTIONS.items()})
+        + ".",
     ),
 ]
 RefineOption = Annotated[
@@ -184,6 +202,7 @@ class CircuitChoices:
     train_steps: TrainStepsOption = None
     learning_rate: LearningRateOption = None
     sparsity: SparsityOption = None
+    ablation: AblationOption = Intervention.PATCH
 
     def options(self) -> CircuitOptions:
         """The options these choices make, checked."""

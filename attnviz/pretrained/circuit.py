@@ -17,10 +17,11 @@ from attnviz.analysis.bootstrap import bootstrapped, resamples
 from attnviz.analysis.circuit import Circuit, CurvePoint, Training, faithfulness_of, ranked
 from attnviz.analysis.eap_ig import EapIgGraph, read_scores
 from attnviz.analysis.selections import selected
-from attnviz.choices import CircuitMethod, Level, Select
+from attnviz.choices import INTERVENTIONS, CircuitMethod, Level, Select
 from attnviz.circuit_options import DEFAULT_EDGES
 from attnviz.errors import UsageError
 from attnviz.extractor import pair_error
+from attnviz.pretrained.ablated import Ablated, changed_from
 from attnviz.pretrained.answered import Answered, answered
 from attnviz.pretrained.circuit_cost import Cost, scoring_cost, unsaid
 from attnviz.pretrained.circuit_notes import say_faithfulness, say_pruning_moved
@@ -31,14 +32,13 @@ from attnviz.pretrained.edges import (
     Runs,
     Wiring,
     exact_scores,
-    first_difference,
     graph_of,
     read_twins,
 )
 from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
-from attnviz.pretrained.optimized import optimized, starting_logits
+from attnviz.pretrained.optimized import optimized, ranked_scores, starting_logits
 from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:
@@ -79,8 +79,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     refine = options.refined(graph.count)
     phases.checked()
     optimize = options.method is CircuitMethod.OPTIMIZE
-    scoring = CircuitMethod.IG if optimize else options.method  # optimize starts from EAP-IG
-    scored = phases.scored(scoring, options.steps, options.bootstrap)
+    scored = phases.scored(options.scored_by, options.steps, options.bootstrap)
     count, graph = scored.pairs, scored.graph
     scores, exact = scored.scores / count, scored.exact
     if scored.resampled is not None:  # each edge's sign held over the resamples, or 0
@@ -147,6 +146,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         scored.source,
         options.bootstrap,
         training,
+        options.ablation,
     )
 
 
@@ -166,8 +166,10 @@ def optimized_scores(
             "equal): no faithfulness to optimise; give pairs whose twins change the answer"
         )
     size = DEFAULT_EDGES if options.select is Select.THRESHOLD else int(asked)
-    start = starting_logits(graph, scores, size)
-    return phases.optimized(start, gap, options.training)
+    learned, training = phases.optimized(
+        starting_logits(graph, scores, size), gap, options.training
+    )
+    return ranked_scores(graph, learned, scores), training
 
 
 def node_scores(
@@ -327,16 +329,16 @@ class PairRuns:
             return self.kept[index]
         if asked is None:
             asked = self.answered(index, given)
-        assert asked.corrupt_arguments is not None  # check_asked's
         try:
             runs = read_twins(
                 self.extractor.loaded.model,
                 asked.body,
                 asked.arguments,
-                asked.corrupt_arguments,
+                self._corrupt_arguments(asked),
                 asked.metric,
                 starts=self._exact,  # only the exact sweeps start from the layers' outputs
                 part=part,
+                ablated=self._ablated,
             )
         except UsageError as error:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
@@ -351,9 +353,8 @@ class PairRuns:
         the whole, for exact scores, which read any node's record at any time."""
         if self._exact:
             return [None]
-        assert asked.corrupt_arguments is not None  # check_asked's
         ids = asked.arguments["input_ids"]
-        start = first_difference(asked.arguments, asked.corrupt_arguments)
+        start = changed_from(asked.arguments, self._corrupt_arguments(asked), self._ablated)
         embedding = self.extractor.loaded.model.get_input_embeddings().weight  # (V, D)
         body = asked.body
         found = record_parts(
@@ -366,10 +367,26 @@ class PairRuns:
         return [None] if len(found) == 1 else found
 
     @property
-    def _exact(self) -> bool:
+    def _options(self) -> CircuitOptions:
         options = self.request.circuit
         assert options is not None  # a circuit's request
-        return options.method is CircuitMethod.EXACT or options.refine is not None
+        return options
+
+    @property
+    def _exact(self) -> bool:
+        return self._options.method is CircuitMethod.EXACT or self._options.refine is not None
+
+    @property
+    def _ablated(self) -> Ablated | None:
+        """How the corrupted run's nodes are replaced, where it is the clean text's."""
+        return None if INTERVENTIONS[self._options.ablation].corrupt else Ablated()
+
+    def _corrupt_arguments(self, asked: Answered) -> dict:
+        """The corrupted run's arguments: its twin's, or (ablated) the clean text's."""
+        if self._ablated is not None:
+            return asked.arguments
+        assert asked.corrupt_arguments is not None  # check_asked's
+        return asked.corrupt_arguments
 
     def twins(self, index: int, given: Input) -> Twins:
         """The pair as a circuit's pass reads it."""
@@ -379,12 +396,14 @@ class PairRuns:
             self.kept.pop(index, None)
         assert self.wiring is not None  # found by the read
         asked = self.answered(index, given)
-        assert asked.corrupt_arguments is not None  # check_asked's
-        model = self.extractor.loaded.model
-        return Twins(self.wiring, model, asked.arguments, asked.corrupt_arguments, asked.metric)
+        model, corrupt = self.extractor.loaded.model, self._corrupt_arguments(asked)
+        return Twins(self.wiring, model, asked.arguments, corrupt, asked.metric, self._ablated)
 
     def answered(self, index: int, given: Input) -> Answered:
-        """The pair tokenized and its metric found (a pair's error names its line)."""
+        """The pair tokenized and its metric found (a pair's error names its line; its
+        corrupted text is not read where the ablation reads none)."""
+        if not INTERVENTIONS[self._options.ablation].corrupt:
+            given = replace(given, corrupt=None)
         try:
             return answered(self.extractor, given, self.request)
         except UsageError as error:

@@ -48,6 +48,7 @@ from attnviz.analysis.graph import LOGITS, Graph
 from attnviz.choices import Site
 from attnviz.errors import UsageError
 from attnviz.memory import give_back_freed
+from attnviz.pretrained.ablated import Ablated, changed_from, forced
 from attnviz.pretrained.differences import (
     Differences,
     Recorder,
@@ -70,6 +71,7 @@ from attnviz.pretrained.sites import (
     SITES,
     Units,
     hidden_of,
+    mlp_written,
     norms_found,
     output_of,
     units_of,
@@ -111,7 +113,7 @@ class Runs:
     arguments: dict
     corrupt_arguments: dict
     metric: Metric
-    start: int  # the first position where the twins' tokens differ (:func:`first_difference`)
+    start: int  # the first position where the runs differ (:func:`changed_from`)
     stop: int  # the record holds positions start…stop − 1: all from start on, or a part
     clean: Clean  # the clean run's record (its layers' outputs, where exact passes start)
     corrupt_metric: float
@@ -129,18 +131,21 @@ def read_twins(
     metric: Metric,
     starts: bool = True,
     part: slice | None = None,
+    ablated: Ablated | None = None,
 ) -> Runs:
     """The clean and the corrupted run, each recording the upstream nodes' outputs and the
     input embeddings (the clean one finds the norms, and with ``starts`` records where
-    exact passes start: each layer's output): at the positions from the first where the
-    twins differ on, or at ``part`` of them (:func:`~attnviz.pretrained.differences.parts`;
-    the last position's outputs then the part's last's). Short twins read without
+    exact passes start: each layer's output; with ``ablated`` the corrupted run is the
+    clean text's, its nodes' outputs replaced: :mod:`attnviz.pretrained.ablated`): at the
+    positions from the first where the runs differ on, or at ``part`` of them
+    (:func:`~attnviz.pretrained.differences.parts`; the last position's outputs then the
+    part's last's). Short twins read without
     ``starts`` run as two rows of one pass: on a GPU a pass's launches, not its
     arithmetic, are its time there; long ones run apart, each keeping its own activations."""
     import torch
 
     graph = graph_of(body)
-    start = first_difference(arguments, corrupt_arguments)
+    start = changed_from(arguments, corrupt_arguments, ablated)
     tokens = int(arguments["input_ids"].shape[1])
     positions = slice(start, tokens) if part is None else part
     count = positions.stop - positions.start
@@ -152,6 +157,9 @@ def read_twins(
         if together:  # rows: the clean run, the corrupted one
             store, heads = record.both_outputs, record.both_heads
         with (
+            # first: every hook after it sees the replaced values (the norms are found by
+            # the layer's input itself)
+            forced(body, ablated, slice(1, 2)),  # the corrupted row, where together
             norms_found(body) as norms,
             clean_recording(body, starts, head_inputs=False) as finish,
             _written(body, store, positions, heads=heads),
@@ -165,6 +173,7 @@ def read_twins(
         if not together:
             with (
                 _embedded(model) as corrupt_read,
+                forced(body, ablated, slice(None)),
                 _written(body, record.corrupt_output, positions, heads=record.corrupt_heads),
             ):
                 logits = last_logits(model, corrupt_arguments)
@@ -226,14 +235,6 @@ def given_back_each_layer(model: Any, body: Anatomy, positions: int) -> Iterator
         for block in body.blocks:
             hooks.enter_context(hooked(block.register_forward_pre_hook(give_back)))
         yield
-
-
-def first_difference(arguments: dict, corrupt_arguments: dict) -> int:
-    """The first position where the twins' tokens differ (the last where none does: what
-    the last position's outputs are read from)."""
-    ids, corrupt_ids = arguments["input_ids"][0], corrupt_arguments["input_ids"][0]
-    differing = (ids != corrupt_ids).nonzero()
-    return int(differing[0, 0]) if len(differing) else len(ids) - 1
 
 
 def users_carried(
@@ -299,17 +300,6 @@ def graph_of(body: Anatomy) -> Graph:
     kv_heads = units_of(body, Site.K, 0, width).count
     post_norms = any(norm is not None for norm in body.post_norms)
     return Graph(len(body.blocks), body.heads, kv_heads, post_norms)
-
-
-def _mlp(body: Anatomy, layer: int) -> Any:
-    return SITES[Site.MLP].module(body, layer)
-
-
-def _mlp_written(body: Anatomy, layer: int) -> Any:
-    """What adds the MLP's output to the residual stream: its post norm where the layer has
-    one (Gemma 2 and 3), else the MLP."""
-    block = body.blocks[layer]
-    return getattr(block, "post_feedforward_layernorm", None) or _mlp(body, layer)
 
 
 Store = Callable[[int, "torch.Tensor"], None]  # a slot's outputs, (B, S, n, D), as computed
@@ -381,7 +371,7 @@ def _written(
         for layer in range(len(body.blocks)):
             handles = []
             if wanted(Graph.mlp_slot(layer)):
-                handles.append(_mlp_written(body, layer).register_forward_hook(keep_mlp(layer)))
+                handles.append(mlp_written(body, layer).register_forward_hook(keep_mlp(layer)))
             if wanted(Graph.heads_slot(layer)):
                 handles.append(body.projections[layer].register_forward_pre_hook(keep_heads(layer)))
                 post_norm = body.post_norms[layer]

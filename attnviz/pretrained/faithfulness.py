@@ -21,12 +21,12 @@ import numpy as np
 
 from attnviz.analysis.graph import READS
 from attnviz.memory import block_size
+from attnviz.pretrained.ablated import Ablated, changed_from, forced
 from attnviz.pretrained.edges import (
     Added,
     Carried,
     Wiring,
     changed_inputs,
-    first_difference,
     given_back_each_layer,
     stacked,
     users_carried,
@@ -51,6 +51,7 @@ class Twins:
     arguments: dict
     corrupt_arguments: dict
     metric: Metric
+    ablated: Ablated | None = None  # the corrupted run's nodes replaced (the clean text's)
 
 
 def circuit_metrics(twins: Twins, kept: np.ndarray, told: FirstPart | None = None) -> list[float]:
@@ -80,18 +81,14 @@ def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
     return float(_pass(twins, changed, lambda like: _on_device(inside, changed, like)))
 
 
-def masked_metric(
-    twins: Twins, mask: torch.Tensor, support: np.ndarray | None = None
-) -> torch.Tensor:
+def masked_metric(twins: Twins, mask: torch.Tensor) -> torch.Tensor:
     """The metric with each edge carrying ``mask`` × its value in this run + (1 − ``mask``)
     × the corrupted run's (``mask``: (U, N) in [0, 1], float32; 1 where an edge is whole),
-    differentiable in ``mask``: every group is changed, every node with an edge of
-    ``support`` (U, N) bool into it a carrier (by default every edge; an edge outside it
-    carries its corrupted value, whatever its mask)."""
+    differentiable in ``mask``: every group is changed, every node with an edge into it
+    a carrier."""
     graph = twins.wiring.graph
-    carrying = graph.edges if support is None else graph.edges & support
-    every = _grouped(graph, np.asarray(graph.edges.any(0)), carrying)
-    edges = mask * _as_tensor(carrying, mask)  # no weight where no edge carries
+    every = _grouped(graph, np.asarray(graph.edges.any(0)), graph.edges)
+    edges = mask * _as_tensor(graph.edges, mask)  # no weight where there is no edge
 
     def weights(like: torch.Tensor) -> list[torch.Tensor]:
         on = edges.to(like.device, like.dtype)
@@ -121,7 +118,7 @@ def _pass(
     import torch
 
     wiring, graph = twins.wiring, twins.wiring.graph
-    start = first_difference(twins.arguments, twins.corrupt_arguments)
+    start = changed_from(twins.arguments, twins.corrupt_arguments, twins.ablated)
     both = stacked(twins.corrupt_arguments, twins.arguments)  # rows: corrupted, circuit's
     users = {int(upstream) for group in changed for upstream in group.carriers}
     carried: dict[int, Carried] = {}  # out_u(corrupt) − out_u(now), once computed
@@ -129,6 +126,7 @@ def _pass(
     positions = int(twins.arguments["input_ids"].shape[1]) - start
     with contextlib.ExitStack() as hooks:
         hooks.enter_context(given_back_each_layer(twins.model, wiring.body, positions))
+        hooks.enter_context(forced(wiring.body, twins.ablated, _CORRUPTED_ROW))
         hooks.enter_context(users_carried(wiring.body, graph, users, carried, start))
 
         def carried_by(upstream: int) -> torch.Tensor:
@@ -174,6 +172,7 @@ def _pass(
 
 _ELEMENTS_AT_ONCE = 2**22  # of the nodes a group's kept edges carry back, stacked
 _CIRCUIT_ROW = slice(1, 2)  # the pass's row changed: a slice, so that indexing is a view
+_CORRUPTED_ROW = slice(0, 1)
 
 
 @dataclass(frozen=True)

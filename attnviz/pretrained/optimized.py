@@ -7,10 +7,9 @@ L0 and target sparsity. The loss is the circuit's metric's distance from the cle
 as a share of the clean run's distance from the corrupted one, squared, plus
 ``sparsity`` × the mask's mean. The mask starts from EAP-IG's order (its warm start, as
 the 2025 MIB shared task's entries started): the circuit asked for at about one half,
-the edges above it more, those below less; only the top CANDIDATES × the circuit's size
-are trained, the others carrying their corrupted values. The learned mask is each edge's
-score, read by the selections and by ``--curve``: the candidates first, by their mask,
-then the others in EAP-IG's order.
+the edges above it more, those below less. An edge the learned mask keeps (above one
+half) scores its mask; every other scores below one half in EAP-IG's order
+(:func:`ranked_scores`): the selections and ``--curve`` read the learned circuit first.
 
 Shape letters: U upstream nodes, N downstream nodes.
 """
@@ -34,35 +33,43 @@ if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
     from attnviz.pretrained.faithfulness import Twins
 
-# The starting mask's logits, by EAP-IG's rank: the top edge at SPREAD, the circuit asked
-# for at 0 (one half), twice its size at −SPREAD, CANDIDATES times its size at LOWEST;
-# those are trained, and none falls below LOWEST. Every other edge stays in EAP-IG's order
-# between TAIL[0] and TAIL[1], below every candidate: the circuits larger than the
-# candidates are EAP-IG's, and a mask of e^-20 weighs nothing in the pass.
+# How far the starting mask's logits spread: the top edge starts at sigmoid(SPREAD), the
+# circuit asked for at one half, twice its size at sigmoid(−SPREAD), and no lower than
+# sigmoid(−FLOOR) (an edge EAP-IG scored 0 still has a gradient to rise by).
 SPREAD = 4.0
-CANDIDATES = 4
-LOWEST = SPREAD * (1 - CANDIDATES)
-TAIL = (-20.0, -30.0)
+FLOOR = 8.0
+KEPT = 0.5  # a mask above it keeps its edge: the learned circuit
 
 
 def starting_logits(graph: Graph, scores: np.ndarray, asked: int) -> np.ndarray:
-    """(U, N) the mask's logits before training (0 where there is no edge): by rank of
-    |score| among the graph's edges, SPREAD × (asked − rank) / asked for the candidates,
-    the top CANDIDATES × asked; the rest from TAIL[0] down to TAIL[1]."""
-    upstream, downstream = np.nonzero(graph.edges)
-    order = np.argsort(-np.abs(scores[upstream, downstream]), kind="stable")
+    """(U, N) the mask's logits before training: by rank of |score| among the graph's
+    edges, SPREAD × (asked − rank) / asked, at least −FLOOR (0 where there is no edge)."""
+    rank = _ranks(graph, scores)
+    size = max(1, asked)
+    logits = np.zeros(graph.edges.shape)
+    logits[graph.edges] = np.maximum(SPREAD * (size - rank) / size, -FLOOR)
+    return logits
+
+
+def ranked_scores(graph: Graph, learned: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Each edge's score, (U, N): its learned mask where the mask keeps it (above KEPT);
+    else below KEPT in the order of ``scores`` (EAP-IG's), which the training leaves
+    uninformed (an edge it pushed out was pushed by the sparsity, each about as far), so
+    that the circuits larger than the learned one grow as EAP-IG's do."""
+    rank = _ranks(graph, scores)
+    others = KEPT * (1 - (rank + 1) / (len(rank) + 1))  # (0, KEPT), the top first
+    found = np.zeros(graph.edges.shape)
+    mask = learned[graph.edges]
+    found[graph.edges] = np.where(mask > KEPT, mask, others)
+    return found
+
+
+def _ranks(graph: Graph, scores: np.ndarray) -> np.ndarray:
+    """Each edge's rank by |score|, 0 the largest, in the order ``graph.edges`` lists them."""
+    order = np.argsort(-np.abs(scores[graph.edges]), kind="stable")
     rank = np.empty(len(order))
     rank[order] = np.arange(len(order))
-    size = max(1, asked)
-    candidates = min(len(order), CANDIDATES * size)
-    below = (rank - candidates) / max(1, len(order) - candidates)  # 0 to 1 past them
-    logits = np.zeros(graph.edges.shape)
-    logits[upstream, downstream] = np.where(
-        rank < candidates,
-        SPREAD * (size - rank) / size,
-        TAIL[0] + below * (TAIL[1] - TAIL[0]),
-    )
-    return logits
+    return rank
 
 
 def optimized(
@@ -80,37 +87,34 @@ def optimized(
     import torch
 
     graph = twins_of(0).wiring.graph
-    trained = graph.edges & (start >= LOWEST)  # the candidates (starting_logits')
-    candidates = torch.as_tensor(trained)
+    edges = torch.as_tensor(graph.edges)
     logits = torch.tensor(start, dtype=torch.float32, requires_grad=True)
     optimizer = torch.optim.Adam([logits], lr=training.learning_rate)
     order = _order(pairs, training.steps)
     clean: dict[int, float] = {}  # each pair's clean metric, once read
     losses: list[float] = []
     cost = Cost("training the mask", 1, "fewer --train-steps cost less in proportion")
-    started = time.monotonic()
     model = twins_of(0).model
     with weights_without_gradients(model), torch.enable_grad():
         for step, index in enumerate(order):
+            started = time.monotonic()
             twins = twins_of(index)
             if index not in clean:
                 with torch.no_grad():
                     logits_clean = last_logits(twins.model, twins.arguments)
                     clean[index] = float(twins.metric.of(logits_clean)[0])
-            mask = torch.sigmoid(logits) * candidates  # (U, N): 0 past the candidates
-            metric = masked_metric(twins, mask, trained).float().cpu()
+            mask = torch.sigmoid(logits)  # (U, N)
+            metric = masked_metric(twins, mask).float().cpu()
             distance = ((metric - clean[index]) / gap) ** 2
-            loss = distance + training.sparsity * mask[candidates].mean()
+            loss = distance + training.sparsity * mask[edges].mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            with torch.no_grad():  # a candidate stays above every other edge
-                logits.copy_(torch.where(candidates, logits.clamp(min=LOWEST), logits))
             losses.append(float(loss.detach()))
             advance("training step", step + 1, len(order))
             note("training step", f"loss {np.mean(losses[-pairs:]):.4f}")
-            if step == 0:
-                cost(time.monotonic() - started, 1, len(order))
+            if step == 1:  # the second: the first step's time holds the pass's warming up
+                cost(time.monotonic() - started, 1, len(order) - 1)
     with torch.no_grad():
         learned = torch.sigmoid(logits.double()).numpy() * graph.edges
     return learned, training._replace(losses=tuple(losses))

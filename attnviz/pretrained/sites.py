@@ -406,3 +406,10 @@ def _pattern_restoring(
     stack.enter_context(hooked(v_module.register_forward_hook(keep_values)))
     stack.enter_context(hooked(body.projections[layer].register_forward_pre_hook(restore)))
     return stack
+
+
+def mlp_written(body: Anatomy, layer: int) -> Any:
+    """What adds ``layer``'s MLP output to the residual stream: its post norm where the
+    layer has one (Gemma 2 and 3), else the MLP."""
+    block = body.blocks[layer]
+    return getattr(block, "post_feedforward_layernorm", None) or SITES[Site.MLP].module(body, layer)

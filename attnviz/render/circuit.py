@@ -15,6 +15,7 @@ from attnviz.choices import (
     CIRCUIT_METHOD_LABELS,
     MEASURES,
     CircuitMethod,
+    Intervention,
     Level,
     Measure,
     Output,
@@ -53,7 +54,8 @@ def score_line(circuit: Circuit) -> str:
             "corrupted run's)"
         )
     unit = circuit.answer.unit()
-    return f"score: the {unit} when that edge alone carries the corrupted run's value"
+    carried = "the corrupted run's value" if circuit.ablation is Intervention.PATCH else "zero"
+    return f"score: the {unit} when that edge alone carries {carried}"
 
 
 def training_line(training: Training, pairs: int) -> str:
@@ -94,10 +96,13 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         else f"{circuit.select.value} {int(circuit.asked):,}{nodes}"
     )
     pruned = ", dead ends pruned" if circuit.prune else ""
+    patched = circuit.ablation is Intervention.PATCH
+    emptied = "corrupted" if patched else "every edge zeroed"
+    carried = "" if patched else ", every edge outside it carrying zero"
     lines = [
-        f"clean {circuit.clean_metric:z.4f}, corrupted {circuit.corrupt_metric:z.4f}; "
-        f"circuit of {circuit.kept:,} of {circuit.graph.count:,} edges ({rule}{pruned}): "
-        f"faithfulness {said(circuit.faithfulness)}"
+        f"clean {circuit.clean_metric:z.4f}, {emptied} {circuit.corrupt_metric:z.4f}; "
+        f"circuit of {circuit.kept:,} of {circuit.graph.count:,} edges ({rule}{pruned}"
+        f"{carried}): faithfulness {said(circuit.faithfulness)}"
     ]
     lines += [
         f"  {point.asked:,} asked ({point.fraction:.1%}), {point.kept:,} kept: faithfulness "

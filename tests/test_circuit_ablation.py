@@ -1,0 +1,102 @@
+"""``circuit --ablation zero``: every edge outside the circuit (or the edge scored) carries
+zero, every node's output replaced by 0 in the clean text's run; exact scores, EAP, the
+corrupted (all-ablated) metric and faithfulness held to tests/circuit_references.py's plain
+hooks with zeros for the corrupted outputs, on the tiny GPT-2, Llama and Gemma 3."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnviz.analysis.circuit import read_circuit
+from attnviz.cli import app
+from tests import circuit_references as reference
+from tests.checks import failed_in_process, model_tolerance
+from tests.circuit_references import PAIR
+from tests.hook_references import ANSWER, TEXT, VERSUS
+from tests.test_circuit import _pair_ids, _scores
+
+FAMILIES = ["gpt2-lm", "llama-lm", "gemma3-lm"]
+ZEROED = {**PAIR, "corrupt": None}  # no corrupted text is read
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_zero_ablations_exact_scores_and_eap_equal_plain_hooks(generators, language_models, family):
+    extractor, model, ids, _, answer_id, versus_id = _pair_ids(
+        generators, language_models, PAIR, family
+    )
+    zeros = reference.zeroed(model, ids, answer_id, versus_id)
+    tolerance = model_tolerance(model.config)
+    exact = extractor.circuit(**ZEROED, method="exact", ablation="zero", edges=0)
+    found = _scores(exact)
+    edges = sorted(found)[::3]
+    expected = reference.exact_scores(model, ids, None, answer_id, versus_id, edges, zeros)
+    assert max(abs(found[edge] - expected[edge]) for edge in edges) <= tolerance
+    assert max(abs(value) for value in expected.values()) > 100 * tolerance
+    estimate = _scores(extractor.circuit(**ZEROED, ablation="zero", edges=0))
+    wanted = reference.estimated_scores(model, ids, None, answer_id, versus_id, corrupt=zeros)
+    assert max(abs(estimate[edge] - wanted[edge]) for edge in wanted) <= tolerance
+    # not patching's scores: the corrupted twin's are others
+    patched = _scores(extractor.circuit(**PAIR, edges=0))
+    assert max(abs(patched[edge] - estimate[edge]) for edge in wanted) > 100 * tolerance
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_zero_ablations_faithfulness_is_measured_against_every_edge_zeroed(
+    generators, language_models, family
+):
+    extractor, model, ids, _, answer_id, versus_id = _pair_ids(
+        generators, language_models, PAIR, family
+    )
+    zeros = reference.zeroed(model, ids, answer_id, versus_id)
+    circuit = extractor.circuit(**ZEROED, ablation="zero", edges=12, prune=False)
+    _, _, edges = reference.nodes(model)
+    clean = reference.run(model, ids, answer_id, versus_id)[0]
+    nothing = reference.carried_metric(model, ids, zeros, answer_id, versus_id, edges)
+    tolerance = model_tolerance(model.config)
+    assert abs(circuit.clean_metric - clean) <= tolerance
+    assert abs(circuit.corrupt_metric - nothing) <= tolerance
+    kept = {(first, then) for first, then, _ in circuit.kept_edges()}
+    outside = [edge for edge in edges if edge not in kept]
+    metric = reference.carried_metric(model, ids, zeros, answer_id, versus_id, outside)
+    expected = (metric - nothing) / (clean - nothing)
+    assert abs(circuit.faithfulness - expected) <= tolerance / abs(clean - nothing)
+    assert circuit.ablation == "zero"
+
+
+def test_zero_ablation_is_written_and_read_back_and_the_command_needs_no_twin(
+    runner, generators, tmp_path
+):
+    twins = ["--answer", ANSWER, "--versus", VERSUS]
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], *twins, "--ablation", "zero"]
+    result = runner.invoke(app, [*common, "-f", "json"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["ablation"] == "zero" and document["answer"]["corrupt"] is None
+    path = tmp_path / "zeroed.json"
+    path.write_text(result.stdout, encoding="utf-8")
+    read = read_circuit(path)
+    assert read.ablation == "zero"
+    assert read.faithfulness == document["circuit"]["faithfulness"]
+    said = " ".join(runner.invoke(app, common).stdout.split())
+    assert "every edge outside it carrying zero" in said
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--ablation", "zero", "--method", "ig"], "EAP-IG interpolates from the corrupted"),
+        (["--ablation", "zero", "--method", "optimize", "--steps", "3"], "without --steps"),
+        (["--ablation", "zero", "--scores", "c.json"], "not with --ablation zero"),
+        (["--ablation", "half"], "--ablation"),
+        ([], "give --answer and --corrupt (or --pairs FILE.jsonl), or --ablation zero"),
+    ],
+)
+def test_ablation_usage_errors_are_one_line(runner, generators, arguments, message):
+    common = ["circuit", TEXT, "--model", generators["llama-lm"], "--answer", ANSWER]
+    result = runner.invoke(app, [*common, *arguments])
+    if "half" in arguments:  # typer's own choice check
+        assert result.exit_code == 2 and "--ablation" in result.stderr and result.stdout == ""
+        return
+    failed_in_process(result, 2, message)
