@@ -268,6 +268,7 @@ class Intervention(StrEnum):
     reads: :data:`INTERVENTIONS`)."""
 
     PATCH = "patch"
+    MEAN = "mean"
     ZERO = "zero"
 
 
@@ -282,6 +283,12 @@ class Intervened(NamedTuple):
 
 INTERVENTIONS = {
     Intervention.PATCH: Intervened("its value in the run on the corrupted text", True, True),
+    Intervention.MEAN: Intervened(
+        "the mean: every node's output replaced by its mean over every position of the "
+        "pairs' clean texts",
+        False,
+        False,
+    ),
     Intervention.ZERO: Intervened(
         "zero: every node's output replaced by 0 in the clean text's run", False, False
     ),

@@ -41,6 +41,7 @@ from attnviz.choices import CircuitMethod
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
 from attnviz.extractor import check_pairs
 from attnviz.pretrained import circuit
+from attnviz.pretrained.ablated import Means
 from attnviz.pretrained.circuit_phases import Edge, Scored
 from attnviz.render.image import Painter
 from attnviz.request import Input
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from attnviz.batch.run import BatchWork, Tally
     from attnviz.batch.writing import Outputs
     from attnviz.loading import ExtractorSpec
+    from attnviz.pretrained.ablated import Ablated
     from attnviz.pretrained.extractor import PretrainedExtractor
     from attnviz.request import Request
 
@@ -394,12 +396,15 @@ class CircuitWorker:
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         (listed,) = batch["task"]  # one task: a JSON list of [place, input's fields]
         pairs = [(index, Input(**fields)) for index, fields in json.loads(listed)]
-        phase, argument = pickle.loads(batch["pass"][0])  # between attnviz's own processes
+        # between attnviz's own processes
+        phase, argument, ablated = pickle.loads(batch["pass"][0])
+        self.runs_of.ablated = ablated
         passes = {
             "scored": lambda: circuit.scored(self.runs_of, pairs, *argument),
             "exact": lambda: circuit.exact_summed(self.runs_of, pairs, argument),
             "measured": lambda: circuit.measured_summed(self.runs_of, pairs, argument),
             "optimized": lambda: circuit.optimized_over(self.runs_of, pairs, *argument),
+            "means": lambda: circuit.means_summed(self.runs_of, pairs),
             "promoted": lambda: circuit.promoted(self.extractor, argument),
             "graph": lambda: circuit.graph_of_model(self.extractor),
             "checked": lambda: circuit.pairs_checked(self.runs_of, pairs),
@@ -420,6 +425,7 @@ class RayPhases:
 
     work: circuit.CircuitWork
     workers: Workers
+    ablated: Ablated | None = None  # handed to every task (a worker keeps no state)
 
     def _summed(
         self, phase: str, argument: Any, first_only: bool = False, whole: bool = False
@@ -431,7 +437,7 @@ class RayPhases:
         pairs = [[index, asdict(given)] for index, given in enumerate(self.work.inputs)]
         listed = pairs[:1] if first_only else pairs
         size = len(listed) if whole else max(1, -(-len(listed) // (self.workers.count * 4)))
-        passed = pickle.dumps((phase, argument))
+        passed = pickle.dumps((phase, argument, self.ablated))
         rows = [
             {"task": json.dumps(listed[start : start + size]), "pass": passed}
             for start in range(0, len(listed), size)
@@ -478,6 +484,12 @@ class RayPhases:
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
         return np.sum(self._summed("measured", kept), axis=0)
+
+    def means(self) -> Means:
+        return functools.reduce(Means.merged, self._summed("means", None))
+
+    def ablating(self, ablated: Ablated) -> None:
+        self.ablated = ablated
 
     def optimized(
         self, start: np.ndarray, gap: float, training: Training

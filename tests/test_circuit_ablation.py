@@ -1,7 +1,9 @@
-"""``circuit --ablation zero``: every edge outside the circuit (or the edge scored) carries
-zero, every node's output replaced by 0 in the clean text's run; exact scores, EAP, the
-corrupted (all-ablated) metric and faithfulness held to tests/circuit_references.py's plain
-hooks with zeros for the corrupted outputs, on the tiny GPT-2, Llama and Gemma 3."""
+"""``circuit --ablation zero`` and ``mean``: every edge outside the circuit (or the edge
+scored) carries zero, or its upstream node's mean output over the pairs (every position of
+every clean text, each text weighed alike), every node's output replaced in the clean
+text's run; exact scores, EAP, the all-ablated metric and faithfulness held to
+tests/circuit_references.py's plain hooks given those values as the corrupted outputs, on
+the tiny GPT-2, Llama and Gemma 3 (mean: GPT-2 and Llama; Gemma's is refused)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from attnviz.analysis.circuit import read_circuit
 from attnviz.cli import app
 from tests import circuit_references as reference
 from tests.checks import failed_in_process, model_tolerance
-from tests.circuit_references import PAIR
+from tests.circuit_references import OTHER, PAIR
 from tests.hook_references import ANSWER, TEXT, VERSUS
 from tests.test_circuit import _pair_ids, _scores
 
@@ -65,6 +67,62 @@ def test_zero_ablations_faithfulness_is_measured_against_every_edge_zeroed(
     assert circuit.ablation == "zero"
 
 
+def _means(generators, language_models, pairs, family):
+    """Each node's mean output over the pairs' clean texts (each text's mean over its
+    positions, averaged), and each pair's ids: (means, [(ids, answer_id, versus_id)])."""
+    read, summed = [], {}
+    for pair in pairs:
+        _, model, ids, _, answer_id, versus_id = _pair_ids(
+            generators, language_models, pair, family
+        )
+        read.append((ids, answer_id, versus_id))
+        _, outputs = reference.run(model, ids, answer_id, versus_id)
+        for name, output in outputs.items():
+            summed[name] = summed.get(name, 0) + output.mean(0) / len(pairs)
+    return model, summed, read
+
+
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm"])
+def test_mean_ablation_equals_plain_hooks_given_each_nodes_mean_over_the_pairs(
+    generators, language_models, family
+):
+    pairs = [PAIR, OTHER]
+    model, means, read = _means(generators, language_models, pairs, family)
+    extractor = language_models[family]
+    asked = [{**pair, "corrupt": None} for pair in pairs]
+    tolerance = model_tolerance(model.config)
+    exact = _scores(extractor.circuit(pairs=asked, method="exact", ablation="mean", edges=0))
+    edges = sorted(exact)[::4]
+    estimate = _scores(extractor.circuit(pairs=asked, ablation="mean", edges=0))
+    circuit = extractor.circuit(pairs=asked, ablation="mean", edges=10, prune=False)
+    kept = {(first, then) for first, then, _ in circuit.kept_edges()}
+    _, _, every = reference.nodes(model)
+    wanted_exact = dict.fromkeys(edges, 0.0)
+    wanted_estimate = {}
+    clean = nothing = metric = 0.0
+    for ids, answer_id, versus_id in read:
+        widened = {name: mean.expand(ids.shape[1], -1) for name, mean in means.items()}
+        alone = reference.exact_scores(model, ids, None, answer_id, versus_id, edges, widened)
+        for edge in edges:
+            wanted_exact[edge] += alone[edge] / len(read)
+        eap = reference.estimated_scores(model, ids, None, answer_id, versus_id, corrupt=widened)
+        for edge, value in eap.items():
+            wanted_estimate[edge] = wanted_estimate.get(edge, 0.0) + value / len(read)
+        clean += reference.run(model, ids, answer_id, versus_id)[0] / len(read)
+        nothing += reference.carried_metric(model, ids, widened, answer_id, versus_id, every)
+        outside = [edge for edge in every if edge not in kept]
+        metric += reference.carried_metric(model, ids, widened, answer_id, versus_id, outside)
+    nothing, metric = nothing / len(read), metric / len(read)
+    assert max(abs(exact[edge] - wanted_exact[edge]) for edge in edges) <= tolerance
+    assert max(abs(value) for value in wanted_exact.values()) > 100 * tolerance
+    assert max(abs(estimate[edge] - wanted_estimate[edge]) for edge in wanted_estimate) <= tolerance
+    assert abs(circuit.corrupt_metric - nothing) <= tolerance
+    expected = (metric - nothing) / (clean - nothing)
+    assert abs(circuit.faithfulness - expected) <= tolerance / abs(clean - nothing)
+    zeroed = _scores(extractor.circuit(pairs=asked, ablation="zero", edges=0))
+    assert max(abs(zeroed[edge] - estimate[edge]) for edge in wanted_estimate) > 100 * tolerance
+
+
 def test_zero_ablation_is_written_and_read_back_and_the_command_needs_no_twin(
     runner, generators, tmp_path
 ):
@@ -90,6 +148,7 @@ def test_zero_ablation_is_written_and_read_back_and_the_command_needs_no_twin(
         (["--ablation", "zero", "--method", "optimize", "--steps", "3"], "without --steps"),
         (["--ablation", "zero", "--scores", "c.json"], "not with --ablation zero"),
         (["--ablation", "half"], "--ablation"),
+        (["--ablation", "mean"], "give --pairs FILE.jsonl of two or more"),
         ([], "give --answer and --corrupt (or --pairs FILE.jsonl), or --ablation zero"),
     ],
 )
@@ -100,3 +159,11 @@ def test_ablation_usage_errors_are_one_line(runner, generators, arguments, messa
         assert result.exit_code == 2 and "--ablation" in result.stderr and result.stdout == ""
         return
     failed_in_process(result, 2, message)
+
+
+def test_mean_ablation_is_refused_where_heads_share_a_norm_after_attention(language_models):
+    from attnviz.errors import UsageError
+
+    pairs = [{**pair, "corrupt": None} for pair in (PAIR, OTHER)]
+    with pytest.raises(UsageError, match="share a norm after attention"):
+        language_models["gemma3-lm"].circuit(pairs=pairs, ablation="mean", progress=False)

@@ -484,6 +484,19 @@ def test_a_circuit_over_pairs_on_ray_equals_the_local_one(runner, local_ray, gen
     for a, b in zip(mine["edges"], theirs["edges"], strict=True):
         assert a["score"] == pytest.approx(b["score"], abs=1e-6)
     assert sum(edge["score"] == 0 for edge in mine["edges"]) > 0  # some signs turned
+    # mean ablation: the means over every worker's pairs, handed to every later pass; and
+    # optimize, trained by one worker
+    averaged = [*common[:7], "--ablation", "mean", "--method", "optimize", "--train-steps", "6"]
+    with torch_threads(1):
+        local = run(runner, *averaged)
+    remote = run(runner, *averaged, "--engine", "ray", "--jobs", "2")
+    assert local.exit_code == 0 and remote.exit_code == 0, remote.stderr
+    mine, theirs = json.loads(local.stdout), json.loads(remote.stdout)
+    assert mine["ablation"] == theirs["ablation"] == "mean"
+    assert mine["corrupt_metric"] == pytest.approx(theirs["corrupt_metric"], abs=1e-5)
+    for a, b in zip(mine["edges"], theirs["edges"], strict=True):
+        assert a["score"] == pytest.approx(b["score"], abs=1e-5)
+    assert mine["training"]["losses"] == pytest.approx(theirs["training"]["losses"], abs=1e-5)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(p) + "\n" for p in [PAIR, {**OTHER, "corrupt": "The dog"}]))
     refused = run(runner, "circuit", "--pairs", bad, "--model", generators["llama-lm"],

@@ -1,9 +1,14 @@
 """The run a circuit's edges take their values from where no corrupted text gives them
-(``--ablation zero``): the clean text's run with every upstream node's output replaced by
-zero, as EAP-IG's code's zero ablation replaces it — the input's embeddings (the first
-layer's input), each head's slice of its output projection's input (so that its output
-is 0, and in a layer with a post-attention norm every head's share of it), each MLP's
-output. Every position is ablated: no twin shares a first stretch with it.
+(``--ablation zero`` and ``mean``): the clean text's run with every upstream node's
+output replaced — the input's embeddings (the first layer's input), each head's slice of
+its output projection's input (so that its output is 0, or its mean output: the
+projection is linear), each MLP's output — by zero, as EAP-IG's code's zero ablation
+replaces it, or by its mean over the dataset (:class:`Means`: every position of every
+clean text, each text's mean weighed alike, as EAP-IG's ``compute_mean_activations``
+means to weigh them; its mask keeps each text's last position only, which is not
+copied). Every position is ablated: no twin shares a first stretch with it.
+
+Shape letters: L layers, D the model's width, E the heads' width (heads × head size).
 
 The forced rows of a pass are its corrupted ones: :func:`forced` puts the replacement
 there before any hook that reads an upstream node's output records it.
@@ -16,16 +21,84 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.pretrained.effects import hooked
+import numpy as np
+
+from attnviz.pretrained.effects import hooked, last_logits
 from attnviz.pretrained.sites import hidden_of, mlp_written, output_of, with_hidden, with_output
 
 if TYPE_CHECKING:
+    import torch
+
     from attnviz.pretrained.effects import Anatomy
 
 
 @dataclass(frozen=True)
+class Means:
+    """Each upstream node's output, each text's mean over its positions, summed over
+    ``texts`` texts (:meth:`mean` divides): the input's (D,), each layer's heads' output
+    projection input (L, E), each layer's MLP output (L, D)."""
+
+    input: np.ndarray
+    heads: np.ndarray
+    mlps: np.ndarray
+    texts: int = 1
+
+    def merged(self, other: Means) -> Means:
+        """The sums of both (from two workers)."""
+        return Means(
+            self.input + other.input,
+            self.heads + other.heads,
+            self.mlps + other.mlps,
+            self.texts + other.texts,
+        )
+
+    def mean(self) -> Means:
+        """The means over the texts (one text's sums)."""
+        count = self.texts
+        return Means(self.input / count, self.heads / count, self.mlps / count)
+
+
+@dataclass(frozen=True)
 class Ablated:
-    """Every upstream node's output replaced by zero."""
+    """Every upstream node's output replaced by its mean (``means``, :meth:`Means.mean`'s)
+    or, where there are none, by zero."""
+
+    means: Means | None = None
+
+
+def text_means(model: Any, body: Anatomy, arguments: dict) -> Means:
+    """One text's nodes' outputs, each its mean over the text's positions."""
+    import torch
+
+    layers = len(body.blocks)
+    found: dict[str, list[Any]] = {"input": [None], "heads": [None] * layers}
+    found["mlps"] = [None] * layers
+
+    def keep(where: str, layer: int) -> Any:
+        def kept(value: torch.Tensor) -> None:
+            found[where][layer] = value[0].float().mean(0).cpu().numpy()  # over positions
+
+        return kept
+
+    def input_kept(_module: Any, args: tuple, kwargs: dict) -> None:
+        keep("input", 0)(hidden_of(args, kwargs))
+
+    def heads_kept(layer: int) -> Any:
+        return lambda _module, args: keep("heads", layer)(args[0])
+
+    def mlp_kept(layer: int) -> Any:
+        return lambda _module, _args, output: keep("mlps", layer)(output_of(output))
+
+    with contextlib.ExitStack() as hooks, torch.inference_mode():
+        first = body.blocks[0].register_forward_pre_hook(input_kept, with_kwargs=True)
+        hooks.enter_context(hooked(first))
+        for layer in range(layers):
+            heads = body.projections[layer].register_forward_pre_hook(heads_kept(layer))
+            hooks.enter_context(hooked(heads))
+            mlp = mlp_written(body, layer).register_forward_hook(mlp_kept(layer))
+            hooks.enter_context(hooked(mlp))
+        last_logits(model, arguments)
+    return Means(found["input"][0], np.stack(found["heads"]), np.stack(found["mlps"]))
 
 
 def changed_from(arguments: dict, corrupt_arguments: dict, ablated: Ablated | None) -> int:
@@ -48,27 +121,43 @@ def forced(body: Anatomy, ablated: Ablated | None, rows: Any) -> Iterator[None]:
         yield
         return
 
-    def input_zeroed(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    means = ablated.means
+
+    def value(found: torch.Tensor, mean: np.ndarray | None) -> Any:
+        """What ``found``'s rows are replaced by: 0, or the mean, in its dtype."""
+        import torch
+
+        if mean is None:
+            return 0
+        return torch.as_tensor(mean, dtype=found.dtype, device=found.device)
+
+    def input_replaced(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         hidden = hidden_of(args, kwargs).clone()  # (B, T, D)
-        hidden[rows] = 0
+        hidden[rows] = value(hidden, None if means is None else means.input)
         return with_hidden(args, kwargs, hidden)
 
-    def heads_zeroed(_module: Any, args: tuple) -> tuple:
-        heads = args[0].clone()  # (B, T, E): every head's slice of the projection's input
-        heads[rows] = 0
-        return (heads, *args[1:])
+    def heads_replaced(layer: int) -> Any:
+        def replace(_module: Any, args: tuple) -> tuple:
+            heads = args[0].clone()  # (B, T, E): every head's slice of the projection's input
+            heads[rows] = value(heads, None if means is None else means.heads[layer])
+            return (heads, *args[1:])
 
-    def output_zeroed(_module: Any, _args: tuple, output: Any) -> Any:
-        written = output_of(output).clone()  # (B, T, D)
-        written[rows] = 0
-        return with_output(output, written)
+        return replace
 
-    first = body.blocks[0].register_forward_pre_hook(input_zeroed, with_kwargs=True)
+    def output_replaced(layer: int) -> Any:
+        def replace(_module: Any, _args: tuple, output: Any) -> Any:
+            written = output_of(output).clone()  # (B, T, D)
+            written[rows] = value(written, None if means is None else means.mlps[layer])
+            return with_output(output, written)
+
+        return replace
+
+    first = body.blocks[0].register_forward_pre_hook(input_replaced, with_kwargs=True)
     with contextlib.ExitStack() as hooks:
         hooks.enter_context(hooked(first))
         for layer in range(len(body.blocks)):
-            heads = body.projections[layer].register_forward_pre_hook(heads_zeroed)
+            heads = body.projections[layer].register_forward_pre_hook(heads_replaced(layer))
             hooks.enter_context(hooked(heads))
-            mlp = mlp_written(body, layer).register_forward_hook(output_zeroed)
+            mlp = mlp_written(body, layer).register_forward_hook(output_replaced(layer))
             hooks.enter_context(hooked(mlp))
         yield

@@ -17,11 +17,11 @@ from attnviz.analysis.bootstrap import bootstrapped, resamples
 from attnviz.analysis.circuit import Circuit, CurvePoint, Training, faithfulness_of, ranked
 from attnviz.analysis.eap_ig import EapIgGraph, read_scores
 from attnviz.analysis.selections import selected
-from attnviz.choices import INTERVENTIONS, CircuitMethod, Level, Select
+from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select
 from attnviz.circuit_options import DEFAULT_EDGES
 from attnviz.errors import UsageError
 from attnviz.extractor import pair_error
-from attnviz.pretrained.ablated import Ablated, changed_from
+from attnviz.pretrained.ablated import Ablated, Means, changed_from, text_means
 from attnviz.pretrained.answered import Answered, answered
 from attnviz.pretrained.circuit_cost import Cost, scoring_cost, unsaid
 from attnviz.pretrained.circuit_notes import say_faithfulness, say_pruning_moved
@@ -78,6 +78,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     asked, sizes = options.asked(units), options.sizes(units)
     refine = options.refined(graph.count)
     phases.checked()
+    tell_ablation(phases, options, graph)
     optimize = options.method is CircuitMethod.OPTIMIZE
     scored = phases.scored(options.scored_by, options.steps, options.bootstrap)
     count, graph = scored.pairs, scored.graph
@@ -148,6 +149,27 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         training,
         options.ablation,
     )
+
+
+def tell_ablation(phases: Phases, options: CircuitOptions, graph: Graph) -> None:
+    """The passes told how the nodes are ablated, where no corrupted text gives their
+    values: zero, or their means over the pairs (one pass over the pairs' clean texts)."""
+    if options.ablation is Intervention.PATCH:
+        return
+    if options.ablation is Intervention.ZERO:
+        phases.ablating(Ablated())
+        return
+    if phases.pairs < 2:
+        raise UsageError(
+            "--ablation mean replaces each node's output by its mean over the pairs: give "
+            "--pairs FILE.jsonl of two or more (or --ablation zero)"
+        )
+    if graph.post_norms:
+        raise UsageError(
+            "--ablation mean: this model's heads share a norm after attention, so a head's "
+            "mean output is no output it gives; give --ablation zero or patch"
+        )
+    phases.ablating(Ablated(phases.means().mean()))
 
 
 def optimized_scores(
@@ -291,6 +313,12 @@ class Given:
     def measured(self, kept: np.ndarray) -> np.ndarray:
         return self.phases.measured(kept)
 
+    def means(self) -> Means:
+        return self.phases.means()
+
+    def ablating(self, ablated: Ablated) -> None:
+        self.phases.ablating(ablated)
+
     def optimized(
         self, start: np.ndarray, gap: float, training: Training
     ) -> tuple[np.ndarray, Training]:
@@ -314,6 +342,9 @@ class PairRuns:
         self.extractor, self.request, self.count, self.names = extractor, request, count, names
         self.kept: dict[int, tuple[Answered, Runs]] = {}
         self.wiring: Wiring | None = None  # the model's, found by the first read
+        # how the corrupted run's nodes are replaced in the clean text's run, where asked
+        # (set by the driver before any pass that reads it: a mean needs the pairs read)
+        self.ablated: Ablated | None = None
 
     def __call__(
         self,
@@ -338,7 +369,7 @@ class PairRuns:
                 asked.metric,
                 starts=self._exact,  # only the exact sweeps start from the layers' outputs
                 part=part,
-                ablated=self._ablated,
+                ablated=self.ablated,
             )
         except UsageError as error:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
@@ -354,7 +385,7 @@ class PairRuns:
         if self._exact:
             return [None]
         ids = asked.arguments["input_ids"]
-        start = changed_from(asked.arguments, self._corrupt_arguments(asked), self._ablated)
+        start = changed_from(asked.arguments, self._corrupt_arguments(asked), self.ablated)
         embedding = self.extractor.loaded.model.get_input_embeddings().weight  # (V, D)
         body = asked.body
         found = record_parts(
@@ -376,14 +407,10 @@ class PairRuns:
     def _exact(self) -> bool:
         return self._options.method is CircuitMethod.EXACT or self._options.refine is not None
 
-    @property
-    def _ablated(self) -> Ablated | None:
-        """How the corrupted run's nodes are replaced, where it is the clean text's."""
-        return None if INTERVENTIONS[self._options.ablation].corrupt else Ablated()
-
     def _corrupt_arguments(self, asked: Answered) -> dict:
         """The corrupted run's arguments: its twin's, or (ablated) the clean text's."""
-        if self._ablated is not None:
+        if not INTERVENTIONS[self._options.ablation].corrupt:
+            assert self.ablated is not None  # set before any pass (circuit.ablated)
             return asked.arguments
         assert asked.corrupt_arguments is not None  # check_asked's
         return asked.corrupt_arguments
@@ -397,7 +424,7 @@ class PairRuns:
         assert self.wiring is not None  # found by the read
         asked = self.answered(index, given)
         model, corrupt = self.extractor.loaded.model, self._corrupt_arguments(asked)
-        return Twins(self.wiring, model, asked.arguments, corrupt, asked.metric, self._ablated)
+        return Twins(self.wiring, model, asked.arguments, corrupt, asked.metric, self.ablated)
 
     def answered(self, index: int, given: Input) -> Answered:
         """The pair tokenized and its metric found (a pair's error names its line; its
@@ -521,6 +548,19 @@ def optimized_over(
     return optimized(twins_of, len(pairs), start, gap, training)
 
 
+def means_summed(runs_of: PairRuns, pairs: Indexed) -> Means:
+    """Each node's output, each clean text's mean over its positions, summed over ``pairs``."""
+    found: Means | None = None
+    model = runs_of.extractor.loaded.model
+    for index, given in pairs:
+        asked = runs_of.answered(index, given)
+        alone = text_means(model, asked.body, asked.arguments)
+        found = alone if found is None else found.merged(alone)
+        advance("averaged pair", index + 1, runs_of.count)
+    assert found is not None  # asked of at least one pair
+    return found
+
+
 def pairs_checked(runs_of: PairRuns, pairs: Indexed) -> None:
     """Each pair tokenized and checked, as a pass would read it (no pass runs)."""
     for index, given in pairs:
@@ -583,6 +623,12 @@ class Here:
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
         return self._passing(lambda: measured_summed(self.runs_of, self.indexed, kept))
+
+    def means(self) -> Means:
+        return self._passing(lambda: means_summed(self.runs_of, self.indexed))
+
+    def ablating(self, ablated: Ablated) -> None:
+        self.runs_of.ablated = ablated
 
     def optimized(
         self, start: np.ndarray, gap: float, training: Training

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
     from attnviz.analysis.heads import Answer
     from attnviz.choices import CircuitMethod
+    from attnviz.pretrained.ablated import Ablated, Means
 
 Edge = tuple[int, int]  # (upstream, downstream)
 
@@ -88,6 +89,16 @@ class Phases(Protocol):
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
         """Each circuit's metric (``kept``: (C, U, N)) summed over the pairs, (C,)."""
+        ...
+
+    def means(self) -> Means:
+        """Each node's output, each clean text's mean over its positions, summed over the
+        pairs (:func:`attnviz.pretrained.ablated.text_means`)."""
+        ...
+
+    def ablating(self, ablated: Ablated) -> None:
+        """Every later pass replaces the corrupted run's nodes' outputs as ``ablated``
+        says, in the clean text's run (``--ablation zero`` or ``mean``)."""
         ...
 
     def optimized(
