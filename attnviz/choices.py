@@ -315,7 +315,7 @@ CIRCUIT_METHOD_LABELS = {
     CircuitMethod.GRADIENT: "edge attribution patching, EAP: one forward and one backward pass",
     CircuitMethod.IG: "EAP with integrated gradients, EAP-IG: --steps backward passes",
     CircuitMethod.OPTIMIZE: "a mask over the edges trained for faithfulness from EAP-IG's "
-    "scores: --train-steps forward and backward passes",
+    "scores (EAP's with --ablation mean or zero): --train-steps forward and backward passes",
 }
 
 
