@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnviz.analysis.circuit import Training
 from attnviz.analysis.mib import MIB, mib_sizes
+from attnviz.analysis.training import Training
 from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select, chosen
 from attnviz.errors import UsageError
 

@@ -40,16 +40,17 @@ from attnviz.batch.run import (
 from attnviz.choices import CircuitMethod
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
 from attnviz.extractor import check_pairs
-from attnviz.pretrained import circuit
+from attnviz.pretrained import circuit, circuit_passes
 from attnviz.pretrained.ablated import Means
 from attnviz.pretrained.circuit_phases import Edge, Scored
 from attnviz.render.image import Painter
 from attnviz.request import Input
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit, Training
+    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
     from attnviz.analysis.graph import Graph
+    from attnviz.analysis.training import Training
     from attnviz.batch.inputs import BatchInput
     from attnviz.batch.run import BatchWork, Tally
     from attnviz.batch.writing import Outputs
@@ -390,7 +391,7 @@ class CircuitWorker:
         _use_threads(threads)
         # a circuit's request is refused by any other model before it reaches a worker
         extractor = cast("PretrainedExtractor", spec.load())
-        self.runs_of = circuit.PairRuns(extractor, request, count, names)
+        self.runs_of = circuit_passes.PairRuns(extractor, request, count, names)
         self.extractor = extractor
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
@@ -400,14 +401,14 @@ class CircuitWorker:
         phase, argument, ablated = pickle.loads(batch["pass"][0])
         self.runs_of.ablated = ablated
         passes = {
-            "scored": lambda: circuit.scored(self.runs_of, pairs, *argument),
-            "exact": lambda: circuit.exact_summed(self.runs_of, pairs, argument),
-            "measured": lambda: circuit.measured_summed(self.runs_of, pairs, argument),
-            "optimized": lambda: circuit.optimized_over(self.runs_of, pairs, *argument),
-            "means": lambda: circuit.means_summed(self.runs_of, pairs),
-            "promoted": lambda: circuit.promoted(self.extractor, argument),
-            "graph": lambda: circuit.graph_of_model(self.extractor),
-            "checked": lambda: circuit.pairs_checked(self.runs_of, pairs),
+            "scored": lambda: circuit_passes.scored(self.runs_of, pairs, *argument),
+            "exact": lambda: circuit_passes.exact_summed(self.runs_of, pairs, argument),
+            "measured": lambda: circuit_passes.measured_summed(self.runs_of, pairs, argument),
+            "optimized": lambda: circuit_passes.optimized_over(self.runs_of, pairs, *argument),
+            "means": lambda: circuit_passes.means_summed(self.runs_of, pairs),
+            "promoted": lambda: circuit_passes.promoted(self.extractor, argument),
+            "graph": lambda: circuit_passes.graph_of_model(self.extractor),
+            "checked": lambda: circuit_passes.pairs_checked(self.runs_of, pairs),
         }
         with _warnings_kept() as said:
             try:

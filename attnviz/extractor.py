@@ -303,28 +303,24 @@ class Extractor(ABC):
         **options: Any,
     ) -> Circuit:
         """Every edge between the model's heads and MLPs (:mod:`attnviz.analysis.graph`) scored on
-        an answer: the change in the metric (as :meth:`head_effects` reads it) when that edge
-        alone carries the corrupted run's value, by ``method`` ("exact", "gradient": EAP, "ig":
-        EAP-IG with ``steps`` points; ``refine`` K: the estimate's top K again exactly;
-        "optimize": a mask over the edges learned from EAP-IG's scores in ``train_steps`` of
-        Adam at ``learning_rate``, ``sparsity`` the weight of its mean,
-        :mod:`attnviz.pretrained.optimized`); ``ablation``, what an edge outside the circuit
-        carries in scoring and in faithfulness ("patch": the corrupted run's value; "zero":
-        every node's output replaced by 0 in the clean text's run, no ``corrupt`` read); the
-        circuit chosen by ``select`` ("top": the ``edges`` largest |scores|, 100 by default,
-        "all", 0…; "greedy": EAP-IG's, from the logits up; "threshold": every edge of |score| at
-        least ``threshold``), its dead ends out if ``prune``, and its faithfulness, and each
-        size of ``curve`` (sizes or "all", each measured once; or ["mib"]: MIB's ten fractions,
-        with its CPR and CMD in :attr:`Circuit.areas`); ``level`` "node" chooses ``nodes`` heads
-        and MLPs by their own scores (exact node patching, or the sum of their edges' estimates)
-        and keeps the edges between them; ``scores``, a circuit's JSON document
-        (:meth:`Circuit.document`) over the same pairs, gives the scores without scoring again;
-        ``bootstrap`` B bootstraps every score over B resamples of the pairs (an edge whose sign
-        turns scores 0; :mod:`attnviz.analysis.bootstrap`). One ``text`` with its ``answer`` and
-        ``corrupt`` twin, or ``pairs`` (each an Input or a mapping of text, answer, versus,
-        corrupt): every score the mean over them. A causal language model only. ``progress``: a
-        bar per pass on stderr where a terminal or a notebook shows it (True), none (False), or
-        a listener told each step (:mod:`attnviz.progress`)."""
+        an answer (docs/effects.md, Circuits): the change in the metric (as
+        :meth:`head_effects` reads it) when that edge alone carries ``ablation``'s value
+        ("patch": the corrupted run's; "zero", "mean": every node's output replaced in the
+        clean text's run), by ``method`` ("exact", "gradient": EAP, "ig": EAP-IG with
+        ``steps`` points; ``refine`` K: the estimate's top K again exactly; "optimize": a mask
+        learned from EAP-IG's scores in ``train_steps`` of Adam at ``learning_rate``,
+        ``sparsity`` the weight of its mean); the circuit chosen by ``select`` ("top": the
+        ``edges`` largest |scores|, 100 by default, "all", 0…; "greedy": EAP-IG's; "threshold":
+        |score| at least ``threshold``), its dead ends out if ``prune``, and its
+        faithfulness, and each size of ``curve`` (or ["mib"]: MIB's ten fractions, CPR and
+        CMD in :attr:`Circuit.areas`); ``level`` "node" chooses ``nodes`` heads and MLPs by
+        their own scores and keeps the edges between them; ``scores``, a circuit's JSON
+        document over the same pairs, gives the scores without scoring again; ``bootstrap`` B
+        bootstraps every score over B resamples of the pairs. One ``text`` with its
+        ``answer`` and ``corrupt`` twin, or ``pairs`` (each an Input or a mapping of text,
+        answer, versus, corrupt): every score the mean over them. A causal language model
+        only. ``progress``: bars on stderr where a terminal or a notebook shows them (True),
+        none (False), or a listener told each step (:mod:`attnviz.progress`)."""
         circuit = CircuitOptions(
             method=chosen(CircuitMethod, method, "method"),
             steps=steps,

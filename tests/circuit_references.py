@@ -47,6 +47,32 @@ OTHER = {
     "versus": VERSUS,
     "corrupt": "The dog saw the man because",
 }
+THIRD = {  # a third pair of the tiny models' dataset, as long as its twin
+    "text": "The girl saw the cat because",
+    "answer": ANSWER,
+    "versus": VERSUS,
+    "corrupt": "The cat saw the girl because",
+}
+# Twins that share their first words: attnviz's records and changed runs hold only the
+# positions from the first token where they differ on (before it the runs are the same).
+LATE = {**PAIR, "corrupt": "The man walked the man because"}
+
+
+def scores_of(circuit):
+    """A circuit's scores by edge: (from, to) -> score."""
+    return {(first, then): score for first, then, score in circuit.edges()}
+
+
+def pair_ids(generators, language_models, pair, family="llama-lm"):
+    """A pair on a tiny model: (extractor, model, ids, corrupt_ids, answer_id, versus_id)."""
+    from tests.hook_references import answer_token_id, token_ids
+
+    path = generators[family]
+    extractor = language_models[family]
+    ids, corrupt_ids = token_ids(path, pair["text"]), token_ids(path, pair["corrupt"])
+    answer_id = answer_token_id(path, pair["text"], pair["answer"])
+    versus_id = answer_token_id(path, pair["text"], pair["versus"])
+    return extractor, extractor.loaded.model, ids, corrupt_ids, answer_id, versus_id
 
 
 def shape_of(model):

@@ -9,19 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz.pretrained import circuit as circuit_module
+from attnviz.pretrained import circuit_passes as circuit_module
 from attnviz.pretrained import differences, edge_estimates, edges, patching
 from attnviz.pretrained import faithfulness as faithfulness_pass
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
-from tests.circuit_references import OTHER, PAIR
+from tests.circuit_references import LATE, OTHER, PAIR, THIRD, pair_ids, scores_of
 from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS, prepared
 
 FAMILIES = ["gpt2-lm", "llama-lm", "gemma2-lm", "gemma3-lm"]
-
-
-def _scores(circuit):
-    return {(first, then): score for first, then, score in circuit.edges()}
 
 
 def _setup(generators, language_models, family):
@@ -38,7 +34,7 @@ def test_the_graph_is_every_writer_before_every_reader(generators, language_mode
     upstream, downstream, edges = reference.nodes(model)
     assert circuit.graph.upstream == upstream
     assert circuit.graph.downstream == downstream
-    assert set(_scores(circuit)) == set(edges)
+    assert set(scores_of(circuit)) == set(edges)
     assert circuit.graph.count == len(edges)
 
 
@@ -48,7 +44,7 @@ def test_exact_scores_equal_the_edge_carried_by_plain_hooks(generators, language
         generators, language_models, family
     )
     circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact")
-    found = _scores(circuit)
+    found = scores_of(circuit)
     edges = sorted(found)[::3]  # every third edge: each is a forward pass of the reference
     expected = reference.exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges)
     tolerance = model_tolerance(model.config)
@@ -69,7 +65,7 @@ def test_eap_and_eap_ig_equal_autograd_through_plain_hooks(
     circuit = extractor.circuit(
         TEXT, ANSWER, CORRUPT, versus=VERSUS, method=method, steps=steps, edges=0
     )
-    found = _scores(circuit)
+    found = scores_of(circuit)
     expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps)
     tolerance = model_tolerance(model.config)
     worst = max(abs(found[edge] - expected[edge]) for edge in expected)
@@ -94,7 +90,7 @@ def test_eap_igs_key_and_value_copies_a_query_head_each_sum_to_the_grouped_score
     copies = reference.copied_scores(model, ids, corrupt_ids, answer_id, versus_id)
     tolerance = model_tolerance(model.config)
     spread = 0.0
-    for (first, then), score in _scores(circuit).items():
+    for (first, then), score in scores_of(circuit).items():
         layer, unit, letter = then.split(".") if then.count(".") == 2 else (None,) * 3
         if letter not in ("k", "v"):
             continue
@@ -121,7 +117,7 @@ def test_eap_ig_of_a_long_text_recomputing_layers_a_position_at_a_time_equals_au
         generators, language_models, family
     )
     circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="ig", steps=2, edges=0)
-    found = _scores(circuit)
+    found = scores_of(circuit)
     expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, 2)
     worst = max(abs(found[edge] - expected[edge]) for edge in expected)
     assert worst <= model_tolerance(model.config), worst
@@ -145,7 +141,7 @@ def test_a_group_whose_gradient_never_comes_scores_0_beside_its_points_others(
     circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0)
     _, _, first, size, _ = circuit.graph.groups()[1]
     keys = set(circuit.graph.downstream[first : first + size])
-    found = _scores(circuit)
+    found = scores_of(circuit)
     expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id)
     assert all(found[edge] == 0 for edge in expected if edge[1] in keys)
     others = [edge for edge in expected if edge[1] not in keys]
@@ -194,10 +190,10 @@ def test_a_compact_record_scores_as_the_references(
         generators, language_models, family
     )
     tolerance = model_tolerance(model.config)
-    found = _scores(extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0))
+    found = scores_of(extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=0))
     expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id)
     assert max(abs(found[edge] - expected[edge]) for edge in expected) <= tolerance
-    exact = _scores(extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact"))
+    exact = scores_of(extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact"))
     edges = sorted(exact)[::7]
     assert any(first.startswith("a") for first, _ in edges)  # heads' edges among them
     carried = reference.exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges)
@@ -229,7 +225,7 @@ def test_an_estimate_read_in_parts_of_the_positions_equals_autograd(
     start = int((ids[0] != corrupt_ids[0]).nonzero()[0, 0])
     assert reads == [slice(at, at + 1) for at in reversed(range(start, ids.shape[1]))]
     expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, 2)
-    found = _scores(parted)
+    found = scores_of(parted)
     assert max(abs(found[edge] - expected[edge]) for edge in expected) <= model_tolerance(
         model.config
     )
@@ -325,14 +321,6 @@ def test_every_edge_kept_gives_one_and_none_gives_zero(generators, language_mode
     assert size == kept == fraction == 0 and abs(none) <= model_tolerance(model.config) / taken
 
 
-THIRD = {  # a third pair of the tiny models' dataset, as long as its twin
-    "text": "The girl saw the cat because",
-    "answer": ANSWER,
-    "versus": VERSUS,
-    "corrupt": "The cat saw the girl because",
-}
-
-
 @pytest.mark.parametrize("method", ["gradient", "exact"])
 def test_bootstrapped_scores_are_the_resamples_of_each_pairs_own_scores(
     generators, language_models, method
@@ -372,7 +360,7 @@ def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generator
     kept = [(first, then) for first, then, _ in both.kept_edges()]
     measured = []
     for pair in pairs:
-        _, model_, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
+        _, model_, ids, corrupt_ids, answer_id, versus_id = pair_ids(
             generators, language_models, pair
         )
         _, corrupt_outputs = reference.run(model_, corrupt_ids, answer_id, versus_id)
@@ -384,40 +372,24 @@ def test_a_datasets_scores_and_faithfulness_are_the_means_of_its_pairs(generator
     assert abs(both.faithfulness - expected) <= tolerance / abs(clean - corrupt)
 
 
-def _pair_ids(generators, language_models, pair, family="llama-lm"):
-    from tests.hook_references import answer_token_id, token_ids
-
-    path = generators[family]
-    extractor = language_models[family]
-    ids, corrupt_ids = token_ids(path, pair["text"]), token_ids(path, pair["corrupt"])
-    answer_id = answer_token_id(path, pair["text"], pair["answer"])
-    versus_id = answer_token_id(path, pair["text"], pair["versus"])
-    return extractor, extractor.loaded.model, ids, corrupt_ids, answer_id, versus_id
-
-
-# Twins that share their first words: attnviz's records and changed runs hold only the
-# positions from the first token where they differ on (before it the runs are the same).
-LATE = {**PAIR, "corrupt": "The man walked the man because"}
-
-
 @pytest.mark.parametrize("family", ["llama-lm", "gemma3-lm"])
 def test_twins_differing_late_score_and_measure_as_the_references_of_every_position(
     generators, language_models, family, monkeypatch
 ):
     """As a long text runs besides: a kept edge's carried value one node at a time."""
     monkeypatch.setattr(faithfulness_pass, "_ELEMENTS_AT_ONCE", 1)
-    extractor, model, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
         generators, language_models, LATE, family
     )
     shared = int((ids[0] == corrupt_ids[0]).long().cumprod(0).sum())
     assert 4 <= shared < ids.shape[1]  # "The man walked the" at least
     tolerance = model_tolerance(model.config)
-    estimate = _scores(extractor.circuit(**LATE, method="ig", steps=2, edges=0))
+    estimate = scores_of(extractor.circuit(**LATE, method="ig", steps=2, edges=0))
     expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, 2)
     assert max(abs(estimate[edge] - expected[edge]) for edge in expected) <= tolerance
     assert max(abs(value) for value in expected.values()) > 100 * tolerance
     circuit = extractor.circuit(**LATE, method="exact", edges=9, curve=[40])
-    found = _scores(circuit)
+    found = scores_of(circuit)
     edges = sorted(found)[::5]
     exact = reference.exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges)
     assert max(abs(found[edge] - exact[edge]) for edge in edges) <= tolerance
@@ -438,7 +410,7 @@ def test_refine_computes_the_estimates_top_edges_exactly(generators, language_mo
     exact = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact", edges=0)
     refined = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, refine=6, edges=0)
     top = [(first, then) for first, then, _ in estimate.edges(6)]
-    found, exact_scores, estimated = _scores(refined), _scores(exact), _scores(estimate)
+    found, exact_scores, estimated = scores_of(refined), scores_of(exact), scores_of(estimate)
     tolerance = model_tolerance(model.config)
     assert all(abs(found[edge] - exact_scores[edge]) <= tolerance for edge in top)
     rest = [edge for edge in estimated if edge not in top]
@@ -638,7 +610,7 @@ def test_a_graph_of_unusual_sizes_goes_through_every_pass_as_the_hooks_do(
     tolerance = model_tolerance(model.config)
     for steps in (None, 2):
         method = "gradient" if steps is None else "ig"
-        found = _scores(extractor.circuit(
+        found = scores_of(extractor.circuit(
             TEXT, ANSWER, CORRUPT, versus=VERSUS, method=method, steps=steps, edges=0
         ))  # fmt: skip
         expected = reference.estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps)
@@ -646,7 +618,7 @@ def test_a_graph_of_unusual_sizes_goes_through_every_pass_as_the_hooks_do(
     circuit = extractor.circuit(
         TEXT, ANSWER, CORRUPT, versus=VERSUS, method="exact", edges=15, curve=[60]
     )
-    found = _scores(circuit)
+    found = scores_of(circuit)
     sample = sorted(found)[::11]
     exact = reference.exact_scores(model, ids, corrupt_ids, answer_id, versus_id, sample)
     assert max(abs(found[edge] - exact[edge]) for edge in sample) <= tolerance

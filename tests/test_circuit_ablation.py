@@ -15,9 +15,8 @@ from attnviz.analysis.circuit import read_circuit
 from attnviz.cli import app
 from tests import circuit_references as reference
 from tests.checks import failed_in_process, model_tolerance
-from tests.circuit_references import OTHER, PAIR
+from tests.circuit_references import OTHER, PAIR, pair_ids, scores_of
 from tests.hook_references import ANSWER, TEXT, VERSUS
-from tests.test_circuit import _pair_ids, _scores
 
 FAMILIES = ["gpt2-lm", "llama-lm", "gemma3-lm"]
 ZEROED = {**PAIR, "corrupt": None}  # no corrupted text is read
@@ -25,22 +24,22 @@ ZEROED = {**PAIR, "corrupt": None}  # no corrupted text is read
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_zero_ablations_exact_scores_and_eap_equal_plain_hooks(generators, language_models, family):
-    extractor, model, ids, _, answer_id, versus_id = _pair_ids(
+    extractor, model, ids, _, answer_id, versus_id = pair_ids(
         generators, language_models, PAIR, family
     )
     zeros = reference.zeroed(model, ids, answer_id, versus_id)
     tolerance = model_tolerance(model.config)
     exact = extractor.circuit(**ZEROED, method="exact", ablation="zero", edges=0)
-    found = _scores(exact)
+    found = scores_of(exact)
     edges = sorted(found)[::3]
     expected = reference.exact_scores(model, ids, None, answer_id, versus_id, edges, zeros)
     assert max(abs(found[edge] - expected[edge]) for edge in edges) <= tolerance
     assert max(abs(value) for value in expected.values()) > 100 * tolerance
-    estimate = _scores(extractor.circuit(**ZEROED, ablation="zero", edges=0))
+    estimate = scores_of(extractor.circuit(**ZEROED, ablation="zero", edges=0))
     wanted = reference.estimated_scores(model, ids, None, answer_id, versus_id, corrupt=zeros)
     assert max(abs(estimate[edge] - wanted[edge]) for edge in wanted) <= tolerance
     # not patching's scores: the corrupted twin's are others
-    patched = _scores(extractor.circuit(**PAIR, edges=0))
+    patched = scores_of(extractor.circuit(**PAIR, edges=0))
     assert max(abs(patched[edge] - estimate[edge]) for edge in wanted) > 100 * tolerance
 
 
@@ -48,7 +47,7 @@ def test_zero_ablations_exact_scores_and_eap_equal_plain_hooks(generators, langu
 def test_zero_ablations_faithfulness_is_measured_against_every_edge_zeroed(
     generators, language_models, family
 ):
-    extractor, model, ids, _, answer_id, versus_id = _pair_ids(
+    extractor, model, ids, _, answer_id, versus_id = pair_ids(
         generators, language_models, PAIR, family
     )
     zeros = reference.zeroed(model, ids, answer_id, versus_id)
@@ -72,9 +71,7 @@ def _means(generators, language_models, pairs, family):
     positions, averaged), and each pair's ids: (means, [(ids, answer_id, versus_id)])."""
     read, summed = [], {}
     for pair in pairs:
-        _, model, ids, _, answer_id, versus_id = _pair_ids(
-            generators, language_models, pair, family
-        )
+        _, model, ids, _, answer_id, versus_id = pair_ids(generators, language_models, pair, family)
         read.append((ids, answer_id, versus_id))
         _, outputs = reference.run(model, ids, answer_id, versus_id)
         for name, output in outputs.items():
@@ -91,9 +88,9 @@ def test_mean_ablation_equals_plain_hooks_given_each_nodes_mean_over_the_pairs(
     extractor = language_models[family]
     asked = [{**pair, "corrupt": None} for pair in pairs]
     tolerance = model_tolerance(model.config)
-    exact = _scores(extractor.circuit(pairs=asked, method="exact", ablation="mean", edges=0))
+    exact = scores_of(extractor.circuit(pairs=asked, method="exact", ablation="mean", edges=0))
     edges = sorted(exact)[::4]
-    estimate = _scores(extractor.circuit(pairs=asked, ablation="mean", edges=0))
+    estimate = scores_of(extractor.circuit(pairs=asked, ablation="mean", edges=0))
     circuit = extractor.circuit(pairs=asked, ablation="mean", edges=10, prune=False)
     kept = {(first, then) for first, then, _ in circuit.kept_edges()}
     _, _, every = reference.nodes(model)
@@ -119,7 +116,7 @@ def test_mean_ablation_equals_plain_hooks_given_each_nodes_mean_over_the_pairs(
     assert abs(circuit.corrupt_metric - nothing) <= tolerance
     expected = (metric - nothing) / (clean - nothing)
     assert abs(circuit.faithfulness - expected) <= tolerance / abs(clean - nothing)
-    zeroed = _scores(extractor.circuit(pairs=asked, ablation="zero", edges=0))
+    zeroed = scores_of(extractor.circuit(pairs=asked, ablation="zero", edges=0))
     assert max(abs(zeroed[edge] - estimate[edge]) for edge in wanted_estimate) > 100 * tolerance
 
 

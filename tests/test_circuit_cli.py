@@ -178,7 +178,7 @@ def test_text_and_pairs_are_one_or_the_other(runner, generators, tmp_path):
 
 def test_refine_past_the_graph_is_refused_before_any_pass(runner, generators, monkeypatch):
     """As --edges is: one line, exit 2, and not after scoring every edge first."""
-    import attnviz.pretrained.circuit as circuit_module
+    import attnviz.pretrained.circuit_passes as circuit_module
 
     def never(*_arguments):
         raise AssertionError("a pass ran before the sizes were checked")
@@ -195,7 +195,7 @@ def test_refine_past_the_graph_is_refused_before_any_pass(runner, generators, mo
 def test_curve_all_is_every_edge_and_a_size_asked_twice_is_measured_once(
     runner, generators, monkeypatch
 ):
-    import attnviz.pretrained.circuit as circuit_module
+    import attnviz.pretrained.circuit_passes as circuit_module
 
     measured = []
     original = circuit_module.circuit_metrics
@@ -296,7 +296,7 @@ def test_a_circuit_written_as_json_reads_back_and_is_measured_again_without_scor
     """-f json holds everything: Circuit.load gives the same scores, mask and measures;
     --scores measures another selection and curve over the same pair, scoring nothing,
     and finds what a whole run finds."""
-    import attnviz.pretrained.circuit as circuit_module
+    import attnviz.pretrained.circuit_passes as circuit_module
     from attnviz.analysis.circuit import Circuit
 
     path = generators["gemma2-lm"]
@@ -367,7 +367,7 @@ def test_a_scores_file_that_is_not_this_circuits_is_refused_in_one_line(
 def test_every_pair_is_checked_before_the_first_is_scored(
     runner, generators, tmp_path, monkeypatch
 ):
-    import attnviz.pretrained.circuit as circuit_module
+    import attnviz.pretrained.circuit_passes as circuit_module
 
     def never(*_arguments):
         raise AssertionError("a pair was scored before every pair was checked")

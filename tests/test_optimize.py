@@ -13,14 +13,13 @@ import torch
 
 from attnviz.analysis.circuit import read_circuit
 from attnviz.circuit_options import CircuitOptions
-from attnviz.pretrained import circuit as circuit_module
+from attnviz.pretrained import circuit_passes as circuit_module
 from attnviz.pretrained.faithfulness import masked_metric
 from attnviz.pretrained.patching import weights_without_gradients
 from attnviz.request import Input, Request
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
-from tests.circuit_references import OTHER, PAIR
-from tests.test_circuit import LATE, THIRD, _pair_ids
+from tests.circuit_references import LATE, OTHER, PAIR, THIRD, pair_ids
 
 
 @pytest.mark.parametrize(
@@ -32,7 +31,7 @@ def test_the_masked_pass_and_its_gradient_equal_plain_hooks(
 ):
     """Each edge carrying m × its value + (1 − m) × the corrupted, m anywhere in (0, 1):
     the metric, and its gradient in every edge's m, as autograd through plain hooks."""
-    extractor, model, ids, corrupt_ids, answer_id, versus_id = _pair_ids(
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
         generators, language_models, pair, family
     )
     request = Request(maps=False, circuit=CircuitOptions())

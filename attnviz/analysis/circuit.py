@@ -17,6 +17,7 @@ from attnviz.analysis.graph import Graph
 from attnviz.analysis.heads import Answer, Drawn
 from attnviz.analysis.mib import Areas, areas_of
 from attnviz.analysis.selections import nodes_of
+from attnviz.analysis.training import Training
 from attnviz.choices import CircuitMethod, Intervention, Level, Output, Select
 from attnviz.errors import UsageError
 
@@ -49,17 +50,6 @@ class CurvePoint(NamedTuple):
     kept: int
     faithfulness: float | None
     fraction: float
-
-
-class Training(NamedTuple):
-    """How ``--method optimize`` learned its mask (:mod:`attnviz.pretrained.optimized`):
-    ``steps`` of Adam at ``learning_rate``, a pair each, ``sparsity`` the weight of the
-    mask's mean in the loss; and each step's loss, once learned."""
-
-    steps: int
-    learning_rate: float
-    sparsity: float
-    losses: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -288,26 +278,7 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
     graph = Graph(layers, heads, kv_heads)
     if read.part("nodes", list) != list(dict.fromkeys([*graph.upstream, *graph.downstream])):
         raise UsageError(f"{where}: its nodes are not those of its graph's layers and heads")
-    scores = np.zeros(graph.edges.shape)
-    in_graph = np.zeros(graph.edges.shape, dtype=bool)
-    exact = np.zeros(graph.edges.shape, dtype=bool)
-    upstream = {name: index for index, name in enumerate(graph.upstream)}
-    downstream = {name: index for index, name in enumerate(graph.downstream)}
-    seen = np.zeros(graph.edges.shape, dtype=bool)
-    refined = False
-    for edge in read.part("edges", list):
-        each = _Reader(edge, f"{where}, an edge")
-        u, d = upstream.get(each.part("from", str), -1), downstream.get(each.part("to", str), -1)
-        if u < 0 or d < 0 or not graph.edges[u, d] or seen[u, d]:
-            raise UsageError(f"{where}: {edge!r} is no edge of its graph, or is given twice")
-        seen[u, d] = True
-        scores[u, d] = each.number("score")
-        in_graph[u, d] = each.part("in_circuit", bool)
-        if "exact" in edge:
-            refined = True
-            exact[u, d] = each.part("exact", bool)
-    if not (seen == graph.edges).all():
-        raise UsageError(f"{where} holds {int(seen.sum()):,} of its graph's {graph.count:,} edges")
+    scores, in_graph, exact = _edges(read, graph, where)
     chosen = _Reader(read.part("circuit", dict), f"{where}, its circuit")
     answer = _Reader(read.part("answer", dict), f"{where}, its answer")
     curve = [_Reader(point, f"{where}, its curve") for point in read.part("curve", list)]
@@ -346,7 +317,7 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
             )
             for point in curve
         ),
-        exact if refined else None,
+        exact,
         tuple(read.part("promoted", list)),
         None if shape.get("width") is None else _Reader(shape, where).whole("width"),
         chosen.choice("level", Level),
@@ -374,6 +345,34 @@ def _training(value: Any, where: str) -> Training | None:
         read.number("sparsity"),
         tuple(float(each) for each in losses),
     )
+
+
+def _edges(
+    read: _Reader, graph: Graph, where: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A document's edges, each checked: every edge's score, whether it is in the circuit,
+    and (where the document says) whether it was computed exactly; (U, N) each."""
+    scores = np.zeros(graph.edges.shape)
+    in_graph = np.zeros(graph.edges.shape, dtype=bool)
+    exact = np.zeros(graph.edges.shape, dtype=bool)
+    upstream = {name: index for index, name in enumerate(graph.upstream)}
+    downstream = {name: index for index, name in enumerate(graph.downstream)}
+    seen = np.zeros(graph.edges.shape, dtype=bool)
+    refined = False
+    for edge in read.part("edges", list):
+        each = _Reader(edge, f"{where}, an edge")
+        u, d = upstream.get(each.part("from", str), -1), downstream.get(each.part("to", str), -1)
+        if u < 0 or d < 0 or not graph.edges[u, d] or seen[u, d]:
+            raise UsageError(f"{where}: {edge!r} is no edge of its graph, or is given twice")
+        seen[u, d] = True
+        scores[u, d] = each.number("score")
+        in_graph[u, d] = each.part("in_circuit", bool)
+        if "exact" in edge:
+            refined = True
+            exact[u, d] = each.part("exact", bool)
+    if not (seen == graph.edges).all():
+        raise UsageError(f"{where} holds {int(seen.sum()):,} of its graph's {graph.count:,} edges")
+    return scores, in_graph, exact if refined else None
 
 
 def _node_scores(value: Any, count: int, where: str) -> np.ndarray | None:

@@ -1,45 +1,31 @@
 """A circuit found over one text and its corrupted twin, or a dataset of such pairs, in
-passes over the pairs whose results add up (so that Ray workers can share the pairs): every
-edge scored on each pair (:mod:`attnviz.pretrained.edges`), summed; the top edges of an
-estimate computed again exactly where asked (``refine``), summed; then the metric of the
-circuits asked for on each pair, summed. The driver (:func:`circuit_of`) turns the sums
-into means and the circuit."""
+passes over the pairs whose results add up (so that Ray workers can share the pairs,
+:mod:`attnviz.pretrained.circuit_passes`): every edge scored on each pair
+(:mod:`attnviz.pretrained.edges`), summed; the top edges of an estimate computed again
+exactly where asked (``refine``), summed; then the metric of the circuits asked for on
+each pair, summed. The driver (:func:`circuit_of`) turns the sums into means and the
+circuit."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz.analysis.bootstrap import bootstrapped, resamples
-from attnviz.analysis.circuit import Circuit, CurvePoint, Training, faithfulness_of, ranked
+from attnviz.analysis.bootstrap import bootstrapped
+from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked
 from attnviz.analysis.eap_ig import EapIgGraph, read_scores
 from attnviz.analysis.selections import selected
-from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select
+from attnviz.analysis.training import Training
+from attnviz.choices import CircuitMethod, Intervention, Level, Select
 from attnviz.circuit_options import DEFAULT_EDGES
 from attnviz.errors import UsageError
-from attnviz.extractor import pair_error
-from attnviz.pretrained.ablated import Ablated, Means, changed_from, text_means
-from attnviz.pretrained.answered import Answered, answered
-from attnviz.pretrained.circuit_cost import Cost, scoring_cost, unsaid
+from attnviz.pretrained.ablated import Ablated, Means
 from attnviz.pretrained.circuit_notes import say_faithfulness, say_pruning_moved
+from attnviz.pretrained.circuit_passes import Here
 from attnviz.pretrained.circuit_phases import Edge, Phases, Scored
-from attnviz.pretrained.differences import parts as record_parts
-from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import (
-    Runs,
-    Wiring,
-    exact_scores,
-    graph_of,
-    read_twins,
-)
-from attnviz.pretrained.effects import anatomy_of
-from attnviz.pretrained.encoding import forward
-from attnviz.pretrained.faithfulness import Twins, circuit_metrics
-from attnviz.pretrained.optimized import optimized, ranked_scores, starting_logits
-from attnviz.progress import FirstPart, advance
+from attnviz.pretrained.optimized import ranked_scores, starting_logits
 
 if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
@@ -48,9 +34,6 @@ if TYPE_CHECKING:
     from attnviz.pretrained.reader import ModelReader
     from attnviz.progress import Listener
     from attnviz.request import Input, Request
-
-_PROMOTED = 1  # tokens a node's label names
-Indexed = Sequence[tuple[int, "Input"]]  # pairs, each with its place in the dataset
 
 
 @dataclass(frozen=True)
@@ -90,13 +73,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     if optimize:
         scores, training = optimized_scores(phases, graph, scores, asked, clean - corrupt, options)
     if refine is not None:
-        upstream, downstream = ranked(graph, scores)
-        chosen = [(int(u), int(d)) for u, d in zip(upstream, downstream, strict=True)]
-        chosen = chosen[:refine]
-        values = phases.exact(chosen) / count
-        exact = np.zeros(graph.edges.shape, dtype=bool)
-        for (u, d), value in zip(chosen, values, strict=True):
-            scores[u, d], exact[u, d] = value, True
+        exact = refined(phases, graph, scores, refine, count)
     nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
     masks = [
         selected(graph, scores, options.select, size, options.prune, nodes)
@@ -149,6 +126,20 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         training,
         options.ablation,
     )
+
+
+def refined(
+    phases: Phases, graph: Graph, scores: np.ndarray, refine: int, pairs: int
+) -> np.ndarray:
+    """The top ``refine`` edges of ``scores`` computed exactly, in place (the means over
+    the ``pairs``), and which they are, (U, N) bool."""
+    upstream, downstream = ranked(graph, scores)
+    chosen = [(int(u), int(d)) for u, d in zip(upstream[:refine], downstream[:refine], strict=True)]
+    values = phases.exact(chosen) / pairs
+    exact = np.zeros(graph.edges.shape, dtype=bool)
+    for (u, d), value in zip(chosen, values, strict=True):
+        scores[u, d], exact[u, d] = value, True
+    return exact
 
 
 def tell_ablation(phases: Phases, options: CircuitOptions, graph: Graph) -> None:
@@ -328,317 +319,6 @@ class Given:
         if isinstance(self.circuit, EapIgGraph):
             return self.phases.promoted(last)
         return self.circuit.promoted
-
-
-class PairRuns:
-    """Each pair's two runs, read to score edges (kept across the scoring passes where
-    there is one pair, read again for each pass over a dataset: each pair's record is as
-    large as its text × every node), or a pair as a circuit's pass reads it
-    (:meth:`twins`: no record, the model's wiring found by an earlier read)."""
-
-    def __init__(
-        self, extractor: ModelReader, request: Request, count: int, names: list[str] | None
-    ) -> None:
-        self.extractor, self.request, self.count, self.names = extractor, request, count, names
-        self.kept: dict[int, tuple[Answered, Runs]] = {}
-        self.wiring: Wiring | None = None  # the model's, found by the first read
-        # how the corrupted run's nodes are replaced in the clean text's run, where asked
-        # (set by the driver before any pass that reads it: a mean needs the pairs read)
-        self.ablated: Ablated | None = None
-
-    def __call__(
-        self,
-        index: int,
-        given: Input,
-        part: slice | None = None,
-        asked: Answered | None = None,
-    ) -> tuple[Answered, Runs]:
-        """The pair's runs and their scoring record (of ``part`` of its positions, where
-        given: :meth:`parts`; ``asked``: the pair as :meth:`answered` read it, where it
-        has been)."""
-        if index in self.kept:
-            return self.kept[index]
-        if asked is None:
-            asked = self.answered(index, given)
-        try:
-            runs = read_twins(
-                self.extractor.loaded.model,
-                asked.body,
-                asked.arguments,
-                self._corrupt_arguments(asked),
-                asked.metric,
-                starts=self._exact,  # only the exact sweeps start from the layers' outputs
-                part=part,
-                ablated=self.ablated,
-            )
-        except UsageError as error:
-            raise UsageError(pair_error(error, index, self.count, self.names)) from None
-        self.wiring = runs.wiring
-        if self.count == 1 and part is None:
-            self.kept[index] = asked, runs
-        return asked, runs
-
-    def parts(self, asked: Answered) -> Sequence[slice | None]:
-        """The parts of the pair's positions its estimate reads a record of at a time
-        (:func:`~attnviz.pretrained.differences.parts`, the last position's first): one,
-        the whole, for exact scores, which read any node's record at any time."""
-        if self._exact:
-            return [None]
-        ids = asked.arguments["input_ids"]
-        start = changed_from(asked.arguments, self._corrupt_arguments(asked), self.ablated)
-        embedding = self.extractor.loaded.model.get_input_embeddings().weight  # (V, D)
-        body = asked.body
-        found = record_parts(
-            graph_of(body),
-            slice(start, int(ids.shape[1])),
-            int(embedding.shape[1]),
-            body.heads * body.head_size,
-            embedding.element_size(),
-        )
-        return [None] if len(found) == 1 else found
-
-    @property
-    def _options(self) -> CircuitOptions:
-        options = self.request.circuit
-        assert options is not None  # a circuit's request
-        return options
-
-    @property
-    def _exact(self) -> bool:
-        return self._options.method is CircuitMethod.EXACT or self._options.refine is not None
-
-    def _corrupt_arguments(self, asked: Answered) -> dict:
-        """The corrupted run's arguments: its twin's, or (ablated) the clean text's."""
-        if not INTERVENTIONS[self._options.ablation].corrupt:
-            assert self.ablated is not None  # set before any pass (circuit.ablated)
-            return asked.arguments
-        assert asked.corrupt_arguments is not None  # check_asked's
-        return asked.corrupt_arguments
-
-    def twins(self, index: int, given: Input) -> Twins:
-        """The pair as a circuit's pass reads it."""
-        self.kept.pop(index, None)  # its scoring record, read no more, goes first
-        if self.wiring is None:  # no pair read here yet (a worker that scored none)
-            self(index, given)
-            self.kept.pop(index, None)
-        assert self.wiring is not None  # found by the read
-        asked = self.answered(index, given)
-        model, corrupt = self.extractor.loaded.model, self._corrupt_arguments(asked)
-        return Twins(self.wiring, model, asked.arguments, corrupt, asked.metric, self.ablated)
-
-    def answered(self, index: int, given: Input) -> Answered:
-        """The pair tokenized and its metric found (a pair's error names its line; its
-        corrupted text is not read where the ablation reads none)."""
-        if not INTERVENTIONS[self._options.ablation].corrupt:
-            given = replace(given, corrupt=None)
-        try:
-            return answered(self.extractor, given, self.request)
-        except UsageError as error:
-            raise UsageError(pair_error(error, index, self.count, self.names)) from None
-
-
-def scored(
-    runs_of: PairRuns,
-    pairs: Indexed,
-    method: CircuitMethod,
-    steps: int | None,
-    bootstrap: int | None = None,
-) -> Scored:
-    """Every edge's score, both metrics and the last position's outputs, summed over
-    ``pairs`` (a long scoring said after the dataset's first pair's first pass), and with
-    ``bootstrap`` B each resample's sum too, each pair as often as the resample draws it
-    (the draws are the dataset's, made alike in every worker)."""
-    drawn = None if bootstrap is None else resamples(bootstrap, runs_of.count)  # (B, n)
-    found: Scored | None = None
-    for index, given in pairs:
-        asked = runs_of.answered(index, given)
-        parts = runs_of.parts(asked)
-        told = unsaid if index else scoring_cost(method, steps, runs_of.count * len(parts))
-        alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, told)
-        for part in parts[1:]:  # the last position's part first: its outputs are the pair's
-            _, runs = runs_of(index, given, part, asked)
-            alone.scores[...] += estimated_scores(runs, steps)
-            del runs  # its record, before the next part's is read
-        if drawn is not None:
-            alone = replace(alone, resampled=drawn[:, index, None, None] * alone.scores)
-        found = alone if found is None else found.merged(alone)
-        advance("scored pair", index + 1, runs_of.count)
-    assert found is not None  # asked of at least one pair
-    return found
-
-
-def _pair_scored(
-    runs_of: PairRuns,
-    index: int,
-    given: Input,
-    asked: Answered,
-    part: slice | None,
-    method: CircuitMethod,
-    steps: int | None,
-    told: FirstPart,
-) -> Scored:
-    """One pair's scores (of ``part`` of its positions, where given), its metrics and its
-    last position's outputs (``told`` hears how long its first pass took)."""
-    asked, runs = runs_of(index, given, part, asked)
-    graph = runs.wiring.graph
-    if method is CircuitMethod.EXACT:
-        upstream, downstream = graph.edge_list()
-        scores = np.zeros(graph.edges.shape)
-        edges = list(zip(upstream, downstream, strict=True))
-        scores[upstream, downstream] = exact_scores(runs, edges, told)
-    else:
-        scores = estimated_scores(runs, steps, told)
-    return Scored(
-        runs_of.extractor.name,
-        graph,
-        1,
-        scores,
-        runs.clean.metric,
-        runs.corrupt_metric,
-        runs.clean_last.float().cpu().numpy(),
-        index,
-        asked.answer(log_prob=runs.clean.log_prob),
-        method,
-        steps,
-        width=int(runs.clean_last.shape[-1]),
-    )
-
-
-def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.ndarray:
-    """Each edge's exact score, summed over ``pairs`` (a long sweep said of the first)."""
-    total = np.zeros(len(edges))
-    cost = Cost(
-        f"computing the top {len(edges):,} edges exactly",
-        runs_of.count,
-        "a smaller --refine costs less in proportion",
-    )
-    for index, given in pairs:
-        total += exact_scores(runs_of(index, given)[1], edges, unsaid if index else cost)
-        advance("refined pair", index + 1, runs_of.count)
-    return total
-
-
-def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.ndarray:
-    """Each circuit's metric, summed over ``pairs`` (a long measure said of the first)."""
-    cost = Cost(
-        f"measuring the faithfulness of {len(kept):,} circuit{'s' if len(kept) != 1 else ''}",
-        runs_of.count,
-        "each size of --curve is one more pass a pair",
-    )
-    found = []
-    for index, given in pairs:
-        found.append(circuit_metrics(runs_of.twins(index, given), kept, unsaid if index else cost))
-        advance("measured pair", index + 1, runs_of.count)
-    return np.sum(found, axis=0)
-
-
-def optimized_over(
-    runs_of: PairRuns, pairs: Indexed, start: np.ndarray, gap: float, training: Training
-) -> tuple[np.ndarray, Training]:
-    """The mask learned over ``pairs`` (all of them: each step reads one), each pair read
-    once (its twins are small: its arguments and metric)."""
-    read: dict[int, Twins] = {}
-
-    def twins_of(place: int) -> Twins:
-        if place not in read:
-            index, given = pairs[place]
-            read[place] = runs_of.twins(index, given)
-        return read[place]
-
-    return optimized(twins_of, len(pairs), start, gap, training)
-
-
-def means_summed(runs_of: PairRuns, pairs: Indexed) -> Means:
-    """Each node's output, each clean text's mean over its positions, summed over ``pairs``."""
-    found: Means | None = None
-    model = runs_of.extractor.loaded.model
-    for index, given in pairs:
-        asked = runs_of.answered(index, given)
-        alone = text_means(model, asked.body, asked.arguments)
-        found = alone if found is None else found.merged(alone)
-        advance("averaged pair", index + 1, runs_of.count)
-    assert found is not None  # asked of at least one pair
-    return found
-
-
-def pairs_checked(runs_of: PairRuns, pairs: Indexed) -> None:
-    """Each pair tokenized and checked, as a pass would read it (no pass runs)."""
-    for index, given in pairs:
-        runs_of.answered(index, given)
-
-
-def graph_of_model(extractor: ModelReader) -> Graph:
-    """The graph of the extractor's model, read from its modules (no text is run)."""
-    return graph_of(anatomy_of(extractor.loaded, "a circuit"))
-
-
-def promoted(extractor: ModelReader, last: np.ndarray) -> tuple[str, ...]:
-    """Each upstream node's token promoted most: its mean output at the last position,
-    (U, D), read through the unembedding."""
-    import torch
-
-    unembedding = anatomy_of(extractor.loaded).unembedding.weight
-    with torch.inference_mode():
-        written = torch.as_tensor(last, device=unembedding.device)
-        logits = written @ unembedding.float().T  # (U, V)
-        best = torch.topk(logits, _PROMOTED, dim=-1).indices[:, 0]
-    # the tokenizer's own decoding (a space, not a byte-level vocabulary's Ġ), which the
-    # pictures show with its spaces visible
-    decode = extractor.loaded.tokenizer.decode
-    return tuple(decode([int(token)]) for token in best)
-
-
-@dataclass
-class Here:
-    """Every pass over the pairs in this process, on one loaded model."""
-
-    extractor: ModelReader
-    request: Request
-    inputs: list[Input]
-    names: list[str] | None
-
-    def __post_init__(self) -> None:
-        self.runs_of = PairRuns(self.extractor, self.request, len(self.inputs), self.names)
-        self.indexed = list(enumerate(self.inputs))
-
-    def _passing(self, run: Callable[[], Any]) -> Any:
-        with forward(self.extractor.loaded):
-            return run()
-
-    @property
-    def pairs(self) -> int:
-        return len(self.inputs)
-
-    def graph(self) -> Graph:
-        return graph_of_model(self.extractor)
-
-    def checked(self) -> None:
-        pairs_checked(self.runs_of, self.indexed)
-
-    def scored(self, method: CircuitMethod, steps: int | None, bootstrap: int | None) -> Scored:
-        return self._passing(lambda: scored(self.runs_of, self.indexed, method, steps, bootstrap))
-
-    def exact(self, edges: list[Edge]) -> np.ndarray:
-        return self._passing(lambda: exact_summed(self.runs_of, self.indexed, edges))
-
-    def measured(self, kept: np.ndarray) -> np.ndarray:
-        return self._passing(lambda: measured_summed(self.runs_of, self.indexed, kept))
-
-    def means(self) -> Means:
-        return self._passing(lambda: means_summed(self.runs_of, self.indexed))
-
-    def ablating(self, ablated: Ablated) -> None:
-        self.runs_of.ablated = ablated
-
-    def optimized(
-        self, start: np.ndarray, gap: float, training: Training
-    ) -> tuple[np.ndarray, Training]:
-        return self._passing(
-            lambda: optimized_over(self.runs_of, self.indexed, start, gap, training)
-        )
-
-    def promoted(self, last: np.ndarray) -> tuple[str, ...]:
-        return promoted(self.extractor, last)
 
 
 def circuited(

@@ -1,6 +1,6 @@
 """What the passes of a circuit over its pairs give back and how they are asked for: the
 sums of scoring (:class:`Scored`) and the phases every engine runs (:class:`Phases`: in
-this process, :class:`attnviz.pretrained.circuit.Here`; over Ray workers,
+this process, :class:`attnviz.pretrained.circuit_passes.Here`; over Ray workers,
 ``attnviz.distributed``)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.analysis.circuit import Training
     from attnviz.analysis.graph import Graph
     from attnviz.analysis.heads import Answer
+    from attnviz.analysis.training import Training
     from attnviz.choices import CircuitMethod
     from attnviz.pretrained.ablated import Ablated, Means
 
@@ -62,7 +62,8 @@ class Scored:
 
 class Phases(Protocol):
     """The passes over every pair, each giving back its sum: in this process
-    (``attnviz.pretrained.circuit.Here``), or spread over Ray workers (``attnviz.distributed``)."""
+    (``attnviz.pretrained.circuit_passes.Here``), or spread over Ray workers
+    (``attnviz.distributed``)."""
 
     @property
     def pairs(self) -> int:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz.analysis.circuit import Training
+from attnviz.analysis.training import Training
 from attnviz.pretrained.circuit_cost import Cost
 from attnviz.pretrained.effects import last_logits
 from attnviz.pretrained.faithfulness import masked_metric

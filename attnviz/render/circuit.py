@@ -29,7 +29,8 @@ from attnviz.safe_text import spaces_shown
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from attnviz.analysis.circuit import Circuit, Training
+    from attnviz.analysis.circuit import Circuit
+    from attnviz.analysis.training import Training
     from attnviz.render.image import Picture
 
 
