@@ -426,12 +426,12 @@ def test_batch_draws_the_heads_each_inputs_answer_needs(runner, generators, tmp_
     assert failed["id"] == "none" and 'has no "answer"' in failed["error"]
 
 
-@pytest.mark.parametrize(("family", "piece"), [("gpt2-lm", "Ġ"), ("llama-lm", "▁")])
-def test_an_answer_read_at_a_bare_space_says_which_token_it_reads(
-    runner, generators, family, piece
-):
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm"])
+def test_an_answer_read_at_a_bare_space_says_which_token_it_reads(runner, generators, family):
     """' 東京' on a tokenizer without those characters begins with a space of its own: the
-    effects were on that space, said nowhere, and answer_token in JSON was empty."""
+    effects were on that space, said nowhere, and answer_token in JSON was empty. It is
+    said as text, a space (GPT-2's vocabulary spells it Ġ, Llama's ▁: neither is shown)."""
+    piece = " "
     from attnviz.cli import app
 
     command = ["heads", "--model", generators[family], TEXT, "--answer", " 東京"]

@@ -78,10 +78,14 @@ def answer_token(loaded: PretrainedModel, side: Side, answer: str) -> int:
 
 
 def answer_label(loaded: PretrainedModel, answer_id: int) -> str:
-    """The answer's first token as a table and a file say it: decoded, or where that is
-    blank (a bare space or word marker), its piece as the vocabulary spells it."""
+    """The answer's first token as a table and a file say it: the tokenizer's decoding of
+    it (a bare space a space, not a byte-level vocabulary's Ġ); a sentencepiece word
+    marker, which decodes alone to nothing, the space it stands for."""
     decoded = loaded.tokenizer.decode([answer_id])
-    return decoded if decoded.strip() else str(loaded.tokenizer.convert_ids_to_tokens(answer_id))
+    if decoded:
+        return decoded
+    piece = str(loaded.tokenizer.convert_ids_to_tokens(answer_id))
+    return " " * len(piece) if not piece.strip("▁") else piece
 
 
 _TWIN_WITHIN = 10  # an answer this far down whose twin with a space is within: a warning
