@@ -89,14 +89,7 @@ def text_means(model: Any, body: Anatomy, arguments: dict) -> Means:
     def mlp_kept(layer: int) -> Any:
         return lambda _module, _args, output: keep("mlps", layer)(output_of(output))
 
-    with contextlib.ExitStack() as hooks, torch.inference_mode():
-        first = body.blocks[0].register_forward_pre_hook(input_kept, with_kwargs=True)
-        hooks.enter_context(hooked(first))
-        for layer in range(layers):
-            heads = body.projections[layer].register_forward_pre_hook(heads_kept(layer))
-            hooks.enter_context(hooked(heads))
-            mlp = mlp_written(body, layer).register_forward_hook(mlp_kept(layer))
-            hooks.enter_context(hooked(mlp))
+    with _at_every_node(body, input_kept, heads_kept, mlp_kept), torch.inference_mode():
         last_logits(model, arguments)
     return Means(found["input"][0], np.stack(found["heads"]), np.stack(found["mlps"]))
 
@@ -152,12 +145,21 @@ def forced(body: Anatomy, ablated: Ablated | None, rows: Any) -> Iterator[None]:
 
         return replace
 
-    first = body.blocks[0].register_forward_pre_hook(input_replaced, with_kwargs=True)
+    with _at_every_node(body, input_replaced, heads_replaced, output_replaced):
+        yield
+
+
+@contextlib.contextmanager
+def _at_every_node(body: Anatomy, embedded: Any, heads: Any, mlps: Any) -> Iterator[None]:
+    """While open, ``embedded`` is a pre-hook (with kwargs) of the first layer (its input
+    is the input node's output), ``heads(layer)`` one of each output projection (its input
+    every head's), ``mlps(layer)`` a hook of what writes each MLP's output."""
     with contextlib.ExitStack() as hooks:
+        first = body.blocks[0].register_forward_pre_hook(embedded, with_kwargs=True)
         hooks.enter_context(hooked(first))
         for layer in range(len(body.blocks)):
-            heads = body.projections[layer].register_forward_pre_hook(heads_replaced(layer))
-            hooks.enter_context(hooked(heads))
-            mlp = mlp_written(body, layer).register_forward_hook(output_replaced(layer))
+            projection = body.projections[layer].register_forward_pre_hook(heads(layer))
+            hooks.enter_context(hooked(projection))
+            mlp = mlp_written(body, layer).register_forward_hook(mlps(layer))
             hooks.enter_context(hooked(mlp))
         yield
