@@ -7,7 +7,8 @@
 - ``csv``: long form, a row per weight: input, layer, head, query_index,
   query_token, key_index, key_token, weight.
 
-Which output is written by which of these is :mod:`attnviz.writers`' table.
+This module encodes (JSON and CSV text, a document's fields) and reads them back;
+:mod:`attnviz.maps_files` writes maps in them, as :mod:`attnviz.writers`' table says.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -27,14 +28,9 @@ from attnviz.atomic_files import STDIO
 from attnviz.choices import Aggregate
 from attnviz.errors import AttnvizError, SchemaError, UsageError
 from attnviz.inputs import BOM, decode, stdin_bytes
-from attnviz.panels import panels_of
 from attnviz.request import Recorded
 from attnviz.safe_text import display_label
-from attnviz.schema import READABLE_VERSIONS, envelope
-
-if TYPE_CHECKING:
-    from attnviz.maps import AttentionMaps
-
+from attnviz.schema import READABLE_VERSIONS
 
 # Characters that JSON may carry raw but that would reorder or break what a terminal
 # shows of a document (bidi marks and overrides, line and paragraph separators): written
@@ -71,37 +67,6 @@ def strict_json(value: Any, ensure_ascii: bool = True) -> str:
     return _STRING_OR_NEGATIVE_ZERO.sub(lambda found: found[0].lstrip("-"), text)
 
 
-def write_json(maps: AttentionMaps, out: IO[bytes]) -> None:
-    """:func:`dump_json` of the maps' document, byte for byte, written a row of weights at
-    a time: a whole nested list of Python floats (and its text) costs 20 to 90 times the
-    array it comes from, so long inputs as JSON would need many times the maps' memory."""
-    weights = maps.weights
-    if weights.ndim < 2 or weights.size == 0:
-        out.write(dump_json(document_of(maps)).encode("utf-8"))
-        return
-    # A placeholder marks the weights' place; a key's quotes are never escaped, so the
-    # document's own `"weights":` is found however odd its tokens are.
-    head, tail = dump_json(_document(maps, 0)).split('"weights":0', 1)
-    out.write(head.encode("utf-8") + b'"weights":' + b"[" * (weights.ndim - 1))
-    for index, row in enumerate(weights.reshape(-1, weights.shape[-1])):
-        if index:
-            out.write(_row_separator(index, weights.shape))
-        out.write(strict_json(plain_weights(row)).encode("utf-8"))
-    out.write(b"]" * (weights.ndim - 1) + tail.encode("utf-8"))
-
-
-def _row_separator(index: int, shape: tuple[int, ...]) -> bytes:
-    """What stands between rows ``index - 1`` and ``index`` of weights of ``shape`` written
-    as nested lists: a comma, after closing (and then opening) the lists that end there."""
-    ended = 0
-    for size in reversed(shape[1:-1]):
-        if index % size:
-            break
-        ended += 1
-        index //= size
-    return b"]" * ended + b"," + b"[" * ended
-
-
 # A text cell a spreadsheet would read as a formula: one that begins with =, +, - or @
 # (after any apostrophes, so that the rule reads back: see csv_text).
 _FORMULA = re.compile(r"'*[=+\-@]")
@@ -134,71 +99,6 @@ def dump_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str], delimiter: 
     writer.writeheader()
     writer.writerows({name: _csv_cell(value) for name, value in row.items()} for row in rows)
     return buffer.getvalue()
-
-
-def npz_bytes(maps: AttentionMaps) -> bytes:
-    """:func:`write_npz` into bytes."""
-    buffer = io.BytesIO()
-    write_npz(maps, buffer)
-    return buffer.getvalue()
-
-
-def write_npz(maps: AttentionMaps, out: IO[bytes]) -> None:
-    """An npz archive as numpy.load reads it, stored uncompressed as numpy.savez does
-    (attention weights are float32 noise to zlib: even its fastest level saved 7% of a
-    MiniLM batch's bytes for a fifth of its time; ``--dtype float16`` halves them) and
-    with fixed member dates, so that the same maps give the same bytes. Each array is
-    written straight into its member: a long input's weights are not copied first
-    (an unseekable stream, a pipe, gets the archive made in memory)."""
-    if not out.seekable():
-        buffer = io.BytesIO()
-        write_npz(maps, buffer)
-        out.write(buffer.getbuffer())
-        return
-    meta = {
-        key: value for key, value in maps.to_dict(weights=False).items() if key not in _NPZ_ARRAYS
-    }
-    arrays = {
-        "weights": maps.weights,
-        "layers": np.asarray(maps.layers, dtype=np.int64),
-        "heads": np.asarray(maps.heads, dtype=np.int64),
-        "query_tokens": np.asarray(maps.query_tokens, dtype=str),
-        "key_tokens": np.asarray(maps.key_tokens, dtype=str),
-        "meta": np.asarray(json.dumps(meta, ensure_ascii=False)),
-    }
-    with zipfile.ZipFile(out, "w") as archive:
-        for name, array in arrays.items():
-            member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            member.compress_type = zipfile.ZIP_STORED
-            with archive.open(member, "w", force_zip64=array.nbytes > 2**30) as stream:
-                np.lib.format.write_array(stream, array, allow_pickle=False)
-
-
-_NPZ_ARRAYS = ("weights", "layers", "heads", "query_tokens", "key_tokens")
-
-
-def write_csv_rows(
-    out: IO[str], maps: AttentionMaps, input_index: int, delimiter: str = ","
-) -> None:
-    """The long form of one input: a row per (layer, head, query, key), its cells
-    separated by ``delimiter``. Tokens are :func:`csv_text`: written as the terminal
-    shows them, control characters made visible (CSV is read on terminals, and a token is
-    never an instruction to one), and never a spreadsheet's formula."""
-    writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
-    query_tokens = [csv_text(token) for token in maps.query_tokens]
-    key_tokens = [csv_text(token) for token in maps.key_tokens]
-    # A row's query_index is its token's position, as json and npz record it (chosen rows
-    # keep their positions; every row is its own position otherwise).
-    positions = maps.query_positions or range(len(query_tokens))
-    for panel in panels_of(maps):
-        # An empty layer or head cell: the map was combined over that axis (an aggregate).
-        layer, head = ("" if index is None else index for index in (panel.layer, panel.head))
-        for row, position, query in zip(panel.matrix, positions, query_tokens, strict=True):
-            cells = cell_texts(row)  # a row at a time: the text of every cell is 10x its weight
-            writer.writerows(
-                (input_index, layer, head, position, query, k, key, cells[k])
-                for k, key in enumerate(key_tokens)
-            )
 
 
 def read_documents(source: str) -> Iterator[tuple[Any, str]]:
@@ -256,7 +156,9 @@ def _json(text: str, where: str) -> Any:
         raise SchemaError(f"{where} holds a number too long to read: no attention maps") from None
 
 
-_NPZ_MEMBERS = (*_NPZ_ARRAYS, "meta")
+# The arrays of an npz archive of maps; its other fields are the JSON string "meta".
+NPZ_ARRAYS = ("weights", "layers", "heads", "query_tokens", "key_tokens")
+_NPZ_MEMBERS = (*NPZ_ARRAYS, "meta")
 
 
 def _read_npz(data: bytes, name: str) -> dict[str, Any]:
@@ -285,7 +187,7 @@ def _read_npz(data: bytes, name: str) -> dict[str, Any]:
     return {
         **meta,
         "weights": arrays["weights"],
-        **{member: arrays[member].tolist() for member in _NPZ_ARRAYS if member != "weights"},
+        **{member: arrays[member].tolist() for member in NPZ_ARRAYS if member != "weights"},
     }
 
 
@@ -332,47 +234,6 @@ def cell_texts(matrix: np.ndarray) -> np.ndarray:
 # The AttentionMaps document: its fields encoded, and decoded with each one checked.
 
 _VERSION_1_AGGREGATES = {aggregate.description: aggregate for aggregate in Aggregate}
-
-
-def document_of(maps: AttentionMaps, *, weights: bool = True) -> dict[str, Any]:
-    """The schema document of ``maps``: plain Python types, ready for ``json.dumps``.
-    Without ``weights`` (the npz format keeps them as an array), every other field."""
-    return _document(maps, plain_weights(maps.weights) if weights else _LEFT_OUT)
-
-
-_LEFT_OUT = object()
-
-
-def _document(maps: AttentionMaps, weights: Any) -> dict[str, Any]:
-    """:func:`document_of`, its weights given (``_LEFT_OUT``: none)."""
-    document = envelope(
-        {
-            "model": maps.model,
-            "mode": maps.mode.value,
-            "text": maps.text,
-            "target": maps.target,
-            "query_tokens": list(maps.query_tokens),
-            "key_tokens": list(maps.key_tokens),
-            "layers": list(maps.layers),
-            "heads": list(maps.heads),
-        }
-    )
-    if weights is not _LEFT_OUT:
-        document["weights"] = weights
-    if maps.aggregate is not None:
-        document["aggregate"] = maps.aggregate.value
-    document.update(maps.recorded.document())
-    for name in ("query_special", "key_special"):
-        if getattr(maps, name) is not None:
-            document[name] = list(getattr(maps, name))
-    if maps.layer_kinds is not None:
-        document["layer_kinds"] = list(maps.layer_kinds)
-    optional = ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled")
-    for name in (*optional, "span"):
-        if getattr(maps, name) is not None:  # optional fields: older readers ignore them
-            value = getattr(maps, name)
-            document[name] = list(value) if isinstance(value, list) else value
-    return document
 
 
 def fields_of(document: Any) -> dict[str, Any]:

@@ -34,11 +34,11 @@ from attnviz.request import (
     Explaining,
     Input,
     Request,
-    Result,
     Sampling,
     asked_for,
     check_text,
 )
+from attnviz.results import Result
 from attnviz.selection import Selection, token_positions
 
 if TYPE_CHECKING:

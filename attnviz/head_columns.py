@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Needs(StrEnum):
@@ -219,3 +220,40 @@ def listed(columns: tuple[HeadColumn, ...] | list[HeadColumn]) -> str:
     """'a, b, c or d': column names for a help text or a message."""
     names = [column.value for column in columns]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+@dataclass(frozen=True)
+class HeadStatistics:
+    """One head's row: its place, its statistics by name (None where one does not apply)
+    and its top key. ``row.entropy`` reads a statistic as an attribute."""
+
+    layer: int
+    head: int
+    values: dict[str, float | None]  # every summed statistic, in HeadColumn's order
+    top_key_position: int
+    top_key: str
+    kind: str | None = None  # the layer's attention, where the model's layers differ
+
+    def __getattr__(self, name: str) -> float | None:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    def __getitem__(self, column: HeadColumn | str) -> Any:  # int, float, str or None
+        """The value of one column, a place, a statistic, an effect or the top key (None
+        for an effect on no answer)."""
+        column = HeadColumn(column)
+        if column.value in self.values:
+            return self.values[column.value]
+        effect = column.needs in (Needs.ANSWER, Needs.CORRUPT)
+        return None if effect else getattr(self, column.value)
+
+    def as_dict(self) -> dict[str, int | float | str | None]:
+        """Every column of the row: the effects where it has them."""
+        optional = (Needs.ANSWER, Needs.CORRUPT, Needs.KINDS)  # only where the row has them
+        return {
+            column.value: self[column]
+            for column in HeadColumn
+            if column.needs not in optional or self[column] is not None
+        }

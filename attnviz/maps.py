@@ -13,14 +13,16 @@ import numpy as np
 from attnviz.analysis.grid import attention_problem, keep, one_sequence
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Aggregate, Mode, Output, View, Weighting
-from attnviz.data_formats import document_of, fields_of, read_documents
+from attnviz.data_formats import fields_of, plain_weights, read_documents
+from attnviz.drawing import drawer
 from attnviz.errors import SchemaError, UsageError
 from attnviz.request import Recorded
+from attnviz.schema import envelope
 from attnviz.selection import check_pool, index_span
 
 if TYPE_CHECKING:
-    from attnviz.analysis.heads import HeadStatistics
-    from attnviz.render.image import Picture
+    from attnviz.drawing import Picture
+    from attnviz.head_columns import HeadStatistics
     from attnviz.selection import Selection
 
 # How schema-1 documents named their aggregates.
@@ -296,7 +298,7 @@ class AttentionMaps:
     def to_dict(self, *, weights: bool = True) -> dict[str, Any]:
         """The schema document: plain Python types, ready for ``json.dumps``. Without
         ``weights`` (the npz format keeps them as an array), every other field."""
-        return document_of(self, weights=weights)
+        return document_of(self, plain_weights(self.weights) if weights else LEFT_OUT)
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> AttentionMaps:
@@ -309,32 +311,24 @@ class AttentionMaps:
         check_attention(maps)
         return maps
 
-    # Notebook conveniences: each delegates to attnviz.notebook, which sits above the data.
+    # Notebook conveniences: each is made by attnviz.notebook, which sits above the data
+    # (attnviz.drawing says how the maps reach it).
 
     def to_html(self, view: View | str = "model") -> str:
         """The interactive page as one self-contained HTML string, opening on ``view`` as
         ``export --view VIEW -o page.html`` does: save it, share it, open it offline."""
-        # the notebook module sits above the maps (it imports them)
-        from attnviz import notebook
-
-        return notebook.page(self, view)
+        return drawer().page(self, view)
 
     def aggregated(self, method: Aggregate | str) -> AttentionMaps:
         """The maps combined, as ``--aggregate`` combines them: ``"mean"`` or ``"max"`` of
         each layer's heads, ``"mean-all"``, ``"max-all"``, ``"rollout"`` or ``"flow"``
         over the layers held."""
-        # the notebook module sits above the maps (it imports them)
-        from attnviz import notebook
-
-        return notebook.aggregated(self, method)
+        return drawer().aggregated(self, method)
 
     def head_statistics(self) -> list[HeadStatistics]:
         """A row per head, as ``attnviz heads`` lists them: every column of
         :class:`attnviz.head_columns.HeadColumn` (``row.entropy``, ``row["sink"]``)."""
-        # the notebook module sits above the maps (it imports them)
-        from attnviz import notebook
-
-        return notebook.head_statistics(self)
+        return drawer().head_statistics(self)
 
     def picture(
         self,
@@ -350,10 +344,7 @@ class AttentionMaps:
         pick maps by model index. ``style``: ``cmap``, ``dpi``, ``values``, ``vmax``,
         ``figsize``, ``font_size``, ``title``, as the options of the same names.
         ``.data`` holds the bytes; a notebook shows PNG and SVG inline."""
-        # the notebook module sits above the maps (it imports them)
-        from attnviz import notebook
-
-        return notebook.picture(self, view, format, layer, head, style)
+        return drawer().picture(self, view, format, layer, head, style)
 
     def save(
         self,
@@ -368,10 +359,7 @@ class AttentionMaps:
         picture (.png, .svg, .pdf: :meth:`picture`), the interactive page (.html) or
         data (.json, .ndjson, .npz, .csv), complete or not at all. ``layer`` and
         ``head`` pick maps by model index."""
-        # the notebook module sits above the maps (it imports them)
-        from attnviz import notebook
-
-        notebook.save(self, path, view, layer, head, style)
+        drawer().save(self, path, view, layer, head, style)
 
     def _picked(self, layer: int | None, head: int | None) -> AttentionMaps:
         """The maps of one layer, one head or both, by model index, or all of them."""
@@ -400,10 +388,45 @@ class AttentionMaps:
     def _repr_html_(self) -> str:
         """A notebook output: the interactive page in an iframe (no require.js, nothing
         fetched), bounded in size."""
-        # the notebook module sits above the maps (it imports them)
-        from attnviz import notebook
+        return drawer().framed_page(self)
 
-        return notebook.framed_page(self)
+
+# The maps' document, as their JSON holds it.
+
+LEFT_OUT = object()  # the weights of a document without them (npz keeps them as an array)
+
+
+def document_of(maps: AttentionMaps, weights: Any) -> dict[str, Any]:
+    """The schema document of ``maps``: plain Python types, ready for ``json.dumps``, with
+    ``weights`` as its weights (:data:`LEFT_OUT`: none)."""
+    document = envelope(
+        {
+            "model": maps.model,
+            "mode": maps.mode.value,
+            "text": maps.text,
+            "target": maps.target,
+            "query_tokens": list(maps.query_tokens),
+            "key_tokens": list(maps.key_tokens),
+            "layers": list(maps.layers),
+            "heads": list(maps.heads),
+        }
+    )
+    if weights is not LEFT_OUT:
+        document["weights"] = weights
+    if maps.aggregate is not None:
+        document["aggregate"] = maps.aggregate.value
+    document.update(maps.recorded.document())
+    for name in ("query_special", "key_special"):
+        if getattr(maps, name) is not None:
+            document[name] = list(getattr(maps, name))
+    if maps.layer_kinds is not None:
+        document["layer_kinds"] = list(maps.layer_kinds)
+    optional = ("prompt_length", "pair", "pair_start", "between", "query_positions", "pooled")
+    for name in (*optional, "span"):
+        if getattr(maps, name) is not None:  # optional fields: older readers ignore them
+            value = getattr(maps, name)
+            document[name] = list(value) if isinstance(value, list) else value
+    return document
 
 
 def read_maps(source: str) -> Iterator[AttentionMaps]:

@@ -1,30 +1,41 @@
-"""What :class:`~attnviz.maps.AttentionMaps` offers a notebook, drawn and written by the
-modules above the data: the page, pictures, files, aggregates and head statistics.
+"""What a result offers a Python caller, drawn and written by the modules above the data:
+the maps' page, pictures, files, aggregates and head statistics, and the pictures (and a
+circuit's page) of head effects, a knockout, a trace, a lens and a circuit.
 
-The methods of ``AttentionMaps`` reach this module lazily, from this one place;
-the data type itself imports nothing above it. The results are byte for byte what
-the commands make (``export``, ``-o``, ``--aggregate``, ``heads``).
+The results reach this module through :func:`attnviz.drawing.drawer`, by name: no
+result imports it or a renderer. What it makes is byte for byte what the commands make
+(``export``, ``-o``, ``--aggregate``, ``heads``, each command's ``--picture``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import head_statistics as statistics
+from attnviz.atomic_files import open_output
 from attnviz.choices import Aggregate, Output, View, chosen
+from attnviz.drawing import Picture
 from attnviz.errors import UsageError
 from attnviz.outputs import DATA, OUTPUTS, PICTURES, output_of_file, view_for
-from attnviz.render.image import Picture, check_one_picture, one_picture
-from attnviz.render.page import notebook_html, page_html
-from attnviz.render.style import Style, check_colormap
+from attnviz.render.circuit import circuit_picture
+from attnviz.render.effects import effects_picture, knockout_picture, trace_picture
+from attnviz.render.image import check_one_picture, one_picture
+from attnviz.render.lens import lens_picture
+from attnviz.render.page import circuit_notebook_html, notebook_html, page_html
+from attnviz.render.style import FIGURE_OPTIONS, Style, check_colormap
 from attnviz.writers import Rendering, write
 
 if TYPE_CHECKING:
-    from attnviz.analysis.heads import HeadStatistics
+    from attnviz.analysis.circuit import Circuit
+    from attnviz.analysis.heads import HeadEffects, Knockout
+    from attnviz.analysis.lens import Lens
+    from attnviz.analysis.trace import Trace
+    from attnviz.head_columns import HeadStatistics
     from attnviz.maps import AttentionMaps
-    from attnviz.render.image import Picture
 
 
 def page(maps: AttentionMaps, view: View | str) -> str:
@@ -80,3 +91,70 @@ def save(
     if output in PICTURES:
         check_one_picture(selected, shown)
     write([selected], output, path, Rendering(shown, drawn))
+
+
+# The pictures of effects, a trace, a lens and a circuit, from keyword style options.
+
+
+def figure_style(style: dict[str, Any]) -> Style:
+    """The :class:`Style` of a figure of effects from keyword options, checked."""
+    unknown = [name for name in style if name not in FIGURE_OPTIONS]
+    if unknown:
+        raise UsageError(
+            f"{unknown[0]}: a figure of effects takes {', '.join(FIGURE_OPTIONS)} (its colours "
+            "are a diverging scale centred on 0)"
+        )
+    if "figsize" in style and style["figsize"] is not None:
+        style = {**style, "figsize": tuple(style["figsize"])}
+    return Style(**style)
+
+
+def _figure(
+    draw: Callable[[Output, Style], bytes], format: Output | str, style: dict[str, Any]
+) -> Picture:
+    """What ``draw`` makes in ``format`` with keyword ``style``, both checked, as a Picture."""
+    kind = chosen(Output, format, "picture format", among=PICTURES)
+    return Picture(draw(kind, figure_style(style)), kind)
+
+
+def effects_figure(
+    found: HeadEffects, column: str | None, format: Output | str, style: dict[str, Any]
+) -> Picture:
+    """:meth:`HeadEffects.picture`: the grid of ``column`` (by default patch where there is
+    one, else ablation)."""
+    column = column or found.drawn_column()
+    if column not in ("ablation", "dla", "patch"):
+        raise UsageError(f"a head's effects are ablation, dla and patch, not {column!r}")
+    return _figure(partial(effects_picture, found, column, ""), format, style)
+
+
+def trace_figure(trace: Trace, format: Output | str, style: dict[str, Any]) -> Picture:
+    """:meth:`Trace.picture`."""
+    return _figure(partial(trace_picture, trace), format, style)
+
+
+def knockout_figure(knockout: Knockout, format: Output | str, style: dict[str, Any]) -> Picture:
+    """:meth:`Knockout.picture`."""
+    return _figure(partial(knockout_picture, knockout), format, style)
+
+
+def save_figure(path: str | Path, draw: Callable[[Output], Picture]) -> None:
+    """A figure written whole to ``path``, in the format its suffix names."""
+    kind = output_of_file(path, PICTURES)
+    with open_output(path, binary=True) as out:
+        out.write(draw(kind).data)
+
+
+def lens_figure(lens: Lens, format: Output | str, style: dict[str, Any]) -> Picture:
+    """:meth:`Lens.picture`."""
+    return _figure(partial(lens_picture, lens), format, style)
+
+
+def circuit_figure(circuit: Circuit, format: Output | str, style: dict[str, Any]) -> Picture:
+    """:meth:`Circuit.picture`."""
+    return _figure(partial(circuit_picture, circuit), format, style)
+
+
+def circuit_page(circuit: Circuit) -> str:
+    """A notebook's output of a circuit: its header, then its own page in an iframe."""
+    return circuit_notebook_html(circuit)

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_type_hints
+from typing import Any, TypeVar, get_args, get_type_hints
 
 from attnviz.choices import (
     Ablation,
@@ -30,12 +30,6 @@ from attnviz.choices import (
 from attnviz.circuit_options import CircuitOptions
 from attnviz.errors import SchemaError, UsageError
 from attnviz.selection import Selection, check_pool, check_syntax, text_of
-
-if TYPE_CHECKING:
-    from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
-    from attnviz.analysis.lens import Lens
-    from attnviz.analysis.trace import Trace
-    from attnviz.maps import AttentionMaps
 
 
 @dataclass(frozen=True)
@@ -317,19 +311,6 @@ class Input:
     def item(self) -> tuple[str, str | None, str | None]:
         """(text, target, pair): what is encoded."""
         return self.text, self.target, self.pair
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a request read of one input: each product it asked for, None where not asked."""
-
-    input: Input
-    maps: AttentionMaps | None = None
-    statistics: HeadTable | None = None  # with the effects joined in where both were asked
-    effects: HeadEffects | None = None
-    knockout: Knockout | None = None
-    trace: Trace | None = None
-    lens: Lens | None = None
 
 
 @dataclass(frozen=True)

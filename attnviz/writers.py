@@ -80,14 +80,14 @@ def json_pieces(
 ) -> Iterator[Piece]:
     """One document (json), or one line of a stream of them (ndjson)."""
     # numpy: only where this format is written (the writers themselves are light)
-    from attnviz.data_formats import write_json
+    from attnviz.maps_files import write_json
 
     yield "", lambda out: write_json(maps.astype(how.dtype), out)
 
 
 def npz_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int) -> Iterator[Piece]:
     # numpy: only where this format is written (the writers themselves are light)
-    from attnviz.data_formats import write_npz
+    from attnviz.maps_files import write_npz
 
     yield "", lambda out: write_npz(maps.astype(how.dtype), out)
 
@@ -95,7 +95,7 @@ def npz_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int)
 def csv_pieces(maps: AttentionMaps, output: Output, how: Rendering, number: int) -> Iterator[Piece]:
     """The long form's rows of one input, ``number`` its place in the stream."""
     # numpy: only where this format is written (the writers themselves are light)
-    from attnviz.data_formats import write_csv_rows
+    from attnviz.maps_files import write_csv_rows
 
     def write_rows(out: IO[bytes]) -> None:
         text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)

@@ -19,9 +19,10 @@ import attnviz
 from attnviz.analysis.aggregate import aggregate
 from attnviz.choices import Output
 from attnviz.cli import app
-from attnviz.data_formats import dump_json, write_json
+from attnviz.data_formats import dump_json
 from attnviz.errors import SchemaError
 from attnviz.maps import read_maps
+from attnviz.maps_files import write_json
 from attnviz.outputs import OUTPUTS, formats_named
 from attnviz.writers import Rendering, pieces, write
 from tests.processes import IN_A_SHELL, shell
@@ -158,7 +159,7 @@ def test_documents_that_cannot_be_maps_are_refused(runner, tmp_path, damage, mes
 def _npz_members(maps):
     import zipfile
 
-    from attnviz.data_formats import npz_bytes
+    from attnviz.maps_files import npz_bytes
 
     with zipfile.ZipFile(io.BytesIO(npz_bytes(maps))) as archive:
         return {name: archive.read(name) for name in archive.namelist()}
@@ -264,7 +265,7 @@ def test_csv_streams_to_stdout(runner):
 def test_npz_bytes_are_the_same_for_the_same_maps_and_read_back_whole(tmp_path):
     import time
 
-    from attnviz.data_formats import npz_bytes
+    from attnviz.maps_files import npz_bytes
 
     maps = attnviz.extract("The man walked the dog", mode="masked")
     first = npz_bytes(maps)
@@ -583,8 +584,8 @@ def test_csv_query_index_is_the_token_position_json_records(runner):
     ],
 )
 def test_saved_maps_with_nothing_to_show_are_one_line(runner, tmp_path, changes, message):
-    from attnviz.data_formats import write_npz
     from attnviz.errors import SchemaError
+    from attnviz.maps_files import write_npz
 
     maps = attnviz.extract("a b")
     with pytest.raises(SchemaError, match=message):
@@ -631,7 +632,7 @@ def test_weights_that_are_no_real_float32_are_one_line_without_warnings(
 ):
     """numpy's casts warned on stderr (ComplexWarning, overflow) and kept the real part of
     complex weights: a saved npz of them is refused with one line, and nothing else."""
-    from attnviz.data_formats import write_npz
+    from attnviz.maps_files import write_npz
 
     maps = attnviz.extract("a b")
     unchecked = object.__new__(type(maps))

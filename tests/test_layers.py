@@ -110,35 +110,53 @@ def test_attnviz_has_no_import_cycles():
     assert cycles(import_graph()) == []
 
 
-# The circles left when imports for type checkers count too (issue 74 takes them apart):
-# results that import their renderers, which name the results' types.
-KNOWN_TYPED_CIRCLES = [
-    {"attnviz.maps", "attnviz.panels", "attnviz.notebook", "attnviz.data_formats"}
-    | {"attnviz.request", "attnviz.writers"}
-    | {f"attnviz.analysis.{name}" for name in ("aggregate", "circuit", "heads", "lens", "trace")}
-    | {
-        f"attnviz.render.{name}"
-        for name in ("canvas", "circuit", "effects", "image", "layout", "lens", "page", "style")
-    },
+def test_no_circle_even_counting_the_imports_for_type_checkers():
+    assert cycles(import_graph(typed=True)) == []
+
+
+RESULTS = [
+    "attnviz.maps",
+    *(f"attnviz.analysis.{name}" for name in ("circuit", "heads", "lens", "trace")),
 ]
 
 
-def test_no_new_circle_even_counting_the_imports_for_type_checkers():
-    """Every circle of the typed imports lies within one already known: none new, none
-    grown (a smaller one is progress; then shrink the list)."""
-    found = cycles(import_graph(typed=True))
-    grown = [
-        circle for circle in found if not any(set(circle) <= known for known in KNOWN_TYPED_CIRCLES)
-    ]
-    assert grown == [], grown
-    assert len(found) <= len(KNOWN_TYPED_CIRCLES)
+def below(module: str, graph: dict[str, set[str]]) -> set[str]:
+    """Every module ``module`` reaches through its imports."""
+    found, waiting = set(), [module]
+    while waiting:
+        for other in graph[waiting.pop()] - found:
+            found.add(other)
+            waiting.append(other)
+    return found
+
+
+def test_a_result_reaches_no_renderer_but_through_the_drawer():
+    """A result is data: neither it nor anything it imports (for type checkers too) is a
+    renderer or the module that draws results; it asks attnviz.drawing.drawer() for that
+    module by name, and every name it asks of it is there."""
+    from attnviz import drawing
+
+    graph = import_graph(typed=True)
+    for result in RESULTS:
+        drawn = {name for name in below(result, graph) if name.startswith("attnviz.render")}
+        assert drawn | ({drawing.DRAWER} & below(result, graph)) == set(), result
+    asked = {
+        node.attr
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Call)
+        and ast.unparse(node.value.func) == "drawer"
+    }
+    assert len(asked) >= 10
+    assert [name for name in sorted(asked) if not hasattr(drawing.drawer(), name)] == []
 
 
 def test_the_maps_build_only_on_the_lowest_modules():
-    """AttentionMaps is data: at import it needs the choices, the errors, the schema, the
-    token-grid operations and products, what it records of a request (the request's
-    module, itself on the lowest ones), and the data formats it is stored with (which need it
-    only for type checking); the notebook conveniences reach above it lazily."""
+    """AttentionMaps is data: it needs the choices, the errors, the schema, the token-grid
+    operations and products, what it records of a request, the encodings of the data
+    formats it is read from, and the drawer's name (its notebook conveniences reach the
+    module above it through that); none of them imports the maps."""
     tree = ast.parse((PACKAGE / "maps.py").read_text())
     at_import = {
         node.module
@@ -152,9 +170,12 @@ def test_the_maps_build_only_on_the_lowest_modules():
         "attnviz.schema",
         "attnviz.analysis.grid",
         "attnviz.analysis.products",
+        "attnviz.drawing",
         "attnviz.request",
         "attnviz.selection",
     }
+    graph = import_graph(typed=True)
+    assert not any("attnviz.maps" in below(module, graph) for module in at_import)
 
 
 LONGEST_FUNCTION = 80  # lines, signature and docstring included

@@ -19,10 +19,11 @@ from attnviz.analysis.mib import Areas, areas_of
 from attnviz.analysis.selections import nodes_of
 from attnviz.analysis.training import Training
 from attnviz.choices import CircuitMethod, Intervention, Level, Output, Select
+from attnviz.drawing import drawer
 from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
-    from attnviz.render.image import Picture
+    from attnviz.drawing import Picture
 
 
 def ranked(graph: Graph, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -135,10 +136,7 @@ class Circuit(Drawn):
     def _repr_html_(self) -> str:
         """In a notebook: the one-line header, then the circuit's own page (its graph, an
         edge's score on hover), offline and self-contained."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.page import circuit_notebook_html
-
-        return circuit_notebook_html(self)
+        return drawer().circuit_page(self)
 
     @classmethod
     def load(cls, path: str | Path) -> Circuit:
@@ -157,10 +155,7 @@ class Circuit(Drawn):
     def picture(self, format: Output | str = "png", **style: Any) -> Picture:
         """The circuit as a graph (layers bottom to top; edge width by |score|, colour by
         sign) beside its faithfulness curve: what ``circuit --picture`` draws."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.circuit import circuit_figure
-
-        return circuit_figure(self, format, style)
+        return drawer().circuit_figure(self, format, style)
 
     def records(self) -> list[dict[str, object]]:
         """A row per edge, largest |score| first, for a table of data (csv)."""

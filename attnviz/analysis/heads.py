@@ -13,16 +13,17 @@ import numpy as np
 from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
 from attnviz.choices import MEASURES, Ablation, Measure, Method, Mode, Output
+from attnviz.drawing import drawer
 from attnviz.errors import UsageError
-from attnviz.head_columns import DETECTORS, SUMMED, HeadColumn, Needs, RankBy
+from attnviz.head_columns import DETECTORS, SUMMED, HeadColumn, HeadStatistics, Needs, RankBy
 from attnviz.panels import panels_of
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from attnviz.drawing import Picture
     from attnviz.maps import AttentionMaps
     from attnviz.panels import MapPanel
-    from attnviz.render.image import Picture
 
 DETECTOR_COLUMNS = frozenset(DETECTORS)
 # A table in a terminal has room for one set or the other: the statistics, or the
@@ -152,10 +153,7 @@ class Drawn:
     def save(self, path: str | Path, **options: Any) -> None:
         """:meth:`picture` (with ``options``) written to ``path`` (.png, .svg or .pdf),
         whole or not at all."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.effects import save_figure
-
-        save_figure(path, lambda kind: self.picture(format=kind, **options))
+        drawer().save_figure(path, lambda kind: self.picture(format=kind, **options))
 
     def _repr_png_(self) -> bytes | None:
         return self.picture()._repr_png_()
@@ -192,10 +190,7 @@ class HeadEffects(Drawn):
         ablation, dla or patch (by default patch, else ablation, else dla), in
         diverging colours centred on 0. ``style``: ``dpi``, ``figsize``, ``font_size``,
         ``title``, as export's options. ``.data`` holds the bytes; a notebook shows it."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.effects import effects_figure
-
-        return effects_figure(self, column, format, style)
+        return drawer().effects_figure(self, column, format, style)
 
     @property
     def answer(self) -> str:
@@ -269,10 +264,7 @@ class Knockout(Drawn):
         """The change in the answer's log-probability for each layer's window, as bars
         (``heads --knockout --picture`` draws it). ``style``: ``dpi``, ``figsize``,
         ``font_size``, ``title``, as export's options. A notebook shows it."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.effects import knockout_figure
-
-        return knockout_figure(self, format, style)
+        return drawer().knockout_figure(self, format, style)
 
     def records(self) -> list[dict[str, object]]:
         """A row per window: its layer, the layers it knocks out and the change."""
@@ -292,43 +284,6 @@ class Knockout(Drawn):
             "knockout_rows": self.rows,
             "knockout_span": self.span,
             "window": self.window,
-        }
-
-
-@dataclass(frozen=True)
-class HeadStatistics:
-    """One head's row: its place, its statistics by name (None where one does not apply)
-    and its top key. ``row.entropy`` reads a statistic as an attribute."""
-
-    layer: int
-    head: int
-    values: dict[str, float | None]  # every summed statistic, in HeadColumn's order
-    top_key_position: int
-    top_key: str
-    kind: str | None = None  # the layer's attention, where the model's layers differ
-
-    def __getattr__(self, name: str) -> float | None:
-        values = self.__dict__.get("values", {})
-        if name in values:
-            return values[name]
-        raise AttributeError(name)
-
-    def __getitem__(self, column: HeadColumn | str) -> Any:  # int, float, str or None
-        """The value of one column, a place, a statistic, an effect or the top key (None
-        for an effect on no answer)."""
-        column = HeadColumn(column)
-        if column.value in self.values:
-            return self.values[column.value]
-        effect = column.needs in (Needs.ANSWER, Needs.CORRUPT)
-        return None if effect else getattr(self, column.value)
-
-    def as_dict(self) -> dict[str, int | float | str | None]:
-        """Every column of the row: the effects where it has them."""
-        optional = (Needs.ANSWER, Needs.CORRUPT, Needs.KINDS)  # only where the row has them
-        return {
-            column.value: self[column]
-            for column in HeadColumn
-            if column.needs not in optional or self[column] is not None
         }
 
 

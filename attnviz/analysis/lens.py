@@ -11,9 +11,10 @@ import numpy as np
 
 from attnviz.analysis.heads import Drawn
 from attnviz.choices import Output
+from attnviz.drawing import drawer
 
 if TYPE_CHECKING:
-    from attnviz.render.image import Picture
+    from attnviz.drawing import Picture
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,7 @@ class Lens(Drawn):
     def picture(self, format: Output | str = "png", **style: Any) -> Picture:
         """The layers × positions picture ``lens --picture`` draws: each cell's top token,
         coloured by its probability. ``style``: as export's options."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.lens import lens_figure
-
-        return lens_figure(self, format, style)
+        return drawer().lens_figure(self, format, style)
 
     def records(self) -> list[dict[str, object]]:
         """A row per layer × position, for a table of data (csv)."""

@@ -11,9 +11,10 @@ import numpy as np
 
 from attnviz.analysis.heads import Answer, Drawn
 from attnviz.choices import Output, Site
+from attnviz.drawing import drawer
 
 if TYPE_CHECKING:
-    from attnviz.render.image import Picture
+    from attnviz.drawing import Picture
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,7 @@ class Trace(Drawn):
         """The layers × tokens picture ``trace --picture`` draws, the tokens the corrupted
         text changed marked with an asterisk. ``style``: ``dpi``, ``figsize``,
         ``font_size``, ``title``, as export's options. A notebook shows it."""
-        # the drawing sits above the data it draws (it imports them)
-        from attnviz.render.effects import trace_figure
-
-        return trace_figure(self, format, style)
+        return drawer().trace_figure(self, format, style)
 
     def normalized(self) -> Trace:
         """Each cell's effect as the fraction of the corruption's change it brings back,

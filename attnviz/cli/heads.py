@@ -37,9 +37,10 @@ from attnviz.writers import write_table
 if TYPE_CHECKING:
     from rich.console import Group
 
-    from attnviz.analysis.heads import HeadEffects, HeadStatistics, HeadTable, Knockout
+    from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.head_columns import HeadStatistics
     from attnviz.render.style import Style
-    from attnviz.request import Result
+    from attnviz.results import Result
 
 FormatOption = d.format_option(
     d.TableFormat,

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
     from attnviz.pretrained.loading import LoadOptions
-    from attnviz.request import Result
+    from attnviz.results import Result
 
 
 @dataclass(frozen=True)

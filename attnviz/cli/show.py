@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from attnviz.cli.settings import MapProducts
     from attnviz.head_columns import Detector
     from attnviz.maps import AttentionMaps
-    from attnviz.request import Result
+    from attnviz.results import Result
 
 
 # What show writes: the picture, data, a picture file or the page (auto: see the help).

@@ -39,7 +39,8 @@ from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
 from attnviz.progress import Listener, reporting
-from attnviz.request import Explaining, Input, Request, Result, Sampling
+from attnviz.request import Explaining, Input, Request, Sampling
+from attnviz.results import Result
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:

@@ -5,7 +5,6 @@ colour by sign) beside its faithfulness curve."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +21,7 @@ from attnviz.choices import (
     Select,
 )
 from attnviz.render.canvas import fit_text, saved
-from attnviz.render.effects import DEFAULT_STYLE, _figure, diverging, wrapped
+from attnviz.render.effects import DEFAULT_STYLE, diverging, wrapped
 from attnviz.render.style import Style
 from attnviz.safe_text import spaces_shown
 
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
 
     from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.training import Training
-    from attnviz.render.image import Picture
 
 
 def circuit_title(circuit: Circuit) -> str:
@@ -307,8 +305,3 @@ def _mib_curve(axes: Any, circuit: Circuit, small: int) -> None:
     axes.tick_params(labelsize=small)
     axes.legend(fontsize=small, loc="lower right", frameon=False)
     axes.set_title("MIB's integrated faithfulness", fontsize=small)
-
-
-def circuit_figure(circuit: Circuit, format: Output | str, style: dict[str, Any]) -> Picture:
-    """:meth:`Circuit.picture`."""
-    return _figure(partial(circuit_picture, circuit), format, style)

@@ -6,20 +6,14 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Callable
-from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz.atomic_files import open_output
-from attnviz.choices import Output, chosen
+from attnviz.choices import Output
 from attnviz.errors import UsageError
-from attnviz.outputs import PICTURES, output_of_file
 from attnviz.render.canvas import saved
-from attnviz.render.image import Picture
-from attnviz.render.style import FIGURE_OPTIONS, Style, token_label
+from attnviz.render.style import Style, token_label
 from attnviz.selection import index_span
 
 if TYPE_CHECKING:
@@ -254,48 +248,6 @@ def wrapped(title: str, width: int) -> str:
     return "\n".join(lines).replace("\u00a0", " ")
 
 
-def figure_style(style: dict[str, Any]) -> Style:
-    """The :class:`Style` of a figure of effects from keyword options, checked."""
-    unknown = [name for name in style if name not in FIGURE_OPTIONS]
-    if unknown:
-        raise UsageError(
-            f"{unknown[0]}: a figure of effects takes {', '.join(FIGURE_OPTIONS)} (its colours "
-            "are a diverging scale centred on 0)"
-        )
-    if "figsize" in style and style["figsize"] is not None:
-        style = {**style, "figsize": tuple(style["figsize"])}
-    return Style(**style)
-
-
-def _figure(
-    draw: Callable[[Output, Style], bytes], format: Output | str, style: dict[str, Any]
-) -> Picture:
-    """What ``draw`` makes in ``format`` with keyword ``style``, both checked, as a Picture."""
-    kind = chosen(Output, format, "picture format", among=PICTURES)
-    return Picture(draw(kind, figure_style(style)), kind)
-
-
-def effects_figure(
-    effects: HeadEffects, column: str | None, format: Output | str, style: dict[str, Any]
-) -> Picture:
-    """:meth:`HeadEffects.picture`: the grid of ``column`` (by default patch where there is
-    one, else ablation)."""
-    column = column or effects.drawn_column()
-    if column not in ("ablation", "dla", "patch"):
-        raise UsageError(f"a head's effects are ablation, dla and patch, not {column!r}")
-    return _figure(partial(effects_picture, effects, column, ""), format, style)
-
-
-def trace_figure(trace: Trace, format: Output | str, style: dict[str, Any]) -> Picture:
-    """:meth:`Trace.picture`."""
-    return _figure(partial(trace_picture, trace), format, style)
-
-
-def knockout_figure(knockout: Knockout, format: Output | str, style: dict[str, Any]) -> Picture:
-    """:meth:`Knockout.picture`."""
-    return _figure(partial(knockout_picture, knockout), format, style)
-
-
 def knockout_picture(knockout: Knockout, picture: Output, style: Style = DEFAULT_STYLE) -> bytes:
     """A bar per layer: the change in the answer's log-probability with the query rows
     kept from the span's keys in that layer's window, blue where it falls, red where it
@@ -324,10 +276,3 @@ def knockout_picture(knockout: Knockout, picture: Output, style: Style = DEFAULT
     if title:
         axes.set_title(wrapped(title, int(figure.get_figwidth() * 11)), fontsize=small + 1)
     return saved(figure, picture)
-
-
-def save_figure(path: str | Path, draw: Callable[[Output], Picture]) -> None:
-    """A figure written whole to ``path``, in the format its suffix names."""
-    kind = output_of_file(path, PICTURES)
-    with open_output(path, binary=True) as out:
-        out.write(draw(kind).data)

@@ -15,14 +15,10 @@ to their largest value.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnviz.atomic_files import open_output
 from attnviz.choices import Output, View
 from attnviz.errors import UsageError, warn
-from attnviz.outputs import PICTURES, output_of_file
 from attnviz.panels import notes_of, panels_of, query_labels_of
 from attnviz.render.canvas import GridCanvas, HeadCanvas, warn_missing
 from attnviz.render.layout import GridShape, grid_shape
@@ -176,36 +172,6 @@ class Painter:
                 if index is not None
             )
             yield suffix, self.head_picture(maps, panel, picture, style)
-
-
-@dataclass(frozen=True)
-class Picture:
-    """A picture's bytes: a notebook shows a PNG or an SVG picture inline."""
-
-    data: bytes
-    format: Output
-
-    def __repr__(self) -> str:
-        """Its kind and size: a notebook prints this beside the picture, not its bytes."""
-        return f"<Picture {self.format.value}, {len(self.data):,} bytes>"
-
-    def save(self, path: str | Path) -> None:
-        """Write the picture to ``path`` (whole or not at all), whose suffix names its
-        format: ``circuit.picture("svg").save("circuit.svg")``."""
-        named = output_of_file(path, PICTURES)
-        if named is not self.format:
-            raise UsageError(
-                f"{path} names a {named.value} picture; this one is {self.format.value}: ask "
-                f'for .picture("{named.value}"), or name the file .{self.format.value}'
-            )
-        with open_output(path, binary=True) as out:
-            out.write(self.data)
-
-    def _repr_png_(self) -> bytes | None:
-        return self.data if self.format is Output.PNG else None
-
-    def _repr_svg_(self) -> str | None:
-        return self.data.decode() if self.format is Output.SVG else None
 
 
 def one_picture(maps: AttentionMaps, view: View, picture: Output, style: Style) -> bytes:

@@ -3,14 +3,13 @@ layer would predict there, shaded by its probability; in the terminal or as a pi
 
 from __future__ import annotations
 
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnviz.choices import Output
 from attnviz.render.canvas import saved
-from attnviz.render.effects import DEFAULT_STYLE, _figure, wrapped
+from attnviz.render.effects import DEFAULT_STYLE, wrapped
 from attnviz.render.style import Style, token_label
 from attnviz.safe_text import spaces_shown
 
@@ -18,7 +17,6 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from attnviz.analysis.lens import Lens
-    from attnviz.render.image import Picture
 
 _CELL = 9  # characters of a column: a predicted token, cut to 8
 
@@ -111,8 +109,3 @@ def lens_picture(lens: Lens, picture: Output, style: Style = DEFAULT_STYLE) -> b
     bar.ax.tick_params(labelsize=small)
     bar.set_label("probability of the top token", fontsize=small)
     return saved(figure, picture)
-
-
-def lens_figure(lens: Lens, format: Output | str, style: dict[str, Any]) -> Picture:
-    """:meth:`Lens.picture`."""
-    return _figure(partial(lens_picture, lens), format, style)

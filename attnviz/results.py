@@ -1,0 +1,26 @@
+"""What one request read of one input: the products it asked for, as data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.analysis.lens import Lens
+    from attnviz.analysis.trace import Trace
+    from attnviz.maps import AttentionMaps
+    from attnviz.request import Input
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a request read of one input: each product it asked for, None where not asked."""
+
+    input: Input
+    maps: AttentionMaps | None = None
+    statistics: HeadTable | None = None  # with the effects joined in where both were asked
+    effects: HeadEffects | None = None
+    knockout: Knockout | None = None
+    trace: Trace | None = None
+    lens: Lens | None = None
