@@ -13,11 +13,12 @@ from attnviz.atomic_files import check_writable
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.answer_settings import Effects
 from attnviz.cli.bundles import bundle
 from attnviz.cli.circuit_choices import CircuitChoices, circuit_choices
 from attnviz.cli.engine import JobsOption, engine_settings
 from attnviz.cli.pictures import figure_settings
-from attnviz.cli.settings import Effects, Reading, request, trace_settings
+from attnviz.cli.settings import Reading, request, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
 from attnviz.inputs import read_texts

@@ -8,6 +8,7 @@ from attnviz.atomic_files import check_writable
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.answer_settings import page_effect_options
 from attnviz.cli.option_kinds import output_option
 from attnviz.cli.pictures import head_choice, picture_settings
 from attnviz.cli.settings import (
@@ -16,7 +17,6 @@ from attnviz.cli.settings import (
     Reading,
     map_products,
     model_settings,
-    page_effect_options,
     reading_options,
 )
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing

@@ -12,15 +12,14 @@ from attnviz.atomic_files import check_writable, open_output
 from attnviz.choices import Ablation, Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.answer_settings import Effects, effect_options
 from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.output import Environment, number
 from attnviz.cli.pictures import PictureSettings, figure_settings
 from attnviz.cli.settings import (
     DEFAULT_READING,
-    Effects,
     Job,
     Reading,
-    effect_options,
     model_settings,
     reading_options,
     row_products,

@@ -11,9 +11,10 @@ from attnviz.atomic_files import check_writable
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.answer_settings import Effects
 from attnviz.cli.bundles import bundle
 from attnviz.cli.pictures import figure_settings
-from attnviz.cli.settings import Effects, Reading, trace_settings
+from attnviz.cli.settings import Reading, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.outputs import formats_named
 from attnviz.request import asked_for

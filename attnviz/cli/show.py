@@ -10,6 +10,7 @@ from attnviz.atomic_files import check_writable
 from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.answer_settings import answer_options
 from attnviz.cli.bundles import bundle
 from attnviz.cli.option_kinds import output_option
 from attnviz.cli.output import Environment, between_sentences
@@ -17,7 +18,6 @@ from attnviz.cli.pictures import HeadChoice, head_choice
 from attnviz.cli.settings import (
     DEFAULT_READING,
     Reading,
-    answer_options,
     map_products,
     model_settings,
     reading_options,

@@ -11,8 +11,9 @@ from attnviz.atomic_files import check_writable
 from attnviz.choices import SITE_LABELS, Output, Site, labelled
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.answer_settings import trace_options
 from attnviz.cli.pictures import figure_settings
-from attnviz.cli.settings import Reading, trace_options, trace_settings
+from attnviz.cli.settings import Reading, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.outputs import PICTURES, formats_named
 from attnviz.request import asked_for
