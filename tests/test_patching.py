@@ -452,10 +452,10 @@ def test_a_records_last_positions_are_copies_not_views_of_the_whole_text(languag
     """What a gradient pass's clean record reads at the last position holds one position's
     numbers, not the (T, D) tensor it was read from (at 8,000 tokens, half a gigabyte over
     30 layers)."""
-    from attnviz.pretrained import effects, metrics, patching
+    from attnviz.pretrained import anatomy, effects, metrics, patching
 
     extractor = language_models["gemma2-lm"]
-    body = effects.anatomy_of(extractor.loaded)
+    body = anatomy.anatomy_of(extractor.loaded)
     ids = extractor.loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
     answer_id = extractor.loaded.tokenizer(ANSWER)["input_ids"][-1]
 

@@ -241,7 +241,8 @@ def test_every_sites_declared_shape_is_what_a_layer_records(language_models, fam
     key/value heads, Dh a head's size, S keys): each layer's record has it."""
     import torch
 
-    from attnviz.pretrained.effects import anatomy_of, last_logits
+    from attnviz.pretrained.anatomy import anatomy_of
+    from attnviz.pretrained.effects import last_logits
     from attnviz.pretrained.sites import SITES, recorded, site_width, units_of
 
     extractor = language_models[family]

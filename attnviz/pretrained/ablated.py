@@ -29,7 +29,7 @@ from attnviz.pretrained.sites import hidden_of, mlp_written, output_of, with_hid
 if TYPE_CHECKING:
     import torch
 
-    from attnviz.pretrained.effects import Anatomy
+    from attnviz.pretrained.anatomy import Anatomy
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ from attnviz.analysis.trace import Trace
 from attnviz.asked import measure_of
 from attnviz.choices import ABLATION_NEEDS, Ablation, Method, Site
 from attnviz.errors import UsageError, warn
+from attnviz.pretrained.anatomy import Anatomy, anatomy_of
 from attnviz.pretrained.effects import (
     Ablating,
-    Anatomy,
     Clean,
-    anatomy_of,
     attribution,
     clean_pass,
     head_effects,

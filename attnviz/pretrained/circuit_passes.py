@@ -18,13 +18,13 @@ from attnviz.choices import INTERVENTIONS, CircuitMethod
 from attnviz.errors import UsageError
 from attnviz.extractor import pair_error
 from attnviz.pretrained.ablated import Ablated, Means, changed_from, text_means
+from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import Answered, answered
 from attnviz.pretrained.circuit_cost import Cost, scoring_cost, unsaid
 from attnviz.pretrained.circuit_phases import Edge, Scored
 from attnviz.pretrained.differences import parts as record_parts
 from attnviz.pretrained.edge_estimates import estimated_scores
 from attnviz.pretrained.edges import Runs, Wiring, exact_scores, graph_of, read_twins
-from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import forward
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
 from attnviz.pretrained.optimized import optimized

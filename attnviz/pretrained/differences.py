@@ -23,7 +23,7 @@ from attnviz.pretrained.value_norms import input_matrix
 if TYPE_CHECKING:
     import torch
 
-    from attnviz.pretrained.effects import Anatomy
+    from attnviz.pretrained.anatomy import Anatomy
 
 _FULL_AT_MOST = 2**29  # bytes: a record this small is one (U, S, D) block
 _PART_AT_MOST = 2**29  # bytes: an estimate reads a larger record a part of it at a time

@@ -21,9 +21,10 @@ import numpy as np
 from attnviz.analysis.graph import LOGITS, READS
 from attnviz.choices import Site
 from attnviz.memory import block_size
+from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.differences import matrix_of
 from attnviz.pretrained.edges import QKV, Runs, Wiring
-from attnviz.pretrained.effects import Anatomy, hooked, last_logits
+from attnviz.pretrained.effects import hooked, last_logits
 from attnviz.pretrained.frozen_norms import NormForm, form_of
 from attnviz.pretrained.patching import (
     backward_to,

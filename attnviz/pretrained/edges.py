@@ -49,6 +49,7 @@ from attnviz.choices import Site
 from attnviz.errors import UsageError
 from attnviz.memory import give_back_freed
 from attnviz.pretrained.ablated import Ablated, changed_from, forced
+from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.differences import (
     Differences,
     Recorder,
@@ -56,7 +57,6 @@ from attnviz.pretrained.differences import (
     matrix_of,
 )
 from attnviz.pretrained.effects import (
-    Anatomy,
     Change,
     Clean,
     changed_metrics,

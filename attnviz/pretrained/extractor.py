@@ -15,10 +15,10 @@ from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
 from attnviz.maps import AttentionMaps
+from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, lensed, traced
 from attnviz.pretrained.attention_modules import Family, layer_kinds, resolve_mode, stream_for
 from attnviz.pretrained.circuit import circuited
-from attnviz.pretrained.effects import anatomy_of
 from attnviz.pretrained.encoding import (
     ModelInputs,
     Side,

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.errors import UsageError
-from attnviz.pretrained.effects import Anatomy, Change, changed_metrics, clean_pass, hooked
+from attnviz.pretrained.anatomy import Anatomy
+from attnviz.pretrained.effects import Change, changed_metrics, clean_pass, hooked
 from attnviz.pretrained.metrics import Metric
 
 if TYPE_CHECKING:

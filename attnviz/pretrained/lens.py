@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Site
-from attnviz.pretrained.effects import Anatomy, last_logits
+from attnviz.pretrained.anatomy import Anatomy
+from attnviz.pretrained.effects import last_logits
 from attnviz.pretrained.sites import recorded
 
 if TYPE_CHECKING:

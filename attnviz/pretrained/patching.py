@@ -31,9 +31,9 @@ import numpy as np
 from attnviz.choices import Site
 from attnviz.errors import UsageError, is_out_of_memory
 from attnviz.memory import give_back_freed
+from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.effects import (
     Ablating,
-    Anatomy,
     Change,
     Clean,
     Install,

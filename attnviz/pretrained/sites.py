@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Site
 from attnviz.errors import UsageError
-from attnviz.pretrained.effects import Anatomy, hooked
+from attnviz.pretrained.anatomy import Anatomy
+from attnviz.pretrained.effects import hooked
 from attnviz.pretrained.implementations import attention_implementation
 
 if TYPE_CHECKING:
