@@ -189,8 +189,8 @@ def test_a_circuits_node_labels_never_overlap(language_models):
     import dataclasses
 
     from attnviz.choices import Output
-    from attnviz.render.canvas import saved
     from attnviz.render.circuit import circuit_drawing
+    from attnviz.render.figures import saved
     from attnviz.render.style import Style
 
     circuit = language_models["gpt2-lm"].circuit(TEXT, ANSWER, CORRUPT, edges="all")

@@ -452,7 +452,7 @@ def test_a_records_last_positions_are_copies_not_views_of_the_whole_text(languag
     """What a gradient pass's clean record reads at the last position holds one position's
     numbers, not the (T, D) tensor it was read from (at 8,000 tokens, half a gigabyte over
     30 layers)."""
-    from attnviz.pretrained import anatomy, effects, metrics, patching
+    from attnviz.pretrained import anatomy, metrics, patching
 
     extractor = language_models["gemma2-lm"]
     body = anatomy.anatomy_of(extractor.loaded)

@@ -17,7 +17,8 @@ from attnviz.choices import Output, View
 from attnviz.cli import app
 from attnviz.head_columns import RankBy
 from attnviz.panels import panels_of, query_labels_of
-from attnviz.render.canvas import GridCanvas, HeadCanvas
+from attnviz.render.canvas import HeadCanvas
+from attnviz.render.grid_canvas import GridCanvas
 from attnviz.render.image import Painter
 from attnviz.render.layout import grid_shape
 from attnviz.render.png import encode_png

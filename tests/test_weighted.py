@@ -229,7 +229,7 @@ def test_weighing_usage_errors_exit_2(runner, arguments, message):
 
 
 def test_pictures_of_weighted_maps_scale_colours_to_their_largest_value():
-    from attnviz.render.canvas import GridCanvas
+    from attnviz.render.grid_canvas import GridCanvas
     from attnviz.render.layout import grid_shape
     from attnviz.render.page import page_data
     from attnviz.render.style import Style, cell_text

@@ -20,8 +20,8 @@ from attnviz.choices import (
     Output,
     Select,
 )
-from attnviz.render.canvas import fit_text, saved
 from attnviz.render.effects import DEFAULT_STYLE, diverging, wrapped
+from attnviz.render.figures import fit_text, saved
 from attnviz.render.style import Style
 from attnviz.safe_text import spaces_shown
 

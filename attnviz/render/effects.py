@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.choices import Output
 from attnviz.errors import UsageError
-from attnviz.render.canvas import saved
+from attnviz.render.figures import saved
 from attnviz.render.style import Style, token_label
 from attnviz.selection import index_span
 

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 from attnviz.choices import Output, View
 from attnviz.errors import UsageError, warn
 from attnviz.panels import notes_of, panels_of, query_labels_of
-from attnviz.render.canvas import GridCanvas, HeadCanvas, warn_missing
+from attnviz.render.canvas import HeadCanvas
+from attnviz.render.figures import warn_missing
+from attnviz.render.grid_canvas import GridCanvas
 from attnviz.render.layout import GridShape, grid_shape
 from attnviz.render.style import MAX_LABEL, VALUES_UP_TO, Frame, Style, token_label
 

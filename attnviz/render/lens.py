@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.choices import Output
-from attnviz.render.canvas import saved
 from attnviz.render.effects import DEFAULT_STYLE, wrapped
+from attnviz.render.figures import saved
 from attnviz.render.style import Style, token_label
 from attnviz.safe_text import spaces_shown
 

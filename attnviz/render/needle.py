@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.choices import Output
-from attnviz.render.canvas import saved
+from attnviz.render.figures import saved
 from attnviz.render.style import Style
 from attnviz.safe_text import display_label
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.choices import Output
-from attnviz.render.canvas import saved
+from attnviz.render.figures import saved
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics
