@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from attnviz.analysis.corpus import CorpusStatistics
+from attnviz.answer_readings import check_pairs
 from attnviz.batch.inputs import BatchInput
 from attnviz.batch.manifest import Record
 from attnviz.batch.run import (
@@ -39,7 +40,6 @@ from attnviz.batch.run import (
 )
 from attnviz.choices import CircuitMethod
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
-from attnviz.extractor import check_pairs
 from attnviz.pretrained import circuit, circuit_passes
 from attnviz.pretrained.ablated import Means
 from attnviz.pretrained.circuit_phases import Edge, Scored

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.analysis.bootstrap import resamples
+from attnviz.answer_readings import pair_error
 from attnviz.choices import INTERVENTIONS, CircuitMethod
 from attnviz.errors import UsageError
-from attnviz.extractor import pair_error
 from attnviz.pretrained.ablated import Ablated, Means, changed_from, text_means
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import Answered, answered
