@@ -33,7 +33,7 @@ from attnviz.selection import Selection
 
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
-    from attnviz.analysis.heads import HeadEffects, Knockout
+    from attnviz.analysis.effects import HeadEffects, Knockout
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
     from attnviz.results import Result

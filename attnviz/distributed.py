@@ -8,13 +8,13 @@ return the manifest records, which the driver writes: an input whose task is
 retried (a worker died) is written again with the same bytes and recorded once.
 For ``stats`` each batch returns its partial statistics, merged by the driver.
 
-Ray is an optional extra (``attnviz[ray]``), imported only here.
+Ray is an optional extra (``attnviz[ray]``), imported only here and in
+:mod:`attnviz.distributed_circuit`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import os
@@ -22,12 +22,9 @@ import pickle
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, cast
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.corpus import CorpusStatistics
-from attnviz.answer_readings import check_pairs
 from attnviz.batch.inputs import BatchInput
 from attnviz.batch.manifest import Record
 from attnviz.batch.run import (
@@ -38,25 +35,16 @@ from attnviz.batch.run import (
     records_of,
     start_batch,
 )
-from attnviz.choices import CircuitMethod
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
-from attnviz.pretrained import circuit, circuit_passes
-from attnviz.pretrained.ablated import Means
-from attnviz.pretrained.circuit_phases import Edge, Scored
 from attnviz.render.image import Painter
 from attnviz.request import Input
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
-    from attnviz.analysis.graph import Graph
-    from attnviz.analysis.training import Training
     from attnviz.batch.inputs import BatchInput
     from attnviz.batch.run import BatchWork, Tally
     from attnviz.batch.writing import Outputs
     from attnviz.loading import ExtractorSpec
-    from attnviz.pretrained.ablated import Ablated
-    from attnviz.pretrained.extractor import PretrainedExtractor
     from attnviz.request import Request
 
 
@@ -205,7 +193,7 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
-def _quiet_progress() -> None:
+def quiet_progress() -> None:
     """Ray Data's own progress bars and notices would interleave with attnviz's progress."""
     import logging
 
@@ -229,7 +217,7 @@ class BatchWorker:
         threads: int,
         batch_size: int,
     ) -> None:
-        _use_threads(threads)
+        use_threads(threads)
         self.reader = Reader(spec.load(), request)
         self.outputs = outputs
         self.batch_size = batch_size
@@ -240,7 +228,7 @@ class BatchWorker:
         pairs = json.loads(listed)
         inputs = [BatchInput(**fields) for fields, _ in pairs]
         pending = {fields["index"] for fields, wanted in pairs if wanted}
-        with _warnings_kept() as said:
+        with warnings_kept() as said:
             work = records_of(
                 inputs, pending, self.reader, self.outputs, self.painter, self.batch_size
             )
@@ -250,7 +238,7 @@ class BatchWorker:
 
 
 @contextlib.contextmanager
-def _warnings_kept() -> Iterator[list[str]]:
+def warnings_kept() -> Iterator[list[str]]:
     """attnviz's warnings in a worker (a text cut to the model's length), kept for the
     driver to say: a worker's stderr is not the user's."""
     import warnings
@@ -262,12 +250,12 @@ def _warnings_kept() -> Iterator[list[str]]:
     said.extend(str(w.message) for w in caught if issubclass(w.category, AttnvizWarning))
 
 
-def _say(warnings_of_a_task: str) -> None:
+def say_task_warnings(warnings_of_a_task: str) -> None:
     for message in json.loads(warnings_of_a_task):
         warn(message)
 
 
-def _use_threads(threads: int) -> None:
+def use_threads(threads: int) -> None:
     """Torch runs as many threads as the worker holds CPUs. (A worker process is
     attnviz's own.) Torch sums in another order with another thread count: a worker's
     files equal, byte for byte, a local run's with the same count of torch threads."""
@@ -296,7 +284,7 @@ _TASK_INPUTS = 64
 
 def run_batch(work: BatchWork, workers: Workers) -> Tally:
     """As :func:`attnviz.batch.run_batch`, with the work done by Ray workers."""
-    _quiet_progress()
+    quiet_progress()
     inputs, progress, tally, batch_size = work.inputs, work.progress, work.tally, work.batch_size
     pending, manifest = start_batch(work)
     done = tally.skipped
@@ -317,7 +305,7 @@ def run_batch(work: BatchWork, workers: Workers) -> Tally:
             )
             seen: set[int] = set()
             for row in results.iter_rows():
-                _say(row["warnings"])
+                say_task_warnings(row["warnings"])
                 record = Record(**json.loads(row["record"]))
                 if record.index in seen:  # a retried batch: recorded once
                     continue
@@ -338,7 +326,7 @@ class StatisticsWorker:
     def __init__(
         self, spec: ExtractorSpec, request: Request, threads: int, batch_size: int
     ) -> None:
-        _use_threads(threads)
+        use_threads(threads)
         self.extractor = spec.load()
         self.request = request
         self.batch_size = batch_size
@@ -347,7 +335,7 @@ class StatisticsWorker:
         (listed,) = batch["task"]  # one task: a JSON list of [line, input's fields]
         items = [(line, Input(**fields)) for line, fields in json.loads(listed)]
         partial = CorpusStatistics()
-        with _warnings_kept() as said:
+        with warnings_kept() as said:
             for _ in partial.add_corpus(self.extractor, items, self.request, self.batch_size):
                 pass
         # between attnviz's own processes
@@ -357,7 +345,7 @@ class StatisticsWorker:
 def corpus_statistics(work: CorpusWork, workers: Workers) -> CorpusStatistics:
     """Per-head statistics of every item, computed by Ray workers and merged here;
     ``progress`` is told how many inputs are merged, after each task."""
-    _quiet_progress()
+    quiet_progress()
     corpus = CorpusStatistics()
     listed = [[line, asdict(given)] for line, given in work.lines]
     if not listed:
@@ -370,143 +358,7 @@ def corpus_statistics(work: CorpusWork, workers: Workers) -> CorpusStatistics:
         **workers.map_options(),
     )
     for row in results.iter_rows():
-        _say(row["warnings"])
+        say_task_warnings(row["warnings"])
         corpus.merge(pickle.loads(row["partial"]))
         work.progress(corpus.inputs)
     return corpus
-
-
-class CircuitWorker:
-    """One worker of ``circuit``: a model; each task gives back the sum of one pass over
-    its pairs (pickled), or the one-line error a pair met (a usage error stays one)."""
-
-    def __init__(
-        self,
-        spec: ExtractorSpec,
-        request: Request,
-        threads: int,
-        count: int,
-        names: list[str] | None,
-    ) -> None:
-        _use_threads(threads)
-        # a circuit's request is refused by any other model before it reaches a worker
-        extractor = cast("PretrainedExtractor", spec.load())
-        self.runs_of = circuit_passes.PairRuns(extractor, request, count, names)
-        self.extractor = extractor
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        (listed,) = batch["task"]  # one task: a JSON list of [place, input's fields]
-        pairs = [(index, Input(**fields)) for index, fields in json.loads(listed)]
-        # between attnviz's own processes
-        phase, argument, ablated = pickle.loads(batch["pass"][0])
-        self.runs_of.ablated = ablated
-        passes = {
-            "scored": lambda: circuit_passes.scored(self.runs_of, pairs, *argument),
-            "exact": lambda: circuit_passes.exact_summed(self.runs_of, pairs, argument),
-            "measured": lambda: circuit_passes.measured_summed(self.runs_of, pairs, argument),
-            "optimized": lambda: circuit_passes.optimized_over(self.runs_of, pairs, *argument),
-            "means": lambda: circuit_passes.means_summed(self.runs_of, pairs),
-            "promoted": lambda: circuit_passes.promoted(self.extractor, argument),
-            "graph": lambda: circuit_passes.graph_of_model(self.extractor),
-            "checked": lambda: circuit_passes.pairs_checked(self.runs_of, pairs),
-        }
-        with _warnings_kept() as said:
-            try:
-                found: Any = passes[phase]()
-            except AttnvizError as error:
-                found = error
-        return {"found": [pickle.dumps(found)], "warnings": [json.dumps(said)]}
-
-
-@dataclass
-class RayPhases:
-    """The passes of a circuit spread over Ray workers: the pairs cut into tasks, each
-    pass a map over them, the sums added here
-    (:class:`attnviz.pretrained.circuit_phases.Phases`)."""
-
-    work: circuit.CircuitWork
-    workers: Workers
-    ablated: Ablated | None = None  # handed to every task (a worker keeps no state)
-
-    def _summed(
-        self, phase: str, argument: Any, first_only: bool = False, whole: bool = False
-    ) -> list[Any]:
-        """Each task's result of ``phase``: the pairs cut into tasks (the first pair alone
-        where ``first_only``; every pair in one task where ``whole``)."""
-        import ray.data
-
-        pairs = [[index, asdict(given)] for index, given in enumerate(self.work.inputs)]
-        listed = pairs[:1] if first_only else pairs
-        size = len(listed) if whole else max(1, -(-len(listed) // (self.workers.count * 4)))
-        passed = pickle.dumps((phase, argument, self.ablated))
-        rows = [
-            {"task": json.dumps(listed[start : start + size]), "pass": passed}
-            for start in range(0, len(listed), size)
-        ]
-        constructor = {
-            "spec": self.work.spec,
-            "request": self.work.request,
-            "threads": self.workers.cpus,
-            "count": len(self.work.inputs),
-            "names": self.work.names,
-        }
-        results = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-            CircuitWorker,
-            fn_constructor_kwargs=constructor,
-            batch_size=1,
-            **self.workers.map_options(),
-        )
-        found = []
-        for row in results.iter_rows():
-            _say(row["warnings"])
-            value = pickle.loads(row["found"])
-            if isinstance(value, AttnvizError):
-                raise value
-            found.append(value)
-        return found
-
-    @property
-    def pairs(self) -> int:
-        return len(self.work.inputs)
-
-    def graph(self) -> Graph:
-        (graph,) = self._summed("graph", None, first_only=True)
-        return graph
-
-    def checked(self) -> None:
-        self._summed("checked", None)
-
-    def scored(self, method: CircuitMethod, steps: int | None, bootstrap: int | None) -> Scored:
-        parts = self._summed("scored", (method, steps, bootstrap))
-        return functools.reduce(Scored.merged, parts)
-
-    def exact(self, edges: list[Edge]) -> np.ndarray:
-        return np.sum(self._summed("exact", edges), axis=0)
-
-    def measured(self, kept: np.ndarray) -> np.ndarray:
-        return np.sum(self._summed("measured", kept), axis=0)
-
-    def means(self) -> Means:
-        return functools.reduce(Means.merged, self._summed("means", None))
-
-    def ablating(self, ablated: Ablated) -> None:
-        self.ablated = ablated
-
-    def optimized(
-        self, start: np.ndarray, gap: float, training: Training
-    ) -> tuple[np.ndarray, Training]:
-        # one worker trains: each step's update needs the step before's
-        (learned,) = self._summed("optimized", (start, gap, training), whole=True)
-        return learned
-
-    def promoted(self, last: np.ndarray) -> tuple[str, ...]:
-        (labels,) = self._summed("promoted", last, first_only=True)
-        return labels
-
-
-def circuit_found(work: circuit.CircuitWork, workers: Workers) -> Circuit:
-    """As :meth:`attnviz.extractor.Extractor.circuit_of`, the pairs read by Ray workers."""
-    _quiet_progress()
-    check_pairs(work.inputs, work.request, work.names)
-    assert work.request.circuit is not None  # check_pairs'
-    return circuit.circuit_of(RayPhases(work, workers), work.request.circuit)

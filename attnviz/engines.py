@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from attnviz import distributed
+from attnviz import distributed, distributed_circuit
 from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch.run import Reader, run_batch
 from attnviz.distributed import Workers, ray_session
@@ -96,7 +96,7 @@ class Ray:
         return distributed.corpus_statistics(work, self.workers)
 
     def circuit(self, work: CircuitWork) -> Circuit:
-        return distributed.circuit_found(work, self.workers)
+        return distributed_circuit.circuit_found(work, self.workers)
 
 
 # The type checker holds both engines to the interface (make lint runs it).

@@ -22,12 +22,12 @@ from attnviz.choices import (
     chosen,
 )
 from attnviz.errors import UsageError
+from attnviz.generated import Sampling
 from attnviz.progress import Listener
 from attnviz.request import (
     Explaining,
     Input,
     Request,
-    Sampling,
     asked_for,
     check_text,
 )

@@ -31,7 +31,7 @@ from attnviz.writers import Rendering, write
 
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
-    from attnviz.analysis.heads import HeadEffects, Knockout
+    from attnviz.analysis.effects import HeadEffects, Knockout
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
     from attnviz.head_columns import HeadStatistics

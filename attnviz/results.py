@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.analysis.effects import HeadEffects, Knockout
+    from attnviz.analysis.heads import HeadTable
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
     from attnviz.maps import AttentionMaps

@@ -26,7 +26,8 @@ from attnviz.schema import envelope
 
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
-    from attnviz.analysis.heads import HeadEffects, TopHeads
+    from attnviz.analysis.effects import HeadEffects
+    from attnviz.analysis.heads import TopHeads
     from attnviz.maps import AttentionMaps
     from attnviz.panels import MapPanel
 

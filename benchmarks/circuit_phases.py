@@ -23,10 +23,11 @@ import torch
 import attnviz
 from attnviz.analysis.selections import selected
 from attnviz.circuit_options import CircuitOptions
+from attnviz.pretrained.ablated import changed_from
 from attnviz.pretrained.answered import answered
 from attnviz.pretrained.differences import parts
 from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import first_difference, graph_of, read_twins
+from attnviz.pretrained.edges import graph_of, read_twins
 from attnviz.pretrained.faithfulness import Twins, circuit_metrics
 from attnviz.request import Input, Request
 from benchmarks.effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, twins
@@ -74,7 +75,7 @@ def main() -> None:
     with torch.inference_mode():
         phase("a forward", forward)
     ids = asked.arguments["input_ids"]
-    start = first_difference(asked.arguments, corrupt_arguments)
+    start = changed_from(asked.arguments, corrupt_arguments, None)
     embedding = model.get_input_embeddings().weight
     body = asked.body
     positions = slice(start, ids.shape[1])

@@ -16,7 +16,7 @@ import torch
 from effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, timed, twins
 
 import attnviz
-from attnviz.pretrained import patching
+from attnviz.pretrained import backward_pass
 
 
 def _measured(name: str, work, device: torch.device) -> None:
@@ -65,12 +65,12 @@ def main() -> None:
         extractor.head_effects(clean, FACT_ANSWER, versus=FACT_VERSUS, method="gradient")
 
     def kept() -> None:
-        saved = patching.KEPT_FOR_BACKWARD
-        patching.KEPT_FOR_BACKWARD = 2**62
+        saved = backward_pass.KEPT_FOR_BACKWARD
+        backward_pass.KEPT_FOR_BACKWARD = 2**62
         try:
             estimate()
         finally:
-            patching.KEPT_FOR_BACKWARD = saved
+            backward_pass.KEPT_FOR_BACKWARD = saved
 
     _measured("forward (inference, last logits)", forward, device)
     _measured("plain forward + backward (no hooks)", forward_backward, device)

@@ -9,8 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attnviz.pretrained import (
+    backward_pass,
+    differences,
+    edge_estimates,
+    edges,
+    node_outputs,
+)
 from attnviz.pretrained import circuit_passes as circuit_module
-from attnviz.pretrained import differences, edge_estimates, edges, patching
 from attnviz.pretrained import faithfulness as faithfulness_pass
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
@@ -111,7 +117,7 @@ def test_eap_ig_of_a_long_text_recomputing_layers_a_position_at_a_time_equals_au
 ):
     """As a long text runs: each layer computed again in the backward pass (its residuals
     read there), each group's gradient taken a block of positions at a time."""
-    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    monkeypatch.setattr(backward_pass, "KEPT_FOR_BACKWARD", 0)
     monkeypatch.setattr(edge_estimates, "_ELEMENTS_AT_ONCE", 1)
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
         generators, language_models, family
@@ -155,9 +161,9 @@ def test_a_long_records_passes_give_the_freed_pages_back_at_each_layer(
 ):
 
     given_back = []
-    monkeypatch.setattr(edges, "_GIVEN_BACK_FROM", 0)  # every record counts as long
+    monkeypatch.setattr(node_outputs, "_GIVEN_BACK_FROM", 0)  # every record counts as long
     monkeypatch.setattr(edges, "_TWINS_TOGETHER_BELOW", 0)  # the twins read apart
-    monkeypatch.setattr(edges, "give_back_freed", lambda: given_back.append(True))
+    monkeypatch.setattr(node_outputs, "give_back_freed", lambda: given_back.append(True))
     extractor, model, *_ = _setup(generators, language_models, "llama-lm")
     extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=5)
     # both runs read to score, the circuit's pass (the corrupted run its row 0)
@@ -250,7 +256,7 @@ def test_faithfulness_equals_the_circuit_run_by_plain_hooks(
     """With ``compact``, as on a long text: a head carried back is held as its slice of
     the output projection's input and widened where a group reads it."""
     if compact:
-        monkeypatch.setattr(edges, "_CARRIED_COMPACT_FROM", 0)
+        monkeypatch.setattr(node_outputs, "_CARRIED_COMPACT_FROM", 0)
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
         generators, language_models, family
     )
@@ -596,7 +602,7 @@ def test_a_graph_of_unusual_sizes_goes_through_every_pass_as_the_hooks_do(
 
     if compact:
         monkeypatch.setattr(differences, "_FULL_AT_MOST", 0)
-        monkeypatch.setattr(edges, "_CARRIED_COMPACT_FROM", 0)
+        monkeypatch.setattr(node_outputs, "_CARRIED_COMPACT_FROM", 0)
     path = str(tiny_models._metaspace_decoder(
         transformers.Gemma2ForCausalLM, transformers.Gemma2Config,
         tmp_path_factory.mktemp("unusual"), num_hidden_layers=3, num_attention_heads=8,

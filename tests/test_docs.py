@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 from pathlib import Path
 
@@ -221,3 +222,25 @@ def test_the_documented_request_names_every_field_with_its_default():
         shown = f'"{default.value}"' if isinstance(default, Enum) else repr(default)
         expected.append(f"{field.name}={shown}" if default is not MISSING else field.name)
     assert documented == ", ".join(expected)
+
+
+def test_every_benchmark_the_docs_cite_imports_with_todays_names():
+    """A benchmark's figures are remade by running it: each script must still import the
+    names it reads of attnviz (one process imports them all, as their siblings do)."""
+    import subprocess
+    import sys
+
+    benchmarks = Path(__file__).parent.parent / "benchmarks"
+    names = sorted(path.stem for path in benchmarks.glob("*.py") if path.stem != "__init__")
+    assert len(names) >= 10
+    found = subprocess.run(
+        [sys.executable, "-c", "; ".join(f"import {name}" for name in names)],
+        cwd=benchmarks.parent,  # some import `benchmarks.x`, some their siblings by name
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(benchmarks.parent), str(benchmarks)]),
+        },
+        capture_output=True,
+        text=True,
+    )
+    assert found.returncode == 0, found.stderr[-2000:]

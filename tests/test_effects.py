@@ -523,12 +523,12 @@ def test_statistics_of_a_gradient_pass_whose_layers_are_computed_again_are_read_
 ):
     """A long text's gradient pass computes each layer again in the backward pass, its
     attention function too: the statistics are the forward's, read once."""
-    from attnviz.pretrained import patching
+    from attnviz.pretrained import backward_pass
 
     extractor = attnviz.load(generators[family])
     alone = extractor.head_statistics(TEXT)
     kept = extractor.head_effects(TEXT, ANSWER, method="gradient")
-    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    monkeypatch.setattr(backward_pass, "KEPT_FOR_BACKWARD", 0)
     both = extractor.head_statistics(TEXT, answer=ANSWER, method="gradient")
     for found, expected in zip(both.rows, alone.rows, strict=True):
         for name in ("entropy", "distance", "sink", "previous", "self"):

@@ -116,7 +116,7 @@ def test_no_circle_even_counting_the_imports_for_type_checkers():
 
 RESULTS = [
     "attnviz.maps",
-    *(f"attnviz.analysis.{name}" for name in ("circuit", "heads", "lens", "trace")),
+    *(f"attnviz.analysis.{name}" for name in ("circuit", "effects", "heads", "lens", "trace")),
 ]
 
 

@@ -14,8 +14,8 @@ import torch
 from attnviz.analysis.circuit import read_circuit
 from attnviz.circuit_options import CircuitOptions
 from attnviz.pretrained import circuit_passes as circuit_module
+from attnviz.pretrained.backward_pass import weights_without_gradients
 from attnviz.pretrained.faithfulness import masked_metric
-from attnviz.pretrained.patching import weights_without_gradients
 from attnviz.request import Input, Request
 from tests import circuit_references as reference
 from tests.checks import model_tolerance

@@ -369,7 +369,7 @@ def test_a_layer_computed_again_keeps_a_long_attention_and_runs_a_short_one_agai
     first: below the first layer's heads nothing is read."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from attnviz.pretrained import patching
+    from attnviz.pretrained import backward_pass
 
     class Kernels(TorchDispatchMode):
         def __init__(self):
@@ -383,8 +383,10 @@ def test_a_layer_computed_again_keeps_a_long_attention_and_runs_a_short_one_agai
             return operation(*args, **(kwargs or {}))
 
     extractor = language_models["llama-lm"]
-    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
-    monkeypatch.setattr(patching, "_KEYS_RECOMPUTED_AT_MOST", keys_at_most)  # TEXT: 2 < T < 2048
+    monkeypatch.setattr(backward_pass, "KEPT_FOR_BACKWARD", 0)
+    monkeypatch.setattr(
+        backward_pass, "_KEYS_RECOMPUTED_AT_MOST", keys_at_most
+    )  # TEXT: 2 < T < 2048
     with Kernels() as kernels:
         extractor.head_effects(TEXT, ANSWER, method="gradient")
     layers = extractor.loaded.model.config.num_hidden_layers
@@ -395,15 +397,15 @@ def test_a_layer_computed_again_keeps_a_long_attention_and_runs_a_short_one_agai
 
 
 def test_a_recomputed_layer_keeps_long_attention_and_every_attention_off_the_cpu():
-    from attnviz.pretrained import patching
+    from attnviz.pretrained import backward_pass
 
     def keys(count, device="cpu"):
         return torch.empty(1, 1, count, 8, device=device)  # (B, K, T, D)
 
-    at_most = patching._KEYS_RECOMPUTED_AT_MOST
-    assert patching.attention_kept(keys(at_most + 1))
-    assert not patching.attention_kept(keys(at_most))
-    assert patching.attention_kept(keys(at_most, "meta"))  # a device that is not the CPU
+    at_most = backward_pass._KEYS_RECOMPUTED_AT_MOST
+    assert backward_pass.attention_kept(keys(at_most + 1))
+    assert not backward_pass.attention_kept(keys(at_most))
+    assert backward_pass.attention_kept(keys(at_most, "meta"))  # a device that is not the CPU
 
 
 def test_each_layer_computed_again_first_hands_back_the_heap_the_last_one_freed(
@@ -412,15 +414,15 @@ def test_each_layer_computed_again_first_hands_back_the_heap_the_last_one_freed(
     """Before each layer runs, in the forward pass and again in the backward pass, what the
     layers before freed goes back to the system (glibc would keep it, pinned by what each
     layer keeps: at 8,000 tokens 0.64 GiB of SmolLM2's peak)."""
-    from attnviz.pretrained import patching
+    from attnviz.pretrained import backward_pass
 
     extractor = language_models["llama-lm"]
     layers = extractor.loaded.model.config.num_hidden_layers
     handed_back = []
-    monkeypatch.setattr(patching, "give_back_freed", lambda: handed_back.append(1))
+    monkeypatch.setattr(backward_pass, "give_back_freed", lambda: handed_back.append(1))
     extractor.head_effects(TEXT, ANSWER, method="gradient")
     assert handed_back == []  # a short text: every layer's activations are kept
-    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    monkeypatch.setattr(backward_pass, "KEPT_FOR_BACKWARD", 0)
     extractor.head_effects(TEXT, ANSWER, method="gradient")
     assert len(handed_back) == 2 * layers
 
@@ -431,15 +433,17 @@ def test_the_gradient_estimates_are_the_same_with_each_layer_computed_again(
 ):
     """Past KEPT_FOR_BACKWARD bytes of activations, each layer is recomputed in the backward
     pass (checkpointing): the estimates do not change."""
-    from attnviz.pretrained import patching
+    from attnviz.pretrained import backward_pass
 
     extractor = language_models[family]
     one_token = {"input_ids": torch.ones(1, 1, dtype=torch.long)}
-    assert patching._kept_for_backward(extractor.loaded.model, one_token) > 0  # so 0 recomputes
+    assert (
+        backward_pass._kept_for_backward(extractor.loaded.model, one_token) > 0
+    )  # so 0 recomputes
     asked = {"versus": VERSUS, "corrupt": CORRUPT, "method": "gradient"}
     kept = extractor.head_effects(TEXT, ANSWER, **asked)
     traced = extractor.trace(TEXT, ANSWER, CORRUPT, site="attn", versus=VERSUS, method="gradient")
-    monkeypatch.setattr(patching, "KEPT_FOR_BACKWARD", 0)
+    monkeypatch.setattr(backward_pass, "KEPT_FOR_BACKWARD", 0)
     again = extractor.head_effects(TEXT, ANSWER, **asked)
     np.testing.assert_allclose(again.ablation, kept.ablation, atol=1e-6)
     np.testing.assert_allclose(again.patch, kept.patch, atol=1e-6)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from attnviz.analysis.effects import Answer, Drawn
 from attnviz.analysis.graph import Graph
-from attnviz.analysis.heads import Answer, Drawn
 from attnviz.analysis.mib import Areas, areas_of
 from attnviz.analysis.selections import nodes_of
 from attnviz.analysis.training import Training

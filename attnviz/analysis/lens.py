@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import Drawn
+from attnviz.analysis.effects import Drawn
 from attnviz.choices import Output
 from attnviz.drawing import drawer
 

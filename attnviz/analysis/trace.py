@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import Answer, Drawn
+from attnviz.analysis.effects import Answer, Drawn
 from attnviz.choices import Output, Site
 from attnviz.drawing import drawer
 

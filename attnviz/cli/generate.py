@@ -16,8 +16,8 @@ from attnviz.cli.pictures import head_choice
 from attnviz.cli.settings import Reading, generation_settings, map_products
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.cli.show import AS_GIVEN, Presentation, Presenting, presenting_options
+from attnviz.generated import Sampling
 from attnviz.inputs import read_texts
-from attnviz.request import Sampling
 from attnviz.safe_text import display_label
 
 GENERATION_PANEL = "Generation"

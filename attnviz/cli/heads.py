@@ -36,7 +36,8 @@ from attnviz.writers import write_table
 if TYPE_CHECKING:
     from rich.console import Group
 
-    from attnviz.analysis.heads import HeadEffects, HeadTable, Knockout
+    from attnviz.analysis.effects import HeadEffects, Knockout
+    from attnviz.analysis.heads import HeadTable
     from attnviz.head_columns import HeadStatistics
     from attnviz.render.style import Style
     from attnviz.results import Result

@@ -8,7 +8,7 @@ import contextlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.heads import Answer, HeadEffects, Knockout
+from attnviz.analysis.effects import Answer, HeadEffects, Knockout
 from attnviz.analysis.lens import Lens
 from attnviz.analysis.trace import Trace
 from attnviz.asked import measure_of

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from attnviz.analysis.effects import Answer
     from attnviz.analysis.graph import Graph
-    from attnviz.analysis.heads import Answer
     from attnviz.analysis.training import Training
     from attnviz.choices import CircuitMethod
     from attnviz.pretrained.ablated import Ablated, Means

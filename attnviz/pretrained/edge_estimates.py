@@ -22,16 +22,16 @@ from attnviz.analysis.graph import LOGITS, READS
 from attnviz.choices import Site
 from attnviz.memory import block_size
 from attnviz.pretrained.anatomy import Anatomy
-from attnviz.pretrained.differences import matrix_of
-from attnviz.pretrained.edges import QKV, Runs, Wiring
-from attnviz.pretrained.effects import hooked, last_logits
-from attnviz.pretrained.frozen_norms import NormForm, form_of
-from attnviz.pretrained.patching import (
+from attnviz.pretrained.backward_pass import (
     backward_to,
     recomputed_when_long,
     recomputes,
     weights_without_gradients,
 )
+from attnviz.pretrained.differences import matrix_of
+from attnviz.pretrained.edges import QKV, Runs, Wiring
+from attnviz.pretrained.effects import hooked, last_logits
+from attnviz.pretrained.frozen_norms import NormForm, form_of
 from attnviz.pretrained.sites import SITES, hidden_of, output_of, units_of
 from attnviz.pretrained.windowed import windowed
 from attnviz.progress import FirstPart, advance

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import HeadEffects, HeadTable, statistics_product, statistics_rows
+from attnviz.analysis.effects import HeadEffects
+from attnviz.analysis.heads import HeadTable, statistics_product, statistics_rows
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Attention, Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
+from attnviz.generated import Sampling
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, lensed, traced
@@ -39,7 +41,7 @@ from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
 from attnviz.progress import Listener, reporting
-from attnviz.request import Explaining, Input, Request, Sampling
+from attnviz.request import Explaining, Input, Request
 from attnviz.results import Result
 from attnviz.selection import resolve
 

@@ -22,16 +22,14 @@ import numpy as np
 from attnviz.analysis.graph import READS
 from attnviz.memory import block_size
 from attnviz.pretrained.ablated import Ablated, changed_from, forced
-from attnviz.pretrained.edges import (
-    Added,
+from attnviz.pretrained.edges import Added, Wiring, changed_inputs
+from attnviz.pretrained.effects import last_logits
+from attnviz.pretrained.node_outputs import (
     Carried,
-    Wiring,
-    changed_inputs,
     given_back_each_layer,
     stacked,
     users_carried,
 )
-from attnviz.pretrained.effects import last_logits
 from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:

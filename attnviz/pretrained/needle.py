@@ -25,6 +25,7 @@ import numpy as np
 
 from attnviz.choices import Attention
 from attnviz.errors import UsageError, warn
+from attnviz.generated import Sampling
 from attnviz.needle import (
     Cell,
     Needle,
@@ -41,7 +42,6 @@ from attnviz.pretrained.fused import recording, scores_of
 from attnviz.pretrained.generation import generation_config
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.quiet import quiet
-from attnviz.request import Sampling
 
 if TYPE_CHECKING:
     import torch

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.analysis.training import Training
+from attnviz.pretrained.backward_pass import weights_without_gradients
 from attnviz.pretrained.circuit_cost import Cost
 from attnviz.pretrained.effects import last_logits
 from attnviz.pretrained.faithfulness import masked_metric
-from attnviz.pretrained.patching import weights_without_gradients
 from attnviz.progress import advance, note
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.heads import MEASURE_NAMES
+from attnviz.analysis.effects import MEASURE_NAMES
 from attnviz.choices import (
     CIRCUIT_METHOD_LABELS,
     MEASURES,

@@ -19,7 +19,7 @@ from attnviz.selection import index_span
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from attnviz.analysis.heads import Answer, HeadEffects, Knockout
+    from attnviz.analysis.effects import Answer, HeadEffects, Knockout
     from attnviz.analysis.trace import Trace
 
 _WHITE, _RED, _BLUE = (

@@ -44,7 +44,7 @@ from attnviz.safe_text import spaces_shown
 
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
-    from attnviz.analysis.heads import HeadEffects
+    from attnviz.analysis.effects import HeadEffects
     from attnviz.analysis.trace import Trace
     from attnviz.maps import AttentionMaps
 

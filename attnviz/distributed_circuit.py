@@ -1,0 +1,175 @@
+"""A circuit over pairs read by Ray workers: each worker holds the model and gives back
+the sums of one pass over its pairs; :class:`RayPhases` runs the phases of
+:mod:`attnviz.pretrained.circuit_phases` over them (Ray's session and workers:
+:mod:`attnviz.distributed`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pickle
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from attnviz.answer_readings import check_pairs
+from attnviz.choices import CircuitMethod
+from attnviz.distributed import (
+    Workers,
+    quiet_progress,
+    say_task_warnings,
+    use_threads,
+    warnings_kept,
+)
+from attnviz.errors import AttnvizError
+from attnviz.pretrained import circuit, circuit_passes
+from attnviz.pretrained.ablated import Means
+from attnviz.pretrained.circuit_phases import Edge, Scored
+from attnviz.request import Input
+
+if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
+    from attnviz.analysis.graph import Graph
+    from attnviz.analysis.training import Training
+    from attnviz.loading import ExtractorSpec
+    from attnviz.pretrained.ablated import Ablated
+    from attnviz.pretrained.extractor import PretrainedExtractor
+    from attnviz.request import Request
+
+
+class CircuitWorker:
+    """One worker of ``circuit``: a model; each task gives back the sum of one pass over
+    its pairs (pickled), or the one-line error a pair met (a usage error stays one)."""
+
+    def __init__(
+        self,
+        spec: ExtractorSpec,
+        request: Request,
+        threads: int,
+        count: int,
+        names: list[str] | None,
+    ) -> None:
+        use_threads(threads)
+        # a circuit's request is refused by any other model before it reaches a worker
+        extractor = cast("PretrainedExtractor", spec.load())
+        self.runs_of = circuit_passes.PairRuns(extractor, request, count, names)
+        self.extractor = extractor
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        (listed,) = batch["task"]  # one task: a JSON list of [place, input's fields]
+        pairs = [(index, Input(**fields)) for index, fields in json.loads(listed)]
+        # between attnviz's own processes
+        phase, argument, ablated = pickle.loads(batch["pass"][0])
+        self.runs_of.ablated = ablated
+        passes = {
+            "scored": lambda: circuit_passes.scored(self.runs_of, pairs, *argument),
+            "exact": lambda: circuit_passes.exact_summed(self.runs_of, pairs, argument),
+            "measured": lambda: circuit_passes.measured_summed(self.runs_of, pairs, argument),
+            "optimized": lambda: circuit_passes.optimized_over(self.runs_of, pairs, *argument),
+            "means": lambda: circuit_passes.means_summed(self.runs_of, pairs),
+            "promoted": lambda: circuit_passes.promoted(self.extractor, argument),
+            "graph": lambda: circuit_passes.graph_of_model(self.extractor),
+            "checked": lambda: circuit_passes.pairs_checked(self.runs_of, pairs),
+        }
+        with warnings_kept() as said:
+            try:
+                found: Any = passes[phase]()
+            except AttnvizError as error:
+                found = error
+        return {"found": [pickle.dumps(found)], "warnings": [json.dumps(said)]}
+
+
+@dataclass
+class RayPhases:
+    """The passes of a circuit spread over Ray workers: the pairs cut into tasks, each
+    pass a map over them, the sums added here
+    (:class:`attnviz.pretrained.circuit_phases.Phases`)."""
+
+    work: circuit.CircuitWork
+    workers: Workers
+    ablated: Ablated | None = None  # handed to every task (a worker keeps no state)
+
+    def _summed(
+        self, phase: str, argument: Any, first_only: bool = False, whole: bool = False
+    ) -> list[Any]:
+        """Each task's result of ``phase``: the pairs cut into tasks (the first pair alone
+        where ``first_only``; every pair in one task where ``whole``)."""
+        import ray.data
+
+        pairs = [[index, asdict(given)] for index, given in enumerate(self.work.inputs)]
+        listed = pairs[:1] if first_only else pairs
+        size = len(listed) if whole else max(1, -(-len(listed) // (self.workers.count * 4)))
+        passed = pickle.dumps((phase, argument, self.ablated))
+        rows = [
+            {"task": json.dumps(listed[start : start + size]), "pass": passed}
+            for start in range(0, len(listed), size)
+        ]
+        constructor = {
+            "spec": self.work.spec,
+            "request": self.work.request,
+            "threads": self.workers.cpus,
+            "count": len(self.work.inputs),
+            "names": self.work.names,
+        }
+        results = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+            CircuitWorker,
+            fn_constructor_kwargs=constructor,
+            batch_size=1,
+            **self.workers.map_options(),
+        )
+        found = []
+        for row in results.iter_rows():
+            say_task_warnings(row["warnings"])
+            value = pickle.loads(row["found"])
+            if isinstance(value, AttnvizError):
+                raise value
+            found.append(value)
+        return found
+
+    @property
+    def pairs(self) -> int:
+        return len(self.work.inputs)
+
+    def graph(self) -> Graph:
+        (graph,) = self._summed("graph", None, first_only=True)
+        return graph
+
+    def checked(self) -> None:
+        self._summed("checked", None)
+
+    def scored(self, method: CircuitMethod, steps: int | None, bootstrap: int | None) -> Scored:
+        parts = self._summed("scored", (method, steps, bootstrap))
+        return functools.reduce(Scored.merged, parts)
+
+    def exact(self, edges: list[Edge]) -> np.ndarray:
+        return np.sum(self._summed("exact", edges), axis=0)
+
+    def measured(self, kept: np.ndarray) -> np.ndarray:
+        return np.sum(self._summed("measured", kept), axis=0)
+
+    def means(self) -> Means:
+        return functools.reduce(Means.merged, self._summed("means", None))
+
+    def ablating(self, ablated: Ablated) -> None:
+        self.ablated = ablated
+
+    def optimized(
+        self, start: np.ndarray, gap: float, training: Training
+    ) -> tuple[np.ndarray, Training]:
+        # one worker trains: each step's update needs the step before's
+        (learned,) = self._summed("optimized", (start, gap, training), whole=True)
+        return learned
+
+    def promoted(self, last: np.ndarray) -> tuple[str, ...]:
+        (labels,) = self._summed("promoted", last, first_only=True)
+        return labels
+
+
+def circuit_found(work: circuit.CircuitWork, workers: Workers) -> Circuit:
+    """As :meth:`attnviz.extractor.Extractor.circuit_of`, the pairs read by Ray workers."""
+    quiet_progress()
+    check_pairs(work.inputs, work.request, work.names)
+    assert work.request.circuit is not None  # check_pairs'
+    return circuit.circuit_of(RayPhases(work, workers), work.request.circuit)
