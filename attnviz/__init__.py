@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from attnviz.builtin.config import BuiltinConfig
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec, extract, load
-    from attnviz.maps import AttentionMaps, read_maps
+    from attnviz.maps import AttentionMaps
+    from attnviz.maps_files import read_maps
     from attnviz.pretrained.loading import LoadOptions
     from attnviz.render.page import show_html
     from attnviz.request import Request
@@ -36,7 +37,7 @@ _LAZY = {
     "BuiltinConfig": "attnviz.builtin.config",
     "LoadOptions": "attnviz.pretrained.loading",
     "show_html": "attnviz.render.page",
-    "read_maps": "attnviz.maps",
+    "read_maps": "attnviz.maps_files",
 }
 
 

@@ -104,7 +104,7 @@ def dump_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str], delimiter: 
 def read_documents(source: str) -> Iterator[tuple[Any, str]]:
     """The documents saved in a json, ndjson or npz file, or ``-`` for stdin, each with
     where it was read (the file, and its line in ndjson), for errors to say where.
-    (:func:`attnviz.maps.read_maps` makes them maps.)"""
+    (:func:`attnviz.maps_files.read_maps` makes them maps.)"""
     name = "standard input" if source == STDIO else source
     try:
         data = stdin_bytes().read() if source == STDIO else Path(source).read_bytes()

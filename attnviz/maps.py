@@ -3,30 +3,24 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnviz.analysis.grid import attention_problem, keep, one_sequence
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
-from attnviz.choices import Aggregate, Mode, Output, View, Weighting
-from attnviz.data_formats import fields_of, plain_weights, read_documents
-from attnviz.drawing import drawer
+from attnviz.choices import Aggregate, Mode, Weighting
+from attnviz.data_formats import fields_of, plain_weights
 from attnviz.errors import SchemaError, UsageError
+from attnviz.maps_conveniences import MapsConveniences
 from attnviz.request import Recorded
 from attnviz.schema import envelope
 from attnviz.selection import check_pool, index_span
 
 if TYPE_CHECKING:
-    from attnviz.drawing import Picture
-    from attnviz.head_columns import HeadStatistics
     from attnviz.selection import Selection
-
-# How schema-1 documents named their aggregates.
-
 
 _REPR_TEXT = 40  # characters of the text that repr shows
 BETWEEN = ("a-b", "b-a", "a-a", "b-b")  # rows of one sentence of a pair, columns of the other
@@ -39,7 +33,7 @@ def numbered(tokens: Sequence[str]) -> list[str]:
 
 
 @dataclass(eq=False)
-class AttentionMaps:
+class AttentionMaps(MapsConveniences):
     """Attention weights of selected layers and heads for one input.
 
     ``weights[i, j]`` is the map of layer ``layers[i]``, head ``heads[j]``: rows
@@ -311,56 +305,6 @@ class AttentionMaps:
         check_attention(maps)
         return maps
 
-    # Notebook conveniences: each is made by attnviz.notebook, which sits above the data
-    # (attnviz.drawing says how the maps reach it).
-
-    def to_html(self, view: View | str = "model") -> str:
-        """The interactive page as one self-contained HTML string, opening on ``view`` as
-        ``export --view VIEW -o page.html`` does: save it, share it, open it offline."""
-        return drawer().page(self, view)
-
-    def aggregated(self, method: Aggregate | str) -> AttentionMaps:
-        """The maps combined, as ``--aggregate`` combines them: ``"mean"`` or ``"max"`` of
-        each layer's heads, ``"mean-all"``, ``"max-all"``, ``"rollout"`` or ``"flow"``
-        over the layers held."""
-        return drawer().aggregated(self, method)
-
-    def head_statistics(self) -> list[HeadStatistics]:
-        """A row per head, as ``attnviz heads`` lists them: every column of
-        :class:`attnviz.head_columns.HeadColumn` (``row.entropy``, ``row["sink"]``)."""
-        return drawer().head_statistics(self)
-
-    def picture(
-        self,
-        view: View | str = "model",
-        format: Output | str = "png",
-        *,
-        layer: int | None = None,
-        head: int | None = None,
-        **style: Any,
-    ) -> Picture:
-        """The picture ``attnviz export`` draws: ``view`` ``"model"`` (every map held),
-        ``"layer"`` (one layer's heads) or ``"head"`` (one map); ``layer`` and ``head``
-        pick maps by model index. ``style``: ``cmap``, ``dpi``, ``values``, ``vmax``,
-        ``figsize``, ``font_size``, ``title``, as the options of the same names.
-        ``.data`` holds the bytes; a notebook shows PNG and SVG inline."""
-        return drawer().picture(self, view, format, layer, head, style)
-
-    def save(
-        self,
-        path: str | Path,
-        view: View | str = "model",
-        *,
-        layer: int | None = None,
-        head: int | None = None,
-        **style: Any,
-    ) -> None:
-        """Write the maps to ``path`` in the format of its suffix, as ``-o`` does: a
-        picture (.png, .svg, .pdf: :meth:`picture`), the interactive page (.html) or
-        data (.json, .ndjson, .npz, .csv), complete or not at all. ``layer`` and
-        ``head`` pick maps by model index."""
-        drawer().save(self, path, view, layer, head, style)
-
     def _picked(self, layer: int | None, head: int | None) -> AttentionMaps:
         """The maps of one layer, one head or both, by model index, or all of them."""
         for name, index, held in (("layer", layer, self.layers), ("head", head, self.heads)):
@@ -374,21 +318,6 @@ class AttentionMaps:
                 "heads before aggregating"
             )
         return self.select(None if layer is None else [layer], None if head is None else [head])
-
-    @classmethod
-    def read(cls, path: str | Path) -> AttentionMaps:
-        """The maps saved in a .json or .npz file (or a one-line .ndjson file) by
-        :meth:`save` or ``attnviz show -o``; ``attnviz.read_maps`` reads every line."""
-        found = read_maps(str(path))
-        first = next(found)
-        if next(found, None) is not None:
-            raise UsageError(f"{path} holds the maps of several inputs: use attnviz.read_maps")
-        return first
-
-    def _repr_html_(self) -> str:
-        """A notebook output: the interactive page in an iframe (no require.js, nothing
-        fetched), bounded in size."""
-        return drawer().framed_page(self)
 
 
 # The maps' document, as their JSON holds it.
@@ -427,15 +356,6 @@ def document_of(maps: AttentionMaps, weights: Any) -> dict[str, Any]:
             value = getattr(maps, name)
             document[name] = list(value) if isinstance(value, list) else value
     return document
-
-
-def read_maps(source: str) -> Iterator[AttentionMaps]:
-    """Saved maps from a json, ndjson or npz file, or ``-`` for stdin; errors say where."""
-    for document, where in read_documents(source):
-        try:
-            yield AttentionMaps.from_dict(document)
-        except SchemaError as error:
-            raise SchemaError(f"{where}: {error}") from None
 
 
 def _as_weights(values: Any) -> np.ndarray:

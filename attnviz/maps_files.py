@@ -1,4 +1,5 @@
-"""Maps written as json, npz and csv, into a stream: :mod:`attnviz.writers`' data formats.
+"""Maps written as json, npz and csv into a stream (:mod:`attnviz.writers`' data formats),
+and read back from json, ndjson and npz.
 
 A long input's weights are written a row at a time (json, csv) or straight into the
 archive's member (npz), never copied whole into Python lists first.
@@ -10,6 +11,7 @@ import csv
 import io
 import json
 import zipfile
+from collections.abc import Iterator
 from typing import IO
 
 import numpy as np
@@ -20,8 +22,10 @@ from attnviz.data_formats import (
     csv_text,
     dump_json,
     plain_weights,
+    read_documents,
     strict_json,
 )
+from attnviz.errors import SchemaError
 from attnviz.maps import AttentionMaps, document_of
 from attnviz.panels import panels_of
 
@@ -117,3 +121,12 @@ def write_csv_rows(
                 (input_index, layer, head, position, query, k, key, cells[k])
                 for k, key in enumerate(key_tokens)
             )
+
+
+def read_maps(source: str) -> Iterator[AttentionMaps]:
+    """Saved maps from a json, ndjson or npz file, or ``-`` for stdin; errors say where."""
+    for document, where in read_documents(source):
+        try:
+            yield AttentionMaps.from_dict(document)
+        except SchemaError as error:
+            raise SchemaError(f"{where}: {error}") from None

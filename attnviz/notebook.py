@@ -20,6 +20,7 @@ from attnviz.atomic_files import open_output
 from attnviz.choices import Aggregate, Output, View, chosen
 from attnviz.drawing import Picture
 from attnviz.errors import UsageError
+from attnviz.maps_files import read_maps
 from attnviz.outputs import DATA, OUTPUTS, PICTURES, output_of_file, view_for
 from attnviz.render.circuit import circuit_picture
 from attnviz.render.effects import effects_picture, knockout_picture, trace_picture
@@ -158,3 +159,12 @@ def circuit_figure(circuit: Circuit, format: Output | str, style: dict[str, Any]
 def circuit_page(circuit: Circuit) -> str:
     """A notebook's output of a circuit: its header, then its own page in an iframe."""
     return circuit_notebook_html(circuit)
+
+
+def read_one(path: str | Path) -> AttentionMaps:
+    """The maps of a file that holds one input's (:meth:`AttentionMaps.read`)."""
+    found = read_maps(str(path))
+    first = next(found)
+    if next(found, None) is not None:
+        raise UsageError(f"{path} holds the maps of several inputs: use attnviz.read_maps")
+    return first

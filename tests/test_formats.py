@@ -21,8 +21,7 @@ from attnviz.choices import Output
 from attnviz.cli import app
 from attnviz.data_formats import dump_json
 from attnviz.errors import SchemaError
-from attnviz.maps import read_maps
-from attnviz.maps_files import write_json
+from attnviz.maps_files import read_maps, write_json
 from attnviz.outputs import OUTPUTS, formats_named
 from attnviz.writers import Rendering, pieces, write
 from tests.processes import IN_A_SHELL, shell

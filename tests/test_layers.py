@@ -116,6 +116,7 @@ def test_no_circle_even_counting_the_imports_for_type_checkers():
 
 RESULTS = [
     "attnviz.maps",
+    "attnviz.maps_conveniences",
     *(f"attnviz.analysis.{name}" for name in ("circuit", "effects", "heads", "lens", "trace")),
 ]
 
@@ -155,8 +156,8 @@ def test_a_result_reaches_no_renderer_but_through_the_drawer():
 def test_the_maps_build_only_on_the_lowest_modules():
     """AttentionMaps is data: it needs the choices, the errors, the schema, the token-grid
     operations and products, what it records of a request, the encodings of the data
-    formats it is read from, and the drawer's name (its notebook conveniences reach the
-    module above it through that); none of them imports the maps."""
+    formats it is read from, and its conveniences (which reach the module above it through
+    attnviz.drawing.drawer()); none of them imports the maps."""
     tree = ast.parse((PACKAGE / "maps.py").read_text())
     at_import = {
         node.module
@@ -170,7 +171,7 @@ def test_the_maps_build_only_on_the_lowest_modules():
         "attnviz.schema",
         "attnviz.analysis.grid",
         "attnviz.analysis.products",
-        "attnviz.drawing",
+        "attnviz.maps_conveniences",
         "attnviz.request",
         "attnviz.selection",
     }

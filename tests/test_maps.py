@@ -8,7 +8,8 @@ import pytest
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import SchemaError
-from attnviz.maps import AttentionMaps, read_maps
+from attnviz.maps import AttentionMaps
+from attnviz.maps_files import read_maps
 from attnviz.schema import SCHEMA_VERSION
 
 KEYS = {

@@ -13,7 +13,7 @@ import transformers
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import AttnvizError, UsageError
-from attnviz.maps import read_maps
+from attnviz.maps_files import read_maps
 from attnviz.panels import panels_of
 from attnviz.pretrained import LoadOptions
 from tests import tiny_models

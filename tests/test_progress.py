@@ -131,7 +131,7 @@ def test_circuit_from_python_shows_bars_where_a_person_watches_unless_told_not_t
     default); progress=False, or a log's stderr, draws none."""
     import contextlib
 
-    import attnviz.extractor as extractor_module
+    import attnviz.answer_readings as readings_module
 
     drawn = []
 
@@ -139,7 +139,7 @@ def test_circuit_from_python_shows_bars_where_a_person_watches_unless_told_not_t
     def bars():
         yield lambda *said: drawn.append(said)
 
-    monkeypatch.setattr(extractor_module, "bars", bars)
+    monkeypatch.setattr(readings_module, "bars", bars)
     extractor = language_models["llama-lm"]
     for watched, progress, shown in (
         (True, True, True),
@@ -147,7 +147,7 @@ def test_circuit_from_python_shows_bars_where_a_person_watches_unless_told_not_t
         (False, True, False),
     ):
         drawn.clear()
-        monkeypatch.setattr(extractor_module, "shown_here", lambda watched=watched: watched)
+        monkeypatch.setattr(readings_module, "shown_here", lambda watched=watched: watched)
         extractor.circuit(TEXT, ANSWER, CORRUPT, edges=5, progress=progress)
         assert bool(drawn) == shown, (watched, progress)
         assert ("scored pair", 1, 1) in drawn or not shown

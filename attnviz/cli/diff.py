@@ -144,7 +144,7 @@ def _print_table(
 def _one_record(source: str):
     """The one input a saved file holds; a file of several inputs is refused, not cut."""
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.maps import read_maps
+    from attnviz.maps_files import read_maps
 
     records = read_maps(source)
     first = next(records)

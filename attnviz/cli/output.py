@@ -306,7 +306,7 @@ def text_or_saved(
     ``model_options`` given (a model run's). Several texts are refused with ``several``:
     what to do instead."""
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.maps import read_maps
+    from attnviz.maps_files import read_maps
 
     if (text is None) == (saved is None):
         raise UsageError("give TEXT to run a model on, or --from FILE with saved maps: one of them")

@@ -34,7 +34,7 @@ def render(
     """
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.aggregate import aggregate as combine
-    from attnviz.maps import read_maps
+    from attnviz.maps_files import read_maps
 
     drawn = Output.TERMINAL if output is None else output_of_file(output, (*PICTURES, Output.HTML))
     given = [*shared.picture.given(), *([f"--view {view}"] if view is not None else [])]
