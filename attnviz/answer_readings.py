@@ -187,15 +187,7 @@ class AnswerReadings(ABC):
             ablation=chosen(Intervention, ablation, "ablation"),
         )
         asked = asking(request, options, circuit=circuit)
-        if (text is None) == (pairs is None):
-            raise UsageError("give a text (with its answer and corrupted twin) or pairs, not both")
-        if pairs is None:
-            assert text is not None
-            given = [Input(text, answer=answer, versus=versus, corrupt=corrupt)]
-        else:
-            if answer is not None or corrupt is not None or versus is not None:
-                raise UsageError("each pair holds its answer, versus and corrupted text")
-            given = [each if isinstance(each, Input) else Input(**each) for each in pairs]
+        given = _pairs_given(text, answer, corrupt, versus, pairs)
         if progress is True and shown_here():  # a person watches: bars on stderr
             with bars() as listener:
                 return self.circuit_of(given, asked, progress=listener)
@@ -244,6 +236,25 @@ class AnswerReadings(ABC):
         asked = asking(request, options, knockout=(rows, span), window=window)
         (found,) = self.run([Input(text, answer=answer)], asked)
         return asked_for(found.knockout)
+
+
+def _pairs_given(
+    text: str | None,
+    answer: str | None,
+    corrupt: str | None,
+    versus: str | None,
+    pairs: Iterable[Input | Mapping[str, str]] | None,
+) -> list[Input]:
+    """:meth:`AnswerReadings.circuit`'s pairs: one text with its answer, versus and
+    corrupted twin, or ``pairs`` that hold each their own."""
+    if (text is None) == (pairs is None):
+        raise UsageError("give a text (with its answer and corrupted twin) or pairs, not both")
+    if pairs is None:
+        assert text is not None
+        return [Input(text, answer=answer, versus=versus, corrupt=corrupt)]
+    if answer is not None or corrupt is not None or versus is not None:
+        raise UsageError("each pair holds its answer, versus and corrupted text")
+    return [each if isinstance(each, Input) else Input(**each) for each in pairs]
 
 
 def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) -> None:

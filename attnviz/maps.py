@@ -106,6 +106,23 @@ class AttentionMaps(MapsConveniences):
             raise SchemaError(f"pair_start {self.pair_start} is not a token inside the maps")
         if self.between is not None and self.between not in BETWEEN:
             raise SchemaError(f"between must be one of {', '.join(BETWEEN)}")
+        self._check_positions()
+        square = len(self.query_tokens) == len(self.key_tokens)
+        if self.one_sequence and self.query_positions is None and not square:
+            raise SchemaError(
+                f"{self.mode.value} attention maps a text onto itself, but these maps have "
+                f"{len(self.query_tokens)} query and {len(self.key_tokens)} key tokens"
+            )
+        expected = (*self.map_grid, len(self.query_tokens), len(self.key_tokens))
+        if self.weights.shape != expected:
+            raise SchemaError(
+                f"weights have shape {self.weights.shape}, expected {expected} "
+                "(layers, heads, query tokens, key tokens)"
+            )
+
+    def _check_positions(self) -> None:
+        """The positions the maps name (the prompt's end, chosen rows, the span, pooled
+        bins) lie inside what they hold."""
         # Chosen rows name positions of a sequence these maps do not hold whole.
         read = len(self.query_tokens) * (self.pooled or 1)
         if self.prompt_length is not None and (
@@ -133,18 +150,6 @@ class AttentionMaps(MapsConveniences):
             raise SchemaError(f"span names key positions 0 to {len(self.key_tokens) - 1}")
         if self.pooled is not None and self.pooled < 1:
             raise SchemaError(f"pooled is a number of tokens per bin, not {self.pooled}")
-        square = len(self.query_tokens) == len(self.key_tokens)
-        if self.one_sequence and self.query_positions is None and not square:
-            raise SchemaError(
-                f"{self.mode.value} attention maps a text onto itself, but these maps have "
-                f"{len(self.query_tokens)} query and {len(self.key_tokens)} key tokens"
-            )
-        expected = (*self.map_grid, len(self.query_tokens), len(self.key_tokens))
-        if self.weights.shape != expected:
-            raise SchemaError(
-                f"weights have shape {self.weights.shape}, expected {expected} "
-                "(layers, heads, query tokens, key tokens)"
-            )
 
     @property
     def one_sequence(self) -> bool:

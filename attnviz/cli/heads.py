@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -120,7 +121,7 @@ def heads(
     kind (in data; where layers differ): global or sliding N attention.
     """
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.analysis.heads import HeadTable, as_dicts, sort_rows
+    from attnviz.analysis.heads import HeadTable
 
     asked = shared.request(reading, text=text, target=target, pair=pair, statistics=True)
     shared.effects.check(reading.model, sort, saved=saved is not None)
@@ -155,18 +156,43 @@ def heads(
     sort = sort or _default_sort(detect, shared.effects)
     if picture is not None and picture_format is not None:
         _draw(table, sort, picture, picture_format, shared.picture.style())
-    ranked = sort_rows(table.rows, sort, reverse)
-    rows = ranked[:shown]
-    columns = _columns(table, output_format, detect, sort)
+    listed = _Listed(sort, reverse, shown, top is None, detect, probe, predictions)
+    _write_statistics(table, listed, output_format, shared.environment)
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """Which rows of a heads table are listed, in what order, and beside what."""
+
+    sort: HeadColumn
+    reverse: bool
+    shown: int | None
+    top_by_default: bool  # no --top: the rows past the first ones are said to be there
+    detect: Detector | None
+    probe: str | None
+    predictions: int | None
+
+
+def _write_statistics(
+    table: HeadTable, listed: _Listed, output_format: Output, environment: Environment
+) -> None:
+    """The table's rows, sorted and cut as ``listed`` says, as data or a terminal table."""
+    # numpy: after the options are checked (a usage error loads none)
+    from attnviz.analysis.heads import as_dicts, sort_rows
+
+    ranked = sort_rows(table.rows, listed.sort, listed.reverse)
+    rows = ranked[: listed.shown]
+    columns = _columns(table, output_format, listed.detect, listed.sort)
     if output_format is not Output.TABLE:
-        fields = _data_fields(table, probe, predictions)
+        fields = _data_fields(table, listed.probe, listed.predictions)
         names = [column.value for column in columns]
         write_table(output_format, as_dicts(rows, columns), names, d.STDIO, fields)
         return
-    drawn = _table(table, rows, columns, probed=detect is not None, predictions=predictions)
-    console = out.stdout_console(d.ColourChoice.AUTO, None, shared.environment)
+    probed = listed.detect is not None
+    drawn = _table(table, rows, columns, probed=probed, predictions=listed.predictions)
+    console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
     console.print(drawn)
-    if len(ranked) > len(rows) and top is None:
+    if len(ranked) > len(rows) and listed.top_by_default:
         console.print(f"… {len(ranked) - len(rows)} more heads: --top all lists every one")
 
 

@@ -75,28 +75,15 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     if refine is not None:
         exact = refined(phases, graph, scores, refine, count)
     nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
-    masks = [
-        selected(graph, scores, options.select, size, options.prune, nodes)
-        for size in (asked, *(size for size, _ in sizes))
-    ]
-    if options.select is Select.THRESHOLD and not masks[0].any():
-        largest = float(np.abs(scores[graph.edges]).max())
-        raise UsageError(
-            f"--threshold {asked:g} keeps no edge: the largest |score| is {largest:.4g}"
-        )
-    as_chosen = (  # unpruned, to say what pruning did where it can move the metric
+    masks = _masks(graph, scores, options, asked, [size for size, _ in sizes], nodes)
+    # unpruned, to say what pruning did where it can move the metric
+    as_chosen = (
         selected(graph, scores, options.select, asked, False, nodes)
         if options.prune and post_norms
         else masks[0]
     )
-    compared = bool((as_chosen != masks[0]).any())
-    faithful = faithfulness_measured(
-        phases, graph, [*masks, as_chosen] if compared else masks, clean, corrupt, count
-    )
-    kept = int(masks[0].sum())
-    if compared:
-        say_pruning_moved(int(as_chosen.sum()), kept, faithful.pop(), faithful[0])
-    say_faithfulness(faithful[0], kept, node_level)
+    faithful = _faithfulness(phases, graph, masks, as_chosen, clean, corrupt, count)
+    say_faithfulness(faithful[0], int(masks[0].sum()), node_level)
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     curve = [
         CurvePoint(size, int(mask.sum()), value, fraction)
@@ -126,6 +113,48 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         training,
         options.ablation,
     )
+
+
+def _masks(
+    graph: Graph,
+    scores: np.ndarray,
+    options: CircuitOptions,
+    asked: float,
+    curve: list[float],
+    nodes: np.ndarray | None,
+) -> list[np.ndarray]:
+    """The circuit the options ask (of ``asked`` edges, or by their threshold), then the
+    circuit of each size of ``curve``: each a mask over the graph's edges."""
+    masks = [
+        selected(graph, scores, options.select, size, options.prune, nodes)
+        for size in (asked, *curve)
+    ]
+    if options.select is Select.THRESHOLD and not masks[0].any():
+        largest = float(np.abs(scores[graph.edges]).max())
+        raise UsageError(
+            f"--threshold {asked:g} keeps no edge: the largest |score| is {largest:.4g}"
+        )
+    return masks
+
+
+def _faithfulness(
+    phases: Phases,
+    graph: Graph,
+    masks: list[np.ndarray],
+    as_chosen: np.ndarray,
+    clean: float,
+    corrupt: float,
+    count: int,
+) -> list[float | None]:
+    """Each mask's faithfulness, in one pass over the pairs; where pruning changed the
+    circuit (``as_chosen`` is the unpruned one), what it did to the metric is said."""
+    compared = bool((as_chosen != masks[0]).any())
+    faithful = faithfulness_measured(
+        phases, graph, [*masks, as_chosen] if compared else masks, clean, corrupt, count
+    )
+    if compared:
+        say_pruning_moved(int(as_chosen.sum()), int(masks[0].sum()), faithful.pop(), faithful[0])
+    return faithful
 
 
 def refined(

@@ -19,7 +19,7 @@ import numpy as np
 from attnviz.choices import Output
 from attnviz.render.figures import check_drawable, drawing, fit_text, metadata
 from attnviz.render.fonts import Fonts
-from attnviz.render.layout import head_layout
+from attnviz.render.layout import HeadLayout, head_layout
 from attnviz.render.png import encode_png
 from attnviz.render.style import (
     MAX_LABEL,
@@ -65,15 +65,7 @@ class HeadCanvas:
         )
         self.axes.set_xticks([])
         self.axes.set_yticks([])
-        colour_bar = self.figure.add_axes(layout.bar_box)
-        bar = self.figure.colorbar(
-            self.image, cax=colour_bar, extend="max" if style.clips else "neither"
-        )
-        bar.set_label(style.bar_label, fontsize=max(MIN_LABEL_POINTS, text_size - 1))
-        colour_bar.tick_params(labelsize=max(MIN_LABEL_POINTS, text_size - 2))
-        note = axes_note(layout.labels.key_step, layout.labels.query_step)
-        self.figure.text(0.05 / width, layout.note_top / height, note, fontsize=MIN_LABEL_POINTS,
-                         va="top", ha="left")  # fmt: skip
+        self._add_colour_bar(layout, text_size)
         self.key_labels = [
             self.axes.text(k, queries - 0.5 + 0.15, "", rotation=90, ha="center", va="top",
                            fontsize=size, animated=True, transform=self.axes.transData)
@@ -89,15 +81,7 @@ class HeadCanvas:
             0.5, 1 - 0.12 / height, "", ha="center", va="top", fontsize=text_size, animated=True
         )
         self.title = self.axes.set_title("", fontsize=text_size, animated=True)
-        self.values: list[Any] = []
-        if style.values and max(queries, keys) <= VALUES_UP_TO:
-            self.values = [
-                self.axes.text(
-                    k, q, "", ha="center", va="center", fontsize=min(size, 7), animated=True
-                )
-                for q in range(queries)
-                for k in range(keys)
-            ]
+        self.values = self._value_texts(min(size, 7))
         self.fonts = Fonts.installed()
         self.fonts.dress(self.figure)
         with drawing(self.missing_glyphs):
@@ -113,6 +97,31 @@ class HeadCanvas:
         self.x = np.rint(np.linspace(extent.x0, extent.x1, keys + 1)).astype(int)
         self.y = np.rint(np.linspace(rows - extent.y1, rows - extent.y0, queries + 1)).astype(int)
         self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
+
+    def _add_colour_bar(self, layout: HeadLayout, text_size: float) -> None:
+        """The colour bar beside the cells, and under the cells the note of which labels
+        are shown (every second, third…, where not all fit)."""
+        style, width, height = self.style, layout.width, layout.height
+        colour_bar = self.figure.add_axes(layout.bar_box)
+        bar = self.figure.colorbar(
+            self.image, cax=colour_bar, extend="max" if style.clips else "neither"
+        )
+        bar.set_label(style.bar_label, fontsize=max(MIN_LABEL_POINTS, text_size - 1))
+        colour_bar.tick_params(labelsize=max(MIN_LABEL_POINTS, text_size - 2))
+        note = axes_note(layout.labels.key_step, layout.labels.query_step)
+        self.figure.text(0.05 / width, layout.note_top / height, note, fontsize=MIN_LABEL_POINTS,
+                         va="top", ha="left")  # fmt: skip
+
+    def _value_texts(self, size: float) -> list[Any]:
+        """A text per cell for its weight, where the style asks for values and the map is
+        small enough to read them."""
+        if not self.style.values or max(self.queries, self.keys) > VALUES_UP_TO:
+            return []
+        return [
+            self.axes.text(k, q, "", ha="center", va="center", fontsize=size, animated=True)
+            for q in range(self.queries)
+            for k in range(self.keys)
+        ]
 
     def _set_frame(self, frame: Frame) -> list[Any]:
         """Put one input's header and labels on their artists; return those artists."""
