@@ -275,7 +275,6 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         raise UsageError(f"{where}: its nodes are not those of its graph's layers and heads")
     scores, in_graph, exact = _edges(read, graph, where)
     chosen = _Reader(read.part("circuit", dict), f"{where}, its circuit")
-    answer = _Reader(read.part("answer", dict), f"{where}, its answer")
     curve = [_Reader(point, f"{where}, its curve") for point in read.part("curve", list)]
     steps = read.document.get("steps")
     return Circuit(
@@ -285,17 +284,7 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         read.choice("method", CircuitMethod),
         None if steps is None else read.whole("steps"),
         read.whole("pairs"),
-        Answer(
-            answer.part("answer", str),
-            answer.part("answer_token", str),
-            answer.number("log_prob"),
-            answer.optional("versus", str),
-            answer.optional("versus_token", str),
-            read.number("clean_metric"),
-            answer.optional("corrupt", str),
-            read.number("corrupt_metric"),
-            measure=read.part("metric", str),
-        ),
+        _answer(read, where),
         chosen.choice("select", Select),
         chosen.whole("asked")
         if isinstance(chosen.document.get("asked"), int)
@@ -323,6 +312,22 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         read.choice("ablation", Intervention)
         if "ablation" in read.document
         else Intervention.PATCH,
+    )
+
+
+def _answer(read: _Reader, where: str) -> Answer:
+    """The answer a circuit document was scored on, with its clean and corrupted metric."""
+    answer = _Reader(read.part("answer", dict), f"{where}, its answer")
+    return Answer(
+        answer.part("answer", str),
+        answer.part("answer_token", str),
+        answer.number("log_prob"),
+        answer.optional("versus", str),
+        answer.optional("versus_token", str),
+        read.number("clean_metric"),
+        answer.optional("corrupt", str),
+        read.number("corrupt_metric"),
+        measure=read.part("metric", str),
     )
 
 

@@ -32,7 +32,9 @@ from attnviz.safe_text import display_label
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
+    from attnviz import engines
     from attnviz.batch import Batch, Tally
+    from attnviz.cli.settings import Job
 
 # What batch writes for every input: pictures, its maps as data, or the page.
 BatchFormat = d.some_of("BatchFormat", *BATCH)
@@ -124,7 +126,7 @@ def batch(
     it. A failing input does not stop the batch: the exit code is then 3.
     """
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.batch import Batch, Outputs, Tally
+    from attnviz.batch import Batch, Outputs
     from attnviz.batch.inputs import parse_shard
 
     formats = tuple(dict.fromkeys(formats or [Output.PNG]))
@@ -162,7 +164,17 @@ def batch(
     )
     shard_of = parse_shard(shard) if shard else None
     job = Batch.prepare(source, outputs, shard=shard_of, resume=resume, overwrite=overwrite)
-    engine = shared.run_on.open(jobs, shared.environment)
+    _run(job, asked, shared.run_on.open(jobs, shared.environment), batch_size, quiet, shared)
+
+
+def _run(
+    job: Batch, asked: Job, engine: engines.Engine, batch_size: int, quiet: bool, shared: Shared
+) -> None:
+    """The batch run on ``engine``, its progress shown unless ``quiet`` and its summary
+    said when it ends (stopped or not)."""
+    # numpy: after the options are checked (a usage error loads none)
+    from attnviz.batch import Tally
+
     started = time.monotonic()
     tally = Tally()
     try:

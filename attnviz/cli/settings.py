@@ -289,26 +289,7 @@ def request(
     if named is not None:
         model = d.BUILTIN
     given = settings.stack()
-    placed = (settings.device, settings.model_dtype, settings.device_map) != ("auto", "auto", None)
-    if model == d.BUILTIN and placed:
-        raise UsageError(
-            "--device, --model-dtype and --device-map place a pretrained model; the built-in "
-            "stack runs on the CPU in float32"
-        )
-    if placed:
-        # numpy: after the options are checked (a usage error loads none)
-        from attnviz.pretrained.placement import check_placement
-
-        check_placement(settings.device, settings.model_dtype)
-    if model == d.BUILTIN:
-        refuse_unused(settings.run_options(), "pretrained models (--model)", "the built-in stack")
-    if model == d.BUILTIN and settings.chat:
-        raise UsageError("--chat renders the text with a pretrained instruct model's template")
-    if model != d.BUILTIN and given:
-        raise UsageError(
-            "--num-layers, --num-heads, --d-model, --seed, --positions, --projections and "
-            "--keep-case configure the built-in stack; they do not apply to --model"
-        )
+    _check_for(model, settings, given)
     products.check(aggregate)
     effects = effects.read(text)
     parts = (target, pair, effects.answer, effects.versus, effects.corrupt)
@@ -334,3 +315,28 @@ def request(
         first=check_asked(asked, first),
         read_now=read_now,
     )
+
+
+def _check_for(model: str, settings: ModelSettings, stack: dict[str, Any]) -> None:
+    """The model options apply to the model asked: placement and chat to a pretrained
+    model, the ``stack`` options given to the built-in one."""
+    placed = (settings.device, settings.model_dtype, settings.device_map) != ("auto", "auto", None)
+    if model == d.BUILTIN and placed:
+        raise UsageError(
+            "--device, --model-dtype and --device-map place a pretrained model; the built-in "
+            "stack runs on the CPU in float32"
+        )
+    if placed:
+        # numpy: after the options are checked (a usage error loads none)
+        from attnviz.pretrained.placement import check_placement
+
+        check_placement(settings.device, settings.model_dtype)
+    if model == d.BUILTIN:
+        refuse_unused(settings.run_options(), "pretrained models (--model)", "the built-in stack")
+    if model == d.BUILTIN and settings.chat:
+        raise UsageError("--chat renders the text with a pretrained instruct model's template")
+    if model != d.BUILTIN and stack:
+        raise UsageError(
+            "--num-layers, --num-heads, --d-model, --seed, --positions, --projections and "
+            "--keep-case configure the built-in stack; they do not apply to --model"
+        )

@@ -62,7 +62,6 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     refine = options.refined(graph.count)
     phases.checked()
     tell_ablation(phases, options, graph)
-    optimize = options.method is CircuitMethod.OPTIMIZE
     scored = phases.scored(options.scored_by, options.steps, options.bootstrap)
     count, graph = scored.pairs, scored.graph
     scores, exact = scored.scores / count, scored.exact
@@ -70,7 +69,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         scores = bootstrapped(scored.resampled, count)
     clean, corrupt = scored.clean / count, scored.corrupt / count
     training = None
-    if optimize:
+    if options.method is CircuitMethod.OPTIMIZE:
         scores, training = optimized_scores(phases, graph, scores, asked, clean - corrupt, options)
     if refine is not None:
         exact = refined(phases, graph, scores, refine, count)
@@ -93,7 +92,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         scored.model,
         graph,
         scores,
-        options.method if optimize else scored.method,
+        scored.method if training is None else options.method,
         scored.steps,
         count,
         answer,

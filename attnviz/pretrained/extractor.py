@@ -198,19 +198,29 @@ class PretrainedExtractor(Extractor):
                 tolerance=tolerance,
                 distributions=request.weigh is None,
             )
-            weights, query_labels, key_labels = readable(loaded, weights, query, key, request)
-            results.append(
-                AttentionMaps(
-                    query_tokens=query_labels.text,
-                    key_tokens=key_labels.text,
-                    weights=weights,
-                    query_special=query_labels.special,
-                    key_special=key_labels.special,
-                    pair_start=key_labels.pair_start(),
-                    **known,
-                )
-            )
+            results.append(self._whole_maps(weights, query, key, request, known))
         return results
+
+    def _whole_maps(
+        self,
+        weights: np.ndarray,
+        query: Side,
+        key: Side,
+        request: Request,
+        known: dict[str, Any],
+    ) -> AttentionMaps:
+        """One input's whole maps, its tokens labelled as the request asks (``known``: the
+        fields the maps take as they are)."""
+        weights, query_labels, key_labels = readable(self.loaded, weights, query, key, request)
+        return AttentionMaps(
+            query_tokens=query_labels.text,
+            key_tokens=key_labels.text,
+            weights=weights,
+            query_special=query_labels.special,
+            key_special=key_labels.special,
+            pair_start=key_labels.pair_start(),
+            **known,
+        )
 
     def _computed(
         self,

@@ -75,18 +75,7 @@ def generate(
 
     loaded = extractor.loaded
     name = loaded.name
-    if loaded.family is Family.ENCODER:
-        raise UsageError(
-            f"{name} is an encoder: it reads text but does not write any. generate needs a "
-            "decoder (GPT-2, Llama, Qwen) or an encoder-decoder (BART, T5, Marian)"
-        )
-    if not loaded.model.can_generate():
-        raise UsageError(
-            f"{name} has no language-model head ({type(loaded.model).__name__}): save it as "
-            "AutoModelForCausalLM (or AutoModelForSeq2SeqLM) to generate with it"
-        )
-    if request.words:
-        raise UsageError("--words merges pieces of given text; generated tokens have no words")
+    _check_writes(loaded, request)
     mode = _mode(loaded.family, name, request.mode)
     decoder_only = loaded.family is Family.DECODER
     new_tokens = sampling.max_new_tokens
@@ -130,6 +119,24 @@ def generate(
     # A decoder writes after what it read; an encoder-decoder's prompt is its source.
     read = source.read() if decoder_only else prompt
     return Generation(prompt=read, text=text, maps=maps, finished=finished)
+
+
+def _check_writes(loaded: PretrainedModel, request: Request) -> None:
+    """The model writes text (a decoder or an encoder-decoder with its head), and the
+    request asks nothing of given text alone."""
+    name = loaded.name
+    if loaded.family is Family.ENCODER:
+        raise UsageError(
+            f"{name} is an encoder: it reads text but does not write any. generate needs a "
+            "decoder (GPT-2, Llama, Qwen) or an encoder-decoder (BART, T5, Marian)"
+        )
+    if not loaded.model.can_generate():
+        raise UsageError(
+            f"{name} has no language-model head ({type(loaded.model).__name__}): save it as "
+            "AutoModelForCausalLM (or AutoModelForSeq2SeqLM) to generate with it"
+        )
+    if request.words:
+        raise UsageError("--words merges pieces of given text; generated tokens have no words")
 
 
 def generation_config(loaded: PretrainedModel, sampling: Sampling, new_tokens: int) -> Any:

@@ -192,24 +192,7 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
     figure = Figure(figsize=size, dpi=style.dpi)
     FigureCanvasAgg(figure)
     axes, curve = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
-    edges = circuit.kept_edges()
-    largest = max((abs(score) for *_, score in edges), default=0.0) or 1.0
-    used = {"input", "logits"}
-    for first, then, score in reversed(edges):  # the strongest drawn last, on top
-        target = drawn_at[then]
-        used |= {first, target}
-        (x0, y0), (x1, y1) = at[first], at[target]
-        strength = np.sign(score) * (abs(score) / largest) ** 0.5  # the faint ones still seen
-        colour = tuple(channel / 255 for channel in diverging(float(strength), 1.0))
-        arrow = {
-            "arrowstyle": "-|>",
-            "color": colour,
-            "lw": 0.3 + 3.7 * abs(strength),
-            "shrinkA": 0,
-            "shrinkB": 0,
-            "connectionstyle": "arc3,rad=0.08",
-        }
-        axes.annotate("", xy=(x1, y1 - 0.12), xytext=(x0, y0 + 0.12), arrowprops=arrow)
+    used = _edges_drawn(axes, circuit, at, drawn_at)
     index = {name: number for number, name in enumerate(graph.upstream)}
     node_labels = []
     for name, (x, y) in at.items():
@@ -256,6 +239,35 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
             text.set_text("\n".join(fitted))
 
     return figure, fit_labels
+
+
+def _edges_drawn(
+    axes: Any,
+    circuit: Circuit,
+    at: dict[str, tuple[float, float]],
+    drawn_at: dict[str, str],
+) -> set[str]:
+    """The circuit's edges as arrows, width and colour by score (the strongest on top);
+    the nodes they join."""
+    edges = circuit.kept_edges()
+    largest = max((abs(score) for *_, score in edges), default=0.0) or 1.0
+    used = {"input", "logits"}
+    for first, then, score in reversed(edges):  # the strongest drawn last, on top
+        target = drawn_at[then]
+        used |= {first, target}
+        (x0, y0), (x1, y1) = at[first], at[target]
+        strength = np.sign(score) * (abs(score) / largest) ** 0.5  # the faint ones still seen
+        colour = tuple(channel / 255 for channel in diverging(float(strength), 1.0))
+        arrow = {
+            "arrowstyle": "-|>",
+            "color": colour,
+            "lw": 0.3 + 3.7 * abs(strength),
+            "shrinkA": 0,
+            "shrinkB": 0,
+            "connectionstyle": "arc3,rad=0.08",
+        }
+        axes.annotate("", xy=(x1, y1 - 0.12), xytext=(x0, y0 + 0.12), arrowprops=arrow)
+    return used
 
 
 def _curve(axes: Any, circuit: Circuit, small: int) -> None:

@@ -149,19 +149,7 @@ def page_data(
 ) -> dict:
     """What the page's script reads: tokens, flags, every map as 8-bit levels and, where
     given, each head's effects on an answer and the circuit that carries it."""
-    panels: list[dict[str, Any]] = []
-    matrices: list[np.ndarray] = []
-    for panel in panels_of(maps):
-        kind = "head" if maps.aggregate is None else maps.aggregate.value
-        panels.append(
-            {"layer": panel.layer, "head": panel.head, "kind": kind, "title": panel.title}
-        )
-        matrices.append(panel.matrix)
-    for method, layer, matrix in _extra_maps(maps):
-        where = "all layers" if layer is None else f"layer {layer}"
-        title = f"{where} · {method} of heads" if method != "rollout" else "rollout over layers"
-        panels.append({"layer": layer, "head": None, "kind": method, "title": title})
-        matrices.append(matrix)
+    panels, matrices = _panels(maps)
     queries, keys = len(maps.query_tokens), len(maps.key_tokens)
     pool = _pool_for(len(matrices), queries, keys, budget)
     scale = 1.0
@@ -209,6 +197,25 @@ def page_data(
         "effects": None if effects is None else _effects_data(panels, effects),
         "circuit": None if circuit is None else _circuit_data(circuit),
     }
+
+
+def _panels(maps: AttentionMaps) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+    """Each map the page shows, described, and its matrix: every head's (or the
+    aggregate's), then the aggregates the page offers beside them."""
+    panels: list[dict[str, Any]] = []
+    matrices: list[np.ndarray] = []
+    for panel in panels_of(maps):
+        kind = "head" if maps.aggregate is None else maps.aggregate.value
+        panels.append(
+            {"layer": panel.layer, "head": panel.head, "kind": kind, "title": panel.title}
+        )
+        matrices.append(panel.matrix)
+    for method, layer, matrix in _extra_maps(maps):
+        where = "all layers" if layer is None else f"layer {layer}"
+        title = f"{where} · {method} of heads" if method != "rollout" else "rollout over layers"
+        panels.append({"layer": layer, "head": None, "kind": method, "title": title})
+        matrices.append(matrix)
+    return panels, matrices
 
 
 def _script_json(data: dict) -> str:
