@@ -9,6 +9,7 @@ side panels reuse `top` and `heads`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -46,6 +47,85 @@ g    every layer × head        m    aggregate: none, mean, max, rollout
 v    weights in the cells      Tab/Shift-Tab  move the query cursor
 /    type a new sentence       e    export the view as a PNG
 ?    this help                 q    quit"""
+
+
+@dataclass
+class Explored:
+    """What the explorer shows of its maps: a layer and a head (positions in
+    ``maps.layers`` and ``maps.heads``), one map or the grid of them all, an aggregate or
+    none, the weights in the cells or not, and the query row under the cursor."""
+
+    maps: AttentionMaps
+    layer: int = 0
+    head: int = 0
+    grid: bool = False
+    aggregate_index: int = 0  # in AGGREGATES
+    values: bool = False
+    cursor: int = 0  # the selected query token
+
+    @property
+    def aggregate_method(self) -> Aggregate | None:
+        return AGGREGATES[self.aggregate_index]
+
+    def view(self) -> AttentionMaps:
+        """The maps on screen: one head, a layer's heads, or an aggregate."""
+        layer = self.maps.layers[self.layer]
+        if self.aggregate_method is Aggregate.ROLLOUT:
+            return aggregate(self.maps, Aggregate.ROLLOUT)
+        if self.aggregate_method is not None:
+            return aggregate(self.maps.select(layers=[layer]), self.aggregate_method)
+        if self.grid:
+            return self.maps
+        return self.maps.select(layers=[layer], heads=[self.maps.heads[self.head]])
+
+    def view_name(self) -> str:
+        """What is on screen, for a file name: views never share one."""
+        layer = self.maps.layers[self.layer]
+        if self.aggregate_method is Aggregate.ROLLOUT:
+            return "rollout"
+        if self.aggregate_method is not None:
+            return f"L{layer}-{self.aggregate_method.value}"
+        if self.grid:
+            return "grid"
+        return f"L{layer}-H{self.maps.heads[self.head]}"
+
+    def position(self) -> str:
+        layer = self.maps.layers[self.layer]
+        if self.aggregate_method is Aggregate.ROLLOUT:
+            where = "rollout over all layers"
+        elif self.aggregate_method:
+            where = f"layer {layer} · {self.aggregate_method} of heads"
+        elif self.grid:
+            where = f"every layer × head · layer {layer} · head {self.maps.heads[self.head]} marked"
+        else:
+            where = f"layer {layer} · head {self.maps.heads[self.head]}"
+        return f"{self.maps.model} · {self.maps.mode} · {where}"
+
+    def top_panel(self, view: AttentionMaps) -> Group:
+        query = self.maps.query_tokens[self.cursor]
+        if self.aggregate_method is None:  # the current head, in the grid too
+            matrix = self.maps.head(self.maps.layers[self.layer], self.maps.heads[self.head])
+        else:
+            matrix = next(panels_of(view)).matrix
+        row = matrix[self.cursor]
+        order = np.argsort(-row, kind="stable")[:8]
+        lines = [Text(f"where {display_label(query)!r} looks", style="bold")]
+        peak = float(row[order[0]]) or 1.0
+        for index in order:
+            bar = "█" * max(1, round(float(row[index]) / peak * 14))
+            label = display_label(self.maps.key_tokens[index])[:12]
+            lines.append(Text(f"{label:>12} {bar:<14} {row[index]:.2f}"))
+        return Group(*lines)
+
+    def stats_panel(self) -> Group:
+        layer, head = self.maps.layers[self.layer], self.maps.heads[self.head]
+        stats = head_statistics(self.maps.select(layers=[layer], heads=[head]))[0]
+        lines = [Text(f"layer {layer} · head {head}", style="bold")]
+        for name in EXPLORED:
+            value = stats[name]
+            lines.append(Text(f"{name:>9}  {'–' if value is None else f'{value:z.3f}'}"))
+        lines.append(Text(f"{'top key':>9}  {display_label(stats.top_key)}"))
+        return Group(*lines)
 
 
 class ExploreApp(App[None]):
@@ -86,15 +166,9 @@ class ExploreApp(App[None]):
         export_folder: Path = Path("."),
     ) -> None:
         super().__init__()
-        self.maps = maps
+        self.shown = Explored(maps)
         self.compute = compute  # text -> maps of every layer and head
         self.export_folder = export_folder
-        self.layer = 0  # positions in maps.layers and maps.heads
-        self.head = 0
-        self.grid = False
-        self.aggregate_index = 0
-        self.values = False
-        self.cursor = 0  # the selected query token
         self.exported: list[Path] = []
 
     def compose(self) -> ComposeResult:
@@ -121,44 +195,17 @@ class ExploreApp(App[None]):
         # The event's size: the app's own is still the size before this resize.
         self.redraw(event.size)
 
-    # --- what is shown -------------------------------------------------------------------
-
-    @property
-    def aggregate_method(self) -> Aggregate | None:
-        return AGGREGATES[self.aggregate_index]
-
-    def view(self) -> AttentionMaps:
-        """The maps on screen: one head, a layer's heads, or an aggregate."""
-        layer = self.maps.layers[self.layer]
-        if self.aggregate_method is Aggregate.ROLLOUT:
-            return aggregate(self.maps, Aggregate.ROLLOUT)
-        if self.aggregate_method is not None:
-            return aggregate(self.maps.select(layers=[layer]), self.aggregate_method)
-        if self.grid:
-            return self.maps
-        return self.maps.select(layers=[layer], heads=[self.maps.heads[self.head]])
-
-    def view_name(self) -> str:
-        """What is on screen, for a file name: views never share one."""
-        layer = self.maps.layers[self.layer]
-        if self.aggregate_method is Aggregate.ROLLOUT:
-            return "rollout"
-        if self.aggregate_method is not None:
-            return f"L{layer}-{self.aggregate_method.value}"
-        if self.grid:
-            return "grid"
-        return f"L{layer}-H{self.maps.heads[self.head]}"
-
     def redraw(self, size: Size | None = None) -> None:
         width, height = size or self.size
         cramped = width < MIN_WIDTH or height < MIN_HEIGHT
         self.set_class(cramped, "cramped")
         if cramped:
             return
-        view = self.view()
+        shown = self.shown
+        view = shown.view()
         map_width = max(20, width - SIDE_WIDTH - 3)
-        if self.grid and self.aggregate_method is None:  # the same overview as show --view grid
-            highlight = (self.maps.layers[self.layer], self.maps.heads[self.head])
+        if shown.grid and shown.aggregate_method is None:  # as show --view grid draws it
+            highlight = (shown.maps.layers[shown.layer], shown.maps.heads[shown.head])
             picture = render_grid(
                 view, width=map_width, height=height - 2, use_colour=True, highlight=highlight
             )
@@ -167,78 +214,41 @@ class ExploreApp(App[None]):
                 view,
                 width=map_width,
                 use_colour=True,
-                values=self.values,
-                highlight_query=self.cursor,
+                values=shown.values,
+                highlight_query=shown.cursor,
             )
         self.query_one("#heatmap", Static).update(picture)
-        self.query_one("#top", Static).update(self._top_panel(view))
-        self.query_one("#stats", Static).update(self._stats_panel())
-        self.sub_title = self._position()
-
-    def _position(self) -> str:
-        layer = self.maps.layers[self.layer]
-        if self.aggregate_method is Aggregate.ROLLOUT:
-            where = "rollout over all layers"
-        elif self.aggregate_method:
-            where = f"layer {layer} · {self.aggregate_method} of heads"
-        elif self.grid:
-            where = f"every layer × head · layer {layer} · head {self.maps.heads[self.head]} marked"
-        else:
-            where = f"layer {layer} · head {self.maps.heads[self.head]}"
-        return f"{self.maps.model} · {self.maps.mode} · {where}"
-
-    def _top_panel(self, view: AttentionMaps) -> Group:
-        query = self.maps.query_tokens[self.cursor]
-        if self.aggregate_method is None:  # the current head, in the grid too
-            matrix = self.maps.head(self.maps.layers[self.layer], self.maps.heads[self.head])
-        else:
-            matrix = next(panels_of(view)).matrix
-        row = matrix[self.cursor]
-        order = np.argsort(-row, kind="stable")[:8]
-        lines = [Text(f"where {display_label(query)!r} looks", style="bold")]
-        peak = float(row[order[0]]) or 1.0
-        for index in order:
-            bar = "█" * max(1, round(float(row[index]) / peak * 14))
-            label = display_label(self.maps.key_tokens[index])[:12]
-            lines.append(Text(f"{label:>12} {bar:<14} {row[index]:.2f}"))
-        return Group(*lines)
-
-    def _stats_panel(self) -> Group:
-        layer, head = self.maps.layers[self.layer], self.maps.heads[self.head]
-        stats = head_statistics(self.maps.select(layers=[layer], heads=[head]))[0]
-        lines = [Text(f"layer {layer} · head {head}", style="bold")]
-        for name in EXPLORED:
-            value = stats[name]
-            lines.append(Text(f"{name:>9}  {'–' if value is None else f'{value:z.3f}'}"))
-        lines.append(Text(f"{'top key':>9}  {display_label(stats.top_key)}"))
-        return Group(*lines)
+        self.query_one("#top", Static).update(shown.top_panel(view))
+        self.query_one("#stats", Static).update(shown.stats_panel())
+        self.sub_title = shown.position()
 
     # --- keys ----------------------------------------------------------------------------
 
     def action_head(self, step: int) -> None:
-        self.head = (self.head + step) % len(self.maps.heads)
+        self.shown.head = (self.shown.head + step) % len(self.shown.maps.heads)
         self.redraw()
 
     def action_layer(self, step: int) -> None:
-        self.layer = (self.layer + step) % len(self.maps.layers)
+        self.shown.layer = (self.shown.layer + step) % len(self.shown.maps.layers)
         self.redraw()
 
     def action_grid(self) -> None:
-        self.grid = not self.grid
+        self.shown.grid = not self.shown.grid
         self.redraw()
 
     def action_aggregate(self) -> None:
-        self.aggregate_index = (self.aggregate_index + 1) % len(AGGREGATES)
-        if self.aggregate_method is Aggregate.ROLLOUT and self.maps.mode is Mode.CROSS:
-            self.aggregate_index = 0  # rollout needs self or masked attention
+        shown = self.shown
+        shown.aggregate_index = (shown.aggregate_index + 1) % len(AGGREGATES)
+        if shown.aggregate_method is Aggregate.ROLLOUT and shown.maps.mode is Mode.CROSS:
+            shown.aggregate_index = 0  # rollout needs self or masked attention
         self.redraw()
 
     def action_values(self) -> None:
-        self.values = not self.values
+        self.shown.values = not self.shown.values
         self.redraw()
 
     def action_cursor(self, step: int) -> None:
-        self.cursor = (self.cursor + step) % len(self.maps.query_tokens)
+        self.shown.cursor = (self.shown.cursor + step) % len(self.shown.maps.query_tokens)
         self.redraw()
 
     def action_help(self) -> None:
@@ -278,19 +288,19 @@ class ExploreApp(App[None]):
             self.call_from_thread(setattr, self.query_one("#heatmap", Static), "loading", False)
 
     def _show_new(self, maps: AttentionMaps) -> None:
-        self.maps = maps
-        self.cursor = 0
+        self.shown.maps = maps
+        self.shown.cursor = 0
         self.redraw()
 
     def action_export(self) -> None:
-        view = self.view()
+        view = self.shown.view()
         kind = View.HEAD
-        if self.grid and self.aggregate_method is None:
+        if self.shown.grid and self.shown.aggregate_method is None:
             kind = View.MODEL
         elif view.weights.shape[1] > 1:
             kind = View.LAYER
         _, data = next(Painter().files(view, kind, Output.PNG, Style()))
-        path = self.export_folder / f"attnviz-{self.view_name()}.png"
+        path = self.export_folder / f"attnviz-{self.shown.view_name()}.png"
         with open_output(path, binary=True) as out:
             out.write(data)
         self.exported.append(path)

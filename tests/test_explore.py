@@ -39,10 +39,10 @@ def test_arrows_move_between_heads_and_layers(tmp_path):
     async def session():
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.press("right", "right", "down", "left")
-            assert (app.layer, app.head) == (1, 1)
+            assert (app.shown.layer, app.shown.head) == (1, 1)
             assert app.sub_title.endswith("layer 1 · head 1")
             await pilot.press("up", "up", "left", "left")  # both wrap around
-            assert (app.layer, app.head) == (1, 3)
+            assert (app.shown.layer, app.shown.head) == (1, 3)
 
     asyncio.run(session())
 
@@ -53,7 +53,7 @@ def test_the_cursor_moves_over_query_tokens(tmp_path):
     async def session():
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.press("tab", "tab", "tab", "shift+tab")
-            assert app.cursor == 2
+            assert app.shown.cursor == 2
             top = app.query_one("#top").content
             assert "where 'walked' looks" in str(top.renderables[0])
 
@@ -66,13 +66,13 @@ def test_grid_values_and_aggregates(tmp_path):
     async def session():
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.press("g", "v")
-            assert app.grid and app.values
+            assert app.shown.grid and app.shown.values
             assert app.sub_title.endswith("head 0 marked")
             for expected in AGGREGATES[1:]:
                 await pilot.press("m")
-                assert app.aggregate_method == expected
+                assert app.shown.aggregate_method == expected
             await pilot.press("m")
-            assert app.aggregate_method is None
+            assert app.shown.aggregate_method is None
 
     asyncio.run(session())
 
@@ -95,10 +95,10 @@ def test_g_shows_the_grid_show_draws_with_the_current_head_marked(tmp_path):
             shown = app.query_one("#heatmap", Static).content
             width = 120 - SIDE_WIDTH - 3
             expected = render_grid(
-                app.maps, width=width, height=34, use_colour=True, highlight=(1, 1)
+                app.shown.maps, width=width, height=34, use_colour=True, highlight=(1, 1)
             )
             assert text(shown) == text(expected)
-            assert "L0" in text(shown) and f"H{len(app.maps.heads) - 1}" in text(shown)
+            assert "L0" in text(shown) and f"H{len(app.shown.maps.heads) - 1}" in text(shown)
 
     asyncio.run(session())
 
@@ -119,8 +119,8 @@ def test_export_writes_the_current_view(tmp_path):
 def test_a_new_sentence_is_computed_in_the_background(tmp_path):
     app = explorer(tmp_path)
     drive(app, "slash", *"I love you", "enter")
-    assert app.maps.query_tokens == ["i", "love", "you"]
-    assert app.cursor == 0
+    assert app.shown.maps.query_tokens == ["i", "love", "you"]
+    assert app.shown.cursor == 0
 
 
 def test_a_small_terminal_gets_a_message(tmp_path):
@@ -155,7 +155,7 @@ def test_all_72_heads_of_minilm_are_reachable(tmp_path):
         async with app.run_test(size=(140, 40)) as pilot:
             for _ in range(6):
                 for _ in range(12):
-                    seen.add((app.layer, app.head))
+                    seen.add((app.shown.layer, app.shown.head))
                     await pilot.press("right")
                 await pilot.press("down")
 
