@@ -600,7 +600,7 @@ def test_a_resumed_input_is_read_in_the_company_a_whole_run_gives_it(runner, tmp
 def test_a_users_file_that_appears_mid_run_is_never_written_over(runner, tmp_path, monkeypatch):
     """The folder's foreign names were read once, as the run began: files the user put at
     the names later inputs take, once the first input was recorded, were replaced."""
-    from attnviz.batch.manifest import Ledger
+    from attnviz.batch.ledger import Ledger
 
     source = _inputs(tmp_path, 6)
     named = tmp_path / "named"
@@ -678,7 +678,7 @@ def test_a_name_a_stopped_writer_of_the_run_claimed_is_the_runs_to_write(tmp_pat
     """A Ray worker killed after claiming a name (its placeholder made, or its whole file
     written and its digest claimed) has its input retried on another worker, which found
     the name taken by "a file no batch made" and failed the input."""
-    from attnviz.batch.manifest import Ledger
+    from attnviz.batch.ledger import Ledger
     from attnviz.errors import AttnvizError
 
     manifest = tmp_path / "manifest.jsonl"

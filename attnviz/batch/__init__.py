@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from attnviz.batch.folder import FolderLock, FolderPlan, plan_folder, remove_left_behind
 from attnviz.batch.inputs import BatchInput, assign_names, in_shard, read_inputs
-from attnviz.batch.manifest import Ledger, claim
+from attnviz.batch.ledger import Ledger
+from attnviz.batch.manifest import claim
 from attnviz.batch.run import BatchWork, Tally
 from attnviz.batch.writing import Outputs
 from attnviz.errors import AttnvizError, warn

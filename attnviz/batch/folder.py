@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.atomic_files import open_output, remove_if_abandoned, temporaries
+from attnviz.batch.ledger import remove_made, say_kept
 from attnviz.batch.manifest import (
     Contents,
     Record,
@@ -23,8 +24,6 @@ from attnviz.batch.manifest import (
     is_claim,
     manifest_name,
     read_contents,
-    remove_made,
-    say_kept,
 )
 from attnviz.errors import AttnvizError, UsageError, warn
 

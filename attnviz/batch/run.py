@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from attnviz import signals
 from attnviz.batch.folder import FolderPlan, remove_replaced
 from attnviz.batch.inputs import BatchInput
-from attnviz.batch.manifest import FileDigest, Manifest, Record, is_complete
+from attnviz.batch.ledger import Manifest
+from attnviz.batch.manifest import FileDigest, Record, is_complete
 from attnviz.batch.workers import RenderPool
 from attnviz.batch.writing import Outputs, Task, render_task
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe

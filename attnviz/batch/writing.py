@@ -12,7 +12,8 @@ from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import TopHeads
 from attnviz.atomic_files import open_output
 from attnviz.batch.inputs import BatchInput
-from attnviz.batch.manifest import FileDigest, Ledger, digest_of
+from attnviz.batch.ledger import Ledger
+from attnviz.batch.manifest import FileDigest, digest_of
 from attnviz.choices import Aggregate, Dtype, Output, View
 from attnviz.errors import AttnvizError
 from attnviz.maps import AttentionMaps
