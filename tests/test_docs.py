@@ -244,3 +244,45 @@ def test_every_benchmark_the_docs_cite_imports_with_todays_names():
         text=True,
     )
     assert found.returncode == 0, found.stderr[-2000:]
+
+
+def _pages() -> dict[str, str]:
+    """The README and every page of the manual, by name."""
+    pages = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "docs").glob("*.md")}
+    return pages | {"README.md": README}
+
+
+def _screenshots() -> set[str]:
+    """What docs/screenshots.py makes (its MADE_HERE), read without running it."""
+    tree = ast.parse((ROOT / "docs" / "screenshots.py").read_text(encoding="utf-8"))
+    (made,) = (
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "MADE_HERE"
+    )
+    return set(ast.literal_eval(made))
+
+
+def test_every_picture_the_docs_show_has_its_maker():
+    """Each picture in docs/ is shown by a page, and is written by a command a page prints
+    (``-o docs/NAME`` or ``--picture docs/NAME`` in a shell block) or by
+    docs/screenshots.py: none is left that nothing in the repository makes."""
+    pages = _pages()
+    shown = {
+        name
+        for text in pages.values()
+        for name in re.findall(r"\]\((?:docs/)?([\w.-]+\.png)\)", text)
+    }
+    files = {path.name for path in (ROOT / "docs").glob("*.png")}
+    assert shown == files
+    blocks = [
+        block for text in pages.values() for block in re.findall(r"```sh\n(.*?)```", text, re.S)
+    ]
+    written = {
+        name
+        for block in blocks
+        for name in re.findall(r"(?:-o|--picture) docs/([\w.-]+\.png)", block)
+    }
+    made_here = _screenshots()
+    assert not written & made_here  # one maker each
+    assert sorted(files - written - made_here) == []

@@ -1,8 +1,14 @@
-"""Remake the manual's screenshots of the interactive page (needs chromium, chromedriver
-and selenium, as the browser tests do): python docs/page_screenshots.py"""
+"""Remake the manual's screenshots: the interactive page's views (page-*.png) and the
+terminal picture of `attnviz show` (show-terminal.png). Needs chromium, chromedriver and
+selenium, as the browser tests do: python docs/screenshots.py
+
+Every other picture in docs/ is written by the command the docs print beside it
+(``-o docs/NAME.png`` or ``--picture docs/NAME.png``); tests/test_docs.py checks that each
+picture the docs show has its maker, here or there."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,10 +23,38 @@ TEXT = "The animal didn't cross the street because it was too tired"
 IOI = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
 HERE = Path(__file__).parent
+# What this script makes; tests/test_docs.py reads the list.
+MADE_HERE = (
+    "page-effects.png",
+    "page-trace.png",
+    "page-model.png",
+    "page-layer.png",
+    "page-head.png",
+    "show-terminal.png",
+)
+TERMINAL_TEXT, TERMINAL_COLUMNS = "Hello I love you", 106
 
 
 def attnviz(*arguments: str) -> None:
     subprocess.run([sys.executable, "-m", "attnviz", *arguments], check=True)
+
+
+def terminal_svg() -> str:
+    """`attnviz show` as a true-colour terminal of TERMINAL_COLUMNS columns draws it, in a
+    window drawn by rich (SVG)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "attnviz", "show", TERMINAL_TEXT, "-f", "terminal",
+         "--color", "always", "--width", str(TERMINAL_COLUMNS)],
+        check=True, capture_output=True, text=True,
+        env={**os.environ, "COLORTERM": "truecolor"},
+    ).stdout  # fmt: skip
+    with open(os.devnull, "w") as nowhere:  # recorded, not shown
+        console = Console(record=True, width=TERMINAL_COLUMNS, file=nowhere)
+        console.print(Text.from_ansi(shown), end="")
+    return console.export_svg(title="attnviz show")
 
 
 def main() -> None:
@@ -74,6 +108,13 @@ def main() -> None:
         canvas = driver.find_element("id", "map")
         ActionChains(driver).move_to_element_with_offset(canvas, -40, 60).perform()
         driver.save_screenshot(HERE / "page-head.png")
+        page.with_name("terminal.svg").write_text(terminal_svg(), encoding="utf-8")
+        framed = page.with_name("terminal.html")  # the SVG drawn 1360 pixels wide, no margin
+        framed.write_text('<body style="margin:0"><img src="terminal.svg" '
+                          'style="display:block;width:1360px"></body>')  # fmt: skip
+        driver.set_window_size(1400, 800)
+        driver.get(framed.as_uri())
+        driver.find_element("css selector", "img").screenshot(str(HERE / "show-terminal.png"))
     finally:
         driver.quit()
         shutil.rmtree(page.parent)
