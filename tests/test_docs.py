@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from attnviz.cli import app
+from tests.docs_commands import ShownRun, assert_printed, shown_runs, terminal_output
+
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -286,3 +289,31 @@ def test_every_picture_the_docs_show_has_its_maker():
     made_here = _screenshots()
     assert not written & made_here  # one maker each
     assert sorted(files - written - made_here) == []
+
+
+SHOWN_RUNS = shown_runs()
+
+
+def test_every_command_the_docs_print_the_output_of_is_run_by_a_test():
+    """The built-in stack's commands run here; SmolLM2's in make integration
+    (tests/test_smollm2.py); a page that printed another model's output would need its own."""
+    assert len(SHOWN_RUNS) >= 5
+    assert {run.model for run in SHOWN_RUNS} <= {"builtin", "smollm2"}
+
+
+def test_the_held_output_fails_on_a_changed_number_and_passes_a_measured_time():
+    run = ShownRun("page", ("show",), ("a 0.58 b, about 684 s",), terminal=True)
+    assert_printed(run, "a 0.581 b, about 845 s\nmore")
+    with pytest.raises(AssertionError):
+        assert_printed(run, "a 0.63 b, about 684 s")
+
+
+@pytest.mark.parametrize("run", [run for run in SHOWN_RUNS if run.model == "builtin"], ids=str)
+def test_a_command_the_docs_print_gives_what_they_print(run, runner):
+    if run.terminal:
+        output = terminal_output(run.arguments, ROOT, len(run.printed))
+    else:
+        found = runner.invoke(app, list(run.arguments), env={"COLUMNS": "250"})
+        assert found.exit_code == 0, found.stderr
+        output = found.stdout
+    assert_printed(run, output)

@@ -14,6 +14,7 @@ import torch
 
 import attnviz
 from attnviz.cli import app
+from tests.docs_commands import ROOT, assert_printed, shown_runs, terminal_output
 from tests.hook_references import transformer_lens_score
 
 pytestmark = [
@@ -263,3 +264,20 @@ def test_the_task_pairs_hold_under_its_tokenizer(plain):
     from tests.task_files import token_failures
 
     assert token_failures(plain[1]) == []
+
+
+@pytest.mark.parametrize("run", [run for run in shown_runs() if run.model == "smollm2"], ids=str)
+def test_a_command_the_docs_print_gives_what_they_print(run, runner, tmp_path, monkeypatch):
+    """Each SmolLM2 command whose output a page prints gives that output (its numbers to
+    the last digit's float32 noise, a measured time any time), run where the files it
+    writes (a --picture into docs/) land in a folder of the test's own."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "sample_texts").symlink_to(ROOT / "sample_texts")
+    monkeypatch.chdir(tmp_path)
+    if run.terminal:
+        output = terminal_output(run.arguments, tmp_path, len(run.printed))
+    else:
+        found = runner.invoke(app, list(run.arguments), env={"COLUMNS": "250"})
+        assert found.exit_code == 0, found.stderr
+        output = found.stdout
+    assert_printed(run, output)
