@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnviz.analysis.mib import MIB, mib_sizes
+from attnviz.analysis.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
 from attnviz.analysis.training import Training
 from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select, chosen
 from attnviz.errors import UsageError
@@ -41,7 +41,8 @@ class CircuitOptions:
     ``edges`` of them, an int, ``"all"``, or None: 100, or every edge where there are
     fewer; threshold: every edge of |score| at least ``threshold``), its dead ends out if
     ``prune``, measured for its faithfulness, and each size of ``curve`` too (ints or
-    ``"all"``, each measured once; or ``"mib"`` alone: MIB's ten fractions of the graph);
+    ``"all"``, each measured once; or ``"mib"`` alone: MIB's ten fractions of the graph,
+    the circuit itself its 1%, so not with ``edges`` or ``nodes``);
     ``bootstrap`` B: the scores bootstrapped over B resamples of the pairs
     (:mod:`attnviz.analysis.bootstrap`)."""
 
@@ -96,10 +97,7 @@ class CircuitOptions:
             self._check_bootstrap()
         curve = tuple(self.curve)
         if MIB in curve:
-            if len(curve) > 1:
-                raise UsageError(
-                    f"--curve {MIB} is MIB's ten fractions of the graph: give it alone"
-                )
+            self._check_mib(curve)
             return
         for size in curve:
             if size != ALL:
@@ -223,11 +221,24 @@ class CircuitOptions:
                     "keeps every edge of |score| at least --threshold"
                 )
 
+    def _check_mib(self, curve: tuple[int | str, ...]) -> None:
+        if len(curve) > 1:
+            raise UsageError(f"--curve {MIB} is MIB's ten fractions of the graph: give it alone")
+        option = self._size()[2]
+        if self._size()[0] is not None:
+            raise UsageError(
+                f"--curve {MIB} sizes the circuit itself, MIB's 1% of the graph: leave out "
+                f"{option} (or give the sizes as --curve N,M)"
+            )
+
     def asked(self, count: int) -> float:
         """What the circuit is chosen by, in a graph of ``count`` edges (or nodes, at the
-        node level): how many it keeps (top, greedy), or the least |score| (threshold)."""
+        node level): how many it keeps (top, greedy), MIB's 1% of them with ``--curve
+        mib``, or the least |score| (threshold)."""
         if self.threshold is not None:
             return float(self.threshold)
+        if self.curve == (MIB,):
+            return mib_sizes(count)[MIB_FRACTIONS.index(MIB_CIRCUIT)][0]
         given, default, option = self._size()
         if given is None:
             return min(default, count)

@@ -41,9 +41,10 @@ def _pairs(task: str) -> list[Input]:
 
 
 def _asked(method: str, count: int, steps: int, train_steps: int) -> dict:
-    """The circuit call's arguments of a method, its circuit 1% of the graph's edges."""
+    """The circuit call's arguments of a method, its circuit 1% of the graph's edges (as
+    --curve mib makes it)."""
     size = int(ONE_PERCENT * count)
-    common = {"edges": size, "curve": ["mib"], "progress": False}
+    common = {"curve": ["mib"], "progress": False}
     if method == "refined":
         return common | {"method": "ig", "steps": steps, "refine": size}
     if method == "optimize":
@@ -98,7 +99,7 @@ def main() -> None:
         first = _pairs(arguments.tasks.split(",")[0])[:1]
         # warm: the first scoring and measuring passes' one-time costs (unwarmed, SmolLM2's
         # first row, EAP on IOI, took 131 s where EAP-IG on the same pairs then took 44 s)
-        extractor.circuit(pairs=first, edges=1, curve=["mib"], progress=False)
+        extractor.circuit(pairs=first, curve=["mib"], progress=False)
         for task in arguments.tasks.split(","):
             pairs = _pairs(task)
             half = len(pairs) // 2

@@ -534,11 +534,9 @@ def test_mibs_curve_is_its_ten_fractions_measured_as_the_hooks_measure_them(
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
         generators, language_models, family
     )
-    size = {"nodes": 6} if level == "node" else {"edges": 12}
-    circuit = extractor.circuit(
-        TEXT, ANSWER, CORRUPT, versus=VERSUS, curve=["mib"], level=level, **size
-    )
+    circuit = extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, curve=["mib"], level=level)
     count = len(circuit.graph.upstream) if level == "node" else circuit.graph.count
+    assert circuit.asked == int(0.01 * count)  # the circuit itself: MIB's 1%
     fractions = reference.mib_fractions()
     assert [point.fraction for point in circuit.curve] == pytest.approx(fractions, abs=1e-15)
     assert [point.asked for point in circuit.curve] == [int(f * count) for f in fractions]

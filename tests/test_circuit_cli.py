@@ -125,6 +125,15 @@ def test_bad_pairs_are_named_by_their_line(runner, generators, tmp_path, lines, 
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--edges", "some"], "--edges is a number"),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "5,x"], "--curve is numbers"),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "mib,5"], "give it alone"),
+        (
+            ["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "mib", "--edges", "5"],
+            "leave out --edges",
+        ),
+        (
+            ["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "mib", "--level", "node",
+             "--nodes", "5"],
+            "leave out --nodes",
+        ),  # fmt: skip
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--bootstrap", "1"], "--bootstrap is a"),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--bootstrap", "201"], "at most 200"),
         (
