@@ -147,3 +147,15 @@ def as_shown(stream: bytes, columns: int, rows: int = 500) -> str:
     while shown and not shown[-1]:
         shown.pop()
     return "\n".join(shown)
+
+
+def output_of(run: ShownRun, runner, cwd: Path) -> str:
+    """What ``run`` gives: a terminal's lines from a real process (``cwd`` its folder), or
+    its stdout, run in this process by ``runner`` (typer's) in 250 columns."""
+    if run.terminal:
+        return terminal_output(run.arguments, cwd, len(run.printed))
+    from attnviz.cli import app
+
+    found = runner.invoke(app, list(run.arguments), env={"COLUMNS": "250"})
+    assert found.exit_code == 0, found.stderr
+    return found.stdout

@@ -130,10 +130,15 @@ def test_bad_pairs_are_named_by_their_line(runner, generators, tmp_path, lines, 
             "leave out --edges",
         ),
         (
-            ["--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "mib", "--level", "node",
-             "--nodes", "5"],
+            [
+                *("--corrupt", CORRUPT, "--answer", ANSWER, "--curve", "mib"),
+                "--level",
+                "node",
+                "--nodes",
+                "5",
+            ],
             "leave out --nodes",
-        ),  # fmt: skip
+        ),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--bootstrap", "1"], "--bootstrap is a"),
         (["--corrupt", CORRUPT, "--answer", ANSWER, "--bootstrap", "201"], "at most 200"),
         (

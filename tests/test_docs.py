@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnviz.cli import app
-from tests.docs_commands import ShownRun, assert_printed, shown_runs, terminal_output
+from tests.docs_commands import ShownRun, assert_printed, output_of, shown_runs
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -310,10 +309,4 @@ def test_the_held_output_fails_on_a_changed_number_and_passes_a_measured_time():
 
 @pytest.mark.parametrize("run", [run for run in SHOWN_RUNS if run.model == "builtin"], ids=str)
 def test_a_command_the_docs_print_gives_what_they_print(run, runner):
-    if run.terminal:
-        output = terminal_output(run.arguments, ROOT, len(run.printed))
-    else:
-        found = runner.invoke(app, list(run.arguments), env={"COLUMNS": "250"})
-        assert found.exit_code == 0, found.stderr
-        output = found.stdout
-    assert_printed(run, output)
+    assert_printed(run, output_of(run, runner, ROOT))

@@ -84,13 +84,16 @@ def test_one_layer_and_one_head():
         explain_builtin("a b", head=9)
 
 
-def test_json_holds_every_step_and_matches_the_stack(runner):
-    result = runner.invoke(
-        app, ["explain", "attention is cool", "-m", "masked", "--d-model", "8", "--num-heads", "2",
-              "--head", "1", "-f", "json"],
-    )  # fmt: skip
+def _explained(runner, *arguments: str) -> dict:
+    """``explain`` of ``arguments`` as JSON, read."""
+    result = runner.invoke(app, ["explain", *arguments, "-f", "json"])
     assert result.exit_code == 0, result.stderr
-    document = json.loads(result.stdout)
+    return json.loads(result.stdout)
+
+
+def test_json_holds_every_step_and_matches_the_stack(runner):
+    document = _explained(runner, "attention is cool", "-m", "masked", "--d-model", "8",
+                          "--num-heads", "2", "--head", "1")  # fmt: skip
     assert document["schema_version"] == attnviz.SCHEMA_VERSION  # the one envelope
     assert attnviz.load().explain("a b").to_dict()["schema_version"] == attnviz.SCHEMA_VERSION
     names = ["X", "W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scaled", "mask", "weights",
@@ -163,12 +166,8 @@ def test_explained_query_row_matches_the_models_own(tiny, family, mode, target):
 
 @pytest.mark.minilm
 def test_explain_minilm_through_the_cli(runner):
-    result = runner.invoke(
-        app, ["explain", "--model", "minilm", "The man walked the dog", "-l", "2", "--head", "3",
-              "--query", "3", "-f", "json"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.stderr
-    document = json.loads(result.stdout)
+    document = _explained(runner, "--model", "minilm", "The man walked the dog", "-l", "2",
+                          "--head", "3", "--query", "3")  # fmt: skip
     assert document["query_token"] == "walked"
     assert document["largest_difference"] < 1e-6
     assert sum(document["weights"]) == pytest.approx(1.0)

@@ -169,9 +169,13 @@ def _start_batch(tmp_path, count: int) -> tuple[subprocess.Popen, Path]:
     return process, out
 
 
-@pytest.mark.system
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def with_render_workers(test):
+    """A real batch whose render workers are found in /proc: Linux, ten seconds or more."""
+    linux = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+    return linux(pytest.mark.slow(pytest.mark.system(test)))
+
+
+@with_render_workers
 def test_a_killed_worker_fails_its_inputs_and_the_batch_goes_on(tmp_path):
     process, out = _start_batch(tmp_path, 60)
     workers = _workers(process.pid)
@@ -186,9 +190,7 @@ def test_a_killed_worker_fails_its_inputs_and_the_batch_goes_on(tmp_path):
     assert died and all("worker process rendering it died" in r["error"] for r in died)
 
 
-@pytest.mark.system
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+@with_render_workers
 def test_workers_die_with_their_batch_and_sigterm_cleans_up(tmp_path):
     process, out = _start_batch(tmp_path, 400)
     workers = _workers(process.pid)

@@ -14,7 +14,7 @@ import torch
 
 import attnviz
 from attnviz.cli import app
-from tests.docs_commands import ROOT, assert_printed, shown_runs, terminal_output
+from tests.docs_commands import ROOT, assert_printed, output_of, shown_runs
 from tests.hook_references import transformer_lens_score
 
 pytestmark = [
@@ -274,10 +274,4 @@ def test_a_command_the_docs_print_gives_what_they_print(run, runner, tmp_path, m
     (tmp_path / "docs").mkdir()
     (tmp_path / "sample_texts").symlink_to(ROOT / "sample_texts")
     monkeypatch.chdir(tmp_path)
-    if run.terminal:
-        output = terminal_output(run.arguments, tmp_path, len(run.printed))
-    else:
-        found = runner.invoke(app, list(run.arguments), env={"COLUMNS": "250"})
-        assert found.exit_code == 0, found.stderr
-        output = found.stdout
-    assert_printed(run, output)
+    assert_printed(run, output_of(run, runner, tmp_path))

@@ -275,15 +275,20 @@ ANSWERED = [
 ]
 
 
+def _stats_rows(runner, model: str, items: list[dict], folder) -> dict:
+    """``stats`` over ``items`` as a JSONL file: its rows by (layer, head, statistic)."""
+    source = folder / "inputs.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item in items))
+    result = runner.invoke(app, ["stats", str(source), "--model", model, "-f", "json", "-q"])
+    assert result.exit_code == 0, result.stderr
+    return {(r["layer"], r["head"], r["statistic"]): r for r in json.loads(result.stdout)["heads"]}
+
+
 def test_stats_averages_each_heads_effects_over_the_inputs_with_an_answer(
     runner, generators, tmp_path
 ):
     model = generators["gpt2-lm"]
-    source = tmp_path / "answers.jsonl"
-    source.write_text("".join(json.dumps(item) + "\n" for item in ANSWERED))
-    result = runner.invoke(app, ["stats", str(source), "--model", model, "-f", "json", "-q"])
-    assert result.exit_code == 0, result.stderr
-    rows = {(r["layer"], r["head"], r["statistic"]): r for r in json.loads(result.stdout)["heads"]}
+    rows = _stats_rows(runner, model, ANSWERED, tmp_path)
     extractor = attnviz.load(model)
     answered = [item for item in ANSWERED if "answer" in item]
     effects = [extractor.head_effects(item["text"], item["answer"]) for item in answered]
@@ -310,11 +315,7 @@ def test_stats_averages_each_heads_patch_over_the_inputs_with_a_corrupted_twin(
     runner, generators, tmp_path
 ):
     model = generators["llama-lm"]
-    source = tmp_path / "patched.jsonl"
-    source.write_text("".join(json.dumps(item) + "\n" for item in PATCHED))
-    result = runner.invoke(app, ["stats", str(source), "--model", model, "-f", "json", "-q"])
-    assert result.exit_code == 0, result.stderr
-    rows = {(r["layer"], r["head"], r["statistic"]): r for r in json.loads(result.stdout)["heads"]}
+    rows = _stats_rows(runner, model, PATCHED, tmp_path)
     extractor = attnviz.load(model)
     effects = [
         extractor.head_effects(item["text"], item["answer"], versus=item["versus"],
