@@ -17,6 +17,7 @@ from attnviz.cli.answer_settings import Effects
 from attnviz.cli.bundles import bundle
 from attnviz.cli.circuit_choices import CircuitChoices, circuit_choices
 from attnviz.cli.engine import JobsOption, engine_settings
+from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, request, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
@@ -56,16 +57,10 @@ PairsOption = Annotated[
     ),
 ]
 RowsOption = Annotated[int, typer.Option("--rows", min=1, help="How many edges the table shows.")]
-PictureOption = Annotated[
-    str | None,
-    typer.Option(
-        "--picture",
-        "-o",
-        metavar="PATH",
-        help="Draw the circuit as a graph, with its faithfulness curve, for a paper "
-        "(.png, .svg or .pdf).",
-    ),
-]
+PictureOption = picture_option(
+    "Draw the circuit as a graph, with its faithfulness curve, for a paper (.png, .svg or .pdf).",
+    "-o",
+)
 
 
 @sharing(circuit_options, trace_settings, figure_settings, engine_settings)

@@ -3,16 +3,13 @@ and the unembedding at every position: the next token each layer would predict."
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
 from attnviz.atomic_files import check_writable
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import Effects
 from attnviz.cli.bundles import bundle
+from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
@@ -35,16 +32,11 @@ lens_options = bundle(
         "window",
     ),
 )
-PictureOption = Annotated[
-    str | None,
-    typer.Option(
-        "--picture",
-        "-o",
-        metavar="PATH",
-        help="Draw the lens as a picture for a paper (.png, .svg or .pdf): layers × "
-        "positions in the top token's probability, each cell labelled with its token.",
-    ),
-]
+PictureOption = picture_option(
+    "Draw the lens as a picture for a paper (.png, .svg or .pdf): layers × "
+    "positions in the top token's probability, each cell labelled with its token.",
+    "-o",
+)
 
 
 @sharing(lens_options, trace_settings, figure_settings)

@@ -16,9 +16,10 @@ def output_option(help: str, kind: Any = str | None, **more: Any) -> Any:
     return Annotated[kind, typer.Option("--output", "-o", metavar="PATH", help=help, **more)]
 
 
-def picture_option(help: str) -> Any:
-    """--picture PATH: a picture drawn beside what the command writes."""
-    return Annotated[str | None, typer.Option("--picture", metavar="PATH", help=help)]
+def picture_option(help: str, *also: str) -> Any:
+    """--picture PATH: a picture drawn beside what the command writes (``also``: its other
+    names, ``-o`` where the picture is what the command writes)."""
+    return Annotated[str | None, typer.Option("--picture", *also, metavar="PATH", help=help)]
 
 
 def top_heads_option(help: str, **more: Any) -> Any:

@@ -12,6 +12,7 @@ from attnviz.choices import SITE_LABELS, Output, Site, labelled
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import trace_options
+from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
@@ -37,17 +38,12 @@ ByPositionOption = Annotated[
         "position: a row per layer, a column per head).",
     ),
 ]
-PictureOption = Annotated[
-    str | None,
-    typer.Option(
-        "--picture",
-        "-o",
-        metavar="PATH",
-        help="Draw the trace as a picture for a paper (.png, .svg or .pdf: the tokens the "
-        "corrupted text changed marked *) or as an interactive page (.html: each cell's "
-        "layer, token and effect on hover) instead.",
-    ),
-]
+PictureOption = picture_option(
+    "Draw the trace as a picture for a paper (.png, .svg or .pdf: the tokens the "
+    "corrupted text changed marked *) or as an interactive page (.html: each cell's "
+    "layer, token and effect on hover) instead.",
+    "-o",
+)
 
 
 @sharing(trace_options, trace_settings, figure_settings)
