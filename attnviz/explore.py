@@ -33,7 +33,7 @@ from attnviz.panels import panels_of
 from attnviz.render.image import Painter
 from attnviz.render.style import Style
 from attnviz.render.terminal import render, render_grid
-from attnviz.safe_text import display_label
+from attnviz.safe_text import spaces_shown
 
 # The statistics the side panel lists: a text's own (no detectors' probe, no span).
 EXPLORED = [column for column in SUMMED if not column.detector and column.needs is not Needs.SPAN]
@@ -109,11 +109,11 @@ class Explored:
             matrix = next(panels_of(view)).matrix
         row = matrix[self.cursor]
         order = np.argsort(-row, kind="stable")[:8]
-        lines = [Text(f"where {display_label(query)!r} looks", style="bold")]
+        lines = [Text(f"where {spaces_shown(query)!r} looks", style="bold")]
         peak = float(row[order[0]]) or 1.0
         for index in order:
             bar = "█" * max(1, round(float(row[index]) / peak * 14))
-            label = display_label(self.maps.key_tokens[index])[:12]
+            label = spaces_shown(self.maps.key_tokens[index])[:12]
             lines.append(Text(f"{label:>12} {bar:<14} {row[index]:.2f}"))
         return Group(*lines)
 
@@ -124,7 +124,7 @@ class Explored:
         for name in EXPLORED:
             value = stats[name]
             lines.append(Text(f"{name:>9}  {'–' if value is None else f'{value:z.3f}'}"))
-        lines.append(Text(f"{'top key':>9}  {display_label(stats.top_key)}"))
+        lines.append(Text(f"{'top key':>9}  {spaces_shown(stats.top_key)}"))
         return Group(*lines)
 
 

@@ -30,6 +30,12 @@ def _visible(character: str) -> str:
 VISIBLE_SPACE = "␣"  # a space where a label must show it: a lone space, or a token's own
 
 
+def space_visible(text: str) -> str:
+    """``text`` with each space shown as ``␣``, and nothing else changed: a token as a page
+    shows it, as text (a browser runs none of it; a terminal needs :func:`spaces_shown`)."""
+    return text.replace(" ", VISIBLE_SPACE)
+
+
 def spaces_shown(text: str) -> str:
     """``text`` as a label shows a token's decoded text: :func:`display_label`, each
     space a visible one (a token's leading space is part of it)."""

@@ -102,13 +102,17 @@ def test_modes_a_model_cannot_do_are_refused(tiny, family, mode, target, message
         attnviz.extract(TEXT, model=tiny[family], mode=mode, target=target)
 
 
-def test_tokens_are_cleaned_of_their_markers(tiny):
+def test_tokens_are_the_tokenizers_own_decoding_with_their_spaces(tiny):
+    """A token is what the tokenizer decodes it to: no Ġ, ▁ or ##, a word's leading space
+    kept (views show it as ␣), and the pieces of a text spell the text."""
     gpt2 = attnviz.extract("Hello I lövé the dog", model=tiny["gpt2"])
     assert "Ġ" not in "".join(gpt2.query_tokens)
-    assert {"I", "love"} <= set(attnviz.extract(TEXT, model=tiny["gpt2"]).key_tokens)
+    plain = attnviz.extract(TEXT, model=tiny["gpt2"])
+    assert "".join(plain.key_tokens) == TEXT and {" I", " love"} <= set(plain.key_tokens)
     assert all("\ufffd" not in token for token in gpt2.key_tokens)  # bytes shown as characters
     t5 = attnviz.extract(TEXT, model=tiny["t5"])
-    assert not any(token.startswith("▁") and token != "▁" for token in t5.key_tokens)
+    assert not any("▁" in token for token in t5.key_tokens)
+    assert "".join(t5.key_tokens).replace("</s>", "").strip() == TEXT
     bert = attnviz.extract("walking tired", model=tiny["bert"])
     assert not any(token.startswith("##") for token in bert.key_tokens)
 

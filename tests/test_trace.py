@@ -101,7 +101,7 @@ def test_trace_draws_a_layers_by_tokens_map_and_writes_data(runner, generators, 
     common = ["trace", TEXT, "--model", path, "--answer", ANSWER, "--corrupt", CORRUPT]
     drawn = runner.invoke(app, [*common, "--width", "100"])
     assert drawn.exit_code == 0, drawn.stderr
-    assert "resid" in drawn.stdout and " dog " in drawn.stdout and "layer 1" in drawn.stdout
+    assert "resid" in drawn.stdout and "␣dog" in drawn.stdout and "layer 1" in drawn.stdout
     data = runner.invoke(app, [*common, "--site", "mlp", "-f", "json"])
     document = json.loads(data.stdout)
     layers = AutoConfig.from_pretrained(path).n_layer

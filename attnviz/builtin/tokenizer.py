@@ -36,22 +36,22 @@ def _byte_alphabet() -> dict[str, int]:
 
 
 _BYTE_ALPHABET = _byte_alphabet()
-_PIECE_MARKERS = ("##", "▁", "Ġ")
 
 
-def clean_piece(piece: str, *, byte_level: bool = False) -> str:
-    """A sub-word piece as a person reads it: ``##ing`` -> ``ing``, ``▁the`` -> ``the``,
-    ``low</w>`` -> ``low``, and byte-level ``Ġlove`` -> ``love``.
+def decoded_piece(piece: str, *, byte_level: bool = False) -> str:
+    """A sub-word piece as the tokenizer decodes it: ``##ing`` -> ``ing`` (a word's
+    continuation), ``▁the`` -> `` the``, ``low</w>`` -> ``low``, and byte-level ``Ġlove``
+    -> `` love``: a word's leading space is the token's, kept (views show it as ``␣``).
 
     A byte-level piece that holds only part of a character decodes to ``\ufffd``.
     """
     if byte_level and all(character in _BYTE_ALPHABET for character in piece):
         raw = bytes(_BYTE_ALPHABET[character] for character in piece)
-        return raw.decode("utf-8", errors="replace").strip()
-    piece = piece.removesuffix("</w>")
-    for marker in _PIECE_MARKERS:
-        piece = piece.removeprefix(marker)
-    return piece
+        return raw.decode("utf-8", errors="replace")
+    piece = piece.removesuffix("</w>").removeprefix("##")
+    if piece.startswith("Ġ"):  # a byte-level space marker in a piece that is not all bytes
+        piece = " " + piece[1:]
+    return piece.replace("▁", " ")
 
 
 @dataclass(frozen=True, slots=True)

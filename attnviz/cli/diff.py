@@ -16,7 +16,7 @@ from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import ThresholdExceeded, UsageError
 from attnviz.inputs import read_texts
 from attnviz.outputs import formats_named, refuse_unused
-from attnviz.safe_text import display_label
+from attnviz.safe_text import display_label, spaces_shown
 from attnviz.schema import envelope
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _print_table(
         layer_cell = "all" if row.layer is None else str(row.layer)
         head_cell = "all" if row.head is None else str(row.head)
         divergence = f"{row.divergence:.4f}"
-        table.add_row(layer_cell, head_cell, divergence, display_label(row.worst_query))
+        table.add_row(layer_cell, head_cell, divergence, spaces_shown(row.worst_query))
     console.print(table)
 
 

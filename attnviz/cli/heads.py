@@ -30,7 +30,7 @@ from attnviz.errors import UsageError
 from attnviz.head_columns import Detector, HeadColumn, Needs
 from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
 from attnviz.request import PREDICTIONS, asked_for
-from attnviz.safe_text import display_label
+from attnviz.safe_text import display_label, spaces_shown
 from attnviz.selection import index_span
 from attnviz.writers import write_table
 
@@ -448,7 +448,7 @@ def _kinds_line(rows: list[HeadStatistics]) -> str:
 
 def _cell(value: object, column: HeadColumn) -> str:
     if column is HeadColumn.TOP_KEY:
-        return display_label(str(value))
+        return spaces_shown(str(value))
     if isinstance(value, float):
         return number(value)
     return "–" if value is None else str(value)

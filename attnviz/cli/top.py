@@ -11,7 +11,7 @@ from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.settings import DEFAULT_READING, Reading, model_settings, reading_options
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
-from attnviz.safe_text import display_label
+from attnviz.safe_text import spaces_shown
 from attnviz.schema import envelope
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def top(
         lines.append(f"# {block['title']}")
         for row in block["queries"]:
             picks = ", ".join(
-                f"{display_label(pick['token'])} {pick['weight']:.2f}" for pick in row["top"]
+                f"{spaces_shown(pick['token'])} {pick['weight']:.2f}" for pick in row["top"]
             )
-            lines.append(f"{display_label(row['token'])} → {picks}")
+            lines.append(f"{spaces_shown(row['token'])} → {picks}")
     out.write_stdout("\n".join(lines) + "\n")

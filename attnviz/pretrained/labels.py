@@ -11,12 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.analysis.grid import group, keep
-from attnviz.builtin.tokenizer import clean_piece
+from attnviz.builtin.tokenizer import decoded_piece
 from attnviz.errors import UsageError
 from attnviz.pretrained.encoding import Side
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.request import Request
-from attnviz.safe_text import VISIBLE_SPACE
 
 
 @dataclass
@@ -33,8 +32,9 @@ class Labels:
 
 
 def piece_labels(loaded: PretrainedModel, side: Side, raw: bool = False) -> Labels:
-    """The tokenizer's pieces cleaned for reading (``##ing`` -> ``ing``, ``Ġthe`` -> ``the``),
-    or as the tokenizer spells them when ``raw``."""
+    """The tokenizer's pieces as it decodes them (``##ing`` -> ``ing``, ``Ġthe`` -> `` the``:
+    a leading space kept, which views show as ``␣``), or as the tokenizer spells them when
+    ``raw``."""
     tokenizer = loaded.tokenizer
     ids = side.encoding["input_ids"]
     pieces = tokenizer.convert_ids_to_tokens(ids)
@@ -51,12 +51,11 @@ def piece_labels(loaded: PretrainedModel, side: Side, raw: bool = False) -> Labe
         # cleaned as the text's are; a special token (<|im_start|>) keeps its spelling.
         special_token = token_id in special_ids
         is_special = special_token or added
-        label = piece if special_token or raw else clean_piece(piece, byte_level=byte_level)
-        if not label:  # a piece that is only a space (a lone ▁ or Ġ)
-            label = VISIBLE_SPACE
-        elif "\ufffd" in label:  # one byte of a longer character: show the character
+        label = piece if special_token or raw else decoded_piece(piece, byte_level=byte_level)
+        if "\ufffd" in label:  # one byte of a longer character: show the character
             source = side.pair if segments[len(labels.text)] and side.pair else side.text
-            label = source[start:end].strip() or label
+            spaced = " " if label.startswith(" ") else ""
+            label = spaced + (source[start:end].strip() or label.strip())
         labels.text.append(label)
         labels.special.append(is_special)
     return labels

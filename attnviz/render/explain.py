@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from attnviz.safe_text import display_label
+from attnviz.safe_text import display_label, spaces_shown
 
 if TYPE_CHECKING:
     from attnviz.builtin.explain import Explanation, Step
@@ -48,7 +48,7 @@ def matrix_table(step: Step, width: int) -> Table:
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
     table.add_column("", no_wrap=True, max_width=_ROW_LABEL, overflow="ellipsis")
     for index in shown_columns:
-        label = "…" if index is None else display_label(step.columns[index])
+        label = "…" if index is None else spaces_shown(step.columns[index])
         table.add_column(
             Text(label, overflow="ellipsis"), justify="right", no_wrap=True, max_width=_CELL + 3
         )
@@ -59,7 +59,7 @@ def matrix_table(step: Step, width: int) -> Table:
         cells = [
             "…" if c is None else _number(float(matrix[index, c]), step.name) for c in shown_columns
         ]
-        table.add_row(Text(display_label(step.rows[index]), overflow="ellipsis"), *cells)
+        table.add_row(Text(spaces_shown(step.rows[index]), overflow="ellipsis"), *cells)
     return table
 
 
@@ -71,8 +71,8 @@ def render(explanation: Explanation, width: int) -> RenderableType:
             f"d_model {e.d_model} · d_k {e.head_dim}",
             style="bold",
         ),
-        Text(f"query tokens (rows): {' '.join(map(display_label, e.query_tokens))}"),
-        Text(f"key tokens (columns): {' '.join(map(display_label, e.key_tokens))}"),
+        Text(f"query tokens (rows): {' '.join(map(spaces_shown, e.query_tokens))}"),
+        Text(f"key tokens (columns): {' '.join(map(spaces_shown, e.key_tokens))}"),
     ]
     for number, step in enumerate(e.steps, start=1):
         title = Text(f"\n{number}. {step.formula}", style="bold")
@@ -108,7 +108,7 @@ def render_query(explanation: QueryExplanation) -> RenderableType:
         rows.add_column(name, justify="right")
     for index, key in enumerate(e.key_tokens):
         rows.add_row(
-            display_label(key),
+            spaces_shown(key),
             _number(float(e.dots[index]), ""),
             _number(float(e.scaled[index]), ""),
             _number(float(e.mask[index]), "" if has_bias else "mask"),
@@ -121,7 +121,7 @@ def render_query(explanation: QueryExplanation) -> RenderableType:
     return Group(
         Text(
             f"{display_label(e.model)} · {e.mode} attention · layer {e.layer} · head {e.head} · "
-            f"query {e.query_index} ({display_label(e.query_token)})",
+            f"query {e.query_index} ({spaces_shown(e.query_token)})",
             style="bold",
         ),
         Text(

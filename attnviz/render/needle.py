@@ -12,7 +12,7 @@ import numpy as np
 from attnviz.choices import Output
 from attnviz.render.figures import saved
 from attnviz.render.style import Style
-from attnviz.safe_text import display_label
+from attnviz.safe_text import spaces_shown
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -149,7 +149,7 @@ def _strip(
     )  # fmt: skip
     axes.set_yticks(
         np.arange(len(rows)) + 0.5,
-        [display_label(token) for token in strips.written],
+        [spaces_shown(token) for token in strips.written],
         fontsize=points(5),
     )
     axes.tick_params(axis="x", labelsize=points(7))

@@ -40,7 +40,7 @@ from attnviz.render import palette
 from attnviz.render.circuit import circuit_layout, circuit_title, faithfulness_lines
 from attnviz.render.effects import diverging_palette, metric_of
 from attnviz.render.style import token_label
-from attnviz.safe_text import spaces_shown
+from attnviz.safe_text import space_visible, spaces_shown
 
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
@@ -158,8 +158,8 @@ def page_data(
     if pool > 1 or maps.weighting is not None:  # value-weighted maps have no top of their own
         scale = max(float(matrix.max()) for matrix in matrices) or 1.0
     levels = np.clip(np.rint(np.stack(matrices) / scale * 255), 0, 255).astype(np.uint8)
-    query_labels = pool_labels(query_labels_of(maps), pool)
-    key_labels = pool_labels(maps.key_tokens, pool)
+    query_labels = pool_labels([space_visible(token) for token in query_labels_of(maps)], pool)
+    key_labels = pool_labels([space_visible(token) for token in maps.key_tokens], pool)
 
     def flags(values: list[bool] | None, count: int) -> list[bool]:
         if values is None or pool > 1:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
 from attnviz.errors import UsageError
-from attnviz.safe_text import display_label
+from attnviz.safe_text import spaces_shown
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
@@ -111,8 +111,9 @@ def check_colormap(name: str) -> None:
 
 
 def token_label(token: str) -> str:
-    """A token as a picture labels it: made visible, cut past MAX_LABEL characters."""
-    shown = display_label(token)
+    """A token as a picture labels it: made visible (its spaces ``␣``), cut past MAX_LABEL
+    characters."""
+    shown = spaces_shown(token)
     return shown if len(shown) <= MAX_LABEL else shown[: MAX_LABEL - 1] + "…"
 
 

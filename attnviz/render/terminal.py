@@ -27,7 +27,7 @@ from rich.text import Text
 from attnviz.analysis.grid import pool_labels, pool_map
 from attnviz.panels import notes_of, panels_of, query_labels_of
 from attnviz.render import palette
-from attnviz.safe_text import display_label
+from attnviz.safe_text import display_label, spaces_shown
 
 if TYPE_CHECKING:
     from attnviz.maps import AttentionMaps
@@ -200,8 +200,8 @@ def render(
     draws only those maps, in that order (the heads worth looking at first).
     """
     shown = list(panels_of(maps)) if panels is None else list(panels)
-    query_labels = [display_label(token) for token in query_labels_of(maps)]
-    key_labels = [display_label(token) for token in maps.key_tokens]
+    query_labels = [spaces_shown(token) for token in query_labels_of(maps)]
+    key_labels = [spaces_shown(token) for token in maps.key_tokens]
     layout = choose_layout(query_labels, key_labels, width, values)
     pooled = [(title, pool_map(matrix, layout.pool)) for _, _, title, matrix in shown]
     # The scale of what is drawn: pooled cells hold sums of columns, larger than any weight.
