@@ -310,3 +310,18 @@ def test_the_held_output_fails_on_a_changed_number_and_passes_a_measured_time():
 @pytest.mark.parametrize("run", [run for run in SHOWN_RUNS if run.model == "builtin"], ids=str)
 def test_a_command_the_docs_print_gives_what_they_print(run, runner):
     assert_printed(run, output_of(run, runner, ROOT))
+
+
+def test_every_worked_example_applies_to_todays_tree():
+    """The development guide's patches (docs/examples) apply as they are: make
+    integration runs each whole (tests/test_examples.py), this checks in a second that
+    no change since has moved the lines they touch."""
+    import subprocess
+
+    patches = sorted((ROOT / "docs" / "examples").glob("*.patch"))
+    assert patches
+    for patch in patches:
+        found = subprocess.run(
+            ["git", "apply", "--check", "-p1", str(patch)], cwd=ROOT, capture_output=True, text=True
+        )
+        assert found.returncode == 0, f"{patch.name}: {found.stderr}"
