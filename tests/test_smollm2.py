@@ -129,7 +129,7 @@ def test_chat_prompts_use_its_own_template(smollm2, plain):
     assert maps.key_tokens[0] == "<|im_start|>" and maps.key_special[0]
     assert not maps.key_special[maps.key_tokens.index(" attention")]  # the user's word
     # The template's own words are special, and read as words (not Ġare).
-    assert maps.key_special[maps.key_tokens.index("assistant")]
+    assert maps.key_special[maps.key_tokens.index(" assistant")]
     assert " are" in maps.key_tokens and "Ġare" not in maps.key_tokens
 
 
