@@ -224,8 +224,8 @@ class CircuitOptions:
     def _check_mib(self, curve: tuple[int | str, ...]) -> None:
         if len(curve) > 1:
             raise UsageError(f"--curve {MIB} is MIB's ten fractions of the graph: give it alone")
-        option = self._size()[2]
-        if self._size()[0] is not None:
+        given, _, option = self._size()
+        if given is not None:
             raise UsageError(
                 f"--curve {MIB} sizes the circuit itself, MIB's 1% of the graph: leave out "
                 f"{option} (or give the sizes as --curve N,M)"

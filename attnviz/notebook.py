@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.aggregate import aggregate
 from attnviz.analysis.heads import head_statistics as statistics
-from attnviz.atomic_files import open_output
 from attnviz.choices import Aggregate, Output, View, chosen
 from attnviz.drawing import Picture
 from attnviz.errors import UsageError
@@ -141,9 +140,7 @@ def knockout_figure(knockout: Knockout, format: Output | str, style: dict[str, A
 
 def save_figure(path: str | Path, draw: Callable[[Output], Picture]) -> None:
     """A figure written whole to ``path``, in the format its suffix names."""
-    kind = output_of_file(path, PICTURES)
-    with open_output(path, binary=True) as out:
-        out.write(draw(kind).data)
+    draw(output_of_file(path, PICTURES)).save(path)
 
 
 def lens_figure(lens: Lens, format: Output | str, style: dict[str, Any]) -> Picture:
