@@ -26,7 +26,7 @@ from attnviz.choices import (
 )
 from attnviz.circuit_options import CircuitOptions
 from attnviz.errors import UsageError
-from attnviz.progress import Listener
+from attnviz.progress import Listener, reporting
 from attnviz.progress_bars import bars, shown_here
 from attnviz.request import Input, Request, asked_for
 from attnviz.selection import Selection
@@ -205,15 +205,10 @@ class AnswerReadings(ABC):
         with its answer and corrupted twin), each checked first; ``names`` say each input
         in an error ("pair 1"… by default)."""
         check_pairs(inputs, request, names)
-        return self._circuit(inputs, request, names, progress)
+        with reporting(progress):
+            return self._circuit(inputs, request, names)
 
-    def _circuit(
-        self,
-        inputs: list[Input],
-        request: Request,
-        names: list[str] | None,
-        progress: Listener | None,
-    ) -> Circuit:
+    def _circuit(self, inputs: list[Input], request: Request, names: list[str] | None) -> Circuit:
         """What :meth:`circuit` asks, its inputs checked (``names`` say each in an
         error)."""
         raise no_next_token(self.name, request.next_token_reader)

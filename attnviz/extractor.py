@@ -23,7 +23,7 @@ from attnviz.choices import (
 )
 from attnviz.errors import UsageError
 from attnviz.generated import Sampling
-from attnviz.progress import Listener
+from attnviz.progress import Listener, reporting
 from attnviz.request import (
     Explaining,
     Input,
@@ -96,34 +96,38 @@ class Extractor(AnswerReadings):
         _check_batch(inputs, batch_size, "run", "run([text])")
         self._check(request)
         checked = (check_asked(request, as_input(each)) for each in inputs)
-        return self._run(checked, request, batch_size, progress)
+        return self._batches(checked, request, batch_size, progress)
+
+    def _batches(
+        self, inputs: Iterator[Input], request: Request, size: int, progress: Listener | None
+    ) -> Iterator[Result]:
+        while batch := list(islice(inputs, size)):
+            with reporting(progress):  # around the read alone, never across a yield
+                results = self._read(batch, request)
+            yield from results
 
     @abstractmethod
     def _check(self, request: Request) -> None:
         """Refuse, before any input is read, what this model cannot read at all."""
 
-    def _run(
-        self,
-        inputs: Iterator[Input],
-        request: Request,
-        batch_size: int,
-        progress: Listener | None = None,
-    ) -> Iterator[Result]:
-        """Maps and the statistics read from them; no answer (a pretrained language model
-        reads effects), and no pass long enough to report on."""
-        while chunk := list(islice(inputs, batch_size)):
-            answered = request.effects and any(each.answer is not None for each in chunk)
-            if (
-                answered
-                or request.knockout is not None
-                or request.trace is not None
-                or request.lens
-                or request.circuit is not None
-            ):
-                raise no_next_token(self.name, request.next_token_reader)
-            for each, maps in zip(chunk, self._extract_many(chunk, request), strict=True):
-                table = HeadTable.of(maps) if request.statistics else None
-                yield Result(each, maps if request.maps else None, table)
+    def _read(self, batch: list[Input], request: Request) -> list[Result]:
+        """What the request asks of one batch of checked inputs: here maps and the
+        statistics read from them; no answer (a pretrained language model reads effects),
+        and no pass long enough to report on."""
+        answered = request.effects and any(each.answer is not None for each in batch)
+        if (
+            answered
+            or request.knockout is not None
+            or request.trace is not None
+            or request.lens
+            or request.circuit is not None
+        ):
+            raise no_next_token(self.name, request.next_token_reader)
+        results = []
+        for each, maps in zip(batch, self._extract_many(batch, request), strict=True):
+            table = HeadTable.of(maps) if request.statistics else None
+            results.append(Result(each, maps if request.maps else None, table))
+        return results
 
     @abstractmethod
     def _extract_many(self, inputs: list[Input], request: Request) -> list[AttentionMaps]:

@@ -7,6 +7,7 @@ module.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from enum import StrEnum
@@ -35,6 +36,11 @@ def number(low: float, high: float = math.inf) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def panel(name: str) -> Callable[..., Any]:
+    """``typer.Option`` for the options --help lists under the heading ``name``."""
+    return functools.partial(typer.Option, rich_help_panel=name)
 
 
 SELECTION_PANEL = "Layers and heads"

@@ -167,7 +167,7 @@ def answered(extractor: ModelReader, given: Input, request: Request) -> Answered
     if given.target is not None or given.pair is not None:
         raise UsageError("effects on an answer read one text: no target, no sentence pair")
     body = anatomy_of(loaded, request.next_token_reader)
-    mode, modules, layers, inputs = extractor._prepared([given], request)
+    mode, modules, layers, inputs = extractor.prepared([given], request)
     side = inputs.keys[0]
     answer_id = answer_token(loaded, side, given.answer)
     versus_id = None if given.versus is None else answer_token(loaded, side, given.versus)
@@ -178,7 +178,7 @@ def answered(extractor: ModelReader, given: Input, request: Request) -> Answered
         )
     corrupt = corrupt_arguments = None
     if given.corrupt is not None:
-        *_, corrupt_inputs = extractor._prepared([Input(given.corrupt)], request, CORRUPTED)
+        *_, corrupt_inputs = extractor.prepared([Input(given.corrupt)], request, CORRUPTED)
         corrupt = corrupt_inputs.keys[0]
         if corrupt.length != side.length:
             raise UsageError(
@@ -368,7 +368,7 @@ def lensed(extractor: ModelReader, given: Input, request: Request) -> Lens:
     if given.target is not None or given.pair is not None:
         raise UsageError("the logit lens reads one text: no target, no sentence pair")
     body = anatomy_of(loaded, request.next_token_reader)
-    _, _, layers, inputs = extractor._prepared([given], request)
+    _, _, layers, inputs = extractor.prepared([given], request)
     side = inputs.keys[0]
     answer_id = None if given.answer is None else answer_token(loaded, side, given.answer)
     with forward(loaded):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -205,6 +205,16 @@ class ModelInputs:
     arguments: dict[str, Any]
     queries: list[Side]
     keys: list[Side]
+
+
+class Prepared(NamedTuple):
+    """A batch ready for its forward pass: the mode it is read in, that mode's attention
+    modules in layer order, the layers asked for and the encoded inputs."""
+
+    mode: Mode
+    modules: list
+    layers: list[int]
+    inputs: ModelInputs
 
 
 def model_inputs(

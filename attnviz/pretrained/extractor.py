@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import partial
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from attnviz.pretrained.attention_modules import Family, layer_kinds, resolve_mo
 from attnviz.pretrained.circuit import circuited
 from attnviz.pretrained.encoding import (
     ModelInputs,
+    Prepared,
     Side,
     attention_of,
     check_weights,
@@ -40,7 +40,6 @@ from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
-from attnviz.progress import Listener, reporting
 from attnviz.request import Explaining, Input, Request
 from attnviz.results import Result
 from attnviz.selection import resolve
@@ -76,18 +75,6 @@ class PretrainedExtractor(Extractor):
     def _check(self, request: Request) -> None:
         if request.knockout is not None:  # every input's knockout reads its answer
             anatomy_of(self.loaded)
-
-    def _run(
-        self,
-        inputs: Iterator[Input],
-        request: Request,
-        batch_size: int,
-        progress: Listener | None = None,
-    ) -> Iterator[Result]:
-        while chunk := list(islice(inputs, batch_size)):
-            with reporting(progress):  # around the read alone, never across a yield
-                results = self._read(chunk, request)
-            yield from results
 
     def _read(self, chunk: list[Input], request: Request) -> list[Result]:
         """What the request asks of one batch of inputs. Maps and statistics are read of
@@ -135,20 +122,15 @@ class PretrainedExtractor(Extractor):
         Padding is masked, so it gets no attention; each input's maps are then
         trimmed to its own tokens and equal what it gives on its own.
         """
-        mode, modules, layer_indices, encoded = self._prepared(inputs, request)
-        return self.maps_of(mode, modules, layer_indices, encoded, request, inputs)
+        return self.maps_of(self.prepared(inputs, request), request, inputs)
 
     def maps_of(
-        self,
-        mode: Mode,
-        modules: list,
-        layer_indices: list[int],
-        inputs: ModelInputs,
-        request: Request,
-        given: list[Input],
+        self, prepared: Prepared, request: Request, given: list[Input]
     ) -> list[AttentionMaps]:
-        """The maps of encoded ``inputs`` (one forward pass), each of the (text, target,
-        pair) it was encoded from: whole, or the rows or bins the request asks for."""
+        """The maps of a ``prepared`` batch (one forward pass), each of the ``given``
+        (text, target, pair) it was encoded from: whole, or the rows or bins the request
+        asks for."""
+        mode, modules, layer_indices, inputs = prepared
         loaded = self.loaded
         sides = list(zip(inputs.queries, inputs.keys, strict=True))
         positions = [self._positions(request, q, k) for q, k in sides]  # (rows, span)
@@ -253,9 +235,7 @@ class PretrainedExtractor(Extractor):
         kinds = layer_kinds(self.loaded.model.config, stream_for(self.loaded.family, mode))
         return None if kinds is None else [kinds[i] for i in layers]
 
-    def _prepared(
-        self, inputs: list[Input], request: Request, what: str = "text"
-    ) -> tuple[Mode, list, list[int], ModelInputs]:
+    def prepared(self, inputs: list[Input], request: Request, what: str = "text") -> Prepared:
         """The mode the items are read in, its attention modules, the layers asked for and
         the forward pass's inputs (``what`` the texts are, for messages)."""
         loaded = self.loaded
@@ -274,7 +254,8 @@ class PretrainedExtractor(Extractor):
             )
         modules = self.modules(mode)
         layer_indices = resolve(request.layers, len(modules), "layer")
-        return mode, modules, layer_indices, model_inputs(loaded, items, mode, request, what)
+        encoded = model_inputs(loaded, items, mode, request, what)
+        return Prepared(mode, modules, layer_indices, encoded)
 
     def _positions(
         self, request: Request, query: Side, key: Side
@@ -364,7 +345,7 @@ class PretrainedExtractor(Extractor):
             return [HeadTable.of(each) for each in maps if each is not None]
         if request.words or not request.special:
             return list(map(HeadTable.of, self._extract_many(inputs, request)))
-        mode, modules, layers, encoded = self._prepared(inputs, request)
+        mode, modules, layers, encoded = self.prepared(inputs, request)
         tables = _Tables(self, mode, layers, encoded, request)
         per_input, heads = self._computed(modules, layers, encoded, request, tables.layouts)
         return tables.made(per_input, heads)
@@ -406,15 +387,8 @@ class PretrainedExtractor(Extractor):
     def _generate(self, prompt: str, sampling: Sampling, request: Request) -> Generation:
         return generate(self, prompt, sampling, request)
 
-    def _circuit(
-        self,
-        inputs: list[Input],
-        request: Request,
-        names: list[str] | None,
-        progress: Listener | None,
-    ) -> Circuit:
-        with reporting(progress):
-            return circuited(self, inputs, request, names)
+    def _circuit(self, inputs: list[Input], request: Request, names: list[str] | None) -> Circuit:
+        return circuited(self, inputs, request, names)
 
     def _needle(self, sweep: Sweep, haystack: str | None, progress: Progress) -> NeedleResults:
         return run_sweep(self.loaded, sweep, haystack, progress)

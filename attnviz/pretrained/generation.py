@@ -23,7 +23,7 @@ from attnviz.errors import AttnvizError, ExitCode, UsageError
 from attnviz.generated import Generation, Sampling
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.attention_modules import Family
-from attnviz.pretrained.encoding import ModelInputs, Side, encode
+from attnviz.pretrained.encoding import ModelInputs, Prepared, Side, encode
 from attnviz.pretrained.labels import piece_labels
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.quiet import quiet
@@ -199,8 +199,8 @@ def _maps(
         keys = written if mode is Mode.MASKED else source
         prompt_length = None if mode is Mode.SELF else 1  # the decoder starts from one token
     arguments["attention_mask"] = torch.ones_like(arguments["input_ids"])
-    inputs = ModelInputs(arguments, [queries], [keys])
-    (maps,) = extractor.maps_of(mode, modules, layer_indices, inputs, request, [Input(source.text)])
+    prepared = Prepared(mode, modules, layer_indices, ModelInputs(arguments, [queries], [keys]))
+    (maps,) = extractor.maps_of(prepared, request, [Input(source.text)])
     # Rows and bins keep special tokens (a request refuses them otherwise): the prompt's
     # length is a position as it is.
     if prompt_length is not None and not request.special:  # dropped specials leave fewer

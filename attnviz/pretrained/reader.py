@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from attnviz.choices import Mode
     from attnviz.maps import AttentionMaps
-    from attnviz.pretrained.encoding import ModelInputs
+    from attnviz.pretrained.encoding import Prepared
     from attnviz.pretrained.loading import PretrainedModel
     from attnviz.request import Input, Request
 
@@ -30,31 +30,15 @@ class ModelReader(Protocol):
         ...
 
     def maps_of(
-        self,
-        mode: Mode,
-        modules: list,
-        layer_indices: list[int],
-        inputs: ModelInputs,
-        request: Request,
-        given: list[Input],
+        self, prepared: Prepared, request: Request, given: list[Input]
     ) -> list[AttentionMaps]:
-        """The maps of encoded inputs."""
+        """The maps of a prepared batch."""
         ...
 
-    def _prepared(
-        self, inputs: list[Input], request: Request, what: str = "text"
-    ) -> tuple[Mode, list, list[int], ModelInputs]:
-        """The mode, its modules, the layers asked and the forward pass's inputs."""
+    def prepared(self, inputs: list[Input], request: Request, what: str = "text") -> Prepared:
+        """The batch ready for its forward pass."""
         ...
 
-    def extract(
-        self,
-        text: str,
-        request: Request | None = None,
-        *,
-        target: str | None = None,
-        pair: str | None = None,
-        **options: Any,
-    ) -> AttentionMaps:
-        """The attention maps of ``text``."""
+    def extract(self, text: str, request: Request | None = None, **options: Any) -> AttentionMaps:
+        """The attention maps of ``text`` (its target and request fields as ``options``)."""
         ...
