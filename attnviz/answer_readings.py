@@ -10,7 +10,7 @@ workers share.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -49,16 +49,8 @@ class AnswerReadings(ABC):
         """The model's name as the maps record it."""
 
     @abstractmethod
-    def run(
-        self,
-        inputs: Iterable[Any],
-        request: Request | None = None,
-        *,
-        batch_size: int = 16,
-        progress: Listener | None = None,
-        **options: Any,
-    ) -> Iterator[Result]:
-        """What ``request`` asks of each input, in order."""
+    def _one(self, given: Input, request: Request) -> Result:
+        """What ``request`` asks of one input (:meth:`~attnviz.extractor.Extractor.run`)."""
 
     def head_effects(
         self,
@@ -80,8 +72,8 @@ class AnswerReadings(ABC):
         the corrupted run's. ``method="gradient"`` estimates ablation and patch from one
         backward pass. A causal language model only."""
         asked = asking(request, options, effects=True, ablate=ablate)
-        (found,) = self.run([Input(text, answer=answer, versus=versus, corrupt=corrupt)], asked)
-        return asked_for(found.effects)
+        given = Input(text, answer=answer, versus=versus, corrupt=corrupt)
+        return asked_for(self._one(given, asked).effects)
 
     def trace(
         self,
@@ -103,8 +95,8 @@ class AnswerReadings(ABC):
         ``"k"``, ``"v"``, ``"z"``, ``"pattern"``) each head's at every position, (layers, heads), or
         ``by_position``, (layers, heads, positions). A causal language model only."""
         asked = asking(request, options, trace=site, by_position=by_position)
-        (found,) = self.run([Input(text, answer=answer, versus=versus, corrupt=corrupt)], asked)
-        return asked_for(found.trace)
+        given = Input(text, answer=answer, versus=versus, corrupt=corrupt)
+        return asked_for(self._one(given, asked).trace)
 
     def lens(
         self,
@@ -118,8 +110,7 @@ class AnswerReadings(ABC):
         ``.probability`` and, with an ``answer``, ``.answer`` (its first token's
         log-probability), each (layers, positions). A causal language model only."""
         asked = asking(request, options, lens=True)
-        (found,) = self.run([Input(text, answer=answer)], asked)
-        return asked_for(found.lens)
+        return asked_for(self._one(Input(text, answer=answer), asked).lens)
 
     def circuit(
         self,
@@ -229,8 +220,7 @@ class AnswerReadings(ABC):
         or a text), in ``window`` layers around each chosen layer. A causal language model
         only."""
         asked = asking(request, options, knockout=(rows, span), window=window)
-        (found,) = self.run([Input(text, answer=answer)], asked)
-        return asked_for(found.knockout)
+        return asked_for(self._one(Input(text, answer=answer), asked).knockout)
 
 
 def _pairs_given(

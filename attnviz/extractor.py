@@ -98,6 +98,10 @@ class Extractor(AnswerReadings):
         checked = (check_asked(request, as_input(each)) for each in inputs)
         return self._batches(checked, request, batch_size, progress)
 
+    def _one(self, given: Input, request: Request) -> Result:
+        (found,) = self.run([given], request)
+        return found
+
     def _batches(
         self, inputs: Iterator[Input], request: Request, size: int, progress: Listener | None
     ) -> Iterator[Result]:
@@ -186,8 +190,8 @@ class Extractor(AnswerReadings):
         ``corrupt`` as there), read in the same pass over the text where the model allows."""
         effects = {"effects": True, "ablate": ablate} if answer is not None else {}
         asked = asking(request, options, statistics=True, **effects)
-        (found,) = self.run([Input(text, target, pair, answer, versus, corrupt)], asked)
-        return asked_for(found.statistics)
+        given = Input(text, target, pair, answer, versus, corrupt)
+        return asked_for(self._one(given, asked).statistics)
 
     def head_tables(
         self,

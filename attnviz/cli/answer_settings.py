@@ -16,7 +16,6 @@ from attnviz.choices import (
     Measure,
     Method,
     Site,
-    labelled,
 )
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags
@@ -32,6 +31,13 @@ if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
 
 
 EFFECTS_PANEL = "What heads do to an answer"
+AblateOption = d.choice_option(
+    Ablation,
+    "--ablate",
+    "What replaces a head's output for its ablation",
+    ABLATION_LABELS,
+    rich_help_panel=EFFECTS_PANEL,
+)
 
 
 @dataclass(frozen=True)
@@ -49,17 +55,7 @@ class Effects:
             "last position. @FILE reads a file, as TEXT does.",
         ),
     ] = None
-    ablate: Annotated[
-        Ablation,
-        typer.Option(
-            "--ablate",
-            case_sensitive=False,
-            rich_help_panel=EFFECTS_PANEL,
-            help="What replaces a head's output for its ablation: "
-            + labelled(ABLATION_LABELS)
-            + ".",
-        ),
-    ] = Ablation.ZERO
+    ablate: AblateOption = Ablation.ZERO
     versus: Annotated[
         str | None,
         typer.Option(

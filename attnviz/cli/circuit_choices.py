@@ -17,7 +17,6 @@ from attnviz.choices import (
     Intervention,
     Level,
     Select,
-    labelled,
 )
 from attnviz.circuit_options import (
     ALL,
@@ -33,17 +32,13 @@ from attnviz.circuit_options import (
     MOST_TRAIN_STEPS,
     CircuitOptions,
 )
+from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle
 from attnviz.errors import UsageError
 
-MethodOption = Annotated[
-    CircuitMethod,
-    typer.Option(
-        "--method",
-        case_sensitive=False,
-        help="How each edge is scored: " + labelled(CIRCUIT_METHOD_LABELS) + ".",
-    ),
-]
+MethodOption = d.choice_option(
+    CircuitMethod, "--method", "How each edge is scored", CIRCUIT_METHOD_LABELS
+)
 StepsOption = Annotated[
     int | None,
     typer.Option(
@@ -83,16 +78,12 @@ SparsityOption = Annotated[
         f"{MOST_SPARSITY:g}).",
     ),
 ]
-AblationOption = Annotated[
+AblationOption = d.choice_option(
     Intervention,
-    typer.Option(
-        "--ablation",
-        case_sensitive=False,
-        help="What an edge outside the circuit carries, in scoring and in faithfulness: "
-        + labelled({kind: each.label for kind, each in INTERVENTIONS.items()})
-        + ".",
-    ),
-]
+    "--ablation",
+    "What an edge outside the circuit carries, in scoring and in faithfulness",
+    {kind: each.label for kind, each in INTERVENTIONS.items()},
+)
 RefineOption = Annotated[
     int | None,
     typer.Option("--refine", metavar="K", help="Score the estimate's top K edges again exactly."),

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.builtin.config import BUILTIN as BUILTIN  # --model's default, for commands
-from attnviz.choices import Aggregate, Dtype, Mode, Output, View, Weighting
+from attnviz.choices import Aggregate, Dtype, Mode, Output, View, Weighting, labelled
 from attnviz.cli.completion import complete_model
 from attnviz.head_columns import DETECTORS, Detector, listed
 from attnviz.outputs import PICTURE_VIEWS, TABLE_DATA, TERMINAL_VIEWS
@@ -115,6 +115,13 @@ def format_option(choices: Any, help: str, **more: Any) -> Any:
     ]
 
 
+def choice_option(kind: type[StrEnum], name: str, lead: str, labels: Any, **more: Any) -> Any:
+    """An option that takes a word of ``kind``, its help ``lead`` and each word with its
+    ``labels`` entry (:func:`attnviz.choices.labelled`)."""
+    help = f"{lead}: {labelled(labels)}."
+    return Annotated[kind, typer.Option(name, case_sensitive=False, help=help, **more)]
+
+
 def view_option(choices: Any, help: str, **more: Any) -> Any:
     """The --view option of a command that draws ``choices`` (some of View): declared
     here once, each command giving its choices and help. The command gets View members,
@@ -187,22 +194,16 @@ TEXT_HELP = (
     "@- all of standard input), - each line of standard input as one text"
 )
 TextArgument = Annotated[str, typer.Argument(metavar="TEXT", help=f"{TEXT_HELP}.")]
-OptionalTextArgument = Annotated[
-    str | None,
-    typer.Argument(
-        metavar="TEXT",
-        show_default=False,
-        help=f"{TEXT_HELP} (or give --from).",
-    ),
-]
-TextOrProbeArgument = Annotated[
-    str | None,
-    typer.Argument(
-        metavar="TEXT",
-        show_default=False,
-        help=f"{TEXT_HELP} (or give --detect).",
-    ),
-]
+
+
+def text_or(option: str) -> Any:
+    """TEXT, which ``option`` can stand in for."""
+    help = f"{TEXT_HELP} (or give {option})."
+    return Annotated[str | None, typer.Argument(metavar="TEXT", show_default=False, help=help)]
+
+
+OptionalTextArgument = text_or("--from")
+TextOrProbeArgument = text_or("--detect")
 DetectOption = Annotated[
     Detector | None,
     typer.Option(

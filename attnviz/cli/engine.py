@@ -21,47 +21,62 @@ if TYPE_CHECKING:
 
 
 scale_option = d.panel(d.SCALE_PANEL)
-EngineOption = Annotated[Engine, scale_option(
-    "--engine",
-    metavar="ENGINE",
-    case_sensitive=False,
-    help="local: this machine. ray: Ray workers, each holding the model (--jobs of them), "
-    "on the cluster at --ray-address or on a local Ray. Needs attnviz[ray].",
-)]
-RayAddressOption = Annotated[str | None, scale_option(
-    "--ray-address",
-    metavar="ADDRESS",
-    help=(
-        "A running Ray cluster to join (host:port, or auto: the one on this machine);"
-        " without it (or RAY_ADDRESS) a local Ray starts and stops with the command."
-        " A cluster with token authentication (Ray 2.59 on) also needs"
-        " RAY_AUTH_MODE=token."
+EngineOption = Annotated[
+    Engine,
+    scale_option(
+        "--engine",
+        metavar="ENGINE",
+        case_sensitive=False,
+        help="local: this machine. ray: Ray workers, each holding the model (--jobs of them), "
+        "on the cluster at --ray-address or on a local Ray. Needs attnviz[ray].",
     ),
-)]
-CpusPerWorkerOption = Annotated[int, scale_option(
-    "--num-cpus-per-worker",
-    metavar="N",
-    min=1,
-    help="CPUs each Ray worker holds; torch runs that many threads in it. Files equal a "
-    "local run's with as many torch threads (OMP_NUM_THREADS=N).",
-)]
-GpusPerWorkerOption = Annotated[float, scale_option(
-    "--num-gpus-per-worker",
-    parser=d.number(0.0),
-    metavar="N",
-    help="GPUs each Ray worker holds, 0 or more (0.5: two workers share one GPU).",
-)]
+]
+RayAddressOption = Annotated[
+    str | None,
+    scale_option(
+        "--ray-address",
+        metavar="ADDRESS",
+        help=(
+            "A running Ray cluster to join (host:port, or auto: the one on this machine);"
+            " without it (or RAY_ADDRESS) a local Ray starts and stops with the command."
+            " A cluster with token authentication (Ray 2.59 on) also needs"
+            " RAY_AUTH_MODE=token."
+        ),
+    ),
+]
+CpusPerWorkerOption = Annotated[
+    int,
+    scale_option(
+        "--num-cpus-per-worker",
+        metavar="N",
+        min=1,
+        help="CPUs each Ray worker holds; torch runs that many threads in it. Files equal a "
+        "local run's with as many torch threads (OMP_NUM_THREADS=N).",
+    ),
+]
+GpusPerWorkerOption = Annotated[
+    float,
+    scale_option(
+        "--num-gpus-per-worker",
+        parser=d.number(0.0),
+        metavar="N",
+        help="GPUs each Ray worker holds, 0 or more (0.5: two workers share one GPU).",
+    ),
+]
 
 
-JobsOption = Annotated[int | None, typer.Option(
-    "--jobs",
-    "-j",
-    metavar="N",
-    min=1,
-    max=1024,
-    show_default="2",
-    help="With --engine ray: Ray workers, each holding the model.",
-)]
+JobsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        metavar="N",
+        min=1,
+        max=1024,
+        show_default="2",
+        help="With --engine ray: Ray workers, each holding the model.",
+    ),
+]
 
 
 @dataclass(frozen=True)

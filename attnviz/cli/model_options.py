@@ -23,80 +23,116 @@ def stack_size(name: str, metavar: str, most: int, default: int, help: str) -> A
     return stack_option(name, metavar=metavar, min=1, max=most, show_default=shown, help=help)
 
 
-DownloadOption = Annotated[bool, model_option(
-    "--download",
-    help="Fetch a model missing from the local cache (needs network; HF_HUB_OFFLINE=1 wins).",
-)]
-TrustRemoteCodeOption = Annotated[bool, model_option(
-    "--trust-remote-code",
-    help="Run Python code that comes with the model. Off unless you trust its author.",
-)]
-AllowPickleOption = Annotated[bool, model_option(
-    "--allow-pickle",
-    help="Accept pickle (.bin) weights, which can run code when loaded; safetensors only "
-    "by default.",
-)]
-DeviceOption = Annotated[str, model_option(
-    "--device",
-    metavar="DEVICE",
-    autocompletion=complete_device,
-    help="Where the model runs: auto (the first GPU if there is one, else the CPU), cpu, "
-    "cuda, cuda:N or mps. Only the selected maps come back to the CPU.",
-)]
-AttentionOption = Annotated[Attention, model_option(
-    "--attention",
-    case_sensitive=False,
-    help="How the model computes attention: fused (its own fast kernel; attnviz computes "
-    "the weights asked for from the queries and keys, block by block, at any length), "
-    "eager (every head's whole maps, as output_attentions), or auto: fused where attnviz "
-    "can follow the model's attention, else eager, said on stderr.",
-)]
-MemoryOption = Annotated[str | None, model_option(
-    "--memory",
-    metavar="SIZE",
-    help="How much memory a block of one head's weights may take with fused attention: "
-    "256M, 1G, or bytes. Larger blocks are faster; the numbers are the same.",
-)]
-ModelDtypeOption = Annotated[str, model_option(
-    "--model-dtype",
-    metavar="DTYPE",
-    help="The precision of the weights: auto (the checkpoint's own on a GPU, float32 on "
-    "the CPU), float32, bfloat16 or float16. It does not change the precision of what "
-    "is written.",
-)]
-DeviceMapOption = Annotated[str | None, model_option(
-    "--device-map",
-    metavar="MAP",
-    autocompletion=complete_device_map,
-    help="Spread a model too big for one device over several GPUs and the CPU (auto, "
-    "balanced, sequential; accelerate's placement). Needs attnviz[big].",
-)]
-VerboseOption = Annotated[bool, model_option(
-    "--verbose", help="Show transformers' own warnings and progress bars."
-)]
+DownloadOption = Annotated[
+    bool,
+    model_option(
+        "--download",
+        help="Fetch a model missing from the local cache (needs network; HF_HUB_OFFLINE=1 wins).",
+    ),
+]
+TrustRemoteCodeOption = Annotated[
+    bool,
+    model_option(
+        "--trust-remote-code",
+        help="Run Python code that comes with the model. Off unless you trust its author.",
+    ),
+]
+AllowPickleOption = Annotated[
+    bool,
+    model_option(
+        "--allow-pickle",
+        help="Accept pickle (.bin) weights, which can run code when loaded; safetensors only "
+        "by default.",
+    ),
+]
+DeviceOption = Annotated[
+    str,
+    model_option(
+        "--device",
+        metavar="DEVICE",
+        autocompletion=complete_device,
+        help="Where the model runs: auto (the first GPU if there is one, else the CPU), cpu, "
+        "cuda, cuda:N or mps. Only the selected maps come back to the CPU.",
+    ),
+]
+AttentionOption = Annotated[
+    Attention,
+    model_option(
+        "--attention",
+        case_sensitive=False,
+        help="How the model computes attention: fused (its own fast kernel; attnviz computes "
+        "the weights asked for from the queries and keys, block by block, at any length), "
+        "eager (every head's whole maps, as output_attentions), or auto: fused where attnviz "
+        "can follow the model's attention, else eager, said on stderr.",
+    ),
+]
+MemoryOption = Annotated[
+    str | None,
+    model_option(
+        "--memory",
+        metavar="SIZE",
+        help="How much memory a block of one head's weights may take with fused attention: "
+        "256M, 1G, or bytes. Larger blocks are faster; the numbers are the same.",
+    ),
+]
+ModelDtypeOption = Annotated[
+    str,
+    model_option(
+        "--model-dtype",
+        metavar="DTYPE",
+        help="The precision of the weights: auto (the checkpoint's own on a GPU, float32 on "
+        "the CPU), float32, bfloat16 or float16. It does not change the precision of what "
+        "is written.",
+    ),
+]
+DeviceMapOption = Annotated[
+    str | None,
+    model_option(
+        "--device-map",
+        metavar="MAP",
+        autocompletion=complete_device_map,
+        help="Spread a model too big for one device over several GPUs and the CPU (auto, "
+        "balanced, sequential; accelerate's placement). Needs attnviz[big].",
+    ),
+]
+VerboseOption = Annotated[
+    bool,
+    model_option(
+        "--verbose", help="Show transformers' own warnings and progress bars."
+    ),
+]
 NumLayersOption = Annotated[int | None, stack_size("--num-layers", "N", 64, 2, "Number of layers.")]
 NumHeadsOption = Annotated[
     int | None, stack_size("--num-heads", "N", 64, 4, "Attention heads per layer.")
 ]
-DModelOption = Annotated[int | None, stack_size(
-    "--d-model",
-    "WIDTH",
-    4096,
-    64,
-    "Width of the token vectors; a multiple of --num-heads with learned projections.",
-)]
-PositionsOption = Annotated[bool | None, stack_option(
-    "--positions/--no-positions",
-    show_default="positions",
-    help="Add sinusoidal positions. Without them attention ignores word order: "
-    "shuffling the words shuffles the maps the same way.",
-)]
-ProjectionsOption = Annotated[Projections | None, stack_option(
-    "--projections",
-    metavar="KIND",
-    case_sensitive=False,
-    show_default="learned",
-    help="learned: W_Q, W_K, W_V per head. identity: Q = K = V = X, the plain attention in "
-    "which a word attends most to itself and its repeats.",
-)]
+DModelOption = Annotated[
+    int | None,
+    stack_size(
+        "--d-model",
+        "WIDTH",
+        4096,
+        64,
+        "Width of the token vectors; a multiple of --num-heads with learned projections.",
+    ),
+]
+PositionsOption = Annotated[
+    bool | None,
+    stack_option(
+        "--positions/--no-positions",
+        show_default="positions",
+        help="Add sinusoidal positions. Without them attention ignores word order: "
+        "shuffling the words shuffles the maps the same way.",
+    ),
+]
+ProjectionsOption = Annotated[
+    Projections | None,
+    stack_option(
+        "--projections",
+        metavar="KIND",
+        case_sensitive=False,
+        show_default="learned",
+        help="learned: W_Q, W_K, W_V per head. identity: Q = K = V = X, the plain attention in "
+        "which a word attends most to itself and its repeats.",
+    ),
+]
 KeepCaseOption = Annotated[bool, stack_option("--keep-case", help="Do not case-fold the tokens.")]

@@ -22,27 +22,36 @@ if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
 style_option = d.panel(d.PICTURE_PANEL)
 selection_option = d.panel(d.SELECTION_PANEL)
 
-CmapOption = Annotated[str, style_option(
-    "--cmap",
-    metavar="NAME",
-    help="Any matplotlib colormap name.",
-)]
+CmapOption = Annotated[
+    str,
+    style_option(
+        "--cmap",
+        metavar="NAME",
+        help="Any matplotlib colormap name.",
+    ),
+]
 
-DpiOption = Annotated[int, style_option(
-    "--dpi",
-    metavar="DPI",
-    min=20,
-    max=1200,
-    help="Pixels per inch.",
-)]
+DpiOption = Annotated[
+    int,
+    style_option(
+        "--dpi",
+        metavar="DPI",
+        min=20,
+        max=1200,
+        help="Pixels per inch.",
+    ),
+]
 
-VmaxOption = Annotated[float, style_option(
-    "--vmax",
-    parser=d.number(1e-6, 1.0),
-    metavar="WEIGHT",
-    help="The weight at the top of the colour scale, above 0 and at most 1 (default 1, the "
-    "same in every picture). Lower it for long inputs, whose weights are all small.",
-)]
+VmaxOption = Annotated[
+    float,
+    style_option(
+        "--vmax",
+        parser=d.number(1e-6, 1.0),
+        metavar="WEIGHT",
+        help="The weight at the top of the colour scale, above 0 and at most 1 (default 1, the "
+        "same in every picture). Lower it for long inputs, whose weights are all small.",
+    ),
+]
 
 PictureValuesOption = d.values_option(
     d.PICTURE_PANEL,
@@ -50,30 +59,42 @@ PictureValuesOption = d.values_option(
     "panels), up to 16 × 16.",
 )
 
-FigsizeOption = Annotated[str | None, style_option(
-    "--figsize",
-    metavar="W,H",
-    help="Figure size in inches, e.g. 3.5,3 for a paper's column (default: sized by the map).",
-)]
+FigsizeOption = Annotated[
+    str | None,
+    style_option(
+        "--figsize",
+        metavar="W,H",
+        help="Figure size in inches, e.g. 3.5,3 for a paper's column (default: sized by the map).",
+    ),
+]
 
-FontSizeOption = Annotated[float | None, style_option(
-    "--font-size",
-    parser=d.number(4.0, 72.0),
-    metavar="POINTS",
-    help="Size of labels and titles, 4 to 72. Token labels never go below 6 points: where "
-    "the cells are too small for them, every n-th label is shown and the picture says so.",
-)]
+FontSizeOption = Annotated[
+    float | None,
+    style_option(
+        "--font-size",
+        parser=d.number(4.0, 72.0),
+        metavar="POINTS",
+        help="Size of labels and titles, 4 to 72. Token labels never go below 6 points: where "
+        "the cells are too small for them, every n-th label is shown and the picture says so.",
+    ),
+]
 
-TitleOption = Annotated[str | None, style_option(
-    "--title",
-    metavar="TEXT",
-    help="The figure's title (default: the model and the mode).",
-)]
+TitleOption = Annotated[
+    str | None,
+    style_option(
+        "--title",
+        metavar="TEXT",
+        help="The figure's title (default: the model and the mode).",
+    ),
+]
 
-NoTitleOption = Annotated[bool, style_option(
-    "--no-title",
-    help="No figure title (the layer and head of each panel of a grid stay).",
-)]
+NoTitleOption = Annotated[
+    bool,
+    style_option(
+        "--no-title",
+        help="No figure title (the layer and head of each panel of a grid stay).",
+    ),
+]
 
 TopHeadsOption = top_heads_option(
     "Only the N heads `attnviz heads --sort STAT` lists first (of those selected), in "
@@ -81,24 +102,30 @@ TopHeadsOption = top_heads_option(
     rich_help_panel=d.SELECTION_PANEL,
 )
 
-ByOption = Annotated[RankBy | None, selection_option(
-    "--by",
-    metavar="STAT",
-    case_sensitive=False,
-    help="The statistic --top-heads ranks by: "
-    + listed([c for c in SUMMED if c.needs is not Needs.SPAN])
-    + ", span with --span, or "
-    + listed(EFFECTS)
-    + " with --answer (see attnviz heads). In the order heads --sort lists them. "
-    "[default: entropy, the --detect score, or ablation with --answer]",
-    show_default=False,
-)]
+ByOption = Annotated[
+    RankBy | None,
+    selection_option(
+        "--by",
+        metavar="STAT",
+        case_sensitive=False,
+        help="The statistic --top-heads ranks by: "
+        + listed([c for c in SUMMED if c.needs is not Needs.SPAN])
+        + ", span with --span, or "
+        + listed(EFFECTS)
+        + " with --answer (see attnviz heads). In the order heads --sort lists them. "
+        "[default: entropy, the --detect score, or ablation with --answer]",
+        show_default=False,
+    ),
+]
 
-LowestOption = Annotated[bool, selection_option(
-    "--lowest",
-    help="--top-heads takes the smallest values instead (--by entropy --lowest: the most "
-    "focused heads), as heads --sort STAT --reverse lists them.",
-)]
+LowestOption = Annotated[
+    bool,
+    selection_option(
+        "--lowest",
+        help="--top-heads takes the smallest values instead (--by entropy --lowest: the most "
+        "focused heads), as heads --sort STAT --reverse lists them.",
+    ),
+]
 
 
 @dataclass(frozen=True)

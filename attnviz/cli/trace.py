@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.atomic_files import check_writable
-from attnviz.choices import SITE_LABELS, Output, Site, labelled
+from attnviz.choices import SITE_LABELS, Output, Site
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import trace_options
@@ -20,14 +20,9 @@ from attnviz.outputs import PICTURES, formats_named
 from attnviz.request import asked_for
 
 FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
-SiteOption = Annotated[
-    Site,
-    typer.Option(
-        "--site",
-        case_sensitive=False,
-        help="Where the clean activation is restored in each layer: " + labelled(SITE_LABELS) + ".",
-    ),
-]
+SiteOption = d.choice_option(
+    Site, "--site", "Where the clean activation is restored in each layer", SITE_LABELS
+)
 ByPositionOption = Annotated[
     bool,
     typer.Option(
