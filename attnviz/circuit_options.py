@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from attnviz.analysis.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
 from attnviz.analysis.training import Training
 from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select, chosen
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, refuse
 
 ALL = "all"
 DEFAULT_EDGES = 100  # the circuit kept where --edges is not given (or every edge, if fewer)
@@ -176,30 +176,35 @@ class CircuitOptions:
                     "--nodes counts a node circuit's heads and MLPs: give --level node"
                 )
             return
-        if self.edges is not None:
-            raise UsageError("--level node chooses nodes: give --nodes N, not --edges")
-        if self.refine is not None:
-            raise UsageError(
+        refuse(
+            (self.edges is not None, "--level node chooses nodes: give --nodes N, not --edges"),
+            (
+                self.refine is not None,
                 "--refine computes edges exactly: a node circuit is chosen by its nodes' "
-                "scores (--method exact patches each node)"
-            )
-        if self.select is Select.GREEDY:
-            raise UsageError("--select greedy takes edges from the logits up: --level edge")
+                "scores (--method exact patches each node)",
+            ),
+            (
+                self.select is Select.GREEDY,
+                "--select greedy takes edges from the logits up: --level edge",
+            ),
+        )
         if self.nodes is not None and self.nodes != ALL:
             _count(self.nodes, "--nodes", least=0)
 
     def _check_bootstrap(self) -> None:
         _count(self.bootstrap, "--bootstrap", least=2, most=MOST_RESAMPLES)
-        if self.scores is not None:
-            raise UsageError(
+        refuse(
+            (
+                self.scores is not None,
                 "--bootstrap resamples each pair's scores as they are made: score again, "
-                "not with --scores"
-            )
-        if self.refine is not None:
-            raise UsageError(
+                "not with --scores",
+            ),
+            (
+                self.refine is not None,
                 "--refine computes the top edges exactly over the pairs as given: not with "
-                "--bootstrap"
-            )
+                "--bootstrap",
+            ),
+        )
 
     def _check_selection(self) -> None:
         if self.select is not Select.THRESHOLD:

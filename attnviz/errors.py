@@ -50,6 +50,14 @@ class UsageError(AttnvizError, ValueError):
     exit_code = ExitCode.USAGE_ERROR
 
 
+def refuse(*rules: tuple[bool, str]) -> None:
+    """Raise a :class:`UsageError` saying the first of ``rules`` (a clash, then what it
+    means) whose clash is there."""
+    for clash, message in rules:
+        if clash:
+            raise UsageError(message)
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """Python's MemoryError, torch's OutOfMemoryError (GPU) and its CPU allocator's failure,
     which torch raises as a plain RuntimeError."""

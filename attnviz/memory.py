@@ -9,15 +9,13 @@ a computation done a block at a time holds at once on a device (stdlib only)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 CGROUPS = Path("/sys/fs/cgroup")
 
 
-@dataclass(frozen=True)
-class Room:
+class Room(NamedTuple):
     """Bytes this process may still take, and what bounds them, as a message says it."""
 
     free: int

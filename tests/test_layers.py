@@ -4,7 +4,11 @@ imports inside functions included (only imports for type checkers are left out).
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).parent.parent / "attnviz"
 
@@ -234,6 +238,29 @@ def test_no_module_is_longer_than_a_few_screens():
     assert [f"{name} ({count})" for name, count in counts.items() if count > LONGEST_MODULE] == []
     long = sorted(name for name, count in counts.items() if count > LONG_MODULE)
     assert len(long) <= LONG_MODULES_AT_MOST, long
+
+
+# Places that repeat six or more lines of the same shape, as the workplace's `duplicates`
+# tool counts them (what is left is mostly signatures and field lists a command or a
+# protocol must spell out).
+MOST_REPEATED_PLACES = {"attnviz": 12, "tests": 6}
+
+
+@pytest.mark.skipif(shutil.which("duplicates") is None, reason="no `duplicates` tool here")
+@pytest.mark.parametrize("folder", sorted(MOST_REPEATED_PLACES))
+def test_few_places_repeat_each_other(folder: str):
+    """What one piece of code can serve is written once."""
+    found = subprocess.run(
+        ["duplicates", "--seconds", "120"],
+        cwd=PACKAGE.parent / folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "incomplete:" not in found, found
+    first = found.splitlines()[0]
+    count = 0 if first.startswith("no duplicates") else int(first.split()[0])
+    assert count <= MOST_REPEATED_PLACES[folder], found
 
 
 MOST_PUBLIC_METHODS = 15

@@ -12,7 +12,7 @@ import numpy as np
 from attnviz.analysis.grid import one_sequence
 from attnviz.analysis.products import Block, HeadStatisticsProduct, of_whole
 from attnviz.choices import Mode
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, refuse
 from attnviz.head_columns import DETECTORS, SUMMED, HeadColumn, HeadStatistics, Needs, RankBy
 from attnviz.panels import panels_of
 
@@ -96,15 +96,15 @@ class HeadTable:
 
 def head_statistics(maps: AttentionMaps) -> list[HeadStatistics]:
     """A row of statistics per (layer, head) held in ``maps``: over the rows they hold."""
-    if maps.aggregate is not None:
-        raise UsageError("statistics are per head: give maps that are not aggregated")
-    if maps.pooled is not None:
-        raise UsageError("statistics are of exact rows, not of pooled bins")
-    if maps.weighting is not None:
-        raise UsageError(
+    refuse(
+        (maps.aggregate is not None, "statistics are per head: give maps that are not aggregated"),
+        (maps.pooled is not None, "statistics are of exact rows, not of pooled bins"),
+        (
+            maps.weighting is not None,
             "head statistics read each row as a distribution, and value-weighted maps are not: "
-            "give the maps without --weigh"
-        )
+            "give the maps without --weigh",
+        ),
+    )
     rows = maps.query_positions
     queries = len(maps.query_tokens) if rows is None else max(rows) + 1
     product = statistics_product(

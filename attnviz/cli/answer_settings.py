@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from attnviz.choices import (
     ABLATION_LABELS,
     MEASURES,
@@ -31,6 +29,7 @@ if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
 
 
 EFFECTS_PANEL = "What heads do to an answer"
+in_effects = d.panel(EFFECTS_PANEL)
 AblateOption = d.choice_option(
     Ablation,
     "--ablate",
@@ -46,10 +45,9 @@ class Effects:
 
     answer: Annotated[
         str | None,
-        typer.Option(
+        in_effects(
             "--answer",
             metavar="TEXT",
-            rich_help_panel=EFFECTS_PANEL,
             help="The words a causal language model should go on with, a space first where "
             "the text would have one: the metric is its first token's log-probability at the "
             "last position. @FILE reads a file, as TEXT does.",
@@ -58,20 +56,18 @@ class Effects:
     ablate: AblateOption = Ablation.ZERO
     versus: Annotated[
         str | None,
-        typer.Option(
+        in_effects(
             "--versus",
             metavar="TEXT",
-            rich_help_panel=EFFECTS_PANEL,
             help="A second answer: the metric becomes logit(answer) - logit(versus) at the "
             "last position (each its first token). @FILE reads a file.",
         ),
     ] = None
     metric: Annotated[
         Measure | None,
-        typer.Option(
+        in_effects(
             "--metric",
             case_sensitive=False,
-            rich_help_panel=EFFECTS_PANEL,
             help="What effects are measured by at the last position: "
             + ", ".join(
                 f"{kind} ({measured.label.format(answer='answer', versus='versus')}"
@@ -84,10 +80,9 @@ class Effects:
     ] = None
     corrupt: Annotated[
         str | None,
-        typer.Option(
+        in_effects(
             "--corrupt",
             metavar="TEXT",
-            rich_help_panel=EFFECTS_PANEL,
             help="The text with one fact changed, as many tokens: its run takes the clean "
             "activations (heads, trace), or gives its values to a circuit's edges (circuit). "
             "@FILE reads a file (a long text), as TEXT does.",
@@ -95,29 +90,26 @@ class Effects:
     ] = None
     normalize: Annotated[
         bool,
-        typer.Option(
+        in_effects(
             "--normalize",
-            rich_help_panel=EFFECTS_PANEL,
             help="With --corrupt: patch effects as the fraction of the corruption's change they "
             "bring back, (patched - corrupted) / (clean - corrupted): 1 all of it, 0 none.",
         ),
     ] = False
     method: Annotated[
         Method,
-        typer.Option(
+        in_effects(
             "--method",
             case_sensitive=False,
-            rich_help_panel=EFFECTS_PANEL,
             help="exact: a forward pass per change; gradient: attribution patching's linear "
             "estimate from one backward pass (any length).",
         ),
     ] = Method.EXACT
     knockout: Annotated[
         str | None,
-        typer.Option(
+        in_effects(
             "--knockout",
             metavar="ROWS:SPAN",
-            rich_help_panel=EFFECTS_PANEL,
             help="Instead of heads, layers: the change in the answer's log-probability when "
             "the query ROWS may not read the SPAN keys (each as --rows names tokens; ROWS "
             "holds no colon: last:France, -1:3-5) in --window layers around each layer.",
@@ -125,11 +117,10 @@ class Effects:
     ] = None
     window: Annotated[
         int,
-        typer.Option(
+        in_effects(
             "--window",
             metavar="N",
             min=1,
-            rich_help_panel=EFFECTS_PANEL,
             help="How many layers each knockout blocks, centred on its layer.",
         ),
     ] = 1

@@ -50,6 +50,13 @@ STACK_PANEL = "Built-in stack (without --model)"
 OUTPUT_PANEL = "Output"
 PICTURE_PANEL = "Pictures"
 SCALE_PANEL = "Scale"
+in_selection = panel(SELECTION_PANEL)
+in_long = panel(LONG_PANEL)
+in_output = panel(OUTPUT_PANEL)
+in_model = panel(MODEL_PANEL)
+in_stack = panel(STACK_PANEL)
+in_pictures = panel(PICTURE_PANEL)
+in_scale = panel(SCALE_PANEL)
 STDIO = "-"
 AUTO_POOL = 1024  # pictures pool longer inputs into this many bins unless --rows or --pool
 
@@ -129,11 +136,10 @@ def view_option(choices: Any, help: str, **more: Any) -> Any:
     more.setdefault("callback", as_whole(View))
     return Annotated[
         choices,
-        typer.Option(
+        in_output(
             "--view",
             metavar="VIEW",
             case_sensitive=False,
-            rich_help_panel=OUTPUT_PANEL,
             help=help,
             **more,
         ),
@@ -178,11 +184,10 @@ RenderViewOption = view_option(
 
 DtypeOption = Annotated[
     Dtype,
-    typer.Option(
+    in_output(
         "--dtype",
         metavar="DTYPE",
         case_sensitive=False,
-        rich_help_panel=OUTPUT_PANEL,
         help="How stored weights are written: float16 halves the size of json and npz data.",
     ),
 ]
@@ -223,13 +228,8 @@ FromOption = Annotated[
         "wrote (- for stdin); no model is loaded.",
     ),
 ]
-SavedArgument = Annotated[
-    str,
-    typer.Argument(
-        metavar="SOURCE",
-        help="Saved maps: a json, ndjson or npz file written by attnviz, or - for stdin.",
-    ),
-]
+SAVED_HELP = "Saved maps: a json, ndjson or npz file written by attnviz, or - for stdin."
+SavedArgument = Annotated[str, typer.Argument(metavar="SOURCE", help=SAVED_HELP)]
 ModeOption = Annotated[
     Mode | None,
     typer.Option(
@@ -251,21 +251,19 @@ TargetOption = Annotated[
 ]
 LayerOption = Annotated[
     str,
-    typer.Option(
+    in_selection(
         "--layer",
         "-l",
         metavar="LAYERS",
-        rich_help_panel=SELECTION_PANEL,
         help="Layers to show: an index, a list (0,2), a range (0-2), all; negative counts from "
         "the end.",
     ),
 ]
 HeadOption = Annotated[
     str,
-    typer.Option(
+    in_selection(
         "--head",
         metavar="HEADS",
-        rich_help_panel=SELECTION_PANEL,
         help="Heads to show, written like --layer.",
     ),
 ]
@@ -273,11 +271,10 @@ HeadOption = Annotated[
 
 ModelOption = Annotated[
     str,
-    typer.Option(
+    in_model(
         "--model",
         metavar="MODEL",
         autocompletion=complete_model,
-        rich_help_panel=MODEL_PANEL,
         help="builtin (the seeded stack; builtin:seed=1 and the rest of the name its maps "
         "record pick its settings), an alias (see attnviz models), a directory saved with "
         "save_pretrained, or a Hugging Face id from the local cache.",
@@ -285,10 +282,9 @@ ModelOption = Annotated[
 ]
 RowsOption = Annotated[
     str | None,
-    typer.Option(
+    in_long(
         "--rows",
         metavar="ROWS",
-        rich_help_panel=LONG_PANEL,
         help="Keep only these query rows, each over every key: last, -1, 100-120, 0,5, or "
         "the tokens of a text ('What is', or text:2024 for text that reads like indices). "
         "What the last token reads before it answers, at any length.",
@@ -296,10 +292,9 @@ RowsOption = Annotated[
 ]
 SpanOption = Annotated[
     str | None,
-    typer.Option(
+    in_long(
         "--span",
         metavar="KEYS",
-        rich_help_panel=LONG_PANEL,
         help="Key tokens, as --rows names rows (positions, or a text such as a needle's), "
         "whose weight each head's span statistic sums over the rows: a retrieval score, "
         "listed by heads and ranked by --top-heads N --by span.",
@@ -307,11 +302,10 @@ SpanOption = Annotated[
 ]
 WeighOption = Annotated[
     Weighting | None,
-    typer.Option(
+    in_selection(
         "--weigh",
         metavar="value",
         case_sensitive=False,
-        rich_help_panel=SELECTION_PANEL,
         help="Multiply each weight by what its key writes through the head, weight × ‖W_O v‖ "
         "(Kobayashi et al. 2020): a sink whose value is small fades. Rows no longer sum to "
         "1; pictures get a colour scale of their own.",
@@ -319,10 +313,9 @@ WeighOption = Annotated[
 ]
 PoolOption = Annotated[
     int | None,
-    typer.Option(
+    in_long(
         "--pool",
         metavar="BINS",
-        rich_help_panel=LONG_PANEL,
         help="Pool neighbouring tokens so that each map has at most BINS × BINS cells (rows "
         "averaged, columns summed: rows still sum to 1). Pictures, the page and the terminal "
         f"pool inputs longer than {AUTO_POOL} tokens by themselves.",
@@ -330,56 +323,50 @@ PoolOption = Annotated[
 ]
 SpecialOption = Annotated[
     bool,
-    typer.Option(
+    in_model(
         "--special/--no-special",
-        rich_help_panel=MODEL_PANEL,
         help="Keep special tokens ([CLS], <s>, …). --no-special drops their rows and columns "
         "and renormalises each row to sum to 1.",
     ),
 ]
 WordsOption = Annotated[
     bool,
-    typer.Option(
+    in_model(
         "--words",
-        rich_help_panel=MODEL_PANEL,
         help="Merge sub-word pieces into words: a word's row is the mean of its pieces' rows, "
         "its column the sum of their columns, so rows still sum to 1.",
     ),
 ]
 ChatOption = Annotated[
     bool,
-    typer.Option(
+    in_model(
         "--chat",
-        rich_help_panel=MODEL_PANEL,
         help="Read the text as one user message through the tokenizer's chat template, as an "
         "instruct model was trained to; the template's own tokens count as special.",
     ),
 ]
 SystemOption = Annotated[
     str | None,
-    typer.Option(
+    in_model(
         "--system",
         metavar="TEXT",
-        rich_help_panel=MODEL_PANEL,
         help="With --chat: a system message before the user's.",
     ),
 ]
 PairOption = Annotated[
     str | None,
-    typer.Option(
+    in_model(
         "--pair",
         metavar="TEXT_B",
-        rich_help_panel=MODEL_PANEL,
         help="Sentence B of a sentence pair for an encoder such as BERT: [CLS] TEXT [SEP] "
         "TEXT_B [SEP], with the tokenizer's own pair encoding and token types.",
     ),
 ]
 BetweenOption = Annotated[
     str | None,
-    typer.Option(
+    in_selection(
         "--between",
         metavar="A-B",
-        rich_help_panel=SELECTION_PANEL,
         help="With --pair: only the rows of one sentence and the columns of the other (a-b: "
         "sentence A's tokens attending to B's; b-a, a-a, b-b), each row renormalised to sum to "
         "1 over the columns kept.",
@@ -387,41 +374,37 @@ BetweenOption = Annotated[
 ]
 RawPiecesOption = Annotated[
     bool,
-    typer.Option(
+    in_model(
         "--raw-pieces",
-        rich_help_panel=MODEL_PANEL,
         help="Label tokens with the tokenizer's own pieces (##ization, Ġthe, ▁the) instead of "
         "the cleaned text.",
     ),
 ]
 LabelPositionsOption = Annotated[
     bool,
-    typer.Option(
+    in_output(
         "--label-positions",
-        rich_help_panel=OUTPUT_PANEL,
         help="Tell repeated tokens apart: a label that occurs more than once gets its position "
         "in the map (the·0 … the·3; 0 is the first token, as in csv's query_index).",
     ),
 ]
 SeedOption = Annotated[
     int | None,
-    typer.Option(
+    in_stack(
         "--seed",
         metavar="SEED",
         min=0,
         max=2**63 - 1,  # what torch.manual_seed takes
         show_default="0",
-        rich_help_panel=STACK_PANEL,
         help="Seed of every weight and token embedding.",
     ),
 ]
 ColourOption = Annotated[
     ColourChoice,
-    typer.Option(
+    in_output(
         "--color",
         metavar="WHEN",
         case_sensitive=False,
-        rich_help_panel=OUTPUT_PANEL,
         help="Colour in the terminal picture. auto honours NO_COLOR and never colours a pipe; "
         "without colour, cells are shaded ·░▒▓█.",
     ),
@@ -431,24 +414,22 @@ ColourOption = Annotated[
 MIN_WIDTH, MAX_WIDTH = 20, 2000
 WidthOption = Annotated[
     int | None,
-    typer.Option(
+    in_output(
         "--width",
         metavar="COLUMNS",
         min=MIN_WIDTH,
         max=MAX_WIDTH,
-        rich_help_panel=OUTPUT_PANEL,
         help=f"Columns to draw in, {MIN_WIDTH} to {MAX_WIDTH} (default: the terminal's width, "
         f"or $COLUMNS, or 80).",
     ),
 ]
 AggregateOption = Annotated[
     Aggregate | None,
-    typer.Option(
+    in_selection(
         "--aggregate",
         "-a",
         metavar="METHOD",
         case_sensitive=False,
-        rich_help_panel=SELECTION_PANEL,
         help="Combine the selected maps. mean, max: over heads, a map per layer. mean-all, "
         "max-all: over layers and heads. rollout: attention rollout (Abnar & Zuidema 2020), the "
         "product of head-mean maps with the residual folded in (0.5·A + 0.5·I). flow: "

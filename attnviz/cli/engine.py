@@ -20,10 +20,9 @@ if TYPE_CHECKING:
     from attnviz.cli.output import Environment
 
 
-scale_option = d.panel(d.SCALE_PANEL)
 EngineOption = Annotated[
     Engine,
-    scale_option(
+    d.in_scale(
         "--engine",
         metavar="ENGINE",
         case_sensitive=False,
@@ -33,7 +32,7 @@ EngineOption = Annotated[
 ]
 RayAddressOption = Annotated[
     str | None,
-    scale_option(
+    d.in_scale(
         "--ray-address",
         metavar="ADDRESS",
         help=(
@@ -46,7 +45,7 @@ RayAddressOption = Annotated[
 ]
 CpusPerWorkerOption = Annotated[
     int,
-    scale_option(
+    d.in_scale(
         "--num-cpus-per-worker",
         metavar="N",
         min=1,
@@ -56,7 +55,7 @@ CpusPerWorkerOption = Annotated[
 ]
 GpusPerWorkerOption = Annotated[
     float,
-    scale_option(
+    d.in_scale(
         "--num-gpus-per-worker",
         parser=d.number(0.0),
         metavar="N",

@@ -21,6 +21,7 @@ from attnviz.inputs import read_texts
 from attnviz.safe_text import display_label
 
 GENERATION_PANEL = "Generation"
+in_generation = d.panel(GENERATION_PANEL)
 
 
 GenerationModeOption = Annotated[
@@ -61,50 +62,45 @@ MaxNewTokensOption = max_new_tokens_option(
 )
 SampleOption = Annotated[
     bool,
-    typer.Option(
+    in_generation(
         "--sample",
-        rich_help_panel=GENERATION_PANEL,
         help="Sample the next token (with --temperature and --top-p) instead of taking the "
         "likeliest; reproducible with --seed.",
     ),
 ]
 TemperatureOption = Annotated[
     float,
-    typer.Option(
+    in_generation(
         "--temperature",
         parser=d.number(1e-6),
         metavar="T",
-        rich_help_panel=GENERATION_PANEL,
         help="With --sample: below 1 sharper, above 1 flatter (above 0).",
     ),
 ]
 TopPOption = Annotated[
     float,
-    typer.Option(
+    in_generation(
         "--top-p",
         parser=d.number(1e-6, 1.0),
         metavar="P",
-        rich_help_panel=GENERATION_PANEL,
         help="With --sample: sample among the likeliest tokens whose probabilities sum to P "
         "(above 0, at most 1).",
     ),
 ]
 SeedOption = Annotated[
     int,
-    typer.Option(
+    in_generation(
         "--seed",
         metavar="N",
         min=0,
         max=2**63 - 1,
-        rich_help_panel=GENERATION_PANEL,
         help="The seed of --sample: the same seed writes the same text.",
     ),
 ]
 StopOption = Annotated[
     bool,
-    typer.Option(
+    in_generation(
         "--stop/--no-stop",
-        rich_help_panel=GENERATION_PANEL,
         help="Stop at the model's end-of-sequence token, or write all --max-new-tokens.",
     ),
 ]

@@ -11,35 +11,32 @@ from typing import Annotated, Any
 
 from attnviz.choices import Attention, Projections
 from attnviz.cli.completion import complete_device, complete_device_map
-from attnviz.cli.declarations import MODEL_PANEL, STACK_PANEL, panel
-
-model_option = panel(MODEL_PANEL)
-stack_option = panel(STACK_PANEL)
+from attnviz.cli.declarations import in_model, in_stack
 
 
 def stack_size(name: str, metavar: str, most: int, default: int, help: str) -> Any:
     """A built-in stack's size, 1 to ``most``: not given, the stack's ``default``."""
     shown = str(default)
-    return stack_option(name, metavar=metavar, min=1, max=most, show_default=shown, help=help)
+    return in_stack(name, metavar=metavar, min=1, max=most, show_default=shown, help=help)
 
 
 DownloadOption = Annotated[
     bool,
-    model_option(
+    in_model(
         "--download",
         help="Fetch a model missing from the local cache (needs network; HF_HUB_OFFLINE=1 wins).",
     ),
 ]
 TrustRemoteCodeOption = Annotated[
     bool,
-    model_option(
+    in_model(
         "--trust-remote-code",
         help="Run Python code that comes with the model. Off unless you trust its author.",
     ),
 ]
 AllowPickleOption = Annotated[
     bool,
-    model_option(
+    in_model(
         "--allow-pickle",
         help="Accept pickle (.bin) weights, which can run code when loaded; safetensors only "
         "by default.",
@@ -47,7 +44,7 @@ AllowPickleOption = Annotated[
 ]
 DeviceOption = Annotated[
     str,
-    model_option(
+    in_model(
         "--device",
         metavar="DEVICE",
         autocompletion=complete_device,
@@ -57,7 +54,7 @@ DeviceOption = Annotated[
 ]
 AttentionOption = Annotated[
     Attention,
-    model_option(
+    in_model(
         "--attention",
         case_sensitive=False,
         help="How the model computes attention: fused (its own fast kernel; attnviz computes "
@@ -68,7 +65,7 @@ AttentionOption = Annotated[
 ]
 MemoryOption = Annotated[
     str | None,
-    model_option(
+    in_model(
         "--memory",
         metavar="SIZE",
         help="How much memory a block of one head's weights may take with fused attention: "
@@ -77,7 +74,7 @@ MemoryOption = Annotated[
 ]
 ModelDtypeOption = Annotated[
     str,
-    model_option(
+    in_model(
         "--model-dtype",
         metavar="DTYPE",
         help="The precision of the weights: auto (the checkpoint's own on a GPU, float32 on "
@@ -87,7 +84,7 @@ ModelDtypeOption = Annotated[
 ]
 DeviceMapOption = Annotated[
     str | None,
-    model_option(
+    in_model(
         "--device-map",
         metavar="MAP",
         autocompletion=complete_device_map,
@@ -97,7 +94,7 @@ DeviceMapOption = Annotated[
 ]
 VerboseOption = Annotated[
     bool,
-    model_option(
+    in_model(
         "--verbose", help="Show transformers' own warnings and progress bars."
     ),
 ]
@@ -117,7 +114,7 @@ DModelOption = Annotated[
 ]
 PositionsOption = Annotated[
     bool | None,
-    stack_option(
+    in_stack(
         "--positions/--no-positions",
         show_default="positions",
         help="Add sinusoidal positions. Without them attention ignores word order: "
@@ -126,7 +123,7 @@ PositionsOption = Annotated[
 ]
 ProjectionsOption = Annotated[
     Projections | None,
-    stack_option(
+    in_stack(
         "--projections",
         metavar="KIND",
         case_sensitive=False,
@@ -135,4 +132,4 @@ ProjectionsOption = Annotated[
         "which a word attends most to itself and its repeats.",
     ),
 ]
-KeepCaseOption = Annotated[bool, stack_option("--keep-case", help="Do not case-fold the tokens.")]
+KeepCaseOption = Annotated[bool, in_stack("--keep-case", help="Do not case-fold the tokens.")]

@@ -55,33 +55,31 @@ if TYPE_CHECKING:
     from attnviz.render.style import Style
 
 SWEEP_PANEL = "Sweep"
+in_sweep = d.panel(SWEEP_PANEL)
 
 FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
 LengthsOption = Annotated[
     str,
-    typer.Option(
+    in_sweep(
         "--lengths",
         metavar="N,N,…",
-        rich_help_panel=SWEEP_PANEL,
         help="Prompt lengths in tokens, the question included (k: a thousand, so 32k is "
         "32,000 tokens).",
     ),
 ]
 DepthsOption = Annotated[
     str,
-    typer.Option(
+    in_sweep(
         "--depths",
         metavar="D,D,…",
-        rich_help_panel=SWEEP_PANEL,
         help="Where the needle goes in the haystack: 0 its start, 1 its end.",
     ),
 ]
 HaystackOption = Annotated[
     str | None,
-    typer.Option(
+    in_sweep(
         "--haystack",
         metavar="FILE",
-        rich_help_panel=SWEEP_PANEL,
         show_default="a text shipped with attnviz",
         help="The filler text, read whole (repeated, with a warning, where too short).",
     ),
@@ -100,10 +98,9 @@ QuestionOption = Annotated[
 ]
 AnswerOption = Annotated[
     str,
-    typer.Option(
+    in_sweep(
         "--answer",
         metavar="TEXT",
-        rich_help_panel=SWEEP_PANEL,
         help="What must come back; part of the needle (the tokens a retrieval head copies).",
     ),
 ]

@@ -19,12 +19,9 @@ if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
 
 
 # The picture options, declared where their bundle is (each is a field below).
-style_option = d.panel(d.PICTURE_PANEL)
-selection_option = d.panel(d.SELECTION_PANEL)
-
 CmapOption = Annotated[
     str,
-    style_option(
+    d.in_pictures(
         "--cmap",
         metavar="NAME",
         help="Any matplotlib colormap name.",
@@ -33,7 +30,7 @@ CmapOption = Annotated[
 
 DpiOption = Annotated[
     int,
-    style_option(
+    d.in_pictures(
         "--dpi",
         metavar="DPI",
         min=20,
@@ -44,7 +41,7 @@ DpiOption = Annotated[
 
 VmaxOption = Annotated[
     float,
-    style_option(
+    d.in_pictures(
         "--vmax",
         parser=d.number(1e-6, 1.0),
         metavar="WEIGHT",
@@ -61,7 +58,7 @@ PictureValuesOption = d.values_option(
 
 FigsizeOption = Annotated[
     str | None,
-    style_option(
+    d.in_pictures(
         "--figsize",
         metavar="W,H",
         help="Figure size in inches, e.g. 3.5,3 for a paper's column (default: sized by the map).",
@@ -70,7 +67,7 @@ FigsizeOption = Annotated[
 
 FontSizeOption = Annotated[
     float | None,
-    style_option(
+    d.in_pictures(
         "--font-size",
         parser=d.number(4.0, 72.0),
         metavar="POINTS",
@@ -81,7 +78,7 @@ FontSizeOption = Annotated[
 
 TitleOption = Annotated[
     str | None,
-    style_option(
+    d.in_pictures(
         "--title",
         metavar="TEXT",
         help="The figure's title (default: the model and the mode).",
@@ -90,7 +87,7 @@ TitleOption = Annotated[
 
 NoTitleOption = Annotated[
     bool,
-    style_option(
+    d.in_pictures(
         "--no-title",
         help="No figure title (the layer and head of each panel of a grid stay).",
     ),
@@ -104,7 +101,7 @@ TopHeadsOption = top_heads_option(
 
 ByOption = Annotated[
     RankBy | None,
-    selection_option(
+    d.in_selection(
         "--by",
         metavar="STAT",
         case_sensitive=False,
@@ -120,7 +117,7 @@ ByOption = Annotated[
 
 LowestOption = Annotated[
     bool,
-    selection_option(
+    d.in_selection(
         "--lowest",
         help="--top-heads takes the smallest values instead (--by entropy --lowest: the most "
         "focused heads), as heads --sort STAT --reverse lists them.",
