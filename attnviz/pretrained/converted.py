@@ -2,8 +2,8 @@
 Gemma 3 270M in four chunk packages joined in order), converted once into an ordinary
 safetensors folder in the user's cache and loaded from there like any checkpoint.
 
-Reading a GGUF file dequantizes every tensor and rebuilds the tokenizer (about 15 s for
-SmolLM2 and a minute for Gemma 3 on two cores); the folder loads in a fraction of a
+Reading a GGUF file dequantizes every tensor and rebuilds the tokenizer (about 20 s for
+SmolLM2 and 45 s for Gemma 3 on two cores); the folder loads in a fraction of a
 second. The conversion is atomic: it is written into a hidden folder beside its place and
 renamed into it when whole, so an interrupted conversion leaves nothing that a later run
 would load. What was written is recorded (size, time and digest of each file); a later
@@ -44,7 +44,9 @@ class Packaged:
     package: str  # the import name, found without importing it
     distribution: str  # the name pip knows (its version names the converted folder)
     file: str  # the GGUF file's name inside the package
-    takes: str = "about 15 s"  # how long converting it takes on two cores
+    # How long converting it takes on two cores: `attnviz.load` into an empty HF_HOME on an
+    # idle machine took 18.1 and 18.3 s for SmolLM2, 46.0 s for Gemma 3 (2026-11-28).
+    takes: str = "about 20 s"
 
     def located(self) -> Path | None:
         """The GGUF file, or None when the package is not installed."""
@@ -74,7 +76,7 @@ class Chunked:
     file: str  # the whole GGUF file's name
     sums: str  # the digest list, inside ``package``
     parts: tuple[str, ...]  # the distributions holding the pieces, in order
-    takes: str = "about a minute"
+    takes: str = "about 45 s"
 
     def located(self) -> Path | None:
         """The package's folder, or None when it is not installed."""
