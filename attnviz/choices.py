@@ -274,11 +274,12 @@ class Intervention(StrEnum):
 
 class Intervened(NamedTuple):
     """What an intervention is, whether it reads the pairs' corrupted texts, and whether
-    EAP-IG can interpolate to it (from the corrupted text's input embeddings)."""
+    EAP-IG interpolates from the corrupted text's input embeddings (else from each group
+    of nodes' ablated outputs, one group at a time: EAP-IG's activations)."""
 
     label: str
     corrupt: bool
-    interpolated: bool
+    from_inputs: bool
 
 
 INTERVENTIONS = {
@@ -313,9 +314,12 @@ class Level(StrEnum):
 CIRCUIT_METHOD_LABELS = {
     CircuitMethod.EXACT: "a forward pass per edge, batched",
     CircuitMethod.GRADIENT: "edge attribution patching, EAP: one forward and one backward pass",
-    CircuitMethod.IG: "EAP with integrated gradients, EAP-IG: --steps backward passes",
+    CircuitMethod.IG: "EAP with integrated gradients, EAP-IG: --steps backward passes; with "
+    "--ablation mean or zero, over each group of nodes' outputs in turn: (1 + 2 × layers) × "
+    "--steps",
     CircuitMethod.OPTIMIZE: "a mask over the edges trained for faithfulness from EAP-IG's "
-    "scores (EAP's with --ablation mean or zero): --train-steps forward and backward passes",
+    "scores (EAP's with --ablation mean or zero, without --steps): --train-steps forward and "
+    "backward passes",
 }
 
 

@@ -108,25 +108,17 @@ class CircuitOptions:
 
     @property
     def scored_by(self) -> CircuitMethod:
-        """How the edges are scored first: by the method, optimize from EAP-IG's scores
-        (EAP's where the ablation gives EAP-IG nothing to interpolate from)."""
+        """How the edges are scored first: by the method; optimize from EAP-IG's scores,
+        or, with --ablation mean or zero, from EAP's unless --steps asks for EAP-IG's (over
+        each group of nodes' outputs in turn: (1 + 2 × layers) × steps passes a pair)."""
         if self.method is not CircuitMethod.OPTIMIZE:
             return self.method
-        interpolated = INTERVENTIONS[self.ablation].interpolated
-        return CircuitMethod.IG if interpolated else CircuitMethod.GRADIENT
+        if INTERVENTIONS[self.ablation].from_inputs or self.steps is not None:
+            return CircuitMethod.IG
+        return CircuitMethod.GRADIENT
 
     def _check_ablation(self) -> None:
-        if INTERVENTIONS[self.ablation].interpolated:
-            return
-        if self.method is CircuitMethod.IG or (
-            self.method is CircuitMethod.OPTIMIZE and self.steps is not None
-        ):
-            raise UsageError(
-                f"EAP-IG interpolates from the corrupted text's input embeddings: --ablation "
-                f"{self.ablation} has none (as in EAP-IG's code); give --method gradient, "
-                "exact or optimize (without --steps), or --ablation patch"
-            )
-        if self.scores is not None:
+        if self.scores is not None and not INTERVENTIONS[self.ablation].corrupt:
             raise UsageError(
                 f"--scores takes a patched circuit's scores and metrics: not with --ablation "
                 f"{self.ablation}"

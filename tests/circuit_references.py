@@ -325,6 +325,39 @@ def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None, 
     return {(u, d): float(((corrupt[u] - clean[u]) * gradients[d]).sum()) for u, d in edges}
 
 
+def interpolated_scores(model, ids, answer_id, versus_id, ablated, steps):
+    """EAP-IG over activations (EAP-IG's ``get_scores_ig_activations``), given each
+    upstream node's ablated output: for each group of nodes in turn (the input; a layer's
+    heads; its MLP) and k = 1…steps, the clean run with the group's outputs held k/steps
+    of the way from their ablated values to their clean ones — each downstream input above
+    a node of the group gets (held − its output in this run) added, which holds the value
+    and sends no gradient back through it — and ∂metric/∂in_d averaged over all those
+    runs; each edge's (ablated_u − clean_u) · that gradient, summed over positions."""
+    upstream, downstream, edges = nodes(model)
+    _, clean = run(model, ids, answer_id, versus_id)
+    groups = [["input"]]
+    for layer in range(shape_of(model)[0]):
+        groups.append([name for name in upstream if name.startswith(f"a{layer}.")])
+        groups.append([f"m{layer}"])
+    reads = set(edges)
+    points = [(group, (k + 1) / steps) for group in groups for k in range(steps)]
+    gradients = dict.fromkeys(downstream, 0)
+    for group, share in points:
+        held = {u: share * clean[u] + (1 - share) * ablated[u] for u in group}
+        leaves = {name: torch.zeros_like(clean["input"], requires_grad=True) for name in downstream}
+
+        def added(name, outputs, leaves=leaves, held=held):
+            moved = [held[u] - outputs[u] for u in held if (u, name) in reads]
+            return leaves[name] + sum(moved) if moved else leaves[name]
+
+        metric, _ = run(model, ids, answer_id, versus_id, added, graph=True)
+        found = torch.autograd.grad(metric, list(leaves.values()), allow_unused=True)
+        for name, gradient in zip(leaves, found, strict=True):
+            if gradient is not None:
+                gradients[name] = gradients[name] + gradient / len(points)
+    return {(u, d): float(((ablated[u] - clean[u]) * gradients[d]).sum()) for u, d in edges}
+
+
 def copied_scores(model, ids, corrupt_ids, answer_id, versus_id):
     """EAP's scores as EAP-IG's graph has them where key/value heads are grouped: each
     query head reads a key and a value of its own (``a{l}.h{h}<k>``), so an edge into a

@@ -45,8 +45,9 @@ StepsOption = Annotated[
         "--steps",
         metavar="N",
         min=1,
-        help=f"EAP-IG's points between the corrupted and the clean input embeddings "
-        f"(--method ig, and optimize's start; {DEFAULT_STEPS} by default, at most "
+        help=f"EAP-IG's points between the corrupted and the clean input embeddings, or "
+        f"with --ablation mean or zero between each group of nodes' ablated and clean "
+        f"outputs (--method ig, and optimize's start; {DEFAULT_STEPS} by default, at most "
         f"{MOST_STEPS:,}).",
     ),
 ]

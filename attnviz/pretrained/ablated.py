@@ -17,7 +17,7 @@ there before any hook that reads an upstream node's output records it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -146,6 +146,79 @@ def forced(body: Anatomy, ablated: Ablated | None, rows: Any) -> Iterator[None]:
         return replace
 
     with _at_every_node(body, input_replaced, heads_replaced, output_replaced):
+        yield
+
+
+@contextlib.contextmanager
+def interpolated(
+    body: Anatomy, ablated: Ablated, rows: Sequence[tuple[int, float]]
+) -> Iterator[None]:
+    """While open, row r of a pass, ``rows[r]`` = (group, share), has that group of
+    upstream nodes (0 the input; 1 + 2l layer l's heads; 2 + 2l its MLP) output ``share``
+    of the way from their ablated values to their values in the run, and held there: no
+    gradient goes back through them, as EAP-IG's activations' interpolation replaces a
+    node's output by a constant. A layer's heads are moved together where their outputs
+    reach the residual stream (after the post-attention norm where there is one: moving
+    every head's slice alike would leave a norm's output as it is)."""
+    import torch
+
+    means = ablated.means
+
+    def moved(group: int, found: torch.Tensor, target: Any) -> torch.Tensor | None:
+        """``found`` (B, T, W) with the rows of ``group`` moved towards ``target``."""
+        chosen = [row for row, (each, _) in enumerate(rows) if each == group]
+        if not chosen:
+            return None
+        shares = [rows[row][1] for row in chosen]
+        share = torch.tensor(shares, dtype=found.dtype, device=found.device)[:, None, None]
+        value = found.clone()
+        value[chosen] = share * found[chosen].detach() + (1 - share) * target
+        return value
+
+    def target(found: torch.Tensor, mean: np.ndarray | None) -> torch.Tensor:
+        """The ablated value, 0 or the mean, in ``found``'s dtype and device."""
+        if mean is None:
+            return found.new_zeros(found.shape[-1])
+        return torch.as_tensor(mean, dtype=found.dtype, device=found.device)
+
+    def input_moved(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        hidden = hidden_of(args, kwargs)  # (B, T, D)
+        value = moved(0, hidden, target(hidden, None if means is None else means.input))
+        return None if value is None else with_hidden(args, kwargs, value)
+
+    def heads_moved(layer: int) -> Any:
+        projection, post = body.projections[layer], body.post_norms[layer]
+
+        def move(_module: Any, _args: tuple, output: Any) -> Any:
+            written = output_of(output)  # (B, T, D): every head's output, together
+            width = body.heads * body.head_size  # E, the projection's input
+            mean = None if means is None else means.heads[layer]
+            heads = target(written.new_zeros(width), mean)[None]  # (1, E)
+            written_ablated = projection.forward(heads)  # (1, D): its bias kept, as zeroed
+            if post is not None:
+                written_ablated = post.forward(written_ablated)
+            value = moved(1 + 2 * layer, written, written_ablated[0])
+            return None if value is None else with_output(output, value)
+
+        return move
+
+    def mlp_moved(layer: int) -> Any:
+        def move(_module: Any, _args: tuple, output: Any) -> Any:
+            written = output_of(output)  # (B, T, D)
+            mean = None if means is None else means.mlps[layer]
+            value = moved(2 + 2 * layer, written, target(written, mean))
+            return None if value is None else with_output(output, value)
+
+        return move
+
+    with contextlib.ExitStack() as hooks:
+        first = body.blocks[0].register_forward_pre_hook(input_moved, with_kwargs=True)
+        hooks.enter_context(hooked(first))
+        for layer in range(len(body.blocks)):
+            writes = body.post_norms[layer] or body.projections[layer]
+            hooks.enter_context(hooked(writes.register_forward_hook(heads_moved(layer))))
+            mlp = mlp_written(body, layer).register_forward_hook(mlp_moved(layer))
+            hooks.enter_context(hooked(mlp))
         yield
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from attnviz.analysis.graph import LOGITS, READS
 from attnviz.choices import Site
 from attnviz.memory import block_size
+from attnviz.pretrained.ablated import interpolated
 from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.backward_pass import (
     backward_to,
@@ -42,19 +43,32 @@ if TYPE_CHECKING:
 _TOKENS_PER_GRADIENT_PASS = 512  # rows × tokens of one of EAP-IG's passes: its points
 
 
+# A row of a gradient pass: None, the clean run; a share s, the input embeddings s of the
+# way from the corrupted ones to the clean ones; (group, s), that group of nodes' outputs
+# s of the way from their ablated values to their clean ones (ablated.interpolated).
+Point = float | tuple[int, float] | None
+
+
 def estimated_scores(
     runs: Runs, steps: int | None = None, told: FirstPart | None = None
 ) -> np.ndarray:
     """Every edge's estimated score, (U, N) (0 where there is no edge): (out_u(corrupt) −
     out_u(clean)) · ∂metric/∂in_d summed over positions, the gradient at the clean run
     (``steps`` None) or averaged over ``steps`` runs from the corrupted input embeddings
-    to the clean ones (EAP-IG), as many of them a pass's rows as fit (``told`` hears how
-    long the first pass took)."""
+    to the clean ones (EAP-IG); where the nodes are ablated (no corrupted text), over
+    ``steps`` runs for each group of nodes in turn (the input, each layer's heads, its
+    MLP), its outputs moved from their ablated values to their clean ones (EAP-IG's
+    activations: (1 + 2 × layers) × ``steps`` runs). As many runs a pass's rows as fit
+    (``told`` hears how long the first pass took)."""
     import torch
 
-    points: list[float | None] = [None]
-    if steps is not None:
-        points = [(k + 1) / steps for k in range(steps)]
+    points: list[Point] = [None]
+    shares = [] if steps is None else [(k + 1) / steps for k in range(steps)]
+    if steps is not None and runs.ablated is None:
+        points = list(shares)
+    elif steps is not None:
+        groups = 1 + 2 * runs.wiring.graph.layers
+        points = [(group, share) for group in range(groups) for share in shares]
     tokens = runs.clean_embedded.shape[1]
     rows = max(1, _TOKENS_PER_GRADIENT_PASS // tokens)
     graph = runs.wiring.graph
@@ -69,9 +83,8 @@ def estimated_scores(
     return np.where(graph.edges, scores, 0.0)
 
 
-def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) -> None:
-    """One forward and one backward pass, a row per point (None: the clean run; k/N: the
-    input embeddings that far from the corrupted ones to the clean ones), adding to
+def _gradient_pass(runs: Runs, points: list[Point], total: torch.Tensor) -> None:
+    """One forward and one backward pass, a row per point (:data:`Point`), adding to
     ``total`` (U, N) every edge's difference · ∂metric/∂in_d summed over the rows.
 
     No downstream input is copied: at every point each one equals the residual its group
@@ -124,6 +137,10 @@ def _gradient_pass(runs: Runs, points: list[float | None], total: torch.Tensor) 
         hooks.enter_context(windowed(runs.model, arguments))
         embeddings = runs.model.get_input_embeddings()
         hooks.enter_context(hooked(embeddings.register_forward_hook(_start(runs, points, leaf))))
+        moved = [point for point in points if isinstance(point, tuple)]
+        if moved:  # before the hooks that keep what the readings read
+            assert runs.ablated is not None  # only ablated runs move a group's outputs
+            hooks.enter_context(interpolated(body, runs.ablated, moved))
         for group, reading in enumerate(readings):
             keep = keep_residual(reading.point)  # a point read by several groups: kept once
             hooks.enter_context(
@@ -195,15 +212,15 @@ class _PointScores:
             into += _contracted(difference, inputs)
 
 
-def _start(runs: Runs, points: list[float | None], leaf: list[Any]) -> Callable:
+def _start(runs: Runs, points: list[Point], leaf: list[Any]) -> Callable:
     """A hook on the input embeddings giving the pass's start, kept in ``leaf``: the
-    clean run's embeddings (point None), or each row's between the corrupted and the
-    clean ones, (R, T, D); every activation above depends on it, whether or not the
-    weights ask for gradients."""
+    clean run's embeddings (points None, or a group's outputs moved), or each row's
+    between the corrupted and the clean ones, (R, T, D); every activation above depends
+    on it, whether or not the weights ask for gradients."""
     import torch
 
     def start(_module: Any, _args: tuple, output: torch.Tensor) -> torch.Tensor:
-        if points == [None]:
+        if not isinstance(points[0], float):
             leaf.append(output.detach().requires_grad_(True))
         else:
             corrupt, clean = runs.corrupt_embedded, runs.clean_embedded  # (1, T, D)

@@ -24,7 +24,10 @@ records hold, and the runs change, only the positions from that token on. Scored
   forward and one backward pass;
 - **ig** (EAP-IG, Hanna et al. 2024): the same with ∂metric/∂in_d averaged over the runs
   whose input embeddings lie k/N of the way from the corrupted to the clean ones, k = 1…N
-  (N = 1 is the gradient estimate).
+  (N = 1 is the gradient estimate); where the nodes are ablated (no corrupted text), over
+  the runs in which one group of nodes (the input; a layer's heads; its MLP) has its
+  outputs k/N of the way from their ablated values to their clean ones, each group in
+  turn (EAP-IG's interpolation of activations).
 
 A circuit's faithfulness: the metric of the clean run with every edge outside the circuit
 carrying the corrupted value (all edges kept: the clean run; none: the corrupted one),
@@ -122,6 +125,7 @@ class Runs:
     clean_embedded: torch.Tensor  # (1, T, D) the input embeddings' output
     corrupt_embedded: torch.Tensor
     differences: Differences  # each upstream node's corrupted output less its clean one
+    ablated: Ablated | None = None  # where no corrupted text is read: what replaces outputs
 
 
 def read_twins(
@@ -181,21 +185,10 @@ def read_twins(
             corrupt_embedded = corrupt_read[0]
         corrupt_metric = float(metric.of(logits)[-1])
         check_metric(corrupt_metric, model, corrupt_arguments, CORRUPTED_RUN)
-    return Runs(
-        Wiring(body, graph, *norms),
-        model,
-        arguments,
-        corrupt_arguments,
-        metric,
-        positions.start,
-        positions.stop,
-        clean,
-        corrupt_metric,
-        record.last,
-        clean_embedded,
-        corrupt_embedded,
-        record.differences(),
-    )
+    wiring = Wiring(body, graph, *norms)
+    run_on = (model, arguments, corrupt_arguments, metric, positions.start, positions.stop)
+    recorded = (corrupt_metric, record.last, clean_embedded, corrupt_embedded)
+    return Runs(wiring, *run_on, clean, *recorded, record.differences(), ablated)
 
 
 _TWINS_TOGETHER_BELOW = 2**20  # numbers in a run's (T, D): twins read as one pass's rows
