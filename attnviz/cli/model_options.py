@@ -94,9 +94,7 @@ DeviceMapOption = Annotated[
 ]
 VerboseOption = Annotated[
     bool,
-    in_model(
-        "--verbose", help="Show transformers' own warnings and progress bars."
-    ),
+    in_model("--verbose", help="Show transformers' own warnings and progress bars."),
 ]
 NumLayersOption = Annotated[int | None, stack_size("--num-layers", "N", 64, 2, "Number of layers.")]
 NumHeadsOption = Annotated[
