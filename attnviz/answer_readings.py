@@ -136,6 +136,7 @@ class AnswerReadings(ABC):
         train_steps: int | None = None,
         learning_rate: float | None = None,
         sparsity: float | None = None,
+        train_each: bool = False,
         ablation: Intervention | str = Intervention.PATCH,
         progress: Listener | bool = True,
         **options: Any,
@@ -147,7 +148,9 @@ class AnswerReadings(ABC):
         clean text's run), by ``method`` ("exact", "gradient": EAP, "ig": EAP-IG with
         ``steps`` points; ``refine`` K: the estimate's top K again exactly; "optimize": a mask
         learned from EAP-IG's scores in ``train_steps`` of Adam at ``learning_rate``,
-        ``sparsity`` the weight of its mean); the circuit chosen by ``select`` ("top": the
+        ``sparsity`` the weight of its mean; with ``train_each`` and a ``curve``, a mask
+        trained at each size, each circuit inside the next); the circuit chosen by
+        ``select`` ("top": the
         ``edges`` largest |scores|, 100 by default, "all", 0…; "greedy": EAP-IG's; "threshold":
         |score| at least ``threshold``), its dead ends out if ``prune``, and its
         faithfulness, and each size of ``curve`` (or ["mib"]: MIB's ten fractions, CPR and
@@ -175,6 +178,7 @@ class AnswerReadings(ABC):
             train_steps=train_steps,
             learning_rate=learning_rate,
             sparsity=sparsity,
+            train_each=train_each,
             ablation=chosen(Intervention, ablation, "ablation"),
         )
         asked = asking(request, options, circuit=circuit)

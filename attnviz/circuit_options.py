@@ -65,6 +65,8 @@ class CircuitOptions:
     train_steps: int | None = None
     learning_rate: float | None = None
     sparsity: float | None = None
+    # optimize with a curve: a circuit trained at each size, each inside the next
+    train_each: bool = False
     # what an edge outside the circuit carries, in scoring and in faithfulness
     ablation: Intervention = Intervention.PATCH
 
@@ -130,11 +132,17 @@ class CircuitOptions:
             "--learning-rate": self.learning_rate,
             "--sparsity": self.sparsity,
         }
+        if self.train_each:
+            given["--train-each"] = True
         if self.method is not CircuitMethod.OPTIMIZE:
             for option, value in given.items():
                 if value is not None:
                     raise UsageError(f"{option} is --method optimize's: give both, or neither")
             return
+        if self.train_each and not self.curve:
+            raise UsageError(
+                "--train-each trains a circuit at each size of the curve: give --curve"
+            )
         for option, refused in (
             ("--refine", self.refine is not None),
             ("--bootstrap", self.bootstrap is not None),

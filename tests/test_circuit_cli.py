@@ -164,6 +164,8 @@ def test_bad_pairs_are_named_by_their_line(runner, generators, tmp_path, lines, 
         ([*TWINS, "--method", "optimize", "--learning-rate", "nan"], "--learning-rate is a"),
         ([*TWINS, "--method", "optimize", "--sparsity", "-1"], "--sparsity is a number 0 or"),
         ([*TWINS, "--method", "optimize", "--train-steps", "0"], "--train-steps is a whole"),
+        ([*TWINS, "--train-each", "--curve", "mib"], "--train-each is --method optimize's"),
+        ([*TWINS, "--method", "optimize", "--train-each"], "at each size of the curve: give"),
     ],
 )
 def test_usage_errors_are_one_line(runner, generators, arguments, message):

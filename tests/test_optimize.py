@@ -109,6 +109,48 @@ def test_the_optimised_circuit_is_more_faithful_than_eap_igs_top_edges_of_its_si
     assert kept != eap_ig[: len(kept)]  # the training chose others than EAP-IG's top
 
 
+def test_train_each_trains_each_size_holding_the_circuit_before_it(language_models, monkeypatch):
+    """--train-each: the smallest circuit is what optimize trains at that size alone; the
+    next size's training starts with that circuit's edges held (+inf logits: mask 1, no
+    gradient), its circuit what that training chose; one training a size."""
+    from attnviz.analysis.selections import selected
+    from attnviz.choices import Select
+    from attnviz.pretrained.optimized import ranked_scores
+
+    extractor = language_models["llama-lm"]
+    common = {"pairs": [PAIR, OTHER, THIRD], "method": "optimize", "train_steps": 20}
+    common |= {"prune": False, "progress": False}
+    alone = extractor.circuit(**common, edges=4)
+    trainings = []  # (start, learned) of each training
+    train = circuit_module.Here.optimized
+
+    def watched(self, start, gap, training):
+        learned, done = train(self, start, gap, training)
+        trainings.append((start.copy(), learned))
+        return learned, done
+
+    monkeypatch.setattr(circuit_module.Here, "optimized", watched)
+    each = extractor.circuit(**common, edges=4, curve=[9], train_each=True)
+    graph = each.graph
+
+    def top(circuit, size):
+        return {(first, then) for first, then, _ in circuit.edges(size)}
+
+    def named(mask):
+        return {(graph.upstream[u], graph.downstream[d]) for u, d in np.argwhere(mask)}
+
+    assert top(each, 4) == top(alone, 4)
+    assert each.training.steps == 40 and len(each.training.losses) == 40
+    (first, _), (second, learned) = trainings
+    assert not np.isposinf(first).any()
+    assert named(np.isposinf(second)) == top(each, 4)
+    assert (learned[np.isposinf(second)] == 1).all()  # held: never trained down
+    asked = {key: value for key, value in common.items() if key != "train_steps"}
+    eap_ig = extractor.circuit(**asked | {"method": "ig"}, edges=0).scores  # the start
+    chosen_by = ranked_scores(graph, learned, eap_ig)
+    assert top(each, 9) == named(selected(graph, chosen_by, Select.TOP, 9, False, None))
+
+
 def test_the_command_says_what_the_scores_are_and_how_the_mask_was_trained(runner, generators):
     from attnviz.cli import app
     from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS

@@ -79,6 +79,15 @@ SparsityOption = Annotated[
         f"{MOST_SPARSITY:g}).",
     ),
 ]
+TrainEachOption = Annotated[
+    bool,
+    typer.Option(
+        "--train-each",
+        help="--method optimize with --curve: train a circuit at each size of the curve, "
+        "smallest first, each holding the one before it (one training each), instead of "
+        "reading every size from the one trained for the circuit.",
+    ),
+]
 AblationOption = d.choice_option(
     Intervention,
     "--ablation",
@@ -194,6 +203,7 @@ class CircuitChoices:
     train_steps: TrainStepsOption = None
     learning_rate: LearningRateOption = None
     sparsity: SparsityOption = None
+    train_each: TrainEachOption = False
     ablation: AblationOption = Intervention.PATCH
 
     def options(self) -> CircuitOptions:

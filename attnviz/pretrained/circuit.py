@@ -25,7 +25,7 @@ from attnviz.pretrained.ablated import Ablated, Means
 from attnviz.pretrained.circuit_notes import say_faithfulness, say_pruning_moved
 from attnviz.pretrained.circuit_passes import Here
 from attnviz.pretrained.circuit_phases import Edge, Phases, Scored
-from attnviz.pretrained.optimized import ranked_scores, starting_logits
+from attnviz.pretrained.optimized import ranked_scores, starting_logits, tiered_scores
 
 if TYPE_CHECKING:
     from attnviz.analysis.graph import Graph
@@ -70,7 +70,9 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     clean, corrupt = scored.clean / count, scored.corrupt / count
     training = None
     if options.method is CircuitMethod.OPTIMIZE:
-        scores, training = optimized_scores(phases, graph, scores, asked, clean - corrupt, options)
+        scores, training = optimized_scores(
+            phases, graph, scores, asked, [size for size, _ in sizes], clean - corrupt, options
+        )
     if refine is not None:
         exact = refined(phases, graph, scores, refine, count)
     nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
@@ -196,21 +198,56 @@ def optimized_scores(
     graph: Graph,
     scores: np.ndarray,
     asked: float,
+    sizes: list[int],
     gap: float,
     options: CircuitOptions,
 ) -> tuple[np.ndarray, Training]:
     """The mask learned from ``scores`` (EAP-IG's means), starting with the circuit asked
-    for at one half (a threshold's circuit: DEFAULT_EDGES), and its training."""
+    for at one half (a threshold's circuit: DEFAULT_EDGES), and its training; with
+    ``--train-each``, the circuits of ``asked`` and each of the curve's ``sizes``
+    trained one inside the next."""
     if gap == 0:
         raise UsageError(
             "the corrupted texts leave the metric as the clean ones do (their means are "
             "equal): no faithfulness to optimise; give pairs whose twins change the answer"
         )
     size = DEFAULT_EDGES if options.select is Select.THRESHOLD else int(asked)
+    if options.train_each:
+        return trained_each(phases, graph, scores, [int(asked), *sizes], gap, options)
     learned, training = phases.optimized(
         starting_logits(graph, scores, size), gap, options.training
     )
     return ranked_scores(graph, learned, scores), training
+
+
+def trained_each(
+    phases: Phases,
+    graph: Graph,
+    scores: np.ndarray,
+    sizes: list[int],
+    gap: float,
+    options: CircuitOptions,
+) -> tuple[np.ndarray, Training]:
+    """Circuits trained one inside the next (``--train-each``): at each size of ``sizes``
+    but none and every edge, smallest first, a mask trained from ``scores``' start with
+    the previous circuit's edges held in; the scores in tiers (:func:`tiered_scores`),
+    so that each size's top edges are its trained circuit. The trainings' steps and
+    losses one after another."""
+    held = np.zeros(graph.edges.shape, dtype=bool)
+    trained: list[tuple[np.ndarray, np.ndarray]] = []
+    losses: list[float] = []
+    for size in sorted({size for size in sizes if 0 < size < graph.count}):
+        start = starting_logits(graph, scores, size)
+        start[held] = np.inf
+        learned, training = phases.optimized(start, gap, options.training)
+        chosen_by = ranked_scores(graph, learned, scores)
+        held = selected(graph, chosen_by, Select.TOP, size, False, None)
+        trained.append((held, chosen_by))
+        losses += training.losses
+    steps = options.training.steps * len(trained)
+    return tiered_scores(graph, trained, scores), options.training._replace(
+        steps=steps, losses=tuple(losses)
+    )
 
 
 def node_scores(

@@ -64,6 +64,26 @@ def ranked_scores(graph: Graph, learned: np.ndarray, scores: np.ndarray) -> np.n
     return found
 
 
+def tiered_scores(
+    graph: Graph, trained: list[tuple[np.ndarray, np.ndarray]], scores: np.ndarray
+) -> np.ndarray:
+    """Each edge's score, (U, N), where circuits were trained one inside the next
+    (``trained``: each circuit's edges, (U, N) bool, with the scores it was chosen by,
+    smallest first): the first circuit's edges highest, then the edges each next one
+    adds, each in the order it was chosen by, all above KEPT; every other edge below
+    KEPT in the order of ``scores``, as :func:`ranked_scores` leaves it. The top edges
+    at each trained size are that size's trained circuit."""
+    order: list[int] = []  # flat indices of the graph's edges, best first
+    taken = np.zeros(graph.edges.shape, dtype=bool)
+    for circuit, chosen_by in trained:
+        flat = np.flatnonzero(circuit & ~taken)
+        order += [int(index) for index in flat[np.argsort(-chosen_by.flat[flat], kind="stable")]]
+        taken |= circuit
+    found = ranked_scores(graph, np.zeros(graph.edges.shape), scores)  # all below KEPT
+    found.flat[order] = KEPT + (1 - KEPT) * (1 - np.arange(len(order)) / max(1, len(order)))
+    return found
+
+
 def _ranks(graph: Graph, scores: np.ndarray) -> np.ndarray:
     """Each edge's rank by |score|, 0 the largest, in the order ``graph.edges`` lists them."""
     order = np.argsort(-np.abs(scores[graph.edges]), kind="stable")
@@ -81,13 +101,14 @@ def optimized(
 ) -> tuple[np.ndarray, Training]:
     """The learned mask (U, N), float64 in [0, 1] (0 where there is no edge), and the
     training with each step's loss: ``twins_of`` gives each of the ``pairs`` as a
-    circuit's pass reads it, ``start`` the logits (:func:`starting_logits`), ``gap`` the
-    clean metric less the corrupted one (the dataset's means) that the distance is a share
-    of."""
+    circuit's pass reads it, ``start`` the logits (:func:`starting_logits`; +inf holds an
+    edge in the circuit, untrained), ``gap`` the clean metric less the corrupted one (the
+    dataset's means) that the distance is a share of."""
     import torch
 
     graph = twins_of(0).wiring.graph
-    edges = torch.as_tensor(graph.edges)
+    # an edge starting at +inf is held in the circuit (mask 1, no gradient), out of the mean
+    edges = torch.as_tensor(graph.edges & ~np.isposinf(start))
     logits = torch.tensor(start, dtype=torch.float32, requires_grad=True)
     optimizer = torch.optim.Adam([logits], lr=training.learning_rate)
     order = _order(pairs, training.steps)
