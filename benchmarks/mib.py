@@ -5,7 +5,9 @@ faithfulness at 1% of the edges) and on the other half, which no method saw (hel
 as MIB keeps a test split).
 
 Methods: EAP (gradient), EAP-IG (ig, --steps points), EAP-IG with its top 1% of edges
-computed exactly (ig --refine), and optimize (a mask trained from EAP-IG's scores). The
+computed exactly (ig --refine), optimize (a mask trained from EAP-IG's scores) and each
+(optimize --train-each: a circuit trained at each of MIB's fractions, not run by
+default: nine trainings). The
 time is the whole circuit command's: scoring (and training) and the ten circuits measured.
 
     python -m benchmarks.mib [--models smollm2,gemma3] [--tasks ioi,capital,addition,agreement]
@@ -47,8 +49,9 @@ def _asked(method: str, count: int, steps: int, train_steps: int) -> dict:
     common = {"curve": ["mib"], "progress": False}
     if method == "refined":
         return common | {"method": "ig", "steps": steps, "refine": size}
-    if method == "optimize":
-        return common | {"method": "optimize", "steps": steps, "train_steps": train_steps}
+    if method in ("optimize", "each"):
+        trained = {"method": "optimize", "steps": steps, "train_steps": train_steps}
+        return common | trained | {"train_each": method == "each"}
     if method == "ig":
         return common | {"method": "ig", "steps": steps}
     return common | {"method": method}
