@@ -70,9 +70,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     clean, corrupt = scored.clean / count, scored.corrupt / count
     training = None
     if options.method is CircuitMethod.OPTIMIZE:
-        scores, training = optimized_scores(
-            phases, graph, scores, asked, [size for size, _ in sizes], clean - corrupt, options
-        )
+        scores, training = optimized_scores(phases, graph, scores, asked, clean - corrupt, options)
     if refine is not None:
         exact = refined(phases, graph, scores, refine, count)
     nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
@@ -198,14 +196,13 @@ def optimized_scores(
     graph: Graph,
     scores: np.ndarray,
     asked: float,
-    sizes: list[int],
     gap: float,
     options: CircuitOptions,
 ) -> tuple[np.ndarray, Training]:
     """The mask learned from ``scores`` (EAP-IG's means), starting with the circuit asked
     for at one half (a threshold's circuit: DEFAULT_EDGES), and its training; with
-    ``--train-each``, the circuits of ``asked`` and each of the curve's ``sizes``
-    trained one inside the next."""
+    ``--train-each``, the circuits of ``asked`` and each size of the curve trained one
+    inside the next."""
     if gap == 0:
         raise UsageError(
             "the corrupted texts leave the metric as the clean ones do (their means are "
@@ -213,7 +210,8 @@ def optimized_scores(
         )
     size = DEFAULT_EDGES if options.select is Select.THRESHOLD else int(asked)
     if options.train_each:
-        return trained_each(phases, graph, scores, [int(asked), *sizes], gap, options)
+        sizes = [int(asked), *(size for size, _ in options.sizes(graph.count))]
+        return trained_each(phases, graph, scores, sizes, gap, options)
     learned, training = phases.optimized(
         starting_logits(graph, scores, size), gap, options.training
     )
