@@ -15,7 +15,10 @@ measures its own ten circuits.
 
     python -m benchmarks.mib [--models smollm2,gemma3] [--tasks ioi,capital,addition,agreement]
         [--methods gradient,ig,refined,optimize] [--selects top,greedy] [--steps 5]
-        [--train-steps 300]
+        [--train-steps 300] [--points]
+
+``--points`` prints a second table after it: each row's faithfulness at the ten fractions,
+on the pairs scored.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 
 import attnviz
 from attnviz.analysis.circuit import CurvePoint
-from attnviz.analysis.mib import areas_of, mib_sizes
+from attnviz.analysis.mib import MIB_FRACTIONS, areas_of, mib_sizes
 from attnviz.analysis.selections import selected
 from attnviz.choices import CircuitMethod, Select
 from attnviz.circuit_options import CircuitOptions
@@ -112,7 +115,9 @@ def main() -> None:
     parser.add_argument("--selects", default="top,greedy")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--train-steps", type=int, default=300)
+    parser.add_argument("--points", action="store_true")
     arguments = parser.parse_args()
+    curves: list[str] = []  # each row's points, for --points
     print(
         "| model | task | method | selection | CPR | CMD | faithfulness at 1% | held out: "
         "CPR | CMD | at 1% | time |"
@@ -153,6 +158,13 @@ def main() -> None:
                         f"{other_areas.cmd:.3f} | {_said(_at_one_percent(other))} | {took} |",
                         flush=True,
                     )
+                    faithful = " | ".join(_said(point.faithfulness) for point in circuit.curve)
+                    curves.append(f"| {model} | {task} | {method} | {select} | {faithful} |")
+    if arguments.points:
+        fractions = " | ".join(f"{fraction * 100:g}%" for fraction in MIB_FRACTIONS)
+        print(f"\n| model | task | method | selection | {fractions} |")
+        print("| --- " * (4 + len(MIB_FRACTIONS)) + "|")
+        print("\n".join(curves))
 
 
 if __name__ == "__main__":
