@@ -65,24 +65,29 @@ def _asked(method: str, count: int, steps: int, train_steps: int) -> dict:
     return common | {"method": method}
 
 
-def held_out(
-    extractor, scores: np.ndarray, graph, pairs: list[Input], select: Select
-) -> list[CurvePoint]:
-    """The faithfulness of the circuits ``select`` chooses from ``scores`` at MIB's
-    fractions, over ``pairs`` (their clean and corrupted metrics read by one EAP pass
-    each)."""
-    request = Request(maps=False, circuit=CircuitOptions())
-    phases = Here(extractor, request, pairs, None)
-    scored = phases.scored(CircuitMethod.GRADIENT, None, None)
-    count = len(pairs)
-    clean, corrupt = scored.clean / count, scored.corrupt / count
-    sizes = mib_sizes(graph.count)
-    masks = [selected(graph, scores, select, size, True, None) for size, _ in sizes]
-    found = faithfulness_measured(phases, graph, masks, clean, corrupt, count)
-    return [
-        CurvePoint(size, int(mask.sum()), value, fraction)
-        for (size, fraction), mask, value in zip(sizes, masks, found, strict=True)
-    ]
+class HeldOut:
+    """The pairs no method saw, read once: their phases and clean and corrupted metrics
+    (one EAP pass each), for measuring every method's circuits on them."""
+
+    def __init__(self, extractor, pairs: list[Input]) -> None:
+        request = Request(maps=False, circuit=CircuitOptions())
+        self.phases = Here(extractor, request, pairs, None)
+        scored = self.phases.scored(CircuitMethod.GRADIENT, None, None)
+        self.count = len(pairs)
+        self.clean, self.corrupt = scored.clean / self.count, scored.corrupt / self.count
+
+    def curve(self, scores: np.ndarray, graph, select: Select) -> list[CurvePoint]:
+        """The faithfulness of the circuits ``select`` chooses from ``scores`` at MIB's
+        fractions, over the held-out pairs."""
+        sizes = mib_sizes(graph.count)
+        masks = [selected(graph, scores, select, size, True, None) for size, _ in sizes]
+        found = faithfulness_measured(
+            self.phases, graph, masks, self.clean, self.corrupt, self.count
+        )
+        return [
+            CurvePoint(size, int(mask.sum()), value, fraction)
+            for (size, fraction), mask, value in zip(sizes, masks, found, strict=True)
+        ]
 
 
 def _at_one_percent(curve) -> float | None:
@@ -135,6 +140,7 @@ def main() -> None:
             pairs = _pairs(task)
             half = len(pairs) // 2
             seen, unseen = pairs[:half], pairs[half:]
+            held_out = HeldOut(extractor, unseen)
             for method in arguments.methods.split(","):
                 asked = _asked(method, count, arguments.steps, arguments.train_steps)
                 started = time.perf_counter()
@@ -147,7 +153,7 @@ def main() -> None:
                         took = f"+{again:.0f} s"
                     areas = circuit.areas
                     assert areas is not None  # a MIB curve
-                    other = held_out(extractor, circuit.scores, circuit.graph, unseen, select)
+                    other = held_out.curve(circuit.scores, circuit.graph, select)
                     points = [(point.fraction, point.faithfulness) for point in other]
                     other_areas = areas_of(points)
                     assert other_areas is not None
