@@ -149,8 +149,8 @@ class AnswerReadings(ABC):
         ``steps`` points; ``refine`` K: the estimate's top K again exactly; "optimize": a mask
         learned from EAP-IG's scores in ``train_steps`` of Adam at ``learning_rate``,
         ``sparsity`` the weight of its mean; with ``train_each`` and a ``curve``, a mask
-        trained at each size, each circuit inside the next); the circuit chosen by
-        ``select`` ("top": the
+        trained at each size, each circuit inside the next, each pass keeping exactly its
+        size's edges); the circuit chosen by ``select`` ("top": the
         ``edges`` largest |scores|, 100 by default, "all", 0…; "greedy": EAP-IG's; "threshold":
         |score| at least ``threshold``), its dead ends out if ``prune``, and its
         faithfulness, and each size of ``curve`` (or ["mib"]: MIB's ten fractions, CPR and

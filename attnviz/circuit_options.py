@@ -156,17 +156,24 @@ class CircuitOptions:
         _count(steps, "--train-steps", least=1, most=MOST_TRAIN_STEPS)
         rate = DEFAULT_LEARNING_RATE if self.learning_rate is None else self.learning_rate
         _number(rate, "--learning-rate", MOST_LEARNING_RATE, least_open=True)
-        sparsity = DEFAULT_SPARSITY if self.sparsity is None else self.sparsity
-        _number(sparsity, "--sparsity", MOST_SPARSITY, least_open=False)
         object.__setattr__(self, "train_steps", steps)
         object.__setattr__(self, "learning_rate", float(rate))
+        if self.train_each:
+            if self.sparsity is not None:
+                raise UsageError(
+                    "--sparsity sizes one trained mask; --train-each holds each circuit at "
+                    "its size of the curve: not both"
+                )
+            return
+        sparsity = DEFAULT_SPARSITY if self.sparsity is None else self.sparsity
+        _number(sparsity, "--sparsity", MOST_SPARSITY, least_open=False)
         object.__setattr__(self, "sparsity", float(sparsity))
 
     @property
     def training(self) -> Training:
-        """--method optimize's training, as asked."""
+        """--method optimize's training, as asked (its sizes, with --train-each, still
+        to come)."""
         assert self.train_steps is not None and self.learning_rate is not None
-        assert self.sparsity is not None  # filled in for --method optimize
         return Training(self.train_steps, self.learning_rate, self.sparsity)
 
     def _check_level(self) -> None:

@@ -166,6 +166,10 @@ def test_bad_pairs_are_named_by_their_line(runner, generators, tmp_path, lines, 
         ([*TWINS, "--method", "optimize", "--train-steps", "0"], "--train-steps is a whole"),
         ([*TWINS, "--train-each", "--curve", "mib"], "--train-each is --method optimize's"),
         ([*TWINS, "--method", "optimize", "--train-each"], "at each size of the curve: give"),
+        (
+            [*TWINS, "--method", "optimize", "--train-each", "--curve", "mib", "--sparsity", "1"],
+            "--train-each holds each circuit at its size of the curve: not both",
+        ),
     ],
 )
 def test_usage_errors_are_one_line(runner, generators, arguments, message):

@@ -109,24 +109,70 @@ def test_the_optimised_circuit_is_more_faithful_than_eap_igs_top_edges_of_its_si
     assert kept != eap_ig[: len(kept)]  # the training chose others than EAP-IG's top
 
 
-def test_train_each_trains_each_size_holding_the_circuit_before_it(language_models, monkeypatch):
-    """--train-each: the smallest circuit is what optimize trains at that size alone; the
-    next size's training starts with that circuit's edges held (+inf logits: mask 1, no
-    gradient), its circuit what that training chose; one training a size."""
+def test_a_sized_training_passes_the_circuit_of_its_size_whole(generators, language_models):
+    """A training of one size (--train-each's): its step's loss is the circuit of the
+    largest logits, that many edges, measured whole by plain hooks (the others carrying the
+    corrupted value), and Adam's first step moves each logit by the gradient of that loss
+    in the edge's mask, reaching the logit through the sigmoid (straight-through)."""
+    from attnviz.analysis.training import Training
+    from attnviz.pretrained.optimized import optimized
+
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
+        generators, language_models, LATE, "llama-lm"
+    )
+    request = Request(maps=False, circuit=CircuitOptions())
+    twins = circuit_module.PairRuns(extractor, request, 1, None).twins(0, Input(**LATE))
+    graph = twins.wiring.graph
+    # logits near 0, where a soft mask's circuit is far from the whole one's
+    start = np.random.default_rng(0).normal(size=graph.edges.shape) * graph.edges
+    size, gap, rate = 9, 0.5, 0.1
+    with weights_without_gradients(model):
+        learned, training = optimized(
+            lambda _: twins, 1, start, gap, Training(1, rate, None, sizes=(size,))
+        )
+        places = np.argwhere(graph.edges)
+        kept = places[np.argsort(-start[graph.edges], kind="stable")[:size]]
+        whole = torch.zeros(len(places), requires_grad=True)
+        upstream, downstream, _ = reference.nodes(model)
+        on = {(int(u), int(d)) for u, d in kept}
+        weights = {
+            (upstream[u], downstream[d]): whole[place] + (1.0 if (u, d) in on else 0.0)
+            for place, (u, d) in enumerate(places)
+        }
+        _, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+        clean = reference.run(model, ids, answer_id, versus_id)[0]
+        metric = reference.masked_metric(model, ids, corrupt, answer_id, versus_id, weights)
+        loss = ((metric - clean) / gap) ** 2
+        loss.backward()
+    tolerance = model_tolerance(model.config)
+    assert len(training.losses) == 1
+    found = np.sqrt(training.losses[0]) * gap  # |metric − clean|
+    assert abs(found - abs(float(metric.detach()) - clean)) <= tolerance
+    assert abs(float(metric.detach()) - clean) > 100 * tolerance  # the circuit lost some
+    sigmoid = 1 / (1 + np.exp(-start[graph.edges]))
+    gradient = whole.grad.numpy() * sigmoid * (1 - sigmoid)
+    moved = start[graph.edges] - rate * gradient / (np.abs(gradient) + 1e-8)  # Adam's first
+    np.testing.assert_allclose(learned[graph.edges], 1 / (1 + np.exp(-moved)), atol=1e-3)
+
+
+def test_train_each_trains_each_size_holding_the_circuit_before_it(
+    language_models, monkeypatch, tmp_path
+):
+    """--train-each: a training a size, smallest first, each holding the circuit before it
+    (+inf logits: mask 1, no gradient) and passing exactly its size's edges; each size's
+    circuit the top of its training's mask."""
     from attnviz.analysis.selections import selected
     from attnviz.choices import Select
-    from attnviz.pretrained.optimized import ranked_scores
 
     extractor = language_models["llama-lm"]
     common = {"pairs": [PAIR, OTHER, THIRD], "method": "optimize", "train_steps": 20}
     common |= {"prune": False, "progress": False}
-    alone = extractor.circuit(**common, edges=4)
-    trainings = []  # (start, learned) of each training
+    trainings = []  # (start, its training as asked, learned) of each training
     train = circuit_module.Here.optimized
 
     def watched(self, start, gap, training):
         learned, done = train(self, start, gap, training)
-        trainings.append((start.copy(), learned))
+        trainings.append((start.copy(), training, learned))
         return learned, done
 
     monkeypatch.setattr(circuit_module.Here, "optimized", watched)
@@ -139,16 +185,18 @@ def test_train_each_trains_each_size_holding_the_circuit_before_it(language_mode
     def named(mask):
         return {(graph.upstream[u], graph.downstream[d]) for u, d in np.argwhere(mask)}
 
-    assert top(each, 4) == top(alone, 4)
     assert each.training.steps == 40 and len(each.training.losses) == 40
-    (first, _), (second, learned) = trainings
+    assert each.training.sizes == (4, 9) and each.training.sparsity is None
+    (first, asked_first, smallest), (second, asked_second, learned) = trainings
+    assert asked_first.sizes == (4,) and asked_second.sizes == (9,)
     assert not np.isposinf(first).any()
+    assert top(each, 4) == named(selected(graph, smallest, Select.TOP, 4, False, None))
     assert named(np.isposinf(second)) == top(each, 4)
     assert (learned[np.isposinf(second)] == 1).all()  # held: never trained down
-    asked = {key: value for key, value in common.items() if key != "train_steps"}
-    eap_ig = extractor.circuit(**asked | {"method": "ig"}, edges=0).scores  # the start
-    chosen_by = ranked_scores(graph, learned, eap_ig)
-    assert top(each, 9) == named(selected(graph, chosen_by, Select.TOP, 9, False, None))
+    assert top(each, 9) == named(selected(graph, learned, Select.TOP, 9, False, None))
+    path = tmp_path / "each.json"
+    path.write_text(json.dumps(each.document()), encoding="utf-8")
+    assert read_circuit(path).training == each.training
 
 
 def test_the_command_says_what_the_scores_are_and_how_the_mask_was_trained(runner, generators):

@@ -339,11 +339,15 @@ def _training(value: Any, where: str) -> Training | None:
     losses = read.part("losses", list)
     if not all(isinstance(each, int | float) and not isinstance(each, bool) for each in losses):
         raise UsageError(f'{where}: its training\'s "losses" are not all numbers')
+    sizes = read.part("sizes", list)
+    if not all(isinstance(each, int) and not isinstance(each, bool) for each in sizes):
+        raise UsageError(f'{where}: its training\'s "sizes" are not all whole numbers')
     return Training(
         read.whole("steps"),
         read.number("learning_rate"),
-        read.number("sparsity"),
+        read.optional_number("sparsity"),
         tuple(float(each) for each in losses),
+        tuple(sizes),
     )
 
 

@@ -84,8 +84,9 @@ TrainEachOption = Annotated[
     typer.Option(
         "--train-each",
         help="--method optimize with --curve: train a circuit at each size of the curve, "
-        "smallest first, each holding the one before it (one training each), instead of "
-        "reading every size from the one trained for the circuit.",
+        "smallest first, each holding the one before it (one training each, each pass "
+        "keeping exactly its size's edges: no --sparsity), instead of reading every size "
+        "from the one trained for the circuit.",
     ),
 ]
 AblationOption = d.choice_option(

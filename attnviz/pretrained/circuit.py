@@ -228,23 +228,24 @@ def trained_each(
 ) -> tuple[np.ndarray, Training]:
     """Circuits trained one inside the next (``--train-each``): at each size of ``sizes``
     but none and every edge, smallest first, a mask trained from ``scores``' start with
-    the previous circuit's edges held in; the scores in tiers (:func:`tiered_scores`),
-    so that each size's top edges are its trained circuit. The trainings' steps and
-    losses one after another."""
+    the previous circuit's edges held in, each pass keeping exactly that size's edges
+    (:func:`attnviz.pretrained.optimized.optimized`); its circuit the top of the learned
+    mask; the scores in tiers (:func:`tiered_scores`), so that each size's top edges are
+    its trained circuit. The trainings' steps and losses one after another."""
     held = np.zeros(graph.edges.shape, dtype=bool)
     trained: list[tuple[np.ndarray, np.ndarray]] = []
     losses: list[float] = []
-    for size in sorted({size for size in sizes if 0 < size < graph.count}):
+    each = sorted({size for size in sizes if 0 < size < graph.count})
+    for size in each:
         start = starting_logits(graph, scores, size)
         start[held] = np.inf
-        learned, training = phases.optimized(start, gap, options.training)
-        chosen_by = ranked_scores(graph, learned, scores)
-        held = selected(graph, chosen_by, Select.TOP, size, False, None)
-        trained.append((held, chosen_by))
+        learned, training = phases.optimized(start, gap, options.training._replace(sizes=(size,)))
+        held = selected(graph, learned, Select.TOP, size, False, None)
+        trained.append((held, learned))
         losses += training.losses
     steps = options.training.steps * len(trained)
     return tiered_scores(graph, trained, scores), options.training._replace(
-        steps=steps, losses=tuple(losses)
+        steps=steps, losses=tuple(losses), sizes=tuple(each)
     )
 
 

@@ -60,10 +60,12 @@ def score_line(circuit: Circuit) -> str:
 def training_line(training: Training, pairs: int) -> str:
     """How the mask was learned: its settings and its loss from the first pass over the
     pairs to the last (each the mean of as many steps as there are pairs)."""
-    said = (
-        f"trained: {training.steps:,} steps at learning rate {training.learning_rate:g}, "
+    sized = (
         f"sparsity {training.sparsity:g}"
+        if training.sparsity is not None
+        else f"{len(training.sizes)} circuits, each pass keeping its size's edges"
     )
+    said = f"trained: {training.steps:,} steps at learning rate {training.learning_rate:g}, {sized}"
     window = min(pairs, len(training.losses))
     if not window:
         return said
