@@ -16,9 +16,8 @@ exactly instead, as edge pruning's target sparsity does: each step's pass keeps 
 edges of the largest logits, that many, whole (mask 1, the others 0: the very circuit
 that size measures), the gradient reaching every logit through the sigmoid as though the
 mask were soft (the straight-through estimator, Bengio et al. 2013), and no sparsity
-term. Measured on SmolLM2's IOI pairs, a circuit of 2% of the edges trained so kept
-1.03 of the answer where the soft mask's, thresholded at one half, kept 0.74
-(docs/effects.md).
+term: the step's loss is the measured circuit's own, where a soft mask read above one
+half is not the circuit it trained (docs/effects.md has what each measured).
 
 Shape letters: U upstream nodes, N downstream nodes.
 """
