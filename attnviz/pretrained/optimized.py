@@ -15,9 +15,10 @@ A training of a given size (``--train-each``'s, one a size of the curve) holds t
 exactly instead, as edge pruning's target sparsity does: each step's pass keeps the
 edges of the largest logits, that many, whole (mask 1, the others 0: the very circuit
 that size measures), the gradient reaching every logit through the sigmoid as though the
-mask were soft (the straight-through estimator, Bengio et al. 2013), and no sparsity
-term: the step's loss is the measured circuit's own, where a soft mask read above one
-half is not the circuit it trained (docs/effects.md has what each measured).
+mask were soft (the straight-through estimator, Bengio et al. 2013), Adam's rate falling
+to 0 along a cosine over the steps, and no sparsity term: the step's loss is the
+measured circuit's own, where a soft mask read above one half is not the circuit it
+trained (docs/effects.md has what each measured).
 
 Shape letters: U upstream nodes, N downstream nodes.
 """
@@ -125,6 +126,12 @@ def optimized(
     logits = torch.tensor(start, dtype=torch.float32, requires_grad=True)
     optimizer = torch.optim.Adam([logits], lr=training.learning_rate)
     order = _order(pairs, training.steps)
+    # a sized training's circuit is its largest logits after the last step, each step's
+    # pass a whole circuit: the rate falls to 0 along a cosine, so that the edges at the
+    # size's margin stop trading places by the last pairs
+    schedule = (
+        None if size is None else torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, len(order))
+    )
     clean: dict[int, float] = {}  # each pair's clean metric, once read
     losses: list[float] = []
     cost = Cost("training the mask", 1, "fewer --train-steps cost less in proportion")
@@ -148,6 +155,8 @@ def optimized(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            if schedule is not None:
+                schedule.step()
             losses.append(float(loss.detach()))
             advance("training step", step + 1, len(order))
             note("training step", f"loss {np.mean(losses[-pairs:]):.4f}")
