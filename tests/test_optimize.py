@@ -215,3 +215,8 @@ def test_the_command_says_what_the_scores_are_and_how_the_mask_was_trained(runne
     document = json.loads(runner.invoke(app, [*common, *asked, "-f", "json"]).stdout)
     assert document["method"] == "optimize" and document["steps"] == 5
     assert document["training"]["steps"] == 4 and len(document["training"]["losses"]) == 4
+    each = ["--method", "optimize", "--train-steps", "2", "--edges", "4", "--curve", "9"]
+    result = runner.invoke(app, [*common, *each, "--train-each"])
+    assert result.exit_code == 0, result.stderr
+    said = " ".join(result.stdout.split())
+    assert "trained: 4 steps at learning rate 0.1, 2 sizes held, each pass keeping " in said

@@ -63,7 +63,8 @@ def training_line(training: Training, pairs: int) -> str:
     sized = (
         f"sparsity {training.sparsity:g}"
         if training.sparsity is not None
-        else f"{len(training.sizes)} circuits, each pass keeping its size's edges"
+        else f"{len(training.sizes)} size{'s' if len(training.sizes) != 1 else ''} held, "
+        "each pass keeping exactly its size's edges"
     )
     said = f"trained: {training.steps:,} steps at learning rate {training.learning_rate:g}, {sized}"
     window = min(pairs, len(training.losses))
