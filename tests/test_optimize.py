@@ -123,9 +123,10 @@ def test_a_sized_training_passes_the_circuit_of_its_size_whole(generators, langu
     request = Request(maps=False, circuit=CircuitOptions())
     twins = circuit_module.PairRuns(extractor, request, 1, None).twins(0, Input(**LATE))
     graph = twins.wiring.graph
-    # logits near 0, where a soft mask's circuit is far from the whole one's
+    # logits near 0, where a soft mask's circuit is far from the whole one's; 40 of the 82
+    # edges, a circuit that reaches the logits (one of 9 reaches none: no gradient)
     start = np.random.default_rng(0).normal(size=graph.edges.shape) * graph.edges
-    size, gap, rate = 9, 0.5, 0.1
+    size, gap, rate = 40, 0.5, 0.1
     with weights_without_gradients(model):
         learned, training = optimized(
             lambda _: twins, 1, start, gap, Training(1, rate, None, sizes=(size,))
@@ -147,12 +148,21 @@ def test_a_sized_training_passes_the_circuit_of_its_size_whole(generators, langu
     tolerance = model_tolerance(model.config)
     assert len(training.losses) == 1
     found = np.sqrt(training.losses[0]) * gap  # |metric − clean|
-    assert abs(found - abs(float(metric.detach()) - clean)) <= tolerance
+    # two metrics, each within the tolerance of its reference
+    assert abs(found - abs(float(metric.detach()) - clean)) <= 2 * tolerance
     assert abs(float(metric.detach()) - clean) > 100 * tolerance  # the circuit lost some
     sigmoid = 1 / (1 + np.exp(-start[graph.edges]))
     gradient = whole.grad.numpy() * sigmoid * (1 - sigmoid)
-    moved = start[graph.edges] - rate * gradient / (np.abs(gradient) + 1e-8)  # Adam's first
-    np.testing.assert_allclose(learned[graph.edges], 1 / (1 + np.exp(-moved)), atol=1e-3)
+    mask = learned[graph.edges]
+    moved = np.log(mask / (1 - mask)) - start[graph.edges]
+    # Adam's first step, rate × g / (|g| + 1e-8) against the gradient g, where g stands
+    # clear of float32's rounding (tests above hold the masked gradient to 1e-4 of its
+    # largest) and of Adam's epsilon; no step is longer
+    clear = np.abs(gradient) > np.maximum(1e-3 * np.abs(gradient).max(), 1e-5)
+    assert clear.sum() >= 10
+    adam = -rate * gradient / (np.abs(gradient) + 1e-8)
+    np.testing.assert_allclose(moved[clear], adam[clear], atol=1e-4)
+    assert (np.abs(moved) <= rate + 1e-5).all()
 
 
 def test_train_each_trains_each_size_holding_the_circuit_before_it(
