@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from attnviz.asked import check_asked
+from attnviz.asked import check_asked, measure_name, measure_of, pair_of
 from attnviz.choices import (
     Ablation,
     CircuitMethod,
@@ -182,7 +182,11 @@ class AnswerReadings(ABC):
             ablation=chosen(Intervention, ablation, "ablation"),
         )
         asked = asking(request, options, circuit=circuit)
-        given = _pairs_given(text, answer, corrupt, versus, pairs)
+        given = (
+            pairs_of_scores(circuit)
+            if text is None and pairs is None and answer is None and scores is not None
+            else _pairs_given(text, answer, corrupt, versus, pairs)
+        )
         if progress is True and shown_here():  # a person watches: bars on stderr
             with bars() as listener:
                 return self.circuit_of(given, asked, progress=listener)
@@ -246,6 +250,20 @@ def _pairs_given(
     return [each if isinstance(each, Input) else Input(**each) for each in pairs]
 
 
+def pairs_of_scores(options: CircuitOptions) -> list[Input]:
+    """The pairs a circuit file (``--scores``) was scored on, where no others are given."""
+    from attnviz.analysis.circuit import Circuit  # numpy
+
+    given = options.given
+    if not isinstance(given, Circuit) or not given.inputs:
+        raise UsageError(
+            f"--scores {options.scores} keeps no pairs of its own: give the TEXT (with "
+            "--answer and --corrupt) or --pairs FILE.jsonl it was scored on"
+        )
+    return [Input(pair.text, answer=pair.answer, versus=pair.versus, corrupt=pair.corrupt)
+            for pair in given.inputs]  # fmt: skip
+
+
 def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) -> None:
     """A circuit request's pairs, each checked (named by ``names`` in an error): each with
     its answer and corrupted twin, and every one with a versus answer or none."""
@@ -262,6 +280,26 @@ def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) 
         if (each.versus is None) != (inputs[0].versus is None):
             alike = UsageError("every pair is measured alike: give each a versus answer, or none")
             raise UsageError(pair_error(alike, index, len(inputs), names))
+    _check_given(inputs, request)
+
+
+def _check_given(inputs: list[Input], request: Request) -> None:
+    """A circuit file's scores (``--scores``) taken only for the pairs, answers, metric
+    and intervention they were scored on."""
+    from attnviz.analysis.circuit import Circuit, scored_elsewhere  # numpy
+
+    options = request.circuit
+    assert options is not None  # check_pairs'
+    if not isinstance(options.given, Circuit):  # EAP-IG's graph file keeps neither
+        return
+    metric = measure_name(measure_of(request, inputs[0]))
+    pairs = [pair_of(given, options.ablation) for given in inputs]
+    why = scored_elsewhere(options.given, pairs, metric, options.ablation)
+    if why is not None:
+        raise UsageError(
+            f"--scores {options.scores} {why}: give what it was scored on, or leave out TEXT "
+            "and --pairs to take its own pairs"
+        )
 
 
 def pair_error(error: Exception, index: int, count: int, names: list[str] | None) -> str:

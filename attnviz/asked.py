@@ -6,7 +6,7 @@ by."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import (
     ABLATION_LABELS,
@@ -14,10 +14,14 @@ from attnviz.choices import (
     INTERVENTIONS,
     MEASURES,
     Ablation,
+    Intervention,
     Measure,
 )
 from attnviz.errors import UsageError
 from attnviz.request import Input, Request
+
+if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Pair
 
 
 def check_asked(request: Request, given: Input) -> Input:
@@ -93,3 +97,19 @@ def measure_of(request: Request, given: Input) -> Measure | Callable[..., Any]:
     if request.metric is not None:
         return request.metric
     return Measure.LOG_PROB if given.versus is None else Measure.LOGIT_DIFFERENCE
+
+
+def measure_name(measure: object) -> str:
+    """How a measure is named in a result and its files: a Measure's word, or a caller's
+    function's name."""
+    return str(getattr(measure, "value", getattr(measure, "__name__", "metric")))
+
+
+def pair_of(given: Input, ablation: Intervention) -> Pair:
+    """What a circuit keeps of an input it was scored on: its text, answers and (where
+    the intervention reads it) its corrupted twin."""
+    from attnviz.analysis.circuit import Pair  # numpy
+
+    assert given.answer is not None  # check_asked's, for a circuit
+    corrupt = given.corrupt if INTERVENTIONS[ablation].corrupt else None
+    return Pair(given.text, given.answer, given.versus, corrupt)

@@ -275,23 +275,39 @@ class Intervention(StrEnum):
 class Intervened(NamedTuple):
     """What an intervention is, whether it reads the pairs' corrupted texts, and whether
     EAP-IG interpolates from the corrupted text's input embeddings (else from each group
-    of nodes' ablated outputs, one group at a time: EAP-IG's activations)."""
+    of nodes' ablated outputs, one group at a time: EAP-IG's activations); how captions
+    name what an edge outside the circuit carries (``carried``), and the run with every
+    edge carrying it (``emptied``)."""
 
     label: str
     corrupt: bool
     from_inputs: bool
+    carried: str
+    emptied: str
 
 
 INTERVENTIONS = {
-    Intervention.PATCH: Intervened("its value in the run on the corrupted text", True, True),
+    Intervention.PATCH: Intervened(
+        "its value in the run on the corrupted text",
+        True,
+        True,
+        "the corrupted run's value",
+        "corrupted",
+    ),
     Intervention.MEAN: Intervened(
         "the mean: every node's output replaced by its mean over every position of the "
         "pairs' clean texts",
         False,
         False,
+        "its upstream node's mean output",
+        "every edge mean-ablated",
     ),
     Intervention.ZERO: Intervened(
-        "zero: every node's output replaced by 0 in the clean text's run", False, False
+        "zero: every node's output replaced by 0 in the clean text's run",
+        False,
+        False,
+        "zero",
+        "every edge zeroed",
     ),
 }
 

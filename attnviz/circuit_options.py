@@ -3,12 +3,17 @@ measured (the request's ``circuit`` field; the CLI's options are these)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from attnviz.analysis.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
 from attnviz.analysis.training import Training
 from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select, chosen
 from attnviz.errors import UsageError, refuse
+
+if TYPE_CHECKING:
+    from attnviz.analysis.circuit import Circuit
+    from attnviz.analysis.eap_ig import EapIgGraph
 
 ALL = "all"
 DEFAULT_EDGES = 100  # the circuit kept where --edges is not given (or every edge, if fewer)
@@ -69,6 +74,8 @@ class CircuitOptions:
     train_each: bool = False
     # what an edge outside the circuit carries, in scoring and in faithfulness
     ablation: Intervention = Intervention.PATCH
+    # the file of ``scores``, read once as the options are made (a pipe can be read once)
+    given: Circuit | EapIgGraph | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))
@@ -97,7 +104,10 @@ class CircuitOptions:
             _count(self.edges, "--edges", least=0)
         if self.bootstrap is not None:
             self._check_bootstrap()
-        curve = tuple(self.curve)
+        self._check_curve(tuple(self.curve))
+        self._read_scores()
+
+    def _check_curve(self, curve: tuple[int | str, ...]) -> None:
         if MIB in curve:
             self._check_mib(curve)
             return
@@ -107,6 +117,15 @@ class CircuitOptions:
         # a size given twice is one circuit: sorted, "all" last
         once = sorted(set(curve), key=lambda size: (size == ALL, 0 if size == ALL else size))
         object.__setattr__(self, "curve", tuple(once))
+
+    def _read_scores(self) -> None:
+        """The file of ``scores`` read, once, after every other option is checked (a
+        usage error reads no file)."""
+        if self.scores is None or self.given is not None:
+            return
+        from attnviz.analysis.eap_ig import read_scores  # numpy: only where a file is given
+
+        object.__setattr__(self, "given", read_scores(self.scores))
 
     @property
     def scored_by(self) -> CircuitMethod:

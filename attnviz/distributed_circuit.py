@@ -172,4 +172,4 @@ def circuit_found(work: circuit.CircuitWork, workers: Workers) -> Circuit:
     quiet_progress()
     check_pairs(work.inputs, work.request, work.names)
     assert work.request.circuit is not None  # check_pairs'
-    return circuit.circuit_of(RayPhases(work, workers), work.request.circuit)
+    return circuit.circuit_of(RayPhases(work, workers), work.request.circuit, work.inputs)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.aggregate import aggregate
+from attnviz.analysis.circuit_files import read_circuit as read_circuit  # Circuit.load
 from attnviz.analysis.heads import head_statistics as statistics
 from attnviz.choices import Aggregate, Output, View, chosen
 from attnviz.drawing import Picture

@@ -66,61 +66,82 @@ AGREEMENT_TEMPLATES = [
 ]
 
 
-def capital_pairs(count: int = PAIRS, seed: int = 0) -> list[dict[str, str]]:
-    """``count`` pairs, the templates in turn, two countries drawn with ``seed``."""
+Pair = dict[str, str]
+
+
+def _distinct(
+    count: int, seed: int, draw: Callable[[int, random.Random], Pair | None]
+) -> list[Pair]:
+    """``count`` distinct pairs, each ``draw(index, chosen)`` (None: drawn again) for the
+    index it would take; a pair drawn before is drawn again, so that no pair is on both
+    sides of a split of the file."""
     chosen = random.Random(seed)
-    made = []
-    for index in range(count):
+    made: list[Pair] = []
+    seen: set[tuple[str, ...]] = set()
+    while len(made) < count:
+        pair = draw(len(made), chosen)
+        if pair is None or tuple(pair.values()) in seen:
+            continue
+        seen.add(tuple(pair.values()))
+        made.append(pair)
+    return made
+
+
+def capital_pairs(count: int = PAIRS, seed: int = 0) -> list[Pair]:
+    """``count`` pairs, the templates in turn, two countries drawn with ``seed``."""
+
+    def draw(index: int, chosen: random.Random) -> Pair:
         template = CAPITAL_TEMPLATES[index % len(CAPITAL_TEMPLATES)]
         country, other = chosen.sample(sorted(CAPITALS), 2)
-        made.append({
+        return {
             "text": template.format(country=country),
             "answer": " " + CAPITALS[country],
             "versus": " " + CAPITALS[other],
             "corrupt": template.format(country=other),
-        })  # fmt: skip
-    return made
+        }
+
+    return _distinct(count, seed, draw)
 
 
-def addition_pairs(count: int = PAIRS, seed: int = 0) -> list[dict[str, str]]:
+def addition_pairs(count: int = PAIRS, seed: int = 0) -> list[Pair]:
     """``count`` pairs "a+b=" of two-digit numbers whose sum has two digits; the twin's
     second number has two digits too and moves the sum's first digit."""
-    chosen = random.Random(seed)
-    made = []
-    while len(made) < count:
+
+    def draw(_index: int, chosen: random.Random) -> Pair | None:
         a, b, other = chosen.randint(10, 89), chosen.randint(10, 89), chosen.randint(10, 89)
         clean, corrupt = a + b, a + other
         if not (10 <= clean <= 99 and 10 <= corrupt <= 99) or clean // 10 == corrupt // 10:
-            continue
-        made.append({
+            return None
+        return {
             "text": f"{ADDITION_SHOWN}{a}+{b}=",
             "answer": str(clean // 10),
             "versus": str(corrupt // 10),
             "corrupt": f"{ADDITION_SHOWN}{a}+{other}=",
-        })  # fmt: skip
-    return made
+        }
+
+    return _distinct(count, seed, draw)
 
 
-def agreement_pairs(count: int = PAIRS, seed: int = 0) -> list[dict[str, str]]:
+def agreement_pairs(count: int = PAIRS, seed: int = 0) -> list[Pair]:
     """``count`` pairs, the templates in turn, a noun drawn with ``seed``: the even ones
     singular (" is" versus " are"), the odd ones plural, each twin the other number."""
-    chosen = random.Random(seed)
-    made = []
-    for index in range(count):
+
+    def draw(index: int, chosen: random.Random) -> Pair:
         template = AGREEMENT_TEMPLATES[index % len(AGREEMENT_TEMPLATES)]
         noun = chosen.choice(NOUNS)
         forms = [(noun, " is"), (PLURALS.get(noun, noun + "s"), " are")]
         (subject, verb), (other, other_verb) = forms if index % 2 == 0 else forms[::-1]
-        made.append({
+        return {
             "text": template.format(noun=subject),
             "answer": verb,
             "versus": other_verb,
             "corrupt": template.format(noun=other),
-        })  # fmt: skip
-    return made
+        }
+
+    return _distinct(count, seed, draw)
 
 
-TASKS: dict[str, Callable[[], list[dict[str, str]]]] = {
+TASKS: dict[str, Callable[[], list[Pair]]] = {
     "capital_pairs.jsonl": capital_pairs,
     "addition_pairs.jsonl": addition_pairs,
     "agreement_pairs.jsonl": agreement_pairs,
@@ -128,7 +149,7 @@ TASKS: dict[str, Callable[[], list[dict[str, str]]]] = {
 MODELS = ("smollm2", "gemma3")
 
 
-def written(pairs: list[dict[str, str]]) -> str:
+def written(pairs: list[Pair]) -> str:
     return "".join(json.dumps(pair) + "\n" for pair in pairs)
 
 

@@ -175,11 +175,34 @@ def test_kl_circuits_exact_scores_ig_scores_and_faithfulness_equal_the_hooks(
     assert max(abs(value) for value in expected.values()) > 100 * tolerance
 
 
+# In float64 a KL's error is first order in the logits' float32 rounding (about 1e-7 of a
+# logit) times how far the two distributions are apart: 1e-11 to 1e-9 on the tiny models;
+# summed in float32 it was 2e-7 to 5e-7, more than gpt2's largest score (2e-7).
+KL_FLOAT64 = 1e-8
+
+
+@pytest.mark.parametrize("family", ["gpt2-lm", "llama-lm", "gemma2-lm", "gemma3-lm"])
+def test_kl_exact_scores_are_those_of_float64(generators, language_models, family):
+    """KL of nearly equal distributions: every exact edge score against the reference's
+    float64 KL of the same float32 logits, to a hundredth of the float32 sum's error."""
+    extractor, model, (ids, corrupt_ids), _, _ = prepared(generators, language_models, family)
+    exact = extractor.circuit(TEXT, ANSWER, CORRUPT, method="exact", metric="kl", edges=0)
+    found = {(first, then): score for first, then, score in exact.edges()}
+    expected = reference.exact_scores(
+        model, ids, corrupt_ids, reference.kl_from(model, ids), None, sorted(found)
+    )
+    largest = max(abs(value) for value in expected.values())
+    assert largest > 0
+    assert max(abs(found[edge] - expected[edge]) for edge in found) <= KL_FLOAT64 + 1e-4 * largest
+
+
 def test_a_python_metric_may_take_the_clean_logits_too(language_models):
     extractor = language_models["llama-lm"]
 
     def kl(logits, clean):  # as the built-in reads it: the clean run's last logits too
-        return (clean.softmax(-1) * (clean.log_softmax(-1) - logits.log_softmax(-1))).sum(-1)
+        wide, run = clean.double(), logits.double()  # and sums it, in float64
+        found = (wide.softmax(-1) * (wide.log_softmax(-1) - run.log_softmax(-1))).sum(-1)
+        return found.float()
 
     given = extractor.circuit(TEXT, ANSWER, CORRUPT, method="exact", metric=kl, edges=5)
     built_in = extractor.circuit(TEXT, ANSWER, CORRUPT, method="exact", metric="kl", edges=5)

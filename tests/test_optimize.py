@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.analysis.circuit import read_circuit
+from attnviz.analysis.circuit_files import read_circuit
 from attnviz.circuit_options import CircuitOptions
 from attnviz.pretrained import circuit_passes as circuit_module
 from attnviz.pretrained.backward_pass import weights_without_gradients

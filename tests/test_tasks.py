@@ -38,6 +38,16 @@ def test_each_pair_names_a_text_its_twin_and_two_answers(name):
         assert pair["text"] != pair["corrupt"] and pair["answer"] != pair["versus"]
 
 
+@pytest.mark.parametrize("name", [*TASK_FILES, "ioi_pairs.jsonl"])
+def test_no_pair_is_repeated_so_no_split_has_a_pair_on_both_sides(name):
+    """benchmarks/mib.py scores the first half of a task and holds out the second: a pair
+    in both would be "held out" and seen."""
+    pairs = [tuple(sorted(pair.items())) for pair in pairs_of(name)]
+    assert len(set(pairs)) == len(pairs) == 60
+    half = len(pairs) // 2
+    assert not set(pairs[:half]) & set(pairs[half:])
+
+
 def test_an_additions_answer_is_its_sums_first_digit_and_its_twins_the_versus():
     for pair in pairs_of("addition_pairs.jsonl"):
         (a, b), (c, d) = (

@@ -20,7 +20,6 @@ from attnviz.analysis.selections import nodes_of
 from attnviz.analysis.training import Training
 from attnviz.choices import CircuitMethod, Intervention, Level, Output, Select
 from attnviz.drawing import drawer
-from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
     from attnviz.drawing import Picture
@@ -34,13 +33,35 @@ def ranked(graph: Graph, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return upstream[order], downstream[order]
 
 
+# A difference of two metrics within this share of their size is float32 rounding (the
+# model's arithmetic: 2^-17, 64 units in the last place of a float32), no change.
+ROUNDING = 2.0**-17
+
+
+def changes_nothing(clean: float, corrupt: float) -> bool:
+    """Whether the corruption leaves the metric as it was: the two differ by no more than
+    float32 rounding of their size (:data:`ROUNDING`)."""
+    return abs(clean - corrupt) <= ROUNDING * max(abs(clean), abs(corrupt))
+
+
 def faithfulness_of(circuit: float, clean: float, corrupt: float) -> float | None:
     """(m(circuit) − m(corrupt)) / (m(clean) − m(corrupt)); None where the corruption
-    changes nothing (no fraction of 0 is defined)."""
-    taken = clean - corrupt
-    if taken == 0:
+    changes nothing beyond rounding (:func:`changes_nothing`: a fraction of rounding is
+    no measure)."""
+    if changes_nothing(clean, corrupt):
         return None
+    taken = clean - corrupt
     return (circuit - corrupt) / taken + 0.0  # + 0.0: no -0.0 where the circuit is corrupt
+
+
+class Pair(NamedTuple):
+    """One pair a circuit was scored on: the text, its answer (and versus answer) and its
+    corrupted twin (None where the intervention reads none)."""
+
+    text: str
+    answer: str
+    versus: str | None
+    corrupt: str | None
 
 
 class CurvePoint(NamedTuple):
@@ -89,6 +110,8 @@ class Circuit(Drawn):
     bootstrap: int | None = None  # B: its scores bootstrapped over B resamples of the pairs
     training: Training | None = None  # how its scores were learned (--method optimize)
     ablation: Intervention = Intervention.PATCH  # what an edge outside it carries
+    # the pairs it was scored on (none in a file written before its pairs were kept)
+    inputs: tuple[Pair, ...] = ()
 
     def __repr__(self) -> str:
         """A short header (a notebook shows the picture beside it), not the arrays."""
@@ -140,8 +163,9 @@ class Circuit(Drawn):
 
     @classmethod
     def load(cls, path: str | Path) -> Circuit:
-        """A circuit written by ``circuit -f json`` (or :meth:`document`), read back."""
-        return read_circuit(path)
+        """A circuit written by ``circuit -f json`` (or :meth:`document`), read back
+        (:mod:`attnviz.analysis.circuit_files`)."""
+        return drawer().read_circuit(path)
 
     def kept_edges(self) -> list[tuple[str, str, float]]:
         """The circuit's edges, largest |score| first: (from, to, score)."""
@@ -205,6 +229,7 @@ class Circuit(Drawn):
             **({} if self.source is None else {"source": self.source}),
             **({} if self.steps is None else {"steps": self.steps}),
             "pairs": self.pairs,
+            "inputs": [pair._asdict() for pair in self.inputs],
             "bootstrap": self.bootstrap,
             "training": None if self.training is None else self.training._asdict(),
             "metric": self.answer.metric_name,
@@ -231,206 +256,28 @@ class Circuit(Drawn):
 
 
 CIRCUIT_KIND = "circuit"  # what a circuit's document says it is
-PATCHED = Intervention.PATCH
 # What a circuit's document keeps of its answer (the rest is a head's effects').
 _ANSWER_FIELDS = ("answer", "answer_token", "log_prob", "versus", "versus_token", "corrupt")
 
 
-def read_circuit(path: str | Path) -> Circuit:
-    """A circuit written by ``circuit -f json`` (:meth:`Circuit.document`), read back: its
-    scores, its mask, its measures; a file that is not one is a usage error naming it."""
-    return circuit_of_document(json_document(path), str(path))
-
-
-def json_document(path: str | Path) -> Any:
-    """The JSON document of a circuit's file, read whole; one that cannot be read is a
-    usage error naming it."""
-    import json
-
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise UsageError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {path}: {error}") from None
-    try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, RecursionError, ValueError) as error:
-        raise UsageError(f"{path} is not a circuit's JSON document ({error})") from None
-    return document
-
-
-def circuit_of_document(document: Any, where: str) -> Circuit:
-    """:func:`read_circuit` of a document read already (``where`` names it in errors)."""
-    read = _Reader(document, where)
-    if read.document.get("kind") != CIRCUIT_KIND:
-        raise UsageError(f'{where} is not a circuit (no "kind": "{CIRCUIT_KIND}"): write one '
-                         "with attnviz circuit -f json")  # fmt: skip
-    shape = read.part("graph", dict)
-    layers, heads, kv_heads = (
-        _Reader(shape, where).whole(name) for name in ("layers", "heads", "kv_heads")
-    )
-    graph = Graph(layers, heads, kv_heads)
-    if read.part("nodes", list) != list(dict.fromkeys([*graph.upstream, *graph.downstream])):
-        raise UsageError(f"{where}: its nodes are not those of its graph's layers and heads")
-    scores, in_graph, exact = _edges(read, graph, where)
-    chosen = _Reader(read.part("circuit", dict), f"{where}, its circuit")
-    curve = [_Reader(point, f"{where}, its curve") for point in read.part("curve", list)]
-    steps = read.document.get("steps")
-    return Circuit(
-        read.part("model", str),
-        graph,
-        scores,
-        read.choice("method", CircuitMethod),
-        None if steps is None else read.whole("steps"),
-        read.whole("pairs"),
-        _answer(read, where),
-        chosen.choice("select", Select),
-        chosen.whole("asked")
-        if isinstance(chosen.document.get("asked"), int)
-        else chosen.number("asked"),
-        chosen.part("prune", bool),
-        in_graph,
-        chosen.optional_number("faithfulness"),
-        tuple(
-            CurvePoint(
-                point.whole("asked"),
-                point.whole("kept"),
-                point.optional_number("faithfulness"),
-                point.number("fraction"),
-            )
-            for point in curve
-        ),
-        exact,
-        tuple(read.part("promoted", list)),
-        None if shape.get("width") is None else _Reader(shape, where).whole("width"),
-        chosen.choice("level", Level),
-        _node_scores(read.document.get("node_scores"), len(graph.upstream), where),
-        read.optional("source", str),
-        None if read.document.get("bootstrap") is None else read.whole("bootstrap"),
-        _training(read.document.get("training"), where),
-        read.choice("ablation", Intervention)
-        if "ablation" in read.document
-        else Intervention.PATCH,
-    )
-
-
-def _answer(read: _Reader, where: str) -> Answer:
-    """The answer a circuit document was scored on, with its clean and corrupted metric."""
-    answer = _Reader(read.part("answer", dict), f"{where}, its answer")
-    return Answer(
-        answer.part("answer", str),
-        answer.part("answer_token", str),
-        answer.number("log_prob"),
-        answer.optional("versus", str),
-        answer.optional("versus_token", str),
-        read.number("clean_metric"),
-        answer.optional("corrupt", str),
-        read.number("corrupt_metric"),
-        measure=read.part("metric", str),
-    )
-
-
-def _training(value: Any, where: str) -> Training | None:
-    """How an optimised circuit's mask was learned, checked; None for another's."""
-    if value is None:
-        return None
-    read = _Reader(value, f"{where}, its training")
-    losses = read.part("losses", list)
-    if not all(isinstance(each, int | float) and not isinstance(each, bool) for each in losses):
-        raise UsageError(f'{where}: its training\'s "losses" are not all numbers')
-    sizes = read.part("sizes", list)
-    if not all(isinstance(each, int) and not isinstance(each, bool) for each in sizes):
-        raise UsageError(f'{where}: its training\'s "sizes" are not all whole numbers')
-    return Training(
-        read.whole("steps"),
-        read.number("learning_rate"),
-        read.optional_number("sparsity"),
-        tuple(float(each) for each in losses),
-        tuple(sizes),
-    )
-
-
-def _edges(
-    read: _Reader, graph: Graph, where: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """A document's edges, each checked: every edge's score, whether it is in the circuit,
-    and (where the document says) whether it was computed exactly; (U, N) each."""
-    scores = np.zeros(graph.edges.shape)
-    in_graph = np.zeros(graph.edges.shape, dtype=bool)
-    exact = np.zeros(graph.edges.shape, dtype=bool)
-    upstream = {name: index for index, name in enumerate(graph.upstream)}
-    downstream = {name: index for index, name in enumerate(graph.downstream)}
-    seen = np.zeros(graph.edges.shape, dtype=bool)
-    refined = False
-    for edge in read.part("edges", list):
-        each = _Reader(edge, f"{where}, an edge")
-        u, d = upstream.get(each.part("from", str), -1), downstream.get(each.part("to", str), -1)
-        if u < 0 or d < 0 or not graph.edges[u, d] or seen[u, d]:
-            raise UsageError(f"{where}: {edge!r} is no edge of its graph, or is given twice")
-        seen[u, d] = True
-        scores[u, d] = each.number("score")
-        in_graph[u, d] = each.part("in_circuit", bool)
-        if "exact" in edge:
-            refined = True
-            exact[u, d] = each.part("exact", bool)
-    if not (seen == graph.edges).all():
-        raise UsageError(f"{where} holds {int(seen.sum()):,} of its graph's {graph.count:,} edges")
-    return scores, in_graph, exact if refined else None
-
-
-def _node_scores(value: Any, count: int, where: str) -> np.ndarray | None:
-    """A node circuit's node scores, (U,), checked; None for an edge circuit's."""
-    if value is None:
-        return None
-    if (
-        not isinstance(value, list)
-        or len(value) != count
-        or not all(isinstance(each, int | float) and not isinstance(each, bool) for each in value)
-    ):
-        raise UsageError(f'{where}: "node_scores" is not a number for each of its {count} nodes')
-    return np.array(value, dtype=np.float64)
-
-
-class _Reader:
-    """The fields of one JSON object of a circuit's document, each checked: a wrong or
-    missing one is a usage error naming the file and the field."""
-
-    def __init__(self, document: Any, where: str) -> None:
-        if not isinstance(document, dict):
-            raise UsageError(f"{where} is not a JSON object: no circuit's document")
-        self.document, self.where = document, where
-
-    def part(self, name: str, kind: type) -> Any:
-        value = self.document.get(name)
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise UsageError(f'{self.where} has no "{name}" {kind.__name__}: no circuit written '
-                             "by attnviz circuit -f json, or one cut short")  # fmt: skip
-        return value
-
-    def optional(self, name: str, kind: type) -> Any:
-        return None if self.document.get(name) is None else self.part(name, kind)
-
-    def number(self, name: str) -> float:
-        value = self.document.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return float(self.part(name, float))
-
-    def optional_number(self, name: str) -> float | None:
-        return None if self.document.get(name) is None else self.number(name)
-
-    def whole(self, name: str) -> int:
-        value = self.part(name, int)
-        if value < 0:
-            raise UsageError(f'{self.where}: "{name}" is {value}, below 0')
-        return int(value)
-
-    def choice(
-        self, name: str, kind: type[Select] | type[CircuitMethod] | type[Level] | type[Intervention]
-    ) -> Any:
-        value = self.part(name, str)
-        try:
-            return kind(value)
-        except ValueError:
-            raise UsageError(f'{self.where}: "{name}" is {value!r}, none of attnviz\'s') from None
+def scored_elsewhere(
+    circuit: Circuit, pairs: list[Pair], metric: str, ablation: Intervention
+) -> str | None:
+    """Why ``circuit`` (read from a file) was not scored as a command asks, on ``pairs``
+    by ``metric`` and ``ablation``: what differs, first found; None where nothing does (a
+    file that keeps no pairs is held to its first pair's words and its count)."""
+    if circuit.ablation != ablation:
+        return f"was scored with --ablation {circuit.ablation}, not {ablation}"
+    if circuit.answer.metric_name != metric:
+        return f"was scored by --metric {circuit.answer.metric_name}, not {metric}"
+    if circuit.pairs != len(pairs):
+        plural = "s" if circuit.pairs != 1 else ""
+        return f"was scored on {circuit.pairs} pair{plural}, not {len(pairs)}"
+    answer = circuit.answer
+    kept = circuit.inputs or (Pair(pairs[0].text, answer.answer, answer.versus, answer.corrupt),)
+    for index, (theirs, ours) in enumerate(zip(kept, pairs, strict=False)):
+        for name in Pair._fields:
+            if getattr(theirs, name) != getattr(ours, name):
+                where = "" if len(pairs) == 1 else f"pair {index + 1}'s "
+                return f"was scored on other pairs: {where}{name} differs"
+    return None

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.analysis.circuit import Circuit, circuit_of_document, json_document
+from attnviz.analysis.circuit import Circuit
+from attnviz.analysis.circuit_files import circuit_of_document, finite_number, json_document
 from attnviz.analysis.graph import LOGITS, Graph
 from attnviz.analysis.selections import nodes_of
 from attnviz.errors import UsageError
@@ -86,6 +87,7 @@ class EapIgGraph:
         group, kv = graph.heads // graph.kv_heads, "h" if graph.kv_heads == graph.heads else "kv"
         scores = np.zeros(graph.edges.shape)
         kept = np.zeros(graph.edges.shape, dtype=bool)
+        copies = np.zeros(graph.edges.shape, dtype=np.int64)  # EAP-IG's edges of each of ours
         for name, (score, in_graph) in self.edges.items():
             parent, _, child = name.partition("->")
             input_of = _HEAD_INPUT.fullmatch(child)
@@ -98,6 +100,13 @@ class EapIgGraph:
                 raise UsageError(f"{self.path}: {name!r} is no edge of this model's graph")
             scores[u, d] += score
             kept[u, d] |= in_graph
+            copies[u, d] += 1
+        wanted = graph.edges * np.array([_copies(name, group) for name in graph.downstream])
+        if (copies != wanted).any():
+            raise UsageError(
+                f"--scores {self.path} holds {len(self.edges):,} of the {int(wanted.sum()):,} "
+                "edges of EAP-IG's graph of this model: every edge is scored in its file"
+            )
         return scores, kept
 
 
@@ -118,13 +127,19 @@ def read_scores(path: str | Path) -> Circuit | EapIgGraph:
     for name, edge in edges.items():
         fields: dict[str, Any] = edge if isinstance(edge, dict) else {}
         score, in_graph = fields.get("score"), fields.get("in_graph")
-        if not isinstance(score, int | float) or isinstance(score, bool):
-            raise UsageError(f'{path}: edge {name!r} has no "score" number')
+        if not finite_number(score):
+            raise UsageError(f'{path}: edge {name!r} has no "score" finite number')
         if not isinstance(in_graph, bool):
             raise UsageError(f'{path}: edge {name!r} has no "in_graph" true or false')
         read[name] = (float(score), in_graph)
     assert isinstance(layers, int) and isinstance(heads, int)  # _whole's
     return EapIgGraph(layers, heads, read, str(path))
+
+
+def _copies(downstream: str, group: int) -> int:
+    """How many of EAP-IG's edges into a downstream node of ours there are from each
+    upstream node: a key or value input one per query head of its group."""
+    return group if downstream.endswith((".k", ".v")) else 1
 
 
 def _whole(value: Any) -> bool:

@@ -97,6 +97,17 @@ class Graph:
         """How many edges the graph has."""
         return int(self.edges.sum())
 
+    @staticmethod
+    def edges_of(layers: int, heads: int, kv_heads: int) -> int:
+        """How many edges the graph of that shape has, counted without building it (a
+        file's claimed shape is checked so before its arrays are made): a layer l's
+        query, key and value inputs read the input and every node of the layers below
+        (1 + l(H + 1) each), its MLP those and its own heads, the logits every node."""
+        below = layers + (heads + 1) * layers * (layers - 1) // 2  # Σ over l of 1 + l(H + 1)
+        into_heads = below * (heads + 2 * kv_heads)
+        into_mlps = below + layers * heads
+        return into_heads + into_mlps + 1 + layers * (heads + 1)
+
     def reads(self, layer: int) -> int:
         """The downstream index of ``layer``'s first query input; its key inputs follow its
         query heads, its value inputs its key/value heads, then its MLP's input."""

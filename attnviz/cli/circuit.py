@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnviz.atomic_files import check_writable
-from attnviz.choices import Output
+from attnviz.choices import INTERVENTIONS, Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import Effects
@@ -28,6 +28,7 @@ from attnviz.request import Input
 
 if TYPE_CHECKING:
     from attnviz.analysis.circuit import Circuit
+    from attnviz.circuit_options import CircuitOptions
     from attnviz.render.style import Style
 
 CircuitFormat = d.some_of("CircuitFormat", *d.TABLES, Output.EAP_IG)
@@ -52,8 +53,9 @@ PairsOption = Annotated[
         "--pairs",
         metavar="FILE.jsonl",
         help='A dataset: one {"text", "answer", "versus", "corrupt"} per line ("versus" in '
-        "every line or in none; each text and its corrupted twin of as many tokens): every "
-        "score is the mean over the pairs.",
+        "every line or in none; each text and its corrupted twin of as many tokens; no "
+        '"corrupt" needed with --ablation zero or mean): every score is the mean over the '
+        "pairs.",
     ),
 ]
 RowsOption = Annotated[int, typer.Option("--rows", min=1, help="How many edges the table shows.")]
@@ -90,9 +92,7 @@ def circuit(
     drawn = out.picture_or_data(output, output_format, shared.picture.given())
     style = shared.picture.style()
     options = choices.options()
-    if text is None and pairs is None:
-        raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl")
-    inputs, names = _pairs(pairs, text, shared.effects) if pairs is not None else (None, None)
+    inputs, names = _inputs(text, pairs, options, shared.effects)
     first = inputs[0] if inputs else None
     effects = (
         shared.effects
@@ -115,11 +115,6 @@ def circuit(
         raise no_next_token(d.BUILTIN, "a circuit")
     if output is not None:
         check_writable(output)  # before the model loads
-    if options.scores is not None:
-        # numpy: after the options are checked (a usage error loads none)
-        from attnviz.analysis.eap_ig import read_scores
-
-        read_scores(options.scores)  # no circuit's file is refused before the model loads
     if inputs is None:
         assert text is not None  # refused above without --pairs
         line = out.only_one(read_texts(text), "give many pairs with --pairs FILE.jsonl")
@@ -166,20 +161,40 @@ def _write(
     out.write_drawn(found, drawn, output, output_format, picture, table, width, environment)
 
 
-def _pairs(path: str, text: str | None, effects: Effects) -> tuple[list[Input], list[str]]:
-    """The pairs of a JSONL file, each checked, and the line each came from."""
+def _inputs(
+    text: str | None, pairs: str | None, options: CircuitOptions, effects: Effects
+) -> tuple[list[Input] | None, list[str] | None]:
+    """The pairs of --pairs, or of the --scores file where neither TEXT nor --pairs is
+    given (each with what names it in an error); None for TEXT, read later."""
     if text is not None:
-        raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl, not both")
+        if pairs is not None:
+            raise UsageError(
+                "give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl, not both"
+            )
+        return None, None
+    if pairs is None and options.scores is None:
+        raise UsageError("give TEXT (with --answer and --corrupt) or --pairs FILE.jsonl")
     named = (
         ("--answer", effects.answer),
         ("--versus", effects.versus),
         ("--corrupt", effects.corrupt),
     )
     given = [flag for flag, value in named if value is not None]
+    source = "line of --pairs" if pairs is not None else "pair of --scores' file"
     if given:
         raise UsageError(
-            f"each line of --pairs holds its answer, versus and corrupted text: no {given[0]}"
+            f"each {source} holds its answer, versus and corrupted text: no {given[0]}"
         )
+    if pairs is None:
+        from attnviz.answer_readings import pairs_of_scores  # numpy: the file is read
+
+        return pairs_of_scores(options), None
+    return _pairs(pairs, INTERVENTIONS[options.ablation].corrupt)
+
+
+def _pairs(path: str, twins: bool) -> tuple[list[Input], list[str]]:
+    """The pairs of a JSONL file, each checked, and the line each came from (each with
+    its corrupted twin where ``twins``: the intervention reads them)."""
     # the batch package (its runner's imports with it): only where --pairs is given
     from attnviz.batch.inputs import iter_inputs
 
@@ -190,13 +205,11 @@ def _pairs(path: str, text: str | None, effects: Effects) -> tuple[list[Input], 
         where = f"{path}, line {item.line}"
         if item.error is not None:
             raise UsageError(f"{path}: {item.error}")
-        missing = next(
-            (name for name in ("answer", "corrupt") if getattr(item, name) is None), None
-        )
+        needed = ("answer", "corrupt") if twins else ("answer",)
+        missing = next((name for name in needed if getattr(item, name) is None), None)
         if missing is not None:
-            raise UsageError(
-                f'{where} has no "{missing}": each pair holds text, answer and corrupt'
-            )
+            held = "text, answer and corrupt" if twins else "text and answer"
+            raise UsageError(f'{where} has no "{missing}": each pair holds {held}')
         assert item.text is not None
         try:
             inputs.append(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.effects import Answer, HeadEffects, Knockout
 from attnviz.analysis.lens import Lens
 from attnviz.analysis.trace import Trace
-from attnviz.asked import measure_of
+from attnviz.asked import measure_name, measure_of
 from attnviz.choices import ABLATION_NEEDS, Ablation, Method, Site
 from attnviz.errors import UsageError, warn
 from attnviz.pretrained.anatomy import Anatomy, anatomy_of
@@ -144,14 +144,13 @@ class Answered:
         """What the effects were measured on, with the runs' metrics given."""
         given = self.given
         assert given.answer is not None
-        measure = self.metric.measure
         return Answer(
             given.answer,
             self.token,
             versus=given.versus,
             versus_token=self.versus_token,
             corrupt=given.corrupt,
-            measure=getattr(measure, "value", getattr(measure, "__name__", "metric")),
+            measure=measure_name(self.metric.measure),
             **measured,
         )
 

@@ -14,10 +14,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.analysis.bootstrap import bootstrapped
-from attnviz.analysis.circuit import Circuit, CurvePoint, faithfulness_of, ranked
-from attnviz.analysis.eap_ig import EapIgGraph, read_scores
+from attnviz.analysis.circuit import (
+    Circuit,
+    CurvePoint,
+    changes_nothing,
+    faithfulness_of,
+    ranked,
+)
+from attnviz.analysis.eap_ig import EapIgGraph
 from attnviz.analysis.selections import selected
 from attnviz.analysis.training import Training
+from attnviz.asked import pair_of
 from attnviz.choices import CircuitMethod, Intervention, Level, Select
 from attnviz.circuit_options import DEFAULT_EDGES
 from attnviz.errors import UsageError
@@ -48,12 +55,13 @@ class CircuitWork:
     progress: Listener | None = None
 
 
-def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
-    """The circuit the options ask, from the passes over the pairs (its sizes checked
-    against the model's graph before any pass; its scores read from a file where the
+def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> Circuit:
+    """The circuit the options ask, from the passes over the pairs, ``inputs`` (its sizes
+    checked against the model's graph before any pass; its scores a file's where the
     options name one)."""
-    if options.scores is not None:
-        phases = Given(phases, read_scores(options.scores), options.scores)
+    if options.given is not None:
+        assert options.scores is not None  # what it was read from
+        phases = Given(phases, options.given, options.scores)
     graph = phases.graph()
     post_norms = graph.post_norms  # the model's (a file's graph, read below, has none)
     node_level = options.level is Level.NODE
@@ -70,16 +78,12 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
     clean, corrupt = scored.clean / count, scored.corrupt / count
     training = None
     if options.method is CircuitMethod.OPTIMIZE:
-        scores, training = optimized_scores(phases, graph, scores, asked, clean - corrupt, options)
+        scores, training = optimized_scores(phases, graph, scores, asked, (clean, corrupt), options)
     if refine is not None:
         exact = refined(phases, graph, scores, refine, count)
     nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
-    masks = _masks(graph, scores, options, asked, [size for size, _ in sizes], nodes)
-    # unpruned, to say what pruning did where it can move the metric
-    as_chosen = (
-        selected(graph, scores, options.select, asked, False, nodes)
-        if options.prune and post_norms
-        else masks[0]
+    masks, as_chosen = _masks(
+        graph, scores, options, asked, [size for size, _ in sizes], nodes, post_norms
     )
     faithful = _faithfulness(phases, graph, masks, as_chosen, clean, corrupt, count)
     say_faithfulness(faithful[0], int(masks[0].sum()), node_level)
@@ -111,6 +115,7 @@ def circuit_of(phases: Phases, options: CircuitOptions) -> Circuit:
         options.bootstrap,
         training,
         options.ablation,
+        tuple(pair_of(given, options.ablation) for given in inputs),
     )
 
 
@@ -121,9 +126,12 @@ def _masks(
     asked: float,
     curve: list[float],
     nodes: np.ndarray | None,
-) -> list[np.ndarray]:
+    post_norms: bool,
+) -> tuple[list[np.ndarray], np.ndarray]:
     """The circuit the options ask (of ``asked`` edges, or by their threshold), then the
-    circuit of each size of ``curve``: each a mask over the graph's edges."""
+    circuit of each size of ``curve``: each a mask over the graph's edges; and the first
+    unpruned, to say what pruning did where it can move the metric (``post_norms``: a
+    norm after attention scales a layer's heads together), else the first itself."""
     masks = [
         selected(graph, scores, options.select, size, options.prune, nodes)
         for size in (asked, *curve)
@@ -133,7 +141,9 @@ def _masks(
         raise UsageError(
             f"--threshold {asked:g} keeps no edge: the largest |score| is {largest:.4g}"
         )
-    return masks
+    if not (options.prune and post_norms):
+        return masks, masks[0]
+    return masks, selected(graph, scores, options.select, asked, False, nodes)
 
 
 def _faithfulness(
@@ -196,18 +206,20 @@ def optimized_scores(
     graph: Graph,
     scores: np.ndarray,
     asked: float,
-    gap: float,
+    metrics: tuple[float, float],
     options: CircuitOptions,
 ) -> tuple[np.ndarray, Training]:
     """The mask learned from ``scores`` (EAP-IG's means), starting with the circuit asked
     for at one half (a threshold's circuit: DEFAULT_EDGES), and its training; with
     ``--train-each``, the circuits of ``asked`` and each size of the curve trained one
-    inside the next."""
-    if gap == 0:
+    inside the next. ``metrics``: the clean and the corrupted means."""
+    if changes_nothing(*metrics):
         raise UsageError(
             "the corrupted texts leave the metric as the clean ones do (their means are "
-            "equal): no faithfulness to optimise; give pairs whose twins change the answer"
+            "equal, within float32 rounding): no faithfulness to optimise; give pairs whose "
+            "twins change the answer"
         )
+    gap = metrics[0] - metrics[1]
     size = DEFAULT_EDGES if options.select is Select.THRESHOLD else int(asked)
     if options.train_each:
         sizes = [int(asked), *(size for size, _ in options.sizes(graph.count))]
@@ -327,12 +339,6 @@ class Given:
                 f"{given.heads} heads ({given.kv_heads} key/value heads); this model has "
                 f"{graph.layers} × {graph.heads} ({graph.kv_heads})"
             )
-        if self.circuit.pairs != self.phases.pairs:
-            raise UsageError(
-                f"--scores {self.path} was scored on {self.circuit.pairs} pair"
-                f"{'s' if self.circuit.pairs != 1 else ''}, not {self.phases.pairs}: give the "
-                "pairs it was scored on"
-            )
         return graph
 
     def checked(self) -> None:
@@ -394,4 +400,4 @@ def circuited(
     """The circuit of ``inputs`` (each a text, its answer and its corrupted twin; a
     usage error names the input by ``names``, "pair 1"… by default), read here."""
     assert request.circuit is not None and inputs  # asked of a circuit request, with inputs
-    return circuit_of(Here(extractor, request, inputs, names), request.circuit)
+    return circuit_of(Here(extractor, request, inputs, names), request.circuit, inputs)

@@ -13,7 +13,10 @@ _PRINTED = 5e-4  # faithfulness is printed to 0.001: a smaller move is not said
 def say_faithfulness(faithfulness: float | None, edges: int, node_level: bool) -> None:
     """Where the circuit of ``edges`` edges is no circuit to trust, and what to try."""
     if faithfulness is None:
-        warn("the corrupted text changes nothing of the metric: faithfulness is not defined")
+        warn(
+            "the corrupted text changes the metric by no more than float32 rounding of its "
+            "size: faithfulness is not defined"
+        )
     elif edges and faithfulness < LOW_FAITHFULNESS:
         warn(
             f"the circuit of {edges:,} edges keeps {faithfulness:z.3f} of what the corruption "

@@ -196,7 +196,6 @@ def converted_folder(name: str, packaged: Source) -> Path:
     if is_converted(folder):
         _check(folder)
         return folder
-    warn(f"converting {packaged.file} into {folder} (once; {packaged.takes})")
     _convert_into(packaged, folder)
     return folder
 
@@ -243,7 +242,8 @@ def _convert_into(packaged: Source, folder: Path) -> None:
         tempfile.mkdtemp(prefix=f"{_SCRATCH.format(folder.name, os.getpid())}-", dir=folder.parent)
     )
     try:
-        gguf = packaged.gguf(scratch)
+        gguf = packaged.gguf(scratch)  # its pieces checked and joined: a damaged one named
+        warn(f"converting {packaged.file} into {folder} (once; {packaged.takes})")
         _write(gguf, scratch)
         if gguf.parent == scratch:  # joined from pieces for the conversion only
             gguf.unlink()

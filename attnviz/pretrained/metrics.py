@@ -30,11 +30,19 @@ MEASURED: dict[Measure, Callable[[Any, int, int | None, Any], Any]] = {
     Measure.PROB_DIFFERENCE: lambda logits, answer, versus, _clean: (
         logits.softmax(-1)[:, answer] - logits.softmax(-1)[:, versus]
     ),
-    # KL(clean ‖ run) = Σ p_clean (log p_clean − log p_run)
-    Measure.KL: lambda logits, _answer, _versus, clean: (
-        clean.softmax(-1) * (clean.log_softmax(-1) - logits.log_softmax(-1))
-    ).sum(-1),
+    # KL(clean ‖ run) = Σ p_clean (log p_clean − log p_run), in float64: nearly equal
+    # distributions' log-probabilities cancel, and float32's rounding of each (about 1e-7
+    # of a log-probability of 10) summed over the vocabulary rivals a small KL
+    Measure.KL: lambda logits, _answer, _versus, clean: _kl(clean, logits),
 }
+
+
+def _kl(clean: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(clean ‖ run) of each row of ``logits`` (B, V) from ``clean`` (V,), summed in
+    float64: (B,), in the logits' dtype."""
+    wide, run = clean.double(), logits.double()
+    found = (wide.softmax(-1) * (wide.log_softmax(-1) - run.log_softmax(-1))).sum(-1)
+    return found.to(logits.dtype)
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import numpy as np
 from attnviz.analysis.effects import MEASURE_NAMES
 from attnviz.choices import (
     CIRCUIT_METHOD_LABELS,
+    INTERVENTIONS,
     MEASURES,
     CircuitMethod,
-    Intervention,
     Level,
     Measure,
     Output,
@@ -42,7 +42,14 @@ def circuit_title(circuit: Circuit) -> str:
         if circuit.source is None
         else f"of the scores in {circuit.source}"
     )
-    return f"{circuit.model} · circuit {scored}{pairs} · {_measured(circuit)}"
+    return f"{circuit.model} · circuit {scored}{pairs} · {_measured(circuit)}{_outside(circuit)}"
+
+
+def _outside(circuit: Circuit) -> str:
+    """What an edge outside the circuit carries, where it is not the corrupted run's
+    value (the words of its intervention's row)."""
+    intervened = INTERVENTIONS[circuit.ablation]
+    return "" if intervened.corrupt else f" · every edge outside it carrying {intervened.carried}"
 
 
 def score_line(circuit: Circuit) -> str:
@@ -52,9 +59,8 @@ def score_line(circuit: Circuit) -> str:
             "score: the edge's learned mask (1: it carries its value in the run, 0: the "
             "corrupted run's)"
         )
-    unit = circuit.answer.unit()
-    carried = "the corrupted run's value" if circuit.ablation is Intervention.PATCH else "zero"
-    return f"score: the {unit} when that edge alone carries {carried}"
+    carried = INTERVENTIONS[circuit.ablation].carried
+    return f"score: the {circuit.answer.unit()} when that edge alone carries {carried}"
 
 
 def training_line(training: Training, pairs: int) -> str:
@@ -89,7 +95,9 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
     """The circuit's faithfulness, and its curve's, in words."""
 
     def said(value: float | None) -> str:
-        return "not defined (the corruption changes nothing)" if value is None else f"{value:z.3f}"
+        if value is None:
+            return "not defined (the corruption changes nothing beyond float32 rounding)"
+        return f"{value:z.3f}"
 
     nodes = " nodes" if circuit.level is Level.NODE else ""
     rule = (
@@ -98,9 +106,8 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         else f"{circuit.select.value} {int(circuit.asked):,}{nodes}"
     )
     pruned = ", dead ends pruned" if circuit.prune else ""
-    patched = circuit.ablation is Intervention.PATCH
-    emptied = "corrupted" if patched else "every edge zeroed"
-    carried = "" if patched else ", every edge outside it carrying zero"
+    emptied = INTERVENTIONS[circuit.ablation].emptied
+    carried = _outside(circuit).replace(" · ", ", ")
     lines = [
         f"clean {circuit.clean_metric:z.4f}, {emptied} {circuit.corrupt_metric:z.4f}; "
         f"circuit of {circuit.kept:,} of {circuit.graph.count:,} edges ({rule}{pruned}"
@@ -297,7 +304,8 @@ def _curve(axes: Any, circuit: Circuit, small: int) -> None:
     axes.set_xlabel("edges kept", fontsize=small)
     axes.set_ylabel("faithfulness", fontsize=small)
     axes.tick_params(labelsize=small)
-    axes.set_title("faithfulness (1: the clean run, 0: the corrupted)", fontsize=small)
+    emptied = INTERVENTIONS[circuit.ablation].emptied
+    axes.set_title(f"faithfulness (1: the clean run, 0: {emptied})", fontsize=small)
 
 
 def _mib_curve(axes: Any, circuit: Circuit, small: int) -> None:
