@@ -6,7 +6,11 @@ a one-line message and its exit code in one place (``attnviz.cli.app``).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from enum import IntEnum
+from pathlib import Path
 
 
 class ExitCode(IntEnum):
@@ -29,9 +33,43 @@ class AttnvizWarning(UserWarning):
 
 
 def warn(message: str) -> None:
+    """An :class:`AttnvizWarning`, said where the caller's own code called attnviz (the
+    first frame outside the package), not at a line of attnviz's."""
+    import sys
     import warnings
 
-    warnings.warn(message, AttnvizWarning, stacklevel=3)
+    frame, level = sys._getframe(0), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, AttnvizWarning, stacklevel=level)
+
+
+_PACKAGE = str(Path(__file__).resolve().parent)
+# Whether messages name options as the command line spells them (set while a command
+# runs) or as Extractor's keyword arguments (from Python).
+_FLAGS: ContextVar[bool] = ContextVar("attnviz_flags", default=False)
+
+
+@contextlib.contextmanager
+def flags_named() -> Iterator[None]:
+    """While open, :func:`option` names options as flags (the command line's)."""
+    token = _FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _FLAGS.reset(token)
+
+
+def option(flag: str, value: object = None) -> str:
+    """An option as the reader wrote it: ``--refine K`` on the command line, ``refine=K``
+    from Python (a word given as a value in quotes there: ``method="gradient"``)."""
+    if _FLAGS.get():
+        return flag if value is None else f"{flag} {value}"
+    keyword = flag.removeprefix("--").replace("-", "_")
+    if value is None:
+        return keyword
+    quoted = isinstance(value, str) and value.islower()
+    return f'{keyword}="{value}"' if quoted else f"{keyword}={value}"
 
 
 class ThresholdExceeded(AttnvizError):

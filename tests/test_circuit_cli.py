@@ -273,7 +273,33 @@ def test_a_long_circuit_says_its_cost_and_what_costs_less(
     assert ig.stderr.count("EAP-IG at 7 points a pair takes about") == 1
     assert "--method gradient (EAP) reads one point a pair" in ig.stderr
     assert ig.stderr.count("computing the top 3 edges exactly takes about") == 1
+    assert "--steps 5 (the default) costs 1.4× less" in ig.stderr
     assert all(line.startswith("attnviz: warning: ") for line in ig.stderr.splitlines())
+    one = runner.invoke(app, [*common, "--method", "ig", "--steps", "1"])
+    assert "EAP-IG at 1 point a pair takes about" in one.stderr and "the default" not in one.stderr
+
+
+def test_a_long_circuits_cost_from_python_names_keywords_at_the_callers_line(
+    language_models, monkeypatch
+):
+    """From Python the advice names Extractor.circuit's keyword arguments, and the warning
+    points at the caller's own line (not attnviz's source)."""
+    import warnings
+
+    import attnviz.pretrained.circuit_cost as cost_module
+    from attnviz.errors import AttnvizWarning
+
+    monkeypatch.setattr(cost_module, "LONG_REST", 0.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pairs = [PAIR, OTHER]
+        language_models["llama-lm"].circuit(pairs=pairs, method="ig", steps=7, edges=5)
+    costs = [each for each in caught if "EAP-IG at 7 points" in str(each.message)]
+    assert len(costs) == 1 and costs[0].category is AttnvizWarning
+    said = str(costs[0].message)
+    assert 'method="gradient" (EAP)' in said and "steps=5 (the default)" in said
+    assert "--" not in said
+    assert costs[0].filename == __file__
 
 
 def test_steps_have_an_upper_bound(runner, generators):

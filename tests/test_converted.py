@@ -223,3 +223,18 @@ def test_converted_maps_equal_the_folders_own(packaged, tmp_path):
     maps = attnviz.load("smollm2").extract("Hello I love you")
     direct = attnviz.load(str(tmp_path / "llama")).extract("Hello I love you")
     np.testing.assert_array_equal(maps.weights, direct.weights)
+
+
+def test_the_dequantizing_loop_tells_its_progress_in_place_of_transformers_bar():
+    """transformers' GGUF loader walks its tensors through tqdm: while attnviz converts,
+    that walk tells attnviz's listener instead (a log's lines), and the bar is put back."""
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    from attnviz.progress import reporting
+
+    shown = loader.tqdm
+    told: list[tuple[str, int, int]] = []
+    with converted._no_gguf_bar(), reporting(lambda *step: told.append(step)):
+        walked = list(loader.tqdm(iter("abc"), desc="Converting and de-quantizing"))
+    assert walked == ["a", "b", "c"] and loader.tqdm is shown
+    assert told == [("dequantized tensor", done, 3) for done in (1, 2, 3)]

@@ -179,3 +179,70 @@ def test_the_training_bar_shows_its_loss_and_a_plain_listener_hears_the_steps(la
         note("training step", "loss 0.25")
         (task,) = listener.progress.tasks
         assert task.description == "training steps · loss 0.25"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_log_gets_a_line_now_and_then_its_time_left_re_made_at_the_pace_so_far():
+    """stderr no terminal: a line every 30 s at most, of the pass with the most time left
+    (the pairs, not one pair's inner passes), its time left at its own pace since its
+    first news, so that a load which comes or goes moves it; a line as a long pass ends."""
+    from attnviz.progress_bars import Lines
+
+    clock, written = _Clock(), []
+    lines = Lines(written.append, clock, every=30.0)
+    for second, step in ((5, 1), (10, 2), (20, 3)):  # an inner pass, then a pair's
+        clock.now = second
+        lines("gradient pass", step, 3)
+    clock.now = 20.0
+    lines("scored pair", 1, 61)
+    assert written == []  # not 30 s yet
+    clock.now = 40.0
+    lines("scored pair", 2, 61)  # 20 s a pair: 59 pairs left
+    lines("gradient pass", 1, 3)
+    assert written == ["attnviz: scored pairs: 2 of 61, about 1,180 s left"]
+    clock.now = 60.0
+    lines("scored pair", 12, 61)  # the load went: 4 s a pair since the first
+    assert written[-1:] == ["attnviz: scored pairs: 2 of 61, about 1,180 s left"]  # 20 s
+    clock.now = 71.0
+    lines("scored pair", 18, 61)
+    assert written[-1] == "attnviz: scored pairs: 18 of 61, about 129 s left"
+    lines("gradient pass", 3, 3)  # 31 s since its first news: said as it ends
+    assert written[-1] == "attnviz: gradient passes: 3 of 3, done"
+    clock.now = 200.0
+    lines("scored pair", 61, 61)
+    assert written[-1] == "attnviz: scored pairs: 61 of 61, done"
+    clock.now = 300.0
+    lines.noted("training step", "loss 0.5")
+    lines("training step", 1, 10)
+    assert written[-1] == "attnviz: training steps: 1 of 10 · loss 0.5"
+    clock.now = 301.0
+    lines("training step", 10, 10)  # a pass that ended within 30 s of its first news
+    assert len(written) == 5
+
+
+def test_a_long_circuit_writes_lines_to_a_log(runner, generators, monkeypatch, tmp_path):
+    import json
+
+    import attnviz.progress_bars as bars_module
+    from tests.circuit_references import OTHER, PAIR, THIRD
+
+    monkeypatch.setattr(bars_module, "LINE_EVERY", 0.0)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(pair) + "\n" for pair in (PAIR, OTHER, THIRD)))
+    common = ["circuit", "--pairs", str(pairs), "--model", generators["gpt2-lm"], "-f", "json"]
+    logged = runner.invoke(app, common)
+    assert logged.exit_code == 0, logged.stderr
+    lines = logged.stderr.splitlines()
+    assert any(line.startswith("attnviz: scored pairs: 2 of 3, about ") for line in lines)
+    assert "attnviz: scored pairs: 3 of 3, done" in lines
+    assert "attnviz: measured pairs: 3 of 3, done" in lines
+    assert all(line.startswith("attnviz: ") for line in lines)
+    shown = runner.invoke(app, common, obj=TERMINAL_STDERR)  # a terminal gets bars instead
+    assert shown.exit_code == 0 and "scored pairs: 2 of 3, about" not in shown.stderr

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from attnviz import __version__
-from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, describe
+from attnviz.errors import AttnvizError, AttnvizWarning, ExitCode, describe, flags_named
 from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # what typer's group methods take: the Context of the click it carries
@@ -176,7 +176,7 @@ class AttnvizGroup(TyperGroup):
 
     def invoke(self, ctx: Context) -> Any:
         try:
-            with warnings.catch_warnings():  # puts Python's own warning printer back after
+            with warnings.catch_warnings(), flags_named():  # Python's printer back after
                 warnings.showwarning = _warning_printer()
                 return super().invoke(ctx)
         except (typer.TyperException, typer.Exit, typer.Abort):

@@ -23,7 +23,7 @@ from attnviz.cli.declarations import MAX_WIDTH, ColourChoice
 from attnviz.errors import UsageError, warn
 from attnviz.inputs import read_texts
 from attnviz.outputs import PICTURES, TABLE_DATA, output_for, output_of_file, refuse_unused
-from attnviz.progress_bars import bars
+from attnviz.progress_bars import Lines, bars
 from attnviz.selection import resolve_held
 from attnviz.writers import ONE_TEXT
 
@@ -460,10 +460,10 @@ def _data_file_format(output: str, asked: Output) -> Output:
 @contextlib.contextmanager
 def passes_shown(environment: Environment) -> Iterator[Listener | None]:
     """A progress listener (:mod:`attnviz.progress`) drawing a bar per long pass on stderr
-    (what it does, done of total, time left) while it runs, gone when it ends; None when
-    stderr is not a terminal (a log gets no bars)."""
+    (what it does, done of total, time left) while it runs, gone when it ends; where
+    stderr is not a terminal, a line of a long pass now and then (a log gets no bars)."""
     if not environment.stderr_is_terminal:
-        yield None
+        yield Lines(lambda line: print(line, file=sys.stderr, flush=True))
         return
     console = Console(stderr=True, markup=False, highlight=False, force_terminal=True)
     with bars(console) as listener:

@@ -249,9 +249,16 @@ class Job:
 
 
 def load_shown(spec: ExtractorSpec, environment: Environment) -> Extractor:
-    """Load the model of ``spec``; a pretrained one under a spinner on a terminal."""
-    if spec.model == d.BUILTIN or not environment.stderr_is_terminal:
+    """Load the model of ``spec``; a pretrained one under a spinner on a terminal, or
+    (where it is converted first) with a line of its progress now and then in a log."""
+    if spec.model == d.BUILTIN:
         return spec.load()
+    if not environment.stderr_is_terminal:
+        from attnviz.cli.output import passes_shown
+        from attnviz.progress import reporting
+
+        with passes_shown(environment) as listener, reporting(listener):
+            return spec.load()
     from rich.console import Console
     from rich.text import Text
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from attnviz.choices import CircuitMethod
 from attnviz.circuit_options import DEFAULT_STEPS
-from attnviz.errors import warn
+from attnviz.errors import option, warn
 from attnviz.progress import LONG_REST
 
 
@@ -19,13 +19,13 @@ class Cost:
 
     what: str
     repeats: int
-    cheaper: str = ""
+    cheaper: tuple[str, ...] = ()  # each a clause: one cheaper option and what it costs
 
     def __call__(self, seconds: float, done: int, total: int) -> None:
         left = seconds * (total * self.repeats - done) / done
         if left >= LONG_REST:
-            cheaper = f"; {self.cheaper}" if self.cheaper else ""
-            warn(f"{self.what} takes about {left:,.0f} s more{cheaper}")
+            cheaper = "".join(f"; {clause}" for clause in self.cheaper)
+            warn(f"{self.what} takes about {left:,.0f} s more at the first pair's pace{cheaper}")
 
 
 def unsaid(_seconds: float, _done: int, _total: int) -> None:
@@ -34,18 +34,24 @@ def unsaid(_seconds: float, _done: int, _total: int) -> None:
 
 def scoring_cost(method: CircuitMethod, steps: int | None, repeats: int) -> Cost:
     """What is said of scoring every edge that will take long, and what costs less."""
+    gradient = f"{option('--method', 'gradient')} (EAP) reads one point a pair"
     if method is CircuitMethod.EXACT:
         return Cost(
             "scoring every edge exactly",
             repeats,
-            "--method gradient (EAP) estimates every edge from one forward and one backward "
-            "pass a pair, and --refine K computes its top K edges exactly",
+            (
+                f"{option('--method', 'gradient')} (EAP) estimates every edge from one forward "
+                "and one backward pass a pair",
+                f"{option('--refine', 'K')} then computes its top K edges exactly",
+            ),
         )
     if method is CircuitMethod.IG:
+        assert steps is not None  # EAP-IG's
+        less = f"{option('--steps', DEFAULT_STEPS)} (the default) costs"
+        fewer = (f"{less} {steps / DEFAULT_STEPS:.3g}× less",) if steps > DEFAULT_STEPS else ()
         return Cost(
-            f"EAP-IG at {steps:,} points a pair",
+            f"EAP-IG at {steps:,} point{'s' if steps != 1 else ''} a pair",
             repeats,
-            f"--method gradient (EAP) reads one point a pair, --steps {DEFAULT_STEPS} (the "
-            f"default) {DEFAULT_STEPS}",
+            (gradient, *fewer),
         )
     return Cost("scoring every edge by EAP", repeats)

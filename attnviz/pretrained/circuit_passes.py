@@ -16,7 +16,7 @@ import numpy as np
 from attnviz.analysis.bootstrap import resamples
 from attnviz.answer_readings import pair_error
 from attnviz.choices import INTERVENTIONS, CircuitMethod
-from attnviz.errors import UsageError
+from attnviz.errors import UsageError, option
 from attnviz.pretrained.ablated import Ablated, Means, changed_from, text_means
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import Answered, answered
@@ -221,7 +221,7 @@ def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.nda
     cost = Cost(
         f"computing the top {len(edges):,} edges exactly",
         runs_of.count,
-        "a smaller --refine costs less in proportion",
+        (f"a smaller {option('--refine')} costs less in proportion",),
     )
     for index, given in pairs:
         total += exact_scores(runs_of(index, given)[1], edges, unsaid if index else cost)
@@ -234,7 +234,7 @@ def measured_summed(runs_of: PairRuns, pairs: Indexed, kept: np.ndarray) -> np.n
     cost = Cost(
         f"measuring the faithfulness of {len(kept):,} circuit{'s' if len(kept) != 1 else ''}",
         runs_of.count,
-        "each size of --curve is one more pass a pair",
+        (f"each size of {option('--curve')} is one more pass a pair",),
     )
     found = []
     for index, given in pairs:

@@ -28,10 +28,12 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attnviz.atomic_files import file_blake2b, usual_mode
 from attnviz.errors import AttnvizError, first_line, warn
 from attnviz.pretrained.quiet import quiet
+from attnviz.progress import advance
 
 RECORD = "attnviz-conversion.json"  # what the conversion wrote; absent: not finished
 _SCRATCH = ".{}.converting-{}"  # a conversion under way: the folder's name, the process id
@@ -300,11 +302,18 @@ def _running(pid: int) -> bool:
 def _no_gguf_bar() -> Iterator[None]:
     """transformers shows its own tqdm bar while it dequantizes a GGUF file, outside its
     logging's switch (and tqdm reads TQDM_DISABLE only when it is first imported): the
-    loader's bar is swapped for a silent one while it runs."""
+    loader's bar is swapped, while it runs, for attnviz's progress (:mod:`attnviz.progress`:
+    a log gets a line now and then)."""
     from transformers import modeling_gguf_pytorch_utils as loader
 
+    def told(iterable: Any, *_args: Any, **_kwargs: Any) -> Iterator[Any]:
+        items = list(iterable)
+        for done, item in enumerate(items, 1):
+            yield item
+            advance("dequantized tensor", done, len(items))
+
     shown = loader.tqdm
-    loader.tqdm = lambda iterable, *args, **kwargs: iterable
+    loader.tqdm = told
     try:
         yield
     finally:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.analysis.training import Training
+from attnviz.errors import option
 from attnviz.pretrained.backward_pass import weights_without_gradients
 from attnviz.pretrained.circuit_cost import Cost
 from attnviz.pretrained.effects import last_logits
@@ -134,7 +135,9 @@ def optimized(
     )
     clean: dict[int, float] = {}  # each pair's clean metric, once read
     losses: list[float] = []
-    cost = Cost("training the mask", 1, "fewer --train-steps cost less in proportion")
+    cost = Cost(
+        "training the mask", 1, (f"fewer {option('--train-steps')} cost less in proportion",)
+    )
     model = twins_of(0).model
     with weights_without_gradients(model), torch.enable_grad():
         for step, index in enumerate(order):
