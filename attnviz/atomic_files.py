@@ -80,9 +80,18 @@ def open_output(
                 os.replace(temporary, target)
         if os.name != "posix":  # Windows renames no open file
             os.replace(temporary, target)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        if error.errno in _FULL:  # said of a stream, which names no file: this one's
+            raise AttnvizError(f"cannot write {path}: {error.strerror}") from None
+        raise
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+# What only a write fails with: the device or the quota full, a file past its largest.
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 # The temporary name of open_output: its prefix, then mkstemp's eight characters.

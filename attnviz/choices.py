@@ -72,7 +72,7 @@ class Measure(StrEnum):
     """What effects on an answer are measured by, at the last position (``--metric``; by
     default the log-probability, or with a versus answer the logit difference). What each
     is and its unit: :data:`MEASURES`; its function of the logits:
-    ``attnviz.pretrained.effects.MEASURED``. A Python caller may give a function instead."""
+    ``attnviz.pretrained.metrics.MEASURED``. A Python caller may give a function instead."""
 
     LOG_PROB = "log_prob"
     LOGIT_DIFFERENCE = "logit_difference"

@@ -1,5 +1,5 @@
 """The gradient estimates with a sliding-window layer's attention computed over its window
-alone (attnviz since session 30) against over the whole text with the model's T x T mask
+alone (as attnviz computes them) against over the whole text with the model's T x T mask
 (the model's own fused path, attnviz before), side by side in one process on the same
 loaded model and texts: time, peak memory above the model, and the largest difference of
 each estimate (ablation, patch: `heads --answer --corrupt --method gradient`; the resid

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -80,3 +81,25 @@ def test_loading_a_model_shows_a_spinner_on_a_terminal_only(runner, tiny):
     quiet = runner.invoke(app, arguments, obj=PIPES)
     assert quiet.exit_code == 0 and quiet.stderr == ""
     assert json.loads(spun.stdout)["weights"] == json.loads(quiet.stdout)["weights"]
+
+
+@pytest.mark.parametrize(
+    ("given", "wanted"),
+    [
+        ({}, "PASSIVE"),
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),  # a user's own choice is kept
+        ({"GOMP_SPINCOUNT": "300000"}, None),
+    ],
+)
+def test_a_command_has_torchs_threads_wait_asleep_unless_the_user_chose(
+    runner, monkeypatch, given, wanted
+):
+    """Spinning OpenMP threads beside another process's work made a circuit 16 times
+    slower (benchmarks/threads.py): a command asks them to wait asleep, before torch is
+    first imported (its workers inherit it), unless the user set how they wait."""
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    assert runner.invoke(app, ["--version"]).exit_code == 0
+    assert os.environ.get("OMP_WAIT_POLICY") == wanted

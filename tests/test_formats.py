@@ -764,3 +764,24 @@ def test_a_negative_zero_is_written_as_zero_in_json_and_csv():
     table = dump_csv([{"token": "-0.0", "value": -0.0}], ["token", "value"])
     assert table.splitlines()[1] == "'-0.0,0.0"
     assert cell_texts(np.array([-0.0, 0.5], dtype=np.float32)).tolist() == ["0", "0.5"]
+
+
+def test_a_full_disk_names_the_file_it_could_not_write_and_leaves_nothing(tmp_path):
+    """A write to a full device raises ENOSPC from a stream, which names no file: the
+    error names the one being written; its temporary file is gone, the old file kept."""
+    import errno
+    import os
+
+    from attnviz.atomic_files import open_output
+    from attnviz.errors import AttnvizError
+
+    target = tmp_path / "maps.json"
+    target.write_text("the user's", encoding="utf-8")
+    full = f"cannot write {target}: No space left on device"
+    with pytest.raises(AttnvizError, match=full), open_output(target) as out:
+        out.write("half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert [path.name for path in tmp_path.iterdir()] == ["maps.json"]
+    assert target.read_text(encoding="utf-8") == "the user's"
+    with pytest.raises(OSError, match="another file's"), open_output(target) as out:
+        raise OSError(errno.ENOENT, "another file's")  # not a full disk: as it came

@@ -120,6 +120,25 @@ COMMANDS = {
 }
 
 
+# The environment that tells torch's OpenMP threads to wait for each other asleep.
+OPENMP_ASLEEP = {"OMP_WAIT_POLICY": "PASSIVE"}
+# What a user sets to choose how they wait: then attnviz leaves it to them.
+_OPENMP_WAITING = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def threads_sleep_while_they_wait() -> None:
+    """torch's OpenMP threads wait for each other at the end of every parallel operation,
+    by default spinning; where another process holds a core, the thread on it runs only
+    when the scheduler lets it, while the others spin on theirs, at each of a pass's
+    thousands of small operations (a 10-pair SmolLM2 circuit ran past 21 minutes beside
+    another job, 82 s on one thread). Asleep, a waiting thread gives its core back:
+    ``benchmarks/threads.py`` measures it (docs/performance.md). Set for this process
+    and its workers before torch is first imported, which is when OpenMP reads it; the
+    thread count, and so every number's summing order, stays torch's."""
+    if not any(name in os.environ for name in _OPENMP_WAITING):
+        os.environ.update(OPENMP_ASLEEP)
+
+
 class Terminated(SystemExit):
     """A termination signal (SIGTERM), unwinding the work like Ctrl-C; exit 128 + signal."""
 
@@ -198,6 +217,7 @@ class AttnvizGroup(TyperGroup):
             raise typer.Exit(code) from None
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        threads_sleep_while_they_wait()
         try:
             result = super().main(*args, **{**kwargs, "standalone_mode": False})
         except typer.TyperException as error:

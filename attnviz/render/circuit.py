@@ -203,6 +203,7 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
     FigureCanvasAgg(figure)
     axes, curve = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
     used = _edges_drawn(axes, circuit, at, drawn_at)
+    _edge_legend(axes, circuit, small)
     index = {name: number for number, name in enumerate(graph.upstream)}
     node_labels = []
     for name, (x, y) in at.items():
@@ -216,7 +217,7 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
                 else f"{name}\n→{spaces_shown(promoted)[:10]}"
             )
             at_node = {"xytext": (4, 3), "textcoords": "offset points", "zorder": 4}
-            node_labels.append(axes.annotate(label, (x, y), fontsize=max(4, small - 2), **at_node))
+            node_labels.append(axes.annotate(label, (x, y), fontsize=max(6, small - 1), **at_node))
         elif name == "logits":
             axes.annotate(
                 "logits", (x, y), xytext=(4, 3), textcoords="offset points", fontsize=small
@@ -278,6 +279,28 @@ def _edges_drawn(
         }
         axes.annotate("", xy=(x1, y1 - 0.12), xytext=(x0, y0 + 0.12), arrowprops=arrow)
     return used
+
+
+def _edge_legend(axes: Any, circuit: Circuit, small: int) -> None:
+    """What an edge's colour says: the sign of its score (its width, how large it is)."""
+    from matplotlib.lines import Line2D
+
+    if circuit.training is not None:
+        return  # a learned mask's scores have no sign to tell
+    carried = INTERVENTIONS[circuit.ablation].carried
+    signs = [("rises (score > 0)", 1.0), ("falls (score < 0)", -1.0)]
+    handles = []
+    for what, sign in signs:
+        red, green, blue = (channel / 255 for channel in diverging(sign, 1.0))
+        handles.append(Line2D([], [], lw=2, color=(red, green, blue), label=what))
+    axes.legend(
+        handles=handles,
+        title=f"the metric, the edge alone\ncarrying {carried}:",
+        title_fontsize=small - 1,
+        fontsize=small - 1,
+        loc="lower right",
+        frameon=False,
+    )
 
 
 def _curve(axes: Any, circuit: Circuit, small: int) -> None:
