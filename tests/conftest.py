@@ -98,7 +98,8 @@ def offline_hub(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
-    """Tiny random models of five families, saved once per session."""
+    """Tiny random models of each family of tiny_models.BUILDERS (BERT, GPT-2, Llama, BART,
+    T5, Mistral, Gemma 2, Gemma 3), saved once per session."""
     from tests import tiny_models
 
     root = tmp_path_factory.mktemp("models")
@@ -107,7 +108,8 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def generators(tmp_path_factory):
-    """Tiny random language models (GPT-2, Llama with grouped-query attention, BART)."""
+    """Tiny random language models of each family of tiny_models.GENERATORS (GPT-2, Llama
+    with grouped-query attention, BART, Gemma 2, Gemma 3)."""
     from tests import tiny_models
 
     root = tmp_path_factory.mktemp("generators")

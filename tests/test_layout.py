@@ -161,3 +161,37 @@ def test_the_room_for_labels_grows_with_the_longest_label_and_the_font():
     larger = grid_layout(grid(1, 2), Style(font_size=12))
     assert larger.labels.size == 12 and larger.label_room > short.label_room
     assert short.labels.size <= 7.0
+
+
+@pytest.mark.parametrize(
+    ("figsize", "columns"),
+    [((7.0, 3.0), 5), ((30.0, 2.0), 9), ((2.0, 30.0), 1), ((6.0, 6.0), 3)],
+)
+def test_a_given_figure_size_lays_one_layers_heads_out_for_the_largest_cells(figsize, columns):
+    """9 heads of 5 × 5 at --figsize 7,3 took rows of six, three of them empty: now as many
+    across as give the largest cells, each checked against every other count across."""
+    from attnviz.render.layout import _fitting_columns
+
+    found = _fitting_columns(9, 5, 5, figsize)
+    assert found == columns
+
+    def side(across):
+        return min(figsize[0] / (across * 5), figsize[1] / (-(-9 // across) * 5))
+
+    assert all(side(found) >= side(other) for other in range(1, 10))
+
+
+def test_a_grid_draws_no_frame_where_no_map_is(runner, tmp_path):
+    """The canvas holds a box per map drawn, not per place of its rows × columns."""
+    from attnviz.cli import app
+
+    common = ["export", "The quick brown fox jumps over the lazy dog", "--num-heads", "9"]
+    common += ["--d-model", "72", "--view", "layer", "--layer", "0"]
+    for figsize in ([], ["--figsize", "7,3"]):
+        path = tmp_path / "layer.svg"
+        result = runner.invoke(app, [*common, *figsize, "-o", str(path)])
+        assert result.exit_code == 0, result.stderr
+        svg = path.read_text(encoding="utf-8")
+        # a patch per map's frame, the figure's, the board's and the colour bar's: an
+        # empty place drew an empty frame too
+        assert svg.count("<image") == 9 + 1 and svg.count('id="patch_') == 9 + 3

@@ -254,6 +254,7 @@ def load_shown(spec: ExtractorSpec, environment: Environment) -> Extractor:
     if spec.model == d.BUILTIN:
         return spec.load()
     if not environment.stderr_is_terminal:
+        # rich: only where a model loads (`attnviz --help` imports this module)
         from attnviz.cli.output import passes_shown
         from attnviz.progress import reporting
 

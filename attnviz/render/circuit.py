@@ -284,6 +284,7 @@ def _edges_drawn(
 def _edge_legend(axes: Any, circuit: Circuit, small: int) -> None:
     """What an edge's colour says: the sign of its score (its width, how large it is)."""
     from matplotlib.lines import Line2D
+    from matplotlib.transforms import offset_copy
 
     if circuit.training is not None:
         return  # a learned mask's scores have no sign to tell
@@ -295,10 +296,13 @@ def _edge_legend(axes: Any, circuit: Circuit, small: int) -> None:
         handles.append(Line2D([], [], lw=2, color=(red, green, blue), label=what))
     axes.legend(
         handles=handles,
-        title=f"the metric, the edge alone\ncarrying {carried}:",
+        title=f"edge colour: the metric, the edge alone carrying {carried}",
         title_fontsize=small - 1,
         fontsize=small - 1,
-        loc="lower right",
+        loc="upper right",
+        bbox_to_anchor=(1.0, 0.0),  # below the heads' names: the graph fills its axes
+        bbox_transform=offset_copy(axes.transAxes, axes.figure, y=-2.5 * small, units="points"),
+        ncols=2,
         frameon=False,
     )
 
@@ -327,7 +331,8 @@ def _curve(axes: Any, circuit: Circuit, small: int) -> None:
     axes.set_xlabel("edges kept", fontsize=small)
     axes.set_ylabel("faithfulness", fontsize=small)
     axes.tick_params(labelsize=small)
-    emptied = INTERVENTIONS[circuit.ablation].emptied
+    intervened = INTERVENTIONS[circuit.ablation]
+    emptied = f"the {intervened.emptied}" if intervened.corrupt else intervened.emptied
     axes.set_title(f"faithfulness (1: the clean run, 0: {emptied})", fontsize=small)
 
 

@@ -59,7 +59,7 @@ class GridCanvas:
         board.set_autoscale_on(False)
         self.cmap = matplotlib.colormaps[style.cmap]
         self.lookup = np.rint(self.cmap(np.linspace(0, 1, 256)) * 255).astype(np.uint8)
-        self.boxes = [layout.cells(n) for n in range(shape.rows * shape.columns)]
+        self.boxes = [layout.cells(n) for n in range(shape.count)]  # no empty frame
         self.fitted: dict[tuple[str, ...], tuple[list[str], float]] = {}  # titles as they fit
         self.images: list[Any] = []  # matplotlib's artists, one per panel
         self.titles: list[Any] = []

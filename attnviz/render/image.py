@@ -67,7 +67,7 @@ class Painter:
         """The maps (or the chosen ``panels``) as small multiples: a row per layer, a column
         per head; a single layer's heads, and chosen panels, wrap into rows of six."""
         shown = list(panels_of(maps)) if panels is None else list(panels)
-        key = (grid_shape(maps, panels), style)
+        key = (grid_shape(maps, panels, style.figsize), style)
         if key not in self.grids:
             if len(self.grids) >= self.max_canvases:
                 self.grids.pop(next(iter(self.grids)))

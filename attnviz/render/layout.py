@@ -211,7 +211,14 @@ class GridShape:
         return self.count - self.columns <= n < self.count
 
 
-def grid_shape(maps: AttentionMaps, panels: Sequence[MapPanel] | None) -> GridShape:
+def grid_shape(
+    maps: AttentionMaps,
+    panels: Sequence[MapPanel] | None,
+    figsize: tuple[float, float] | None = None,
+) -> GridShape:
+    """How the panels lie: a row per layer (every layer × head), or one layer's heads and
+    chosen panels wrapped into rows: of six, or within a given ``figsize`` as many across
+    as give the largest cells."""
     count = len(panels) if panels is not None else maps.weights.shape[0] * maps.weights.shape[1]
     rows, columns = maps.weights.shape[:2] if panels is None else (1, count)
     queries, keys = len(maps.query_tokens), len(maps.key_tokens)
@@ -220,11 +227,28 @@ def grid_shape(maps: AttentionMaps, panels: Sequence[MapPanel] | None) -> GridSh
         across = keys * grid_cell(queries, keys) + GRID_GAP
         columns = max(1, min(count, int(GRID_WIDTH // across)))
         rows, headers = -(-count // columns), False
+    elif rows == 1 and figsize is not None:
+        columns = _fitting_columns(count, queries, keys, figsize)
+        rows = -(-count // columns)
     elif rows == 1 and columns > GRID_COLUMNS:
         rows, columns = -(-columns // GRID_COLUMNS), GRID_COLUMNS
     labels = [*query_labels_of(maps), *maps.key_tokens]
     longest = max((len(token_label(token)) for token in labels), default=1)
     return GridShape(rows, columns, queries, keys, longest, count, headers)
+
+
+def _fitting_columns(count: int, queries: int, keys: int, figsize: tuple[float, float]) -> int:
+    """How many of ``count`` maps of ``queries`` × ``keys`` cells go across a figure of
+    ``figsize`` inches: the most that give the largest cells (then the fewest empty
+    places), so that a wide figure gets one row and a tall one a column."""
+    width, height = figsize
+
+    def cell(columns: int) -> tuple[float, int]:
+        rows = -(-count // columns)
+        side = min(width / (columns * keys), height / (rows * queries))
+        return side, -(rows * columns - count)
+
+    return max(range(1, count + 1), key=cell)
 
 
 @dataclass(frozen=True)
