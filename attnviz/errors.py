@@ -62,9 +62,12 @@ def flags_named() -> Iterator[None]:
 
 def option(flag: str, value: object = None) -> str:
     """An option as the reader wrote it: ``--refine K`` on the command line, ``refine=K``
-    from Python (a word given as a value in quotes there: ``method="gradient"``)."""
+    from Python (a word given as a value in quotes there: ``method="gradient"``; a switch
+    off, ``--no-prune``, as ``prune=False``)."""
     if _FLAGS.get():
         return flag if value is None else f"{flag} {value}"
+    if flag.startswith("--no-") and value is None:
+        return f"{flag.removeprefix('--no-').replace('-', '_')}=False"
     keyword = flag.removeprefix("--").replace("-", "_")
     if value is None:
         return keyword

@@ -560,3 +560,15 @@ def test_a_circuit_written_for_eap_ig_reads_back_to_the_same_masks_and_faithfuln
     (tmp_path / "other.json").write_text(json.dumps(document), encoding="utf-8")
     other = runner.invoke(app, [*common, "--scores", str(tmp_path / "other.json")])
     failed_in_process(other, 2, "is EAP-IG's graph of a model of 2 layers × 5 heads")
+
+
+def test_advice_names_an_option_as_its_reader_gives_it():
+    from attnviz.errors import flags_named, option
+
+    asked = [("--method", "gradient"), ("--refine", "K"), ("--steps", 5), ("--no-prune", None)]
+    python = ['method="gradient"', "refine=K", "steps=5", "prune=False"]
+    assert [option(*each) for each in asked] == python
+    with flags_named():
+        spelled = [option(*each) for each in asked]
+    assert spelled == ["--method gradient", "--refine K", "--steps 5", "--no-prune"]
+    assert option("--curve") == "curve"  # and back to Python's once the command is done

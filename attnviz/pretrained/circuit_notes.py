@@ -4,7 +4,7 @@ it."""
 
 from __future__ import annotations
 
-from attnviz.errors import warn
+from attnviz.errors import option, warn
 
 LOW_FAITHFULNESS = 0.1  # a circuit below it is said to keep little of the answer
 _PRINTED = 5e-4  # faithfulness is printed to 0.001: a smaller move is not said
@@ -22,11 +22,12 @@ def say_faithfulness(faithfulness: float | None, edges: int, node_level: bool) -
             f"the circuit of {edges:,} edges keeps {faithfulness:z.3f} of what the corruption "
             f"takes (faithfulness below {LOW_FAITHFULNESS}): try "
             + (
-                "more --nodes"
+                f"more {option('--nodes')}"
                 if node_level
-                else "more --edges, --method optimize, --select greedy, --level node"
+                else f"more {option('--edges')}, {option('--method', 'optimize')}, "
+                f"{option('--select', 'greedy')}, {option('--level', 'node')}"
             )
-            + ", or --curve to see where it rises"
+            + f", or {option('--curve')} to see where it rises"
         )
 
 
@@ -41,5 +42,6 @@ def say_pruning_moved(chosen: int, kept: int, before: float | None, after: float
         f"pruning took {taken:,} dead-end edge{'s' if taken != 1 else ''} out of the circuit "
         f"({chosen:,} → {kept:,}) and moved its faithfulness from {before:z.3f} to "
         f"{after:z.3f}: this model's heads share the norm after attention, so an edge that "
-        "leads nowhere still changes what they carry; --no-prune measures the circuit as chosen"
+        f"leads nowhere still changes what they carry; {option('--no-prune')} "
+        "measures the circuit as chosen"
     )

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnviz.choices import Ablation
-from attnviz.errors import UsageError, warn
+from attnviz.errors import UsageError, option, warn
 from attnviz.pretrained.anatomy import Anatomy, head_size_of
 from attnviz.pretrained.finite import check_metric
 from attnviz.pretrained.frozen_norms import frozen_norm, through_post_norm
@@ -382,7 +382,8 @@ def say_if_long(what: str, passes: int, rows: int, first: float, done: int, tota
     if left < LONG_REST:
         return
     estimate = "" if what == "knockout" else (
-        f"; --method gradient estimates every {what} from one forward and one backward pass "
+        f"; {option('--method', 'gradient')} estimates every {what} from one forward and one "
+        "backward pass "
         f"(about {max(1.0, 3 * first / rows):.0f} s)"
     )  # fmt: skip
     warn(f"the exact {what} sweep runs {passes} passes, about {left:.0f} s more{estimate}")
