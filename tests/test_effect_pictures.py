@@ -66,8 +66,27 @@ def test_the_colour_bar_says_what_the_numbers_are_and_changed_tokens_are_marked(
     kept = [t for t, c in zip(trace.tokens, trace.corrupt_tokens, strict=True) if t == c]
     assert all(f"{token.strip()}*" not in svg for token in kept)
     drawn = effects.picture("dla", "svg").data.decode()
-    assert "direct logit attribution (logits)" in drawn and f"answer {ANSWER!r}" in drawn
+    assert "direct logit attribution (logits)" in drawn
     assert "change in log-probability (nats)" in effects.picture("ablation", "svg").data.decode()
+
+
+def _words(svg: bytes) -> str:
+    """The words an SVG's texts spell (matplotlib draws each as paths under a comment of
+    its text), its lines joined by spaces."""
+    texts = re.findall(r"<!-- (.*?) -->", svg.decode(), re.S)
+    return " ".join(texts).replace("\u00a0", " ")
+
+
+def test_an_answer_picture_names_its_text_answer_and_ablation(generators, measured):
+    effects, _ = measured
+    assert len(TEXT) < 40  # quoted whole
+    assert f"{TEXT!r} → {ANSWER!r} · dla" in _words(effects.picture("dla", "svg").data)
+    assert "· zero ablation ·" in _words(effects.picture("ablation", "svg").data)
+    long = " ".join([TEXT] * 4)
+    mean = attnviz.load(generators["gpt2-lm"]).head_effects(long, ANSWER, ablate="mean")
+    drawn = _words(mean.picture("ablation", "svg").data)
+    assert "· mean ablation ·" in drawn and "zero" not in drawn
+    assert f"{long[:39]}…' → {ANSWER!r}" in drawn and long not in drawn  # its start, cut
 
 
 def test_a_title_never_breaks_inside_a_quoted_token():

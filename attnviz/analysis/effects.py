@@ -49,6 +49,7 @@ class Answer:
     # the measure's name (a Measure's value, or a caller's function's name); None: the
     # log-probability, or with a versus answer the logit difference
     measure: str | None = None
+    text: str | None = None  # the text read, for a picture's title (None: not known)
 
     @property
     def metric_name(self) -> str:

@@ -151,6 +151,7 @@ class Answered:
             versus_token=self.versus_token,
             corrupt=given.corrupt,
             measure=measure_name(self.metric.measure),
+            text=given.text,
             **measured,
         )
 

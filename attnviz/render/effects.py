@@ -51,6 +51,20 @@ def metric_of(on: Answer) -> str:
     return on.metric_label
 
 
+_LONGEST_TEXT = 40  # characters of the text a picture's title quotes
+
+
+def _read(on: Answer) -> str:
+    """What an answer picture is of: the text (its start, where long) and the answer token
+    read after it."""
+    if on.text is None:
+        return f"answer {on.answer_token!r}"
+    text = " ".join(on.text.split())
+    if len(text) > _LONGEST_TEXT:
+        text = text[: _LONGEST_TEXT - 1] + "…"
+    return f"{text!r} → {on.answer_token!r}"
+
+
 def _title(trace: Trace) -> str:
     on = trace.on
     return (
@@ -156,7 +170,8 @@ def effects_picture(
     if grid is None:
         raise UsageError(f"these effects have no {column}: {_LEFT_OUT[column]}")
     on = effects.on
-    title = " · ".join(part for part in (model, column, f"answer {on.answer_token!r}") if part)
+    named = f"{effects.ablate} ablation" if column == "ablation" else column
+    title = " · ".join(part for part in (model, _read(on), named) if part)
     title += f" · {metric_of(on)}"
     if on.method.value == "gradient":
         title += " · gradient estimate"
