@@ -3,8 +3,7 @@ token): each head's effects on it, a trace, the logit lens, a knockout and a cir
 a method that asks :meth:`~attnviz.extractor.Extractor.run` for that product alone.
 
 :class:`AnswerReadings` is a part of :class:`~attnviz.extractor.Extractor`, kept apart by
-concern; the checks of a circuit's pairs below are what the extractors and the Ray
-workers share.
+concern.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from attnviz.asked import check_asked, measure_name, measure_of, pair_of
 from attnviz.choices import (
     Ablation,
     CircuitMethod,
@@ -24,7 +22,8 @@ from attnviz.choices import (
     Site,
     chosen,
 )
-from attnviz.circuit_options import CircuitOptions
+from attnviz.circuits.options import CircuitOptions
+from attnviz.circuits.pairs import check_pairs, pairs_given, pairs_of_scores
 from attnviz.errors import UsageError
 from attnviz.progress import Listener, reporting
 from attnviz.progress_bars import bars, shown_here
@@ -32,10 +31,10 @@ from attnviz.request import Input, Request, asked_for
 from attnviz.selection import Selection
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.effects import HeadEffects, Knockout
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
+    from attnviz.circuits.circuit import Circuit
     from attnviz.results import Result
 
 
@@ -141,7 +140,7 @@ class AnswerReadings(ABC):
         progress: Listener | bool = True,
         **options: Any,
     ) -> Circuit:
-        """Every edge between the model's heads and MLPs (:mod:`attnviz.analysis.graph`) scored on
+        """Every edge between the model's heads and MLPs (:mod:`attnviz.circuits.graph`) scored on
         an answer (docs/effects.md, Circuits): the change in the metric (as
         :meth:`head_effects` reads it) when that edge alone carries ``ablation``'s value
         ("patch": the corrupted run's; "zero", "mean": every node's output replaced in the
@@ -185,7 +184,7 @@ class AnswerReadings(ABC):
         given = (
             pairs_of_scores(circuit)
             if text is None and pairs is None and answer is None and scores is not None
-            else _pairs_given(text, answer, corrupt, versus, pairs)
+            else pairs_given(text, answer, corrupt, versus, pairs)
         )
         if progress is True and shown_here():  # a person watches: bars on stderr
             with bars() as listener:
@@ -229,85 +228,6 @@ class AnswerReadings(ABC):
         only."""
         asked = asking(request, options, knockout=(rows, span), window=window)
         return asked_for(self._one(Input(text, answer=answer), asked).knockout)
-
-
-def _pairs_given(
-    text: str | None,
-    answer: str | None,
-    corrupt: str | None,
-    versus: str | None,
-    pairs: Iterable[Input | Mapping[str, str]] | None,
-) -> list[Input]:
-    """:meth:`AnswerReadings.circuit`'s pairs: one text with its answer, versus and
-    corrupted twin, or ``pairs`` that hold each their own."""
-    if (text is None) == (pairs is None):
-        raise UsageError("give a text (with its answer and corrupted twin) or pairs, not both")
-    if pairs is None:
-        assert text is not None
-        return [Input(text, answer=answer, versus=versus, corrupt=corrupt)]
-    if answer is not None or corrupt is not None or versus is not None:
-        raise UsageError("each pair holds its answer, versus and corrupted text")
-    return [each if isinstance(each, Input) else Input(**each) for each in pairs]
-
-
-def pairs_of_scores(options: CircuitOptions) -> list[Input]:
-    """The pairs a circuit file (``--scores``) was scored on, where no others are given."""
-    from attnviz.analysis.circuit import Circuit  # numpy
-
-    given = options.given
-    if not isinstance(given, Circuit) or not given.inputs:
-        raise UsageError(
-            f"--scores {options.scores} keeps no pairs of its own: give the TEXT (with "
-            "--answer and --corrupt) or --pairs FILE.jsonl it was scored on"
-        )
-    return [Input(pair.text, answer=pair.answer, versus=pair.versus, corrupt=pair.corrupt)
-            for pair in given.inputs]  # fmt: skip
-
-
-def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) -> None:
-    """A circuit request's pairs, each checked (named by ``names`` in an error): each with
-    its answer and corrupted twin, and every one with a versus answer or none."""
-    if request.circuit is None:
-        raise UsageError("the request asks no circuit: give it circuit=CircuitOptions(...)")
-    if not inputs:
-        raise UsageError("no pairs: a circuit is measured on at least one")
-    for index, each in enumerate(inputs):
-        try:
-            check_asked(request, each)
-        except UsageError as error:
-            raise UsageError(pair_error(error, index, len(inputs), names)) from None
-    for index, each in enumerate(inputs):
-        if (each.versus is None) != (inputs[0].versus is None):
-            alike = UsageError("every pair is measured alike: give each a versus answer, or none")
-            raise UsageError(pair_error(alike, index, len(inputs), names))
-    _check_given(inputs, request)
-
-
-def _check_given(inputs: list[Input], request: Request) -> None:
-    """A circuit file's scores (``--scores``) taken only for the pairs, answers, metric
-    and intervention they were scored on."""
-    from attnviz.analysis.circuit import Circuit, scored_elsewhere  # numpy
-
-    options = request.circuit
-    assert options is not None  # check_pairs'
-    if not isinstance(options.given, Circuit):  # EAP-IG's graph file keeps neither
-        return
-    metric = measure_name(measure_of(request, inputs[0]))
-    pairs = [pair_of(given, options.ablation) for given in inputs]
-    why = scored_elsewhere(options.given, pairs, metric, options.ablation)
-    if why is not None:
-        raise UsageError(
-            f"--scores {options.scores} {why}: give what it was scored on, or leave out TEXT "
-            "and --pairs to take its own pairs"
-        )
-
-
-def pair_error(error: Exception, index: int, count: int, names: list[str] | None) -> str:
-    """What went wrong with one of ``count`` pairs, named as given ("pair 1"… by default;
-    a single pair given without a name is not named)."""
-    if names is None and count == 1:
-        return str(error)
-    return f"{names[index] if names else f'pair {index + 1}'}: {error}"
 
 
 def no_next_token(model: str, reader: str = "--answer") -> UsageError:

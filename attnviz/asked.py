@@ -21,7 +21,7 @@ from attnviz.errors import UsageError
 from attnviz.request import Input, Request
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Pair
+    from attnviz.circuits.circuit import Pair
 
 
 def check_asked(request: Request, given: Input) -> Input:
@@ -108,7 +108,7 @@ def measure_name(measure: object) -> str:
 def pair_of(given: Input, ablation: Intervention) -> Pair:
     """What a circuit keeps of an input it was scored on: its text, answers and (where
     the intervention reads it) its corrupted twin."""
-    from attnviz.analysis.circuit import Pair  # numpy
+    from attnviz.circuits.circuit import Pair  # numpy
 
     assert given.answer is not None  # check_asked's, for a circuit
     corrupt = given.corrupt if INTERVENTIONS[ablation].corrupt else None

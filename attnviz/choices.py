@@ -313,7 +313,7 @@ INTERVENTIONS = {
 
 
 class Select(StrEnum):
-    """How a circuit's edges are chosen from the scores (:mod:`attnviz.analysis.selections`)."""
+    """How a circuit's edges are chosen from the scores (:mod:`attnviz.circuits.selections`)."""
 
     TOP = "top"  # the N edges of largest |score|
     GREEDY = "greedy"  # EAP-IG's: from the logits up, an edge only into a node already kept

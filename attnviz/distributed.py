@@ -9,7 +9,7 @@ retried (a worker died) is written again with the same bytes and recorded once.
 For ``stats`` each batch returns its partial statistics, merged by the driver.
 
 Ray is an optional extra (``attnviz[ray]``), imported only here and in
-:mod:`attnviz.distributed_circuit`.
+:mod:`attnviz.circuits.distributed`.
 """
 
 from __future__ import annotations

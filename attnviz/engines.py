@@ -15,17 +15,18 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from attnviz import distributed, distributed_circuit
+from attnviz import distributed
 from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch.run import Reader, run_batch
+from attnviz.circuits import distributed as distributed_circuit
 from attnviz.distributed import Workers, ray_session
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
     from attnviz.batch.run import BatchWork, Tally
+    from attnviz.circuits.circuit import Circuit
+    from attnviz.circuits.driver import CircuitWork
     from attnviz.extractor import Extractor, Spec
-    from attnviz.pretrained.circuit import CircuitWork
 
 
 class Engine(Protocol):

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.aggregate import aggregate
-from attnviz.analysis.circuit_files import read_circuit as read_circuit  # Circuit.load
 from attnviz.analysis.heads import head_statistics as statistics
 from attnviz.choices import Aggregate, Output, View, chosen
+from attnviz.circuits.files import read_circuit as read_circuit  # Circuit.load
 from attnviz.drawing import Picture
 from attnviz.errors import UsageError
 from attnviz.maps_files import read_maps
@@ -31,10 +31,10 @@ from attnviz.render.style import FIGURE_OPTIONS, Style, check_colormap
 from attnviz.writers import Rendering, write
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.effects import HeadEffects, Knockout
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
+    from attnviz.circuits.circuit import Circuit
     from attnviz.head_columns import HeadStatistics
     from attnviz.maps import AttentionMaps
 

@@ -26,7 +26,7 @@ from attnviz.choices import (
     Weighting,
     chosen,
 )
-from attnviz.circuit_options import CircuitOptions
+from attnviz.circuits.options import CircuitOptions
 from attnviz.errors import SchemaError, UsageError
 from attnviz.selection import Selection, check_pool, check_syntax, text_of
 

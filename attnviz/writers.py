@@ -25,9 +25,9 @@ from attnviz.render.style import Style
 from attnviz.schema import envelope
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.effects import HeadEffects
     from attnviz.analysis.heads import TopHeads
+    from attnviz.circuits.circuit import Circuit
     from attnviz.maps import AttentionMaps
     from attnviz.panels import MapPanel
 

@@ -32,12 +32,12 @@ import numpy as np
 import torch
 
 import attnviz
-from attnviz.analysis.circuit import faithfulness_of
-from attnviz.analysis.selections import selected
+from attnviz.circuits.circuit import faithfulness_of
+from attnviz.circuits.edges import read_twins
+from attnviz.circuits.estimates import estimated_scores
+from attnviz.circuits.faithfulness import Twins, circuit_metrics
+from attnviz.circuits.selections import selected
 from attnviz.pretrained.answered import answered
-from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import read_twins
-from attnviz.pretrained.faithfulness import Twins, circuit_metrics
 from attnviz.request import Input, Request
 from benchmarks.ioi_pairs import pairs as ioi_pairs
 
@@ -59,7 +59,7 @@ def _median(function, runs: int) -> float:
 
 
 def _twins(extractor, pair: dict):
-    from attnviz.circuit_options import CircuitOptions
+    from attnviz.circuits.options import CircuitOptions
 
     request = Request(maps=False, circuit=CircuitOptions())
     asked = answered(extractor, Input(**pair), request)

@@ -21,14 +21,14 @@ import time
 import torch
 
 import attnviz
-from attnviz.analysis.selections import selected
-from attnviz.circuit_options import CircuitOptions
-from attnviz.pretrained.ablated import changed_from
+from attnviz.circuits.ablated import changed_from
+from attnviz.circuits.differences import parts
+from attnviz.circuits.edges import graph_of, read_twins
+from attnviz.circuits.estimates import estimated_scores
+from attnviz.circuits.faithfulness import Twins, circuit_metrics
+from attnviz.circuits.options import CircuitOptions
+from attnviz.circuits.selections import selected
 from attnviz.pretrained.answered import answered
-from attnviz.pretrained.differences import parts
-from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import graph_of, read_twins
-from attnviz.pretrained.faithfulness import Twins, circuit_metrics
 from attnviz.request import Input, Request
 from benchmarks.effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, twins
 

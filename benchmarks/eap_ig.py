@@ -45,8 +45,8 @@ import numpy as np
 import torch
 
 import attnviz
-from attnviz.analysis.eap_ig import eap_ig_document, read_scores
-from attnviz.analysis.mib import MIB_FRACTIONS
+from attnviz.circuits.eap_ig import eap_ig_document, read_scores
+from attnviz.circuits.mib import MIB_FRACTIONS
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_texts"
 BOTH = {"EAP": ("EAP", "gradient"), "EAP-IG": ("EAP-IG-inputs", "ig")}

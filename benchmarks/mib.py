@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 
 import attnviz
-from attnviz.analysis.circuit import CurvePoint
-from attnviz.analysis.mib import MIB_FRACTIONS, areas_of, mib_sizes
-from attnviz.analysis.selections import selected
 from attnviz.choices import CircuitMethod, Select
-from attnviz.circuit_options import CircuitOptions
-from attnviz.pretrained.circuit import faithfulness_measured
-from attnviz.pretrained.circuit_passes import Here, graph_of_model
+from attnviz.circuits.circuit import CurvePoint
+from attnviz.circuits.driver import faithfulness_measured
+from attnviz.circuits.mib import MIB_FRACTIONS, areas_of, mib_sizes
+from attnviz.circuits.options import CircuitOptions
+from attnviz.circuits.passes import Here, graph_of_model
+from attnviz.circuits.selections import selected
 from attnviz.request import Input, Request
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_texts"

@@ -9,15 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz.pretrained import (
-    backward_pass,
-    differences,
-    edge_estimates,
-    edges,
-    node_outputs,
-)
-from attnviz.pretrained import circuit_passes as circuit_module
-from attnviz.pretrained import faithfulness as faithfulness_pass
+from attnviz.circuits import differences, edges, node_outputs
+from attnviz.circuits import estimates as edge_estimates
+from attnviz.circuits import faithfulness as faithfulness_pass
+from attnviz.circuits import passes as circuit_module
+from attnviz.pretrained import backward_pass
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
 from tests.circuit_references import LATE, OTHER, PAIR, THIRD, pair_ids, scores_of
@@ -285,7 +281,7 @@ def test_a_layers_reads_change_together_leaving_those_whose_every_edge_is_kept(
     """A pass changes a layer's query, key and value inputs together (one norm, one
     product): here layer 0's keys alone, then layer 1's queries and values with its keys'
     edges all kept (left as computed), and the logits' input."""
-    from attnviz.circuit_options import CircuitOptions
+    from attnviz.circuits.options import CircuitOptions
     from attnviz.request import Input, Request
 
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
@@ -333,7 +329,7 @@ def test_every_edge_kept_gives_one_and_none_gives_zero(generators, language_mode
 def test_bootstrapped_scores_are_the_resamples_of_each_pairs_own_scores(
     generators, language_models, method
 ):
-    """--bootstrap B: B resamples of the pairs, drawn as analysis/bootstrap documents
+    """--bootstrap B: B resamples of the pairs, drawn as circuits/bootstrap documents
     (numpy's default_rng(0) multinomial); each edge the mean of the resamples' means
     where every resample gives it one sign, else 0; the circuit chosen from those."""
     extractor, model, *_ = _setup(generators, language_models, "llama-lm")
@@ -447,8 +443,8 @@ def test_a_metric_given_as_a_function_of_the_logits_scores_as_its_measure(
 def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
     """top, greedy and threshold, pruned or not, on random scores: the masks equal the
     reference's edges, chosen a node at a time from EAP-IG's definitions."""
-    from attnviz.analysis.graph import Graph
-    from attnviz.analysis.selections import nodes_of, selected
+    from attnviz.circuits.graph import Graph
+    from attnviz.circuits.selections import nodes_of, selected
 
     graph = Graph(*shape)
     generator = np.random.default_rng(sum(shape))

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from attnviz.analysis.circuit_files import read_circuit
+from attnviz.circuits.files import read_circuit
 from attnviz.cli import app
 from tests import circuit_references as reference
 from tests.checks import failed_in_process, model_tolerance

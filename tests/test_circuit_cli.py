@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from attnviz.analysis.circuit import Circuit
+from attnviz.circuits.circuit import Circuit
 from attnviz.cli import app
 from tests.checks import failed_in_process, model_tolerance
 from tests.circuit_references import OTHER, PAIR, mib_fractions
@@ -198,7 +198,7 @@ def test_text_and_pairs_are_one_or_the_other(runner, generators, tmp_path):
 
 def test_refine_past_the_graph_is_refused_before_any_pass(runner, generators, monkeypatch):
     """As --edges is: one line, exit 2, and not after scoring every edge first."""
-    import attnviz.pretrained.circuit_passes as circuit_module
+    import attnviz.circuits.passes as circuit_module
 
     def never(*_arguments):
         raise AssertionError("a pass ran before the sizes were checked")
@@ -215,7 +215,7 @@ def test_refine_past_the_graph_is_refused_before_any_pass(runner, generators, mo
 def test_curve_all_is_every_edge_and_a_size_asked_twice_is_measured_once(
     runner, generators, monkeypatch
 ):
-    import attnviz.pretrained.circuit_passes as circuit_module
+    import attnviz.circuits.passes as circuit_module
 
     measured = []
     original = circuit_module.circuit_metrics
@@ -257,7 +257,7 @@ def test_a_long_circuit_says_its_cost_and_what_costs_less(
 ):
     """Once, after the first pair's first pass, for each pass over the pairs that will
     take over LONG_REST seconds: scoring, refining, measuring."""
-    import attnviz.pretrained.circuit_cost as cost_module
+    import attnviz.circuits.cost as cost_module
 
     monkeypatch.setattr(cost_module, "LONG_REST", 0.0)
     pairs = ["--pairs", _write_pairs(tmp_path, [PAIR, OTHER])]
@@ -286,7 +286,7 @@ def test_a_long_circuits_cost_from_python_names_keywords_at_the_callers_line(
     points at the caller's own line (not attnviz's source)."""
     import warnings
 
-    import attnviz.pretrained.circuit_cost as cost_module
+    import attnviz.circuits.cost as cost_module
     from attnviz.errors import AttnvizWarning
 
     monkeypatch.setattr(cost_module, "LONG_REST", 0.0)
@@ -342,8 +342,8 @@ def test_a_circuit_written_as_json_reads_back_and_is_measured_again_without_scor
     """-f json holds everything: Circuit.load gives the same scores, mask and measures;
     --scores measures another selection and curve over the same pair, scoring nothing,
     and finds what a whole run finds."""
-    import attnviz.pretrained.circuit_passes as circuit_module
-    from attnviz.analysis.circuit import Circuit
+    import attnviz.circuits.passes as circuit_module
+    from attnviz.circuits.circuit import Circuit
 
     path = generators["gemma2-lm"]
     common = ["circuit", TEXT, "--model", path, *TWINS]
@@ -413,7 +413,7 @@ def test_a_scores_file_that_is_not_this_circuits_is_refused_in_one_line(
 def test_every_pair_is_checked_before_the_first_is_scored(
     runner, generators, tmp_path, monkeypatch
 ):
-    import attnviz.pretrained.circuit_passes as circuit_module
+    import attnviz.circuits.passes as circuit_module
 
     def never(*_arguments):
         raise AssertionError("a pair was scored before every pair was checked")
@@ -425,7 +425,7 @@ def test_every_pair_is_checked_before_the_first_is_scored(
 
 
 def test_a_circuit_that_keeps_little_says_so_with_what_to_try(runner, generators, monkeypatch):
-    from attnviz.pretrained import circuit_notes
+    from attnviz.circuits import notes as circuit_notes
 
     common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "-f", "json"]
     monkeypatch.setattr(circuit_notes, "LOW_FAITHFULNESS", 2.0)  # every circuit keeps little

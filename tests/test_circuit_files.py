@@ -166,7 +166,7 @@ def test_a_file_past_the_size_limit_is_refused_as_it_is_read(
 ):
     """/dev/zero ends nowhere: it is read to the limit and refused, never to memory's end
     (the limit made small here, so that the test reads little)."""
-    import attnviz.analysis.circuit_files as circuit_files
+    import attnviz.circuits.files as circuit_files
 
     path, _ = scored
     monkeypatch.setattr(circuit_files, "MOST_CIRCUIT_BYTES", path.stat().st_size - 1)
@@ -203,7 +203,7 @@ def test_a_circuit_file_is_read_once_so_that_a_pipe_serves(runner, generators, s
 def test_a_corruption_within_rounding_gives_no_faithfulness_and_says_so_once(runner, generators):
     """A pair whose corrupted text is its text: the two runs' metrics are equal but for
     rounding, and no fraction of rounding is a faithfulness."""
-    from attnviz.analysis.circuit import ROUNDING, faithfulness_of
+    from attnviz.circuits.circuit import ROUNDING, faithfulness_of
 
     clean = 0.5216812
     assert faithfulness_of(clean, clean, clean * (1 - ROUNDING / 2)) is None

@@ -329,3 +329,60 @@ def test_every_worked_example_applies_to_todays_tree():
         found = applies(patch)
         if found.returncode != 0:
             assert applies(patch, "--reverse").returncode == 0, f"{patch.name}: {found.stderr}"
+
+
+def _map_rows() -> list[str]:
+    """The rows of docs/development.md's tables of where things are and of each
+    vocabulary's home."""
+    guide = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    part = guide[guide.index("Where things are:") : guide.index("What an input must hold")]
+    return [line for line in part.splitlines() if line.startswith("| ") and "`" in line]
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module defines: its functions, classes and assignments, and its
+    classes' own."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return found
+
+
+_NOT_MODULES = (".md", ".yml", ".jsonl", ".json", ".patch")
+
+
+def test_the_map_of_where_things_live_matches_the_tree():
+    """Every file the development guide's map names is there (a row of a folder names
+    its files inside it), and every ``module.name`` and ``file.py`` ``name`` it cites is
+    defined in that module."""
+    package = ROOT / "attnviz"
+    modules: dict[str, list[Path]] = {}
+    for path in package.rglob("*.py"):
+        modules.setdefault(path.stem, []).append(path)
+    missing, checked = [], 0
+    for row in _map_rows():
+        ticks = re.findall(r"`([^`]+)`", row)
+        folder = ROOT / ticks[0] if ticks[0].endswith("/") else package
+        # a file and, right after it, a name it defines: "`circuits/passes.py` `scored`"
+        named = dict(re.findall(r"`([\w/]+\.py)` `([A-Za-z_]\w*)`", row))
+        for tick in ticks:
+            after = named.get(tick, "")
+            if re.fullmatch(r"[\w/]+\.py", tick):
+                where = [folder / tick, package / tick.removeprefix("attnviz/"), ROOT / tick]
+                found = next((path for path in where if path.is_file()), None)
+                if found is None:
+                    missing.append(tick)
+                elif re.fullmatch(r"[A-Za-z_]\w*", after) and after not in _defined(found):
+                    missing.append(f"{tick} {after}")
+                checked += 1
+            elif re.fullmatch(r"[a-z_]+\.[A-Za-z_]\w*", tick) and not tick.endswith(_NOT_MODULES):
+                module, name = tick.split(".")
+                if not any(name in _defined(path) for path in modules.get(module, [])):
+                    missing.append(tick)
+                checked += 1
+    assert missing == [], missing
+    assert checked > 100, checked  # the map was read

@@ -1,5 +1,5 @@
 """Circuits optimised for faithfulness (``--method optimize``,
-:mod:`attnviz.pretrained.optimized`): the masked pass and its gradient held to plain hooks
+:mod:`attnviz.circuits.optimized`): the masked pass and its gradient held to plain hooks
 (tests/circuit_references.masked_metric) at a mask of any values; the training lowers its
 loss, and its circuit is at least as faithful as EAP-IG's top edges of the same size."""
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.analysis.circuit_files import read_circuit
-from attnviz.circuit_options import CircuitOptions
-from attnviz.pretrained import circuit_passes as circuit_module
+from attnviz.circuits import passes as circuit_module
+from attnviz.circuits.faithfulness import masked_metric
+from attnviz.circuits.files import read_circuit
+from attnviz.circuits.options import CircuitOptions
 from attnviz.pretrained.backward_pass import weights_without_gradients
-from attnviz.pretrained.faithfulness import masked_metric
 from attnviz.request import Input, Request
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
@@ -114,8 +114,8 @@ def test_a_sized_training_passes_the_circuit_of_its_size_whole(generators, langu
     largest logits, that many edges, measured whole by plain hooks (the others carrying the
     corrupted value), and Adam's first step moves each logit by the gradient of that loss
     in the edge's mask, reaching the logit through the sigmoid (straight-through)."""
-    from attnviz.analysis.training import Training
-    from attnviz.pretrained.optimized import optimized
+    from attnviz.circuits.optimized import optimized
+    from attnviz.circuits.training import Training
 
     extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
         generators, language_models, LATE, "llama-lm"
@@ -171,8 +171,8 @@ def test_train_each_trains_each_size_holding_the_circuit_before_it(
     """--train-each: a training a size, smallest first, each holding the circuit before it
     (+inf logits: mask 1, no gradient) and passing exactly its size's edges; each size's
     circuit the top of its training's mask."""
-    from attnviz.analysis.selections import selected
     from attnviz.choices import Select
+    from attnviz.circuits.selections import selected
 
     extractor = language_models["llama-lm"]
     common = {"pairs": [PAIR, OTHER, THIRD], "method": "optimize", "train_steps": 20}

@@ -24,7 +24,7 @@ from attnviz.outputs import refuse_unused
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
-    from attnviz.circuit_options import CircuitOptions
+    from attnviz.circuits.options import CircuitOptions
     from attnviz.results import Result
 
 

@@ -27,8 +27,8 @@ from attnviz.outputs import formats_named
 from attnviz.request import Input
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
-    from attnviz.circuit_options import CircuitOptions
+    from attnviz.circuits.circuit import Circuit
+    from attnviz.circuits.options import CircuitOptions
     from attnviz.render.style import Style
 
 CircuitFormat = d.some_of("CircuitFormat", *d.TABLES, Output.EAP_IG)
@@ -120,7 +120,7 @@ def circuit(
         line = out.only_one(read_texts(text), "give many pairs with --pairs FILE.jsonl")
         inputs = [asked.input(line)]
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.pretrained.circuit import CircuitWork
+    from attnviz.circuits.driver import CircuitWork
 
     engine = shared.run_on.open(jobs or 2, shared.environment)
     with engine.session(), out.passes_shown(shared.environment) as listener:
@@ -153,7 +153,7 @@ def _write(
 
     if output_format is Output.EAP_IG:
         # numpy: the scores and the JSON writer read it
-        from attnviz.analysis.eap_ig import eap_ig_document
+        from attnviz.circuits.eap_ig import eap_ig_document
         from attnviz.data_formats import dump_json
 
         out.write_stdout(dump_json(eap_ig_document(found)))
@@ -186,7 +186,7 @@ def _inputs(
             f"each {source} holds its answer, versus and corrupted text: no {given[0]}"
         )
     if pairs is None:
-        from attnviz.answer_readings import pairs_of_scores  # numpy: the file is read
+        from attnviz.circuits.pairs import pairs_of_scores  # numpy: the file is read
 
         return pairs_of_scores(options), None
     return _pairs(pairs, INTERVENTIONS[options.ablation].corrupt)

@@ -1,5 +1,5 @@
 """`attnviz circuit`'s choices of how edges are scored and which circuits are measured:
-one option per field of :class:`~attnviz.circuit_options.CircuitOptions`, named as it is,
+one option per field of :class:`~attnviz.circuits.options.CircuitOptions`, named as it is,
 given to the command as one bundle (:class:`CircuitChoices`) that makes the options."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from attnviz.analysis.mib import MIB
 from attnviz.choices import (
     CIRCUIT_METHOD_LABELS,
     INTERVENTIONS,
@@ -18,7 +17,8 @@ from attnviz.choices import (
     Level,
     Select,
 )
-from attnviz.circuit_options import (
+from attnviz.circuits.mib import MIB
+from attnviz.circuits.options import (
     ALL,
     DEFAULT_EDGES,
     DEFAULT_LEARNING_RATE,

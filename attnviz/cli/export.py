@@ -25,7 +25,7 @@ from attnviz.request import asked_for
 from attnviz.writers import Rendering, write
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
+    from attnviz.circuits.circuit import Circuit
     from attnviz.extractor import Extractor
 
 
@@ -109,7 +109,7 @@ def _circuit(
     """The circuit the page draws beside the maps: every edge scored by EAP on the
     answer and the corrupted twin, the top edges kept (``circuit``'s defaults)."""
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.circuit_options import CircuitOptions
+    from attnviz.circuits.options import CircuitOptions
 
     job = shared.request(reading, text=text, products=NO_PRODUCTS, circuit=CircuitOptions())
     with out.passes_shown(shared.environment) as listener:

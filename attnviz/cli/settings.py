@@ -31,7 +31,7 @@ from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
-    from attnviz.circuit_options import CircuitOptions
+    from attnviz.circuits.options import CircuitOptions
     from attnviz.cli.output import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec

@@ -12,6 +12,7 @@ from attnviz.analysis.effects import HeadEffects
 from attnviz.analysis.heads import HeadTable, statistics_product, statistics_rows
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Attention, Mode
+from attnviz.circuits.driver import circuited
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
 from attnviz.generated import Sampling
@@ -19,7 +20,6 @@ from attnviz.maps import AttentionMaps
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, lensed, traced
 from attnviz.pretrained.attention_modules import Family, layer_kinds, resolve_mode, stream_for
-from attnviz.pretrained.circuit import circuited
 from attnviz.pretrained.encoding import (
     ModelInputs,
     Prepared,
@@ -45,7 +45,7 @@ from attnviz.results import Result
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
+    from attnviz.circuits.circuit import Circuit
     from attnviz.extractor import Spec
     from attnviz.generated import Generation
     from attnviz.needle import NeedleResults, Sweep

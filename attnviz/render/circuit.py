@@ -28,8 +28,8 @@ from attnviz.safe_text import spaces_shown
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from attnviz.analysis.circuit import Circuit
-    from attnviz.analysis.training import Training
+    from attnviz.circuits.circuit import Circuit
+    from attnviz.circuits.training import Training
 
 
 def circuit_title(circuit: Circuit) -> str:

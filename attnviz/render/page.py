@@ -43,9 +43,9 @@ from attnviz.render.style import token_label
 from attnviz.safe_text import space_visible, spaces_shown
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
     from attnviz.analysis.effects import HeadEffects
     from attnviz.analysis.trace import Trace
+    from attnviz.circuits.circuit import Circuit
     from attnviz.maps import AttentionMaps
 
 MAX_CELLS = 12_000_000  # all maps' cells together: about 16 MB of base64; more are pooled

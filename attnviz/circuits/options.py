@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from attnviz.analysis.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
-from attnviz.analysis.training import Training
 from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select, chosen
+from attnviz.circuits.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
+from attnviz.circuits.training import Training
 from attnviz.errors import UsageError, refuse
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
-    from attnviz.analysis.eap_ig import EapIgGraph
+    from attnviz.circuits.circuit import Circuit
+    from attnviz.circuits.eap_ig import EapIgGraph
 
 ALL = "all"
 DEFAULT_EDGES = 100  # the circuit kept where --edges is not given (or every edge, if fewer)
@@ -25,7 +25,7 @@ MOST_STEPS = 1000
 # The most resamples --bootstrap asks: each is a (U, N) sum kept beside the scores
 # (SmolLM2: 1.2 MB).
 MOST_RESAMPLES = 200
-# --method optimize's training (:mod:`attnviz.pretrained.optimized`): defaults that gave
+# --method optimize's training (:mod:`attnviz.circuits.optimized`): defaults that gave
 # SmolLM2's and Gemma 3's IOI circuits their faithfulness (docs/effects.md), and bounds
 # past which Adam on a mask's logits only jumps or only stands
 DEFAULT_TRAIN_STEPS = 300
@@ -49,7 +49,7 @@ class CircuitOptions:
     ``"all"``, each measured once; or ``"mib"`` alone: MIB's ten fractions of the graph,
     the circuit itself its 1%, so not with ``edges`` or ``nodes``);
     ``bootstrap`` B: the scores bootstrapped over B resamples of the pairs
-    (:mod:`attnviz.analysis.bootstrap`)."""
+    (:mod:`attnviz.circuits.bootstrap`)."""
 
     method: CircuitMethod = CircuitMethod.GRADIENT
     steps: int | None = None
@@ -123,7 +123,7 @@ class CircuitOptions:
         usage error reads no file)."""
         if self.scores is None or self.given is not None:
             return
-        from attnviz.analysis.eap_ig import read_scores  # numpy: only where a file is given
+        from attnviz.circuits.eap_ig import read_scores  # numpy: only where a file is given
 
         object.__setattr__(self, "given", read_scores(self.scores))
 

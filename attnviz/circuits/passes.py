@@ -13,27 +13,27 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.bootstrap import resamples
-from attnviz.answer_readings import pair_error
 from attnviz.choices import INTERVENTIONS, CircuitMethod
+from attnviz.circuits.ablated import Ablated, Means, changed_from, text_means
+from attnviz.circuits.bootstrap import resamples
+from attnviz.circuits.cost import Cost, scoring_cost, unsaid
+from attnviz.circuits.differences import parts as record_parts
+from attnviz.circuits.edges import Runs, Wiring, exact_scores, graph_of, read_twins
+from attnviz.circuits.estimates import estimated_scores
+from attnviz.circuits.faithfulness import Twins, circuit_metrics
+from attnviz.circuits.optimized import optimized
+from attnviz.circuits.pairs import pair_error
+from attnviz.circuits.phases import Edge, Scored
 from attnviz.errors import UsageError, option
-from attnviz.pretrained.ablated import Ablated, Means, changed_from, text_means
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import Answered, answered
-from attnviz.pretrained.circuit_cost import Cost, scoring_cost, unsaid
-from attnviz.pretrained.circuit_phases import Edge, Scored
-from attnviz.pretrained.differences import parts as record_parts
-from attnviz.pretrained.edge_estimates import estimated_scores
-from attnviz.pretrained.edges import Runs, Wiring, exact_scores, graph_of, read_twins
 from attnviz.pretrained.encoding import forward
-from attnviz.pretrained.faithfulness import Twins, circuit_metrics
-from attnviz.pretrained.optimized import optimized
 from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:
-    from attnviz.analysis.graph import Graph
-    from attnviz.analysis.training import Training
-    from attnviz.circuit_options import CircuitOptions
+    from attnviz.circuits.graph import Graph
+    from attnviz.circuits.options import CircuitOptions
+    from attnviz.circuits.training import Training
     from attnviz.pretrained.reader import ModelReader
     from attnviz.request import Input, Request
 
@@ -91,7 +91,7 @@ class PairRuns:
 
     def parts(self, asked: Answered) -> Sequence[slice | None]:
         """The parts of the pair's positions its estimate reads a record of at a time
-        (:func:`~attnviz.pretrained.differences.parts`, the last position's first): one,
+        (:func:`~attnviz.circuits.differences.parts`, the last position's first): one,
         the whole, for exact scores, which read any node's record at any time."""
         if self._exact:
             return [None]

@@ -1,6 +1,6 @@
 """A circuit: every edge of a model's graph scored on an answer (one text and its corrupted
 twin, or the mean over a dataset of pairs), the circuit chosen from them
-(:mod:`attnviz.analysis.selections`) and how
+(:mod:`attnviz.circuits.selections`) and how
 faithful it is: (m(circuit) − m(corrupt)) / (m(clean) − m(corrupt)), where m(circuit) is
 the clean run with every edge outside the circuit carrying the corrupted run's value (over
 a dataset, each m the mean over the pairs)."""
@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from attnviz.analysis.effects import Answer, Drawn
-from attnviz.analysis.graph import Graph
-from attnviz.analysis.mib import Areas, areas_of
-from attnviz.analysis.selections import nodes_of
-from attnviz.analysis.training import Training
 from attnviz.choices import CircuitMethod, Intervention, Level, Output, Select
+from attnviz.circuits.graph import Graph
+from attnviz.circuits.mib import Areas, areas_of
+from attnviz.circuits.selections import nodes_of
+from attnviz.circuits.training import Training
 from attnviz.drawing import drawer
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class Circuit(Drawn):
     @classmethod
     def load(cls, path: str | Path) -> Circuit:
         """A circuit written by ``circuit -f json`` (or :meth:`document`), read back
-        (:mod:`attnviz.analysis.circuit_files`)."""
+        (:mod:`attnviz.circuits.files`)."""
         return drawer().read_circuit(path)
 
     def kept_edges(self) -> list[tuple[str, str, float]]:

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.graph import Graph
+from attnviz.circuits.differences import head_mixing
+from attnviz.circuits.graph import Graph
 from attnviz.errors import UsageError
 from attnviz.memory import give_back_freed
 from attnviz.pretrained.anatomy import Anatomy
-from attnviz.pretrained.differences import head_mixing
 from attnviz.pretrained.effects import hooked
 from attnviz.pretrained.frozen_norms import norm_form
 from attnviz.pretrained.sites import hidden_of, mlp_written, output_of

@@ -1,4 +1,4 @@
-"""A circuit's faithfulness pass (:mod:`attnviz.pretrained.edges`' graph): the clean run
+"""A circuit's faithfulness pass (:mod:`attnviz.circuits.edges`' graph): the clean run
 with every edge outside the circuit carrying the corrupted value, run beside the
 corrupted run itself, row 0 of the same pass: each group's corrupted residual and what
 each node carries back are taken from it as the pass goes, so that no record of the
@@ -19,23 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.graph import READS
-from attnviz.memory import block_size
-from attnviz.pretrained.ablated import Ablated, changed_from, forced
-from attnviz.pretrained.edges import Added, Wiring, changed_inputs
-from attnviz.pretrained.effects import last_logits
-from attnviz.pretrained.node_outputs import (
+from attnviz.circuits.ablated import Ablated, changed_from, forced
+from attnviz.circuits.edges import Added, Wiring, changed_inputs
+from attnviz.circuits.graph import READS
+from attnviz.circuits.node_outputs import (
     Carried,
     given_back_each_layer,
     stacked,
     users_carried,
 )
+from attnviz.memory import block_size
+from attnviz.pretrained.effects import last_logits
 from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:
     import torch
 
-    from attnviz.analysis.graph import Graph
+    from attnviz.circuits.graph import Graph
     from attnviz.pretrained.metrics import Metric
 
 

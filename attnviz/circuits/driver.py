@@ -1,7 +1,7 @@
 """A circuit found over one text and its corrupted twin, or a dataset of such pairs, in
 passes over the pairs whose results add up (so that Ray workers can share the pairs,
-:mod:`attnviz.pretrained.circuit_passes`): every edge scored on each pair
-(:mod:`attnviz.pretrained.edges`), summed; the top edges of an estimate computed again
+:mod:`attnviz.circuits.passes`): every edge scored on each pair
+(:mod:`attnviz.circuits.edges`), summed; the top edges of an estimate computed again
 exactly where asked (``refine``), summed; then the metric of the circuits asked for on
 each pair, summed. The driver (:func:`circuit_of`) turns the sums into means and the
 circuit."""
@@ -13,30 +13,30 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz.analysis.bootstrap import bootstrapped
-from attnviz.analysis.circuit import (
+from attnviz.asked import pair_of
+from attnviz.choices import CircuitMethod, Intervention, Level, Select
+from attnviz.circuits.ablated import Ablated, Means
+from attnviz.circuits.bootstrap import bootstrapped
+from attnviz.circuits.circuit import (
     Circuit,
     CurvePoint,
     changes_nothing,
     faithfulness_of,
     ranked,
 )
-from attnviz.analysis.eap_ig import EapIgGraph
-from attnviz.analysis.selections import selected
-from attnviz.analysis.training import Training
-from attnviz.asked import pair_of
-from attnviz.choices import CircuitMethod, Intervention, Level, Select
-from attnviz.circuit_options import DEFAULT_EDGES
+from attnviz.circuits.eap_ig import EapIgGraph
+from attnviz.circuits.notes import say_faithfulness, say_pruning_moved
+from attnviz.circuits.optimized import ranked_scores, starting_logits, tiered_scores
+from attnviz.circuits.options import DEFAULT_EDGES
+from attnviz.circuits.passes import Here
+from attnviz.circuits.phases import Edge, Phases, Scored
+from attnviz.circuits.selections import selected
+from attnviz.circuits.training import Training
 from attnviz.errors import UsageError
-from attnviz.pretrained.ablated import Ablated, Means
-from attnviz.pretrained.circuit_notes import say_faithfulness, say_pruning_moved
-from attnviz.pretrained.circuit_passes import Here
-from attnviz.pretrained.circuit_phases import Edge, Phases, Scored
-from attnviz.pretrained.optimized import ranked_scores, starting_logits, tiered_scores
 
 if TYPE_CHECKING:
-    from attnviz.analysis.graph import Graph
-    from attnviz.circuit_options import CircuitOptions
+    from attnviz.circuits.graph import Graph
+    from attnviz.circuits.options import CircuitOptions
     from attnviz.extractor import Spec
     from attnviz.pretrained.reader import ModelReader
     from attnviz.progress import Listener
@@ -241,7 +241,7 @@ def trained_each(
     """Circuits trained one inside the next (``--train-each``): at each size of ``sizes``
     but none and every edge, smallest first, a mask trained from ``scores``' start with
     the previous circuit's edges held in, each pass keeping exactly that size's edges
-    (:func:`attnviz.pretrained.optimized.optimized`); its circuit the top of the learned
+    (:func:`attnviz.circuits.optimized.optimized`); its circuit the top of the learned
     mask; the scores in tiers (:func:`tiered_scores`), so that each size's top edges are
     its trained circuit. The trainings' steps and losses one after another."""
     held = np.zeros(graph.edges.shape, dtype=bool)

@@ -1,4 +1,4 @@
-"""Edges between a decoder's heads and MLPs (:class:`~attnviz.analysis.graph.Graph`),
+"""Edges between a decoder's heads and MLPs (:class:`~attnviz.circuits.graph.Graph`),
 scored on a text and its corrupted twin, and a circuit's faithfulness.
 
 An upstream node's output in a run is what it adds to the residual stream there: the
@@ -31,7 +31,7 @@ records hold, and the runs change, only the positions from that token on. Scored
 
 A circuit's faithfulness: the metric of the clean run with every edge outside the circuit
 carrying the corrupted value (all edges kept: the clean run; none: the corrupted one),
-run by :mod:`attnviz.pretrained.faithfulness`.
+run by :mod:`attnviz.circuits.faithfulness`.
 
 Shape letters: B rows of a pass, T tokens, S the positions from the first where the twins
 differ on (:attr:`Runs.start`), U upstream nodes, N downstream nodes, n the
@@ -47,15 +47,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.graph import LOGITS, Graph
 from attnviz.choices import Site
-from attnviz.pretrained.ablated import Ablated, changed_from, forced
-from attnviz.pretrained.anatomy import Anatomy
-from attnviz.pretrained.differences import (
+from attnviz.circuits.ablated import Ablated, changed_from, forced
+from attnviz.circuits.differences import (
     Differences,
     Recorder,
     matrix_of,
 )
+from attnviz.circuits.graph import LOGITS, Graph
+from attnviz.circuits.node_outputs import (
+    embeddings_kept,
+    given_back_each_layer,
+    outputs_written,
+    stacked,
+)
+from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.effects import (
     Change,
     Clean,
@@ -66,12 +72,6 @@ from attnviz.pretrained.effects import (
 )
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
 from attnviz.pretrained.metrics import Metric
-from attnviz.pretrained.node_outputs import (
-    embeddings_kept,
-    given_back_each_layer,
-    outputs_written,
-    stacked,
-)
 from attnviz.pretrained.sites import (
     SITES,
     Units,
@@ -141,9 +141,9 @@ def read_twins(
     """The clean and the corrupted run, each recording the upstream nodes' outputs and the
     input embeddings (the clean one finds the norms, and with ``starts`` records where
     exact passes start: each layer's output; with ``ablated`` the corrupted run is the
-    clean text's, its nodes' outputs replaced: :mod:`attnviz.pretrained.ablated`): at the
+    clean text's, its nodes' outputs replaced: :mod:`attnviz.circuits.ablated`): at the
     positions from the first where the runs differ on, or at ``part`` of them
-    (:func:`~attnviz.pretrained.differences.parts`; the last position's outputs then the
+    (:func:`~attnviz.circuits.differences.parts`; the last position's outputs then the
     part's last's). Short twins read without
     ``starts`` run as two rows of one pass: on a GPU a pass's launches, not its
     arithmetic, are its time there; long ones run apart, each keeping its own activations."""

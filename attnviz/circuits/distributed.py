@@ -1,6 +1,6 @@
 """A circuit over pairs read by Ray workers: each worker holds the model and gives back
 the sums of one pass over its pairs; :class:`RayPhases` runs the phases of
-:mod:`attnviz.pretrained.circuit_phases` over them (Ray's session and workers:
+:mod:`attnviz.circuits.phases` over them (Ray's session and workers:
 :mod:`attnviz.distributed`).
 """
 
@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from attnviz.answer_readings import check_pairs
 from attnviz.choices import CircuitMethod
+from attnviz.circuits import driver, passes
+from attnviz.circuits.ablated import Means
+from attnviz.circuits.pairs import check_pairs
+from attnviz.circuits.phases import Edge, Scored
 from attnviz.distributed import (
     Workers,
     quiet_progress,
@@ -24,17 +27,14 @@ from attnviz.distributed import (
     warnings_kept,
 )
 from attnviz.errors import AttnvizError
-from attnviz.pretrained import circuit, circuit_passes
-from attnviz.pretrained.ablated import Means
-from attnviz.pretrained.circuit_phases import Edge, Scored
 from attnviz.request import Input
 
 if TYPE_CHECKING:
-    from attnviz.analysis.circuit import Circuit
-    from attnviz.analysis.graph import Graph
-    from attnviz.analysis.training import Training
+    from attnviz.circuits.ablated import Ablated
+    from attnviz.circuits.circuit import Circuit
+    from attnviz.circuits.graph import Graph
+    from attnviz.circuits.training import Training
     from attnviz.loading import ExtractorSpec
-    from attnviz.pretrained.ablated import Ablated
     from attnviz.pretrained.extractor import PretrainedExtractor
     from attnviz.request import Request
 
@@ -54,7 +54,7 @@ class CircuitWorker:
         use_threads(threads)
         # a circuit's request is refused by any other model before it reaches a worker
         extractor = cast("PretrainedExtractor", spec.load())
-        self.runs_of = circuit_passes.PairRuns(extractor, request, count, names)
+        self.runs_of = passes.PairRuns(extractor, request, count, names)
         self.extractor = extractor
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
@@ -64,14 +64,14 @@ class CircuitWorker:
         phase, argument, ablated = pickle.loads(batch["pass"][0])
         self.runs_of.ablated = ablated
         passes = {
-            "scored": lambda: circuit_passes.scored(self.runs_of, pairs, *argument),
-            "exact": lambda: circuit_passes.exact_summed(self.runs_of, pairs, argument),
-            "measured": lambda: circuit_passes.measured_summed(self.runs_of, pairs, argument),
-            "optimized": lambda: circuit_passes.optimized_over(self.runs_of, pairs, *argument),
-            "means": lambda: circuit_passes.means_summed(self.runs_of, pairs),
-            "promoted": lambda: circuit_passes.promoted(self.extractor, argument),
-            "graph": lambda: circuit_passes.graph_of_model(self.extractor),
-            "checked": lambda: circuit_passes.pairs_checked(self.runs_of, pairs),
+            "scored": lambda: passes.scored(self.runs_of, pairs, *argument),
+            "exact": lambda: passes.exact_summed(self.runs_of, pairs, argument),
+            "measured": lambda: passes.measured_summed(self.runs_of, pairs, argument),
+            "optimized": lambda: passes.optimized_over(self.runs_of, pairs, *argument),
+            "means": lambda: passes.means_summed(self.runs_of, pairs),
+            "promoted": lambda: passes.promoted(self.extractor, argument),
+            "graph": lambda: passes.graph_of_model(self.extractor),
+            "checked": lambda: passes.pairs_checked(self.runs_of, pairs),
         }
         with warnings_kept() as said:
             try:
@@ -85,9 +85,9 @@ class CircuitWorker:
 class RayPhases:
     """The passes of a circuit spread over Ray workers: the pairs cut into tasks, each
     pass a map over them, the sums added here
-    (:class:`attnviz.pretrained.circuit_phases.Phases`)."""
+    (:class:`attnviz.circuits.phases.Phases`)."""
 
-    work: circuit.CircuitWork
+    work: driver.CircuitWork
     workers: Workers
     ablated: Ablated | None = None  # handed to every task (a worker keeps no state)
 
@@ -167,9 +167,9 @@ class RayPhases:
         return labels
 
 
-def circuit_found(work: circuit.CircuitWork, workers: Workers) -> Circuit:
+def circuit_found(work: driver.CircuitWork, workers: Workers) -> Circuit:
     """As :meth:`attnviz.extractor.Extractor.circuit_of`, the pairs read by Ray workers."""
     quiet_progress()
     check_pairs(work.inputs, work.request, work.names)
     assert work.request.circuit is not None  # check_pairs'
-    return circuit.circuit_of(RayPhases(work, workers), work.request.circuit, work.inputs)
+    return driver.circuit_of(RayPhases(work, workers), work.request.circuit, work.inputs)

@@ -1,6 +1,6 @@
 """What the passes of a circuit over its pairs give back and how they are asked for: the
 sums of scoring (:class:`Scored`) and the phases every engine runs (:class:`Phases`: in
-this process, :class:`attnviz.pretrained.circuit_passes.Here`; over Ray workers,
+this process, :class:`attnviz.circuits.passes.Here`; over Ray workers,
 ``attnviz.distributed``)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ if TYPE_CHECKING:
     import numpy as np
 
     from attnviz.analysis.effects import Answer
-    from attnviz.analysis.graph import Graph
-    from attnviz.analysis.training import Training
     from attnviz.choices import CircuitMethod
-    from attnviz.pretrained.ablated import Ablated, Means
+    from attnviz.circuits.ablated import Ablated, Means
+    from attnviz.circuits.graph import Graph
+    from attnviz.circuits.training import Training
 
 Edge = tuple[int, int]  # (upstream, downstream)
 
@@ -62,7 +62,7 @@ class Scored:
 
 class Phases(Protocol):
     """The passes over every pair, each giving back its sum: in this process
-    (``attnviz.pretrained.circuit_passes.Here``), or spread over Ray workers
+    (``attnviz.circuits.passes.Here``), or spread over Ray workers
     (``attnviz.distributed``)."""
 
     @property
@@ -94,7 +94,7 @@ class Phases(Protocol):
 
     def means(self) -> Means:
         """Each node's output, each clean text's mean over its positions, summed over the
-        pairs (:func:`attnviz.pretrained.ablated.text_means`)."""
+        pairs (:func:`attnviz.circuits.ablated.text_means`)."""
         ...
 
     def ablating(self, ablated: Ablated) -> None:
@@ -106,7 +106,7 @@ class Phases(Protocol):
         self, start: np.ndarray, gap: float, training: Training
     ) -> tuple[np.ndarray, Training]:
         """The mask learned over the pairs from the logits ``start`` (U, N), and the
-        training with its losses (:func:`attnviz.pretrained.optimized.optimized`)."""
+        training with its losses (:func:`attnviz.circuits.optimized.optimized`)."""
         ...
 
     def promoted(self, last: np.ndarray) -> tuple[str, ...]:

@@ -31,19 +31,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz.analysis.training import Training
+from attnviz.circuits.cost import Cost
+from attnviz.circuits.faithfulness import masked_metric
+from attnviz.circuits.training import Training
 from attnviz.errors import option
 from attnviz.pretrained.backward_pass import weights_without_gradients
-from attnviz.pretrained.circuit_cost import Cost
 from attnviz.pretrained.effects import last_logits
-from attnviz.pretrained.faithfulness import masked_metric
 from attnviz.progress import advance, note
 
 if TYPE_CHECKING:
     import torch
 
-    from attnviz.analysis.graph import Graph
-    from attnviz.pretrained.faithfulness import Twins
+    from attnviz.circuits.faithfulness import Twins
+    from attnviz.circuits.graph import Graph
 
 # How far the starting mask's logits spread: the top edge starts at sigmoid(SPREAD), the
 # circuit asked for at one half, twice its size at sigmoid(−SPREAD), and no lower than

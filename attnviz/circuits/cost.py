@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnviz.choices import CircuitMethod
-from attnviz.circuit_options import DEFAULT_STEPS
+from attnviz.circuits.options import DEFAULT_STEPS
 from attnviz.errors import option, warn
 from attnviz.progress import LONG_REST
 

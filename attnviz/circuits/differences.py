@@ -1,5 +1,5 @@
 """Each upstream node's corrupted output less its clean one, from the twins' first
-differing token on: the record that edges are scored from (:mod:`attnviz.pretrained.edges`).
+differing token on: the record that edges are scored from (:mod:`attnviz.circuits.edges`).
 
 Held as one (U, S, D) block where that is small. Where it is not (a long text whose twins
 differ early), a head's difference is kept as its slice of the output projection's input,
@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.graph import Graph
+from attnviz.circuits.graph import Graph
 from attnviz.errors import UsageError
 from attnviz.pretrained.value_norms import input_matrix
 

@@ -1,4 +1,4 @@
-"""Every edge's score estimated from gradients (:mod:`attnviz.pretrained.edges`' graph):
+"""Every edge's score estimated from gradients (:mod:`attnviz.circuits.edges`' graph):
 edge attribution patching (EAP, Syed et al. 2023) and its integrated gradients (EAP-IG,
 Hanna et al. 2024), from forward and backward passes that copy no downstream input.
 
@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.analysis.graph import LOGITS, READS
 from attnviz.choices import Site
+from attnviz.circuits.ablated import interpolated
+from attnviz.circuits.differences import matrix_of
+from attnviz.circuits.edges import QKV, Runs, Wiring
+from attnviz.circuits.graph import LOGITS, READS
 from attnviz.memory import block_size
-from attnviz.pretrained.ablated import interpolated
 from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.backward_pass import (
     backward_to,
@@ -29,8 +31,6 @@ from attnviz.pretrained.backward_pass import (
     recomputes,
     weights_without_gradients,
 )
-from attnviz.pretrained.differences import matrix_of
-from attnviz.pretrained.edges import QKV, Runs, Wiring
 from attnviz.pretrained.effects import hooked, last_logits
 from attnviz.pretrained.frozen_norms import NormForm, form_of
 from attnviz.pretrained.sites import SITES, hidden_of, output_of, units_of

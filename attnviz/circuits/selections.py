@@ -28,8 +28,8 @@ import heapq
 
 import numpy as np
 
-from attnviz.analysis.graph import Graph
 from attnviz.choices import Select
+from attnviz.circuits.graph import Graph
 
 
 def selected(

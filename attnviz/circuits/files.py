@@ -1,5 +1,5 @@
 """A circuit's file read back: the JSON document ``circuit -f json`` writes
-(:meth:`attnviz.analysis.circuit.Circuit.document`), read once (a pipe too) and no larger
+(:meth:`attnviz.circuits.circuit.Circuit.document`), read once (a pipe too) and no larger
 than :data:`MOST_CIRCUIT_BYTES`, every field checked before anything is built: the graph's
 shape as a model's could be and against the edges given, every edge present once, every
 number finite. A file that is not one is a usage error naming it and the field."""
@@ -11,11 +11,11 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from attnviz.analysis.circuit import CIRCUIT_KIND, Circuit, CurvePoint, Pair
 from attnviz.analysis.effects import Answer
-from attnviz.analysis.graph import Graph
-from attnviz.analysis.training import Training
 from attnviz.choices import CircuitMethod, Intervention, Level, Select
+from attnviz.circuits.circuit import CIRCUIT_KIND, Circuit, CurvePoint, Pair
+from attnviz.circuits.graph import Graph
+from attnviz.circuits.training import Training
 from attnviz.errors import UsageError
 
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from attnviz.analysis.circuit import Circuit
-from attnviz.analysis.circuit_files import circuit_of_document, finite_number, json_document
-from attnviz.analysis.graph import LOGITS, Graph
-from attnviz.analysis.selections import nodes_of
+from attnviz.circuits.circuit import Circuit
+from attnviz.circuits.files import circuit_of_document, finite_number, json_document
+from attnviz.circuits.graph import LOGITS, Graph
+from attnviz.circuits.selections import nodes_of
 from attnviz.errors import UsageError
 
 

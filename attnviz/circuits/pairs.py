@@ -1,0 +1,93 @@
+"""A circuit's pairs as given and checked: one text with its answer and corrupted twin or
+a dataset of them (:func:`pairs_given`), a circuit file's own pairs where none are given
+(:func:`pairs_of_scores`), each pair checked before any pass (:func:`check_pairs`), and
+an error about one pair named as the pairs were given (:func:`pair_error`). What the
+extractors and the Ray workers share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from attnviz.asked import check_asked, measure_name, measure_of, pair_of
+from attnviz.circuits.options import CircuitOptions
+from attnviz.errors import UsageError
+from attnviz.request import Input, Request
+
+
+def pairs_given(
+    text: str | None,
+    answer: str | None,
+    corrupt: str | None,
+    versus: str | None,
+    pairs: Iterable[Input | Mapping[str, str]] | None,
+) -> list[Input]:
+    """:meth:`~attnviz.extractor.Extractor.circuit`'s pairs: one text with its answer, versus and
+    corrupted twin, or ``pairs`` that hold each their own."""
+    if (text is None) == (pairs is None):
+        raise UsageError("give a text (with its answer and corrupted twin) or pairs, not both")
+    if pairs is None:
+        assert text is not None
+        return [Input(text, answer=answer, versus=versus, corrupt=corrupt)]
+    if answer is not None or corrupt is not None or versus is not None:
+        raise UsageError("each pair holds its answer, versus and corrupted text")
+    return [each if isinstance(each, Input) else Input(**each) for each in pairs]
+
+
+def pairs_of_scores(options: CircuitOptions) -> list[Input]:
+    """The pairs a circuit file (``--scores``) was scored on, where no others are given."""
+    from attnviz.circuits.circuit import Circuit  # numpy
+
+    given = options.given
+    if not isinstance(given, Circuit) or not given.inputs:
+        raise UsageError(
+            f"--scores {options.scores} keeps no pairs of its own: give the TEXT (with "
+            "--answer and --corrupt) or --pairs FILE.jsonl it was scored on"
+        )
+    return [Input(pair.text, answer=pair.answer, versus=pair.versus, corrupt=pair.corrupt)
+            for pair in given.inputs]  # fmt: skip
+
+
+def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) -> None:
+    """A circuit request's pairs, each checked (named by ``names`` in an error): each with
+    its answer and corrupted twin, and every one with a versus answer or none."""
+    if request.circuit is None:
+        raise UsageError("the request asks no circuit: give it circuit=CircuitOptions(...)")
+    if not inputs:
+        raise UsageError("no pairs: a circuit is measured on at least one")
+    for index, each in enumerate(inputs):
+        try:
+            check_asked(request, each)
+        except UsageError as error:
+            raise UsageError(pair_error(error, index, len(inputs), names)) from None
+    for index, each in enumerate(inputs):
+        if (each.versus is None) != (inputs[0].versus is None):
+            alike = UsageError("every pair is measured alike: give each a versus answer, or none")
+            raise UsageError(pair_error(alike, index, len(inputs), names))
+    _check_given(inputs, request)
+
+
+def _check_given(inputs: list[Input], request: Request) -> None:
+    """A circuit file's scores (``--scores``) taken only for the pairs, answers, metric
+    and intervention they were scored on."""
+    from attnviz.circuits.circuit import Circuit, scored_elsewhere  # numpy
+
+    options = request.circuit
+    assert options is not None  # check_pairs'
+    if not isinstance(options.given, Circuit):  # EAP-IG's graph file keeps neither
+        return
+    metric = measure_name(measure_of(request, inputs[0]))
+    pairs = [pair_of(given, options.ablation) for given in inputs]
+    why = scored_elsewhere(options.given, pairs, metric, options.ablation)
+    if why is not None:
+        raise UsageError(
+            f"--scores {options.scores} {why}: give what it was scored on, or leave out TEXT "
+            "and --pairs to take its own pairs"
+        )
+
+
+def pair_error(error: Exception, index: int, count: int, names: list[str] | None) -> str:
+    """What went wrong with one of ``count`` pairs, named as given ("pair 1"… by default;
+    a single pair given without a name is not named)."""
+    if names is None and count == 1:
+        return str(error)
+    return f"{names[index] if names else f'pair {index + 1}'}: {error}"
