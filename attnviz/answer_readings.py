@@ -23,9 +23,9 @@ from attnviz.choices import (
     chosen,
 )
 from attnviz.circuits.options import CircuitOptions
-from attnviz.circuits.pairs import check_pairs, pairs_given, pairs_of_scores
+from attnviz.circuits.pairs import pairs_given, pairs_of_scores
 from attnviz.errors import UsageError
-from attnviz.progress import Listener, reporting
+from attnviz.progress import Listener
 from attnviz.progress_bars import bars, shown_here
 from attnviz.request import Input, Request, asked_for
 from attnviz.selection import Selection
@@ -50,6 +50,10 @@ class AnswerReadings(ABC):
     @abstractmethod
     def _one(self, given: Input, request: Request) -> Result:
         """What ``request`` asks of one input (:meth:`~attnviz.extractor.Extractor.run`)."""
+
+    @abstractmethod
+    def _together(self, inputs: list[Input], request: Request, progress: Listener | None) -> Result:
+        """What ``request`` asks of every input together: a circuit over its pairs."""
 
     def head_effects(
         self,
@@ -188,28 +192,9 @@ class AnswerReadings(ABC):
         )
         if progress is True and shown_here():  # a person watches: bars on stderr
             with bars() as listener:
-                return self.circuit_of(given, asked, progress=listener)
+                return asked_for(self._together(given, asked, listener).circuit)
         told = progress if callable(progress) else None
-        return self.circuit_of(given, asked, progress=told)
-
-    def circuit_of(
-        self,
-        inputs: list[Input],
-        request: Request,
-        names: list[str] | None = None,
-        progress: Listener | None = None,
-    ) -> Circuit:
-        """The circuit a request asks (its ``circuit`` field), over ``inputs`` (each a text
-        with its answer and corrupted twin), each checked first; ``names`` say each input
-        in an error ("pair 1"… by default)."""
-        check_pairs(inputs, request, names)
-        with reporting(progress):
-            return self._circuit(inputs, request, names)
-
-    def _circuit(self, inputs: list[Input], request: Request, names: list[str] | None) -> Circuit:
-        """What :meth:`circuit` asks, its inputs checked (``names`` say each in an
-        error)."""
-        raise no_next_token(self.name, request.next_token_reader)
+        return asked_for(self._together(given, asked, told).circuit)
 
     def knockout(
         self,

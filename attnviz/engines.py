@@ -20,6 +20,7 @@ from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch.run import Reader, run_batch
 from attnviz.circuits import distributed as distributed_circuit
 from attnviz.distributed import Workers, ray_session
+from attnviz.request import asked_for
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
@@ -76,7 +77,10 @@ class Local:
 
     def circuit(self, work: CircuitWork) -> Circuit:
         extractor = self.load(work.spec)
-        return extractor.circuit_of(work.inputs, work.request, work.names, work.progress)
+        (found,) = extractor.run(
+            work.inputs, work.request, progress=work.progress, names=work.names
+        )
+        return asked_for(found.circuit)
 
 
 @dataclass(frozen=True)

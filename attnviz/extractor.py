@@ -21,6 +21,7 @@ from attnviz.choices import (
     Mode,
     chosen,
 )
+from attnviz.circuits.pairs import check_pairs
 from attnviz.errors import UsageError
 from attnviz.generated import Sampling
 from attnviz.progress import Listener, reporting
@@ -36,6 +37,7 @@ from attnviz.selection import token_positions
 
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
+    from attnviz.circuits.circuit import Circuit
     from attnviz.generated import Generation
     from attnviz.maps import AttentionMaps
     from attnviz.needle import Cell, NeedleResults, Sweep
@@ -84,23 +86,52 @@ class Extractor(AnswerReadings):
         *,
         batch_size: int = 16,
         progress: Listener | None = None,
+        names: list[str] | None = None,
         **options: Any,
     ) -> Iterator[Result]:
         """What ``request`` asks of each input, in order. Pretrained models read
         ``batch_size`` inputs per padded forward pass; each result equals what that input
         gives alone. The request is checked before any work; each input as it is reached.
-        ``progress(what, done, total)`` is told how far each long pass has got (the exact
-        sweeps, a pass per batch of changes; the gradient passes, a step per layer up and
-        down)."""
+        A request with a ``circuit`` reads every input together, as the circuit's pairs
+        (each checked before any pass; ``names`` say each in an error, "pair 1"… by
+        default), and gives one result. ``progress(what, done, total)`` is told how far
+        each long pass has got (the exact sweeps, a pass per batch of changes; the
+        gradient passes, a step per layer up and down)."""
         request = Request.of(request, options)
         _check_batch(inputs, batch_size, "run", "run([text])")
         self._check(request)
+        if request.circuit is not None:
+            pairs = [as_input(each) for each in inputs]
+            check_pairs(pairs, request, names)
+            return self._circuit(pairs, request, names, progress)
         checked = (check_asked(request, as_input(each)) for each in inputs)
         return self._batches(checked, request, batch_size, progress)
 
     def _one(self, given: Input, request: Request) -> Result:
         (found,) = self.run([given], request)
         return found
+
+    def _together(self, inputs: list[Input], request: Request, progress: Listener | None) -> Result:
+        (found,) = self.run(inputs, request, progress=progress)
+        return found
+
+    def _circuit(
+        self,
+        pairs: list[Input],
+        request: Request,
+        names: list[str] | None,
+        progress: Listener | None,
+    ) -> Iterator[Result]:
+        with reporting(progress):  # around the read alone, never across a yield
+            found = self._read_circuit(pairs, request, names)
+        yield Result(pairs[0], circuit=found)
+
+    def _read_circuit(
+        self, pairs: list[Input], request: Request, names: list[str] | None
+    ) -> Circuit:
+        """The circuit of checked pairs (``names`` say each in an error): a model that
+        reads no next token has none."""
+        raise no_next_token(self.name, request.next_token_reader)
 
     def _batches(
         self, inputs: Iterator[Input], request: Request, size: int, progress: Listener | None
@@ -119,13 +150,7 @@ class Extractor(AnswerReadings):
         statistics read from them; no answer (a pretrained language model reads effects),
         and no pass long enough to report on."""
         answered = request.effects and any(each.answer is not None for each in batch)
-        if (
-            answered
-            or request.knockout is not None
-            or request.trace is not None
-            or request.lens
-            or request.circuit is not None
-        ):
+        if answered or request.knockout is not None or request.trace is not None or request.lens:
             raise no_next_token(self.name, request.next_token_reader)
         results = []
         for each, maps in zip(batch, self._extract_many(batch, request), strict=True):

@@ -10,13 +10,16 @@ if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
+    from attnviz.circuits.circuit import Circuit
     from attnviz.maps import AttentionMaps
     from attnviz.request import Input
 
 
 @dataclass(frozen=True)
 class Result:
-    """What a request read of one input: each product it asked for, None where not asked."""
+    """What a request read of one input: each product it asked for, None where not asked.
+    A circuit is read of every input of a run together (its pairs): one result, its
+    ``input`` the first pair, its ``circuit`` the circuit over all of them."""
 
     input: Input
     maps: AttentionMaps | None = None
@@ -25,3 +28,4 @@ class Result:
     knockout: Knockout | None = None
     trace: Trace | None = None
     lens: Lens | None = None
+    circuit: Circuit | None = None

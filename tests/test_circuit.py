@@ -666,3 +666,28 @@ def test_node_circuits_equal_eap_igs_definitions_and_the_hooks(generators, langu
             metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
             expected = (metric - corrupt_metric) / (clean - corrupt_metric)
             assert abs(faithfulness - expected) <= tolerance / abs(clean - corrupt_metric)
+
+
+def test_a_circuit_is_asked_through_run_as_every_product(language_models):
+    """run is the one door: a request with circuit options reads its inputs together as
+    the pairs and gives one result, its circuit the one Extractor.circuit gives; a pair
+    is named in an error as given; a model without a next token refuses the request."""
+    import attnviz
+    from attnviz.circuits.options import CircuitOptions
+    from attnviz.errors import UsageError
+    from attnviz.request import Input, Request
+
+    extractor = language_models["gpt2-lm"]
+    pairs = [Input(**PAIR), Input(**OTHER)]
+    request = Request(maps=False, circuit=CircuitOptions(edges=5))
+    (found,) = extractor.run(pairs, request)
+    assert found.input == pairs[0] and found.maps is None and found.effects is None
+    expected = extractor.circuit(pairs=pairs, edges=5, progress=False)
+    assert np.abs(expected.scores).max() > 0  # scores to compare, not zeros
+    np.testing.assert_array_equal(found.circuit.scores, expected.scores)
+    assert found.circuit.faithfulness == expected.faithfulness
+    unanswered = [pairs[0], Input(PAIR["text"])]
+    with pytest.raises(UsageError, match=r"^line 9: "):
+        extractor.run(unanswered, request, names=["line 3", "line 9"])
+    with pytest.raises(UsageError, match="has no next token to read"):
+        next(attnviz.load().run(pairs, request))  # the built-in stack

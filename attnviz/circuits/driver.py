@@ -28,7 +28,6 @@ from attnviz.circuits.eap_ig import EapIgGraph
 from attnviz.circuits.notes import say_faithfulness, say_pruning_moved
 from attnviz.circuits.optimized import ranked_scores, starting_logits, tiered_scores
 from attnviz.circuits.options import DEFAULT_EDGES
-from attnviz.circuits.passes import Here
 from attnviz.circuits.phases import Edge, Phases, Scored
 from attnviz.circuits.selections import selected
 from attnviz.circuits.training import Training
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
     from attnviz.circuits.graph import Graph
     from attnviz.circuits.options import CircuitOptions
     from attnviz.extractor import Spec
-    from attnviz.pretrained.reader import ModelReader
     from attnviz.progress import Listener
     from attnviz.request import Input, Request
 
@@ -389,15 +387,3 @@ class Given:
         if isinstance(self.circuit, EapIgGraph):
             return self.phases.promoted(last)
         return self.circuit.promoted
-
-
-def circuited(
-    extractor: ModelReader,
-    inputs: list[Input],
-    request: Request,
-    names: list[str] | None = None,
-) -> Circuit:
-    """The circuit of ``inputs`` (each a text, its answer and its corrupted twin; a
-    usage error names the input by ``names``, "pair 1"… by default), read here."""
-    assert request.circuit is not None and inputs  # asked of a circuit request, with inputs
-    return circuit_of(Here(extractor, request, inputs, names), request.circuit, inputs)

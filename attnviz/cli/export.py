@@ -113,4 +113,5 @@ def _circuit(
 
     job = shared.request(reading, text=text, products=NO_PRODUCTS, circuit=CircuitOptions())
     with out.passes_shown(shared.environment) as listener:
-        return extractor.circuit_of([job.input(line)], job.request, progress=listener)
+        (found,) = extractor.run([job.input(line)], job.request, progress=listener)
+    return asked_for(found.circuit)

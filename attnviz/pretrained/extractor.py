@@ -12,7 +12,8 @@ from attnviz.analysis.effects import HeadEffects
 from attnviz.analysis.heads import HeadTable, statistics_product, statistics_rows
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Attention, Mode
-from attnviz.circuits.driver import circuited
+from attnviz.circuits.driver import circuit_of
+from attnviz.circuits.passes import Here
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
 from attnviz.generated import Sampling
@@ -87,8 +88,6 @@ class PretrainedExtractor(Extractor):
             return [Result(each, trace=traced(self, each, request)) for each in chunk]
         if request.lens:
             return [Result(each, lens=lensed(self, each, request)) for each in chunk]
-        if request.circuit is not None:
-            raise UsageError("a circuit is read of its pairs together: ask Extractor.circuit")
         maps: Sequence[AttentionMaps | None] = (
             self._extract_many(chunk, request) if request.maps else [None] * len(chunk)
         )
@@ -387,8 +386,11 @@ class PretrainedExtractor(Extractor):
     def _generate(self, prompt: str, sampling: Sampling, request: Request) -> Generation:
         return generate(self, prompt, sampling, request)
 
-    def _circuit(self, inputs: list[Input], request: Request, names: list[str] | None) -> Circuit:
-        return circuited(self, inputs, request, names)
+    def _read_circuit(
+        self, pairs: list[Input], request: Request, names: list[str] | None
+    ) -> Circuit:
+        assert request.circuit is not None  # run's
+        return circuit_of(Here(self, request, pairs, names), request.circuit, pairs)
 
     def _needle(self, sweep: Sweep, haystack: str | None, progress: Progress) -> NeedleResults:
         return run_sweep(self.loaded, sweep, haystack, progress)
