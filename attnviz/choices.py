@@ -8,7 +8,7 @@ matplotlib.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, TypeVar
@@ -272,18 +272,32 @@ class Intervention(StrEnum):
     ZERO = "zero"
 
 
+Twins = Callable[[list[str | None]], list[str | None]]
+
+
+def _their_own(corrupts: list[str | None]) -> list[str | None]:
+    return corrupts
+
+
+def _none(corrupts: list[str | None]) -> list[str | None]:
+    return [None] * len(corrupts)
+
+
 class Intervened(NamedTuple):
     """What an intervention is, whether it reads the pairs' corrupted texts, and whether
     EAP-IG interpolates from the corrupted text's input embeddings (else from each group
     of nodes' ablated outputs, one group at a time: EAP-IG's activations); how captions
     name what an edge outside the circuit carries (``carried``), and the run with every
-    edge carrying it (``emptied``)."""
+    edge carrying it (``emptied``); ``twins``, of each pair's corrupted text, the one
+    each pair's passes run (none: the clean text's run, its nodes' outputs replaced as
+    attnviz.circuits.ablated's ``ABLATED`` says)."""
 
     label: str
     corrupt: bool
     from_inputs: bool
     carried: str
     emptied: str
+    twins: Twins
 
 
 INTERVENTIONS = {
@@ -293,6 +307,7 @@ INTERVENTIONS = {
         True,
         "the corrupted run's value",
         "corrupted",
+        _their_own,
     ),
     Intervention.MEAN: Intervened(
         "the mean: every node's output replaced by its mean over every position of the "
@@ -301,6 +316,7 @@ INTERVENTIONS = {
         False,
         "its upstream node's mean output",
         "every edge mean-ablated",
+        _none,
     ),
     Intervention.ZERO: Intervened(
         "zero: every node's output replaced by 0 in the clean text's run",
@@ -308,6 +324,7 @@ INTERVENTIONS = {
         False,
         "zero",
         "every edge zeroed",
+        _none,
     ),
 }
 

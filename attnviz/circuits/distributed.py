@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -17,7 +17,7 @@ import numpy as np
 from attnviz.choices import CircuitMethod
 from attnviz.circuits import driver, passes
 from attnviz.circuits.ablated import Means
-from attnviz.circuits.pairs import check_pairs
+from attnviz.circuits.pairs import as_passes_read, check_pairs
 from attnviz.circuits.phases import Edge, Scored
 from attnviz.distributed import (
     Workers,
@@ -168,8 +168,11 @@ class RayPhases:
 
 
 def circuit_found(work: driver.CircuitWork, workers: Workers) -> Circuit:
-    """As :meth:`attnviz.extractor.Extractor.circuit_of`, the pairs read by Ray workers."""
+    """A circuit as :meth:`attnviz.extractor.Extractor.run` reads it, the pairs read by
+    Ray workers."""
     quiet_progress()
     check_pairs(work.inputs, work.request, work.names)
-    assert work.request.circuit is not None  # check_pairs'
-    return driver.circuit_of(RayPhases(work, workers), work.request.circuit, work.inputs)
+    options = work.request.circuit
+    assert options is not None  # check_pairs'
+    read = replace(work, inputs=as_passes_read(work.inputs, options))
+    return driver.circuit_of(RayPhases(read, workers), options, work.inputs)

@@ -8,6 +8,7 @@ circuit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -180,12 +181,19 @@ def refined(
 
 def tell_ablation(phases: Phases, options: CircuitOptions, graph: Graph) -> None:
     """The passes told how the nodes are ablated, where no corrupted text gives their
-    values: zero, or their means over the pairs (one pass over the pairs' clean texts)."""
-    if options.ablation is Intervention.PATCH:
-        return
-    if options.ablation is Intervention.ZERO:
-        phases.ablating(Ablated())
-        return
+    values (:data:`ABLATED`)."""
+    made = ABLATED.get(options.ablation)
+    if made is not None:
+        phases.ablating(made(phases, graph))
+
+
+def _zeroed(phases: Phases, graph: Graph) -> Ablated:
+    return Ablated()
+
+
+def _averaged(phases: Phases, graph: Graph) -> Ablated:
+    """Each node's output replaced by its mean over the pairs (one pass over the pairs'
+    clean texts)."""
     if phases.pairs < 2:
         raise UsageError(
             "--ablation mean replaces each node's output by its mean over the pairs: give "
@@ -196,7 +204,15 @@ def tell_ablation(phases: Phases, options: CircuitOptions, graph: Graph) -> None
             "--ablation mean: this model's heads share a norm after attention, so a head's "
             "mean output is no output it gives; give --ablation zero or patch"
         )
-    phases.ablating(Ablated(phases.means().mean()))
+    return Ablated(phases.means().mean())
+
+
+# What each intervention that runs no corrupted twin (its row's twins give none) puts in
+# place of every node's output, made from the passes over the pairs.
+ABLATED: dict[Intervention, Callable[[Phases, Graph], Ablated]] = {
+    Intervention.ZERO: _zeroed,
+    Intervention.MEAN: _averaged,
+}
 
 
 def optimized_scores(

@@ -7,8 +7,10 @@ extractors and the Ray workers share."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from attnviz.asked import check_asked, measure_name, measure_of, pair_of
+from attnviz.choices import INTERVENTIONS
 from attnviz.circuits.options import CircuitOptions
 from attnviz.errors import UsageError
 from attnviz.request import Input, Request
@@ -91,3 +93,10 @@ def pair_error(error: Exception, index: int, count: int, names: list[str] | None
     if names is None and count == 1:
         return str(error)
     return f"{names[index] if names else f'pair {index + 1}'}: {error}"
+
+
+def as_passes_read(inputs: list[Input], options: CircuitOptions) -> list[Input]:
+    """The pairs as a circuit's passes read them: each with the corrupted text its
+    intervention's row gives it (its own to patch from; none to ablate)."""
+    twins = INTERVENTIONS[options.ablation].twins([each.corrupt for each in inputs])
+    return [replace(each, corrupt=twin) for each, twin in zip(inputs, twins, strict=True)]

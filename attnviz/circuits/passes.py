@@ -139,9 +139,8 @@ class PairRuns:
 
     def answered(self, index: int, given: Input) -> Answered:
         """The pair tokenized and its metric found (a pair's error names its line; its
-        corrupted text is not read where the ablation reads none)."""
-        if not INTERVENTIONS[self._options.ablation].corrupt:
-            given = replace(given, corrupt=None)
+        corrupted text the one its intervention gives it:
+        :func:`~attnviz.circuits.pairs.as_passes_read`)."""
         try:
             return answered(self.extractor, given, self.request)
         except UsageError as error:

@@ -13,6 +13,7 @@ from attnviz.analysis.heads import HeadTable, statistics_product, statistics_row
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
 from attnviz.choices import Attention, Mode
 from attnviz.circuits.driver import circuit_of
+from attnviz.circuits.pairs import as_passes_read
 from attnviz.circuits.passes import Here
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
@@ -390,7 +391,8 @@ class PretrainedExtractor(Extractor):
         self, pairs: list[Input], request: Request, names: list[str] | None
     ) -> Circuit:
         assert request.circuit is not None  # run's
-        return circuit_of(Here(self, request, pairs, names), request.circuit, pairs)
+        read = as_passes_read(pairs, request.circuit)
+        return circuit_of(Here(self, request, read, names), request.circuit, pairs)
 
     def _needle(self, sweep: Sweep, haystack: str | None, progress: Progress) -> NeedleResults:
         return run_sweep(self.loaded, sweep, haystack, progress)
