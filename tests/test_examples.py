@@ -26,6 +26,7 @@ EXAMPLES_NAMED = (
     "trace-site-mlp-in",
     "metric-logit",
     "circuit-select-signed",
+    "circuit-resample-ablation",
 )
 
 
