@@ -237,6 +237,23 @@ class Output(StrEnum):
     EAP_IG = "eap-ig"  # a circuit as hannamw/EAP-IG's graph file
 
 
+class Foreign(NamedTuple):
+    """Another tool's file of a circuit: how a message names it, and what ``circuit -f``'s
+    help says of it (its writer: ``attnviz.circuits.foreign.WRITERS``)."""
+
+    name: str
+    help: str
+
+
+# The outputs that are other tools' files of a circuit, written to stdout by ``circuit``.
+FOREIGN_OUTPUTS = {
+    Output.EAP_IG: Foreign(
+        "EAP-IG's graph file",
+        "the circuit as hannamw/EAP-IG's graph file (Graph.from_json reads it)",
+    ),
+}
+
+
 class Dtype(StrEnum):
     """How stored weights are written."""
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from attnviz.choices import Output, View, chosen
+from attnviz.choices import FOREIGN_OUTPUTS, Output, View, chosen
 from attnviz.errors import UsageError
 
 
@@ -71,7 +71,10 @@ OUTPUTS: dict[Output, OutputSpec] = {
     Output.HTML: OutputSpec(
         Kind.PAGE, (".html", ".htm"), PICTURE_VIEWS, "the interactive page", "page_pieces"
     ),
-    Output.EAP_IG: OutputSpec(Kind.FOREIGN, (), (), "EAP-IG's graph file"),
+    **{
+        output: OutputSpec(Kind.FOREIGN, (), (), foreign.name)
+        for output, foreign in FOREIGN_OUTPUTS.items()
+    },
 }
 _BY_SUFFIX = {suffix: output for output, spec in OUTPUTS.items() for suffix in spec.suffixes}
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnviz.atomic_files import check_writable
-from attnviz.choices import INTERVENTIONS, Output
+from attnviz.choices import FOREIGN_OUTPUTS, INTERVENTIONS, Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import Effects
@@ -31,11 +31,14 @@ if TYPE_CHECKING:
     from attnviz.circuits.options import CircuitOptions
     from attnviz.render.style import Style
 
-CircuitFormat = d.some_of("CircuitFormat", *d.TABLES, Output.EAP_IG)
+CircuitFormat = d.some_of("CircuitFormat", *d.TABLES, *FOREIGN_OUTPUTS)
 FormatOption = d.format_option(
     CircuitFormat,
-    f"{formats_named(d.TABLES)}, or eap-ig: the circuit as hannamw/EAP-IG's graph file "
-    "(Graph.from_json reads it).",
+    ", or ".join(
+        [formats_named(d.TABLES)]
+        + [f"{output.value}: {foreign.help}" for output, foreign in FOREIGN_OUTPUTS.items()]
+    )
+    + ".",
 )
 # A circuit's edges carry a corrupted run's values, measured on an answer; its own
 # --method says how edges are scored.
@@ -151,12 +154,10 @@ def _write(
 
         return circuit_table(found, columns, rows)
 
-    if output_format is Output.EAP_IG:
-        # numpy: the scores and the JSON writer read it
-        from attnviz.circuits.eap_ig import eap_ig_document
-        from attnviz.data_formats import dump_json
+    if output_format in FOREIGN_OUTPUTS:
+        from attnviz.circuits.foreign import WRITERS  # numpy: the writers read the scores
 
-        out.write_stdout(dump_json(eap_ig_document(found)))
+        out.write_stdout(WRITERS[output_format](found))
         return
     out.write_drawn(found, drawn, output, output_format, picture, table, width, environment)
 
