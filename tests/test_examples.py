@@ -27,6 +27,7 @@ EXAMPLES_NAMED = (
     "metric-logit",
     "circuit-select-signed",
     "circuit-resample-ablation",
+    "circuit-format-dot",
 )
 
 

@@ -12,6 +12,7 @@ The data (standard library and numpy; no torch):
 - :mod:`~attnviz.circuits.circuit`: the :class:`Circuit` result and its JSON document.
 - :mod:`~attnviz.circuits.files`: a circuit's JSON file read back, every field checked.
 - :mod:`~attnviz.circuits.eap_ig`: hannamw/EAP-IG's graph file, written and read.
+- :mod:`~attnviz.circuits.foreign`: each other tool's file of a circuit, its writer.
 - :mod:`~attnviz.circuits.mib`: MIB's fractions, CPR and CMD.
 - :mod:`~attnviz.circuits.bootstrap`, :mod:`~attnviz.circuits.training`: bootstrapped
   scores; how an optimised mask was learned.

@@ -63,7 +63,7 @@ class CircuitWorker:
         # between attnviz's own processes
         phase, argument, ablated = pickle.loads(batch["pass"][0])
         self.runs_of.ablated = ablated
-        passes = {
+        by_phase = {
             "scored": lambda: passes.scored(self.runs_of, pairs, *argument),
             "exact": lambda: passes.exact_summed(self.runs_of, pairs, argument),
             "measured": lambda: passes.measured_summed(self.runs_of, pairs, argument),
@@ -75,7 +75,7 @@ class CircuitWorker:
         }
         with warnings_kept() as said:
             try:
-                found: Any = passes[phase]()
+                found: Any = by_phase[phase]()
             except AttnvizError as error:
                 found = error
         return {"found": [pickle.dumps(found)], "warnings": [json.dumps(said)]}
