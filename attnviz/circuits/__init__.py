@@ -33,6 +33,7 @@ The driver and its phases:
 - :mod:`~attnviz.circuits.passes`: each pass over the pairs, in this process.
 - :mod:`~attnviz.circuits.distributed`: the same passes over Ray workers.
 - :mod:`~attnviz.circuits.driver`: a circuit over pairs, phase by phase.
+- :mod:`~attnviz.circuits.given`: a file's scores in place of the scoring pass.
 - :mod:`~attnviz.circuits.cost`, :mod:`~attnviz.circuits.notes`: what a long run will
   cost, and what a run says of the circuit it found.
 """
