@@ -32,7 +32,8 @@ from attnviz.maps import AttentionMaps
 from attnviz.panels import panels_of
 from attnviz.render.image import Painter
 from attnviz.render.style import Style
-from attnviz.render.terminal import render, render_grid
+from attnviz.render.terminal import render
+from attnviz.render.terminal_grid import render_grid
 from attnviz.safe_text import spaces_shown
 
 # The statistics the side panel lists: a text's own (no detectors' probe, no span).

@@ -80,7 +80,7 @@ def test_grid_values_and_aggregates(tmp_path):
 def test_g_shows_the_grid_show_draws_with_the_current_head_marked(tmp_path):
     from textual.widgets import Static
 
-    from attnviz.render.terminal import render_grid
+    from attnviz.render.terminal_grid import render_grid
 
     app = explorer(tmp_path)
 

@@ -11,7 +11,8 @@ from attnviz.analysis.grid import pool_map
 from attnviz.cli import app
 from attnviz.cli.output import Environment
 from attnviz.maps import AttentionMaps
-from attnviz.render.terminal import choose_layout, choose_thumbnails, render_grid, shade
+from attnviz.render.terminal import choose_layout, shade
+from attnviz.render.terminal_grid import choose_thumbnails, render_grid
 
 TERMINAL = Environment(stdout_is_terminal=True, stderr_is_terminal=False)
 

@@ -394,7 +394,8 @@ def draw(
     ``top`` picks the maps to draw of each input (the heads worth looking at first).
     """
     # rich's drawing: after the options are checked (a usage error loads none)
-    from attnviz.render.terminal import render, render_grid
+    from attnviz.render.terminal import render
+    from attnviz.render.terminal_grid import render_grid
 
     console = stdout_console(colour, width, environment)
     use_colour = uses_colour(console)
