@@ -9,7 +9,7 @@ import pytest
 
 import attnviz
 from attnviz.cli import app
-from attnviz.cli.output import Environment
+from attnviz.cli.environment import Environment
 
 TERMINAL = Environment(stdout_is_terminal=True, stderr_is_terminal=True)
 PIPES = Environment(stdout_is_terminal=False, stderr_is_terminal=False)

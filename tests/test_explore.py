@@ -190,7 +190,7 @@ def test_screen_snapshot(tmp_path, snapshot):
 
 
 def test_explore_checks_its_export_folder_and_its_terminal_at_start(runner, tmp_path):
-    from attnviz.cli.output import Environment
+    from attnviz.cli.environment import Environment
 
     terminal = Environment(True, True)
     missing = runner.invoke(

@@ -77,7 +77,7 @@ def test_a_terminals_table_shows_the_first_20_heads_and_says_how_many_more(
 ):
     """heads printed all 270 of SmolLM2's rows in a terminal; data gets every row."""
     import attnviz.cli.heads as heads_module
-    from attnviz.cli.output import Environment
+    from attnviz.cli.environment import Environment
 
     terminal = Environment(stdout_is_terminal=True, stderr_is_terminal=True)
     common = ["heads", "The man walked the dog in the park", "--model", tiny["bert"]]

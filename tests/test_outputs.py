@@ -12,7 +12,7 @@ import pytest
 import attnviz
 from attnviz.choices import Output, View
 from attnviz.cli.app import app
-from attnviz.cli.output import Environment
+from attnviz.cli.environment import Environment
 from attnviz.errors import UsageError
 from attnviz.outputs import (
     OUTPUTS,

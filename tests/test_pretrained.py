@@ -404,7 +404,7 @@ def test_batched_maps_equal_one_at_a_time(tiny, family, mode):
 def test_a_model_path_with_markup_loads_under_the_spinner(runner, tiny, tmp_path):
     import shutil
 
-    from attnviz.cli.output import Environment
+    from attnviz.cli.environment import Environment
 
     marked = tmp_path / "d[/x]"
     shutil.copytree(tiny["bert"], marked)

@@ -7,7 +7,7 @@ import pytest
 
 import attnviz
 from attnviz.cli import app
-from attnviz.cli.output import Environment
+from attnviz.cli.environment import Environment
 from attnviz.pretrained import effects as effects_module
 from attnviz.request import Input, Request
 from tests.hook_references import ANSWER, CORRUPT, TEXT

@@ -9,7 +9,7 @@ from rich.cells import cell_len
 import attnviz
 from attnviz.analysis.grid import pool_map
 from attnviz.cli import app
-from attnviz.cli.output import Environment
+from attnviz.cli.environment import Environment
 from attnviz.maps import AttentionMaps
 from attnviz.render.terminal import choose_layout, shade
 from attnviz.render.terminal_grid import choose_thumbnails, render_grid

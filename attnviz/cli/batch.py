@@ -13,8 +13,9 @@ import typer
 from attnviz.choices import Engine, Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli.engine import engine_settings
+from attnviz.cli.environment import Environment
 from attnviz.cli.option_kinds import output_option
-from attnviz.cli.output import Environment, top_heads_for
+from attnviz.cli.output import top_heads_for
 from attnviz.cli.pictures import HeadChoice, PictureSettings, head_choice, picture_settings
 from attnviz.cli.settings import (
     DEFAULT_READING,

@@ -17,6 +17,7 @@ from attnviz.cli.answer_settings import Effects
 from attnviz.cli.bundles import bundle
 from attnviz.cli.circuit_choices import CircuitChoices, circuit_choices
 from attnviz.cli.engine import JobsOption, engine_settings
+from attnviz.cli.environment import Environment, passes_shown
 from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, request, trace_settings
@@ -126,7 +127,7 @@ def circuit(
     from attnviz.circuits.driver import CircuitWork
 
     engine = shared.run_on.open(jobs or 2, shared.environment)
-    with engine.session(), out.passes_shown(shared.environment) as listener:
+    with engine.session(), passes_shown(shared.environment) as listener:
         found = engine.circuit(CircuitWork(inputs, names, asked.spec, asked.request, listener))
     _write(found, drawn, output, output_format, style, width, rows, shared.environment)
 
@@ -139,7 +140,7 @@ def _write(
     style: Style,
     width: int | None,
     rows: int,
-    environment: out.Environment,
+    environment: Environment,
 ) -> None:
     """The circuit as the options ask: a picture, data on stdout, or the table."""
 

@@ -10,7 +10,7 @@ import typer
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.output import Environment
+from attnviz.cli.environment import Environment, stdout_console
 from attnviz.cli.settings import DEFAULT_READING, Reading, model_settings, reading_options
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import ThresholdExceeded, UsageError
@@ -126,7 +126,7 @@ def _print_table(
     names = f"{display_label(first.model)} vs {display_label(second.model)}"
     # A line of its own: two model names are wider than the table, whose title would
     # wrap them a word per line.
-    console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
+    console = stdout_console(d.ColourChoice.AUTO, None, environment)
     console.print(
         f"{names} · {first.mode} attention", markup=False, highlight=False, soft_wrap=True
     )

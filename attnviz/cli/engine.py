@@ -17,7 +17,7 @@ from attnviz.outputs import refuse_unused
 
 if TYPE_CHECKING:
     from attnviz import engines
-    from attnviz.cli.output import Environment
+    from attnviz.cli.environment import Environment
 
 
 EngineOption = Annotated[

@@ -9,6 +9,7 @@ import typer
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
+from attnviz.cli.environment import stdout_console
 from attnviz.cli.settings import Reading, model_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
@@ -78,7 +79,7 @@ def explain(
     # rich's drawing: after the options are checked (a usage error loads none)
     from attnviz.render.explain import render, render_query
 
-    console = out.stdout_console(d.ColourChoice.AUTO, width, shared.environment)
+    console = stdout_console(d.ColourChoice.AUTO, width, shared.environment)
     if builtin:
         console.print(render(explanation, console.width))
     else:

@@ -9,6 +9,7 @@ from attnviz.choices import Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import page_effect_options
+from attnviz.cli.environment import passes_shown
 from attnviz.cli.option_kinds import output_option
 from attnviz.cli.pictures import head_choice, picture_settings
 from attnviz.cli.settings import (
@@ -112,6 +113,6 @@ def _circuit(
     from attnviz.circuits.options import CircuitOptions
 
     job = shared.request(reading, text=text, products=NO_PRODUCTS, circuit=CircuitOptions())
-    with out.passes_shown(shared.environment) as listener:
+    with passes_shown(shared.environment) as listener:
         (found,) = extractor.run([job.input(line)], job.request, progress=listener)
     return asked_for(found.circuit)

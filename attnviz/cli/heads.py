@@ -14,8 +14,9 @@ from attnviz.choices import Ablation, Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import Effects, effect_options
+from attnviz.cli.environment import Environment, stdout_console
 from attnviz.cli.option_kinds import picture_option
-from attnviz.cli.output import Environment, number
+from attnviz.cli.output import number
 from attnviz.cli.pictures import PictureSettings, figure_settings
 from attnviz.cli.settings import (
     DEFAULT_READING,
@@ -190,7 +191,7 @@ def _write_statistics(
         return
     probed = listed.detect is not None
     drawn = _table(table, rows, columns, probed=probed, predictions=listed.predictions)
-    console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
+    console = stdout_console(d.ColourChoice.AUTO, None, environment)
     console.print(drawn)
     if len(ranked) > len(rows) and listed.top_by_default:
         console.print(f"… {len(ranked) - len(rows)} more heads: --top all lists every one")
@@ -328,7 +329,7 @@ def _write_knockout(
     for record in records:
         drawn.add_row(*(number(value) if isinstance(value, float) else str(value)
                         for value in record.values()))  # fmt: skip
-    out.stdout_console(d.ColourChoice.AUTO, None, environment).print(Group(Text(title), drawn))
+    stdout_console(d.ColourChoice.AUTO, None, environment).print(Group(Text(title), drawn))
 
 
 def _default_sort(detect: Detector | None, effects: Effects) -> HeadColumn:

@@ -6,7 +6,7 @@ from attnviz.atomic_files import write_text
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli.declarations import ColourChoice
-from attnviz.cli.output import NO_TERMINAL, Environment, stdout_console, with_environment
+from attnviz.cli.environment import NO_TERMINAL, Environment, stdout_console, with_environment
 from attnviz.safe_text import display_label
 from attnviz.schema import envelope
 

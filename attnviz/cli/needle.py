@@ -16,6 +16,7 @@ from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.app import Terminated
+from attnviz.cli.environment import NO_TERMINAL, Environment, passes_shown, stdout_console
 from attnviz.cli.generate import LanguageModelOption
 from attnviz.cli.option_kinds import (
     max_new_tokens_option,
@@ -23,7 +24,7 @@ from attnviz.cli.option_kinds import (
     picture_option,
     top_heads_option,
 )
-from attnviz.cli.output import NO_TERMINAL, Environment, number, stdout_console
+from attnviz.cli.output import number
 from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, needle_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
@@ -193,7 +194,7 @@ def needle(
     extractor = asked.open(shared.environment)
     done: list[Cell] = []
     try:
-        shown = out.passes_shown(NO_TERMINAL if quiet else shared.environment)
+        shown = passes_shown(NO_TERMINAL if quiet else shared.environment)
         with shown as bar:  # on a terminal, a bar of cells under the lines
             results = extractor.needle(sweep, filler, _progress(done, quiet, bar))
     except (KeyboardInterrupt, Terminated):

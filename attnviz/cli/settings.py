@@ -32,7 +32,7 @@ from attnviz.safe_text import display_label
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
     from attnviz.circuits.options import CircuitOptions
-    from attnviz.cli.output import Environment
+    from attnviz.cli.environment import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
     from attnviz.maps import AttentionMaps
@@ -237,7 +237,7 @@ class Job:
         """What the request reads of one text, its long passes shown on a terminal's
         stderr (given the ``environment``)."""
         # rich: only where a command runs a model (`attnviz --help` imports this module)
-        from attnviz.cli.output import NO_TERMINAL, passes_shown
+        from attnviz.cli.environment import NO_TERMINAL, passes_shown
 
         with passes_shown(environment or NO_TERMINAL) as listener:
             (found,) = extractor.run([self.input(text)], self.request, progress=listener)
@@ -255,7 +255,7 @@ def load_shown(spec: ExtractorSpec, environment: Environment) -> Extractor:
         return spec.load()
     if not environment.stderr_is_terminal:
         # rich: only where a model loads (`attnviz --help` imports this module)
-        from attnviz.cli.output import passes_shown
+        from attnviz.cli.environment import passes_shown
         from attnviz.progress import reporting
 
         with passes_shown(environment) as listener, reporting(listener):

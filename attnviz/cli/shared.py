@@ -12,7 +12,7 @@ from attnviz.cli.answer_settings import NO_EFFECTS, Effects
 from attnviz.cli.bundles import Bundle, in_place_of
 from attnviz.cli.declarations import BUILTIN
 from attnviz.cli.engine import LOCAL, EngineSettings
-from attnviz.cli.output import NO_TERMINAL, Environment, with_environment
+from attnviz.cli.environment import NO_TERMINAL, Environment, with_environment
 from attnviz.cli.pictures import ALL_HEADS, DEFAULT_PICTURE, HeadChoice, PictureSettings
 from attnviz.cli.settings import (
     DEFAULT_SETTINGS,

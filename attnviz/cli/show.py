@@ -12,8 +12,9 @@ from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import answer_options
 from attnviz.cli.bundles import bundle
+from attnviz.cli.environment import Environment
 from attnviz.cli.option_kinds import output_option
-from attnviz.cli.output import Environment, between_sentences
+from attnviz.cli.output import between_sentences
 from attnviz.cli.pictures import HeadChoice, head_choice
 from attnviz.cli.settings import (
     DEFAULT_READING,

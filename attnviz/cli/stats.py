@@ -15,8 +15,8 @@ from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.engine import JobsOption, engine_settings
+from attnviz.cli.environment import Environment, stdout_console
 from attnviz.cli.option_kinds import output_option, picture_option
-from attnviz.cli.output import Environment
 from attnviz.cli.settings import (
     DEFAULT_READING,
     Reading,
@@ -214,7 +214,7 @@ def _write(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import DETECTOR_COLUMNS
 
-    console = out.stdout_console(d.ColourChoice.AUTO, None, environment)
+    console = stdout_console(d.ColourChoice.AUTO, None, environment)
     keyed = {(row["layer"], row["head"], row["statistic"]): row for row in rows}
     heads = sorted({(row["layer"], row["head"]) for row in rows})
     # A line of its own: a model's name is wider than a narrow table, whose title would
