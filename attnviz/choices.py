@@ -307,7 +307,7 @@ class Intervened(NamedTuple):
     name what an edge outside the circuit carries (``carried``), and the run with every
     edge carrying it (``emptied``); ``twins``, of each pair's corrupted text, the one
     each pair's passes run (none: the clean text's run, its nodes' outputs replaced as
-    attnviz.circuits.ablated's ``ABLATED`` says)."""
+    attnviz.circuits.driver's ``ABLATED`` says)."""
 
     label: str
     corrupt: bool
