@@ -18,7 +18,9 @@ from attnviz.choices import (
     Measure,
 )
 from attnviz.errors import UsageError
-from attnviz.request import Input, Request
+from attnviz.inputs import Input
+from attnviz.request import Request
+from attnviz.selection import token_positions
 
 if TYPE_CHECKING:
     from attnviz.circuits.circuit import Pair
@@ -113,3 +115,19 @@ def pair_of(given: Input, ablation: Intervention) -> Pair:
     assert given.answer is not None  # check_asked's, for a circuit
     corrupt = given.corrupt if INTERVENTIONS[ablation].corrupt else None
     return Pair(given.text, given.answer, given.versus, corrupt)
+
+
+Finder = Callable[[str], list[int]]  # a text -> the positions of the tokens that cover it
+
+
+def positions_asked(
+    request: Request, queries: int, keys: int, find_query: Finder, find_key: Finder
+) -> tuple[list[int] | None, list[int] | None]:
+    """The query rows (``--rows``) and the keys of the span (``--span``) of one input, as
+    positions: given as indices, or as a text that the finders look for."""
+    rows = span = None
+    if request.rows is not None:
+        rows = token_positions(request.rows, queries, "row", "query tokens", find_query)
+    if request.span is not None:
+        span = token_positions(request.span, keys, "span key", "key tokens", find_key)
+    return rows, span

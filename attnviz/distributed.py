@@ -36,8 +36,8 @@ from attnviz.batch.run import (
     start_batch,
 )
 from attnviz.errors import AttnvizError, AttnvizWarning, UsageError, warn
+from attnviz.inputs import Input
 from attnviz.render.image import Painter
-from attnviz.request import Input
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork

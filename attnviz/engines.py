@@ -1,9 +1,10 @@
-"""Where ``batch`` and ``stats`` do their work: in this process (:class:`Local`) or on
+"""Where ``batch``, ``stats`` and ``circuit`` do their work: in this process (:class:`Local`) or on
 Ray workers (:class:`Ray`), behind one small interface (:class:`Engine`).
 
 Both engines take the same things (what to load, an :class:`~attnviz.loading.ExtractorSpec`;
 what to read from it, a :class:`~attnviz.request.Request`) and give back the same
-things, so that a command never asks which one runs. The batch's files are byte for
+things, so that a command never asks which one runs: a request through :meth:`Engine.run`
+gives what :meth:`~attnviz.extractor.Extractor.run` gives. The batch's files are byte for
 byte the same on either (tests/test_ray.py holds them to it).
 """
 
@@ -20,14 +21,29 @@ from attnviz.analysis.corpus import CorpusStatistics
 from attnviz.batch.run import Reader, run_batch
 from attnviz.circuits import distributed as distributed_circuit
 from attnviz.distributed import Workers, ray_session
-from attnviz.request import asked_for
+from attnviz.errors import UsageError
 
 if TYPE_CHECKING:
     from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
     from attnviz.batch.run import BatchWork, Tally
-    from attnviz.circuits.circuit import Circuit
-    from attnviz.circuits.driver import CircuitWork
     from attnviz.extractor import Extractor, Spec
+    from attnviz.inputs import Input
+    from attnviz.progress import Listener
+    from attnviz.request import Request
+    from attnviz.results import Result
+
+
+@dataclass(frozen=True)
+class Work:
+    """What :meth:`Extractor.run <attnviz.extractor.Extractor.run>` takes (the inputs, the
+    request, what names each input in an error, a listener told how far each pass has
+    got) and the model it runs on."""
+
+    spec: Spec
+    inputs: list[Input]
+    request: Request
+    names: list[str] | None = None
+    progress: Listener | None = None
 
 
 class Engine(Protocol):
@@ -45,8 +61,9 @@ class Engine(Protocol):
         """The per-head statistics of every (line number, input)."""
         ...
 
-    def circuit(self, work: CircuitWork) -> Circuit:
-        """The circuit of every pair: each pass's sums over the pairs added up."""
+    def run(self, work: Work) -> list[Result]:
+        """What the work's request asks of its inputs, as the extractor's ``run`` gives it
+        (a circuit's pairs: one result, each pass's sums over the pairs added up)."""
         ...
 
 
@@ -75,12 +92,11 @@ class Local:
             work.progress(inputs)
         return corpus
 
-    def circuit(self, work: CircuitWork) -> Circuit:
+    def run(self, work: Work) -> list[Result]:
         extractor = self.load(work.spec)
-        (found,) = extractor.run(
-            work.inputs, work.request, progress=work.progress, names=work.names
+        return list(
+            extractor.run(work.inputs, work.request, progress=work.progress, names=work.names)
         )
-        return asked_for(found.circuit)
 
 
 @dataclass(frozen=True)
@@ -100,8 +116,13 @@ class Ray:
     def statistics(self, work: CorpusWork) -> CorpusStatistics:
         return distributed.corpus_statistics(work, self.workers)
 
-    def circuit(self, work: CircuitWork) -> Circuit:
-        return distributed_circuit.circuit_found(work, self.workers)
+    def run(self, work: Work) -> list[Result]:
+        if work.request.circuit is None:  # Ray reads a batch and a corpus by their own work
+            raise UsageError("on Ray, a request is read for a circuit's pairs alone")
+        found = distributed_circuit.circuit_found(
+            work.spec, work.inputs, work.request, work.names, self.workers
+        )
+        return [found]
 
 
 # The type checker holds both engines to the interface (make lint runs it).

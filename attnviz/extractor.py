@@ -8,35 +8,30 @@ that both can build on it.
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from attnviz.analysis.heads import HeadTable
-from attnviz.answer_readings import AnswerReadings, asking, no_next_token
 from attnviz.asked import check_asked
-from attnviz.choices import (
-    Ablation,
-    Mode,
-    chosen,
-)
-from attnviz.circuits.pairs import check_pairs
+from attnviz.choices import Ablation, Mode, Site, chosen
+from attnviz.circuits.options import circuit_options
+from attnviz.circuits.pairs import check_pairs, pairs_given, pairs_of_scores
 from attnviz.errors import UsageError
 from attnviz.generated import Sampling
+from attnviz.inputs import Explaining, Input, Item, as_input, check_batch, check_text, without_pair
 from attnviz.progress import Listener, reporting
-from attnviz.request import (
-    Explaining,
-    Input,
-    Request,
-    asked_for,
-    check_text,
-)
+from attnviz.progress_bars import bars, shown_here
+from attnviz.request import Request, asked_for, asking
 from attnviz.results import Result
-from attnviz.selection import token_positions
+from attnviz.selection import Selection
 
 if TYPE_CHECKING:
+    from attnviz.analysis.effects import HeadEffects, Knockout
     from attnviz.analysis.heads import HeadTable
+    from attnviz.analysis.lens import Lens
+    from attnviz.analysis.trace import Trace
     from attnviz.circuits.circuit import Circuit
     from attnviz.generated import Generation
     from attnviz.maps import AttentionMaps
@@ -53,28 +48,29 @@ class Spec(Protocol):
     def load(self) -> Extractor: ...
 
 
-# A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
-Item = str | tuple[str, str | None] | tuple[str, str | None, str | None]
-
 # Told after each cell of a needle sweep: its number, the number of cells and the cell.
 Progress = Callable[[int, int, "Cell"], None] | None
 PROBE_LENGTH = 20  # random tokens in each half of the detectors' probe (TransformerLens's)
 
 
-class Extractor(AnswerReadings):
-    """One loaded model: any number of inputs in, what a request asks of each out.
+class Extractor(ABC):
+    r"""One loaded model: any number of inputs in, what a request asks of each out.
 
     :meth:`run` is the one door: a :class:`~attnviz.request.Request` (what to read: maps,
-    statistics, effects, a knockout) and inputs (a text, a (text, target, pair) tuple or an
-    :class:`~attnviz.request.Input`) in, one :class:`Result` per input out. The methods
-    named after a product (:meth:`extract`, :meth:`head_statistics`, …) ask it for that
-    product; they take the request, or its fields as keyword arguments
-    (``mode="masked", layers=0``), checked before any work. Those that read an answer
-    (:meth:`head_effects`, :meth:`trace`, :meth:`lens`, :meth:`knockout`, :meth:`circuit`)
-    are :class:`~attnviz.answer_readings.AnswerReadings`'.
+    statistics, effects, a trace, the lens, a knockout, a circuit) and inputs (texts,
+    (text, target, pair) tuples or :class:`~attnviz.inputs.Input`\ s) in, a
+    :class:`Result` per input out (one for a circuit's pairs). Each method named after a
+    product (:meth:`extract`, :meth:`head_effects`, :meth:`circuit`, …) asks it for that
+    product of one text; they take the request, or its fields as keyword arguments
+    (``mode="masked", layers=0``), checked before any work.
     """
 
     spec: Spec
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The model's name as the maps record it."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -98,7 +94,7 @@ class Extractor(AnswerReadings):
         each long pass has got (the exact sweeps, a pass per batch of changes; the
         gradient passes, a step per layer up and down)."""
         request = Request.of(request, options)
-        _check_batch(inputs, batch_size, "run", "run([text])")
+        check_batch(inputs, batch_size, "run", "extract or run([text])")
         self._check(request)
         if request.circuit is not None:
             pairs = [as_input(each) for each in inputs]
@@ -109,10 +105,6 @@ class Extractor(AnswerReadings):
 
     def _one(self, given: Input, request: Request) -> Result:
         (found,) = self.run([given], request)
-        return found
-
-    def _together(self, inputs: list[Input], request: Request, progress: Listener | None) -> Result:
-        (found,) = self.run(inputs, request, progress=progress)
         return found
 
     def _circuit(
@@ -177,23 +169,8 @@ class Extractor(AnswerReadings):
         tokens of ``text`` the keys (columns). ``pair`` is sentence B of a
         sentence pair for an encoder (``[CLS] A [SEP] B [SEP]``, with token types).
         """
-        (maps,) = self.extract_many([(text, target, pair)], request, **options)
-        return maps
-
-    def extract_many(
-        self,
-        items: Iterable[Item | Input],
-        request: Request | None = None,
-        *,
-        batch_size: int = 16,
-        **options: Any,
-    ) -> Iterator[AttentionMaps]:
-        """The maps of each item (a text, a (text, target) pair or (text, target, pair)),
-        in order, ``batch_size`` items per forward pass (:meth:`run`)."""
-        _check_batch(items, batch_size, "extract_many", "extract")
         asked = asking(request, options, maps=True)
-        found = self.run(items, asked, batch_size=batch_size)
-        return (asked_for(each.maps) for each in found)
+        return asked_for(self._one(Input(text, target, pair), asked).maps)
 
     def head_statistics(
         self,
@@ -218,20 +195,122 @@ class Extractor(AnswerReadings):
         given = Input(text, target, pair, answer, versus, corrupt)
         return asked_for(self._one(given, asked).statistics)
 
-    def head_tables(
+    def head_effects(
         self,
-        items: Iterable[Item | Input],
+        text: str,
+        answer: str,
         request: Request | None = None,
         *,
-        batch_size: int = 16,
+        ablate: Ablation | str = Ablation.ZERO,
+        versus: str | None = None,
+        corrupt: str | None = None,
         **options: Any,
-    ) -> Iterator[HeadTable]:
-        """:meth:`head_statistics` of each item, in order, ``batch_size`` items per forward
-        pass (as :meth:`extract_many` reads them): what ``attnviz stats`` sums up."""
-        _check_batch(items, batch_size, "head_tables", "head_statistics")
-        asked = asking(request, options, statistics=True)
-        found = self.run(items, asked, batch_size=batch_size)
-        return (asked_for(each.statistics) for each in found)
+    ) -> HeadEffects:
+        """What each chosen head does to the answer's first token after ``text``: the change
+        in the metric with the head ablated (``ablate``: its output zeroed, or replaced by
+        its mean over the text) and its direct logit attribution. The metric is the
+        answer token's log-probability, or with ``versus`` logit(answer) − logit(versus).
+        With ``corrupt`` (the text with a fact changed, as many tokens), each head's
+        ``patch`` too: the metric with its clean output put into the corrupted run, less
+        the corrupted run's. ``method="gradient"`` estimates ablation and patch from one
+        backward pass. A causal language model only."""
+        asked = asking(request, options, effects=True, ablate=ablate)
+        given = Input(text, answer=answer, versus=versus, corrupt=corrupt)
+        return asked_for(self._one(given, asked).effects)
+
+    def trace(
+        self,
+        text: str,
+        answer: str,
+        corrupt: str,
+        request: Request | None = None,
+        *,
+        site: Site | str = Site.RESID,
+        by_position: bool = False,
+        versus: str | None = None,
+        **options: Any,
+    ) -> Trace:
+        """For each layer and position, how much of the metric (as :meth:`head_effects`
+        reads it) comes back when the clean run's activation at ``site`` (``"resid"``, the
+        residual stream entering the layer; ``"attn"``; ``"resid_mid"``; ``"mlp"``;
+        ``"resid_post"``, the residual stream leaving it) is put into the run on
+        ``corrupt`` there: a (layers, positions) ``effect``. At a head's site (``"q"``,
+        ``"k"``, ``"v"``, ``"z"``, ``"pattern"``) each head's at every position, (layers, heads), or
+        ``by_position``, (layers, heads, positions). A causal language model only."""
+        asked = asking(request, options, trace=site, by_position=by_position)
+        given = Input(text, answer=answer, versus=versus, corrupt=corrupt)
+        return asked_for(self._one(given, asked).trace)
+
+    def lens(
+        self,
+        text: str,
+        answer: str | None = None,
+        request: Request | None = None,
+        **options: Any,
+    ) -> Lens:
+        """The logit lens: each layer's residual stream, at every position, read through
+        the final norm and the unembedding: ``.top`` (the likeliest next token), ``.top_ids``,
+        ``.probability`` and, with an ``answer``, ``.answer`` (its first token's
+        log-probability), each (layers, positions). A causal language model only."""
+        asked = asking(request, options, lens=True)
+        return asked_for(self._one(Input(text, answer=answer), asked).lens)
+
+    def circuit(
+        self,
+        text: str | None = None,
+        answer: str | None = None,
+        corrupt: str | None = None,
+        request: Request | None = None,
+        *,
+        versus: str | None = None,
+        pairs: Iterable[Input | Mapping[str, str]] | None = None,
+        progress: Listener | bool = True,
+        **options: Any,
+    ) -> Circuit:
+        """Every edge between the model's heads and MLPs (:mod:`attnviz.circuits.graph`) scored on
+        an answer (docs/effects.md, Circuits): the change in the metric (as
+        :meth:`head_effects` reads it) when that edge alone carries ``ablation``'s value
+        ("patch": the corrupted run's; "zero", "mean": every node's output replaced in the
+        clean text's run), and the circuit chosen by those scores with its faithfulness.
+        The circuit's ``options`` are :class:`~attnviz.circuits.options.CircuitOptions`'
+        fields (``method="ig", steps=20, edges=50, curve=["mib"], level="node", …``, each
+        said there), the others the request's. One ``text`` with its ``answer`` and
+        ``corrupt`` twin, or ``pairs`` (each an Input or a mapping of text, answer, versus,
+        corrupt): every score the mean over them; none, with ``scores`` (a circuit's JSON
+        document), its pairs. A causal language model only. ``progress``: bars on stderr
+        where a terminal or a notebook shows them (True), none (False), or a listener told
+        each step (:mod:`attnviz.progress`)."""
+        circuit, options = circuit_options(options)
+        asked = asking(request, options, circuit=circuit)
+        given = (
+            pairs_of_scores(circuit)
+            if text is None and pairs is None and answer is None and circuit.scores is not None
+            else pairs_given(text, answer, corrupt, versus, pairs)
+        )
+        if progress is True and shown_here():  # a person watches: bars on stderr
+            with bars() as listener:
+                (found,) = self.run(given, asked, progress=listener)
+        else:
+            (found,) = self.run(given, asked, progress=progress if callable(progress) else None)
+        return asked_for(found.circuit)
+
+    def knockout(
+        self,
+        text: str,
+        answer: str,
+        rows: Selection,
+        span: Selection,
+        request: Request | None = None,
+        *,
+        window: int = 1,
+        **options: Any,
+    ) -> Knockout:
+        """Attention knockout: the change in the answer's log-probability when the query
+        ``rows`` may not read the ``span`` keys (each as ``--rows`` names tokens: positions
+        or a text), in ``window`` layers around each chosen layer. A causal language model
+        only."""
+        asked = asking(request, options, knockout=(rows, span), window=window)
+        return asked_for(self._one(Input(text, answer=answer), asked).knockout)
 
     def detection_probe(self, length: int = PROBE_LENGTH, seed: int = 0) -> str:
         """The head detectors' probe: ``length`` random tokens (drawn with ``seed``), then
@@ -304,7 +383,8 @@ class Extractor(AnswerReadings):
         matrix; a pretrained model explains one ``query`` row from its dot products
         (tokens labelled with the tokenizer's own pieces when ``raw_pieces``)."""
         text, target = without_pair(Input(text, target))
-        asked = Explaining(text, target, parse_mode(mode), layer, head, query, raw_pieces)
+        chosen_mode = None if mode is None else chosen(Mode, mode, "mode")
+        asked = Explaining(text, target, chosen_mode, layer, head, query, raw_pieces)
         return self._explain(asked)
 
     @abstractmethod
@@ -312,50 +392,10 @@ class Extractor(AnswerReadings):
         """What :meth:`explain` asks, its text and mode checked."""
 
 
-def parse_mode(mode: Mode | str | None) -> Mode | None:
-    return None if mode is None else chosen(Mode, mode, "mode")
-
-
-Finder = Callable[[str], list[int]]  # a text -> the positions of the tokens that cover it
-
-
-def positions_asked(
-    request: Request, queries: int, keys: int, find_query: Finder, find_key: Finder
-) -> tuple[list[int] | None, list[int] | None]:
-    """The query rows (``--rows``) and the keys of the span (``--span``) of one input, as
-    positions: given as indices, or as a text that the finders look for."""
-    rows = span = None
-    if request.rows is not None:
-        rows = token_positions(request.rows, queries, "row", "query tokens", find_query)
-    if request.span is not None:
-        span = token_positions(request.span, keys, "span key", "key tokens", find_key)
-    return rows, span
-
-
-def _check_batch(inputs: object, batch_size: int, method: str, single: str) -> None:
-    if isinstance(inputs, str | bytes):
-        raise UsageError(f"{method} reads a list of texts; for one text use {single}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise UsageError(f"batch_size is a whole number of at least 1, not {batch_size!r}")
-
-
-def as_input(item: Item | Input, answer: str | None = None) -> Input:
-    """An input as given, or made of a text or a (text, target, pair) tuple and the
-    ``answer`` it carries: checked."""
-    if isinstance(item, Input):
-        return item
-    if isinstance(item, str):
-        return Input(item, answer=answer)
-    if not isinstance(item, tuple | list) or not 1 <= len(item) <= 3:
-        raise UsageError(
-            f"an input is a text, or a tuple (text, target) or (text, target, pair); not {item!r}"
-        )
-    text, target, pair = (*item, None, None)[:3]
-    return Input(text, target, pair, answer)
-
-
-def without_pair(item: Input) -> tuple[str, str | None]:
-    """(text, target) of a checked input, for models that read no sentence pairs."""
-    if item.pair is not None:
-        raise UsageError("sentence pairs (--pair) are read by pretrained encoders such as BERT")
-    return item.text, item.target
+def no_next_token(model: str, reader: str = "--answer") -> UsageError:
+    """The refusal by a model that predicts no next token of what reads one: ``reader``
+    names what was asked (``--answer``, ``the lens``)."""
+    return UsageError(
+        f"{model} has no next token to read: {reader} needs a causal language model "
+        "(--model smollm2, a GPT-2 or Llama folder); the built-in stack has no unembedding"
+    )

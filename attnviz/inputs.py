@@ -1,7 +1,14 @@
-"""Reading the texts a command is given: an argument, a whole file (``@PATH``; ``@-``
-for the whole of stdin) as one text, or stdin's lines (``-``), each line one input;
-decoded as UTF-8. A text is read up to :data:`MAX_TEXT_BYTES`, a piece at a time (so
-that Ctrl-C and SIGTERM end a read at once), and a device is no text."""
+"""Inputs: reading the texts a command is given, and the :class:`Input` made of them.
+
+A command's texts are an argument, a whole file (``@PATH``; ``@-`` for the whole of
+stdin) as one text, or stdin's lines (``-``), each line one input; decoded as UTF-8. A
+text is read up to :data:`MAX_TEXT_BYTES`, a piece at a time (so that Ctrl-C and
+SIGTERM end a read at once), and a device is no text.
+
+An :class:`Input` is one input to read: a text, its cross-mode target, an encoder's
+sentence B, an answer, a second answer and a corrupted twin, each checked when the input
+is made, before any model runs; :class:`Explaining` is what ``explain`` asks of one text.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,11 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO
 
 from attnviz.atomic_files import STDIO
+from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, warn
 
 # What attnviz reads of one text: some thirty times what the longest context it runs
@@ -208,3 +217,117 @@ def read_whole(path: str) -> str:
     if whole.startswith(_SAVED_MAPS):
         raise UsageError(f"{where} holds attention maps that attnviz wrote, not text")
     return whole
+
+
+# A text; a (text, target) pair for cross mode; or (text, target, pair) with sentence B.
+Item = str | tuple[str, str | None] | tuple[str, str | None, str | None]
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input to read, each part checked when made: a text; ``target``, whose tokens
+    attend over the text's in cross mode; ``pair``, sentence B of an encoder's sentence
+    pair; ``answer``, the words a causal language model should go on with (effects and
+    knockout read what heads do to its first token); ``versus``, a second answer, whose
+    first token's logit the metric subtracts from the answer's; ``corrupt``, the text's
+    corrupted twin (as many tokens, a fact changed) for patching and tracing."""
+
+    text: str
+    target: str | None = None
+    pair: str | None = None
+    answer: str | None = None
+    versus: str | None = None
+    corrupt: str | None = None
+
+    def __post_init__(self) -> None:
+        check_text(self.text, "text")
+        for name in ("target", "pair"):
+            if getattr(self, name) is not None:
+                check_text(getattr(self, name), name)
+        if self.answer is not None:
+            check_answer(self.answer)
+        for name, flag in (("versus", "--versus"), ("corrupt", "--corrupt")):
+            if getattr(self, name) is not None and self.answer is None:
+                raise UsageError(f"{flag} measures what heads do to an answer: give --answer")
+        if self.versus is not None:
+            check_answer(self.versus, "versus answer")
+            if self.versus == self.answer:
+                raise UsageError("--versus is the answer itself: give a different answer")
+        if self.corrupt is not None:
+            check_text(self.corrupt, "corrupted text")
+
+    @property
+    def item(self) -> tuple[str, str | None, str | None]:
+        """(text, target, pair): what is encoded."""
+        return self.text, self.target, self.pair
+
+
+def check_text(text: object, what: str = "text") -> None:
+    """An empty or blank text is a usage error, checked before any model runs."""
+    if not isinstance(text, str):
+        raise UsageError(f"the {what} is a str, not {type(text).__name__}")
+    if not text or not text.strip():
+        raise UsageError(f"the {what} is empty: give some words to look at")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # Python keeps a command line's bytes that are not UTF-8 as U+DC80..U+DCFF.
+        code = ord(text[error.start])
+        what_is_there = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a surrogate"
+        raise UsageError(
+            f"the {what} is not UTF-8 text: {what_is_there} at offset {error.start}"
+        ) from None
+
+
+def check_answer(answer: object, what: str = "answer") -> str:
+    """An answer as given, if it is a text with something in it."""
+    if not isinstance(answer, str):
+        raise UsageError(f"the {what} is a text, not {type(answer).__name__}")
+    if not answer.strip():
+        raise UsageError(f"the {what} is empty: give the words the model should go on with")
+    return answer
+
+
+def check_batch(inputs: object, batch_size: int, method: str, single: str) -> None:
+    """A list of inputs and a batch size that counts, as a method reading many takes them."""
+    if isinstance(inputs, str | bytes):
+        raise UsageError(f"{method} reads a list of texts; for one text use {single}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UsageError(f"batch_size is a whole number of at least 1, not {batch_size!r}")
+
+
+def as_input(item: Item | Input, answer: str | None = None) -> Input:
+    """An input as given, or made of a text or a (text, target, pair) tuple and the
+    ``answer`` it carries: checked."""
+    if isinstance(item, Input):
+        return item
+    if isinstance(item, str):
+        return Input(item, answer=answer)
+    if not isinstance(item, tuple | list) or not 1 <= len(item) <= 3:
+        raise UsageError(
+            f"an input is a text, or a tuple (text, target) or (text, target, pair); not {item!r}"
+        )
+    text, target, pair = (*item, None, None)[:3]
+    return Input(text, target, pair, answer)
+
+
+def without_pair(item: Input) -> tuple[str, str | None]:
+    """(text, target) of a checked input, for models that read no sentence pairs."""
+    if item.pair is not None:
+        raise UsageError("sentence pairs (--pair) are read by pretrained encoders such as BERT")
+    return item.text, item.target
+
+
+@dataclass(frozen=True)
+class Explaining:
+    """What ``explain`` asks: one head's attention over ``text`` step by step (the built-in
+    stack) or one ``query`` row of it from its dot products (a pretrained model, tokens
+    labelled with the tokenizer's own pieces when ``raw_pieces``)."""
+
+    text: str
+    target: str | None = None
+    mode: Mode | None = None
+    layer: int | str = 0
+    head: int | str = 0
+    query: int | None = None
+    raw_pieces: bool = False

@@ -13,7 +13,7 @@ Only the standard library and attnviz's lowest modules are imported here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, TypeVar, get_args, get_type_hints
 
@@ -273,58 +273,14 @@ PRODUCED = (
 )
 
 
-@dataclass(frozen=True)
-class Input:
-    """One input to read, each part checked when made: a text; ``target``, whose tokens
-    attend over the text's in cross mode; ``pair``, sentence B of an encoder's sentence
-    pair; ``answer``, the words a causal language model should go on with (effects and
-    knockout read what heads do to its first token); ``versus``, a second answer, whose
-    first token's logit the metric subtracts from the answer's; ``corrupt``, the text's
-    corrupted twin (as many tokens, a fact changed) for patching and tracing."""
-
-    text: str
-    target: str | None = None
-    pair: str | None = None
-    answer: str | None = None
-    versus: str | None = None
-    corrupt: str | None = None
-
-    def __post_init__(self) -> None:
-        check_text(self.text, "text")
-        for name in ("target", "pair"):
-            if getattr(self, name) is not None:
-                check_text(getattr(self, name), name)
-        if self.answer is not None:
-            check_answer(self.answer)
-        for name, flag in (("versus", "--versus"), ("corrupt", "--corrupt")):
-            if getattr(self, name) is not None and self.answer is None:
-                raise UsageError(f"{flag} measures what heads do to an answer: give --answer")
-        if self.versus is not None:
-            check_answer(self.versus, "versus answer")
-            if self.versus == self.answer:
-                raise UsageError("--versus is the answer itself: give a different answer")
-        if self.corrupt is not None:
-            check_text(self.corrupt, "corrupted text")
-
-    @property
-    def item(self) -> tuple[str, str | None, str | None]:
-        """(text, target, pair): what is encoded."""
-        return self.text, self.target, self.pair
-
-
-@dataclass(frozen=True)
-class Explaining:
-    """What ``explain`` asks: one head's attention over ``text`` step by step (the built-in
-    stack) or one ``query`` row of it from its dot products (a pretrained model, tokens
-    labelled with the tokenizer's own pieces when ``raw_pieces``)."""
-
-    text: str
-    target: str | None = None
-    mode: Mode | None = None
-    layer: int | str = 0
-    head: int | str = 0
-    query: int | None = None
-    raw_pieces: bool = False
+def asking(request: Request | None, options: dict[str, Any], **asked: Any) -> Request:
+    """The request of a method named after what it reads: ``request`` (or one made of
+    ``options``) asking for ``asked`` alone."""
+    products: dict[str, Any] = {"maps": False, "statistics": False, "effects": False}
+    products |= {"knockout": None, "trace": None, **asked}
+    if request is None:  # made whole, so that it is checked with what it asks
+        return Request.of(None, {**options, **products})
+    return replace(Request.of(request, options), **products)
 
 
 Product = TypeVar("Product")
@@ -334,32 +290,6 @@ def asked_for(product: Product | None) -> Product:
     """A product of a result whose request asked for it (every such result holds it)."""
     assert product is not None
     return product
-
-
-def check_text(text: object, what: str = "text") -> None:
-    """An empty or blank text is a usage error, checked before any model runs."""
-    if not isinstance(text, str):
-        raise UsageError(f"the {what} is a str, not {type(text).__name__}")
-    if not text or not text.strip():
-        raise UsageError(f"the {what} is empty: give some words to look at")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        # Python keeps a command line's bytes that are not UTF-8 as U+DC80..U+DCFF.
-        code = ord(text[error.start])
-        what_is_there = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a surrogate"
-        raise UsageError(
-            f"the {what} is not UTF-8 text: {what_is_there} at offset {error.start}"
-        ) from None
-
-
-def check_answer(answer: object, what: str = "answer") -> str:
-    """An answer as given, if it is a text with something in it."""
-    if not isinstance(answer, str):
-        raise UsageError(f"the {what} is a text, not {type(answer).__name__}")
-    if not answer.strip():
-        raise UsageError(f"the {what} is empty: give the words the model should go on with")
-    return answer
 
 
 @dataclass(frozen=True)

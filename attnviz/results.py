@@ -11,8 +11,8 @@ if TYPE_CHECKING:
     from attnviz.analysis.lens import Lens
     from attnviz.analysis.trace import Trace
     from attnviz.circuits.circuit import Circuit
+    from attnviz.inputs import Input
     from attnviz.maps import AttentionMaps
-    from attnviz.request import Input
 
 
 @dataclass(frozen=True)

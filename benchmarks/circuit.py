@@ -37,8 +37,9 @@ from attnviz.circuits.edges import read_twins
 from attnviz.circuits.estimates import estimated_scores
 from attnviz.circuits.faithfulness import Twins, circuit_metrics
 from attnviz.circuits.selections import selected
+from attnviz.inputs import Input
 from attnviz.pretrained.answered import answered
-from attnviz.request import Input, Request
+from attnviz.request import Request
 from benchmarks.ioi_pairs import pairs as ioi_pairs
 
 PAIRS = Path(__file__).resolve().parent.parent / "sample_texts" / "ioi_pairs.jsonl"

@@ -28,8 +28,9 @@ from attnviz.circuits.estimates import estimated_scores
 from attnviz.circuits.faithfulness import Twins, circuit_metrics
 from attnviz.circuits.options import CircuitOptions
 from attnviz.circuits.selections import selected
+from attnviz.inputs import Input
 from attnviz.pretrained.answered import answered
-from attnviz.request import Input, Request
+from attnviz.request import Request
 from benchmarks.effects import FACT_ANSWER, FACT_VERSUS, PeakMemory, twins
 
 

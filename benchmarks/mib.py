@@ -39,7 +39,8 @@ from attnviz.circuits.mib import MIB_FRACTIONS, areas_of, mib_sizes
 from attnviz.circuits.options import CircuitOptions
 from attnviz.circuits.passes import Here, graph_of_model
 from attnviz.circuits.selections import selected
-from attnviz.request import Input, Request
+from attnviz.inputs import Input
+from attnviz.request import Request
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_texts"
 ONE_PERCENT = 0.01

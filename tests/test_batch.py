@@ -273,13 +273,13 @@ def test_batch_runs_the_model_with_torchs_own_thread_count(runner, tmp_path, mon
     from attnviz.builtin.extractor import BuiltinExtractor
 
     seen: list[int] = []
-    original = BuiltinExtractor.extract_many
+    original = BuiltinExtractor.run
 
     def counting(self, *args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(BuiltinExtractor, "extract_many", counting)
+    monkeypatch.setattr(BuiltinExtractor, "run", counting)
     source = tmp_path / "in.txt"
     source.write_text("a b\nc d\n")
     before = torch.get_num_threads()

@@ -282,7 +282,8 @@ def test_a_layers_reads_change_together_leaving_those_whose_every_edge_is_kept(
     product): here layer 0's keys alone, then layer 1's queries and values with its keys'
     edges all kept (left as computed), and the logits' input."""
     from attnviz.circuits.options import CircuitOptions
-    from attnviz.request import Input, Request
+    from attnviz.inputs import Input
+    from attnviz.request import Request
 
     extractor, model, ids, corrupt_ids, answer_id, versus_id = _setup(
         generators, language_models, family
@@ -675,7 +676,8 @@ def test_a_circuit_is_asked_through_run_as_every_product(language_models):
     import attnviz
     from attnviz.circuits.options import CircuitOptions
     from attnviz.errors import UsageError
-    from attnviz.request import Input, Request
+    from attnviz.inputs import Input
+    from attnviz.request import Request
 
     extractor = language_models["gpt2-lm"]
     pairs = [Input(**PAIR), Input(**OTHER)]

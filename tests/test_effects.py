@@ -541,7 +541,8 @@ def test_one_request_reads_every_product_of_each_input(generators):
     """The door: maps, statistics and effects of a batch of inputs from one request, each
     equal to what the method named after it gives; an input without an answer has no
     effects, and its statistics none joined in."""
-    from attnviz.request import Input, Request
+    from attnviz.inputs import Input
+    from attnviz.request import Request
 
     extractor = attnviz.load(generators["llama-lm"])
     asked = Request(statistics=True, effects=True, ablate="mean", heads=[0, 1])
@@ -562,7 +563,7 @@ def test_one_request_reads_every_product_of_each_input(generators):
 def test_heads_checks_the_text_and_the_answer_once(runner, generators, monkeypatch):
     """The command line checks what it is given before the model loads; the extractor
     reads the checked input as it is, not checking it again."""
-    from attnviz import request as requests
+    from attnviz import inputs as requests
     from attnviz.cli import app
 
     checked = []

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
+
 from attnviz import engines
 from attnviz.analysis.corpus import CorpusStatistics, CorpusWork
 from attnviz.batch.folder import plan_folder
@@ -11,9 +14,11 @@ from attnviz.batch.inputs import assign_names, read_inputs
 from attnviz.batch.run import BatchWork
 from attnviz.batch.writing import Outputs
 from attnviz.choices import Output, View
+from attnviz.errors import UsageError
+from attnviz.inputs import Input
 from attnviz.loading import ExtractorSpec
 from attnviz.render.style import Style
-from attnviz.request import Input, Request
+from attnviz.request import Request
 
 
 def test_the_local_engine_loads_the_model_once_through_its_loader():
@@ -78,3 +83,22 @@ def test_a_batch_runs_through_its_front_door_and_resumes(tmp_path):
     again = Batch.prepare(str(source), outputs, resume=True)
     tally = again.run(engines.Local(), ExtractorSpec(), Request(), batch_size=2, progress=print)
     assert (tally.skipped, tally.records) == (2, [])
+
+
+def test_a_request_through_an_engine_gives_what_the_extractors_run_gives():
+    inputs = [Input("the cat sat"), Input("on the mat")]
+    request = Request(mode="masked", layers=1)
+    found = engines.Local().run(engines.Work(ExtractorSpec(), inputs, request))
+    alone = list(ExtractorSpec().load().run(inputs, request))
+    assert [each.input for each in found] == inputs
+    for mine, theirs in zip(found, alone, strict=True):
+        assert mine.maps is not None and theirs.maps is not None
+        np.testing.assert_array_equal(mine.maps.weights, theirs.maps.weights)
+
+
+def test_ray_reads_a_request_for_a_circuit_alone():
+    """Ray reads a batch and a corpus by their own work; a request without a circuit is
+    refused in one line before any cluster is reached."""
+    work = engines.Work(ExtractorSpec(), [Input("the cat sat")], Request())
+    with pytest.raises(UsageError, match="a circuit's pairs alone"):
+        engines.Ray().run(work)

@@ -30,24 +30,24 @@ def test_the_builtin_stack_is_built_once_for_many_texts(monkeypatch):
     monkeypatch.setattr(model.BuiltinTransformer, "__init__", counting)
     extractor = attnviz.load(config=BuiltinConfig(seed=3))
     maps = [extractor.extract(text) for text in TEXTS]
-    maps += list(extractor.extract_many(TEXTS, mode="masked"))
+    maps += [found.maps for found in extractor.run(TEXTS, mode="masked")]
     assert len(built) == 1 and len(maps) == 6
     assert maps[0].model == "builtin:layers=2,heads=4,d_model=64,seed=3"
 
 
-def test_extract_many_equals_extract_one_by_one_for_the_builtin_stack():
+def test_run_equals_extract_one_by_one_for_the_builtin_stack():
     extractor = attnviz.load()
     items = [("a b c", "x y"), ("the cat sat", "le chat")]
-    together = list(extractor.extract_many(items, mode="cross", layers=1, heads="0,2"))
+    together = [found.maps for found in extractor.run(items, mode="cross", layers=1, heads="0,2")]
     for (text, target), maps in zip(items, together, strict=True):
         alone = attnviz.extract(text, mode="cross", target=target, layers=1, heads="0,2")
         np.testing.assert_array_equal(maps.weights, alone.weights)
         assert maps.query_tokens == alone.query_tokens and maps.target == target
 
 
-def test_extract_many_batches_a_pretrained_model_and_equals_extract(tiny):
+def test_run_batches_a_pretrained_model_and_equals_extract(tiny):
     extractor = attnviz.load(tiny["bert"])
-    together = list(extractor.extract_many(TEXTS, layers="0-1", batch_size=2))
+    together = [found.maps for found in extractor.run(TEXTS, layers="0-1", batch_size=2)]
     assert [maps.text for maps in together] == TEXTS
     for text, maps in zip(TEXTS, together, strict=True):
         alone = extractor.extract(text, layers="0-1")
@@ -58,9 +58,9 @@ def test_extract_many_batches_a_pretrained_model_and_equals_extract(tiny):
 def test_a_bad_request_is_refused_before_any_work():
     extractor = attnviz.load()
     with pytest.raises(UsageError, match="unknown mode 'sideways'"):
-        extractor.extract_many(TEXTS, mode="sideways")
+        extractor.run(TEXTS, mode="sideways")
     with pytest.raises(UsageError, match="layer 9 is out of range"):
-        extractor.extract_many(TEXTS, layers=9)
+        extractor.run(TEXTS, layers=9)
     with pytest.raises(UsageError, match="exist only in pretrained models"):
         extractor.extract("a b", words=True)
     with pytest.raises(UsageError, match="the target is empty"):

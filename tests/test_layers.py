@@ -270,8 +270,8 @@ MOST_PUBLIC_METHODS = 15
 def test_no_class_offers_more_than_a_reader_can_hold():
     """A class's own body defines at most this many public methods and properties; a
     larger interface is grouped by concern into parts it is made of (as AttentionMaps'
-    conveniences, MapsConveniences, and an extractor's readings of an answer,
-    AnswerReadings)."""
+    conveniences, MapsConveniences), or reached through a door it already has (many
+    inputs through Extractor.run)."""
     larger = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

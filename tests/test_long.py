@@ -109,7 +109,7 @@ def test_only_the_heads_and_layers_asked_for_are_computed(tiny, blocks):
 def test_chosen_rows_of_a_batch_are_each_inputs_own(tiny):
     extractor = attnviz.load(tiny["gpt2"])
     texts = ["Hello I love you", TEXT]
-    batch = list(extractor.extract_many(texts, rows="last", batch_size=2))
+    batch = [found.maps for found in extractor.run(texts, rows="last", batch_size=2)]
     for text, maps in zip(texts, batch, strict=True):
         alone = extractor.extract(text)
         np.testing.assert_allclose(maps.weights, alone.weights[:, :, -1:], atol=1e-6)
@@ -490,7 +490,10 @@ def test_statistics_of_a_padded_batch_equal_each_input_alone(tiny, blocks, famil
     texts = [TEXT, "a short one", TEXT + " and then some more words"]
     items = [(text, TARGET if mode == "cross" else None) for text in texts]
     extractor = attnviz.load(tiny[family])
-    batched = list(extractor.head_tables(items, mode=mode, batch_size=3))
+    batched = [
+        found.statistics
+        for found in extractor.run(items, mode=mode, batch_size=3, statistics=True, maps=False)
+    ]
     assert blocks  # computed block by block
     eager = attnviz.load(tiny[family], load_options=LoadOptions(attention="eager"))
     for table, (text, target) in zip(batched, items, strict=True):

@@ -15,8 +15,9 @@ from attnviz.circuits import passes as circuit_module
 from attnviz.circuits.faithfulness import masked_metric
 from attnviz.circuits.files import read_circuit
 from attnviz.circuits.options import CircuitOptions
+from attnviz.inputs import Input
 from attnviz.pretrained.backward_pass import weights_without_gradients
-from attnviz.request import Input, Request
+from attnviz.request import Request
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
 from tests.circuit_references import LATE, OTHER, PAIR, THIRD, pair_ids

@@ -17,7 +17,8 @@ import torch
 
 import attnviz
 from attnviz.cli import app
-from attnviz.request import Input, Request
+from attnviz.inputs import Input
+from attnviz.request import Request
 from tests.checks import failed_in_process, model_tolerance
 from tests.hook_references import (
     ANSWER,

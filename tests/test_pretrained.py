@@ -392,7 +392,7 @@ def test_batched_maps_equal_one_at_a_time(tiny, family, mode):
         ("The man walked the dog in the park", "Der Mann ging" if needs_target else None),
         ("I love you", "je t'aime bien" if needs_target else None),
     ]
-    batched = list(extractor.extract_many(items, mode=mode))
+    batched = [found.maps for found in extractor.run(items, mode=mode)]
     assert len(batched) == len(items)
     for (text, target), together in zip(items, batched, strict=True):
         alone = extractor.extract(text, mode=mode, target=target)

@@ -8,8 +8,9 @@ import pytest
 import attnviz
 from attnviz.cli import app
 from attnviz.cli.environment import Environment
+from attnviz.inputs import Input
 from attnviz.pretrained import effects as effects_module
-from attnviz.request import Input, Request
+from attnviz.request import Request
 from tests.hook_references import ANSWER, CORRUPT, TEXT
 
 TERMINAL_STDERR = Environment(stdout_is_terminal=False, stderr_is_terminal=True)
@@ -131,7 +132,7 @@ def test_circuit_from_python_shows_bars_where_a_person_watches_unless_told_not_t
     default); progress=False, or a log's stderr, draws none."""
     import contextlib
 
-    import attnviz.answer_readings as readings_module
+    import attnviz.extractor as readings_module
 
     drawn = []
 

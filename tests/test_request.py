@@ -14,7 +14,8 @@ import attnviz
 from attnviz import Request
 from attnviz.cli import app
 from attnviz.errors import UsageError
-from attnviz.request import PRODUCED, Input
+from attnviz.inputs import Input
+from attnviz.request import PRODUCED
 
 
 @pytest.mark.parametrize(
@@ -51,7 +52,7 @@ def test_every_extractor_method_takes_the_request_or_its_fields():
     spelled = extractor.extract("a b c", mode="masked", layers=1, heads="0,2")
     np.testing.assert_array_equal(given.weights, spelled.weights)
     assert (given.layers, given.heads, given.mode) == ([1], [0, 2], attnviz.Mode.MASKED)
-    many = list(extractor.extract_many(["a b c", "d e"], request))
+    many = [found.maps for found in extractor.run(["a b c", "d e"], request)]
     np.testing.assert_array_equal(many[0].weights, given.weights)
 
 
@@ -75,15 +76,15 @@ def test_a_request_and_its_fields_together_or_an_unknown_field_are_refused():
         ([None], "an input is a text"),
     ],
 )
-def test_extract_many_refuses_what_is_not_a_list_of_inputs(items, message):
+def test_run_refuses_what_is_not_a_list_of_inputs(items, message):
     with pytest.raises(UsageError, match=message):
-        list(attnviz.load().extract_many(items))
+        list(attnviz.load().run(items))
 
 
-def test_extract_many_refuses_a_batch_size_that_is_not_a_count():
+def test_run_refuses_a_batch_size_that_is_not_a_count():
     for size in (0, True, 2.5):
         with pytest.raises(UsageError, match="batch_size is a whole number"):
-            attnviz.load().extract_many(["a b"], batch_size=size)
+            attnviz.load().run(["a b"], batch_size=size)
 
 
 @pytest.mark.parametrize(

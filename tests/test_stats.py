@@ -24,7 +24,9 @@ TEXTS = [
 
 def test_corpus_means_equal_the_mean_of_heads_over_the_same_inputs():
     extractor = attnviz.load()
-    corpus = CorpusStatistics().add_all(extractor.head_tables(TEXTS))
+    corpus = CorpusStatistics().add_all(
+        found.statistics for found in extractor.run(TEXTS, statistics=True, maps=False)
+    )
     per_input = [head_statistics(extractor.extract(text)) for text in TEXTS]
     rows = {(row["layer"], row["head"], row["statistic"]): row for row in corpus.rows()}
     unasked = ("span", "ablation", "dla", "patch")  # no span, no answer
@@ -66,9 +68,15 @@ def test_quantiles_are_exact_over_few_values_and_sketched_past_them():
 
 def test_halves_merge_into_the_whole():
     extractor = attnviz.load()
-    whole = CorpusStatistics().add_all(extractor.head_tables(TEXTS))
-    first = CorpusStatistics().add_all(extractor.head_tables(TEXTS[:2]))
-    second = CorpusStatistics().add_all(extractor.head_tables(TEXTS[2:]))
+    whole = CorpusStatistics().add_all(
+        found.statistics for found in extractor.run(TEXTS, statistics=True, maps=False)
+    )
+    first = CorpusStatistics().add_all(
+        found.statistics for found in extractor.run(TEXTS[:2], statistics=True, maps=False)
+    )
+    second = CorpusStatistics().add_all(
+        found.statistics for found in extractor.run(TEXTS[2:], statistics=True, maps=False)
+    )
     first.merge(second)
     assert first.inputs == whole.inputs
     for merged, alone in zip(first.rows(), whole.rows(), strict=True):
@@ -96,7 +104,9 @@ def test_running_merge_is_chan_s_formula():
 def test_memory_is_bounded_by_the_heads_not_the_inputs():
     corpus = CorpusStatistics()
     extractor = attnviz.load()
-    for table in extractor.head_tables(TEXTS * 20):
+    for table in (
+        found.statistics for found in extractor.run(TEXTS * 20, statistics=True, maps=False)
+    ):
         corpus.add(table)
     assert corpus.inputs == 100
     assert len(corpus.cells) == 2 * 4 * (len(STATISTICS) - 4)  # no span, no answer asked for

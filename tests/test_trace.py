@@ -14,7 +14,8 @@ import transformers
 
 import attnviz
 from attnviz.cli import app
-from attnviz.request import Input, Request
+from attnviz.inputs import Input
+from attnviz.request import Request
 from tests.checks import model_tolerance, open_page, page_errors
 from tests.hook_references import (
     ANSWER,

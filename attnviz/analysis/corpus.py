@@ -25,8 +25,9 @@ from attnviz.head_columns import CORPUS
 if TYPE_CHECKING:
     from attnviz.analysis.heads import HeadTable
     from attnviz.extractor import Extractor
+    from attnviz.inputs import Input
     from attnviz.loading import ExtractorSpec
-    from attnviz.request import Input, Request
+    from attnviz.request import Request
 
 STATISTICS = tuple(column.value for column in CORPUS)  # what stats sums, in its order
 # One input of a corpus: its line number and the input (its answer, versus answer and

@@ -17,6 +17,7 @@ from attnviz.batch.writing import Outputs, Task, render_task
 from attnviz.errors import AttnvizError, ExitCode, UsageError, describe
 from attnviz.maps import AttentionMaps
 from attnviz.render.image import Painter
+from attnviz.request import asked_for
 
 if TYPE_CHECKING:
     from attnviz.extractor import Extractor
@@ -71,7 +72,8 @@ class Reader:
 
     def maps(self, chunk: list[BatchInput]) -> list[AttentionMaps]:
         items = [item.item for item in chunk]
-        return list(self.extractor.extract_many(items, self.request, batch_size=len(items)))
+        found = self.extractor.run(items, self.request, batch_size=len(items))
+        return [asked_for(each.maps) for each in found]
 
     def outputs_for(self, item: BatchInput, outputs: Outputs) -> Outputs:
         """The outputs of one input: its own heads, where they are ranked by an effect."""

@@ -10,14 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnviz import memory, signals
+from attnviz.asked import Finder, positions_asked
 from attnviz.builtin.config import BuiltinConfig
 from attnviz.builtin.explain import explain
 from attnviz.builtin.tokenizer import count_tokens, tokenize
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, UsageError, is_out_of_memory, warn
-from attnviz.extractor import PROBE_LENGTH, Extractor, Finder, positions_asked, without_pair
+from attnviz.extractor import PROBE_LENGTH, Extractor
+from attnviz.inputs import Explaining, Input, without_pair
 from attnviz.maps import AttentionMaps
-from attnviz.request import Explaining, Input, Request
+from attnviz.request import Request
 from attnviz.selection import covering, resolve, resolve_one
 
 if TYPE_CHECKING:

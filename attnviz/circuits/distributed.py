@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -27,19 +27,20 @@ from attnviz.distributed import (
     warnings_kept,
 )
 from attnviz.errors import AttnvizError
-from attnviz.request import Input
+from attnviz.inputs import Input
+from attnviz.results import Result
 
 if TYPE_CHECKING:
     from attnviz.circuits.ablated import Ablated
-    from attnviz.circuits.circuit import Circuit
     from attnviz.circuits.graph import Graph
     from attnviz.circuits.training import Training
+    from attnviz.extractor import Spec
     from attnviz.loading import ExtractorSpec
     from attnviz.pretrained.extractor import PretrainedExtractor
     from attnviz.request import Request
 
 
-class CircuitWorker:
+class PassWorker:
     """One worker of ``circuit``: a model; each task gives back the sum of one pass over
     its pairs (pickled), or the one-line error a pair met (a usage error stays one)."""
 
@@ -87,7 +88,10 @@ class RayPhases:
     pass a map over them, the sums added here
     (:class:`attnviz.circuits.phases.Phases`)."""
 
-    work: driver.CircuitWork
+    spec: Spec
+    request: Request
+    inputs: list[Input]  # as the passes read them (circuits.pairs.as_passes_read)
+    names: list[str] | None
     workers: Workers
     ablated: Ablated | None = None  # handed to every task (a worker keeps no state)
 
@@ -98,7 +102,7 @@ class RayPhases:
         where ``first_only``; every pair in one task where ``whole``)."""
         import ray.data
 
-        pairs = [[index, asdict(given)] for index, given in enumerate(self.work.inputs)]
+        pairs = [[index, asdict(given)] for index, given in enumerate(self.inputs)]
         listed = pairs[:1] if first_only else pairs
         size = len(listed) if whole else max(1, -(-len(listed) // (self.workers.count * 4)))
         passed = pickle.dumps((phase, argument, self.ablated))
@@ -107,14 +111,14 @@ class RayPhases:
             for start in range(0, len(listed), size)
         ]
         constructor = {
-            "spec": self.work.spec,
-            "request": self.work.request,
+            "spec": self.spec,
+            "request": self.request,
             "threads": self.workers.cpus,
-            "count": len(self.work.inputs),
-            "names": self.work.names,
+            "count": len(self.inputs),
+            "names": self.names,
         }
         results = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-            CircuitWorker,
+            PassWorker,
             fn_constructor_kwargs=constructor,
             batch_size=1,
             **self.workers.map_options(),
@@ -130,7 +134,7 @@ class RayPhases:
 
     @property
     def pairs(self) -> int:
-        return len(self.work.inputs)
+        return len(self.inputs)
 
     def graph(self) -> Graph:
         (graph,) = self._summed("graph", None, first_only=True)
@@ -167,12 +171,15 @@ class RayPhases:
         return labels
 
 
-def circuit_found(work: driver.CircuitWork, workers: Workers) -> Circuit:
+def circuit_found(
+    spec: Spec, inputs: list[Input], request: Request, names: list[str] | None, workers: Workers
+) -> Result:
     """A circuit as :meth:`attnviz.extractor.Extractor.run` reads it, the pairs read by
-    Ray workers."""
+    Ray workers each holding the model ``spec`` loads."""
     quiet_progress()
-    check_pairs(work.inputs, work.request, work.names)
-    options = work.request.circuit
+    check_pairs(inputs, request, names)
+    options = request.circuit
     assert options is not None  # check_pairs'
-    read = replace(work, inputs=as_passes_read(work.inputs, options))
-    return driver.circuit_of(RayPhases(read, workers), options, work.inputs)
+    read = as_passes_read(inputs, options)
+    phases = RayPhases(spec, request, read, names, workers)
+    return Result(inputs[0], circuit=driver.circuit_of(phases, options, inputs))

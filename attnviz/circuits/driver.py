@@ -9,7 +9,7 @@ circuit."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,21 +37,7 @@ from attnviz.errors import UsageError
 if TYPE_CHECKING:
     from attnviz.circuits.graph import Graph
     from attnviz.circuits.options import CircuitOptions
-    from attnviz.extractor import Spec
-    from attnviz.progress import Listener
-    from attnviz.request import Input, Request
-
-
-@dataclass(frozen=True)
-class CircuitWork:
-    """The work of ``circuit``, as every engine takes it: the pairs (and what names each
-    in an error), the model to load and the request (its ``circuit`` field)."""
-
-    inputs: list[Input]
-    names: list[str] | None
-    spec: Spec
-    request: Request
-    progress: Listener | None = None
+    from attnviz.inputs import Input
 
 
 def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> Circuit:

@@ -3,8 +3,9 @@ measured (the request's ``circuit`` field; the CLI's options are these)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select, chosen
 from attnviz.circuits.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
@@ -41,15 +42,19 @@ _FROM_IG = (CircuitMethod.IG, CircuitMethod.OPTIMIZE)  # scored by EAP-IG (optim
 
 @dataclass(frozen=True)
 class CircuitOptions:
-    """Edges scored by ``method`` (``steps`` points for ``ig``; ``refine`` K: the top K
-    of an estimate computed exactly); the circuit chosen by ``select`` (top or greedy:
-    ``edges`` of them, an int, ``"all"``, or None: 100, or every edge where there are
-    fewer; threshold: every edge of |score| at least ``threshold``), its dead ends out if
-    ``prune``, measured for its faithfulness, and each size of ``curve`` too (ints or
-    ``"all"``, each measured once; or ``"mib"`` alone: MIB's ten fractions of the graph,
-    the circuit itself its 1%, so not with ``edges`` or ``nodes``);
-    ``bootstrap`` B: the scores bootstrapped over B resamples of the pairs
-    (:mod:`attnviz.circuits.bootstrap`)."""
+    """Edges scored by ``method`` ("exact"; "gradient": EAP; "ig": EAP-IG with ``steps``
+    points; ``refine`` K: the top K of an estimate computed exactly; "optimize": a mask
+    learned from EAP-IG's scores, with ``train_each`` and a ``curve`` one trained at each
+    size, each inside the next), each edge alone carrying ``ablation``'s value; the circuit
+    chosen by ``select`` (top or greedy: ``edges`` of them, an int, ``"all"``, or None: 100,
+    or every edge where there are fewer; threshold: every edge of |score| at least
+    ``threshold``), its dead ends out if ``prune``, measured for its faithfulness, and each
+    size of ``curve`` too (ints or ``"all"``, each measured once; or ``"mib"`` alone: MIB's
+    ten fractions of the graph, the circuit itself its 1%, so not with ``edges`` or
+    ``nodes``); ``level`` "node": ``nodes`` heads and MLPs chosen by their own scores, the
+    edges between them kept; ``scores``: a circuit's JSON document over the same pairs,
+    whose scores are taken; ``bootstrap`` B: the scores bootstrapped over B resamples of
+    the pairs (:mod:`attnviz.circuits.bootstrap`)."""
 
     method: CircuitMethod = CircuitMethod.GRADIENT
     steps: int | None = None
@@ -331,3 +336,17 @@ def _count(value: object, option: str, least: int, most: int | None = None) -> N
         raise UsageError(f"{option} is a whole number of at least {least}, not {value!r}")
     if most is not None and value > most:
         raise UsageError(f"{option} is at most {most:,}, not {value:,}")
+
+
+# What a caller may set of the options by keyword (the file's circuit is read, not given).
+_KEYWORDS = tuple(declared.name for declared in fields(CircuitOptions) if declared.name != "given")
+
+
+def circuit_options(options: Mapping[str, Any]) -> tuple[CircuitOptions, dict[str, Any]]:
+    """The circuit's options among keyword arguments (``Extractor.circuit``'s ``method="ig",
+    edges=50``), checked, and the others: the request's fields."""
+    mine = {name: value for name, value in options.items() if name in _KEYWORDS}
+    if "curve" in mine:
+        mine["curve"] = tuple(mine["curve"])
+    rest = {name: value for name, value in options.items() if name not in _KEYWORDS}
+    return CircuitOptions(**mine), rest

@@ -13,7 +13,8 @@ from attnviz.asked import check_asked, measure_name, measure_of, pair_of
 from attnviz.choices import INTERVENTIONS
 from attnviz.circuits.options import CircuitOptions
 from attnviz.errors import UsageError
-from attnviz.request import Input, Request
+from attnviz.inputs import Input
+from attnviz.request import Request
 
 
 def pairs_given(

@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from attnviz.circuits.graph import Graph
     from attnviz.circuits.options import CircuitOptions
     from attnviz.circuits.training import Training
+    from attnviz.inputs import Input
     from attnviz.pretrained.reader import ModelReader
-    from attnviz.request import Input, Request
+    from attnviz.request import Request
 
 _PROMOTED = 1  # tokens a node's label names
 Indexed = Sequence[tuple[int, "Input"]]  # pairs, each with its place in the dataset

@@ -23,9 +23,9 @@ from attnviz.cli.pictures import figure_settings
 from attnviz.cli.settings import Reading, request, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError
-from attnviz.inputs import read_texts
+from attnviz.inputs import Input, read_texts
 from attnviz.outputs import formats_named
-from attnviz.request import Input
+from attnviz.request import asked_for
 
 if TYPE_CHECKING:
     from attnviz.circuits.circuit import Circuit
@@ -114,7 +114,7 @@ def circuit(
     )
     if model == d.BUILTIN:
         # numpy: after the options are checked (a usage error loads none)
-        from attnviz.answer_readings import no_next_token
+        from attnviz.extractor import no_next_token
 
         raise no_next_token(d.BUILTIN, "a circuit")
     if output is not None:
@@ -124,11 +124,12 @@ def circuit(
         line = out.only_one(read_texts(text), "give many pairs with --pairs FILE.jsonl")
         inputs = [asked.input(line)]
     # numpy: after the options are checked (a usage error loads none)
-    from attnviz.circuits.driver import CircuitWork
+    from attnviz.engines import Work
 
     engine = shared.run_on.open(jobs or 2, shared.environment)
     with engine.session(), passes_shown(shared.environment) as listener:
-        found = engine.circuit(CircuitWork(inputs, names, asked.spec, asked.request, listener))
+        (result,) = engine.run(Work(asked.spec, inputs, asked.request, names, listener))
+    found = asked_for(result.circuit)
     _write(found, drawn, output, output_format, style, width, rows, shared.environment)
 
 

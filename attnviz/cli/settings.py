@@ -25,8 +25,9 @@ from attnviz.cli.answer_settings import NO_EFFECTS, Effects
 from attnviz.cli.bundles import bundle, given_flags, request_fields
 from attnviz.cli.option_kinds import memory_size
 from attnviz.errors import UsageError
+from attnviz.inputs import Input
 from attnviz.outputs import refuse_unused
-from attnviz.request import Input, Request, asked_for
+from attnviz.request import Request, asked_for
 from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module

@@ -26,8 +26,8 @@ from attnviz.cli.settings import (
 )
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import UsageError, warn
+from attnviz.inputs import Input
 from attnviz.outputs import TABLE_DATA, formats_named, suffixes_of
-from attnviz.request import Input
 from attnviz.safe_text import display_label
 from attnviz.writers import write_table
 

@@ -14,6 +14,7 @@ from attnviz.analysis.trace import Trace
 from attnviz.asked import measure_name, measure_of
 from attnviz.choices import ABLATION_NEEDS, Ablation, Method, Site
 from attnviz.errors import UsageError, warn
+from attnviz.inputs import Input
 from attnviz.pretrained.anatomy import Anatomy, anatomy_of
 from attnviz.pretrained.effects import (
     Ablating,
@@ -38,7 +39,7 @@ from attnviz.pretrained.patching import (
     patch_estimate,
     trace,
 )
-from attnviz.request import PREDICTIONS, Input, Request
+from attnviz.request import PREDICTIONS, Request
 from attnviz.selection import resolve, token_positions
 
 if TYPE_CHECKING:

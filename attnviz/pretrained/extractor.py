@@ -11,13 +11,15 @@ import numpy as np
 from attnviz.analysis.effects import HeadEffects
 from attnviz.analysis.heads import HeadTable, statistics_product, statistics_rows
 from attnviz.analysis.products import keeps_everything, of_whole, product_for, product_labels
+from attnviz.asked import positions_asked
 from attnviz.choices import Attention, Mode
 from attnviz.circuits.driver import circuit_of
 from attnviz.circuits.pairs import as_passes_read
 from attnviz.circuits.passes import Here
 from attnviz.errors import AttnvizError, UsageError, warn
-from attnviz.extractor import PROBE_LENGTH, Extractor, Progress, positions_asked
+from attnviz.extractor import PROBE_LENGTH, Extractor, Progress
 from attnviz.generated import Sampling
+from attnviz.inputs import Explaining, Input
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, lensed, traced
@@ -42,7 +44,7 @@ from attnviz.pretrained.labels import piece_labels, readable
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.needle import run_sweep
 from attnviz.pretrained.probe import probe_text
-from attnviz.request import Explaining, Input, Request
+from attnviz.request import Request
 from attnviz.results import Result
 from attnviz.selection import resolve
 

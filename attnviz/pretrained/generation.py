@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 from attnviz.choices import Mode
 from attnviz.errors import AttnvizError, ExitCode, UsageError
 from attnviz.generated import Generation, Sampling
+from attnviz.inputs import Input
 from attnviz.maps import AttentionMaps
 from attnviz.pretrained.attention_modules import Family
 from attnviz.pretrained.encoding import ModelInputs, Prepared, Side, encode
 from attnviz.pretrained.labels import piece_labels
 from attnviz.pretrained.loading import PretrainedModel
 from attnviz.pretrained.quiet import quiet
-from attnviz.request import Input, Request
+from attnviz.request import Request
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:

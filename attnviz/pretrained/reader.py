@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from attnviz.choices import Mode
+    from attnviz.inputs import Input
     from attnviz.maps import AttentionMaps
     from attnviz.pretrained.encoding import Prepared
     from attnviz.pretrained.loading import PretrainedModel
-    from attnviz.request import Input, Request
+    from attnviz.request import Request
 
 
 class ModelReader(Protocol):
