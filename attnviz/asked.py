@@ -14,7 +14,6 @@ from attnviz.choices import (
     INTERVENTIONS,
     MEASURES,
     Ablation,
-    Intervention,
     Measure,
 )
 from attnviz.errors import UsageError
@@ -60,8 +59,7 @@ def check_asked(request: Request, given: Input) -> Input:
     needs = ABLATION_NEEDS.get(request.ablate) if request.effects else None
     if needs == "corrupt" and given.answer is not None and given.corrupt is None:
         raise UsageError(
-            f"--ablate {request.ablate} reads {ABLATION_LABELS[request.ablate]} in the run on "
-            "the corrupted text: give --corrupt"
+            f"--ablation {request.ablate} reads {ABLATION_LABELS[request.ablate]}: give --corrupt"
         )
     return given
 
@@ -107,7 +105,7 @@ def measure_name(measure: object) -> str:
     return str(getattr(measure, "value", getattr(measure, "__name__", "metric")))
 
 
-def pair_of(given: Input, ablation: Intervention) -> Pair:
+def pair_of(given: Input, ablation: Ablation) -> Pair:
     """What a circuit keeps of an input it was scored on: its text, answers and (where
     the intervention reads it) its corrupted twin."""
     from attnviz.circuits.circuit import Pair  # numpy

@@ -49,15 +49,19 @@ class Attention(StrEnum):
 
 
 class Ablation(StrEnum):
-    """What a head's output is replaced by when its effect on an answer is measured (what
-    each is, for help: :data:`ABLATION_LABELS`; what it reads beyond the text:
-    :data:`ABLATION_NEEDS`; its replacement: ``attnviz.pretrained.effects.REPLACEMENTS``)."""
+    """What replaces a node's output where its effect on an answer is measured: one
+    vocabulary, each word meaning the same wherever it is taken. ``heads --ablation`` takes
+    the words of its row, :data:`ABLATION_LABELS` (what each reads beyond the text:
+    :data:`ABLATION_NEEDS`; its replacement: ``attnviz.pretrained.effects.REPLACEMENTS``);
+    ``circuit --ablation``, for an edge outside the circuit, those of :data:`INTERVENTIONS`."""
 
     ZERO = "zero"
     MEAN = "mean"
+    PATCH = "patch"  # the node's value in the run on the corrupted text
     NONE = "none"  # no ablation sweep: dla, and patch where asked, alone
 
 
+# The words heads --ablation takes: what each replaces a head's output by.
 ABLATION_LABELS = {
     Ablation.ZERO: "its output zeroed",
     Ablation.MEAN: "its mean output over the text's positions",
@@ -280,15 +284,6 @@ class CircuitMethod(StrEnum):
     OPTIMIZE = "optimize"
 
 
-class Intervention(StrEnum):
-    """What an edge outside a circuit carries (``circuit --ablation``; what each is and
-    reads: :data:`INTERVENTIONS`)."""
-
-    PATCH = "patch"
-    MEAN = "mean"
-    ZERO = "zero"
-
-
 Twins = Callable[[list[str | None]], list[str | None]]
 
 
@@ -317,8 +312,9 @@ class Intervened(NamedTuple):
     twins: Twins
 
 
+# The words circuit --ablation takes: what an edge outside the circuit carries.
 INTERVENTIONS = {
-    Intervention.PATCH: Intervened(
+    Ablation.PATCH: Intervened(
         "its value in the run on the corrupted text",
         True,
         True,
@@ -326,7 +322,7 @@ INTERVENTIONS = {
         "corrupted",
         _their_own,
     ),
-    Intervention.MEAN: Intervened(
+    Ablation.MEAN: Intervened(
         "the mean: every node's output replaced by its mean over every position of the "
         "pairs' clean texts",
         False,
@@ -335,7 +331,7 @@ INTERVENTIONS = {
         "every edge mean-ablated",
         _none,
     ),
-    Intervention.ZERO: Intervened(
+    Ablation.ZERO: Intervened(
         "zero: every node's output replaced by 0 in the clean text's run",
         False,
         False,

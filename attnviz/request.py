@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any, TypeVar, get_args, get_type_hints
 
 from attnviz.choices import (
+    ABLATION_LABELS,
     Ablation,
     Measure,
     Method,
@@ -139,7 +140,9 @@ class Request:
             )
 
     def _check_asked(self) -> None:
-        object.__setattr__(self, "ablate", chosen(Ablation, self.ablate, "ablation"))
+        object.__setattr__(
+            self, "ablate", chosen(Ablation, self.ablate, "ablation", ABLATION_LABELS)
+        )
         object.__setattr__(self, "method", chosen(Method, self.method, "method"))
         if self.metric is not None and not callable(self.metric):
             object.__setattr__(self, "metric", chosen(Measure, self.metric, "metric"))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from attnviz.analysis.effects import Answer, Drawn
-from attnviz.choices import CircuitMethod, Intervention, Level, Output, Select
+from attnviz.choices import Ablation, CircuitMethod, Level, Output, Select
 from attnviz.circuits.graph import Graph
 from attnviz.circuits.mib import Areas, areas_of
 from attnviz.circuits.selections import nodes_of
@@ -109,7 +109,7 @@ class Circuit(Drawn):
     source: str | None = None  # the file its scores were read from (not scored here)
     bootstrap: int | None = None  # B: its scores bootstrapped over B resamples of the pairs
     training: Training | None = None  # how its scores were learned (--method optimize)
-    ablation: Intervention = Intervention.PATCH  # what an edge outside it carries
+    ablation: Ablation = Ablation.PATCH  # what an edge outside it carries
     # the pairs it was scored on (none in a file written before its pairs were kept)
     inputs: tuple[Pair, ...] = ()
 
@@ -261,7 +261,7 @@ _ANSWER_FIELDS = ("answer", "answer_token", "log_prob", "versus", "versus_token"
 
 
 def scored_elsewhere(
-    circuit: Circuit, pairs: list[Pair], metric: str, ablation: Intervention
+    circuit: Circuit, pairs: list[Pair], metric: str, ablation: Ablation
 ) -> str | None:
     """Why ``circuit`` (read from a file) was not scored as a command asks, on ``pairs``
     by ``metric`` and ``ablation``: what differs, first found; None where nothing does (a

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.asked import pair_of
-from attnviz.choices import CircuitMethod, Intervention, Level, Select
+from attnviz.choices import Ablation, CircuitMethod, Level, Select
 from attnviz.circuits.ablated import Ablated
 from attnviz.circuits.bootstrap import bootstrapped
 from attnviz.circuits.circuit import (
@@ -195,9 +195,9 @@ def _averaged(phases: Phases, graph: Graph) -> Ablated:
 
 # What each intervention that runs no corrupted twin (its row's twins give none) puts in
 # place of every node's output, made from the passes over the pairs.
-ABLATED: dict[Intervention, Callable[[Phases, Graph], Ablated]] = {
-    Intervention.ZERO: _zeroed,
-    Intervention.MEAN: _averaged,
+ABLATED: dict[Ablation, Callable[[Phases, Graph], Ablated]] = {
+    Ablation.ZERO: _zeroed,
+    Ablation.MEAN: _averaged,
 }
 
 

@@ -6,13 +6,14 @@ number finite. A file that is not one is a usage error naming it and the field."
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import numpy as np
 
 from attnviz.analysis.effects import Answer
-from attnviz.choices import CircuitMethod, Intervention, Level, Select
+from attnviz.choices import INTERVENTIONS, Ablation, CircuitMethod, Level, Select
 from attnviz.circuits.circuit import CIRCUIT_KIND, Circuit, CurvePoint, Pair
 from attnviz.circuits.graph import Graph
 from attnviz.circuits.training import Training
@@ -106,9 +107,9 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         read.optional("source", str),
         None if read.document.get("bootstrap") is None else read.whole("bootstrap"),
         _training(read.document.get("training"), where),
-        read.choice("ablation", Intervention)
+        read.choice("ablation", Ablation, INTERVENTIONS)
         if "ablation" in read.document
-        else Intervention.PATCH,
+        else Ablation.PATCH,
         _inputs(read.document.get("inputs", []), where),
     )
 
@@ -279,10 +280,13 @@ class _Reader:
         return int(value)
 
     def choice(
-        self, name: str, kind: type[Select] | type[CircuitMethod] | type[Level] | type[Intervention]
+        self,
+        name: str,
+        kind: type[Select] | type[CircuitMethod] | type[Level] | type[Ablation],
+        among: Iterable[Any] | None = None,
     ) -> Any:
+        """The word ``name`` holds, of ``kind`` (of those ``among`` them, if given)."""
         value = self.part(name, str)
-        try:
-            return kind(value)
-        except ValueError:
-            raise UsageError(f'{self.where}: "{name}" is {value!r}, none of attnviz\'s') from None
+        if value not in {member.value for member in (kind if among is None else among)}:
+            raise UsageError(f'{self.where}: "{name}" is {value!r}, none of attnviz\'s')
+        return kind(value)

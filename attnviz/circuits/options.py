@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from attnviz.choices import INTERVENTIONS, CircuitMethod, Intervention, Level, Select, chosen
+from attnviz.choices import INTERVENTIONS, Ablation, CircuitMethod, Level, Select, chosen
 from attnviz.circuits.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
 from attnviz.circuits.training import Training
 from attnviz.errors import UsageError, refuse
@@ -78,13 +78,15 @@ class CircuitOptions:
     # optimize with a curve: a circuit trained at each size, each inside the next
     train_each: bool = False
     # what an edge outside the circuit carries, in scoring and in faithfulness
-    ablation: Intervention = Intervention.PATCH
+    ablation: Ablation = Ablation.PATCH
     # the file of ``scores``, read once as the options are made (a pipe can be read once)
     given: Circuit | EapIgGraph | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", chosen(CircuitMethod, self.method, "method"))
-        object.__setattr__(self, "ablation", chosen(Intervention, self.ablation, "ablation"))
+        object.__setattr__(
+            self, "ablation", chosen(Ablation, self.ablation, "ablation", INTERVENTIONS)
+        )
         self._check_ablation()
         object.__setattr__(self, "select", chosen(Select, self.select, "selection"))
         object.__setattr__(self, "level", chosen(Level, self.level, "level"))

@@ -32,7 +32,7 @@ EFFECTS_PANEL = "What heads do to an answer"
 in_effects = d.panel(EFFECTS_PANEL)
 AblateOption = d.choice_option(
     Ablation,
-    "--ablate",
+    ("--ablation", "--ablate"),
     "What replaces a head's output for its ablation",
     ABLATION_LABELS,
     rich_help_panel=EFFECTS_PANEL,

@@ -12,8 +12,8 @@ import typer
 from attnviz.choices import (
     CIRCUIT_METHOD_LABELS,
     INTERVENTIONS,
+    Ablation,
     CircuitMethod,
-    Intervention,
     Level,
     Select,
 )
@@ -90,8 +90,8 @@ TrainEachOption = Annotated[
     ),
 ]
 AblationOption = d.choice_option(
-    Intervention,
-    "--ablation",
+    Ablation,
+    ("--ablation", "--ablate"),
     "What an edge outside the circuit carries, in scoring and in faithfulness",
     {kind: each.label for kind, each in INTERVENTIONS.items()},
 )
@@ -205,7 +205,7 @@ class CircuitChoices:
     learning_rate: LearningRateOption = None
     sparsity: SparsityOption = None
     train_each: TrainEachOption = False
-    ablation: AblationOption = Intervention.PATCH
+    ablation: AblationOption = Ablation.PATCH
 
     def options(self) -> CircuitOptions:
         """The options these choices make, checked."""

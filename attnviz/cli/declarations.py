@@ -122,11 +122,22 @@ def format_option(choices: Any, help: str, **more: Any) -> Any:
     ]
 
 
-def choice_option(kind: type[StrEnum], name: str, lead: str, labels: Any, **more: Any) -> Any:
-    """An option that takes a word of ``kind``, its help ``lead`` and each word with its
-    ``labels`` entry (:func:`attnviz.choices.labelled`)."""
+def choice_option(
+    kind: type[StrEnum], names: str | tuple[str, ...], lead: str, labels: Any, **more: Any
+) -> Any:
+    """An option (``names``: its name, or its name and aliases) that takes the words of
+    ``kind`` that ``labels`` holds (a command's row of a vocabulary that another command
+    takes more of), its help ``lead`` and each word with its label
+    (:func:`attnviz.choices.labelled`)."""
     help = f"{lead}: {labelled(labels)}."
-    return Annotated[kind, typer.Option(name, case_sensitive=False, help=help, **more)]
+    spelled = (names,) if isinstance(names, str) else names
+    if set(labels) == set(kind):
+        return Annotated[kind, typer.Option(*spelled, case_sensitive=False, help=help, **more)]
+    taken = some_of(kind.__name__, *labels)
+    option = typer.Option(
+        *spelled, case_sensitive=False, help=help, callback=as_whole(kind), **more
+    )
+    return Annotated[taken, option]
 
 
 def view_option(choices: Any, help: str, **more: Any) -> Any:
