@@ -64,6 +64,27 @@ class Explored:
     values: bool = False
     cursor: int = 0  # the selected query token
 
+    # What a key changes (ExploreApp.action_show): each by a step, wrapping around.
+    def step_head(self, step: int) -> None:
+        self.head = (self.head + step) % len(self.maps.heads)
+
+    def step_layer(self, step: int) -> None:
+        self.layer = (self.layer + step) % len(self.maps.layers)
+
+    def step_cursor(self, step: int) -> None:
+        self.cursor = (self.cursor + step) % len(self.maps.query_tokens)
+
+    def toggle_grid(self, _step: int) -> None:
+        self.grid = not self.grid
+
+    def toggle_values(self, _step: int) -> None:
+        self.values = not self.values
+
+    def next_aggregate(self, step: int) -> None:
+        self.aggregate_index = (self.aggregate_index + step) % len(AGGREGATES)
+        if self.aggregate_method is Aggregate.ROLLOUT and self.maps.mode is Mode.CROSS:
+            self.aggregate_index = 0  # rollout needs self or masked attention
+
     @property
     def aggregate_method(self) -> Aggregate | None:
         return AGGREGATES[self.aggregate_index]
@@ -145,15 +166,15 @@ class ExploreApp(App[None]):
     .cramped #body {{ display: none; }}
     """
     BINDINGS: ClassVar = [
-        Binding("left", "head(-1)", "head -"),
-        Binding("right", "head(1)", "head +"),
-        Binding("up", "layer(-1)", "layer -"),
-        Binding("down", "layer(1)", "layer +"),
-        Binding("g", "grid", "grid"),
-        Binding("m", "aggregate", "aggregate"),
-        Binding("v", "values", "values"),
-        Binding("tab", "cursor(1)", "query +", priority=True),
-        Binding("shift+tab", "cursor(-1)", "query -", priority=True),
+        Binding("left", "show('step_head', -1)", "head -"),
+        Binding("right", "show('step_head', 1)", "head +"),
+        Binding("up", "show('step_layer', -1)", "layer -"),
+        Binding("down", "show('step_layer', 1)", "layer +"),
+        Binding("g", "show('toggle_grid')", "grid"),
+        Binding("m", "show('next_aggregate')", "aggregate"),
+        Binding("v", "show('toggle_values')", "values"),
+        Binding("tab", "show('step_cursor', 1)", "query +", priority=True),
+        Binding("shift+tab", "show('step_cursor', -1)", "query -", priority=True),
         Binding("slash", "sentence", "new text"),
         Binding("e", "export", "export PNG"),
         Binding("question_mark", "help", "keys"),
@@ -225,31 +246,10 @@ class ExploreApp(App[None]):
 
     # --- keys ----------------------------------------------------------------------------
 
-    def action_head(self, step: int) -> None:
-        self.shown.head = (self.shown.head + step) % len(self.shown.maps.heads)
-        self.redraw()
-
-    def action_layer(self, step: int) -> None:
-        self.shown.layer = (self.shown.layer + step) % len(self.shown.maps.layers)
-        self.redraw()
-
-    def action_grid(self) -> None:
-        self.shown.grid = not self.shown.grid
-        self.redraw()
-
-    def action_aggregate(self) -> None:
-        shown = self.shown
-        shown.aggregate_index = (shown.aggregate_index + 1) % len(AGGREGATES)
-        if shown.aggregate_method is Aggregate.ROLLOUT and shown.maps.mode is Mode.CROSS:
-            shown.aggregate_index = 0  # rollout needs self or masked attention
-        self.redraw()
-
-    def action_values(self) -> None:
-        self.shown.values = not self.shown.values
-        self.redraw()
-
-    def action_cursor(self, step: int) -> None:
-        self.shown.cursor = (self.shown.cursor + step) % len(self.shown.maps.query_tokens)
+    def action_show(self, change: str, step: int = 1) -> None:
+        """A key's change of what is shown (:class:`Explored`'s ``change``, by ``step``),
+        then the screen drawn again."""
+        getattr(self.shown, change)(step)
         self.redraw()
 
     def action_help(self) -> None:

@@ -214,9 +214,9 @@ class Extractor(ABC):
         ``patch`` too: the metric with its clean output put into the corrupted run, less
         the corrupted run's. ``method="gradient"`` estimates ablation and patch from one
         backward pass. A causal language model only."""
-        asked = asking(request, options, effects=True, ablate=ablate)
         given = Input(text, answer=answer, versus=versus, corrupt=corrupt)
-        return asked_for(self._one(given, asked).effects)
+        found = self._one(given, asking(request, options, effects=True, ablate=ablate))
+        return asked_for(found.effects)
 
     def trace(
         self,
@@ -238,8 +238,7 @@ class Extractor(ABC):
         ``"k"``, ``"v"``, ``"z"``, ``"pattern"``) each head's at every position, (layers, heads), or
         ``by_position``, (layers, heads, positions). A causal language model only."""
         asked = asking(request, options, trace=site, by_position=by_position)
-        given = Input(text, answer=answer, versus=versus, corrupt=corrupt)
-        return asked_for(self._one(given, asked).trace)
+        return asked_for(self._one(Input(text, None, None, answer, versus, corrupt), asked).trace)
 
     def lens(
         self,

@@ -276,16 +276,6 @@ class AttentionMaps(MapsConveniences):
         )
 
     @property
-    def chat(self) -> bool:
-        """The text was read as one user message in the model's chat template."""
-        return self.recorded.chat
-
-    @property
-    def system(self) -> str | None:
-        """The system prompt the chat began with, if one was given."""
-        return self.recorded.system
-
-    @property
     def weighting(self) -> Weighting | None:
         """What each weight was multiplied by (None: attention weights, rows sum to 1)."""
         return self.recorded.weighting

@@ -92,7 +92,7 @@ def notes_of(maps: AttentionMaps) -> str:
         notes.append(f"{maps.pooled} tokens per bin (rows averaged, columns summed)")
     if maps.span is not None:
         notes.append(f"span: key token{'s' * (len(maps.span) > 1)} {index_span(maps.span)}")
-    if maps.chat:
-        notes.append("read as a chat" + (" with a system prompt" if maps.system else ""))
+    if maps.recorded.chat:
+        notes.append("read as a chat" + (" with a system prompt" if maps.recorded.system else ""))
     notes += [display_label(note) for note in maps.recorded.notes()]  # a user's words
     return "".join(f" · {note}" for note in notes)

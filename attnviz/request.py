@@ -162,19 +162,7 @@ class Request:
             rows, span = self.knockout
             knocked = (_positions(rows, "knockout", "row"), _positions(span, "knockout", "span"))
             object.__setattr__(self, "knockout", knocked)
-        asked = [name for name in _ALONE_OR_NOT if getattr(self, name) not in (None, False)]
-        if not asked:
-            raise UsageError("nothing is asked: a request reads maps, statistics or effects")
-        alone_lists = (
-            ("knockout", "layers"),
-            ("trace", "layers × positions"),
-            ("lens", "layers × positions"),
-            ("circuit", "edges"),
-        )
-        for alone, lists in alone_lists:
-            if getattr(self, alone) not in (None, False) and asked != [alone]:
-                other = next(name for name in asked if name != alone)
-                raise UsageError(f"a {alone} lists {lists}, not {other}: ask for it alone")
+        self._check_alone()
         if self.by_position and (self.trace is None or not self.trace.of_heads):
             heads = ", ".join(site.value for site in Site if site.of_heads)
             raise UsageError(
@@ -195,6 +183,23 @@ class Request:
             raise UsageError(
                 "head statistics read each row as a distribution: --weigh does not apply to them"
             )
+
+    def _check_alone(self) -> None:
+        """Something is asked, and a product that lists more than one number per head
+        (a knockout, a trace, the lens, a circuit) is asked alone."""
+        asked = [name for name in _ALONE_OR_NOT if getattr(self, name) not in (None, False)]
+        if not asked:
+            raise UsageError("nothing is asked: a request reads maps, statistics or effects")
+        alone_lists = (
+            ("knockout", "layers"),
+            ("trace", "layers × positions"),
+            ("lens", "layers × positions"),
+            ("circuit", "edges"),
+        )
+        for alone, lists in alone_lists:
+            if getattr(self, alone) not in (None, False) and asked != [alone]:
+                other = next(name for name in asked if name != alone)
+                raise UsageError(f"a {alone} lists {lists}, not {other}: ask for it alone")
 
     @property
     def next_token_reader(self) -> str:

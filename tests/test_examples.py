@@ -22,7 +22,7 @@ EXAMPLES_NAMED = (
     "data-format-tsv",
     "recorded-option-label",
     "head-statistic-max",
-    "head-effect-resample-ablation",
+    "head-effect-patch-ablation",
     "trace-site-mlp-in",
     "metric-logit",
     "circuit-select-signed",

@@ -175,7 +175,7 @@ def test_a_saved_chat_records_its_template_and_system_prompt(chat_model, tmp_pat
     for name in ("chat.json", "chat.npz"):
         maps.save(tmp_path / name)
         (again,) = attnviz.read_maps(str(tmp_path / name))
-        assert (again.chat, again.system) == (True, "Be brief")
+        assert (again.recorded.chat, again.recorded.system) == (True, "Be brief")
     assert "read as a chat with a system prompt" in notes_of(maps)
     plain = attnviz.load(chat_model).extract(A).to_dict()
     assert "chat" not in plain and "system" not in plain

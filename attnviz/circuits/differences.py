@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from attnviz.circuits.graph import Graph
+from attnviz.circuits.graph import Graph, heads_slot, mlp_slot, slot_parts
 from attnviz.errors import UsageError
 from attnviz.pretrained.value_norms import input_matrix
 
@@ -103,7 +103,7 @@ class Recorder:
 
     def _wide_row(self, slot: int) -> int:
         """The row of ``wide`` that holds a slot's output: the input's, then each MLP's."""
-        return self.graph.slot_parts(slot)[0] + 1
+        return slot_parts(slot)[0] + 1
 
     def both_outputs(self, slot: int, value: torch.Tensor) -> None:
         """Both runs' outputs in one pass: rows the clean run's, the corrupted one's."""
@@ -123,7 +123,7 @@ class Recorder:
         self.mixing[layer] = mixing
         last = value[0, -1].float().view(mixing.shape[0], mixing.shape[1])  # (H, Dh)
         shares = torch.einsum("he,hed->hd", last, mixing)
-        self.last[self.graph.columns(self.graph.heads_slot(layer))] = shares.to(self.last.dtype)
+        self.last[self.graph.columns(heads_slot(layer))] = shares.to(self.last.dtype)
 
     def corrupt_heads(self, layer: int, value: torch.Tensor, _mixing: torch.Tensor) -> None:
         self.heads[layer].neg_().add_(value[0])
@@ -166,7 +166,7 @@ class Differences:
         if self.block is not None:
             return self.block[upstream]
         slot = self.graph.slot_of(upstream)
-        layer, heads = self.graph.slot_parts(slot)
+        layer, heads = slot_parts(slot)
         if not heads:  # the input's or an MLP's
             return self.wide[layer + 1]
         head = upstream - self.graph.columns(slot).start
@@ -179,13 +179,13 @@ class Differences:
         graph = self.graph
         # the last node read: an MLP (its layer's heads and MLP read whole) or a layer's
         # heads (an MLP's read: its own layer's heads, not its MLP)
-        last, heads = graph.slot_parts(graph.slot_of(before - 1))
+        last, heads = slot_parts(graph.slot_of(before - 1))
         wide = self.wide[: last + (1 if heads else 2), positions]  # (w, s, D)
         out = wide.new_empty((before, wide.shape[1], self.width))
         for index, rows in enumerate(wide):  # the input's, then each MLP's
-            out[graph.columns(0 if index == 0 else graph.mlp_slot(index - 1))] = rows
+            out[graph.columns(0 if index == 0 else mlp_slot(index - 1))] = rows
         for layer in range(last + 1):
             inputs = self.heads[layer, positions].float().unflatten(-1, (graph.heads, -1))
             shares = torch.einsum("she,hed->hsd", inputs, self.mixing[layer])  # (H, s, D)
-            out[graph.columns(graph.heads_slot(layer))] = shares.to(out.dtype)
+            out[graph.columns(heads_slot(layer))] = shares.to(out.dtype)
         return out

@@ -29,7 +29,7 @@ from attnviz.circuits.given import Given
 from attnviz.circuits.notes import say_faithfulness, say_pruning_moved
 from attnviz.circuits.optimized import ranked_scores, starting_logits, tiered_scores
 from attnviz.circuits.options import DEFAULT_EDGES
-from attnviz.circuits.phases import Phases
+from attnviz.circuits.phases import Phases, Scored
 from attnviz.circuits.selections import selected
 from attnviz.circuits.training import Training
 from attnviz.errors import UsageError
@@ -57,15 +57,8 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
     tell_ablation(phases, options, graph)
     scored = phases.scored(options.scored_by, options.steps, options.bootstrap)
     count, graph = scored.pairs, scored.graph
-    scores, exact = scored.scores / count, scored.exact
-    if scored.resampled is not None:  # each edge's sign held over the resamples, or 0
-        scores = bootstrapped(scored.resampled, count)
     clean, corrupt = scored.clean / count, scored.corrupt / count
-    training = None
-    if options.method is CircuitMethod.OPTIMIZE:
-        scores, training = optimized_scores(phases, graph, scores, asked, (clean, corrupt), options)
-    if refine is not None:
-        exact = refined(phases, graph, scores, refine, count)
+    scores, exact, training = _scores_asked(phases, options, scored, asked, refine)
     nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
     masks, as_chosen = _masks(
         graph, scores, options, asked, [size for size, _ in sizes], nodes, post_norms
@@ -102,6 +95,25 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
         options.ablation,
         tuple(pair_of(given, options.ablation) for given in inputs),
     )
+
+
+def _scores_asked(
+    phases: Phases, options: CircuitOptions, scored: Scored, asked: float, refine: int | None
+) -> tuple[np.ndarray, np.ndarray | None, Training | None]:
+    """The edges' mean scores over the pairs as the options ask them, (U, N): each edge's
+    sign held over the bootstrap's resamples (or 0), or a mask trained from them
+    (``optimize``, with its training); and which edges were scored exactly, (U, N) bool,
+    the estimate's top ``refine`` again exactly where asked."""
+    count, graph = scored.pairs, scored.graph
+    scores, exact, training = scored.scores / count, scored.exact, None
+    if scored.resampled is not None:
+        scores = bootstrapped(scored.resampled, count)
+    if options.method is CircuitMethod.OPTIMIZE:
+        metrics = (scored.clean / count, scored.corrupt / count)
+        scores, training = optimized_scores(phases, graph, scores, asked, metrics, options)
+    if refine is not None:
+        exact = refined(phases, graph, scores, refine, count)
+    return scores, exact, training
 
 
 def _masks(

@@ -40,6 +40,24 @@ class Group(NamedTuple):
     point: int  # where they read: 2l (a layer's heads), 2l + 1 (its MLP), 2L (the logits)
 
 
+# The slots upstream nodes write in, numbered alike in every graph: 0 the input's, then
+# each layer's heads and its MLP.
+def heads_slot(layer: int) -> int:
+    """The slot ``layer``'s heads write in."""
+    return 1 + 2 * layer
+
+
+def mlp_slot(layer: int) -> int:
+    """The slot ``layer``'s MLP writes in."""
+    return 2 + 2 * layer
+
+
+def slot_parts(slot: int) -> tuple[int, bool]:
+    """A slot's layer (-1: the input's) and whether it holds heads."""
+    layer, mlp = divmod(slot - 1, 2)
+    return (-1, False) if slot == 0 else (layer, not mlp)
+
+
 @dataclass(frozen=True)
 class Graph:
     """The nodes of a decoder of ``layers`` layers, ``heads`` query heads and ``kv_heads``
@@ -130,27 +148,11 @@ class Graph:
         edges come from."""
         return int(self.edges[:, first].sum())
 
-    @staticmethod
-    def heads_slot(layer: int) -> int:
-        """The slot ``layer``'s heads write in."""
-        return 1 + 2 * layer
-
-    @staticmethod
-    def mlp_slot(layer: int) -> int:
-        """The slot ``layer``'s MLP writes in."""
-        return 2 + 2 * layer
-
-    @staticmethod
-    def slot_parts(slot: int) -> tuple[int, bool]:
-        """A slot's layer (-1: the input's) and whether it holds heads."""
-        layer, mlp = divmod(slot - 1, 2)
-        return (-1, False) if slot == 0 else (layer, not mlp)
-
     def columns(self, slot: int) -> slice:
         """Where a slot's upstream nodes lie among them."""
         if slot == 0:
             return slice(0, 1)
-        layer, heads = self.slot_parts(slot)
+        layer, heads = slot_parts(slot)
         first = 1 + layer * (self.heads + 1)
         return (
             slice(first, first + self.heads)
@@ -163,7 +165,7 @@ class Graph:
         if upstream == 0:
             return 0
         layer, within = divmod(upstream - 1, self.heads + 1)
-        return self.mlp_slot(layer) if within == self.heads else self.heads_slot(layer)
+        return mlp_slot(layer) if within == self.heads else heads_slot(layer)
 
     def drawn_at(self, downstream: str) -> str:
         """The upstream node a downstream one belongs to, as a picture draws it: a query,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.circuits.differences import head_mixing
-from attnviz.circuits.graph import Graph
+from attnviz.circuits.graph import Graph, heads_slot, mlp_slot
 from attnviz.errors import UsageError
 from attnviz.memory import give_back_freed
 from attnviz.pretrained.anatomy import Anatomy
@@ -83,7 +83,7 @@ def users_carried(
     def keep_heads(layer: int, inputs: Any, mixing: Any) -> None:
         import torch
 
-        where = graph.columns(graph.heads_slot(layer))
+        where = graph.columns(heads_slot(layer))
         heads = sorted(
             upstream - where.start
             for upstream in users.intersection(range(where.start, where.stop))
@@ -154,7 +154,7 @@ def outputs_written(
             return
         per_head = inputs.float().unflatten(-1, (body.heads, body.head_size))  # (B, S, H, Dh)
         shares = torch.einsum("bshe,hed->bshd", per_head, mixing)  # (B, S, H, D)
-        store(Graph.heads_slot(layer), shares.to(inputs.dtype))
+        store(heads_slot(layer), shares.to(inputs.dtype))
 
     def keep_input(_module: Any, args: tuple, kwargs: dict) -> None:
         store(0, hidden_of(args, kwargs)[:, positions].unsqueeze(2))
@@ -180,7 +180,7 @@ def outputs_written(
 
     def keep_mlp(layer: int) -> Callable:
         def keep(_module: Any, _args: tuple, output: Any) -> None:
-            store(Graph.mlp_slot(layer), output_of(output)[:, positions].unsqueeze(2))
+            store(mlp_slot(layer), output_of(output)[:, positions].unsqueeze(2))
 
         return keep
 
@@ -190,21 +190,28 @@ def outputs_written(
             hooks.enter_context(hooked(first))
         for layer in range(len(body.blocks)):
             handles = []
-            if wanted(Graph.mlp_slot(layer)):
+            if wanted(mlp_slot(layer)):
                 handles.append(mlp_written(body, layer).register_forward_hook(keep_mlp(layer)))
-            if wanted(Graph.heads_slot(layer)):
+            if wanted(heads_slot(layer)):
                 handles.append(body.projections[layer].register_forward_pre_hook(keep_heads(layer)))
-                post_norm = body.post_norms[layer]
+                post_norm = _post_norm_of_heads(body, layer)
                 if post_norm is not None:
-                    if getattr(body.projections[layer], "bias", None) is not None:
-                        raise UsageError(
-                            f"layer {layer}'s attention output has a bias and a post norm: "
-                            "its heads' shares of what the layer adds cannot be told apart"
-                        )
                     handles.append(post_norm.register_forward_hook(keep_post_normed(layer)))
             for handle in handles:
                 hooks.enter_context(hooked(handle))
         yield
+
+
+def _post_norm_of_heads(body: Anatomy, layer: int) -> Any:
+    """The norm after ``layer``'s attention output, if any: its heads' shares are read
+    through it, which a bias of the output projection would blur (refused)."""
+    post_norm = body.post_norms[layer]
+    if post_norm is not None and getattr(body.projections[layer], "bias", None) is not None:
+        raise UsageError(
+            f"layer {layer}'s attention output has a bias and a post norm: "
+            "its heads' shares of what the layer adds cannot be told apart"
+        )
+    return post_norm
 
 
 @contextlib.contextmanager

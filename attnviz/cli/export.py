@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnviz.atomic_files import check_writable
-from attnviz.choices import Output, View
+from attnviz.choices import Aggregate, Output, View
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import page_effect_options
@@ -28,6 +28,7 @@ from attnviz.writers import Rendering, write
 if TYPE_CHECKING:
     from attnviz.circuits.circuit import Circuit
     from attnviz.extractor import Extractor
+    from attnviz.maps import AttentionMaps
 
 
 @sharing(page_effect_options, head_choice, picture_settings, map_products, model_settings)
@@ -79,19 +80,13 @@ def export(
     between = out.checked_between(between, pair)
     check_writable(output)  # before the model loads
     extractor = asked.open(shared.environment)
-    # numpy: after the options are checked (a usage error loads none)
-    from attnviz.analysis.aggregate import aggregate as combine
-
     line = out.only_one(out.inputs(text, extractor))
     found = asked.run(extractor, line, shared.environment)
     maps, top = asked_for(found.maps), shared.effects.ranked(top, found)
     circuit = None
     if drawn is Output.HTML and shared.effects.corrupt is not None:
         circuit = _circuit(shared, reading, text, extractor, line)
-    if between is not None:
-        maps = out.between_sentences(maps, between)
-    if aggregate is not None:
-        maps = combine(maps, aggregate)
+    maps = _drawn(maps, between, aggregate)
     how = Rendering(
         view,
         style,
@@ -102,6 +97,17 @@ def export(
         circuit=circuit,
     )
     write([maps], drawn, output, how)
+
+
+def _drawn(maps: AttentionMaps, between: str | None, aggregate: Aggregate | None) -> AttentionMaps:
+    """The maps as the picture draws them: one sentence's rows over the other's columns
+    (``--between``), then combined (``--aggregate``)."""
+    # numpy: after the options are checked (a usage error loads none)
+    from attnviz.analysis.aggregate import aggregate as combine
+
+    if between is not None:
+        maps = out.between_sentences(maps, between)
+    return maps if aggregate is None else combine(maps, aggregate)
 
 
 def _circuit(

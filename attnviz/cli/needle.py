@@ -200,14 +200,7 @@ def needle(
     except (KeyboardInterrupt, Terminated):
         if not done:
             raise
-        with signals.deferred():  # a second signal waits until the finished cells are out
-            partial = written.partial()
-            where = f" to {', '.join(partial.files())}" if partial.files() else ""
-            warn(
-                f"interrupted after {len(done)} of {len(sweep.cells())} cells: the {len(done)} "
-                f"finished are written{where}, marked partial"
-            )
-            partial.write(NeedleResults(extractor.name, sweep, done))
+        written.keep_finished(NeedleResults(extractor.name, sweep, done))
         raise
     written.write(results)
 
@@ -235,6 +228,19 @@ class _Written:
         named = (self.output, self.picture)
         output, picture = (None if name is None else _partial(name) for name in named)
         return replace(self, output=output, picture=picture)
+
+    def keep_finished(self, finished: NeedleResults) -> None:
+        """An interrupted sweep's finished cells, written where :meth:`partial` says and
+        marked partial, said in one line."""
+        with signals.deferred():  # a second signal waits until the finished cells are out
+            partial = self.partial()
+            where = f" to {', '.join(partial.files())}" if partial.files() else ""
+            count = len(finished.cells)
+            warn(
+                f"interrupted after {count} of {len(finished.sweep.cells())} cells: the {count} "
+                f"finished are written{where}, marked partial"
+            )
+            partial.write(finished)
 
     def write(self, results: NeedleResults) -> None:
         _write(results, self.output_format, self.top, self.environment, self.output or d.STDIO)

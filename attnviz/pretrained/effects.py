@@ -171,25 +171,15 @@ def clean_recording(
 
     with contextlib.ExitStack() as hooks:
         for layer in range(count):
-            handles = [
-                body.projections[layer].register_forward_hook(
-                    keep(written, layer, lambda _, output: _last(output))
-                ),
-            ]
-            if head_inputs:
-                handles.append(
-                    body.projections[layer].register_forward_pre_hook(
-                        keep(inputs, layer, lambda args, _: args[0])
-                    )
-                )
-            if starts:
-                handles.append(
-                    body.blocks[layer].register_forward_hook(
-                        keep(block_outputs, layer, lambda _, output: output)
-                    )
-                )
-            for handle in handles:
-                hooks.enter_context(hooked(handle))
+            projection, block = body.projections[layer], body.blocks[layer]
+            kept = (  # what each hook registers, keeps where, and whether it is asked
+                (projection.register_forward_hook, written, lambda _, out: _last(out), True),
+                (projection.register_forward_pre_hook, inputs, lambda a, _: a[0], head_inputs),
+                (block.register_forward_hook, block_outputs, lambda _, out: out, starts),
+            )
+            for register, into, what, asked in kept:
+                if asked:
+                    hooks.enter_context(hooked(register(keep(into, layer, what))))
             if body.post_norms[layer] is not None:
                 hook = keep(post_normed, layer, at_last)
                 hooks.enter_context(hooked(body.post_norms[layer].register_forward_hook(hook)))

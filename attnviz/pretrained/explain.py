@@ -99,11 +99,7 @@ def explain_query(
     k = key_states[kv_head, : len(key_labels)].double()  # (S, Dh)
     dots = k @ q  # (S,)
     scaled = dots * scale
-    mask = torch.zeros_like(scaled)
-    if seen["mask"] is not None:
-        row = seen["mask"][0, head_index if seen["mask"].shape[1] > 1 else 0, query]
-        mask = row[: len(key_labels)].double()
-        mask = torch.where(mask <= torch.finfo(seen["mask"].dtype).min / 2, -math.inf, mask)
+    mask = _mask_row(seen["mask"], head_index, query, scaled)
     weights = torch.softmax(scaled + mask, dim=-1)
     return QueryExplanation(
         model=loaded.name,
@@ -120,6 +116,18 @@ def explain_query(
         weights=weights.numpy(),
         model_weights=own.weights[0, head_index, query].astype(np.float64),
     )
+
+
+def _mask_row(added: Any, head: int, query: int, scaled: Any) -> Any:
+    """The row of the additive mask the model added to ``head``'s scores at ``query``
+    (a T5 position bias folded in), as long as ``scaled`` (S,), float64: 0 where there is
+    none, -inf where the model's mask shuts a key out."""
+    import torch  # as explain_query, which has loaded it
+
+    if added is None:
+        return torch.zeros_like(scaled)
+    row = added[0, head if added.shape[1] > 1 else 0, query][: scaled.shape[0]].double()
+    return torch.where(row <= torch.finfo(added.dtype).min / 2, -math.inf, row)
 
 
 def _recorded(loaded: PretrainedModel, layer: nn.Module, inputs: ModelInputs) -> dict[str, Any]:

@@ -268,7 +268,7 @@ def _model_class(config: Any) -> Any:
 
 
 def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedModel:
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     offline = not options.download or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
     common = {"trust_remote_code": options.trust_remote_code, "local_files_only": offline}
@@ -286,21 +286,7 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
                 "directory saved with save_pretrained"
             ) from None
         raise AttnvizError(f"cannot fetch model {name!r}: {first_line(error)}") from None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **common)
-    except Exception as error:
-        raise AttnvizError(
-            f"cannot load a tokenizer for {name}: {first_line(error)} "
-            "(save it next to the model with tokenizer.save_pretrained)"
-        ) from None
-    if not getattr(tokenizer, "is_fast", False):
-        raise AttnvizError(f"the tokenizer of {name} is not a fast (Rust) tokenizer")
-    if len(tokenizer.get_vocab()) <= len(tokenizer.all_special_tokens):
-        # transformers builds an empty tokenizer when a model folder has none.
-        raise AttnvizError(
-            f"{name} has no tokenizer (only special tokens were found): save it next to the "
-            "model with tokenizer.save_pretrained"
-        )
+    tokenizer = _tokenizer(name, source, common)
     placement, device = _placement(options, config)
     eager = Attention(options.attention) is Attention.EAGER  # else the model's own default
     try:
@@ -326,6 +312,28 @@ def _load(name: str, source: Path | str, options: LoadOptions) -> PretrainedMode
     loaded = _prepared(name, model, tokenizer, options.verbose)
     loaded.attention, loaded.memory = Attention(options.attention), options.memory
     return loaded
+
+
+def _tokenizer(name: str, source: Path | str, common: dict[str, Any]) -> Any:
+    """The model's fast tokenizer, refused in one line where there is none to read."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **common)
+    except Exception as error:
+        raise AttnvizError(
+            f"cannot load a tokenizer for {name}: {first_line(error)} "
+            "(save it next to the model with tokenizer.save_pretrained)"
+        ) from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise AttnvizError(f"the tokenizer of {name} is not a fast (Rust) tokenizer")
+    if len(tokenizer.get_vocab()) <= len(tokenizer.all_special_tokens):
+        # transformers builds an empty tokenizer when a model folder has none.
+        raise AttnvizError(
+            f"{name} has no tokenizer (only special tokens were found): save it next to the "
+            "model with tokenizer.save_pretrained"
+        )
+    return tokenizer
 
 
 def _placement(options: LoadOptions, config: Any) -> tuple[dict[str, Any], str | None]:

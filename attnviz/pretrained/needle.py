@@ -227,6 +227,62 @@ class _AnswerCame:
         return torch.tensor([answered(text, self.answer)], device=input_ids.device)
 
 
+class _WhileWriting:
+    """A recording hook (:func:`~attnviz.pretrained.fused.recording`): at each step, each
+    head's last row read from the model's queries and keys: its most-weighted key, its
+    weight on the needle and, given ``bins``, its row over the prompt summed into that
+    many bins."""
+
+    def __init__(self, loaded: PretrainedModel, prompt: Prompt, bins: int | None) -> None:
+        modules = loaded.streams[Stream.SELF]
+        self.owner = {  # each part of a layer's attention module -> the layer
+            id(part): layer
+            for layer, (attention, _) in enumerate(modules)
+            for part in attention.modules()
+        }
+        self.read = [0] * len(modules)  # the positions each layer has read so far
+        self.steps: list[list[tuple[list[int], list[float], np.ndarray]]] = [[] for _ in modules]
+        self.needle, self.length, self.bins = prompt.needle, len(prompt.ids), bins
+
+    def __call__(self, module, query, key, value, mask, args, kwargs) -> None:
+        import torch  # the hook runs inside the model's forward pass, torch loaded
+
+        layer = self.owner.get(id(module))
+        if layer is None:
+            return
+        scores = scores_of(module, query, key, mask, args, kwargs)
+        rows, keys = query.shape[2], key.shape[2]
+        self.read[layer] += rows
+        first = self.read[layer] - keys  # the position of the first key the cache holds
+        last = np.asarray([rows - 1])
+        positions = torch.arange(first, first + keys, device=query.device)  # (W,)
+        in_prompt = positions < self.length
+        bins = self.bins or 0
+        bin_of = positions[in_prompt] * (bins or 1) // self.length
+        pooled = torch.zeros(scores.heads, bins, dtype=torch.float32, device=query.device)
+        low, high = self.needle
+        tops, masses = [], []
+        for head in range(scores.heads):
+            weights = scores.block(0, head, last, keys).tensor()[0]  # (W,)
+            tops.append(int(weights.argmax()) + first)
+            masses.append(float(weights[max(low - first, 0) : max(high - first, 0)].sum()))
+            if bins:
+                pooled[head].index_add_(0, bin_of, weights[in_prompt].float())
+        self.steps[layer].append((tops, masses, pooled.cpu().numpy()))
+
+    def arrays(self, steps_taken: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The first ``steps_taken`` steps' top keys (G, L, H), weights on the needle
+        (G, L, H) and binned rows (G, L, H, B)."""
+        top_keys = np.asarray([[tops for tops, _, _ in layer] for layer in self.steps])
+        span = np.asarray([[masses for _, masses, _ in layer] for layer in self.steps])
+        pooled = np.asarray([[rows for _, _, rows in layer] for layer in self.steps])
+        return (
+            top_keys.transpose(1, 0, 2)[:steps_taken],  # (L, G, H) -> (G, L, H)
+            span.transpose(1, 0, 2)[:steps_taken],
+            pooled.transpose(1, 0, 2, 3)[:steps_taken],
+        )
+
+
 def read_while_writing(
     loaded: PretrainedModel, prompt: Prompt, sweep: Sweep, bins: int | None = None
 ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
@@ -237,37 +293,7 @@ def read_while_writing(
     from transformers import DynamicCache, StoppingCriteriaList
 
     model = loaded.model
-    modules = loaded.streams[Stream.SELF]
-    owner = {
-        id(part): layer for layer, (module, _) in enumerate(modules) for part in module.modules()
-    }
-    read = [0] * len(modules)  # the positions each layer has read so far
-    steps: list[list[tuple[list[int], list[float], np.ndarray]]] = [[] for _ in modules]
-    low, high = prompt.needle
-    length = len(prompt.ids)
-
-    def record(module, query, key, value, mask, args, kwargs) -> None:
-        layer = owner.get(id(module))
-        if layer is None:
-            return
-        scores = scores_of(module, query, key, mask, args, kwargs)
-        rows, keys = query.shape[2], key.shape[2]
-        read[layer] += rows
-        first = read[layer] - keys  # the position of the first key the cache holds
-        last = np.asarray([rows - 1])
-        positions = torch.arange(first, first + keys, device=query.device)  # (W,)
-        in_prompt = positions < length
-        bin_of = positions[in_prompt] * (bins or 1) // length
-        pooled = torch.zeros(scores.heads, bins or 0, dtype=torch.float32, device=query.device)
-        tops, masses = [], []
-        for head in range(scores.heads):
-            weights = scores.block(0, head, last, keys).tensor()[0]  # (W,)
-            tops.append(int(weights.argmax()) + first)
-            masses.append(float(weights[max(low - first, 0) : max(high - first, 0)].sum()))
-            if bins:
-                pooled[head].index_add_(0, bin_of, weights[in_prompt].float())
-        steps[layer].append((tops, masses, pooled.cpu().numpy()))
-
+    record = _WhileWriting(loaded, prompt, bins)
     ids = torch.tensor([prompt.ids], device=model.device)
     new_tokens = sweep.max_new_tokens
     config = generation_config(loaded, Sampling(max_new_tokens=new_tokens), new_tokens)
@@ -283,13 +309,4 @@ def read_while_writing(
             stopping_criteria=StoppingCriteriaList([stop]),
         )[0].tolist()
     written = sequence[len(prompt.ids) :]
-    top_keys = np.asarray([[tops for tops, _, _ in layer] for layer in steps])  # (L, G, H)
-    span = np.asarray([[masses for _, masses, _ in layer] for layer in steps])  # (L, G, H)
-    pooled = np.asarray([[rows for _, _, rows in layer] for layer in steps])  # (L, G, H, B)
-    steps_taken = len(written)  # one forward pass per token written
-    return (
-        written,
-        top_keys.transpose(1, 0, 2)[:steps_taken],
-        span.transpose(1, 0, 2)[:steps_taken],
-        pooled.transpose(1, 0, 2, 3)[:steps_taken],
-    )
+    return (written, *record.arrays(len(written)))  # one forward pass per token written

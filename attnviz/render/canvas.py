@@ -66,17 +66,8 @@ class HeadCanvas:
         self.axes.set_xticks([])
         self.axes.set_yticks([])
         self._add_colour_bar(layout, text_size)
-        self.key_labels = [
-            self.axes.text(k, queries - 0.5 + 0.15, "", rotation=90, ha="center", va="top",
-                           fontsize=size, animated=True, transform=self.axes.transData)
-            for k in range(0, keys, layout.labels.key_step)
-        ]  # fmt: skip
-        self.query_labels = [
-            self.axes.text(-0.5 - 0.15, q, "", ha="right", va="center", fontsize=size,
-                           animated=True, transform=self.axes.transData)
-            for q in range(0, queries, layout.labels.query_step)
-        ]  # fmt: skip
         self.labels = layout.labels
+        self.key_labels, self.query_labels = self._token_texts(size)
         self.header = self.figure.text(
             0.5, 1 - 0.12 / height, "", ha="center", va="top", fontsize=text_size, animated=True
         )
@@ -111,6 +102,22 @@ class HeadCanvas:
         note = axes_note(layout.labels.key_step, layout.labels.query_step)
         self.figure.text(0.05 / width, layout.note_top / height, note, fontsize=MIN_LABEL_POINTS,
                          va="top", ha="left")  # fmt: skip
+
+    def _token_texts(self, size: float) -> tuple[list[Any], list[Any]]:
+        """The texts the keys' labels (under the cells, turned) and the queries' (left of
+        them) are drawn in: one per shown label, every key_step-th and query_step-th."""
+        queries, keys, labels = self.queries, self.keys, self.labels
+        key_texts = [
+            self.axes.text(k, queries - 0.5 + 0.15, "", rotation=90, ha="center", va="top",
+                           fontsize=size, animated=True, transform=self.axes.transData)
+            for k in range(0, keys, labels.key_step)
+        ]  # fmt: skip
+        query_texts = [
+            self.axes.text(-0.5 - 0.15, q, "", ha="right", va="center", fontsize=size,
+                           animated=True, transform=self.axes.transData)
+            for q in range(0, queries, labels.query_step)
+        ]  # fmt: skip
+        return key_texts, query_texts
 
     def _value_texts(self, size: float) -> list[Any]:
         """A text per cell for its weight, where the style asks for values and the map is

@@ -130,13 +130,7 @@ def render_grid(
     selected: tuple[int | None, int | None] = (None, None)
     if highlight is not None and maps.aggregate is None:
         selected = (maps.layers.index(highlight[0]), maps.heads.index(highlight[1]))
-    header = Text(" " * label_width)
-    for number, label in enumerate(column_labels):
-        header.append_text(fit(label, column_width))
-        if number == selected[1]:
-            header.stylize(
-                "reverse bold", len(header) - column_width, len(header) - column_width + len(label)
-            )
+    header = _header(column_labels, label_width, column_width, selected[1])
     body = [Text(summary(maps), style="bold"), header]
     for number, (label, layer) in enumerate(zip(row_labels, grid, strict=True)):
         drawn = [thumbnails.lines(matrix, scale) for matrix in layer]
@@ -162,3 +156,14 @@ def render_grid(
         body.append(Text("--values: thumbnails have no numbers (--view panels prints them)"))
     body.append(legend(scale, use_colour, rows_sum_to_one(maps)))
     return Group(*body)
+
+
+def _header(labels: list[str], indent: int, width: int, selected: int | None) -> Text:
+    """The line of column (head) labels over the grid, each ``width`` wide after
+    ``indent`` spaces, the ``selected`` one reversed."""
+    header = Text(" " * indent)
+    for number, label in enumerate(labels):
+        header.append_text(fit(label, width))
+        if number == selected:
+            header.stylize("reverse bold", len(header) - width, len(header) - width + len(label))
+    return header
