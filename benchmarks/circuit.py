@@ -36,6 +36,7 @@ from attnviz.circuits.circuit import faithfulness_of
 from attnviz.circuits.edges import read_twins
 from attnviz.circuits.estimates import estimated_scores
 from attnviz.circuits.faithfulness import Twins, circuit_metrics
+from attnviz.circuits.scored import ScoredGraph
 from attnviz.circuits.selections import selected
 from attnviz.inputs import Input
 from attnviz.pretrained.answered import answered
@@ -99,7 +100,8 @@ def speed(extractor, runs: int, count: int, steps: int) -> None:
 
     record = read()
     graph = record.wiring.graph
-    one = selected(graph, estimated_scores(record), "top", 1000, prune=False)[None]
+    estimated = ScoredGraph(graph, estimated_scores(record))
+    one = selected(estimated, "top", 1000, prune=False).circuit[None]
     passed = _as_passed(asked, record)
     del record
     timed = {
@@ -160,10 +162,9 @@ def compare(extractor, refine: int, sizes: list[int], steps: int) -> None:
     started = time.perf_counter()
     refined = extractor.circuit(pairs=dataset, method="ig", steps=steps, refine=refine, edges=0)
     print(f"EAP-IG's top {refine} again exactly: {time.perf_counter() - started:.1f} s")
-    assert refined.exact is not None
-    where = np.nonzero(refined.exact)
+    assert refined.scored.exact is not None
+    where = np.nonzero(refined.scored.exact)
     exact = refined.scores[where]
-    graph = refined.graph
     print(f"{len(dataset)} pairs; clean {refined.clean_metric:.3f}, corrupted "
           f"{refined.corrupt_metric:.3f} (mean logit difference)")  # fmt: skip
     for name, circuit in found.items():
@@ -175,7 +176,7 @@ def compare(extractor, refine: int, sizes: list[int], steps: int) -> None:
     rankings = {**found, "exact top": refined}
     print("faithfulness at equal sizes (" + ", ".join(str(size) for size in sizes) + " edges):")
     for name, circuit in rankings.items():
-        masks = np.stack([selected(graph, circuit.scores, "top", size, False) for size in sizes])
+        masks = np.stack([selected(circuit.scored, "top", size, False).circuit for size in sizes])
         values = np.zeros(len(sizes))
         clean = corrupt = 0.0
         for pair in dataset:

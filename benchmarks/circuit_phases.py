@@ -27,6 +27,7 @@ from attnviz.circuits.edges import graph_of, read_twins
 from attnviz.circuits.estimates import estimated_scores
 from attnviz.circuits.faithfulness import Twins, circuit_metrics
 from attnviz.circuits.options import CircuitOptions
+from attnviz.circuits.scored import ScoredGraph
 from attnviz.circuits.selections import selected
 from attnviz.inputs import Input
 from attnviz.pretrained.answered import answered
@@ -93,7 +94,7 @@ def main() -> None:
         wiring = runs.wiring
         del runs
     passed = Twins(wiring, model, asked.arguments, corrupt_arguments, asked.metric)
-    kept = selected(wiring.graph, scores, "top", 100, prune=False)[None]
+    kept = selected(ScoredGraph(wiring.graph, scores), "top", 100, prune=False).circuit[None]
     phase("the circuit's pass (two rows)", lambda: circuit_metrics(passed, kept))
 
 

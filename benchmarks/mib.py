@@ -38,6 +38,7 @@ from attnviz.circuits.driver import faithfulness_measured
 from attnviz.circuits.mib import MIB_FRACTIONS, areas_of, mib_sizes
 from attnviz.circuits.options import CircuitOptions
 from attnviz.circuits.passes import Here, graph_of_model
+from attnviz.circuits.scored import ScoredGraph
 from attnviz.circuits.selections import selected
 from attnviz.inputs import Input
 from attnviz.request import Request
@@ -81,7 +82,8 @@ class HeldOut:
         """The faithfulness of the circuits ``select`` chooses from ``scores`` at MIB's
         fractions, over the held-out pairs."""
         sizes = mib_sizes(graph.count)
-        masks = [selected(graph, scores, select, size, True, None) for size, _ in sizes]
+        given = ScoredGraph(graph, scores)
+        masks = [selected(given, select, size, True).circuit for size, _ in sizes]
         found = faithfulness_measured(
             self.phases, graph, masks, self.clean, self.corrupt, self.count
         )

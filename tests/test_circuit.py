@@ -420,7 +420,7 @@ def test_refine_computes_the_estimates_top_edges_exactly(generators, language_mo
     assert all(abs(found[edge] - exact_scores[edge]) <= tolerance for edge in top)
     rest = [edge for edge in estimated if edge not in top]
     assert all(found[edge] == estimated[edge] for edge in rest)
-    assert refined.exact is not None and int(refined.exact.sum()) == 6
+    assert refined.scored.exact is not None and int(refined.scored.exact.sum()) == 6
     assert any(abs(found[edge] - estimated[edge]) > 10 * tolerance for edge in top)
 
 
@@ -445,7 +445,8 @@ def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
     """top, greedy and threshold, pruned or not, on random scores: the masks equal the
     reference's edges, chosen a node at a time from EAP-IG's definitions."""
     from attnviz.circuits.graph import Graph
-    from attnviz.circuits.selections import nodes_of, selected
+    from attnviz.circuits.scored import ScoredGraph, nodes_of
+    from attnviz.circuits.selections import selected
 
     graph = Graph(*shape)
     generator = np.random.default_rng(sum(shape))
@@ -462,7 +463,7 @@ def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
     ):
         for asked in values:
             for pruned in (True, False):
-                mask = selected(graph, scores, select, asked, pruned)
+                mask = selected(ScoredGraph(graph, scores), select, asked, pruned).circuit
                 upstream, downstream = np.nonzero(mask)
                 found = {
                     (graph.upstream[u], graph.downstream[d])
@@ -481,7 +482,8 @@ def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
     ):
         for asked in values:
             for pruned in (True, False):
-                mask = selected(graph, scores, select, asked, pruned, node_scores)
+                given = ScoredGraph(graph, scores)
+                mask = selected(given, select, asked, pruned, node_scores).circuit
                 upstream, downstream = np.nonzero(mask)
                 found = {
                     (graph.upstream[u], graph.downstream[d])

@@ -482,7 +482,7 @@ def test_eap_ig_s_graph_file_holds_the_circuit_its_copies_summing_to_the_grouped
     assert max(abs(scores[edge] - found[edge]) for edge in found) <= 1e-6
     assert kept == {(first, then) for first, then, _ in expected.kept_edges()}
     held = {name for name, node in document["nodes"].items() if node["in_graph"]}
-    assert held == {*expected.nodes, "logits"}
+    assert held == {*expected.scored.nodes(), "logits"}
     failed_in_process(runner.invoke(app, [*common, "-f", "eap-ig", "--picture", "c.png"]), 2, "-f")
 
 

@@ -173,6 +173,7 @@ def test_train_each_trains_each_size_holding_the_circuit_before_it(
     (+inf logits: mask 1, no gradient) and passing exactly its size's edges; each size's
     circuit the top of its training's mask."""
     from attnviz.choices import Select
+    from attnviz.circuits.scored import ScoredGraph
     from attnviz.circuits.selections import selected
 
     extractor = language_models["llama-lm"]
@@ -201,10 +202,14 @@ def test_train_each_trains_each_size_holding_the_circuit_before_it(
     (first, asked_first, smallest), (second, asked_second, learned) = trainings
     assert asked_first.sizes == (4,) and asked_second.sizes == (9,)
     assert not np.isposinf(first).any()
-    assert top(each, 4) == named(selected(graph, smallest, Select.TOP, 4, False, None))
+    assert top(each, 4) == named(
+        selected(ScoredGraph(graph, smallest), Select.TOP, 4, False).circuit
+    )
     assert named(np.isposinf(second)) == top(each, 4)
     assert (learned[np.isposinf(second)] == 1).all()  # held: never trained down
-    assert top(each, 9) == named(selected(graph, learned, Select.TOP, 9, False, None))
+    assert top(each, 9) == named(
+        selected(ScoredGraph(graph, learned), Select.TOP, 9, False).circuit
+    )
     path = tmp_path / "each.json"
     path.write_text(json.dumps(each.document()), encoding="utf-8")
     assert read_circuit(path).training == each.training

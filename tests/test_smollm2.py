@@ -236,9 +236,9 @@ def test_circuit_scores_and_faithfulness_equal_plain_hooks_on_the_plain_model(sm
     (mary,) = tokenizer(" Mary", add_special_tokens=False)["input_ids"]
     (john,) = tokenizer(" John", add_special_tokens=False)["input_ids"]
     circuit = smollm2.circuit(IOI, " Mary", IOI_CORRUPT, versus=" John", refine=12, edges=300)
-    assert circuit.exact is not None
+    assert circuit.scored.exact is not None
     found = {(first, then): score for first, then, score in circuit.edges()}
-    exact = [(first, then) for first, then, _ in circuit.edges() if circuit.exact[
+    exact = [(first, then) for first, then, _ in circuit.edges() if circuit.scored.exact[
         circuit.graph.upstream.index(first), circuit.graph.downstream.index(then)
     ]]  # fmt: skip
     expected = reference.exact_scores(model, clean, corrupt, mary, john, exact)

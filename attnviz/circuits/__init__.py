@@ -8,7 +8,9 @@ The data (standard library and numpy; no torch):
 - :mod:`~attnviz.circuits.graph`: the graph, its nodes and edges and their layout.
 - :mod:`~attnviz.circuits.options`: what ``circuit`` asks, checked once.
 - :mod:`~attnviz.circuits.pairs`: a circuit's pairs as given, each checked.
-- :mod:`~attnviz.circuits.selections`: the scores and the ask into the circuit's mask.
+- :mod:`~attnviz.circuits.scored`: the :class:`ScoredGraph` every reader goes through:
+  the graph, each edge's score and the circuit, over the axes it names.
+- :mod:`~attnviz.circuits.selections`: a scored graph's circuit, from the ask.
 - :mod:`~attnviz.circuits.circuit`: the :class:`Circuit` result and its JSON document.
 - :mod:`~attnviz.circuits.files`: a circuit's JSON file read back, every field checked.
 - :mod:`~attnviz.circuits.eap_ig`: hannamw/EAP-IG's graph file, written and read.

@@ -7,7 +7,9 @@ a dataset, each m the mean over the pairs)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -17,20 +19,12 @@ from attnviz.analysis.effects import Answer, Drawn
 from attnviz.choices import Ablation, CircuitMethod, Level, Output, Select
 from attnviz.circuits.graph import Graph
 from attnviz.circuits.mib import Areas, areas_of
-from attnviz.circuits.selections import nodes_of
+from attnviz.circuits.scored import ScoredGraph
 from attnviz.circuits.training import Training
 from attnviz.drawing import drawer
 
 if TYPE_CHECKING:
     from attnviz.drawing import Picture
-
-
-def ranked(graph: Graph, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every edge's (upstream, downstream) indices, largest |score| first (ties in the
-    graph's order)."""
-    upstream, downstream = graph.edge_list()
-    order = np.argsort(-np.abs(scores[upstream, downstream]), kind="stable")
-    return upstream[order], downstream[order]
 
 
 # A difference of two metrics within this share of their size is float32 rounding (the
@@ -85,8 +79,7 @@ class Circuit(Drawn):
     pairs)."""
 
     model: str
-    graph: Graph
-    scores: np.ndarray
+    scored: ScoredGraph  # every edge's score and the circuit's edges
     method: CircuitMethod
     steps: int | None
     pairs: int
@@ -94,11 +87,8 @@ class Circuit(Drawn):
     select: Select
     asked: float
     prune: bool
-    in_graph: np.ndarray  # (U, N) bool
     faithfulness: float | None
     curve: tuple[CurvePoint, ...] = ()
-    # where --refine computed an estimate's top edges exactly: (upstream, downstream) bool
-    exact: np.ndarray | None = None
     # each upstream node's output at the last position through the unembedding: its tokens
     # promoted most, where read (the picture labels heads with them)
     promoted: tuple[str, ...] = ()
@@ -122,20 +112,29 @@ class Circuit(Drawn):
         )
 
     @property
+    def graph(self) -> Graph:
+        """The graph its edges are of (:mod:`attnviz.circuits.graph`)."""
+        return self.scored.graph
+
+    @property
+    def scores(self) -> np.ndarray:
+        """Every edge's score, (upstream, downstream); 0 where there is no edge."""
+        return self.scored.scores
+
+    @property
+    def in_graph(self) -> np.ndarray:
+        """The circuit's edges, (upstream, downstream) bool."""
+        return self.scored.circuit
+
+    @property
     def kept(self) -> int:
         """How many edges the circuit holds."""
-        return int(self.in_graph.sum())
+        return self.scored.kept
 
     @property
     def areas(self) -> Areas | None:
         """MIB's CPR and CMD, where the curve is its ten fractions (``curve=["mib"]``)."""
         return areas_of([(point.fraction, point.faithfulness) for point in self.curve])
-
-    @property
-    def nodes(self) -> list[str]:
-        """The heads and MLPs the circuit holds (and the input, where an edge leaves it)."""
-        held = nodes_of(self.graph, self.in_graph)
-        return [name for name, kept in zip(self.graph.upstream, held, strict=True) if kept]
 
     @property
     def clean_metric(self) -> float:
@@ -149,12 +148,8 @@ class Circuit(Drawn):
 
     def edges(self, count: int | None = None) -> list[tuple[str, str, float]]:
         """The ``count`` edges of largest |score| (every edge for None): (from, to, score)."""
-        upstream, downstream = ranked(self.graph, self.scores)
-        chosen = zip(upstream[:count], downstream[:count], strict=True)
-        return [
-            (self.graph.upstream[u], self.graph.downstream[d], float(self.scores[u, d]))
-            for u, d in chosen
-        ]
+        rows = islice(self.scored.rows(), count)
+        return [(row.upstream, row.downstream, row.score) for row in rows]
 
     def _repr_html_(self) -> str:
         """In a notebook: the one-line header, then the circuit's own page (its graph, an
@@ -169,12 +164,7 @@ class Circuit(Drawn):
 
     def kept_edges(self) -> list[tuple[str, str, float]]:
         """The circuit's edges, largest |score| first: (from, to, score)."""
-        upstream, downstream = ranked(self.graph, self.scores)
-        held = self.in_graph[upstream, downstream]
-        return [
-            (self.graph.upstream[u], self.graph.downstream[d], float(self.scores[u, d]))
-            for u, d in zip(upstream[held], downstream[held], strict=True)
-        ]
+        return [(row.upstream, row.downstream, row.score) for row in self.scored.rows(held=True)]
 
     def picture(self, format: Output | str = "png", **style: Any) -> Picture:
         """The circuit as a graph (layers bottom to top; edge width by |score|, colour by
@@ -183,37 +173,20 @@ class Circuit(Drawn):
 
     def records(self) -> list[dict[str, object]]:
         """A row per edge, largest |score| first, for a table of data (csv)."""
-        upstream, downstream = ranked(self.graph, self.scores)
-        kept = self.in_graph
-        rows = []
-        for rank, (u, d) in enumerate(zip(upstream, downstream, strict=True), 1):
-            row: dict[str, object] = {
-                "rank": rank,
-                "from": self.graph.upstream[u],
-                "to": self.graph.downstream[d],
-                "score": float(self.scores[u, d]),
-                "in_circuit": bool(kept[u, d]),
-            }
-            if self.exact is not None:
-                row["exact"] = bool(self.exact[u, d])
-            rows.append(row)
-        return rows
+        return [{"rank": rank, **edge} for rank, edge in enumerate(self._edge_fields(), 1)]
+
+    def _edge_fields(self) -> Iterator[dict[str, object]]:
+        """Each edge's fields as its files write them, largest |score| first."""
+        for row in self.scored.rows():
+            edge: dict[str, object] = {"from": row.upstream, "to": row.downstream}
+            edge |= {"score": row.score, "in_circuit": row.in_circuit}
+            yield edge if row.exact is None else {**edge, "exact": row.exact}
 
     def document(self) -> dict[str, object]:
         """The whole circuit as one JSON document."""
         nodes = list(dict.fromkeys([*self.graph.upstream, *self.graph.downstream]))
         kept = [[first, then] for first, then, _ in self.kept_edges()]
-        edges: list[dict[str, object]] = []
-        for u, d in zip(*ranked(self.graph, self.scores), strict=True):
-            edge = {
-                "from": self.graph.upstream[u],
-                "to": self.graph.downstream[d],
-                "score": float(self.scores[u, d]),
-                "in_circuit": bool(self.in_graph[u, d]),
-            }
-            if self.exact is not None:
-                edge["exact"] = bool(self.exact[u, d])
-            edges.append(edge)
+        edges = list(self._edge_fields())
         on, areas = self.answer, self.areas
         return {
             "kind": CIRCUIT_KIND,
@@ -246,7 +219,7 @@ class Circuit(Drawn):
                 "asked": self.asked,
                 "prune": self.prune,
                 "kept": self.kept,
-                "nodes": self.nodes,
+                "nodes": self.scored.nodes(),
                 "edges": kept,
                 "faithfulness": self.faithfulness,
             },

@@ -23,13 +23,13 @@ from attnviz.circuits.circuit import (
     CurvePoint,
     changes_nothing,
     faithfulness_of,
-    ranked,
 )
 from attnviz.circuits.given import Given
 from attnviz.circuits.notes import say_faithfulness, say_pruning_moved
 from attnviz.circuits.optimized import ranked_scores, starting_logits, tiered_scores
 from attnviz.circuits.options import DEFAULT_EDGES
 from attnviz.circuits.phases import Phases, Scored
+from attnviz.circuits.scored import ScoredGraph
 from attnviz.circuits.selections import selected
 from attnviz.circuits.training import Training
 from attnviz.errors import UsageError
@@ -58,22 +58,20 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
     scored = phases.scored(options.scored_by, options.steps, options.bootstrap)
     count, graph = scored.pairs, scored.graph
     clean, corrupt = scored.clean / count, scored.corrupt / count
-    scores, exact, training = _scores_asked(phases, options, scored, asked, refine)
-    nodes = node_scores(phases, graph, scores, scored.method, clean, count) if node_level else None
-    masks, as_chosen = _masks(
-        graph, scores, options, asked, [size for size, _ in sizes], nodes, post_norms
-    )
-    faithful = _faithfulness(phases, graph, masks, as_chosen, clean, corrupt, count)
-    say_faithfulness(faithful[0], int(masks[0].sum()), node_level)
+    means, training = _scores_asked(phases, options, scored, asked, refine)
+    nodes = node_scores(phases, means, scored.method, clean, count) if node_level else None
+    curve_sizes: list[float] = [size for size, _ in sizes]
+    chosen, as_chosen = _chosen(means, options, asked, curve_sizes, nodes, post_norms)
+    faithful = _faithfulness(phases, graph, chosen, as_chosen, clean, corrupt, count)
+    say_faithfulness(faithful[0], chosen[0].kept, node_level)
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     curve = [
-        CurvePoint(size, int(mask.sum()), value, fraction)
-        for (size, fraction), mask, value in zip(sizes, masks[1:], faithful[1:], strict=True)
+        CurvePoint(size, each.kept, value, fraction)
+        for (size, fraction), each, value in zip(sizes, chosen[1:], faithful[1:], strict=True)
     ]
     return Circuit(
         scored.model,
-        graph,
-        scores,
+        chosen[0],
         scored.method if training is None else options.method,
         scored.steps,
         count,
@@ -81,10 +79,8 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
         options.select,
         asked,
         options.prune,
-        masks[0],
         faithful[0],
         tuple(curve),
-        exact,
         phases.promoted(scored.last / count),
         scored.width,
         options.level,
@@ -99,82 +95,76 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
 
 def _scores_asked(
     phases: Phases, options: CircuitOptions, scored: Scored, asked: float, refine: int | None
-) -> tuple[np.ndarray, np.ndarray | None, Training | None]:
-    """The edges' mean scores over the pairs as the options ask them, (U, N): each edge's
-    sign held over the bootstrap's resamples (or 0), or a mask trained from them
-    (``optimize``, with its training); and which edges were scored exactly, (U, N) bool,
-    the estimate's top ``refine`` again exactly where asked."""
+) -> tuple[ScoredGraph, Training | None]:
+    """The graph with the edges' mean scores over the pairs as the options ask them: each
+    edge's sign held over the bootstrap's resamples (or 0), or a mask trained from them
+    (``optimize``, with its training), the estimate's top ``refine`` again exactly where
+    asked (and which those are)."""
     count, graph = scored.pairs, scored.graph
-    scores, exact, training = scored.scores / count, scored.exact, None
+    scores, training = scored.scores / count, None
     if scored.resampled is not None:
         scores = bootstrapped(scored.resampled, count)
     if options.method is CircuitMethod.OPTIMIZE:
         metrics = (scored.clean / count, scored.corrupt / count)
         scores, training = optimized_scores(phases, graph, scores, asked, metrics, options)
-    if refine is not None:
-        exact = refined(phases, graph, scores, refine, count)
-    return scores, exact, training
+    means = ScoredGraph(graph, scores, exact=scored.exact)
+    return (means if refine is None else refined(phases, means, refine, count)), training
 
 
-def _masks(
-    graph: Graph,
-    scores: np.ndarray,
+def _chosen(
+    scored: ScoredGraph,
     options: CircuitOptions,
     asked: float,
     curve: list[float],
     nodes: np.ndarray | None,
     post_norms: bool,
-) -> tuple[list[np.ndarray], np.ndarray]:
+) -> tuple[list[ScoredGraph], ScoredGraph]:
     """The circuit the options ask (of ``asked`` edges, or by their threshold), then the
-    circuit of each size of ``curve``: each a mask over the graph's edges; and the first
+    circuit of each size of ``curve``, each chosen from ``scored``; and the first
     unpruned, to say what pruning did where it can move the metric (``post_norms``: a
     norm after attention scales a layer's heads together), else the first itself."""
-    masks = [
-        selected(graph, scores, options.select, size, options.prune, nodes)
-        for size in (asked, *curve)
+    chosen = [
+        selected(scored, options.select, size, options.prune, nodes) for size in (asked, *curve)
     ]
-    if options.select is Select.THRESHOLD and not masks[0].any():
-        largest = float(np.abs(scores[graph.edges]).max())
+    if options.select is Select.THRESHOLD and not chosen[0].circuit.any():
         raise UsageError(
-            f"--threshold {asked:g} keeps no edge: the largest |score| is {largest:.4g}"
+            f"--threshold {asked:g} keeps no edge: the largest |score| is {scored.largest():.4g}"
         )
     if not (options.prune and post_norms):
-        return masks, masks[0]
-    return masks, selected(graph, scores, options.select, asked, False, nodes)
+        return chosen, chosen[0]
+    return chosen, selected(scored, options.select, asked, False, nodes)
 
 
 def _faithfulness(
     phases: Phases,
     graph: Graph,
-    masks: list[np.ndarray],
-    as_chosen: np.ndarray,
+    chosen: list[ScoredGraph],
+    as_chosen: ScoredGraph,
     clean: float,
     corrupt: float,
     count: int,
 ) -> list[float | None]:
-    """Each mask's faithfulness, in one pass over the pairs; where pruning changed the
+    """Each circuit's faithfulness, in one pass over the pairs; where pruning changed the
     circuit (``as_chosen`` is the unpruned one), what it did to the metric is said."""
-    compared = bool((as_chosen != masks[0]).any())
-    faithful = faithfulness_measured(
-        phases, graph, [*masks, as_chosen] if compared else masks, clean, corrupt, count
-    )
+    masks = [each.circuit for each in chosen]
+    compared = bool((as_chosen.circuit != masks[0]).any())
+    measured = [*masks, as_chosen.circuit] if compared else masks
+    faithful = faithfulness_measured(phases, graph, measured, clean, corrupt, count)
     if compared:
-        say_pruning_moved(int(as_chosen.sum()), int(masks[0].sum()), faithful.pop(), faithful[0])
+        say_pruning_moved(as_chosen.kept, chosen[0].kept, faithful.pop(), faithful[0])
     return faithful
 
 
-def refined(
-    phases: Phases, graph: Graph, scores: np.ndarray, refine: int, pairs: int
-) -> np.ndarray:
-    """The top ``refine`` edges of ``scores`` computed exactly, in place (the means over
-    the ``pairs``), and which they are, (U, N) bool."""
-    upstream, downstream = ranked(graph, scores)
+def refined(phases: Phases, scored: ScoredGraph, refine: int, pairs: int) -> ScoredGraph:
+    """The top ``refine`` edges of ``scored`` computed exactly (the means over the
+    ``pairs``), and which they are."""
+    upstream, downstream = scored.ranked()
     chosen = [(int(u), int(d)) for u, d in zip(upstream[:refine], downstream[:refine], strict=True)]
     values = phases.exact(chosen) / pairs
-    exact = np.zeros(graph.edges.shape, dtype=bool)
+    scores, exact = scored.scores.copy(), np.zeros(scored.graph.edges.shape, dtype=bool)
     for (u, d), value in zip(chosen, values, strict=True):
         scores[u, d], exact[u, d] = value, True
-    return exact
+    return replace(scored, scores=scores, exact=exact)
 
 
 def tell_ablation(phases: Phases, options: CircuitOptions, graph: Graph) -> None:
@@ -264,7 +254,7 @@ def trained_each(
         start = starting_logits(graph, scores, size)
         start[held] = np.inf
         learned, training = phases.optimized(start, gap, options.training._replace(sizes=(size,)))
-        held = selected(graph, learned, Select.TOP, size, False, None)
+        held = selected(ScoredGraph(graph, learned), Select.TOP, size, False).circuit
         trained.append((held, learned))
         losses += training.losses
     steps = options.training.steps * len(trained)
@@ -274,20 +264,16 @@ def trained_each(
 
 
 def node_scores(
-    phases: Phases,
-    graph: Graph,
-    scores: np.ndarray,
-    method: CircuitMethod,
-    clean: float,
-    pairs: int,
+    phases: Phases, scored: ScoredGraph, method: CircuitMethod, clean: float, pairs: int
 ) -> np.ndarray:
     """Each upstream node's score, (U,): exactly (``method`` exact), the metric with the
     node's output carrying its corrupted value into everything that reads it, less the
     clean metric (a pass over the pairs for each node); else the estimate's, the sum of
     the node's edges' (a node's output reaches every input above it through the residual
     stream, so its gradient is the sum of theirs)."""
+    graph = scored.graph
     if method is not CircuitMethod.EXACT:
-        return np.asarray(scores.sum(axis=1), dtype=np.float64)
+        return np.asarray(scored.scores.sum(axis=1), dtype=np.float64)
     masks = np.repeat(graph.edges[None], len(graph.upstream), axis=0)  # (U, U, N)
     masks[np.arange(len(graph.upstream)), np.arange(len(graph.upstream))] = False
     return np.asarray(phases.measured(masks) / pairs - clean, dtype=np.float64)

@@ -25,7 +25,6 @@ import numpy as np
 from attnviz.circuits.circuit import Circuit
 from attnviz.circuits.files import circuit_of_document, finite_number, json_document
 from attnviz.circuits.graph import LOGITS, Graph
-from attnviz.circuits.selections import nodes_of
 from attnviz.errors import UsageError
 
 
@@ -33,15 +32,11 @@ def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
     """The circuit as EAP-IG's graph file."""
     graph = circuit.graph
     group = graph.heads // graph.kv_heads
-    held = nodes_of(graph, circuit.in_graph)
-    nodes = {
-        name: {"in_graph": bool(kept)} for name, kept in zip(graph.upstream, held, strict=True)
-    }
+    held = set(circuit.scored.nodes())
+    nodes = {name: {"in_graph": name in held} for name in graph.upstream}
     nodes[LOGITS] = {"in_graph": True}  # EAP-IG's logits are always in its graph
     edges: dict[str, dict[str, Any]] = {}
-    for u, d in zip(*graph.edge_list(), strict=True):
-        parent, child = graph.upstream[u], graph.downstream[d]
-        score, kept = float(circuit.scores[u, d]), bool(circuit.in_graph[u, d])
+    for parent, child, score, kept, _ in circuit.scored.rows(ranked=False):
         parts = child.split(".")
         if len(parts) == 1:  # an MLP's input, or the logits
             edges[f"{parent}->{child}"] = {"score": score, "in_graph": kept}

@@ -16,6 +16,7 @@ from attnviz.analysis.effects import Answer
 from attnviz.choices import INTERVENTIONS, Ablation, CircuitMethod, Level, Select
 from attnviz.circuits.circuit import CIRCUIT_KIND, Circuit, CurvePoint, Pair
 from attnviz.circuits.graph import Graph
+from attnviz.circuits.scored import ScoredGraph
 from attnviz.circuits.training import Training
 from attnviz.errors import UsageError
 
@@ -71,14 +72,13 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
     graph = _graph(_Reader(shape, where), len(read.part("edges", list)), where)
     if read.part("nodes", list) != list(dict.fromkeys([*graph.upstream, *graph.downstream])):
         raise UsageError(f"{where}: its nodes are not those of its graph's layers and heads")
-    scores, in_graph, exact = _edges(read, graph, where)
+    scored = _edges(read, graph, where)
     chosen = _Reader(read.part("circuit", dict), f"{where}, its circuit")
     curve = [_Reader(point, f"{where}, its curve") for point in read.part("curve", list)]
     steps = read.document.get("steps")
     return Circuit(
         read.part("model", str),
-        graph,
-        scores,
+        scored,
         read.choice("method", CircuitMethod),
         None if steps is None else read.whole("steps"),
         read.whole("pairs"),
@@ -88,7 +88,6 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         if isinstance(chosen.document.get("asked"), int)
         else chosen.number("asked"),
         chosen.part("prune", bool),
-        in_graph,
         chosen.optional_number("faithfulness"),
         tuple(
             CurvePoint(
@@ -99,7 +98,6 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
             )
             for point in curve
         ),
-        exact,
         tuple(read.part("promoted", list)),
         None if shape.get("width") is None else _Reader(shape, where).whole("width"),
         chosen.choice("level", Level),
@@ -185,11 +183,9 @@ def _training(value: Any, where: str) -> Training | None:
     )
 
 
-def _edges(
-    read: _Reader, graph: Graph, where: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _edges(read: _Reader, graph: Graph, where: str) -> ScoredGraph:
     """A document's edges, each checked: every edge's score, whether it is in the circuit,
-    and (where the document says) whether it was computed exactly; (U, N) each."""
+    and (where the document says) whether it was computed exactly."""
     scores = np.zeros(graph.edges.shape)
     in_graph = np.zeros(graph.edges.shape, dtype=bool)
     exact = np.zeros(graph.edges.shape, dtype=bool)
@@ -210,7 +206,7 @@ def _edges(
             exact[u, d] = each.part("exact", bool)
     if not (seen == graph.edges).all():
         raise UsageError(f"{where} holds {int(seen.sum()):,} of its graph's {graph.count:,} edges")
-    return scores, in_graph, exact if refined else None
+    return ScoredGraph(graph, scores, in_graph, exact if refined else None)
 
 
 def _node_scores(value: Any, count: int, where: str) -> np.ndarray | None:

@@ -75,7 +75,7 @@ class Given:
             found.answer,
             found.method,
             found.steps,
-            found.exact,
+            found.scored.exact,
             found.width,
             self.path,
         )

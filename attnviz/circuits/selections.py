@@ -1,6 +1,6 @@
-"""Which edges of a scored graph make a circuit: one function, :func:`selected`, turns the
-scores and what was asked into the circuit's mask over the edges, (U, N) bool, which every
-pass, file and picture reads.
+"""Which edges of a scored graph make a circuit: one function, :func:`selected`, sets the
+circuit of a :class:`~attnviz.circuits.scored.ScoredGraph` from its scores and what was
+asked, which every pass, file and picture reads.
 
 The rules are EAP-IG's (hannamw/EAP-IG, ``Graph.apply_topn``, ``apply_greedy``,
 ``apply_threshold`` and ``prune``), on attnviz's graph, whose key and value inputs are a
@@ -30,32 +30,30 @@ import numpy as np
 
 from attnviz.choices import Select
 from attnviz.circuits.graph import Graph
+from attnviz.circuits.scored import ScoredGraph, nodes_of
 
 
 def selected(
-    graph: Graph,
-    scores: np.ndarray,
+    scored: ScoredGraph,
     select: Select,
     asked: float,
     prune: bool = True,
     node_scores: np.ndarray | None = None,
-) -> np.ndarray:
-    """The circuit's edges, (U, N) bool: chosen from ``scores`` (U, N) by ``select``,
-    ``asked`` its size (top, greedy) or its threshold, dead ends pruned if ``prune``. With
+) -> ScoredGraph:
+    """The scored graph with its circuit chosen from its scores by ``select``, ``asked``
+    its size (top, greedy) or its threshold, dead ends pruned if ``prune``. With
     ``node_scores`` (U,), a node circuit: its nodes chosen so from them, its edges those
     between them (and into the logits)."""
-    select = Select(select)
+    select, graph = Select(select), scored.graph
     if node_scores is not None:
         mask = _between(graph, _nodes_chosen(node_scores, select, asked))
-        return pruned(graph, mask) if prune else mask
-    magnitude = np.where(graph.edges, np.abs(scores), -np.inf)
-    if select is Select.THRESHOLD:
-        mask = graph.edges & (magnitude >= asked)
+    elif select is Select.THRESHOLD:
+        mask = graph.edges & (scored.magnitude() >= asked)
     elif select is Select.GREEDY:
-        mask = _greedy(graph, magnitude, int(asked))
+        mask = _greedy(graph, scored.magnitude(), int(asked))
     else:
-        mask = _top(graph, magnitude, int(asked))
-    return pruned(graph, mask) if prune else mask
+        mask = _top(graph, scored.magnitude(), int(asked))
+    return scored.chosen(pruned(graph, mask) if prune else mask)
 
 
 def _nodes_chosen(node_scores: np.ndarray, select: Select, asked: float) -> np.ndarray:
@@ -108,15 +106,6 @@ def _greedy(graph: Graph, magnitude: np.ndarray, count: int) -> np.ndarray:
             joined[u] = True
             offer(np.nonzero(graph.inputs[u])[0])
     return mask
-
-
-def nodes_of(graph: Graph, mask: np.ndarray) -> np.ndarray:
-    """The nodes a circuit holds, (U,) bool: those an edge of it leaves and one enters (one
-    of their inputs; the input node needs none)."""
-    leaving = np.any(mask, axis=1)
-    entering = np.any(graph.inputs & np.any(mask, axis=0)[None, :], axis=1)
-    entering[0] = True  # the input node
-    return leaving & entering
 
 
 def pruned(graph: Graph, mask: np.ndarray) -> np.ndarray:

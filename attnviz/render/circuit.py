@@ -5,6 +5,7 @@ colour by sign) beside its faithfulness curve."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -119,7 +120,7 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         for point in circuit.curve
     ]
     if circuit.bootstrap is not None:
-        held = int((circuit.scores[circuit.graph.edges] != 0).sum())
+        held = circuit.scored.scored_edges()
         lines.append(
             f"scores bootstrapped over {circuit.bootstrap} resamples of the pairs: {held:,} "
             f"of {circuit.graph.count:,} edges kept their sign in every one (the rest score 0)"
@@ -141,23 +142,21 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
     table = Table()
     for name, justify in (("#", "right"), ("from", "left"), ("to", "left"), ("score", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    refined = circuit.exact is not None
+    edges = list(islice(circuit.scored.rows(), rows))
+    refined = circuit.scored.exact is not None
     if refined:
         table.add_column("exact", justify="center")
-    largest = max((abs(score) for *_, score in circuit.edges(rows)), default=0.0)
-    index = {name: number for number, name in enumerate(circuit.graph.upstream)}
-    downstream = {name: number for number, name in enumerate(circuit.graph.downstream)}
-    for rank, (first, then, score) in enumerate(circuit.edges(rows), 1):
-        red, green, blue = diverging(score, largest)
+    largest = max((abs(edge.score) for edge in edges), default=0.0)
+    for rank, edge in enumerate(edges, 1):
+        red, green, blue = diverging(edge.score, largest)
         cells: list[RenderableType] = [
             str(rank),
-            first,
-            then,
-            Text(f"{score:+z.4f}", style=f"on rgb({red},{green},{blue})"),
+            edge.upstream,
+            edge.downstream,
+            Text(f"{edge.score:+z.4f}", style=f"on rgb({red},{green},{blue})"),
         ]
         if refined:
-            assert circuit.exact is not None
-            cells.append("✓" if circuit.exact[index[first], downstream[then]] else "")
+            cells.append("✓" if edge.exact else "")
         table.add_row(*cells)
     notes = [Text(score_line(circuit)), *(Text(line) for line in faithfulness_lines(circuit))]
     if circuit.method is not CircuitMethod.EXACT and circuit.source is None:
