@@ -1,4 +1,4 @@
-"""The options of what heads do to an answer (``--answer``, ``--corrupt``, ``--ablate``,
+"""The options of what heads do to an answer (``--answer``, ``--corrupt``, ``--ablation``,
 ``--knockout`` …), one :class:`Effects` bundle, and the commands' cuts of it.
 """
 

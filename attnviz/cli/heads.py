@@ -115,7 +115,7 @@ def heads(
     top_key_position its position. With --rows, every statistic is read from those
     query rows only (what the last token reads).
     ablation and dla (with --answer): how much the metric drops without each
-    head (its output replaced as --ablate says) and what the head writes to the
+    head (its output replaced as --ablation says) and what the head writes to the
     answer's logit (W_U[answer] - W_U[versus] with --versus); sorted by ablation.
     patch (with --corrupt): how much of the metric comes back when the head's
     clean output is put into the run on the corrupted text.
