@@ -44,7 +44,9 @@ def page() -> str:
     from attnviz.cli.app import COMMANDS
 
     sections = [INTRODUCTION]
-    for arguments in [[], *([name] for name in COMMANDS)]:
+    every = [[name, *([sub] if sub else [])] for name, entry in COMMANDS.items()
+             for sub in ("", *entry.subcommands)]  # fmt: skip
+    for arguments in [[], *every]:
         title = " ".join(["attnviz", *arguments])
         sections.append(f"## `{title}`\n\n```text\n{help_text(arguments).rstrip()}\n```\n")
     return "\n".join(sections)

@@ -65,8 +65,9 @@ def _silence_stdout() -> None:
 
 @dataclass(frozen=True)
 class CommandEntry:
-    module: str  # where the command's function (named like the command) lives
+    module: str  # where the command's function (or group of them) named like it lives
     summary: str  # the line `attnviz --help` shows for it
+    subcommands: tuple[str, ...] = ()  # a group's commands (`attnviz pairs check`)
 
 
 # Every command, in the order `attnviz --help` lists them. A command's module is
@@ -107,6 +108,9 @@ COMMANDS = {
     ),
     "needle": CommandEntry(
         "attnviz.cli.needle", "A needle-in-a-haystack sweep, and the heads that retrieve it."
+    ),
+    "pairs": CommandEntry(
+        "attnviz.cli.pairs", "Check a dataset of pairs before a circuit is found on it.", ("check",)
     ),
     "stats": CommandEntry(
         "attnviz.cli.stats", "Per-head statistics over a whole corpus, in bounded memory."
@@ -183,6 +187,10 @@ class AttnvizGroup(TyperGroup):
         from typer.models import CommandInfo
 
         function = getattr(importlib.import_module(entry.module), name)
+        if isinstance(function, typer.Typer):  # a group of commands
+            from typer.main import get_group
+
+            return get_group(function)
         return get_command_from_info(
             CommandInfo(name=name, callback=function, short_help=entry.summary),
             pretty_exceptions_short=True,

@@ -1,0 +1,119 @@
+"""`attnviz pairs`: a dataset of pairs (a text, its answer, a versus answer and a
+corrupted twin, a JSON object a line) checked against a model before ``circuit`` is run on
+it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from attnviz.choices import Output
+from attnviz.cli import declarations as d
+from attnviz.cli import output as out
+from attnviz.cli.environment import stdout_console
+from attnviz.cli.generate import LanguageModelOption
+from attnviz.cli.settings import Reading, model_settings
+from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
+from attnviz.errors import AttnvizError, UsageError, warn
+from attnviz.outputs import formats_named
+
+if TYPE_CHECKING:
+    from attnviz.circuits.pair_checks import PairsChecked
+
+pairs = typer.Typer(
+    name="pairs",
+    help="Check a dataset of pairs before a circuit is found on it.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+PairsArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="FILE",
+        help="The pairs: a JSON object a line, each with text, answer and corrupt (and "
+        "versus); - for stdin.",
+    ),
+]
+FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
+
+
+class PairsRefused(AttnvizError):
+    """Some pairs would be refused by ``circuit``: each is listed, the command exits 1."""
+
+
+@pairs.command("check")
+@sharing(model_settings)
+def check(
+    source: PairsArgument,
+    model: LanguageModelOption,
+    output_format: FormatOption = Output.TABLE,
+    width: d.WidthOption = None,
+    shared: Shared = NOTHING_SHARED,
+) -> None:
+    """Each pair as circuit reads it: the tokens of its text, its corrupted twin and its
+    answers, the answer's rank after the text (1: the model's likeliest next token), the
+    metric after the text and after its twin, and the earlier line it repeats. Exits 1,
+    each refused line named on stderr, where circuit would refuse a pair.
+    """
+    lines, given = _read_pairs(source)
+    extractor = shared.request(Reading(model)).open(shared.environment)
+    # numpy and the pretrained passes: after the file is read (a bad one loads no model)
+    from attnviz.circuits.pair_checks import checked_pairs
+
+    names = [f"{source}, line {line}" for line in lines]
+    found = checked_pairs(extractor, given, lines, names)
+    if output_format is Output.TABLE:
+        from attnviz.render.pair_checks import pairs_table  # rich's drawing
+
+        console = stdout_console(d.ColourChoice.AUTO, width, shared.environment)
+        console.print(pairs_table(found))
+    else:
+        out.write_data(found, output_format)
+    _say_refused(found)
+
+
+def _say_refused(found: PairsChecked) -> None:
+    """Each refused pair's line on stderr, then the count: exit 1."""
+    refused = found.refused
+    if not refused:
+        return
+    for each in refused:
+        assert each.refused is not None
+        warn(each.refused)
+    raise PairsRefused(f"{len(refused)} of {len(found.pairs)} pairs would be refused by circuit")
+
+
+def _read_pairs(source: str) -> tuple[list[int], list[dict[str, Any]]]:
+    """The pairs of a JSONL file as mappings, with the line each is on; a file that is no
+    JSONL, or a line that is no JSON object, refused in one line."""
+    # the batch package's reader of JSONL lines
+    from attnviz.batch.inputs import iter_inputs
+
+    lines: list[int] = []
+    given: list[dict[str, Any]] = []
+    for item in iter_inputs(source):
+        if item.blank:
+            continue
+        if item.error is not None:
+            raise UsageError(f"{source}: {item.error}")
+        fields = {"answer": item.answer, "versus": item.versus, "corrupt": item.corrupt}
+        if not lines and _plain_text(source, fields):
+            raise UsageError(
+                f"{source} is not JSONL pairs: one JSON object per line, with text, answer "
+                "and corrupt"
+            )
+        lines.append(item.line)
+        given.append({"text": item.text, **fields})
+    if not given:
+        raise UsageError(f"{source} holds no pairs: one JSON object per line")
+    return lines, given
+
+
+def _plain_text(source: str, fields: dict[str, str | None]) -> bool:
+    """Whether the file's first line was read as a plain text (no .jsonl suffix, and no
+    field of a pair's beside its text), not as a JSON object."""
+    suffix = Path(source).suffix.lower()
+    return suffix not in (".jsonl", ".ndjson") and all(part is None for part in fields.values())

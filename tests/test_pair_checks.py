@@ -1,0 +1,84 @@
+"""attnviz pairs check: a dataset's pairs checked as circuit reads them, each pair's rank
+and metrics held to the model's own logits, its repeats and refusals found."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnviz.circuits.pair_checks import checked_pairs
+from attnviz.cli import app
+from attnviz.errors import UsageError
+from tests.circuit_references import OTHER, PAIR, THIRD
+from tests.hook_references import answer_token_id, token_ids
+
+FAMILY = "gpt2-lm"
+LONGER = {**OTHER, "corrupt": "The dog saw the man only because"}  # a token more
+
+
+def _reference(path, model, pair):
+    """The answer's rank and the logit difference after the text, and after its twin,
+    from the model's own forward passes."""
+    answer = answer_token_id(path, pair["text"], pair["answer"])
+    versus = answer_token_id(path, pair["text"], pair["versus"])
+    found = []
+    for text in (pair["text"], pair["corrupt"]):
+        with torch.no_grad():
+            logits = model(token_ids(path, text)).logits[0, -1].float()
+        rank = int((logits > logits[answer]).sum()) + 1
+        found.append((rank, float(logits[answer] - logits[versus])))
+    return found
+
+
+def test_each_pair_is_read_as_the_model_reads_it_its_repeats_and_refusals_found(
+    generators, language_models
+):
+    extractor, path = language_models[FAMILY], generators[FAMILY]
+    pairs = [PAIR, OTHER, LONGER, PAIR, THIRD, OTHER]
+    checked = checked_pairs(extractor, pairs)
+    assert [each.line for each in checked.pairs] == [1, 2, 3, 4, 5, 6]
+    assert [each.repeats for each in checked.pairs] == [None, None, None, 1, None, 2]
+    with pytest.raises(UsageError) as refused:  # circuit's own words for that pair
+        extractor.circuit(pairs=[PAIR, LONGER], progress=False)
+    (third,) = checked.refused
+    assert third.line == 3 and third.refused == str(refused.value).replace("pair 2:", "pair 3:")
+    ranks = []
+    for pair, each in zip(pairs, checked.pairs, strict=True):
+        if each.refused is not None:
+            continue
+        (rank, clean), (_, corrupt) = _reference(path, extractor.loaded.model, pair)
+        assert each.rank == rank
+        assert each.clean_metric == pytest.approx(clean, abs=1e-4)
+        assert each.corrupt_metric == pytest.approx(corrupt, abs=1e-4)
+        assert each.text_tokens == each.corrupt_tokens == token_ids(path, pair["text"]).shape[1]
+        assert each.answer_tokens == each.versus_tokens == 1
+        ranks.append(rank)
+        assert each.prefers == (clean > 0)
+    assert checked.answered == ranks.count(1) and checked.metric == "logit_difference"
+    assert len(set(ranks)) > 1 or ranks[0] != 1  # the tiny model does not answer every pair
+
+
+def test_pairs_check_lists_each_pair_and_exits_1_naming_a_refused_line(
+    runner, generators, tmp_path
+):
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps(pair) + "\n" for pair in (PAIR, LONGER, PAIR)))
+    arguments = ["pairs", "check", str(source), "--model", generators[FAMILY]]
+    result = runner.invoke(app, [*arguments, "-f", "json"])
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert (document["pairs"], document["refused"], document["repeated"]) == (3, 1, 1)
+    assert f"{source}, line 2: the corrupted text is" in result.stderr
+    table = runner.invoke(app, arguments)
+    assert table.exit_code == 1 and "repeats line 1" in table.stdout
+    assert "1 of 3 pairs would be refused by circuit" in table.stderr
+
+
+def test_pairs_check_refuses_a_file_that_is_not_jsonl_in_one_line(runner, generators, tmp_path):
+    source = tmp_path / "pairs.txt"
+    source.write_text("The man walked the dog because\n")
+    result = runner.invoke(app, ["pairs", "check", str(source), "--model", generators[FAMILY]])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "one JSON object per line" in result.stderr
