@@ -82,3 +82,43 @@ def test_pairs_check_refuses_a_file_that_is_not_jsonl_in_one_line(runner, genera
     result = runner.invoke(app, ["pairs", "check", str(source), "--model", generators[FAMILY]])
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "one JSON object per line" in result.stderr
+
+
+def test_a_split_holds_out_a_share_of_the_distinct_pairs_none_on_both_sides():
+    from attnviz.circuits.pair_checks import split_pairs
+
+    pairs = [{**PAIR, "text": f"{PAIR['text']} {n}"} for n in range(11)]
+    given = [*pairs, pairs[3], pairs[7], pairs[3]]  # three repeats
+    fitted, held, repeats = split_pairs(given, 0.3, seed=4)
+    assert repeats == 3 and len(held) == round(11 * 0.3) and len(fitted) == 11 - len(held)
+    texts = [pair["text"] for pair in fitted], [pair["text"] for pair in held]
+    assert not set(texts[0]) & set(texts[1])
+    assert sorted(texts[0] + texts[1]) == sorted(pair["text"] for pair in pairs)
+    order = [pair["text"] for pair in pairs]
+    assert all(sorted(side, key=order.index) == side for side in texts)  # the file's order
+    assert split_pairs(given, 0.3, seed=4)[1] == held
+    assert any(split_pairs(given, 0.3, seed=seed)[1] != held for seed in range(5, 10))
+
+
+@pytest.mark.parametrize("share", ["0", "1", "0.01"])
+def test_a_split_that_leaves_a_side_empty_is_refused_and_writes_nothing(runner, tmp_path, share):
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps({**PAIR, "text": f"a {n}"}) + "\n" for n in range(4)))
+    result = runner.invoke(app, ["pairs", "split", str(source), "--held-out", share])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "--held-out" in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["pairs.jsonl"]
+
+
+def test_pairs_split_writes_both_sides_beside_the_file(runner, tmp_path):
+    source = tmp_path / "pairs.jsonl"
+    lines = [json.dumps({**PAIR, "text": f"a {n}"}) for n in range(6)]
+    source.write_text("".join(f"{line}\n" for line in [*lines, lines[0]]))
+    result = runner.invoke(app, ["pairs", "split", str(source), "--seed", "2"])
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "6 distinct pairs (1 repeated pair left out): 3 to" in result.stderr
+    train = (tmp_path / "pairs.train.jsonl").read_text().splitlines()
+    held = (tmp_path / "pairs.held-out.jsonl").read_text().splitlines()
+    assert len(train) == len(held) == 3
+    read = sorted((json.loads(line) for line in train + held), key=lambda pair: pair["text"])
+    assert read == [json.loads(line) for line in lines]

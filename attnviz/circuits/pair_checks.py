@@ -206,3 +206,34 @@ def _tokens_after(extractor: PretrainedExtractor, text: str, answer: str | None)
     tokenizer = extractor.loaded.tokenizer
     alone = tokenizer(text, add_special_tokens=False)["input_ids"]
     return len(tokenizer(text + answer, add_special_tokens=False)["input_ids"]) - len(alone)
+
+
+_PAIR_FIELDS = ("text", "answer", "versus", "corrupt")  # what makes two pairs the same
+
+
+def split_pairs(
+    pairs: Sequence[Mapping[str, Any]], held_out: float, seed: int
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], int]:
+    """``pairs`` (JSONL lines) split into the ones a method is fitted on and the
+    ``held_out`` share of them, by a shuffle drawn with ``seed``: distinct pairs only (a
+    repeat of an earlier line left out and counted), so that no pair is on both sides.
+    Each side keeps the file's order. The two sides, and how many repeats were left
+    out."""
+    import numpy as np  # the draw
+
+    if isinstance(held_out, bool) or not 0 < held_out < 1:
+        raise UsageError(f"--held-out is a share of the pairs between 0 and 1, not {held_out!r}")
+    distinct: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+    for pair in pairs:
+        distinct.setdefault(tuple(pair.get(name) for name in _PAIR_FIELDS), pair)
+    kept = list(distinct.values())
+    count = round(len(kept) * held_out)
+    if not 0 < count < len(kept):
+        raise UsageError(
+            f"--held-out {held_out:g} of {len(kept)} distinct pairs leaves a side empty: "
+            "give more pairs or another share"
+        )
+    chosen = set(np.random.default_rng(seed).permutation(len(kept))[:count].tolist())
+    held = [pair for place, pair in enumerate(kept) if place in chosen]
+    fitted = [pair for place, pair in enumerate(kept) if place not in chosen]
+    return fitted, held, len(pairs) - len(kept)

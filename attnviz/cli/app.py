@@ -110,7 +110,9 @@ COMMANDS = {
         "attnviz.cli.needle", "A needle-in-a-haystack sweep, and the heads that retrieve it."
     ),
     "pairs": CommandEntry(
-        "attnviz.cli.pairs", "Check a dataset of pairs before a circuit is found on it.", ("check",)
+        "attnviz.cli.pairs",
+        "Check a dataset of pairs before a circuit is found on it, and split it.",
+        ("check", "split"),
     ),
     "stats": CommandEntry(
         "attnviz.cli.stats", "Per-head statistics over a whole corpus, in bounded memory."

@@ -4,11 +4,13 @@ it."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from attnviz.atomic_files import check_writable, write_text
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
@@ -18,13 +20,14 @@ from attnviz.cli.settings import Reading, model_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import AttnvizError, UsageError, warn
 from attnviz.outputs import formats_named
+from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:
     from attnviz.circuits.pair_checks import PairsChecked
 
 pairs = typer.Typer(
     name="pairs",
-    help="Check a dataset of pairs before a circuit is found on it.",
+    help="Check a dataset of pairs before a circuit is found on it, and split it.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -73,6 +76,54 @@ def check(
     else:
         out.write_data(found, output_format)
     _say_refused(found)
+
+
+@pairs.command("split")
+def split(
+    source: PairsArgument,
+    held_out: Annotated[
+        float,
+        typer.Option(
+            "--held-out", metavar="SHARE", help="The share of the distinct pairs held out."
+        ),
+    ] = 0.5,
+    seed: Annotated[int, typer.Option("--seed", help="The shuffle's seed.")] = 0,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="STEM",
+            help="Write STEM.train.jsonl and STEM.held-out.jsonl (default: FILE's own stem, "
+            "beside it).",
+        ),
+    ] = None,
+) -> None:
+    """Split pairs into those a circuit is found on and those held out to measure it (as
+    MIB keeps a test split): distinct pairs only, so that no pair is on both sides, shuffled
+    by --seed, each side in the file's order.
+    """
+    if output is None and source == d.STDIO:
+        raise UsageError("pairs from stdin are split into files named by --output STEM")
+    stem = output if output is not None else str(Path(source).with_suffix(""))
+    paths = (f"{stem}.train.jsonl", f"{stem}.held-out.jsonl")
+    for path in paths:
+        check_writable(path)
+    _, given = _read_pairs(source)
+    # numpy: the draw and the JSON writer, after the file is read
+    from attnviz.circuits.pair_checks import split_pairs
+    from attnviz.data_formats import strict_json
+
+    fitted, held, repeats = split_pairs(given, held_out, seed)
+    for path, side in zip(paths, (fitted, held), strict=True):
+        lines = [strict_json({k: v for k, v in pair.items() if v is not None}) for pair in side]
+        write_text("".join(f"{line}\n" for line in lines), path)
+    left_out = f" ({repeats} repeated pair{'s' * (repeats != 1)} left out)" if repeats else ""
+    print(
+        f"attnviz: {len(fitted) + len(held)} distinct pairs{left_out}: {len(fitted)} to "
+        f"{display_label(paths[0])}, {len(held)} held out to {display_label(paths[1])}",
+        file=sys.stderr,
+    )
 
 
 def _say_refused(found: PairsChecked) -> None:
