@@ -49,11 +49,12 @@ def test_each_pair_is_read_as_the_model_reads_it_its_repeats_and_refusals_found(
         if each.refused is not None:
             continue
         (rank, clean), (_, corrupt) = _reference(path, extractor.loaded.model, pair)
-        assert each.rank == rank
-        assert each.clean_metric == pytest.approx(clean, abs=1e-4)
-        assert each.corrupt_metric == pytest.approx(corrupt, abs=1e-4)
-        assert each.text_tokens == each.corrupt_tokens == token_ids(path, pair["text"]).shape[1]
-        assert each.answer_tokens == each.versus_tokens == 1
+        assert each.measured is not None and each.tokens is not None
+        assert each.measured.rank == rank
+        assert each.measured.clean == pytest.approx(clean, abs=1e-4)
+        assert each.measured.corrupt == pytest.approx(corrupt, abs=1e-4)
+        assert each.tokens.text == each.tokens.corrupt == token_ids(path, pair["text"]).shape[1]
+        assert each.tokens.answer == each.tokens.versus == 1
         ranks.append(rank)
         assert each.prefers == (clean > 0)
     assert checked.answered == ranks.count(1) and checked.metric == "logit_difference"

@@ -11,8 +11,8 @@ a circuit can be measured on it, but what it carries is not the task's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from attnviz.asked import check_asked
 from attnviz.choices import Measure
@@ -28,38 +28,77 @@ if TYPE_CHECKING:
     from attnviz.pretrained.extractor import PretrainedExtractor
 
 
+class Counted(NamedTuple):
+    """A pair's tokens: its text's and its twin's, and its answer's and versus answer's
+    after the text (circuit reads the first of each)."""
+
+    text: int
+    corrupt: int | None
+    answer: int
+    versus: int | None
+
+
+class Measured(NamedTuple):
+    """The answer's rank after the clean text (1: the likeliest next token), and the
+    metric after the clean text and after its twin."""
+
+    rank: int
+    clean: float
+    corrupt: float | None
+
+
 @dataclass(frozen=True)
 class PairCheck:
-    """One pair, as ``circuit`` would read it: its line (1 the first), the tokens of its
-    text, of its corrupted twin and of its answer (and versus answer) after the text;
-    the answer's rank after the clean text (1: the likeliest next token); the metric
-    after the clean text and after the corrupted one; the earlier line it repeats, if
-    any; and the one line ``circuit`` refuses it with, where it would (then the numbers
-    it never reached are None)."""
+    """One pair, as ``circuit`` would read it: its line (1 the first), its tokens and its
+    metrics, the earlier line it repeats, if any, and the one line ``circuit`` refuses it
+    with, where it would (then it has no tokens or metrics)."""
 
     line: int
-    text_tokens: int | None = None
-    corrupt_tokens: int | None = None
-    answer_tokens: int | None = None
-    versus_tokens: int | None = None
-    rank: int | None = None
-    clean_metric: float | None = None
-    corrupt_metric: float | None = None
+    tokens: Counted | None = None
+    measured: Measured | None = None
     repeats: int | None = None
     refused: str | None = None
 
     @property
     def answered(self) -> bool:
         """The model's likeliest next token after the clean text is the answer's."""
-        return self.rank == 1
+        return self.measured is not None and self.measured.rank == 1
 
     @property
     def prefers(self) -> bool:
         """The model prefers the answer to the versus answer after the clean text (their
         logit difference above 0; with no versus answer, the answer is its likeliest)."""
-        if self.versus_tokens is None or self.clean_metric is None:
+        if self.tokens is None or self.tokens.versus is None or self.measured is None:
             return self.answered
-        return self.clean_metric > 0
+        return self.measured.clean > 0
+
+    def fields(self) -> dict[str, Any]:
+        """The check as one JSON object."""
+        return {
+            "line": self.line,
+            "tokens": None if self.tokens is None else self.tokens._asdict(),
+            "measured": None if self.measured is None else self.measured._asdict(),
+            "repeats": self.repeats,
+            "refused": self.refused,
+        }
+
+    def record(self) -> dict[str, Any]:
+        """The check as a row of a table (csv): every column, empty where not reached."""
+        tokens = dict.fromkeys(Counted._fields) | (
+            {} if self.tokens is None else self.tokens._asdict()
+        )
+        measured = dict.fromkeys(Measured._fields) | (
+            {} if self.measured is None else self.measured._asdict()
+        )
+        return {
+            "line": self.line,
+            **{f"{name}_tokens": value for name, value in tokens.items()},
+            "rank": measured["rank"],
+            "clean_metric": measured["clean"],
+            "corrupt_metric": measured["corrupt"],
+            "repeats": self.repeats,
+            "refused": self.refused,
+        }
 
 
 @dataclass(frozen=True)
@@ -90,7 +129,7 @@ class PairsChecked:
 
     def records(self) -> list[dict[str, Any]]:
         """A row per pair, for a table of data (csv)."""
-        return [asdict(each) for each in self.pairs]
+        return [each.record() for each in self.pairs]
 
     def document(self) -> dict[str, Any]:
         """The checks as one JSON document."""
@@ -102,7 +141,7 @@ class PairsChecked:
             "repeated": len(self.repeated),
             "answered": self.answered,
             "preferred": self.preferred,
-            "checks": [asdict(each) for each in self.pairs],
+            "checks": [each.fields() for each in self.pairs],
         }
 
 
@@ -169,16 +208,14 @@ def _checked(
     if asked.corrupt_arguments is not None:
         corrupt, _ = _metric_and_rank(extractor, asked, asked.corrupt_arguments)
     text = asked.side.text
-    return PairCheck(
-        line,
-        text_tokens=asked.side.length,
-        corrupt_tokens=None if asked.corrupt is None else asked.corrupt.length,
-        answer_tokens=_tokens_after(extractor, text, given.answer),
-        versus_tokens=_tokens_after(extractor, text, given.versus),
-        rank=rank,
-        clean_metric=clean,
-        corrupt_metric=corrupt,
+    assert given.answer is not None  # check_asked's
+    counted = Counted(
+        asked.side.length,
+        None if asked.corrupt is None else asked.corrupt.length,
+        _tokens_after(extractor, text, given.answer),
+        None if given.versus is None else _tokens_after(extractor, text, given.versus),
     )
+    return PairCheck(line, counted, Measured(rank, clean, corrupt))
 
 
 def _metric_and_rank(
@@ -198,11 +235,9 @@ def _metric_and_rank(
     return float(asked.metric.of(logits)[0]), int((logits[0] > answer).sum()) + 1
 
 
-def _tokens_after(extractor: PretrainedExtractor, text: str, answer: str | None) -> int | None:
+def _tokens_after(extractor: PretrainedExtractor, text: str, answer: str) -> int:
     """How many tokens ``answer`` adds after ``text``, as the tokenizer splits them
     together."""
-    if answer is None:
-        return None
     tokenizer = extractor.loaded.tokenizer
     alone = tokenizer(text, add_special_tokens=False)["input_ids"]
     return len(tokenizer(text + answer, add_special_tokens=False)["input_ids"]) - len(alone)

@@ -34,10 +34,11 @@ def pairs_table(checked: PairsChecked) -> RenderableType:
 
 
 def _cells(each: PairCheck) -> list[str]:
-    if each.refused is not None:
+    if each.tokens is None or each.measured is None:
         return [str(each.line), "", "", "", "", "", "refused (said on stderr)"]
-    twin = "" if each.corrupt_tokens is None else f" / {each.corrupt_tokens}"
-    versus = "" if each.versus_tokens is None else f" / {each.versus_tokens}"
+    tokens, measured = each.tokens, each.measured
+    twin = "" if tokens.corrupt is None else f" / {tokens.corrupt}"
+    versus = "" if tokens.versus is None else f" / {tokens.versus}"
     notes = []
     if each.repeats is not None:
         notes.append(f"repeats line {each.repeats}")
@@ -45,15 +46,15 @@ def _cells(each: PairCheck) -> list[str]:
         notes.append("the model prefers the versus answer")
     elif not each.answered:
         notes.append("not the likeliest next token")
-    if each.answer_tokens is not None and each.answer_tokens > 1:
+    if tokens.answer > 1:
         notes.append("the answer's first token is read")
     return [
         str(each.line),
-        f"{each.text_tokens}{twin}",
-        f"{each.answer_tokens}{versus}",
-        str(each.rank),
-        _number(each.clean_metric),
-        _number(each.corrupt_metric),
+        f"{tokens.text}{twin}",
+        f"{tokens.answer}{versus}",
+        str(measured.rank),
+        _number(measured.clean),
+        _number(measured.corrupt),
         "; ".join(notes),
     ]
 
