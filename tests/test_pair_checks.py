@@ -123,3 +123,57 @@ def test_pairs_split_writes_both_sides_beside_the_file(runner, tmp_path):
     assert len(train) == len(held) == 3
     read = sorted((json.loads(line) for line in train + held), key=lambda pair: pair["text"])
     assert read == [json.loads(line) for line in lines]
+
+
+TEMPLATE = {
+    "text": "The {A} saw the {B} because",
+    "answer": " it",
+    "versus": " the",
+    "corrupt": "The {C} saw the {B} because",
+    "rows": ["man", "dog", "cat", "girl", "zqxvw"],  # the last more than one token
+}
+
+
+def test_made_pairs_are_every_draw_circuit_reads_as_made(generators, language_models):
+    from itertools import permutations
+
+    from attnviz.circuits.pair_templates import made_pairs
+
+    extractor, path = language_models[FAMILY], generators[FAMILY]
+    made = made_pairs(extractor, TEMPLATE, count=1000, seed=0)
+    expected, other = set(), 0
+    for a, b, c in permutations(TEMPLATE["rows"], 3):  # every draw, by hand
+        text, corrupt = f"The {a} saw the {b} because", f"The {c} saw the {b} because"
+        if token_ids(path, text).shape != token_ids(path, corrupt).shape:
+            other += 1
+        else:
+            expected.add((text, corrupt))
+    assert 0 < other < 60 and expected  # both kinds are drawn
+    assert {(pair["text"], pair["corrupt"]) for pair in made.pairs} == expected
+    assert (made.other_lengths, made.long_answers, made.repeats) == (other, 0, 0)
+    assert all(pair["answer"] == " it" and pair["versus"] == " the" for pair in made.pairs)
+    fewer = made_pairs(extractor, TEMPLATE, count=5, seed=3)
+    assert len(fewer.pairs) == 5 and all(pair in made.pairs for pair in fewer.pairs)
+    assert made_pairs(extractor, TEMPLATE, count=5, seed=3) == fewer  # the seed's draws
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ({**TEMPLATE, "rows": []}, '"rows" is empty'),
+        ({**TEMPLATE, "rows": ["man", "dog"]}, "fills 3 slots (A, B, C) with distinct rows of 2"),
+        ({**TEMPLATE, "text": "The {0} saw"}, "a slot is a name"),
+        ({**TEMPLATE, "corrupt": None}, 'no "corrupt"'),
+        ({**TEMPLATE, "rows": [{"name": "man"}] * 3}, "cannot be filled from its rows"),
+    ],
+)
+def test_a_template_that_cannot_be_filled_is_refused_in_one_line(
+    runner, generators, tmp_path, template, message
+):
+    source = tmp_path / "template.json"
+    source.write_text(json.dumps(template))
+    made = tmp_path / "made.jsonl"
+    arguments = ["pairs", "make", str(source), "--model", generators[FAMILY], "-o", str(made)]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 2 and result.stdout == "" and not made.exists()
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr

@@ -212,8 +212,8 @@ def _checked(
     counted = Counted(
         asked.side.length,
         None if asked.corrupt is None else asked.corrupt.length,
-        _tokens_after(extractor, text, given.answer),
-        None if given.versus is None else _tokens_after(extractor, text, given.versus),
+        tokens_after(extractor, text, given.answer),
+        None if given.versus is None else tokens_after(extractor, text, given.versus),
     )
     return PairCheck(line, counted, Measured(rank, clean, corrupt))
 
@@ -235,7 +235,7 @@ def _metric_and_rank(
     return float(asked.metric.of(logits)[0]), int((logits[0] > answer).sum()) + 1
 
 
-def _tokens_after(extractor: PretrainedExtractor, text: str, answer: str) -> int:
+def tokens_after(extractor: PretrainedExtractor, text: str, answer: str) -> int:
     """How many tokens ``answer`` adds after ``text``, as the tokenizer splits them
     together."""
     tokenizer = extractor.loaded.tokenizer

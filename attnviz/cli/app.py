@@ -111,8 +111,8 @@ COMMANDS = {
     ),
     "pairs": CommandEntry(
         "attnviz.cli.pairs",
-        "Check a dataset of pairs before a circuit is found on it, and split it.",
-        ("check", "split"),
+        "Make, check and split a dataset of pairs for circuits.",
+        ("make", "check", "split"),
     ),
     "stats": CommandEntry(
         "attnviz.cli.stats", "Per-head statistics over a whole corpus, in bounded memory."

@@ -4,6 +4,7 @@ it."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,6 +20,7 @@ from attnviz.cli.generate import LanguageModelOption
 from attnviz.cli.settings import Reading, model_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.errors import AttnvizError, UsageError, warn
+from attnviz.inputs import read_whole
 from attnviz.outputs import formats_named
 from attnviz.safe_text import display_label
 
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 
 pairs = typer.Typer(
     name="pairs",
-    help="Check a dataset of pairs before a circuit is found on it, and split it.",
+    help="Make, check and split a dataset of pairs for circuits.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -122,6 +124,57 @@ def split(
     print(
         f"attnviz: {len(fitted) + len(held)} distinct pairs{left_out}: {len(fitted)} to "
         f"{display_label(paths[0])}, {len(held)} held out to {display_label(paths[1])}",
+        file=sys.stderr,
+    )
+
+
+@pairs.command("make")
+@sharing(model_settings)
+def make(
+    template: Annotated[
+        str,
+        typer.Argument(
+            metavar="TEMPLATE",
+            help="A JSON file: text, answer, corrupt (and versus) with {SLOT}s, and the "
+            "rows they are filled from.",
+        ),
+    ],
+    model: LanguageModelOption,
+    count: Annotated[int, typer.Option("--count", "-n", help="Pairs to make at most.")] = 60,
+    draw_seed: Annotated[
+        int, typer.Option("--draw-seed", help="The seed of the order rows are drawn in.")
+    ] = 0,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="Write the pairs here (default: stdout)."
+        ),
+    ] = None,
+    shared: Shared = NOTHING_SHARED,
+) -> None:
+    """Fill a template's slots with distinct rows, drawn in an order shuffled by --draw-seed,
+    into pairs that circuit reads as made: each text and its twin of as many tokens under
+    the model's tokenizer, its answer (and versus answer) one token after the text; the
+    others left out and counted on stderr. JSONL on stdout, or into --output.
+    """
+    try:
+        document = json.loads(read_whole(template))
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{template} is not JSON: {error.msg} (line {error.lineno})") from None
+    # numpy and the pretrained passes: after the template is read (a bad one loads none)
+    from attnviz.circuits.pair_templates import checked_template, made_pairs
+    from attnviz.data_formats import strict_json
+
+    checked_template(document)  # before the model loads
+    if output is not None:
+        check_writable(output)  # before the model loads
+    extractor = shared.request(Reading(model)).open(shared.environment)
+    made = made_pairs(extractor, document, count, draw_seed)
+    write_text("".join(f"{strict_json(pair)}\n" for pair in made.pairs), output or d.STDIO)
+    print(
+        f"attnviz: {len(made.pairs)} pairs made; left out: {made.other_lengths} whose text "
+        f"and twin differ in tokens (or circuit refuses), {made.long_answers} with an answer "
+        f"of more than one token, {made.repeats} repeats",
         file=sys.stderr,
     )
 
