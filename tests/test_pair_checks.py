@@ -177,3 +177,14 @@ def test_a_template_that_cannot_be_filled_is_refused_in_one_line(
     result = runner.invoke(app, arguments)
     assert result.exit_code == 2 and result.stdout == "" and not made.exists()
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_bare_pairs_shows_its_commands_and_succeeds(runner):
+    result = runner.invoke(app, ["pairs"])
+    assert result.exit_code == 0 and result.stderr == ""
+    commands = result.stdout.split("Commands:")[1].split()
+    assert [word for word in commands if word in ("make", "check", "split")][:3] == [
+        "make",
+        "check",
+        "split",
+    ]

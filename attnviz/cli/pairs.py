@@ -30,9 +30,18 @@ if TYPE_CHECKING:
 pairs = typer.Typer(
     name="pairs",
     help="Make, check and split a dataset of pairs for circuits.",
-    no_args_is_help=True,
+    invoke_without_command=True,  # bare `attnviz pairs` prints the help (see group)
     rich_markup_mode=None,
 )
+
+
+@pairs.callback()
+def group(ctx: typer.Context) -> None:
+    """Make, check and split a dataset of pairs for circuits."""
+    if ctx.invoked_subcommand is None:  # bare `attnviz pairs`: the help, and success
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
+
 
 PairsArgument = Annotated[
     str,
@@ -47,6 +56,57 @@ FormatOption = d.format_option(d.TableFormat, f"{formats_named(d.TABLES)}.")
 
 class PairsRefused(AttnvizError):
     """Some pairs would be refused by ``circuit``: each is listed, the command exits 1."""
+
+
+@pairs.command("make")
+@sharing(model_settings)
+def make(
+    template: Annotated[
+        str,
+        typer.Argument(
+            metavar="TEMPLATE",
+            help="A JSON file: text, answer, corrupt (and versus) with {SLOT}s, and the "
+            "rows they are filled from.",
+        ),
+    ],
+    model: LanguageModelOption,
+    count: Annotated[int, typer.Option("--count", "-n", help="Pairs to make at most.")] = 60,
+    draw_seed: Annotated[
+        int, typer.Option("--draw-seed", help="The seed of the order rows are drawn in.")
+    ] = 0,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="Write the pairs here (default: stdout)."
+        ),
+    ] = None,
+    shared: Shared = NOTHING_SHARED,
+) -> None:
+    """Fill a template's slots with distinct rows, drawn in an order shuffled by --draw-seed,
+    into pairs that circuit reads as made: each text and its twin of as many tokens under
+    the model's tokenizer, its answer (and versus answer) one token after the text; the
+    others left out and counted on stderr. JSONL on stdout, or into --output.
+    """
+    try:
+        document = json.loads(read_whole(template))
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{template} is not JSON: {error.msg} (line {error.lineno})") from None
+    # numpy and the pretrained passes: after the template is read (a bad one loads none)
+    from attnviz.circuits.pair_templates import checked_template, made_pairs
+    from attnviz.data_formats import strict_json
+
+    checked_template(document)  # before the model loads
+    if output is not None:
+        check_writable(output)  # before the model loads
+    extractor = shared.request(Reading(model)).open(shared.environment)
+    made = made_pairs(extractor, document, count, draw_seed)
+    write_text("".join(f"{strict_json(pair)}\n" for pair in made.pairs), output or d.STDIO)
+    print(
+        f"attnviz: {len(made.pairs)} pairs made; left out: {made.other_lengths} whose text "
+        f"and twin differ in tokens (or circuit refuses), {made.long_answers} with an answer "
+        f"of more than one token, {made.repeats} repeats",
+        file=sys.stderr,
+    )
 
 
 @pairs.command("check")
@@ -124,57 +184,6 @@ def split(
     print(
         f"attnviz: {len(fitted) + len(held)} distinct pairs{left_out}: {len(fitted)} to "
         f"{display_label(paths[0])}, {len(held)} held out to {display_label(paths[1])}",
-        file=sys.stderr,
-    )
-
-
-@pairs.command("make")
-@sharing(model_settings)
-def make(
-    template: Annotated[
-        str,
-        typer.Argument(
-            metavar="TEMPLATE",
-            help="A JSON file: text, answer, corrupt (and versus) with {SLOT}s, and the "
-            "rows they are filled from.",
-        ),
-    ],
-    model: LanguageModelOption,
-    count: Annotated[int, typer.Option("--count", "-n", help="Pairs to make at most.")] = 60,
-    draw_seed: Annotated[
-        int, typer.Option("--draw-seed", help="The seed of the order rows are drawn in.")
-    ] = 0,
-    output: Annotated[
-        str | None,
-        typer.Option(
-            "--output", "-o", metavar="FILE", help="Write the pairs here (default: stdout)."
-        ),
-    ] = None,
-    shared: Shared = NOTHING_SHARED,
-) -> None:
-    """Fill a template's slots with distinct rows, drawn in an order shuffled by --draw-seed,
-    into pairs that circuit reads as made: each text and its twin of as many tokens under
-    the model's tokenizer, its answer (and versus answer) one token after the text; the
-    others left out and counted on stderr. JSONL on stdout, or into --output.
-    """
-    try:
-        document = json.loads(read_whole(template))
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{template} is not JSON: {error.msg} (line {error.lineno})") from None
-    # numpy and the pretrained passes: after the template is read (a bad one loads none)
-    from attnviz.circuits.pair_templates import checked_template, made_pairs
-    from attnviz.data_formats import strict_json
-
-    checked_template(document)  # before the model loads
-    if output is not None:
-        check_writable(output)  # before the model loads
-    extractor = shared.request(Reading(model)).open(shared.environment)
-    made = made_pairs(extractor, document, count, draw_seed)
-    write_text("".join(f"{strict_json(pair)}\n" for pair in made.pairs), output or d.STDIO)
-    print(
-        f"attnviz: {len(made.pairs)} pairs made; left out: {made.other_lengths} whose text "
-        f"and twin differ in tokens (or circuit refuses), {made.long_answers} with an answer "
-        f"of more than one token, {made.repeats} repeats",
         file=sys.stderr,
     )
 
