@@ -1,7 +1,7 @@
 """A request against one input: the one check that the input holds what the request asks
 of it (the command line makes it of its first input before a model loads,
-:meth:`~attnviz.extractor.Extractor.run` of each input), and what its answer is measured
-by."""
+:meth:`~attnviz.extractor.Extractor.run` of each input), what its answer is measured by,
+and the refusal by a model that reads no next token (:func:`no_next_token`)."""
 
 from __future__ import annotations
 
@@ -129,3 +129,12 @@ def positions_asked(
     if request.span is not None:
         span = token_positions(request.span, keys, "span key", "key tokens", find_key)
     return rows, span
+
+
+def no_next_token(model: str, reader: str = "--answer") -> UsageError:
+    """The refusal by a model that predicts no next token of what reads one: ``reader``
+    names what was asked (``--answer``, ``the lens``)."""
+    return UsageError(
+        f"{model} has no next token to read: {reader} needs a causal language model "
+        "(--model smollm2, a GPT-2 or Llama folder); the built-in stack has no unembedding"
+    )

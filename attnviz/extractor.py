@@ -14,7 +14,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from attnviz.analysis.heads import HeadTable
-from attnviz.asked import check_asked
+from attnviz.asked import check_asked, no_next_token
 from attnviz.choices import Ablation, Mode, Site, chosen
 from attnviz.circuits.options import circuit_options
 from attnviz.circuits.pairs import check_pairs, pairs_given, pairs_of_scores
@@ -389,12 +389,3 @@ class Extractor(ABC):
     @abstractmethod
     def _explain(self, asked: Explaining) -> Any:
         """What :meth:`explain` asks, its text and mode checked."""
-
-
-def no_next_token(model: str, reader: str = "--answer") -> UsageError:
-    """The refusal by a model that predicts no next token of what reads one: ``reader``
-    names what was asked (``--answer``, ``the lens``)."""
-    return UsageError(
-        f"{model} has no next token to read: {reader} needs a causal language model "
-        "(--model smollm2, a GPT-2 or Llama folder); the built-in stack has no unembedding"
-    )

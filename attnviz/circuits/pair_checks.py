@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from attnviz.asked import check_asked
+from attnviz.asked import check_asked, no_next_token
 from attnviz.choices import Measure
 from attnviz.circuits.options import CircuitOptions
 from attnviz.circuits.pairs import pair_error
@@ -156,7 +156,6 @@ def checked_pairs(
     options; ``lines``, their places in the file (1, 2, … by default), ``names`` what
     names each in a refusal ("pair 1"… by default)."""
     # the pretrained passes: a model is loaded
-    from attnviz.extractor import no_next_token
     from attnviz.pretrained.extractor import PretrainedExtractor
 
     if not isinstance(extractor, PretrainedExtractor):

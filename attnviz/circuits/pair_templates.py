@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from attnviz.asked import no_next_token
 from attnviz.circuits.options import CircuitOptions
+from attnviz.circuits.pair_checks import tokens_after
 from attnviz.errors import UsageError
 from attnviz.inputs import Input
 from attnviz.request import Request
@@ -55,8 +57,6 @@ def made_pairs(extractor: Extractor, template: Any, count: int, seed: int) -> Ma
     import numpy as np  # the shuffle
 
     # the pretrained passes: a model is loaded
-    from attnviz.circuits.pair_checks import tokens_after
-    from attnviz.extractor import no_next_token
     from attnviz.pretrained.answered import answered
     from attnviz.pretrained.extractor import PretrainedExtractor
 

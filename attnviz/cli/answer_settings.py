@@ -169,7 +169,7 @@ class Effects:
             )
             return
         # numpy: after the options are checked (a usage error loads none)
-        from attnviz.extractor import no_next_token
+        from attnviz.asked import no_next_token
 
         if self.normalize and self.corrupt is None:
             raise UsageError("--normalize reads patch effects as a fraction: give --corrupt")

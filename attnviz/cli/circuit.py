@@ -114,7 +114,7 @@ def circuit(
     )
     if model == d.BUILTIN:
         # numpy: after the options are checked (a usage error loads none)
-        from attnviz.extractor import no_next_token
+        from attnviz.asked import no_next_token
 
         raise no_next_token(d.BUILTIN, "a circuit")
     if output is not None:

@@ -60,7 +60,7 @@ def lens(
     asked = shared.request(Reading(model, None, layer), text=text, lens=True)
     if model == d.BUILTIN:
         # numpy: after the options are checked (a usage error loads none)
-        from attnviz.extractor import no_next_token
+        from attnviz.asked import no_next_token
 
         raise no_next_token(d.BUILTIN, "the lens")
     if output is not None:
