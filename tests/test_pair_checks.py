@@ -188,3 +188,16 @@ def test_bare_pairs_shows_its_commands_and_succeeds(runner):
         "check",
         "split",
     ]
+
+
+def test_pairs_split_never_overwrites_a_file_it_was_not_told_to_write(runner, tmp_path):
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps({**PAIR, "text": f"a {n}"}) + "\n" for n in range(4)))
+    theirs = tmp_path / "pairs.held-out.jsonl"
+    theirs.write_text("the user's own\n")
+    result = runner.invoke(app, ["pairs", "split", str(source)])
+    assert result.exit_code == 2 and "exists already: give --output STEM" in result.stderr
+    assert theirs.read_text() == "the user's own\n"
+    assert not (tmp_path / "pairs.train.jsonl").exists()
+    named = runner.invoke(app, ["pairs", "split", str(source), "-o", str(tmp_path / "mine")])
+    assert named.exit_code == 0 and (tmp_path / "mine.train.jsonl").exists()

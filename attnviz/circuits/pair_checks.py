@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from attnviz.asked import check_asked, no_next_token
 from attnviz.choices import Measure
 from attnviz.circuits.options import CircuitOptions
-from attnviz.circuits.pairs import pair_error
+from attnviz.circuits.pairs import UNALIKE, pair_error
 from attnviz.errors import UsageError
 from attnviz.inputs import Input
 from attnviz.request import Request
@@ -167,10 +167,10 @@ def checked_pairs(
     found = []
     for place, (line, given) in enumerate(zip(lines, pairs, strict=True)):
         try:
-            pair = _as_pair(given)
+            pair = as_pair(given)
             check_asked(request, pair)
             if versus is not None and (pair.versus is not None) != versus:
-                raise UsageError("every pair is measured alike: give each a versus answer, or none")
+                raise UsageError(UNALIKE)
             versus = pair.versus is not None
             check = _checked(extractor, pair, request, line)
         except UsageError as error:
@@ -183,14 +183,17 @@ def checked_pairs(
     return PairsChecked(extractor.name, metric.value, tuple(found))
 
 
-def _as_pair(given: Input | Mapping[str, Any]) -> Input:
+PAIR_FIELDS = ("text", "answer", "versus", "corrupt")  # what a pair holds, in this order
+
+
+def as_pair(given: Input | Mapping[str, Any]) -> Input:
     """A pair as given, or made of a mapping of its fields (a JSONL line's)."""
     if isinstance(given, Input):
         return given
     text = given.get("text")
     if not isinstance(text, str):
         raise UsageError('no "text": each pair holds text, answer and corrupt (and versus)')
-    answer, versus, corrupt = (given.get(name) for name in ("answer", "versus", "corrupt"))
+    answer, versus, corrupt = (given.get(name) for name in PAIR_FIELDS[1:])
     return Input(text, answer=answer, versus=versus, corrupt=corrupt)
 
 
@@ -242,9 +245,6 @@ def tokens_after(extractor: PretrainedExtractor, text: str, answer: str) -> int:
     return len(tokenizer(text + answer, add_special_tokens=False)["input_ids"]) - len(alone)
 
 
-_PAIR_FIELDS = ("text", "answer", "versus", "corrupt")  # what makes two pairs the same
-
-
 def split_pairs(
     pairs: Sequence[Mapping[str, Any]], held_out: float, seed: int
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], int]:
@@ -259,7 +259,7 @@ def split_pairs(
         raise UsageError(f"--held-out is a share of the pairs between 0 and 1, not {held_out!r}")
     distinct: dict[tuple[Any, ...], Mapping[str, Any]] = {}
     for pair in pairs:
-        distinct.setdefault(tuple(pair.get(name) for name in _PAIR_FIELDS), pair)
+        distinct.setdefault(tuple(pair.get(name) for name in PAIR_FIELDS), pair)
     kept = list(distinct.values())
     count = round(len(kept) * held_out)
     if not 0 < count < len(kept):

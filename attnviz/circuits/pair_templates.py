@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.asked import no_next_token
 from attnviz.circuits.options import CircuitOptions
-from attnviz.circuits.pair_checks import tokens_after
+from attnviz.circuits.pair_checks import PAIR_FIELDS, as_pair, tokens_after
 from attnviz.errors import UsageError
 from attnviz.inputs import Input
 from attnviz.request import Request
@@ -34,7 +34,6 @@ from attnviz.request import Request
 if TYPE_CHECKING:
     from attnviz.extractor import Extractor
 
-FIELDS = ("text", "answer", "versus", "corrupt")  # what a template writes, versus optional
 _SLOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MOST_DRAWS = 1_000_000  # orders of rows a template may give: more is refused, not drawn
 
@@ -69,7 +68,7 @@ def made_pairs(extractor: Extractor, template: Any, count: int, seed: int) -> Ma
     if len(draws) > MOST_DRAWS:
         raise UsageError(f"the template draws {len(draws):,} orders of rows: give fewer rows")
     request = Request(maps=False, circuit=CircuitOptions())
-    seen: set[tuple[str | None, ...]] = set()
+    seen: set[Input] = set()
     found: list[dict[str, str]] = []
     other = long = repeats = 0
     for place in np.random.default_rng(seed).permutation(len(draws)).tolist():
@@ -77,13 +76,11 @@ def made_pairs(extractor: Extractor, template: Any, count: int, seed: int) -> Ma
             break
         filled = dict(zip(slots, (rows[index] for index in draws[place]), strict=True))
         pair = {name: text.format(**filled) for name, text in written.items()}
-        key = tuple(pair.get(name) for name in FIELDS)
-        if key in seen:
+        given = as_pair(pair)
+        if given in seen:
             repeats += 1
             continue
-        seen.add(key)
-        given = Input(pair["text"], answer=pair["answer"], versus=pair.get("versus"),
-                      corrupt=pair["corrupt"])  # fmt: skip
+        seen.add(given)
         try:
             asked = answered(extractor, given, request)
         except UsageError:
@@ -102,11 +99,11 @@ def checked_template(template: Any) -> tuple[dict[str, str], list[str], list[Any
     each checked: one line for what is wrong."""
     if not isinstance(template, dict):
         raise UsageError("a template is a JSON object: text, answer, corrupt (versus), rows")
-    unknown = sorted(set(template) - {*FIELDS, "rows"})
+    unknown = sorted(set(template) - {*PAIR_FIELDS, "rows"})
     if unknown:
-        holds = ", ".join([*FIELDS, "rows"])
+        holds = ", ".join([*PAIR_FIELDS, "rows"])
         raise UsageError(f"a template has no field {unknown[0]!r}: it holds {holds}")
-    written = {name: template[name] for name in FIELDS if template.get(name) is not None}
+    written = {name: template[name] for name in PAIR_FIELDS if template.get(name) is not None}
     for name in ("text", "answer", "corrupt"):
         if not isinstance(written.get(name), str) or not written[name].strip():
             raise UsageError(f'the template has no "{name}": a text with {{SLOT}}s')

@@ -16,6 +16,8 @@ from attnviz.errors import UsageError
 from attnviz.inputs import Input
 from attnviz.request import Request
 
+UNALIKE = "every pair is measured alike: give each a versus answer, or none"
+
 
 def pairs_given(
     text: str | None,
@@ -64,7 +66,7 @@ def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) 
             raise UsageError(pair_error(error, index, len(inputs), names)) from None
     for index, each in enumerate(inputs):
         if (each.versus is None) != (inputs[0].versus is None):
-            alike = UsageError("every pair is measured alike: give each a versus answer, or none")
+            alike = UsageError(UNALIKE)
             raise UsageError(pair_error(alike, index, len(inputs), names))
     _check_given(inputs, request)
 

@@ -157,7 +157,7 @@ def split(
             "-o",
             metavar="STEM",
             help="Write STEM.train.jsonl and STEM.held-out.jsonl (default: FILE's own stem, "
-            "beside it).",
+            "beside it, where no such file is there already).",
         ),
     ] = None,
 ) -> None:
@@ -170,6 +170,8 @@ def split(
     stem = output if output is not None else str(Path(source).with_suffix(""))
     paths = (f"{stem}.train.jsonl", f"{stem}.held-out.jsonl")
     for path in paths:
+        if output is None and Path(path).exists():  # a name the user did not give
+            raise UsageError(f"{path} exists already: give --output STEM to write elsewhere")
         check_writable(path)
     _, given = _read_pairs(source)
     # numpy: the draw and the JSON writer, after the file is read
