@@ -11,7 +11,7 @@ from attnviz.cli.answer_settings import Effects
 from attnviz.cli.bundles import bundle
 from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.pictures import figure_settings
-from attnviz.cli.settings import Reading, trace_settings
+from attnviz.cli.settings import DEFAULT_READING, Reading, layer_reading, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.outputs import formats_named
 from attnviz.request import asked_for
@@ -40,10 +40,10 @@ PictureOption = picture_option(
 
 
 @sharing(lens_options, trace_settings, figure_settings)
+@layer_reading
 def lens(
     text: d.TextArgument,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
+    reading: Reading = DEFAULT_READING,
     output_format: FormatOption = Output.TABLE,
     output: PictureOption = None,
     width: d.WidthOption = None,
@@ -57,8 +57,8 @@ def lens(
     """
     drawn = out.picture_or_data(output, output_format, shared.picture.given())
     style = shared.picture.style()
-    asked = shared.request(Reading(model, None, layer), text=text, lens=True)
-    if model == d.BUILTIN:
+    asked = shared.request(reading, text=text, lens=True)
+    if reading.model == d.BUILTIN:
         # numpy: after the options are checked (a usage error loads none)
         from attnviz.asked import no_next_token
 

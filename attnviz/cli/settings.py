@@ -174,6 +174,9 @@ class Reading:
 
 # Gives a command the model, mode, layer and head options as one ``reading`` argument.
 reading_options = bundle("reading", Reading)
+# The same without --mode and --head, for lens and trace: every head of the layers asked,
+# in the model's own mode.
+layer_reading = bundle("reading", Reading, leave_out=("mode", "head"))
 DEFAULT_READING = Reading()
 
 

@@ -14,7 +14,7 @@ from attnviz.cli import output as out
 from attnviz.cli.answer_settings import trace_options
 from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.pictures import figure_settings
-from attnviz.cli.settings import Reading, trace_settings
+from attnviz.cli.settings import DEFAULT_READING, Reading, layer_reading, trace_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
 from attnviz.outputs import PICTURES, formats_named
 from attnviz.request import asked_for
@@ -42,10 +42,10 @@ PictureOption = picture_option(
 
 
 @sharing(trace_options, trace_settings, figure_settings)
+@layer_reading
 def trace(
     text: d.TextArgument,
-    model: d.ModelOption = d.BUILTIN,
-    layer: d.LayerOption = "all",
+    reading: Reading = DEFAULT_READING,
     site: SiteOption = Site.RESID,
     by_position: ByPositionOption = False,
     output_format: FormatOption = Output.TABLE,
@@ -67,10 +67,8 @@ def trace(
         output, output_format, shared.picture.given(), (*PICTURES, Output.HTML)
     )
     style = shared.picture.style()
-    asked = shared.request(
-        Reading(model, None, layer), text=text, trace=site, by_position=by_position
-    )
-    shared.effects.check(model)
+    asked = shared.request(reading, text=text, trace=site, by_position=by_position)
+    shared.effects.check(reading.model)
     if output is not None:
         check_writable(output)  # before the model loads
     extractor = asked.open(shared.environment)
