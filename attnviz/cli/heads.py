@@ -18,15 +18,9 @@ from attnviz.cli.environment import Environment, stdout_console
 from attnviz.cli.option_kinds import picture_option
 from attnviz.cli.output import number
 from attnviz.cli.pictures import PictureSettings, figure_settings
-from attnviz.cli.settings import (
-    DEFAULT_READING,
-    Job,
-    Reading,
-    model_settings,
-    reading_options,
-    row_products,
-)
+from attnviz.cli.settings import Job, model_settings, row_products
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
+from attnviz.cli.sources import NOTHING_READ, TextOrSaved, text_or_saved
 from attnviz.errors import UsageError
 from attnviz.head_columns import Detector, HeadColumn, Needs
 from attnviz.outputs import PICTURES, formats_named, output_of_file, refuse_unused
@@ -93,13 +87,9 @@ PredictionsOption = Annotated[
 
 
 @sharing(effect_options, row_products, model_settings, figure_settings)
-@reading_options
+@text_or_saved
 def heads(
-    text: d.OptionalTextArgument = None,
-    saved: d.FromOption = None,
-    reading: Reading = DEFAULT_READING,
-    target: d.TargetOption = None,
-    pair: d.PairOption = None,
+    source: TextOrSaved = NOTHING_READ,
     detect: d.DetectOption = None,
     sort: SortOption = None,
     reverse: ReverseOption = False,
@@ -124,18 +114,17 @@ def heads(
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.analysis.heads import HeadTable
 
-    asked = shared.request(reading, text=text, target=target, pair=pair, statistics=True)
-    shared.effects.check(reading.model, sort, saved=saved is not None)
+    asked = source.request(shared, statistics=True)
+    shared.effects.check(source.model, sort, saved=source.saved is not None)
     shown = _rows_shown(top, output_format, shared.environment)
     _predictions_checked(predictions, shared.effects, output_format)
 
     read = partial(_read, asked, shared.environment, shared.effects)
     statistics = partial(_read_product, read, "statistics")
-    given = shared.run_options_given(reading, target, pair)
     picture_format = _picture_checked(picture, shared.effects, shared.picture)
     if shared.effects.knockout is not None:
         knock = partial(_read_product, read, "knockout")
-        found = out.text_or_saved(text, saved, knock, reading.layer, reading.head, given)
+        found = source.read(shared, knock)
         if picture is not None:
             found.save(picture, **shared.picture.figure())
         knocked = None if top is None else shown  # a row per layer: every one unless asked
@@ -144,11 +133,9 @@ def heads(
     probe = None
     if detect is None:
         several = "attnviz stats gives these statistics over many inputs"
-        table = out.text_or_saved(
-            text, saved, statistics, reading.layer, reading.head, given, several, HeadTable.of
-        )
+        table = source.read(shared, statistics, several, HeadTable.of)
     else:
-        out.check_probe(detect, text, target, pair, saved)
+        out.check_probe(detect, source.text, source.target, source.pair, source.saved)
         refuse_unused(shared.effects.given(), "a text's next token", "the detectors' probe")
         probe = asked.open(shared.environment).detection_probe()
         table = statistics(probe)

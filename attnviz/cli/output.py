@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from attnviz.panels import MapPanel
 
 T = TypeVar("T")
-Read = TypeVar("Read")  # what a command reads of a text or of saved maps
 
 
 ONE_MAPS = "pick one line of the ndjson first (e.g. sed -n 1p)"
@@ -159,32 +158,6 @@ def select_held(maps: AttentionMaps, layer: str, head: str) -> AttentionMaps:
         layers=resolve_held(layer, maps.layers, "layer"),
         heads=resolve_held(head, maps.heads, "head"),
     )
-
-
-def text_or_saved(
-    text: str | None,
-    saved: str | None,
-    extract: Callable[[str], Read],
-    layer: str,
-    head: str,
-    model_options: list[str],
-    several: str = ONE_TEXT,
-    of_maps: Callable[[AttentionMaps], Any] = lambda maps: maps,
-) -> Read:
-    """What ``extract`` reads of TEXT through the model; or ``of_maps`` of --from, saved
-    maps (what show or generate wrote), narrowed to --layer and --head, with no
-    ``model_options`` given (a model run's). Several texts are refused with ``several``:
-    what to do instead."""
-    # numpy: after the options are checked (a usage error loads none)
-    from attnviz.maps_files import read_maps
-
-    if (text is None) == (saved is None):
-        raise UsageError("give TEXT to run a model on, or --from FILE with saved maps: one of them")
-    if saved is not None:
-        refuse_unused(model_options, "a model run on TEXT", "saved maps (--from)")
-        return of_maps(select_held(only_one(read_maps(saved), ONE_MAPS), layer, head))
-    assert text is not None
-    return extract(only_one(read_texts(text), several))
 
 
 def checked_between(between: str | None, pair: str | None) -> str | None:

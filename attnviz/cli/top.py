@@ -9,8 +9,9 @@ import typer
 from attnviz.choices import Output
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
-from attnviz.cli.settings import DEFAULT_READING, Reading, model_settings, reading_options
+from attnviz.cli.settings import model_settings
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
+from attnviz.cli.sources import NOTHING_READ, TextOrSaved, text_or_saved
 from attnviz.safe_text import spaces_shown
 from attnviz.schema import envelope
 
@@ -24,13 +25,9 @@ FormatOption = d.format_option(
 
 
 @sharing(model_settings)
-@reading_options
+@text_or_saved
 def top(
-    text: d.OptionalTextArgument = None,
-    saved: d.FromOption = None,
-    reading: Reading = DEFAULT_READING,
-    target: d.TargetOption = None,
-    pair: d.PairOption = None,
+    source: TextOrSaved = NOTHING_READ,
     aggregate: d.AggregateOption = None,
     k: Annotated[
         int, typer.Option("-k", metavar="N", min=1, help="Key tokens per query token.")
@@ -49,13 +46,12 @@ def top(
     from attnviz.analysis.top import top_keys
     from attnviz.data_formats import dump_json
 
-    asked = shared.request(reading, text=text, target=target, pair=pair)
+    asked = source.request(shared)
 
     def extract(line: str) -> AttentionMaps:
         return asked.maps(asked.open(shared.environment), line)
 
-    given = shared.run_options_given(reading, target, pair)
-    maps = out.text_or_saved(text, saved, extract, reading.layer, reading.head, given)
+    maps = source.read(shared, extract)
     if aggregate is not None:
         maps = combine(maps, aggregate)
     blocks = top_keys(maps, k)
