@@ -9,7 +9,7 @@ that both can build on it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +28,7 @@ from attnviz.results import Result
 from attnviz.selection import Selection
 
 if TYPE_CHECKING:
+    from attnviz.activations import Activations
     from attnviz.analysis.effects import HeadEffects, Knockout
     from attnviz.analysis.heads import HeadTable
     from attnviz.analysis.lens import Lens
@@ -142,7 +143,8 @@ class Extractor(ABC):
         statistics read from them; no answer (a pretrained language model reads effects),
         and no pass long enough to report on."""
         answered = request.effects and any(each.answer is not None for each in batch)
-        if answered or request.knockout is not None or request.trace is not None or request.lens:
+        reads_answer = request.knockout is not None or request.trace is not None or request.lens
+        if answered or reads_answer or request.activations is not None:
             raise no_next_token(self.name, request.next_token_reader)
         results = []
         for each, maps in zip(batch, self._extract_many(batch, request), strict=True):
@@ -253,6 +255,34 @@ class Extractor(ABC):
         log-probability), each (layers, positions). A causal language model only."""
         asked = asking(request, options, lens=True)
         return asked_for(self._one(Input(text, answer=answer), asked).lens)
+
+    def activations(
+        self,
+        text: str,
+        sites: Sequence[str] = (),
+        request: Request | None = None,
+        *,
+        positions: Selection = None,
+        edits: Mapping[str, Any] | None = None,
+        patch_from: str | None = None,
+        answer: str | None = None,
+        versus: str | None = None,
+        **options: Any,
+    ) -> Activations:
+        """Each site that ``sites`` names (``"resid_post"``, ``"z@3"``, ``"a3.h1"``, ``"m0"``,
+        ``"logits"``…, :mod:`attnviz.activations`; a bare site at every layer of
+        ``layers``), read in one run of ``text`` at ``positions`` (every one by default; a
+        selection as ``rows`` takes), as a mapping of names to tensors on the model's device
+        in its dtype. ``edits`` map names to what the run puts there instead: a tensor of
+        the site's shape over every position, a function of the run's value, ``"zero"``,
+        ``"mean"`` or ``"patch"`` (the value of the run on ``patch_from``, a text of as many
+        tokens). With an ``answer`` (and ``versus``), ``.metric`` is its metric in the run
+        (as :meth:`head_effects` reads it); ``.logits`` the last position's either way. No
+        hook outlives the call. A causal language model only."""
+        rows = {} if positions is None else {"rows": positions}
+        asked = asking(request, options | rows, activations=tuple(sites), edits=edits)
+        given = Input(text, answer=answer, versus=versus, corrupt=patch_from)
+        return asked_for(self._one(given, asked).activations)
 
     def circuit(
         self,

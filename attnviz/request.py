@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, TypeVar, get_args, get_type_hints
 
+from attnviz.activations import check_edits, check_names
 from attnviz.choices import (
     ABLATION_LABELS,
     Ablation,
@@ -64,7 +65,10 @@ class Request:
     ``lens``, the logit lens: each layer's residual stream read through the final norm and
     the unembedding, at every position; with ``circuit`` (what it asks), every edge
     between heads scored on the answer and a circuit's faithfulness (asked of texts
-    together: :meth:`~attnviz.extractor.Extractor.circuit`). ``method`` measures effects
+    together: :meth:`~attnviz.extractor.Extractor.circuit`); with ``activations`` (site
+    names, :mod:`attnviz.activations`), each named site's tensor in one run of the text,
+    with ``edits`` (a name to an edit) put in place of the sites they name. ``method``
+    measures effects
     exactly or by their gradient estimate. Several products may be asked at once: one
     pass over a text serves them.
     """
@@ -91,6 +95,9 @@ class Request:
     by_position: bool = False
     lens: bool = False
     circuit: CircuitOptions | None = None
+    # names of sites (attnviz.activations), and the edits of the run that reads them
+    activations: tuple[str, ...] | None = None
+    edits: Mapping[str, Any] | None = None
     method: Method = Method.EXACT
     # a Measure (or its name), or a function of the last position's logits, (B, vocabulary)
     # float32, giving (B,): what effects and traces are measured by; None: the
@@ -151,6 +158,12 @@ class Request:
             raise UsageError("--metric says how effects are measured: give --answer")
         if self.trace is not None:
             object.__setattr__(self, "trace", chosen(Site, self.trace, "site"))
+        if self.activations is not None:
+            object.__setattr__(self, "activations", check_names(self.activations))
+        if self.edits is not None:
+            if self.activations is None:
+                raise UsageError("edits change a run that reads activations: ask for them")
+            object.__setattr__(self, "edits", check_edits(self.edits))
         if self.circuit is not None and not isinstance(self.circuit, CircuitOptions):
             raise UsageError(f"circuit is CircuitOptions, not {type(self.circuit).__name__}")
         window = self.window
@@ -196,6 +209,9 @@ class Request:
             ("lens", "layers × positions"),
             ("circuit", "edges"),
         )
+        if self.activations is not None and asked != ["activations"]:
+            other = next(name for name in asked if name != "activations")
+            raise UsageError(f"activations are read by one run of their own, not with {other}")
         for alone, lists in alone_lists:
             if getattr(self, alone) not in (None, False) and asked != [alone]:
                 other = next(name for name in asked if name != alone)
@@ -207,6 +223,8 @@ class Request:
         without one names it: the lens, a circuit, a trace, or the answer."""
         if self.lens:
             return "the lens"
+        if self.activations is not None:
+            return "activations"
         if self.circuit is not None:
             return "a circuit"
         if self.trace is not None:
@@ -264,7 +282,7 @@ PREDICTIONS = 100
 # The fields every fingerprint holds, given or not, as release 0.1's manifests do.
 _RELEASE_0_1 = ("mode", "layers", "heads", "special", "words", "raw_pieces", "chat", "system")
 _ASKED = ("maps", "statistics", "effects")  # what a request reads of each input
-_ALONE_OR_NOT = (*_ASKED, "knockout", "trace", "lens", "circuit")
+_ALONE_OR_NOT = (*_ASKED, "knockout", "trace", "lens", "circuit", "activations")
 # The fields that say what is read of the maps, not which maps: a command sets them by
 # what it answers (the rest are its options, each under its field's name).
 PRODUCED = (
@@ -276,6 +294,8 @@ PRODUCED = (
     "by_position",
     "lens",
     "circuit",
+    "activations",
+    "edits",
     "method",
     "metric",
 )
@@ -285,7 +305,7 @@ def asking(request: Request | None, options: dict[str, Any], **asked: Any) -> Re
     """The request of a method named after what it reads: ``request`` (or one made of
     ``options``) asking for ``asked`` alone."""
     products: dict[str, Any] = {"maps": False, "statistics": False, "effects": False}
-    products |= {"knockout": None, "trace": None, **asked}
+    products |= {"knockout": None, "trace": None, "activations": None, "edits": None, **asked}
     if request is None:  # made whole, so that it is checked with what it asks
         return Request.of(None, {**options, **products})
     return replace(Request.of(request, options), **products)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from attnviz.activations import Activations
     from attnviz.analysis.effects import HeadEffects, Knockout
     from attnviz.analysis.heads import HeadTable
     from attnviz.analysis.lens import Lens
@@ -29,3 +30,4 @@ class Result:
     trace: Trace | None = None
     lens: Lens | None = None
     circuit: Circuit | None = None
+    activations: Activations | None = None

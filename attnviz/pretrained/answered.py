@@ -179,16 +179,7 @@ def answered(extractor: ModelReader, given: Input, request: Request) -> Answered
         )
     corrupt = corrupt_arguments = None
     if given.corrupt is not None:
-        *_, corrupt_inputs = extractor.prepared([Input(given.corrupt)], request, CORRUPTED)
-        corrupt = corrupt_inputs.keys[0]
-        if corrupt.length != side.length:
-            raise UsageError(
-                f"the {CORRUPTED} is {corrupt.given_length} tokens and the text "
-                f"{side.given_length}: "
-                "patching puts each position's activation into the same position, so the "
-                "two must have as many tokens"
-            )
-        corrupt_arguments = on_device(loaded, corrupt_inputs.arguments)
+        corrupt, corrupt_arguments = corrupted_twin(extractor, request, side, given.corrupt)
     arguments = on_device(loaded, inputs.arguments)
     metric = Metric(answer_id, versus_id, measure_of(request, given))
     if metric.reads_clean:  # the clean run's next-token distribution, read once
@@ -212,6 +203,22 @@ def answered(extractor: ModelReader, given: Input, request: Request) -> Answered
         corrupt=corrupt,
         corrupt_arguments=corrupt_arguments,
     )
+
+
+def corrupted_twin(
+    extractor: ModelReader, request: Request, side: Side, corrupt: str
+) -> tuple[Side, dict[str, Any]]:
+    """The corrupted twin of a text read as ``side``, and its forward pass's arguments on
+    the model's device: refused unless it has as many tokens."""
+    *_, corrupt_inputs = extractor.prepared([Input(corrupt)], request, CORRUPTED)
+    twin = corrupt_inputs.keys[0]
+    if twin.length != side.length:
+        raise UsageError(
+            f"the {CORRUPTED} is {twin.given_length} tokens and the text {side.given_length}: "
+            "patching puts each position's activation into the same position, so the "
+            "two must have as many tokens"
+        )
+    return twin, on_device(extractor.loaded, corrupt_inputs.arguments)
 
 
 def effects_of(

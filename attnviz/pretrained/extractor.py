@@ -21,6 +21,7 @@ from attnviz.extractor import PROBE_LENGTH, Extractor, Progress
 from attnviz.generated import Sampling
 from attnviz.inputs import Explaining, Input
 from attnviz.maps import AttentionMaps
+from attnviz.pretrained.activations import read_activations
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import answered, effects_of, knocked_out, lensed, traced
 from attnviz.pretrained.attention_modules import Family, layer_kinds, resolve_mode, stream_for
@@ -91,6 +92,10 @@ class PretrainedExtractor(Extractor):
             return [Result(each, trace=traced(self, each, request)) for each in chunk]
         if request.lens:
             return [Result(each, lens=lensed(self, each, request)) for each in chunk]
+        if request.activations is not None:
+            return [
+                Result(each, activations=read_activations(self, each, request)) for each in chunk
+            ]
         maps: Sequence[AttentionMaps | None] = (
             self._extract_many(chunk, request) if request.maps else [None] * len(chunk)
         )

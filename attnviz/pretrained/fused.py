@@ -219,13 +219,19 @@ def _eager_function(module: Any) -> Callable[..., Any]:
     return __import__(type(module).__module__, fromlist=["_"]).eager_attention_forward
 
 
-def _fused(module, query, key, value, mask, *args, **kwargs):
-    """The model's own fast attention: PyTorch's fused kernel, or, for what that kernel does
-    not do (logit soft-capping), the module's eager function."""
+def own_attention(module, query, key, value, mask, *args, **kwargs):
+    """The model's own fast attention, given the mask PyTorch's fused kernel takes: that
+    kernel, or, for what it does not do (logit soft-capping), the module's eager function."""
     if kwargs.get("softcap") is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, mask, *args, **kwargs)
+    return eager_attention(module, query, key, value, mask, *args, **kwargs)
+
+
+def eager_attention(module, query, key, value, mask, *args, **kwargs):
+    """The module's eager attention, given the mask PyTorch's fused kernel takes: its output
+    and its weights, (B, H, T, S)."""
     additive = _additive(mask, query, key, module, kwargs)
     return _eager_function(module)(module, query, key, value, additive, *args, **kwargs)
 
@@ -247,7 +253,7 @@ def recording(
     from transformers.masking_utils import eager_mask, sdpa_mask
 
     name, run, masks = (
-        (FUSED, _fused, sdpa_mask) if fused else (EAGER_RECORDING, _eager, eager_mask)
+        (FUSED, own_attention, sdpa_mask) if fused else (EAGER_RECORDING, _eager, eager_mask)
     )
     if fused and by_windows:
         name, run, masks = FUSED_BY_WINDOWS, attention_by_windows, None

@@ -1,0 +1,356 @@
+"""Activations of a causal language model read and edited by name in one pass (the names:
+:mod:`attnviz.activations`). Each edit is installed where its site is computed, then each
+read, so that what is read is the edited run's; only the positions asked are kept, so
+that a long text's pass holds no more than the model's own. A layer whose pattern is read
+or edited runs its eager attention besides its own (the weights exist nowhere else); where
+they are edited, its heads' output is those weights times its values. Every other output
+is the model's own.
+
+Shape letters: T tokens, P positions kept, W a module tensor's width, U a site's units in
+a layer (heads, or 1), Dh a unit's size, H query heads, S keys, V the vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from attnviz.activations import Activations, Named, parsed
+from attnviz.asked import positions_asked
+from attnviz.choices import Ablation, Site
+from attnviz.errors import UsageError
+from attnviz.pretrained.anatomy import Anatomy, anatomy_of
+from attnviz.pretrained.answered import answered, corrupted_twin
+from attnviz.pretrained.effects import hooked
+from attnviz.pretrained.encoding import forward, on_device
+from attnviz.pretrained.fused import eager_attention, own_attention
+from attnviz.pretrained.implementations import running
+from attnviz.pretrained.labels import piece_labels
+from attnviz.pretrained.sites import (
+    SITES,
+    hidden_of,
+    output_of,
+    reading,
+    units_of,
+    with_hidden,
+    with_output,
+)
+from attnviz.selection import resolve
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnviz.inputs import Input
+    from attnviz.pretrained.reader import ModelReader
+    from attnviz.request import Request
+
+READER = "activations"  # what a model without a next token refuses, by name
+_ACTIVATIONS = "attnviz_activations"  # the attention implementation's name during a pass
+Change = Callable[["torch.Tensor"], "torch.Tensor"]  # a site's value (T, …) -> its edit
+
+
+def read_activations(extractor: ModelReader, given: Input, request: Request) -> Activations:
+    """What ``request.activations`` names, read of one text in one pass with
+    ``request.edits`` installed; the answer's metric in that run where the text has one."""
+    loaded = extractor.loaded
+    assert request.activations is not None  # asked of a request that reads them
+    if given.answer is not None:
+        asked = answered(extractor, given, request)
+        body, layers, side, metric = asked.body, asked.layers, asked.side, asked.metric
+        arguments, twin = asked.arguments, asked.corrupt_arguments
+    else:
+        if given.target is not None or given.pair is not None:
+            raise UsageError("activations are read of one text: no target, no sentence pair")
+        body = anatomy_of(loaded, READER)
+        _, _, layers, inputs = extractor.prepared([given], request)
+        side, metric = inputs.keys[0], None
+        arguments = on_device(loaded, inputs.arguments)
+        twin = None
+        if given.corrupt is not None:
+            twin = corrupted_twin(extractor, request, side, given.corrupt)[1]
+    sites = _Sites(body, layers, side.length)
+    reads = [each for name in request.activations for each in sites.resolved(name)]
+    edits = [
+        (at, edit) for name, edit in (request.edits or {}).items() for at in sites.resolved(name)
+    ]
+    rows, _ = positions_asked(
+        request, side.length, side.length, side.finder("--rows"), side.finder("--span")
+    )
+    positions = list(range(side.length)) if rows is None else rows
+    sites.check_patterns([at for at, _ in edits] + reads, loaded.memory, loaded.model.dtype)
+    patched: dict[str, Any] = {}
+    patches = [at for at, edit in edits if edit is Ablation.PATCH]
+    if patches:
+        if twin is None:
+            raise UsageError(
+                "a patch puts the run on another text's value at the site: give patch_from "
+                "(--corrupt), a text of as many tokens"
+            )
+        with forward(loaded):
+            patched, _ = _run(loaded.model, sites, twin, patches, [], list(range(side.length)))
+    changes = [(at, _change(at, edit, patched)) for at, edit in edits]
+    with forward(loaded):
+        values, last = _run(loaded.model, sites, arguments, reads, changes, positions)
+    measured = None
+    if metric is not None:
+        measured = float(metric.of(last[None].float())[0])
+    return Activations(
+        extractor.name,
+        tuple(piece_labels(loaded, side, request.raw_pieces).text),
+        tuple(positions),
+        values,
+        last,
+        measured,
+        tuple(request.edits or ()),
+    )
+
+
+@dataclass(frozen=True)
+class _Sites:
+    """The model's sites by name: each name's layers resolved among ``layers`` asked."""
+
+    body: Anatomy
+    layers: list[int]
+    tokens: int
+
+    def resolved(self, name: str) -> list[Named]:
+        """The sites ``name`` stands for, each at one layer (a bare site at every layer
+        asked); a layer or a head the model has not, a usage error naming its range."""
+        named = parsed(name)
+        if named.site is None:
+            return [named]
+        if named.layer is None:
+            return [named.at(layer) for layer in self.layers]
+        (layer,) = resolve(named.layer, len(self.body.blocks), "layer")
+        if named.head is not None:
+            resolve(named.head, self.body.heads, "head")
+        return [replace(named, layer=layer)]
+
+    def check_patterns(self, sites: list[Named], memory: int, dtype: Any) -> None:
+        """Refuse a pattern at a length where one head's whole weights outgrow ``memory``
+        (the block budget of a long text's reading)."""
+        if not any(at.site is Site.PATTERN for at in sites):
+            return
+        needed = self.tokens * self.tokens * dtype.itemsize
+        if needed > memory:
+            raise UsageError(
+                f"a pattern of {self.tokens:,} tokens takes {needed / 2**20:,.0f} MiB a head, "
+                f"past the {memory / 2**20:,.0f} MiB a block may take: read its rows with "
+                "extract(rows=...) (attnviz show --rows), which runs block by block, or raise "
+                "--memory"
+            )
+
+
+def _change(at: Named, edit: Any, patched: dict[str, Any]) -> Change:
+    """The function putting ``edit`` at the site: a word's, a tensor's or the caller's."""
+    import torch
+
+    along = 1 if at.site is Site.PATTERN else 0  # the positions' axis of the site's value
+
+    def change(value: torch.Tensor) -> torch.Tensor:
+        if edit is Ablation.ZERO:
+            return torch.zeros_like(value)
+        if edit is Ablation.MEAN:
+            return value.mean(along, keepdim=True).expand_as(value)
+        if edit is Ablation.PATCH:
+            return patched[at.name]
+        found = edit(value) if callable(edit) else edit
+        return _checked(at.name, found, value, "gave" if callable(edit) else "is")
+
+    return change
+
+
+def _checked(name: str, found: Any, value: torch.Tensor, verb: str) -> torch.Tensor:
+    """An edit's value as the site holds it (broadcast, in its dtype, on its device), or a
+    usage error naming the site: not a float tensor, another shape, or not finite."""
+    import numpy as np
+    import torch
+
+    if isinstance(found, np.ndarray):
+        found = torch.from_numpy(found)
+    if not isinstance(found, torch.Tensor) or not found.is_floating_point():
+        kind = found.dtype if isinstance(found, torch.Tensor) else type(found).__name__
+        raise UsageError(f"the edit of {name} {verb} {kind}: it must be a float tensor")
+    try:
+        broadcast = torch.broadcast_shapes(found.shape, value.shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != value.shape:
+        raise UsageError(
+            f"the edit of {name} {verb} {tuple(found.shape)}: the site holds "
+            f"{tuple(value.shape)} here (or a shape that broadcasts to it)"
+        )
+    if not bool(torch.isfinite(found).all()):
+        raise UsageError(f"the edit of {name} {verb} NaN or infinity: a run cannot go on from it")
+    return found.to(value.device, value.dtype).expand(value.shape)
+
+
+def _run(
+    model: Any,
+    sites: _Sites,
+    arguments: dict[str, Any],
+    reads: list[Named],
+    changes: list[tuple[Named, Change]],
+    positions: list[int],
+) -> tuple[dict[str, Any], Any]:
+    """One pass with ``changes`` installed: each read's value at ``positions``, and the last
+    position's logits, (V,)."""
+    import torch
+
+    kept: dict[str, Any] = {}
+    body = sites.body
+    with contextlib.ExitStack() as hooks, torch.no_grad():
+        for at, change in changes:
+            if at.site is not Site.PATTERN:
+                for handle in _editing(body, at, change):
+                    hooks.enter_context(hooked(handle))
+        for at in reads:
+            if at.site is not None and at.site is not Site.PATTERN:
+                assert at.layer is not None  # resolved
+                for handle in reading(body, at.site, at.layer, _keeper(body, at, positions, kept)):
+                    hooks.enter_context(hooked(handle))
+        patterns = [at for at in reads if at.site is Site.PATTERN]
+        edited = _pattern_changes(changes)
+        if patterns or edited:
+            attention = _attention(body, patterns, edited, positions, kept)
+            hooks.enter_context(_running(model, attention))
+        logits = _logits(model, arguments, positions, any(at.site is None for at in reads))
+    for at in reads:
+        if at.site is None:
+            kept[at.name] = logits[: len(positions)]
+    return {at.name: kept[at.name] for at in reads}, logits[-1]
+
+
+def _logits(model: Any, arguments: dict[str, Any], positions: list[int], all_asked: bool) -> Any:
+    """The logits at ``positions`` (where they are asked) and at the last position, (P + 1,
+    V) or (1, V): only those are computed where the model can leave the others out."""
+    import inspect
+
+    import torch
+
+    tokens = int(arguments["input_ids"].shape[1])
+    wanted = [*positions, tokens - 1] if all_asked else [tokens - 1]
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        keep = torch.tensor(wanted, device=arguments["input_ids"].device)
+        return model(**arguments, use_cache=False, logits_to_keep=keep).logits[0]
+    return model(**arguments, use_cache=False).logits[0, wanted]
+
+
+def _keeper(body: Anatomy, at: Named, positions: list[int], kept: dict[str, Any]) -> Callable:
+    """A reading's callback keeping the site's value at ``positions``, shaped."""
+    assert at.site is not None and at.layer is not None
+
+    def keep(value: torch.Tensor, _graph: torch.Tensor) -> None:
+        kept[at.name] = _shaped(body, at, value[0])[positions].detach().clone()
+
+    return keep
+
+
+def _shaped(body: Anatomy, at: Named, tensor: torch.Tensor) -> torch.Tensor:
+    """A module's (T, W) tensor as the site holds it: (T, D), (T, U, Dh) or a head's (T, Dh)."""
+    assert at.site is not None and at.layer is not None
+    units = units_of(body, at.site, at.layer, tensor.shape[-1])
+    value = tensor[:, units.of(at.head)]
+    if at.head is None and SITES[at.site].per_head:
+        return value.reshape(value.shape[0], units.count, units.size)
+    return value
+
+
+def _editing(body: Anatomy, at: Named, change: Change) -> list[Any]:
+    """Hooks putting ``change`` of the site's value in its place; their handles."""
+    site, layer = at.site, at.layer
+    assert site is not None and layer is not None  # resolved, and no logits
+    point = SITES[site]
+    module = point.module(body, layer)
+
+    def edited(tensor: torch.Tensor) -> torch.Tensor:  # (1, T, W)
+        columns = units_of(body, site, layer, tensor.shape[-1]).of(at.head)
+        result = tensor.clone()  # a caller's edit in place changes this copy alone
+        new = change(_shaped(body, at, result[0]))
+        result[0, :, columns] = new.reshape(new.shape[0], -1).to(tensor.dtype)
+        return result
+
+    if point.reads_input:
+
+        def edit_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            return with_hidden(args, kwargs, edited(hidden_of(args, kwargs)))
+
+        return [module.register_forward_pre_hook(edit_input, with_kwargs=True)]
+    if not point.adds_to_input:
+
+        def edit_output(_module: Any, _args: tuple, output: Any) -> Any:
+            return with_output(output, edited(output_of(output)))
+
+        return [module.register_forward_hook(edit_output)]
+    entering: list[Any] = [None]
+
+    def enter(_module: Any, args: tuple, kwargs: dict) -> None:
+        entering[0] = hidden_of(args, kwargs)
+
+    def edit_sum(_module: Any, _args: tuple, output: Any) -> Any:
+        whole = entering[0] + output_of(output)  # the residual between attention and MLP
+        return with_output(output, edited(whole) - entering[0])
+
+    return [
+        body.blocks[layer].register_forward_pre_hook(enter, with_kwargs=True),
+        module.register_forward_hook(edit_sum),
+    ]
+
+
+def _pattern_changes(changes: list[tuple[Named, Change]]) -> dict[int, Change]:
+    """Each layer's pattern edits, one after the other as they were given."""
+    by_layer: dict[int, Change] = {}
+    for at, change in changes:
+        if at.site is Site.PATTERN:
+            assert at.layer is not None  # resolved
+            before = by_layer.get(at.layer)
+            by_layer[at.layer] = change if before is None else _after(before, change)
+    return by_layer
+
+
+def _after(first: Change, then: Change) -> Change:
+    return lambda value: then(first(value))
+
+
+def _attention(
+    body: Anatomy,
+    patterns: list[Named],
+    edited: dict[int, Change],
+    positions: list[int],
+    kept: dict[str, Any],
+) -> Callable[..., Any]:
+    """An attention function running the model's own attention; at a layer whose pattern
+    is read or edited, its eager attention's weights (1, H, T, S) besides, and where they
+    are edited, the heads' output those weights times the values."""
+    layer_of = {id(module): layer for layer, module in enumerate(body.attentions)}
+    read = {at.layer for at in patterns}
+
+    def attention(module, query, key, value, mask, *args, **kwargs):
+        layer = layer_of.get(id(module))
+        if layer not in read and layer not in edited:
+            return own_attention(module, query, key, value, mask, *args, **kwargs)
+        weights = eager_attention(module, query, key, value, mask, *args, **kwargs)[1]
+        # the model's own output where the weights are only read: the run is the model's
+        output = own_attention(module, query, key, value, mask, *args, **kwargs)[0]
+        if layer in edited:
+            weights = edited[layer](weights[0])[None].to(value.dtype)  # (1, H, T, S)
+            grouped = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+            output = (weights @ grouped).transpose(1, 2).contiguous()  # (1, T, H, Dh)
+        for at in patterns:
+            if at.layer == layer:
+                kept[at.name] = weights[0][:, positions].detach().clone()  # (H, P, S)
+        return output, weights
+
+    return attention
+
+
+@contextlib.contextmanager
+def _running(model: Any, attention: Callable[..., Any]) -> Iterator[None]:
+    """``attention`` in place of the model's own for one pass, with the masks the fused
+    kernel takes."""
+    from transformers.masking_utils import sdpa_mask
+
+    with running(model, _ACTIVATIONS, attention, sdpa_mask):
+        yield
