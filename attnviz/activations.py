@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from attnviz.atomic_files import open_output
 from attnviz.choices import Ablation, Site, chosen
 from attnviz.errors import UsageError
 
@@ -154,8 +155,6 @@ class Activations(Mapping[str, Tensor]):
         """The arrays, the tokens and the positions kept as one ``.npz`` file."""
         import numpy as np
 
-        from attnviz.atomic_files import open_output
-
         with open_output(path, binary=True) as stream:
             np.savez(
                 stream,
@@ -164,7 +163,7 @@ class Activations(Mapping[str, Tensor]):
                 positions=np.array(self.positions),
             )
 
-    def as_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         """The run as JSON: the tokens, the positions kept, each name's shape and numbers,
         and the metric where an answer was given."""
         found: dict[str, Any] = {"model": self.model, "tokens": list(self.tokens)}

@@ -4,12 +4,17 @@ and no hook outlives a call, on the tiny language models of every family."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 import attnviz
+from attnviz.cli import app
 from attnviz.errors import UsageError
+from tests.checks import failed_in_process
 from tests.hook_references import (
     ANSWER,
     CORRUPT,
@@ -239,3 +244,53 @@ def test_a_position_past_the_text_and_the_builtin_stack_are_refused(language_mod
         attnviz.load().activations(TEXT, ["resid@0"])
     with pytest.raises(UsageError, match="edits change a run that reads activations"):
         attnviz.Request(edits={"z@0": "zero"})
+
+
+def test_acts_writes_what_the_library_reads(runner, generators, language_models, tmp_path):
+    model = generators["llama-lm"]
+    extractor = language_models["llama-lm"]
+    names = ["resid_post@1", "a0.h1", "pattern@0"]
+    arguments = ["acts", TEXT, "--model", model, "--rows", "last", "--answer", ANSWER]
+    arguments += [part for name in names for part in ("--site", name)] + ["--edit", "m0=zero"]
+    expected = extractor.activations(
+        TEXT, names, positions="last", answer=ANSWER, edits={"m0": "zero"}
+    )
+    saved = tmp_path / "acts.npz"
+    wrote = runner.invoke(app, [*arguments, "-f", "npz", "-o", str(saved)])
+    assert wrote.exit_code == 0, wrote.stderr
+    arrays = np.load(saved)
+    for name in names:
+        np.testing.assert_array_equal(arrays[name], expected[name].float().numpy())
+    document = runner.invoke(app, [*arguments, "-f", "json"])
+    assert document.exit_code == 0, document.stderr
+    read = json.loads(document.stdout)
+    assert read["edited"] == ["m0"] and read["metric"] == pytest.approx(expected.metric)
+    assert read["activations"]["a0.h1"]["values"] == expected["a0.h1"].tolist()
+    table = runner.invoke(app, arguments)
+    assert table.exit_code == 0, table.stderr
+    assert all(name in table.stdout for name in names) and "metric" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--site", "resid_pre"], "no site is named 'resid_pre'"),
+        (["--site", "z", "--edit", "z@0"], "--edit 'z@0': give NAME=EDIT"),
+        (["--site", "z", "--edit", "z@0=swap"], "unknown edit of z@0 'swap'"),
+        ([], "name a site to read with --site"),
+        (["--site", "z", "-o", "acts.txt"], "-o takes -f json or npz"),
+    ],
+)
+def test_acts_refuses_bad_input_in_one_line(
+    runner, generators, arguments, said, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["acts", TEXT, "--model", generators["llama-lm"], *arguments])
+    failed_in_process(result, 2, said)
+    assert list(Path().iterdir()) == []
+
+
+def test_acts_on_the_builtin_stack_is_refused(runner):
+    failed_in_process(
+        runner.invoke(app, ["acts", TEXT, "--site", "resid"]), 2, "activations needs a causal"
+    )

@@ -206,12 +206,22 @@ class Effects:
         by_position: bool = False,
         lens: bool = False,
         circuit: CircuitOptions | None = None,
+        activations: tuple[str, ...] | None = None,
+        edits: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """What a request reads of each input for these options: its maps or, with
         ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
-        a knockout alone; or a ``trace`` at a site, the lens or a ``circuit``, alone."""
+        a knockout alone; or a ``trace`` at a site, the lens, a ``circuit`` or
+        ``activations`` (with their ``edits``), alone."""
         if circuit is not None:
             return {"maps": False, "circuit": circuit, "metric": self.metric}
+        if activations is not None:
+            return {
+                "maps": False,
+                "activations": activations,
+                "edits": edits,
+                "metric": self.metric,
+            }
         if lens or trace is not None:  # each alone
             at = {} if trace is None else {"trace": trace, "by_position": by_position}
             return {"maps": False, "lens": lens, "method": self.method, "metric": self.metric, **at}

@@ -97,6 +97,9 @@ COMMANDS = {
     "lens": CommandEntry(
         "attnviz.cli.lens", "The logit lens: what each layer would predict at each position."
     ),
+    "acts": CommandEntry(
+        "attnviz.cli.acts", "Activations by name: any site of any layer, head or node."
+    ),
     "circuit": CommandEntry(
         "attnviz.cli.circuit", "Circuits: which paths between heads carry an answer."
     ),

@@ -288,6 +288,8 @@ def request(
     by_position: bool = False,
     lens: bool = False,
     circuit: CircuitOptions | None = None,
+    activations: tuple[str, ...] | None = None,
+    edits: dict[str, str] | None = None,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
     text, target and answer (the text unless read from stdin), how the selection is
@@ -319,7 +321,7 @@ def request(
         heads=reading.head,
         **request_fields(settings),
         **request_fields(products),
-        **effects.asked(statistics, trace, by_position, lens, circuit),
+        **effects.asked(statistics, trace, by_position, lens, circuit, activations, edits),
     )
     return Job(
         spec=ExtractorSpec(model, config, settings.load_options() if model != d.BUILTIN else None),
