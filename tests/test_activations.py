@@ -294,3 +294,28 @@ def test_acts_on_the_builtin_stack_is_refused(runner):
     failed_in_process(
         runner.invoke(app, ["acts", TEXT, "--site", "resid"]), 2, "activations needs a causal"
     )
+
+
+def test_a_users_restore_is_the_traces(family):
+    """trace restores the clean residual at one layer and position of the corrupted run
+    through the same editing as a user's edit: the two give one number."""
+    extractor, _, _ = family
+    traced = extractor.trace(TEXT, ANSWER, CORRUPT, versus=VERSUS)
+    clean = extractor.activations(TEXT, ["resid"])
+    corrupted = extractor.activations(CORRUPT, answer=ANSWER, versus=VERSUS).metric
+    checked = 0
+    for index, layer in enumerate(traced.layers):
+        for position in range(len(traced.tokens)):
+            value = clean[f"resid@{layer}"][position]
+
+            def restore(own, value=value, position=position):
+                own[position] = value
+                return own
+
+            edits = {f"resid@{layer}": restore}
+            run = extractor.activations(CORRUPT, edits=edits, answer=ANSWER, versus=VERSUS)
+            assert run.metric - corrupted == pytest.approx(
+                float(traced.effect[index, position]), abs=1e-5
+            )
+            checked += abs(traced.effect[index, position]) > 1e-3
+    assert checked  # some restores bring the answer back

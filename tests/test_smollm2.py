@@ -278,3 +278,41 @@ def test_a_command_the_docs_print_gives_what_they_print(
     (tmp_path / "sample_texts").symlink_to(ROOT / "sample_texts")
     monkeypatch.chdir(tmp_path)
     assert_printed(run, output_of(run, runner, tmp_path))
+
+
+def test_activations_equal_plain_hooks_on_its_own_model(smollm2):
+    """Every layer site at three layers, a head's output and an MLP's, bit for bit the
+    tensors plain transformers hooks read from the same model; a zeroed head's run the
+    same as a plain hook zeroing it."""
+    from tests.hook_references import (
+        head_size,
+        metric_with_hooks,
+        output_projection,
+        recorded_at,
+        restorer,
+        site_point,
+    )
+
+    model = smollm2.loaded.model
+    tokenizer = smollm2.loaded.tokenizer
+    ids = torch.tensor([tokenizer(IOI)["input_ids"]])
+    sites = ["resid", "attn", "resid_mid", "mlp", "resid_post", "q", "k", "v", "z"]
+    layers = [0, 15, 29]
+    found = smollm2.activations(IOI, [*sites, "a23.h3", "m0"], layers=layers)
+    for site in sites:
+        reference = recorded_at(model, ids, site)
+        for layer in layers:
+            expected = reference[layer][:, site_point(model, site, layer)[2]]
+            got = found[f"{site}@{layer}"]
+            assert torch.equal(got.reshape(expected.shape), expected), (site, layer)
+    size = head_size(model)
+    z = recorded_at(model, ids, "z")[23]
+    assert torch.equal(found["a23.h3"], z[:, 3 * size : 4 * size])
+    (mary,) = tokenizer(" Mary", add_special_tokens=False)["input_ids"]
+    (john,) = tokenizer(" John", add_special_tokens=False)["input_ids"]
+    zeroed = smollm2.activations(IOI, edits={"a23.h3": "zero"}, answer=" Mary", versus=" John")
+    hook = restorer("pre", slice(None), slice(3 * size, 4 * size), 0.0)
+    expected = metric_with_hooks(model, ids, mary, john, [(output_projection(model, 23), *hook)])
+    assert zeroed.metric == pytest.approx(expected, abs=1e-4)
+    unedited = smollm2.activations(IOI, answer=" Mary", versus=" John").metric
+    assert unedited - zeroed.metric > 1  # the head the answer needs most

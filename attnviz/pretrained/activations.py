@@ -28,15 +28,7 @@ from attnviz.pretrained.encoding import forward, on_device
 from attnviz.pretrained.fused import eager_attention, own_attention
 from attnviz.pretrained.implementations import running
 from attnviz.pretrained.labels import piece_labels
-from attnviz.pretrained.sites import (
-    SITES,
-    hidden_of,
-    output_of,
-    reading,
-    units_of,
-    with_hidden,
-    with_output,
-)
+from attnviz.pretrained.sites import SITES, editing, reading, units_of
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
@@ -204,8 +196,7 @@ def _run(
     with contextlib.ExitStack() as hooks, torch.no_grad():
         for at, change in changes:
             if at.site is not Site.PATTERN:
-                for handle in _editing(body, at, change):
-                    hooks.enter_context(hooked(handle))
+                hooks.enter_context(_editing(body, at, change))
         for at in reads:
             if at.site is not None and at.site is not Site.PATTERN:
                 assert at.layer is not None  # resolved
@@ -258,45 +249,18 @@ def _shaped(body: Anatomy, at: Named, tensor: torch.Tensor) -> torch.Tensor:
     return value
 
 
-def _editing(body: Anatomy, at: Named, change: Change) -> list[Any]:
-    """Hooks putting ``change`` of the site's value in its place; their handles."""
+def _editing(body: Anatomy, at: Named, change: Change) -> contextlib.ExitStack:
+    """Hooks putting ``change`` of the site's value (shaped as it is read) in its place."""
     site, layer = at.site, at.layer
     assert site is not None and layer is not None  # resolved, and no logits
-    point = SITES[site]
-    module = point.module(body, layer)
 
-    def edited(tensor: torch.Tensor) -> torch.Tensor:  # (1, T, W)
+    def edit(tensor: torch.Tensor) -> torch.Tensor:  # (1, T, W), a copy of the module's
         columns = units_of(body, site, layer, tensor.shape[-1]).of(at.head)
-        result = tensor.clone()  # a caller's edit in place changes this copy alone
-        new = change(_shaped(body, at, result[0]))
-        result[0, :, columns] = new.reshape(new.shape[0], -1).to(tensor.dtype)
-        return result
+        new = change(_shaped(body, at, tensor[0]))
+        tensor[0, :, columns] = new.reshape(new.shape[0], -1).to(tensor.dtype)
+        return tensor
 
-    if point.reads_input:
-
-        def edit_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            return with_hidden(args, kwargs, edited(hidden_of(args, kwargs)))
-
-        return [module.register_forward_pre_hook(edit_input, with_kwargs=True)]
-    if not point.adds_to_input:
-
-        def edit_output(_module: Any, _args: tuple, output: Any) -> Any:
-            return with_output(output, edited(output_of(output)))
-
-        return [module.register_forward_hook(edit_output)]
-    entering: list[Any] = [None]
-
-    def enter(_module: Any, args: tuple, kwargs: dict) -> None:
-        entering[0] = hidden_of(args, kwargs)
-
-    def edit_sum(_module: Any, _args: tuple, output: Any) -> Any:
-        whole = entering[0] + output_of(output)  # the residual between attention and MLP
-        return with_output(output, edited(whole) - entering[0])
-
-    return [
-        body.blocks[layer].register_forward_pre_hook(enter, with_kwargs=True),
-        module.register_forward_hook(edit_sum),
-    ]
+    return editing(body, site, layer, edit)
 
 
 def _pattern_changes(changes: list[tuple[Named, Change]]) -> dict[int, Change]:

@@ -251,42 +251,60 @@ def restoring(
     clean: torch.Tensor,
 ) -> contextlib.AbstractContextManager:
     """Hooks putting ``clean`` (the clean run's value, (1, T, W)) at ``where`` (positions,
-    columns) of the batch's ``rows`` at the site in ``layer``."""
-    point = SITES[site]
-    if point.pattern:
+    columns) of the batch's ``rows`` at the site in ``layer``: an :func:`editing` of it."""
+    if SITES[site].pattern:
         return _pattern_restoring(body, layer, rows, where, clean)
     positions, columns = where
     value = clean[0, positions, columns]
+
+    def restore(tensor: torch.Tensor) -> torch.Tensor:
+        tensor[rows, positions, columns] = value
+        return tensor
+
+    return editing(body, site, layer, restore)
+
+
+Edit = Callable[["torch.Tensor"], "torch.Tensor"]
+
+
+def editing(body: Anatomy, site: Site, layer: int, edit: Edit) -> contextlib.ExitStack:
+    """Hooks putting ``edit`` of the tensor that holds ``site`` in ``layer`` in its place:
+    ``edit`` is given a copy of it, (B, T, W), every column (what the layer adds to the
+    residual stream, for ``resid_mid``, as the residual itself), and gives it back
+    changed. What the user's edits (:mod:`attnviz.pretrained.activations`), the trace and
+    the patches put in a run all go through here. Numbers the edit leaves as they were
+    stay the run's own, to the last bit."""
+    import torch
+
+    point = SITES[site]
+    assert not point.pattern  # a pattern is no module's tensor: set through z
     module = point.module(body, layer)
     stack = contextlib.ExitStack()
     if point.reads_input:
 
-        def restore_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            hidden = hidden_of(args, kwargs).clone()  # (B, T, W)
-            hidden[rows, positions, columns] = value
-            return with_hidden(args, kwargs, hidden)
+        def edit_input(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            return with_hidden(args, kwargs, edit(hidden_of(args, kwargs).clone()))
 
-        stack.enter_context(
-            hooked(module.register_forward_pre_hook(restore_input, with_kwargs=True))
-        )
+        stack.enter_context(hooked(module.register_forward_pre_hook(edit_input, with_kwargs=True)))
         return stack
     entering: list[Any] = [None]
 
     def enter(_module: Any, args: tuple, kwargs: dict) -> None:
         entering[0] = hidden_of(args, kwargs)
 
-    def restore_output(_module: Any, _args: tuple, output: Any) -> Any:
-        changed = output_of(output).clone()  # (B, T, W)
-        if point.adds_to_input:  # what the attention adds: the clean residual, less the input
-            changed[rows, positions, columns] = value - entering[0][rows, positions, columns]
-        else:
-            changed[rows, positions, columns] = value
-        return with_output(output, changed)
+    def edit_output(_module: Any, _args: tuple, output: Any) -> Any:
+        own = output_of(output)  # (B, T, W)
+        if not point.adds_to_input:
+            return with_output(output, edit(own.clone()))
+        whole = entering[0] + own  # the residual between the attention and the MLP
+        edited = edit(whole.clone())
+        # what the attention adds: the edited residual, less the input, where edited
+        return with_output(output, torch.where(edited != whole, edited - entering[0], own))
 
     if point.adds_to_input:
         block = body.blocks[layer]
         stack.enter_context(hooked(block.register_forward_pre_hook(enter, with_kwargs=True)))
-    stack.enter_context(hooked(module.register_forward_hook(restore_output)))
+    stack.enter_context(hooked(module.register_forward_hook(edit_output)))
     return stack
 
 
