@@ -23,8 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.pretrained.effects import hooked, last_logits
-from attnviz.pretrained.sites import hidden_of, mlp_written, output_of, with_hidden, with_output
+from attnviz.pretrained.effects import last_logits
+from attnviz.pretrained.sites import (
+    hidden_of,
+    hooked,
+    mlp_written,
+    output_of,
+    with_hidden,
+    with_output,
+)
 
 if TYPE_CHECKING:
     import torch

@@ -67,7 +67,6 @@ from attnviz.pretrained.effects import (
     Clean,
     changed_metrics,
     clean_recording,
-    hooked,
     last_logits,
 )
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
@@ -76,6 +75,7 @@ from attnviz.pretrained.sites import (
     SITES,
     Units,
     hidden_of,
+    hooked,
     norms_found,
     output_of,
     units_of,

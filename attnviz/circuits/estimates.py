@@ -31,9 +31,9 @@ from attnviz.pretrained.backward_pass import (
     recomputes,
     weights_without_gradients,
 )
-from attnviz.pretrained.effects import hooked, last_logits
+from attnviz.pretrained.effects import last_logits
 from attnviz.pretrained.frozen_norms import NormForm, form_of
-from attnviz.pretrained.sites import SITES, hidden_of, output_of, units_of
+from attnviz.pretrained.sites import SITES, hidden_of, hooked, output_of, units_of
 from attnviz.pretrained.windowed import windowed
 from attnviz.progress import FirstPart, advance
 

@@ -19,9 +19,8 @@ from attnviz.circuits.graph import Graph, heads_slot, mlp_slot
 from attnviz.errors import UsageError
 from attnviz.memory import give_back_freed
 from attnviz.pretrained.anatomy import Anatomy
-from attnviz.pretrained.effects import hooked
 from attnviz.pretrained.frozen_norms import norm_form
-from attnviz.pretrained.sites import hidden_of, mlp_written, output_of
+from attnviz.pretrained.sites import hidden_of, hooked, mlp_written, output_of
 
 if TYPE_CHECKING:
     import torch

@@ -23,12 +23,11 @@ from attnviz.choices import Ablation, Site
 from attnviz.errors import UsageError
 from attnviz.pretrained.anatomy import Anatomy, anatomy_of
 from attnviz.pretrained.answered import answered, corrupted_twin
-from attnviz.pretrained.effects import hooked
 from attnviz.pretrained.encoding import forward, on_device
 from attnviz.pretrained.fused import eager_attention, own_attention
 from attnviz.pretrained.implementations import running
 from attnviz.pretrained.labels import piece_labels
-from attnviz.pretrained.sites import SITES, editing, reading, units_of
+from attnviz.pretrained.sites import SITES, editing, hooked, reading, units_of
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:

@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.choices import Ablation
+from attnviz.choices import Ablation, Site
 from attnviz.errors import UsageError, option, warn
 from attnviz.pretrained.anatomy import Anatomy, head_size_of
 from attnviz.pretrained.finite import check_metric
 from attnviz.pretrained.frozen_norms import frozen_norm, through_post_norm
 from attnviz.pretrained.metrics import Metric
+from attnviz.pretrained.sites import Edit, editing, hooked
 from attnviz.progress import LONG_REST, FirstPart, advance
 
 if TYPE_CHECKING:
@@ -199,14 +200,6 @@ def _detached(value: Any) -> Any:
     return value.detach() if hasattr(value, "detach") else value
 
 
-@contextlib.contextmanager
-def hooked(handle: Any) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def last_logits(model: Any, arguments: dict) -> torch.Tensor:
     """The logits at the last position, (B, vocabulary); only those are computed where the
     model can leave the others out."""
@@ -276,10 +269,7 @@ def _ablation(
             part = head_slice(clean.head_inputs[layer], body.heads, head)
             own = clean.head_inputs[layer][0, :, part]  # (T, Dh)
             value = ablating.replacement(layer, own, lambda inputs: inputs[0, :, part])
-            replace = replacer(rows, part, value)
-            patches.enter_context(
-                hooked(body.projections[layer].register_forward_pre_hook(replace))
-            )
+            patches.enter_context(editing(body, Site.Z, layer, replacer(rows, part, value)))
 
         return install
 
@@ -411,15 +401,14 @@ def head_slice(head_input: torch.Tensor, heads: int, head: int) -> slice:
     return slice(head * size, (head + 1) * size)
 
 
-def replacer(rows: list[int], part: slice, value: torch.Tensor | float) -> Callable:
-    """A hook on an output projection replacing, in the batch's ``rows``, one head's slice
-    of its input (``part``) by ``value``: zeros, the head's mean over the positions (Dh,),
+def replacer(rows: list[int], part: slice, value: torch.Tensor | float) -> Edit:
+    """An edit of z, the output projection's input, replacing one head's slice (``part``)
+    in the batch's ``rows`` by ``value``: zeros, the head's mean over the positions (Dh,),
     or its output in another run (T, Dh)."""
 
-    def replace(_module: Any, args: tuple) -> tuple:
-        head_input = args[0].clone()  # (B, T, E)
+    def replace(head_input: torch.Tensor) -> torch.Tensor:  # (B, T, E), a copy
         head_input[rows, :, part] = value
-        return (head_input, *args[1:])
+        return head_input
 
     return replace
 

@@ -19,8 +19,9 @@ import numpy as np
 
 from attnviz.errors import UsageError
 from attnviz.pretrained.anatomy import Anatomy
-from attnviz.pretrained.effects import Change, changed_metrics, clean_pass, hooked
+from attnviz.pretrained.effects import Change, changed_metrics, clean_pass
 from attnviz.pretrained.metrics import Metric
+from attnviz.pretrained.sites import hooked
 
 if TYPE_CHECKING:
     import torch

@@ -45,7 +45,6 @@ from attnviz.pretrained.effects import (
     clean_pass,
     clean_recording,
     head_slice,
-    hooked,
     last_logits,
 )
 from attnviz.pretrained.finite import CORRUPTED_RUN, check_metric
@@ -54,6 +53,7 @@ from attnviz.pretrained.sites import (
     SITES,
     Found,
     Units,
+    hooked,
     reading,
     recorded,
     restoring,

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from attnviz.choices import Site
 from attnviz.errors import UsageError
 from attnviz.pretrained.anatomy import Anatomy
-from attnviz.pretrained.effects import hooked
 from attnviz.pretrained.implementations import attention_implementation
 
 if TYPE_CHECKING:
@@ -139,6 +138,16 @@ SITES: dict[Site, SitePoint] = {
         pattern=True,
     ),
 }
+
+
+@contextlib.contextmanager
+def hooked(handle: Any) -> Iterator[None]:
+    """A hook's handle, removed when the block ends, however it ends: every hook attnviz
+    puts on a model is held by one, so that none outlives its pass."""
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def site_module(body: Anatomy, site: Site, layer: int) -> Any:
