@@ -147,6 +147,13 @@ class Activations(Mapping[str, Tensor]):
     def __len__(self) -> int:
         return len(self.tensors)
 
+    def __repr__(self) -> str:  # a notebook's line: names and shapes, not the numbers
+        shapes = ", ".join(f"{name} {tuple(value.shape)}" for name, value in self.items())
+        said = [f"{len(self.tokens)} tokens", f"{len(self.positions)} positions kept"]
+        if self.metric is not None:
+            said.append(f"metric {self.metric:.4g}")
+        return f"Activations({self.model}, {', '.join(said)}: {shapes or 'no site'})"
+
     def arrays(self) -> dict[str, Any]:
         """Each tensor as a float32 numpy array on the CPU (a bfloat16 one widened)."""
         return {name: value.detach().float().cpu().numpy() for name, value in self.items()}

@@ -85,6 +85,8 @@ def test_graph_nodes_positions_logits_and_patterns_read_as_named(family):
     torch.testing.assert_close(found["pattern@-1"], pattern[:, [1, last]], rtol=0, atol=1e-6)
     assert found.positions == (1, last) and len(found.tokens) == ids.shape[1]
     assert list(found) == names and found.metric is None
+    assert repr(found).startswith(f"Activations({extractor.name}, {ids.shape[1]} tokens, 2 ")
+    assert "a1.h1 (2, " in repr(found) and "tensor" not in repr(found)
 
 
 def test_an_answer_is_measured_in_the_run(family):
