@@ -253,7 +253,8 @@ class Foreign(NamedTuple):
 FOREIGN_OUTPUTS = {
     Output.EAP_IG: Foreign(
         "EAP-IG's graph file",
-        "the circuit as hannamw/EAP-IG's graph file (Graph.from_json reads it)",
+        "the circuit as hannamw/EAP-IG's graph file (Graph.from_json reads it), its scores "
+        "in MIB's sign (the loss's: an edge the answer needs is positive)",
     ),
 }
 

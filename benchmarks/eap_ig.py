@@ -167,6 +167,10 @@ def main() -> None:
         attribute(model, found, data, logit_difference, method=method, ig_steps=steps, quiet=True)
         took = time.perf_counter() - started
         found.to_json(str(scratch / "scores.json"))
+        # scored on the logit difference itself, not MIB's loss: attnviz's own sign
+        written = json.loads((scratch / "scores.json").read_text(encoding="utf-8"))
+        written["cfg"]["score_sign"] = "metric"
+        (scratch / "scores.json").write_text(json.dumps(written), encoding="utf-8")
         return read_scores(scratch / "scores.json").on(graph)[0], took
 
     def row(name: str, mine: np.ndarray, other: np.ndarray, times: str) -> None:

@@ -462,7 +462,9 @@ def test_eap_ig_s_graph_file_holds_the_circuit_its_copies_summing_to_the_grouped
 ):
     """-f eap-ig: EAP-IG's Graph.to_json layout (cfg, nodes, edges named parent->child<q>);
     a grouped key/value edge becomes one edge per query head of its group whose scores sum
-    to attnviz's, all in the circuit or none; its nodes are the circuit's."""
+    to attnviz's, all in the circuit or none; its nodes are the circuit's. Its scores are
+    in MIB's sign, the loss's (MIB-circuit-track's run_attribution.py scores the logit
+    difference with loss=True): attnviz's negated, an edge the answer needs positive."""
     common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "--edges", "20"]
     document = json.loads(runner.invoke(app, [*common, "-f", "eap-ig"]).stdout)
     expected = language_models["llama-lm"].circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=20)
@@ -470,6 +472,7 @@ def test_eap_ig_s_graph_file_holds_the_circuit_its_copies_summing_to_the_grouped
     assert document["cfg"] == {
         "n_layers": graph.layers, "n_heads": graph.heads, "parallel_attn_mlp": False,
         "d_model": language_models["llama-lm"].loaded.model.config.hidden_size,
+        "score_sign": "loss",
     }  # fmt: skip
     copies = [
         graph.heads // graph.kv_heads if graph.downstream[d].split(".")[-1] in "kv" else 1
@@ -479,7 +482,8 @@ def test_eap_ig_s_graph_file_holds_the_circuit_its_copies_summing_to_the_grouped
     scores, kept = _eap_ig_read(document, graph.heads, graph.kv_heads)
     found = {(first, then): score for first, then, score in expected.edges()}
     assert scores.keys() == found.keys()
-    assert max(abs(scores[edge] - found[edge]) for edge in found) <= 1e-6
+    assert max(abs(scores[edge] + found[edge]) for edge in found) <= 1e-6
+    assert any(abs(found[edge]) > 1e-3 for edge in found)  # the sign is seen
     assert kept == {(first, then) for first, then, _ in expected.kept_edges()}
     held = {name for name, node in document["nodes"].items() if node["in_graph"]}
     assert held == {*expected.scored.nodes(), "logits"}
@@ -556,6 +560,18 @@ def test_a_circuit_written_for_eap_ig_reads_back_to_the_same_masks_and_faithfuln
             assert abs(point["faithfulness"] - expected["faithfulness"]) < 1e-6
         assert read["source"] == str(tmp_path / f"{output}.json")
     document = json.loads((tmp_path / "eap-ig.json").read_text())
+    own = {**document, "cfg": {**document["cfg"], "score_sign": "metric"}}
+    own["edges"] = {
+        name: {**edge, "score": -edge["score"]} for name, edge in document["edges"].items()
+    }
+    (tmp_path / "own.json").write_text(json.dumps(own), encoding="utf-8")
+    read = json.loads(runner.invoke(app, [*common, "--scores", str(tmp_path / "own.json"),
+                                          *asked, "-f", "json"]).stdout)  # fmt: skip
+    assert read["circuit"]["edges"] == original["circuit"]["edges"]  # attnviz's sign, as is
+    own["cfg"]["score_sign"] = "gain"
+    (tmp_path / "own.json").write_text(json.dumps(own), encoding="utf-8")
+    other = runner.invoke(app, [*common, "--scores", str(tmp_path / "own.json")])
+    failed_in_process(other, 2, "says score_sign 'gain': \"loss\" (MIB's")
     document["cfg"]["n_heads"] += 1
     (tmp_path / "other.json").write_text(json.dumps(document), encoding="utf-8")
     other = runner.invoke(app, [*common, "--scores", str(tmp_path / "other.json")])

@@ -11,6 +11,13 @@ divided among them equally, in the circuit where the grouped edge is: the copies
 attnviz's score, as EAP-IG's own scores of them do (the key/value head's input gradient
 is the sum of its query heads'). Read back (``circuit --scores``), the copies' scores are
 summed into the grouped edge's, which is in the circuit where any copy is.
+
+Scores are written in MIB's sign: MIB-circuit-track's ``run_attribution.py`` (commit
+b759df3) scores edges on the logit difference as a loss (``metric(..., loss=True)``, its
+negative), so that an edge the answer needs scores positive and MIB's signed evaluation
+(``absolute=False``) takes it first; attnviz's scores are changes of the metric, that
+edge's negative. ``cfg.score_sign`` says which: ``"loss"`` as written here, ``"metric"``
+for a file in attnviz's own sign; a file without it (EAP-IG's own) is read as MIB's.
 """
 
 from __future__ import annotations
@@ -27,16 +34,22 @@ from attnviz.circuits.files import circuit_of_document, finite_number, json_docu
 from attnviz.circuits.graph import LOGITS, Graph
 from attnviz.errors import UsageError
 
+# cfg.score_sign: each sign's factor from attnviz's scores (changes of the metric).
+SIGNS = {"loss": -1.0, "metric": 1.0}
+WRITTEN_SIGN = "loss"  # MIB's: an edge the answer needs scores positive
+
 
 def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
-    """The circuit as EAP-IG's graph file."""
+    """The circuit as EAP-IG's graph file, its scores in MIB's sign."""
     graph = circuit.graph
     group = graph.heads // graph.kv_heads
     held = set(circuit.scored.nodes())
     nodes = {name: {"in_graph": name in held} for name in graph.upstream}
     nodes[LOGITS] = {"in_graph": True}  # EAP-IG's logits are always in its graph
     edges: dict[str, dict[str, Any]] = {}
-    for parent, child, score, kept, _ in circuit.scored.rows(ranked=False):
+    sign = SIGNS[WRITTEN_SIGN]
+    for parent, child, own, kept, _ in circuit.scored.rows(ranked=False):
+        score = sign * own + 0.0  # no -0.0 in the file
         parts = child.split(".")
         if len(parts) == 1:  # an MLP's input, or the logits
             edges[f"{parent}->{child}"] = {"score": score, "in_graph": kept}
@@ -52,6 +65,7 @@ def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
         "n_heads": graph.heads,
         "parallel_attn_mlp": False,
         "d_model": circuit.width,
+        "score_sign": WRITTEN_SIGN,
     }
     return {"cfg": config, "nodes": nodes, "edges": edges}
 
@@ -66,7 +80,7 @@ class EapIgGraph:
 
     layers: int
     heads: int
-    edges: dict[str, tuple[float, bool]]
+    edges: dict[str, tuple[float, bool]]  # each score in attnviz's sign
     path: str
 
     def on(self, graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -118,6 +132,13 @@ def read_scores(path: str | Path) -> Circuit | EapIgGraph:
             f'{path} is no EAP-IG graph file: its "cfg" names no n_layers and n_heads, or '
             'it has no "edges"'
         )
+    written = config.get("score_sign", WRITTEN_SIGN)
+    if not isinstance(written, str) or written not in SIGNS:
+        raise UsageError(
+            f'{path}: "cfg" says score_sign {written!r}: "loss" (MIB\'s, as -f eap-ig writes '
+            'it) or "metric" (attnviz\'s own)'
+        )
+    sign = SIGNS[written]
     read: dict[str, tuple[float, bool]] = {}
     for name, edge in edges.items():
         fields: dict[str, Any] = edge if isinstance(edge, dict) else {}
@@ -126,7 +147,7 @@ def read_scores(path: str | Path) -> Circuit | EapIgGraph:
             raise UsageError(f'{path}: edge {name!r} has no "score" finite number')
         if not isinstance(in_graph, bool):
             raise UsageError(f'{path}: edge {name!r} has no "in_graph" true or false')
-        read[name] = (float(score), in_graph)
+        read[name] = (sign * float(score) + 0.0, in_graph)
     assert isinstance(layers, int) and isinstance(heads, int)  # _whole's
     return EapIgGraph(layers, heads, read, str(path))
 
