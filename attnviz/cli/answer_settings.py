@@ -13,7 +13,6 @@ from attnviz.choices import (
     Ablation,
     Measure,
     Method,
-    Site,
 )
 from attnviz.cli import declarations as d
 from attnviz.cli.bundles import bundle, given_flags
@@ -24,7 +23,6 @@ from attnviz.outputs import refuse_unused
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
-    from attnviz.circuits.options import CircuitOptions
     from attnviz.results import Result
 
 
@@ -199,32 +197,13 @@ class Effects:
                 "(--by ablation or dla)"
             )
 
-    def asked(
-        self,
-        statistics: bool,
-        trace: Site | None = None,
-        by_position: bool = False,
-        lens: bool = False,
-        circuit: CircuitOptions | None = None,
-        activations: tuple[str, ...] | None = None,
-        edits: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
+    def asked(self, statistics: bool, **alone: Any) -> dict[str, Any]:
         """What a request reads of each input for these options: its maps or, with
         ``statistics``, the heads' statistics; the heads' effects on an answer beside them;
-        a knockout alone; or a ``trace`` at a site, the lens, a ``circuit`` or
-        ``activations`` (with their ``edits``), alone."""
-        if circuit is not None:
-            return {"maps": False, "circuit": circuit, "metric": self.metric}
-        if activations is not None:
-            return {
-                "maps": False,
-                "activations": activations,
-                "edits": edits,
-                "metric": self.metric,
-            }
-        if lens or trace is not None:  # each alone
-            at = {} if trace is None else {"trace": trace, "by_position": by_position}
-            return {"maps": False, "lens": lens, "method": self.method, "metric": self.metric, **at}
+        a knockout alone; or a product read alone, ``alone`` its request fields (a trace
+        at a site, the lens, a circuit, activations), measured as these options say."""
+        if alone:
+            return {"maps": False, "method": self.method, "metric": self.metric, **alone}
         if self.answer is None:  # --method alone is refused by the request
             return {"maps": not statistics, "statistics": statistics, "method": self.method}
         if self.knockout is not None:

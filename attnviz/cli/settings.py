@@ -17,7 +17,6 @@ from attnviz.builtin.config import BuiltinConfig
 from attnviz.choices import (
     Aggregate,
     Attention,
-    Site,
 )
 from attnviz.cli import declarations as d
 from attnviz.cli import model_options as m
@@ -32,7 +31,6 @@ from attnviz.safe_text import display_label
 
 if TYPE_CHECKING:  # imported where used: `attnviz --help` imports this module
     from attnviz.analysis.heads import TopHeads
-    from attnviz.circuits.options import CircuitOptions
     from attnviz.cli.environment import Environment
     from attnviz.extractor import Extractor
     from attnviz.loading import ExtractorSpec
@@ -284,17 +282,14 @@ def request(
     aggregate: Aggregate | None = None,
     effects: Effects = NO_EFFECTS,
     statistics: bool = False,
-    trace: Site | None = None,
-    by_position: bool = False,
-    lens: bool = False,
-    circuit: CircuitOptions | None = None,
-    activations: tuple[str, ...] | None = None,
-    edits: dict[str, str] | None = None,
+    **alone: Any,
 ) -> Job:
     """Check the model options together, and what can be checked without a model: the
     text, target and answer (the text unless read from stdin), how the selection is
     written, and what the aggregation asks of the maps. The request reads the maps, or
-    the heads' ``statistics``, and what ``effects`` asks of an answer."""
+    the heads' ``statistics``, and what ``effects`` asks of an answer; or a product read
+    alone, ``alone`` its request fields (``trace=`` and ``by_position=``, ``lens=``,
+    ``circuit=``, ``activations=`` and ``edits=``)."""
     # numpy: after the options are checked (a usage error loads none)
     from attnviz.loading import ExtractorSpec, builtin_named
 
@@ -321,7 +316,7 @@ def request(
         heads=reading.head,
         **request_fields(settings),
         **request_fields(products),
-        **effects.asked(statistics, trace, by_position, lens, circuit, activations, edits),
+        **effects.asked(statistics, **alone),
     )
     return Job(
         spec=ExtractorSpec(model, config, settings.load_options() if model != d.BUILTIN else None),
