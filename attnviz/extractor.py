@@ -269,16 +269,12 @@ class Extractor(ABC):
         versus: str | None = None,
         **options: Any,
     ) -> Activations:
-        """Each site that ``sites`` names (``"resid_post"``, ``"z@3"``, ``"a3.h1"``, ``"m0"``,
-        ``"logits"``…, :mod:`attnviz.activations`; a bare site at every layer of
-        ``layers``), read in one run of ``text`` at ``positions`` (every one by default; a
-        selection as ``rows`` takes), as a mapping of names to tensors on the model's device
-        in its dtype. ``edits`` map names to what the run puts there instead: a tensor of
-        the site's shape over every position, a function of the run's value, ``"zero"``,
-        ``"mean"`` or ``"patch"`` (the value of the run on ``patch_from``, a text of as many
-        tokens). With an ``answer`` (and ``versus``), ``.metric`` is its metric in the run
-        (as :meth:`head_effects` reads it); ``.logits`` the last position's either way. No
-        hook outlives the call. A causal language model only."""
+        """Each site ``sites`` names (``"resid_post"``, ``"a3.h1"``…: the names, shapes and
+        edits are :mod:`attnviz.activations`'), read in one run of ``text`` with ``edits``
+        in place (``"patch"``: the run on ``patch_from``'s value), at ``positions`` (as
+        ``rows`` takes them); ``.metric`` the ``answer``'s in that run, as
+        :meth:`head_effects` reads it. No hook outlives the call. A causal language model
+        only."""
         rows = {} if positions is None else {"rows": positions}
         asked = asking(request, options | rows, activations=tuple(sites), edits=edits)
         given = Input(text, answer=answer, versus=versus, corrupt=patch_from)

@@ -12,7 +12,7 @@ Only the standard library and attnviz's lowest modules are imported here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, TypeVar, get_args, get_type_hints
@@ -30,7 +30,7 @@ from attnviz.choices import (
 )
 from attnviz.circuits.options import CircuitOptions
 from attnviz.errors import SchemaError, UsageError
-from attnviz.selection import Selection, check_pool, check_syntax, text_of
+from attnviz.selection import Selection, check_pool, checked_positions, checked_selection
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ class Request:
             object.__setattr__(self, "mode", chosen(Mode, self.mode, "mode"))
         if self.weigh is not None:
             object.__setattr__(self, "weigh", chosen(Weighting, self.weigh, "weighting"))
-        object.__setattr__(self, "layers", _selection(self.layers, "layer"))
-        object.__setattr__(self, "heads", _selection(self.heads, "head"))
+        object.__setattr__(self, "layers", checked_selection(self.layers, "layer"))
+        object.__setattr__(self, "heads", checked_selection(self.heads, "head"))
         for name in ("special", "words", "raw_pieces", "chat", "by_position", "lens", *_ASKED):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} is True or False, not {getattr(self, name)!r}")
@@ -125,7 +125,7 @@ class Request:
         for name, what in (("rows", "row"), ("span", "span")):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _positions(value, name, what))
+                object.__setattr__(self, name, checked_positions(value, name, what))
         check_pool(self.pool)
         if self.rows is not None and self.pool is not None:
             raise UsageError("--rows and --pool are two views of long maps: give one of them")
@@ -173,7 +173,10 @@ class Request:
             if not isinstance(self.knockout, tuple | list) or len(self.knockout) != 2:
                 raise UsageError(f"knockout is (rows, span), not {self.knockout!r}")
             rows, span = self.knockout
-            knocked = (_positions(rows, "knockout", "row"), _positions(span, "knockout", "span"))
+            knocked = (
+                checked_positions(rows, "knockout", "row"),
+                checked_positions(span, "knockout", "span"),
+            )
             object.__setattr__(self, "knockout", knocked)
         self._check_alone()
         if self.by_position and (self.trace is None or not self.trace.of_heads):
@@ -385,34 +388,3 @@ class Recorded:
 
 
 _KINDS = {bool: "true or false", str: "a string"}
-
-
-def _positions(value: object, option: str, what: str) -> Selection:
-    """Token positions as a request keeps them: a selection, or a text to look for."""
-    text = text_of(value) if isinstance(value, str) else None
-    if text is None or not isinstance(value, str):
-        return _selection(value, what)
-    if not text.strip():
-        raise UsageError(f"--{option} names tokens by position or by a text, not an empty one")
-    return value
-
-
-def _selection(value: object, what: str) -> Selection:
-    """A selection as a request keeps it: a list becomes a tuple (a request is frozen);
-    anything that is not written like a selection is a usage error."""
-    if value is None or isinstance(value, str):
-        check_syntax(value, what)
-        return value
-    if isinstance(value, bool | float):
-        raise UsageError(f"{what}s are chosen by index, a list, a range or 'all', not {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, Sequence) and not isinstance(value, bytes):
-        if not value:
-            raise UsageError(f"the {what} list is empty: give at least one index, or 'all'")
-        if not all(isinstance(index, int) and not isinstance(index, bool) for index in value):
-            raise UsageError(f"a {what} list holds integer indexes, not {list(value)!r}")
-        return tuple(value)
-    raise UsageError(
-        f"{what}s are chosen by index, a list, a range or 'all', not {type(value).__name__}"
-    )

@@ -181,3 +181,34 @@ def index_span(indices: Sequence[int]) -> str:
     if len(indices) > 2 and list(indices) == list(range(indices[0], indices[-1] + 1)):
         return f"{indices[0]}–{indices[-1]}"
     return ",".join(map(str, indices))
+
+
+def checked_positions(value: object, option: str, what: str) -> Selection:
+    """Token positions as a request keeps them: a selection, or a text to look for."""
+    text = text_of(value) if isinstance(value, str) else None
+    if text is None or not isinstance(value, str):
+        return checked_selection(value, what)
+    if not text.strip():
+        raise UsageError(f"--{option} names tokens by position or by a text, not an empty one")
+    return value
+
+
+def checked_selection(value: object, what: str) -> Selection:
+    """A selection as a request keeps it: a list becomes a tuple (a request is frozen);
+    anything that is not written like a selection is a usage error."""
+    if value is None or isinstance(value, str):
+        check_syntax(value, what)
+        return value
+    if isinstance(value, bool | float):
+        raise UsageError(f"{what}s are chosen by index, a list, a range or 'all', not {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Sequence) and not isinstance(value, bytes):
+        if not value:
+            raise UsageError(f"the {what} list is empty: give at least one index, or 'all'")
+        if not all(isinstance(index, int) and not isinstance(index, bool) for index in value):
+            raise UsageError(f"a {what} list holds integer indexes, not {list(value)!r}")
+        return tuple(value)
+    raise UsageError(
+        f"{what}s are chosen by index, a list, a range or 'all', not {type(value).__name__}"
+    )
