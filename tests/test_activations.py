@@ -320,3 +320,18 @@ def test_a_users_restore_is_the_traces(family):
             )
             checked += abs(traced.effect[index, position]) > 1e-3
     assert checked  # some restores bring the answer back
+
+
+def test_a_long_texts_pass_gives_the_freed_pages_back_at_each_layer(family, monkeypatch):
+    """glibc keeps freed blocks under 32 MiB in its heap, and a tensor kept per layer pins
+    them: at 8,000 tokens every layer's residual read at the last position held 400 MiB
+    more than the model's own pass (benchmarks/activations.py) until each layer gave the
+    freed pages back."""
+    from attnviz.pretrained import sites
+
+    extractor, model, _ = family
+    given_back = []
+    monkeypatch.setattr(sites, "_GIVEN_BACK_FROM", 0)  # every text counts as long
+    monkeypatch.setattr(sites, "give_back_freed", lambda: given_back.append(True))
+    extractor.activations(TEXT, ["resid_post"], positions="last")
+    assert len(given_back) == model.config.num_hidden_layers

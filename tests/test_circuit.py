@@ -13,7 +13,7 @@ from attnviz.circuits import differences, edges, node_outputs
 from attnviz.circuits import estimates as edge_estimates
 from attnviz.circuits import faithfulness as faithfulness_pass
 from attnviz.circuits import passes as circuit_module
-from attnviz.pretrained import backward_pass
+from attnviz.pretrained import backward_pass, sites
 from tests import circuit_references as reference
 from tests.checks import model_tolerance
 from tests.circuit_references import LATE, OTHER, PAIR, THIRD, pair_ids, scores_of
@@ -157,9 +157,9 @@ def test_a_long_records_passes_give_the_freed_pages_back_at_each_layer(
 ):
 
     given_back = []
-    monkeypatch.setattr(node_outputs, "_GIVEN_BACK_FROM", 0)  # every record counts as long
+    monkeypatch.setattr(sites, "_GIVEN_BACK_FROM", 0)  # every record counts as long
     monkeypatch.setattr(edges, "_TWINS_TOGETHER_BELOW", 0)  # the twins read apart
-    monkeypatch.setattr(node_outputs, "give_back_freed", lambda: given_back.append(True))
+    monkeypatch.setattr(sites, "give_back_freed", lambda: given_back.append(True))
     extractor, model, *_ = _setup(generators, language_models, "llama-lm")
     extractor.circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=5)
     # both runs read to score, the circuit's pass (the corrupted run its row 0)

@@ -57,7 +57,6 @@ from attnviz.circuits.differences import (
 from attnviz.circuits.graph import LOGITS, Graph
 from attnviz.circuits.node_outputs import (
     embeddings_kept,
-    given_back_each_layer,
     outputs_written,
     stacked,
 )
@@ -74,6 +73,7 @@ from attnviz.pretrained.metrics import Metric
 from attnviz.pretrained.sites import (
     SITES,
     Units,
+    given_back_each_layer,
     hidden_of,
     hooked,
     norms_found,

@@ -24,12 +24,12 @@ from attnviz.circuits.edges import Added, Wiring, changed_inputs
 from attnviz.circuits.graph import READS
 from attnviz.circuits.node_outputs import (
     Carried,
-    given_back_each_layer,
     stacked,
     users_carried,
 )
 from attnviz.memory import block_size
 from attnviz.pretrained.effects import last_logits
+from attnviz.pretrained.sites import given_back_each_layer
 from attnviz.progress import FirstPart, advance
 
 if TYPE_CHECKING:

@@ -17,15 +17,12 @@ from typing import TYPE_CHECKING, Any
 from attnviz.circuits.differences import head_mixing
 from attnviz.circuits.graph import Graph, heads_slot, mlp_slot
 from attnviz.errors import UsageError
-from attnviz.memory import give_back_freed
 from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.frozen_norms import norm_form
 from attnviz.pretrained.sites import hidden_of, hooked, mlp_written, output_of
 
 if TYPE_CHECKING:
     import torch
-
-_GIVEN_BACK_FROM = 2**20  # numbers in one node's record, (S, D)
 
 
 def stacked(first: dict, second: dict) -> dict:
@@ -42,26 +39,6 @@ def stacked(first: dict, second: dict) -> dict:
 # as its (S, Dh) input: below it, widening it at each group that reads it costs more time
 # (SmolLM2 at 14 tokens: a point 10% slower) than the memory saved is worth
 _CARRIED_COMPACT_FROM = 2**20
-
-
-@contextlib.contextmanager
-def given_back_each_layer(model: Any, body: Anatomy, positions: int) -> Iterator[None]:
-    """While open, where a node's record of ``positions`` is large, each layer's pass starts
-    by handing back the pages freed since (:func:`give_back_freed`): glibc keeps blocks up
-    to 32 MiB in its heap, and the records kept between the layers' freed activations
-    would pin those pages (at 8,192 tokens, a gigabyte more)."""
-    width = model.get_input_embeddings().weight.shape[1]
-    if positions * width < _GIVEN_BACK_FROM:
-        yield
-        return
-
-    def give_back(_module: Any, _args: tuple) -> None:
-        give_back_freed()
-
-    with contextlib.ExitStack() as hooks:
-        for block in body.blocks:
-            hooks.enter_context(hooked(block.register_forward_pre_hook(give_back)))
-        yield
 
 
 def users_carried(

@@ -27,7 +27,14 @@ from attnviz.pretrained.encoding import forward, on_device
 from attnviz.pretrained.fused import eager_attention, own_attention
 from attnviz.pretrained.implementations import running
 from attnviz.pretrained.labels import piece_labels
-from attnviz.pretrained.sites import SITES, editing, hooked, reading, units_of
+from attnviz.pretrained.sites import (
+    SITES,
+    editing,
+    given_back_each_layer,
+    hooked,
+    reading,
+    units_of,
+)
 from attnviz.selection import resolve
 
 if TYPE_CHECKING:
@@ -206,6 +213,7 @@ def _run(
         if patterns or edited:
             attention = _attention(body, patterns, edited, positions, kept)
             hooks.enter_context(_running(model, attention))
+        hooks.enter_context(given_back_each_layer(model, body, sites.tokens))
         logits = _logits(model, arguments, positions, any(at.site is None for at in reads))
     for at in reads:
         if at.site is None:

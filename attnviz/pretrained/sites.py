@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.choices import Site
 from attnviz.errors import UsageError
+from attnviz.memory import give_back_freed
 from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.implementations import attention_implementation
 
@@ -148,6 +149,30 @@ def hooked(handle: Any) -> Iterator[None]:
         yield
     finally:
         handle.remove()
+
+
+_GIVEN_BACK_FROM = 2**20  # numbers in one layer's activation kept, (T, D)
+
+
+@contextlib.contextmanager
+def given_back_each_layer(model: Any, body: Anatomy, positions: int) -> Iterator[None]:
+    """While open, where a record of ``positions`` is large, each layer's pass starts by
+    handing back the pages freed since (:func:`~attnviz.memory.give_back_freed`): glibc
+    keeps blocks up to 32 MiB in its heap, and what a pass keeps between the layers'
+    freed activations (a circuit's records, the activations read by name) would pin those
+    pages (at 8,192 tokens, a gigabyte more)."""
+    width = model.get_input_embeddings().weight.shape[1]
+    if positions * width < _GIVEN_BACK_FROM:
+        yield
+        return
+
+    def give_back(_module: Any, _args: tuple) -> None:
+        give_back_freed()
+
+    with contextlib.ExitStack() as hooks:
+        for block in body.blocks:
+            hooks.enter_context(hooked(block.register_forward_pre_hook(give_back)))
+        yield
 
 
 def site_module(body: Anatomy, site: Site, layer: int) -> Any:
