@@ -217,8 +217,12 @@ def _interrupted(value):
         ([], {"z@0": "patch"}, "give patch_from (--corrupt)"),
     ],
 )
-def test_bad_names_and_edits_are_refused_and_leave_no_hook(family, names, edits, said):
-    extractor, model, path = family
+@pytest.mark.parametrize("family_name", ["gpt2-lm", "llama-lm"])  # fused and grouped heads
+def test_bad_names_and_edits_are_refused_and_leave_no_hook(
+    language_models, generators, family_name, names, edits, said
+):
+    extractor, path = language_models[family_name], generators[family_name]
+    model = extractor.loaded.model
     with pytest.raises(UsageError) as refused:
         extractor.activations(TEXT, names, edits=edits)
     assert said in str(refused.value)
