@@ -66,12 +66,9 @@ class Extractor(ABC):
     (``mode="masked", layers=0``), checked before any work.
     """
 
+    # What an extractor is, fixed when it is made, are attributes; what it does, methods.
     spec: Spec
-
-    @property
-    @abstractmethod
-    def name(self) -> str:
-        """The model's name as the maps record it."""
+    name: str  # the model's name as the maps record it
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

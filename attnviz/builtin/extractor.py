@@ -36,11 +36,8 @@ class BuiltinExtractor(Extractor):
     def __init__(self, config: BuiltinConfig, spec: Spec) -> None:
         self.config = config
         self.spec = spec
+        self.name = config.name
         self._stack: BuiltinTransformer | None = None
-
-    @property
-    def name(self) -> str:
-        return self.config.name
 
     @property
     def stack(self) -> BuiltinTransformer:

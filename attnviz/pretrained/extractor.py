@@ -61,10 +61,7 @@ class PretrainedExtractor(Extractor):
     def __init__(self, loaded: PretrainedModel, spec: Spec) -> None:
         self.loaded = loaded
         self.spec = spec
-
-    @property
-    def name(self) -> str:
-        return self.loaded.name
+        self.name = loaded.name
 
     def modules(self, mode: Mode) -> list:
         """The attention modules that give ``mode`` attention, in layer order."""
