@@ -124,14 +124,15 @@ Tensor = Any  # a torch.Tensor: torch is imported by the passes, not here
 class Activations(Mapping[str, Tensor]):
     """What one run read, by name: each site's tensor on the model's device, in its dtype
     (``.cpu()``, ``.float()`` are the caller's), at the positions kept. ``logits`` is the
-    run's last position's, (V,); ``metric`` the answer's metric in the run, where an
-    answer was given; ``edited`` the names the run edited."""
+    run's last position's, (V,) (None for a model that reads no next token); ``metric``
+    the answer's metric in the run, where an answer was given; ``edited`` the names the
+    run edited."""
 
     model: str
     tokens: tuple[str, ...]
     positions: tuple[int, ...]
     tensors: Mapping[str, Tensor]
-    logits: Tensor
+    logits: Tensor | None
     metric: float | None = None
     edited: tuple[str, ...] = ()
 

@@ -264,17 +264,21 @@ class Extractor(ABC):
         patch_from: str | None = None,
         answer: str | None = None,
         versus: str | None = None,
+        target: str | None = None,
+        pair: str | None = None,
         **options: Any,
     ) -> Activations:
         """Each site ``sites`` names (``"resid_post"``, ``"a3.h1"``…: the names, shapes and
         edits are :mod:`attnviz.activations`'), read in one run of ``text`` with ``edits``
         in place (``"patch"``: the run on ``patch_from``'s value), at ``positions`` (as
         ``rows`` takes them); ``.metric`` the ``answer``'s in that run, as
-        :meth:`head_effects` reads it. No hook outlives the call. A causal language model
-        only."""
+        :meth:`head_effects` reads it. No hook outlives the call. The layers are those of
+        the stack the mode reads (as :meth:`extract`'s): an encoder-decoder's encoder for
+        ``text`` alone, its decoder for a ``target`` (its self-attention, masked, or its
+        cross-attention over ``text``); ``pair`` is an encoder's sentence B."""
         rows = {} if positions is None else {"rows": positions}
         asked = asking(request, options | rows, activations=tuple(sites), edits=edits)
-        given = Input(text, answer=answer, versus=versus, corrupt=patch_from)
+        given = Input(text, target, pair, answer=answer, versus=versus, corrupt=patch_from)
         return asked_for(self._one(given, asked).activations)
 
     def circuit(

@@ -540,3 +540,77 @@ def reference_pattern_gradients(model, ids, answer_id, versus_id):
     finally:
         model.zero_grad(set_to_none=True)
     return [(kept[layer][0].detach(), kept[layer].grad[0]) for layer in sorted(kept)]
+
+
+def stack_layers(model, stack):
+    """The layers of an encoder's stack ("encoder": BERT's, BART's, T5's) or of an
+    encoder-decoder's decoder ("decoder")."""
+    part = getattr(model.base_model, stack)
+    for name in ("layer", "layers", "block"):
+        if isinstance(getattr(part, name, None), torch.nn.ModuleList):
+            return getattr(part, name)
+    raise AssertionError(f"no list of layers in {type(part).__name__}")
+
+
+def stack_site_point(model, stack, cross, site, layer):
+    """(module, "pre" or "post", every column) of a site in one layer of an encoder or of
+    an encoder-decoder's decoder (its self-attention, or its cross-attention where
+    ``cross``), read from each layer's forward code in transformers: ``resid_mid`` is the
+    input of the sublayer after the attention's, the residual it reads."""
+    block = stack_layers(model, stack)[layer]
+    if hasattr(block, "intermediate"):  # BERT: attention (self, output), intermediate, output
+        attention, output = block.attention.self, block.attention.output.dense
+        after, mlp = block.intermediate, block.output.dense
+        q, k, v = attention.query, attention.key, attention.value
+    elif hasattr(block, "fc1"):  # BART: self_attn, (encoder_attn,) fc1, fc2, each post-norm
+        attention = block.encoder_attn if cross else block.self_attn
+        after = block.fc1 if cross or stack == "encoder" else block.encoder_attn
+        output, mlp = attention.out_proj, block.fc2
+        q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
+    else:  # T5: block.layer is [self-attention, (cross-attention,) feed-forward], pre-norm
+        sublayer = block.layer[1 if cross else 0]
+        attention = sublayer.EncDecAttention if cross else sublayer.SelfAttention
+        after, output, mlp = (
+            block.layer[2 if cross else 1],
+            attention.o,
+            block.layer[-1].DenseReluDense,
+        )
+        q, k, v = attention.q, attention.k, attention.v
+    return {
+        "resid": (block, "pre"),
+        "attn": (output, "post"),
+        "resid_mid": (after, "pre"),
+        "mlp": (mlp, "post"),
+        "resid_post": (block, "post"),
+        "q": (q, "post"),
+        "k": (k, "post"),
+        "v": (v, "post"),
+        "z": (output, "pre"),
+    }[site]
+
+
+def recorded_by(model, arguments, points):
+    """Each layer's tensor at its (module, "pre" or "post") of ``points`` in one run with
+    ``arguments``, (T, W) per layer: no logits read (the model may have no head)."""
+    kept = {}
+    handles = []
+    try:
+        for layer, (module, kind) in enumerate(points):
+            if kind == "post":
+
+                def keep_output(_m, _a, out, layer=layer):
+                    kept[layer] = (out[0] if isinstance(out, tuple) else out)[0].clone()
+
+                handles.append(module.register_forward_hook(keep_output))
+            else:
+
+                def keep_input(_m, args, kwargs, layer=layer):
+                    kept[layer] = hidden_of(args, kwargs)[0].clone()
+
+                handles.append(module.register_forward_pre_hook(keep_input, with_kwargs=True))
+        with torch.no_grad():
+            model(**arguments)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [kept[layer] for layer in range(len(points))]

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.activations import Activations, Named, parsed
 from attnviz.asked import positions_asked
-from attnviz.choices import Ablation, Site
+from attnviz.choices import Ablation, Mode, Site
 from attnviz.errors import UsageError
-from attnviz.pretrained.anatomy import Anatomy, anatomy_of
-from attnviz.pretrained.answered import answered, corrupted_twin
+from attnviz.pretrained.anatomy import Anatomy, stack_anatomy
+from attnviz.pretrained.answered import CORRUPTED, answered
 from attnviz.pretrained.encoding import forward, on_device
 from attnviz.pretrained.fused import eager_attention, own_attention
 from attnviz.pretrained.implementations import running
@@ -54,22 +54,25 @@ def read_activations(extractor: ModelReader, given: Input, request: Request) -> 
     ``request.edits`` installed; the answer's metric in that run where the text has one."""
     loaded = extractor.loaded
     assert request.activations is not None  # asked of a request that reads them
+    cross = False
     if given.answer is not None:
         asked = answered(extractor, given, request)
         body, layers, side, metric = asked.body, asked.layers, asked.side, asked.metric
         arguments, twin = asked.arguments, asked.corrupt_arguments
     else:
-        if given.target is not None or given.pair is not None:
-            raise UsageError("activations are read of one text: no target, no sentence pair")
-        body = anatomy_of(loaded, READER)
-        _, _, layers, inputs = extractor.prepared([given], request)
-        side, metric = inputs.keys[0], None
+        mode, modules, layers, inputs = extractor.prepared([given], request)
+        body = stack_anatomy(loaded, [module for module, _ in modules])
+        cross = mode is Mode.CROSS
+        side, metric = inputs.queries[0], None
         arguments = on_device(loaded, inputs.arguments)
-        twin = None
-        if given.corrupt is not None:
-            twin = corrupted_twin(extractor, request, side, given.corrupt)[1]
-    sites = _Sites(body, layers, side.length)
+        twin = None if given.corrupt is None else _twin(extractor, request, given, inputs)
+    sites = _Sites(body, layers, side.length, cross)
     reads = [each for name in request.activations for each in sites.resolved(name)]
+    if body.unembedding is None and any(at.site is None for at in reads):
+        raise UsageError(
+            f"{extractor.name} reads no next token: the logits are a causal language model's "
+            "(its last layer's resid_post is what this stack gives)"
+        )
     edits = [
         (at, edit) for name, edit in (request.edits or {}).items() for at in sites.resolved(name)
     ]
@@ -112,6 +115,12 @@ class _Sites:
     body: Anatomy
     layers: list[int]
     tokens: int
+    cross: bool = False  # the keys and values are the source's tokens, not the queries'
+
+    def kept(self, at: Named, positions: list[int]) -> list[int] | None:
+        """The positions of ``at``'s value kept (None: all): the queries asked, or every
+        key of a cross-attention's keys and values."""
+        return None if self.cross and at.site in (Site.K, Site.V) else positions
 
     def resolved(self, name: str) -> list[Named]:
         """The sites ``name`` stands for, each at one layer (a bare site at every layer
@@ -139,6 +148,24 @@ class _Sites:
                 "extract(rows=...) (attnviz show --rows), which runs block by block, or raise "
                 "--memory"
             )
+
+
+def _twin(extractor: ModelReader, request: Request, given: Input, inputs: Any) -> dict[str, Any]:
+    """The forward pass's arguments of the text's corrupted twin (its target and pair kept),
+    refused unless every side has as many tokens as the text's."""
+    assert given.corrupt is not None  # a twin is asked
+    twin = replace(given, text=given.corrupt, corrupt=None)
+    *_, twin_inputs = extractor.prepared([twin], request, CORRUPTED)
+    for mine, its in zip(
+        inputs.queries + inputs.keys, twin_inputs.queries + twin_inputs.keys, strict=True
+    ):
+        if mine.length != its.length:
+            raise UsageError(
+                f"the {CORRUPTED} is {its.given_length} tokens and the text "
+                f"{mine.given_length}: a patch puts each position's value into the same "
+                "position, so the two must have as many tokens"
+            )
+    return on_device(extractor.loaded, twin_inputs.arguments)
 
 
 def _change(at: Named, edit: Any, patched: dict[str, Any]) -> Change:
@@ -194,7 +221,7 @@ def _run(
     positions: list[int],
 ) -> tuple[dict[str, Any], Any]:
     """One pass with ``changes`` installed: each read's value at ``positions``, and the last
-    position's logits, (V,)."""
+    position's logits, (V,) (None for a stack that reads no next token)."""
     import torch
 
     kept: dict[str, Any] = {}
@@ -206,7 +233,8 @@ def _run(
         for at in reads:
             if at.site is not None and at.site is not Site.PATTERN:
                 assert at.layer is not None  # resolved
-                for handle in reading(body, at.site, at.layer, _keeper(body, at, positions, kept)):
+                keeper = _keeper(body, at, sites.kept(at, positions), kept)
+                for handle in reading(body, at.site, at.layer, keeper):
                     hooks.enter_context(hooked(handle))
         patterns = [at for at in reads if at.site is Site.PATTERN]
         edited = _pattern_changes(changes)
@@ -214,6 +242,9 @@ def _run(
             attention = _attention(body, patterns, edited, positions, kept)
             hooks.enter_context(_running(model, attention))
         hooks.enter_context(given_back_each_layer(model, body, sites.tokens))
+        if body.unembedding is None:  # a stack with no next token to read: its own pass
+            model(**arguments)
+            return {at.name: kept[at.name] for at in reads}, None
         logits = _logits(model, arguments, positions, any(at.site is None for at in reads))
     for at in reads:
         if at.site is None:
@@ -236,12 +267,15 @@ def _logits(model: Any, arguments: dict[str, Any], positions: list[int], all_ask
     return model(**arguments, use_cache=False).logits[0, wanted]
 
 
-def _keeper(body: Anatomy, at: Named, positions: list[int], kept: dict[str, Any]) -> Callable:
-    """A reading's callback keeping the site's value at ``positions``, shaped."""
+def _keeper(
+    body: Anatomy, at: Named, positions: list[int] | None, kept: dict[str, Any]
+) -> Callable:
+    """A reading's callback keeping the site's value at ``positions`` (None: all), shaped."""
     assert at.site is not None and at.layer is not None
 
     def keep(value: torch.Tensor, _graph: torch.Tensor) -> None:
-        kept[at.name] = _shaped(body, at, value[0])[positions].detach().clone()
+        shaped = _shaped(body, at, value[0])
+        kept[at.name] = (shaped if positions is None else shaped[positions]).detach().clone()
 
     return keep
 

@@ -1,5 +1,8 @@
-"""Where a decoder's heads write: each layer's block and output projection, the final
-norm and the unembedding, found in a loaded model (:func:`anatomy_of`).
+"""Where a stack's heads write: each layer's block, attention and output projection, and
+where its residual lies between the attention and the MLP; a decoder's final norm and
+unembedding (:func:`anatomy_of`, for what reads the next token). :func:`stack_anatomy`
+finds the same of any stack a mode reads: an encoder's, an encoder-decoder's encoder or
+decoder, a decoder without its language-model head.
 
 Shape letters: L layers.
 """
@@ -20,15 +23,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Anatomy:
-    """Where a decoder's heads write: each layer's block and output projection, the final
-    norm and the unembedding."""
+    """Where a stack's heads write: each layer's block and output projection, the final
+    norm and the unembedding (None for a stack that reads no next token)."""
 
-    attentions: list[Any]  # (L) the attention modules
+    attentions: list[Any]  # (L) the attention modules: each holds its q, k, v projections
     blocks: list[Any]  # (L) the decoder layer each attention module sits in
     projections: list[Any]  # (L) each attention module's output projection
     # (L) the norm a layer puts its attention's output through before adding it to the
     # residual (Gemma 2 and 3, OLMo 2: "sandwich" norms), or None (GPT-2, Llama)
     post_norms: list[Any]
+    # (L) the module whose output is the residual between the attention and the MLP: a
+    # sublayer wrapping the attention and its residual (BERT, T5) or the norm after the
+    # attention of a post-norm layer (BART); None where it is the layer's input plus what
+    # the attention adds (pre-norm decoders)
+    mids: list[Any]
     heads: int
     norm: Any
     unembedding: Any
@@ -57,29 +65,75 @@ def anatomy_of(loaded: PretrainedModel, reader: str = "--answer") -> Anatomy:
             f"{loaded.name} is {what}: {reader} reads the next token of a causal language "
             "model (GPT-2, Llama, SmolLM2, …)"
         )
+    return stack_anatomy(loaded, [module for module, _ in loaded.streams.get(Stream.SELF, [])])
+
+
+def stack_anatomy(loaded: PretrainedModel, modules: list[Any]) -> Anatomy:
+    """The layers of the stack whose attention ``modules`` (its stream's) are given: a
+    decoder's final norm and unembedding where it reads a next token, else None."""
+    model = loaded.model
     names = {module: name for name, module in model.named_modules()}
-    modules = dict(model.named_modules())
-    attentions = [module for module, _ in loaded.streams.get(Stream.SELF, [])]
-    blocks = [modules[_block_name(names[module], modules)] for module in attentions]
-    projections = [_projection(model, module, loaded.name) for module in attentions]
-    post_norms = [_post_norm(block) for block in blocks]
+    by_name = dict(model.named_modules())
+    blocks = [by_name[_block_name(names[module], by_name)] for module in modules]
+    attentions = [_core(module) for module in modules]
+    next_token = loaded.family is Family.DECODER and model.get_output_embeddings() is not None
     return Anatomy(
         attentions,
         blocks,
-        projections,
-        post_norms,
+        [_projection(model, attention, loaded.name) for attention in attentions],
+        [_post_norm(block) for block in blocks],
+        [
+            _mid(model, block, attention, names)
+            for block, attention in zip(blocks, attentions, strict=True)
+        ],
         _head_count(model.config),
-        _final_norm(model),
-        unembedding,
+        _final_norm(model) if next_token else None,
+        model.get_output_embeddings() if next_token else None,
+    )
+
+
+def _core(module: Any) -> Any:
+    """The attention itself in a stream's module: the module, or the one attention it
+    wraps with its norm and residual (T5's ``SelfAttention`` in ``T5LayerSelfAttention``)."""
+    inner = [child for child in module.children() if type(child).__name__.endswith("Attention")]
+    return inner[0] if len(inner) == 1 else module
+
+
+# Layers that normalise the residual after each sublayer (post-norm) where their modules are
+# named as pre-norm layers' are (mBART's, Pegasus's): by class, or by config (OPT's)
+_POST_NORM_LAYERS = ("Bart", "Marian", "PLBart", "BlenderbotSmall")
+
+
+def _mid(model: Any, block: Any, attention: Any, names: dict[Any, str]) -> Any:
+    """The module whose output is ``block``'s residual after ``attention``'s sublayer, or
+    None where that residual is the layer's input plus the attention's output."""
+    path = names[attention].removeprefix(names[block] + ".").split(".")
+    if len(path) > 1:  # BERT's attention.self, T5's layer.0.SelfAttention, GPT-Neo's attn.attention
+        wrapper = block.get_submodule(".".join(path[:-1]))
+        if _holds_norm(wrapper, attention):  # it adds the residual and normalises
+            return wrapper
+    post_norm = type(block).__name__.startswith(_POST_NORM_LAYERS) or (
+        getattr(model.config, "do_layer_norm_before", True) is False
+    )
+    return getattr(block, f"{path[0]}_layer_norm", None) if post_norm else None
+
+
+def _holds_norm(wrapper: Any, attention: Any) -> bool:
+    """Whether ``wrapper`` holds a norm besides those inside ``attention``."""
+    inside = {id(module) for module in attention.modules()}
+    return any(
+        "norm" in type(module).__name__.lower() and id(module) not in inside
+        for module in wrapper.modules()
     )
 
 
 def _block_name(attention: str, modules: dict[str, Any]) -> str:
-    """The name of the layer an attention module sits in: the item of a ModuleList."""
+    """The name of the layer an attention module sits in: the item of the outermost
+    ModuleList (T5's attention sits in a list of sublayers inside its block)."""
     import torch
 
     parts = attention.split(".")
-    for end in range(len(parts) - 1, 0, -1):
+    for end in range(1, len(parts)):
         if parts[end].isdigit() and isinstance(modules[".".join(parts[:end])], torch.nn.ModuleList):
             return ".".join(parts[: end + 1])
     raise UsageError(f"attnviz cannot find the layer that holds {attention}")

@@ -45,7 +45,8 @@ def _whole(_body: Anatomy, _layer: int, _width: int) -> slice:
 class SitePoint:
     """Where a site is read in each layer: a module of the layer, whether the site is its
     input (a pre-hook reads it, keywords included) or its output, which of its columns,
-    whether it is split into heads, and whether it is the layer's input plus that output."""
+    whether it is split into heads, and whether it is the layer's input plus that output
+    (where the layer has no module that outputs it, :meth:`sums`)."""
 
     module: Callable[[Anatomy, int], Any]
     reads_input: bool
@@ -56,9 +57,18 @@ class SitePoint:
     # the heads' attention weights: recorded from eager attention, restored through z
     pattern: bool = False
 
+    def sums(self, body: Anatomy, layer: int) -> bool:
+        """Whether the site in ``layer`` is the layer's input plus the module's output."""
+        return self.adds_to_input and body.mids[layer] is None
+
+
+# Where a layer's MLP output leaves it, before any residual or norm: decoders' ``mlp``,
+# BART's second linear, BERT's output dense, T5's last sublayer's feed-forward
+_MLPS = ("mlp", "fc2", "output.dense", "layer.-1.DenseReluDense")
+
 
 def _mlp(body: Anatomy, layer: int) -> Any:
-    mlp = getattr(body.blocks[layer], "mlp", None)
+    mlp = next(filter(None, (_child(body.blocks[layer], name) for name in _MLPS)), None)
     if mlp is None:
         raise UsageError(
             f"attnviz cannot find layer {layer}'s MLP ({type(body.blocks[layer]).__name__} has "
@@ -67,22 +77,49 @@ def _mlp(body: Anatomy, layer: int) -> Any:
     return mlp
 
 
+def _child(module: Any, path: str) -> Any:
+    """The module at a dotted ``path`` below ``module`` (an item from the end where a
+    number is negative), or None."""
+    for name in path.split("."):
+        if name.lstrip("-").isdigit():
+            items = list(module.children()) if hasattr(module, "children") else []
+            module = items[int(name)] if -len(items) <= int(name) < len(items) else None
+        else:
+            module = getattr(module, name, None)
+        if module is None:
+            return None
+    return module
+
+
 def _added(body: Anatomy, layer: int) -> Any:
-    """What the layer adds its attention's output to the residual through: the post norm
-    where the layer has one (Gemma 2 and 3), else the attention module itself."""
+    """Where the residual between the attention and the MLP is found: the module that
+    outputs it (:attr:`Anatomy.mids`), else what the layer adds the attention's output to
+    the residual through, the post norm where the layer has one (Gemma 2 and 3), else the
+    attention module itself."""
+    if body.mids[layer] is not None:
+        return body.mids[layer]
     post_norm = body.post_norms[layer]
     return body.attentions[layer] if post_norm is None else post_norm
 
 
-_SEPARATE = ("q_proj", "k_proj", "v_proj")
+# The separate query, key and value projections' names: Llama's and BART's, BERT's,
+# T5's, DistilBERT's
+_SEPARATES = (
+    ("q_proj", "k_proj", "v_proj"),
+    ("query", "key", "value"),
+    ("q", "k", "v"),
+    ("q_lin", "k_lin", "v_lin"),
+)
 _FUSED = ("c_attn", "qkv_proj")  # GPT-2's and Phi-3's: queries, keys and values side by side
 
 
-def _projections(body: Anatomy, layer: int) -> tuple[dict[str, Any], str | None]:
-    """The attention module's children, and the name of its fused projection, if any."""
+def _projections(body: Anatomy, layer: int) -> tuple[list[Any], bool]:
+    """The attention module's query, key and value projections (or its one fused
+    projection), and whether they are fused."""
     children = dict(body.attentions[layer].named_children())
-    if all(name in children for name in _SEPARATE):
-        return children, None
+    for names in _SEPARATES:
+        if all(name in children for name in names):
+            return [children[name] for name in names], False
     fused = next((name for name in _FUSED if name in children), None)
     if fused is None:
         raise UsageError(
@@ -90,18 +127,18 @@ def _projections(body: Anatomy, layer: int) -> tuple[dict[str, Any], str | None]
             f"attention ({type(body.attentions[layer]).__name__} has "
             f"{', '.join(children) or 'no modules'}): trace --site z or a layer's site"
         )
-    return children, fused
+    return [children[fused]], True
 
 
 def _qkv(which: int) -> SitePoint:
     """The site of the query (0), key (1) or value (2) projection's output."""
 
     def module(body: Anatomy, layer: int) -> Any:
-        children, fused = _projections(body, layer)
-        return children[fused or _SEPARATE[which]]
+        projections, fused = _projections(body, layer)
+        return projections[0 if fused else which]
 
     def part(body: Anatomy, layer: int, width: int) -> slice:
-        if _projections(body, layer)[1] is None:
+        if not _projections(body, layer)[1]:
             return slice(None)
         queries = body.heads * body.head_size  # then as many keys as values
         keys = (width - queries) // 2
@@ -229,7 +266,7 @@ def reading(body: Anatomy, site: Site, layer: int, found: Found) -> list[Any]:
             found(value, value)
 
         return [module.register_forward_pre_hook(read_input, with_kwargs=True)]
-    if not point.adds_to_input:
+    if not point.sums(body, layer):
 
         def read_output(_module: Any, _args: tuple, output: Any) -> None:
             value = output_of(output)
@@ -313,6 +350,7 @@ def editing(body: Anatomy, site: Site, layer: int, edit: Edit) -> contextlib.Exi
     point = SITES[site]
     assert not point.pattern  # a pattern is no module's tensor: set through z
     module = point.module(body, layer)
+    sums = point.sums(body, layer)
     stack = contextlib.ExitStack()
     if point.reads_input:
 
@@ -328,14 +366,14 @@ def editing(body: Anatomy, site: Site, layer: int, edit: Edit) -> contextlib.Exi
 
     def edit_output(_module: Any, _args: tuple, output: Any) -> Any:
         own = output_of(output)  # (B, T, W)
-        if not point.adds_to_input:
+        if not sums:
             return with_output(output, edit(own.clone()))
         whole = entering[0] + own  # the residual between the attention and the MLP
         edited = edit(whole.clone())
         # what the attention adds: the edited residual, less the input, where edited
         return with_output(output, torch.where(edited != whole, edited - entering[0], own))
 
-    if point.adds_to_input:
+    if sums:
         block = body.blocks[layer]
         stack.enter_context(hooked(block.register_forward_pre_hook(enter, with_kwargs=True)))
     stack.enter_context(hooked(module.register_forward_hook(edit_output)))
