@@ -23,8 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnviz.choices import Site
 from attnviz.pretrained.effects import last_logits
 from attnviz.pretrained.sites import (
+    MLP_WRITTEN,
+    Edit,
+    editing,
     hidden_of,
     hooked,
     mlp_written,
@@ -131,28 +135,22 @@ def forced(body: Anatomy, ablated: Ablated | None, rows: Any) -> Iterator[None]:
             return 0
         return torch.as_tensor(mean, dtype=found.dtype, device=found.device)
 
-    def input_replaced(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        hidden = hidden_of(args, kwargs).clone()  # (B, T, D)
-        hidden[rows] = value(hidden, None if means is None else means.input)
-        return with_hidden(args, kwargs, hidden)
-
-    def heads_replaced(layer: int) -> Any:
-        def replace(_module: Any, args: tuple) -> tuple:
-            heads = args[0].clone()  # (B, T, E): every head's slice of the projection's input
-            heads[rows] = value(heads, None if means is None else means.heads[layer])
-            return (heads, *args[1:])
+    def replaced(mean: np.ndarray | None) -> Edit:
+        def replace(found: torch.Tensor) -> torch.Tensor:  # (B, T, W), a copy
+            found[rows] = value(found, mean)
+            return found
 
         return replace
 
-    def output_replaced(layer: int) -> Any:
-        def replace(_module: Any, _args: tuple, output: Any) -> Any:
-            written = output_of(output).clone()  # (B, T, D)
-            written[rows] = value(written, None if means is None else means.mlps[layer])
-            return with_output(output, written)
-
-        return replace
-
-    with _at_every_node(body, input_replaced, heads_replaced, output_replaced):
+    with contextlib.ExitStack() as edits:
+        edits.enter_context(
+            editing(body, Site.RESID, 0, replaced(None if means is None else means.input))
+        )
+        for layer in range(len(body.blocks)):
+            heads = None if means is None else means.heads[layer]
+            mlp = None if means is None else means.mlps[layer]
+            edits.enter_context(editing(body, Site.Z, layer, replaced(heads)))
+            edits.enter_context(editing(body, MLP_WRITTEN, layer, replaced(mlp)))
         yield
 
 

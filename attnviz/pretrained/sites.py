@@ -338,16 +338,16 @@ def restoring(
 Edit = Callable[["torch.Tensor"], "torch.Tensor"]
 
 
-def editing(body: Anatomy, site: Site, layer: int, edit: Edit) -> contextlib.ExitStack:
+def editing(body: Anatomy, site: Site | SitePoint, layer: int, edit: Edit) -> contextlib.ExitStack:
     """Hooks putting ``edit`` of the tensor that holds ``site`` in ``layer`` in its place:
     ``edit`` is given a copy of it, (B, T, W), every column (what the layer adds to the
     residual stream, for ``resid_mid``, as the residual itself), and gives it back
-    changed. What the user's edits (:mod:`attnviz.pretrained.activations`), the trace and
-    the patches put in a run all go through here. Numbers the edit leaves as they were
-    stay the run's own, to the last bit."""
+    changed. What the user's edits (:mod:`attnviz.pretrained.activations`), the trace,
+    the patches and the circuit's ablated nodes put in a run all go through here.
+    Numbers the edit leaves as they were stay the run's own, to the last bit."""
     import torch
 
-    point = SITES[site]
+    point = SITES[site] if isinstance(site, Site) else site
     assert not point.pattern  # a pattern is no module's tensor: set through z
     module = point.module(body, layer)
     sums = point.sums(body, layer)
@@ -504,3 +504,7 @@ def mlp_written(body: Anatomy, layer: int) -> Any:
     layer has one (Gemma 2 and 3), else the MLP."""
     block = body.blocks[layer]
     return getattr(block, "post_feedforward_layernorm", None) or SITES[Site.MLP].module(body, layer)
+
+
+# The circuit graph's MLP node: the MLP's output as the residual stream is given it
+MLP_WRITTEN = SitePoint(mlp_written, reads_input=False)
