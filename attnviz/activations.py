@@ -1,5 +1,6 @@
-"""Activations by name: what a pass reads at any site of a causal language model, and what
-it may put there instead (:meth:`attnviz.Extractor.activations`, ``attnviz acts``).
+"""Activations by name: what a pass reads at any site of a model's layers (a decoder's,
+an encoder's, an encoder-decoder's encoder or decoder), and what it may put there
+instead (:meth:`attnviz.Extractor.activations`, ``attnviz acts``).
 
 A name is one of
 
@@ -8,7 +9,8 @@ A name is one of
   ``resid_post@12`` (a negative layer counts from the end), or bare, ``resid_post``: at
   every layer asked, each named ``resid_post@L``;
 - a node of the circuit graph: ``a3.h1`` (head 1 of layer 3: its output, its slice of
-  ``z``), ``m3`` (layer 3's MLP output, ``mlp@3``), ``input`` (what the first layer reads,
+  ``z``), ``m3`` (layer 3's MLP output as the residual stream is given it: ``mlp@3``,
+  after the post norm of Gemma's layers), ``input`` (what the first layer reads,
   ``resid@0``) or ``logits``.
 
 Shapes, for P positions kept of T (every position unless some are asked), D the model's
@@ -45,12 +47,14 @@ _EDITS = (Ablation.ZERO, Ablation.MEAN, Ablation.PATCH)  # what an edit may name
 @dataclass(frozen=True)
 class Named:
     """One name, parsed: its site (None for the logits), its layer (None: every layer
-    asked), and its head (a node of the circuit graph's, its slice of z)."""
+    asked), and its head (a node of the circuit graph's, its slice of z); ``written``
+    for the graph's MLP node, the MLP's output as the residual stream is given it."""
 
     name: str
     site: Site | None
     layer: int | None = None
     head: int | None = None
+    written: bool = False
 
     def at(self, layer: int) -> Named:
         """This site at one of the layers asked, named ``site@layer``."""
@@ -79,7 +83,7 @@ def parsed(name: object) -> Named:
     if head := _HEAD.fullmatch(name):
         return Named(name, Site.Z, int(head["layer"]), int(head["head"]))
     if mlp := _MLP.fullmatch(name):
-        return Named(name, Site.MLP, int(mlp["layer"]))
+        return Named(name, Site.MLP, int(mlp["layer"]), written=True)
     raise UsageError(
         f"no site is named {name!r}: name one of {', '.join(site_names())} (L a layer, H a "
         "head: resid_post@12, a3.h1, m0)"

@@ -23,10 +23,12 @@ from tests.hook_references import (
     answer_token_id,
     eager_weights,
     head_size,
+    layers_of,
     metric_with_hooks,
     output_projection,
     patterns_of,
     recorded_at,
+    recorded_by,
     restorer,
     site_module,
     site_point,
@@ -74,7 +76,11 @@ def test_graph_nodes_positions_logits_and_patterns_read_as_named(family):
     z = recorded_at(model, ids, "z")[1]
     size = head_size(model)
     assert torch.equal(found["a1.h1"], z[[1, last], size : 2 * size])
-    assert torch.equal(found["m0"], recorded_at(model, ids, "mlp")[0][[1, last]])
+    # the graph's MLP node: what the residual stream is given (after Gemma's post norm)
+    block = layers_of(model)[0]
+    written = getattr(block, "post_feedforward_layernorm", None) or block.mlp
+    (m0,) = recorded_by(model, {"input_ids": ids}, [(written, "post")])
+    assert torch.equal(found["m0"], m0[[1, last]])
     assert torch.equal(found["input"], recorded_at(model, ids, "resid")[0][[1, last]])
     assert torch.equal(found["resid_post@0"], recorded_at(model, ids, "resid_post")[0][[1, last]])
     with torch.no_grad():
@@ -138,7 +144,7 @@ def test_a_mean_edit_and_what_the_edited_run_reads_downstream(family):
     def mean_out(_module, _args, output):
         return output.mean(1, keepdim=True).expand_as(output)
 
-    found = extractor.activations(TEXT, ["m0", "resid_post@1"], edits={"m0": "mean"})
+    found = extractor.activations(TEXT, ["mlp@0", "resid_post@1"], edits={"mlp@0": "mean"})
     kept = {}
 
     def keep(_module, _args, output):
@@ -153,7 +159,7 @@ def test_a_mean_edit_and_what_the_edited_run_reads_downstream(family):
         for handle in handles:
             handle.remove()
     mean = recorded_at(model, ids, "mlp")[0].mean(0, keepdim=True)
-    torch.testing.assert_close(found["m0"], mean.expand(ids.shape[1], -1), rtol=0, atol=1e-6)
+    torch.testing.assert_close(found["mlp@0"], mean.expand(ids.shape[1], -1), rtol=0, atol=1e-6)
     torch.testing.assert_close(found["resid_post@1"], kept["out"], rtol=0, atol=1e-5)
 
 

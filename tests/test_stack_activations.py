@@ -6,6 +6,9 @@ each pattern transformers' own attention weights, and an edit the same edit by a
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 import torch
 
@@ -191,3 +194,22 @@ def test_an_edit_of_a_stack_equals_the_same_edit_by_a_plain_hook(loaded, tiny, f
 
 def _hooks(model):
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_acts_reads_an_encoder_decoders_cross_attention_from_a_shell(runner, loaded, tiny):
+    from attnviz.cli import app
+
+    arguments = ["acts", TEXT, "--model", tiny["bart"], "--target", TARGET, "-m", "cross"]
+    arguments += ["--site", "k@0", "--site", "pattern@1", "-f", "json"]
+    wrote = runner.invoke(app, arguments)
+    assert wrote.exit_code == 0, wrote.stderr
+    read = json.loads(wrote.stdout)["activations"]
+    expected = loaded["bart"].activations(TEXT, ["k@0", "pattern@1"], target=TARGET, mode="cross")
+    for name in ("k@0", "pattern@1"):
+        assert read[name]["shape"] == list(expected[name].shape)
+        np.testing.assert_array_equal(np.array(read[name]["values"]), expected[name].numpy())
+    sources = len(loaded["bart"].extract(TEXT).key_tokens)
+    assert read["k@0"]["shape"][0] == sources and read["pattern@1"]["shape"][2] == sources
+    refused = runner.invoke(app, ["acts", TEXT, "--model", tiny["bert"], "--site", "logits"])
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert "reads no next token" in refused.stderr and "Traceback" not in refused.stderr

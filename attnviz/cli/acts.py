@@ -1,5 +1,5 @@
-"""`attnviz acts`: a causal language model's activations at the sites named, from one run
-of one text, as data for shells and notebooks (:mod:`attnviz.activations` names them)."""
+"""`attnviz acts`: a model's activations at the sites named, from one run of one text,
+as data for shells and notebooks (:mod:`attnviz.activations` names them)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from attnviz.cli.settings import (
     DEFAULT_READING,
     MapProducts,
     Reading,
-    layer_reading,
     trace_settings,
 )
 from attnviz.cli.shared import NOTHING_SHARED, Shared, sharing
@@ -60,30 +59,42 @@ acts_options = bundle(
 )
 # acts keeps the positions asked (--rows): a long text's pass holds no more.
 positions_kept = bundle("products", MapProducts, leave_out=("pool", "span", "weigh"))
+# acts reads whole layers: --mode says which stack (an encoder-decoder's encoder, its
+# decoder's self- or cross-attention), and no --head is chosen.
+stack_reading = bundle("reading", Reading, leave_out=("head",))
 
 
 @sharing(acts_options, positions_kept, trace_settings)
-@layer_reading
+@stack_reading
 def acts(
     text: d.TextArgument,
     reading: Reading = DEFAULT_READING,
+    target: d.TargetOption = None,
+    pair: d.PairOption = None,
     site: SiteOption = [],  # noqa: B006 (typer's list option: never changed)
     edit: EditOption = [],  # noqa: B006 (typer's list option: never changed)
     output_format: FormatOption = Output.TABLE,
     output: OutputOption = STDIO,
     shared: Shared = NOTHING_SHARED,
 ) -> None:
-    """Read a causal language model's activations by name in one run of TEXT: the
-    residual stream, attention and MLP outputs, queries, keys, values, each head's
-    output and its attention weights, as --site names them; with --edit, in a run with
-    those sites replaced; with --answer, the answer's metric in that run. The table sums
-    each name up; -f json and -f npz (a file of arrays, tokens and positions) hold the
-    numbers.
+    """Read a model's activations by name in one run of TEXT (with --target, of an
+    encoder-decoder's decoder reading it): the residual stream, attention and MLP
+    outputs, queries, keys, values, each head's output and its attention weights, as
+    --site names them; with --edit, in a run with those sites replaced; with --answer,
+    the answer's metric in that run. The table sums each name up; -f json and -f npz (a
+    file of arrays, tokens and positions) hold the numbers.
     """
     if not site and shared.effects.answer is None:
         raise UsageError(f"name a site to read with --site ({', '.join(site_names())})")
     edits = dict(_edit(each) for each in edit)
-    asked = shared.request(reading, text=text, activations=tuple(site), edits=edits or None)
+    asked = shared.request(
+        reading,
+        text=text,
+        target=target,
+        pair=pair,
+        activations=tuple(site),
+        edits=edits or None,
+    )
     if reading.model == d.BUILTIN:
         # numpy: after the options are checked (a usage error loads none)
         from attnviz.asked import no_next_token

@@ -1,10 +1,11 @@
-"""Activations of a causal language model read and edited by name in one pass (the names:
-:mod:`attnviz.activations`). Each edit is installed where its site is computed, then each
-read, so that what is read is the edited run's; only the positions asked are kept, so
-that a long text's pass holds no more than the model's own. A layer whose pattern is read
-or edited runs its eager attention besides its own (the weights exist nowhere else); where
-they are edited, its heads' output is those weights times its values. Every other output
-is the model's own.
+"""Activations of a model's stack read and edited by name in one pass (the names:
+:mod:`attnviz.activations`; the stack is the mode's,
+:func:`~attnviz.pretrained.anatomy.stack_anatomy`). Each edit is installed where its
+site is computed, then each read, so that what is read is the edited run's; only the
+positions asked are kept, so that a long text's pass holds no more than the model's own.
+A layer whose pattern is read or edited runs its eager attention besides its own (the
+weights exist nowhere else); where they are edited, its heads' output is those weights
+times its values. Every other output is the model's own.
 
 Shape letters: T tokens, P positions kept, W a module tensor's width, U a site's units in
 a layer (heads, or 1), Dh a unit's size, H query heads, S keys, V the vocabulary.
@@ -28,7 +29,9 @@ from attnviz.pretrained.fused import eager_attention, own_attention
 from attnviz.pretrained.implementations import running
 from attnviz.pretrained.labels import piece_labels
 from attnviz.pretrained.sites import (
+    MLP_WRITTEN,
     SITES,
+    SitePoint,
     editing,
     given_back_each_layer,
     hooked,
@@ -44,7 +47,6 @@ if TYPE_CHECKING:
     from attnviz.pretrained.reader import ModelReader
     from attnviz.request import Request
 
-READER = "activations"  # what a model without a next token refuses, by name
 _ACTIVATIONS = "attnviz_activations"  # the attention implementation's name during a pass
 Change = Callable[["torch.Tensor"], "torch.Tensor"]  # a site's value (T, …) -> its edit
 
@@ -234,7 +236,7 @@ def _run(
             if at.site is not None and at.site is not Site.PATTERN:
                 assert at.layer is not None  # resolved
                 keeper = _keeper(body, at, sites.kept(at, positions), kept)
-                for handle in reading(body, at.site, at.layer, keeper):
+                for handle in reading(body, _point(at), at.layer, keeper):
                     hooks.enter_context(hooked(handle))
         patterns = [at for at in reads if at.site is Site.PATTERN]
         edited = _pattern_changes(changes)
@@ -301,7 +303,13 @@ def _editing(body: Anatomy, at: Named, change: Change) -> contextlib.ExitStack:
         tensor[0, :, columns] = new.reshape(new.shape[0], -1).to(tensor.dtype)
         return tensor
 
-    return editing(body, site, layer, edit)
+    return editing(body, _point(at), layer, edit)
+
+
+def _point(at: Named) -> Site | SitePoint:
+    """Where ``at`` is read and edited: its site, or the circuit graph's MLP node."""
+    assert at.site is not None  # no logits
+    return MLP_WRITTEN if at.written else at.site
 
 
 def _pattern_changes(changes: list[tuple[Named, Change]]) -> dict[int, Change]:

@@ -255,9 +255,9 @@ def units_of(body: Anatomy, site: Site, layer: int, width: int) -> Units:
 Found = Callable[["torch.Tensor", "torch.Tensor"], None]
 
 
-def reading(body: Anatomy, site: Site, layer: int, found: Found) -> list[Any]:
+def reading(body: Anatomy, site: Site | SitePoint, layer: int, found: Found) -> list[Any]:
     """Hooks calling ``found`` each time ``layer``'s site is computed; their handles."""
-    point = SITES[site]
+    point = SITES[site] if isinstance(site, Site) else site
     module = point.module(body, layer)
     if point.reads_input:
 
