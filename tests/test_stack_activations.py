@@ -24,15 +24,13 @@ from tests.hook_references import (
 
 TEXT, TARGET = "The man walked the dog", "Hello I love you"
 SITES = ["resid", "attn", "resid_mid", "mlp", "resid_post", "q", "k", "v", "z"]
-# (family, the stack read, its mode: self, masked (a decoder's self-attention) or cross)
+# (family, the stack read, its mode): a text alone is read by the encoder; a target by
+# the decoder, through its self-attention (masked) or its cross-attention over the text
+MODES = {"bert": ["self"], "bart": ["self", "masked", "cross"], "t5": ["self", "masked", "cross"]}
 STACKS = [
-    ("bert", "encoder", "self"),
-    ("bart", "encoder", "self"),
-    ("bart", "decoder", "masked"),
-    ("bart", "decoder", "cross"),
-    ("t5", "encoder", "self"),
-    ("t5", "decoder", "masked"),
-    ("t5", "decoder", "cross"),
+    (family, "encoder" if mode == "self" else "decoder", mode)
+    for family, modes in MODES.items()
+    for mode in modes
 ]
 HEADLESS = ["gpt2", "llama", "mistral", "gemma2", "gemma3"]
 

@@ -24,6 +24,7 @@ The passes over a model (torch):
 - :mod:`~attnviz.circuits.node_outputs`: what each upstream node writes in a run.
 - :mod:`~attnviz.circuits.differences`: the scoring record, corrupted less clean.
 - :mod:`~attnviz.circuits.edges`: the graph read in a model; exact edge scores.
+- :mod:`~attnviz.circuits.norms`: the norms an edge enters a layer through.
 - :mod:`~attnviz.circuits.estimates`: EAP and EAP-IG's gradient estimates.
 - :mod:`~attnviz.circuits.ablated`: the values zero and mean ablation put on an edge.
 - :mod:`~attnviz.circuits.faithfulness`: a circuit's metric, every other edge replaced.

@@ -60,6 +60,7 @@ from attnviz.circuits.node_outputs import (
     outputs_written,
     stacked,
 )
+from attnviz.circuits.norms import norms_found
 from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.effects import (
     Change,
@@ -76,7 +77,6 @@ from attnviz.pretrained.sites import (
     given_back_each_layer,
     hidden_of,
     hooked,
-    norms_found,
     output_of,
     units_of,
     with_hidden,

@@ -1,11 +1,15 @@
-"""Where each site lies in a decoder layer, declared once: the trace's record and restore,
-the patching of heads and the gradient passes all find a site's hook point here.
+"""Where each site lies in a layer of any stack (:mod:`~attnviz.pretrained.anatomy`),
+declared once, and the hooks that read and edit it: a user's activations, the trace's
+record and restore, the patching of heads, the circuit's ablated nodes and the gradient
+passes all find a site's hook point here.
 
 A site is a tensor (B, T, W) that one module of the layer is given or returns (a column
 range of it, for a fused query/key/value projection), split into heads of the model's head
-size where the site is a head's. ``resid_mid`` lies at no module's boundary (GPT-2, Llama
-and Gemma keep the residual in a local): it is read as the layer's input plus what the
-attention block adds to it, and restored by setting what the attention block adds.
+size where the site is a head's. ``resid_mid`` is the output of the module that outputs
+it in a post-norm layer or T5's sublayers; in a pre-norm decoder it lies at no module's
+boundary (GPT-2, Llama and Gemma keep the residual in a local): it is read as the layer's
+input plus what the attention block adds to it, and restored by setting what the
+attention block adds.
 ``pattern``, a head's attention weights, is no module's tensor either: it is recorded from
 the model's own eager attention (each attention module returns its weights there), and
 restored through what the head outputs, z = A v, with the run's own values (a head's
@@ -257,7 +261,7 @@ Found = Callable[["torch.Tensor", "torch.Tensor"], None]
 
 def reading(body: Anatomy, site: Site | SitePoint, layer: int, found: Found) -> list[Any]:
     """Hooks calling ``found`` each time ``layer``'s site is computed; their handles."""
-    point = SITES[site] if isinstance(site, Site) else site
+    point = site if isinstance(site, SitePoint) else SITES[site]
     module = point.module(body, layer)
     if point.reads_input:
 
@@ -347,7 +351,7 @@ def editing(body: Anatomy, site: Site | SitePoint, layer: int, edit: Edit) -> co
     Numbers the edit leaves as they were stay the run's own, to the last bit."""
     import torch
 
-    point = SITES[site] if isinstance(site, Site) else site
+    point = site if isinstance(site, SitePoint) else SITES[site]
     assert not point.pattern  # a pattern is no module's tensor: set through z
     module = point.module(body, layer)
     sums = point.sums(body, layer)
@@ -378,65 +382,6 @@ def editing(body: Anatomy, site: Site | SitePoint, layer: int, edit: Edit) -> co
         stack.enter_context(hooked(block.register_forward_pre_hook(enter, with_kwargs=True)))
     stack.enter_context(hooked(module.register_forward_hook(edit_output)))
     return stack
-
-
-@contextlib.contextmanager
-def norms_found(body: Anatomy) -> Iterator[tuple[list[Any], list[Any]]]:
-    """While open, a pass finds each layer's attention norm and MLP norm: the child of the
-    layer whose output the attention (the MLP) is given. The attention norm must read the
-    layer's input, which a head's copy of the residual then stands in for. Only the layer
-    being run has its children's tensors held (a pass over a long text would otherwise
-    keep every child's input and output of every layer)."""
-    count = len(body.blocks)
-    attention_norms: list[Any] = [None] * count
-    mlp_norms: list[Any] = [None] * count
-    reads_input = [False] * count  # whether the attention norm reads the layer's input
-    entering: list[Any] = [None]  # the input of the layer being run
-    made: dict[int, tuple[Any, Any, Any]] = {}  # id(output) -> (module, its input, output)
-
-    def enter(_module: Any, args: tuple, kwargs: dict) -> None:
-        made.clear()
-        entering[0] = hidden_of(args, kwargs)
-
-    def keep_made(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
-        if args or "hidden_states" in kwargs:
-            made[id(output)] = (module, hidden_of(args, kwargs), output)
-
-    def finder(into: list[Any], layer: int, attention: bool) -> Callable:
-        def find(_module: Any, args: tuple, kwargs: dict) -> None:
-            found = made.get(id(hidden_of(args, kwargs)))
-            into[layer] = None if found is None else found[0]
-            if attention:
-                reads_input[layer] = found is not None and found[1] is entering[0]
-
-        return find
-
-    def leave(_module: Any, _args: tuple, _output: Any) -> None:
-        made.clear()
-        entering[0] = None
-
-    with contextlib.ExitStack() as hooks:
-        for layer, block in enumerate(body.blocks):
-            hooks.enter_context(hooked(block.register_forward_pre_hook(enter, with_kwargs=True)))
-            hooks.enter_context(hooked(block.register_forward_hook(leave)))
-            for child in block.children():
-                hook = child.register_forward_hook(keep_made, with_kwargs=True)
-                hooks.enter_context(hooked(hook))
-            for into, module, attention in (
-                (attention_norms, body.attentions[layer], True),
-                (mlp_norms, SITES[Site.MLP].module(body, layer), False),
-            ):
-                hook = module.register_forward_pre_hook(
-                    finder(into, layer, attention), with_kwargs=True
-                )
-                hooks.enter_context(hooked(hook))
-        yield attention_norms, mlp_norms
-    for layer in range(count):
-        if not reads_input[layer] or mlp_norms[layer] is None:
-            raise UsageError(
-                f"attnviz cannot find the norms layer {layer}'s attention and MLP read the "
-                "residual stream through: circuits read pre-norm decoders (GPT-2, Llama, Gemma, …)"
-            )
 
 
 def hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
