@@ -1,7 +1,8 @@
 """A request against one input: the one check that the input holds what the request asks
 of it (the command line makes it of its first input before a model loads,
 :meth:`~attnviz.extractor.Extractor.run` of each input), what its answer is measured by,
-and the refusal by a model that reads no next token (:func:`no_next_token`)."""
+the refusal by a model that reads no next token (:func:`no_next_token`), and the built-in
+stack's of activations (:func:`no_sites`)."""
 
 from __future__ import annotations
 
@@ -129,6 +130,14 @@ def positions_asked(
     if request.span is not None:
         span = token_positions(request.span, keys, "span key", "key tokens", find_key)
     return rows, span
+
+
+def no_sites(model: str) -> UsageError:
+    """The built-in stack's refusal of activations by name: its layers have no sites."""
+    return UsageError(
+        f"{model} names no sites: activations are read of a pretrained model's layers "
+        "(--model smollm2, --model minilm, a folder saved with save_pretrained)"
+    )
 
 
 def no_next_token(model: str, reader: str = "--answer") -> UsageError:

@@ -14,7 +14,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from attnviz.analysis.heads import HeadTable
-from attnviz.asked import check_asked, no_next_token
+from attnviz.asked import check_asked, no_next_token, no_sites
 from attnviz.choices import Ablation, Mode, Site, chosen
 from attnviz.circuits.options import circuit_options
 from attnviz.circuits.pairs import check_pairs, pairs_given, pairs_of_scores
@@ -141,7 +141,9 @@ class Extractor(ABC):
         and no pass long enough to report on."""
         answered = request.effects and any(each.answer is not None for each in batch)
         reads_answer = request.knockout is not None or request.trace is not None or request.lens
-        if answered or reads_answer or request.activations is not None:
+        if request.activations is not None:
+            raise no_sites(self.name)
+        if answered or reads_answer:
             raise no_next_token(self.name, request.next_token_reader)
         results = []
         for each, maps in zip(batch, self._extract_many(batch, request), strict=True):

@@ -226,8 +226,6 @@ class Request:
         without one names it: the lens, a circuit, a trace, or the answer."""
         if self.lens:
             return "the lens"
-        if self.activations is not None:
-            return "activations"
         if self.circuit is not None:
             return "a circuit"
         if self.trace is not None:

@@ -251,7 +251,7 @@ def test_an_interrupt_inside_an_edit_leaves_no_hook(family):
 def test_a_position_past_the_text_and_the_builtin_stack_are_refused(language_models):
     with pytest.raises(UsageError, match="out of range"):
         language_models["llama-lm"].activations(TEXT, ["resid@0"], positions="99")
-    with pytest.raises(UsageError, match="activations needs a causal language model"):
+    with pytest.raises(UsageError, match="names no sites: activations are read of a pretr"):
         attnviz.load().activations(TEXT, ["resid@0"])
     with pytest.raises(UsageError, match="edits change a run that reads activations"):
         attnviz.Request(edits={"z@0": "zero"})
@@ -303,7 +303,7 @@ def test_acts_refuses_bad_input_in_one_line(
 
 def test_acts_on_the_builtin_stack_is_refused(runner):
     failed_in_process(
-        runner.invoke(app, ["acts", TEXT, "--site", "resid"]), 2, "activations needs a causal"
+        runner.invoke(app, ["acts", TEXT, "--site", "resid"]), 2, "builtin names no sites"
     )
 
 

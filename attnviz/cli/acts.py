@@ -97,9 +97,9 @@ def acts(
     )
     if reading.model == d.BUILTIN:
         # numpy: after the options are checked (a usage error loads none)
-        from attnviz.asked import no_next_token
+        from attnviz.asked import no_sites
 
-        raise no_next_token(d.BUILTIN, "activations")
+        raise no_sites(d.BUILTIN)
     if output != STDIO and output_format is Output.TABLE:
         raise UsageError("the table is for a person at the terminal: -o takes -f json or npz")
     if output != STDIO:
