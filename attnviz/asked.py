@@ -32,6 +32,8 @@ def check_asked(request: Request, given: Input) -> Input:
     kind reads (:data:`~attnviz.choices.ABLATION_NEEDS`). The one check of a request with
     an input: the command line makes it of its first input before a model loads, and
     :meth:`~attnviz.extractor.Extractor.run` of each input."""
+    if given.corrupt is not None and given.answer is None and request.activations is None:
+        raise UsageError("--corrupt measures what heads do to an answer: give --answer")
     if request.trace is not None and given.answer is None:
         raise UsageError("trace measures what an answer needs: give --answer")
     if request.trace is not None and given.corrupt is None:

@@ -246,9 +246,10 @@ class Input:
                 check_text(getattr(self, name), name)
         if self.answer is not None:
             check_answer(self.answer)
-        for name, flag in (("versus", "--versus"), ("corrupt", "--corrupt")):
-            if getattr(self, name) is not None and self.answer is None:
-                raise UsageError(f"{flag} measures what heads do to an answer: give --answer")
+        # a corrupted twin without an answer is patched from by name (activations):
+        # what else reads one needs the answer too (asked.check_asked)
+        if self.versus is not None and self.answer is None:
+            raise UsageError("--versus measures what heads do to an answer: give --answer")
         if self.versus is not None:
             check_answer(self.versus, "versus answer")
             if self.versus == self.answer:

@@ -14,6 +14,7 @@ import torch
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import UsageError
+from attnviz.inputs import Input
 from tests.checks import failed_in_process
 from tests.hook_references import (
     ANSWER,
@@ -23,6 +24,7 @@ from tests.hook_references import (
     answer_token_id,
     eager_weights,
     head_size,
+    hidden_of,
     layers_of,
     metric_with_hooks,
     output_projection,
@@ -345,3 +347,37 @@ def test_a_long_texts_pass_gives_the_freed_pages_back_at_each_layer(family, monk
     monkeypatch.setattr(sites, "give_back_freed", lambda: given_back.append(True))
     extractor.activations(TEXT, ["resid_post"], positions="last")
     assert len(given_back) == model.config.num_hidden_layers
+
+
+def test_a_patch_needs_no_answer_and_equals_a_plain_hooks(family):
+    """patch_from alone: the corrupted run's z at layer 0 put into the clean run, read
+    downstream, as a plain pre-hook of the output projection puts it."""
+    extractor, model, path = family
+    ids, corrupt_ids = token_ids(path, TEXT), token_ids(path, CORRUPT)
+    found = extractor.activations(
+        TEXT, ["resid_post@-1"], edits={"z@0": "patch"}, patch_from=CORRUPT
+    )
+    assert found.metric is None
+    (corrupt_z,) = recorded_by(
+        model, {"input_ids": corrupt_ids}, [(output_projection(model, 0), "pre")]
+    )
+
+    def patch(_module, args, kwargs):
+        hidden = hidden_of(args, kwargs).clone()
+        hidden[0] = corrupt_z
+        return (
+            ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
+        )
+
+    handle = output_projection(model, 0).register_forward_pre_hook(patch, with_kwargs=True)
+    try:
+        last = site_module(model, "resid_post", len(layers_of(model)) - 1)
+        (expected,) = recorded_by(model, {"input_ids": ids}, [(last, "post")])
+    finally:
+        handle.remove()
+    assert torch.equal(found["resid_post@-1"], expected)
+    assert not torch.equal(
+        expected, extractor.activations(TEXT, ["resid_post@-1"])["resid_post@-1"]
+    )
+    with pytest.raises(UsageError, match="--corrupt measures what heads do to an answer"):
+        list(extractor.run([Input(TEXT, corrupt=CORRUPT)]))  # maps read no twin
