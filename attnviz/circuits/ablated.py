@@ -17,7 +17,7 @@ there before any hook that reads an upstream node's output records it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,15 +26,13 @@ import numpy as np
 from attnviz.choices import Site
 from attnviz.pretrained.effects import last_logits
 from attnviz.pretrained.sites import (
+    HEADS_WRITTEN,
     MLP_WRITTEN,
     Edit,
+    Found,
     editing,
-    hidden_of,
     hooked,
-    mlp_written,
-    output_of,
-    with_hidden,
-    with_output,
+    reading,
 )
 
 if TYPE_CHECKING:
@@ -85,22 +83,19 @@ def text_means(model: Any, body: Anatomy, arguments: dict) -> Means:
     found: dict[str, list[Any]] = {"input": [None], "heads": [None] * layers}
     found["mlps"] = [None] * layers
 
-    def keep(where: str, layer: int) -> Any:
-        def kept(value: torch.Tensor) -> None:
+    def keep(where: str, layer: int) -> Found:
+        def kept(value: torch.Tensor, _graph: torch.Tensor) -> None:
             found[where][layer] = value[0].float().mean(0).cpu().numpy()  # over positions
 
         return kept
 
-    def input_kept(_module: Any, args: tuple, kwargs: dict) -> None:
-        keep("input", 0)(hidden_of(args, kwargs))
-
-    def heads_kept(layer: int) -> Any:
-        return lambda _module, args: keep("heads", layer)(args[0])
-
-    def mlp_kept(layer: int) -> Any:
-        return lambda _module, _args, output: keep("mlps", layer)(output_of(output))
-
-    with _at_every_node(body, input_kept, heads_kept, mlp_kept), torch.inference_mode():
+    points = [(Site.RESID, "input", [0]), (Site.Z, "heads", range(layers))]
+    points.append((MLP_WRITTEN, "mlps", range(layers)))
+    with contextlib.ExitStack() as hooks, torch.inference_mode():
+        for point, where, at in points:
+            for layer in at:
+                for handle in reading(body, point, layer, keep(where, layer)):
+                    hooks.enter_context(hooked(handle))
         last_logits(model, arguments)
     return Means(found["input"][0], np.stack(found["heads"]), np.stack(found["mlps"]))
 
@@ -163,81 +158,57 @@ def interpolated(
     of the way from their ablated values to their values in the run, and held there: no
     gradient goes back through them, as EAP-IG's activations' interpolation replaces a
     node's output by a constant. A layer's heads are moved together where their outputs
-    reach the residual stream (after the post-attention norm where there is one: moving
-    every head's slice alike would leave a norm's output as it is)."""
+    reach the residual stream (:data:`~attnviz.pretrained.sites.HEADS_WRITTEN`: moving
+    every head's slice alike would leave a post-attention norm's output as it is). Each
+    move is an :func:`~attnviz.pretrained.sites.editing` of the group's site, installed
+    only where some row moves that group."""
     import torch
 
     means = ablated.means
 
-    def moved(group: int, found: torch.Tensor, target: Any) -> torch.Tensor | None:
-        """``found`` (B, T, W) with the rows of ``group`` moved towards ``target``."""
+    def moving(group: int, target: Callable[[torch.Tensor], torch.Tensor]) -> Edit:
+        """An edit moving the rows of ``group`` towards ``target`` of the value found."""
         chosen = [row for row, (each, _) in enumerate(rows) if each == group]
-        if not chosen:
-            return None
         shares = [rows[row][1] for row in chosen]
-        share = torch.tensor(shares, dtype=found.dtype, device=found.device)[:, None, None]
-        value = found.clone()
-        value[chosen] = share * found[chosen].detach() + (1 - share) * target
-        return value
 
-    def target(found: torch.Tensor, mean: np.ndarray | None) -> torch.Tensor:
-        """The ablated value, 0 or the mean, in ``found``'s dtype and device."""
+        def move(found: torch.Tensor) -> torch.Tensor:  # (B, T, W), a copy
+            share = torch.tensor(shares, dtype=found.dtype, device=found.device)[:, None, None]
+            found[chosen] = share * found[chosen].detach() + (1 - share) * target(found)
+            return found
+
+        return move
+
+    def mean_of(mean: np.ndarray | None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The ablated value, 0 or the mean, in the found value's dtype and device."""
         if mean is None:
-            return found.new_zeros(found.shape[-1])
-        return torch.as_tensor(mean, dtype=found.dtype, device=found.device)
+            return lambda found: found.new_zeros(found.shape[-1])
+        return lambda found: torch.as_tensor(mean, dtype=found.dtype, device=found.device)
 
-    def input_moved(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        hidden = hidden_of(args, kwargs)  # (B, T, D)
-        value = moved(0, hidden, target(hidden, None if means is None else means.input))
-        return None if value is None else with_hidden(args, kwargs, value)
-
-    def heads_moved(layer: int) -> Any:
+    def heads_ablated(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """What every head of ``layer`` writes ablated: the projection of their ablated
+        outputs (its bias kept, as zeroed), through the post norm where there is one."""
         projection, post = body.projections[layer], body.post_norms[layer]
+        mean = mean_of(None if means is None else means.heads[layer])
 
-        def move(_module: Any, _args: tuple, output: Any) -> Any:
-            written = output_of(output)  # (B, T, D): every head's output, together
-            width = body.heads * body.head_size  # E, the projection's input
-            mean = None if means is None else means.heads[layer]
-            heads = target(written.new_zeros(width), mean)[None]  # (1, E)
-            written_ablated = projection.forward(heads)  # (1, D): its bias kept, as zeroed
-            if post is not None:
-                written_ablated = post.forward(written_ablated)
-            value = moved(1 + 2 * layer, written, written_ablated[0])
-            return None if value is None else with_output(output, value)
+        def written(found: torch.Tensor) -> torch.Tensor:
+            heads = mean(found.new_zeros(body.heads * body.head_size))[None]  # (1, E)
+            value = projection.forward(heads)  # (1, D)
+            return (value if post is None else post.forward(value))[0]
 
-        return move
+        return written
 
-    def mlp_moved(layer: int) -> Any:
-        def move(_module: Any, _args: tuple, output: Any) -> Any:
-            written = output_of(output)  # (B, T, D)
-            mean = None if means is None else means.mlps[layer]
-            value = moved(2 + 2 * layer, written, target(written, mean))
-            return None if value is None else with_output(output, value)
-
-        return move
-
-    with contextlib.ExitStack() as hooks:
-        first = body.blocks[0].register_forward_pre_hook(input_moved, with_kwargs=True)
-        hooks.enter_context(hooked(first))
+    groups = {group for group, _ in rows}
+    with contextlib.ExitStack() as edits:
+        if 0 in groups:
+            target = mean_of(None if means is None else means.input)
+            edits.enter_context(editing(body, Site.RESID, 0, moving(0, target)))
         for layer in range(len(body.blocks)):
-            writes = body.post_norms[layer] or body.projections[layer]
-            hooks.enter_context(hooked(writes.register_forward_hook(heads_moved(layer))))
-            mlp = mlp_written(body, layer).register_forward_hook(mlp_moved(layer))
-            hooks.enter_context(hooked(mlp))
-        yield
-
-
-@contextlib.contextmanager
-def _at_every_node(body: Anatomy, embedded: Any, heads: Any, mlps: Any) -> Iterator[None]:
-    """While open, ``embedded`` is a pre-hook (with kwargs) of the first layer (its input
-    is the input node's output), ``heads(layer)`` one of each output projection (its input
-    every head's), ``mlps(layer)`` a hook of what writes each MLP's output."""
-    with contextlib.ExitStack() as hooks:
-        first = body.blocks[0].register_forward_pre_hook(embedded, with_kwargs=True)
-        hooks.enter_context(hooked(first))
-        for layer in range(len(body.blocks)):
-            projection = body.projections[layer].register_forward_pre_hook(heads(layer))
-            hooks.enter_context(hooked(projection))
-            mlp = mlp_written(body, layer).register_forward_hook(mlps(layer))
-            hooks.enter_context(hooked(mlp))
+            if 1 + 2 * layer in groups:
+                moved = moving(1 + 2 * layer, heads_ablated(layer))
+                edits.enter_context(editing(body, HEADS_WRITTEN, layer, moved))
+            if 2 + 2 * layer in groups:
+                target = mean_of(None if means is None else means.mlps[layer])
+                edits.enter_context(
+                    editing(body, MLP_WRITTEN, layer, moving(2 + 2 * layer, target))
+                )
         yield

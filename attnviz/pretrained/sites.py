@@ -453,3 +453,8 @@ def mlp_written(body: Anatomy, layer: int) -> Any:
 
 # The circuit graph's MLP node: the MLP's output as the residual stream is given it
 MLP_WRITTEN = SitePoint(mlp_written, reads_input=False)
+# Every head's output together as the residual stream is given it: after the norm that
+# follows the attention where the layer has one (Gemma 2 and 3), else the projection's
+HEADS_WRITTEN = SitePoint(
+    lambda body, layer: body.post_norms[layer] or body.projections[layer], reads_input=False
+)
