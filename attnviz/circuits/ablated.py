@@ -30,6 +30,7 @@ from attnviz.pretrained.sites import (
     MLP_WRITTEN,
     Edit,
     Found,
+    SitePoint,
     editing,
     hooked,
     reading,
@@ -89,8 +90,9 @@ def text_means(model: Any, body: Anatomy, arguments: dict) -> Means:
 
         return kept
 
-    points = [(Site.RESID, "input", [0]), (Site.Z, "heads", range(layers))]
-    points.append((MLP_WRITTEN, "mlps", range(layers)))
+    every = range(layers)
+    points: list[tuple[Site | SitePoint, str, range]] = [(Site.RESID, "input", range(1))]
+    points += [(Site.Z, "heads", every), (MLP_WRITTEN, "mlps", every)]
     with contextlib.ExitStack() as hooks, torch.inference_mode():
         for point, where, at in points:
             for layer in at:
