@@ -349,6 +349,8 @@ class Select(StrEnum):
     TOP = "top"  # the N edges of largest |score|
     GREEDY = "greedy"  # EAP-IG's: from the logits up, an edge only into a node already kept
     THRESHOLD = "threshold"  # every edge of |score| at least T
+    # the N edges of largest score in MIB's sign (the answer's support first): MIB's CPR
+    SIGNED = "signed"
 
 
 class Level(StrEnum):

@@ -445,6 +445,15 @@ def top_edges(scores, count):
     return set(ordered[:count])
 
 
+def signed_edges(scores, count):
+    """MIB's signed circuit (its evaluation's ``apply_topn(absolute=False)``): the
+    ``count`` edges of largest score in MIB's sign, the logit difference as a loss, which
+    is minus attnviz's (ties keep the graph's order)."""
+    mib_scores = {edge: -score for edge, score in scores.items()}
+    ordered = sorted(mib_scores, key=lambda edge: -mib_scores[edge])  # a stable sort
+    return set(ordered[:count])
+
+
 def threshold_edges(scores, threshold):
     return {edge for edge, score in scores.items() if abs(score) >= threshold}
 
@@ -498,6 +507,8 @@ def chosen(shape, scores, select, asked, pruned):
         kept = threshold_edges(in_order, asked)
     elif select == "greedy":
         kept = greedy_edges(in_order, int(asked), owned)
+    elif select == "signed":
+        kept = signed_edges(in_order, int(asked))
     else:
         kept = top_edges(in_order, int(asked))
     return prune(kept, owned) if pruned else kept
@@ -505,12 +516,15 @@ def chosen(shape, scores, select, asked, pruned):
 
 def node_circuit(shape, node_scores, select, asked, pruned):
     """A node circuit (EAP-IG's apply_topn(level="node") and apply_threshold): the nodes
-    of largest |score| (or of |score| at least ``asked``), and every edge from one of them
+    of largest |score| (of largest score in MIB's sign for ``signed``; of |score| at
+    least ``asked`` for ``threshold``), and every edge from one of them
     into an input of one of them or into the logits; dead ends out if ``pruned``."""
     names, _, edges = nodes_of_shape(*shape)
     owned = owners(*shape)
     if select == "threshold":
         chosen = {name for name in names if abs(node_scores[name]) >= asked}
+    elif select == "signed":  # MIB's sign, minus attnviz's
+        chosen = set(sorted(names, key=lambda name: node_scores[name])[: int(asked)])
     else:
         chosen = set(sorted(names, key=lambda name: -abs(node_scores[name]))[: int(asked)])
     kept = {

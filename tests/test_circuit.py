@@ -442,8 +442,9 @@ def test_a_metric_given_as_a_function_of_the_logits_scores_as_its_measure(
 
 @pytest.mark.parametrize("shape", [(2, 4, 2), (3, 6, 3), (1, 3, 1), (4, 2, 2)])
 def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
-    """top, greedy and threshold, pruned or not, on random scores: the masks equal the
-    reference's edges, chosen a node at a time from EAP-IG's definitions."""
+    """top, greedy, threshold and signed, pruned or not, on random scores: the masks
+    equal the reference's edges, chosen a node at a time from EAP-IG's and MIB's
+    definitions."""
     from attnviz.circuits.graph import Graph
     from attnviz.circuits.scored import ScoredGraph, nodes_of
     from attnviz.circuits.selections import selected
@@ -460,6 +461,7 @@ def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
         ("top", [0, 1, 5, graph.count // 3, graph.count]),
         ("greedy", [1, 5, graph.count // 3, graph.count]),
         ("threshold", [magnitudes[-1], magnitudes[len(magnitudes) // 2], 0.0]),
+        ("signed", [1, 5, graph.count // 3, graph.count]),
     ):
         for asked in values:
             for pruned in (True, False):
@@ -479,6 +481,7 @@ def test_selections_equal_eap_igs_definitions_on_graphs_of_unusual_sizes(shape):
     for select, values in (
         ("top", [0, 1, 3, len(graph.upstream)]),
         ("threshold", [float(np.median(np.abs(node_scores))), 0.0]),
+        ("signed", [1, 3, len(graph.upstream)]),
     ):
         for asked in values:
             for pruned in (True, False):

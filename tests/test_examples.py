@@ -25,7 +25,7 @@ EXAMPLES_NAMED = (
     "head-effect-patch-ablation",
     "trace-site-mlp-in",
     "metric-logit",
-    "circuit-select-signed",
+    "circuit-select-harmful",
     "circuit-resample-ablation",
     "circuit-format-dot",
 )

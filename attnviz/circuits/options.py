@@ -46,8 +46,8 @@ class CircuitOptions:
     points; ``refine`` K: the top K of an estimate computed exactly; "optimize": a mask
     learned from EAP-IG's scores, with ``train_each`` and a ``curve`` one trained at each
     size, each inside the next), each edge alone carrying ``ablation``'s value; the circuit
-    chosen by ``select`` (top or greedy: ``edges`` of them, an int, ``"all"``, or None: 100,
-    or every edge where there are fewer; threshold: every edge of |score| at least
+    chosen by ``select`` (top, greedy or signed: ``edges`` of them, an int, ``"all"``, or
+    None: 100, or every edge where there are fewer; threshold: every edge of |score| at least
     ``threshold``), its dead ends out if ``prune``, measured for its faithfulness, and each
     size of ``curve`` too (ints or ``"all"``, each measured once; or ``"mib"`` alone: MIB's
     ten fractions of the graph, the circuit itself its 1%, so not with ``edges`` or
@@ -255,8 +255,8 @@ class CircuitOptions:
         for option, given in (("--edges", self.edges is not None), ("--curve", bool(self.curve))):
             if given:
                 raise UsageError(
-                    f"{option} counts the edges of --select top or greedy: --select threshold "
-                    "keeps every edge of |score| at least --threshold"
+                    f"{option} counts the edges of --select top, greedy or signed: --select "
+                    "threshold keeps every edge of |score| at least --threshold"
                 )
 
     def _check_mib(self, curve: tuple[int | str, ...]) -> None:

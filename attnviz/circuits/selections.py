@@ -11,6 +11,9 @@ key/value head's, shared by the query heads of its group:
   into the logits or into an input of a node already in the circuit, its upstream node
   then joining the circuit (a key/value input is an input of every head of its group).
 - ``threshold``: every edge of |score| at least T.
+- ``signed``: the N edges of largest score in MIB's sign, −score here (those whose
+  corrupted value lowers the metric most first): the circuits MIB's CPR is read from
+  (``apply_topn(absolute=False)`` on scores of the logit difference as a loss).
 - at the node level, ``top`` and ``threshold`` choose nodes (heads, MLPs, the input) by
   their own scores, and the circuit is every edge between chosen nodes (and into the
   logits), as EAP-IG's ``apply_topn(level="node")`` keeps them once pruned.
@@ -51,19 +54,22 @@ def selected(
         mask = graph.edges & (scored.magnitude() >= asked)
     elif select is Select.GREEDY:
         mask = _greedy(graph, scored.magnitude(), int(asked))
+    elif select is Select.SIGNED:
+        mask = _top(graph, -scored.scores, int(asked))
     else:
         mask = _top(graph, scored.magnitude(), int(asked))
     return scored.chosen(pruned(graph, mask) if prune else mask)
 
 
 def _nodes_chosen(node_scores: np.ndarray, select: Select, asked: float) -> np.ndarray:
-    """(U,) bool: the nodes of largest |score| (ties in the graph's order), or those of
-    |score| at least the threshold."""
+    """(U,) bool: the nodes of largest |score| (of largest score in MIB's sign, for
+    ``signed``; ties in the graph's order), or those of |score| at least the threshold."""
     magnitude = np.abs(node_scores)
     if select is Select.THRESHOLD:
         return magnitude >= asked
+    ranked = -node_scores if select is Select.SIGNED else magnitude
     chosen = np.zeros(len(node_scores), dtype=bool)
-    chosen[np.argsort(-magnitude, kind="stable")[: int(asked)]] = True
+    chosen[np.argsort(-ranked, kind="stable")[: int(asked)]] = True
     return chosen
 
 
@@ -75,9 +81,10 @@ def _between(graph: Graph, nodes: np.ndarray) -> np.ndarray:
     return graph.edges & nodes[:, None] & reading[None, :]
 
 
-def _top(graph: Graph, magnitude: np.ndarray, count: int) -> np.ndarray:
+def _top(graph: Graph, ranked: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` edges of largest ``ranked`` (U, N) value, ties in the graph's order."""
     upstream, downstream = graph.edge_list()
-    order = np.argsort(-magnitude[upstream, downstream], kind="stable")[:count]
+    order = np.argsort(-ranked[upstream, downstream], kind="stable")[:count]
     mask = np.zeros(graph.edges.shape, dtype=bool)
     mask[upstream[order], downstream[order]] = True
     return mask

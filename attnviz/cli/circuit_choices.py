@@ -117,7 +117,9 @@ SelectOption = Annotated[
         case_sensitive=False,
         help="How the circuit is chosen from the scores: top (the --edges N of largest "
         "|score|), greedy (EAP-IG's: from the logits up, an edge only into a node already "
-        "kept) or threshold (every edge of |score| at least --threshold).",
+        "kept), threshold (every edge of |score| at least --threshold) or signed (the --edges N "
+        "of largest score in MIB's sign, the answer's support first: the circuits MIB's CPR "
+        "is read from).",
     ),
 ]
 LevelOption = Annotated[
