@@ -271,7 +271,7 @@ class CircuitOptions:
 
     def asked(self, count: int) -> float:
         """What the circuit is chosen by, in a graph of ``count`` edges (or nodes, at the
-        node level): how many it keeps (top, greedy), MIB's 1% of them with ``--curve
+        node level): how many it keeps (top, greedy, signed), MIB's 1% of them with ``--curve
         mib``, or the least |score| (threshold)."""
         if self.threshold is not None:
             return float(self.threshold)

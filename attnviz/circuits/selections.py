@@ -44,7 +44,7 @@ def selected(
     node_scores: np.ndarray | None = None,
 ) -> ScoredGraph:
     """The scored graph with its circuit chosen from its scores by ``select``, ``asked``
-    its size (top, greedy) or its threshold, dead ends pruned if ``prune``. With
+    its size (top, greedy, signed) or its threshold, dead ends pruned if ``prune``. With
     ``node_scores`` (U,), a node circuit: its nodes chosen so from them, its edges those
     between them (and into the logits)."""
     select, graph = Select(select), scored.graph
