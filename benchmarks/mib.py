@@ -2,7 +2,9 @@
 the tasks of sample_texts/: each method scores the first half of a task's pairs; its
 circuits at MIB's ten fractions of the edges are measured on those pairs (CPR, CMD, the
 faithfulness at 1% of the edges) and on the other half, which no method saw (held out,
-as MIB keeps a test split).
+as MIB keeps a test split). CPR is read from the signed circuits' curve (the largest
+scores in MIB's sign; for optimize, whose scores are all of one sign, its own), CMD and
+the faithfulness at 1% from the selection's, as MIB's print_results.py reads them.
 
 Methods: EAP (gradient), EAP-IG (ig, --steps points), EAP-IG with its top 1% of edges
 computed exactly (ig --refine), optimize (a mask trained from EAP-IG's scores) and each
@@ -28,8 +30,6 @@ import json
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 import attnviz
 from attnviz.choices import CircuitMethod, Select
@@ -78,23 +78,31 @@ class HeldOut:
         self.count = len(pairs)
         self.clean, self.corrupt = scored.clean / self.count, scored.corrupt / self.count
 
-    def curve(self, scores: np.ndarray, graph, select: Select) -> list[CurvePoint]:
-        """The faithfulness of the circuits ``select`` chooses from ``scores`` at MIB's
-        fractions, over the held-out pairs."""
-        sizes = mib_sizes(graph.count)
-        given = ScoredGraph(graph, scores)
-        masks = [selected(given, select, size, True).circuit for size, _ in sizes]
+    def curve(self, circuit) -> list[CurvePoint]:
+        """The faithfulness over the held-out pairs of the circuits at MIB's fractions
+        that each selection of ``circuit``'s curve (its own, and signed) chooses from its
+        scores."""
+        sizes = mib_sizes(circuit.graph.count)
+        given = ScoredGraph(circuit.graph, circuit.scores)
+        rules = list(dict.fromkeys(point.select for point in circuit.curve))
+        points = [(size, fraction, rule) for rule in rules for size, fraction in sizes]
+        masks = [selected(given, rule, size, True).circuit for size, _, rule in points]
         found = faithfulness_measured(
-            self.phases, graph, masks, self.clean, self.corrupt, self.count
+            self.phases, circuit.graph, masks, self.clean, self.corrupt, self.count
         )
         return [
-            CurvePoint(size, int(mask.sum()), value, fraction)
-            for (size, fraction), mask, value in zip(sizes, masks, found, strict=True)
+            CurvePoint(size, int(mask.sum()), value, fraction, rule)
+            for (size, fraction, rule), mask, value in zip(points, masks, found, strict=True)
         ]
 
 
-def _at_one_percent(curve) -> float | None:
-    (point,) = [point for point in curve if point.fraction == ONE_PERCENT]
+def _own(curve, select: Select) -> list[CurvePoint]:
+    """The points of ``curve`` chosen by ``select`` (not the signed ones CPR reads)."""
+    return [point for point in curve if point.select is select]
+
+
+def _at_one_percent(curve, select: Select) -> float | None:
+    (point,) = [point for point in _own(curve, select) if point.fraction == ONE_PERCENT]
     return point.faithfulness
 
 
@@ -127,7 +135,7 @@ def main() -> None:
     arguments = parser.parse_args()
     curves: list[str] = []  # each row's points, for --points
     print(
-        "| model | task | method | selection | CPR | CMD | faithfulness at 1% | held out: "
+        "| model | task | method | selection | CPR (signed) | CMD | faithfulness at 1% | held out: "
         "CPR | CMD | at 1% | time |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -156,18 +164,21 @@ def main() -> None:
                         took = f"+{again:.0f} s"
                     areas = circuit.areas
                     assert areas is not None  # a MIB curve
-                    other = held_out.curve(circuit.scores, circuit.graph, select)
-                    points = [(point.fraction, point.faithfulness) for point in other]
-                    other_areas = areas_of(points)
+                    other = held_out.curve(circuit)
+                    points = [(point.fraction, point.faithfulness, point.select) for point in other]
+                    other_areas = areas_of(points, select)
                     assert other_areas is not None
+                    seen_one, unseen_one = (
+                        _said(_at_one_percent(curve, select)) for curve in (circuit.curve, other)
+                    )
                     print(
                         f"| {model} | {task} ({half}+{len(unseen)} pairs) | {method} | "
-                        f"{select} | {areas.cpr:.3f} | {areas.cmd:.3f} | "
-                        f"{_said(_at_one_percent(circuit.curve))} | {other_areas.cpr:.3f} | "
-                        f"{other_areas.cmd:.3f} | {_said(_at_one_percent(other))} | {took} |",
+                        f"{select} | {areas.cpr:.3f} | {areas.cmd:.3f} | {seen_one} | "
+                        f"{other_areas.cpr:.3f} | {other_areas.cmd:.3f} | {unseen_one} | {took} |",
                         flush=True,
                     )
-                    faithful = " | ".join(_said(point.faithfulness) for point in circuit.curve)
+                    own = _own(circuit.curve, select)
+                    faithful = " | ".join(_said(point.faithfulness) for point in own)
                     curves.append(f"| {model} | {task} | {method} | {select} | {faithful} |")
     if arguments.points:
         fractions = " | ".join(f"{fraction * 100:g}%" for fraction in MIB_FRACTIONS)

@@ -541,17 +541,17 @@ def circuits_measured(model, circuit):
     scores = {(first, then): score for first, then, score in circuit.edges()}
     shape = shape_of(model)[:3]
 
-    def kept_of(asked):
+    def kept_of(asked, select):
         if circuit.level == "node":
             named = dict(zip(circuit.graph.upstream, circuit.node_scores, strict=True))
-            return node_circuit(shape, named, circuit.select, asked, circuit.prune)
-        return chosen(shape, scores, circuit.select, asked, circuit.prune)
+            return node_circuit(shape, named, select, asked, circuit.prune)
+        return chosen(shape, scores, select, asked, circuit.prune)
 
-    kept = kept_of(circuit.asked)
+    kept = kept_of(circuit.asked, circuit.select)
     assert kept == {(first, then) for first, then, _ in circuit.kept_edges()}
     measured = [(kept, circuit.faithfulness)]
     for point in circuit.curve:
-        kept = kept_of(point.asked)
+        kept = kept_of(point.asked, point.select)
         assert len(kept) == point.kept
         measured.append((kept, point.faithfulness))
     return measured
@@ -566,6 +566,17 @@ MIB_PERCENT = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
 
 def mib_fractions():
     return [percent / 100 for percent in MIB_PERCENT]
+
+
+def mib_reported(absolute, signed=None):
+    """(CPR, CMD) as MIB's print_results.py reports them (hannamw/MIB-circuit-track, commit
+    b759df3): CPR the area under the curve of its abs-False run (the circuits of largest
+    signed score), where there is one, else under the abs-True run's (largest |score|);
+    CMD the area between the abs-True run's curve and 1. Each argument: the faithfulness
+    at each of MIB's fractions."""
+    cpr, _ = mib_areas(absolute if signed is None else signed)
+    _, cmd = mib_areas(absolute)
+    return cpr, cmd
 
 
 def mib_areas(faithfulness):

@@ -160,6 +160,10 @@ def test_bad_pairs_are_named_by_their_line(runner, generators, tmp_path, lines, 
             "not with --bootstrap",
         ),
         ([*TWINS, "--method", "optimize", "--level", "node"], "not with --level node"),
+        (
+            [*TWINS, "--method", "optimize", "--select", "signed"],
+            "--method optimize's rank its learned mask, the kept first, all of one sign",
+        ),
         ([*TWINS, "--method", "optimize", "--learning-rate", "0"], "--learning-rate is a number"),
         ([*TWINS, "--method", "optimize", "--learning-rate", "nan"], "--learning-rate is a"),
         ([*TWINS, "--method", "optimize", "--sparsity", "-1"], "--sparsity is a number 0 or"),
@@ -512,29 +516,48 @@ def test_a_bootstrapped_circuit_says_so_in_its_table_and_its_file(
 def test_mibs_curve_gives_its_areas_in_the_table_the_json_and_the_picture_and_reads_back(
     runner, language_models, generators, tmp_path
 ):
-    """--curve mib: the table says CPR and CMD, the JSON gives them (null for any other
-    curve) with each point's fraction; the file read back by --scores measures the same
-    curve; the picture's curve panel names both areas."""
+    """--curve mib: the table says CPR and CMD and the curve each is read from, the JSON
+    gives them (null for any other curve) with each point's fraction and selection; the
+    file read back by --scores measures the same curves, and one written before its points
+    named their selection reads as one curve; the picture's curve panel names both areas
+    and both curves."""
     common = ["circuit", TEXT, "--model", generators["llama-lm"], *TWINS, "--curve", "mib"]
     expected = language_models["llama-lm"].circuit(
         TEXT, ANSWER, CORRUPT, versus=VERSUS, curve=["mib"]
     )
     table = runner.invoke(app, [*common, "--width", "200"])
     assert table.exit_code == 0, table.stderr
-    cpr, cmd = expected.areas
-    assert f"CPR {cpr:.3f} (under the curve), CMD {cmd:.3f} (between it and 1)" in table.stdout
+    cpr, cmd, *_ = expected.areas
+    assert (
+        f"CPR {cpr:.3f} (under the signed circuits' curve), CMD {cmd:.3f} (between the top "
+        "circuits' curve and 1)"
+    ) in table.stdout
     assert "  0 asked (0.1%), 0 kept" in table.stdout
+    assert "  0 asked (0.1%) by signed, 0 kept" in table.stdout
     written = runner.invoke(app, [*common, "-f", "json"]).stdout
     document = json.loads(written)
     assert abs(document["cpr"] - cpr) <= 1e-6 and abs(document["cmd"] - cmd) <= 1e-6
-    assert [point["fraction"] for point in document["curve"]] == pytest.approx(mib_fractions())
+    assert (document["cpr_select"], document["cmd_select"]) == ("signed", "top")
+    curve = document["curve"]
+    assert [point["fraction"] for point in curve] == pytest.approx(mib_fractions() * 2)
+    assert [point["select"] for point in curve] == ["top"] * 10 + ["signed"] * 10
     (tmp_path / "mib.json").write_text(written, encoding="utf-8")
-    assert Circuit.load(tmp_path / "mib.json").areas == (document["cpr"], document["cmd"])
+    read_back = Circuit.load(tmp_path / "mib.json").areas
+    assert read_back == (document["cpr"], document["cmd"], "signed", "top")
     again = ["--scores", str(tmp_path / "mib.json"), "-f", "json"]
     read = json.loads(runner.invoke(app, [*common, *again]).stdout)
     assert abs(read["cpr"] - cpr) <= 1e-6 and abs(read["cmd"] - cmd) <= 1e-6
+    older = {**document, "curve": [
+        {name: value for name, value in point.items() if name != "select"}
+        for point in document["curve"][:10]
+    ]}  # fmt: skip
+    (tmp_path / "older.json").write_text(json.dumps(older), encoding="utf-8")
+    one_curve = Circuit.load(tmp_path / "older.json").areas
+    assert one_curve.cmd == pytest.approx(cmd, abs=1e-12)
+    assert (one_curve.cpr_select, one_curve.cmd_select) == ("top", "top")
+    assert abs(one_curve.cpr - cpr) > 1e-3  # the |score| curve's CPR is another number
     svg = expected.picture("svg").data.decode()
-    assert f"CPR {cpr:.3f}" in svg and f"CMD {cmd:.3f}" in svg
+    assert f"CPR {cpr:.3f} (signed)" in svg and f"CMD {cmd:.3f} (top)" in svg
 
 
 def test_a_circuit_written_for_eap_ig_reads_back_to_the_same_masks_and_faithfulness(

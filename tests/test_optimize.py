@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attnviz.circuits import passes as circuit_module
+from attnviz.circuits.eap_ig import eap_ig_document, read_scores
 from attnviz.circuits.faithfulness import masked_metric
 from attnviz.circuits.files import read_circuit
 from attnviz.circuits.options import CircuitOptions
@@ -85,6 +86,15 @@ def test_optimize_lowers_its_loss_and_its_circuit_is_the_masks_top(
     path.write_text(json.dumps(optimised.document()), encoding="utf-8")
     read = read_circuit(path)
     assert read.training == training and read.method == "optimize"
+    # for MIB, a mask's ranking is written as it is (the kept first in its signed order
+    # too), not negated as a change of the metric is; read back as it was
+    written = eap_ig_document(optimised)
+    assert written["cfg"]["score_sign"] == "mask"
+    assert min(each["score"] for each in written["edges"].values()) > 0
+    path.write_text(json.dumps(written), encoding="utf-8")
+    scores, kept = read_scores(path).on(optimised.graph)
+    np.testing.assert_allclose(scores, optimised.scores, rtol=1e-12)  # group copies summed
+    assert np.array_equal(kept, optimised.in_graph)
 
 
 @pytest.mark.parametrize("size", [4, 15])

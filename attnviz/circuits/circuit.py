@@ -59,13 +59,16 @@ class Pair(NamedTuple):
 
 
 class CurvePoint(NamedTuple):
-    """A circuit of the curve: the size asked, the edges it kept, its faithfulness, and
-    the fraction of the graph's edges (or nodes) it was asked as (MIB's, for its curve)."""
+    """A circuit of the curve: the size asked, the edges it kept, its faithfulness, the
+    fraction of the graph's edges (or nodes) it was asked as (MIB's, for its curve), and
+    the selection it was chosen by (the circuit's own; or, on MIB's curve, ``signed``
+    too, whose circuits MIB reads its CPR from)."""
 
     asked: int
     kept: int
     faithfulness: float | None
     fraction: float
+    select: Select
 
 
 @dataclass(frozen=True)
@@ -133,8 +136,11 @@ class Circuit(Drawn):
 
     @property
     def areas(self) -> Areas | None:
-        """MIB's CPR and CMD, where the curve is its ten fractions (``curve=["mib"]``)."""
-        return areas_of([(point.fraction, point.faithfulness) for point in self.curve])
+        """MIB's CPR and CMD, where the curve is its ten fractions (``curve=["mib"]``): CPR
+        from the signed circuits' points where it has them, CMD from the circuit's own
+        selection's (:func:`attnviz.circuits.mib.areas_of`)."""
+        points = [(point.fraction, point.faithfulness, point.select) for point in self.curve]
+        return areas_of(points, self.select)
 
     @property
     def clean_metric(self) -> float:
@@ -223,9 +229,17 @@ class Circuit(Drawn):
                 "edges": kept,
                 "faithfulness": self.faithfulness,
             },
-            "curve": [point._asdict() for point in self.curve],
-            **dict.fromkeys(Areas._fields) | ({} if areas is None else areas._asdict()),
+            "curve": [point._asdict() | {"select": point.select.value} for point in self.curve],
+            **dict.fromkeys(Areas._fields) | ({} if areas is None else _areas_written(areas)),
         }
+
+
+def _areas_written(areas: Areas) -> dict[str, object]:
+    """MIB's areas as a document writes them, each with the selection it was read from."""
+    return areas._asdict() | {
+        "cpr_select": areas.cpr_select.value,
+        "cmd_select": areas.cmd_select.value,
+    }
 
 
 CIRCUIT_KIND = "circuit"  # what a circuit's document says it is

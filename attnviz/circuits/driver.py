@@ -60,14 +60,19 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
     clean, corrupt = scored.clean / count, scored.corrupt / count
     means, training = _scores_asked(phases, options, scored, asked, refine)
     nodes = node_scores(phases, means, scored.method, clean, count) if node_level else None
-    curve_sizes: list[float] = [size for size, _ in sizes]
+    points = [
+        (size, fraction, rule) for rule in options.curve_selections for size, fraction in sizes
+    ]
+    curve_sizes = [(float(size), rule) for size, _, rule in points]
     chosen, as_chosen = _chosen(means, options, asked, curve_sizes, nodes, post_norms)
     faithful = _faithfulness(phases, graph, chosen, as_chosen, clean, corrupt, count)
     say_faithfulness(faithful[0], chosen[0].kept, node_level)
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     curve = [
-        CurvePoint(size, each.kept, value, fraction)
-        for (size, fraction), each, value in zip(sizes, chosen[1:], faithful[1:], strict=True)
+        CurvePoint(size, each.kept, value, fraction, rule)
+        for (size, fraction, rule), each, value in zip(
+            points, chosen[1:], faithful[1:], strict=True
+        )
     ]
     return Circuit(
         scored.model,
@@ -115,16 +120,17 @@ def _chosen(
     scored: ScoredGraph,
     options: CircuitOptions,
     asked: float,
-    curve: list[float],
+    curve: list[tuple[float, Select]],
     nodes: np.ndarray | None,
     post_norms: bool,
 ) -> tuple[list[ScoredGraph], ScoredGraph]:
     """The circuit the options ask (of ``asked`` edges, or by their threshold), then the
-    circuit of each size of ``curve``, each chosen from ``scored``; and the first
-    unpruned, to say what pruning did where it can move the metric (``post_norms``: a
-    norm after attention scales a layer's heads together), else the first itself."""
+    circuit of each (size, selection) of ``curve``, each chosen from ``scored``; and the
+    first unpruned, to say what pruning did where it can move the metric (``post_norms``:
+    a norm after attention scales a layer's heads together), else the first itself."""
     chosen = [
-        selected(scored, options.select, size, options.prune, nodes) for size in (asked, *curve)
+        selected(scored, rule, size, options.prune, nodes)
+        for size, rule in ((asked, options.select), *curve)
     ]
     if options.select is Select.THRESHOLD and not chosen[0].circuit.any():
         raise UsageError(

@@ -18,6 +18,9 @@ negative), so that an edge the answer needs scores positive and MIB's signed eva
 (``absolute=False``) takes it first; attnviz's scores are changes of the metric, that
 edge's negative. ``cfg.score_sign`` says which: ``"loss"`` as written here, ``"metric"``
 for a file in attnviz's own sign; a file without it (EAP-IG's own) is read as MIB's.
+``--method optimize``'s scores rank its learned mask, the kept first, all positive: they
+are written unchanged, ``"mask"``, as MIB's ``convert_mask_to_graph.py`` writes a learned
+mask's edges (each its sigmoid), so that its signed evaluation takes the kept first too.
 """
 
 from __future__ import annotations
@@ -29,13 +32,15 @@ from typing import Any
 
 import numpy as np
 
+from attnviz.choices import CircuitMethod
 from attnviz.circuits.circuit import Circuit
 from attnviz.circuits.files import circuit_of_document, finite_number, json_document
 from attnviz.circuits.graph import LOGITS, Graph
 from attnviz.errors import UsageError
 
-# cfg.score_sign: each sign's factor from attnviz's scores (changes of the metric).
-SIGNS = {"loss": -1.0, "metric": 1.0}
+# cfg.score_sign: each sign's factor from attnviz's scores (changes of the metric; a
+# learned mask's ranking for "mask").
+SIGNS = {"loss": -1.0, "metric": 1.0, "mask": 1.0}
 WRITTEN_SIGN = "loss"  # MIB's: an edge the answer needs scores positive
 
 
@@ -47,7 +52,8 @@ def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
     nodes = {name: {"in_graph": name in held} for name in graph.upstream}
     nodes[LOGITS] = {"in_graph": True}  # EAP-IG's logits are always in its graph
     edges: dict[str, dict[str, Any]] = {}
-    sign = SIGNS[WRITTEN_SIGN]
+    written = "mask" if circuit.method is CircuitMethod.OPTIMIZE else WRITTEN_SIGN
+    sign = SIGNS[written]
     for parent, child, own, kept, _ in circuit.scored.rows(ranked=False):
         score = sign * own + 0.0  # no -0.0 in the file
         parts = child.split(".")
@@ -65,7 +71,7 @@ def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
         "n_heads": graph.heads,
         "parallel_attn_mlp": False,
         "d_model": circuit.width,
-        "score_sign": WRITTEN_SIGN,
+        "score_sign": written,
     }
     return {"cfg": config, "nodes": nodes, "edges": edges}
 
@@ -136,7 +142,7 @@ def read_scores(path: str | Path) -> Circuit | EapIgGraph:
     if not isinstance(written, str) or written not in SIGNS:
         raise UsageError(
             f'{path}: "cfg" says score_sign {written!r}: "loss" (MIB\'s, as -f eap-ig writes '
-            'it) or "metric" (attnviz\'s own)'
+            'it), "metric" (attnviz\'s own) or "mask" (a learned mask\'s, the kept first)'
         )
     sign = SIGNS[written]
     read: dict[str, tuple[float, bool]] = {}

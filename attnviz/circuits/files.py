@@ -75,6 +75,7 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
     scored = _edges(read, graph, where)
     chosen = _Reader(read.part("circuit", dict), f"{where}, its circuit")
     curve = [_Reader(point, f"{where}, its curve") for point in read.part("curve", list)]
+    select = chosen.choice("select", Select)
     steps = read.document.get("steps")
     return Circuit(
         read.part("model", str),
@@ -83,7 +84,7 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
         None if steps is None else read.whole("steps"),
         read.whole("pairs"),
         _answer(read, where),
-        chosen.choice("select", Select),
+        select,
         chosen.whole("asked")
         if isinstance(chosen.document.get("asked"), int)
         else chosen.number("asked"),
@@ -95,6 +96,8 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
                 point.whole("kept"),
                 point.optional_number("faithfulness"),
                 point.number("fraction"),
+                # a curve written before its points named their selection had one
+                point.choice("select", Select) if "select" in point.document else select,
             )
             for point in curve
         ),

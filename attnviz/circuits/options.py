@@ -240,6 +240,11 @@ class CircuitOptions:
         )
 
     def _check_selection(self) -> None:
+        if self.select is Select.SIGNED and self.method is CircuitMethod.OPTIMIZE:
+            raise UsageError(
+                "--select signed takes the largest scores in MIB's sign; --method optimize's "
+                "rank its learned mask, the kept first, all of one sign: give --select top"
+            )
         if self.select is not Select.THRESHOLD:
             if self.threshold is not None:
                 raise UsageError("--threshold is --select threshold's: give both, or neither")
@@ -303,6 +308,18 @@ class CircuitOptions:
             for size in self.curve
         ]
         return [(size, size / count) for size in dict.fromkeys(sizes)]
+
+    @property
+    def curve_selections(self) -> tuple[Select, ...]:
+        """The selections the curve's circuits are chosen by: the circuit's own; on MIB's
+        curve ``signed`` too, whose circuits MIB reads its CPR from (not where the
+        circuit's is ``signed`` already, nor for optimize, whose scores rank its learned
+        mask, all of one sign)."""
+        if self.curve != (MIB,) or self.select is Select.SIGNED:
+            return (self.select,)
+        if self.method is CircuitMethod.OPTIMIZE:
+            return (self.select,)
+        return (self.select, Select.SIGNED)
 
     def refined(self, count: int) -> int | None:
         """How many of the estimate's top edges are computed again exactly, checked against

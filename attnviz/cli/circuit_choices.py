@@ -181,7 +181,8 @@ CurveOption = Annotated[
         metavar="N,N,…",
         help=f"Measure the faithfulness of the circuits of these sizes too (10,30,100,300; "
         f"{ALL}: every edge); a size given twice is measured once. {MIB}: MIB's ten fractions "
-        "of the edges (of the nodes, with --level node), and its CPR and CMD.",
+        "of the edges (of the nodes, with --level node), chosen by --select and by signed, "
+        "and its CPR (from the signed circuits, as MIB reads it) and CMD (from --select's).",
     ),
 ]
 

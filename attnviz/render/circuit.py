@@ -115,8 +115,8 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         f"{carried}): faithfulness {said(circuit.faithfulness)}"
     ]
     lines += [
-        f"  {point.asked:,} asked ({point.fraction:.1%}), {point.kept:,} kept: faithfulness "
-        f"{said(point.faithfulness)}"
+        f"  {point.asked:,} asked ({point.fraction:.1%}){_by(point.select, circuit)}, "
+        f"{point.kept:,} kept: faithfulness {said(point.faithfulness)}"
         for point in circuit.curve
     ]
     if circuit.bootstrap is not None:
@@ -125,12 +125,19 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
             f"scores bootstrapped over {circuit.bootstrap} resamples of the pairs: {held:,} "
             f"of {circuit.graph.count:,} edges kept their sign in every one (the rest score 0)"
         )
-    if circuit.areas is not None:
+    areas = circuit.areas
+    if areas is not None:
         lines.append(
-            f"MIB's areas over its ten fractions: CPR {circuit.areas.cpr:z.3f} (under the "
-            f"curve), CMD {circuit.areas.cmd:z.3f} (between it and 1)"
+            f"MIB's areas over its ten fractions: CPR {areas.cpr:z.3f} (under the "
+            f"{areas.cpr_select} circuits' curve), CMD {areas.cmd:z.3f} (between the "
+            f"{areas.cmd_select} circuits' curve and 1)"
         )
     return lines
+
+
+def _by(select: Select, circuit: Circuit) -> str:
+    """A curve point's selection, where it is not the circuit's own."""
+    return "" if select is circuit.select else f" by {select}"
 
 
 def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
@@ -336,17 +343,26 @@ def _curve(axes: Any, circuit: Circuit, small: int) -> None:
 
 
 def _mib_curve(axes: Any, circuit: Circuit, small: int) -> None:
-    """MIB's ten points on the fractions' linear scale (the one its areas are taken on):
-    CPR the area under the curve, CMD the area between it and 1."""
-    assert circuit.areas is not None
-    fractions = np.array([point.fraction for point in circuit.curve])
-    values = np.array([point.faithfulness for point in circuit.curve], dtype=np.float64)
-    cpr, cmd = circuit.areas
-    axes.fill_between(fractions, 0, values, color="#3b6fb6", alpha=0.25, lw=0,
-                      label=f"CPR {cpr:z.3f}")  # fmt: skip
-    axes.fill_between(fractions, values, 1, color="#c0392b", alpha=0.18, lw=0,
-                      label=f"CMD {cmd:z.3f}")  # fmt: skip
-    axes.plot(fractions, values, marker="o", color="#333333", lw=1, ms=3)
+    """MIB's points on the fractions' linear scale (the one its areas are taken on): CPR
+    the area under the curve it is read from (the signed circuits', where measured), CMD
+    the area between its own curve and 1."""
+    areas = circuit.areas
+    assert areas is not None
+
+    def curve_of(select: Select) -> tuple[np.ndarray, np.ndarray]:
+        points = [point for point in circuit.curve if point.select is select]
+        values = [point.faithfulness for point in points]
+        return np.array([point.fraction for point in points]), np.array(values, dtype=np.float64)
+
+    under, between = curve_of(areas.cpr_select), curve_of(areas.cmd_select)
+    two = areas.cpr_select is not areas.cmd_select  # each curve named where both are drawn
+    cpr = f"CPR {areas.cpr:z.3f}" + (f" ({areas.cpr_select})" if two else "")
+    cmd = f"CMD {areas.cmd:z.3f}" + (f" ({areas.cmd_select})" if two else "")
+    axes.fill_between(*under, 0, color="#3b6fb6", alpha=0.25, lw=0, label=cpr)
+    axes.fill_between(*between, 1, color="#c0392b", alpha=0.18, lw=0, label=cmd)
+    axes.plot(*between, marker="o", color="#333333", lw=1, ms=3)
+    if two:
+        axes.plot(*under, marker="s", color="#3b6fb6", lw=1, ms=3, ls="--")
     axes.axhline(1.0, color="#999999", lw=0.6, ls="--")
     axes.axhline(0.0, color="#999999", lw=0.6, ls=":")
     unit = "nodes" if circuit.level is Level.NODE else "edges"
