@@ -353,6 +353,14 @@ class Select(StrEnum):
     SIGNED = "signed"
 
 
+class Count(StrEnum):
+    """How a circuit's edges are counted, in its sizes, fractions and what it keeps."""
+
+    GROUPED = "grouped"  # a key/value head's key and value inputs once, as the model has them
+    # once per query head reading them, as MIB's (TransformerLens's ungrouped) graph has them
+    UNGROUPED = "ungrouped"
+
+
 class Level(StrEnum):
     """What a circuit is chosen by: its edges, or its nodes (heads and MLPs)."""
 

@@ -110,7 +110,7 @@ class Circuit(Drawn):
         """A short header (a notebook shows the picture beside it), not the arrays."""
         faithful = "" if self.faithfulness is None else f", faithfulness {self.faithfulness:z.3f}"
         return (
-            f"<Circuit of {self.model}: {self.graph.count:,} edges by {self.method.value}, "
+            f"<Circuit of {self.model}: {self.scored.counted:,} edges by {self.method.value}, "
             f"{self.pairs} pair{'s' if self.pairs != 1 else ''}; {self.kept} kept{faithful}>"
         )
 
@@ -222,6 +222,7 @@ class Circuit(Drawn):
             "circuit": {
                 "level": self.level.value,
                 "select": self.select.value,
+                "count": self.scored.count.value,
                 "asked": self.asked,
                 "prune": self.prune,
                 "kept": self.kept,

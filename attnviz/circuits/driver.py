@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz.asked import pair_of
-from attnviz.choices import Ablation, CircuitMethod, Level, Select
+from attnviz.choices import Ablation, CircuitMethod, Count, Level, Select
 from attnviz.circuits.ablated import Ablated
 from attnviz.circuits.bootstrap import bootstrapped
 from attnviz.circuits.circuit import (
@@ -25,7 +25,7 @@ from attnviz.circuits.circuit import (
     faithfulness_of,
 )
 from attnviz.circuits.given import Given
-from attnviz.circuits.notes import say_faithfulness, say_pruning_moved
+from attnviz.circuits.notes import say_counted_alike, say_faithfulness, say_pruning_moved
 from attnviz.circuits.optimized import ranked_scores, starting_logits, tiered_scores
 from attnviz.circuits.options import DEFAULT_EDGES
 from attnviz.circuits.phases import Phases, Scored
@@ -50,10 +50,13 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
     graph = phases.graph()
     post_norms = graph.post_norms  # the model's (a file's graph, read below, has none)
     node_level = options.level is Level.NODE
-    units = len(graph.upstream) if node_level else graph.count  # what the sizes count
+    # what the sizes count: nodes, or edges as counted
+    units = len(graph.upstream) if node_level else int(graph.copies(options.count).sum())
     asked, sizes = options.asked(units), options.sizes(units)
     refine = options.refined(graph.count)
     phases.checked()
+    if options.count is Count.UNGROUPED and graph.kv_heads == graph.heads:
+        say_counted_alike()
     tell_ablation(phases, options, graph)
     scored = phases.scored(options.scored_by, options.steps, options.bootstrap)
     count, graph = scored.pairs, scored.graph
@@ -66,7 +69,7 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
     curve_sizes = [(float(size), rule) for size, _, rule in points]
     chosen, as_chosen = _chosen(means, options, asked, curve_sizes, nodes, post_norms)
     faithful = _faithfulness(phases, graph, chosen, as_chosen, clean, corrupt, count)
-    say_faithfulness(faithful[0], chosen[0].kept, node_level)
+    say_faithfulness(faithful[0], chosen[0].kept, node_level, options.count is Count.UNGROUPED)
     answer = replace(scored.answer, clean_metric=clean, corrupt_metric=corrupt)
     curve = [
         CurvePoint(size, each.kept, value, fraction, rule)
@@ -112,7 +115,7 @@ def _scores_asked(
     if options.method is CircuitMethod.OPTIMIZE:
         metrics = (scored.clean / count, scored.corrupt / count)
         scores, training = optimized_scores(phases, graph, scores, asked, metrics, options)
-    means = ScoredGraph(graph, scores, exact=scored.exact)
+    means = ScoredGraph(graph, scores, exact=scored.exact, count=options.count)
     return (means if refine is None else refined(phases, means, refine, count)), training
 
 

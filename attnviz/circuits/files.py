@@ -7,13 +7,14 @@ number finite. A file that is not one is a usage error naming it and the field."
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import numpy as np
 
 from attnviz.analysis.effects import Answer
-from attnviz.choices import INTERVENTIONS, Ablation, CircuitMethod, Level, Select
+from attnviz.choices import INTERVENTIONS, Ablation, CircuitMethod, Count, Level, Select
 from attnviz.circuits.circuit import CIRCUIT_KIND, Circuit, CurvePoint, Pair
 from attnviz.circuits.graph import Graph
 from attnviz.circuits.scored import ScoredGraph
@@ -72,8 +73,10 @@ def circuit_of_document(document: Any, where: str) -> Circuit:
     graph = _graph(_Reader(shape, where), len(read.part("edges", list)), where)
     if read.part("nodes", list) != list(dict.fromkeys([*graph.upstream, *graph.downstream])):
         raise UsageError(f"{where}: its nodes are not those of its graph's layers and heads")
-    scored = _edges(read, graph, where)
     chosen = _Reader(read.part("circuit", dict), f"{where}, its circuit")
+    # a circuit written before it said how its edges were counted counted attnviz's
+    counted = chosen.choice("count", Count) if "count" in chosen.document else Count.GROUPED
+    scored = replace(_edges(read, graph, where), count=counted)
     curve = [_Reader(point, f"{where}, its curve") for point in read.part("curve", list)]
     select = chosen.choice("select", Select)
     steps = read.document.get("steps")
@@ -281,7 +284,7 @@ class _Reader:
     def choice(
         self,
         name: str,
-        kind: type[Select] | type[CircuitMethod] | type[Level] | type[Ablation],
+        kind: type[Select] | type[CircuitMethod] | type[Level] | type[Ablation] | type[Count],
         among: Iterable[Any] | None = None,
     ) -> Any:
         """The word ``name`` holds, of ``kind`` (of those ``among`` them, if given)."""

@@ -26,6 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from attnviz.choices import Count
+
 INPUT, LOGITS = "input", "logits"
 READS = ("q", "k", "v")  # what a head reads the residual stream as, in this order
 
@@ -114,6 +116,16 @@ class Graph:
     def count(self) -> int:
         """How many edges the graph has."""
         return int(self.edges.sum())
+
+    def copies(self, count: Count) -> np.ndarray:
+        """(U, N) int: how many edges each edge is counted as, 0 where there is none: one;
+        ``ungrouped``, an edge into a key/value head's key or value one per query head of
+        its group, as MIB's graph has one for each (and ``-f eap-ig`` writes them)."""
+        copies = self.edges.astype(np.int64)
+        if count is Count.UNGROUPED and self.kv_heads != self.heads:
+            shared = np.array([name.endswith((".k", ".v")) for name in self.downstream])
+            copies[:, shared] *= self.heads // self.kv_heads
+        return copies
 
     @staticmethod
     def edges_of(layers: int, heads: int, kv_heads: int) -> int:

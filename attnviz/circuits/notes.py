@@ -10,8 +10,11 @@ LOW_FAITHFULNESS = 0.1  # a circuit below it is said to keep little of the answe
 _PRINTED = 5e-4  # faithfulness is printed to 0.001: a smaller move is not said
 
 
-def say_faithfulness(faithfulness: float | None, edges: int, node_level: bool) -> None:
-    """Where the circuit of ``edges`` edges is no circuit to trust, and what to try."""
+def say_faithfulness(
+    faithfulness: float | None, edges: int, node_level: bool, ungrouped: bool = False
+) -> None:
+    """Where the circuit of ``edges`` edges is no circuit to trust, and what to try (of
+    what its options take: ``ungrouped`` counts take no other method, selection or level)."""
     if faithfulness is None:
         warn(
             "the corrupted text changes the metric by no more than float32 rounding of its "
@@ -24,6 +27,8 @@ def say_faithfulness(faithfulness: float | None, edges: int, node_level: bool) -
             + (
                 f"more {option('--nodes')}"
                 if node_level
+                else f"more {option('--edges')}"
+                if ungrouped
                 else f"more {option('--edges')}, {option('--method', 'optimize')}, "
                 f"{option('--select', 'greedy')}, {option('--level', 'node')}"
             )
@@ -44,4 +49,13 @@ def say_pruning_moved(chosen: int, kept: int, before: float | None, after: float
         f"{after:z.3f}: this model's heads share the norm after attention, so an edge that "
         f"leads nowhere still changes what they carry; {option('--no-prune')} "
         "measures the circuit as chosen"
+    )
+
+
+def say_counted_alike() -> None:
+    """Where ``--count ungrouped`` was asked of a model whose query heads have their own
+    keys and values: its edges are MIB's as they are."""
+    warn(
+        f"{option('--count', 'ungrouped')}: this model's query heads have their own keys and "
+        "values, so its edges are counted as MIB counts them either way"
     )

@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from attnviz.choices import INTERVENTIONS, Ablation, CircuitMethod, Level, Select, chosen
+from attnviz.choices import (
+    INTERVENTIONS,
+    Ablation,
+    CircuitMethod,
+    Count,
+    Level,
+    Select,
+    chosen,
+)
 from attnviz.circuits.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
 from attnviz.circuits.training import Training
 from attnviz.errors import UsageError, refuse
@@ -54,7 +62,9 @@ class CircuitOptions:
     ``nodes``); ``level`` "node": ``nodes`` heads and MLPs chosen by their own scores, the
     edges between them kept; ``scores``: a circuit's JSON document over the same pairs,
     whose scores are taken; ``bootstrap`` B: the scores bootstrapped over B resamples of
-    the pairs (:mod:`attnviz.circuits.bootstrap`)."""
+    the pairs (:mod:`attnviz.circuits.bootstrap`); ``count`` "ungrouped": the sizes, the
+    fractions and what a circuit keeps counted as MIB's graph counts edges (a key/value
+    head's inputs once per query head, :meth:`attnviz.circuits.graph.Graph.copies`)."""
 
     method: CircuitMethod = CircuitMethod.GRADIENT
     steps: int | None = None
@@ -79,6 +89,8 @@ class CircuitOptions:
     train_each: bool = False
     # what an edge outside the circuit carries, in scoring and in faithfulness
     ablation: Ablation = Ablation.PATCH
+    # how edges are counted in sizes, fractions and what a circuit keeps (ungrouped: MIB's)
+    count: Count = Count.GROUPED
     # the file of ``scores``, read once as the options are made (a pipe can be read once)
     given: Circuit | EapIgGraph | None = field(default=None, compare=False, repr=False)
 
@@ -90,6 +102,7 @@ class CircuitOptions:
         self._check_ablation()
         object.__setattr__(self, "select", chosen(Select, self.select, "selection"))
         object.__setattr__(self, "level", chosen(Level, self.level, "level"))
+        object.__setattr__(self, "count", chosen(Count, self.count, "count"))
         self._check_level()
         self._check_selection()
         if self.steps is not None and self.method not in _FROM_IG:
@@ -173,6 +186,7 @@ class CircuitOptions:
             ("--refine", self.refine is not None),
             ("--bootstrap", self.bootstrap is not None),
             ("--level node", self.level is Level.NODE),
+            ("--count ungrouped", self.count is Count.UNGROUPED),
         ):
             if refused:
                 raise UsageError(
@@ -220,6 +234,11 @@ class CircuitOptions:
                 self.select is Select.GREEDY,
                 "--select greedy takes edges from the logits up: --level edge",
             ),
+            (
+                self.count is Count.UNGROUPED,
+                "--count ungrouped counts edges as MIB's graph has them; a node circuit's "
+                "heads and MLPs are MIB's nodes either way: --level edge",
+            ),
         )
         if self.nodes is not None and self.nodes != ALL:
             _count(self.nodes, "--nodes", least=0)
@@ -240,6 +259,12 @@ class CircuitOptions:
         )
 
     def _check_selection(self) -> None:
+        if self.select is Select.GREEDY and self.count is Count.UNGROUPED:
+            raise UsageError(
+                "--select greedy grows the circuit through a key/value head's inputs, shared "
+                "by its query heads, where MIB's graph reaches each copy through its own head "
+                "only: --select top or signed with --count ungrouped"
+            )
         if self.select is Select.SIGNED and self.method is CircuitMethod.OPTIMIZE:
             raise UsageError(
                 "--select signed takes the largest scores in MIB's sign; --method optimize's "

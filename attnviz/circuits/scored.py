@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from attnviz.choices import Count
 from attnviz.circuits.graph import Graph
 
 AXES = ("upstream", "downstream")  # what each axis of the scores and the circuit runs over
@@ -39,12 +40,16 @@ class EdgeRow(NamedTuple):
 class ScoredGraph:
     """``scores`` (U, N) float32: each edge's, 0 where there is no edge; ``in_graph`` (U, N)
     bool: the circuit's edges (None before one is chosen); ``exact`` (U, N) bool: the
-    edges whose scores were computed exactly, where an estimate's top were (``refine``)."""
+    edges whose scores were computed exactly, where an estimate's top were (``refine``);
+    ``count``: how its edges are counted where a circuit is sized and what it keeps told
+    (``ungrouped``: a key/value input once per query head, its score divided among them,
+    as MIB's graph has them)."""
 
     graph: Graph
     scores: np.ndarray
     in_graph: np.ndarray | None = None
     exact: np.ndarray | None = None
+    count: Count = Count.GROUPED
 
     def __post_init__(self) -> None:
         shape = self.graph.edges.shape
@@ -66,8 +71,18 @@ class ScoredGraph:
 
     @property
     def kept(self) -> int:
-        """How many edges the circuit holds."""
-        return int(self.circuit.sum())
+        """How many edges the circuit holds, as they are counted."""
+        return int((self.circuit * self.copies).sum())
+
+    @property
+    def copies(self) -> np.ndarray:
+        """(U, N) int: how many edges each edge is counted as (:meth:`Graph.copies`)."""
+        return self.graph.copies(self.count)
+
+    @property
+    def counted(self) -> int:
+        """How many edges the graph has, as they are counted."""
+        return int(self.copies.sum())
 
     def nodes(self) -> list[str]:
         """The heads and MLPs the circuit holds (and the input, where an edge leaves it)."""
@@ -75,8 +90,14 @@ class ScoredGraph:
         return [name for name, kept in zip(self.graph.upstream, held, strict=True) if kept]
 
     def magnitude(self) -> np.ndarray:
-        """Each edge's |score|, (U, N); -inf where there is no edge (never chosen)."""
-        return np.where(self.graph.edges, np.abs(self.scores), -np.inf)
+        """Each edge's |score| as counted, (U, N) (an edge counted as several: each copy's
+        share); -inf where there is no edge (never chosen)."""
+        return np.where(self.graph.edges, np.abs(self.per_copy()), -np.inf)
+
+    def per_copy(self) -> np.ndarray:
+        """Each edge's score as counted, (U, N): an edge counted as several gives each copy
+        an equal share (as ``-f eap-ig`` writes them); 0 where there is no edge."""
+        return self.scores / np.maximum(self.copies, 1)
 
     def largest(self) -> float:
         """The largest |score| of any edge."""

@@ -17,6 +17,9 @@ key/value head's, shared by the query heads of its group:
 - at the node level, ``top`` and ``threshold`` choose nodes (heads, MLPs, the input) by
   their own scores, and the circuit is every edge between chosen nodes (and into the
   logits), as EAP-IG's ``apply_topn(level="node")`` keeps them once pruned.
+- counted ``ungrouped`` (MIB's count: a key/value input once per query head), ``top``,
+  ``signed`` and ``threshold`` rank each copy by an equal share of its edge's score, and
+  an edge is kept where any of its copies is among the top N.
 - ``prune`` (after any of them): over and over, a node (a head, an MLP) stays only where
   an edge of the circuit leaves it and one enters one of its inputs (the input node needs
   none), and an edge only where both its ends stay (the logits always do), until nothing
@@ -55,9 +58,9 @@ def selected(
     elif select is Select.GREEDY:
         mask = _greedy(graph, scored.magnitude(), int(asked))
     elif select is Select.SIGNED:
-        mask = _top(graph, -scored.scores, int(asked))
+        mask = _top(graph, -scored.per_copy(), int(asked), scored.copies)
     else:
-        mask = _top(graph, scored.magnitude(), int(asked))
+        mask = _top(graph, scored.magnitude(), int(asked), scored.copies)
     return scored.chosen(pruned(graph, mask) if prune else mask)
 
 
@@ -81,10 +84,14 @@ def _between(graph: Graph, nodes: np.ndarray) -> np.ndarray:
     return graph.edges & nodes[:, None] & reading[None, :]
 
 
-def _top(graph: Graph, ranked: np.ndarray, count: int) -> np.ndarray:
-    """The ``count`` edges of largest ``ranked`` (U, N) value, ties in the graph's order."""
+def _top(graph: Graph, ranked: np.ndarray, count: int, copies: np.ndarray) -> np.ndarray:
+    """The ``count`` edges of largest ``ranked`` (U, N) value, ties in the graph's order,
+    each edge counted as its ``copies`` (U, N): an edge any of whose copies is among the
+    top ``count`` is kept (its copies are ranked together, each of the same value)."""
     upstream, downstream = graph.edge_list()
-    order = np.argsort(-ranked[upstream, downstream], kind="stable")[:count]
+    order = np.argsort(-ranked[upstream, downstream], kind="stable")
+    weight = copies[upstream[order], downstream[order]]
+    order = order[np.cumsum(weight) - weight < count]  # the copies before each, fewer
     mask = np.zeros(graph.edges.shape, dtype=bool)
     mask[upstream[order], downstream[order]] = True
     return mask

@@ -14,6 +14,7 @@ from attnviz.choices import (
     INTERVENTIONS,
     Ablation,
     CircuitMethod,
+    Count,
     Level,
     Select,
 )
@@ -122,6 +123,17 @@ SelectOption = Annotated[
         "is read from).",
     ),
 ]
+CountOption = Annotated[
+    Count,
+    typer.Option(
+        "--count",
+        case_sensitive=False,
+        help="How edges are counted in --edges, --curve (MIB's fractions too) and what a "
+        "circuit keeps: grouped (a key/value head's key and value inputs once, as the model "
+        "computes them) or ungrouped (once per query head, as MIB's graph counts them, each "
+        "copy ranked by an equal share of the score).",
+    ),
+]
 LevelOption = Annotated[
     Level,
     typer.Option(
@@ -209,6 +221,7 @@ class CircuitChoices:
     sparsity: SparsityOption = None
     train_each: TrainEachOption = False
     ablation: AblationOption = Ablation.PATCH
+    count: CountOption = Count.GROUPED
 
     def options(self) -> CircuitOptions:
         """The options these choices make, checked."""

@@ -16,6 +16,7 @@ from attnviz.choices import (
     INTERVENTIONS,
     MEASURES,
     CircuitMethod,
+    Count,
     Level,
     Measure,
     Output,
@@ -107,11 +108,16 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         else f"{circuit.select.value} {int(circuit.asked):,}{nodes}"
     )
     pruned = ", dead ends pruned" if circuit.prune else ""
+    # MIB's count, where it differs from the model's own
+    ungrouped = (
+        circuit.scored.count is Count.UNGROUPED and circuit.graph.kv_heads < circuit.graph.heads
+    )
+    counted = "ungrouped " if ungrouped else ""
     emptied = INTERVENTIONS[circuit.ablation].emptied
     carried = _outside(circuit).replace(" · ", ", ")
     lines = [
         f"clean {circuit.clean_metric:z.4f}, {emptied} {circuit.corrupt_metric:z.4f}; "
-        f"circuit of {circuit.kept:,} of {circuit.graph.count:,} edges ({rule}{pruned}"
+        f"circuit of {circuit.kept:,} of {circuit.scored.counted:,} {counted}edges ({rule}{pruned}"
         f"{carried}): faithfulness {said(circuit.faithfulness)}"
     ]
     lines += [
