@@ -1,10 +1,12 @@
 """MIB's circuit measures (Mueller et al. 2025) for attnviz's methods, on real models and
-the tasks of sample_texts/: each method scores the first half of a task's pairs; its
+the tasks of sample_texts/: each task's distinct pairs split in two as ``attnviz pairs
+split --held-out 0.5 --seed SEED`` splits them; each method scores one half; its
 circuits at MIB's ten fractions of the edges are measured on those pairs (CPR, CMD, the
 faithfulness at 1% of the edges) and on the other half, which no method saw (held out,
 as MIB keeps a test split). CPR is read from the signed circuits' curve (the largest
 scores in MIB's sign; for optimize, whose scores are all of one sign, its own), CMD and
-the faithfulness at 1% from the selection's, as MIB's print_results.py reads them.
+the faithfulness at 1% from the selection's, as MIB's print_results.py reads them; the
+CPR of the selection's own curve is printed beside it.
 
 Methods: EAP (gradient), EAP-IG (ig, --steps points), EAP-IG with its top 1% of edges
 computed exactly (ig --refine), optimize (a mask trained from EAP-IG's scores) and each
@@ -17,7 +19,7 @@ measures its own ten circuits.
 
     python -m benchmarks.mib [--models smollm2,gemma3] [--tasks ioi,capital,addition,agreement]
         [--methods gradient,ig,refined,optimize] [--selects top,greedy] [--steps 5]
-        [--train-steps 300] [--points]
+        [--train-steps 300] [--points] [--seed 0]
 
 ``--points`` prints a second table after it: each row's faithfulness at the ten fractions,
 on the pairs scored.
@@ -37,6 +39,7 @@ from attnviz.circuits.circuit import CurvePoint
 from attnviz.circuits.driver import faithfulness_measured
 from attnviz.circuits.mib import MIB_FRACTIONS, areas_of, mib_sizes
 from attnviz.circuits.options import CircuitOptions
+from attnviz.circuits.pair_checks import split_pairs
 from attnviz.circuits.passes import Here, graph_of_model
 from attnviz.circuits.scored import ScoredGraph
 from attnviz.circuits.selections import selected
@@ -45,11 +48,19 @@ from attnviz.request import Request
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_texts"
 ONE_PERCENT = 0.01
+HELD_OUT = 0.5  # the share of each task's pairs no method sees
 
 
-def _pairs(task: str) -> list[Input]:
+def _pairs(task: str) -> list[dict]:
     lines = (SAMPLES / f"{task}_pairs.jsonl").read_text(encoding="utf-8").splitlines()
-    return [Input(**json.loads(line)) for line in lines if line.strip()]
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _split(task: str, seed: int) -> tuple[list[Input], list[Input]]:
+    """A task's pairs split as ``attnviz pairs split --held-out 0.5 --seed SEED`` splits
+    them: the pairs scored on, and the distinct others held out."""
+    fitted, held, _ = split_pairs(_pairs(task), HELD_OUT, seed)
+    return [Input(**pair) for pair in fitted], [Input(**pair) for pair in held]
 
 
 def _asked(method: str, count: int, steps: int, train_steps: int) -> dict:
@@ -132,25 +143,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--train-steps", type=int, default=300)
     parser.add_argument("--points", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="pairs split's seed")
     arguments = parser.parse_args()
     curves: list[str] = []  # each row's points, for --points
     print(
-        "| model | task | method | selection | CPR (signed) | CMD | faithfulness at 1% | held out: "
-        "CPR | CMD | at 1% | time |"
+        "| model | task | method | selection | CPR | CPR of the selection's | CMD | faithfulness "
+        "at 1% | held out: CPR | CMD | at 1% | time |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * 12 + "|")
     selects = [Select(select) for select in arguments.selects.split(",")]
     for model in arguments.models.split(","):
         extractor = attnviz.load(model)
         count = graph_of_model(extractor).count
-        first = _pairs(arguments.tasks.split(",")[0])[:1]
+        first = [Input(**_pairs(arguments.tasks.split(",")[0])[0])]
         # warm: the first scoring and measuring passes' one-time costs (unwarmed, SmolLM2's
         # first row, EAP on IOI, took 131 s where EAP-IG on the same pairs then took 44 s)
         extractor.circuit(pairs=first, curve=["mib"], progress=False)
         for task in arguments.tasks.split(","):
-            pairs = _pairs(task)
-            half = len(pairs) // 2
-            seen, unseen = pairs[:half], pairs[half:]
+            seen, unseen = _split(task, arguments.seed)
             held_out = HeldOut(extractor, unseen)
             for method in arguments.methods.split(","):
                 asked = _asked(method, count, arguments.steps, arguments.train_steps)
@@ -171,13 +181,16 @@ def main() -> None:
                     seen_one, unseen_one = (
                         _said(_at_one_percent(curve, select)) for curve in (circuit.curve, other)
                     )
+                    own = _own(circuit.curve, select)
+                    alone = areas_of([(p.fraction, p.faithfulness, p.select) for p in own], select)
+                    assert alone is not None
                     print(
-                        f"| {model} | {task} ({half}+{len(unseen)} pairs) | {method} | "
-                        f"{select} | {areas.cpr:.3f} | {areas.cmd:.3f} | {seen_one} | "
+                        f"| {model} | {task} ({len(seen)}+{len(unseen)} pairs) | {method} | "
+                        f"{select} | {areas.cpr:.3f} | {alone.cpr:.3f} | {areas.cmd:.3f} | "
+                        f"{seen_one} | "
                         f"{other_areas.cpr:.3f} | {other_areas.cmd:.3f} | {unseen_one} | {took} |",
                         flush=True,
                     )
-                    own = _own(circuit.curve, select)
                     faithful = " | ".join(_said(point.faithfulness) for point in own)
                     curves.append(f"| {model} | {task} | {method} | {select} | {faithful} |")
     if arguments.points:
