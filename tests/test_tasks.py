@@ -40,12 +40,18 @@ def test_each_pair_names_a_text_its_twin_and_two_answers(name):
 
 @pytest.mark.parametrize("name", [*TASK_FILES, "ioi_pairs.jsonl"])
 def test_no_pair_is_repeated_so_no_split_has_a_pair_on_both_sides(name):
-    """benchmarks/mib.py scores the first half of a task and holds out the second: a pair
-    in both would be "held out" and seen."""
+    """benchmarks/mib.py scores one side of a task's pairs split (attnviz pairs split
+    --held-out 0.5) and holds out the other: a pair in both would be "held out" and
+    seen, and a repeat would be left out of both."""
+    from attnviz.circuits.pair_checks import split_pairs
+
     pairs = [tuple(sorted(pair.items())) for pair in pairs_of(name)]
     assert len(set(pairs)) == len(pairs) == 60
-    half = len(pairs) // 2
-    assert not set(pairs[:half]) & set(pairs[half:])
+    fitted, held, repeats = split_pairs(pairs_of(name), 0.5, 0)
+    assert repeats == 0 and len(fitted) == len(held) == 30
+    assert not {tuple(sorted(pair.items())) for pair in fitted} & {
+        tuple(sorted(pair.items())) for pair in held
+    }
 
 
 def test_an_additions_answer_is_its_sums_first_digit_and_its_twins_the_versus():
