@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from attnviz.circuits.pair_checks import split_pairs
 from tests.task_files import SAMPLES, TASK_FILES, pairs_of
 
 
@@ -43,8 +44,6 @@ def test_no_pair_is_repeated_so_no_split_has_a_pair_on_both_sides(name):
     """benchmarks/mib.py scores one side of a task's pairs split (attnviz pairs split
     --held-out 0.5) and holds out the other: a pair in both would be "held out" and
     seen, and a repeat would be left out of both."""
-    from attnviz.circuits.pair_checks import split_pairs
-
     pairs = [tuple(sorted(pair.items())) for pair in pairs_of(name)]
     assert len(set(pairs)) == len(pairs) == 60
     fitted, held, repeats = split_pairs(pairs_of(name), 0.5, 0)
