@@ -351,6 +351,8 @@ class Select(StrEnum):
     THRESHOLD = "threshold"  # every edge of |score| at least T
     # the N edges of largest score in MIB's sign (the answer's support first): MIB's CPR
     SIGNED = "signed"
+    # exactly N edges of largest summed |score| without a dead end, as an integer program
+    ILP = "ilp"
 
 
 class Count(StrEnum):

@@ -15,6 +15,7 @@ their norm's input + what is added.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from unittest import mock
 
@@ -454,6 +455,21 @@ def signed_edges(scores, count):
     return set(ordered[:count])
 
 
+def ilp_edges(shape, scores, count):
+    """The ``count`` edges of largest summed |score| that form a circuit without a dead
+    end (one :func:`prune` leaves as it is), by trying every set of ``count`` edges: the
+    shared task's integer program's answer, on graphs small enough to search."""
+    owned = owners(*shape)
+    best, found = -1.0, None
+    for taken in itertools.combinations(scores, count):
+        if prune(taken, owned) != set(taken):
+            continue
+        kept = sum(abs(scores[edge]) for edge in taken)
+        if kept > best:
+            best, found = kept, set(taken)
+    return found
+
+
 def threshold_edges(scores, threshold):
     return {edge for edge, score in scores.items() if abs(score) >= threshold}
 
@@ -509,6 +525,8 @@ def chosen(shape, scores, select, asked, pruned):
         kept = greedy_edges(in_order, int(asked), owned)
     elif select == "signed":
         kept = signed_edges(in_order, int(asked))
+    elif select == "ilp":
+        kept = ilp_edges(shape, in_order, int(asked))
     else:
         kept = top_edges(in_order, int(asked))
     return prune(kept, owned) if pruned else kept

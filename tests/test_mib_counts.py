@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from attnviz.circuits.circuit import Circuit
 from attnviz.circuits.eap_ig import eap_ig_document
 from attnviz.circuits.selections import selected
 from tests import circuit_references as reference
-from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS
+from tests.checks import model_tolerance
+from tests.hook_references import ANSWER, CORRUPT, TEXT, VERSUS, prepared
 
 MIB_FRACTIONS = [percent / 100 for percent in reference.MIB_PERCENT]
 
@@ -133,3 +135,83 @@ def test_the_command_counts_ungrouped_edges_in_its_table(runner, generators, lan
     # what a low faithfulness suggests is what --count ungrouped takes
     assert "or --curve to see where it rises" in result.stderr
     assert "--select greedy" not in result.stderr and "try more --edges, or" in result.stderr
+
+
+@pytest.mark.parametrize(("shape", "sizes"), [((1, 3, 1), range(15)), ((2, 2, 1), range(5))])
+def test_ilp_is_the_largest_circuit_without_a_dead_end_found_by_trying_every_one(shape, sizes):
+    """--select ilp on random scores: exactly N edges, none a dead end, of the largest
+    summed |score| of any such N, as trying every set of N edges finds them (every N of a
+    one-layer graph; up to four of a two-layer one)."""
+    from attnviz.circuits.graph import Graph
+    from attnviz.circuits.scored import ScoredGraph
+
+    graph = Graph(*shape)
+    scores = np.where(graph.edges, np.random.default_rng(7).normal(size=graph.edges.shape), 0.0)
+    named = {
+        (graph.upstream[u], graph.downstream[d]): float(scores[u, d])
+        for u, d in zip(*graph.edge_list(), strict=True)
+    }
+    differs_from_top = 0
+    for size in sizes:
+        if size > graph.count:
+            continue
+        chosen = selected(ScoredGraph(graph, scores), "ilp", size, prune=False)
+        found = {(row.upstream, row.downstream) for row in chosen.rows(held=True)}
+        assert found == reference.ilp_edges(shape, named, size), size
+        assert selected(ScoredGraph(graph, scores), "ilp", size).circuit.sum() == size  # whole
+        top = reference.chosen(shape, named, "top", size, True)
+        differs_from_top += top != found
+    assert differs_from_top >= 2  # the program is no pruned top-N
+
+
+@pytest.mark.parametrize("family", ["llama-lm", "gemma3-lm"])
+def test_an_ilp_circuit_of_a_model_is_whole_and_measured_as_the_hooks_measure_it(
+    generators, language_models, family
+):
+    """On the tiny models (too many edges to try every set): each ILP circuit holds exactly
+    its size, has no dead end, keeps at least the |score| of the pruned top circuit of as
+    many edges, and its faithfulness is the plain hooks' run of it."""
+    extractor, model, (ids, corrupt_ids), answer_id, versus_id = prepared(
+        generators, language_models, family, versus=True
+    )
+    circuit = extractor.circuit(
+        TEXT, ANSWER, CORRUPT, versus=VERSUS, edges=12, curve=[4, 30], select="ilp"
+    )
+    scores = {(first, then): score for first, then, score in circuit.edges()}
+    owned = reference.owners(*reference.shape_of(model)[:3])
+    clean = reference.run(model, ids, answer_id, versus_id)[0]
+    corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+    _, _, every_edge = reference.nodes(model)
+    tolerance = model_tolerance(model.config) / abs(clean - corrupt_metric)
+
+    def held(scored):
+        return {(row.upstream, row.downstream) for row in scored.rows(held=True)}
+
+    measured = [(12, held(circuit.scored), circuit.faithfulness)]
+    measured += [
+        (point.asked, held(selected(circuit.scored, "ilp", point.asked)), point.faithfulness)
+        for point in circuit.curve
+    ]
+    for size, kept, faithfulness in measured:
+        assert len(kept) == size and reference.prune(kept, owned) == kept
+        top = reference.chosen(reference.shape_of(model)[:3], scores, "top", size, True)
+        assert sum(abs(scores[edge]) for edge in kept) >= sum(abs(scores[e]) for e in top)
+        outside = [edge for edge in every_edge if edge not in kept]
+        metric = reference.carried_metric(model, ids, corrupt, answer_id, versus_id, outside)
+        expected = (metric - corrupt_metric) / (clean - corrupt_metric)
+        assert abs(faithfulness - expected) <= tolerance, size
+
+
+def test_ilp_on_a_graph_past_its_size_is_refused_before_any_pass(language_models, monkeypatch):
+    from attnviz.circuits import ilp
+    from attnviz.circuits.passes import Here
+    from attnviz.errors import UsageError
+
+    monkeypatch.setattr(ilp, "MOST_ILP_EDGES", 50)
+
+    def no_pass(*_args, **_kwargs):
+        raise AssertionError("a pass ran")
+
+    monkeypatch.setattr(Here, "scored", no_pass)
+    with pytest.raises(UsageError, match=r"more than the 50 it is set up for; give --select"):
+        language_models["llama-lm"].circuit(TEXT, ANSWER, CORRUPT, versus=VERSUS, select="ilp")

@@ -25,6 +25,7 @@ from attnviz.circuits.circuit import (
     faithfulness_of,
 )
 from attnviz.circuits.given import Given
+from attnviz.circuits.ilp import check_ilp_size
 from attnviz.circuits.notes import say_counted_alike, say_faithfulness, say_pruning_moved
 from attnviz.circuits.optimized import ranked_scores, starting_logits, tiered_scores
 from attnviz.circuits.options import DEFAULT_EDGES
@@ -54,6 +55,8 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
     units = len(graph.upstream) if node_level else int(graph.copies(options.count).sum())
     asked, sizes = options.asked(units), options.sizes(units)
     refine = options.refined(graph.count)
+    if Select.ILP in (options.select, *options.curve_selections):
+        check_ilp_size(graph)
     phases.checked()
     if options.count is Count.UNGROUPED and graph.kv_heads == graph.heads:
         say_counted_alike()

@@ -54,7 +54,7 @@ class CircuitOptions:
     points; ``refine`` K: the top K of an estimate computed exactly; "optimize": a mask
     learned from EAP-IG's scores, with ``train_each`` and a ``curve`` one trained at each
     size, each inside the next), each edge alone carrying ``ablation``'s value; the circuit
-    chosen by ``select`` (top, greedy or signed: ``edges`` of them, an int, ``"all"``, or
+    chosen by ``select`` (top, greedy, signed or ilp: ``edges`` of them, an int, ``"all"``, or
     None: 100, or every edge where there are fewer; threshold: every edge of |score| at least
     ``threshold``), its dead ends out if ``prune``, measured for its faithfulness, and each
     size of ``curve`` too (ints or ``"all"``, each measured once; or ``"mib"`` alone: MIB's
@@ -239,6 +239,7 @@ class CircuitOptions:
                 "--count ungrouped counts edges as MIB's graph has them; a node circuit's "
                 "heads and MLPs are MIB's nodes either way: --level edge",
             ),
+            (self.select is Select.ILP, "--select ilp chooses edges: --level edge"),
         )
         if self.nodes is not None and self.nodes != ALL:
             _count(self.nodes, "--nodes", least=0)
@@ -259,11 +260,11 @@ class CircuitOptions:
         )
 
     def _check_selection(self) -> None:
-        if self.select is Select.GREEDY and self.count is Count.UNGROUPED:
+        if self.select in (Select.GREEDY, Select.ILP) and self.count is Count.UNGROUPED:
             raise UsageError(
-                "--select greedy grows the circuit through a key/value head's inputs, shared "
-                "by its query heads, where MIB's graph reaches each copy through its own head "
-                "only: --select top or signed with --count ungrouped"
+                f"--select {self.select} grows the circuit through a key/value head's inputs, "
+                "shared by its query heads, where MIB's graph reaches each copy through its "
+                "own head only: --select top or signed with --count ungrouped"
             )
         if self.select is Select.SIGNED and self.method is CircuitMethod.OPTIMIZE:
             raise UsageError(
@@ -285,7 +286,7 @@ class CircuitOptions:
         for option, given in (("--edges", self.edges is not None), ("--curve", bool(self.curve))):
             if given:
                 raise UsageError(
-                    f"{option} counts the edges of --select top, greedy or signed: --select "
+                    f"{option} counts the edges of --select top, greedy, signed or ilp: --select "
                     "threshold keeps every edge of |score| at least --threshold"
                 )
 
@@ -301,7 +302,7 @@ class CircuitOptions:
 
     def asked(self, count: int) -> float:
         """What the circuit is chosen by, in a graph of ``count`` edges (or nodes, at the
-        node level): how many it keeps (top, greedy, signed), MIB's 1% of them with ``--curve
+        node level): how many it keeps (top, greedy, signed, ilp), MIB's 1% of them with ``--curve
         mib``, or the least |score| (threshold)."""
         if self.threshold is not None:
             return float(self.threshold)

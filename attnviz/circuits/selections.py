@@ -14,6 +14,8 @@ key/value head's, shared by the query heads of its group:
 - ``signed``: the N edges of largest score in MIB's sign, −score here (those whose
   corrupted value lowers the metric most first): the circuits MIB's CPR is read from
   (``apply_topn(absolute=False)`` on scores of the logit difference as a loss).
+- ``ilp``: exactly N edges of largest summed |score| among the circuits without a dead
+  end, an integer linear program (:mod:`attnviz.circuits.ilp`); pruning leaves it whole.
 - at the node level, ``top`` and ``threshold`` choose nodes (heads, MLPs, the input) by
   their own scores, and the circuit is every edge between chosen nodes (and into the
   logits), as EAP-IG's ``apply_topn(level="node")`` keeps them once pruned.
@@ -36,6 +38,7 @@ import numpy as np
 
 from attnviz.choices import Select
 from attnviz.circuits.graph import Graph
+from attnviz.circuits.ilp import ilp_circuit
 from attnviz.circuits.scored import ScoredGraph, nodes_of
 
 
@@ -47,7 +50,7 @@ def selected(
     node_scores: np.ndarray | None = None,
 ) -> ScoredGraph:
     """The scored graph with its circuit chosen from its scores by ``select``, ``asked``
-    its size (top, greedy, signed) or its threshold, dead ends pruned if ``prune``. With
+    its size (top, greedy, signed, ilp) or its threshold, dead ends pruned if ``prune``. With
     ``node_scores`` (U,), a node circuit: its nodes chosen so from them, its edges those
     between them (and into the logits)."""
     select, graph = Select(select), scored.graph
@@ -59,6 +62,8 @@ def selected(
         mask = _greedy(graph, scored.magnitude(), int(asked))
     elif select is Select.SIGNED:
         mask = _top(graph, -scored.per_copy(), int(asked), scored.copies)
+    elif select is Select.ILP:
+        mask = ilp_circuit(graph, scored.magnitude(), int(asked))
     else:
         mask = _top(graph, scored.magnitude(), int(asked), scored.copies)
     return scored.chosen(pruned(graph, mask) if prune else mask)

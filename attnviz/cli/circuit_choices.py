@@ -118,9 +118,10 @@ SelectOption = Annotated[
         case_sensitive=False,
         help="How the circuit is chosen from the scores: top (the --edges N of largest "
         "|score|), greedy (EAP-IG's: from the logits up, an edge only into a node already "
-        "kept), threshold (every edge of |score| at least --threshold) or signed (the --edges N "
+        "kept), threshold (every edge of |score| at least --threshold), signed (the --edges N "
         "of largest score in MIB's sign, the answer's support first: the circuits MIB's CPR "
-        "is read from).",
+        "is read from) or ilp (exactly --edges N of largest summed |score| without a dead "
+        "end, an integer program solved by scipy's HiGHS).",
     ),
 ]
 CountOption = Annotated[
