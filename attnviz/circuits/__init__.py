@@ -11,6 +11,7 @@ The data (standard library and numpy; no torch):
 - :mod:`~attnviz.circuits.scored`: the :class:`ScoredGraph` every reader goes through:
   the graph, each edge's score and the circuit, over the axes it names.
 - :mod:`~attnviz.circuits.selections`: a scored graph's circuit, from the ask.
+- :mod:`~attnviz.circuits.ilp`: ``--select ilp``'s integer program (scipy's HiGHS).
 - :mod:`~attnviz.circuits.circuit`: the :class:`Circuit` result and its JSON document.
 - :mod:`~attnviz.circuits.files`: a circuit's JSON file read back, every field checked.
 - :mod:`~attnviz.circuits.eap_ig`: hannamw/EAP-IG's graph file, written and read.
