@@ -341,11 +341,8 @@ class CircuitOptions:
         curve ``signed`` too, whose circuits MIB reads its CPR from (not where the
         circuit's is ``signed`` already, nor for optimize, whose scores rank its learned
         mask, all of one sign)."""
-        if self.curve != (MIB,) or self.select is Select.SIGNED:
-            return (self.select,)
-        if self.method is CircuitMethod.OPTIMIZE:
-            return (self.select,)
-        return (self.select, Select.SIGNED)
+        signed = self.select is Select.SIGNED or self.method is CircuitMethod.OPTIMIZE
+        return (self.select,) if self.curve != (MIB,) or signed else (self.select, Select.SIGNED)
 
     def refined(self, count: int) -> int | None:
         """How many of the estimate's top edges are computed again exactly, checked against
