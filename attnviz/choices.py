@@ -282,6 +282,7 @@ class CircuitMethod(StrEnum):
     EXACT = "exact"
     GRADIENT = "gradient"
     IG = "ig"
+    RELP = "relp"
     OPTIMIZE = "optimize"
 
 
@@ -376,6 +377,9 @@ CIRCUIT_METHOD_LABELS = {
     CircuitMethod.IG: "EAP with integrated gradients, EAP-IG: --steps backward passes; with "
     "--ablation mean or zero, over each group of nodes' outputs in turn: (1 + 2 × layers) × "
     "--steps",
+    CircuitMethod.RELP: "relevance patching, RelP: EAP's passes, the gradient by relevance "
+    "propagation (norms' divisors and attention weights held, activations by the identity "
+    "rule, a gate's product halved)",
     CircuitMethod.OPTIMIZE: "a mask over the edges trained for faithfulness from EAP-IG's "
     "scores (EAP's with --ablation mean or zero, without --steps): --train-steps forward and "
     "backward passes",

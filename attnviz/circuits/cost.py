@@ -32,6 +32,10 @@ def unsaid(_seconds: float, _done: int, _total: int) -> None:
     """The pairs after the first: their cost was said with it."""
 
 
+# The estimates of one forward and one backward pass a pair, by the name the cost says
+_ESTIMATES = {CircuitMethod.GRADIENT: "EAP", CircuitMethod.RELP: "RelP"}
+
+
 def scoring_cost(method: CircuitMethod, steps: int | None, repeats: int) -> Cost:
     """What is said of scoring every edge that will take long, and what costs less."""
     gradient = f"{option('--method', 'gradient')} (EAP) reads one point a pair"
@@ -54,4 +58,4 @@ def scoring_cost(method: CircuitMethod, steps: int | None, repeats: int) -> Cost
             repeats,
             (gradient, *fewer),
         )
-    return Cost("scoring every edge by EAP", repeats)
+    return Cost(f"scoring every edge by {_ESTIMATES.get(method, 'EAP')}", repeats)

@@ -1,6 +1,8 @@
 """Every edge's score estimated from gradients (:mod:`attnviz.circuits.edges`' graph):
-edge attribution patching (EAP, Syed et al. 2023) and its integrated gradients (EAP-IG,
-Hanna et al. 2024), from forward and backward passes that copy no downstream input.
+edge attribution patching (EAP, Syed et al. 2023), its integrated gradients (EAP-IG,
+Hanna et al. 2024) and relevance patching (RelP, Rezaei Jafari et al. 2025: EAP's passes,
+the backward by relevance propagation's rules), from forward and backward passes that
+copy no downstream input.
 
 Shape letters: R rows of a pass (its points), T tokens, S the positions from the first
 where the twins differ on (before it every difference is 0), U upstream nodes, N downstream
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnviz.choices import Site
+from attnviz.choices import CircuitMethod, Site
 from attnviz.circuits.ablated import interpolated
 from attnviz.circuits.differences import matrix_of
 from attnviz.circuits.edges import QKV, Runs, Wiring
@@ -33,6 +35,7 @@ from attnviz.pretrained.backward_pass import (
 )
 from attnviz.pretrained.effects import last_logits
 from attnviz.pretrained.frozen_norms import NormForm, form_of
+from attnviz.pretrained.relevance import RELP, Rule, relevance_rules
 from attnviz.pretrained.sites import SITES, hidden_of, hooked, output_of, units_of
 from attnviz.pretrained.windowed import windowed
 from attnviz.progress import FirstPart, advance
@@ -43,6 +46,15 @@ if TYPE_CHECKING:
 _TOKENS_PER_GRADIENT_PASS = 512  # rows × tokens of one of EAP-IG's passes: its points
 
 
+# The propagation rules each method's backward follows (the others: autograd's own)
+_RULES = {CircuitMethod.RELP: RELP}
+
+
+def rules_of(method: CircuitMethod) -> frozenset[Rule]:
+    """The relevance rules ``method``'s gradient passes follow: none but RelP's."""
+    return _RULES.get(method, frozenset())
+
+
 # A row of a gradient pass: None, the clean run; a share s, the input embeddings s of the
 # way from the corrupted ones to the clean ones; (group, s), that group of nodes' outputs
 # s of the way from their ablated values to their clean ones (ablated.interpolated).
@@ -50,7 +62,10 @@ Point = float | tuple[int, float] | None
 
 
 def estimated_scores(
-    runs: Runs, steps: int | None = None, told: FirstPart | None = None
+    runs: Runs,
+    steps: int | None = None,
+    told: FirstPart | None = None,
+    rules: frozenset[Rule] = frozenset(),
 ) -> np.ndarray:
     """Every edge's estimated score, (U, N) (0 where there is no edge): (out_u(corrupt) −
     out_u(clean)) · ∂metric/∂in_d summed over positions, the gradient at the clean run
@@ -58,8 +73,9 @@ def estimated_scores(
     to the clean ones (EAP-IG); where the nodes are ablated (no corrupted text), over
     ``steps`` runs for each group of nodes in turn (the input, each layer's heads, its
     MLP), its outputs moved from their ablated values to their clean ones (EAP-IG's
-    activations: (1 + 2 × layers) × ``steps`` runs). As many runs a pass's rows as fit
-    (``told`` hears how long the first pass took)."""
+    activations: (1 + 2 × layers) × ``steps`` runs). With ``rules``, the gradient is
+    relevance propagation's, rule by rule (:mod:`attnviz.pretrained.relevance`: RelP). As
+    many runs a pass's rows as fit (``told`` hears how long the first pass took)."""
     import torch
 
     points: list[Point] = [None]
@@ -75,7 +91,7 @@ def estimated_scores(
     total = torch.zeros(graph.edges.shape, device=runs.clean_embedded.device)  # (U, N)
     started = time.monotonic()
     for first in range(0, len(points), rows):
-        _gradient_pass(runs, points[first : first + rows], total)
+        _gradient_pass(runs, points[first : first + rows], total, rules)
         advance("gradient pass", min(first + rows, len(points)), len(points))
         if first == 0 and told is not None:
             told(time.monotonic() - started, min(rows, len(points)), len(points))
@@ -83,7 +99,9 @@ def estimated_scores(
     return np.where(graph.edges, scores, 0.0)
 
 
-def _gradient_pass(runs: Runs, points: list[Point], total: torch.Tensor) -> None:
+def _gradient_pass(
+    runs: Runs, points: list[Point], total: torch.Tensor, rules: frozenset[Rule]
+) -> None:
     """One forward and one backward pass, a row per point (:data:`Point`), adding to
     ``total`` (U, N) every edge's difference · ∂metric/∂in_d summed over the rows.
 
@@ -98,7 +116,7 @@ def _gradient_pass(runs: Runs, points: list[Point], total: torch.Tensor) -> None
     body = runs.wiring.body
     arguments = {name: value.expand(len(points), -1) for name, value in runs.arguments.items()}
     readings = _readings(runs.wiring, runs.clean_embedded)
-    scores = _PointScores(runs, readings, total)
+    scores = _PointScores(runs, readings, total, divisor_held=Rule.NORM in rules)
     read: set[int] = set()  # the groups whose gradient is awaited
     leaf: list[torch.Tensor] = []
 
@@ -133,6 +151,8 @@ def _gradient_pass(runs: Runs, points: list[Point], total: torch.Tensor) -> None
 
     with torch.enable_grad(), contextlib.ExitStack() as hooks:
         hooks.enter_context(weights_without_gradients(runs.model))
+        # first: the hooks below read what the rules' hooks give
+        hooks.enter_context(relevance_rules(runs.model, body, rules))
         hooks.enter_context(recomputed_when_long(runs.model, body, arguments))
         hooks.enter_context(windowed(runs.model, arguments))
         embeddings = runs.model.get_input_embeddings()
@@ -159,8 +179,11 @@ class _PointScores:
     """Each read point's scores, taken once the gradients of the groups reading it have
     arrived: one norm backward and one contraction for the point's nodes together."""
 
-    def __init__(self, runs: Runs, readings: list[_Reading], total: torch.Tensor) -> None:
+    def __init__(
+        self, runs: Runs, readings: list[_Reading], total: torch.Tensor, divisor_held: bool
+    ) -> None:
         self.body, self.graph = runs.wiring.body, runs.wiring.graph
+        self.divisor_held = divisor_held  # RelP's LN-rule: the norms' divisors constant
         self.start, self.stop = runs.start, runs.stop  # the positions scored
         self.differences, self.total = runs.differences, total
         self.readings = readings
@@ -207,7 +230,8 @@ class _PointScores:
                 else piece.new_zeros(rows, piece.shape[1], self.readings[group].size, width)
                 for group in members
             ]
-            inputs = form.backward(piece, torch.cat(given, 2)).sum(0)  # (s, n, D): rows summed
+            gradients = torch.cat(given, 2)
+            inputs = form.backward(piece, gradients, self.divisor_held).sum(0)  # (s, n, D)
             difference = self.differences.rows(before, slice(at, at + step))
             into += _contracted(difference, inputs)
 

@@ -51,8 +51,9 @@ _FROM_IG = (CircuitMethod.IG, CircuitMethod.OPTIMIZE)  # scored by EAP-IG (optim
 @dataclass(frozen=True)
 class CircuitOptions:
     """Edges scored by ``method`` ("exact"; "gradient": EAP; "ig": EAP-IG with ``steps``
-    points; ``refine`` K: the top K of an estimate computed exactly; "optimize": a mask
-    learned from EAP-IG's scores, with ``train_each`` and a ``curve`` one trained at each
+    points; "relp": RelP, EAP's passes by relevance propagation's rules; ``refine`` K:
+    the top K of an estimate computed exactly; "optimize": a mask learned from EAP-IG's
+    scores, with ``train_each`` and a ``curve`` one trained at each
     size, each inside the next), each edge alone carrying ``ablation``'s value; the circuit
     chosen by ``select`` (top, greedy, signed or ilp: ``edges`` of them, an int, ``"all"``, or
     None: 100, or every edge where there are fewer; threshold: every edge of |score| at least
@@ -116,8 +117,8 @@ class CircuitOptions:
         if self.refine is not None:
             if self.method is CircuitMethod.EXACT:
                 raise UsageError(
-                    "--refine computes an estimate's top edges exactly: give --method gradient "
-                    "or ig (--method exact scores every edge exactly)"
+                    "--refine computes an estimate's top edges exactly: give --method gradient, "
+                    "ig or relp (--method exact scores every edge exactly)"
                 )
             _count(self.refine, "--refine", least=1)
         if self.edges is not None and self.edges != ALL:

@@ -19,7 +19,7 @@ from attnviz.circuits.bootstrap import resamples
 from attnviz.circuits.cost import Cost, scoring_cost, unsaid
 from attnviz.circuits.differences import parts as record_parts
 from attnviz.circuits.edges import Runs, Wiring, exact_scores, graph_of, read_twins
-from attnviz.circuits.estimates import estimated_scores
+from attnviz.circuits.estimates import estimated_scores, rules_of
 from attnviz.circuits.faithfulness import Twins, circuit_metrics
 from attnviz.circuits.optimized import optimized
 from attnviz.circuits.pairs import pair_error
@@ -168,7 +168,7 @@ def scored(
         alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, told)
         for part in parts[1:]:  # the last position's part first: its outputs are the pair's
             _, runs = runs_of(index, given, part, asked)
-            alone.scores[...] += estimated_scores(runs, steps)
+            alone.scores[...] += estimated_scores(runs, steps, rules=rules_of(method))
             del runs  # its record, before the next part's is read
         if drawn is not None:
             alone = replace(alone, resampled=drawn[:, index, None, None] * alone.scores)
@@ -198,7 +198,7 @@ def _pair_scored(
         edges = list(zip(upstream, downstream, strict=True))
         scores[upstream, downstream] = exact_scores(runs, edges, told)
     else:
-        scores = estimated_scores(runs, steps, told)
+        scores = estimated_scores(runs, steps, told, rules_of(method))
     return Scored(
         runs_of.extractor.name,
         graph,

@@ -54,17 +54,22 @@ class NormForm:
         """Another norm of the same kind: its own gain and eps."""
         return _form(norm, self.centred, self.offset, self.gain)
 
-    def backward(self, x: torch.Tensor, given: torch.Tensor) -> torch.Tensor:
+    def backward(
+        self, x: torch.Tensor, given: torch.Tensor, divisor_held: bool = False
+    ) -> torch.Tensor:
         """What the norm's input gets back, (..., n, D) float32, from ``given`` (..., n, D),
         what each of n copies of its output gets, at the input ``x`` (..., D): with x̂ the
         normed input and r its divisor, (h − mean h (where it centres) − x̂ mean(h x̂)) / r,
-        h = gain × given. Written out: autograd's engine costs a launch-bound GPU more
-        than the arithmetic, once for each group of nodes."""
+        h = gain × given; with ``divisor_held`` (RelP's LN-rule) r a constant: the x̂ term
+        goes. Written out: autograd's engine costs a launch-bound GPU more than the
+        arithmetic, once for each group of nodes."""
         moved, scale = self._moved_and_scale(x.float())  # (..., D), (..., 1)
-        normed = (moved / scale).unsqueeze(-2)  # (..., 1, D)
         h = given.float() * self.gain  # (..., n, D)
         if self.centred:
             h = h - h.mean(-1, keepdim=True)
+        if divisor_held:
+            return h / scale.unsqueeze(-2)
+        normed = (moved / scale).unsqueeze(-2)  # (..., 1, D)
         return (h - normed * (h * normed).mean(-1, keepdim=True)) / scale.unsqueeze(-2)
 
 
