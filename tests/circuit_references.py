@@ -288,11 +288,14 @@ def exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges, corrupt=N
     }
 
 
-def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None, corrupt=None):
-    """Every edge's (out_u(corrupt) − out_u(clean)) · ∂metric/∂in_d, summed over positions:
-    the gradient at the clean run, or averaged over ``steps`` runs whose input embeddings
-    are k/steps of the way from the corrupted ones to the clean ones, k = 1…steps.
-    ``corrupt``: the nodes' corrupted outputs given (an ablation's), not run."""
+def estimated_scores(
+    model, ids, corrupt_ids, answer_id, versus_id, steps=None, corrupt=None, by_position=False
+):
+    """Every edge's (out_u(corrupt) − out_u(clean)) · ∂metric/∂in_d, summed over positions
+    (``by_position``: each position's term, (T,)): the gradient at the clean run, or
+    averaged over ``steps`` runs whose input embeddings are k/steps of the way from the
+    corrupted ones to the clean ones, k = 1…steps. ``corrupt``: the nodes' corrupted
+    outputs given (an ablation's), not run."""
     _, downstream, edges = nodes(model)
     _, clean = run(model, ids, answer_id, versus_id)
     if corrupt is None:
@@ -323,6 +326,8 @@ def estimated_scores(model, ids, corrupt_ids, answer_id, versus_id, steps=None, 
         for name, gradient in zip(leaves, found, strict=True):
             if gradient is not None:
                 gradients[name] = gradients[name] + gradient / len(points)
+    if by_position:
+        return {(u, d): ((corrupt[u] - clean[u]) * gradients[d]).sum(-1) for u, d in edges}
     return {(u, d): float(((corrupt[u] - clean[u]) * gradients[d]).sum()) for u, d in edges}
 
 

@@ -178,15 +178,26 @@ class Circuit(Drawn):
         return drawer().circuit_figure(self, format, style)
 
     def records(self) -> list[dict[str, object]]:
-        """A row per edge, largest |score| first, for a table of data (csv)."""
-        return [{"rank": rank, **edge} for rank, edge in enumerate(self._edge_fields(), 1)]
+        """A row per edge, largest |score| first, for a table of data (csv): a column per
+        span (``span:NAME``) where the scores are split by span."""
+        rows = []
+        for rank, edge in enumerate(self._edge_fields(), 1):
+            shares = edge.pop("by_span", {})
+            assert isinstance(shares, dict)  # _edge_fields' own
+            rows.append({"rank": rank, **edge, **{f"span:{k}": v for k, v in shares.items()}})
+        return rows
 
     def _edge_fields(self) -> Iterator[dict[str, object]]:
         """Each edge's fields as its files write them, largest |score| first."""
+        spans = self.scored.spans
         for row in self.scored.rows():
             edge: dict[str, object] = {"from": row.upstream, "to": row.downstream}
             edge |= {"score": row.score, "in_circuit": row.in_circuit}
-            yield edge if row.exact is None else {**edge, "exact": row.exact}
+            if row.exact is not None:
+                edge["exact"] = row.exact
+            if row.by_span is not None:
+                edge["by_span"] = dict(zip(spans, row.by_span, strict=True))
+            yield edge
 
     def document(self) -> dict[str, object]:
         """The whole circuit as one JSON document."""
@@ -217,6 +228,7 @@ class Circuit(Drawn):
             "corrupt_metric": self.corrupt_metric,
             "promoted": list(self.promoted),
             "nodes": nodes,
+            "spans": list(self.scored.spans) or None,  # each edge's "by_span" names them
             "edges": edges,
             "node_scores": None if self.node_scores is None else self.node_scores.tolist(),
             "circuit": {

@@ -118,7 +118,15 @@ def _scores_asked(
     if options.method is CircuitMethod.OPTIMIZE:
         metrics = (scored.clean / count, scored.corrupt / count)
         scores, training = optimized_scores(phases, graph, scores, asked, metrics, options)
-    means = ScoredGraph(graph, scores, exact=scored.exact, count=options.count)
+    by_span = None if scored.by_span is None else scored.by_span / count
+    means = ScoredGraph(
+        graph,
+        scores,
+        exact=scored.exact,
+        count=options.count,
+        by_span=by_span,
+        spans=scored.spans or (),
+    )
     return (means if refine is None else refined(phases, means, refine, count)), training
 
 

@@ -54,7 +54,7 @@ def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
     edges: dict[str, dict[str, Any]] = {}
     written = "mask" if circuit.method is CircuitMethod.OPTIMIZE else WRITTEN_SIGN
     sign = SIGNS[written]
-    for parent, child, own, kept, _ in circuit.scored.rows(ranked=False):
+    for parent, child, own, kept, *_ in circuit.scored.rows(ranked=False):
         score = sign * own + 0.0  # no -0.0 in the file
         parts = child.split(".")
         if len(parts) == 1:  # an MLP's input, or the logits
@@ -72,6 +72,8 @@ def eap_ig_document(circuit: Circuit) -> dict[str, Any]:
         "parallel_attn_mlp": False,
         "d_model": circuit.width,
         "score_sign": written,
+        # EAP-IG's graph has no positions: a score split by span is written as its sum
+        **({"summed_over_spans": list(circuit.scored.spans)} if circuit.scored.spans else {}),
     }
     return {"cfg": config, "nodes": nodes, "edges": edges}
 

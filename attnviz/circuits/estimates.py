@@ -25,6 +25,7 @@ from attnviz.circuits.ablated import interpolated
 from attnviz.circuits.differences import matrix_of
 from attnviz.circuits.edges import QKV, Runs, Wiring
 from attnviz.circuits.graph import LOGITS, READS
+from attnviz.circuits.spans import Spans
 from attnviz.memory import block_size
 from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.backward_pass import (
@@ -66,6 +67,7 @@ def estimated_scores(
     steps: int | None = None,
     told: FirstPart | None = None,
     rules: frozenset[Rule] = frozenset(),
+    spans: Spans | None = None,
 ) -> np.ndarray:
     """Every edge's estimated score, (U, N) (0 where there is no edge): (out_u(corrupt) −
     out_u(clean)) · ∂metric/∂in_d summed over positions, the gradient at the clean run
@@ -74,7 +76,8 @@ def estimated_scores(
     ``steps`` runs for each group of nodes in turn (the input, each layer's heads, its
     MLP), its outputs moved from their ablated values to their clean ones (EAP-IG's
     activations: (1 + 2 × layers) × ``steps`` runs). With ``rules``, the gradient is
-    relevance propagation's, rule by rule (:mod:`attnviz.pretrained.relevance`: RelP). As
+    relevance propagation's, rule by rule (:mod:`attnviz.pretrained.relevance`: RelP).
+    With ``spans``, each span's share, (K, U, N): the sum over its positions alone. As
     many runs a pass's rows as fit (``told`` hears how long the first pass took)."""
     import torch
 
@@ -88,22 +91,27 @@ def estimated_scores(
     tokens = runs.clean_embedded.shape[1]
     rows = max(1, _TOKENS_PER_GRADIENT_PASS // tokens)
     graph = runs.wiring.graph
-    total = torch.zeros(graph.edges.shape, device=runs.clean_embedded.device)  # (U, N)
+    whole = spans is None
+    spans = spans or Spans(("every position",), (0,) * tokens)
+    total = torch.zeros(  # (K, U, N)
+        (len(spans.names), *graph.edges.shape), device=runs.clean_embedded.device
+    )
     started = time.monotonic()
     for first in range(0, len(points), rows):
-        _gradient_pass(runs, points[first : first + rows], total, rules)
+        _gradient_pass(runs, points[first : first + rows], total, rules, spans)
         advance("gradient pass", min(first + rows, len(points)), len(points))
         if first == 0 and told is not None:
             told(time.monotonic() - started, min(rows, len(points)), len(points))
-    scores = (total / len(points)).cpu().numpy().astype(np.float64)
-    return np.where(graph.edges, scores, 0.0)
+    scores = np.where(graph.edges, (total / len(points)).cpu().numpy().astype(np.float64), 0.0)
+    return scores[0] if whole else scores
 
 
 def _gradient_pass(
-    runs: Runs, points: list[Point], total: torch.Tensor, rules: frozenset[Rule]
+    runs: Runs, points: list[Point], total: torch.Tensor, rules: frozenset[Rule], spans: Spans
 ) -> None:
     """One forward and one backward pass, a row per point (:data:`Point`), adding to
-    ``total`` (U, N) every edge's difference · ∂metric/∂in_d summed over the rows.
+    ``total`` (K, U, N) every edge's difference · ∂metric/∂in_d summed over the rows, each
+    span's positions into its own.
 
     No downstream input is copied: at every point each one equals the residual its group
     reads, so ∂metric/∂in_d is the group's norm's backward (at that residual) of what the
@@ -116,7 +124,7 @@ def _gradient_pass(
     body = runs.wiring.body
     arguments = {name: value.expand(len(points), -1) for name, value in runs.arguments.items()}
     readings = _readings(runs.wiring, runs.clean_embedded)
-    scores = _PointScores(runs, readings, total, divisor_held=Rule.NORM in rules)
+    scores = _PointScores(runs, readings, total, Rule.NORM in rules, spans)
     read: set[int] = set()  # the groups whose gradient is awaited
     leaf: list[torch.Tensor] = []
 
@@ -180,10 +188,16 @@ class _PointScores:
     arrived: one norm backward and one contraction for the point's nodes together."""
 
     def __init__(
-        self, runs: Runs, readings: list[_Reading], total: torch.Tensor, divisor_held: bool
+        self,
+        runs: Runs,
+        readings: list[_Reading],
+        total: torch.Tensor,
+        divisor_held: bool,
+        spans: Spans,
     ) -> None:
         self.body, self.graph = runs.wiring.body, runs.wiring.graph
         self.divisor_held = divisor_held  # RelP's LN-rule: the norms' divisors constant
+        self.spans = spans
         self.start, self.stop = runs.start, runs.stop  # the positions scored
         self.differences, self.total = runs.differences, total
         self.readings = readings
@@ -214,7 +228,7 @@ class _PointScores:
         first = self.readings[members[0]].first  # the point's nodes: contiguous downstream
         size = sum(self.readings[group].size for group in members)
         before = self.graph.readable(first)  # the upstream nodes before them
-        into = self.total[:before, first : first + size]
+        into = self.total[:, :before, first : first + size]  # (K, u, n)
         residual = self.residuals.pop(point)[:, self.start : self.stop]  # (R, S, D)
         form = self.readings[members[0]].form
         rows, tokens, width = residual.shape
@@ -233,7 +247,9 @@ class _PointScores:
             gradients = torch.cat(given, 2)
             inputs = form.backward(piece, gradients, self.divisor_held).sum(0)  # (s, n, D)
             difference = self.differences.rows(before, slice(at, at + step))
-            into += _contracted(difference, inputs)
+            for span, begin, end in self.spans.stretches(block.start, block.stop):
+                part = slice(begin - block.start, end - block.start)  # of the block's
+                into[span] += _contracted(difference[:, part], inputs[part])
 
 
 def _start(runs: Runs, points: list[Point], leaf: list[Any]) -> Callable:

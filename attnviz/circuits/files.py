@@ -212,7 +212,31 @@ def _edges(read: _Reader, graph: Graph, where: str) -> ScoredGraph:
             exact[u, d] = each.part("exact", bool)
     if not (seen == graph.edges).all():
         raise UsageError(f"{where} holds {int(seen.sum()):,} of its graph's {graph.count:,} edges")
-    return ScoredGraph(graph, scores, in_graph, exact if refined else None)
+    spans, by_span = _by_span(read, graph, where)
+    return ScoredGraph(
+        graph, scores, in_graph, exact if refined else None, by_span=by_span, spans=spans
+    )
+
+
+def _by_span(read: _Reader, graph: Graph, where: str) -> tuple[tuple[str, ...], np.ndarray | None]:
+    """A document's spans and each edge's share of its score in each, (K, U, N); none for a
+    document whose scores were not split by span."""
+    names = read.document.get("spans")
+    if names is None:
+        return (), None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise UsageError(f'{where}: its "spans" are no list of span names')
+    upstream = {name: index for index, name in enumerate(graph.upstream)}
+    downstream = {name: index for index, name in enumerate(graph.downstream)}
+    by_span = np.zeros((len(names), *graph.edges.shape))
+    for edge in read.part("edges", list):
+        shares = edge.get("by_span")
+        if not isinstance(shares, dict) or list(shares) != names:
+            raise UsageError(f"{where}: {edge!r} has no score for each of its spans {names}")
+        each = _Reader(shares, f"{where}, an edge's spans")
+        u, d = upstream[edge["from"]], downstream[edge["to"]]  # checked by _edges
+        by_span[:, u, d] = [each.number(name) for name in names]
+    return tuple(names), by_span
 
 
 def _node_scores(value: Any, count: int, where: str) -> np.ndarray | None:

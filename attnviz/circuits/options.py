@@ -17,6 +17,7 @@ from attnviz.choices import (
     chosen,
 )
 from attnviz.circuits.mib import MIB, MIB_CIRCUIT, MIB_FRACTIONS, mib_sizes
+from attnviz.circuits.spans import checked_spans
 from attnviz.circuits.training import Training
 from attnviz.errors import UsageError, refuse
 
@@ -92,6 +93,9 @@ class CircuitOptions:
     ablation: Ablation = Ablation.PATCH
     # how edges are counted in sizes, fractions and what a circuit keeps (ungrouped: MIB's)
     count: Count = Count.GROUPED
+    # where each edge's score runs: the spans of each pair's positions (attnviz.circuits.spans)
+    spans: tuple[str, ...] = ()
+    by_position: bool = False  # every position its own span
     # the file of ``scores``, read once as the options are made (a pipe can be read once)
     given: Circuit | EapIgGraph | None = field(default=None, compare=False, repr=False)
 
@@ -126,6 +130,7 @@ class CircuitOptions:
         if self.bootstrap is not None:
             self._check_bootstrap()
         self._check_curve(tuple(self.curve))
+        self._check_spans()
         self._read_scores()
 
     def _check_curve(self, curve: tuple[int | str, ...]) -> None:
@@ -147,6 +152,30 @@ class CircuitOptions:
         from attnviz.circuits.eap_ig import read_scores  # numpy: only where a file is given
 
         object.__setattr__(self, "given", read_scores(self.scores))
+
+    @property
+    def positioned(self) -> bool:
+        """Whether each edge's score is split by span (``spans`` or ``by_position``)."""
+        return bool(self.spans) or self.by_position
+
+    def _check_spans(self) -> None:
+        object.__setattr__(self, "spans", checked_spans(tuple(self.spans), self.by_position))
+        if not self.positioned:
+            return
+        option = "--by-position" if self.by_position else "--spans"
+        refuse(
+            *(
+                (given, f"{option} splits each edge's score by span as it is scored: not yet "
+                 f"with {other}")
+                for given, other in (
+                    (self.scores is not None, "--scores"),
+                    (self.method is CircuitMethod.EXACT, "--method exact"),
+                    (self.method is CircuitMethod.OPTIMIZE, "--method optimize"),
+                    (self.refine is not None, "--refine"),
+                    (self.bootstrap is not None, "--bootstrap"),
+                )
+            )
+        )  # fmt: skip
 
     @property
     def scored_by(self) -> CircuitMethod:

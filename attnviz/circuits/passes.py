@@ -24,6 +24,7 @@ from attnviz.circuits.faithfulness import Twins, circuit_metrics
 from attnviz.circuits.optimized import optimized
 from attnviz.circuits.pairs import pair_error
 from attnviz.circuits.phases import Edge, Scored
+from attnviz.circuits.spans import Spans, one_schema, spans_of
 from attnviz.errors import UsageError, option
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import Answered, answered
@@ -109,6 +110,18 @@ class PairRuns:
         )
         return [None] if len(found) == 1 else found
 
+    def spans(self, index: int, asked: Answered) -> Spans | None:
+        """The pair's spans, where the scores are split by span (a span's error names the
+        pair's line)."""
+        options = self._options
+        if not options.positioned:
+            return None
+        side = asked.side
+        try:
+            return spans_of(options.spans, options.by_position, side.length, side.finder("--spans"))
+        except UsageError as error:
+            raise UsageError(pair_error(error, index, self.count, self.names)) from None
+
     @property
     def _options(self) -> CircuitOptions:
         options = self.request.circuit
@@ -163,12 +176,12 @@ def scored(
     found: Scored | None = None
     for index, given in pairs:
         asked = runs_of.answered(index, given)
-        parts = runs_of.parts(asked)
+        parts, spans = runs_of.parts(asked), runs_of.spans(index, asked)
         told = unsaid if index else scoring_cost(method, steps, runs_of.count * len(parts))
-        alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, told)
+        alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, told, spans)
         for part in parts[1:]:  # the last position's part first: its outputs are the pair's
             _, runs = runs_of(index, given, part, asked)
-            alone.scores[...] += estimated_scores(runs, steps, rules=rules_of(method))
+            alone = alone.added(estimated_scores(runs, steps, rules=rules_of(method), spans=spans))
             del runs  # its record, before the next part's is read
         if drawn is not None:
             alone = replace(alone, resampled=drawn[:, index, None, None] * alone.scores)
@@ -187,9 +200,11 @@ def _pair_scored(
     method: CircuitMethod,
     steps: int | None,
     told: FirstPart,
+    spans: Spans | None,
 ) -> Scored:
-    """One pair's scores (of ``part`` of its positions, where given), its metrics and its
-    last position's outputs (``told`` hears how long its first pass took)."""
+    """One pair's scores (of ``part`` of its positions, where given; by span, where
+    ``spans`` are given), its metrics and its last position's outputs (``told`` hears how
+    long its first pass took)."""
     asked, runs = runs_of(index, given, part, asked)
     graph = runs.wiring.graph
     if method is CircuitMethod.EXACT:
@@ -198,12 +213,13 @@ def _pair_scored(
         edges = list(zip(upstream, downstream, strict=True))
         scores[upstream, downstream] = exact_scores(runs, edges, told)
     else:
-        scores = estimated_scores(runs, steps, told, rules_of(method))
+        scores = estimated_scores(runs, steps, told, rules_of(method), spans)
+    by_span = None if spans is None else scores  # (K, U, N)
     return Scored(
         runs_of.extractor.name,
         graph,
         1,
-        scores,
+        scores if by_span is None else by_span.sum(0),
         runs.clean.metric,
         runs.corrupt_metric,
         runs.clean_last.float().cpu().numpy(),
@@ -212,6 +228,8 @@ def _pair_scored(
         method,
         steps,
         width=int(runs.clean_last.shape[-1]),
+        by_span=by_span,
+        spans=None if spans is None else spans.names,
     )
 
 
@@ -274,8 +292,15 @@ def means_summed(runs_of: PairRuns, pairs: Indexed) -> Means:
 
 def pairs_checked(runs_of: PairRuns, pairs: Indexed) -> None:
     """Each pair tokenized and checked, as a pass would read it (no pass runs)."""
+    first: Spans | None = None
     for index, given in pairs:
-        runs_of.answered(index, given)
+        spans = runs_of.spans(index, runs_of.answered(index, given))
+        if spans is not None:
+            first = first or spans
+            try:
+                one_schema(first, spans)
+            except UsageError as error:
+                raise UsageError(pair_error(error, index, runs_of.count, runs_of.names)) from None
 
 
 def graph_of_model(extractor: ModelReader) -> Graph:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
+from attnviz.errors import UsageError
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -42,6 +44,17 @@ class Scored:
     source: str | None = None  # the file the scores were read from, where they were
     # (B, U, N) each resample's summed scores, each pair counted as often as it is drawn
     resampled: np.ndarray | None = None
+    # (K, U, N) each span's share of the scores, where they are split by span (``spans``
+    # the K names: attnviz.circuits.spans)
+    by_span: np.ndarray | None = None
+    spans: tuple[str, ...] | None = None
+
+    def added(self, found: np.ndarray) -> Scored:
+        """These sums with another part of a pair's positions' scores: (U, N), or (K, U, N)
+        where the scores are split by span."""
+        if self.by_span is None:
+            return replace(self, scores=self.scores + found)
+        return replace(self, scores=self.scores + found.sum(0), by_span=self.by_span + found)
 
     def merged(self, other: Scored) -> Scored:
         """The sums of both (from two workers)."""
@@ -49,6 +62,11 @@ class Scored:
         resampled = None
         if self.resampled is not None and other.resampled is not None:
             resampled = self.resampled + other.resampled
+        if self.spans != other.spans:  # each worker's pairs were checked alike
+            raise UsageError("the pairs' spans differ: their scores cannot be added up")
+        by_span = None
+        if self.by_span is not None and other.by_span is not None:
+            by_span = self.by_span + other.by_span
         return replace(
             first,
             pairs=self.pairs + other.pairs,
@@ -57,6 +75,7 @@ class Scored:
             corrupt=self.corrupt + other.corrupt,
             last=self.last + other.last,
             resampled=resampled,
+            by_span=by_span,
         )
 
 

@@ -34,6 +34,7 @@ class EdgeRow(NamedTuple):
     score: float
     in_circuit: bool
     exact: bool | None
+    by_span: tuple[float, ...] | None = None  # its score's share in each span, where split
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,13 +44,17 @@ class ScoredGraph:
     edges whose scores were computed exactly, where an estimate's top were (``refine``);
     ``count``: how its edges are counted where a circuit is sized and what it keeps told
     (``ungrouped``: a key/value input once per query head, its score divided among them,
-    as MIB's graph has them)."""
+    as MIB's graph has them); ``by_span`` (K, U, N): each span's share of the scores, where
+    they are split by the ``spans`` of the pairs' positions (:mod:`attnviz.circuits.spans`;
+    the shares sum to the scores)."""
 
     graph: Graph
     scores: np.ndarray
     in_graph: np.ndarray | None = None
     exact: np.ndarray | None = None
     count: Count = Count.GROUPED
+    by_span: np.ndarray | None = None
+    spans: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         shape = self.graph.edges.shape
@@ -58,6 +63,10 @@ class ScoredGraph:
             if value is not None and value.shape != shape:
                 axes = " × ".join(f"{axis} {size}" for axis, size in zip(AXES, shape, strict=True))
                 raise ValueError(f"{name} is {value.shape}, not the graph's {axes}")
+        if self.by_span is not None and self.by_span.shape != (len(self.spans), *shape):
+            raise ValueError(
+                f"by_span is {self.by_span.shape}, not {len(self.spans)} spans × {shape}"
+            )
 
     def chosen(self, in_graph: np.ndarray) -> ScoredGraph:
         """The same scores with ``in_graph`` (U, N) bool as the circuit."""
@@ -122,6 +131,7 @@ class ScoredGraph:
         if held:
             upstream, downstream, kept = upstream[kept], downstream[kept], kept[kept]
         exact = None if self.exact is None else self.exact[upstream, downstream]
+        shares = None if self.by_span is None else self.by_span[:, upstream, downstream].T
         names = self.graph.upstream, self.graph.downstream
         for place, (u, d) in enumerate(zip(upstream.tolist(), downstream.tolist(), strict=True)):
             yield EdgeRow(
@@ -130,6 +140,7 @@ class ScoredGraph:
                 float(self.scores[u, d]),
                 bool(kept[place]),
                 None if exact is None else bool(exact[place]),
+                None if shares is None else tuple(shares[place].tolist()),
             )
 
 

@@ -135,6 +135,26 @@ CountOption = Annotated[
         "copy ranked by an equal share of the score).",
     ),
 ]
+SpansOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--spans",
+        metavar="[NAME=]SPEC",
+        help="Split each edge's score by where in the context it runs: a span of each pair's "
+        "tokens, again for more (text:7421 or any words: the tokens covering their first "
+        "occurrence; 3-5 or 0,2: positions; needle=text:7421 names it); every position no "
+        "span names falls in a last span, rest. An edge into a query, an MLP or the logits "
+        "lies where its input is read; into a key or a value, at the key's position.",
+    ),
+]
+ByPositionOption = Annotated[
+    bool,
+    typer.Option(
+        "--by-position",
+        help="Split each edge's score by position: every token its own span (pairs of one "
+        "token length).",
+    ),
+]
 LevelOption = Annotated[
     Level,
     typer.Option(
@@ -223,10 +243,13 @@ class CircuitChoices:
     train_each: TrainEachOption = False
     ablation: AblationOption = Ablation.PATCH
     count: CountOption = Count.GROUPED
+    spans: SpansOption = None
+    by_position: ByPositionOption = False
 
     def options(self) -> CircuitOptions:
         """The options these choices make, checked."""
         given = {field.name: getattr(self, field.name) for field in fields(self)}
+        given["spans"] = tuple(self.spans or ())
         given["edges"] = _count_of(self.edges, "--edges")
         given["nodes"] = _count_of(self.nodes, "--nodes")
         given["curve"] = _sizes(self.curve)

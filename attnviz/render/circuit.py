@@ -159,6 +159,9 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
     refined = circuit.scored.exact is not None
     if refined:
         table.add_column("exact", justify="center")
+    spans = circuit.scored.spans
+    if spans:
+        table.add_column("where", justify="left")
     largest = max((abs(edge.score) for edge in edges), default=0.0)
     for rank, edge in enumerate(edges, 1):
         red, green, blue = diverging(edge.score, largest)
@@ -170,13 +173,33 @@ def circuit_table(circuit: Circuit, width: int, rows: int) -> RenderableType:
         ]
         if refined:
             cells.append("✓" if edge.exact else "")
+        if edge.by_span is not None:
+            cells.append(_where(spans, edge.by_span))
         table.add_row(*cells)
     notes = [Text(score_line(circuit)), *(Text(line) for line in faithfulness_lines(circuit))]
+    if spans:
+        split = "each position its own span" if spans[0] == "0" else ", ".join(spans)
+        notes.append(
+            Text(
+                f"where: the span carrying most of the edge's |score| ({split}), its share of "
+                "the spans' |score|s"
+            )
+        )
     if circuit.method is not CircuitMethod.EXACT and circuit.source is None:
         notes.append(Text(f"{circuit.method.value}: {CIRCUIT_METHOD_LABELS[circuit.method]}"))
     if circuit.training is not None:
         notes.append(Text(training_line(circuit.training, circuit.pairs)))
     return Group(Text(circuit_title(circuit)), table, *notes)
+
+
+def _where(spans: tuple[str, ...], shares: tuple[float, ...]) -> str:
+    """The span of an edge's largest |share| and that share of the |shares|' sum."""
+    sizes = np.abs(np.asarray(shares))
+    total = float(sizes.sum())
+    if total == 0:
+        return ""
+    most = int(sizes.argmax())
+    return f"{spans[most]} {sizes[most] / total:.0%}"
 
 
 def circuit_layout(circuit: Circuit) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:

@@ -1,0 +1,104 @@
+"""Where in a pair's context an edge carries its effect: the positions cut into named
+spans (``--spans``) or each its own (``--by-position``), one schema for every pair, so
+that an edge's score splits into a score per span, summing to the edge's own.
+
+An edge into a query, an MLP or the logits is at the position its input is read; an edge
+into a key or a value at the key's position: the residual read at position s is each
+of those inputs at s, so a score's sum over positions splits by the span s lies in.
+
+A span is ``NAME=SPEC`` or ``SPEC``: token positions (``3-5``, ``0,2``: as ``--rows``
+takes them) or a text (``text:7421``, or any words): the tokens covering its first
+occurrence in the pair's text. Every position no span names lies in the last span,
+``rest``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from attnviz.errors import UsageError
+from attnviz.selection import text_of, token_positions
+
+REST = "rest"  # the span of every position no other names
+_NAMED = re.compile(r"^([A-Za-z_][\w-]*)=(.+)$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Spans:
+    """A pair's positions cut into spans: ``names`` (K), and each position's span (T)."""
+
+    names: tuple[str, ...]
+    of: tuple[int, ...]
+
+    def stretches(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """(span, first, end): each run of positions of one span in [start, stop)."""
+        first = start
+        for position in range(start + 1, stop + 1):
+            if position == stop or self.of[position] != self.of[first]:
+                yield self.of[first], first, position
+                first = position
+
+
+def checked_spans(specs: Sequence[str], by_position: bool) -> tuple[str, ...]:
+    """The spans asked, each checked for its form (its positions are found in each pair):
+    none with ``by_position``; no two of one name; none named ``rest``."""
+    if by_position and specs:
+        raise UsageError(
+            "--by-position makes every position its own span: give it or --spans, not both"
+        )
+    names = [named(spec)[0] for spec in specs]
+    for name in names:
+        if name == REST:
+            raise UsageError(
+                f"--spans names {REST!r} itself: it holds every position no span names"
+            )
+        if names.count(name) > 1:
+            raise UsageError(f"--spans names {name!r} twice: give each span once")
+    return tuple(specs)
+
+
+def named(spec: str) -> tuple[str, str]:
+    """A span's name and what finds its positions: ``needle=text:7421`` → (needle,
+    text:7421); a span without a name is named by its text, or by its positions."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise UsageError(f"--spans takes positions or a text, not {spec!r}")
+    match = _NAMED.match(spec)
+    if match:
+        return match.group(1), match.group(2)
+    text = text_of(spec)
+    return (spec if text is None else text), spec
+
+
+def spans_of(
+    specs: Sequence[str], by_position: bool, length: int, find: Callable[[str], list[int]]
+) -> Spans:
+    """A pair's spans among its ``length`` tokens, ``find`` the positions covering a text
+    (its side's :meth:`~attnviz.pretrained.encoding.Side.finder`): every position its own
+    span, or those ``specs`` name, then ``rest``. Spans that share a position are refused."""
+    if by_position:
+        return Spans(tuple(str(position) for position in range(length)), tuple(range(length)))
+    rest = len(specs)
+    of = [rest] * length
+    names: list[str] = []
+    for index, spec in enumerate(specs):
+        name, where = named(spec)
+        for position in token_positions(where, length, "--spans", "tokens", find):
+            if of[position] != rest:
+                raise UsageError(
+                    f"--spans {names[of[position]]!r} and {name!r} share token {position}: "
+                    "give spans that do not overlap"
+                )
+            of[position] = index
+        names.append(name)
+    return Spans((*names, REST), tuple(of))
+
+
+def one_schema(first: Spans, other: Spans) -> None:
+    """A pair's spans have the first pair's names, so that their scores add up."""
+    if first.names != other.names:
+        raise UsageError(
+            f"{len(other.of)} tokens, the first pair {len(first.of)}: --by-position adds up "
+            "each position over pairs of one length; give --spans to align them by their words"
+        )

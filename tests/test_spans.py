@@ -1,0 +1,201 @@
+"""``circuit --by-position`` and ``--spans``: each edge's score split by where in the
+context it runs, held to tests/circuit_references.py's plain hooks and autograd taken
+position by position (an edge into a query, an MLP or the logits at the position its
+input is read, into a key or a value at the key's), on the tiny Llama and Gemma 3;
+the spans' shares sum to the position-free score; a file keeps them; bad spans are one
+line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnviz.circuits import differences, edges
+from attnviz.circuits.circuit import Circuit
+from attnviz.cli import app
+from tests import circuit_references as reference
+from tests.checks import failed_in_process, model_tolerance
+from tests.circuit_references import LATE, OTHER, PAIR, pair_ids
+from tests.hook_references import _tokenizer
+
+FAMILIES = ["llama-lm", "gemma3-lm"]
+
+
+def _shares(circuit: Circuit) -> dict[tuple[str, str], np.ndarray]:
+    """Each edge's scores by span, (K,), by its nodes' names."""
+    names = circuit.graph.upstream, circuit.graph.downstream
+    upstream, downstream = np.nonzero(circuit.graph.edges)
+    by_span = circuit.scored.by_span
+    assert by_span is not None
+    return {
+        (names[0][u], names[1][d]): by_span[:, u, d]
+        for u, d in zip(upstream.tolist(), downstream.tolist(), strict=True)
+    }
+
+
+def _worst(found, expected) -> float:
+    return max(float(np.abs(found[edge] - np.asarray(expected[edge])).max()) for edge in expected)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(("method", "steps"), [("gradient", None), ("ig", 2), ("relp", None)])
+def test_scores_by_position_equal_autograd_at_each_position(
+    generators, language_models, family, method, steps
+):
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
+        generators, language_models, PAIR, family
+    )
+    circuit = extractor.circuit(**PAIR, method=method, steps=steps, edges=0, by_position=True)
+    tokens = ids.shape[1]
+    assert circuit.scored.spans == tuple(str(position) for position in range(tokens))
+    if method == "relp":
+        from tests.relp_references import relp_rules
+
+        with relp_rules(model):
+            expected = reference.estimated_scores(
+                model, ids, corrupt_ids, answer_id, versus_id, by_position=True
+            )
+    else:
+        expected = reference.estimated_scores(
+            model, ids, corrupt_ids, answer_id, versus_id, steps, by_position=True
+        )
+    tolerance = model_tolerance(model.config)
+    found = _shares(circuit)
+    assert _worst(found, expected) <= tolerance
+    # more than one position carries an edge's score: a split, not a copy
+    spread = [np.count_nonzero(np.abs(np.asarray(v)) > 100 * tolerance) for v in expected.values()]
+    assert max(spread) > 1
+    # the shares sum to the position-free score
+    whole = extractor.circuit(**PAIR, method=method, steps=steps, edges=0)
+    np.testing.assert_allclose(circuit.scored.by_span.sum(0), whole.scores, atol=tolerance)
+    np.testing.assert_allclose(circuit.scores, whole.scores, atol=tolerance)
+
+
+def test_positions_before_the_twins_differ_carry_nothing_and_parts_add_up(
+    generators, language_models, monkeypatch
+):
+    """Twins that share their first words: those positions score 0 exactly; read a part of
+    the positions at a time (a long text's record), the spans are the whole's."""
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
+        generators, language_models, LATE, "llama-lm"
+    )
+    whole = extractor.circuit(**LATE, edges=0, by_position=True)
+    start = int((ids[0] != corrupt_ids[0]).nonzero()[0, 0])
+    assert start > 0 and not whole.scored.by_span[:start].any()
+    monkeypatch.setattr(edges, "_TWINS_TOGETHER_BELOW", 0)
+    monkeypatch.setattr(differences, "_PART_AT_MOST", 1)  # a part a position
+    parted = extractor.circuit(**LATE, edges=0, by_position=True)
+    expected = reference.estimated_scores(
+        model, ids, corrupt_ids, answer_id, versus_id, by_position=True
+    )
+    assert _worst(_shares(parted), expected) <= model_tolerance(model.config)
+
+
+def _covering(path, text: str, wanted: str) -> list[int]:
+    """The tokens whose characters overlap the first occurrence of ``wanted``: read from
+    the tokenizer's offsets here, apart from attnviz's finder."""
+    encoded = _tokenizer(path)(text, return_offsets_mapping=True)
+    start = text.index(wanted)
+    return [
+        position
+        for position, (first, end) in enumerate(encoded["offset_mapping"])
+        if first < start + len(wanted) and end > start and end > first
+    ]
+
+
+def test_named_spans_are_the_sums_of_their_positions_and_the_rest(generators, language_models):
+    family = "gemma3-lm"
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
+        generators, language_models, PAIR, family
+    )
+    pairs = [PAIR, OTHER]
+    circuit = extractor.circuit(pairs=pairs, edges=0, spans=["subject=text:man", "text:because"])
+    assert circuit.scored.spans == ("subject", "because", "rest")
+    found = _shares(circuit)
+    expected = {}
+    for pair in pairs:
+        _, _, ids, corrupt_ids, answer_id, versus_id = pair_ids(
+            generators, language_models, pair, family
+        )
+        per_position = reference.estimated_scores(
+            model, ids, corrupt_ids, answer_id, versus_id, by_position=True
+        )
+        path = generators[family]
+        subject = _covering(path, pair["text"], "man")
+        because = _covering(path, pair["text"], "because")
+        rest = [p for p in range(ids.shape[1]) if p not in subject + because]
+        assert subject and because and rest
+        for edge, terms in per_position.items():
+            spans = [
+                float(terms[positions].sum()) / len(pairs) for positions in (subject, because, rest)
+            ]
+            expected[edge] = np.asarray(expected.get(edge, 0)) + np.asarray(spans)
+    assert _worst(found, expected) <= model_tolerance(model.config)
+    assert max(float(np.abs(v[0]).max()) for v in expected.values()) > 100 * model_tolerance(
+        model.config
+    )
+
+
+def test_a_split_circuit_is_written_and_read_back_with_its_spans(
+    runner, generators, language_models, tmp_path
+):
+    path = generators["llama-lm"]
+    arguments = [
+        "circuit", PAIR["text"], "--answer", PAIR["answer"], "--versus", PAIR["versus"],
+        "--corrupt", PAIR["corrupt"], "--model", str(path), "--spans", "verb=text:walked",
+    ]  # fmt: skip
+    written = runner.invoke(app, [*arguments, "-f", "json"])
+    assert written.exit_code == 0, written.stderr
+    document = json.loads(written.stdout)
+    assert document["spans"] == ["verb", "rest"]
+    first = document["edges"][0]
+    assert set(first["by_span"]) == {"verb", "rest"}
+    assert sum(first["by_span"].values()) == pytest.approx(first["score"], abs=1e-6)
+    file = tmp_path / "split.json"
+    file.write_text(written.stdout, encoding="utf-8")
+    read = Circuit.load(file)
+    direct = language_models["llama-lm"].circuit(**PAIR, spans=["verb=text:walked"])
+    assert read.scored.spans == ("verb", "rest")
+    np.testing.assert_allclose(read.scored.by_span, direct.scored.by_span, atol=1e-6)
+    table = runner.invoke(app, [*arguments, "-f", "csv"])
+    assert table.exit_code == 0, table.stderr
+    assert table.stdout.splitlines()[0].endswith("span:verb,span:rest")
+    # EAP-IG's graph has no positions: the sums, and the file says so
+    graph = json.loads(runner.invoke(app, [*arguments, "-f", "eap-ig"]).stdout)
+    assert graph["cfg"]["summed_over_spans"] == ["verb", "rest"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--spans", "text:zebra"], "'zebra' is not in the text"),
+        (["--spans", "text:man", "--spans", "text:man walked"], "share token"),
+        (["--spans", "a=0-1", "--spans", "a=2"], "names 'a' twice"),
+        (["--spans", "rest=0"], "holds every position no span names"),
+        (["--spans", "0-99"], "there are 7 tokens"),
+        (["--by-position", "--spans", "0"], "not both"),
+        (["--by-position", "--method", "exact"], "not yet with --method exact"),
+        (["--spans", "0", "--bootstrap", "3"], "not yet with --bootstrap"),
+    ],
+)
+def test_bad_spans_are_one_line(runner, generators, extra, message):
+    arguments = [
+        "circuit", PAIR["text"], "--answer", PAIR["answer"], "--versus", PAIR["versus"],
+        "--corrupt", PAIR["corrupt"], "--model", str(generators["llama-lm"]), *extra,
+    ]  # fmt: skip
+    result = runner.invoke(app, arguments)
+    failed_in_process(result, 2, message)
+
+
+def test_by_position_refuses_pairs_of_two_lengths_naming_the_pair(runner, generators, tmp_path):
+    longer = {**OTHER, "text": OTHER["text"] + " then", "corrupt": OTHER["corrupt"] + " then"}
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(json.dumps(pair) for pair in (PAIR, longer)), encoding="utf-8")
+    result = runner.invoke(
+        app,
+        ["circuit", "--pairs", str(pairs), "--model", str(generators["llama-lm"]), "--by-position"],
+    )
+    failed_in_process(result, 2, "line 2: ")
+    assert "give --spans" in result.stderr
