@@ -235,11 +235,11 @@ def run(model, ids, answer_id, versus_id, added=None, embedded=None, graph=False
     return (metric if graph else float(metric)), outputs
 
 
-def carried_metric(model, ids, corrupt, answer_id, versus_id, carried):
+def carried_metric(model, ids, corrupt, answer_id, versus_id, carried, positions=None):
     """The metric of the clean run in which each (upstream, downstream) edge of
     ``carried`` carries the corrupted run's value (``corrupt``: its outputs, from
     :func:`run`): d's input gets out_u(corrupt) − out_u(this run) added, summed over its
-    carried edges."""
+    carried edges (at ``positions`` alone, where given)."""
     into = {}
     for upstream, downstream in carried:
         into.setdefault(downstream, []).append(upstream)
@@ -247,7 +247,12 @@ def carried_metric(model, ids, corrupt, answer_id, versus_id, carried):
     def added(name, outputs):
         if name not in into:
             return None
-        return sum(corrupt[u] - outputs[u] for u in into[name])
+        delta = sum(corrupt[u] - outputs[u] for u in into[name])
+        if positions is None:
+            return delta
+        kept = torch.zeros(delta.shape[0], 1, dtype=delta.dtype)
+        kept[positions] = 1
+        return delta * kept
 
     return run(model, ids, answer_id, versus_id, added)[0]
 
@@ -276,14 +281,17 @@ def zeroed(model, ids, answer_id, versus_id):
     return {name: torch.zeros_like(output) for name, output in clean.items()}
 
 
-def exact_scores(model, ids, corrupt_ids, answer_id, versus_id, edges, corrupt=None):
-    """Each edge's metric with it alone carrying the corrupted value, less the clean one
-    (``corrupt``: the nodes' corrupted outputs given, not run)."""
+def exact_scores(
+    model, ids, corrupt_ids, answer_id, versus_id, edges, corrupt=None, positions=None
+):
+    """Each edge's metric with it alone carrying the corrupted value (at ``positions``
+    alone, where given), less the clean one (``corrupt``: the nodes' corrupted outputs
+    given, not run)."""
     clean = run(model, ids, answer_id, versus_id)[0]
     if corrupt is None:
         _, corrupt = run(model, corrupt_ids, answer_id, versus_id)
     return {
-        edge: carried_metric(model, ids, corrupt, answer_id, versus_id, [edge]) - clean
+        edge: carried_metric(model, ids, corrupt, answer_id, versus_id, [edge], positions) - clean
         for edge in edges
     }
 

@@ -61,6 +61,7 @@ from attnviz.circuits.node_outputs import (
     stacked,
 )
 from attnviz.circuits.norms import norms_found
+from attnviz.circuits.spans import Spans
 from attnviz.pretrained.anatomy import Anatomy
 from attnviz.pretrained.effects import (
     Change,
@@ -317,11 +318,16 @@ def _as_slice(rows: Any) -> Any:
 
 
 def exact_scores(
-    runs: Runs, edges: Sequence[tuple[int, int]], told: FirstPart | None = None
+    runs: Runs,
+    edges: Sequence[tuple[int, int]],
+    told: FirstPart | None = None,
+    spans: Spans | None = None,
 ) -> np.ndarray:
-    """Each edge's exact score: the metric of the clean run with that edge alone carrying
-    the corrupted value, less the clean metric; batched passes, each starting at the
-    lowest downstream layer among its rows (``told`` hears how long the first took)."""
+    """Each edge's exact score, (E,): the metric of the clean run with that edge alone
+    carrying the corrupted value, less the clean metric; with ``spans``, (E, K): carrying
+    it at one span's positions alone (a span none of whose positions differ: 0, no pass).
+    Batched passes, each starting at the lowest downstream layer among its rows (``told``
+    hears how long the first took)."""
     import torch
 
     graph = runs.wiring.graph
@@ -332,13 +338,13 @@ def exact_scores(
         for unit in range(size)
     }
 
-    def carried(upstream: int, downstream: int) -> Change:
+    def carried(upstream: int, downstream: int, at: slice | list[int] = slice(None)) -> Change:
         layer, letter, unit, size = where[downstream]
 
         def install(patches: contextlib.ExitStack, rows: list[int], _batch: int) -> None:
             difference = differences.of(upstream)  # (S, D)
             delta = difference.new_zeros(len(rows), difference.shape[0], size, difference.shape[1])
-            delta[:, :, unit] = difference
+            delta[:, at, unit] = difference[at]  # the positions it carries the value at
             adding = changed_inputs(
                 runs.wiring, layer, letter, lambda _residual: (rows, delta), runs.start
             )
@@ -346,7 +352,11 @@ def exact_scores(
 
         return Change(layer, install)
 
-    changes = [carried(upstream, downstream) for upstream, downstream in edges]
+    # each span's positions among those recorded (from runs.start): a span's edge carries
+    # its value there alone
+    at = [slice(None)] if spans is None else _span_positions(spans, runs.start, runs.stop)
+    asked = [(edge, k) for edge in edges for k, positions in enumerate(at) if positions != []]
+    changes = [carried(*edge, at[k]) for edge, k in asked]
     with torch.inference_mode():
         found = changed_metrics(
             runs.model,
@@ -358,4 +368,16 @@ def exact_scores(
             "edge",
             told,
         )
-    return np.array(found, dtype=np.float64)
+    scores = np.zeros((len(edges), len(at)))
+    places = {edge: place for place, edge in enumerate(edges)}
+    for (edge, k), value in zip(asked, found, strict=True):
+        scores[places[edge], k] = value
+    return scores[:, 0] if spans is None else scores
+
+
+def _span_positions(spans: Spans, start: int, stop: int) -> list[list[int]]:
+    """Each span's positions among those recorded, counted from ``start``."""
+    positions: list[list[int]] = [[] for _ in spans.names]
+    for position in range(start, stop):
+        positions[spans.of[position]].append(position - start)
+    return positions

@@ -169,7 +169,6 @@ class CircuitOptions:
                  f"with {other}")
                 for given, other in (
                     (self.scores is not None, "--scores"),
-                    (self.method is CircuitMethod.EXACT, "--method exact"),
                     (self.method is CircuitMethod.OPTIMIZE, "--method optimize"),
                     (self.refine is not None, "--refine"),
                     (self.bootstrap is not None, "--bootstrap"),

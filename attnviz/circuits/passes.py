@@ -208,18 +208,16 @@ def _pair_scored(
     asked, runs = runs_of(index, given, part, asked)
     graph = runs.wiring.graph
     if method is CircuitMethod.EXACT:
-        upstream, downstream = graph.edge_list()
-        scores = np.zeros(graph.edges.shape)
-        edges = list(zip(upstream, downstream, strict=True))
-        scores[upstream, downstream] = exact_scores(runs, edges, told)
+        scores, by_span = _exact_pair(runs, told, spans)
     else:
-        scores = estimated_scores(runs, steps, told, rules_of(method), spans)
-    by_span = None if spans is None else scores  # (K, U, N)
+        found = estimated_scores(runs, steps, told, rules_of(method), spans)
+        by_span = None if spans is None else found  # (K, U, N)
+        scores = found if spans is None else found.sum(0)
     return Scored(
         runs_of.extractor.name,
         graph,
         1,
-        scores if by_span is None else by_span.sum(0),
+        scores,
         runs.clean.metric,
         runs.corrupt_metric,
         runs.clean_last.float().cpu().numpy(),
@@ -231,6 +229,24 @@ def _pair_scored(
         by_span=by_span,
         spans=None if spans is None else spans.names,
     )
+
+
+def _exact_pair(
+    runs: Runs, told: FirstPart, spans: Spans | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Every edge's exact score, (U, N), and with ``spans`` each span's, (K, U, N): the
+    edge carrying the corrupted value at that span's positions alone (a patch of its own:
+    the spans' need not sum to the edge's, which is measured too)."""
+    graph = runs.wiring.graph
+    upstream, downstream = graph.edge_list()
+    edges = list(zip(upstream, downstream, strict=True))
+    scores = np.zeros(graph.edges.shape)
+    scores[upstream, downstream] = exact_scores(runs, edges, told)
+    if spans is None:
+        return scores, None
+    by_span = np.zeros((len(spans.names), *graph.edges.shape))
+    by_span[:, upstream, downstream] = exact_scores(runs, edges, unsaid, spans).T
+    return scores, by_span
 
 
 def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.ndarray:
