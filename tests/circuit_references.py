@@ -240,19 +240,37 @@ def carried_metric(model, ids, corrupt, answer_id, versus_id, carried, positions
     ``carried`` carries the corrupted run's value (``corrupt``: its outputs, from
     :func:`run`): d's input gets out_u(corrupt) − out_u(this run) added, summed over its
     carried edges (at ``positions`` alone, where given)."""
+    every = {edge: positions for edge in carried}
+    return span_carried_metric(model, ids, corrupt, answer_id, versus_id, every)
+
+
+def _into(by_edge):
+    """{downstream: [(upstream, value), …]} of an {(upstream, downstream): value} mapping."""
     into = {}
-    for upstream, downstream in carried:
-        into.setdefault(downstream, []).append(upstream)
+    for (upstream, downstream), value in by_edge.items():
+        into.setdefault(downstream, []).append((upstream, value))
+    return into
+
+
+def span_carried_metric(model, ids, corrupt, answer_id, versus_id, carried):
+    """The metric of the clean run in which each edge of ``carried`` (edge -> positions,
+    or None: every position) carries the corrupted run's value at those positions alone:
+    d's input gets out_u(corrupt) − out_u(this run) added there, summed over its carried
+    edges."""
+    into = _into(carried)
 
     def added(name, outputs):
         if name not in into:
             return None
-        delta = sum(corrupt[u] - outputs[u] for u in into[name])
-        if positions is None:
-            return delta
-        kept = torch.zeros(delta.shape[0], 1, dtype=delta.dtype)
-        kept[positions] = 1
-        return delta * kept
+        total = 0
+        for upstream, positions in into[name]:
+            delta = corrupt[upstream] - outputs[upstream]
+            if positions is not None:
+                kept = torch.zeros(delta.shape[0], 1, dtype=delta.dtype)
+                kept[positions] = 1
+                delta = delta * kept
+            total = total + delta
+        return total
 
     return run(model, ids, answer_id, versus_id, added)[0]
 
@@ -262,9 +280,7 @@ def masked_metric(model, ids, corrupt, answer_id, versus_id, weights):
     ``weights`` carries w × its value in this run + (1 − w) × the corrupted run's: d's input
     gets Σ_u (1 − w_ud)(out_u(corrupt) − out_u(this run)). A tensor of the graph: its
     gradient reaches the weights (tensors)."""
-    into = {}
-    for (upstream, downstream), weight in weights.items():
-        into.setdefault(downstream, []).append((upstream, weight))
+    into = _into(weights)
 
     def added(name, outputs):
         if name not in into:

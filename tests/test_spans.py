@@ -184,6 +184,10 @@ def test_a_split_circuit_is_written_and_read_back_with_its_spans(
     direct = language_models["llama-lm"].circuit(**PAIR, spans=["verb=text:walked"])
     assert read.scored.spans == ("verb", "rest")
     np.testing.assert_allclose(read.scored.by_span, direct.scored.by_span, atol=1e-6)
+    # the circuit's (edge, span) pairs: each edge's kept_at
+    assert read.scored.by_spans and (read.scored.in_graph == direct.scored.in_graph).all()
+    assert read.kept == direct.kept == 100
+    assert {span for edge in document["edges"] for span in edge["kept_at"]} == {"verb", "rest"}
     table = runner.invoke(app, [*arguments, "-f", "csv"])
     assert table.exit_code == 0, table.stderr
     assert table.stdout.splitlines()[0].endswith("span:verb,span:rest")
@@ -203,6 +207,8 @@ def test_a_split_circuit_is_written_and_read_back_with_its_spans(
         (["--by-position", "--spans", "0"], "not both"),
         (["--by-position", "--method", "optimize"], "not yet with --method optimize"),
         (["--spans", "0", "--bootstrap", "3"], "not yet with --bootstrap"),
+        (["--spans", "0", "--select", "greedy"], "not yet with --select greedy"),
+        (["--by-position", "--level", "node"], "not yet with --level node"),
     ],
 )
 def test_bad_spans_are_one_line(runner, generators, extra, message):
@@ -224,3 +230,80 @@ def test_by_position_refuses_pairs_of_two_lengths_naming_the_pair(runner, genera
     )
     failed_in_process(result, 2, "line 2: ")
     assert "give --spans" in result.stderr
+
+
+def _span_positions(path, text: str, wanted: str, tokens: int) -> list[list[int]]:
+    """A span's positions (by the tokenizer's offsets) and the rest's."""
+    spanned = _covering(path, text, wanted)
+    return [spanned, [p for p in range(tokens) if p not in spanned]]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_circuit_by_span_carries_the_corrupted_value_where_an_edge_is_not_kept(
+    generators, language_models, family
+):
+    """The top (edge, span) pairs by |share|, pruned through the circuit of every edge
+    kept somewhere, equal the reference's; the faithfulness of each circuit equals the
+    plain hooks' run with each edge outside it at a span carrying the corrupted value at
+    that span's positions; and it is no edge circuit's: not the union's, nor the
+    intersection's."""
+    extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
+        generators, language_models, PAIR, family
+    )
+    circuit = extractor.circuit(
+        **PAIR, method="exact", spans=["text:man walked"], edges=40, curve=[15, 120]
+    )
+    positions = _span_positions(generators[family], PAIR["text"], "man walked", ids.shape[1])
+    shape = reference.shape_of(model)
+    shares = _shares(circuit)
+    owned = reference.owners(*shape[:3])
+    in_order = reference.nodes_of_shape(*shape[:3])[2]  # the graph's order
+    ranked = sorted(
+        ((edge, k) for edge in in_order for k in range(2)),
+        key=lambda pair: -abs(shares[pair[0]][pair[1]]),
+    )
+    clean = reference.run(model, ids, answer_id, versus_id)[0]
+    corrupt_metric, corrupt = reference.run(model, corrupt_ids, answer_id, versus_id)
+    tolerance = model_tolerance(model.config) / abs(clean - corrupt_metric)
+    names = circuit.graph.upstream, circuit.graph.downstream
+    held = circuit.scored.in_graph
+    for asked, faithfulness in [(40, circuit.faithfulness)] + [
+        (point.asked, point.faithfulness) for point in circuit.curve
+    ]:
+        top = set(ranked[:asked])
+        union = reference.prune({edge for edge, _ in top}, owned)
+        kept = {(edge, k) for edge, k in top if edge in union}
+        carried = {
+            edge: [p for k in range(2) if (edge, k) not in kept for p in positions[k]]
+            for edge in in_order
+        }
+        metric = reference.span_carried_metric(
+            model, ids, corrupt, answer_id, versus_id, {e: p for e, p in carried.items() if p}
+        )
+        assert abs(faithfulness - (metric - corrupt_metric) / (clean - corrupt_metric)) <= tolerance
+        if asked == 40:
+            found = {
+                ((names[0][u], names[1][d]), k) for k, u, d in zip(*np.nonzero(held), strict=True)
+            }
+            assert found == kept
+            # partial: some edge is kept at one span and not the other
+            assert {edge for edge, _ in kept} != {e for e, k in kept if (e, 1 - k) in kept}
+    edge_circuit = extractor.circuit(**PAIR, method="exact", edges=40)
+    assert abs(edge_circuit.faithfulness - circuit.faithfulness) > 100 * tolerance
+
+
+def test_a_circuit_keeping_each_edge_at_every_span_is_the_edge_circuit(generators, language_models):
+    from attnviz.circuits.options import CircuitOptions
+    from attnviz.circuits.passes import Here
+    from attnviz.inputs import Input
+    from attnviz.request import Request
+
+    extractor = language_models["gemma3-lm"]
+    edge_circuit = extractor.circuit(**PAIR, edges=25, prune=False)
+    options = CircuitOptions(spans=("text:man",))
+    phases = Here(extractor, Request(maps=False, circuit=options), [Input(**PAIR)], None)
+    mask = edge_circuit.in_graph  # (U, N)
+    whole = phases.measured(mask[None])
+    by_span = phases.measured(np.broadcast_to(mask, (2, *mask.shape))[None].copy())
+    assert by_span.tolist() == whole.tolist()  # to the last digit
+    assert 0 < mask.sum() < edge_circuit.graph.count  # a circuit, not every edge or none

@@ -197,6 +197,10 @@ class Circuit(Drawn):
                 edge["exact"] = row.exact
             if row.by_span is not None:
                 edge["by_span"] = dict(zip(spans, row.by_span, strict=True))
+            if row.kept_at is not None:  # a circuit by span: the spans it keeps the edge at
+                edge["kept_at"] = [
+                    span for span, kept in zip(spans, row.kept_at, strict=True) if kept
+                ]
             yield edge
 
     def document(self) -> dict[str, object]:

@@ -53,15 +53,11 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
     node_level = options.level is Level.NODE
     # what the sizes count: nodes, or edges as counted
     units = len(graph.upstream) if node_level else int(graph.copies(options.count).sum())
-    asked, sizes = options.asked(units), options.sizes(units)
-    refine = options.refined(graph.count)
-    if Select.ILP in (options.select, *options.curve_selections):
-        check_ilp_size(graph)
-    phases.checked()
-    if options.count is Count.UNGROUPED and graph.kv_heads == graph.heads:
-        say_counted_alike()
-    tell_ablation(phases, options, graph)
+    # by span, (edge, span) pairs: by position, known once the pairs are read
+    sized = None if options.by_position else _sized(options, units, _spans(options))
+    refine = _checked_before_passes(phases, options, graph)
     scored = phases.scored(options.scored_by, options.steps, options.bootstrap)
+    asked, sizes = sized or _sized(options, units, len(scored.spans or ()))
     count, graph = scored.pairs, scored.graph
     clean, corrupt = scored.clean / count, scored.corrupt / count
     means, training = _scores_asked(phases, options, scored, asked, refine)
@@ -102,6 +98,32 @@ def circuit_of(phases: Phases, options: CircuitOptions, inputs: list[Input]) -> 
         options.ablation,
         tuple(pair_of(given, options.ablation) for given in inputs),
     )
+
+
+def _checked_before_passes(phases: Phases, options: CircuitOptions, graph: Graph) -> int | None:
+    """What is checked, said and told before any pass: how many edges are refined
+    (checked against the graph), the ILP's size, every pair, a count alike either way,
+    the ablation. The refined count."""
+    refine = options.refined(graph.count)
+    if Select.ILP in (options.select, *options.curve_selections):
+        check_ilp_size(graph)
+    phases.checked()
+    if options.count is Count.UNGROUPED and graph.kv_heads == graph.heads:
+        say_counted_alike()
+    tell_ablation(phases, options, graph)
+    return refine
+
+
+def _sized(
+    options: CircuitOptions, units: int, spans: int
+) -> tuple[float, list[tuple[int, float]]]:
+    """The circuit's size (or threshold) and the curve's, among ``units`` × ``spans``."""
+    return options.asked(units * spans), options.sizes(units * spans)
+
+
+def _spans(options: CircuitOptions) -> int:
+    """How many spans each edge is scored at: the spans named and the rest, or one."""
+    return len(options.spans) + 1 if options.spans else 1
 
 
 def _scores_asked(
@@ -166,9 +188,9 @@ def _faithfulness(
 ) -> list[float | None]:
     """Each circuit's faithfulness, in one pass over the pairs; where pruning changed the
     circuit (``as_chosen`` is the unpruned one), what it did to the metric is said."""
-    masks = [each.circuit for each in chosen]
-    compared = bool((as_chosen.circuit != masks[0]).any())
-    measured = [*masks, as_chosen.circuit] if compared else masks
+    masks = [each.measured for each in chosen]  # (U, N), or (K, U, N) by span
+    compared = bool((as_chosen.measured != masks[0]).any())
+    measured = [*masks, as_chosen.measured] if compared else masks
     faithful = faithfulness_measured(phases, graph, measured, clean, corrupt, count)
     if compared:
         say_pruning_moved(as_chosen.kept, chosen[0].kept, faithful.pop(), faithful[0])

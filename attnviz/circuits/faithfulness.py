@@ -4,8 +4,14 @@ corrupted run itself, row 0 of the same pass: each group's corrupted residual an
 each node carries back are taken from it as the pass goes, so that no record of the
 corrupted run is kept (at 8,192 tokens, a gigabyte).
 
-Shape letters: T tokens, S the positions from the first where the twins differ on, U
-upstream nodes, N downstream nodes, n the nodes of one group, D the model's width.
+A circuit by span (:mod:`attnviz.circuits.spans`) keeps an edge at some spans: at the
+positions of the others it carries the corrupted value, each stretch of one span's
+positions taking that span's edges; one that keeps each edge at every span or none is
+the edge circuit, and its pass is that circuit's.
+
+Shape letters: T tokens, S the positions from the first where the twins differ on, K
+spans, U upstream nodes, N downstream nodes, n the nodes of one group, k its carriers,
+D the model's width.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from attnviz.circuits.node_outputs import (
     stacked,
     users_carried,
 )
+from attnviz.circuits.spans import Spans
 from attnviz.memory import block_size
 from attnviz.pretrained.effects import last_logits
 from attnviz.pretrained.sites import given_back_each_layer
@@ -50,13 +57,14 @@ class Twins:
     corrupt_arguments: dict
     metric: Metric
     ablated: Ablated | None = None  # the corrupted run's nodes replaced (the clean text's)
+    spans: Spans | None = None  # the text's spans, where a circuit keeps edges by span
 
 
 def circuit_metrics(twins: Twins, kept: np.ndarray, told: FirstPart | None = None) -> list[float]:
     """The metric of the clean run with every edge outside each circuit carrying the
-    corrupted value: ``kept`` (C, U, N) bool, whether each edge is in each circuit. A
-    pass of two rows per circuit: the corrupted run, and the circuit's (``told`` hears how
-    long the first took)."""
+    corrupted value: ``kept`` (C, U, N) bool, whether each edge is in each circuit, or
+    (C, K, U, N), at each of the twins' spans. A pass of two rows per circuit: the
+    corrupted run, and the circuit's (``told`` hears how long the first took)."""
     import torch
 
     found: list[float] = []
@@ -71,12 +79,16 @@ def circuit_metrics(twins: Twins, kept: np.ndarray, told: FirstPart | None = Non
 
 
 def _circuit_pass(twins: Twins, kept: np.ndarray) -> float:
-    """The metric with every edge outside ``kept`` (U, N) carrying the corrupted value.
-    A group whose every edge is kept is left as the pass computes it."""
+    """The metric with every edge outside ``kept`` (U, N), or (K, U, N) by span, carrying
+    the corrupted value. A group whose every edge is kept is left as the pass computes it."""
     graph = twins.wiring.graph
+    if kept.ndim == 3 and (kept == kept[:1]).all():  # alike at every span: the edge circuit
+        kept = kept[0]
     inside = graph.edges & kept
     changed = _changed(graph, inside)
-    return float(_pass(twins, changed, lambda like: _on_device(inside, changed, like)))
+    spans = None if inside.ndim == 2 else twins.spans
+    assert inside.ndim == 2 or spans is not None  # a circuit by span, of a text's spans
+    return float(_pass(twins, changed, lambda like: _on_device(inside, changed, like), spans))
 
 
 def masked_metric(twins: Twins, mask: torch.Tensor) -> torch.Tensor:
@@ -107,12 +119,14 @@ def _pass(
     twins: Twins,
     changed: list[_Group],
     weights_of: Callable[[torch.Tensor], list[torch.Tensor]],
+    spans: Spans | None = None,
 ) -> torch.Tensor:
     """The circuit row's metric, (): each input of the ``changed`` groups gets what every
     edge into it would carry, the corrupted residual less the current one (their
     difference is the sum of every upstream node's, biases cancelling), less what each
     carrier carries back, out_u(corrupt) − out_u(now), weighted by ``weights_of`` (each
-    group's (n, k), made like the first residual)."""
+    group's (n, k), made like the first residual; with ``spans``, (K, n, k): a span's
+    weights at its positions)."""
     import torch
 
     wiring, graph = twins.wiring, twins.wiring.graph
@@ -121,7 +135,12 @@ def _pass(
     users = {int(upstream) for group in changed for upstream in group.carriers}
     carried: dict[int, Carried] = {}  # out_u(corrupt) − out_u(now), once computed
     readers: collections.Counter[int] = collections.Counter()  # groups a node is carried to
-    positions = int(twins.arguments["input_ids"].shape[1]) - start
+    tokens = int(twins.arguments["input_ids"].shape[1])
+    positions = tokens - start
+    # each stretch of one span's positions, counted from start: (span, first, end)
+    stretches = [(0, 0, positions)] if spans is None else [
+        (span, first - start, end - start) for span, first, end in spans.stretches(start, tokens)
+    ]  # fmt: skip
     with contextlib.ExitStack() as hooks:
         hooks.enter_context(given_back_each_layer(twins.model, wiring.body, positions))
         hooks.enter_context(forced(wiring.body, twins.ablated, _CORRUPTED_ROW))
@@ -153,10 +172,9 @@ def _pass(
                 for at in range(0, len(carriers), step):
                     part = carriers[at : at + step]
                     back = torch.stack([carried_by(upstream) for upstream in part])  # (k, S, D)
-                    # a matrix product: on small texts an einsum's planning costs more
-                    taken = weights[index][:, at : at + step] @ back.flatten(1)  # (n, S × D)
+                    taken = _taken(weights[index], at, step, back, stretches)  # (n, S, D)
                     # a new (1, S, n, D) the first time, broadcast
-                    delta = delta - taken.view(-1, *back.shape[1:]).transpose(0, 1)
+                    delta = delta - taken.transpose(0, 1)
                 return _CIRCUIT_ROW, delta
 
             return add
@@ -166,6 +184,28 @@ def _pass(
             hooks.enter_context(changed_inputs(wiring, group.layer, group.letters, adding, start))
         logits = last_logits(twins.model, both)
     return twins.metric.of(logits)[1]
+
+
+def _taken(
+    weights: torch.Tensor,
+    at: int,
+    step: int,
+    back: torch.Tensor,
+    stretches: list[tuple[int, int, int]],
+) -> torch.Tensor:
+    """What carriers ``at``… (``back``, (k, S, D)) take back into a group's n inputs, (n, S,
+    D): their kept edges' weights (n, k), or each span's (K, n, k) at its stretches."""
+    import torch
+
+    if weights.ndim == 2:  # a matrix product: on small texts an einsum's planning costs more
+        return (weights[:, at : at + step] @ back.flatten(1)).view(-1, *back.shape[1:])
+    parts = [
+        (weights[span, :, at : at + step] @ back[:, first:end].flatten(1)).view(
+            weights.shape[1], end - first, back.shape[2]
+        )
+        for span, first, end in stretches
+    ]
+    return torch.cat(parts, 1)
 
 
 _ELEMENTS_AT_ONCE = 2**22  # of the nodes a group's kept edges carry back, stacked
@@ -187,7 +227,11 @@ class _Group:
 
 
 def _changed(graph: Graph, inside: np.ndarray) -> list[_Group]:
-    """The groups a pass keeping the edges ``inside`` (U, N) changes, in the pass's order."""
+    """The groups a pass keeping the edges ``inside`` (U, N), or (K, U, N) by span,
+    changes, in the pass's order (a node's carriers: its edges kept at any span)."""
+    if inside.ndim == 3:
+        touched = (inside != graph.edges).any((0, 1))
+        return _grouped(graph, np.asarray(touched), np.asarray(inside.any(0)))
     return _grouped(graph, (inside != graph.edges).any(0), inside)
 
 
@@ -210,11 +254,14 @@ def _grouped(graph: Graph, touched: np.ndarray, carrying: np.ndarray) -> list[_G
 
 
 def _on_device(inside: np.ndarray, changed: list[_Group], like: torch.Tensor) -> list[torch.Tensor]:
-    """Each group's kept edges from its carriers, (n, k) in ``like``'s dtype, on its
-    device in one copy: a copy of each would wait on a GPU for every queued operation."""
+    """Each group's kept edges from its carriers, (n, k) (by span, (K, n, k)) in ``like``'s
+    dtype, on its device in one copy: a copy of each would wait on a GPU for every queued
+    operation."""
     import torch
 
-    rows = [inside[group.carriers][:, group.nodes].T for group in changed]
+    rows = [
+        np.swapaxes(inside[..., group.carriers, :][..., group.nodes], -1, -2) for group in changed
+    ]
     flat = [np.asarray(found, dtype=np.float32).reshape(-1) for found in rows]
     copied = torch.as_tensor(np.concatenate(flat), dtype=like.dtype, device=like.device)
     parts = copied.split([found.size for found in rows])

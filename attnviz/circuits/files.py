@@ -213,9 +213,25 @@ def _edges(read: _Reader, graph: Graph, where: str) -> ScoredGraph:
     if not (seen == graph.edges).all():
         raise UsageError(f"{where} holds {int(seen.sum()):,} of its graph's {graph.count:,} edges")
     spans, by_span = _by_span(read, graph, where)
+    if spans and any("kept_at" in edge for edge in read.part("edges", list)):
+        in_graph = _kept_at(read, graph, spans, where)
     return ScoredGraph(
         graph, scores, in_graph, exact if refined else None, by_span=by_span, spans=spans
     )
+
+
+def _kept_at(read: _Reader, graph: Graph, spans: tuple[str, ...], where: str) -> np.ndarray:
+    """A circuit by span's (edge, span) pairs, (K, U, N), from each edge's ``kept_at``."""
+    upstream = {name: index for index, name in enumerate(graph.upstream)}
+    downstream = {name: index for index, name in enumerate(graph.downstream)}
+    kept = np.zeros((len(spans), *graph.edges.shape), dtype=bool)
+    for edge in read.part("edges", list):
+        at = edge.get("kept_at")
+        if not isinstance(at, list) or not set(at) <= set(spans):
+            raise UsageError(f"{where}: {edge!r} keeps no list of its spans")
+        for span in at:
+            kept[spans.index(span), upstream[edge["from"]], downstream[edge["to"]]] = True
+    return kept
 
 
 def _by_span(read: _Reader, graph: Graph, where: str) -> tuple[tuple[str, ...], np.ndarray | None]:

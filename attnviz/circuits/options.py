@@ -170,6 +170,10 @@ class CircuitOptions:
                 for given, other in (
                     (self.scores is not None, "--scores"),
                     (self.method is CircuitMethod.OPTIMIZE, "--method optimize"),
+                    (self.select is Select.GREEDY, "--select greedy"),
+                    (self.select is Select.ILP, "--select ilp"),
+                    (self.level is Level.NODE, "--level node"),
+                    (self.count is Count.UNGROUPED, "--count ungrouped"),
                     (self.refine is not None, "--refine"),
                     (self.bootstrap is not None, "--bootstrap"),
                 )

@@ -149,7 +149,15 @@ class PairRuns:
         assert self.wiring is not None  # found by the read
         asked = self.answered(index, given)
         model, corrupt = self.extractor.loaded.model, self._corrupt_arguments(asked)
-        return Twins(self.wiring, model, asked.arguments, corrupt, asked.metric, self.ablated)
+        return Twins(
+            self.wiring,
+            model,
+            asked.arguments,
+            corrupt,
+            asked.metric,
+            self.ablated,
+            self.spans(index, asked),
+        )
 
     def answered(self, index: int, given: Input) -> Answered:
         """The pair tokenized and its metric found (a pair's error names its line; its

@@ -35,12 +35,14 @@ class EdgeRow(NamedTuple):
     in_circuit: bool
     exact: bool | None
     by_span: tuple[float, ...] | None = None  # its score's share in each span, where split
+    kept_at: tuple[bool, ...] | None = None  # at which spans the circuit holds it, where by span
 
 
 @dataclass(frozen=True, eq=False)
 class ScoredGraph:
     """``scores`` (U, N) float32: each edge's, 0 where there is no edge; ``in_graph`` (U, N)
-    bool: the circuit's edges (None before one is chosen); ``exact`` (U, N) bool: the
+    bool: the circuit's edges (None before one is chosen; (K, U, N) where it keeps edges
+    by span); ``exact`` (U, N) bool: the
     edges whose scores were computed exactly, where an estimate's top were (``refine``);
     ``count``: how its edges are counted where a circuit is sized and what it keeps told
     (``ungrouped``: a key/value input once per query head, its score divided among them,
@@ -60,6 +62,8 @@ class ScoredGraph:
         shape = self.graph.edges.shape
         for name in ("scores", "in_graph", "exact"):
             value = getattr(self, name)
+            if name == "in_graph" and value is not None and value.ndim == 3:
+                value = value[0]  # a circuit by span: (K, U, N)
             if value is not None and value.shape != shape:
                 axes = " × ".join(f"{axis} {size}" for axis, size in zip(AXES, shape, strict=True))
                 raise ValueError(f"{name} is {value.shape}, not the graph's {axes}")
@@ -74,13 +78,30 @@ class ScoredGraph:
 
     @property
     def circuit(self) -> np.ndarray:
-        """The circuit's edges, (U, N) bool (one has been chosen)."""
+        """The circuit's edges, (U, N) bool (one has been chosen): by span, those it keeps
+        at any span."""
+        assert self.in_graph is not None  # selections.selected's
+        return self.in_graph if self.in_graph.ndim == 2 else np.asarray(self.in_graph.any(0))
+
+    @property
+    def measured(self) -> np.ndarray:
+        """What a faithfulness pass keeps: the circuit's edges (U, N), or its (edge, span)
+        pairs (K, U, N)."""
         assert self.in_graph is not None  # selections.selected's
         return self.in_graph
 
     @property
+    def by_spans(self) -> bool:
+        """Whether the circuit keeps edges by span ((edge, span) pairs)."""
+        return self.in_graph is not None and self.in_graph.ndim == 3
+
+    @property
     def kept(self) -> int:
-        """How many edges the circuit holds, as they are counted."""
+        """How many edges the circuit holds, as they are counted ((edge, span) pairs, where
+        it keeps them by span)."""
+        assert self.in_graph is not None  # selections.selected's
+        if self.by_spans:
+            return int((self.in_graph & self.graph.edges).sum())
         return int((self.circuit * self.copies).sum())
 
     @property
@@ -90,8 +111,9 @@ class ScoredGraph:
 
     @property
     def counted(self) -> int:
-        """How many edges the graph has, as they are counted."""
-        return int(self.copies.sum())
+        """How many edges the graph has, as they are counted ((edge, span) pairs, where
+        the scores are split by span)."""
+        return int(self.copies.sum()) * max(1, len(self.spans))
 
     def nodes(self) -> list[str]:
         """The heads and MLPs the circuit holds (and the input, where an edge leaves it)."""
@@ -132,6 +154,7 @@ class ScoredGraph:
             upstream, downstream, kept = upstream[kept], downstream[kept], kept[kept]
         exact = None if self.exact is None else self.exact[upstream, downstream]
         shares = None if self.by_span is None else self.by_span[:, upstream, downstream].T
+        at = self.measured[:, upstream, downstream].T if self.by_spans else None
         names = self.graph.upstream, self.graph.downstream
         for place, (u, d) in enumerate(zip(upstream.tolist(), downstream.tolist(), strict=True)):
             yield EdgeRow(
@@ -141,6 +164,7 @@ class ScoredGraph:
                 bool(kept[place]),
                 None if exact is None else bool(exact[place]),
                 None if shares is None else tuple(shares[place].tolist()),
+                None if at is None else tuple(at[place].tolist()),
             )
 
 

@@ -22,12 +22,16 @@ key/value head's, shared by the query heads of its group:
 - counted ``ungrouped`` (MIB's count: a key/value input once per query head), ``top``,
   ``signed`` and ``threshold`` rank each copy by an equal share of its edge's score, and
   an edge is kept where any of its copies is among the top N.
+- by span (scores split by :mod:`attnviz.circuits.spans`), ``top``, ``signed`` and
+  ``threshold`` choose (edge, span) pairs by each span's share of the score, ties in the
+  graph's order, span by span; pruning takes out the pairs of the edges that are dead
+  ends of the circuit of every edge kept at some span.
 - ``prune`` (after any of them): over and over, a node (a head, an MLP) stays only where
   an edge of the circuit leaves it and one enters one of its inputs (the input node needs
   none), and an edge only where both its ends stay (the logits always do), until nothing
   changes: dead ends, which carry nothing from the input to the logits, go.
 
-Shape letters: U upstream nodes, N downstream nodes.
+Shape letters: K spans, U upstream nodes, N downstream nodes.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ def selected(
     ``node_scores`` (U,), a node circuit: its nodes chosen so from them, its edges those
     between them (and into the logits)."""
     select, graph = Select(select), scored.graph
+    if scored.by_span is not None:
+        return scored.chosen(_by_span(scored, select, asked, prune))
     if node_scores is not None:
         mask = _between(graph, _nodes_chosen(node_scores, select, asked))
     elif select is Select.THRESHOLD:
@@ -67,6 +73,27 @@ def selected(
     else:
         mask = _top(graph, scored.magnitude(), int(asked), scored.copies)
     return scored.chosen(pruned(graph, mask) if prune else mask)
+
+
+def _by_span(scored: ScoredGraph, select: Select, asked: float, prune: bool) -> np.ndarray:
+    """(K, U, N) bool: the (edge, span) pairs of largest |share| (of largest share in MIB's
+    sign, for ``signed``), or of |share| at least the threshold; less the pairs of the
+    edges the union's pruning takes out."""
+    assert scored.by_span is not None  # the caller's
+    graph, shares = scored.graph, scored.by_span
+    if select is Select.THRESHOLD:
+        mask = graph.edges & (np.abs(shares) >= asked)
+    else:
+        ranked = -shares if select is Select.SIGNED else np.abs(shares)
+        spans = len(shares)
+        upstream, downstream = graph.edge_list()
+        values = ranked[:, upstream, downstream].T.reshape(-1)  # edge by edge, span by span
+        order = np.argsort(-values, kind="stable")[: int(asked)]
+        mask = np.zeros(shares.shape, dtype=bool)
+        mask[order % spans, upstream[order // spans], downstream[order // spans]] = True
+    if not prune:
+        return mask
+    return mask & pruned(graph, mask.any(0))[None]
 
 
 def _nodes_chosen(node_scores: np.ndarray, select: Select, asked: float) -> np.ndarray:

@@ -113,11 +113,12 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         circuit.scored.count is Count.UNGROUPED and circuit.graph.kv_heads < circuit.graph.heads
     )
     counted = "ungrouped " if ungrouped else ""
+    unit = "(edge, span) pairs" if circuit.scored.by_spans else "edges"
     emptied = INTERVENTIONS[circuit.ablation].emptied
     carried = _outside(circuit).replace(" · ", ", ")
     lines = [
         f"clean {circuit.clean_metric:z.4f}, {emptied} {circuit.corrupt_metric:z.4f}; "
-        f"circuit of {circuit.kept:,} of {circuit.scored.counted:,} {counted}edges ({rule}{pruned}"
+        f"circuit of {circuit.kept:,} of {circuit.scored.counted:,} {counted}{unit} ({rule}{pruned}"
         f"{carried}): faithfulness {said(circuit.faithfulness)}"
     ]
     lines += [
