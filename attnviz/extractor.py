@@ -96,7 +96,7 @@ class Extractor(ABC):
         self._check(request)
         if request.circuit is not None:
             pairs = [as_input(each) for each in inputs]
-            check_pairs(pairs, request, names)
+            request = check_pairs(pairs, request, names)
             return self._circuit(pairs, request, names, progress)
         checked = (check_asked(request, as_input(each)) for each in inputs)
         return self._batches(checked, request, batch_size, progress)

@@ -230,7 +230,9 @@ class Input:
     pair; ``answer``, the words a causal language model should go on with (effects and
     knockout read what heads do to its first token); ``versus``, a second answer, whose
     first token's logit the metric subtracts from the answer's; ``corrupt``, the text's
-    corrupted twin (as many tokens, a fact changed) for patching and tracing."""
+    corrupted twin (as many tokens, a fact changed) for patching and tracing; ``spans``,
+    a circuit's pair's own named spans, (name, where) as ``--spans`` reads them
+    (:func:`attnviz.circuits.spans.pair_spans` makes them from a pairs file's)."""
 
     text: str
     target: str | None = None
@@ -238,6 +240,7 @@ class Input:
     answer: str | None = None
     versus: str | None = None
     corrupt: str | None = None
+    spans: tuple[tuple[str, str], ...] | None = None
 
     def __post_init__(self) -> None:
         check_text(self.text, "text")

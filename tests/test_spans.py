@@ -307,3 +307,79 @@ def test_a_circuit_keeping_each_edge_at_every_span_is_the_edge_circuit(generator
     by_span = phases.measured(np.broadcast_to(mask, (2, *mask.shape))[None].copy())
     assert by_span.tolist() == whole.tolist()  # to the last digit
     assert 0 < mask.sum() < edge_circuit.graph.count  # a circuit, not every edge or none
+
+
+def _own(pair: dict, spans: dict) -> dict:
+    return {**pair, "spans": spans}
+
+
+def test_pairs_own_spans_are_read_at_each_pairs_own_positions(
+    runner, generators, language_models, tmp_path
+):
+    family = "gemma3-lm"
+    path, extractor = generators[family], language_models[family]
+    roles = [_own(PAIR, {"subject": "man", "because": "because"})]
+    roles.append(_own(OTHER, {"because": "because", "subject": "dog"}))  # another order
+    found = extractor.circuit(pairs=roles, edges=0)
+    assert found.scored.spans == ("subject", "because", "rest")
+    # each pair alone, its subject named by --spans: the dataset's score is their mean
+    alone = [
+        extractor.circuit(**pair, edges=0, spans=[f"subject=text:{word}", "because=text:because"])
+        for pair, word in ((PAIR, "man"), (OTHER, "dog"))
+    ]
+    expected = (alone[0].scored.by_span + alone[1].scored.by_span) / 2
+    tolerance = model_tolerance(extractor.loaded.model.config)
+    np.testing.assert_allclose(found.scored.by_span, expected, atol=tolerance)
+    # not the schema of one text for both: the second pair's subject lies elsewhere
+    same = extractor.circuit(
+        pairs=[PAIR, OTHER], edges=0, spans=["subject=text:man", "because=text:because"]
+    )
+    assert np.abs(same.scored.by_span - found.scored.by_span).max() > 100 * tolerance
+    # [start, end) in tokens, as the tokenizer's offsets place the words, is the same split
+    placed = []
+    for pair, words in zip((PAIR, OTHER), (("man", "because"), ("dog", "because")), strict=True):
+        covered = [_covering(path, pair["text"], word) for word in words]
+        bounds = {name: [c[0], c[-1] + 1] for name, c in zip(("subject", "because"), covered)}
+        placed.append(_own(pair, bounds))
+    by_tokens = extractor.circuit(pairs=placed, edges=0)
+    np.testing.assert_array_equal(by_tokens.scored.by_span, found.scored.by_span)
+    # the same through a pairs file, and --spans naming one of them
+    pairs = tmp_path / "roles.jsonl"
+    pairs.write_text("\n".join(json.dumps(pair) for pair in roles), encoding="utf-8")
+    arguments = ["circuit", "--pairs", str(pairs), "--model", str(path), "-f", "json"]
+    written = runner.invoke(app, arguments)
+    assert written.exit_code == 0, written.stderr
+    first = json.loads(written.stdout)["edges"][0]
+    assert set(first["by_span"]) == {"subject", "because", "rest"}
+    subject = runner.invoke(app, [*arguments, "--spans", "subject"])
+    assert subject.exit_code == 0, subject.stderr
+    assert json.loads(subject.stdout)["spans"] == ["subject", "rest"]
+
+
+@pytest.mark.parametrize(
+    ("spans", "extra", "message"),
+    [
+        ([{"subject": "man"}, None], [], 'line 2: its "spans" (none) are not the others'),
+        ([{"subject": "man"}, {"object": "dog"}], [], 'line 2: its "spans" (object)'),
+        ([{"subject": [2, 2]}, None], [], "line 1: \"spans\" 'subject' is [2, 2): give 0 <="),
+        ([[0, 2], None], [], 'line 1: "spans" is an object of'),
+        ([{}, None], [], 'line 1: "spans" is an object of'),
+        ([{"rest": "man"}, None], [], "\"spans\" names 'rest'"),
+        ([{"subject": [0, "2"]}, None], [], "[start, end) in tokens or a text"),
+        ([{"a": "man"}, {"a": "dog"}], ["--spans", "b"], "'b' is none of the pair's own"),
+        ([{"a": [0, 3], "b": [2, 4]}, {"a": [0, 1], "b": [1, 2]}], [], "share token 2"),
+        ([{"a": [0, 99]}, {"a": [0, 1]}], [], "line 1: "),
+        ([{"a": "zebra"}, {"a": "dog"}], [], "'zebra' is not in the text"),
+        ([{"a": "man"}, {"a": "dog"}], ["--by-position"], "--by-position would not read them"),
+        ([{"a": "man"}, {"a": "dog"}], ["--bootstrap", "3"], "not yet with --bootstrap"),
+    ],
+)
+def test_bad_own_spans_are_one_line_naming_the_pair(
+    runner, generators, tmp_path, spans, extra, message
+):
+    lines = [pair if own is None else _own(pair, own) for pair, own in zip((PAIR, OTHER), spans)]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    model = str(generators["llama-lm"])
+    result = runner.invoke(app, ["circuit", "--pairs", str(pairs), "--model", model, *extra])
+    failed_in_process(result, 2, message)

@@ -31,6 +31,7 @@ class BatchInput:
     answer: str | None = None  # what a causal language model should go on with (JSONL "answer")
     versus: str | None = None  # a second answer (JSONL "versus"): circuits' logit difference
     corrupt: str | None = None  # the text's corrupted twin (JSONL "corrupt"): circuits' pairs
+    spans: object = None  # a circuit's pair's own spans (JSONL "spans"), read as circuits read them
     error: str | None = None  # why this line could not be read as an input
     blank: bool = False  # a blank line: skipped, not an input that failed
     name: str = ""  # the stem of its output files
@@ -165,7 +166,7 @@ def _read_json_line(item: BatchInput, content: str) -> None:
         item.error = f"line {item.line} holds a lone surrogate (a \\ud800-style escape): not text"
         return
     item.text, item.target, item.pair, item.answer = text, target, pair, answer
-    item.versus, item.corrupt = versus, corrupt
+    item.versus, item.corrupt, item.spans = versus, corrupt, value.get("spans")
     item.id = None if name is None else str(name)
 
 

@@ -177,7 +177,7 @@ def circuit_found(
     """A circuit as :meth:`attnviz.extractor.Extractor.run` reads it, the pairs read by
     Ray workers each holding the model ``spec`` loads."""
     quiet_progress()
-    check_pairs(inputs, request, names)
+    request = check_pairs(inputs, request, names)
     options = request.circuit
     assert options is not None  # check_pairs'
     read = as_passes_read(inputs, options)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from attnviz.asked import check_asked, measure_name, measure_of, pair_of
 from attnviz.choices import INTERVENTIONS
 from attnviz.circuits.options import CircuitOptions
+from attnviz.circuits.spans import pair_spans
 from attnviz.errors import UsageError
 from attnviz.inputs import Input
 from attnviz.request import Request
@@ -35,7 +36,22 @@ def pairs_given(
         return [Input(text, answer=answer, versus=versus, corrupt=corrupt)]
     if answer is not None or corrupt is not None or versus is not None:
         raise UsageError("each pair holds its answer, versus and corrupted text")
-    return [each if isinstance(each, Input) else Input(**each) for each in pairs]
+    return [each if isinstance(each, Input) else _pair(each) for each in pairs]
+
+
+def _pair(given: Mapping) -> Input:
+    """A pair given as a mapping, its own spans (``"spans"``) read as a pairs file's."""
+    spans = given.get("spans")
+    return Input(**{**given, "spans": None if spans is None else pair_spans(spans)})
+
+
+def own_spans_asked(options: CircuitOptions, inputs: list[Input] | None) -> CircuitOptions:
+    """The options splitting scores by the pairs' own spans, every one of the first
+    pair's by name, where the pairs name spans and the options ask none."""
+    own = inputs[0].spans if inputs else None
+    if own is None or options.positioned:
+        return options
+    return replace(options, spans=tuple(name for name, _ in own))
 
 
 def pairs_of_scores(options: CircuitOptions) -> list[Input]:
@@ -52,9 +68,10 @@ def pairs_of_scores(options: CircuitOptions) -> list[Input]:
             for pair in given.inputs]  # fmt: skip
 
 
-def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) -> None:
+def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) -> Request:
     """A circuit request's pairs, each checked (named by ``names`` in an error): each with
-    its answer and corrupted twin, and every one with a versus answer or none."""
+    its answer and corrupted twin, and every one with a versus answer or none. The request
+    as the pairs ask it: split by their own spans where they name some and it none."""
     if request.circuit is None:
         raise UsageError("the request asks no circuit: give it circuit=CircuitOptions(...)")
     if not inputs:
@@ -68,7 +85,30 @@ def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) 
         if (each.versus is None) != (inputs[0].versus is None):
             alike = UsageError(UNALIKE)
             raise UsageError(pair_error(alike, index, len(inputs), names))
+    _check_own_spans(inputs, request.circuit, names)
     _check_given(inputs, request)
+    return replace(request, circuit=own_spans_asked(request.circuit, inputs))
+
+
+def _check_own_spans(inputs: list[Input], options: CircuitOptions, names: list[str] | None) -> None:
+    """Pairs that name their own spans: every one, the same names (one schema), read by
+    the spans asked."""
+    if all(each.spans is None for each in inputs):
+        return
+    if options.by_position:
+        raise UsageError(
+            'the pairs name their own "spans": --by-position would not read them; give --spans '
+            "with their names, or leave it out"
+        )
+    first = next(each.spans for each in inputs if each.spans is not None)
+    for index, each in enumerate(inputs):
+        if each.spans is None or {n for n, _ in each.spans} != {n for n, _ in first}:
+            held = "none" if each.spans is None else ", ".join(n for n, _ in each.spans)
+            unlike = UsageError(
+                f'its "spans" ({held}) are not the others\' ({", ".join(n for n, _ in first)}): '
+                "give every pair the same named spans"
+            )
+            raise UsageError(pair_error(unlike, index, len(inputs), names))
 
 
 def _check_given(inputs: list[Input], request: Request) -> None:

@@ -110,15 +110,15 @@ class PairRuns:
         )
         return [None] if len(found) == 1 else found
 
-    def spans(self, index: int, asked: Answered) -> Spans | None:
-        """The pair's spans, where the scores are split by span (a span's error names the
-        pair's line)."""
-        options = self._options
+    def spans(self, index: int, given: Input, asked: Answered) -> Spans | None:
+        """The pair's spans, where the scores are split by span, its own named ones read
+        where it has them (a span's error names the pair's line)."""
+        options, side = self._options, asked.side
         if not options.positioned:
             return None
-        side = asked.side
+        find = side.finder("--spans")
         try:
-            return spans_of(options.spans, options.by_position, side.length, side.finder("--spans"))
+            return spans_of(options.spans, options.by_position, side.length, find, given.spans)
         except UsageError as error:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
 
@@ -156,7 +156,7 @@ class PairRuns:
             corrupt,
             asked.metric,
             self.ablated,
-            self.spans(index, asked),
+            self.spans(index, given, asked),
         )
 
     def answered(self, index: int, given: Input) -> Answered:
@@ -184,7 +184,7 @@ def scored(
     found: Scored | None = None
     for index, given in pairs:
         asked = runs_of.answered(index, given)
-        parts, spans = runs_of.parts(asked), runs_of.spans(index, asked)
+        parts, spans = runs_of.parts(asked), runs_of.spans(index, given, asked)
         told = unsaid if index else scoring_cost(method, steps, runs_of.count * len(parts))
         alone = _pair_scored(runs_of, index, given, asked, parts[0], method, steps, told, spans)
         for part in parts[1:]:  # the last position's part first: its outputs are the pair's
@@ -318,7 +318,7 @@ def pairs_checked(runs_of: PairRuns, pairs: Indexed) -> None:
     """Each pair tokenized and checked, as a pass would read it (no pass runs)."""
     first: Spans | None = None
     for index, given in pairs:
-        spans = runs_of.spans(index, runs_of.answered(index, given))
+        spans = runs_of.spans(index, given, runs_of.answered(index, given))
         if spans is not None:
             first = first or spans
             try:

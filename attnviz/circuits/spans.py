@@ -9,20 +9,24 @@ of those inputs at s, so a score's sum over positions splits by the span s lies 
 A span is ``NAME=SPEC`` or ``SPEC``: token positions (``3-5``, ``0,2``: as ``--rows``
 takes them) or a text (``text:7421``, or any words): the tokens covering its first
 occurrence in the pair's text. Every position no span names lies in the last span,
-``rest``.
+``rest``. A pair may name its own spans (a pairs file's ``"spans"``, :func:`pair_spans`),
+so that pairs of different lengths align by role (PEAP's schema): a span then is the
+name of one of them, read at the pair's own positions.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from attnviz.errors import UsageError
 from attnviz.selection import text_of, token_positions
 
 REST = "rest"  # the span of every position no other names
-_NAMED = re.compile(r"^([A-Za-z_][\w-]*)=(.+)$", re.DOTALL)
+_NAME = r"[A-Za-z_][\w-]*"
+_NAMED = re.compile(rf"^({_NAME})=(.+)$", re.DOTALL)
+OwnSpans = tuple[tuple[str, str], ...]  # a pair's own spans: (name, where), as --spans reads
 
 
 @dataclass(frozen=True)
@@ -71,19 +75,54 @@ def named(spec: str) -> tuple[str, str]:
     return (spec if text is None else text), spec
 
 
+def pair_spans(value: object) -> OwnSpans:
+    """A pair's own spans as a pairs file gives them, ``{"name": [start, end)}`` in tokens
+    (as ``--spans start-end`` counts them, ``end`` left out) or ``{"name": "text that
+    marks it"}``: each as ``--spans`` would read it, checked for its form."""
+    if not isinstance(value, Mapping) or not value:
+        raise UsageError('"spans" is an object of {"name": [start, end)} or {"name": "text"}')
+    found = []
+    for name, where in value.items():
+        if not re.fullmatch(_NAME, name) or name == REST:
+            raise UsageError(
+                f'"spans" names {name!r}: a span\'s name is a word (not {REST!r}, which holds '
+                "every position no span names)"
+            )
+        found.append((name, _where(name, where)))
+    return tuple(found)
+
+
+def _where(name: str, where: object) -> str:
+    """A pair's own span as ``--spans`` reads it: ``3-5`` for [3, 6), ``text:…``."""
+    if isinstance(where, str) and where.strip():
+        return f"text:{where}"
+    bounds = where if isinstance(where, list) and len(where) == 2 else None
+    if bounds is None or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
+        raise UsageError(f'"spans" {name!r} is [start, end) in tokens or a text, not {where!r}')
+    start, end = bounds
+    if not 0 <= start < end:
+        raise UsageError(f'"spans" {name!r} is [{start}, {end}): give 0 <= start < end')
+    return f"{start}-{end - 1}"
+
+
 def spans_of(
-    specs: Sequence[str], by_position: bool, length: int, find: Callable[[str], list[int]]
+    specs: Sequence[str],
+    by_position: bool,
+    length: int,
+    find: Callable[[str], list[int]],
+    own: OwnSpans | None = None,
 ) -> Spans:
     """A pair's spans among its ``length`` tokens, ``find`` the positions covering a text
     (its side's :meth:`~attnviz.pretrained.encoding.Side.finder`): every position its own
-    span, or those ``specs`` name, then ``rest``. Spans that share a position are refused."""
+    span, or those ``specs`` name (a name of the pair's ``own`` spans at its positions),
+    then ``rest``. Spans that share a position are refused."""
     if by_position:
         return Spans(tuple(str(position) for position in range(length)), tuple(range(length)))
     rest = len(specs)
     of = [rest] * length
     names: list[str] = []
     for index, spec in enumerate(specs):
-        name, where = named(spec)
+        name, where = _own(spec, own) if own is not None else named(spec)
         for position in token_positions(where, length, "--spans", "tokens", find):
             if of[position] != rest:
                 raise UsageError(
@@ -93,6 +132,18 @@ def spans_of(
             of[position] = index
         names.append(name)
     return Spans((*names, REST), tuple(of))
+
+
+def _own(spec: str, own: OwnSpans) -> tuple[str, str]:
+    """A span of a pair that names its own: one of them by name, or a span in full."""
+    if not re.fullmatch(_NAME, spec):
+        return named(spec)
+    where = dict(own).get(spec)
+    if where is None:
+        raise UsageError(
+            f"--spans {spec!r} is none of the pair's own spans ({', '.join(dict(own))})"
+        )
+    return spec, where
 
 
 def one_schema(first: Spans, other: Spans) -> None:

@@ -11,6 +11,8 @@ import typer
 
 from attnviz.atomic_files import check_writable
 from attnviz.choices import FOREIGN_OUTPUTS, INTERVENTIONS, Output
+from attnviz.circuits.pairs import own_spans_asked
+from attnviz.circuits.spans import pair_spans
 from attnviz.cli import declarations as d
 from attnviz.cli import output as out
 from attnviz.cli.answer_settings import Effects
@@ -59,7 +61,9 @@ PairsOption = Annotated[
         help='A dataset: one {"text", "answer", "versus", "corrupt"} per line ("versus" in '
         "every line or in none; each text and its corrupted twin of as many tokens; no "
         '"corrupt" needed with --ablation zero or mean): every score is the mean over the '
-        "pairs.",
+        'pairs. A pair\'s "spans", {"name": [start, end)} in tokens or {"name": "text"}, '
+        "names where its roles lie, so that pairs of different lengths split their scores "
+        "alike (every pair the same names; all of them unless --spans names some).",
     ),
 ]
 RowsOption = Annotated[int, typer.Option("--rows", min=1, help="How many edges the table shows.")]
@@ -97,6 +101,7 @@ def circuit(
     style = shared.picture.style()
     options = choices.options()
     inputs, names = _inputs(text, pairs, options, shared.effects)
+    options = own_spans_asked(options, inputs)  # refused before the model loads, as --spans
     first = inputs[0] if inputs else None
     effects = (
         shared.effects
@@ -215,8 +220,15 @@ def _pairs(path: str, twins: bool) -> tuple[list[Input], list[str]]:
             raise UsageError(f'{where} has no "{missing}": each pair holds {held}')
         assert item.text is not None
         try:
+            spans = None if item.spans is None else pair_spans(item.spans)
             inputs.append(
-                Input(item.text, answer=item.answer, versus=item.versus, corrupt=item.corrupt)
+                Input(
+                    item.text,
+                    answer=item.answer,
+                    versus=item.versus,
+                    corrupt=item.corrupt,
+                    spans=spans,
+                )
             )
         except UsageError as error:
             raise UsageError(f"{where}: {error}") from None

@@ -142,8 +142,9 @@ SpansOption = Annotated[
         metavar="[NAME=]SPEC",
         help="Split each edge's score by where in the context it runs: a span of each pair's "
         "tokens, again for more (text:7421 or any words: the tokens covering their first "
-        "occurrence; 3-5 or 0,2: positions; needle=text:7421 names it); every position no "
-        "span names falls in a last span, rest. An edge into a query, an MLP or the logits "
+        "occurrence; 3-5 or 0,2: positions; needle=text:7421 names it; a bare name: the span "
+        'of that name in each pair\'s own "spans"); every position no span names falls in a '
+        "last span, rest. An edge into a query, an MLP or the logits "
         "lies where its input is read; into a key or a value, at the key's position.",
     ),
 ]
