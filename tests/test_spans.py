@@ -339,7 +339,9 @@ def test_pairs_own_spans_are_read_at_each_pairs_own_positions(
     placed = []
     for pair, words in zip((PAIR, OTHER), (("man", "because"), ("dog", "because")), strict=True):
         covered = [_covering(path, pair["text"], word) for word in words]
-        bounds = {name: [c[0], c[-1] + 1] for name, c in zip(("subject", "because"), covered)}
+        bounds = {
+            name: [c[0], c[-1] + 1] for name, c in zip(("subject", "because"), covered, strict=True)
+        }
         placed.append(_own(pair, bounds))
     by_tokens = extractor.circuit(pairs=placed, edges=0)
     np.testing.assert_array_equal(by_tokens.scored.by_span, found.scored.by_span)
@@ -377,9 +379,33 @@ def test_pairs_own_spans_are_read_at_each_pairs_own_positions(
 def test_bad_own_spans_are_one_line_naming_the_pair(
     runner, generators, tmp_path, spans, extra, message
 ):
-    lines = [pair if own is None else _own(pair, own) for pair, own in zip((PAIR, OTHER), spans)]
+    lines = [
+        pair if own is None else _own(pair, own)
+        for pair, own in zip((PAIR, OTHER), spans, strict=True)
+    ]
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
     model = str(generators["llama-lm"])
     result = runner.invoke(app, ["circuit", "--pairs", str(pairs), "--model", model, *extra])
     failed_in_process(result, 2, message)
+
+
+def test_spans_whose_scores_cannot_fit_are_refused_before_any_pass(runner, generators, monkeypatch):
+    from attnviz.memory import Room
+
+    arguments = [
+        "circuit", PAIR["text"], "--answer", PAIR["answer"], "--versus", PAIR["versus"],
+        "--corrupt", PAIR["corrupt"], "--model", str(generators["llama-lm"]), "--by-position",
+    ]  # fmt: skip
+    monkeypatch.setattr("attnviz.memory.room", lambda: Room(2**10, "available"))
+
+    def no_pass(*arguments, **options):
+        raise AssertionError("a pass ran")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("attnviz.circuits.passes.read_twins", no_pass)  # every pair's runs
+        failed_in_process(runner.invoke(app, arguments), 2, "scores split by 7 spans need")
+    # the same with the room they need
+    monkeypatch.setattr("attnviz.memory.room", lambda: Room(2**40, "available"))
+    fitted = runner.invoke(app, arguments)
+    assert fitted.exit_code == 0, fitted.stderr

@@ -24,7 +24,7 @@ from attnviz.circuits.faithfulness import Twins, circuit_metrics
 from attnviz.circuits.optimized import optimized
 from attnviz.circuits.pairs import pair_error
 from attnviz.circuits.phases import Edge, Scored
-from attnviz.circuits.spans import Spans, one_schema, spans_of
+from attnviz.circuits.spans import Spans, check_spans_fit, one_schema, spans_of
 from attnviz.errors import UsageError, option
 from attnviz.pretrained.anatomy import anatomy_of
 from attnviz.pretrained.answered import Answered, answered
@@ -118,9 +118,13 @@ class PairRuns:
             return None
         find = side.finder("--spans")
         try:
-            return spans_of(options.spans, options.by_position, side.length, find, given.spans)
+            found = spans_of(options.spans, options.by_position, side.length, find, given.spans)
         except UsageError as error:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
+        graph, spans = graph_of(asked.body), len(found.names)
+        circuits = 1 + len(options.sizes(graph.count * spans)) * len(options.curve_selections)
+        check_spans_fit(spans, graph.edges.size, circuits)
+        return found
 
     @property
     def _options(self) -> CircuitOptions:

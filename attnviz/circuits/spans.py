@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from attnviz import memory
 from attnviz.errors import UsageError
 from attnviz.selection import text_of, token_positions
 
@@ -144,6 +145,29 @@ def _own(spec: str, own: OwnSpans) -> tuple[str, str]:
             f"--spans {spec!r} is none of the pair's own spans ({', '.join(dict(own))})"
         )
     return spec, where
+
+
+# Bytes an (edge, span) score holds at its peak, read from the code that makes them: a
+# pass's float32 sums (estimates.py) and their two float64 copies, the dataset's float64
+# sum (phases.py) and mean (driver.py), the selection's float64 magnitudes
+# (selections.py); and 2 for each circuit measured, its mask by span and its stacked copy.
+_SCORE_BYTES = 40
+_MASK_BYTES = 2
+
+
+def check_spans_fit(spans: int, cells: int, circuits: int) -> None:
+    """Refuse, before any pass, scores split by ``spans`` spans that cannot fit in the
+    memory this process may still take: ``cells`` scores each (the graph's (U, N)), and
+    ``circuits`` circuits' masks by span."""
+    needed = spans * cells * (_SCORE_BYTES + _MASK_BYTES * circuits)
+    free = memory.room()
+    if free is not None and needed > free.free:
+        raise UsageError(
+            f"scores split by {spans:,} spans need about {needed / 2**30:.1f} GiB ({cells:,} "
+            f"scores a span, float64, and {circuits} circuits' masks) but this process has "
+            f"{free}: name fewer spans (--spans, not --by-position's one a token) or give a "
+            "shorter text"
+        )
 
 
 def one_schema(first: Spans, other: Spans) -> None:
