@@ -409,3 +409,45 @@ def test_spans_whose_scores_cannot_fit_are_refused_before_any_pass(runner, gener
     monkeypatch.setattr("attnviz.memory.room", lambda: Room(2**40, "available"))
     fitted = runner.invoke(app, arguments)
     assert fitted.exit_code == 0, fitted.stderr
+
+
+def test_a_split_circuit_read_back_by_scores_chooses_and_measures_as_scored(
+    runner, generators, language_models, tmp_path
+):
+    path = generators["llama-lm"]
+    pair = [
+        "circuit", PAIR["text"], "--answer", PAIR["answer"], "--versus", PAIR["versus"],
+        "--corrupt", PAIR["corrupt"], "--model", str(path),
+    ]  # fmt: skip
+    spans = ["--spans", "verb=text:walked"]
+    written = runner.invoke(app, [*pair, *spans, "-f", "json"])
+    assert written.exit_code == 0, written.stderr
+    file = tmp_path / "split.json"
+    file.write_text(written.stdout, encoding="utf-8")
+    # its own pairs, another size and curve: as scoring them again would choose and measure
+    asked = ["--edges", "30", "--curve", "10,60", "-f", "json"]
+    again = runner.invoke(
+        app, ["circuit", "--model", str(path), "--scores", str(file), *spans, *asked]
+    )
+    assert again.exit_code == 0, again.stderr
+    (tmp_path / "again.json").write_text(again.stdout, encoding="utf-8")
+    read = Circuit.load(tmp_path / "again.json")
+    direct = language_models["llama-lm"].circuit(
+        **PAIR, spans=["verb=text:walked"], edges=30, curve=[10, 60]
+    )
+    assert read.scored.spans == ("verb", "rest") and read.kept == direct.kept > 0
+    assert (read.scored.in_graph == direct.scored.in_graph).all()  # (K, U, N)
+    assert read.faithfulness == pytest.approx(direct.faithfulness, abs=1e-5)
+    curve = [point.faithfulness for point in read.curve]
+    assert curve == pytest.approx([point.faithfulness for point in direct.curve], abs=1e-5)
+    assert len({point.faithfulness for point in direct.curve} | {direct.faithfulness}) == 3
+    for bad, message in [
+        ([], "is split by the spans verb, rest: give the --spans it was scored with"),
+        (["--spans", "noun=text:dog"], "scored with, not noun, rest"),
+    ]:
+        refused = runner.invoke(app, ["circuit", "--model", str(path), "--scores", str(file), *bad])
+        failed_in_process(refused, 2, message)
+    whole = tmp_path / "whole.json"
+    whole.write_text(runner.invoke(app, [*pair, "-f", "json"]).stdout, encoding="utf-8")
+    refused = runner.invoke(app, ["circuit", "--model", str(path), "--scores", str(whole), *spans])
+    failed_in_process(refused, 2, "holds each edge's score over every position")

@@ -78,6 +78,8 @@ class Given:
             found.scored.exact,
             found.width,
             self.path,
+            by_span=None if found.scored.by_span is None else found.scored.by_span * count,
+            spans=found.scored.spans or None,
         )
 
     def exact(self, edges: list[Edge]) -> np.ndarray:

@@ -168,7 +168,7 @@ class CircuitOptions:
                 (given, f"{option} splits each edge's score by span as it is scored: not yet "
                  f"with {other}")
                 for given, other in (
-                    (self.scores is not None, "--scores"),
+                    (self.scores is not None and self.by_position, "--scores"),
                     (self.method is CircuitMethod.OPTIMIZE, "--method optimize"),
                     (self.select is Select.GREEDY, "--select greedy"),
                     (self.select is Select.ILP, "--select ilp"),

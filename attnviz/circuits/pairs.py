@@ -12,7 +12,7 @@ from dataclasses import replace
 from attnviz.asked import check_asked, measure_name, measure_of, pair_of
 from attnviz.choices import INTERVENTIONS
 from attnviz.circuits.options import CircuitOptions
-from attnviz.circuits.spans import pair_spans
+from attnviz.circuits.spans import pair_spans, span_names
 from attnviz.errors import UsageError
 from attnviz.inputs import Input
 from attnviz.request import Request
@@ -86,8 +86,9 @@ def check_pairs(inputs: list[Input], request: Request, names: list[str] | None) 
             alike = UsageError(UNALIKE)
             raise UsageError(pair_error(alike, index, len(inputs), names))
     _check_own_spans(inputs, request.circuit, names)
-    _check_given(inputs, request)
-    return replace(request, circuit=own_spans_asked(request.circuit, inputs))
+    asked = replace(request, circuit=own_spans_asked(request.circuit, inputs))
+    _check_given(inputs, asked)
+    return asked
 
 
 def _check_own_spans(inputs: list[Input], options: CircuitOptions, names: list[str] | None) -> None:
@@ -118,6 +119,7 @@ def _check_given(inputs: list[Input], request: Request) -> None:
 
     options = request.circuit
     assert options is not None  # check_pairs'
+    _check_given_spans(options)
     if not isinstance(options.given, Circuit):  # EAP-IG's graph file keeps neither
         return
     metric = measure_name(measure_of(request, inputs[0]))
@@ -128,6 +130,29 @@ def _check_given(inputs: list[Input], request: Request) -> None:
             f"--scores {options.scores} {why}: give what it was scored on, or leave out TEXT "
             "and --pairs to take its own pairs"
         )
+
+
+def _check_given_spans(options: CircuitOptions) -> None:
+    """A circuit file's scores split by the spans asked, or not split where none are."""
+    from attnviz.circuits.circuit import Circuit  # numpy
+
+    given = options.given
+    if given is None:
+        return
+    held = given.scored.spans if isinstance(given, Circuit) else ()
+    asked = span_names(options.spans) if options.spans else ()
+    if held == asked:
+        return
+    if not held:
+        raise UsageError(
+            f"--scores {options.scores} holds each edge's score over every position: it "
+            "cannot be split by --spans; score the pairs again with them"
+        )
+    instead = f", not {', '.join(asked)}" if asked else ""
+    raise UsageError(
+        f"--scores {options.scores} is split by the spans {', '.join(held)}: give the "
+        f"--spans it was scored with{instead}"
+    )
 
 
 def pair_error(error: Exception, index: int, count: int, names: list[str] | None) -> str:

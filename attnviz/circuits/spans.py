@@ -64,6 +64,11 @@ def checked_spans(specs: Sequence[str], by_position: bool) -> tuple[str, ...]:
     return tuple(specs)
 
 
+def span_names(specs: Sequence[str]) -> tuple[str, ...]:
+    """The names of the spans ``specs`` ask, then ``rest``, as the scores name them."""
+    return (*(named(spec)[0] for spec in specs), REST)
+
+
 def named(spec: str) -> tuple[str, str]:
     """A span's name and what finds its positions: ``needle=text:7421`` → (needle,
     text:7421); a span without a name is named by its text, or by its positions."""

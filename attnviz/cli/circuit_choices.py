@@ -205,7 +205,8 @@ ScoresOption = Annotated[
         metavar="FILE.json",
         help="Take every edge's score (and both runs' metrics) from a circuit written by "
         "circuit -f json over the same pairs, not scoring again: measure other sizes, "
-        "selections or a curve, or draw it.",
+        "selections or a curve, or draw it (a circuit split by span: with the --spans it was "
+        "scored with).",
     ),
 ]
 CurveOption = Annotated[
