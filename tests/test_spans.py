@@ -17,7 +17,7 @@ from attnviz.circuits.circuit import Circuit
 from attnviz.cli import app
 from tests import circuit_references as reference
 from tests.checks import failed_in_process, model_tolerance
-from tests.circuit_references import LATE, OTHER, PAIR, pair_ids
+from tests.circuit_references import LATE, OTHER, PAIR, THIRD, pair_ids
 from tests.hook_references import _tokenizer
 
 FAMILIES = ["llama-lm", "gemma3-lm"]
@@ -206,7 +206,7 @@ def test_a_split_circuit_is_written_and_read_back_with_its_spans(
         (["--spans", "0-99"], "there are 7 tokens"),
         (["--by-position", "--spans", "0"], "not both"),
         (["--by-position", "--method", "optimize"], "not yet with --method optimize"),
-        (["--spans", "0", "--bootstrap", "3"], "not yet with --bootstrap"),
+        (["--spans", "0", "--refine", "3"], "not yet with --refine"),
         (["--spans", "0", "--select", "greedy"], "not yet with --select greedy"),
         (["--by-position", "--level", "node"], "not yet with --level node"),
     ],
@@ -373,7 +373,7 @@ def test_pairs_own_spans_are_read_at_each_pairs_own_positions(
         ([{"a": [0, 99]}, {"a": [0, 1]}], [], "line 1: "),
         ([{"a": "zebra"}, {"a": "dog"}], [], "'zebra' is not in the text"),
         ([{"a": "man"}, {"a": "dog"}], ["--by-position"], "--by-position would not read them"),
-        ([{"a": "man"}, {"a": "dog"}], ["--bootstrap", "3"], "not yet with --bootstrap"),
+        ([{"a": "man"}, {"a": "dog"}], ["--select", "greedy"], "not yet with --select greedy"),
     ],
 )
 def test_bad_own_spans_are_one_line_naming_the_pair(
@@ -451,3 +451,30 @@ def test_a_split_circuit_read_back_by_scores_chooses_and_measures_as_scored(
     whole.write_text(runner.invoke(app, [*pair, "-f", "json"]).stdout, encoding="utf-8")
     refused = runner.invoke(app, ["circuit", "--model", str(path), "--scores", str(whole), *spans])
     failed_in_process(refused, 2, "holds each edge's score over every position")
+
+
+def test_bootstrapped_scores_by_span_hold_each_shares_sign_over_the_resamples(
+    generators, language_models
+):
+    """--bootstrap B with --spans: each (edge, span) share bootstrapped as an edge's score
+    is (circuits/bootstrap's draws: numpy's default_rng(0) multinomial), the edge's score
+    the sum of its shares."""
+    extractor = language_models["llama-lm"]
+    pairs, spans = [PAIR, OTHER, THIRD], ["1-3"]
+    circuit = extractor.circuit(pairs=pairs, spans=spans, bootstrap=7, edges=10)
+    alone = np.stack(
+        [extractor.circuit(pairs=[pair], spans=spans, edges=0).scored.by_span for pair in pairs]
+    )  # (pairs, K, U, N)
+    draws = np.random.default_rng(0).multinomial(3, [1 / 3] * 3, size=7)  # (B, pairs)
+    means = np.einsum("bi,ikun->bkun", draws, alone) / 3
+    held = (means > 0).all(0) | (means < 0).all(0)
+    edges = np.broadcast_to(circuit.graph.edges, held.shape)
+    assert held[edges].any() and not held[edges].all()  # some signs turn with the draws
+    expected = np.where(held, means.mean(0), 0.0)
+    tolerance = model_tolerance(extractor.loaded.model.config)
+    np.testing.assert_allclose(circuit.scored.by_span, expected, atol=tolerance)
+    np.testing.assert_allclose(circuit.scores, expected.sum(0), atol=tolerance)
+    # the edge's score is not its own bootstrap: a share whose sign turns is left out alone
+    whole = extractor.circuit(pairs=pairs, bootstrap=7, edges=0)
+    assert np.abs(whole.scores - circuit.scores).max() > 100 * tolerance
+    assert circuit.bootstrap == 7 and circuit.scored.in_graph.shape == expected.shape

@@ -22,8 +22,9 @@ def resamples(count: int, pairs: int) -> np.ndarray:
 
 
 def bootstrapped(resampled: np.ndarray, pairs: int) -> np.ndarray:
-    """From each resample's summed scores, (B, U, N): every edge's bootstrapped score,
-    (U, N), 0 where its sign did not hold in every resample."""
+    """From each resample's summed scores, (B, U, N), or (B, K, U, N) split by span: every
+    edge's bootstrapped score, (U, N), or each (edge, span)'s (K, U, N), 0 where its sign
+    did not hold in every resample."""
     means = resampled / pairs
     held = (means > 0).all(axis=0) | (means < 0).all(axis=0)
     return np.where(held, means.mean(axis=0), 0.0)

@@ -135,12 +135,13 @@ def _scores_asked(
     asked (and which those are)."""
     count, graph = scored.pairs, scored.graph
     scores, training = scored.scores / count, None
-    if scored.resampled is not None:
-        scores = bootstrapped(scored.resampled, count)
+    by_span = None if scored.by_span is None else scored.by_span / count
+    if scored.resampled is not None:  # by span, each share's sign held: the edge's their sum
+        held = bootstrapped(scored.resampled, count)
+        scores, by_span = (held, None) if by_span is None else (held.sum(0), held)
     if options.method is CircuitMethod.OPTIMIZE:
         metrics = (scored.clean / count, scored.corrupt / count)
         scores, training = optimized_scores(phases, graph, scores, asked, metrics, options)
-    by_span = None if scored.by_span is None else scored.by_span / count
     means = ScoredGraph(
         graph,
         scores,

@@ -175,7 +175,6 @@ class CircuitOptions:
                     (self.level is Level.NODE, "--level node"),
                     (self.count is Count.UNGROUPED, "--count ungrouped"),
                     (self.refine is not None, "--refine"),
-                    (self.bootstrap is not None, "--bootstrap"),
                 )
             )
         )  # fmt: skip

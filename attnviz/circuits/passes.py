@@ -123,7 +123,7 @@ class PairRuns:
             raise UsageError(pair_error(error, index, self.count, self.names)) from None
         graph, spans = graph_of(asked.body), len(found.names)
         circuits = 1 + len(options.sizes(graph.count * spans)) * len(options.curve_selections)
-        check_spans_fit(spans, graph.edges.size, circuits)
+        check_spans_fit(spans, graph.edges.size, circuits, options.bootstrap or 0)
         return found
 
     @property
@@ -196,7 +196,8 @@ def scored(
             alone = alone.added(estimated_scores(runs, steps, rules=rules_of(method), spans=spans))
             del runs  # its record, before the next part's is read
         if drawn is not None:
-            alone = replace(alone, resampled=drawn[:, index, None, None] * alone.scores)
+            shares = alone.scores if alone.by_span is None else alone.by_span  # by span: each
+            alone = replace(alone, resampled=np.einsum("b,...->b...", drawn[:, index], shares))
         found = alone if found is None else found.merged(alone)
         advance("scored pair", index + 1, runs_of.count)
     assert found is not None  # asked of at least one pair

@@ -42,7 +42,8 @@ class Scored:
     exact: np.ndarray | None = None  # (U, N) bool: the edges scored exactly, where some were
     width: int | None = None  # the model's d_model, where known
     source: str | None = None  # the file the scores were read from, where they were
-    # (B, U, N) each resample's summed scores, each pair counted as often as it is drawn
+    # (B, U, N) each resample's summed scores, each pair counted as often as it is drawn;
+    # (B, K, U, N) each span's share of them, where the scores are split by span
     resampled: np.ndarray | None = None
     # (K, U, N) each span's share of the scores, where they are split by span (``spans``
     # the K names: attnviz.circuits.spans)

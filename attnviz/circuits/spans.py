@@ -155,21 +155,25 @@ def _own(spec: str, own: OwnSpans) -> tuple[str, str]:
 # Bytes an (edge, span) score holds at its peak, read from the code that makes them: a
 # pass's float32 sums (estimates.py) and their two float64 copies, the dataset's float64
 # sum (phases.py) and mean (driver.py), the selection's float64 magnitudes
-# (selections.py); and 2 for each circuit measured, its mask by span and its stacked copy.
+# (selections.py); 2 for each circuit measured, its mask by span and its stacked copy;
+# 8 for each bootstrap resample's float64 sum.
 _SCORE_BYTES = 40
 _MASK_BYTES = 2
+_RESAMPLE_BYTES = 8
 
 
-def check_spans_fit(spans: int, cells: int, circuits: int) -> None:
+def check_spans_fit(spans: int, cells: int, circuits: int, resamples: int) -> None:
     """Refuse, before any pass, scores split by ``spans`` spans that cannot fit in the
-    memory this process may still take: ``cells`` scores each (the graph's (U, N)), and
-    ``circuits`` circuits' masks by span."""
-    needed = spans * cells * (_SCORE_BYTES + _MASK_BYTES * circuits)
+    memory this process may still take: ``cells`` scores each (the graph's (U, N)),
+    ``circuits`` circuits' masks by span and ``resamples`` bootstrap resamples' sums."""
+    per_score = _SCORE_BYTES + _MASK_BYTES * circuits + _RESAMPLE_BYTES * resamples
+    needed = spans * cells * per_score
     free = memory.room()
     if free is not None and needed > free.free:
         raise UsageError(
             f"scores split by {spans:,} spans need about {needed / 2**30:.1f} GiB ({cells:,} "
-            f"scores a span, float64, and {circuits} circuits' masks) but this process has "
+            f"scores a span, float64, {circuits} circuits' masks, {resamples} resamples) but this "
+            f"process has "
             f"{free}: name fewer spans (--spans, not --by-position's one a token) or give a "
             "shorter text"
         )
