@@ -478,3 +478,35 @@ def test_bootstrapped_scores_by_span_hold_each_shares_sign_over_the_resamples(
     whole = extractor.circuit(pairs=pairs, bootstrap=7, edges=0)
     assert np.abs(whole.scores - circuit.scores).max() > 100 * tolerance
     assert circuit.bootstrap == 7 and circuit.scored.in_graph.shape == expected.shape
+
+
+def test_a_circuit_by_span_is_drawn_with_each_pair_in_its_spans_column(
+    runner, generators, language_models, tmp_path
+):
+    from attnviz.render.circuit import circuit_drawing
+    from attnviz.render.style import Style
+
+    spans = ["subject=text:man", "verb=text:walked"]
+    circuit = language_models["llama-lm"].circuit(**PAIR, spans=spans, edges=40)
+    figure, _ = circuit_drawing(circuit, Style())
+    lines = figure.axes[0].lines
+    kept = circuit.scored.in_graph  # (K, U, N)
+    assert len(lines) == circuit.kept == int(kept.sum()) > 0
+    drawn = np.zeros(len(circuit.scored.spans), dtype=int)
+    for line in lines:
+        columns = {int(np.floor(x)) for x in line.get_xdata()}  # span k's column: [k, k + 1)
+        assert len(columns) == 1  # both ends in one span's column
+        drawn[columns.pop()] += 1
+    assert drawn.tolist() == kept.sum(axis=(1, 2)).tolist()
+    assert (drawn > 0).sum() >= 2  # more than one span holds some
+    ticks = [label.get_text() for label in figure.axes[0].get_xticklabels()]
+    assert ticks == ["subject", "verb", "rest"]
+    picture = tmp_path / "spans.png"
+    arguments = [
+        "circuit", PAIR["text"], "--answer", PAIR["answer"], "--versus", PAIR["versus"],
+        "--corrupt", PAIR["corrupt"], "--model", str(generators["llama-lm"]),
+        "--spans", spans[0], "--picture", str(picture),
+    ]  # fmt: skip
+    result = runner.invoke(app, arguments)
+    assert result.exit_code == 0, result.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")

@@ -23,8 +23,9 @@ from attnviz.choices import (
     Select,
 )
 from attnviz.render.effects import DEFAULT_STYLE, diverging, wrapped
-from attnviz.render.faithfulness_curve import faithfulness_curve
+from attnviz.render.faithfulness_curve import faithfulness_curve, units_of
 from attnviz.render.figures import fit_text, saved
+from attnviz.render.span_circuit import span_drawing
 from attnviz.render.style import Style
 from attnviz.safe_text import spaces_shown
 
@@ -114,7 +115,7 @@ def faithfulness_lines(circuit: Circuit) -> list[str]:
         circuit.scored.count is Count.UNGROUPED and circuit.graph.kv_heads < circuit.graph.heads
     )
     counted = "ungrouped " if ungrouped else ""
-    unit = "(edge, span) pairs" if circuit.scored.by_spans else "edges"
+    unit = "edges" if circuit.level is Level.NODE else units_of(circuit)  # the graph's
     emptied = INTERVENTIONS[circuit.ablation].emptied
     carried = _outside(circuit).replace(" · ", ", ")
     lines = [
@@ -233,14 +234,21 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
     from matplotlib.figure import Figure
 
     graph = circuit.graph
-    at, drawn_at = circuit_layout(circuit)
+    by_spans = circuit.scored.by_spans
     small = int(style.font_size or 7)
-    size = style.figsize or (4.0 + 0.7 * graph.heads + 3.5, 2.0 + 0.45 * graph.layers)
+    wide = 1.4 * len(circuit.scored.spans) if by_spans else 0.7 * graph.heads
+    size = style.figsize or (4.0 + wide + 3.5, 2.0 + 0.45 * graph.layers)
     figure = Figure(figsize=size, dpi=style.dpi)
     FigureCanvasAgg(figure)
     axes, curve = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
-    used = _edges_drawn(axes, circuit, at, drawn_at)
     _edge_legend(axes, circuit, small)
+    if by_spans:  # the spans along the x-axis, each a column of the layers' nodes
+        span_drawing(axes, circuit, small)
+        _framed(axes, figure, circuit, style, small)
+        faithfulness_curve(curve, circuit, small)
+        return figure, lambda renderer: None  # its columns name no node: nothing to fit
+    at, drawn_at = circuit_layout(circuit)
+    used = _edges_drawn(axes, circuit, at, drawn_at)
     index = {name: number for number, name in enumerate(graph.upstream)}
     node_labels = []
     for name, (x, y) in at.items():
@@ -266,11 +274,7 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
     axes.set_xticks(columns, labels, fontsize=small)
     axes.set_xlim(-0.8, graph.heads + 1.3)
     axes.set_ylim(-0.6, 2 * graph.layers + 1.6)
-    for side in ("top", "right"):
-        axes.spines[side].set_visible(False)
-    title = style.titles(circuit_title(circuit))
-    if title:
-        axes.set_title(wrapped(title, int(figure.get_figwidth() * 8)), fontsize=small + 1)
+    _framed(axes, figure, circuit, style, small)
     faithfulness_curve(curve, circuit, small)
 
     def fit_labels(renderer: Any) -> None:
@@ -287,6 +291,15 @@ def circuit_drawing(circuit: Circuit, style: Style) -> tuple[Any, Callable[[Any]
             text.set_text("\n".join(fitted))
 
     return figure, fit_labels
+
+
+def _framed(axes: Any, figure: Any, circuit: Circuit, style: Style, small: int) -> None:
+    """The graph's axes open at the top and right, under the circuit's title."""
+    for side in ("top", "right"):
+        axes.spines[side].set_visible(False)
+    title = style.titles(circuit_title(circuit))
+    if title:
+        axes.set_title(wrapped(title, int(figure.get_figwidth() * 8)), fontsize=small + 1)
 
 
 def _edges_drawn(

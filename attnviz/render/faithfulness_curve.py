@@ -34,12 +34,19 @@ def faithfulness_curve(axes: Any, circuit: Circuit, small: int) -> None:
             axes.set_xscale("symlog", linthresh=1)
     axes.axhline(1.0, color="#999999", lw=0.6, ls="--")
     axes.axhline(0.0, color="#999999", lw=0.6, ls=":")
-    axes.set_xlabel("edges kept", fontsize=small)
+    axes.set_xlabel(f"{units_of(circuit)} kept", fontsize=small)
     axes.set_ylabel("faithfulness", fontsize=small)
     axes.tick_params(labelsize=small)
     intervened = INTERVENTIONS[circuit.ablation]
     emptied = f"the {intervened.emptied}" if intervened.corrupt else intervened.emptied
     axes.set_title(f"faithfulness (1: the clean run, 0: {emptied})", fontsize=small)
+
+
+def units_of(circuit: Circuit) -> str:
+    """What a circuit's sizes count: nodes, (edge, span) pairs or edges."""
+    if circuit.level is Level.NODE:
+        return "nodes"
+    return "(edge, span) pairs" if circuit.scored.by_spans else "edges"
 
 
 def _mib_curve(axes: Any, circuit: Circuit, small: int) -> None:
@@ -65,8 +72,7 @@ def _mib_curve(axes: Any, circuit: Circuit, small: int) -> None:
         axes.plot(*under, marker="s", color="#3b6fb6", lw=1, ms=3, ls="--")
     axes.axhline(1.0, color="#999999", lw=0.6, ls="--")
     axes.axhline(0.0, color="#999999", lw=0.6, ls=":")
-    unit = "nodes" if circuit.level is Level.NODE else "edges"
-    axes.set_xlabel(f"fraction of the {unit} (MIB's ten)", fontsize=small)
+    axes.set_xlabel(f"fraction of the {units_of(circuit)} (MIB's ten)", fontsize=small)
     axes.set_ylabel("faithfulness", fontsize=small)
     axes.tick_params(labelsize=small)
     axes.legend(fontsize=small, loc="lower right", frameon=False)
