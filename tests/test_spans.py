@@ -206,7 +206,7 @@ def test_a_split_circuit_is_written_and_read_back_with_its_spans(
         (["--spans", "0-99"], "there are 7 tokens"),
         (["--by-position", "--spans", "0"], "not both"),
         (["--by-position", "--method", "optimize"], "not yet with --method optimize"),
-        (["--spans", "0", "--refine", "3"], "not yet with --refine"),
+        (["--spans", "0", "--count", "ungrouped"], "not yet with --count ungrouped"),
         (["--spans", "0", "--select", "greedy"], "not yet with --select greedy"),
         (["--by-position", "--level", "node"], "not yet with --level node"),
     ],
@@ -510,3 +510,29 @@ def test_a_circuit_by_span_is_drawn_with_each_pair_in_its_spans_column(
     result = runner.invoke(app, arguments)
     assert result.exit_code == 0, result.stderr
     assert picture.read_bytes().startswith(b"\x89PNG")
+
+
+def test_refined_edges_by_span_take_each_spans_exact_patch(generators, language_models):
+    """--refine R with --spans: the estimate's top R edges computed exactly, the edge's
+    whole patch and each span's of its own (as --method exact --spans measures them, held
+    to plain hooks above); every other edge keeps the estimate's shares."""
+    extractor = language_models["llama-lm"]
+    spans = ["text:man walked"]
+    estimate = extractor.circuit(**PAIR, spans=spans, edges=0)
+    refined = extractor.circuit(**PAIR, spans=spans, refine=12, edges=0)
+    exact = extractor.circuit(**PAIR, spans=spans, method="exact", edges=0)
+    chosen = refined.scored.exact  # (U, N) the refined edges
+    assert chosen is not None and chosen.sum() == 12
+    upstream, downstream = estimate.scored.ranked()
+    top = np.zeros_like(chosen)
+    top[upstream[:12], downstream[:12]] = True
+    assert (chosen == top).all()  # the estimate's top 12 by |score|
+    tolerance = model_tolerance(extractor.loaded.model.config)
+    np.testing.assert_allclose(refined.scores[chosen], exact.scores[chosen], atol=tolerance)
+    by_span, exact_by_span = refined.scored.by_span, exact.scored.by_span
+    np.testing.assert_allclose(by_span[:, chosen], exact_by_span[:, chosen], atol=tolerance)
+    np.testing.assert_allclose(
+        by_span[:, ~chosen], estimate.scored.by_span[:, ~chosen], atol=tolerance
+    )  # from another run's record (read for exact sweeps too): equal to float32 rounding
+    # not the estimate's own shares where refined
+    assert np.abs(by_span[:, chosen] - estimate.scored.by_span[:, chosen]).max() > 100 * tolerance

@@ -200,14 +200,19 @@ def _faithfulness(
 
 def refined(phases: Phases, scored: ScoredGraph, refine: int, pairs: int) -> ScoredGraph:
     """The top ``refine`` edges of ``scored`` computed exactly (the means over the
-    ``pairs``), and which they are."""
+    ``pairs``; by span, each span's share too, a patch of its own), and which they are."""
     upstream, downstream = scored.ranked()
     chosen = [(int(u), int(d)) for u, d in zip(upstream[:refine], downstream[:refine], strict=True)]
-    values = phases.exact(chosen) / pairs
+    values = phases.exact(chosen) / pairs  # (E,), or by span (E, 1 + K)
     scores, exact = scored.scores.copy(), np.zeros(scored.graph.edges.shape, dtype=bool)
+    by_span = None if scored.by_span is None else scored.by_span.copy()
     for (u, d), value in zip(chosen, values, strict=True):
-        scores[u, d], exact[u, d] = value, True
-    return replace(scored, scores=scores, exact=exact)
+        exact[u, d] = True
+        if by_span is None:
+            scores[u, d] = value
+        else:
+            scores[u, d], by_span[:, u, d] = value[0], value[1:]
+    return replace(scored, scores=scores, exact=exact, by_span=by_span)
 
 
 def tell_ablation(phases: Phases, options: CircuitOptions, graph: Graph) -> None:

@@ -174,7 +174,6 @@ class CircuitOptions:
                     (self.select is Select.ILP, "--select ilp"),
                     (self.level is Level.NODE, "--level node"),
                     (self.count is Count.UNGROUPED, "--count ungrouped"),
-                    (self.refine is not None, "--refine"),
                 )
             )
         )  # fmt: skip

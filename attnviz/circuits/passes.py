@@ -263,16 +263,25 @@ def _exact_pair(
 
 
 def exact_summed(runs_of: PairRuns, pairs: Indexed, edges: list[Edge]) -> np.ndarray:
-    """Each edge's exact score, summed over ``pairs`` (a long sweep said of the first)."""
-    total = np.zeros(len(edges))
+    """Each edge's exact score, summed over ``pairs`` (a long sweep said of the first):
+    (E,), or where the scores are split by span (E, 1 + K), the edge's whole patch then
+    each span's, a patch of its own."""
+    total: np.ndarray | None = None
     cost = Cost(
         f"computing the top {len(edges):,} edges exactly",
         runs_of.count,
         (f"a smaller {option('--refine')} costs less in proportion",),
     )
     for index, given in pairs:
-        total += exact_scores(runs_of(index, given)[1], edges, unsaid if index else cost)
+        asked = runs_of.answered(index, given)
+        runs = runs_of(index, given, asked=asked)[1]
+        found = exact_scores(runs, edges, unsaid if index else cost)
+        spans = runs_of.spans(index, given, asked)
+        if spans is not None:
+            found = np.column_stack([found, exact_scores(runs, edges, unsaid, spans)])
+        total = found if total is None else total + found
         advance("refined pair", index + 1, runs_of.count)
+    assert total is not None  # asked of at least one pair
     return total
 
 

@@ -105,7 +105,8 @@ class Phases(Protocol):
         ...
 
     def exact(self, edges: list[Edge]) -> np.ndarray:
-        """Each edge's exact score summed over the pairs, (K,)."""
+        """Each edge's exact score summed over the pairs, (E,); where the scores are split
+        by span, (E, 1 + K): the edge's whole patch, then each span's."""
         ...
 
     def measured(self, kept: np.ndarray) -> np.ndarray:
