@@ -6,30 +6,122 @@ span, and the faithfulness of circuits of 0.1%, 1% and 10% of the (edge, span) p
 beside position-free circuits of as many edges (the same number of units kept); the time
 of each command (scoring and its circuits).
 
-    python -m benchmarks.spans [--model smollm2]
+With ``--tokens N`` the pair is about N tokens long: the haystack's filler sentences (the
+needle and the question taken out) cycled on either side of the needle, the needle at the
+middle; and first, each in a fresh process, the time and the peak memory above the
+loaded model of the model's own forward (the last logits alone), of its forward and
+backward to the input embeddings (the floor of any gradient method) and of EAP split by
+span (targets at 32k tokens: within 3× the floor, within 2 GiB above the model).
+
+    python -m benchmarks.spans [--model smollm2] [--tokens N]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import re
 import time
 
 import numpy as np
 
 import attnviz
-from benchmarks.relp import NEEDLE, QUESTION, _needle
+from attnviz.inputs import Input
+from benchmarks.relp import NEEDLE, QUESTION, SAMPLES, TWIN, _needle
 
 SPANS = [f"needle=text:{NEEDLE}", f"question=text:{QUESTION}"]
 FRACTIONS = (0.001, 0.01, 0.1)
 TOP = 100
 
 
+def needle_of(tokenizer, tokens: int) -> Input:
+    """A needle pair of about ``tokens`` tokens: the haystack's filler sentences cycled
+    on either side of the needle (half each), the question at the end."""
+    haystack = (SAMPLES / "haystack.txt").read_text(encoding="utf-8")
+    needle = f"The secret code is {NEEDLE}."
+    filler = re.findall(r"[^.?]+\.", haystack.replace(needle, "").replace(QUESTION, ""))
+    sentences = itertools.cycle(sentence.strip() for sentence in filler)
+    sides = []
+    for _ in range(2):  # the filler before the needle, then after it
+        side, counted = [], 0
+        while counted < tokens // 2:
+            side.append(next(sentences))
+            counted += len(tokenizer(" " + side[-1], add_special_tokens=False)["input_ids"])
+        sides.append(" ".join(side))
+    text = f"{sides[0]} {needle} {sides[1]} {QUESTION} The secret code is "
+    corrupt = text.replace(NEEDLE, TWIN)
+    return Input(text=text, corrupt=corrupt, answer=NEEDLE[0], versus=TWIN[0])
+
+
+def _measured(what: str, model: str, tokens: int) -> tuple[float, float, int]:
+    """In a fresh process: seconds and GiB above the loaded model of one measurement,
+    after the same work on a short pair, untimed (torch's one-time costs paid)."""
+    import torch
+
+    from benchmarks.effects import PeakMemory, timed
+
+    extractor = attnviz.load(model)
+    loaded = extractor.loaded
+
+    def ids_of(pair: Input) -> torch.Tensor:
+        return torch.tensor([loaded.tokenizer(pair.text)["input_ids"]], device=loaded.model.device)
+
+    def forward(pair: Input) -> None:
+        with torch.inference_mode():
+            loaded.model(input_ids=ids_of(pair), use_cache=False, logits_to_keep=1)
+
+    def floor(pair: Input) -> None:
+        for parameter in loaded.model.parameters():
+            parameter.requires_grad_(False)
+        embedded = loaded.model.get_input_embeddings()(ids_of(pair)).detach().requires_grad_(True)
+        logits = loaded.model(inputs_embeds=embedded, use_cache=False, logits_to_keep=1).logits
+        (gradient,) = torch.autograd.grad(logits[0, -1].float().log_softmax(-1)[0], embedded)
+        float(gradient.sum())
+
+    def split(pair: Input) -> None:
+        asked = dict(answer=pair.answer, corrupt=pair.corrupt, versus=pair.versus)
+        extractor.circuit(pair.text, **asked, spans=SPANS, edges=0, progress=False)
+
+    work = {"forward": forward, "forward + backward": floor, "EAP by span": split}[what]
+    work(needle_of(loaded.tokenizer, 64))
+    pair = needle_of(loaded.tokenizer, tokens)
+    with PeakMemory(loaded.model.device) as memory:
+        seconds, _ = timed(lambda: work(pair))
+    return seconds, memory.above, int(ids_of(pair).shape[1])
+
+
+def costs(model: str, tokens: int) -> None:
+    """The forward, the floor and EAP by span, each in a fresh process, as ratios."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    found: dict[str, tuple[float, float]] = {}
+    for what in ("forward", "forward + backward", "EAP by span"):
+        with context.Pool(1) as pool:
+            seconds, above, length = pool.apply(_measured, (what, model, tokens))
+        found[what] = seconds, above
+        ratios = ""
+        if what != "forward":
+            ratios = f" = {seconds / found['forward'][0]:.2f}× the forward"
+        if what == "EAP by span":
+            ratios += f", {seconds / found['forward + backward'][0]:.2f}× the floor"
+        print(f"{model}, {length:,} tokens: {what}: {seconds:.1f} s{ratios}; +{above:.2f} GiB "
+              "above the model", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--tokens", type=int, help="a needle pair of about N tokens")
     arguments = parser.parse_args()
+    if arguments.tokens:
+        costs(arguments.model, arguments.tokens)
     extractor = attnviz.load(arguments.model)
-    pair = _needle()[0]
+    pair = (
+        _needle()[0]
+        if not arguments.tokens
+        else needle_of(extractor.loaded.tokenizer, arguments.tokens)
+    )
     asked = dict(text=pair.text, answer=pair.answer, corrupt=pair.corrupt, versus=pair.versus)
     started = time.perf_counter()
     scored = extractor.circuit(**asked, spans=SPANS, edges=0, progress=False)
@@ -41,7 +133,11 @@ def main() -> None:
     sizes = [int(fraction * pairs) for fraction in FRACTIONS]
     upstream, downstream = scored.scored.ranked()
     top = np.abs(by_span[:, upstream[:TOP], downstream[:TOP]]).sum(1)  # (K,)
-    print(f"{arguments.model}: {edges:,} edges × {len(spans)} spans; scored in {took:.1f} s")
+    length = len(extractor.loaded.tokenizer(pair.text)["input_ids"])
+    print(
+        f"{arguments.model}, {length:,} tokens: {edges:,} edges × {len(spans)} spans; "
+        f"scored in {took:.1f} s"
+    )
     shares = ", ".join(f"{s} {v / top.sum():.1%}" for s, v in zip(spans, top, strict=True))
     print(f"the top {TOP} edges' |score| by span: {shares}")
     started = time.perf_counter()
