@@ -542,6 +542,41 @@ def prune(kept, owned):
         kept = left
 
 
+def prune_by_span(kept, owned):
+    """Dead ends out of (edge, span) pairs, span by span, until nothing changes: a node at
+    a span stays where a pair leaves it at that span and one enters one of its inputs
+    there (its query, its MLP's input) or at any span (its keys, its values: a head reads
+    every position's); a pair where its node stays at its span and a node it is an input
+    of stays at that span (a query, an MLP's input) or at any (a key, a value)."""
+
+    def across(then):  # a key's or a value's input: read at every position
+        return then.endswith((".k", ".v"))
+
+    kept = set(kept)
+    while True:
+        leaving = {(first, span) for (first, _), span in kept}
+        entering = {("input", span) for _, span in kept}
+        for (_, then), span in kept:
+            for node in owned[then]:
+                if across(then):
+                    entering |= {(node, other) for _, other in kept}
+                else:
+                    entering.add((node, span))
+        staying = leaving & entering
+        stays_somewhere = {node for node, _ in staying}
+        left = set()
+        for (first, then), span in kept:
+            if across(then):  # read at every position: its node staying at any span
+                fed = bool(owned[then] & stays_somewhere)
+            else:
+                fed = then == "logits" or any((node, span) in staying for node in owned[then])
+            if (first, span) in staying and fed:
+                left.add(((first, then), span))
+        if left == kept:
+            return kept
+        kept = left
+
+
 def chosen(shape, scores, select, asked, pruned):
     """The edges a circuit holds, chosen from ``scores`` (edge name pair -> score) by
     ``select`` with ``asked`` (a size, or a threshold), its dead ends out if ``pruned``,

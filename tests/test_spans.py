@@ -242,11 +242,10 @@ def _span_positions(path, text: str, wanted: str, tokens: int) -> list[list[int]
 def test_a_circuit_by_span_carries_the_corrupted_value_where_an_edge_is_not_kept(
     generators, language_models, family
 ):
-    """The top (edge, span) pairs by |share|, pruned through the circuit of every edge
-    kept somewhere, equal the reference's; the faithfulness of each circuit equals the
-    plain hooks' run with each edge outside it at a span carrying the corrupted value at
-    that span's positions; and it is no edge circuit's: not the union's, nor the
-    intersection's."""
+    """The top (edge, span) pairs by |share|, pruned span by span, equal the reference's;
+    the faithfulness of each circuit equals the plain hooks' run with each edge outside
+    it at a span carrying the corrupted value at that span's positions; and it is no
+    edge circuit's: not the union's, nor the intersection's."""
     extractor, model, ids, corrupt_ids, answer_id, versus_id = pair_ids(
         generators, language_models, PAIR, family
     )
@@ -270,9 +269,7 @@ def test_a_circuit_by_span_carries_the_corrupted_value_where_an_edge_is_not_kept
     for asked, faithfulness in [(40, circuit.faithfulness)] + [
         (point.asked, point.faithfulness) for point in circuit.curve
     ]:
-        top = set(ranked[:asked])
-        union = reference.prune({edge for edge, _ in top}, owned)
-        kept = {(edge, k) for edge, k in top if edge in union}
+        kept = reference.prune_by_span(set(ranked[:asked]), owned)
         carried = {
             edge: [p for k in range(2) if (edge, k) not in kept for p in positions[k]]
             for edge in in_order
@@ -536,3 +533,34 @@ def test_refined_edges_by_span_take_each_spans_exact_patch(generators, language_
     )  # from another run's record (read for exact sweeps too): equal to float32 rounding
     # not the estimate's own shares where refined
     assert np.abs(by_span[:, chosen] - estimate.scored.by_span[:, chosen]).max() > 100 * tolerance
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 2), (3, 2, 2)])
+def test_pruning_by_span_equals_the_reference_on_random_circuits(shape):
+    """Dead ends out span by span, on random (edge, span) masks: equal to the reference's
+    set-by-set pruning; some circuits lose pairs the union's pruning would keep (a node
+    fed at one span only), and some keep a pair fed through a key or value at another
+    span, which pruning each span alone would drop."""
+    from attnviz.circuits.graph import Graph
+    from attnviz.circuits.selections import pruned, pruned_by_span
+
+    graph, owned, spans = Graph(*shape), reference.owners(*shape), 3
+    generator = np.random.default_rng(sum(shape))
+    names = graph.upstream, graph.downstream
+    beyond_union = across_spans = 0
+    for density in (0.05, 0.15, 0.3, 0.6) * 10:
+        mask = graph.edges[None] & (generator.random((spans, *graph.edges.shape)) < density)
+        found = pruned_by_span(graph, mask)
+        as_pairs = {
+            ((names[0][u], names[1][d]), k) for k, u, d in zip(*np.nonzero(found), strict=True)
+        }
+        given = {((names[0][u], names[1][d]), k) for k, u, d in zip(*np.nonzero(mask), strict=True)}
+        assert as_pairs == reference.prune_by_span(given, owned), density
+        beyond_union += int((found != (mask & pruned(graph, mask.any(0))[None])).any())
+        alone = np.stack([pruned(graph, mask[k]) for k in range(spans)])
+        across_spans += int((found & ~alone).any())
+    assert beyond_union and across_spans
+    # the same mask at every span: the edge circuit's pruning at each
+    mask = graph.edges & (generator.random(graph.edges.shape) < 0.3)
+    same = pruned_by_span(graph, np.broadcast_to(mask, (spans, *mask.shape)).copy())
+    assert (same == pruned(graph, mask)[None]).all()

@@ -24,8 +24,9 @@ key/value head's, shared by the query heads of its group:
   an edge is kept where any of its copies is among the top N.
 - by span (scores split by :mod:`attnviz.circuits.spans`), ``top``, ``signed`` and
   ``threshold`` choose (edge, span) pairs by each span's share of the score, ties in the
-  graph's order, span by span; pruning takes out the pairs of the edges that are dead
-  ends of the circuit of every edge kept at some span.
+  graph's order, span by span; pruning takes out dead ends span by span
+  (:func:`pruned_by_span`: a head reads its keys and values at every position, its query
+  and an MLP its input at its own).
 - ``prune`` (after any of them): over and over, a node (a head, an MLP) stays only where
   an edge of the circuit leaves it and one enters one of its inputs (the input node needs
   none), and an edge only where both its ends stay (the logits always do), until nothing
@@ -41,7 +42,7 @@ import heapq
 import numpy as np
 
 from attnviz.choices import Select
-from attnviz.circuits.graph import Graph
+from attnviz.circuits.graph import READS, Graph
 from attnviz.circuits.ilp import ilp_circuit
 from attnviz.circuits.scored import ScoredGraph, nodes_of
 
@@ -91,9 +92,7 @@ def _by_span(scored: ScoredGraph, select: Select, asked: float, prune: bool) -> 
         order = np.argsort(-values, kind="stable")[: int(asked)]
         mask = np.zeros(shares.shape, dtype=bool)
         mask[order % spans, upstream[order // spans], downstream[order // spans]] = True
-    if not prune:
-        return mask
-    return mask & pruned(graph, mask.any(0))[None]
+    return pruned_by_span(graph, mask) if prune else mask
 
 
 def _nodes_chosen(node_scores: np.ndarray, select: Select, asked: float) -> np.ndarray:
@@ -165,3 +164,31 @@ def pruned(graph: Graph, mask: np.ndarray) -> np.ndarray:
         if (kept == mask).all():
             return kept
         mask = kept
+
+
+def pruned_by_span(graph: Graph, mask: np.ndarray) -> np.ndarray:
+    """(K, U, N) ``mask`` without its dead ends span by span, repeated until nothing
+    changes: a node at a span stays only where an edge of the circuit leaves it there and
+    one enters one of its inputs, its query or its MLP's input at that span, its keys or
+    values at any span (a head reads them at every position; the input node needs none);
+    an edge at a span only where its upstream node stays there and a node it is an input
+    of stays at that span (a query, an MLP's input) or at any span (a key, a value; the
+    logits always do). Kept at every span alike, a circuit is pruned as its edges are."""
+    across = np.array([name.endswith(_READ_ACROSS) for name in graph.downstream])  # (N,)
+    mask = mask.copy()
+    while True:
+        into = mask.any(axis=1)  # (K, N): each input entered at each span
+        received = np.where(across, into.any(axis=0), into)
+        entering = np.any(graph.inputs[None] & received[:, None, :], axis=2)  # (K, U)
+        entering[:, 0] = True  # the input node
+        nodes = np.any(mask, axis=2) & entering  # (K, U)
+        read_here = np.any(graph.inputs[None] & nodes[:, :, None], axis=1)  # (K, N)
+        reading = np.where(across, read_here.any(axis=0), read_here)
+        reading[:, -1] = True  # the logits
+        kept = mask & nodes[:, :, None] & reading[:, None, :]
+        if (kept == mask).all():
+            return kept
+        mask = kept
+
+
+_READ_ACROSS = tuple(f".{read}" for read in READS[1:])  # a key's and a value's inputs
