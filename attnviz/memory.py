@@ -35,6 +35,13 @@ def room(cgroups: Path = CGROUPS) -> Room | None:
     return min(found, key=lambda found: found.free, default=None)
 
 
+def short_of(needed: float) -> Room | None:
+    """The room this process may still take, where ``needed`` bytes do not fit in it
+    (None where they do, or where the system says nothing)."""
+    free = room()
+    return free if free is not None and needed > free.free else None
+
+
 def _machine() -> Room | None:
     """MemAvailable: free memory and the caches the kernel would give back."""
     try:

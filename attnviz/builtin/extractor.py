@@ -186,8 +186,7 @@ def check_maps_fit(config: BuiltinConfig, layers: int, heads: int, queries: int,
     --pool are taken after)."""
     heads_made = config.num_heads
     kept = (layers * heads_made + layers * heads + 3 * heads_made) * queries * keys * 4
-    free = memory.room()
-    if free is not None and kept > free.free:
+    if (free := memory.short_of(kept)) is not None:
         raise UsageError(
             f"the built-in stack's maps of {queries} × {keys} tokens need about "
             f"{kept / 2**30:.1f} GiB ({layers} layers × {heads_made} heads, whole, float32) but "
@@ -209,9 +208,8 @@ def check_fits(config: BuiltinConfig) -> None:
     process may still take (the machine's, or less under a ulimit or a cgroup)."""
     import sys
 
-    free = memory.room()
     needed = config.weight_bytes * _BUILDING + (0 if "torch" in sys.modules else _TORCH_MAPS)
-    if free is not None and needed > free.free:
+    if (free := memory.short_of(needed)) is not None:
         raise UsageError(
             f"a stack of {config.num_layers} layers with d_model {config.d_model} needs about "
             f"{needed / 2**30:.1f} GiB to build (its weights, float32, and torch) but this "

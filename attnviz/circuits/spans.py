@@ -168,14 +168,12 @@ def check_spans_fit(spans: int, cells: int, circuits: int, resamples: int) -> No
     ``circuits`` circuits' masks by span and ``resamples`` bootstrap resamples' sums."""
     per_score = _SCORE_BYTES + _MASK_BYTES * circuits + _RESAMPLE_BYTES * resamples
     needed = spans * cells * per_score
-    free = memory.room()
-    if free is not None and needed > free.free:
+    if (free := memory.short_of(needed)) is not None:
         raise UsageError(
             f"scores split by {spans:,} spans need about {needed / 2**30:.1f} GiB ({cells:,} "
-            f"scores a span, float64, {circuits} circuits' masks, {resamples} resamples) but this "
-            f"process has "
-            f"{free}: name fewer spans (--spans, not --by-position's one a token) or give a "
-            "shorter text"
+            f"scores a span, float64, {circuits} circuits' masks, {resamples} resamples) but "
+            f"this process has {free}: name fewer spans (--spans, not --by-position's one a "
+            "token) or give a shorter text"
         )
 
 

@@ -118,8 +118,7 @@ def check_maps_fit(
     CPU in float32; with ``eager`` attention each layer's whole attention is also built on the
     model's device in its dtype."""
     kept = layers * heads * inputs * queries * keys * 4
-    free = memory.room()
-    if free is not None and kept > free.free:
+    if (free := memory.short_of(kept)) is not None:
         raise UsageError(
             f"the maps asked for need about {_gib(kept)} ({layers} layers × {heads} heads × "
             f"{queries} × {keys} tokens × {inputs} inputs, float32) but this process has {free}: "
