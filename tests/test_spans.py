@@ -206,7 +206,7 @@ def test_a_split_circuit_is_written_and_read_back_with_its_spans(
         (["--spans", "0-99"], "there are 7 tokens"),
         (["--by-position", "--spans", "0"], "not both"),
         (["--by-position", "--method", "optimize"], "not yet with --method optimize"),
-        (["--spans", "0", "--count", "ungrouped"], "not yet with --count ungrouped"),
+        (["--spans", "0", "--select", "ilp"], "not yet with --select ilp"),
         (["--spans", "0", "--select", "greedy"], "not yet with --select greedy"),
         (["--by-position", "--level", "node"], "not yet with --level node"),
     ],
@@ -564,3 +564,31 @@ def test_pruning_by_span_equals_the_reference_on_random_circuits(shape):
     mask = graph.edges & (generator.random(graph.edges.shape) < 0.3)
     same = pruned_by_span(graph, np.broadcast_to(mask, (spans, *mask.shape)).copy())
     assert (same == pruned(graph, mask)[None]).all()
+
+
+@pytest.mark.parametrize("select", ["top", "signed"])
+def test_ungrouped_pairs_by_span_are_ranked_a_copy_at_a_time(language_models, select):
+    """--count ungrouped with --spans: each (edge, span) pair counted as its edge's copies
+    (a key/value input once per query head, as MIB's graph has it), each copy an equal
+    part of the share, ranked copy by copy (ties in the graph's order, span by span) as
+    EAP-IG's apply_topn ranks MIB's edges; a pair kept where any copy is in the top N."""
+    extractor = language_models["llama-lm"]
+    spans = ["text:man walked"]
+    circuit = extractor.circuit(
+        **PAIR, spans=spans, count="ungrouped", select=select, edges=30, prune=False
+    )
+    graph, by_span = circuit.graph, circuit.scored.by_span
+    copies = graph.copies(circuit.scored.count)
+    assert copies.max() > 1  # grouped heads: some inputs are counted several times
+    ranked = []
+    for u, d in zip(*graph.edge_list(), strict=True):
+        for k in range(len(circuit.scored.spans)):
+            part = by_span[k, u, d] / copies[u, d]
+            ranked += [((u, d, k), -part if select == "signed" else abs(part))] * copies[u, d]
+    ranked.sort(key=lambda item: -item[1])  # stable: the graph's order, span by span
+    expected = {pair for pair, _ in ranked[:30]}
+    kept = circuit.scored.in_graph
+    assert {(u, d, k) for k, u, d in zip(*np.nonzero(kept), strict=True)} == expected
+    assert circuit.kept == sum(copies[u, d] for u, d, _ in expected) >= 30
+    grouped = extractor.circuit(**PAIR, spans=spans, select=select, edges=30, prune=False)
+    assert (grouped.scored.in_graph != kept).any()  # counted as the model's, another circuit

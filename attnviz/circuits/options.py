@@ -173,7 +173,6 @@ class CircuitOptions:
                     (self.select is Select.GREEDY, "--select greedy"),
                     (self.select is Select.ILP, "--select ilp"),
                     (self.level is Level.NODE, "--level node"),
-                    (self.count is Count.UNGROUPED, "--count ungrouped"),
                 )
             )
         )  # fmt: skip

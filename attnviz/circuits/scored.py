@@ -101,7 +101,7 @@ class ScoredGraph:
         it keeps them by span)."""
         assert self.in_graph is not None  # selections.selected's
         if self.by_spans:
-            return int((self.in_graph & self.graph.edges).sum())
+            return int(((self.in_graph & self.graph.edges) * self.copies).sum())
         return int((self.circuit * self.copies).sum())
 
     @property

@@ -23,10 +23,10 @@ key/value head's, shared by the query heads of its group:
   ``signed`` and ``threshold`` rank each copy by an equal share of its edge's score, and
   an edge is kept where any of its copies is among the top N.
 - by span (scores split by :mod:`attnviz.circuits.spans`), ``top``, ``signed`` and
-  ``threshold`` choose (edge, span) pairs by each span's share of the score, ties in the
-  graph's order, span by span; pruning takes out dead ends span by span
-  (:func:`pruned_by_span`: a head reads its keys and values at every position, its query
-  and an MLP its input at its own).
+  ``threshold`` choose (edge, span) pairs by each span's share of the score (counted
+  ``ungrouped``, a pair per copy), ties in the graph's order, span by span; pruning
+  takes out dead ends span by span (:func:`pruned_by_span`: a head reads its keys and
+  values at every position, its query and an MLP its input at its own).
 - ``prune`` (after any of them): over and over, a node (a head, an MLP) stays only where
   an edge of the circuit leaves it and one enters one of its inputs (the input node needs
   none), and an edge only where both its ends stay (the logits always do), until nothing
@@ -78,10 +78,12 @@ def selected(
 
 def _by_span(scored: ScoredGraph, select: Select, asked: float, prune: bool) -> np.ndarray:
     """(K, U, N) bool: the (edge, span) pairs of largest |share| (of largest share in MIB's
-    sign, for ``signed``), or of |share| at least the threshold; less the pairs of the
-    edges the union's pruning takes out."""
+    sign, for ``signed``), or of |share| at least the threshold, each pair counted as its
+    edge's copies (an equal part of the share each: ``ungrouped``); dead ends pruned span
+    by span."""
     assert scored.by_span is not None  # the caller's
-    graph, shares = scored.graph, scored.by_span
+    graph, copies = scored.graph, np.maximum(scored.copies, 1)
+    shares = scored.by_span / copies  # (K, U, N) each copy's part
     if select is Select.THRESHOLD:
         mask = graph.edges & (np.abs(shares) >= asked)
     else:
@@ -89,7 +91,9 @@ def _by_span(scored: ScoredGraph, select: Select, asked: float, prune: bool) -> 
         spans = len(shares)
         upstream, downstream = graph.edge_list()
         values = ranked[:, upstream, downstream].T.reshape(-1)  # edge by edge, span by span
-        order = np.argsort(-values, kind="stable")[: int(asked)]
+        order = np.argsort(-values, kind="stable")
+        weight = np.repeat(copies[upstream, downstream], spans)[order]
+        order = order[np.cumsum(weight) - weight < int(asked)]  # the copies before each, fewer
         mask = np.zeros(shares.shape, dtype=bool)
         mask[order % spans, upstream[order // spans], downstream[order // spans]] = True
     return pruned_by_span(graph, mask) if prune else mask
