@@ -58,6 +58,12 @@ def test_the_room_is_the_least_of_what_bounds_it(monkeypatch):
     monkeypatch.setattr(memory, "cgroup_room", lambda *a: memory.Room(5 << 30, "in the group"))
     assert memory.room() == memory.Room(3 << 30, "under ulimit")
     assert str(memory.room()) == "3.0 GiB under ulimit"
+    # a need past the room is told the room; one within it, or with no room known, nothing
+    assert memory.short_of((3 << 30) + 1) == memory.Room(3 << 30, "under ulimit")
+    assert memory.short_of(3 << 30) is None
+    for bound in ("_machine", "_address_space", "cgroup_room"):
+        monkeypatch.setattr(memory, bound, lambda *a: None)
+    assert memory.short_of(1 << 60) is None
 
 
 @pytest.mark.slow
