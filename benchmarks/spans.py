@@ -13,7 +13,9 @@ loaded model of the model's own forward (the last logits alone), of its forward 
 backward to the input embeddings (the floor of any gradient method) and of EAP split by
 span (targets at 32k tokens: within 3× the floor, within 2 GiB above the model).
 
-    python -m benchmarks.spans [--model smollm2] [--tokens N]
+    python -m benchmarks.spans [--model smollm2] [--tokens N] [--picture FILE.png]
+
+``--picture`` draws the 0.1% circuit by span (the spans along the x-axis).
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--tokens", type=int, help="a needle pair of about N tokens")
+    parser.add_argument("--picture", help="draw the 0.1%% circuit by span to this file")
     arguments = parser.parse_args()
     if arguments.tokens:
         costs(arguments.model, arguments.tokens)
@@ -145,6 +148,8 @@ def main() -> None:
         **asked, spans=SPANS, edges=sizes[0], curve=sizes[1:], progress=False
     )
     pairs_took = time.perf_counter() - started
+    if arguments.picture:
+        by_pairs.picture(arguments.picture.rsplit(".", 1)[-1]).save(arguments.picture)
     ours = [(by_pairs.kept, by_pairs.faithfulness, int(by_pairs.scored.circuit.sum()))] + [
         (point.kept, point.faithfulness, None) for point in by_pairs.curve
     ]
