@@ -592,3 +592,39 @@ def test_ungrouped_pairs_by_span_are_ranked_a_copy_at_a_time(language_models, se
     assert circuit.kept == sum(copies[u, d] for u, d, _ in expected) >= 30
     grouped = extractor.circuit(**PAIR, spans=spans, select=select, edges=30, prune=False)
     assert (grouped.scored.in_graph != kept).any()  # counted as the model's, another circuit
+
+
+@pytest.mark.parametrize(
+    ("asked", "method"),
+    [
+        ({"ablation": "zero", "corrupt": None}, "gradient"),
+        ({"ablation": "zero", "corrupt": None}, "ig"),
+        ({"ablation": "mean", "pairs": [OTHER, {**OTHER, "text": OTHER["corrupt"]}]}, "gradient"),
+        ({"metric": "prob", "versus": None}, "gradient"),
+        ({"metric": "prob_difference"}, "ig"),
+        ({"metric": "kl", "versus": None}, "ig"),
+        ({"versus": None}, "relp"),
+    ],
+)
+def test_every_intervention_and_metric_splits_by_position_into_its_own_scores(
+    language_models, asked, method
+):
+    """By position, under each intervention and metric: the shares add up to the score
+    the edge has without spans (held to plain hooks for each of them in
+    test_circuit_ablation.py and test_circuit.py), and they are a split, not a copy."""
+    extractor = language_models["llama-lm"]
+    given = {**PAIR, **asked}
+    if "pairs" in given:  # a mean over a dataset of its own, whose pairs read alike
+        given = {"pairs": [{**pair, "corrupt": None} for pair in given["pairs"]]}
+        given |= {"ablation": asked["ablation"]}
+    steps = {"steps": 3} if method == "ig" else {}
+    split = extractor.circuit(**given, method=method, by_position=True, edges=0, **steps)
+    whole = extractor.circuit(**given, method=method, edges=0, **steps)
+    # float32's rounding, relative to the terms added (a probability's change is small)
+    by_span, scale = split.scored.by_span, float(np.abs(whole.scores).max())
+    tolerance = 4 * model_tolerance(extractor.loaded.model.config) * float(np.abs(by_span).max())
+    assert by_span.shape[0] > 1 and scale > 0
+    np.testing.assert_allclose(by_span.sum(0), whole.scores, atol=tolerance)
+    # (U, N): the positions carrying a hundredth of the largest score or more, each edge
+    carried = (np.abs(by_span) > scale / 100).sum(0)
+    assert carried.max() > 1
